@@ -1,0 +1,213 @@
+"""Regenerate the synthetic replay tables of this folder (deterministic: fixed seeds).
+
+    python docs/tables/generate.py                       # motivating-case.csv, h200-graphs-small.csv
+    python docs/tables/generate.py --variants 20 --out /tmp/variants   # sensitivity tables
+    python docs/tables/generate.py --slices --out /tmp/slices          # small slices (< 24 configs)
+
+Every number below is either a published figure from DESIGN.md ("The motivating case")
+or an assumption labelled A<n>; docs/tables/README.md lists them. The samples are
+SYNTHETIC: a mean per configuration from the step-time model, then 3-5 repeats with a
+per-configuration coefficient of variation drawn from [1%, 3%].
+
+``--variants`` writes copies of the motivating case whose unpublished assumptions
+(A3-A10 and the noise) are redrawn at random, to check that the search defaults do not
+depend on the particular values chosen here (docs/benchmarks.md, "Search efficiency").
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# ---- motivating case: 744B MoE GGUF Q4, vLLM, 8 PCIe GPUs, single-request decode -----------
+# Published (DESIGN.md): 157 all-reduces per decode step, ~135 us each in eager mode;
+# TP=8 enforce-eager 20.0 tok/s, CUDA graphs 42.7 tok/s, NCCL protocol tuning ~57 tok/s.
+N_ALLREDUCE = 157
+TOKS_EAGER_DEFAULT = 20.0
+TOKS_GRAPHS_DEFAULT = 42.7
+TOKS_GRAPHS_TUNED = 57.0
+AR_EAGER_DEFAULT = 0.135  # ms
+
+
+@dataclass(frozen=True)
+class CaseModel:
+    """Step-time model of single-request decode; fields are the labelled assumptions."""
+
+    ar_graph_simple_ring: float = 0.055  # A3: ms per all-reduce inside a graph, Simple/Ring, TP=8
+    tree_factor_simple: float = 1.08     # A4: Tree / Ring all-reduce time within one PCIe node
+    tree_factor_ll: float = 1.04         # A4
+    piecewise_launch_share: float = 0.25  # A5: share of eager launch overhead left with piecewise graphs
+    piecewise_ar_overhead: float = 0.010  # A5: ms added per all-reduce at graph-piece boundaries
+    graph_ar_fixed: float = 0.008        # A6: ms of an all-reduce that does not scale with ranks
+    pp_boundary_scale: float = 1.0       # A7: scales PP_BOUNDARY
+    ll128_works: bool = False            # A10: LL128 over PCIe gives wrong output (False) or works
+    ll128_factor: float = 1.0            # A10 (variants only): LL128 time / LL time when it works
+    tp2_crashes: bool = False            # A8 (variants only): TP=2 (PP=4) also fails to start
+    cv_low: float = 0.01                 # noise: per-config coefficient of variation range
+    cv_high: float = 0.03
+
+    # A1: the published "NCCL defaults" runs behave like NCCL_PROTO=Simple, NCCL_ALGO=Ring.
+    # A2: the ~57 tok/s config is full CUDA graphs + LL + Ring at TP=8.
+    def ar_graph(self, proto: str, algo: str) -> float:
+        simple = self.ar_graph_simple_ring
+        gemm = 1000 / TOKS_GRAPHS_DEFAULT - N_ALLREDUCE * simple
+        ll = (1000 / TOKS_GRAPHS_TUNED - gemm) / N_ALLREDUCE  # from A2
+        base = {"Simple": simple, "LL": ll, "LL128": ll * self.ll128_factor}[proto]
+        if algo == "Tree":
+            base *= self.tree_factor_simple if proto == "Simple" else self.tree_factor_ll
+        return base
+
+    @property
+    def gemm_8(self) -> float:  # ms of matmuls etc. per step at TP=8 (~14.8 ms with A3)
+        return 1000 / TOKS_GRAPHS_DEFAULT - N_ALLREDUCE * self.ar_graph_simple_ring
+
+    @property
+    def launch_eager(self) -> float:  # ms of kernel launches per step in eager mode (~14 ms)
+        return 1000 / TOKS_EAGER_DEFAULT - self.gemm_8 - N_ALLREDUCE * AR_EAGER_DEFAULT
+
+    def mean(self, tp: int, mode: str, proto: str, algo: str) -> float:
+        """Mean tok/s of a working config. A7: PP = 8 / TP; stages run one after the other."""
+        pp = 8 // tp
+        gemm = self.gemm_8 * 8 / tp
+        base = self.ar_graph(proto, algo)
+        ar = self.graph_ar_fixed + (base - self.graph_ar_fixed) * (tp - 1) / 7  # A6: ~ ring steps
+        eager_overhead = AR_EAGER_DEFAULT - self.ar_graph_simple_ring  # 80 us launch + sync per call
+        if mode == "eager":
+            step = gemm + self.launch_eager + N_ALLREDUCE * (ar + eager_overhead)
+        elif mode == "piecewise":
+            step = gemm + self.piecewise_launch_share * self.launch_eager + N_ALLREDUCE * (
+                ar + self.piecewise_ar_overhead)
+        else:
+            step = gemm + N_ALLREDUCE * ar
+        step += PP_BOUNDARY[mode] * self.pp_boundary_scale * (pp - 1)
+        return 1000.0 / step
+
+    def failure(self, tp: int, proto: str, algo: str) -> str:
+        if tp == 1 or (tp == 2 and self.tp2_crashes):
+            return "start-crash"   # A8: TP=1 (PP=8) does not fit: first stage + graph pools > 96 GB
+        if algo == "NVLS":
+            return "nccl-invalid"  # A9: NVLS needs NVSwitch; NCCL >= 2.24 refuses it
+        if proto == "LL128" and not self.ll128_works:
+            return "wrong-output"  # A10: LL128 forced over PCIe corrupts data; the gate catches it
+        return ""
+
+
+PP_BOUNDARY = {"eager": 0.30, "piecewise": 0.20, "full": 0.15}  # A7: ms per pipeline boundary per token
+
+
+def samples_for(rng: random.Random, mean: float, cv_range=(0.01, 0.03)) -> list[float]:
+    cv = rng.uniform(*cv_range)
+    n = rng.randint(3, 5)
+    return [round(max(0.1, rng.gauss(mean, cv * mean)), 2) for _ in range(n)]
+
+
+def motivating_rows(model: CaseModel = CaseModel(), seed: int = 20250101) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for tp in (1, 2, 4, 8):
+        for mode in ("eager", "piecewise", "full"):
+            combos = [("", "")] if tp == 1 else [(p, a) for p in ("Simple", "LL", "LL128")
+                                                 for a in ("Ring", "Tree", "NVLS")]
+            for proto, algo in combos:
+                failure = model.failure(tp, proto, algo)
+                samples = "" if failure else ";".join(
+                    f"{s:g}" for s in samples_for(rng, model.mean(tp, mode, proto, algo),
+                                                  (model.cv_low, model.cv_high)))
+                baseline = "1" if (tp, mode, proto, algo) == (8, "eager", "Simple", "Ring") else ""
+                rows.append({"tp_size": tp, "graph_mode": mode, "env.NCCL_PROTO": proto, "env.NCCL_ALGO": algo,
+                             "samples": samples, "failure": failure, "baseline": baseline, "note": ""})
+    return rows
+
+
+def variant(seed: int) -> CaseModel:
+    """The motivating case with its unpublished assumptions redrawn (published anchors kept)."""
+    r = random.Random(seed)
+    cv_low = r.uniform(0.005, 0.03)
+    return replace(
+        CaseModel(),
+        ar_graph_simple_ring=r.uniform(0.040, 0.070),
+        tree_factor_simple=r.uniform(0.85, 1.15),
+        tree_factor_ll=r.uniform(0.85, 1.15),
+        piecewise_launch_share=r.uniform(0.05, 0.6),
+        piecewise_ar_overhead=r.uniform(0.0, 0.03),
+        graph_ar_fixed=r.uniform(0.002, 0.015),
+        pp_boundary_scale=r.uniform(0.5, 3.0),
+        ll128_works=r.random() < 0.3,
+        ll128_factor=r.uniform(0.85, 1.15),
+        tp2_crashes=r.random() < 0.3,
+        cv_low=cv_low,
+        cv_high=cv_low + r.uniform(0.005, 0.04),
+    )
+
+
+# ---- small: reference server, one H200, graph capture -----------------------------------------
+# A11: eager decode of the refserver preset is launch-bound at ~410 tok/s; graph capture ~2.8x.
+# A12: a capture size above max_batch is refused at start (start-crash).
+# A13: a larger max_batch slows single-request decode slightly (bigger static buffers).
+def h200_rows(seed: int = 20250102) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for max_batch in (1, 8, 32):
+        slow = 1.0 - 0.015 * {1: 0, 8: 1.5, 32: 2.5}[max_batch]
+        rows.append({"graph_capture": "false", "capture_sizes": "", "backend.max_batch": max_batch,
+                     "samples": ";".join(f"{s:g}" for s in samples_for(rng, 410.0 * slow)),
+                     "failure": "", "baseline": "1" if max_batch == 8 else "", "note": ""})
+        for sizes, biggest, extra in (("1", 1, 1.00), ("1,2,4,8", 8, 0.995), ("1,2,4,8,16,32", 32, 0.99)):
+            failure = "start-crash" if biggest > max_batch else ""
+            samples = "" if failure else ";".join(f"{s:g}" for s in samples_for(rng, 1150.0 * slow * extra))
+            rows.append({"graph_capture": "true", "capture_sizes": sizes, "backend.max_batch": max_batch,
+                         "samples": samples, "failure": failure, "baseline": "", "note": ""})
+    return rows
+
+
+def slices() -> dict[str, list[dict]]:
+    """Small tables cut from the motivating case (a user tuning fewer knobs)."""
+    rows = motivating_rows()
+    safe = lambda r: r["env.NCCL_PROTO"] in ("Simple", "LL") and r["env.NCCL_ALGO"] in ("Ring", "Tree")  # noqa: E731
+    cuts = {
+        "slice-tp8-full": lambda r: r["tp_size"] == 8 and r["graph_mode"] == "full",
+        "slice-tp8-safe-nccl": lambda r: r["tp_size"] == 8 and safe(r),
+        "slice-tp48-full": lambda r: r["tp_size"] in (4, 8) and r["graph_mode"] == "full",
+        "slice-full-safe-nccl": lambda r: r["tp_size"] > 1 and r["graph_mode"] == "full" and safe(r),
+    }
+    out = {}
+    for name, keep in cuts.items():
+        kept = [dict(r) for r in rows if keep(r)]
+        for r in kept:  # baseline: TP=8, Simple/Ring in the slowest graph mode the slice has
+            r["baseline"] = ""
+        modes = [m for m in ("eager", "piecewise", "full") if any(r["graph_mode"] == m for r in kept)]
+        for r in kept:
+            if (r["tp_size"], r["graph_mode"], r["env.NCCL_PROTO"], r["env.NCCL_ALGO"]) == (8, modes[0], "Simple", "Ring"):
+                r["baseline"] = "1"
+        out[name] = kept
+    return out
+
+
+def write(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variants", type=int, default=0, help="write N sensitivity variants instead")
+    ap.add_argument("--slices", action="store_true", help="write small slices of the motivating case instead")
+    ap.add_argument("--out", type=Path, default=HERE, help="output folder")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.slices:
+        for name, rows in slices().items():
+            write(args.out / f"{name}.csv", rows)
+    elif args.variants:
+        for i in range(args.variants):
+            write(args.out / f"variant-{i:02d}.csv", motivating_rows(variant(1000 + i), seed=2000 + i))
+    else:
+        write(args.out / "motivating-case.csv", motivating_rows())
+        write(args.out / "h200-graphs-small.csv", h200_rows())

@@ -1,0 +1,129 @@
+"""The one abstract base every server backend implements.
+
+Contract (what the trial runner relies on):
+
+- ``__init__(settings, job_file)`` receives the job's ``backend.settings`` mapping and
+  validates it strictly, raising ``BadInput`` naming ``backend.settings.<key>``.
+- ``check_config(config)`` raises ``ConfigRejected`` for a configuration this backend
+  cannot express (e.g. ``graph_capture`` on a CPU reference server). It runs at
+  ``validate`` time for every value of the space, never first at 3 a.m.
+- ``launch_spec(config, host, port)`` is pure: it returns the argv and the environment
+  *delta* (``env.*`` params included) that start one server for the config. No side
+  effects, so ``validate --commands`` can print it.
+- ``default_config()`` is the backend's own defaults as a config: the baseline when
+  the job names none.
+- ``gpus_per_trial(config)`` is TP x PP: how many GPUs one server needs.
+- ``normalize(config)`` maps a config to its effective settings so that two configs
+  with the same effective settings compare equal (NCCL values case-folded; settings
+  that cannot matter dropped, e.g. NCCL_* at world size 1).
+
+Readiness is ``GET health_path`` answering ``ready_status`` while the process lives.
+"""
+
+from __future__ import annotations
+
+import abc
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from orchestrator.errors import BadInput
+
+Config = dict[str, Any]
+
+# Neutral (backend-independent) parameter names a search space may use.
+NEUTRAL_PARAMS = ("tp_size", "pp_size", "graph_capture", "capture_sizes", "custom_all_reduce")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How to start one server: argv, env delta, where to ask if it is ready."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 0
+    health_path: str = "/health"
+    ready_status: int = 200
+    model_name: str = ""  # what to put in the OpenAI "model" field
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def shell_line(self) -> str:
+        """One shell-quoted line: env assignments then argv."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        cmd = shlex.join(self.argv)
+        return f"{env} {cmd}" if env else cmd
+
+
+class Backend(abc.ABC):
+    """How to start one kind of server for a configuration (see module docstring)."""
+
+    kind: ClassVar[str]
+
+    def __init__(self, settings: dict[str, Any] | None, job_file: str | None = None):
+        self.settings = dict(settings or {})
+        self.job_file = job_file
+
+    # ---- helpers shared by all backends -------------------------------------------------
+    def bad(self, key: str, message: str) -> BadInput:
+        return BadInput(message, file=self.job_file, key=f"backend.settings.{key}")
+
+    @staticmethod
+    def env_of(config: Config) -> dict[str, str]:
+        """The ``env.*`` params of a config as an environment delta."""
+        out = {}
+        for name, value in config.items():
+            if name.startswith("env."):
+                out[name[4:]] = _env_str(value)
+        return out
+
+    @staticmethod
+    def backend_flags_of(config: Config) -> dict[str, Any]:
+        """The ``backend.<flag>`` params of a config, flag names without the prefix."""
+        return {name[8:]: value for name, value in config.items() if name.startswith("backend.")}
+
+    # ---- the contract -------------------------------------------------------------------
+    def gpus_per_trial(self, config: Config) -> int:
+        return int(config.get("tp_size", 1)) * int(config.get("pp_size", 1))
+
+    def normalize(self, config: Config) -> Config:
+        from orchestrator import nccl
+
+        out: Config = {}
+        world = self.gpus_per_trial(config)
+        for name, value in sorted(config.items()):
+            if name.startswith("env.NCCL_"):
+                if world <= 1:
+                    continue  # NCCL never runs a collective at world size 1
+                value = nccl.normalize_value(name[4:], value)
+            out[name] = value
+        return out
+
+    def check_config(self, config: Config) -> None:  # noqa: B027 - optional hook
+        """Raise ConfigRejected for a config this backend cannot express."""
+
+    @abc.abstractmethod
+    def default_config(self) -> Config:
+        """The backend's own defaults, as a config."""
+
+    @abc.abstractmethod
+    def launch_spec(self, config: Config, host: str, port: int) -> LaunchSpec:
+        """argv + env delta for one server with this config."""
+
+    def version(self) -> str | None:
+        """Installed version of the server software, when it can be detected."""
+        return None
+
+    def model_facts(self) -> dict[str, Any]:
+        """What the report needs for the ceiling: bytes_per_token, allreduces_per_step,
+        hidden_size, dtype_bytes; empty when unknown."""
+        return {}
+
+
+def _env_str(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)

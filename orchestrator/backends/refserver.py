@@ -1,0 +1,147 @@
+"""Backend for the embedded reference server (``python -m orchestrator.refserver``).
+
+The default target: runs on CPU (gloo) or CUDA (NCCL), so a study can run anywhere.
+Tunable: ``tp_size``, ``graph_capture`` + ``capture_sizes`` (CUDA only),
+``backend.threads``, ``backend.dtype``, ``backend.max_batch`` and any ``env.*``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from orchestrator.backends.base import Backend, Config, LaunchSpec
+from orchestrator.errors import ConfigRejected
+
+_SETTINGS = {
+    "model": "preset name (tiny, 1b, 8b)",
+    "device": "cpu or cuda",
+    "seed": "weight seed (int)",
+    "fault": "inject a fault, e.g. crash-on-start, garbage, crash-after:3 (testing the tuner)",
+    "python": "python executable that runs the server",
+    "served_model_name": "model id in the OpenAI API",
+    "extra_args": "list of extra command-line arguments",
+    "max_batch": "default --max-batch when the space does not tune it",
+    "dims": "explicit dimensions overriding the preset (layers, hidden, heads, kv_heads, ffn, vocab)",
+}
+_FLAGS = {"threads": int, "dtype": str, "max_batch": int}
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+class RefServerBackend(Backend):
+    kind = "refserver"
+
+    def __init__(self, settings: dict[str, Any] | None, job_file: str | None = None):
+        super().__init__(settings, job_file)
+        import difflib
+
+        for key in self.settings:
+            if key not in _SETTINGS:
+                near = difflib.get_close_matches(key, _SETTINGS, n=1)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                raise self.bad(key, f"unknown setting {key!r}{hint}; allowed: {', '.join(_SETTINGS)}")
+        from orchestrator.refserver.presets import PRESETS
+
+        self.model = str(self.settings.get("model", "tiny"))
+        if self.model not in PRESETS:
+            raise self.bad("model", f"unknown preset {self.model!r}; allowed: {', '.join(PRESETS)}")
+        self.device = str(self.settings.get("device", "cpu"))
+        if self.device not in ("cpu", "cuda"):
+            raise self.bad("device", f"must be cpu or cuda, not {self.device!r}")
+        extra = self.settings.get("extra_args", [])
+        if not isinstance(extra, list) or not all(isinstance(a, (str, int, float)) for a in extra):
+            raise self.bad("extra_args", "must be a list of strings")
+        self.extra_args = [str(a) for a in extra]
+        dims = self.settings.get("dims") or {}
+        if not isinstance(dims, dict):
+            raise self.bad("dims", "must be a mapping like {layers: 4, hidden: 256}")
+        self.dims_override = dims
+        self.python = str(self.settings.get("python", sys.executable))
+
+    def dims(self):
+        import dataclasses
+
+        from orchestrator.refserver.presets import PRESETS
+
+        base = PRESETS[self.model]
+        if not self.dims_override:
+            return base
+        try:
+            return dataclasses.replace(base, **self.dims_override)
+        except TypeError as exc:
+            raise self.bad("dims", str(exc)) from None
+
+    def default_config(self) -> Config:
+        return {"tp_size": 1, "graph_capture": False}
+
+    def check_config(self, config: Config) -> None:
+        tp = int(config.get("tp_size", 1))
+        dims = self.dims()
+        if tp < 1 or dims.heads % tp or dims.kv_heads % tp:
+            raise ConfigRejected(
+                f"tp_size={tp} must divide heads={dims.heads} and kv_heads={dims.kv_heads} of model {self.model!r}",
+                file=self.job_file, key="tp_size")
+        if int(config.get("pp_size", 1)) != 1:
+            raise ConfigRejected("the reference server has no pipeline parallelism; pp_size must be 1",
+                                 file=self.job_file, key="pp_size")
+        if config.get("graph_capture") and self.device != "cuda":
+            raise ConfigRejected("graph_capture=true needs device cuda; the reference server on CPU runs eager only",
+                                 file=self.job_file, key="graph_capture")
+        if "custom_all_reduce" in config:
+            raise ConfigRejected("the reference server has no custom all-reduce; drop custom_all_reduce",
+                                 file=self.job_file, key="custom_all_reduce")
+        for flag, value in self.backend_flags_of(config).items():
+            if flag not in _FLAGS:
+                raise ConfigRejected(f"unknown reference-server flag; allowed: {', '.join(_FLAGS)}",
+                                     file=self.job_file, key=f"backend.{flag}")
+            if flag == "dtype" and value not in _DTYPES:
+                raise ConfigRejected(f"dtype must be one of {', '.join(_DTYPES)}, not {value!r}",
+                                     file=self.job_file, key="backend.dtype")
+
+    def normalize(self, config: Config) -> Config:
+        out = super().normalize(config)
+        if not out.get("graph_capture"):
+            out.pop("capture_sizes", None)  # capture sizes cannot matter without graphs
+        return out
+
+    def launch_spec(self, config: Config, host: str, port: int) -> LaunchSpec:
+        argv = [self.python, "-m", "orchestrator.refserver",
+                "--model", self.model, "--tp", str(int(config.get("tp_size", 1))),
+                "--device", self.device, "--host", host, "--port", str(port)]
+        for key, value in self.dims_override.items():
+            argv += [f"--{key.replace('_', '-')}", str(value)]
+        if "seed" in self.settings:
+            argv += ["--seed", str(self.settings["seed"])]
+        if config.get("graph_capture"):
+            argv.append("--graph-capture")
+            if config.get("capture_sizes"):
+                argv += ["--capture-sizes", str(config["capture_sizes"])]
+        flags = self.backend_flags_of(config)
+        if "max_batch" not in flags and "max_batch" in self.settings:
+            flags["max_batch"] = self.settings["max_batch"]
+        for flag, value in sorted(flags.items()):
+            argv += [f"--{flag.replace('_', '-')}", str(value)]
+        if self.settings.get("fault"):
+            argv += ["--fault", str(self.settings["fault"])]
+        if self.settings.get("served_model_name"):
+            argv += ["--served-model-name", str(self.settings["served_model_name"])]
+        argv += self.extra_args
+        return LaunchSpec(argv=argv, env=self.env_of(config), host=host, port=port,
+                          model_name=str(self.settings.get("served_model_name", self.model)))
+
+    def version(self) -> str | None:
+        import orchestrator
+
+        return f"refserver {orchestrator.__version__}"
+
+    def model_facts(self) -> dict[str, Any]:
+        dims = self.dims()
+        dtype_bytes = 4 if self.device == "cpu" else 2
+        facts = {"layers": dims.layers, "heads": dims.heads, "kv_heads": dims.kv_heads,
+                 "hidden_size": dims.hidden, "dtype_bytes": dtype_bytes,
+                 "allreduces_per_step": dims.allreduces_per_step()}
+        try:
+            facts["bytes_per_token"] = dims.weight_bytes(dtype_bytes)
+        except Exception:  # noqa: BLE001 - presets without the helper still give dims
+            pass
+        return facts

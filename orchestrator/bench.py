@@ -1,0 +1,693 @@
+"""OpenAI-compatible streaming client and the decode metrics computed from it.
+
+Definitions (comparable with ``vllm bench serve``):
+
+- A request is streamed (``/v1/completions``, ``stream: true``, ``stream_options.
+  include_usage: true``), greedy (``temperature 0``) and of fixed length
+  (``ignore_eos``). Each chunk that carries a token (non-empty ``choices[0].text`` or
+  ``token_ids``) gets a ``time.monotonic()`` stamp.
+- ``n_tokens`` = ``usage.completion_tokens`` when the server reports it, else the
+  number of token-carrying chunks.
+- TTFT = first token stamp - request start; latency = end of stream ([DONE]) - start.
+- decode tok/s = (n_tokens - 1) / (t_last_token - t_first_token), i.e. 1 / TPOT of
+  vLLM's benchmark (TPOT = (latency_to_last_token - TTFT) / (n - 1)).
+- End-to-end tok/s = n_tokens / latency.
+
+A failed request (refused, HTTP error, timeout, malformed chunk, stream ended without
+``[DONE]``) is data: ``RequestResult(ok=False, error="one line")``, never an exception.
+Every request has an overall deadline (``timeout_s``), enforced by socket timeouts and a
+watchdog that shuts the socket down, so a server that stops streaming mid-request
+yields ``error="timeout"`` within ``timeout_s`` plus a little slack.
+
+``measure_decode`` repeats single requests after warm-up and reports the median with
+every sample, the spread (cv) and the relative half-width of a distribution-free ~95%
+confidence interval of the median (``rel_ci``), optionally repeating until it is below
+a target. Standard library only.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import socket
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+from urllib.parse import urlsplit
+
+__all__ = [
+    "RequestResult",
+    "DecodeResult",
+    "RequestFailed",
+    "stream_completion",
+    "measure_decode",
+    "measure_concurrency",
+    "greedy_outputs",
+    "score_continuation",
+    "median_ci",
+    "relative_ci",
+]
+
+TIMEOUT = "timeout"  # the error string of a request that ran past its deadline
+
+
+class RequestFailed(Exception):
+    """Raised only by ``score_continuation`` when the server could not be asked at all
+    (connection, timeout, 5xx); an unsupported feature returns None instead."""
+
+
+# --------------------------------------------------------------------------------------
+# HTTP plumbing with an overall deadline
+# --------------------------------------------------------------------------------------
+def _one_line(text: Any, limit: int = 300) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+class _Call:
+    """One HTTP request with an overall deadline: per-operation socket timeouts plus a
+    watchdog that shuts the socket down at the deadline (unblocks a stuck read)."""
+
+    def __init__(self, base_url: str, timeout_s: float):
+        parts = urlsplit(base_url if "://" in base_url else f"http://{base_url}")
+        self.prefix = parts.path.rstrip("/")
+        self.deadline = time.monotonic() + max(0.0, timeout_s)
+        self.expired = False
+        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        self.conn = cls(parts.hostname or "127.0.0.1", parts.port, timeout=max(0.01, timeout_s))
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(0.0, timeout_s), self._abort)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _abort(self) -> None:
+        with self._lock:
+            self.expired = True
+            sock = self.conn.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def timed_out(self) -> bool:
+        return self.expired or self.remaining() <= 0
+
+    def tighten(self) -> None:
+        """Set the socket timeout to what is left of the deadline (raise if nothing)."""
+        left = self.remaining()
+        if left <= 0:
+            raise TimeoutError("deadline")
+        sock = self.conn.sock
+        if sock is not None:
+            sock.settimeout(left)
+
+    def post(self, path: str, body: dict[str, Any]) -> http.client.HTTPResponse:
+        data = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
+        self.conn.request("POST", self.prefix + path, body=data, headers=headers)
+        self.tighten()
+        return self.conn.getresponse()
+
+    def close(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            self.conn.close()
+
+    def __enter__(self) -> "_Call":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _http_error(status: int, body: bytes) -> str:
+    text = body.decode("utf-8", "replace")
+    msg = text
+    try:
+        data = json.loads(text)
+        if isinstance(data, dict):
+            err = data.get("error", data)
+            if isinstance(err, dict):
+                msg = err.get("message") or err.get("detail") or text
+            elif isinstance(err, str):
+                msg = err
+    except ValueError:
+        pass
+    return _one_line(f"HTTP {status}: {msg}")
+
+
+def _classify(exc: BaseException, call: _Call) -> str:
+    if call.timed_out() or isinstance(exc, (TimeoutError, socket.timeout)):
+        return TIMEOUT
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, http.client.IncompleteRead):
+        return "stream ended without [DONE] (connection closed mid-chunk)"
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return "server closed the connection without a response"
+    return _one_line(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+
+
+# --------------------------------------------------------------------------------------
+# One streamed request
+# --------------------------------------------------------------------------------------
+@dataclass
+class RequestResult:
+    """One streamed completion. Times are ``time.monotonic()`` seconds."""
+
+    ok: bool
+    error: str | None = None
+    text: str = ""
+    n_tokens: int = 0
+    token_times: list[float] = field(default_factory=list)
+    t_start: float = 0.0
+    ttft_s: float | None = None
+    latency_s: float | None = None
+    decode_tok_s: float | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+
+    @property
+    def timed_out(self) -> bool:
+        return not self.ok and self.error == TIMEOUT
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first (vLLM's TPOT)."""
+        if self.n_tokens < 2 or len(self.token_times) < 2:
+            return None
+        return (self.token_times[-1] - self.token_times[0]) / (self.n_tokens - 1)
+
+    @property
+    def e2e_tok_s(self) -> float | None:
+        if not self.latency_s or self.n_tokens <= 0:
+            return None
+        return self.n_tokens / self.latency_s
+
+
+def _iter_sse(resp: http.client.HTTPResponse, call: _Call) -> Iterator[tuple[float, bytes]]:
+    """(arrival time, payload) of each ``data:`` line; ends at EOF."""
+    while True:
+        call.tighten()
+        line = resp.readline(1 << 20)
+        if not line:
+            return
+        now = time.monotonic()
+        line = line.strip()
+        if not line or line.startswith(b":") or not line.startswith(b"data:"):
+            continue  # keep-alive comments, event:/id: lines
+        yield now, line[5:].strip()
+
+
+def stream_completion(
+    base_url: str,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    timeout_s: float,
+    *,
+    temperature: float = 0.0,
+    ignore_eos: bool = True,
+    extra: dict[str, Any] | None = None,
+) -> RequestResult:
+    """Stream one completion and time its tokens; never raises for a failed request."""
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": int(max_tokens),
+        "temperature": temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": ignore_eos,
+    }
+    body.update(extra or {})
+    t_start = time.monotonic()
+    res = RequestResult(ok=False, t_start=t_start)
+    pieces: list[str] = []
+    usage_tokens = None
+    done = False
+    call = _Call(base_url, timeout_s)
+    try:
+        resp = call.post("/v1/completions", body)
+        if resp.status != 200:
+            call.tighten()
+            res.error = _http_error(resp.status, resp.read(4096))
+        else:
+            for now, payload in _iter_sse(resp, call):
+                if payload == b"[DONE]":
+                    done = True
+                    res.latency_s = now - t_start
+                    break
+                try:
+                    chunk = json.loads(payload)
+                    if not isinstance(chunk, dict):
+                        raise ValueError("not an object")
+                except ValueError:
+                    res.error = _one_line(f"malformed chunk: {payload[:120].decode('utf-8', 'replace')}")
+                    break
+                if "error" in chunk or chunk.get("object") == "error":
+                    err = chunk.get("error", chunk)
+                    msg = err.get("message", err) if isinstance(err, dict) else err
+                    res.error = _one_line(f"server error in stream: {msg}")
+                    break
+                choices = chunk.get("choices") or []
+                if choices and isinstance(choices[0], dict):
+                    c = choices[0]
+                    text = c.get("text") or ""
+                    if text or c.get("token_ids"):
+                        res.token_times.append(now)
+                        pieces.append(text)
+                    if c.get("finish_reason"):
+                        res.finish_reason = c["finish_reason"]
+                usage = chunk.get("usage")
+                if isinstance(usage, dict):
+                    if usage.get("completion_tokens") is not None:
+                        usage_tokens = int(usage["completion_tokens"])
+                    if usage.get("prompt_tokens") is not None:
+                        res.prompt_tokens = int(usage["prompt_tokens"])
+            if res.error is None and not done:
+                res.error = TIMEOUT if call.timed_out() else "stream ended without [DONE]"
+    except Exception as exc:  # noqa: BLE001 - a failed request is data
+        res.error = _classify(exc, call)
+    finally:
+        call.close()
+    if res.error is None and call.expired and not done:
+        res.error = TIMEOUT
+    res.text = "".join(pieces)
+    res.n_tokens = usage_tokens if usage_tokens is not None else len(res.token_times)
+    if res.token_times:
+        res.ttft_s = res.token_times[0] - t_start
+    if res.latency_s is None:
+        res.latency_s = time.monotonic() - t_start
+    if res.n_tokens >= 2 and len(res.token_times) >= 2:
+        span = res.token_times[-1] - res.token_times[0]
+        if span > 0:
+            res.decode_tok_s = (res.n_tokens - 1) / span
+    res.ok = res.error is None
+    return res
+
+
+# --------------------------------------------------------------------------------------
+# Statistics
+# --------------------------------------------------------------------------------------
+def median_ci(samples: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """Distribution-free confidence interval of the median from order statistics.
+
+    [x_(k), x_(n-k+1)] covers the median with probability 1 - 2 P(Bin(n, 1/2) <= k-1);
+    the narrowest such interval with coverage >= ``confidence`` is returned, or
+    [min, max] when even that falls short (n < 6 for 95%). None for fewer than 2 samples.
+    """
+    xs = sorted(float(x) for x in samples)
+    n = len(xs)
+    if n < 2:
+        return None
+    best = 1
+    tail = 0.0  # P(Bin(n, 1/2) <= k-1)
+    for k in range(1, n // 2 + 1):
+        tail += math.comb(n, k - 1) / 2.0**n
+        if 1.0 - 2.0 * tail >= confidence:
+            best = k
+        else:
+            break
+    return xs[best - 1], xs[n - best]
+
+
+def relative_ci(samples: list[float], confidence: float = 0.95) -> float | None:
+    """Half-width of ``median_ci`` divided by the median (None when undefined)."""
+    ci = median_ci(samples, confidence)
+    if ci is None:
+        return None
+    med = statistics.median(samples)
+    if med == 0:
+        return None
+    return (ci[1] - ci[0]) / 2.0 / abs(med)
+
+
+def _cv(samples: list[float]) -> float | None:
+    if len(samples) < 2:
+        return 0.0 if samples else None
+    med = statistics.median(samples)
+    return statistics.stdev(samples) / med if med else None
+
+
+def _median(samples: list[float]) -> float | None:
+    return statistics.median(samples) if samples else None
+
+
+# --------------------------------------------------------------------------------------
+# Single-request decode
+# --------------------------------------------------------------------------------------
+@dataclass
+class DecodeResult:
+    """Single-request decode measurement: medians with every sample kept."""
+
+    ok: bool
+    error: str | None = None
+    timed_out: bool = False  # the failure was a request (or the deadline) timing out
+    request_error: str | None = None  # the failing request's own error string
+    decode_tok_s: float | None = None
+    decode_samples: list[float] = field(default_factory=list)
+    ttft_s: float | None = None
+    ttft_samples: list[float] = field(default_factory=list)
+    e2e_tok_s: float | None = None
+    e2e_samples: list[float] = field(default_factory=list)
+    token_counts: list[int] = field(default_factory=list)
+    cv: float | None = None
+    rel_ci: float | None = None
+    repeats: int = 0
+    output_tokens: int = 0
+    warmup_s: float = 0.0
+    bench_s: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+    failed_request: RequestResult | None = None
+    pruned: bool = False  # stopped after the first repeat (below prune_below)
+
+    def to_metrics(self) -> dict[str, Any]:
+        """The ``TrialResult.metrics`` keys (see docs/architecture.md)."""
+        return {
+            "decode_tok_s": self.decode_tok_s,
+            "decode_samples": list(self.decode_samples),
+            "ttft_s": self.ttft_s,
+            "ttft_samples": list(self.ttft_samples),
+            "e2e_tok_s": self.e2e_tok_s,
+            "cv": self.cv,
+            "rel_ci": self.rel_ci,
+            "repeats": self.repeats,
+            "output_tokens": self.output_tokens,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def measure_decode(
+    base_url: str,
+    model: str,
+    prompt: str,
+    output_tokens: int,
+    *,
+    warmup: int,
+    repeats: int,
+    max_repeats: int | None = None,
+    target_rel_ci: float | None = None,
+    timeout_s: float,
+    deadline: float | None = None,
+    extra: dict[str, Any] | None = None,
+    prune_below: float | None = None,
+) -> DecodeResult:
+    """Warm up, then time ``repeats`` sequential single requests (more, up to
+    ``max_repeats``, while ``rel_ci`` > ``target_rel_ci``).
+
+    ``prune_below``: stop after the first timed request when it is below this tok/s
+    (``pruned=True``): a clearly worse config costs one repeat, a good one gets all.
+
+    ``timeout_s`` bounds each request; ``deadline`` (a ``time.monotonic()`` value) bounds
+    the whole measurement: reaching it before ``repeats`` samples is a timeout failure,
+    reaching it during the adaptive extra repeats just stops them. Any failed request
+    fails the result (``ok=False``; ``timed_out`` when it was a timeout).
+    """
+    out = DecodeResult(ok=False, output_tokens=int(output_tokens))
+    repeats = max(1, int(repeats))
+    adaptive = max_repeats is not None and target_rel_ci is not None
+    cap = max(repeats, int(max_repeats)) if adaptive else repeats  # type: ignore[arg-type]
+
+    def budget() -> float:
+        if deadline is None:
+            return timeout_s
+        return min(timeout_s, deadline - time.monotonic())
+
+    def fail(err: str, timed_out: bool, req: RequestResult | None = None) -> DecodeResult:
+        out.ok = False
+        out.error = err
+        out.timed_out = timed_out
+        out.failed_request = req
+        out.request_error = req.error if req is not None else None
+        return out
+
+    def one() -> RequestResult | None:
+        left = budget()
+        if left <= 0:
+            return None
+        return stream_completion(base_url, model, prompt, output_tokens, left, extra=extra)
+
+    t0 = time.monotonic()
+    for i in range(max(0, int(warmup))):
+        req = one()
+        if req is None:
+            return fail(f"benchmark deadline reached during warm-up ({i} of {warmup})", True)
+        if not req.ok:
+            return fail(f"warm-up request {i + 1} failed: {req.error}", req.timed_out, req)
+    out.warmup_s = time.monotonic() - t0
+
+    t1 = time.monotonic()
+    longest = 0.0
+    while len(out.decode_samples) < cap:
+        n = len(out.decode_samples)
+        if n >= repeats:
+            if out.rel_ci is not None and out.rel_ci <= target_rel_ci:  # type: ignore[operator]
+                break
+            if deadline is not None and deadline - time.monotonic() < 1.5 * longest:
+                out.warnings.append(
+                    f"stopped adaptive repeats at {n}: benchmark deadline (rel_ci {out.rel_ci})"
+                )
+                break
+        req = one()
+        if req is None:
+            if n >= repeats:
+                break
+            return fail(f"benchmark deadline reached after {n} of {repeats} requests", True)
+        if not req.ok:
+            if n >= repeats and req.timed_out and deadline is not None and deadline - time.monotonic() <= 0:
+                out.warnings.append(f"adaptive repeat {n + 1} cut by the benchmark deadline")
+                break
+            return fail(f"request {n + 1} failed: {req.error}", req.timed_out, req)
+        if req.decode_tok_s is None:
+            return fail(
+                f"request {n + 1}: decode rate not measurable ({req.n_tokens} tokens in "
+                f"{len(req.token_times)} streamed chunks)",
+                False,
+                req,
+            )
+        longest = max(longest, req.latency_s or 0.0)
+        out.decode_samples.append(req.decode_tok_s)
+        out.ttft_samples.append(req.ttft_s if req.ttft_s is not None else float("nan"))
+        out.e2e_samples.append(req.e2e_tok_s or 0.0)
+        out.token_counts.append(req.n_tokens)
+        out.rel_ci = relative_ci(out.decode_samples)
+        if prune_below is not None and len(out.decode_samples) == 1 and req.decode_tok_s < prune_below:
+            out.pruned = True
+            break
+    out.bench_s = time.monotonic() - t1
+
+    out.repeats = len(out.decode_samples)
+    out.decode_tok_s = _median(out.decode_samples)
+    out.ttft_s = _median(out.ttft_samples)
+    out.e2e_tok_s = _median(out.e2e_samples)
+    out.cv = _cv(out.decode_samples)
+    out.rel_ci = relative_ci(out.decode_samples)
+    short = [c for c in out.token_counts if c != output_tokens]
+    if short:
+        out.warnings.append(
+            f"{len(short)} of {out.repeats} requests returned {sorted(set(short))} tokens, not "
+            f"{output_tokens} (does the server honour ignore_eos?)"
+        )
+    if adaptive and out.rel_ci is not None and out.rel_ci > target_rel_ci:  # type: ignore[operator]
+        out.warnings.append(f"rel_ci {out.rel_ci:.3f} above target {target_rel_ci} after {out.repeats} repeats")
+    out.ok = True
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Concurrency
+# --------------------------------------------------------------------------------------
+def measure_concurrency(
+    base_url: str,
+    model: str,
+    prompt: str,
+    output_tokens: int,
+    concurrency: int,
+    *,
+    n_requests: int | None = None,
+    timeout_s: float,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``concurrency`` simultaneous streams until ``n_requests`` are done.
+
+    ``timeout_s`` bounds each request. Returns total output tok/s (tokens of successful
+    requests / wall time), per-request medians of TPOT, decode tok/s (1/TPOT) and TTFT,
+    and the failure count with up to five distinct errors.
+    """
+    concurrency = max(1, int(concurrency))
+    if n_requests is None:
+        n_requests = max(concurrency, min(2 * concurrency, concurrency + 256))
+    n_requests = max(1, int(n_requests))
+    results: list[RequestResult] = []
+    lock = threading.Lock()
+    next_index = [0]
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if next_index[0] >= n_requests:
+                    return
+                next_index[0] += 1
+            r = stream_completion(base_url, model, prompt, output_tokens, timeout_s, extra=extra)
+            with lock:
+                results.append(r)
+
+    threads = [threading.Thread(target=worker, daemon=True, name=f"bench-c{i}") for i in range(min(concurrency, n_requests))]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - t0
+    good = [r for r in results if r.ok]
+    bad = [r for r in results if not r.ok]
+    total = sum(r.n_tokens for r in good)
+    tpots = [r.tpot_s for r in good if r.tpot_s]
+    errors: list[str] = []
+    for r in bad:
+        if r.error not in errors and len(errors) < 5:
+            errors.append(r.error or "?")
+    return {
+        "concurrency": concurrency,
+        "n_requests": n_requests,
+        "ok_requests": len(good),
+        "failures": len(bad),
+        "timeouts": sum(1 for r in bad if r.timed_out),
+        "errors": errors,
+        "total_tokens": total,
+        "wall_s": wall,
+        "total_tok_s": total / wall if wall > 0 else None,
+        "tpot_s": _median(tpots),
+        "decode_tok_s": (1.0 / _median(tpots)) if tpots else None,
+        "ttft_s": _median([r.ttft_s for r in good if r.ttft_s is not None]),
+    }
+
+
+# --------------------------------------------------------------------------------------
+# Outputs for the correctness gate
+# --------------------------------------------------------------------------------------
+def _post_json(base_url: str, body: dict[str, Any], timeout_s: float) -> tuple[int, Any]:
+    """POST /v1/completions, non-streamed: (status, parsed JSON or raw text)."""
+    with _Call(base_url, timeout_s) as call:
+        try:
+            resp = call.post("/v1/completions", body)
+            call.tighten()
+            raw = resp.read()
+        except Exception as exc:  # noqa: BLE001
+            raise RequestFailed(_classify(exc, call)) from exc
+        if call.expired:
+            raise RequestFailed(TIMEOUT)
+    try:
+        return resp.status, json.loads(raw)
+    except ValueError:
+        return resp.status, raw.decode("utf-8", "replace")
+
+
+def greedy_outputs(
+    base_url: str,
+    model: str,
+    prompts: list[str],
+    max_tokens: int,
+    timeout_s: float,
+    *,
+    extra: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Greedy, fixed-length, non-streamed completions, one per prompt, in order.
+
+    Each item: ``prompt``, ``ok``, ``error``, ``text``, ``token_ids`` (``choices[0].
+    token_ids`` when the server returns them, else None; vLLM needs
+    ``extra={"return_token_ids": True}``), ``finish_reason``, ``n_tokens``.
+    ``timeout_s`` bounds each request. Failures are items with ``ok=False``.
+    """
+    out = []
+    for prompt in prompts:
+        item: dict[str, Any] = {
+            "prompt": prompt, "ok": False, "error": None, "text": None,
+            "token_ids": None, "finish_reason": None, "n_tokens": None,
+        }
+        body = {
+            "model": model, "prompt": prompt, "max_tokens": int(max_tokens),
+            "temperature": 0.0, "ignore_eos": True, "stream": False,
+        }
+        body.update(extra or {})
+        try:
+            status, data = _post_json(base_url, body, timeout_s)
+        except RequestFailed as exc:
+            item["error"] = str(exc)
+            out.append(item)
+            continue
+        if status != 200:
+            item["error"] = _http_error(status, json.dumps(data).encode() if not isinstance(data, str) else data.encode())
+        else:
+            try:
+                choice = data["choices"][0]
+                item["text"] = choice.get("text") or ""
+                ids = choice.get("token_ids")
+                item["token_ids"] = [int(t) for t in ids] if isinstance(ids, list) else None
+                item["finish_reason"] = choice.get("finish_reason")
+                usage = data.get("usage") or {}
+                item["n_tokens"] = usage.get("completion_tokens")
+                item["ok"] = True
+            except (KeyError, IndexError, TypeError, AttributeError, ValueError):
+                item["error"] = _one_line(f"malformed response: {str(data)[:200]}")
+        out.append(item)
+    return out
+
+
+def score_continuation(
+    base_url: str,
+    model: str,
+    prompt: str,
+    continuation: str,
+    timeout_s: float,
+    *,
+    extra: dict[str, Any] | None = None,
+) -> list[float] | None:
+    """Log-probabilities the server assigns to the tokens of ``continuation`` after
+    ``prompt`` (``echo: true, logprobs: 1, max_tokens: 1``).
+
+    Tokens whose ``text_offset`` lies inside the continuation are returned; offsets are
+    aligned on the one generated token (which starts at the end of the echoed text), so
+    a BOS string the server prepends does not shift the split. A token that straddles
+    the prompt/continuation boundary is left out. Returns None when the server does not
+    support echo+logprobs (4xx, or no usable ``logprobs`` in the answer); raises
+    ``RequestFailed`` when it could not be asked (connection, timeout, 5xx).
+    """
+    full = prompt + continuation
+    body = {
+        "model": model, "prompt": full, "max_tokens": 1, "temperature": 0.0,
+        "echo": True, "logprobs": 1, "stream": False, "ignore_eos": True,
+    }
+    body.update(extra or {})
+    status, data = _post_json(base_url, body, timeout_s)
+    if status >= 500:
+        raise RequestFailed(_one_line(f"HTTP {status}: {str(data)[:200]}"))
+    if status != 200 or not isinstance(data, dict):
+        return None
+    try:
+        lp = data["choices"][0]["logprobs"]
+        offsets = [int(o) for o in lp["text_offset"]]
+        values = lp["token_logprobs"]
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    if not offsets or len(offsets) != len(values):
+        return None
+    # The last token is the generated one; it starts where the echoed text ends.
+    shift = offsets[-1] - len(full)
+    lo, hi = len(prompt) + shift, len(full) + shift
+    picked = [values[i] for i in range(len(offsets) - 1) if lo <= offsets[i] < hi]
+    if continuation and not picked:
+        return None  # no echo: only the generated token came back
+    if any(v is None for v in picked):
+        return None
+    return [float(v) for v in picked]

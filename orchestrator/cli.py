@@ -1,0 +1,287 @@
+"""The ``ncclsweep`` command line: the only place that prints errors and picks exit codes.
+
+Exit codes: 0 success, 1 runtime failure, 2 bad input (job, space, flags). Errors are
+one line; ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import BadInput, NcclsweepError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises BadInput (exit 2, one line) instead of printing usage."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise BadInput(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="ncclsweep", description=__doc__.splitlines()[0])
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("validate", help="validate a job and its space; writes nothing")
+    s.add_argument("job")
+    s.add_argument("--commands", action="store_true", help="print the env and argv of a few sampled configs")
+
+    s = sub.add_parser("run", help="create or resume the job's study")
+    s.add_argument("job")
+    s.add_argument("--trials", type=int, help="total trials the study should have launched")
+    s.add_argument("--timeout", help="wall-clock limit for this invocation, e.g. 8h, 30m")
+    s.add_argument("--ray-address", help="connect to an existing Ray cluster")
+
+    s = sub.add_parser("status", help="one record per trial")
+    s.add_argument("job")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("export", help="export the best configuration(s)")
+    s.add_argument("job")
+    s.add_argument("--format", required=True, choices=["env", "yaml", "json", "cmd", "nccl-tuner"])
+    s.add_argument("--top", type=int, default=1)
+    s.add_argument("-o", "--output", help="write to this file instead of stdout")
+
+    s = sub.add_parser("report", help="write reports/<study>/ (markdown, html, csv, plots)")
+    s.add_argument("job")
+
+    s = sub.add_parser("compare", help="baseline vs best at several concurrencies, interleaved")
+    s.add_argument("job")
+    s.add_argument("--concurrency", help="comma-separated, e.g. 1,2,10,64")
+    s.add_argument("--rounds", type=int, default=2, help="baseline/best launch pairs")
+
+    s = sub.add_parser("bench", help="measure one configuration once, no study")
+    s.add_argument("job")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a param, e.g. tp_size=2")
+    s.add_argument("--config", help="a config file (an export in yaml/json, or a mapping of params)")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("cleanup", help="end servers a dead driver left behind")
+    s.add_argument("job")
+
+    s = sub.add_parser("doctor", help="pre-flight checks: GPUs, topology, P2P, versions")
+    s.add_argument("job", nargs="?")
+
+    s = sub.add_parser("simulate", help="replay recorded measurements to compare search strategies")
+    try:
+        from orchestrator.simulate import add_simulate_args
+
+        add_simulate_args(s)
+    except ImportError:  # pragma: no cover - module missing
+        s.add_argument("table")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        return int(_COMMANDS[args.command](args) or 0)
+    except NcclsweepError as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"ncclsweep: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("ncclsweep: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - last resort: one line, traceback only with --debug
+        if debug:
+            traceback.print_exc()
+        else:
+            print(f"ncclsweep: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+                  file=sys.stderr)
+        return 1
+
+
+# ---- commands ----------------------------------------------------------------------------
+
+def _load(path: str):
+    from orchestrator.job import load_job
+
+    return load_job(path)
+
+
+def cmd_validate(args) -> int:
+    job = _load(args.job)
+    backend = job.backend_obj()
+    size = job.space.size()
+    print(f"{args.job}: ok — study {job.study!r}, backend {job.backend.kind}, "
+          f"{len(job.space.params)} params, {size if size is not None else 'unbounded'} configs, "
+          f"storage {job.storage}")
+    if args.commands:
+        for label, config in sample_configs(job, backend, 4):
+            spec = backend.launch_spec(config, "127.0.0.1", 8000)
+            print(f"# {label}")
+            print(spec.shell_line())
+    return 0
+
+
+def sample_configs(job, backend, n: int) -> list[tuple[str, dict]]:
+    """The baseline, then a few distinct configs of the space (seeded, reproducible)."""
+    import random
+
+    baseline = backend.normalize(job.space.active({**backend.default_config(), **(job.baseline or {})}))
+    out = [("baseline", baseline)]
+    configs = job.space.enumerate() or []
+    rng = random.Random(0)
+    rng.shuffle(configs)
+    seen = {json.dumps(baseline, sort_keys=True, default=str)}
+    for config in configs:
+        full = backend.normalize({**backend.default_config(), **config})
+        key = json.dumps(full, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            out.append((f"sample {len(out)}", full))
+        if len(out) > n:
+            break
+    return out
+
+
+def cmd_run(args) -> int:
+    from orchestrator.durations import parse_duration
+    from orchestrator.study import StudyDriver
+
+    job = _load(args.job)
+    if args.trials is not None and args.trials < 1:
+        raise BadInput(f"--trials must be >= 1, not {args.trials}")
+    timeout = parse_duration(args.timeout, key="--timeout") if args.timeout else None
+    driver = StudyDriver(job, trials=args.trials, timeout_s=timeout, ray_address=args.ray_address)
+    driver.run()
+    return 0
+
+
+def cmd_status(args) -> int:
+    from orchestrator.history import format_status, trial_rows
+    from orchestrator.study import open_study
+
+    job = _load(args.job)
+    rows = trial_rows(open_study(job, create=False))
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+    else:
+        print(format_status(rows))
+    return 0
+
+
+def cmd_export(args) -> int:
+    from orchestrator.export import export
+    from orchestrator.history import trial_rows
+    from orchestrator.study import open_study
+
+    job = _load(args.job)
+    if args.top < 1:
+        raise BadInput(f"--top must be >= 1, not {args.top}")
+    rows = trial_rows(open_study(job, create=False))
+    text = export(job, rows, args.format, top=args.top)
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from orchestrator.report import write_report
+
+    job = _load(args.job)
+    paths = write_report(job)
+    for path in paths:
+        print(path)
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from orchestrator.compare import run_compare
+
+    job = _load(args.job)
+    levels = None
+    if args.concurrency:
+        try:
+            levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
+        except ValueError:
+            raise BadInput(f"--concurrency must be comma-separated integers, not {args.concurrency!r}") from None
+        if not levels or min(levels) < 1:
+            raise BadInput("--concurrency values must be >= 1")
+    print(run_compare(job, levels, rounds=args.rounds))
+    return 0
+
+
+def parse_sets(pairs: list[str]) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise BadInput(f"--set expects KEY=VALUE, not {pair!r}")
+        key, value = pair.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+    return out
+
+
+def cmd_bench(args) -> int:
+    from orchestrator.bench_one import bench_config
+
+    job = _load(args.job)
+    overrides: dict[str, Any] = {}
+    if args.config:
+        from orchestrator.export import load_config_file
+
+        overrides.update(load_config_file(args.config))
+    overrides.update(parse_sets(args.set))
+    result = bench_config(job, overrides)
+    if args.json:
+        print(json.dumps(result.to_attrs(), indent=2, default=str))
+    else:
+        from orchestrator.bench_one import format_result
+
+        print(format_result(result))
+    return 0 if result.outcome == "COMPLETE" else 1
+
+
+def cmd_cleanup(args) -> int:
+    from orchestrator.server import ServerRegistry, cleanup_recorded
+
+    job = _load(args.job)
+    registry_dir = Path(job.report_dir).resolve() / "servers"
+    if job.ray.address:
+        from orchestrator.executor import RayExecutor
+
+        ex = RayExecutor(address=job.ray.address, gpus_per_node=0, cpus_per_trial=1, parallel=1)
+        killed = ex.cleanup_orphans(registry_dir)
+    else:
+        killed = cleanup_recorded(ServerRegistry(registry_dir))
+    for rec in killed:
+        rec = rec if isinstance(rec, dict) else rec.__dict__
+        print(f"ended server pid {rec['pid']} (port {rec['port']}) on {rec['hostname']}")
+    print(f"{len(killed)} server(s) ended")
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from orchestrator.doctor import main_doctor
+
+    return main_doctor(args.job)
+
+
+def cmd_simulate(args) -> int:
+    from orchestrator.simulate import main_simulate
+
+    return main_simulate(args)
+
+
+_COMMANDS = {
+    "validate": cmd_validate, "run": cmd_run, "status": cmd_status, "export": cmd_export,
+    "report": cmd_report, "compare": cmd_compare, "bench": cmd_bench, "cleanup": cmd_cleanup,
+    "doctor": cmd_doctor, "simulate": cmd_simulate,
+}
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

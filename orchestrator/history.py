@@ -1,0 +1,410 @@
+"""A study's trials as the user sees them: one plain record per trial.
+
+Everything downstream of the driver (``status``, ``report``, ``export``, ``compare``)
+reads the study through this module and never through raw Optuna states, because
+storage encodes outcomes for the sampler's sake (see ``docs/architecture.md``,
+"Trial records"): a config-caused FAIL is an *infeasible COMPLETE* trial with value
+0.0, an interrupted one is an Optuna FAIL. The user-facing outcome is read only from
+the ``outcome`` user attribute; a trial without one is RUNNING or WAITING while Optuna
+says so, and otherwise a FAIL whose reason says that no outcome was recorded.
+
+    open_storage(url)        "journal:<path>" -> JournalStorage, else an RDB URL
+    load_study(job)          the job's study, read-only (never creates one)
+    trial_rows(study)        list of row dicts (keys: ROW_KEYS)
+    best_rows(rows, k)       the k best distinct configs that may be called "best"
+    baseline_row(rows)       the baseline trial's row
+    format_status(rows)      compact human table for ``ncclsweep status``
+    dashboard_command(url)   the ``optuna-dashboard`` command for a storage URL
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import statistics
+from pathlib import Path
+from typing import Any, Iterable, Protocol
+
+from orchestrator.errors import BadInput, RuntimeFailure
+from orchestrator.records import COMPLETE, FAIL, PRUNED, RUNNING, WAITING, config_key
+
+JOURNAL_PREFIX = "journal:"
+
+# Failure kinds that mean "this config produces wrong results": such a config can never be best,
+# even if another trial of it was recorded COMPLETE.
+WRONG_RESULT_KINDS = ("wrong-output", "nccl-invalid")
+
+ROW_KEYS = (
+    "number", "state", "params", "value", "spread", "cv", "rel_ci", "failure_kind", "failure_reason",
+    "node", "node_id", "started_at", "ended_at", "durations", "cached_from", "counted", "is_baseline",
+    "config_key", "warnings", "nccl", "nccl_summary", "metrics", "correctness", "node_info",
+    "optuna_state", "skipped", "enqueued_by", "log_tail",
+)
+
+
+class StudyJob(Protocol):
+    """The two job fields this module needs (``orchestrator.job.Job`` has them)."""
+
+    study: str
+    storage: str
+
+
+# ---- storage -----------------------------------------------------------------------------------
+def journal_path(url: str) -> Path | None:
+    """The journal file of a ``journal:<path>`` storage URL, else None."""
+    if url.startswith(JOURNAL_PREFIX):
+        return Path(url[len(JOURNAL_PREFIX):])
+    return None
+
+
+def open_storage(url: str, *, create: bool = True):
+    """Open the Optuna storage a job names.
+
+    ``journal:<path>`` is a journal file (``JournalStorage(JournalFileBackend(path))``,
+    the file and its folder made when ``create``); anything of the form
+    ``dialect://...`` is an RDB URL and is returned as the string Optuna accepts.
+    With ``create=False`` a missing journal file raises ``RuntimeFailure`` instead of
+    being created (status/report/export must not create studies).
+    """
+    import optuna
+
+    path = journal_path(url)
+    if path is not None:
+        if not str(path):
+            raise BadInput("a journal storage URL needs a path: journal:<path>", key="storage")
+        if not path.exists():
+            if not create:
+                raise RuntimeFailure(f"no study storage at {path} (run `ncclsweep run` first)")
+            path.parent.mkdir(parents=True, exist_ok=True)
+        backend = optuna.storages.journal.JournalFileBackend(str(path))
+        return optuna.storages.JournalStorage(backend)
+    if "://" in url:
+        return url
+    raise BadInput(f"storage must be 'journal:<path>' or an RDB URL such as sqlite:///study.db, not {url!r}",
+                   key="storage")
+
+
+def dashboard_command(url: str) -> str:
+    """The command that opens this storage in optuna-dashboard (it takes a journal file path)."""
+    import shlex
+
+    path = journal_path(url)
+    return f"optuna-dashboard {shlex.quote(str(path) if path is not None else url)}"
+
+
+def load_study(job: StudyJob):
+    """The job's existing study (``optuna.load_study``); RuntimeFailure when there is none."""
+    import optuna
+
+    storage = open_storage(job.storage, create=False)
+    try:
+        return optuna.load_study(study_name=job.study, storage=storage)
+    except KeyError:
+        raise RuntimeFailure(f"no study named {job.study!r} in {job.storage} (run `ncclsweep run` first)") from None
+    except Exception as exc:  # noqa: BLE001 - storage errors are runtime failures for the CLI
+        raise RuntimeFailure(f"cannot open study {job.study!r} in {job.storage}: {exc}") from exc
+
+
+# ---- rows ----------------------------------------------------------------------------------------
+def _iso(ts: Any) -> str | None:
+    if ts is None:
+        return None
+    if isinstance(ts, _dt.datetime):
+        dt = ts if ts.tzinfo else ts.astimezone()
+        return dt.astimezone(_dt.timezone.utc).isoformat(timespec="seconds")
+    try:
+        value = float(ts)
+    except (TypeError, ValueError):
+        return str(ts)
+    return _dt.datetime.fromtimestamp(value, tz=_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def parse_iso(text: str | None) -> float | None:
+    """Unix time of an ISO timestamp written by this module (None passes through)."""
+    if not text:
+        return None
+    try:
+        return _dt.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def _num(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(out) else out
+
+
+def nccl_summary(nccl: dict[str, Any] | None) -> str:
+    """One short line from the parsed NCCL start-up info (version, settings, transports)."""
+    if not nccl:
+        return ""
+    parts = []
+    for key in ("version", "nccl_version"):
+        if nccl.get(key):
+            parts.append(f"NCCL {nccl[key]}")
+            break
+    env = nccl.get("env") or nccl.get("settings") or {}
+    if isinstance(env, dict):
+        parts.extend(f"{k}={v}" for k, v in sorted(env.items()))
+    for key, value in sorted(nccl.items()):
+        if key in ("version", "nccl_version", "env", "settings") or value in (None, "", [], {}):
+            continue
+        if isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value[:4]) + ("..." if len(value) > 4 else "")
+        elif isinstance(value, dict):
+            continue
+        parts.append(f"{key}={value}")
+    return " ".join(parts)[:200]
+
+
+def _row(trial) -> dict[str, Any]:
+    ua = dict(trial.user_attrs)
+    optuna_state = trial.state.name
+    outcome = ua.get("outcome")
+    failure_kind = ua.get("failure_kind")
+    failure_reason = ua.get("failure_reason")
+    if outcome in (COMPLETE, FAIL, PRUNED):
+        state = outcome
+    elif optuna_state in (RUNNING, WAITING):
+        state = optuna_state
+    elif optuna_state == PRUNED:
+        state = PRUNED
+    else:
+        # never trust a value the driver did not record an outcome for
+        state = FAIL
+        failure_reason = failure_reason or f"no outcome recorded (storage state {optuna_state})"
+
+    metrics = ua.get("metrics") or {}
+    value = None
+    if state == COMPLETE:
+        value = _num(ua.get("value"))
+        if value is None:
+            value = _num(metrics.get("decode_tok_s"))
+    cv, rel_ci = _num(metrics.get("cv")), _num(metrics.get("rel_ci"))
+    node_info = ua.get("node") or {}
+    if not isinstance(node_info, dict):
+        node_info = {"hostname": str(node_info)}
+    params = ua.get("config")
+    if params is None:
+        params = dict(trial.params)
+    key = ua.get("config_key") or config_key(params)
+    cached_from = ua.get("cached_from")
+    counted = ua.get("counted")
+    if counted is None:  # older records: a fresh, finished, not-interrupted trial counts
+        counted = (cached_from is None and state in (COMPLETE, FAIL, PRUNED)
+                   and failure_kind not in ("interrupted", "node-lost"))
+    started = ua.get("started_at") or (None if ua.get("skipped") else trial.datetime_start)
+    ended = ua.get("ended_at") or (None if ua.get("skipped") else trial.datetime_complete)
+    nccl = ua.get("nccl") or {}
+    return {
+        "number": trial.number,
+        "state": state,
+        "params": params,
+        "value": value,
+        "spread": rel_ci if rel_ci is not None else cv,
+        "cv": cv,
+        "rel_ci": rel_ci,
+        "failure_kind": failure_kind if state == FAIL else None,
+        "failure_reason": failure_reason if state in (FAIL, PRUNED) else None,
+        "node": node_info.get("hostname") or node_info.get("node_id"),
+        "node_id": node_info.get("node_id"),
+        "started_at": _iso(started),
+        "ended_at": _iso(ended),
+        "durations": dict(ua.get("timing") or {}),
+        "cached_from": cached_from,
+        "counted": bool(counted),
+        "is_baseline": bool(ua.get("is_baseline", False)),
+        "config_key": key,
+        "warnings": list(ua.get("warnings") or []),
+        "nccl": nccl,
+        "nccl_summary": nccl_summary(nccl),
+        "metrics": metrics,
+        "correctness": ua.get("correctness") or {},
+        "node_info": node_info,
+        "optuna_state": optuna_state,
+        "skipped": ua.get("skipped"),  # "infeasible" | "in-flight-duplicate": recorded, never launched
+        "enqueued_by": ua.get("enqueued_by"),
+        "log_tail": ua.get("log_tail") or "",
+    }
+
+
+def trial_rows(study) -> list[dict[str, Any]]:
+    """One row per trial, in trial-number order, with the user-facing state (see ROW_KEYS)."""
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    return [_row(t) for t in trials]
+
+
+def failed_correctness(row: dict[str, Any]) -> bool:
+    corr = row.get("correctness") or {}
+    return corr.get("ok") is False or corr.get("passed") is False or row.get("failure_kind") in WRONG_RESULT_KINDS
+
+
+def _eligible(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """COMPLETE measured rows that may be ranked: counted (or cached from a counted row),
+    never of a config that ever failed the correctness gate or NCCL verification."""
+    by_number = {r["number"]: r for r in rows}
+    tainted = {r["config_key"] for r in rows if failed_correctness(r)}
+    out = []
+    for r in rows:
+        if r["state"] != COMPLETE or r["value"] is None or r["config_key"] in tainted:
+            continue
+        if r["counted"]:
+            out.append(r)
+        elif r["cached_from"] is not None:
+            src = by_number.get(r["cached_from"])
+            if src is not None and src["counted"] and src["state"] == COMPLETE:
+                out.append(r)
+    return out
+
+
+def best_rows(rows: list[dict[str, Any]], k: int = 1) -> list[dict[str, Any]]:
+    """The k best distinct configs, best first.
+
+    Only COMPLETE trials that count toward the budget (or answered from the cache of a
+    counted trial); a config that ever failed the correctness gate (wrong-output,
+    nccl-invalid, ``correctness.ok == False``) is never ranked. A config measured more than
+    once is represented by its lower-median measurement (``n_measurements`` says how many),
+    so one lucky run does not win; the baseline's config by the baseline trial, the reference
+    every "x baseline" is computed against.
+    """
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in _eligible(rows):
+        if r["cached_from"] is not None and any(x["number"] == r["cached_from"] for x in rows):
+            continue  # the cache answer repeats its source's measurement
+        groups.setdefault(r["config_key"], []).append(r)
+    if not groups:  # only cached rows survived (their sources were trimmed): use them
+        for r in _eligible(rows):
+            groups.setdefault(r["config_key"], []).append(r)
+    base = baseline_row(rows)
+    reps = []
+    for members in groups.values():
+        members = sorted(members, key=lambda r: (r["value"], -r["number"]))
+        if base is not None and any(r["number"] == base["number"] for r in members):
+            rep = dict(base)  # the baseline config is represented by the baseline trial, the study's reference
+        else:
+            rep = dict(members[(len(members) - 1) // 2])  # lower median: no lucky winner
+        rep["n_measurements"] = len(members)
+        reps.append(rep)
+    reps.sort(key=lambda r: (-r["value"], r["number"]))
+    return reps[: max(0, int(k))]
+
+
+def baseline_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The baseline trial: user attr ``is_baseline``, else trial 0. Its state may be FAIL."""
+    for r in rows:
+        if r.get("is_baseline"):
+            return r
+    return next((r for r in rows if r["number"] == 0), None)
+
+
+def baseline_repeats(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every measured (not cached) COMPLETE row of the baseline's config."""
+    base = baseline_row(rows)
+    if base is None:
+        return []
+    return [r for r in rows if r["config_key"] == base["config_key"] and r["state"] == COMPLETE
+            and r["value"] is not None and r["cached_from"] is None]
+
+
+def exceeds_noise(a: float, spread_a: float | None, b: float, spread_b: float | None) -> bool | None:
+    """Whether two measurements differ by more than their spreads.
+
+    ``spread`` is relative (rel_ci, the half-width of the median's CI over the median, or
+    else cv). The intervals ``v*(1 +- spread)`` must not overlap. None when either spread
+    is unknown (one sample tells nothing about noise).
+    """
+    if spread_a is None or spread_b is None:
+        return None
+    lo_hi = sorted([(a * (1 - spread_a), a * (1 + spread_a)), (b * (1 - spread_b), b * (1 + spread_b))])
+    return lo_hi[0][1] < lo_hi[1][0]
+
+
+def _param_order(item: tuple[str, Any]) -> tuple[int, str]:
+    name = item[0]
+    group = 2 if name.startswith("backend.") else 1 if name.startswith("env.") else 0
+    return group, name
+
+
+def short_params(params: dict[str, Any] | None) -> str:
+    """``tp_size=2 NCCL_PROTO=LL max_batch=8``: prefixes ``env.``/``backend.`` dropped."""
+    if not params:
+        return ""
+    out = []
+    for name, value in sorted(params.items(), key=_param_order):
+        shown = name.split(".", 1)[1] if name.startswith(("env.", "backend.")) else name
+        if isinstance(value, bool):
+            value = "1" if value else "0"
+        out.append(f"{shown}={value}")
+    return " ".join(out)
+
+
+def _fmt_s(seconds: Any) -> str:
+    s = _num(seconds)
+    if s is None:
+        return "-"
+    return f"{s:.0f}s" if s < 600 else f"{s / 60:.0f}m"
+
+
+def _clip(text: Any, width: int) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def format_status(rows: list[dict[str, Any]], width: int | None = None) -> str:
+    """A compact table, one line per trial, then a one-line summary and the best so far."""
+    if not rows:
+        return "no trials yet"
+    if width is None:
+        try:
+            width = os.get_terminal_size().columns
+        except OSError:
+            width = 160
+    width = max(100, width)
+    base = baseline_row(rows)
+    base_value = base["value"] if base and base["state"] == COMPLETE else None
+    tainted = {r["config_key"]: r["number"] for r in rows if failed_correctness(r)}
+    head = f"{'#':>4} {'state':<8} {'tok/s':>8} {'+-%':>5} {'x base':>6} {'node':<12} {'time':>5}  params / failure"
+    lines = [head, "-" * min(width, len(head) + 40)]
+    for r in rows:
+        value = f"{r['value']:.2f}" if r["value"] is not None else "-"
+        spread = f"{100 * r['spread']:.1f}" if r["spread"] is not None and r["value"] is not None else "-"
+        ratio = f"{r['value'] / base_value:.2f}" if r["value"] is not None and base_value else "-"
+        tags = []
+        if r.get("is_baseline"):
+            tags.append("[baseline]")
+        if r["cached_from"] is not None:
+            tags.append(f"[cached #{r['cached_from']}]")
+        if r["state"] == COMPLETE and r["config_key"] in tainted:
+            tags.append(f"[never best: wrong output in #{tainted[r['config_key']]}]")
+        detail = " ".join(tags + [short_params(r["params"])])
+        if r["state"] in (FAIL, PRUNED):
+            detail += f"  | {r['failure_kind'] or r['state'].lower()}: {r['failure_reason'] or ''}"
+        if r["warnings"]:
+            detail += f"  | warn: {r['warnings'][0]}"
+        prefix = (f"{r['number']:>4} {r['state']:<8} {value:>8} {spread:>5} {ratio:>6} "
+                  f"{_clip(r['node'] or '-', 12):<12} {_fmt_s(r['durations'].get('total_s')):>5}  ")
+        lines.append(prefix + _clip(detail, max(20, width - len(prefix))))
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    counted = sum(1 for r in rows if r["counted"])
+    lines.append("")
+    lines.append("trials: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+                 + f"; {counted} count toward the budget")
+    best = best_rows(rows, 1)
+    if best:
+        b = best[0]
+        ratio = f", {b['value'] / base_value:.2f}x baseline" if base_value else ""
+        lines.append(f"best: trial {b['number']} {b['value']:.2f} tok/s{ratio}  {short_params(b['params'])}")
+    else:
+        lines.append("best: none yet (no COMPLETE trial that passed the correctness gate)")
+    return "\n".join(lines)
+
+
+def median(values: Iterable[float]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None

@@ -1,0 +1,814 @@
+"""Jobs: load a job YAML strictly into a frozen ``Job``; every problem is one ``BadInput``.
+
+``load_job(path)`` reads the file, checks every key (unknown keys get "did you mean",
+wrong types name the rule, the bad value and what is allowed), instantiates the backend
+(which checks ``backend.settings``), loads the search space with the job's context,
+validates NCCL values (space, baseline, env, reference config), refuses unsafe NCCL
+values unless ``allow_unsafe_nccl``, checks TP against ``gpus_per_node`` and runs the
+backend's ``check_config`` on every config of the space (or, for spaces of more than
+2000 configs, on every parameter value applied to the baseline). It writes nothing.
+
+The schema (every key but ``study``, ``backend`` and ``space`` is optional; defaults
+shown)::
+
+    study: demo                       # [A-Za-z0-9_.-]+
+    description: null                 # free text
+    storage: null                     # journal:<report_dir>/study.journal; or journal:PATH,
+                                      # PATH ending .journal/.log, or an RDB URL (sqlite:///x.db)
+    report_dir: null                  # reports/<study>, relative to the current directory
+    backend: {kind: refserver, settings: {}}   # kind in orchestrator.backends.BACKEND_KINDS
+    gpus_per_node: 0                  # 0 = CPU job
+    cpus_per_trial: 2                 # Ray CPUs per trial actor
+    space: ../search_spaces/x.yaml    # relative to the job file
+    baseline: null                    # params merged onto backend.default_config()
+    budget: {trials: 8, timeout: null}   # at least one of the two when given
+    bench: {prompt: ..., output_tokens: 64, warmup: 1, repeats: 3, max_repeats: 3,
+            target_rel_ci: null, concurrency: [1, 2, 10, 64]}
+    timeouts: {startup: 120s, bench: 60s, teardown: 10s}
+    ray: {address: null, parallel: 1, node_selector: {gpu_model: null, resources: {}}}
+    sampler: {name: tpe, seed: 0, n_startup_trials: null, options: {}}
+    correctness: {enabled: true, reference: baseline, prompts: [3 prompts], check_tokens: 32,
+                  logprobs: true}     # reference: baseline | {config} | path/to/reference.json
+    env: {NCCL_NVLS_ENABLE: "0"}      # fixed environment of every server (values as strings)
+    allow_unsafe_nccl: false
+    remeasure: false
+    max_consecutive_failures: 5
+    pruning: {enabled: true, min_ratio: 0.7}
+    constraints: []                   # [{concurrency: 10, min_ratio: 0.9}, ...]
+
+Durations (``timeout``, ``timeouts.*``) are parsed by ``orchestrator.durations``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.durations import parse_duration
+from orchestrator.errors import BadInput, ConfigRejected, RuntimeFailure
+from orchestrator.space import (
+    CHECK_LIMIT,
+    NAME_RULE,
+    SearchSpace,
+    canonical_value,
+    check_keys,
+    check_param_name,
+    did_you_mean,
+    display_path,
+    env_str,
+    read_yaml_mapping,
+    same,
+    shown,
+    space_from_dict,
+    type_name,
+)
+
+try:  # the sampler module owns the list; fall back when it is absent
+    from orchestrator.samplers import SAMPLER_NAMES
+except ModuleNotFoundError as _exc:  # pragma: no cover - only while samplers.py does not exist
+    if _exc.name != "orchestrator.samplers":
+        raise
+    SAMPLER_NAMES = ("tpe", "gp", "random", "grid", "bruteforce", "nsga2")
+
+JOB_KEYS = ("study", "description", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
+            "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
+            "allow_unsafe_nccl", "remeasure", "max_consecutive_failures", "pruning", "constraints")
+STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+DEFAULT_PROMPT = ("Write a detailed, step-by-step explanation of how a ring all-reduce works across "
+                  "eight GPUs, then summarize its cost in one sentence.")
+DEFAULT_CHECK_PROMPTS = (
+    "The capital of France is",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Translate to German: The weather is nice today and we are going for a walk.",
+)
+DEFAULT_ENV = {"NCCL_NVLS_ENABLE": "0"}
+DEFAULT_CONCURRENCY = (1, 2, 10, 64)
+
+
+# ---- the frozen objects --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BackendSpec:
+    kind: str  # in orchestrator.backends.BACKEND_KINDS
+    settings: dict[str, Any]  # handed to the backend class, which validates it
+
+
+@dataclass(frozen=True)
+class Budget:
+    trials: int | None  # trials launched in total (COMPLETE + FAIL + PRUNED); None: no limit
+    timeout_s: float | None  # wall clock of one `run`; None: no limit
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    prompt: str
+    output_tokens: int
+    warmup: int
+    repeats: int
+    max_repeats: int
+    target_rel_ci: float | None
+    concurrency: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    startup_s: float
+    bench_s: float
+    teardown_s: float
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    address: str | None  # None: start a local Ray
+    parallel: int  # trials in flight at once
+    node_selector: dict[str, Any]  # {"gpu_model": str | None, "resources": {name: amount}}
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    name: str  # in SAMPLER_NAMES
+    seed: int | None
+    n_startup_trials: int | None  # None: sized to the budget by the sampler module
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CorrectnessSettings:
+    enabled: bool
+    reference: str | dict[str, Any]  # "baseline", a config (dict), or an absolute JSON file path
+    prompts: tuple[str, ...]
+    check_tokens: int
+    logprobs: bool
+
+    @property
+    def reference_kind(self) -> str:
+        """``baseline``, ``config`` or ``file``."""
+        if isinstance(self.reference, dict):
+            return "config"
+        return "baseline" if self.reference == "baseline" else "file"
+
+
+@dataclass(frozen=True)
+class PruningSettings:
+    enabled: bool
+    min_ratio: float  # stop a trial after its first repeat when below min_ratio x best so far
+
+
+@dataclass(frozen=True)
+class OutcomeConstraint:
+    """The best config must reach ``min_ratio`` x the baseline at ``concurrency``."""
+
+    concurrency: int
+    min_ratio: float
+
+
+@dataclass(frozen=True)
+class Job:
+    path: Path  # the job file, as given
+    study: str
+    storage: str  # "journal:<absolute path>" or an RDB URL
+    report_dir: Path  # absolute
+    backend: BackendSpec
+    gpus_per_node: int  # 0 for CPU jobs
+    cpus_per_trial: int
+    space: SearchSpace
+    baseline: dict[str, Any]  # backend.default_config() + the job's baseline, inactive params dropped
+    budget: Budget
+    bench: BenchSettings
+    timeouts: Timeouts
+    ray: RaySettings
+    sampler: SamplerSettings
+    correctness: CorrectnessSettings
+    env: dict[str, str]
+    allow_unsafe_nccl: bool = False
+    remeasure: bool = False
+    max_consecutive_failures: int = 5
+    pruning: PruningSettings = PruningSettings(True, 0.7)
+    constraints: tuple[OutcomeConstraint, ...] = ()
+    space_path: Path | None = None  # absolute path of the space file
+    baseline_given: bool = False  # the job had a `baseline:` (else: backend defaults)
+    description: str | None = None
+    _backend: Any = field(default=None, compare=False, repr=False)
+
+    def backend_obj(self):
+        """The backend instance for ``backend.kind``/``settings`` (built once, cached)."""
+        if self._backend is None:
+            object.__setattr__(self, "_backend", _make_backend(self.backend.kind, self.backend.settings,
+                                                               str(self.path)))
+        return self._backend
+
+    def context(self) -> dict[str, Any]:
+        """Names a space's constraints may use besides its params.
+
+        ``gpus_per_node``: the job's GPUs per node, or on a CPU job (``gpus_per_node: 0``)
+        its ``cpus_per_trial`` (one CPU per tensor-parallel rank); ``gpus``: the job's own
+        ``gpus_per_node`` (0 on CPU jobs); ``cpus_per_trial``; ``cpu_job`` (bool); plus the
+        backend's ``model_facts()`` (heads, kv_heads, layers, ...)."""
+        return job_context(self.gpus_per_node, self.cpus_per_trial, self.backend_obj())
+
+    @property
+    def journal_path(self) -> Path | None:
+        """The journal file when the storage is one."""
+        return Path(self.storage[len("journal:"):]) if self.storage.startswith("journal:") else None
+
+    def __getstate__(self):  # the backend instance is rebuilt on the other side (Ray, pickling)
+        state = dict(self.__dict__)
+        state["_backend"] = None
+        return state
+
+    def __setstate__(self, state):
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+
+
+def job_context(gpus_per_node: int, cpus_per_trial: int, backend) -> dict[str, Any]:
+    ctx: dict[str, Any] = {}
+    try:
+        facts = backend.model_facts() if backend is not None else {}
+    except Exception:  # noqa: BLE001 - facts are optional; a backend that cannot say gives none
+        facts = {}
+    for k, v in (facts or {}).items():
+        if isinstance(k, str) and (v is None or isinstance(v, (bool, int, float, str))):
+            ctx[k] = v
+    ctx.update({"gpus_per_node": gpus_per_node if gpus_per_node > 0 else cpus_per_trial,
+                "gpus": gpus_per_node, "cpus_per_trial": cpus_per_trial, "cpu_job": gpus_per_node == 0})
+    return ctx
+
+
+def _make_backend(kind: str, settings: Mapping[str, Any], job_file: str | None):
+    from orchestrator.backends import get_backend_class
+
+    try:
+        cls = get_backend_class(kind)
+    except (ImportError, AttributeError) as exc:
+        raise RuntimeFailure(f"backend {kind!r} cannot be loaded: {type(exc).__name__}: {exc}") from None
+    return cls(dict(settings), job_file)
+
+
+# ---- a strict section reader ---------------------------------------------------------------
+
+_MISSING = object()
+
+
+class _Section:
+    """One mapping of the job with its dotted key path; typed getters raise BadInput."""
+
+    def __init__(self, data: Any, file: str, prefix: str | None, allowed: Sequence[str]):
+        self.file, self.prefix, self.allowed = file, prefix, tuple(allowed)
+        self.data = {} if data is None else check_keys(data, allowed, file=file, key=prefix)
+
+    def key(self, k: str) -> str:
+        return f"{self.prefix}.{k}" if self.prefix else k
+
+    def bad(self, k: str, message: str) -> BadInput:
+        return BadInput(message, file=self.file, key=self.key(k))
+
+    def raw(self, k: str, default: Any = None) -> Any:
+        return self.data.get(k, default)
+
+    def int(self, k: str, default: Any, *, low: int | None = None, none_ok: bool = False) -> int | None:
+        value = self.data.get(k, default)
+        if value is None and none_ok:
+            return None
+        rule = "an integer" + (f" >= {low}" if low is not None else "") + (" or null" if none_ok else "")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.bad(k, f"must be {rule}, not {shown(value)}")
+        if low is not None and value < low:
+            raise self.bad(k, f"must be {rule}, not {value}")
+        return value
+
+    def number(self, k: str, default: Any, *, above: float | None = None, at_most: float | None = None,
+               none_ok: bool = False) -> float | None:
+        value = self.data.get(k, default)
+        if value is None and none_ok:
+            return None
+        parts = []
+        if above is not None:
+            parts.append(f"> {above}")
+        if at_most is not None:
+            parts.append(f"<= {at_most}")
+        rule = "a number" + (" " + " and ".join(parts) if parts else "") + (" or null" if none_ok else "")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise self.bad(k, f"must be {rule}, not {shown(value)}")
+        if (above is not None and value <= above) or (at_most is not None and value > at_most):
+            raise self.bad(k, f"must be {rule}, not {value}")
+        return float(value)
+
+    def bool(self, k: str, default: bool) -> bool:
+        value = self.data.get(k, default)
+        if not isinstance(value, bool):
+            raise self.bad(k, f"must be true or false, not {shown(value)}")
+        return value
+
+    def str(self, k: str, default: Any, *, none_ok: bool = False, nonempty: bool = True) -> str | None:
+        value = self.data.get(k, default)
+        if value is None and none_ok:
+            return None
+        if not isinstance(value, str) or (nonempty and not value.strip()):
+            rule = "a non-empty string" + (" or null" if none_ok else "")
+            raise self.bad(k, f"must be {rule}, not {shown(value)}")
+        return value
+
+    def duration(self, k: str, default: Any, *, none_ok: bool = False) -> float | None:
+        value = self.data.get(k, default)
+        if value is None and none_ok:
+            return None
+        return parse_duration(value, file=self.file, key=self.key(k))
+
+    def section(self, k: str, allowed: Sequence[str]) -> _Section:
+        return _Section(self.data.get(k), self.file, self.key(k), allowed)
+
+
+# ---- loading -------------------------------------------------------------------------------
+
+def load_job(path: str | os.PathLike) -> Job:
+    """Load, validate and freeze a job file (see the module docstring). Writes nothing."""
+    job_path = Path(path)
+    file = str(path)
+    if not job_path.exists():
+        raise BadInput(f"job file not found (looked at {job_path.resolve()}); pass the path of a job YAML "
+                       f"such as jobs/demo.yaml", file=file)
+    data = read_yaml_mapping(job_path, file=file, what="job", allowed=JOB_KEYS)
+    top = _Section(data, file, None, JOB_KEYS)
+    for required in ("study", "backend", "space"):
+        if required not in top.data:
+            raise top.bad(required, f"missing required key {required!r}; a job needs study, backend and space")
+
+    # -- plain settings first: cheap, independent of backend and space
+    study = top.str("study", None)
+    if not STUDY_NAME.fullmatch(study):
+        raise top.bad("study", f"must match [A-Za-z0-9_.-]+ (letters, digits, _ . -), not {study!r}")
+    description = top.str("description", None, none_ok=True, nonempty=False)
+    gpus = top.int("gpus_per_node", 0, low=0)
+    cpus = top.int("cpus_per_trial", 2, low=1)
+    report_dir = _report_dir(top, study)
+    storage = _storage(top, report_dir)
+    budget = _budget(top)
+    bench = _bench(top)
+    timeouts = _timeouts(top)
+    ray = _ray(top)
+    sampler = _sampler(top)
+    allow_unsafe = top.bool("allow_unsafe_nccl", False)
+    remeasure = top.bool("remeasure", False)
+    max_failures = top.int("max_consecutive_failures", 5, low=1)
+    pruning = _pruning(top)
+    outcome_constraints = _outcome_constraints(top, bench)
+    env = _env(top, allow_unsafe)
+
+    # -- the backend (validates its own settings)
+    backend_sec = top.section("backend", ("kind", "settings"))
+    if top.data.get("backend") is None:
+        raise top.bad("backend", "must be a mapping like {kind: refserver, settings: {model: tiny}}")
+    from orchestrator.backends import BACKEND_KINDS
+
+    kind = backend_sec.raw("kind", _MISSING)
+    if kind is _MISSING:
+        raise backend_sec.bad("kind", f"missing; allowed: {', '.join(BACKEND_KINDS)}")
+    if not isinstance(kind, str) or kind not in BACKEND_KINDS:
+        hint = did_you_mean(kind, BACKEND_KINDS) if isinstance(kind, str) else ""
+        raise backend_sec.bad("kind", f"unknown backend {kind!r}{hint}; allowed: {', '.join(BACKEND_KINDS)}")
+    settings = backend_sec.raw("settings", None)
+    if settings is None:
+        settings = {}
+    if not isinstance(settings, Mapping):
+        raise backend_sec.bad("settings", f"must be a mapping of backend settings, not {shown(settings)}")
+    settings = dict(settings)
+    backend = _make_backend(kind, settings, file)
+    context = job_context(gpus, cpus, backend)
+
+    # -- the space
+    space_value = top.data["space"]
+    if not isinstance(space_value, str) or not space_value.strip():
+        raise top.bad("space", f"must be the path of a search space YAML (relative to the job file), "
+                               f"not {shown(space_value)}")
+    space_path = (job_path.parent / space_value).resolve()
+    if not space_path.is_file():
+        what = "is a directory" if space_path.is_dir() else "not found"
+        raise top.bad("space", f"search space file {what}: {space_value!r} (resolved relative to the job file "
+                               f"to {space_path})")
+    space_file = display_path(space_path)
+    space_data = read_yaml_mapping(space_path, file=space_file, what="search space",
+                                   allowed=("params", "constraints", "description"))
+    space = space_from_dict(space_data, context, file=space_file)
+    _check_space_tp(space, gpus, file, backend)
+    space.check()
+    _check_space_unsafe(space, allow_unsafe, file)
+    for name in space.names:
+        if name.startswith("env.") and name[4:] in env:
+            raise top.bad(f"env.{name[4:]}", f"{name[4:]} is fixed here and also tuned by {space_file} "
+                                             f"params.{name}; remove one of the two")
+
+    # -- the baseline: backend defaults + the job's own, checked like any config
+    given = top.data.get("baseline")
+    baseline_given = given is not None
+    own = _config_mapping(given, file, "baseline", allow_unsafe, space=space) if baseline_given else {}
+    defaults = dict(backend.default_config())
+    baseline = space.active({**defaults, **own})
+    _check_baseline(baseline, own, space, gpus, backend, file)
+
+    # -- correctness (a reference config is checked like the baseline)
+    correctness = _correctness(top, job_path, allow_unsafe, backend, defaults, gpus)
+
+    # -- every config of the space, or every value against the baseline
+    _check_space_configs(space, baseline, backend, file, gpus)
+
+    return Job(path=job_path, study=study, storage=storage, report_dir=report_dir,
+               backend=BackendSpec(kind=kind, settings=settings), gpus_per_node=gpus, cpus_per_trial=cpus,
+               space=space, baseline=baseline, budget=budget, bench=bench, timeouts=timeouts, ray=ray,
+               sampler=sampler, correctness=correctness, env=env, allow_unsafe_nccl=allow_unsafe,
+               remeasure=remeasure, max_consecutive_failures=max_failures, pruning=pruning,
+               constraints=outcome_constraints, space_path=space_path, baseline_given=baseline_given,
+               description=description, _backend=backend)
+
+
+# ---- sections ------------------------------------------------------------------------------
+
+def _report_dir(top: _Section, study: str) -> Path:
+    value = top.str("report_dir", None, none_ok=True)
+    if value is None:
+        return (Path.cwd() / "reports" / study).resolve()
+    return Path(os.path.expanduser(value)).resolve()
+
+
+def _storage(top: _Section, report_dir: Path) -> str:
+    value = top.str("storage", None, none_ok=True)
+    rule = ("allowed: null (a journal file in the report directory), journal:PATH, a path ending .journal "
+            "or .log, or an RDB URL such as sqlite:///path/study.db")
+    if value is None:
+        return f"journal:{report_dir / 'study.journal'}"
+    value = value.strip()
+    if "://" in value:
+        if value.startswith("sqlite:///") and len(value) == len("sqlite:///"):
+            raise top.bad("storage", f"a sqlite URL needs a file: sqlite:///path/study.db, not {value!r}")
+        return value
+    if value.startswith("journal:"):
+        target = value[len("journal:"):].strip()
+        if not target:
+            raise top.bad("storage", f"journal: needs a path (journal:reports/x/study.journal); {rule}")
+        return f"journal:{Path(os.path.expanduser(target)).resolve()}"
+    if value.endswith((".journal", ".log")):
+        return f"journal:{Path(os.path.expanduser(value)).resolve()}"
+    raise top.bad("storage", f"not a storage: {value!r}; {rule}")
+
+
+def _budget(top: _Section) -> Budget:
+    if "budget" not in top.data:
+        return Budget(trials=8, timeout_s=None)
+    sec = top.section("budget", ("trials", "timeout"))
+    if not sec.data or all(v is None for v in sec.data.values()):
+        raise top.bad("budget", "needs at least one of trials (an integer >= 1) and timeout (a duration "
+                                "such as 8h), e.g. {trials: 8}")
+    trials = sec.int("trials", None, low=1, none_ok=True)
+    timeout = sec.duration("timeout", None, none_ok=True)
+    return Budget(trials=trials, timeout_s=timeout)
+
+
+def _bench(top: _Section) -> BenchSettings:
+    sec = top.section("bench", ("prompt", "output_tokens", "warmup", "repeats", "max_repeats",
+                                "target_rel_ci", "concurrency"))
+    prompt = sec.str("prompt", DEFAULT_PROMPT)
+    output_tokens = sec.int("output_tokens", 64, low=2)
+    warmup = sec.int("warmup", 1, low=0)
+    repeats = sec.int("repeats", 3, low=1)
+    max_repeats = sec.int("max_repeats", max(3, repeats), low=1)
+    if max_repeats < repeats:
+        raise sec.bad("max_repeats", f"must be >= repeats ({repeats}), not {max_repeats}")
+    target = sec.number("target_rel_ci", None, above=0, at_most=1, none_ok=True)
+    conc = sec.raw("concurrency", list(DEFAULT_CONCURRENCY))
+    if conc is None:
+        conc = []
+    if not isinstance(conc, list):
+        raise sec.bad("concurrency", f"must be a list of integers >= 1 such as [1, 2, 10, 64], not {shown(conc)}")
+    for i, c in enumerate(conc):
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            raise sec.bad(f"concurrency[{i}]", f"must be an integer >= 1, not {shown(c)}")
+        if c in conc[:i]:
+            raise sec.bad(f"concurrency[{i}]", f"duplicate level {c}; levels must be unique")
+    return BenchSettings(prompt=prompt, output_tokens=output_tokens, warmup=warmup, repeats=repeats,
+                         max_repeats=max_repeats, target_rel_ci=target, concurrency=tuple(conc))
+
+
+def _timeouts(top: _Section) -> Timeouts:
+    sec = top.section("timeouts", ("startup", "bench", "teardown"))
+    return Timeouts(startup_s=sec.duration("startup", "120s"), bench_s=sec.duration("bench", "60s"),
+                    teardown_s=sec.duration("teardown", "10s"))
+
+
+def _ray(top: _Section) -> RaySettings:
+    sec = top.section("ray", ("address", "parallel", "node_selector"))
+    address = sec.str("address", None, none_ok=True)
+    parallel = sec.int("parallel", 1, low=1)
+    sel = sec.section("node_selector", ("gpu_model", "resources"))
+    gpu_model = sel.str("gpu_model", None, none_ok=True)
+    resources = sel.raw("resources", None) or {}
+    if not isinstance(resources, Mapping):
+        raise sel.bad("resources", f"must be a mapping of Ray resource name to amount, e.g. {{pcie_box: 1}}, "
+                                   f"not {shown(resources)}")
+    for name, amount in resources.items():
+        if not isinstance(name, str) or isinstance(amount, bool) or not isinstance(amount, (int, float)) \
+                or amount <= 0:
+            raise sel.bad(f"resources.{name}", f"must be a positive number (a Ray resource amount), not {shown(amount)}")
+    return RaySettings(address=address, parallel=parallel,
+                       node_selector={"gpu_model": gpu_model, "resources": dict(resources)})
+
+
+def _sampler(top: _Section) -> SamplerSettings:
+    sec = top.section("sampler", ("name", "seed", "n_startup_trials", "options"))
+    name = sec.raw("name", "tpe")
+    if not isinstance(name, str) or name not in SAMPLER_NAMES:
+        hint = did_you_mean(name, SAMPLER_NAMES) if isinstance(name, str) else ""
+        raise sec.bad("name", f"unknown sampler {name!r}{hint}; allowed: {', '.join(SAMPLER_NAMES)}")
+    seed = sec.int("seed", 0, low=0, none_ok=True)
+    n_startup = sec.int("n_startup_trials", None, low=0, none_ok=True)
+    options = sec.raw("options", None) or {}
+    if not isinstance(options, Mapping):
+        raise sec.bad("options", f"must be a mapping of sampler options, not {shown(options)}")
+    allowed = _sampler_options(name)
+    for key, value in options.items():
+        okey = f"options.{key}"
+        if allowed is None:
+            if not isinstance(key, str):
+                raise sec.bad(okey, f"option names must be strings, not {shown(key)}")
+            continue
+        if key not in allowed:
+            names = ", ".join(allowed) or "none"
+            raise sec.bad(okey, f"unknown option {key!r} for sampler {name}{did_you_mean(str(key), list(allowed))}; "
+                                f"allowed: {names}")
+        want = allowed[key]
+        ok = isinstance(value, want) and not (want is not bool and isinstance(value, bool))
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        if not ok:
+            raise sec.bad(okey, f"must be {type_name(want())}, not {shown(value)}")
+    return SamplerSettings(name=name, seed=seed, n_startup_trials=n_startup, options=dict(options))
+
+
+def _sampler_options(name: str) -> Mapping[str, type] | None:
+    try:
+        from orchestrator import samplers
+    except ModuleNotFoundError:
+        return None
+    options = getattr(samplers, "OPTIONS", None)
+    if not isinstance(options, Mapping) or name not in options:
+        return None
+    return options[name]
+
+
+def _pruning(top: _Section) -> PruningSettings:
+    sec = top.section("pruning", ("enabled", "min_ratio"))
+    return PruningSettings(enabled=sec.bool("enabled", True),
+                           min_ratio=sec.number("min_ratio", 0.7, above=0, at_most=1))
+
+
+def _outcome_constraints(top: _Section, bench: BenchSettings) -> tuple[OutcomeConstraint, ...]:
+    raw = top.raw("constraints", None)
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise top.bad("constraints", f"must be a list of {{concurrency: N, min_ratio: R}}, not {shown(raw)}")
+    out = []
+    for i, item in enumerate(raw):
+        sec = _Section(item, top.file, f"constraints[{i}]", ("concurrency", "min_ratio"))
+        if item is None or "concurrency" not in sec.data or "min_ratio" not in sec.data:
+            raise top.bad(f"constraints[{i}]", "needs concurrency (one of bench.concurrency) and min_ratio "
+                                               "(e.g. {concurrency: 10, min_ratio: 0.9})")
+        level = sec.int("concurrency", None, low=1)
+        if level not in bench.concurrency:
+            levels = ", ".join(map(str, bench.concurrency)) or "none (bench.concurrency is empty)"
+            raise sec.bad("concurrency", f"{level} is not a measured level; allowed: bench.concurrency = {levels}")
+        out.append(OutcomeConstraint(concurrency=level, min_ratio=sec.number("min_ratio", None, above=0)))
+    return tuple(out)
+
+
+def _env(top: _Section, allow_unsafe: bool) -> dict[str, str]:
+    raw = top.raw("env", _MISSING)
+    if raw is _MISSING:
+        return dict(DEFAULT_ENV)
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise top.bad("env", f"must be a mapping of environment variable to value, not {shown(raw)}")
+    out: dict[str, str] = {}
+    for var, value in raw.items():
+        key = f"env.{var}"
+        if not isinstance(var, str) or not ENV_NAME.fullmatch(var):
+            raise top.bad(key, f"not an environment variable name: {var!r} (letters, digits, _)")
+        if value is None or isinstance(value, (list, dict)) or (isinstance(value, float) and value != value):
+            raise top.bad(key, f"must be a string, number or boolean, not {shown(value)}")
+        text = env_str(value)
+        if var.startswith("NCCL_"):
+            text = _nccl_value(var, value, top.file, key)
+            _refuse_unsafe(var, text, allow_unsafe, top.file, key, top.file)
+        out[var] = text
+    return out
+
+
+def _correctness(top: _Section, job_path: Path, allow_unsafe: bool, backend, defaults: dict,
+                 gpus: int) -> CorrectnessSettings:
+    sec = top.section("correctness", ("enabled", "reference", "prompts", "check_tokens", "logprobs"))
+    enabled = sec.bool("enabled", True)
+    ref = sec.raw("reference", "baseline")
+    if ref is None:
+        ref = "baseline"
+    if isinstance(ref, Mapping):
+        own = _config_mapping(ref, top.file, sec.key("reference"), allow_unsafe, space=None)
+        reference: str | dict = {**defaults, **own}
+        _check_config(backend, reference, top.file, sec.key("reference"), gpus)
+    elif isinstance(ref, str) and ref.strip():
+        if ref == "baseline":
+            reference = "baseline"
+        else:
+            ref_path = (job_path.parent / ref).resolve()
+            if not ref_path.is_file():
+                raise sec.bad("reference", f"reference file not found: {ref!r} (resolved relative to the job file "
+                                           f"to {ref_path}); allowed: baseline, a config mapping, or a JSON file")
+            try:
+                json.loads(ref_path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError) as exc:
+                raise sec.bad("reference", f"reference file {ref!r} is not readable JSON: {exc}") from None
+            reference = str(ref_path)
+    else:
+        raise sec.bad("reference", f"must be 'baseline', a config mapping (e.g. {{tp_size: 1}}) or the path of "
+                                   f"a JSON reference file, not {shown(ref)}")
+    prompts = sec.raw("prompts", list(DEFAULT_CHECK_PROMPTS))
+    if not isinstance(prompts, list) or not prompts:
+        raise sec.bad("prompts", f"must be a non-empty list of prompt strings, not {shown(prompts)}")
+    for i, p in enumerate(prompts):
+        if not isinstance(p, str) or not p.strip():
+            raise sec.bad(f"prompts[{i}]", f"must be a non-empty string, not {shown(p)}")
+    return CorrectnessSettings(enabled=enabled, reference=reference, prompts=tuple(prompts),
+                               check_tokens=sec.int("check_tokens", 32, low=1), logprobs=sec.bool("logprobs", True))
+
+
+# ---- configs, NCCL and backend checks ------------------------------------------------------
+
+def _nccl_value(var: str, value: Any, file: str, key: str) -> str:
+    try:
+        return canonical_value(f"env.{var}", value)
+    except ValueError as exc:
+        msg = str(exc)
+        if repr(env_str(value)) not in msg and env_str(value) not in msg:
+            msg = f"{env_str(value)!r}: {msg}"
+        raise BadInput(msg, file=file, key=key) from None
+
+
+def _refuse_unsafe(var: str, value: str, allow_unsafe: bool, file: str, key: str, job_file: str) -> None:
+    if allow_unsafe:
+        return
+    from orchestrator import nccl
+
+    reason = nccl.unsafe_on_pcie(var, value)
+    if reason:
+        raise BadInput(f"{var}={value} is unsafe on PCIe: {reason}; set allow_unsafe_nccl: true in {job_file} "
+                       f"to allow it", file=file, key=key)
+
+
+def _config_mapping(raw: Any, file: str, prefix: str, allow_unsafe: bool, *, space: SearchSpace | None) -> dict:
+    """A config written in the job (baseline, reference): names, values, NCCL rules."""
+    if not isinstance(raw, Mapping):
+        raise BadInput(f"must be a mapping of parameter to value, e.g. {{tp_size: 1, graph_capture: false}}, "
+                       f"not {shown(raw)}", file=file, key=prefix)
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        key = f"{prefix}.{name}"
+        problem = check_param_name(name)
+        if problem:
+            if space is not None and isinstance(name, str):
+                hint = did_you_mean(name, space.names, cutoff=0.4)
+                if hint:
+                    problem = f"unknown parameter {name!r}{hint}; allowed: {NAME_RULE}"
+                problem += f"; the space's params: {', '.join(space.names)}"
+            raise BadInput(problem, file=file, key=key)
+        if value is None or isinstance(value, (list, dict)):
+            raise BadInput(f"must be a single value (string, number or boolean), not {shown(value)}",
+                           file=file, key=key)
+        try:
+            value = canonical_value(name, value)
+        except ValueError as exc:
+            msg = str(exc)
+            raise BadInput(msg if env_str(value) in msg else f"{value!r}: {msg}", file=file, key=key) from None
+        if name.startswith("env.NCCL_"):
+            _refuse_unsafe(name[4:], value, allow_unsafe, file, key, file)
+        if space is not None and name in space:
+            param = space.param(name)
+            if not param.allows(value):
+                raise BadInput(f"{value!r} is not in the space ({space.file} params.{name}); allowed: "
+                               f"{param.allowed_text()}", file=file, key=key)
+            if param.kind == "categorical":  # the choice's own spelling/type (YAML 1 vs true etc.)
+                value = next(c for c in param.choices if same(c, value))
+        out[name] = value
+    return out
+
+
+def _tp_of(config: Mapping[str, Any]) -> int:
+    try:
+        return int(config.get("tp_size", 1)) * int(config.get("pp_size", 1))
+    except (TypeError, ValueError):
+        return 1
+
+
+def _check_space_tp(space: SearchSpace, gpus: int, job_file: str, backend) -> None:
+    """Every tp_size/pp_size choice must fit in gpus_per_node (GPU jobs only)."""
+    if gpus <= 0:
+        return
+    sizes = {}
+    for name in ("tp_size", "pp_size"):
+        if name in space:
+            vals = space.param(name).values(10_000) or ()
+            sizes[name] = [v for v in vals if isinstance(v, int) and not isinstance(v, bool)]
+    for name, other in (("tp_size", "pp_size"), ("pp_size", "tp_size")):
+        if name not in sizes:
+            continue
+        smallest_other = min(sizes.get(other) or [1])
+        for v in sizes[name]:
+            if v * smallest_other > gpus:
+                need = f"{v} GPUs" if smallest_other == 1 else f"{v} x {smallest_other} = {v * smallest_other} GPUs"
+                raise BadInput(f"{name}={v} needs {need} but the job {job_file} has gpus_per_node: {gpus}; "
+                               f"allowed: tp_size x pp_size <= {gpus}", file=space.file, key=f"params.{name}")
+
+
+def _check_baseline(baseline: dict, own: dict, space: SearchSpace, gpus: int, backend, file: str) -> None:
+    if gpus > 0 and _tp_of(baseline) > gpus:
+        key = "baseline.tp_size" if "tp_size" in own else "baseline.pp_size" if "pp_size" in own else "baseline"
+        raise BadInput(f"tp_size x pp_size = {_tp_of(baseline)} needs more GPUs than gpus_per_node: {gpus}; "
+                       f"allowed: tp_size x pp_size <= {gpus}", file=file, key=key)
+    _check_config(backend, baseline, file, "baseline", gpus)
+
+
+def _check_config(backend, config: dict, file: str, prefix: str, gpus: int) -> None:
+    try:
+        backend.check_config(dict(config))
+    except ConfigRejected as exc:
+        raise ConfigRejected(f"{_raw_message(exc)} (config {config})", file=file,
+                             key=f"{prefix}.{exc.key}" if exc.key else prefix) from None
+
+
+def _check_space_configs(space: SearchSpace, baseline: dict, backend, job_file: str, gpus: int) -> None:
+    """``backend.check_config`` on every feasible config (or every value vs the baseline)."""
+    configs = space.enumerate(CHECK_LIMIT)
+    if configs is not None:
+        if not configs:
+            raise BadInput("no config of the space satisfies its constraints for this job",
+                           file=space.file, key="constraints")
+        for config in configs:
+            full = space.active({**baseline, **config})
+            if gpus > 0 and _tp_of(full) > gpus:
+                raise BadInput(f"config {config} needs tp_size x pp_size = {_tp_of(full)} GPUs but the job "
+                               f"{job_file} has gpus_per_node: {gpus}; add the constraint "
+                               f"'tp_size * pp_size <= gpus_per_node'", file=space.file, key="constraints")
+            _reject_in_space(backend, full, config, space, job_file)
+        return
+    base = space.project(baseline)
+    for p in space.params:
+        values = p.values(CHECK_LIMIT)
+        if values is None:
+            values = (p.low, p.high)  # a wide int range: its ends
+        for v in values:
+            config = {**base, p.name: v}
+            for parent, allowed in p.when:  # make the param active
+                config.setdefault(parent, allowed[0])
+                if not any(same(config[parent], a) for a in allowed):
+                    config[parent] = allowed[0]
+            config = space.active(config)
+            if space.feasible(config) is not None:
+                continue
+            _reject_in_space(backend, space.active({**baseline, **config}), {p.name: v}, space, job_file)
+
+
+def _reject_in_space(backend, full: dict, shown_config: dict, space: SearchSpace, job_file: str) -> None:
+    try:
+        backend.check_config(dict(full))
+    except ConfigRejected as exc:
+        key = exc.key or ""
+        key = f"params.{key}" if key in space else (key or "params")
+        raise ConfigRejected(f"{_raw_message(exc)} (config {shown_config}; backend of {job_file})",
+                             file=space.file, key=key) from None
+
+
+def _raw_message(exc: BadInput) -> str:
+    text = str(exc)
+    where = ": ".join(part for part in (exc.file, exc.key) if part)
+    prefix = f"{where}: " if where else ""
+    return text[len(prefix):] if prefix and text.startswith(prefix) else text
+
+
+def _check_space_unsafe(space: SearchSpace, allow_unsafe: bool, job_file: str) -> None:
+    if allow_unsafe:
+        return
+    for p in space.params:
+        if p.name.startswith("env.NCCL_") and p.kind == "categorical":
+            for i, value in enumerate(p.choices):
+                _refuse_unsafe(p.name[4:], value, False, space.file, f"params.{p.name}.choices[{i}]", job_file)
+
+
+__all__ = [
+    "Job", "BackendSpec", "Budget", "BenchSettings", "Timeouts", "RaySettings", "SamplerSettings",
+    "CorrectnessSettings", "PruningSettings", "OutcomeConstraint", "load_job", "job_context", "SAMPLER_NAMES",
+    "DEFAULT_CHECK_PROMPTS", "DEFAULT_PROMPT",
+]

@@ -1,0 +1,270 @@
+"""One tensor-parallel shard of a Llama-style decoder with a static KV cache, and its CUDA graphs.
+
+Megatron-style sharding over ``tp`` ranks: the fused QKV and gate/up projections are
+column-parallel (each rank owns whole heads / a slice of the FFN), ``o_proj`` and ``down``
+are row-parallel and followed by one all-reduce each (2 per layer). Embedding, norms and
+the output head are replicated; only rank 0 builds the head and computes logits.
+
+Weights are random but deterministic: every full tensor is drawn from a generator seeded
+by (seed, tensor name) and then sliced, so TP=1 and TP=2 compute the same function and
+differ only in summation order. The output head is scaled (``LOGIT_STD``) so that greedy
+margins dwarf that rounding noise. ``garbage=True`` loads shards in the wrong order (the
+o_proj head blocks and the down-projection shards rolled by one block), a shard-order bug.
+
+One forward serves prefill and decode: ``forward(tokens[B,T], positions[B,T], slots[B],
+kv_len)``. Row ``b`` writes its keys/values into cache slot ``slots[b]`` at
+``positions[b]`` and attends to positions ``<= positions[b, t]`` of that slot among the
+first ``kv_len``. Nothing in it syncs with the host, so it can be captured in a CUDA graph
+(``GraphRunner``: static inputs, batch padded to the next captured size with a scratch slot).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from orchestrator.refserver.presets import ModelDims
+
+LOGIT_STD = 8.0  # std of the logits: top-1/top-2 gaps of O(1) vs float32 noise of O(1e-5)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def derive_seed(seed: int, name: str) -> int:
+    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def full_tensor(name: str, shape: tuple[int, ...], std: float, seed: int,
+                device: torch.device) -> torch.Tensor:
+    """The whole (unsharded) float32 tensor ``name``: identical on every rank and TP size."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(derive_seed(seed, name))
+    out = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
+    return out.mul_(std)
+
+
+def _roll_blocks(w: torch.Tensor, dim: int, block: int) -> torch.Tensor:
+    """Roll ``w`` along ``dim`` by one block of ``block`` (the shard/head-order bug)."""
+    return torch.roll(w, shifts=block, dims=dim)
+
+
+class ShardedLlama:
+    """Rank ``rank``'s shard of the model plus its KV cache (``max_slots`` + 1 scratch slot)."""
+
+    def __init__(self, dims: ModelDims, *, tp: int, rank: int, device: torch.device,
+                 dtype: torch.dtype, seed: int, max_slots: int, max_len: int,
+                 all_reduce: Callable[[torch.Tensor], None], with_head: bool,
+                 garbage: bool = False):
+        assert dims.tp_error(tp) is None, dims.tp_error(tp)
+        self.dims, self.tp, self.rank = dims, tp, rank
+        self.device, self.dtype = device, dtype
+        self.max_slots, self.max_len = max_slots, max_len
+        self.scratch_slot = max_slots
+        self.all_reduce = all_reduce
+        d, hd = dims.hidden, dims.head_dim
+        self.n_heads = dims.heads // tp
+        self.n_kv = dims.kv_heads // tp
+        self.group = dims.heads // dims.kv_heads
+        self.ffn_local = dims.ffn // tp
+        self.scale = hd ** -0.5
+
+        def shard(w: torch.Tensor, dim: int) -> torch.Tensor:
+            size = w.shape[dim] // tp
+            return w.narrow(dim, rank * size, size)
+
+        def gen(name, shape, std):
+            return full_tensor(name, shape, std, seed, device)
+
+        self.embed = gen("embed", (dims.vocab, d), 1.0).to(dtype)
+        self.layers = []
+        for i in range(dims.layers):
+            p = f"layers.{i}."
+            wq = gen(p + "q", (dims.heads * hd, d), d ** -0.5)
+            wk = gen(p + "k", (dims.kv_heads * hd, d), d ** -0.5)
+            wv = gen(p + "v", (dims.kv_heads * hd, d), d ** -0.5)
+            wo = gen(p + "o", (d, dims.heads * hd), (dims.heads * hd) ** -0.5)
+            wg = gen(p + "gate", (dims.ffn, d), d ** -0.5)
+            wu = gen(p + "up", (dims.ffn, d), d ** -0.5)
+            wd = gen(p + "down", (d, dims.ffn), dims.ffn ** -0.5)
+            if garbage:
+                wo = _roll_blocks(wo, 1, hd)  # head order shifted by one head
+                wd = _roll_blocks(wd, 1, dims.ffn // max(tp, 2))  # down shards swapped
+            qkv = torch.cat([shard(wq, 0), shard(wk, 0), shard(wv, 0)], 0)
+            gate_up = torch.cat([shard(wg, 0), shard(wu, 0)], 0)
+            # stored transposed ([in, out]): x @ w is the fastest small GEMM on CPU
+            self.layers.append({
+                "attn_norm": torch.ones(d, device=device, dtype=dtype),
+                "qkv": qkv.t().to(dtype).contiguous(),
+                "o": shard(wo, 1).t().to(dtype).contiguous(),
+                "mlp_norm": torch.ones(d, device=device, dtype=dtype),
+                "gate_up": gate_up.t().to(dtype).contiguous(),
+                "down": shard(wd, 1).t().to(dtype).contiguous(),
+            })
+            del wq, wk, wv, wo, wg, wu, wd, qkv, gate_up
+        self.final_norm = torch.ones(d, device=device, dtype=dtype)
+        self.head = None
+        self.logit_scale = 1.0
+        if with_head:
+            if dims.tie_embeddings:
+                self.head = self.embed
+                self.logit_scale = LOGIT_STD / d ** 0.5  # embedding rows have std 1
+            else:
+                self.head = gen("head", (dims.vocab, d), d ** -0.5).to(dtype)
+                self.logit_scale = LOGIT_STD
+
+        half = hd // 2
+        inv_freq = 1.0 / (dims.rope_theta ** (torch.arange(0, half, device=device,
+                                                            dtype=torch.float32) / half))
+        angles = torch.outer(torch.arange(max_len, device=device, dtype=torch.float32), inv_freq)
+        self.cos = angles.cos().to(dtype)
+        self.sin = angles.sin().to(dtype)
+        cache_shape = (max_slots + 1, max_len, self.n_kv, hd)
+        self.k_cache = [torch.zeros(cache_shape, device=device, dtype=dtype)
+                        for _ in range(dims.layers)]
+        self.v_cache = [torch.zeros(cache_shape, device=device, dtype=dtype)
+                        for _ in range(dims.layers)]
+
+    # ---- forward -----------------------------------------------------------------------
+    def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), w, self.dims.norm_eps)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                kv_len: int) -> torch.Tensor:
+        """Residual stream after the last layer, [B, T, hidden] (final norm not applied)."""
+        B, T = tokens.shape
+        hd, nh, nkv, g = self.dims.head_dim, self.n_heads, self.n_kv, self.group
+        half = hd // 2
+        L = kv_len
+        x = F.embedding(tokens, self.embed)
+        cos = self.cos[positions].unsqueeze(2)  # [B, T, 1, hd/2]
+        sin = self.sin[positions].unsqueeze(2)
+        visible = torch.arange(L, device=tokens.device).view(1, 1, L) <= positions.unsqueeze(2)
+        bias = torch.zeros((B, 1, 1, T, L), device=tokens.device, dtype=torch.float32)
+        bias.masked_fill_(~visible.view(B, 1, 1, T, L), float("-inf"))
+        write_slots = slots.view(B, 1).expand(B, T)
+        for layer, kc, vc in zip(self.layers, self.k_cache, self.v_cache, strict=True):
+            h = self._rms(x, layer["attn_norm"])
+            qkv = torch.matmul(h, layer["qkv"])
+            qk = qkv[..., : (nh + nkv) * hd].view(B, T, nh + nkv, hd)
+            v = qkv[..., (nh + nkv) * hd:].view(B, T, nkv, hd)
+            x1, x2 = qk[..., :half], qk[..., half:]
+            qk = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+            q, k = qk[:, :, :nh], qk[:, :, nh:]
+            kc.index_put_((write_slots, positions), k)
+            vc.index_put_((write_slots, positions), v)
+            keys = kc.narrow(1, 0, L).index_select(0, slots)  # [B, L, nkv, hd]
+            values = vc.narrow(1, 0, L).index_select(0, slots)
+            q = q.reshape(B, T, nkv, g, hd).permute(0, 2, 3, 1, 4).reshape(B, nkv, g * T, hd)
+            scores = torch.matmul(q, keys.permute(0, 2, 3, 1)).float() * self.scale
+            scores = scores.view(B, nkv, g, T, L) + bias
+            probs = torch.softmax(scores, dim=-1).to(self.dtype).view(B, nkv, g * T, L)
+            attn = torch.matmul(probs, values.permute(0, 2, 1, 3))  # [B, nkv, g*T, hd]
+            attn = attn.view(B, nkv, g, T, hd).permute(0, 3, 1, 2, 4).reshape(B, T, nh * hd)
+            out = torch.matmul(attn, layer["o"])
+            self.all_reduce(out)
+            x = x + out
+            h = self._rms(x, layer["mlp_norm"])
+            gate, up = torch.matmul(h, layer["gate_up"]).chunk(2, dim=-1)
+            out = torch.matmul(F.silu(gate) * up, layer["down"])
+            self.all_reduce(out)
+            x = x + out
+        return x
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """float32 logits for rows of the residual stream [N, hidden] (rank 0 only)."""
+        assert self.head is not None, "only rank 0 holds the output head"
+        h = self._rms(hidden, self.final_norm)
+        return F.linear(h, self.head).float() * self.logit_scale
+
+
+def kv_buckets(max_len: int, smallest: int = 256) -> list[int]:
+    """Attention lengths a CUDA graph is captured for: powers of two, then ``max_len``."""
+    out, n = [], min(smallest, max_len)
+    while n < max_len:
+        out.append(n)
+        n *= 2
+    out.append(max_len)
+    return out
+
+
+class GraphRunner:
+    """Runs decode steps through CUDA graphs captured per (batch size, KV-length bucket).
+
+    Decode steps (T == 1) with a batch no larger than the largest capture size are
+    padded up to the next captured size (pad rows use the scratch slot at position 0)
+    and replayed; anything else runs eagerly. Every rank makes the same choice from
+    (B, T, kv_len), so the collectives inside the graphs line up across ranks.
+    """
+
+    def __init__(self, model: ShardedLlama, sizes: list[int]):
+        self.model = model
+        self.sizes = sorted(set(sizes))
+        self.buckets = kv_buckets(model.max_len)
+        dev = model.device
+        top = self.sizes[-1]
+        self.tokens = torch.zeros((top, 1), dtype=torch.long, device=dev)
+        self.positions = torch.zeros((top, 1), dtype=torch.long, device=dev)
+        self.slots = torch.full((top,), model.scratch_slot, dtype=torch.long, device=dev)
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+
+    def capture(self) -> None:
+        m = self.model
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-up outside capture (lazy inits, NCCL comm)
+            for bs in self.sizes:
+                m.forward(self.tokens[:bs], self.positions[:bs], self.slots[:bs], self.buckets[0])
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        pool = torch.cuda.graph_pool_handle()
+        for bs in reversed(self.sizes):
+            for L in reversed(self.buckets):
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+                    out = m.forward(self.tokens[:bs], self.positions[:bs], self.slots[:bs], L)
+                self.graphs[(bs, L)] = (graph, out)
+        torch.cuda.synchronize()
+
+    def plan(self, B: int, T: int, kv_len: int) -> tuple[int, int] | None:
+        """(padded batch, bucket) to replay, or None to run eagerly."""
+        if T != 1 or not self.graphs or B > self.sizes[-1]:
+            return None
+        bs = next(s for s in self.sizes if s >= B)
+        L = next(b for b in self.buckets if b >= kv_len)
+        return bs, L
+
+    def run(self, key: tuple[int, int], tokens: torch.Tensor, positions: torch.Tensor,
+            slots: torch.Tensor) -> torch.Tensor:
+        """Replay graph ``key`` on CPU inputs of B rows; returns [B, 1, hidden]."""
+        bs, _ = key
+        B = tokens.shape[0]
+        self.tokens[:B].copy_(tokens, non_blocking=True)
+        self.positions[:B].copy_(positions, non_blocking=True)
+        self.slots[:B].copy_(slots, non_blocking=True)
+        if B < bs:
+            self.tokens[B:bs].zero_()
+            self.positions[B:bs].zero_()
+            self.slots[B:bs].fill_(self.model.scratch_slot)
+        graph, out = self.graphs[key]
+        graph.replay()
+        return out[:B]
+
+
+def run_step(model: ShardedLlama, graphs: GraphRunner | None, tokens: torch.Tensor,
+             positions: torch.Tensor, slots: torch.Tensor, kv_len: int) -> torch.Tensor:
+    """One forward from CPU int64 inputs, through a graph when one fits (same on every rank)."""
+    B, T = tokens.shape
+    if graphs is not None:
+        key = graphs.plan(B, T, kv_len)
+        if key is not None:
+            return graphs.run(key, tokens, positions, slots)
+    dev = model.device
+    if dev.type != "cpu":
+        tokens = tokens.to(dev, non_blocking=True)
+        positions = positions.to(dev, non_blocking=True)
+        slots = slots.to(dev, non_blocking=True)
+    return model.forward(tokens, positions, slots, kv_len)

@@ -1,0 +1,528 @@
+"""The search policy: how Optuna's proposals become server launches, and how outcomes go back.
+
+``SearchPolicy`` sits between the study driver and Optuna. The driver asks it for the
+next config (``next()``), launches it (or not), and hands the ``TrialResult`` back
+(``record()``). The policy owns every rule of the study contract that concerns *which*
+config runs:
+
+- the baseline is enqueued as the very first trial (once, if not yet measured);
+- identity: a proposal is normalized (``normalize(space.active(raw))``) and keyed with
+  ``records.config_key``; a config already measured (a counted COMPLETE, config-caused
+  FAIL or PRUNED trial) is answered from the study (``Proposal.cached``) instead of
+  being launched, and an unmeasured config is enqueued so the next ask makes progress;
+- a proposal the space rules out (``space.feasible``) or that duplicates a trial still in
+  flight is recorded as an uncounted PRUNED trial with its reason, and the sampler asked
+  again;
+- failure memory, in storage (see ``docs/architecture.md``, "Trial records"): a
+  config-caused FAIL is told to Optuna as COMPLETE with value 0.0 and the system attr
+  ``constraints = [1.0]`` (every other finished trial gets ``[0.0]``), so TPE/GP treat
+  it as infeasible and it can never be "best"; ``interrupted``/``node-lost`` are Optuna
+  FAILs (the sampler ignores them) that ``requeue`` puts back once; PRUNED (early stop)
+  is PRUNED with its intermediate value reported first;
+- the budget counts launched trials (COMPLETE, config-caused FAIL, PRUNED) only, and
+  the policy stops proposing when it is reached or when every enumerated config has
+  been measured (``budget_reached`` / ``exhausted`` say which).
+
+It never launches anything and never prints; several trials may be in flight at once
+(call ``next()`` several times before ``record()``). Every decision is recomputed from
+the study's trials, so a policy built on a resumed study continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from orchestrator.records import (
+    COMPLETE,
+    FAIL,
+    NOT_THE_CONFIGS_FAULT,
+    PRUNED,
+    Config,
+    TrialResult,
+    config_key,
+)
+
+CONSTRAINTS_KEY = "constraints"  # optuna.study._constrained_optimization._CONSTRAINTS_KEY
+# Failure kinds that mean "this config computes wrong results": never best, even if another
+# measurement of the same config completed (same rule as ``history.WRONG_RESULT_KINDS``).
+WRONG_RESULT_KINDS = ("wrong-output", "nccl-invalid")
+
+# Early stop ("clearly worse"), chosen with the replay harness (docs/benchmarks.md):
+# a trial whose first repeat is below DEFAULT_PRUNE_RATIO x the best median so far stops
+# after that repeat and is recorded PRUNED.
+DEFAULT_PRUNE_RATIO = 0.9
+# How an unmeasured config is picked when the sampler re-proposes a measured one:
+# "neighbor" = an unmeasured config closest (fewest differing params) to the best so far,
+# "random" = uniform among the unmeasured ones. Both seeded. "neighbor" needed fewer
+# launches on the replay tables (docs/benchmarks.md, "Search efficiency").
+FILL_STRATEGIES = ("random", "neighbor")
+DEFAULT_FILL = "neighbor"
+
+# user attributes this module writes besides the TrialResult fields
+ATTR_KEY = "config_key"
+ATTR_COUNTED = "counted"
+ATTR_CACHED_FROM = "cached_from"
+ATTR_BASELINE = "is_baseline"
+ATTR_REQUEUE_OF = "requeue_of"
+ATTR_ENQUEUED_BY = "enqueued_by"
+ATTR_SKIPPED = "skipped"  # "infeasible" | "in-flight-duplicate": never launched
+
+
+class SpaceLike(Protocol):
+    """What the policy needs from ``orchestrator.space.SearchSpace``."""
+
+    def suggest(self, trial: optuna.Trial) -> Config: ...
+    def active(self, config: Config) -> Config: ...
+    def feasible(self, config: Config) -> str | None: ...
+    def enumerate(self) -> list[Config] | None: ...
+
+
+@dataclass
+class Proposal:
+    """One config to run (or, when ``cached`` is set, to answer from the study).
+
+    ``config`` is normalized and holds active parameters only; ``raw`` is what the space
+    suggested. With ``cached`` set the caller must not launch: it calls
+    ``record(proposal, proposal.cached)`` right away.
+    """
+
+    trial: optuna.Trial
+    config: Config
+    key: str
+    cached: TrialResult | None = None
+    cached_from: int | None = None
+    raw: Config = field(default_factory=dict)
+    role: str = "sampler"  # sampler, baseline, requeue, fill
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
+
+
+def early_stop(first_samples: list[float], threshold: float | None) -> bool:
+    """The early-stop rule: stop when the median of the first repeat(s) is below ``threshold``.
+
+    ``threshold`` comes from ``SearchPolicy.prune_threshold(ratio)``; None never stops.
+    """
+    if threshold is None or not first_samples:
+        return False
+    s = sorted(first_samples)
+    mid = len(s) // 2
+    median = s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+    return median < threshold
+
+
+@dataclass
+class _State:
+    """One scan of the study's trials."""
+
+    measured: dict[str, FrozenTrial]
+    counted: list[FrozenTrial]
+    waiting: list[FrozenTrial]
+    running: list[FrozenTrial]
+    bad_keys: set[str]
+    requeued_keys: set[str]
+    baseline_pending: bool
+
+
+class SearchPolicy:
+    """Turns Optuna proposals into launches under the study contract (module docstring)."""
+
+    def __init__(
+        self,
+        study: optuna.Study,
+        space: SpaceLike,
+        normalize: Callable[[Config], Config],
+        *,
+        baseline: Config | None,
+        budget: int | None,
+        remeasure: bool = False,
+        seed: int = 0,
+        fill: str = DEFAULT_FILL,
+        max_asks: int = 200,
+        max_consecutive_duplicates: int = 200,
+    ) -> None:
+        if fill not in FILL_STRATEGIES:
+            raise ValueError(f"fill must be one of {FILL_STRATEGIES}, not {fill!r}")
+        if budget is not None and budget < 0:
+            raise ValueError(f"budget must be >= 0 or None, not {budget}")
+        self.study = study
+        self.space = space
+        self.normalize = normalize
+        self.baseline = dict(baseline) if baseline is not None else None
+        self.budget = budget
+        self.remeasure = remeasure
+        self.fill = fill
+        self.max_asks = max_asks
+        self.max_consecutive_duplicates = max_consecutive_duplicates
+        self._rng = random.Random(seed)
+        self._in_flight: dict[int, Proposal] = {}
+        self._session_keys: set[str] = set()  # measured by this policy (what remeasure trusts)
+        self._enumerated: dict[str, Config] | None = None
+        self._enumerated_done = False
+        self._baseline_checked = False
+        self._consecutive_dups = 0
+        self._gave_up = False
+        self.baseline_key = self._key_of(self.baseline) if self.baseline is not None else None
+
+    # ---- identity --------------------------------------------------------------------------
+    def key_of(self, raw: Config) -> tuple[Config, str]:
+        """The normalized active config of a raw config and its key."""
+        config = self.normalize(self.space.active(dict(raw)))
+        return config, config_key(config)
+
+    def _key_of(self, config: Config) -> str:
+        try:
+            return self.key_of(config)[1]
+        except Exception:  # noqa: BLE001 - an already-normalized config may not re-normalize
+            return config_key(config)
+
+    def _enumeration(self) -> dict[str, Config] | None:
+        """key -> one raw config, over every feasible config of the space (None: too large)."""
+        if not self._enumerated_done:
+            self._enumerated_done = True
+            configs = self.space.enumerate()
+            if configs is not None:
+                out: dict[str, Config] = {}
+                for raw in configs:
+                    if self.space.feasible(raw) is not None:
+                        continue
+                    out.setdefault(self.key_of(raw)[1], dict(raw))
+                self._enumerated = out
+        return self._enumerated
+
+    def _raw_for(self, key: str, fallback: Config) -> Config:
+        """Params to enqueue for a config: the enumerated raw config, a stored trial's, or as given."""
+        enum = self._enumeration()
+        if enum and key in enum:
+            return dict(enum[key])
+        for t in self.study.get_trials(deepcopy=False):
+            if t.user_attrs.get(ATTR_KEY) == key and t.params:
+                return dict(t.params)
+        return dict(fallback)
+
+    # ---- reading the study -------------------------------------------------------------------
+    def _scan(self) -> _State:
+        measured: dict[str, FrozenTrial] = {}
+        counted: list[FrozenTrial] = []
+        waiting: list[FrozenTrial] = []
+        running: list[FrozenTrial] = []
+        bad: set[str] = set()
+        requeued: set[str] = set()
+        baseline_pending = False
+        for t in self.study.get_trials(deepcopy=False):
+            ua = t.user_attrs
+            if ATTR_REQUEUE_OF in ua:
+                requeued.add(ua[ATTR_REQUEUE_OF])
+            if t.state == TrialState.WAITING:
+                waiting.append(t)
+                baseline_pending |= bool(ua.get(ATTR_BASELINE))
+                continue
+            if t.state == TrialState.RUNNING:
+                running.append(t)
+                baseline_pending |= bool(ua.get(ATTR_BASELINE))
+                continue
+            outcome = ua.get("outcome")
+            key = ua.get(ATTR_KEY)
+            if outcome == FAIL and ua.get("failure_kind") in WRONG_RESULT_KINDS and key:
+                bad.add(key)
+            if not ua.get(ATTR_COUNTED):
+                continue
+            counted.append(t)
+            if key is None or not _is_measurement(ua):
+                continue
+            if self.remeasure and key not in self._session_keys:
+                continue
+            prev = measured.get(key)
+            # a config-caused failure wins over an earlier success: a failed config is never "best"
+            if prev is None or (outcome == FAIL and prev.user_attrs.get("outcome") != FAIL):
+                measured[key] = t
+        return _State(measured, counted, waiting, running, bad, requeued, baseline_pending)
+
+    def _remaining(self, st: _State) -> list[str] | None:
+        """Enumerated keys neither measured nor in flight (None when the space is not enumerable)."""
+        enum = self._enumeration()
+        if enum is None:
+            return None
+        busy = {p.key for p in self._in_flight.values() if p.cached is None}
+        return [k for k in enum if k not in st.measured and k not in busy]
+
+    def _launches_in_flight(self) -> int:
+        return sum(1 for p in self._in_flight.values() if p.cached is None)
+
+    # ---- flags --------------------------------------------------------------------------------
+    @property
+    def budget_reached(self) -> bool:
+        """True when counted trials plus launches in flight have reached the budget."""
+        if self.budget is None:
+            return False
+        return len(self._scan().counted) + self._launches_in_flight() >= self.budget
+
+    @property
+    def exhausted(self) -> bool:
+        """True when no unmeasured config is left to launch (every enumerated config measured or in flight)."""
+        if self._gave_up:
+            return True
+        remaining = self._remaining(self._scan())
+        return remaining is not None and not remaining
+
+    # ---- proposing ------------------------------------------------------------------------------
+    def next(self) -> Proposal | None:
+        """The next config to launch, a cached answer, or None (see ``budget_reached``/``exhausted``)."""
+        self._gave_up = False
+        self._ensure_baseline()
+        bad_streak = 0
+        for _ in range(self.max_asks):
+            st = self._scan()
+            if self.budget is not None and len(st.counted) + self._launches_in_flight() >= self.budget:
+                return None
+            remaining = self._remaining(st)
+            if remaining is not None and not remaining:
+                return None
+            trial = self.study.ask()
+            role = _role_of(trial.user_attrs)
+            raw = self.space.suggest(trial)
+            reason = self.space.feasible(raw)
+            if reason is not None:
+                self._skip(trial, raw, None, "infeasible", reason, constraint=1.0)
+                bad_streak += 1
+                if bad_streak >= 3:
+                    self._enqueue_fill(remaining)
+                continue
+            config, key = self.key_of(raw)
+            busy = {p.key: n for n, p in self._in_flight.items() if p.cached is None}
+            if key in busy:
+                self._skip(trial, raw, (config, key), "in-flight-duplicate",
+                           f"same config as trial {busy[key]}, still running", constraint=0.0)
+                bad_streak += 1
+                self._enqueue_fill(remaining)
+                continue
+            source = st.measured.get(key)
+            if source is not None:
+                self._enqueue_fill(remaining)
+                self._consecutive_dups += 1
+                if remaining is None and self._consecutive_dups > self.max_consecutive_duplicates:
+                    self._gave_up = True  # the sampler keeps proposing measured configs
+                cached = TrialResult.from_attrs(source.user_attrs)
+                proposal = Proposal(trial, config, key, cached=cached, cached_from=source.number,
+                                    raw=dict(raw), role=role)
+                self._in_flight[trial.number] = proposal
+                return proposal
+            self._consecutive_dups = 0
+            proposal = Proposal(trial, config, key, raw=dict(raw), role=role)
+            if self.baseline_key is not None and key == self.baseline_key:
+                trial.set_user_attr(ATTR_BASELINE, True)
+            self._in_flight[trial.number] = proposal
+            return proposal
+        self._gave_up = True  # every ask was infeasible or a duplicate
+        return None
+
+    def _ensure_baseline(self) -> None:
+        if self._baseline_checked or self.baseline is None:
+            return
+        self._baseline_checked = True
+        st = self._scan()
+        if self.baseline_key in st.measured or st.baseline_pending:
+            return
+        raw = self._raw_for(self.baseline_key, self.baseline)
+        self.study.enqueue_trial(raw, user_attrs={ATTR_BASELINE: True, ATTR_ENQUEUED_BY: "baseline"})
+
+    def _enqueue_fill(self, remaining: list[str] | None) -> None:
+        """Enqueue one unmeasured config (seeded) unless a fixed config is already waiting."""
+        if not remaining or self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return
+        enum = self._enumeration()
+        assert enum is not None
+        if self.fill == "neighbor":
+            key = self._nearest_to_best(remaining, enum)
+        else:
+            key = self._rng.choice(remaining)
+        self.study.enqueue_trial(dict(enum[key]), user_attrs={ATTR_ENQUEUED_BY: "fill"})
+
+    def _nearest_to_best(self, remaining: list[str], enum: dict[str, Config]) -> str:
+        best = self.best()
+        if best is None:
+            return self._rng.choice(remaining)
+        ref = dict(best.params)
+        def dist(k: str) -> int:
+            raw = enum[k]
+            names = set(raw) | set(ref)
+            return sum(1 for n in names if raw.get(n) != ref.get(n))
+        d = {k: dist(k) for k in remaining}
+        m = min(d.values())
+        return self._rng.choice([k for k in remaining if d[k] == m])
+
+    def _skip(self, trial: optuna.Trial, raw: Config, ck: tuple[Config, str] | None, kind: str, reason: str,
+              *, constraint: float) -> None:
+        """Record a proposal that is not launched: uncounted PRUNED with its reason."""
+        if ck is None:
+            try:
+                ck = self.key_of(raw)
+            except Exception:  # noqa: BLE001 - an infeasible raw config may not normalize
+                ck = (dict(raw), config_key(dict(raw)))
+        config, key = ck
+        attrs = TrialResult(outcome=PRUNED, config=config, failure_reason=reason).to_attrs()
+        attrs.update({ATTR_KEY: key, ATTR_COUNTED: False, ATTR_SKIPPED: kind})
+        for name, value in attrs.items():
+            trial.set_user_attr(name, value)
+        self.study._storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_KEY, [constraint])
+        self.study.tell(trial, state=TrialState.PRUNED)
+
+    # ---- recording -------------------------------------------------------------------------------
+    def record(self, proposal: Proposal, result: TrialResult, *, counted: bool = True) -> FrozenTrial:
+        """Store ``result`` on the proposal's trial and tell Optuna (encoding: module docstring).
+
+        A cached answer and an ``interrupted``/``node-lost`` failure are never counted.
+        Returns the finished trial.
+        """
+        trial = proposal.trial
+        not_the_config = result.outcome == FAIL and result.failure_kind in NOT_THE_CONFIGS_FAULT
+        if proposal.cached is not None or not_the_config:
+            counted = False
+        attrs = result.to_attrs()
+        attrs[ATTR_KEY] = proposal.key
+        attrs[ATTR_COUNTED] = bool(counted)
+        if proposal.cached_from is not None:
+            attrs[ATTR_CACHED_FROM] = proposal.cached_from
+        for name, value in attrs.items():
+            trial.set_user_attr(name, value)
+        storage, tid = self.study._storage, trial._trial_id
+        if result.outcome == COMPLETE:
+            value = result.value if result.value is not None else result.metrics.get("decode_tok_s")
+            if value is None:
+                raise ValueError(f"trial {trial.number}: a COMPLETE result needs a value")
+            storage.set_trial_system_attr(tid, CONSTRAINTS_KEY, [0.0])
+            self.study.tell(trial, float(value))
+        elif result.outcome == FAIL and not not_the_config:
+            storage.set_trial_system_attr(tid, CONSTRAINTS_KEY, [1.0])
+            self.study.tell(trial, 0.0)
+        elif result.outcome == FAIL:
+            self.study.tell(trial, state=TrialState.FAIL)
+        else:  # PRUNED
+            inter = result.metrics.get("intermediate")
+            if inter is None:
+                inter = result.value
+            if inter is not None:
+                step = int(result.metrics.get("repeats") or 1)
+                trial.report(float(inter), step)
+            storage.set_trial_system_attr(tid, CONSTRAINTS_KEY, [0.0])
+            self.study.tell(trial, state=TrialState.PRUNED)
+        self._in_flight.pop(trial.number, None)
+        if counted and not not_the_config:
+            self._session_keys.add(proposal.key)
+        return self.study._storage.get_trial(tid)
+
+    def requeue(self, what: Proposal | FrozenTrial | Config) -> bool:
+        """Enqueue a config again (after ``interrupted``/``node-lost``), at most once per config.
+
+        Accepts the proposal, the trial, or a (raw or normalized) config. Returns False when
+        this config was already re-queued once.
+        """
+        if isinstance(what, Proposal):
+            key, raw = what.key, dict(what.raw or what.trial.params)
+        elif isinstance(what, FrozenTrial):
+            key = what.user_attrs.get(ATTR_KEY) or self._key_of(dict(what.params))
+            raw = dict(what.params)
+        else:
+            config = dict(what)
+            key = self._known_key(config)
+            raw = self._raw_for(key, config)
+        if key in self._scan().requeued_keys:
+            return False
+        self.study.enqueue_trial(raw, user_attrs={ATTR_REQUEUE_OF: key, ATTR_ENQUEUED_BY: "requeue"})
+        return True
+
+    def _known_key(self, config: Config) -> str:
+        """Key of a config that may already be normalized (then config_key(config) is known)."""
+        direct = config_key(config)
+        enum = self._enumeration() or {}
+        if direct in enum or any(t.user_attrs.get(ATTR_KEY) == direct for t in self.study.get_trials(deepcopy=False)):
+            return direct
+        return self._key_of(config)
+
+    def recover_interrupted(self, reason: str = "the driver died while this trial ran") -> list[int]:
+        """Trials left RUNNING by a dead driver: FAIL ``interrupted`` (uncounted), re-queued once."""
+        done = []
+        for t in self.pending_running():
+            config = t.user_attrs.get("config") or dict(t.params)
+            attrs = TrialResult.failed(config, "interrupted", reason).to_attrs()
+            attrs[ATTR_COUNTED] = False
+            attrs.setdefault(ATTR_KEY, t.user_attrs.get(ATTR_KEY) or self._key_of(dict(t.params)))
+            for name, value in attrs.items():
+                self.study._storage.set_trial_user_attr(t._trial_id, name, value)
+            self.study.tell(t.number, state=TrialState.FAIL)
+            self.requeue(self.study._storage.get_trial(t._trial_id))
+            done.append(t.number)
+        return done
+
+    # ---- queries ---------------------------------------------------------------------------------
+    def counted_trials(self) -> list[FrozenTrial]:
+        """Finished trials that count toward the budget (launched: COMPLETE, config FAIL, PRUNED)."""
+        return self._scan().counted
+
+    def budget_used(self) -> int:
+        """How many counted trials are finished (launches in flight not included)."""
+        return len(self._scan().counted)
+
+    def measured_keys(self) -> set[str]:
+        """Keys of configs that are answered from the study instead of being launched."""
+        return set(self._scan().measured)
+
+    def best(self) -> FrozenTrial | None:
+        """The best trial whose user-facing outcome is COMPLETE (never a failure, never a wrong config)."""
+        st_bad = self._scan().bad_keys
+        best: FrozenTrial | None = None
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if t.user_attrs.get("outcome") != COMPLETE or t.value is None:
+                continue
+            if t.user_attrs.get(ATTR_KEY) in st_bad:
+                continue
+            if best is None or t.value > best.value:
+                best = t
+        return best
+
+    def baseline_value(self) -> float | None:
+        """Median tok/s of the baseline, once measured."""
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            ua = t.user_attrs
+            if ua.get("outcome") == COMPLETE and (ua.get(ATTR_BASELINE) or
+                                                   (self.baseline_key and ua.get(ATTR_KEY) == self.baseline_key)):
+                return t.value
+        return None
+
+    def prune_threshold(self, min_ratio: float = DEFAULT_PRUNE_RATIO) -> float | None:
+        """``min_ratio`` x the best median so far (None before any COMPLETE trial)."""
+        best = self.best()
+        return None if best is None else float(best.value) * min_ratio
+
+    def pending_running(self) -> list[FrozenTrial]:
+        """Trials RUNNING in storage that this policy did not hand out (left by a dead driver)."""
+        return [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                if t.number not in self._in_flight]
+
+    def in_flight(self) -> list[Proposal]:
+        """Proposals handed out and not yet recorded."""
+        return list(self._in_flight.values())
+
+
+def _is_measurement(ua: dict[str, Any]) -> bool:
+    """A counted trial that measured its config: COMPLETE, config-caused FAIL, or early-stopped."""
+    outcome = ua.get("outcome")
+    if outcome == COMPLETE:
+        return True
+    if outcome == FAIL:
+        return ua.get("failure_kind") not in NOT_THE_CONFIGS_FAULT
+    return outcome == PRUNED and not ua.get(ATTR_SKIPPED)
+
+
+def _role_of(user_attrs: dict[str, Any]) -> str:
+    by = user_attrs.get(ATTR_ENQUEUED_BY)
+    if by in ("baseline", "requeue", "fill"):
+        return by
+    return "sampler"

@@ -1,0 +1,379 @@
+"""The study driver: the only code that talks to Optuna storage.
+
+It opens (or resumes) the study, ends servers a dead driver left behind, fails trials
+a dead driver left RUNNING as ``interrupted`` (re-queued once), asks the search policy
+for configs, hands them to the executor, applies the correctness gate to what comes
+back, records every outcome, and stops on the budget, the deadline, a signal, or the
+circuit breaker. Progress goes to stderr, one line per event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import optuna
+
+from orchestrator import correctness
+from orchestrator.errors import BadInput, CircuitOpen, RuntimeFailure
+from orchestrator.executor import Executor, RayExecutor
+from orchestrator.lock import DriverLock
+from orchestrator.records import COMPLETE, FAIL, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult, config_key
+from orchestrator.trial import TrialSpec
+
+GOLDEN_ATTR = "golden"
+FINGERPRINT_ATTR = "space_fingerprint"
+
+
+def open_study(job, sampler: optuna.samplers.BaseSampler | None = None, create: bool = True) -> optuna.Study:
+    """Create or load the job's study; refuse one that exists with a different space."""
+    from orchestrator.history import open_storage
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        storage = open_storage(job.storage)
+    except Exception as exc:  # noqa: BLE001 - any storage problem is one line for the user
+        raise RuntimeFailure(f"cannot open storage {job.storage}: {exc}") from None
+    if not create:
+        try:
+            return optuna.load_study(study_name=job.study, storage=storage, sampler=sampler)
+        except KeyError:
+            raise BadInput(f"no study named {job.study!r} in {job.storage} yet; run `ncclsweep run {job.path}` first",
+                           file=str(job.path), key="study") from None
+    study = optuna.create_study(study_name=job.study, storage=storage, sampler=sampler,
+                                direction="maximize", load_if_exists=True)
+    fingerprint = space_fingerprint(job)
+    existing = study.user_attrs.get(FINGERPRINT_ATTR)
+    if existing is None:
+        study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
+        study.set_user_attr("backend", job.backend.kind)
+    elif existing != fingerprint:
+        raise BadInput(
+            f"study {job.study!r} already exists in {job.storage} with a different search space or backend; "
+            f"give this job a new `study:` name (e.g. {job.study}-2) to fork, or delete {job.report_dir} to start over",
+            file=str(job.path), key="study")
+    return study
+
+
+def space_fingerprint(job) -> str:
+    """What makes two runs the same study: backend kind + settings and the parameters."""
+    space = job.space
+    params = [(p.name, p.kind, list(p.choices or []), p.low, p.high, p.step, p.when) for p in space.params]
+    blob = json.dumps({"backend": job.backend.kind, "settings": job.backend.settings, "params": params},
+                      sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+@dataclass
+class RunSummary:
+    """How a ``run`` invocation ended."""
+
+    reason: str  # budget reached, space exhausted, timeout, stopped by signal
+    launched: int = 0
+    best: dict[str, Any] | None = None
+    messages: list[str] = field(default_factory=list)
+
+
+class _Signals:
+    """First Ctrl-C/SIGTERM: finish running trials, then stop. Second: kill them now."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> "_Signals":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread (tests): no handlers
+                pass
+        return self
+
+    def _handle(self, signum, frame) -> None:  # noqa: ARG002
+        self.count += 1
+        if self.count == 1:
+            print("\nstopping after the running trial finishes (press Ctrl-C again to kill it now)",
+                  file=sys.stderr, flush=True)
+        else:
+            print("\nkilling the running trial now", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+
+class StudyDriver:
+    """Runs one ``ncclsweep run`` invocation of a job's study."""
+
+    def __init__(self, job, *, trials: int | None = None, timeout_s: float | None = None,
+                 ray_address: str | None = None, executor: Executor | None = None, out: TextIO | None = None):
+        self.job = job
+        self.trials = trials if trials is not None else job.budget.trials
+        self.timeout_s = timeout_s if timeout_s is not None else job.budget.timeout_s
+        self.ray_address = ray_address or job.ray.address
+        self._executor = executor
+        self.out = out or sys.stderr
+        self.backend = job.backend_obj()
+        self.report_dir = Path(job.report_dir).resolve()
+        self.registry_dir = self.report_dir / "servers"
+        self.log_dir = self.report_dir / "logs"
+        self.t_start = time.monotonic()
+        self.consecutive_failures = 0
+
+    # ---- helpers -------------------------------------------------------------------------
+    def say(self, line: str) -> None:
+        print(line, file=self.out, flush=True)
+
+    def make_executor(self) -> Executor:
+        if self._executor is None:
+            sel = self.job.ray.node_selector or {}
+            self._executor = RayExecutor(address=self.ray_address, gpus_per_node=self.job.gpus_per_node,
+                                         cpus_per_trial=self.job.cpus_per_trial, parallel=self.job.ray.parallel,
+                                         resources=sel.get("resources"), accelerator_type=sel.get("gpu_model"))
+        return self._executor
+
+    def spec_for(self, number: int, config: dict, reference_texts: list[str] | None, prune_below: float | None) -> TrialSpec:
+        job = self.job
+        corr = job.correctness
+        return TrialSpec(
+            number=number, config=config, backend_kind=job.backend.kind,
+            backend_settings=dict(job.backend.settings), job_file=str(job.path),
+            log_dir=str(self.log_dir), registry_dir=str(self.registry_dir),
+            prompt=job.bench.prompt, output_tokens=job.bench.output_tokens, warmup=job.bench.warmup,
+            repeats=job.bench.repeats, max_repeats=job.bench.max_repeats, target_rel_ci=job.bench.target_rel_ci,
+            startup_timeout_s=job.timeouts.startup_s, bench_timeout_s=job.timeouts.bench_s,
+            teardown_grace_s=job.timeouts.teardown_s, env=dict(job.env),
+            check_prompts=list(corr.prompts) if corr.enabled else [], check_tokens=corr.check_tokens,
+            check_logprobs=corr.logprobs, reference_texts=reference_texts, prune_below=prune_below,
+            device_check=job.gpus_per_node > 0)
+
+    # ---- the run ---------------------------------------------------------------------------
+    def run(self) -> RunSummary:
+        from orchestrator.samplers import make_sampler
+        from orchestrator.search import SearchPolicy
+
+        job = self.job
+        self.report_dir.mkdir(parents=True, exist_ok=True)
+        lock = DriverLock(self.report_dir / "driver.lock")
+        lock.acquire()
+        executor = None
+        try:
+            sampler = make_sampler(job.sampler.name, seed=job.sampler.seed, budget=self.trials or 50,
+                                   space_size=job.space.size(), n_startup_trials=job.sampler.n_startup_trials,
+                                   options=job.sampler.options)
+            study = open_study(job, sampler)
+            baseline = self.backend.normalize(job.space.active({**self.backend.default_config(), **(job.baseline or {})}))
+            self.baseline_key = config_key(baseline)
+            policy = SearchPolicy(study, job.space, self.backend.normalize, baseline=baseline,
+                                  budget=self.trials, remeasure=job.remeasure, seed=job.sampler.seed)
+            executor = self.make_executor()
+            killed = executor.cleanup_orphans(self.registry_dir)
+            if killed:
+                self.say(f"ended {len(killed)} server(s) left behind by a previous driver")
+            self._fail_interrupted(study, policy)
+            if self.trials is not None and policy.budget_used() >= self.trials:
+                self.say(f"budget reached: {policy.budget_used()} of {self.trials} trials already ran")
+                return RunSummary("budget reached", best=self._best_summary(policy))
+            return self._loop(study, policy, executor)
+        finally:
+            if executor is not None and executor is not self._executor_passed_in():
+                executor.shutdown()
+            lock.release()
+
+    def _executor_passed_in(self):
+        return None
+
+    def _fail_interrupted(self, study: optuna.Study, policy) -> None:
+        """Trials a dead driver left RUNNING: FAIL 'interrupted', config re-queued once."""
+        for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            config = frozen.user_attrs.get("config") or dict(frozen.params)
+            attrs = TrialResult.failed(config, "interrupted",
+                                       "the driver died while this trial ran; its config is re-queued").to_attrs()
+            for key, value in attrs.items():
+                study._storage.set_trial_user_attr(frozen._trial_id, key, value)
+            study._storage.set_trial_user_attr(frozen._trial_id, "counted", False)
+            study.tell(frozen.number, state=optuna.trial.TrialState.FAIL)
+            policy.requeue(config)
+            self.say(f"trial {frozen.number} was left running by a dead driver: marked interrupted, re-queued")
+
+    def _golden(self, study: optuna.Study) -> correctness.Golden | None:
+        corr = self.job.correctness
+        if not corr.enabled:
+            return None
+        data = study.user_attrs.get(GOLDEN_ATTR)
+        if data:
+            return correctness.Golden.from_dict(data)
+        if isinstance(corr.reference, str) and corr.reference != "baseline":
+            golden = correctness.Golden.from_file(corr.reference)
+            study.set_user_attr(GOLDEN_ATTR, golden.to_dict())
+            return golden
+        return None
+
+    def _loop(self, study: optuna.Study, policy, executor: Executor) -> RunSummary:
+        job = self.job
+        deadline = self.t_start + self.timeout_s if self.timeout_s else None
+        golden = self._golden(study)
+        in_flight: dict[int, Any] = {}  # ticket -> (proposal, is_reference)
+        summary = RunSummary("budget reached")
+        with _Signals() as signals:
+            while True:
+                stop_starting = signals.count > 0 or (deadline is not None and time.monotonic() >= deadline)
+                if signals.count > 1 and in_flight:
+                    executor.cancel_all()
+                # start trials while there are free slots
+                while not stop_starting and len(in_flight) < executor.slots:
+                    need_reference = job.correctness.enabled and golden is None
+                    if need_reference and in_flight:
+                        break  # the reference runs alone: every later trial is compared with it
+                    proposal = policy.next()
+                    if proposal is None:
+                        summary.reason = "space exhausted" if policy.exhausted else "budget reached"
+                        break
+                    if proposal.cached is not None:
+                        policy.record(proposal, proposal.cached, counted=False)
+                        self.say(f"trial {proposal.trial.number}: config already measured "
+                                 f"(trial {proposal.cached_from}), answered from the study")
+                        continue
+                    is_baseline = proposal.key == self.baseline_key
+                    if is_baseline:
+                        proposal.trial.set_user_attr("is_baseline", True)
+                    prune = None
+                    if job.pruning.enabled and not is_baseline and not need_reference:
+                        prune = policy.prune_threshold(job.pruning.min_ratio)
+                    spec = self.spec_for(proposal.trial.number, proposal.config,
+                                         None if need_reference else (golden.texts if golden else None), prune)
+                    if need_reference:
+                        spec.check_prompts = list(job.correctness.prompts)
+                        proposal.trial.set_user_attr("is_reference", True)
+                    ticket = executor.submit(spec)
+                    in_flight[ticket] = (proposal, need_reference)
+                    summary.launched += 1
+                    self._progress_start(policy, proposal, len(in_flight))
+                    if need_reference:
+                        break
+                if not in_flight:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        summary.reason = "timeout"
+                    if signals.count:
+                        summary.reason = "stopped by signal"
+                    break
+                for ticket, result in executor.wait(0.5):
+                    proposal, is_reference = in_flight.pop(ticket)
+                    if signals.count > 1 and result.outcome == FAIL:
+                        result = TrialResult.failed(result.config, "interrupted", "killed by the user (second signal)",
+                                                    metrics=result.metrics, timing=result.timing, node=result.node,
+                                                    log_tail=result.log_tail, started_at=result.started_at,
+                                                    ended_at=result.ended_at)
+                    result, golden = self._gate(study, result, is_reference, golden)
+                    policy.record(proposal, result)
+                    if result.outcome == FAIL and result.failure_kind in NOT_THE_CONFIGS_FAULT:
+                        policy.requeue(result.config)
+                    self._progress_end(policy, proposal, result)
+                    self._breaker(result)
+        summary.best = self._best_summary(policy)
+        self.say(self._final_line(summary, policy))
+        return summary
+
+    def _gate(self, study, result: TrialResult, is_reference: bool, golden):
+        """Apply the correctness gate; turn a mismatch into FAIL wrong-output."""
+        outputs = result.outputs or {}
+        if result.outcome != COMPLETE and result.outcome != PRUNED:
+            return result, golden
+        if is_reference and outputs.get("reference"):
+            new, why = correctness.calibrate(self.job.correctness.prompts, outputs["first"], outputs["second"])
+            if new is None:
+                result.correctness = {"ok": False, "reference": True, "reason": why}
+                result.warnings.append(f"correctness gate not calibrated: {why}")
+                return result, golden
+            study.set_user_attr(GOLDEN_ATTR, new.to_dict())
+            result.correctness = {"ok": True, "reference": True, "tolerance": new.tolerance,
+                                  "self_drift": new.self_drift}
+            return result, new
+        if golden is None or not outputs:
+            return result, golden
+        verdict = correctness.compare(golden, outputs)
+        result.correctness = verdict
+        if not verdict["ok"]:
+            measured = result.value
+            result = TrialResult.failed(result.config, "wrong-output", verdict["reason"], metrics=result.metrics,
+                                        timing=result.timing, started_at=result.started_at, ended_at=result.ended_at,
+                                        node=result.node, nccl=result.nccl, warnings=result.warnings,
+                                        correctness=verdict, server=result.server, log_tail=result.log_tail)
+            result.metrics["decode_tok_s_ignored"] = measured
+        return result, golden
+
+    def _breaker(self, result: TrialResult) -> None:
+        if result.metrics.get("gpus_usable") is False:
+            raise CircuitOpen("stopping: the GPUs were not usable after a teardown "
+                              f"({'; '.join(result.warnings[-1:])}); check nvidia-smi for stuck processes "
+                              "and the kernel log (dmesg) for Xid errors, then `ncclsweep run` resumes")
+        if result.outcome == FAIL and result.failure_kind not in NOT_THE_CONFIGS_FAULT:
+            self.consecutive_failures += 1
+        elif result.outcome in (COMPLETE, PRUNED):
+            self.consecutive_failures = 0
+        limit = self.job.max_consecutive_failures
+        if limit and self.consecutive_failures >= limit:
+            raise CircuitOpen(
+                f"stopping after {self.consecutive_failures} consecutive failed trials (last: "
+                f"{result.failure_kind}: {result.failure_reason}); look at the trial logs in {self.log_dir} "
+                f"and `ncclsweep status {self.job.path}`; the study resumes with `ncclsweep run`")
+
+    # ---- progress -------------------------------------------------------------------------
+    def _elapsed(self) -> str:
+        return _fmt_s(time.monotonic() - self.t_start)
+
+    def _progress_start(self, policy, proposal, running: int) -> None:
+        used = policy.budget_used() + running
+        total = f"/{self.trials}" if self.trials else ""
+        params = " ".join(f"{k}={v}" for k, v in proposal.config.items())
+        remaining = ""
+        if self.timeout_s:
+            remaining = f", {_fmt_s(max(0.0, self.timeout_s - (time.monotonic() - self.t_start)))} left"
+        self.say(f"[trial {used}{total}] starting #{proposal.trial.number}: {params or '(defaults)'} "
+                 f"(elapsed {self._elapsed()}{remaining})")
+
+    def _progress_end(self, policy, proposal, result: TrialResult) -> None:
+        base = policy.baseline_value() if hasattr(policy, "baseline_value") else None
+        if result.outcome == COMPLETE:
+            ratio = f" ({result.value / base:.2f}x baseline)" if base else ""
+            what = f"{result.value:.1f} tok/s{ratio}"
+        elif result.outcome == PRUNED:
+            what = f"pruned after the first repeat ({result.value:.1f} tok/s)"
+        else:
+            what = f"FAIL {result.failure_kind}: {result.failure_reason}"
+        best = policy.best()
+        best_s = ""
+        if best is not None:
+            ratio = f" = {best.value / base:.2f}x baseline" if base else ""
+            best_s = f" | best #{best.number} {best.value:.1f} tok/s{ratio}"
+        self.say(f"  #{proposal.trial.number} -> {what}{best_s} (elapsed {self._elapsed()})")
+
+    def _best_summary(self, policy) -> dict[str, Any] | None:
+        best = policy.best()
+        if best is None:
+            return None
+        base = policy.baseline_value() if hasattr(policy, "baseline_value") else None
+        return {"number": best.number, "value": best.value, "config": best.user_attrs.get("config"),
+                "vs_baseline": (best.value / base) if base else None}
+
+    def _final_line(self, summary: RunSummary, policy) -> str:
+        best = summary.best
+        head = f"{summary.reason}: {policy.budget_used()} trials counted, {summary.launched} launched this run"
+        if not best:
+            return head + "; no completed trial yet"
+        ratio = f" ({best['vs_baseline']:.2f}x baseline)" if best.get("vs_baseline") else ""
+        params = " ".join(f"{k}={v}" for k, v in (best["config"] or {}).items())
+        return f"{head}; best #{best['number']}: {best['value']:.1f} tok/s{ratio} with {params}"
+
+
+def _fmt_s(seconds: float) -> str:
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")

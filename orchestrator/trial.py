@@ -1,0 +1,238 @@
+"""One trial's whole lifecycle, in one place: launch, ready, warm-up, benchmark,
+correctness outputs, NCCL verification, teardown.
+
+``run_trial(spec)`` never raises for anything the server does: every outcome becomes a
+``TrialResult`` (COMPLETE, FAIL with a kind from the closed list, or PRUNED). It runs
+inside a Ray actor on the node that owns the GPUs, or in-process for ``bench``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from orchestrator import bench, nccl
+from orchestrator.backends import get_backend_class
+from orchestrator.records import COMPLETE, PRUNED, Config, TrialResult
+from orchestrator.server import ReadyTimeout, ServerExited, ServerProcess, ServerRegistry, free_port
+
+# Timed trials keep NCCL's start-up lines only: cheap, and enough to verify settings.
+NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
+
+
+@dataclass
+class TrialSpec:
+    """Everything an actor needs to run one trial (picklable, no job object)."""
+
+    number: int
+    config: Config
+    backend_kind: str
+    backend_settings: dict[str, Any]
+    log_dir: str
+    registry_dir: str
+    prompt: str
+    output_tokens: int = 64
+    warmup: int = 1
+    repeats: int = 3
+    max_repeats: int | None = None
+    target_rel_ci: float | None = None
+    startup_timeout_s: float = 300.0
+    bench_timeout_s: float = 120.0
+    teardown_grace_s: float = 10.0
+    env: dict[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    # correctness: prompts to answer greedily, the reference texts to score (None: this
+    # trial *is* the reference and captures twice for calibration)
+    check_prompts: list[str] = field(default_factory=list)
+    check_tokens: int = 32
+    check_logprobs: bool = True
+    reference_texts: list[str] | None = None
+    prune_below: float | None = None
+    device_check: bool = False
+    job_file: str | None = None
+
+
+def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
+              on_server: Callable[[ServerProcess | None], None] | None = None) -> TrialResult:
+    """Run one trial; ``cancel`` set from another thread ends it as interrupted."""
+    cancel = cancel or threading.Event()
+    started = time.time()
+    timing: dict[str, float] = {}
+    node = node_info()
+    backend = get_backend_class(spec.backend_kind)(spec.backend_settings, spec.job_file)
+    log_path = Path(spec.log_dir) / f"trial-{spec.number:04d}.log"
+    proc, launch, env = prepare_server(backend, spec.config, spec.host, spec.env, log_path, spec.registry_dir)
+    port = launch.port
+    common = dict(started_at=started, node=node, timing=timing)
+
+    def finish(result: TrialResult) -> TrialResult:
+        timing["teardown_s"] = proc.stop(spec.teardown_grace_s)
+        if on_server:
+            on_server(None)
+        log_text = _read(log_path)
+        result.log_tail = _tail(log_text, 60)
+        result.nccl = nccl.parse_log(log_text)
+        requested = {k: v for k, v in env.items() if k.startswith("NCCL_") and not k.startswith("NCCL_DEBUG")}
+        if result.nccl.get("version") or (node.get("gpus") and backend.gpus_per_trial(spec.config) > 1):
+            # NCCL ran (or should have): did it take what was asked? (gloo on CPU has no NCCL)
+            result.warnings.extend(nccl.verify_applied(requested, result.nccl))
+        result.server.update(argv=launch.argv, env=env, port=port, log=str(log_path))
+        if spec.device_check:
+            ok, why = gpus_usable()
+            result.metrics["gpus_usable"] = ok
+            if not ok:
+                result.warnings.append(f"GPUs not usable after teardown: {why}")
+        result.ended_at = time.time()
+        timing["total_s"] = result.ended_at - started
+        return result
+
+    def failed(kind: str, reason: str) -> TrialResult:
+        if kind in ("start-crash", "bench-error") and nccl.classify_failure(_read(log_path)) == "nccl-invalid":
+            kind, reason = "nccl-invalid", f"NCCL refused a setting: {reason}"
+        return finish(TrialResult.failed(spec.config, kind, reason, **common))
+
+    try:
+        t0 = time.monotonic()
+        record = proc.start()
+        if on_server:
+            on_server(proc)
+        from dataclasses import asdict
+
+        server_info = asdict(record)
+        try:
+            proc.wait_ready(spec.startup_timeout_s)
+        except ServerExited as exc:
+            if cancel.is_set():
+                return failed("interrupted", "stopped by the user during start-up")
+            return failed("start-crash", f"server exited with code {exc.returncode} before it was ready")
+        except ReadyTimeout:
+            if cancel.is_set():
+                return failed("interrupted", "stopped by the user during start-up")
+            return failed("start-timeout", f"not ready after {spec.startup_timeout_s:.0f}s (health never answered 200)")
+        timing["launch_s"] = time.monotonic() - t0
+        if cancel.is_set():
+            return failed("interrupted", "stopped by the user")
+
+        # warm-up + timed repeats; a first repeat below the prune threshold ends it
+        t0 = time.monotonic()
+        decode = bench.measure_decode(launch.base_url, launch.model_name, spec.prompt, spec.output_tokens,
+                                      warmup=spec.warmup, repeats=spec.repeats, max_repeats=spec.max_repeats,
+                                      target_rel_ci=spec.target_rel_ci, timeout_s=spec.bench_timeout_s,
+                                      deadline=time.monotonic() + spec.bench_timeout_s, prune_below=spec.prune_below)
+        if not decode.ok:
+            if cancel.is_set():
+                return failed("interrupted", "stopped by the user during the benchmark")
+            return _bench_failure(failed, proc, decode)
+        pruned = decode.pruned
+        timing["warmup_s"] = decode.warmup_s
+        timing["bench_s"] = decode.bench_s
+        metrics = decode.to_metrics()
+        warnings = list(decode.warnings)
+
+        # correctness outputs (compared by the driver against the golden reference)
+        t0 = time.monotonic()
+        outputs: dict[str, Any] = {}
+        if spec.check_prompts and not pruned:
+            outputs = capture_outputs(launch.base_url, launch.model_name, spec, spec.reference_texts)
+            if outputs.get("error"):
+                return _bench_failure(failed, proc, None, outputs["error"])
+            if spec.reference_texts is None:  # this is the reference: capture twice to calibrate
+                second = capture_outputs(launch.base_url, launch.model_name, spec, outputs["texts"])
+                if second.get("error"):
+                    return _bench_failure(failed, proc, None, second["error"])
+                outputs = {"reference": True, "first": outputs, "second": second}
+        timing["check_s"] = time.monotonic() - t0
+        outcome = PRUNED if pruned else COMPLETE
+        if pruned:
+            metrics["pruned_below"] = spec.prune_below
+        result = TrialResult(outcome=outcome, config=spec.config, value=metrics["decode_tok_s"], metrics=metrics,
+                             outputs=outputs, server=server_info, warnings=warnings, **common)
+        return finish(result)
+    except Exception as exc:  # noqa: BLE001 - a trial never takes the actor down
+        return failed("bench-error", f"{type(exc).__name__}: {exc}")
+
+
+def _bench_failure(failed, proc: ServerProcess, decode, error: str | None = None) -> TrialResult:
+    error = error or (decode.error if decode is not None else "benchmark failed")
+    if not proc.alive():
+        return failed("bench-error", f"server died during the benchmark ({error})")
+    if decode is not None and decode.timed_out:
+        return failed("bench-timeout", f"benchmark did not finish: {error}")
+    return failed("bench-error", error)
+
+
+def prepare_server(backend, config: Config, host: str, job_env: dict[str, str], log_path: Path,
+                   registry_dir: str) -> tuple[ServerProcess, Any, dict[str, str]]:
+    """A not-yet-started server for a config: free port, env (NCCL start-up logging on), log file."""
+    launch = backend.launch_spec(config, host, free_port(host))
+    env = {**NCCL_DEBUG_ENV, **job_env, **launch.env}
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    proc = ServerProcess(launch, log_path, registry=ServerRegistry(Path(registry_dir)), base_env={**os.environ, **env})
+    return proc, launch, env
+
+
+def capture_outputs(base_url: str, model: str, spec: TrialSpec, score_texts: list[str] | None) -> dict[str, Any]:
+    """Greedy texts for the check prompts, and log-probabilities of ``score_texts``."""
+    got = bench.greedy_outputs(base_url, model, spec.check_prompts, spec.check_tokens, spec.bench_timeout_s)
+    if any(not g.get("ok", True) for g in got):
+        bad = next(g for g in got if not g.get("ok", True))
+        return {"error": f"correctness request failed: {bad.get('error')}"}
+    out: dict[str, Any] = {"texts": [g["text"] for g in got]}
+    if spec.check_logprobs:  # the reference scores its own text; a trial scores the reference's
+        texts = out["texts"] if score_texts is None else score_texts
+        out["logprobs"] = [bench.score_continuation(base_url, model, p, t, spec.bench_timeout_s)
+                           for p, t in zip(spec.check_prompts, texts)]
+    return out
+
+
+def node_info() -> dict[str, Any]:
+    """Which node and GPUs this trial ran on (Ray node id when inside Ray)."""
+    info: dict[str, Any] = {"hostname": socket.gethostname(),
+                            "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+    try:
+        import ray
+
+        if ray.is_initialized():
+            info["node_id"] = ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - outside Ray there is no node id
+        pass
+    if info["gpus"]:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10)
+            names = [n.strip() for n in out.stdout.splitlines() if n.strip()]
+            info["gpu_model"] = names[0] if names else None
+        except (OSError, subprocess.SubprocessError):
+            info["gpu_model"] = None
+    return info
+
+
+def gpus_usable(timeout_s: float = 60.0) -> tuple[bool, str]:
+    """A quick device check after teardown: can a fresh process still use the GPUs?"""
+    code = "import torch; n=torch.cuda.device_count(); [torch.ones(1, device=f'cuda:{i}').sum().item() for i in range(n)]; print(n)"
+    import sys
+
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False, f"a CUDA smoke test hung for {timeout_s:.0f}s"
+    if out.returncode != 0:
+        return False, (out.stderr.strip().splitlines() or ["CUDA smoke test failed"])[-1]
+    return True, f"{out.stdout.strip()} GPU(s) answered"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _tail(text: str, lines: int) -> str:
+    return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,52 @@
+"""The reference-server backend: argv/env it emits and the configs it refuses."""
+
+import pytest
+
+from orchestrator.backends.refserver import RefServerBackend
+from orchestrator.errors import BadInput, ConfigRejected
+
+
+def test_launch_spec_carries_tp_flags_and_nccl_env():
+    backend = RefServerBackend({"model": "tiny", "device": "cpu"})
+    spec = backend.launch_spec({"tp_size": 2, "backend.threads": 1, "env.NCCL_PROTO": "LL"}, "127.0.0.1", 8123)
+    assert spec.argv[1:3] == ["-m", "orchestrator.refserver"]
+    assert spec.argv[spec.argv.index("--tp") + 1] == "2"
+    assert spec.argv[spec.argv.index("--threads") + 1] == "1"
+    assert spec.argv[spec.argv.index("--port") + 1] == "8123"
+    assert spec.env == {"NCCL_PROTO": "LL"}
+    assert spec.base_url == "http://127.0.0.1:8123" and spec.health_path == "/health"
+    assert "NCCL_PROTO=LL" in spec.shell_line()
+
+
+def test_graph_capture_is_refused_on_cpu_and_accepted_on_cuda():
+    with pytest.raises(ConfigRejected, match="graph_capture"):
+        RefServerBackend({"device": "cpu"}).check_config({"graph_capture": True})
+    gpu = RefServerBackend({"model": "1b", "device": "cuda"})
+    gpu.check_config({"graph_capture": True, "capture_sizes": "1,2,4"})
+    argv = gpu.launch_spec({"graph_capture": True, "capture_sizes": "1,2,4"}, "127.0.0.1", 1).argv
+    assert "--graph-capture" in argv and argv[argv.index("--capture-sizes") + 1] == "1,2,4"
+
+
+def test_tp_that_does_not_divide_heads_is_refused():
+    with pytest.raises(ConfigRejected, match="tp_size=3"):
+        RefServerBackend({"model": "tiny"}).check_config({"tp_size": 3})
+
+
+def test_unknown_setting_and_preset_are_bad_input_with_key_path():
+    with pytest.raises(BadInput, match=r"backend\.settings\.modle.*did you mean 'model'"):
+        RefServerBackend({"modle": "tiny"})
+    with pytest.raises(BadInput, match=r"backend\.settings\.model.*allowed: tiny"):
+        RefServerBackend({"model": "70b"})
+
+
+def test_normalize_drops_what_cannot_matter_and_case_folds_nccl():
+    backend = RefServerBackend({"model": "tiny"})
+    assert "env.NCCL_PROTO" not in backend.normalize({"tp_size": 1, "env.NCCL_PROTO": "LL"})
+    norm = backend.normalize({"tp_size": 2, "env.NCCL_PROTO": "ll", "capture_sizes": "1,2"})
+    assert norm["env.NCCL_PROTO"] == "LL" and "capture_sizes" not in norm
+
+
+def test_model_facts_give_the_ceiling_inputs():
+    facts = RefServerBackend({"model": "8b", "device": "cuda"}).model_facts()
+    assert facts["allreduces_per_step"] == 2 * facts["layers"]
+    assert 14e9 < facts["bytes_per_token"] < 18e9  # ~8B params in bf16

@@ -1,0 +1,254 @@
+"""A small OpenAI-compatible completions server for the tests of server.py and bench.py.
+
+It stands in ONLY where a real inference server is not needed: testing the HTTP
+client, the streaming parser, timing arithmetic and process handling. It does no
+inference; its "model" emits deterministic words derived from the prompt, at a
+configurable per-token delay, in the chunk shape vLLM streams::
+
+    data: {"id":..., "object":"text_completion", "choices":[{"index":0, "text":" w12",
+           "logprobs":null, "finish_reason":null, "stop_reason":null}], "usage":null}
+    ...  (the last token carries finish_reason "length")
+    data: {"id":..., "choices":[], "usage":{"prompt_tokens":P, "completion_tokens":N, ...}}
+    data: [DONE]
+
+over HTTP/1.1 chunked transfer encoding. Tokens are scheduled at absolute times
+(first token + i * delay), so a client measures the configured rate.
+
+Endpoints: ``GET /health`` (503 until ``--ready-after`` seconds passed, then 200),
+``GET /v1/models``, ``POST /v1/completions`` (stream or not; ``ignore_eos``; ``echo``
+with ``logprobs`` returning ``tokens``/``token_logprobs``/``text_offset`` like vLLM;
+``return_token_ids``). An unknown model gets vLLM's 404 error body.
+
+Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
+``--ready-after S``, ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
+logprobs answered with 400, like a server that does not support them).
+
+Per-request behaviours, from an optional ``"fake"`` object in the request body (test
+knobs, ignored by real servers' clients): ``token_delay`` (s), ``ttft_delay`` (s),
+``hang_after`` (stop streaming after N tokens and keep the connection open),
+``drop_after`` (end the stream cleanly after N tokens, without ``[DONE]``),
+``malformed_after`` (send a broken ``data:`` line after N tokens), ``bos`` (prepend a
+"<s>" token to echoed prompts, as tokenizers with a BOS token do).
+
+    python tests/fake_openai_server.py --port 8000 --token-delay 0.01
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_TOKEN_RE = re.compile(r"\s*\S+|\s+")
+
+
+def tokenize(text: str) -> list[str]:
+    return _TOKEN_RE.findall(text)
+
+
+def _h(*parts: object) -> int:
+    return int.from_bytes(hashlib.sha1("\x00".join(map(str, parts)).encode()).digest()[:4], "big")
+
+
+def generate(prompt: str, n: int) -> list[tuple[str, int]]:
+    """Deterministic (text, token id) pairs for a prompt: the fake 'greedy' output."""
+    return [(f" w{_h(prompt, i) % 1000}", _h(prompt, i) % 32000) for i in range(n)]
+
+
+def logprob(prev: str, tok: str) -> float:
+    return -round((_h(prev, tok) % 1000) / 200.0, 4)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "fake-openai/1"
+
+    def log_message(self, fmt: str, *args: object) -> None:  # quiet; errors still go to stderr
+        pass
+
+    # ---- helpers ----------------------------------------------------------------------
+    def _json(self, status: int, obj: object) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _event(self, obj: object) -> None:
+        payload = obj if isinstance(obj, str) else json.dumps(obj)
+        self._chunk(f"data: {payload}\n\n".encode())
+
+    def _ready(self) -> bool:
+        return time.monotonic() >= self.server.ready_at  # type: ignore[attr-defined]
+
+    # ---- endpoints --------------------------------------------------------------------
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path == "/health":
+            self._json(200 if self._ready() else 503, {} if self._ready() else {"status": "loading"})
+        elif self.path == "/v1/models":
+            self._json(200, {"object": "list", "data": [{"id": self.server.model, "object": "model"}]})  # type: ignore[attr-defined]
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            self._json(400, {"error": {"message": "invalid JSON body", "type": "BadRequestError", "code": 400}})
+            return
+        if self.path != "/v1/completions":
+            self._json(404, {"detail": "Not Found"})
+            return
+        if not self._ready():
+            self._json(503, {"error": {"message": "server is starting", "code": 503}})
+            return
+        model = body.get("model")
+        if model != self.server.model:  # type: ignore[attr-defined]
+            self._json(404, {"error": {"message": f"The model `{model}` does not exist.",
+                                       "type": "NotFoundError", "code": 404}})
+            return
+        if (body.get("echo") or body.get("logprobs") is not None) and self.server.no_logprobs:  # type: ignore[attr-defined]
+            self._json(400, {"error": {"message": "echo/logprobs not supported", "code": 400}})
+            return
+        try:
+            if body.get("stream"):
+                self._stream(body)
+            else:
+                self._complete(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _n_tokens(self, body: dict) -> int:
+        n = int(body.get("max_tokens") or 16)
+        if not body.get("ignore_eos", False):
+            n = min(n, 8)  # the fake model "emits EOS" after 8 tokens
+        return n
+
+    def _complete(self, body: dict) -> None:
+        prompt = str(body.get("prompt", ""))
+        n = self._n_tokens(body)
+        gen = generate(prompt, n)
+        text = "".join(t for t, _ in gen)
+        choice: dict = {"index": 0, "text": text, "logprobs": None,
+                        "finish_reason": "length" if n == body.get("max_tokens") else "stop"}
+        if body.get("return_token_ids"):
+            choice["token_ids"] = [i for _, i in gen]
+        if body.get("logprobs") is not None:
+            toks = [t for t, _ in gen]
+            offsets, pos = [], 0
+            base = len(prompt) if body.get("echo") else 0
+            if body.get("echo"):
+                ptoks = tokenize(prompt)
+                if (body.get("fake") or {}).get("bos"):
+                    ptoks = ["<s>", *ptoks]
+                toks = ptoks + toks
+                base = 0
+            pos = base
+            for t in toks:
+                offsets.append(pos)
+                pos += len(t)
+            lps = [None if (i == 0 and body.get("echo")) else logprob(toks[i - 1] if i else "", t)
+                   for i, t in enumerate(toks)]
+            choice["logprobs"] = {"tokens": toks, "token_logprobs": lps, "text_offset": offsets,
+                                  "top_logprobs": [None if lp is None else {t: lp} for t, lp in zip(toks, lps)]}
+            if body.get("echo"):
+                choice["text"] = prompt + text
+        elif body.get("echo"):
+            choice["text"] = prompt + text
+        ptok = len(tokenize(prompt))
+        self._json(200, {"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()),
+                         "model": body["model"], "choices": [choice],
+                         "usage": {"prompt_tokens": ptok, "completion_tokens": n, "total_tokens": ptok + n}})
+
+    def _stream(self, body: dict) -> None:
+        fake = body.get("fake") or {}
+        delay = float(fake.get("token_delay", self.server.token_delay))  # type: ignore[attr-defined]
+        ttft = float(fake.get("ttft_delay", 0.0))
+        hang_after = fake.get("hang_after")
+        drop_after = fake.get("drop_after")
+        malformed_after = fake.get("malformed_after")
+        prompt = str(body.get("prompt", ""))
+        n = self._n_tokens(body)
+        gen = generate(prompt, n)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        base = {"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()), "model": body["model"]}
+        t_first = time.monotonic() + ttft
+        for i, (text, tok_id) in enumerate(gen):
+            if hang_after is not None and i >= int(hang_after):
+                time.sleep(3600)  # keep the connection open, send nothing
+            if drop_after is not None and i >= int(drop_after):
+                self._chunk(b"")  # clean end of the HTTP body, but no [DONE]
+                return
+            if malformed_after is not None and i >= int(malformed_after):
+                self._chunk(b'data: {"choices": [\n\n')
+                self._chunk(b"data: [DONE]\n\n")
+                self._chunk(b"")
+                return
+            wait = t_first + i * delay - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            last = i == n - 1
+            choice = {"index": 0, "text": text, "logprobs": None,
+                      "finish_reason": ("length" if n == body.get("max_tokens") else "stop") if last else None,
+                      "stop_reason": None}
+            if body.get("return_token_ids"):
+                choice["token_ids"] = [tok_id]
+            self._event({**base, "choices": [choice], "usage": None})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            ptok = len(tokenize(prompt))
+            self._event({**base, "choices": [],
+                         "usage": {"prompt_tokens": ptok, "completion_tokens": n, "total_tokens": ptok + n}})
+        self._event("[DONE]")
+        self._chunk(b"")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--model", default="fake")
+    p.add_argument("--token-delay", type=float, default=0.01)
+    p.add_argument("--ready-after", type=float, default=0.0)
+    p.add_argument("--crash-on-start", type=int, default=None, metavar="CODE")
+    p.add_argument("--ignore-term", action="store_true")
+    p.add_argument("--no-logprobs", action="store_true")
+    a = p.parse_args(argv)
+    if a.crash_on_start is not None:
+        print("fake server: crashing on start as asked", file=sys.stderr, flush=True)
+        return a.crash_on_start
+    if a.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    httpd = ThreadingHTTPServer((a.host, a.port), Handler)
+    httpd.daemon_threads = True
+    httpd.model = a.model  # type: ignore[attr-defined]
+    httpd.token_delay = a.token_delay  # type: ignore[attr-defined]
+    httpd.no_logprobs = a.no_logprobs  # type: ignore[attr-defined]
+    httpd.ready_at = time.monotonic() + a.ready_after  # type: ignore[attr-defined]
+    print(f"fake server listening on {a.host}:{a.port}", flush=True)
+    threading.current_thread().name = "fake-openai"
+    try:
+        httpd.serve_forever(poll_interval=0.1)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

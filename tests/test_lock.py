@@ -1,0 +1,40 @@
+"""One driver per study: refuse a live owner, take over from a dead one."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from orchestrator.errors import StudyLocked
+from orchestrator.lock import DriverLock
+
+
+def test_second_driver_is_refused_while_the_first_lives(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys,time; from orchestrator.lock import DriverLock; "
+        f"l=DriverLock(__import__('pathlib').Path({str(tmp_path / 'driver.lock')!r})); l.acquire(); "
+        "print('locked', flush=True); time.sleep(60)")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(StudyLocked, match=f"pid {holder.pid}"):
+            DriverLock(tmp_path / "driver.lock").acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    # owner dead now: the lock is taken over
+    lock = DriverLock(tmp_path / "driver.lock")
+    lock.acquire()
+    assert json.loads((tmp_path / "driver.lock").read_text())["pid"] != holder.pid
+    lock.release()
+    assert not (tmp_path / "driver.lock").exists()
+
+
+def test_a_reused_pid_with_another_start_time_is_not_an_owner(tmp_path):
+    import os
+    import socket
+
+    (tmp_path / "driver.lock").write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                                                       "start_time": 1.0}))
+    with DriverLock(tmp_path / "driver.lock"):
+        pass

@@ -1,0 +1,162 @@
+"""report: every file from a real journal study, the content that answers the morning questions,
+and (with Chromium installed) a screenshot that shows the plots."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+
+from orchestrator import history
+from orchestrator.report import write_report
+
+_HERE = Path(__file__).parent
+_spec = importlib.util.spec_from_file_location("_history_fixture", _HERE / "test_history.py")
+fx = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fx)
+
+EXPECTED = {"trials.csv", "history.png", "params.png", "importance.png", "timeline.png", "report.md", "report.html"}
+COMPARE = {
+    "concurrency": [1, 2, 10, 64], "baseline_trial": 0, "best_trial": 2,
+    "baseline": {"1": 20.0, "2": 38.2, "10": 154.0, "64": 292.9},
+    "best": {"1": 42.7, "2": 71.5, "10": 128.7, "64": 303.7},
+    "baseline_samples": {"1": [19.8, 20.2], "2": [38.0, 38.4], "10": [150.0, 158.0], "64": [290.0, 295.0]},
+    "best_samples": {"1": [42.5, 42.9], "2": [71.0, 72.0], "10": [128.0, 129.4], "64": [300.0, 307.0]},
+    "rounds": [], "failures": [],
+    "constraints": [{"concurrency": 10, "min_ratio": 0.9, "ratio": 0.84, "ok": False, "measured": True}],
+}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    job, _study = fx.build_study(tmp_path_factory.mktemp("report"))
+    job.report_dir.mkdir(parents=True, exist_ok=True)
+    (job.report_dir / "compare.json").write_text(json.dumps(COMPARE))
+    paths = write_report(job, bandwidth_bytes_s=50e9, allreduce_latency_s=20e-6)  # loads the study from storage
+    return job, paths
+
+
+def _section(md: str, title: str) -> str:
+    m = re.search(rf"^## {re.escape(title)}.*?(?=^## |\Z)", md, re.S | re.M)
+    assert m, title
+    return m.group(0)
+
+
+def test_all_files_written(report):
+    job, paths = report
+    assert {p.name for p in paths} == EXPECTED
+    for p in paths:
+        assert p.parent == job.report_dir and p.stat().st_size > 0
+        if p.suffix == ".png":
+            assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_csv_one_row_per_trial(report):
+    job, _ = report
+    df = pd.read_csv(job.report_dir / "trials.csv")
+    assert len(df) == 13 and list(df["number"]) == list(range(13))
+    for col in ("state", "value", "spread", "failure_kind", "failure_reason", "node", "started_at", "ended_at",
+                "cached_from", "counted", "param.tp_size", "param.env.NCCL_PROTO", "param.graph_capture",
+                "metric.decode_tok_s", "metric.cv", "metric.rel_ci", "metric.decode_samples", "timing.launch_s",
+                "timing.total_s", "warnings"):
+        assert col in df.columns, col
+    row3 = df[df["number"] == 3].iloc[0]
+    assert row3["state"] == "FAIL" and row3["failure_kind"] == "wrong-output" and pd.isna(row3["value"])
+    assert df[df["number"] == 2].iloc[0]["param.env.NCCL_PROTO"] == "LL"
+    assert df[df["number"] == 2].iloc[0]["metric.decode_samples"].count(";") == 2
+    assert list(df["state"]).count("COMPLETE") == 7
+
+
+def test_markdown_answers_the_morning_questions(report):
+    job, _ = report
+    md = (job.report_dir / "report.md").read_text()
+    head = _section(md, "Headline")
+    assert "**Best: trial 2, 57.00 tok/s (+-1.0%), 2.85x the baseline**" in head
+    assert "exceeds the noise" in head and "NCCL_PROTO Simple -> LL" in head
+    top = _section(md, "Top")
+    ranked = [int(line.split("|")[2]) for line in top.splitlines() if re.match(r"\| \d+ \|", line)]
+    assert ranked[0] == 2 and 3 not in ranked and 10 not in ranked  # never a failure, never the garbage config
+    fails = _section(md, "Failures")
+    for kind in ("wrong-output: 1", "start-crash: 1", "interrupted: 1", "pruned: 1"):
+        assert kind in fails, kind
+    assert "greedy output differs at char 3" in fails and "server exited with code 1" in fails
+    assert "NCCL_PROTO=LL requested but NCCL used Simple" in _section(md, "NCCL verification")
+    comp = _section(md, "Concurrency comparison")
+    assert "| Concurrency | baseline | best | Improvement |" in comp
+    assert "| 10 | 154.0 tok/s (150.0-158.0, 2 rounds) | 128.7 tok/s (128.0-129.4, 2 rounds) | " \
+           "**0.84x (best is slower)** |" in comp
+    assert "SLOWER than the baseline at concurrency 10 (0.84x)" in comp and "VIOLATED" in comp
+    ceiling = _section(md, "Ceiling")
+    assert "ceiling at TP=2" in ceiling and "8 all-reduces per step x 20.0 us" in ceiling
+    assert re.search(r"best config reaches \d+% of the ceiling", ceiling)
+    node = _section(md, "By node")
+    assert "node nodeB's baseline (15.00 tok/s) differs from nodeA's (20.00 tok/s) beyond noise" in node
+    imp = _section(md, "Which knobs mattered")
+    assert "env.NCCL_PROTO" in imp and "not rated (one value in every completed trial)" in imp
+    assert "optuna-dashboard " in md
+
+
+def test_html_is_self_contained(report):
+    job, _ = report
+    page = (job.report_dir / "report.html").read_text()
+    embedded = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(embedded) == 4
+    files = {(job.report_dir / n).read_bytes() for n in ("history.png", "params.png", "importance.png", "timeline.png")}
+    assert {base64.b64decode(e) for e in embedded} == files
+    assert not re.search(r'(src|href)="(?!data:)', page)  # nothing fetched from elsewhere
+    assert "2.85x the baseline" in page and "<table>" in page
+
+
+def test_storage_still_opens_with_optunas_loader(report):
+    """What optuna-dashboard does with the journal file path: the report must not disturb it."""
+    job, _ = report
+    backend = optuna.storages.journal.JournalFileBackend(str(history.journal_path(job.storage)))
+    study = optuna.load_study(study_name=job.study, storage=optuna.storages.JournalStorage(backend))
+    assert len(study.trials) == 13
+
+
+def test_report_of_a_study_where_everything_failed(tmp_path):
+    job = fx.make_job(tmp_path)
+    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")
+    policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
+    fx.record(study, policy, fx.BASE, fx.failed(fx.BASE, "start-crash", "exit 1"), baseline=True)
+    fx.record(study, policy, fx.BEST, fx.ok(fx.BEST, 50.0, at=60))
+    paths = write_report(job, study=study)
+    assert {p.name for p in paths} == EXPECTED
+    md = (job.report_dir / "report.md").read_text()
+    assert "No ratio: the baseline is FAIL (start-crash: exit 1)" in md
+    assert "needs at least 3 completed trials" in md
+    assert "Not computed: the GPUs' memory bandwidth is unknown" in _section(md, "Ceiling")
+    assert "Concurrency comparison" not in md and "## By node" not in md
+
+
+def test_report_of_an_empty_study(tmp_path):
+    job = fx.make_job(tmp_path)
+    optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")
+    paths = write_report(job)
+    assert {p.name for p in paths} == EXPECTED
+    assert "no trials yet" in (job.report_dir / "report.md").read_text()
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs chromium (apt-get install -y chromium)")
+def test_html_screenshot_shows_the_plots(report, tmp_path):
+    job, _ = report
+    spec = importlib.util.spec_from_file_location("check_report_html", _HERE.parent / "docs" / "check_report_html.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    result = check.check_report_html(job.report_dir / "report.html", tmp_path / "shot.png")
+    assert result["ok"], result
+    assert result["images"] == 4 and result["missing"] == []
+    # the check can fail: the same page with one plot hidden is caught
+    page = (job.report_dir / "report.html").read_text()
+    hidden = tmp_path / "hidden.html"
+    hidden.write_text(page.replace('<img alt="Parameter importance"', '<img style="display:none" alt="Parameter importance"', 1))
+    bad = check.check_report_html(hidden, tmp_path / "hidden.png")
+    assert not bad["ok"] and bad["missing"] == [2]

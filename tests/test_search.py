@@ -1,0 +1,288 @@
+"""SearchPolicy: baseline first, dedup of measured configs, failure memory, budget, exhaustion."""
+
+from __future__ import annotations
+
+import itertools
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from orchestrator.records import COMPLETE, FAIL, PRUNED, TrialResult, config_key
+from orchestrator.search import DEFAULT_PRUNE_RATIO, Proposal, SearchPolicy, early_stop
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+CHOICES = {"tp_size": [1, 2], "env.NCCL_PROTO": ["LL", "Simple", "LL128"], "graph": [False, True]}
+
+
+class TinySpace:
+    """SearchSpace-like: 12 raw combos; LL128 is infeasible; NCCL_* does not matter at TP=1."""
+
+    def suggest(self, trial):
+        return {name: trial.suggest_categorical(name, values) for name, values in CHOICES.items()}
+
+    def active(self, config):
+        return dict(config)
+
+    def feasible(self, config):
+        return "LL128 is not allowed on PCIe" if config.get("env.NCCL_PROTO") == "LL128" else None
+
+    def enumerate(self):
+        return [dict(zip(CHOICES, combo)) for combo in itertools.product(*CHOICES.values())]
+
+    def distributions(self):
+        return {n: optuna.distributions.CategoricalDistribution(v) for n, v in CHOICES.items()}
+
+
+def normalize(config):
+    out = dict(config)
+    if out.get("tp_size") == 1:
+        out.pop("env.NCCL_PROTO", None)
+    if "env.NCCL_PROTO" in out:
+        out["env.NCCL_PROTO"] = out["env.NCCL_PROTO"].lower()
+    return out
+
+
+DISTINCT = 6  # TP=1 x graph (2) + TP=2 x {LL, Simple} x graph (4)
+BASELINE = {"tp_size": 2, "env.NCCL_PROTO": "Simple", "graph": False}
+
+
+def make(study=None, *, baseline=BASELINE, budget=None, seed=0, **kw):
+    study = study or optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=seed))
+    return study, SearchPolicy(study, TinySpace(), normalize, baseline=baseline, budget=budget, seed=seed, **kw)
+
+
+def value_of(config):
+    return 10.0 + 5 * config["tp_size"] + (3.0 if config["graph"] else 0.0) + (
+        1.0 if config.get("env.NCCL_PROTO") == "ll" else 0.0)
+
+
+def ok(proposal, value=None):
+    v = value_of(proposal.config) if value is None else value
+    return TrialResult(outcome=COMPLETE, config=proposal.config, value=v,
+                       metrics={"decode_tok_s": v, "decode_samples": [v, v, v], "repeats": 3})
+
+
+def drive(policy, answer=ok, limit=100):
+    """Run the policy to the end like the driver does; return the launched proposals."""
+    launched = []
+    for _ in range(limit):
+        p = policy.next()
+        if p is None:
+            return launched
+        if p.cached is not None:
+            policy.record(p, p.cached, counted=False)
+            continue
+        launched.append(p)
+        policy.record(p, answer(p))
+    raise AssertionError("policy did not stop")
+
+
+def test_baseline_is_the_first_trial_and_marked():
+    study, policy = make()
+    p = policy.next()
+    assert p.trial.number == 0
+    assert p.config == normalize(BASELINE) and p.role == "baseline"
+    assert p.trial.user_attrs["is_baseline"] is True
+    policy.record(p, ok(p))
+    assert policy.baseline_value() == value_of(p.config)
+
+
+def test_complete_result_stored_as_user_attrs_and_constraint():
+    study, policy = make()
+    p = policy.next()
+    res = ok(p)
+    res.node = {"hostname": "h"}
+    frozen = policy.record(p, res)
+    ua = frozen.user_attrs
+    for name, value in res.to_attrs().items():
+        assert ua[name] == value
+    assert ua["config_key"] == config_key(p.config) == p.key
+    assert ua["counted"] is True and "cached_from" not in ua
+    assert frozen.state == TrialState.COMPLETE and frozen.value == res.value
+    assert frozen.system_attrs["constraints"] == [0.0]
+    assert dict(frozen.constraints) == {"0": 0.0}
+
+
+def test_config_failure_is_infeasible_complete_never_best_and_never_relaunched():
+    study, policy = make()
+    p = policy.next()
+    frozen = policy.record(p, TrialResult.failed(p.config, "start-crash", "exit 1"))
+    assert frozen.state == TrialState.COMPLETE and frozen.value == 0.0
+    assert frozen.system_attrs["constraints"] == [1.0]
+    assert frozen.user_attrs["outcome"] == FAIL and frozen.user_attrs["counted"] is True
+    assert policy.best() is None
+    assert p.key in policy.measured_keys()
+    # the sampler proposes the failed config again: answered from the study, not launched
+    study.enqueue_trial(dict(p.trial.params))
+    again = policy.next()
+    assert again.cached is not None and again.cached.outcome == FAIL
+    assert again.cached_from == p.trial.number and again.key == p.key
+    frozen2 = policy.record(again, again.cached, counted=False)
+    assert frozen2.user_attrs["cached_from"] == p.trial.number and frozen2.user_attrs["counted"] is False
+    assert frozen2.system_attrs["constraints"] == [1.0]
+    assert policy.budget_used() == 1
+
+
+def test_wrong_output_config_is_never_best_even_if_measured_ok_elsewhere():
+    study, first = make()
+    p = first.next()
+    first.record(p, ok(p, 100.0))
+    assert first.best().number == p.trial.number
+    _, policy = make(study, remeasure=True)  # a later run that re-measures
+    study.enqueue_trial(dict(p.trial.params))
+    q = policy.next()  # measured by an earlier run, so launched again
+    assert q.cached is None and q.key == p.key
+    policy.record(q, TrialResult.failed(q.config, "wrong-output", "tokens differ"))
+    assert policy.best() is None
+    assert policy.prune_threshold(0.9) is None
+
+
+def test_interrupted_is_optuna_fail_uncounted_and_requeued_once():
+    study, policy = make()
+    p = policy.next()
+    frozen = policy.record(p, TrialResult.failed(p.config, "interrupted", "driver killed"))
+    assert frozen.state == TrialState.FAIL
+    assert frozen.user_attrs["counted"] is False and frozen.user_attrs["outcome"] == FAIL
+    assert p.key not in policy.measured_keys() and policy.budget_used() == 0
+    assert policy.requeue(p.config) is True  # a normalized config works (values case-folded)
+    assert policy.requeue(p) is False  # at most once
+    again = policy.next()
+    assert again.key == p.key and again.cached is None and again.role == "requeue"
+    policy.record(again, ok(again))
+    assert policy.budget_used() == 1
+
+
+def test_pruned_reports_intermediate_first():
+    study, policy = make()
+    p = policy.next()
+    policy.record(p, ok(p, 50.0))
+    q = policy.next()
+    res = TrialResult(outcome=PRUNED, config=q.config, value=20.0,
+                      metrics={"intermediate": 20.0, "decode_samples": [20.0], "repeats": 1})
+    frozen = policy.record(q, res)
+    assert frozen.state == TrialState.PRUNED and frozen.intermediate_values == {1: 20.0}
+    assert frozen.user_attrs["counted"] is True and frozen.user_attrs["outcome"] == PRUNED
+    assert q.key in policy.measured_keys()  # clearly worse: not launched again
+    assert policy.best().value == 50.0
+
+
+def test_early_stop_rule_and_threshold():
+    study, policy = make()
+    assert policy.prune_threshold() is None
+    p = policy.next()
+    policy.record(p, ok(p, 40.0))
+    assert policy.prune_threshold(0.5) == 20.0
+    assert policy.prune_threshold() == pytest.approx(40.0 * DEFAULT_PRUNE_RATIO)
+    assert early_stop([10.0], 20.0) and not early_stop([30.0], 20.0) and not early_stop([1.0], None)
+
+
+def test_infeasible_proposals_are_pruned_uncounted_with_reason():
+    study, policy = make(baseline=None)
+    study.enqueue_trial({"tp_size": 2, "env.NCCL_PROTO": "LL128", "graph": True})
+    p = policy.next()
+    assert p is not None and p.config.get("env.NCCL_PROTO") != "ll128"
+    skipped = study.trials[0]
+    assert skipped.state == TrialState.PRUNED
+    assert skipped.user_attrs["skipped"] == "infeasible" and skipped.user_attrs["counted"] is False
+    assert "LL128" in skipped.user_attrs["failure_reason"]
+    assert skipped.system_attrs["constraints"] == [1.0]
+
+
+def test_exhausts_the_space_measuring_each_distinct_config_once():
+    study, policy = make()
+    launched = drive(policy)
+    keys = [p.key for p in launched]
+    assert len(keys) == len(set(keys)) == DISTINCT
+    assert policy.exhausted and not policy.budget_reached
+    assert policy.next() is None
+    assert policy.best().user_attrs["config"] == {"tp_size": 2, "env.NCCL_PROTO": "ll", "graph": True}
+
+
+@pytest.mark.parametrize("fill", ["random", "neighbor"])
+def test_dedup_enqueues_an_unmeasured_config(fill):
+    study, policy = make(fill=fill)
+    p = policy.next()
+    policy.record(p, ok(p))
+    study.enqueue_trial(dict(p.trial.params))  # the sampler re-proposes the baseline
+    dup = policy.next()
+    assert dup.cached is not None
+    policy.record(dup, dup.cached, counted=False)
+    nxt = policy.next()
+    assert nxt.cached is None and nxt.key != p.key and nxt.role == "fill"
+    if fill == "neighbor":  # one parameter away from the best (the baseline)
+        assert sum(nxt.raw[k] != p.raw[k] for k in CHOICES) == 1
+
+
+def test_budget_counts_launches_not_cached_answers():
+    study, policy = make(budget=3)
+    p = policy.next()
+    policy.record(p, ok(p))
+    study.enqueue_trial(dict(p.trial.params))
+    dup = policy.next()
+    policy.record(dup, dup.cached, counted=False)
+    drive(policy)
+    assert policy.budget_used() == 3 and policy.budget_reached and not policy.exhausted
+    assert len(policy.counted_trials()) == 3
+    assert policy.next() is None
+
+
+def test_several_in_flight_get_distinct_configs_and_respect_the_budget():
+    study, policy = make(budget=4)
+    flying = [policy.next() for _ in range(4)]
+    assert all(isinstance(p, Proposal) and p.cached is None for p in flying)
+    assert len({p.key for p in flying}) == 4
+    assert policy.next() is None and policy.budget_reached  # 4 in flight fill the budget
+    assert {p.trial.number for p in policy.in_flight()} == {p.trial.number for p in flying}
+    for p in reversed(flying):
+        policy.record(p, ok(p))
+    assert policy.budget_used() == 4 and policy.in_flight() == []
+
+
+def test_resume_continues_without_reenqueueing_baseline_and_recovers_running():
+    study, policy = make(budget=10)
+    p = policy.next()
+    policy.record(p, ok(p))
+    q = policy.next()  # left RUNNING by a driver that "dies" here
+    study2, policy2 = make(study, budget=10)
+    assert [t.number for t in policy2.pending_running()] == [q.trial.number]
+    assert policy2.recover_interrupted() == [q.trial.number]
+    lost = study.trials[q.trial.number]
+    assert lost.state == TrialState.FAIL and lost.user_attrs["failure_kind"] == "interrupted"
+    r = policy2.next()
+    assert r.key == q.key and r.role == "requeue"  # re-queued config comes first
+    policy2.record(r, ok(r))
+    launched = drive(policy2)
+    keys = [p.key, r.key] + [x.key for x in launched]
+    assert len(keys) == len(set(keys)) == DISTINCT
+    assert sum(bool(t.user_attrs.get("is_baseline")) for t in study.trials) == 1
+
+
+def test_measured_baseline_is_not_enqueued_again():
+    study, policy = make()
+    drive(policy)
+    n = len(study.trials)
+    _, policy2 = make(study)
+    assert policy2.next() is None and policy2.exhausted
+    assert len(study.trials) == n
+
+
+def test_tpe_learns_from_failures_and_stops_proposing_them():
+    """With the storage encoding, TPE stays away from a failing region (TP=1 crashes here)."""
+    from orchestrator.samplers import make_sampler
+
+    sampler = make_sampler("tpe", seed=1, budget=40)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    policy = SearchPolicy(study, TinySpace(), normalize, baseline=None, budget=None, seed=1)
+
+    def answer(p):
+        if p.config["tp_size"] == 1:
+            return TrialResult.failed(p.config, "start-crash", "does not fit")
+        return ok(p)
+
+    launched = drive(policy, answer)
+    assert len({p.key for p in launched}) == DISTINCT
+    failed = [t for t in study.trials if t.user_attrs.get("outcome") == FAIL]
+    assert failed and all(t.state == TrialState.COMPLETE and t.constraints["0"] == 1.0 for t in failed)
+    assert policy.best().user_attrs["config"]["tp_size"] == 2

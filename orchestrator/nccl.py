@@ -434,8 +434,10 @@ def _same_value(name: str, requested: str, printed: str) -> bool:
 
 def verify_applied(requested_env: dict[str, Any], parsed: dict[str, Any]) -> list[str]:
     """Warnings for requested NCCL settings that NCCL's log does not show it took: no
-    ``set by environment`` line, a different value, or TUNING per-call choices outside
-    what the requested NCCL_PROTO/NCCL_ALGO allow. Empty when all is confirmed."""
+    ``set by environment`` line, a different value, NCCL's printed enable matrix differing
+    from the requested NCCL_PROTO/NCCL_ALGO, or TUNING per-call choices outside what they
+    allow. Empty when all is confirmed, and when every communicator had one rank (NCCL
+    then reads no tuning variable: nothing requested can matter)."""
     requested = {k: _as_text(v) for k, v in requested_env.items()
                  if k.startswith("NCCL_") and k not in DEBUG_VARS}
     if not requested:
@@ -443,6 +445,8 @@ def verify_applied(requested_env: dict[str, Any], parsed: dict[str, Any]) -> lis
     if not parsed.get("version"):
         return [f"NCCL printed no start-up lines (NCCL_DEBUG=INFO missing, or NCCL never initialised), so "
                 f"{', '.join(sorted(requested))} could not be verified"]
+    if parsed.get("nranks") == 1:
+        return []  # one-rank communicators only: NCCL never reads PROTO/ALGO, nothing can matter
     out = []
     applied = parsed.get("env_applied") or {}
     for name, value in sorted(requested.items()):
@@ -450,7 +454,7 @@ def verify_applied(requested_env: dict[str, Any], parsed: dict[str, Any]) -> lis
             if _SILENT_WHEN.get(name) == value:
                 continue
             out.append(f"requested {name}={value} but NCCL did not report taking it (no '{name} set by "
-                       f"environment' line in the log)")
+                       f"environment' line in the log; NCCL reads some variables only where they apply)")
         elif not _same_value(name, value, str(applied[name])):
             out.append(f"requested {name}={value} but NCCL reports {name}={applied[name]}")
     allowed = {}

@@ -266,7 +266,11 @@ class SearchPolicy:
 
     @property
     def exhausted(self) -> bool:
-        """True when no unmeasured config is left to launch (every enumerated config measured or in flight)."""
+        """True when no unmeasured config is left to launch (every enumerated config measured or in flight).
+
+        For a space that cannot be enumerated: after ``max_consecutive_duplicates`` cached
+        answers in a row, or ``max_asks`` proposals in one ``next()`` that could not run.
+        """
         if self._gave_up:
             return True
         remaining = self._remaining(self._scan())
@@ -285,9 +289,19 @@ class SearchPolicy:
             remaining = self._remaining(st)
             if remaining is not None and not remaining:
                 return None
+            if remaining is None and self._consecutive_dups >= self.max_consecutive_duplicates:
+                self._gave_up = True  # not enumerable, and the sampler keeps proposing measured configs
+                return None
             trial = self.study.ask()
             role = _role_of(trial.user_attrs)
-            raw = self.space.suggest(trial)
+            try:
+                raw = self.space.suggest(trial)
+            except Exception:
+                # e.g. an enqueued value the space no longer allows: do not leave it RUNNING
+                trial.set_user_attr(ATTR_SKIPPED, "suggest-error")
+                trial.set_user_attr(ATTR_COUNTED, False)
+                self.study.tell(trial, state=TrialState.FAIL)
+                raise
             reason = self.space.feasible(raw)
             if reason is not None:
                 self._skip(trial, raw, None, "infeasible", reason, constraint=1.0)
@@ -307,8 +321,6 @@ class SearchPolicy:
             if source is not None:
                 self._enqueue_fill(remaining)
                 self._consecutive_dups += 1
-                if remaining is None and self._consecutive_dups > self.max_consecutive_duplicates:
-                    self._gave_up = True  # the sampler keeps proposing measured configs
                 cached = TrialResult.from_attrs(source.user_attrs)
                 proposal = Proposal(trial, config, key, cached=cached, cached_from=source.number,
                                     raw=dict(raw), role=role)
@@ -318,6 +330,9 @@ class SearchPolicy:
             proposal = Proposal(trial, config, key, raw=dict(raw), role=role)
             if self.baseline_key is not None and key == self.baseline_key:
                 trial.set_user_attr(ATTR_BASELINE, True)
+            # known before the launch, so a trial a dead driver leaves RUNNING can be re-queued
+            trial.set_user_attr(ATTR_KEY, key)
+            trial.set_user_attr("config", config)
             self._in_flight[trial.number] = proposal
             return proposal
         self._gave_up = True  # every ask was infeasible or a duplicate

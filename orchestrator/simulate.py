@@ -57,8 +57,6 @@ from orchestrator.search import DEFAULT_FILL, DEFAULT_PRUNE_RATIO, FILL_STRATEGI
 RESERVED_COLUMNS = ("samples", "failure", "baseline", "note")
 CONFIG_FAILURES = tuple(k for k in FAILURE_KINDS if k not in NOT_THE_CONFIGS_FAULT)
 DEFAULT_SAMPLERS = "tpe,random"
-# keys a sampler spec may carry besides the sampler's own options: they configure the policy
-POLICY_OPTIONS = ("fill", "prune_ratio", "startup")
 
 
 class TableError(ValueError):
@@ -375,6 +373,11 @@ class SamplerResult:
     def median_repeats(self) -> float:
         return _quantile(self._hits("repeats_to_target"), 0.5)
 
+    def mean_launches(self, budget: int) -> float:
+        """Mean launches to target, a run that never got there counted as ``budget + 1``."""
+        return statistics.fmean(r.launches_to_target if r.launches_to_target is not None else budget + 1
+                                for r in self.runs)
+
     @property
     def never(self) -> int:
         return sum(r.launches_to_target is None for r in self.runs)
@@ -412,15 +415,24 @@ class SimulationResult:
     baseline: bool
     samplers: list[SamplerResult]
 
+    baseline_within: bool = False
+
     @property
     def random_expectation(self) -> float:
-        """Expected launches of uniform sampling without replacement to hit one of ``n_within``."""
+        """Expected launches of uniform sampling without replacement to hit one of ``n_within``.
+
+        With the baseline launched first: 1 if it is within target, else 1 + N' / (k + 1)
+        over the N' = N - 1 other configs.
+        """
+        if self.baseline:
+            return 1.0 if self.baseline_within else 1 + self.n_configs / (self.n_within + 1)
         return (self.n_configs + 1) / (self.n_within + 1)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for s, res in zip(d["samplers"], self.samplers):
             s.update(median_launches=res.median_launches, p90_launches=res.p90_launches, never=res.never,
+                     mean_launches=res.mean_launches(self.budget),
                      median_best_ratio=res.median_best_ratio, median_repeats=res.median_repeats)
         return json.loads(json.dumps(d, default=str).replace("Infinity", "null"))
 
@@ -560,7 +572,8 @@ def run_simulation(table_path: str | Path | Table, samplers: Sequence[str] | str
         table=table.name, n_configs=len(table.rows), n_failing=sum(r.failure is not None for r in table.rows),
         n_within=len(table.within(target)), best=table.best, budget=budget, seeds=seeds, target=target,
         repeats=repeats, prune_ratio=ratio, parallel=parallel,
-        baseline=use_baseline and table.baseline is not None, samplers=results)
+        baseline=use_baseline and table.baseline is not None, samplers=results,
+        baseline_within=table.baseline is not None and table.baseline in table.within(target))
 
 
 # ---- output -------------------------------------------------------------------------------------
@@ -581,18 +594,22 @@ def format_table(result: SimulationResult | Iterable[SimulationResult]) -> str:
             f"**{res.table}**: {res.n_configs} configs ({res.n_failing} failing), best {res.best:.4g} tok/s, "
             f"{res.n_within} within {pct}; budget {res.budget} launches, {res.seeds} seeds, {res.repeats} repeats, "
             f"early stop {prune}, {res.parallel} in flight, baseline first: {'yes' if res.baseline else 'no'}; "
-            f"random without replacement needs {res.random_expectation:.1f} launches on average "
+            f"uniform random order needs {res.random_expectation:.1f} launches on average "
             f"({res.random_expectation / res.n_configs * 100:.0f}% of the table).")
         out.append("")
-        out.append(f"| sampler | launches to within {pct}: median | p90 | never (of {res.seeds}) "
+        out.append(f"| sampler | launches to within {pct}: median | p90 | mean* | never (of {res.seeds}) "
                    f"| median, % of table | repeats to within {pct}: median | best after {res.budget} "
                    f"(median, % of best) | repeats used (median) | pruned/run | good configs pruned |")
-        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for s in res.samplers:
             share = "-" if math.isinf(s.median_launches) else f"{s.median_launches / res.n_configs * 100:.0f}%"
-            out.append(f"| {s.spec} | {_fmt_n(s.median_launches)} | {_fmt_n(s.p90_launches)} | {s.never} | {share} "
+            out.append(f"| {s.spec} | {_fmt_n(s.median_launches)} | {_fmt_n(s.p90_launches)} "
+                       f"| {s.mean_launches(res.budget):.1f} | {s.never} | {share} "
                        f"| {_fmt_n(s.median_repeats)} | {s.median_best_ratio * 100:.1f}% "
                        f"| {s.median_total_repeats:g} | {s.mean_pruned:.1f} | {s.pruned_good} |")
+        out.append("")
+        out.append(f"\\* mean launches to within {pct}, a run that never got there counted as budget + 1 "
+                   f"= {res.budget + 1}.")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
@@ -606,7 +623,8 @@ def format_summary(results: Iterable[SimulationResult]) -> str:
             if s.spec not in specs:
                 specs.append(s.spec)
     pct = f"{results[0].target * 100:g}%" if results else "2%"
-    out = [f"median launches to within {pct} (% of the table); `never`: not within the budget in most seeds", "",
+    out = [f"median launches to within {pct} (% of the table) [mean, never = budget + 1]; "
+           "`never`: not within the budget in most seeds", "",
            "| table | configs | within | budget | " + " | ".join(specs) + " |",
            "|---|---:|---:|---:|" + "---:|" * len(specs)]
     for res in results:
@@ -617,9 +635,10 @@ def format_summary(results: Iterable[SimulationResult]) -> str:
             if s is None:
                 cells.append("")
             elif math.isinf(s.median_launches):
-                cells.append("never")
+                cells.append(f"never [{s.mean_launches(res.budget):.1f}]")
             else:
-                cells.append(f"{s.median_launches:g} ({s.median_launches / res.n_configs * 100:.0f}%)")
+                cells.append(f"{s.median_launches:g} ({s.median_launches / res.n_configs * 100:.0f}%) "
+                             f"[{s.mean_launches(res.budget):.1f}]")
         out.append(f"| {res.table} | {res.n_configs} | {res.n_within} | {res.budget} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 

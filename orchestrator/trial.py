@@ -149,10 +149,13 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
                 outputs = {"reference": True, "first": outputs, "second": second}
         timing["check_s"] = time.monotonic() - t0
         outcome = PRUNED if pruned else COMPLETE
+        reason = None
         if pruned:
             metrics["pruned_below"] = spec.prune_below
+            reason = (f"first repeat {metrics['decode_tok_s']:.1f} tok/s is below the pruning threshold "
+                      f"{spec.prune_below:.1f} tok/s (a fraction of the best so far)")
         result = TrialResult(outcome=outcome, config=spec.config, value=metrics["decode_tok_s"], metrics=metrics,
-                             outputs=outputs, server=server_info, warnings=warnings, **common)
+                             outputs=outputs, server=server_info, warnings=warnings, failure_reason=reason, **common)
         return finish(result)
     except Exception as exc:  # noqa: BLE001 - a trial never takes the actor down
         return failed("bench-error", f"{type(exc).__name__}: {exc}")

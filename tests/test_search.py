@@ -286,3 +286,30 @@ def test_tpe_learns_from_failures_and_stops_proposing_them():
     failed = [t for t in study.trials if t.user_attrs.get("outcome") == FAIL]
     assert failed and all(t.state == TrialState.COMPLETE and t.constraints["0"] == 1.0 for t in failed)
     assert policy.best().user_attrs["config"]["tp_size"] == 2
+
+
+def test_launch_proposals_carry_their_key_while_running_and_suggest_errors_do_not_linger():
+    study, policy = make()
+    p = policy.next()
+    running = study.trials[p.trial.number]
+    assert running.state == TrialState.RUNNING
+    assert running.user_attrs["config_key"] == p.key and running.user_attrs["config"] == p.config
+    policy.record(p, ok(p))
+    study.enqueue_trial({"tp_size": 3, "env.NCCL_PROTO": "LL", "graph": True})  # 3 is not a choice
+    with pytest.raises(ValueError):
+        policy.next()
+    assert study.trials[-1].state == TrialState.FAIL and study.trials[-1].user_attrs["skipped"] == "suggest-error"
+    assert policy.next() is not None
+
+
+def test_a_space_that_cannot_be_enumerated_ends_after_repeated_duplicates():
+    class Unlisted(TinySpace):
+        def enumerate(self):
+            return None
+
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    policy = SearchPolicy(study, Unlisted(), normalize, baseline=None, budget=None, seed=0,
+                          max_consecutive_duplicates=20)
+    launched = drive(policy, limit=500)
+    assert len({p.key for p in launched}) == len(launched) == DISTINCT
+    assert policy.exhausted and policy.next() is None

@@ -8,7 +8,6 @@ import random
 from pathlib import Path
 
 import optuna
-import pandas as pd
 import pytest
 
 from orchestrator.search import SearchPolicy

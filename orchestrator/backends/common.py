@@ -116,6 +116,15 @@ def capture_sizes_of(value: Any) -> list[int]:
     return sizes
 
 
+def server_env(backend, config: dict) -> dict[str, str]:
+    """The config's ``env.*`` params as the server's environment delta, NCCL values in
+    NCCL's canonical spelling (``NCCL_P2P_LEVEL`` is compared case-sensitively by NCCL:
+    ``phb`` would be ignored without a word)."""
+    from orchestrator import nccl
+
+    return {k: nccl.normalize_value(k, v) if k.startswith("NCCL_") else v for k, v in backend.env_of(config).items()}
+
+
 def positive_int(config: dict, name: str, job_file: str | None, default: int = 1) -> int:
     value = config.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

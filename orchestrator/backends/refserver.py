@@ -24,7 +24,9 @@ _SETTINGS = {
     "max_batch": "default --max-batch when the space does not tune it",
     "dims": "explicit dimensions overriding the preset (layers, hidden, heads, kv_heads, ffn, vocab)",
 }
-_FLAGS = {"threads": int, "dtype": str, "max_batch": int}
+_FLAGS = {"threads": int, "dtype": str, "max_batch": int, "fault": str}
+# ``backend.fault`` lets a test space mix healthy and broken servers; "none" = healthy.
+FAULTS = ("none", "crash-on-start", "hang-on-start", "hang-in-decode", "garbage", "slow-start", "crash-after")
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -94,6 +96,9 @@ class RefServerBackend(Backend):
             if flag not in _FLAGS:
                 raise ConfigRejected(f"unknown reference-server flag; allowed: {', '.join(_FLAGS)}",
                                      file=self.job_file, key=f"backend.{flag}")
+            if flag == "fault" and str(value).split(":")[0] not in FAULTS:
+                raise ConfigRejected(f"fault must be one of {', '.join(FAULTS)} (optionally KIND:N), not {value!r}",
+                                     file=self.job_file, key="backend.fault")
             if flag == "dtype" and value not in _DTYPES:
                 raise ConfigRejected(f"dtype must be one of {', '.join(_DTYPES)}, not {value!r}",
                                      file=self.job_file, key="backend.dtype")
@@ -119,10 +124,11 @@ class RefServerBackend(Backend):
         flags = self.backend_flags_of(config)
         if "max_batch" not in flags and "max_batch" in self.settings:
             flags["max_batch"] = self.settings["max_batch"]
+        fault = flags.pop("fault", None) or self.settings.get("fault")
         for flag, value in sorted(flags.items()):
             argv += [f"--{flag.replace('_', '-')}", str(value)]
-        if self.settings.get("fault"):
-            argv += ["--fault", str(self.settings["fault"])]
+        if fault and fault != "none":
+            argv += ["--fault", str(fault)]
         if self.settings.get("served_model_name"):
             argv += ["--served-model-name", str(self.settings["served_model_name"])]
         argv += self.extra_args

@@ -1,0 +1,94 @@
+"""Shared fixtures: a real local Ray instance, job files in tmp dirs, and a guard that no
+server process outlives a test."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def server_processes(marker: str = "orchestrator.refserver") -> list[tuple[int, str]]:
+    """Live processes whose command line runs the reference server (zombies excluded)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in cmd and state != "Z" and int(entry) != os.getpid():
+            found.append((int(entry), cmd.strip()))
+    return found
+
+
+@pytest.fixture
+def no_leftover_servers():
+    """Fail a test that leaves a reference-server process behind (and kill it)."""
+    before = {pid for pid, _ in server_processes()}
+    yield
+    import signal
+    import time
+
+    deadline = time.monotonic() + 10
+    left = []
+    while time.monotonic() < deadline:
+        left = [(p, c) for p, c in server_processes() if p not in before]
+        if not left:
+            break
+        time.sleep(0.2)
+    for pid, _ in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not left, f"server processes left behind: {left}"
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One real local Ray instance for the whole session (logical CPUs for trial actors)."""
+    import logging
+
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def write_job(directory: Path, *, study: str = "t", space: str | None = None, **sections) -> Path:
+    """A CPU job for the tiny reference server in ``directory``; sections override YAML keys."""
+    space_text = space or textwrap.dedent("""\
+        params:
+          tp_size: {choices: [1, 2]}
+          backend.threads: {choices: [1, 2]}
+        """)
+    (directory / "space.yaml").write_text(space_text)
+    job = {
+        "study": study,
+        "report_dir": str(directory / "reports" / study),
+        "backend": {"kind": "refserver", "settings": {"model": "tiny", "device": "cpu"}},
+        "gpus_per_node": 0,
+        "cpus_per_trial": 1,
+        "space": "space.yaml",
+        "baseline": {"tp_size": 1, "backend.threads": 1},
+        "budget": {"trials": 3},
+        "bench": {"output_tokens": 16, "warmup": 1, "repeats": 2, "max_repeats": 2},
+        "timeouts": {"startup": "60s", "bench": "30s", "teardown": "5s"},
+        "correctness": {"check_tokens": 12, "prompts": ["The quick brown fox", "Once upon a time"]},
+        "pruning": {"enabled": False},
+    }
+    job.update(sections)
+    import yaml
+
+    path = directory / "job.yaml"
+    path.write_text(yaml.safe_dump(job, sort_keys=False))
+    return path

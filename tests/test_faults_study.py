@@ -1,0 +1,57 @@
+"""A study over broken servers: every fault of the reference server ends in the right
+trial state and reason, the study goes on, and a failed config is never proposed again."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from conftest import write_job
+from orchestrator.history import best_rows, trial_rows
+from orchestrator.job import load_job
+from orchestrator.study import StudyDriver, open_study
+
+pytestmark = pytest.mark.slow
+
+SPACE = """\
+params:
+  backend.fault: {choices: [none, crash-on-start, hang-on-start, hang-in-decode, garbage, "slow-start:3", "crash-after:2"]}
+"""
+EXPECTED = {
+    "none": ("COMPLETE", None),
+    "crash-on-start": ("FAIL", "start-crash"),
+    "hang-on-start": ("FAIL", "start-timeout"),
+    "hang-in-decode": ("FAIL", "bench-timeout"),
+    "garbage": ("FAIL", "wrong-output"),
+    "slow-start:3": ("COMPLETE", None),
+    "crash-after:2": ("FAIL", "bench-error"),
+}
+
+
+def test_each_fault_gets_its_state_and_the_study_continues(tmp_path, ray_local, no_leftover_servers):
+    job_path = write_job(
+        tmp_path, study="faults", space=SPACE, baseline={"backend.fault": "none"},
+        budget={"trials": 7}, sampler={"name": "bruteforce", "seed": 0},
+        timeouts={"startup": "10s", "bench": "6s", "teardown": "3s"},
+        bench={"output_tokens": 16, "warmup": 1, "repeats": 2, "max_repeats": 2},
+        max_consecutive_failures=10)
+    job = load_job(job_path)
+    out = io.StringIO()
+    StudyDriver(job, out=out).run()
+    rows = [r for r in trial_rows(open_study(job, create=False)) if r["counted"]]
+    got = {r["params"]["backend.fault"]: (r["state"], r["failure_kind"]) for r in rows}
+    assert got == EXPECTED, out.getvalue()
+    by_fault = {r["params"]["backend.fault"]: r for r in rows}
+    # a crash is noticed at once, not after the 10 s startup timeout
+    assert by_fault["crash-on-start"]["durations"]["total_s"] < 8
+    assert by_fault["slow-start:3"]["durations"]["launch_s"] >= 3
+    for fault, (state, _) in EXPECTED.items():
+        if state == "FAIL":
+            row = by_fault[fault]
+            assert row["failure_reason"] and row["log_tail"], row
+    assert "differs from the reference" in by_fault["garbage"]["failure_reason"]
+    # failed configs are never best, and a bigger budget proposes nothing new: space exhausted
+    assert {b["params"]["backend.fault"] for b in best_rows(rows, 5)} <= {"none", "slow-start:3"}
+    summary = StudyDriver(job, trials=9, out=io.StringIO()).run()
+    assert summary.reason == "space exhausted" and summary.launched == 0

@@ -1,0 +1,70 @@
+"""kill -9 of the driver in the middle of a trial, then `run` again: the study reaches its
+trial count, no completed trial is lost, no server is left, and the interrupted config is
+measured once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import server_processes, write_job
+from orchestrator.history import trial_rows
+from orchestrator.job import load_job
+from orchestrator.study import open_study
+
+pytestmark = pytest.mark.slow
+
+
+def wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_kill_9_mid_trial_then_resume(tmp_path, no_leftover_servers):
+    # one intra-op thread per rank: oversubscribed OpenMP threads stall on a loaded 2-core box
+    space = "params:\n  tp_size: {choices: [1, 2]}\n  backend.max_batch: {choices: [8, 16]}\n"
+    job_path = write_job(tmp_path, study="kill9", budget={"trials": 3}, space=space,
+                         baseline={"tp_size": 1, "backend.max_batch": 8},
+                         bench={"output_tokens": 200, "warmup": 1, "repeats": 3, "max_repeats": 3})
+    others = {pid for pid, _ in server_processes()}  # servers not ours (other test runs)
+    log_path = tmp_path / "driver1.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "orchestrator", "run", str(job_path)]
+    with open(log_path, "w") as log:
+        driver = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        wait_for(lambda: "starting #1" in log_path.read_text(), 120, "the second trial to start")
+        # the second trial's server is up (it is recorded before it is trusted)
+        wait_for(lambda: list((tmp_path / "reports" / "kill9" / "servers").glob("*.json")), 30, "a recorded server")
+        time.sleep(1.0)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(10)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    # our own Ray instance (fate-shared with the driver) goes; stragglers are the next run's job
+    rerun = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "marked interrupted, re-queued" in rerun.stdout + rerun.stderr
+    job = load_job(job_path)
+    rows = trial_rows(open_study(job, create=False))
+    interrupted = [r for r in rows if r["failure_kind"] == "interrupted"]
+    assert len(interrupted) == 1
+    counted = [r for r in rows if r["counted"]]
+    assert len(counted) == 3 and all(r["state"] == "COMPLETE" for r in counted)
+    # the interrupted config was measured exactly once afterwards, and trial 0 was kept
+    assert sum(r["config_key"] == interrupted[0]["config_key"] for r in counted) == 1
+    assert rows[0]["state"] == "COMPLETE" and rows[0]["is_baseline"]
+    assert not [p for p in server_processes() if p[0] not in others], "a server outlived the killed driver and the resumed run"
+    assert not list((tmp_path / "reports" / "kill9" / "servers").glob("*.json"))

@@ -40,7 +40,7 @@ def bench_config(job, overrides: dict[str, Any], number: int = 0) -> TrialResult
         prompt=job.bench.prompt, output_tokens=job.bench.output_tokens, warmup=job.bench.warmup,
         repeats=job.bench.repeats, max_repeats=job.bench.max_repeats, target_rel_ci=job.bench.target_rel_ci,
         startup_timeout_s=job.timeouts.startup_s, bench_timeout_s=job.timeouts.bench_s,
-        teardown_grace_s=job.timeouts.teardown_s, env=dict(job.env), device_check=False)
+        teardown_grace_s=job.timeouts.teardown_s, env=dict(job.env), device_check=False, measure_bandwidth=False)
     return run_trial(spec, threading.Event())
 
 

@@ -35,6 +35,7 @@ shown)::
     max_consecutive_failures: 5
     pruning: {enabled: true, min_ratio: 0.7}
     constraints: []                   # [{concurrency: 10, min_ratio: 0.9}, ...]
+    hardware: {memory_bandwidth: null, allreduce_latency_us: null}   # for the ceiling; measured when absent
 
 Durations (``timeout``, ``timeouts.*``) are parsed by ``orchestrator.durations``.
 """
@@ -77,7 +78,7 @@ except ModuleNotFoundError as _exc:  # pragma: no cover - only while samplers.py
 
 JOB_KEYS = ("study", "description", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
             "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
-            "allow_unsafe_nccl", "remeasure", "max_consecutive_failures", "pruning", "constraints")
+            "allow_unsafe_nccl", "remeasure", "max_consecutive_failures", "pruning", "constraints", "hardware")
 STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DEFAULT_PROMPT = ("Write a detailed, step-by-step explanation of how a ring all-reduce works across "
@@ -191,6 +192,7 @@ class Job:
     max_consecutive_failures: int = 5
     pruning: PruningSettings = PruningSettings(True, 0.7)
     constraints: tuple[OutcomeConstraint, ...] = ()
+    hardware: dict[str, float] = field(default_factory=dict)  # memory_bandwidth_bytes_s, allreduce_latency_s
     space_path: Path | None = None  # absolute path of the space file
     baseline_given: bool = False  # the job had a `baseline:` (else: backend defaults)
     description: str | None = None
@@ -358,6 +360,7 @@ def load_job(path: str | os.PathLike) -> Job:
     remeasure = top.bool("remeasure", False)
     max_failures = top.int("max_consecutive_failures", 5, low=1)
     pruning = _pruning(top)
+    hardware = _hardware(top)
     outcome_constraints = _outcome_constraints(top, bench)
     env = _env(top, allow_unsafe)
 
@@ -423,7 +426,7 @@ def load_job(path: str | os.PathLike) -> Job:
                space=space, baseline=baseline, budget=budget, bench=bench, timeouts=timeouts, ray=ray,
                sampler=sampler, correctness=correctness, env=env, allow_unsafe_nccl=allow_unsafe,
                remeasure=remeasure, max_consecutive_failures=max_failures, pruning=pruning,
-               constraints=outcome_constraints, space_path=space_path, baseline_given=baseline_given,
+               constraints=outcome_constraints, hardware=hardware, space_path=space_path, baseline_given=baseline_given,
                description=description, _backend=backend)
 
 
@@ -558,6 +561,24 @@ def _sampler_options(name: str) -> Mapping[str, type] | None:
     if not isinstance(options, Mapping) or name not in options:
         return None
     return options[name]
+
+
+def _hardware(top: _Section) -> dict[str, float]:
+    """Declared memory bandwidth and all-reduce latency (else the ceiling uses measurements)."""
+    from orchestrator.ceiling import parse_bandwidth
+
+    sec = top.section("hardware", ("memory_bandwidth", "allreduce_latency_us"))
+    out: dict[str, float] = {}
+    bw = sec.raw("memory_bandwidth", None)
+    if bw is not None:
+        try:
+            out["memory_bandwidth_bytes_s"] = parse_bandwidth(bw)
+        except ValueError as exc:
+            raise sec.bad("memory_bandwidth", str(exc)) from None
+    lat = sec.number("allreduce_latency_us", None, above=0, none_ok=True)
+    if lat is not None:
+        out["allreduce_latency_s"] = float(lat) * 1e-6
+    return out
 
 
 def _pruning(top: _Section) -> PruningSettings:

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 import optuna
 
 from orchestrator import correctness
-from orchestrator.errors import BadInput, CircuitOpen, RuntimeFailure
+from orchestrator.errors import BadInput, CircuitOpen, NcclsweepError, RuntimeFailure
 from orchestrator.executor import Executor, RayExecutor
 from orchestrator.lock import DriverLock
 from orchestrator.records import COMPLETE, FAIL, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult, config_key
@@ -37,7 +37,9 @@ def open_study(job, sampler: optuna.samplers.BaseSampler | None = None, create: 
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        storage = open_storage(job.storage)
+        storage = open_storage(job.storage, create=create)
+    except NcclsweepError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any storage problem is one line for the user
         raise RuntimeFailure(f"cannot open storage {job.storage}: {exc}") from None
     if not create:

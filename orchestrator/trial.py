@@ -55,6 +55,7 @@ class TrialSpec:
     reference_texts: list[str] | None = None
     prune_below: float | None = None
     device_check: bool = False
+    measure_bandwidth: bool = True  # once per worker process: the ceiling's denominator
     job_file: str | None = None
 
 
@@ -66,6 +67,11 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
     timing: dict[str, float] = {}
     node = node_info()
     backend = get_backend_class(spec.backend_kind)(spec.backend_settings, spec.job_file)
+    if spec.measure_bandwidth:
+        from orchestrator.hwprobe import memory_bandwidth
+
+        node["memory_bandwidth_bytes_s"] = memory_bandwidth(backend.device())
+        node["memory_device"] = backend.device()
     log_path = Path(spec.log_dir) / f"trial-{spec.number:04d}.log"
     proc, launch, env = prepare_server(backend, spec.config, spec.host, spec.env, log_path, spec.registry_dir)
     port = launch.port

@@ -64,9 +64,9 @@ def ray_local():
     ray.shutdown()
 
 
-def write_job(directory: Path, *, study: str = "t", space: str | None = None, **sections) -> Path:
+def write_job(directory: Path, *, study: str = "t", space_text: str | None = None, **sections) -> Path:
     """A CPU job for the tiny reference server in ``directory``; sections override YAML keys."""
-    space_text = space or textwrap.dedent("""\
+    space_text = space_text or textwrap.dedent("""\
         params:
           tp_size: {choices: [1, 2]}
           backend.threads: {choices: [1, 2]}

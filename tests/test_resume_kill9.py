@@ -33,7 +33,7 @@ def wait_for(predicate, timeout_s: float, what: str):
 def test_kill_9_mid_trial_then_resume(tmp_path, no_leftover_servers):
     # one intra-op thread per rank: oversubscribed OpenMP threads stall on a loaded 2-core box
     space = "params:\n  tp_size: {choices: [1, 2]}\n  backend.max_batch: {choices: [8, 16]}\n"
-    job_path = write_job(tmp_path, study="kill9", budget={"trials": 3}, space=space,
+    job_path = write_job(tmp_path, study="kill9", budget={"trials": 3}, space_text=space,
                          baseline={"tp_size": 1, "backend.max_batch": 8},
                          bench={"output_tokens": 200, "warmup": 1, "repeats": 3, "max_repeats": 3})
     others = {pid for pid, _ in server_processes()}  # servers not ours (other test runs)

@@ -113,6 +113,10 @@ class Backend(abc.ABC):
     def launch_spec(self, config: Config, host: str, port: int) -> LaunchSpec:
         """argv + env delta for one server with this config."""
 
+    def device(self) -> str:
+        """Where the server computes: "cuda" for real servers (the memory the ceiling uses)."""
+        return "cuda"
+
     def version(self) -> str | None:
         """Installed version of the server software, when it can be detected."""
         return None

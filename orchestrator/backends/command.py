@@ -14,6 +14,7 @@ Settings::
         defaults: {backend.threads: 2}   # values for placeholders a config may lack
         python: /path/to/python   # what {python} means (default: this interpreter)
         version: "1.2"            # reported as the server's version
+        model_facts: {heads: 8, kv_heads: 4, layers: 4}   # for constraints and the report
 
 Placeholders, inside any argv element: ``{port}``, ``{host}``, ``{tp_size}`` (default 1),
 ``{pp_size}`` (default 1), ``{gpus}`` (GPUs one server gets: tp_size x pp_size),
@@ -47,6 +48,7 @@ _SETTINGS = {
     "defaults": "values for placeholders a config may lack",
     "python": "what {python} means (default: this interpreter)",
     "version": "the server's version, for the records",
+    "model_facts": "layers, heads, kv_heads, hidden_size, ... for space constraints and the report",
 }
 BUILTINS = ("port", "host", "tp_size", "pp_size", "gpus", "python")
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_.]*)(\?[^{}]*)?\}")
@@ -102,6 +104,7 @@ class CommandBackend(Backend):
             raise self.bad("defaults", f"must be a mapping of param name to value, not {defaults!r}")
         self.defaults = dict(defaults)
         self.python = common.str_setting(self, "python") or sys.executable
+        self.facts = common.model_facts_setting(self)
 
     def version(self) -> str | None:
         value = self.settings.get("version")
@@ -109,6 +112,9 @@ class CommandBackend(Backend):
 
     def default_config(self) -> Config:
         return {"tp_size": 1}
+
+    def model_facts(self) -> dict[str, Any]:
+        return dict(self.facts)
 
     def _values(self, config: Config, host: str = "127.0.0.1", port: int = 0) -> dict[str, Any]:
         tp = config.get("tp_size", self.defaults.get("tp_size", 1))

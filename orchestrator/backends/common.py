@@ -69,12 +69,13 @@ def did_you_mean(word: str, options) -> str:
     return f" (did you mean {near[0]!r}?)" if near else ""
 
 
-def check_setting_keys(backend, allowed: dict[str, str]) -> None:
-    """Unknown ``backend.settings`` keys are a BadInput with "did you mean" and the list."""
+def check_setting_keys(backend, allowed: dict[str, str], hints: dict[str, str] | None = None) -> None:
+    """Unknown ``backend.settings`` keys are a BadInput with "did you mean" and the list;
+    ``hints`` names the setting meant by a likely mistake (``model_path`` -> ``model``)."""
     for key in backend.settings:
         if key not in allowed:
-            raise backend.bad(key, f"unknown setting {key!r}{did_you_mean(str(key), allowed)}; allowed: "
-                                   f"{', '.join(allowed)}")
+            hint = f" (did you mean {hints[key]!r}?)" if hints and key in hints else did_you_mean(str(key), allowed)
+            raise backend.bad(key, f"unknown setting {key!r}{hint}; allowed: {', '.join(allowed)}")
 
 
 def str_setting(backend, key: str, default: str | None = None, *, required: bool = False) -> str | None:
@@ -222,9 +223,13 @@ class FlagChecker:
     def extra_problem(self, args: list[str]) -> str | None:
         """Why pass-through arguments cannot go to this release, or None."""
         for arg in args:
-            if not arg.startswith("--"):
+            if not arg.startswith("-") or arg[1:2].isdigit():
                 continue
-            flag = arg.split("=", 1)[0]
+            if not arg.startswith("--"):  # short aliases (-tp 8) are checked only against managed flags
+                if arg.split("=", 1)[0] in self.managed:
+                    return f"{arg!r}: {self.problem(arg.split('=', 1)[0])}"
+                continue
+            flag = arg.split("=", 1)[0].split(".", 1)[0]  # vLLM's --compilation-config.mode=3 is --compilation-config
             problem = self.problem(flag, for_extra=True)
             if problem:
                 return f"{arg!r}: {problem}"

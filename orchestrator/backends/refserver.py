@@ -47,9 +47,9 @@ class RefServerBackend(Backend):
         self.model = str(self.settings.get("model", "tiny"))
         if self.model not in PRESETS:
             raise self.bad("model", f"unknown preset {self.model!r}; allowed: {', '.join(PRESETS)}")
-        self.device = str(self.settings.get("device", "cpu"))
-        if self.device not in ("cpu", "cuda"):
-            raise self.bad("device", f"must be cpu or cuda, not {self.device!r}")
+        self.device_name = str(self.settings.get("device", "cpu"))
+        if self.device_name not in ("cpu", "cuda"):
+            raise self.bad("device", f"must be cpu or cuda, not {self.device_name!r}")
         extra = self.settings.get("extra_args", [])
         if not isinstance(extra, list) or not all(isinstance(a, (str, int, float)) for a in extra):
             raise self.bad("extra_args", "must be a list of strings")
@@ -86,7 +86,7 @@ class RefServerBackend(Backend):
         if int(config.get("pp_size", 1)) != 1:
             raise ConfigRejected("the reference server has no pipeline parallelism; pp_size must be 1",
                                  file=self.job_file, key="pp_size")
-        if config.get("graph_capture") and self.device != "cuda":
+        if config.get("graph_capture") and self.device_name != "cuda":
             raise ConfigRejected("graph_capture=true needs device cuda; the reference server on CPU runs eager only",
                                  file=self.job_file, key="graph_capture")
         if "custom_all_reduce" in config:
@@ -112,7 +112,7 @@ class RefServerBackend(Backend):
     def launch_spec(self, config: Config, host: str, port: int) -> LaunchSpec:
         argv = [self.python, "-m", "orchestrator.refserver",
                 "--model", self.model, "--tp", str(int(config.get("tp_size", 1))),
-                "--device", self.device, "--host", host, "--port", str(port)]
+                "--device", self.device_name, "--host", host, "--port", str(port)]
         for key, value in self.dims_override.items():
             argv += [f"--{key.replace('_', '-')}", str(value)]
         if "seed" in self.settings:
@@ -135,6 +135,9 @@ class RefServerBackend(Backend):
         return LaunchSpec(argv=argv, env=self.env_of(config), host=host, port=port,
                           model_name=str(self.settings.get("served_model_name", self.model)))
 
+    def device(self) -> str:
+        return self.device_name
+
     def version(self) -> str | None:
         import orchestrator
 
@@ -142,7 +145,7 @@ class RefServerBackend(Backend):
 
     def model_facts(self) -> dict[str, Any]:
         dims = self.dims()
-        dtype_bytes = 4 if self.device == "cpu" else 2
+        dtype_bytes = 4 if self.device_name == "cpu" else 2
         facts = {"layers": dims.layers, "heads": dims.heads, "kv_heads": dims.kv_heads,
                  "hidden_size": dims.hidden, "dtype_bytes": dtype_bytes,
                  "allreduces_per_step": dims.allreduces_per_step()}

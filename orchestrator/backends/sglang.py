@@ -113,7 +113,7 @@ class SglangBackend(Backend):
 
     def __init__(self, settings: dict[str, Any] | None, job_file: str | None = None):
         super().__init__(settings, job_file)
-        common.check_setting_keys(self, _SETTINGS)
+        common.check_setting_keys(self, _SETTINGS, {"model_path": "model", "model_name": "served_model_name"})
         self.model = common.str_setting(self, "model", required=True)
         self.served_model_name = common.str_setting(self, "served_model_name")
         self.extra_args = common.list_setting(self, "extra_args")

@@ -80,7 +80,7 @@ _MANAGED = {
     "--compilation-config": "graph_capture and backend.cudagraph_mode",
     "--cudagraph-capture-sizes": "capture_sizes", "--disable-custom-all-reduce": "custom_all_reduce",
     "--enable-custom-all-reduce": "custom_all_reduce", "--served-model-name": "settings.served_model_name",
-    "--model": "settings.model",
+    "--model": "settings.model", "-tp": "tp_size", "-pp": "pp_size", "-cc": "graph_capture and backend.cudagraph_mode",
 }
 
 _MAX_CAPTURE = [
@@ -116,7 +116,7 @@ class VllmBackend(Backend):
 
     def __init__(self, settings: dict[str, Any] | None, job_file: str | None = None):
         super().__init__(settings, job_file)
-        common.check_setting_keys(self, _SETTINGS)
+        common.check_setting_keys(self, _SETTINGS, {"model_path": "model", "model_name": "served_model_name"})
         self.model = common.str_setting(self, "model", required=True)
         self.served_model_name = common.str_setting(self, "served_model_name")
         self.extra_args = common.list_setting(self, "extra_args")
@@ -191,6 +191,10 @@ class VllmBackend(Backend):
         top = config.get("backend.max_cudagraph_capture_size")
         if graphs and top is not None and config.get("capture_sizes"):
             largest = common.capture_sizes_of(config["capture_sizes"])[-1]
+            if self._effective() < CAPTURE_SIZES_FLAG_SINCE:
+                raise ConfigRejected(f"vLLM {common.vstr(self._effective())} spells the largest captured batch as "
+                                     f"--cuda-graph-sizes, which conflicts with explicit capture_sizes: give one "
+                                     f"of the two", file=file, key="backend.max_cudagraph_capture_size")
             if top != largest:
                 raise ConfigRejected(f"vLLM refuses max_cudagraph_capture_size={top!r} with capture_sizes whose largest "
                                      f"is {largest}: give one of the two, or make them agree", file=file,

@@ -288,10 +288,12 @@ def serve(s: Settings, argv: list[str]) -> int:
     try:
         server = Server(s.host, s.port, app)
     except OSError as exc:
-        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-            why = "is already in use" if exc.errno == errno.EADDRINUSE else "needs privileges"
-            raise BadFlag(f"--port: {s.host}:{s.port} {why}; allowed: a free port "
-                          "in 1024-65535") from None
+        if exc.errno == errno.EADDRINUSE:
+            raise BadFlag(f"--port: {s.host}:{s.port} is already in use; allowed: a free "
+                          "port") from None
+        if exc.errno == errno.EACCES:
+            raise BadFlag(f"--port: {s.port} needs privileges; allowed: a free port in "
+                          "1024-65535") from None
         raise BadFlag(f"--host: cannot listen on {s.host}:{s.port} ({exc.strerror or exc}); "
                       "allowed: a local address such as 127.0.0.1 or 0.0.0.0") from None
     master_port = procs.free_port() if (s.tp > 1 or s.device == "cuda") else 0

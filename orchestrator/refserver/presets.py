@@ -11,6 +11,9 @@ facts about a model without starting a server::
     dims.allreduces_per_step()              # 2 * layers (row-parallel o_proj and down)
     dims.allowed_tp(8)                      # TP sizes that divide heads, kv_heads and ffn
     dims.tp_error(3)                        # None, or why TP=3 is impossible
+    dims.model_facts("bfloat16")            # dict for Backend.model_facts()
+
+The server's default dtype is float32 on cpu and bfloat16 on cuda.
 """
 
 from __future__ import annotations
@@ -119,6 +122,15 @@ class ModelDims:
         """A copy with the given non-None fields replaced (explicit dims over a preset)."""
         changes = {k: v for k, v in overrides.items() if v is not None}
         return dataclasses.replace(self, **changes) if changes else self
+
+    def model_facts(self, dtype: str = "bfloat16") -> dict:
+        """What a backend's ``model_facts()`` reports for the ceiling (dtype by name)."""
+        nbytes = DTYPE_BYTES[dtype]
+        return {"bytes_per_token": self.weight_bytes(nbytes),
+                "allreduces_per_step": self.allreduces_per_step(),
+                "hidden_size": self.hidden, "dtype_bytes": nbytes,
+                "params": self.param_count(), "layers": self.layers,
+                "kv_bytes_per_token": self.kv_bytes_per_token(nbytes)}
 
     def as_dict(self) -> dict:
         out = dataclasses.asdict(self)

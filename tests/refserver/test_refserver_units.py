@@ -61,6 +61,9 @@ def test_weight_bytes_counts_layers_and_head_not_the_whole_embedding():
     assert bf16 == pytest.approx(2 * (d.param_count() - d.vocab * d.hidden), rel=1e-3)
     assert d.weight_bytes(4) == 2 * bf16
     assert d.kv_bytes_per_token(2) == 2 * 32 * 8 * 128 * 2
+    facts = d.model_facts("bfloat16")
+    assert facts["bytes_per_token"] == bf16 and facts["allreduces_per_step"] == 64
+    assert facts["hidden_size"] == 4096 and facts["dtype_bytes"] == 2
 
 
 def test_tp_rules():

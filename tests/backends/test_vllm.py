@@ -1,0 +1,277 @@
+"""The vLLM backend: argv/env per config, every flag checked against vLLM 0.33.0's own parser
+(orchestrator.backends.known_flags), spellings of older releases, rejected values."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator import versions
+from orchestrator.backends import get_backend_class
+from orchestrator.backends.known_flags import VLLM
+from orchestrator.backends.vllm import VllmBackend
+from orchestrator.errors import BadInput, ConfigRejected
+
+
+@pytest.fixture(autouse=True)
+def no_installed_vllm(monkeypatch):
+    """Tests never depend on (or run) an installed vLLM: detection answers None."""
+    monkeypatch.setattr(versions, "vllm_version", lambda python=None, executable=None: None)
+
+
+def backend(version: str | None = "0.33.0", **settings) -> VllmBackend:
+    s = {"model": "/models/GLM-5-Q4_K_M.gguf", **settings}
+    if version:
+        s["version"] = version
+    return VllmBackend(s, job_file="jobs/x.yaml")
+
+
+def argv(b: VllmBackend, config: dict) -> list[str]:
+    b.check_config(config)
+    return b.launch_spec(config, "127.0.0.1", 8000).argv
+
+
+def flags_in(words: list[str]) -> list[str]:
+    return [w.split("=", 1)[0] for w in words if w.startswith("--")]
+
+
+SAMPLE_CONFIGS = [
+    {"tp_size": 8, "graph_capture": False},
+    {"tp_size": 8, "graph_capture": True},
+    {"tp_size": 8, "pp_size": 1, "graph_capture": True, "capture_sizes": "1,2,4,8",
+     "backend.cudagraph_mode": "FULL_DECODE_ONLY", "custom_all_reduce": False, "env.NCCL_PROTO": "LL"},
+    {"tp_size": 4, "pp_size": 2, "graph_capture": True, "backend.cudagraph_mode": "piecewise",
+     "backend.max_cudagraph_capture_size": 64, "backend.gpu_memory_utilization": 0.9, "backend.max_num_seqs": 16,
+     "backend.enable_expert_parallel": True, "backend.enable_prefix_caching": False,
+     "backend.trust_remote_code": False, "backend.max_model_len": 8192},
+]
+
+
+def test_registered_and_kind():
+    assert get_backend_class("vllm") is VllmBackend and VllmBackend.kind == "vllm"
+
+
+def test_baseline_of_the_motivating_case():
+    b = backend()
+    spec = b.launch_spec({"tp_size": 8, "graph_capture": False, "env.NCCL_PROTO": "ll"}, "0.0.0.0", 8123)
+    assert spec.argv == ["vllm", "serve", "/models/GLM-5-Q4_K_M.gguf", "--tensor-parallel-size", "8",
+                         "--host", "0.0.0.0", "--port", "8123", "--enforce-eager"]
+    assert spec.env == {"NCCL_PROTO": "LL"}  # NCCL's canonical spelling
+    assert spec.health_path == "/health" and spec.ready_status == 200
+    assert spec.base_url == "http://0.0.0.0:8123"
+    assert spec.model_name == "/models/GLM-5-Q4_K_M.gguf"
+
+
+def test_graphs_mode_sizes_and_custom_all_reduce():
+    words = argv(backend(served_model_name="glm5"), SAMPLE_CONFIGS[2])
+    i = words.index("--compilation-config")
+    assert json.loads(words[i + 1]) == {"cudagraph_mode": "FULL_DECODE_ONLY"}
+    j = words.index("--cudagraph-capture-sizes")
+    assert words[j + 1:j + 5] == ["1", "2", "4", "8"]
+    assert "--disable-custom-all-reduce" in words and "--enforce-eager" not in words
+    assert words[words.index("--served-model-name") + 1] == "glm5"
+    assert words[words.index("--pipeline-parallel-size") + 1] == "1"
+
+
+def test_default_mode_is_full_and_piecewise():
+    words = argv(backend(), {"tp_size": 2, "graph_capture": True})
+    assert json.loads(words[words.index("--compilation-config") + 1]) == {"cudagraph_mode": "FULL_AND_PIECEWISE"}
+    assert "--compilation-config" not in argv(backend(), {"tp_size": 2})  # nothing tuned: vLLM's defaults
+
+
+def test_backend_flags_and_switches():
+    words = argv(backend(), SAMPLE_CONFIGS[3])
+    assert words[words.index("--gpu-memory-utilization") + 1] == "0.9"
+    assert words[words.index("--max-cudagraph-capture-size") + 1] == "64"
+    assert "--enable-expert-parallel" in words
+    assert "--disable-prefix-caching" in words  # False -> the release's negative spelling
+    assert "--no-trust-remote-code" in words
+    assert words[words.index("--max-model-len") + 1] == "8192"
+
+
+@pytest.mark.parametrize("config", SAMPLE_CONFIGS)
+def test_every_emitted_flag_exists_in_vllm_0_33(config):
+    b = backend(extra_args=["--max-model-len", "8192", "--trust-remote-code"])
+    for flag in flags_in(argv(b, config)):
+        assert VLLM.knows(flag), f"{flag} is not a flag of vLLM {VLLM.version}"
+        info = VLLM.flags.get(flag)
+        assert info is None or not info.deprecated, f"{flag} is deprecated in vLLM {VLLM.version}"
+
+
+def test_flag_table_is_vllm_0_33_parser():
+    assert VLLM.version == "0.33.0" and len(VLLM.flags) > 300
+    for flag in ("--tensor-parallel-size", "--pipeline-parallel-size", "--enforce-eager", "--compilation-config",
+                 "--cudagraph-capture-sizes", "--max-cudagraph-capture-size", "--disable-custom-all-reduce",
+                 "--gpu-memory-utilization", "--max-num-seqs", "--host", "--port", "--served-model-name",
+                 "--data-parallel-size", "--enable-expert-parallel"):
+        assert flag in VLLM.flags, flag
+    assert VLLM.flags["--cudagraph-capture-sizes"].kind == "list"
+    assert VLLM.flags["--enforce-eager"].kind == "switch"
+    assert VLLM.flags["--disable-custom-all-reduce"].negative == "--enable-custom-all-reduce"
+    for gone in ("--max-seq-len-to-capture", "--cuda-graph-sizes"):
+        assert not VLLM.knows(gone)
+
+
+# ---- older releases ------------------------------------------------------------------------
+
+def test_spellings_before_0_11_1():
+    b = backend("0.10.2")
+    words = argv(b, {"tp_size": 2, "graph_capture": True, "capture_sizes": "1,2,4",
+                     "backend.max_seq_len_to_capture": 4096})
+    cc = json.loads(words[words.index("--compilation-config") + 1])
+    assert cc == {"cudagraph_capture_sizes": [1, 2, 4], "cudagraph_mode": "PIECEWISE"}  # 0.10.x default mode
+    assert "--cudagraph-capture-sizes" not in words and "--max-cudagraph-capture-size" not in words
+    assert words[words.index("--max-seq-len-to-capture") + 1] == "4096"
+    words = argv(b, {"tp_size": 2, "backend.max_cudagraph_capture_size": 32})
+    assert words[words.index("--cuda-graph-sizes") + 1] == "32"
+    with pytest.raises(ConfigRejected, match="conflicts with explicit capture_sizes"):
+        b.check_config({"capture_sizes": "1,2,4", "backend.max_cudagraph_capture_size": 4})
+
+
+def test_spellings_from_0_11_1():
+    words = argv(backend("0.11.1"), {"tp_size": 2, "capture_sizes": "1,2,4", "backend.max_cudagraph_capture_size": 4})
+    assert words[words.index("--cudagraph-capture-sizes") + 1:][:3] == ["1", "2", "4"]
+    assert "--max-cudagraph-capture-size" in words and "--cuda-graph-sizes" not in words
+
+
+@pytest.mark.parametrize("version,name,value,needle", [
+    ("0.11.0", "backend.max_seq_len_to_capture", 8192, "removed in vLLM 0.11.0"),
+    ("0.33.0", "backend.max_seq_len_to_capture", 8192, "removed in vLLM 0.11.0"),
+    ("0.13.0", "backend.cuda_graph_sizes", 64, "deprecated from vLLM 0.11.1"),
+    ("0.33.0", "backend.cudagraph_capture_sizes", "1,2", "capture_sizes"),
+    ("0.8.5", "backend.max_cudagraph_capture_size", 64, "before vLLM 0.9.0"),
+])
+def test_removed_spellings_are_refused(version, name, value, needle):
+    with pytest.raises(ConfigRejected, match=needle) as exc:
+        backend(version).check_config({"tp_size": 2, name: value})
+    assert exc.value.key == name
+
+
+def test_cudagraph_mode_before_0_10_1():
+    b = backend("0.9.2")
+    words = argv(b, {"tp_size": 2, "graph_capture": True, "backend.cudagraph_mode": "FULL"})
+    assert json.loads(words[words.index("--compilation-config") + 1]) == {"full_cuda_graph": True}
+    assert "--compilation-config" not in argv(b, {"tp_size": 2, "backend.cudagraph_mode": "PIECEWISE"})
+    with pytest.raises(ConfigRejected, match="only PIECEWISE and FULL"):
+        b.check_config({"tp_size": 2, "backend.cudagraph_mode": "FULL_AND_PIECEWISE"})
+
+
+def test_installed_version_chooses_spelling(monkeypatch):
+    monkeypatch.setattr(versions, "vllm_version", lambda python=None, executable=None: "0.10.1.1")
+    b = backend(version=None)
+    assert b.version() == "0.10.1.1"
+    words = argv(b, {"tp_size": 2, "backend.max_cudagraph_capture_size": 16})
+    assert "--cuda-graph-sizes" in words
+    assert backend("0.33.0").version() == "0.33.0"  # the job's version: wins over the installed one
+
+
+def test_unknown_version_assumes_current_release():
+    b = backend(version=None)
+    assert b.version() is None
+    assert "--max-cudagraph-capture-size" in argv(b, {"tp_size": 2, "backend.max_cudagraph_capture_size": 8})
+    with pytest.raises(ConfigRejected, match=r"not a flag of vLLM 0\.33\.0 \(assumed\)"):
+        b.check_config({"backend.max_num_seq": 8})
+
+
+def test_lenient_for_releases_without_a_table():
+    b = backend("0.20.0")  # no full flag table for it: only the spelling rules apply
+    assert "--some-flag-of-0-20" in argv(b, {"tp_size": 1, "backend.some_flag_of_0_20": 1})
+
+
+# ---- refusals -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("config,key,needle", [
+    ({"backend.cudagraph_mode": "FULLEST"}, "backend.cudagraph_mode", "NONE, PIECEWISE, FULL"),
+    ({"capture_sizes": "1,two"}, "capture_sizes", "batch sizes"),
+    ({"capture_sizes": "0,1"}, "capture_sizes", "positive"),
+    ({"tp_size": 0}, "tp_size", "positive integer"),
+    ({"pp_size": "x"}, "pp_size", "positive integer"),
+    ({"graph_capture": "yes"}, "graph_capture", "true or false"),
+    ({"backend.max_num_seq": 8}, "backend.max_num_seq", "did you mean '--max-num-seqs'"),
+    ({"backend.tensor_parallel_size": 8}, "backend.tensor_parallel_size", "set by the tuner from tp_size"),
+    ({"backend.enforce_eager": True}, "backend.enforce_eager", "graph_capture"),
+    ({"backend.disable_cascade_attn": True}, "backend.disable_cascade_attn", "deprecated in vLLM 0.33.0"),
+    ({"backend.enable_prefix_caching": 3}, "backend.enable_prefix_caching", "is a switch"),
+    ({"backend.max_num_seqs": True}, "backend.max_num_seqs", "takes a value"),
+    ({"env.NCCL_PROTO": "LL129"}, "env.NCCL_PROTO", "LL129"),
+    ({"capture_sizes": "1,2,8", "backend.max_cudagraph_capture_size": 4}, "backend.max_cudagraph_capture_size",
+     "largest is 8"),
+])
+def test_rejected_configs(config, key, needle):
+    with pytest.raises(ConfigRejected, match=needle) as exc:
+        backend().check_config({"tp_size": 2, **config})
+    assert exc.value.key == key
+    assert "jobs/x.yaml" in str(exc.value)
+
+
+def test_graph_settings_ignored_without_graphs():
+    b = backend()
+    b.check_config({"tp_size": 2, "graph_capture": False, "backend.cudagraph_mode": "BOGUS"})  # inactive
+
+
+@pytest.mark.parametrize("settings,key,needle", [
+    ({"model": None}, "model", "required"),
+    ({"modle": "x"}, "modle", "did you mean 'model'"),
+    ({"extra_args": "--max-model-len 8192"}, "extra_args", "list of strings"),
+    ({"extra_args": ["--max-model-lenn", "8192"]}, "extra_args", "did you mean '--max-model-len'"),
+    ({"extra_args": ["--port=9000"]}, "extra_args", "set by the tuner"),
+    ({"extra_args": ["--tensor-parallel-size", "2"]}, "extra_args", "tp_size"),
+    ({"extra_args": ["--log-config-file", "x"]}, "extra_args", "deprecated"),
+    ({"extra_args": ["-tp", "4"]}, "extra_args", "tp_size"),
+    ({"extra_args": ["--compilation-config.cudagraph_mode=FULL"]}, "extra_args", "backend.cudagraph_mode"),
+    ({"version": "latest"}, "version", "release like"),
+    ({"model_facts": {"layer": 78}}, "model_facts.layer", "did you mean 'layers'"),
+])
+def test_bad_settings(settings, key, needle):
+    with pytest.raises(BadInput, match=needle) as exc:
+        VllmBackend({"model": "m", "version": "0.33.0", **settings}, job_file="j.yaml")
+    assert exc.value.key == f"backend.settings.{key}"
+
+
+def test_extra_args_pass_through_after_tuned_flags():
+    b = backend(extra_args=["--max-model-len=8192", "--kv-cache-dtype", "fp8"])
+    words = argv(b, {"tp_size": 2})
+    assert words[-3:] == ["--max-model-len=8192", "--kv-cache-dtype", "fp8"]
+
+
+def test_python_and_executable_settings():
+    assert argv(backend(python="/venv/bin/python"), {})[:5] == [
+        "/venv/bin/python", "-m", "vllm.entrypoints.cli.main", "serve", "/models/GLM-5-Q4_K_M.gguf"]
+    assert argv(backend(executable="/opt/vllm/bin/vllm"), {})[:2] == ["/opt/vllm/bin/vllm", "serve"]
+
+
+# ---- identity, GPUs, facts ---------------------------------------------------------------------
+
+def test_normalize():
+    b = backend()
+    assert b.normalize(b.default_config()) == b.normalize({}) == b.normalize(
+        {"tp_size": 1, "backend.cudagraph_mode": "full_and_piecewise", "env.NCCL_PROTO": "LL"})
+    eager = b.normalize({"tp_size": 8, "graph_capture": False, "capture_sizes": "1,2", "backend.cudagraph_mode": "FULL"})
+    assert "capture_sizes" not in eager and "backend.cudagraph_mode" not in eager
+    a = b.normalize({"tp_size": 8, "capture_sizes": "8,4,2,1", "env.NCCL_PROTO": "simple,ll"})
+    c = b.normalize({"tp_size": 8, "capture_sizes": "1,2,4,8", "env.NCCL_PROTO": "LL,Simple", "custom_all_reduce": True})
+    assert a == c
+    assert "custom_all_reduce" not in b.normalize({"tp_size": 1, "custom_all_reduce": False})
+
+
+def test_default_config_is_vllms_own():
+    b = backend()
+    assert b.default_config() == {"tp_size": 1, "graph_capture": True, "custom_all_reduce": True}
+    b.check_config(b.default_config())
+
+
+def test_gpus_per_trial():
+    b = backend()
+    assert b.gpus_per_trial({"tp_size": 4, "pp_size": 2}) == 8
+    assert b.gpus_per_trial({"tp_size": 2, "backend.data_parallel_size": 2}) == 4
+
+
+def test_model_facts(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"num_hidden_layers": 78, "num_attention_heads": 64, "num_key_value_heads": 8, "hidden_size": 6144,
+         "torch_dtype": "bfloat16"}))
+    b = VllmBackend({"model": str(tmp_path), "version": "0.33.0", "model_facts": {"allreduces_per_step": 157}})
+    assert b.model_facts() == {"layers": 78, "heads": 64, "kv_heads": 8, "hidden_size": 6144, "dtype_bytes": 2,
+                               "allreduces_per_step": 157}
+    assert backend().model_facts() == {}  # a GGUF file path says nothing

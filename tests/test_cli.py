@@ -1,0 +1,87 @@
+"""The command line as a user meets it: one-line errors with exit code 2 for bad input,
+nothing written, and `validate --commands` printing runnable lines."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import write_job
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def ncclsweep(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestrator", *argv], capture_output=True, text=True,
+                          cwd=cwd or REPO, timeout=120)
+
+
+BAD_JOBS = [
+    # (job overrides, space text or None, what the one line must mention)
+    ({"sutdy": "x"}, None, "did you mean 'study'"),
+    ({"gpus_per_node": "two"}, None, "gpus_per_node"),
+    ({"env": {"NCCL_PROTO": "LL129"}}, None, "NCCL_PROTO"),
+    ({}, "params:\n  tp_size: {choices: []}\n", "tp_size"),
+    ({"gpus_per_node": 1}, "params:\n  tp_size: {choices: [1, 2]}\n", "gpus_per_node"),
+    ({"space": "missing.yaml"}, None, "missing.yaml"),
+    ({"budget": {"trials": 3, "timeout": "soon"}}, None, "budget.timeout"),
+    ({"sampler": {"name": "magic"}}, None, "sampler.name"),
+    ({"backend": {"kind": "tgi", "settings": {}}}, None, "backend.kind"),
+    ({"backend": {"kind": "refserver", "settings": {"model": "70b"}}}, None, "backend.settings.model"),
+    ({}, "params:\n  tp_size: {choices: [1, 2]}\n  env.NCCL_PROTO: {choices: [LL128]}\n", "allow_unsafe_nccl"),
+    ({}, "params:\n  tp_size: {choices: [1, 2]}\nconstraints:\n  - 'tp_size <= nodes'\n", "nodes"),
+    ({"baseline": {"tp_size": 4}}, None, "baseline"),
+    ({}, "params:\n  graph_capture: {choices: [false, true]}\n", "graph_capture"),
+]
+
+
+@pytest.mark.parametrize("overrides,space,needle", BAD_JOBS)
+def test_bad_job_exits_2_with_one_line_and_writes_nothing(tmp_path, overrides, space, needle):
+    job = write_job(tmp_path, space_text=space, **overrides)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    for command in (["validate", str(job)], ["run", str(job)]):
+        res = ncclsweep(*command)
+        assert res.returncode == 2, (command, res.stdout, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0], res.stderr
+        assert "Traceback" not in res.stderr
+        assert ".yaml: " in lines[0]  # names the file (job or space), then the key path
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_missing_job_file_and_bad_flags_exit_2(tmp_path):
+    res = ncclsweep("run", str(tmp_path / "nope.yaml"))
+    assert res.returncode == 2 and "nope.yaml" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    job = write_job(tmp_path)
+    res = ncclsweep("run", str(job), "--timeout", "eight hours")
+    assert res.returncode == 2 and "--timeout" in res.stderr
+    res = ncclsweep("export", str(job), "--format", "toml")
+    assert res.returncode == 2 and "toml" in res.stderr
+    res = ncclsweep("bench", str(job), "--set", "tp_size")
+    assert res.returncode == 2 and "KEY=VALUE" in res.stderr
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    res = ncclsweep("--debug", "validate", str(tmp_path / "nope.yaml"))
+    assert res.returncode == 2 and "Traceback" in res.stderr
+
+
+def test_status_before_any_run_says_what_to_do(tmp_path):
+    job = write_job(tmp_path)
+    res = ncclsweep("status", str(job))
+    assert res.returncode == 1 and "ncclsweep run" in res.stderr
+    assert not (tmp_path / "reports").exists()
+
+
+def test_validate_commands_prints_runnable_shell_lines():
+    res = ncclsweep("validate", "jobs/demo.yaml", "--commands")
+    assert res.returncode == 0, res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if ln and not ln.startswith("#")][1:]
+    assert len(lines) >= 3
+    for line in lines:
+        argv = shlex.split(line)
+        assert "orchestrator.refserver" in argv and "--tp" in argv and "--port" in argv

@@ -28,7 +28,7 @@ shown)::
     ray: {address: null, parallel: 1, node_selector: {gpu_model: null, resources: {}}}
     sampler: {name: tpe, seed: 0, n_startup_trials: null, options: {}}
     correctness: {enabled: true, reference: baseline, prompts: [3 prompts], check_tokens: 32,
-                  logprobs: true}     # reference: baseline | {config} | path/to/reference.json
+                  logprobs: true, logprob_tolerance: 0.05}     # reference: baseline | {config} | path/to/reference.json
     env: {NCCL_NVLS_ENABLE: "0"}      # fixed environment of every server (values as strings)
     allow_unsafe_nccl: false
     remeasure: false
@@ -146,6 +146,7 @@ class CorrectnessSettings:
     prompts: tuple[str, ...]
     check_tokens: int
     logprobs: bool
+    logprob_tolerance: float = 0.05  # floor of the gate's mean |delta logprob| per token (nats)
 
     @property
     def reference_kind(self) -> str:
@@ -632,7 +633,8 @@ def _env(top: _Section, allow_unsafe: bool) -> dict[str, str]:
 
 def _correctness(top: _Section, job_path: Path, allow_unsafe: bool, backend, defaults: dict,
                  gpus: int) -> CorrectnessSettings:
-    sec = top.section("correctness", ("enabled", "reference", "prompts", "check_tokens", "logprobs"))
+    sec = top.section("correctness", ("enabled", "reference", "prompts", "check_tokens", "logprobs",
+                                      "logprob_tolerance"))
     enabled = sec.bool("enabled", True)
     ref = sec.raw("reference", "baseline")
     if ref is None:
@@ -664,7 +666,8 @@ def _correctness(top: _Section, job_path: Path, allow_unsafe: bool, backend, def
         if not isinstance(p, str) or not p.strip():
             raise sec.bad(f"prompts[{i}]", f"must be a non-empty string, not {shown(p)}")
     return CorrectnessSettings(enabled=enabled, reference=reference, prompts=tuple(prompts),
-                               check_tokens=sec.int("check_tokens", 32, low=1), logprobs=sec.bool("logprobs", True))
+                               check_tokens=sec.int("check_tokens", 32, low=1), logprobs=sec.bool("logprobs", True),
+                               logprob_tolerance=sec.number("logprob_tolerance", 0.05, above=0))
 
 
 # ---- configs, NCCL and backend checks ------------------------------------------------------

@@ -288,7 +288,8 @@ class StudyDriver:
         if result.outcome != COMPLETE and result.outcome != PRUNED:
             return result, golden
         if is_reference and outputs.get("reference"):
-            new, why = correctness.calibrate(self.job.correctness.prompts, outputs["first"], outputs["second"])
+            new, why = correctness.calibrate(self.job.correctness.prompts, outputs["first"], outputs["second"],
+                                             floor=self.job.correctness.logprob_tolerance)
             if new is None:
                 result.correctness = {"ok": False, "reference": True, "reason": why}
                 result.warnings.append(f"correctness gate not calibrated: {why}")

@@ -222,18 +222,24 @@ def node_info() -> dict[str, Any]:
     return info
 
 
-def gpus_usable(timeout_s: float = 60.0) -> tuple[bool, str]:
-    """A quick device check after teardown: can a fresh process still use the GPUs?"""
-    code = "import torch; n=torch.cuda.device_count(); [torch.ones(1, device=f'cuda:{i}').sum().item() for i in range(n)]; print(n)"
+def gpus_usable(timeout_s: float = 30.0) -> tuple[bool, str]:
+    """A quick device check after teardown: do the GPUs still answer (nvidia-smi), and is
+    their memory free again? Falls back to a CUDA smoke test where nvidia-smi is missing."""
+    import shutil
     import sys
 
+    if shutil.which("nvidia-smi"):
+        cmd = ["nvidia-smi", "--query-gpu=index,memory.used,memory.total", "--format=csv,noheader,nounits"]
+    else:
+        cmd = [sys.executable, "-c", "import torch; [torch.ones(1, device=f'cuda:{i}').sum().item() "
+               "for i in range(torch.cuda.device_count())]"]
     try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return False, f"a CUDA smoke test hung for {timeout_s:.0f}s"
+        return False, f"{cmd[0]} hung for {timeout_s:.0f}s"
     if out.returncode != 0:
-        return False, (out.stderr.strip().splitlines() or ["CUDA smoke test failed"])[-1]
-    return True, f"{out.stdout.strip()} GPU(s) answered"
+        return False, (out.stderr.strip().splitlines() or [f"{cmd[0]} failed"])[-1]
+    return True, out.stdout.strip().replace("\n", "; ")
 
 
 def _read(path: Path) -> str:

@@ -69,9 +69,13 @@ class RefServerBackend(Backend):
         if not self.dims_override:
             return base
         try:
-            return dataclasses.replace(base, **self.dims_override)
+            dims = dataclasses.replace(base, **self.dims_override)
         except TypeError as exc:
             raise self.bad("dims", str(exc)) from None
+        why = dims.dims_error()
+        if why:
+            raise self.bad("dims", why)
+        return dims
 
     def default_config(self) -> Config:
         return {"tp_size": 1, "graph_capture": False}
@@ -79,10 +83,9 @@ class RefServerBackend(Backend):
     def check_config(self, config: Config) -> None:
         tp = int(config.get("tp_size", 1))
         dims = self.dims()
-        if tp < 1 or dims.heads % tp or dims.kv_heads % tp:
-            raise ConfigRejected(
-                f"tp_size={tp} must divide heads={dims.heads} and kv_heads={dims.kv_heads} of model {self.model!r}",
-                file=self.job_file, key="tp_size")
+        why = dims.tp_error(tp)
+        if why:
+            raise ConfigRejected(f"tp_size={tp} cannot shard the model: {why}", file=self.job_file, key="tp_size")
         if int(config.get("pp_size", 1)) != 1:
             raise ConfigRejected("the reference server has no pipeline parallelism; pp_size must be 1",
                                  file=self.job_file, key="pp_size")
@@ -145,12 +148,7 @@ class RefServerBackend(Backend):
 
     def model_facts(self) -> dict[str, Any]:
         dims = self.dims()
-        dtype_bytes = 4 if self.device_name == "cpu" else 2
-        facts = {"layers": dims.layers, "heads": dims.heads, "kv_heads": dims.kv_heads,
-                 "hidden_size": dims.hidden, "dtype_bytes": dtype_bytes,
-                 "allreduces_per_step": dims.allreduces_per_step()}
-        try:
-            facts["bytes_per_token"] = dims.weight_bytes(dtype_bytes)
-        except Exception:  # noqa: BLE001 - presets without the helper still give dims
-            pass
+        dtype = "float32" if self.device_name == "cpu" else "bfloat16"
+        facts = dims.model_facts(dtype)
+        facts.update(heads=dims.heads, kv_heads=dims.kv_heads)
         return facts

@@ -230,10 +230,7 @@ def build_rank(s: Settings, rank: int, master_port: int):
             log(f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))} via torch "
                 f"{torch.__version__}, world size {world}")
 
-    if s.device == "cuda":
-        def all_reduce(x):
-            dist.all_reduce(x)
-    elif world > 1:
+    if world > 1:  # NCCL on CUDA, gloo on CPU; at world size 1 there is nothing to reduce
         def all_reduce(x):
             dist.all_reduce(x)
     else:

@@ -101,3 +101,18 @@ def test_defaults_version_and_identity():
     assert b.default_config() == {"tp_size": 1}
     b.check_config(b.default_config())
     assert b.normalize({"tp_size": 1, "env.NCCL_PROTO": "LL"}) == {"tp_size": 1}  # NCCL cannot matter at TP 1
+
+
+def test_example_job_loads_and_fills_every_config():
+    from pathlib import Path
+
+    from orchestrator.job import load_job
+
+    job = load_job(str(Path(__file__).resolve().parents[2] / "jobs" / "command-example.yaml"))
+    b = job.backend_obj()
+    assert b.model_facts()["heads"] == 8
+    for config in [job.baseline, *(job.space.active({**job.baseline, **c}) for c in job.space.enumerate())]:
+        b.check_config(config)
+        words = b.launch_spec(config, "127.0.0.1", 8123).argv
+        assert words[1:3] == ["-m", "orchestrator.refserver"] and "{" not in " ".join(words)
+        assert words[words.index("--tp") + 1] == str(config["tp_size"])

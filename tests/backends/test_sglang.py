@@ -173,3 +173,19 @@ def test_normalize():
 def test_gpus_per_trial():
     assert backend().gpus_per_trial({"tp_size": 2, "pp_size": 2}) == 4
     assert backend().gpus_per_trial({"tp_size": 2, "backend.dp_size": 2}) == 4
+
+
+def test_example_job_commands_use_only_current_sglang_flags():
+    from pathlib import Path
+
+    from orchestrator.job import load_job
+
+    job = load_job(str(Path(__file__).resolve().parents[2] / "jobs" / "sglang-example.yaml"))
+    b = job.backend_obj()
+    seen = set()
+    for config in [job.baseline, *(job.space.active({**job.baseline, **c}) for c in job.space.enumerate())]:
+        b.check_config(config)
+        seen |= {w for w in b.launch_spec(config, "127.0.0.1", 30000).argv if w.startswith("--")}
+    for flag in seen:
+        assert SGLANG.knows(flag) and not (SGLANG.flags.get(flag) and SGLANG.flags[flag].deprecated), flag
+    assert {"--disable-decode-cuda-graph", "--cuda-graph-max-bs-decode", "--enable-torch-compile", "--tp-size"} <= seen

@@ -275,3 +275,28 @@ def test_model_facts(tmp_path):
     assert b.model_facts() == {"layers": 78, "heads": 64, "kv_heads": 8, "hidden_size": 6144, "dtype_bytes": 2,
                                "allreduces_per_step": 157}
     assert backend().model_facts() == {}  # a GGUF file path says nothing
+
+
+def test_glm5_job_commands_use_only_current_vllm_flags():
+    """Acceptance: every config of jobs/glm5-vllm-8xpcie.yaml (baseline included) launches
+    with flags that exist, undeprecated, in vLLM 0.33.0."""
+    from pathlib import Path
+
+    from orchestrator.job import load_job
+
+    job = load_job(str(Path(__file__).resolve().parents[2] / "jobs" / "glm5-vllm-8xpcie.yaml"))
+    b = job.backend_obj()
+    assert job.baseline["tp_size"] == 8 and job.baseline["graph_capture"] is False
+    baseline_argv = b.launch_spec(job.baseline, "127.0.0.1", 8000).argv
+    assert "--enforce-eager" in baseline_argv and baseline_argv[baseline_argv.index("--tensor-parallel-size") + 1] == "8"
+    configs = job.space.enumerate()
+    assert configs and len(configs) > 100
+    seen = set()
+    for config in [job.baseline, *(job.space.active({**job.baseline, **c}) for c in configs)]:
+        b.check_config(config)
+        for flag in flags_in(b.launch_spec(config, "127.0.0.1", 8000).argv):
+            seen.add(flag)
+    for flag in seen:
+        assert VLLM.knows(flag) and not (VLLM.flags.get(flag) and VLLM.flags[flag].deprecated), flag
+    assert {"--enforce-eager", "--compilation-config", "--cudagraph-capture-sizes", "--tensor-parallel-size",
+            "--pipeline-parallel-size", "--disable-custom-all-reduce"} <= seen

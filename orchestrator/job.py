@@ -33,7 +33,7 @@ shown)::
     allow_unsafe_nccl: false
     remeasure: false
     max_consecutive_failures: 5
-    pruning: {enabled: true, min_ratio: 0.7}
+    pruning: {enabled: true, min_ratio: 0.8}
     constraints: []                   # [{concurrency: 10, min_ratio: 0.9}, ...]
     hardware: {memory_bandwidth: null, allreduce_latency_us: null}   # for the ceiling; measured when absent
 
@@ -191,7 +191,7 @@ class Job:
     allow_unsafe_nccl: bool = False
     remeasure: bool = False
     max_consecutive_failures: int = 5
-    pruning: PruningSettings = PruningSettings(True, 0.7)
+    pruning: PruningSettings = PruningSettings(True, 0.8)
     constraints: tuple[OutcomeConstraint, ...] = ()
     hardware: dict[str, float] = field(default_factory=dict)  # memory_bandwidth_bytes_s, allreduce_latency_s
     space_path: Path | None = None  # absolute path of the space file
@@ -585,7 +585,7 @@ def _hardware(top: _Section) -> dict[str, float]:
 def _pruning(top: _Section) -> PruningSettings:
     sec = top.section("pruning", ("enabled", "min_ratio"))
     return PruningSettings(enabled=sec.bool("enabled", True),
-                           min_ratio=sec.number("min_ratio", 0.7, above=0, at_most=1))
+                           min_ratio=sec.number("min_ratio", 0.8, above=0, at_most=1))
 
 
 def _outcome_constraints(top: _Section, bench: BenchSettings) -> tuple[OutcomeConstraint, ...]:

@@ -8,7 +8,8 @@ with the replay harness (``orchestrator.simulate``; the evidence is in
   their own sub-spaces), ``constant_liar=True`` (several trials in flight do not all
   get the same proposal), start-up trials sized to the budget and the space by
   ``default_startup_trials``.
-- ``gp``: Optuna's Gaussian-process sampler (needs torch and scipy).
+- ``gp``: Optuna's Gaussian-process sampler (needs torch and scipy; scipy is not a
+  dependency of ncclsweep, so ``make_sampler("gp")`` says to install it when missing).
 - ``random``, ``grid``, ``bruteforce``, ``nsga2``: baselines and exhaustive searches.
   ``grid`` needs the space's distributions; exhaustion of grid/brute force is decided by
   the search policy, not by ``study.stop()`` (which only works inside ``optimize``).
@@ -124,6 +125,10 @@ def make_sampler(
                 seed=seed, n_startup_trials=n_startup_trials, multivariate=multivariate, group=group,
                 constant_liar=opts.pop("constant_liar", True), **opts, **extra)
         if key == "gp":
+            import importlib.util
+
+            if importlib.util.find_spec("scipy") is None:
+                raise ValueError("the gp sampler needs scipy (pip install scipy); or use sampler tpe")
             return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials,
                                              warn_independent_sampling=False, **opts, **extra)
         if key == "random":

@@ -50,6 +50,7 @@ from typing import Any
 import optuna
 from optuna.distributions import CategoricalDistribution
 
+from orchestrator.errors import BadInput
 from orchestrator.records import COMPLETE, FAILURE_KINDS, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult, config_key
 from orchestrator.samplers import SAMPLER_NAMES, make_sampler
 from orchestrator.search import DEFAULT_FILL, DEFAULT_PRUNE_RATIO, FILL_STRATEGIES, SearchPolicy, early_stop
@@ -59,8 +60,8 @@ CONFIG_FAILURES = tuple(k for k in FAILURE_KINDS if k not in NOT_THE_CONFIGS_FAU
 DEFAULT_SAMPLERS = "tpe,random"
 
 
-class TableError(ValueError):
-    """A table that cannot be replayed; the message names the file, row and rule."""
+class TableError(BadInput, ValueError):
+    """A table that cannot be replayed; the message names the file, row and rule (exit 2)."""
 
 
 # ---- tables ---------------------------------------------------------------------------------------
@@ -672,14 +673,24 @@ def add_simulate_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
 def main_simulate(args: argparse.Namespace, out=None) -> int:
     """Run the harness for parsed ``add_simulate_args`` flags; print markdown. Returns 0.
 
-    Raises ``TableError``/``ValueError`` for bad input (the CLI maps them to exit 2).
+    Bad input (a table, a sampler spec, a flag value) raises ``BadInput`` (exit 2).
     """
     out = out or sys.stdout
+    if not 0 < args.target < 1:
+        raise BadInput(f"--target must be between 0 and 1 (a fraction, 0.02 = 2%), not {args.target}")
+    if args.repeats < 1:
+        raise BadInput(f"--repeats must be >= 1, not {args.repeats}")
     results = []
     for path in args.tables:
-        results.append(run_simulation(path, args.sampler, seeds=args.seeds, budget=args.budget, target=args.target,
-                                      repeats=args.repeats, use_pruning=args.prune, prune_ratio=args.prune_ratio,
-                                      parallel=args.parallel, use_baseline=args.baseline, progress=sys.stderr))
+        try:
+            results.append(run_simulation(path, args.sampler, seeds=args.seeds, budget=args.budget,
+                                          target=args.target, repeats=args.repeats, use_pruning=args.prune,
+                                          prune_ratio=args.prune_ratio, parallel=args.parallel,
+                                          use_baseline=args.baseline, progress=sys.stderr))
+        except BadInput:
+            raise
+        except ValueError as exc:  # sampler specs and options, seeds, budget
+            raise BadInput(str(exc)) from None
     print(format_summary(results) if args.summary else format_table(results), file=out, end="")
     if args.json:
         Path(args.json).write_text(json.dumps([r.to_dict() for r in results], indent=1))
@@ -692,9 +703,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return main_simulate(args)
-    except (TableError, ValueError) as exc:
+    except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
 
 
 if __name__ == "__main__":

@@ -120,6 +120,7 @@ class StudyDriver:
         self.timeout_s = timeout_s if timeout_s is not None else job.budget.timeout_s
         self.ray_address = ray_address or job.ray.address
         self._executor = executor
+        self._owns_executor = executor is None
         self.out = out or sys.stderr
         self.backend = job.backend_obj()
         self.report_dir = Path(job.report_dir).resolve()
@@ -166,9 +167,12 @@ class StudyDriver:
         lock.acquire()
         executor = None
         try:
-            sampler = make_sampler(job.sampler.name, seed=job.sampler.seed, budget=self.trials or 50,
-                                   space_size=job.space.size(), n_startup_trials=job.sampler.n_startup_trials,
-                                   options=job.sampler.options)
+            try:
+                sampler = make_sampler(job.sampler.name, seed=job.sampler.seed, budget=self.trials or 50,
+                                       space_size=job.space.size(), n_startup_trials=job.sampler.n_startup_trials,
+                                       options=job.sampler.options, search_space=job.space.distributions())
+            except ValueError as exc:
+                raise BadInput(str(exc), file=str(job.path), key="sampler") from None
             study = open_study(job, sampler)
             baseline = self.backend.normalize(job.space.active({**self.backend.default_config(), **(job.baseline or {})}))
             self.baseline_key = config_key(baseline)
@@ -178,31 +182,16 @@ class StudyDriver:
             killed = executor.cleanup_orphans(self.registry_dir)
             if killed:
                 self.say(f"ended {len(killed)} server(s) left behind by a previous driver")
-            self._fail_interrupted(study, policy)
+            for number in policy.recover_interrupted():
+                self.say(f"trial {number} was left running by a dead driver: marked interrupted, re-queued")
             if self.trials is not None and policy.budget_used() >= self.trials:
                 self.say(f"budget reached: {policy.budget_used()} of {self.trials} trials already ran")
                 return RunSummary("budget reached", best=self._best_summary(policy))
             return self._loop(study, policy, executor)
         finally:
-            if executor is not None and executor is not self._executor_passed_in():
+            if executor is not None and self._owns_executor:
                 executor.shutdown()
             lock.release()
-
-    def _executor_passed_in(self):
-        return None
-
-    def _fail_interrupted(self, study: optuna.Study, policy) -> None:
-        """Trials a dead driver left RUNNING: FAIL 'interrupted', config re-queued once."""
-        for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-            config = frozen.user_attrs.get("config") or dict(frozen.params)
-            attrs = TrialResult.failed(config, "interrupted",
-                                       "the driver died while this trial ran; its config is re-queued").to_attrs()
-            for key, value in attrs.items():
-                study._storage.set_trial_user_attr(frozen._trial_id, key, value)
-            study._storage.set_trial_user_attr(frozen._trial_id, "counted", False)
-            study.tell(frozen.number, state=optuna.trial.TrialState.FAIL)
-            policy.requeue(config)
-            self.say(f"trial {frozen.number} was left running by a dead driver: marked interrupted, re-queued")
 
     def _golden(self, study: optuna.Study) -> correctness.Golden | None:
         corr = self.job.correctness
@@ -342,7 +331,7 @@ class StudyDriver:
                  f"(elapsed {self._elapsed()}{remaining})")
 
     def _progress_end(self, policy, proposal, result: TrialResult) -> None:
-        base = policy.baseline_value() if hasattr(policy, "baseline_value") else None
+        base = policy.baseline_value()
         if result.outcome == COMPLETE:
             ratio = f" ({result.value / base:.2f}x baseline)" if base else ""
             what = f"{result.value:.1f} tok/s{ratio}"
@@ -361,7 +350,7 @@ class StudyDriver:
         best = policy.best()
         if best is None:
             return None
-        base = policy.baseline_value() if hasattr(policy, "baseline_value") else None
+        base = policy.baseline_value()
         return {"number": best.number, "value": best.value, "config": best.user_attrs.get("config"),
                 "vs_baseline": (best.value / base) if base else None}
 

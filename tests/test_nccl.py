@@ -282,3 +282,16 @@ def test_verify_applied_without_nccl_lines():
 def test_debug_env():
     assert nccl.debug_env() == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
     assert nccl.debug_env(tuning=True)["NCCL_DEBUG_SUBSYS"] == "INIT,ENV,TUNING"
+
+
+def test_parses_the_reference_servers_own_world_size_1_log():
+    """A real server log (not a probe): version, the env NCCL took, one rank, no warnings."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "fixtures" / "nccl" / "refserver-1b-ws1-graphs-h200-2.28.9.log").read_text()
+    parsed = nccl.parse_log(text)
+    assert parsed["version"].startswith("2.28.9")
+    assert parsed["env_applied"].get("NCCL_NVLS_ENABLE") == "0"
+    assert parsed["nranks"] == 1 and not parsed["invalid"]
+    assert nccl.verify_applied({"NCCL_NVLS_ENABLE": "0"}, parsed) == []
+    assert nccl.classify_failure(text) is None

@@ -313,3 +313,29 @@ def test_a_space_that_cannot_be_enumerated_ends_after_repeated_duplicates():
     launched = drive(policy, limit=500)
     assert len({p.key for p in launched}) == len(launched) == DISTINCT
     assert policy.exhausted and policy.next() is None
+
+
+def test_with_the_real_search_space_and_backend_normalize():
+    """The shipped SGLang space (conditional params, constraints) + the backend's normalize."""
+    from pathlib import Path
+
+    from orchestrator.backends import get_backend_class
+    from orchestrator.samplers import make_sampler
+    from orchestrator.space import load_space
+
+    root = Path(__file__).resolve().parents[1]
+    space = load_space(root / "search_spaces" / "sglang-pcie.yaml",
+                       {"gpus_per_node": 4, "cpus_per_trial": 1, "heads": 8, "kv_heads": 4, "layers": 4})
+    backend = get_backend_class("sglang")({"model": "m"}, "job.yaml")
+    size = space.size()
+    study = optuna.create_study(direction="maximize", sampler=make_sampler("tpe", seed=0, budget=size,
+                                                                           space_size=size))
+    baseline = backend.normalize(space.active({"tp_size": 4, "graph_capture": False,
+                                               "env.NCCL_PROTO": "simple", "env.NCCL_ALGO": "Ring"}))
+    policy = SearchPolicy(study, space, backend.normalize, baseline=baseline, budget=None, seed=0)
+    launched = drive(policy, answer=lambda p: ok(p, 10.0 + len(str(p.config))), limit=2000)
+    keys = [p.key for p in launched]
+    assert launched[0].key == config_key(baseline) and launched[0].role == "baseline"
+    distinct = {config_key(backend.normalize(space.active(c))) for c in space.enumerate()}
+    assert len(keys) == len(set(keys)) and set(keys) == distinct
+    assert policy.exhausted

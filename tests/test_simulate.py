@@ -163,6 +163,9 @@ def test_cli_prints_markdown_and_refuses_bad_input(tiny, tmp_path, capsys):
     assert main([str(tmp_path / "missing.csv")]) == 2
     assert "no such table" in capsys.readouterr().err
     assert main([str(tiny), "--sampler", "nope"]) == 2
+    assert main([str(tiny), "--target", "2"]) == 2
+    assert main([str(tiny), "--sampler", "tpe:bogus=1", "--seeds", "1"]) == 2
+    assert "unknown option 'bogus'" in capsys.readouterr().err
     args = add_simulate_args(argparse.ArgumentParser()).parse_args([str(tiny), "--no-prune", "--parallel", "2"])
     assert args.prune is False and args.parallel == 2 and args.seeds == 20 and args.target == 0.02
 

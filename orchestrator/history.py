@@ -112,12 +112,12 @@ def _iso(ts: Any) -> str | None:
         return None
     if isinstance(ts, _dt.datetime):
         dt = ts if ts.tzinfo else ts.astimezone()
-        return dt.astimezone(_dt.timezone.utc).isoformat(timespec="seconds")
+        return dt.astimezone(_dt.timezone.utc).isoformat(timespec="milliseconds")
     try:
         value = float(ts)
     except (TypeError, ValueError):
         return str(ts)
-    return _dt.datetime.fromtimestamp(value, tz=_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.fromtimestamp(value, tz=_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def parse_iso(text: str | None) -> float | None:

@@ -92,3 +92,18 @@ def write_job(directory: Path, *, study: str = "t", space_text: str | None = Non
     path = directory / "job.yaml"
     path.write_text(yaml.safe_dump(job, sort_keys=False))
     return path
+
+
+def study_servers(report_dir: Path) -> list[tuple[int, str]]:
+    """Live server processes started by one study (found by the ports in its trial logs),
+    so a check is not confused by servers of other tests running at the same time."""
+    import re
+
+    ports = set()
+    for log in Path(report_dir).rglob("*.log"):
+        head = log.read_text(errors="replace").splitlines()[:1]
+        m = re.search(r"--port (\d+)", head[0]) if head else None
+        if m:
+            ports.add(m.group(1))
+    return [(pid, cmd) for pid, cmd in server_processes()
+            if any(f"--port {port} " in cmd + " " for port in ports)]

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import server_processes, write_job
+from conftest import study_servers, write_job
 from orchestrator.history import trial_rows
 from orchestrator.job import load_job
 from orchestrator.study import open_study
@@ -36,7 +36,6 @@ def test_kill_9_mid_trial_then_resume(tmp_path, no_leftover_servers):
     job_path = write_job(tmp_path, study="kill9", budget={"trials": 3}, space_text=space,
                          baseline={"tp_size": 1, "backend.max_batch": 8},
                          bench={"output_tokens": 200, "warmup": 1, "repeats": 3, "max_repeats": 3})
-    others = {pid for pid, _ in server_processes()}  # servers not ours (other test runs)
     log_path = tmp_path / "driver1.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "orchestrator", "run", str(job_path)]
@@ -66,5 +65,5 @@ def test_kill_9_mid_trial_then_resume(tmp_path, no_leftover_servers):
     # the interrupted config was measured exactly once afterwards, and trial 0 was kept
     assert sum(r["config_key"] == interrupted[0]["config_key"] for r in counted) == 1
     assert rows[0]["state"] == "COMPLETE" and rows[0]["is_baseline"]
-    assert not [p for p in server_processes() if p[0] not in others], "a server outlived the killed driver and the resumed run"
+    assert not study_servers(tmp_path / "reports"), "a server outlived the killed driver and the resumed run"
     assert not list((tmp_path / "reports" / "kill9" / "servers").glob("*.json"))

@@ -79,3 +79,47 @@ def test_short_study_runs_resumes_and_exports(tmp_path, ray_local, no_leftover_s
     best = max(counted, key=lambda r: r["value"])
     assert "orchestrator.refserver" in argv
     assert argv[argv.index("--tp") + 1] == str(best["params"]["tp_size"])
+
+
+def test_export_round_trips_into_bench_and_a_changed_space_is_refused(tmp_path, ray_local, no_leftover_servers):
+    job_path = write_job(tmp_path, study="roundtrip", budget={"trials": 2})
+    job = load_job(job_path)
+    StudyDriver(job, out=io.StringIO()).run()
+    rows = trial_rows(open_study(job, create=False))
+    best = max((r for r in rows if r["state"] == "COMPLETE"), key=lambda r: r["value"])
+    for fmt in ("yaml", "json"):
+        out_file = tmp_path / f"best.{fmt}"
+        code, _ = run_cli("export", str(job_path), "--format", fmt, "-o", str(out_file))
+        assert code == 0 and out_file.exists()
+        code, text = run_cli("bench", str(job_path), "--config", str(out_file), "--json")
+        assert code == 0, text
+        measured = json.loads(text)
+        assert measured["outcome"] == "COMPLETE" and measured["value"] > 0
+        for key, value in best["params"].items():  # the same config was measured
+            assert measured["config"][key] == value
+
+    # the same study name with another space is refused (exit 2), not silently mixed
+    (tmp_path / "space.yaml").write_text("params:\n  tp_size: {choices: [1, 2]}\n  backend.max_batch: {choices: [8, 16]}\n")
+    code, _ = run_cli("run", str(job_path))
+    assert code == 2
+
+
+def test_command_backend_runs_the_reference_server_end_to_end(tmp_path, ray_local, no_leftover_servers):
+    """Any server from an argv template: the reference server launched as a user would."""
+    import yaml
+
+    argv = ["{python}", "-m", "orchestrator.refserver", "--model", "tiny", "--device", "cpu", "--tp", "{tp_size}",
+            "--threads", "1", "--served-model-name", "tiny", "--host", "{host}", "--port", "{port}"]
+    job_path = write_job(tmp_path, study="command",
+                         backend={"kind": "command", "settings": {"argv": argv, "model_name": "tiny",
+                                                                   "model_facts": {"heads": 8, "kv_heads": 4}}},
+                         space_text="params:\n  tp_size: {choices: [1, 2]}\n",
+                         baseline={"tp_size": 1}, budget={"trials": 2})
+    assert yaml.safe_load(job_path.read_text())["backend"]["kind"] == "command"
+    job = load_job(job_path)
+    StudyDriver(job, out=io.StringIO()).run()
+    rows = [r for r in trial_rows(open_study(job, create=False)) if r["counted"]]
+    assert sorted(r["params"]["tp_size"] for r in rows) == [1, 2]
+    assert all(r["state"] == "COMPLETE" and r["value"] > 0 for r in rows)
+    log = (tmp_path / "reports" / "command" / "logs" / f"trial-{rows[-1]['number']:04d}.log").read_text()
+    assert "orchestrator.refserver" in log.splitlines()[0]  # the template's argv was run

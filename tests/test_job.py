@@ -90,7 +90,7 @@ def test_demo_like_job_loads_with_defaults(tmp_path):
     assert job.correctness.prompts == DEFAULT_CHECK_PROMPTS and job.correctness.check_tokens == 32
     assert job.env == {"NCCL_NVLS_ENABLE": "0"}
     assert not job.allow_unsafe_nccl and not job.remeasure and job.max_consecutive_failures == 5
-    assert job.pruning.enabled and job.pruning.min_ratio == 0.7 and job.constraints == ()
+    assert job.pruning.enabled and job.pruning.min_ratio == 0.8 and job.constraints == ()
     ctx = job.context()
     assert ctx["gpus_per_node"] == 2 and ctx["gpus"] == 0 and ctx["cpu_job"] and ctx["heads"] == 8
     backend = job.backend_obj()

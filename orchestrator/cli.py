@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", help="a config file (an export in yaml/json, or a mapping of params)")
     s.add_argument("--json", action="store_true")
 
+    s = sub.add_parser("prescreen", help="all-reduce latency per NCCL setting of the space, before any launch")
+    s.add_argument("job")
+    s.add_argument("--iters", type=int, default=400, help="all-reduces timed per setting")
+
     s = sub.add_parser("cleanup", help="end servers a dead driver left behind")
     s.add_argument("job")
 
@@ -246,6 +250,31 @@ def cmd_bench(args) -> int:
     return 0 if result.outcome == "COMPLETE" else 1
 
 
+def cmd_prescreen(args) -> int:
+    from orchestrator.prescreen import format_prescreen, run_prescreen
+
+    job = _load(args.job)
+    if args.iters < 1:
+        raise BadInput(f"--iters must be >= 1, not {args.iters}")
+    measured = {}
+    try:  # a finished study gives "the rest" of a step, for the predicted decode tok/s
+        from orchestrator.history import trial_rows
+        from orchestrator.study import open_study
+
+        for row in trial_rows(open_study(job, create=False)):
+            tp = int(row["params"].get("tp_size", 1))
+            if row["state"] == "COMPLETE" and row["value"] and (tp not in measured or row["value"] > measured[tp][1]):
+                measured[tp] = (row["params"], row["value"])
+    except NcclsweepError:
+        pass
+    data = run_prescreen(job, iters=args.iters, measured=measured, say=lambda line: print(line, file=sys.stderr))
+    if not data["rows"]:
+        print("nothing to pre-screen: the space has no TP > 1 configuration (NCCL is idle at TP=1)")
+        return 0
+    print(format_prescreen(data))
+    return 0
+
+
 def cmd_cleanup(args) -> int:
     from orchestrator.server import ServerRegistry, cleanup_recorded
 
@@ -280,7 +309,7 @@ def cmd_simulate(args) -> int:
 _COMMANDS = {
     "validate": cmd_validate, "run": cmd_run, "status": cmd_status, "export": cmd_export,
     "report": cmd_report, "compare": cmd_compare, "bench": cmd_bench, "cleanup": cmd_cleanup,
-    "doctor": cmd_doctor, "simulate": cmd_simulate,
+    "doctor": cmd_doctor, "simulate": cmd_simulate, "prescreen": cmd_prescreen,
 }
 
 if __name__ == "__main__":  # pragma: no cover

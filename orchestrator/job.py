@@ -36,6 +36,7 @@ shown)::
     pruning: {enabled: true, min_ratio: 0.8}
     constraints: []                   # [{concurrency: 10, min_ratio: 0.9}, ...]
     hardware: {memory_bandwidth: null, allreduce_latency_us: null}   # for the ceiling; measured when absent
+    prescreen: {enabled: false, keep_within: 1.2}   # drop NCCL settings by all-reduce latency first
 
 Durations (``timeout``, ``timeouts.*``) are parsed by ``orchestrator.durations``.
 """
@@ -78,7 +79,7 @@ except ModuleNotFoundError as _exc:  # pragma: no cover - only while samplers.py
 
 JOB_KEYS = ("study", "description", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
             "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
-            "allow_unsafe_nccl", "remeasure", "max_consecutive_failures", "pruning", "constraints", "hardware")
+            "allow_unsafe_nccl", "remeasure", "max_consecutive_failures", "pruning", "constraints", "hardware", "prescreen")
 STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DEFAULT_PROMPT = ("Write a detailed, step-by-step explanation of how a ring all-reduce works across "
@@ -163,6 +164,12 @@ class PruningSettings:
 
 
 @dataclass(frozen=True)
+class PrescreenSettings:
+    enabled: bool  # measure all-reduce latency per NCCL setting before the study
+    keep_within: float  # drop settings slower than keep_within x the fastest at the same TP
+
+
+@dataclass(frozen=True)
 class OutcomeConstraint:
     """The best config must reach ``min_ratio`` x the baseline at ``concurrency``."""
 
@@ -194,6 +201,7 @@ class Job:
     pruning: PruningSettings = PruningSettings(True, 0.8)
     constraints: tuple[OutcomeConstraint, ...] = ()
     hardware: dict[str, float] = field(default_factory=dict)  # memory_bandwidth_bytes_s, allreduce_latency_s
+    prescreen: PrescreenSettings = PrescreenSettings(False, 1.2)
     space_path: Path | None = None  # absolute path of the space file
     baseline_given: bool = False  # the job had a `baseline:` (else: backend defaults)
     description: str | None = None
@@ -362,6 +370,9 @@ def load_job(path: str | os.PathLike) -> Job:
     max_failures = top.int("max_consecutive_failures", 5, low=1)
     pruning = _pruning(top)
     hardware = _hardware(top)
+    prescreen_sec = top.section("prescreen", ("enabled", "keep_within"))
+    prescreen = PrescreenSettings(enabled=prescreen_sec.bool("enabled", False),
+                                  keep_within=prescreen_sec.number("keep_within", 1.2, above=1.0 - 1e-9))
     outcome_constraints = _outcome_constraints(top, bench)
     env = _env(top, allow_unsafe)
 
@@ -427,7 +438,7 @@ def load_job(path: str | os.PathLike) -> Job:
                space=space, baseline=baseline, budget=budget, bench=bench, timeouts=timeouts, ray=ray,
                sampler=sampler, correctness=correctness, env=env, allow_unsafe_nccl=allow_unsafe,
                remeasure=remeasure, max_consecutive_failures=max_failures, pruning=pruning,
-               constraints=outcome_constraints, hardware=hardware, space_path=space_path, baseline_given=baseline_given,
+               constraints=outcome_constraints, hardware=hardware, prescreen=prescreen, space_path=space_path, baseline_given=baseline_given,
                description=description, _backend=backend)
 
 
@@ -833,6 +844,6 @@ def _check_space_unsafe(space: SearchSpace, allow_unsafe: bool, job_file: str) -
 
 __all__ = [
     "Job", "BackendSpec", "Budget", "BenchSettings", "Timeouts", "RaySettings", "SamplerSettings",
-    "CorrectnessSettings", "PruningSettings", "OutcomeConstraint", "load_job", "job_context", "SAMPLER_NAMES",
+    "CorrectnessSettings", "PruningSettings", "PrescreenSettings", "OutcomeConstraint", "load_job", "job_context", "SAMPLER_NAMES",
     "DEFAULT_CHECK_PROMPTS", "DEFAULT_PROMPT",
 ]

@@ -128,6 +128,7 @@ class StudyDriver:
         self.log_dir = self.report_dir / "logs"
         self.t_start = time.monotonic()
         self.consecutive_failures = 0
+        self._finished = 0  # trials finished in this invocation (for the time-to-go estimate)
 
     # ---- helpers -------------------------------------------------------------------------
     def say(self, line: str) -> None:
@@ -176,7 +177,7 @@ class StudyDriver:
             study = open_study(job, sampler)
             baseline = self.backend.normalize(job.space.active({**self.backend.default_config(), **(job.baseline or {})}))
             self.baseline_key = config_key(baseline)
-            policy = SearchPolicy(study, job.space, self.backend.normalize, baseline=baseline,
+            policy = SearchPolicy(study, self._space(baseline), self.backend.normalize, baseline=baseline,
                                   budget=self.trials, remeasure=job.remeasure, seed=job.sampler.seed)
             executor = self.make_executor()
             killed = executor.cleanup_orphans(self.registry_dir)
@@ -192,6 +193,27 @@ class StudyDriver:
             if executor is not None and self._owns_executor:
                 executor.shutdown()
             lock.release()
+
+    def _space(self, baseline: dict):
+        """The job's space, minus NCCL settings the all-reduce pre-screen dropped (if enabled);
+        the baseline's own setting always stays (every result reads as x baseline)."""
+        if not self.job.prescreen.enabled:
+            return self.job.space
+        from orchestrator.prescreen import (PrescreenedSpace, dropped_settings, format_prescreen, run_prescreen,
+                                            setting_key)
+
+        stored = self.report_dir / "prescreen.json"
+        if stored.exists():
+            data = json.loads(stored.read_text())
+        else:
+            self.say("pre-screen: measuring all-reduce latency per NCCL setting before any server launch")
+            data = run_prescreen(self.job, say=self.say)
+            self.say(format_prescreen(data))
+        dropped = dropped_settings(data, self.job.prescreen.keep_within)
+        dropped.pop(setting_key(baseline) or "", None)
+        if dropped:
+            self.say(f"pre-screen: {len(dropped)} NCCL setting(s) dropped before launch")
+        return PrescreenedSpace(self.job.space, dropped, self.backend.normalize)
 
     def _golden(self, study: optuna.Study) -> correctness.Golden | None:
         corr = self.job.correctness
@@ -265,6 +287,7 @@ class StudyDriver:
                     policy.record(proposal, result)
                     if result.outcome == FAIL and result.failure_kind in NOT_THE_CONFIGS_FAULT:
                         policy.requeue(result.config)
+                    self._finished += 1
                     self._progress_end(policy, proposal, result)
                     self._breaker(result)
         summary.best = self._best_summary(policy)
@@ -324,11 +347,19 @@ class StudyDriver:
         used = policy.budget_used() + running
         total = f"/{self.trials}" if self.trials else ""
         params = " ".join(f"{k}={v}" for k, v in proposal.config.items())
-        remaining = ""
-        if self.timeout_s:
-            remaining = f", {_fmt_s(max(0.0, self.timeout_s - (time.monotonic() - self.t_start)))} left"
         self.say(f"[trial {used}{total}] starting #{proposal.trial.number}: {params or '(defaults)'} "
-                 f"(elapsed {self._elapsed()}{remaining})")
+                 f"(elapsed {self._elapsed()}{self._remaining(policy, used)})")
+
+    def _remaining(self, policy, used: int) -> str:
+        """Time left: the wall-clock budget, or trials left x mean trial time so far."""
+        elapsed = time.monotonic() - self.t_start
+        parts = []
+        if self.trials and self._finished:
+            per_trial = elapsed / self._finished
+            parts.append(f"~{_fmt_s(per_trial * max(0, self.trials - used + 1))} to go at this pace")
+        if self.timeout_s:
+            parts.append(f"{_fmt_s(max(0.0, self.timeout_s - elapsed))} left of --timeout")
+        return (", " + ", ".join(parts)) if parts else ""
 
     def _progress_end(self, policy, proposal, result: TrialResult) -> None:
         base = policy.baseline_value()

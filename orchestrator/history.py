@@ -252,6 +252,8 @@ def _eligible(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in rows:
         if r["state"] != COMPLETE or r["value"] is None or r["config_key"] in tainted:
             continue
+        if (r.get("metrics") or {}).get("constraint_violations"):
+            continue  # measured, but breaks the job's outcome constraints
         if r["counted"]:
             out.append(r)
         elif r["cached_from"] is not None:

@@ -416,7 +416,9 @@ class SearchPolicy:
             value = result.value if result.value is not None else result.metrics.get("decode_tok_s")
             if value is None:
                 raise ValueError(f"trial {trial.number}: a COMPLETE result needs a value")
-            storage.set_trial_system_attr(tid, CONSTRAINTS_KEY, [0.0])
+            # a measured config that breaks one of the job's outcome constraints is infeasible
+            violated = 1.0 if result.metrics.get("constraint_violations") else 0.0
+            storage.set_trial_system_attr(tid, CONSTRAINTS_KEY, [violated])
             self.study.tell(trial, float(value))
         elif result.outcome == FAIL and not not_the_config:
             storage.set_trial_system_attr(tid, CONSTRAINTS_KEY, [1.0])
@@ -500,20 +502,27 @@ class SearchPolicy:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             if t.user_attrs.get("outcome") != COMPLETE or t.value is None:
                 continue
+            if (t.user_attrs.get("metrics") or {}).get("constraint_violations"):
+                continue  # measured, but breaks the job's outcome constraints
             if t.user_attrs.get(ATTR_KEY) in st_bad:
                 continue
             if best is None or t.value > best.value:
                 best = t
         return best
 
-    def baseline_value(self) -> float | None:
-        """Median tok/s of the baseline, once measured."""
+    def baseline_trial(self) -> FrozenTrial | None:
+        """The measured baseline trial, once there is one."""
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             ua = t.user_attrs
             if ua.get("outcome") == COMPLETE and (ua.get(ATTR_BASELINE) or
                                                    (self.baseline_key and ua.get(ATTR_KEY) == self.baseline_key)):
-                return t.value
+                return t
         return None
+
+    def baseline_value(self) -> float | None:
+        """Median tok/s of the baseline, once measured."""
+        base = self.baseline_trial()
+        return None if base is None else base.value
 
     def prune_threshold(self, min_ratio: float = DEFAULT_PRUNE_RATIO) -> float | None:
         """``min_ratio`` x the best median so far (None before any COMPLETE trial)."""

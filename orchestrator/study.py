@@ -155,6 +155,7 @@ class StudyDriver:
             teardown_grace_s=job.timeouts.teardown_s, env=dict(job.env),
             check_prompts=list(corr.prompts) if corr.enabled else [], check_tokens=corr.check_tokens,
             check_logprobs=corr.logprobs, reference_texts=reference_texts, prune_below=prune_below,
+            concurrency_checks=[c.concurrency for c in job.constraints],
             device_check=job.gpus_per_node > 0)
 
     # ---- the run ---------------------------------------------------------------------------
@@ -284,6 +285,7 @@ class StudyDriver:
                                                     log_tail=result.log_tail, started_at=result.started_at,
                                                     ended_at=result.ended_at)
                     result, golden = self._gate(study, result, is_reference, golden)
+                    self._judge_constraints(policy, result)
                     policy.record(proposal, result)
                     if result.outcome == FAIL and result.failure_kind in NOT_THE_CONFIGS_FAULT:
                         policy.requeue(result.config)
@@ -322,6 +324,25 @@ class StudyDriver:
                                         correctness=verdict, server=result.server, log_tail=result.log_tail)
             result.metrics["decode_tok_s_ignored"] = measured
         return result, golden
+
+    def _judge_constraints(self, policy, result: TrialResult) -> None:
+        """The job's outcome constraints ("best >= 0.9 x baseline at concurrency 64"): a
+        config that breaks one stays COMPLETE (it was measured) but is infeasible: the
+        sampler learns it, and it is never ranked or exported as best."""
+        if not self.job.constraints or result.outcome != COMPLETE:
+            return
+        base = policy.baseline_trial()
+        levels = result.metrics.get("concurrency") or {}
+        base_levels = (base.user_attrs.get("metrics") or {}).get("concurrency") or {} if base else {}
+        violations = []
+        for rule in self.job.constraints:
+            got, ref = levels.get(str(rule.concurrency)), base_levels.get(str(rule.concurrency))
+            if got and ref and got < rule.min_ratio * ref:
+                violations.append(f"total {got:.1f} tok/s at concurrency {rule.concurrency} is "
+                                  f"{got / ref:.2f}x the baseline's {ref:.1f} (the job asks >= {rule.min_ratio:g}x)")
+        if violations:
+            result.metrics["constraint_violations"] = violations
+            result.warnings.extend(f"infeasible: {v}" for v in violations)
 
     def _breaker(self, result: TrialResult) -> None:
         if result.metrics.get("gpus_usable") is False:

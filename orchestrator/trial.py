@@ -54,6 +54,7 @@ class TrialSpec:
     check_logprobs: bool = True
     reference_texts: list[str] | None = None
     prune_below: float | None = None
+    concurrency_checks: list[int] = field(default_factory=list)  # levels the job constrains
     device_check: bool = False
     measure_bandwidth: bool = True  # once per worker process: the ceiling's denominator
     job_file: str | None = None
@@ -140,6 +141,15 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
         timing["bench_s"] = decode.bench_s
         metrics = decode.to_metrics()
         warnings = list(decode.warnings)
+
+        if spec.concurrency_checks and not pruned:  # the job's "no worse than x at concurrency c" rules
+            metrics["concurrency"] = {}
+            for level in spec.concurrency_checks:
+                got = bench.measure_concurrency(launch.base_url, launch.model_name, spec.prompt, spec.output_tokens,
+                                                level, timeout_s=spec.bench_timeout_s)
+                if got.get("failures"):
+                    return _bench_failure(failed, proc, None, f"concurrency {level}: {got['errors'][:1]}")
+                metrics["concurrency"][str(level)] = got["total_tok_s"]
 
         # correctness outputs (compared by the driver against the golden reference)
         t0 = time.monotonic()

@@ -85,6 +85,18 @@ class Backend(abc.ABC):
         """The ``backend.<flag>`` params of a config, flag names without the prefix."""
         return {name[8:]: value for name, value in config.items() if name.startswith("backend.")}
 
+    def check_nccl_env(self, config: Config) -> None:
+        """Every ``env.NCCL_*`` value against NCCL's allowed names (ConfigRejected otherwise)."""
+        from orchestrator import nccl
+        from orchestrator.errors import ConfigRejected
+
+        for name, value in config.items():
+            if name.startswith("env.NCCL_"):
+                try:
+                    nccl.validate_value(name[4:], value)
+                except ValueError as exc:
+                    raise ConfigRejected(str(exc), file=self.job_file, key=name) from None
+
     # ---- the contract -------------------------------------------------------------------
     def gpus_per_trial(self, config: Config) -> int:
         return int(config.get("tp_size", 1)) * int(config.get("pp_size", 1))

@@ -148,14 +148,7 @@ class CommandBackend(Backend):
             raise ConfigRejected(f"param {name} reaches no placeholder of backend.settings.argv, so the server "
                                  f"would never see it; add {{{name}}} (or {{{name}?--flag}} for a switch) to argv",
                                  file=file, key=name)
-        from orchestrator import nccl
-
-        for name, value in config.items():
-            if name.startswith("env.NCCL_"):
-                try:
-                    nccl.validate_value(name[4:], value)
-                except ValueError as exc:
-                    raise ConfigRejected(str(exc), file=file, key=name) from None
+        self.check_nccl_env(config)
 
     def launch_spec(self, config: Config, host: str, port: int) -> LaunchSpec:
         values = self._values(config, host, port)

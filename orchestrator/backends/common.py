@@ -126,6 +126,22 @@ def server_env(backend, config: dict) -> dict[str, str]:
     return {k: nccl.normalize_value(k, v) if k.startswith("NCCL_") else v for k, v in backend.env_of(config).items()}
 
 
+def check_neutral(config: dict, job_file: str | None) -> None:
+    """tp_size/pp_size positive ints, graph_capture/custom_all_reduce booleans, capture sizes."""
+    from orchestrator.errors import ConfigRejected
+
+    positive_int(config, "tp_size", job_file)
+    positive_int(config, "pp_size", job_file)
+    for name in ("graph_capture", "custom_all_reduce"):
+        if name in config and not isinstance(config[name], bool):
+            raise ConfigRejected(f"{name} must be true or false, not {config[name]!r}", file=job_file, key=name)
+    if "capture_sizes" in config:
+        try:
+            capture_sizes_of(config["capture_sizes"])
+        except ValueError as exc:
+            raise ConfigRejected(str(exc), file=job_file, key="capture_sizes") from None
+
+
 def positive_int(config: dict, name: str, job_file: str | None, default: int = 1) -> int:
     value = config.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

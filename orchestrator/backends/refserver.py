@@ -95,6 +95,7 @@ class RefServerBackend(Backend):
         if "custom_all_reduce" in config:
             raise ConfigRejected("the reference server has no custom all-reduce; drop custom_all_reduce",
                                  file=self.job_file, key="custom_all_reduce")
+        self.check_nccl_env(config)
         for flag, value in self.backend_flags_of(config).items():
             if flag not in _FLAGS:
                 raise ConfigRejected(f"unknown reference-server flag; allowed: {', '.join(_FLAGS)}",

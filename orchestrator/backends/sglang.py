@@ -57,7 +57,6 @@ from orchestrator.backends import common
 from orchestrator.backends.base import Backend, Config, LaunchSpec
 from orchestrator.backends.common import Spelling
 from orchestrator.backends.known_flags import SGLANG
-from orchestrator.errors import ConfigRejected
 
 PER_PHASE_SINCE = (0, 5, 14)  # --cuda-graph-max-bs-decode & co.
 OLD_GRAPH_FLAGS_REMOVED = (0, 5, 20)  # --cuda-graph-max-bs / --cuda-graph-bs gone
@@ -149,27 +148,11 @@ class SglangBackend(Backend):
 
     def check_config(self, config: Config) -> None:
         file = self.job_file
-        common.positive_int(config, "tp_size", file)
-        common.positive_int(config, "pp_size", file)
-        for name in ("graph_capture", "custom_all_reduce"):
-            if name in config and not isinstance(config[name], bool):
-                raise ConfigRejected(f"{name} must be true or false, not {config[name]!r}", file=file, key=name)
-        if "capture_sizes" in config:
-            try:
-                common.capture_sizes_of(config["capture_sizes"])
-            except ValueError as exc:
-                raise ConfigRejected(str(exc), file=file, key="capture_sizes") from None
+        common.check_neutral(config, file)
         checker = self.flags()
         for name, value in sorted(self.backend_flags_of(config).items()):
             checker.param_words(name, value, file)
-        from orchestrator import nccl
-
-        for name, value in config.items():
-            if name.startswith("env.NCCL_"):
-                try:
-                    nccl.validate_value(name[4:], value)
-                except ValueError as exc:
-                    raise ConfigRejected(str(exc), file=file, key=name) from None
+        self.check_nccl_env(config)
 
     def normalize(self, config: Config) -> Config:
         """Defaults filled in; CUDA-graph settings dropped without graphs, custom all-reduce

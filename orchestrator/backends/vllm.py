@@ -164,16 +164,7 @@ class VllmBackend(Backend):
 
     def check_config(self, config: Config) -> None:
         file = self.job_file
-        common.positive_int(config, "tp_size", file)
-        common.positive_int(config, "pp_size", file)
-        for name in ("graph_capture", "custom_all_reduce"):
-            if name in config and not isinstance(config[name], bool):
-                raise ConfigRejected(f"{name} must be true or false, not {config[name]!r}", file=file, key=name)
-        if "capture_sizes" in config:
-            try:
-                common.capture_sizes_of(config["capture_sizes"])
-            except ValueError as exc:
-                raise ConfigRejected(str(exc), file=file, key="capture_sizes") from None
+        common.check_neutral(config, file)
         graphs = config.get("graph_capture", True)
         if "backend.cudagraph_mode" in config and graphs:
             mode = self._mode(config)
@@ -207,14 +198,7 @@ class VllmBackend(Backend):
         self._env_check(config)
 
     def _env_check(self, config: Config) -> None:
-        from orchestrator import nccl
-
-        for name, value in config.items():
-            if name.startswith("env.NCCL_"):
-                try:
-                    nccl.validate_value(name[4:], value)
-                except ValueError as exc:
-                    raise ConfigRejected(str(exc), file=self.job_file, key=name) from None
+        self.check_nccl_env(config)
 
     def normalize(self, config: Config) -> Config:
         """Defaults filled in, settings that cannot matter dropped: capture settings without

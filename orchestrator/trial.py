@@ -211,25 +211,37 @@ def capture_outputs(base_url: str, model: str, spec: TrialSpec, score_texts: lis
 
 
 def node_info() -> dict[str, Any]:
-    """Which node and GPUs this trial ran on (Ray node id when inside Ray)."""
-    info: dict[str, Any] = {"hostname": socket.gethostname(),
-                            "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+    """Which node and GPUs this trial ran on: hostname, the GPUs it was given
+    (CUDA_VISIBLE_DEVICES) and their count and model, and inside Ray the node id and IP."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    info: dict[str, Any] = {"hostname": socket.gethostname(), "gpus": visible}
     try:
         import ray
 
         if ray.is_initialized():
             info["node_id"] = ray.get_runtime_context().get_node_id()
+            info["node_ip"] = ray.util.get_node_ip_address()
     except Exception:  # noqa: BLE001 - outside Ray there is no node id
         pass
-    if info["gpus"]:
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10)
-            names = [n.strip() for n in out.stdout.splitlines() if n.strip()]
-            info["gpu_model"] = names[0] if names else None
-        except (OSError, subprocess.SubprocessError):
-            info["gpu_model"] = None
+    if visible:
+        ids = [g.strip() for g in visible.split(",") if g.strip()]
+        info["gpu_count"] = len(ids)
+        info["gpu_model"] = _gpu_model(ids[0] if ids else None)
     return info
+
+
+def _gpu_model(device_id: str | None) -> str | None:
+    """nvidia-smi's name of one visible GPU (index or UUID; any GPU when None)."""
+    for extra in ([f"--id={device_id}"] if device_id else []) + [None]:
+        cmd = ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"] + ([extra] if extra else [])
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        names = [n.strip() for n in out.stdout.splitlines() if n.strip()]
+        if out.returncode == 0 and names:
+            return names[0]
+    return None
 
 
 def gpus_usable(timeout_s: float = 30.0) -> tuple[bool, str]:

@@ -295,3 +295,18 @@ def test_parses_the_reference_servers_own_world_size_1_log():
     assert parsed["nranks"] == 1 and not parsed["invalid"]
     assert nccl.verify_applied({"NCCL_NVLS_ENABLE": "0"}, parsed) == []
     assert nccl.classify_failure(text) is None
+
+
+def test_parses_a_tp2_server_log_with_p2p_disabled():
+    """The issue-10 study's best trial: what NCCL took, and that traffic went through SHM."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "fixtures" / "nccl" /
+            "refserver-1b-tp2-p2p-disabled-tree-ll-2xh200-2.28.9.log").read_text()
+    parsed = nccl.parse_log(text)
+    assert parsed["nranks"] == 2 and parsed["transports"] == ["SHM/direct/direct"]
+    assert {k: parsed["env_applied"][k] for k in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_DISABLE")} == {
+        "NCCL_PROTO": "LL", "NCCL_ALGO": "Tree", "NCCL_P2P_DISABLE": "1"}
+    assert nccl.verify_applied({"NCCL_PROTO": "LL", "NCCL_ALGO": "Tree", "NCCL_P2P_DISABLE": "1"}, parsed) == []
+    # a setting NCCL never reported taking is a warning
+    assert nccl.verify_applied({"NCCL_PROTO": "Simple"}, parsed)

@@ -96,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ncclsweep: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like: not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:  # noqa: BLE001 - last resort: one line, traceback only with --debug
         if debug:
             traceback.print_exc()

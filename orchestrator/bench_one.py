@@ -31,8 +31,11 @@ def resolve_config(job, overrides: dict[str, Any]) -> dict[str, Any]:
     return backend.normalize(config)
 
 
-def bench_config(job, overrides: dict[str, Any], number: int = 0) -> TrialResult:
+def bench_config(job, overrides: dict[str, Any], number: int = 0, verify_nccl: bool = False) -> TrialResult:
     config = resolve_config(job, overrides)
+    env = dict(job.env)
+    if verify_nccl:  # per-call choices: a separate launch, never a timed trial (TUNING logs every call)
+        env.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,ENV,TUNING")
     report_dir = Path(job.report_dir).resolve()
     spec = TrialSpec(
         number=number, config=config, backend_kind=job.backend.kind, backend_settings=dict(job.backend.settings),
@@ -40,7 +43,7 @@ def bench_config(job, overrides: dict[str, Any], number: int = 0) -> TrialResult
         prompt=job.bench.prompt, output_tokens=job.bench.output_tokens, warmup=job.bench.warmup,
         repeats=job.bench.repeats, max_repeats=job.bench.max_repeats, target_rel_ci=job.bench.target_rel_ci,
         startup_timeout_s=job.timeouts.startup_s, bench_timeout_s=job.timeouts.bench_s,
-        teardown_grace_s=job.timeouts.teardown_s, env=dict(job.env), device_check=False, measure_bandwidth=False)
+        teardown_grace_s=job.timeouts.teardown_s, env=env, device_check=False, measure_bandwidth=False)
     return run_trial(spec, threading.Event())
 
 
@@ -61,7 +64,14 @@ def format_result(result: TrialResult) -> str:
     t = result.timing
     lines.append("time: " + ", ".join(f"{k[:-2]} {v:.2f}s" for k, v in t.items()))
     if result.nccl.get("version"):
-        lines.append(f"nccl: {result.nccl['version']}")
+        took = ", ".join(f"{k}={v}" for k, v in sorted((result.nccl.get("env_applied") or {}).items()))
+        lines.append(f"nccl: {result.nccl['version']}; took from the environment: {took or 'nothing'}; "
+                     f"transports: {', '.join(result.nccl.get('transports') or []) or 'none'}")
+    calls = result.nccl.get("per_call") or []
+    if calls:
+        lines.append("nccl per-call choices (collective, bytes -> algorithm, protocol):")
+        lines.extend(f"  {c[0]} {c[1]} B -> {c[2]} {c[3]}" if isinstance(c, (list, tuple)) else f"  {c}"
+                     for c in calls[:20])
     for w in result.warnings:
         lines.append(f"warning: {w}")
     return "\n".join(lines)

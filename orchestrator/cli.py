@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("job")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a param, e.g. tp_size=2")
     s.add_argument("--config", help="a config file (an export in yaml/json, or a mapping of params)")
+    s.add_argument("--verify-nccl", action="store_true",
+                   help="a verification launch: NCCL_DEBUG_SUBSYS adds TUNING, and the algorithm/protocol "
+                        "NCCL chose per all-reduce size is printed (not for timing: TUNING logs every call)")
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("prescreen", help="all-reduce latency per NCCL setting of the space, before any launch")
@@ -245,7 +248,7 @@ def cmd_bench(args) -> int:
 
         overrides.update(load_config_file(args.config))
     overrides.update(parse_sets(args.set))
-    result = bench_config(job, overrides)
+    result = bench_config(job, overrides, verify_nccl=args.verify_nccl)
     if args.json:
         print(json.dumps(result.to_attrs(), indent=2, default=str))
     else:

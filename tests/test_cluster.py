@@ -134,7 +134,7 @@ def test_study_spreads_over_nodes_and_survives_losing_one(tmp_path, no_leftover_
                 ticket, flight = max(late)
                 node = next(n for n in cluster.worker_nodes if n.node_id == flight["node_id"])
                 killed.update(node_id=flight["node_id"], trial=flight["trial"], at=time.time())
-                cluster.remove_node(node)
+                cluster.remove_node(node, allow_graceful=False)
                 return
             time.sleep(0.1)
 

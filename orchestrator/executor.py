@@ -281,9 +281,10 @@ class RayExecutor(Executor):
 
     def __init__(self, *, address: str | None, gpus_per_node: int, cpus_per_trial: int,
                  parallel: int | None = None, resources: dict[str, float] | None = None,
-                 accelerator_type: str | None = None, local_num_cpus: int | None = None):
-        self._ray = connect_ray(address, local_num_cpus)
-        self._gpus = gpus_per_node
+                 accelerator_type: str | None = None, local_num_cpus: int | None = None,
+                 ray_api: Any = None):
+        # ray_api: a stand-in for the ``ray`` module (tests that fake node and actor deaths)
+        self._ray = ray_api if ray_api is not None else connect_ray(address, local_num_cpus)
         self._parallel = parallel
         self._resources = dict(resources or {})
         self._gpu_model = accelerator_type
@@ -304,8 +305,8 @@ class RayExecutor(Executor):
         self._tickets = itertools.count()
         self._workers: list[_Worker] = []
         self._busy: dict[Any, _Flight] = {}  # object ref -> flight
-        self._nodes: dict[str, dict[str, Any]] = {}  # matching alive node id -> {hostname, ip, capacity}
-        self._node_info: dict[str, dict[str, Any]] = {}  # every node seen -> {hostname, ip}
+        self._nodes: dict[str, dict[str, Any]] = {}  # matching alive node id -> {hostname, node_ip, capacity}
+        self._node_info: dict[str, dict[str, Any]] = {}  # every node seen -> {hostname, node_ip, node_name}
         self._quarantine: dict[str, float] = {}  # node id -> monotonic time its actor died
         self._lost: list[str] = []
         self._slots = 0
@@ -416,11 +417,16 @@ class RayExecutor(Executor):
         (``node_id`` when given), reusing its idle actor or starting one there."""
         busy = Counter(f.worker.node_id for f in self._busy.values())
         actors = Counter(w.node_id for w in self._workers)
-        candidates = [node_id] if node_id else sorted(self._nodes, key=lambda n: (busy[n], actors[n]))
+        idle: dict[str, list[_Worker]] = {}
+        for w in self._workers:
+            if not self._is_busy(w):
+                idle.setdefault(w.node_id, []).append(w)
+        # fewest trials running first; among those, a node whose actor is already up
+        candidates = [node_id] if node_id else sorted(
+            self._nodes, key=lambda n: (busy[n], 0 if idle.get(n) else 1, actors[n]))
         for n in candidates:
-            idle = [w for w in self._workers if w.node_id == n and not self._is_busy(w)]
-            if idle:
-                return idle[0]
+            if idle.get(n):
+                return idle[n][0]
             if node_id or actors[n] < self._nodes[n]["capacity"]:
                 return self._start_actor(n)
         # more trials than the nodes hold (``parallel`` too high): queue on the least used node
@@ -429,8 +435,8 @@ class RayExecutor(Executor):
     def _start_actor(self, node_id: str) -> _Worker:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        actor = self._actor_cls.options(
-            **self._actor_opts, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)).remote()
+        pin = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+        actor = self._actor_cls.options(**self._actor_opts, scheduling_strategy=pin).remote()
         worker = _Worker(actor, node_id)
         self._workers.append(worker)
         return worker

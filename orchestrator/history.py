@@ -235,7 +235,16 @@ def _row(trial) -> dict[str, Any]:
 def trial_rows(study) -> list[dict[str, Any]]:
     """One row per trial, in trial-number order, with the user-facing state (see ROW_KEYS)."""
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
-    return [_row(t) for t in trials]
+    rows = [_row(t) for t in trials]
+    # several Ray nodes on one host (a local test cluster, or containers): tell them apart
+    ids: dict[str, set[str]] = {}
+    for r in rows:
+        if r["node_id"]:
+            ids.setdefault(r["node"], set()).add(r["node_id"])
+    for r in rows:
+        if r["node_id"] and len(ids.get(r["node"], ())) > 1:
+            r["node"] = f"{r['node']}/{r['node_id'][:8]}"
+    return rows
 
 
 def failed_correctness(row: dict[str, Any]) -> bool:

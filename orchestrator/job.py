@@ -25,7 +25,7 @@ shown)::
     bench: {prompt: ..., output_tokens: 64, warmup: 1, repeats: 3, max_repeats: 3,
             target_rel_ci: null, concurrency: [1, 2, 10, 64]}
     timeouts: {startup: 120s, bench: 60s, teardown: 10s}
-    ray: {address: null, parallel: 1, node_selector: {gpu_model: null, resources: {}}}
+    ray: {address: null, parallel: null, node_selector: {gpu_model: null, resources: {}}}   # parallel null: one trial per matching node
     sampler: {name: tpe, seed: 0, n_startup_trials: null, options: {}}
     correctness: {enabled: true, reference: baseline, prompts: [3 prompts], check_tokens: 32,
                   logprobs: true, logprob_tolerance: 0.05}     # reference: baseline | {config} | path/to/reference.json
@@ -128,7 +128,7 @@ class Timeouts:
 @dataclass(frozen=True)
 class RaySettings:
     address: str | None  # None: start a local Ray
-    parallel: int  # trials in flight at once
+    parallel: int | None  # trials in flight at once; None: one per matching node
     node_selector: dict[str, Any]  # {"gpu_model": str | None, "resources": {name: amount}}
 
 
@@ -518,7 +518,7 @@ def _timeouts(top: _Section) -> Timeouts:
 def _ray(top: _Section) -> RaySettings:
     sec = top.section("ray", ("address", "parallel", "node_selector"))
     address = sec.str("address", None, none_ok=True)
-    parallel = sec.int("parallel", 1, low=1)
+    parallel = sec.int("parallel", None, low=1, none_ok=True)
     sel = sec.section("node_selector", ("gpu_model", "resources"))
     gpu_model = sel.str("gpu_model", None, none_ok=True)
     resources = sel.raw("resources", None) or {}

@@ -52,16 +52,26 @@ def no_leftover_servers():
 
 
 @pytest.fixture(scope="session")
-def ray_local():
-    """One real local Ray instance for the whole session (logical CPUs for trial actors)."""
+def _ray_session():
+    """Shut down whatever Ray the session started, once, at the end."""
+    yield
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture
+def ray_local(_ray_session):
+    """A real local Ray instance (logical CPUs for trial actors), started if no test left one
+    running (a cluster test shuts its own down)."""
     import logging
 
     import ray
 
     if not ray.is_initialized():
         ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
-    yield ray
-    ray.shutdown()
+    return ray
 
 
 def write_job(directory: Path, *, study: str = "t", space_text: str | None = None, **sections) -> Path:

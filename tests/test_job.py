@@ -82,7 +82,7 @@ def test_demo_like_job_loads_with_defaults(tmp_path):
     assert job.bench.output_tokens == 32 and job.bench.repeats == 3 and job.bench.max_repeats == 3
     assert job.bench.concurrency == (1, 2, 10, 64) and job.bench.target_rel_ci is None
     assert (job.timeouts.startup_s, job.timeouts.bench_s, job.timeouts.teardown_s) == (120, 60, 10)
-    assert job.ray.address is None and job.ray.parallel == 1
+    assert job.ray.address is None and job.ray.parallel is None  # one trial per matching node
     assert job.ray.node_selector == {"gpu_model": None, "resources": {}}
     assert job.sampler.name == "tpe" and job.sampler.seed == 0 and job.sampler.n_startup_trials is None
     assert job.correctness.enabled and job.correctness.reference == "baseline"

@@ -127,20 +127,20 @@ def test_command_backend_runs_the_reference_server_end_to_end(tmp_path, ray_loca
 
 def test_outcome_constraint_makes_a_config_that_loses_under_load_infeasible(tmp_path, ray_local,
                                                                              no_leftover_servers):
-    """max_batch=1 serializes 4 concurrent requests: whatever its single-request speed, it
-    breaks "no worse than 0.9x baseline at concurrency 4" and can never be best."""
+    """max_batch=1 serializes 8 concurrent requests: whatever its single-request speed, it
+    breaks "no worse than 0.9x baseline at concurrency 8" and can never be best."""
     from orchestrator.history import best_rows
 
     job_path = write_job(tmp_path, study="constrained", space_text="params:\n  backend.max_batch: {choices: [1, 8]}\n",
                          baseline={"backend.max_batch": 8}, budget={"trials": 2},
-                         bench={"output_tokens": 24, "warmup": 1, "repeats": 2, "max_repeats": 2, "concurrency": [1, 4]},
-                         constraints=[{"concurrency": 4, "min_ratio": 0.9}])
+                         bench={"output_tokens": 24, "warmup": 1, "repeats": 2, "max_repeats": 2, "concurrency": [1, 8]},
+                         constraints=[{"concurrency": 8, "min_ratio": 0.9}])
     job = load_job(job_path)
     StudyDriver(job, out=io.StringIO()).run()
     rows = [r for r in trial_rows(open_study(job, create=False)) if r["counted"]]
     by_batch = {r["params"]["backend.max_batch"]: r for r in rows}
     assert set(by_batch) == {1, 8} and all(r["state"] == "COMPLETE" for r in rows)
     serial = by_batch[1]["metrics"]
-    assert serial["concurrency"]["4"] < 0.9 * by_batch[8]["metrics"]["concurrency"]["4"]
-    assert serial["constraint_violations"] and "concurrency 4" in serial["constraint_violations"][0]
+    assert serial["concurrency"]["8"] < 0.9 * by_batch[8]["metrics"]["concurrency"]["8"]
+    assert serial["constraint_violations"] and "concurrency 8" in serial["constraint_violations"][0]
     assert [r["params"]["backend.max_batch"] for r in best_rows(rows, 2)] == [8]

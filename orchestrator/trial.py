@@ -227,7 +227,30 @@ def node_info() -> dict[str, Any]:
         ids = [g.strip() for g in visible.split(",") if g.strip()]
         info["gpu_count"] = len(ids)
         info["gpu_model"] = _gpu_model(ids[0] if ids else None)
+        info.update(_driver_and_topology(ids))
     return info
+
+
+def _driver_and_topology(ids: list[str]) -> dict[str, Any]:
+    """Driver version and the links between the visible GPUs (e.g. "GPU0-GPU1 PIX"), for
+    the provenance every export carries; empty where nvidia-smi is missing."""
+    from orchestrator.doctor import parse_topo_matrix
+
+    out: dict[str, Any] = {}
+    try:
+        drv = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        if drv.returncode == 0 and drv.stdout.strip():
+            out["driver_version"] = drv.stdout.split()[0]
+        topo = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return out
+    if topo.returncode == 0:
+        links = parse_topo_matrix(topo.stdout).get("links", {})
+        names = {f"GPU{i}" for i in ids if i.isdigit()}
+        pairs = sorted(f"{a}-{b} {kind}" for (a, b), kind in links.items() if a < b and (not names or {a, b} <= names))
+        out["topology"] = ", ".join(pairs) if pairs else "single GPU"
+    return out
 
 
 def _gpu_model(device_id: str | None) -> str | None:

@@ -24,7 +24,7 @@ from orchestrator import correctness
 from orchestrator.errors import BadInput, CircuitOpen, NcclsweepError, RuntimeFailure
 from orchestrator.executor import Executor, RayExecutor
 from orchestrator.lock import DriverLock
-from orchestrator.records import COMPLETE, FAIL, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult, config_key
+from orchestrator.records import COMPLETE, FAIL, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult
 from orchestrator.trial import TrialSpec
 
 GOLDEN_ATTR = "golden"
@@ -129,6 +129,7 @@ class StudyDriver:
         self.t_start = time.monotonic()
         self.consecutive_failures = 0
         self._finished = 0  # trials finished in this invocation (for the time-to-go estimate)
+        self._repeat_no = 0
 
     # ---- helpers -------------------------------------------------------------------------
     def say(self, line: str) -> None:
@@ -177,9 +178,10 @@ class StudyDriver:
                 raise BadInput(str(exc), file=str(job.path), key="sampler") from None
             study = open_study(job, sampler)
             baseline = self.backend.normalize(job.space.active({**self.backend.default_config(), **(job.baseline or {})}))
-            self.baseline_key = config_key(baseline)
+            self._baseline_config = baseline
             policy = SearchPolicy(study, self._space(baseline), self.backend.normalize, baseline=baseline,
                                   budget=self.trials, remeasure=job.remeasure, seed=job.sampler.seed)
+            self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config
             executor = self.make_executor()
             killed = executor.cleanup_orphans(self.registry_dir)
             if killed:
@@ -233,7 +235,8 @@ class StudyDriver:
         job = self.job
         deadline = self.t_start + self.timeout_s if self.timeout_s else None
         golden = self._golden(study)
-        in_flight: dict[int, Any] = {}  # ticket -> (proposal, is_reference)
+        in_flight: dict[int, Any] = {}  # ticket -> (proposal, is_reference); proposal None: a baseline repeat
+        repeats: list[str] = []  # node ids still to repeat the baseline on (comparability across nodes)
         summary = RunSummary("budget reached")
         with _Signals() as signals:
             while True:
@@ -241,6 +244,14 @@ class StudyDriver:
                 if signals.count > 1 and in_flight:
                     executor.cancel_all()
                 # start trials while there are free slots
+                while not stop_starting and repeats and len(in_flight) < executor.slots:
+                    node = repeats.pop(0)
+                    if node in executor.nodes():
+                        self._repeat_no += 1  # log files of repeats: trial-9001.log, ...
+                        spec = self.spec_for(9000 + self._repeat_no, self._baseline_config,
+                                             golden.texts if golden else None, None)
+                        in_flight[executor.submit(spec, node_id=node)] = (None, False)
+                        self.say(f"repeating the baseline on node {node[:8]} (are the nodes comparable?)")
                 while not stop_starting and len(in_flight) < executor.slots:
                     need_reference = job.correctness.enabled and golden is None
                     if need_reference and in_flight:
@@ -254,7 +265,7 @@ class StudyDriver:
                         self.say(f"trial {proposal.trial.number}: config already measured "
                                  f"(trial {proposal.cached_from}), answered from the study")
                         continue
-                    is_baseline = proposal.key == self.baseline_key
+                    is_baseline = proposal.role == "baseline" or proposal.key == self.baseline_key
                     if is_baseline:
                         proposal.trial.set_user_attr("is_baseline", True)
                     prune = None
@@ -279,6 +290,9 @@ class StudyDriver:
                     break
                 for ticket, result in executor.wait(0.5):
                     proposal, is_reference = in_flight.pop(ticket)
+                    if proposal is None:
+                        self._store_repeat(study, *self._gate(study, result, False, golden))
+                        continue
                     if signals.count > 1 and result.outcome == FAIL:
                         result = TrialResult.failed(result.config, "interrupted", "killed by the user (second signal)",
                                                     metrics=result.metrics, timing=result.timing, node=result.node,
@@ -290,6 +304,9 @@ class StudyDriver:
                     if result.outcome == FAIL and result.failure_kind in NOT_THE_CONFIGS_FAULT:
                         policy.requeue(result.config)
                     self._finished += 1
+                    if proposal.trial.user_attrs.get("is_baseline") and result.outcome == COMPLETE:
+                        self.baseline_key = proposal.key  # the key the baseline was stored under
+                        repeats = self._other_nodes(executor, result)
                     self._progress_end(policy, proposal, result)
                     self._breaker(result)
         summary.best = self._best_summary(policy)
@@ -324,6 +341,29 @@ class StudyDriver:
                                         correctness=verdict, server=result.server, log_tail=result.log_tail)
             result.metrics["decode_tok_s_ignored"] = measured
         return result, golden
+
+    def _other_nodes(self, executor: Executor, baseline: TrialResult) -> list[str]:
+        """Matching nodes other than the baseline's: each repeats the baseline once."""
+        nodes = getattr(executor, "nodes", None)
+        if nodes is None or executor.slots < 2:
+            return []
+        return [n for n in nodes() if n != baseline.node.get("node_id")]
+
+    def _store_repeat(self, study: optuna.Study, result: TrialResult, _golden) -> None:
+        """A baseline repeat is a real measurement of the baseline's config on another node:
+        stored as its own (uncounted) trial so the report can compare nodes."""
+        from optuna.trial import TrialState, create_trial
+
+        dists = self.job.space.distributions()
+        params = {k: v for k, v in self._baseline_config.items() if k in dists}
+        attrs = {**result.to_attrs(), "config_key": self.baseline_key, "counted": False, "baseline_repeat": True}
+        ok = result.outcome == COMPLETE
+        study.add_trial(create_trial(
+            state=TrialState.COMPLETE if ok else TrialState.FAIL, value=result.value if ok else None,
+            params=params, distributions={k: dists[k] for k in params}, user_attrs=attrs,
+            system_attrs={"constraints": [0.0]} if ok else {}))
+        what = f"{result.value:.1f} tok/s" if ok else f"FAIL {result.failure_kind}: {result.failure_reason}"
+        self.say(f"  baseline repeat on node {str(result.node.get('node_id'))[:8]} -> {what}")
 
     def _judge_constraints(self, policy, result: TrialResult) -> None:
         """The job's outcome constraints ("best >= 0.9 x baseline at concurrency 64"): a

@@ -306,6 +306,9 @@ class SearchPolicy:
                 trial.set_user_attr(ATTR_COUNTED, False)
                 self.study.tell(trial, state=TrialState.FAIL)
                 raise
+            if role == "baseline" and self.baseline is not None:
+                # the baseline is its own config: its settings outside the space stay with it
+                raw = {**self.baseline, **raw}
             reason = self.space.feasible(raw)
             if reason is not None:
                 self._skip(trial, raw, None, "infeasible", reason, constraint=1.0)

@@ -265,7 +265,7 @@ class StudyDriver:
                         self.say(f"trial {proposal.trial.number}: config already measured "
                                  f"(trial {proposal.cached_from}), answered from the study")
                         continue
-                    is_baseline = proposal.role == "baseline" or proposal.key == self.baseline_key
+                    is_baseline = proposal.key == self.baseline_key
                     if is_baseline:
                         proposal.trial.set_user_attr("is_baseline", True)
                     prune = None
@@ -304,8 +304,7 @@ class StudyDriver:
                     if result.outcome == FAIL and result.failure_kind in NOT_THE_CONFIGS_FAULT:
                         policy.requeue(result.config)
                     self._finished += 1
-                    if proposal.trial.user_attrs.get("is_baseline") and result.outcome == COMPLETE:
-                        self.baseline_key = proposal.key  # the key the baseline was stored under
+                    if proposal.key == self.baseline_key and result.outcome == COMPLETE:
                         repeats = self._other_nodes(executor, result)
                     self._progress_end(policy, proposal, result)
                     self._breaker(result)

@@ -102,8 +102,12 @@ class Backend(abc.ABC):
         return int(config.get("tp_size", 1)) * int(config.get("pp_size", 1))
 
     def normalize(self, config: Config) -> Config:
+        """Effective settings: the backend's defaults filled in (a config that leaves a
+        setting at its default equals one that spells it out), NCCL values case-folded,
+        NCCL settings dropped at world size 1."""
         from orchestrator import nccl
 
+        config = {**self.default_config(), **config}
         out: Config = {}
         world = self.gpus_per_trial(config)
         for name, value in sorted(config.items()):

@@ -126,6 +126,27 @@ def server_env(backend, config: dict) -> dict[str, str]:
     return {k: nccl.normalize_value(k, v) if k.startswith("NCCL_") else v for k, v in backend.env_of(config).items()}
 
 
+def read_server_settings(backend, allowed: dict[str, str], example_release: str) -> None:
+    """The settings every model-serving framework backend takes (vLLM, SGLang): model,
+    served_model_name, extra_args (checked against the release's flags), python, version
+    override, model_facts. Sets them as attributes of ``backend``."""
+    check_setting_keys(backend, allowed, {"model_path": "model", "model_name": "served_model_name"})
+    backend.model = str_setting(backend, "model", required=True)
+    backend.served_model_name = str_setting(backend, "served_model_name")
+    backend.extra_args = list_setting(backend, "extra_args")
+    backend.python = str_setting(backend, "python")
+    backend.version_override = str_setting(backend, "version")
+    if backend.version_override and parse_version(backend.version_override) is None:
+        raise backend.bad("version", f"must be a release like '{example_release}', not {backend.version_override!r}")
+    backend.facts = model_facts_setting(backend)
+
+
+def check_extra_args(backend) -> None:
+    problem = backend.flags().extra_problem(backend.extra_args)
+    if problem:
+        raise backend.bad("extra_args", problem)
+
+
 def check_neutral(config: dict, job_file: str | None) -> None:
     """tp_size/pp_size positive ints, graph_capture/custom_all_reduce booleans, capture sizes."""
     from orchestrator.errors import ConfigRejected

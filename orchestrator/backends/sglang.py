@@ -112,18 +112,9 @@ class SglangBackend(Backend):
 
     def __init__(self, settings: dict[str, Any] | None, job_file: str | None = None):
         super().__init__(settings, job_file)
-        common.check_setting_keys(self, _SETTINGS, {"model_path": "model", "model_name": "served_model_name"})
-        self.model = common.str_setting(self, "model", required=True)
-        self.served_model_name = common.str_setting(self, "served_model_name")
-        self.extra_args = common.list_setting(self, "extra_args")
-        self.python = common.str_setting(self, "python") or sys.executable
-        self.version_override = common.str_setting(self, "version")
-        if self.version_override and versions.parse_version(self.version_override) is None:
-            raise self.bad("version", f"must be a release like '0.5.23', not {self.version_override!r}")
-        self.facts = common.model_facts_setting(self)
-        problem = self.flags().extra_problem(self.extra_args)
-        if problem:
-            raise self.bad("extra_args", problem)
+        common.read_server_settings(self, _SETTINGS, "0.5.23")
+        self.python = self.python or sys.executable
+        common.check_extra_args(self)
 
     def version(self) -> str | None:
         if self.version_override:

@@ -58,7 +58,10 @@ def _wait_text(path, text, timeout_s=120):
 
 @pytest.mark.parametrize("signals", [1, 2])
 def test_ctrl_c_once_finishes_the_trial_twice_kills_it(tmp_path, signals, no_leftover_servers):
-    job_path = write_job(tmp_path, study=f"sig{signals}", budget={"trials": 3},
+    # one intra-op thread per rank: oversubscribed OpenMP threads stall on a loaded 2-core box
+    space = "params:\n  tp_size: {choices: [1, 2]}\n  backend.max_batch: {choices: [8, 16]}\n"
+    job_path = write_job(tmp_path, study=f"sig{signals}", budget={"trials": 3}, space_text=space,
+                         baseline={"tp_size": 1, "backend.max_batch": 8},
                          bench={"output_tokens": 300, "warmup": 1, "repeats": 3, "max_repeats": 3})
     log_path = tmp_path / "driver.log"
     driver = _start_driver(job_path, log_path)

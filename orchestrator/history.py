@@ -236,15 +236,32 @@ def trial_rows(study) -> list[dict[str, Any]]:
     """One row per trial, in trial-number order, with the user-facing state (see ROW_KEYS)."""
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     rows = [_row(t) for t in trials]
-    # several Ray nodes on one host (a local test cluster, or containers): tell them apart
-    ids: dict[str, set[str]] = {}
-    for r in rows:
-        if r["node_id"]:
-            ids.setdefault(r["node"], set()).add(r["node_id"])
-    for r in rows:
-        if r["node_id"] and len(ids.get(r["node"], ())) > 1:
-            r["node"] = f"{r['node']}/{r['node_id'][:8]}"
+    for host in _hosts_with_concurrent_nodes(rows):
+        for r in rows:
+            if r["node"] == host and r["node_id"]:
+                r["node"] = f"{host}/{r['node_id'][:8]}"
     return rows
+
+
+def _hosts_with_concurrent_nodes(rows: list[dict[str, Any]]) -> set[str]:
+    """Hosts on which several Ray nodes ran trials at the same time (a local test cluster,
+    containers): their rows need the node id to be told apart.
+
+    A study resumed in a new run gets a new Ray node id on the same machine; those ids
+    ran one after the other, so they stay one node.
+    """
+    spans: dict[str, dict[str, list[float]]] = {}
+    for r in rows:
+        start, end = parse_iso(r["started_at"]), parse_iso(r["ended_at"])
+        if r["node_id"] and start is not None and end is not None:
+            span = spans.setdefault(r["node"], {}).setdefault(r["node_id"], [start, end])
+            span[0], span[1] = min(span[0], start), max(span[1], end)
+    out = set()
+    for host, by_id in spans.items():
+        ordered = sorted(by_id.values())
+        if any(later[0] < earlier[1] for earlier, later in zip(ordered, ordered[1:])):
+            out.add(host)
+    return out
 
 
 def failed_correctness(row: dict[str, Any]) -> bool:

@@ -652,9 +652,12 @@ def _failures(rows) -> list[Block]:
     kinds: dict[str, list] = {}
     for r in failed:
         kinds.setdefault(r["failure_kind"] or "unrecorded", []).append(r)
-    out.append(_p("By kind: " + ", ".join(f"{k} {len(v)}" for k, v in sorted(kinds.items()))
-                  + ". Configs that failed by their own fault are never proposed again and never ranked;"
-                  " `interrupted`/`node-lost` are not the config's fault and are re-queued."))
+    if kinds:
+        out.append(_p("By kind: " + ", ".join(f"{k} {len(v)}" for k, v in sorted(kinds.items()))
+                      + ". Configs that failed by their own fault are never proposed again and never"
+                      " ranked; `interrupted`/`node-lost` are not the config's fault and are re-queued."))
+    else:
+        out.append(_p("No trial failed; the trials below were stopped early."))
     for kind, members in sorted(kinds.items()):
         fault = " (not the config's fault)" if kind in NOT_THE_CONFIGS_FAULT else ""
         out.append(_h(3, f"{kind}: {len(members)} trial(s){fault}"))

@@ -222,3 +222,28 @@ def test_exceeds_noise():
     assert history.exceeds_noise(57.0, 0.01, 20.0, 0.01) is True
     assert history.exceeds_noise(20.4, 0.02, 20.0, 0.02) is False
     assert history.exceeds_noise(20.0, None, 10.0, 0.01) is None
+
+
+def _on(result: TrialResult, hostname: str, node_id: str) -> TrialResult:
+    result.node = {**result.node, "hostname": hostname, "node_id": node_id}
+    return result
+
+
+def test_one_machine_resumed_in_a_new_ray_run_stays_one_node(tmp_path):
+    """A resumed study gets a new Ray node id on the same host: still one node in status and
+    the report. Several Ray nodes of one host running at the same time are told apart."""
+    job = make_job(tmp_path)
+    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage),
+                                direction="maximize")
+    policy = SearchPolicy(study, _Space(), lambda c: dict(c), baseline=None, budget=None)
+    record(study, policy, BASE, _on(ok(BASE, 20.0, at=0), "gpu1", "run1-aaaa"), baseline=True)
+    record(study, policy, BEST, _on(ok(BEST, 57.0, at=70), "gpu1", "run1-aaaa"))
+    # second run of the driver, an hour later: same host, new Ray node id
+    record(study, policy, GARBAGE, _on(ok(GARBAGE, 30.0, at=3600), "gpu1", "run2-bbbb"))
+    # a local 2-node test cluster on host "box": both nodes busy at the same time
+    tp1 = {"tp_size": 1, "graph_capture": False, "backend.max_batch": 8}
+    tp1g = {**tp1, "graph_capture": True}
+    record(study, policy, tp1, _on(ok(tp1, 10.0, at=4000), "box", "node-one"))
+    record(study, policy, tp1g, _on(ok(tp1g, 11.0, at=4010), "box", "node-two"))
+    rows = history.trial_rows(history.load_study(job))
+    assert [r["node"] for r in rows] == ["gpu1", "gpu1", "gpu1", "box/node-one", "box/node-two"]

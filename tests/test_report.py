@@ -137,6 +137,21 @@ def test_report_of_a_study_where_everything_failed(tmp_path):
     assert "Concurrency comparison" not in md and "## By node" not in md
 
 
+def test_failures_section_when_trials_were_only_stopped_early(tmp_path):
+    job = fx.make_job(tmp_path)
+    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")
+    policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
+    fx.record(study, policy, fx.BASE, fx.ok(fx.BASE, 20.0), baseline=True)
+    pruned = fx.TrialResult(outcome="PRUNED", config=dict(fx.BEST), value=5.0, failure_reason="first repeat low",
+                            metrics={"decode_tok_s": 5.0, "repeats": 1}, started_at=fx.T0 + 70,
+                            ended_at=fx.T0 + 90, node=fx.node("nodeA"), timing={"total_s": 20.0})
+    fx.record(study, policy, fx.BEST, pruned)
+    write_report(job, study=study)
+    section = _section((job.report_dir / "report.md").read_text(), "Failures")
+    assert "No trial failed; the trials below were stopped early." in section
+    assert "By kind" not in section and "first repeat low" in section
+
+
 def test_report_of_an_empty_study(tmp_path):
     job = fx.make_job(tmp_path)
     optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")

@@ -16,6 +16,14 @@ kv_len)``. Row ``b`` writes its keys/values into cache slot ``slots[b]`` at
 ``positions[b]`` and attends to positions ``<= positions[b, t]`` of that slot among the
 first ``kv_len``. Nothing in it syncs with the host, so it can be captured in a CUDA graph
 (``GraphRunner``: static inputs, batch padded to the next captured size with a scratch slot).
+
+Decode at batch 1 is a string of GEMVs (the weight reads) and small kernels between them;
+on a GPU each small kernel costs microseconds even inside a graph, so the layer keeps them
+few: RoPE is one complex multiply (q/k rows are stored with each rotary pair adjacent,
+which leaves q.k unchanged), keys and values share one cache tensor (one write, one
+gather), decode attention is two batched GEMMs and a softmax with the GQA groups folded
+into the query axis (``scaled_dot_product_attention`` serves prefill), and at TP=1 the
+residual add rides in the output projection's GEMM. docs/gpu/decode_probe.py measures it.
 """
 
 from __future__ import annotations
@@ -45,6 +53,18 @@ def full_tensor(name: str, shape: tuple[int, ...], std: float, seed: int,
     gen.manual_seed(derive_seed(seed, name))
     out = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
     return out.mul_(std)
+
+
+def _pairs_adjacent(w: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
+    """Rows of a q/k projection reordered per head so rotary pair (i, i + hd/2) is adjacent.
+
+    Applying one permutation to q and k leaves every q.k product, hence the model's
+    function, unchanged; it lets RoPE be a complex multiply on (even, odd) pairs.
+    """
+    half = head_dim // 2
+    order = torch.stack((torch.arange(half), torch.arange(half) + half), dim=1).flatten()
+    rows = w.view(heads, head_dim, -1).index_select(1, order.to(w.device))
+    return rows.reshape(heads * head_dim, -1)
 
 
 def _roll_blocks(w: torch.Tensor, dim: int, block: int) -> torch.Tensor:
@@ -83,8 +103,9 @@ class ShardedLlama:
         self.layers = []
         for i in range(dims.layers):
             p = f"layers.{i}."
-            wq = gen(p + "q", (dims.heads * hd, d), d ** -0.5)
-            wk = gen(p + "k", (dims.kv_heads * hd, d), d ** -0.5)
+            wq = _pairs_adjacent(gen(p + "q", (dims.heads * hd, d), d ** -0.5), dims.heads, hd)
+            wk = _pairs_adjacent(gen(p + "k", (dims.kv_heads * hd, d), d ** -0.5),
+                                 dims.kv_heads, hd)
             wv = gen(p + "v", (dims.kv_heads * hd, d), d ** -0.5)
             wo = gen(p + "o", (d, dims.heads * hd), (dims.heads * hd) ** -0.5)
             wg = gen(p + "gate", (dims.ffn, d), d ** -0.5)
@@ -120,13 +141,12 @@ class ShardedLlama:
         inv_freq = 1.0 / (dims.rope_theta ** (torch.arange(0, half, device=device,
                                                             dtype=torch.float32) / half))
         angles = torch.outer(torch.arange(max_len, device=device, dtype=torch.float32), inv_freq)
-        self.cos = angles.cos().to(dtype)
-        self.sin = angles.sin().to(dtype)
-        cache_shape = (max_slots + 1, max_len, self.n_kv, hd)
-        self.k_cache = [torch.zeros(cache_shape, device=device, dtype=dtype)
-                        for _ in range(dims.layers)]
-        self.v_cache = [torch.zeros(cache_shape, device=device, dtype=dtype)
-                        for _ in range(dims.layers)]
+        self.rotary = torch.polar(torch.ones_like(angles), angles)  # complex64 [max_len, hd/2]
+        # keys and values of a layer in one tensor: [k|v, slot, kv head, position, head dim],
+        # so one gather gives attention contiguous [B, kv head, L, head dim] keys and values
+        cache_shape = (2, max_slots + 1, self.n_kv, max_len, hd)
+        self.kv_cache = [torch.zeros(cache_shape, device=device, dtype=dtype)
+                         for _ in range(dims.layers)]
 
     # ---- forward -----------------------------------------------------------------------
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -137,42 +157,54 @@ class ShardedLlama:
         """Residual stream after the last layer, [B, T, hidden] (final norm not applied)."""
         B, T = tokens.shape
         hd, nh, nkv, g = self.dims.head_dim, self.n_heads, self.n_kv, self.group
-        half = hd // 2
         L = kv_len
         x = F.embedding(tokens, self.embed)
-        cos = self.cos[positions].unsqueeze(2)  # [B, T, 1, hd/2]
-        sin = self.sin[positions].unsqueeze(2)
+        rotary = self.rotary[positions].unsqueeze(2)  # [B, T, 1, hd/2]
         visible = torch.arange(L, device=tokens.device).view(1, 1, L) <= positions.unsqueeze(2)
-        bias = torch.zeros((B, 1, 1, T, L), device=tokens.device, dtype=torch.float32)
-        bias.masked_fill_(~visible.view(B, 1, 1, T, L), float("-inf"))
+        bias = torch.zeros((B, T, L), device=tokens.device, dtype=self.dtype)
+        bias.masked_fill_(~visible, float("-inf"))
+        if T == 1:  # decode: GQA groups folded into the query axis, [B nkv, g, L]
+            mask = bias.view(B, 1, 1, L).expand(B, nkv, g, L).reshape(B * nkv, g, L)
+        else:  # prefill: query axis is (group member, position)
+            mask = bias.view(B, 1, 1, T, L).expand(B, 1, g, T, L).reshape(B, 1, g * T, L)
         write_slots = slots.view(B, 1).expand(B, T)
-        for layer, kc, vc in zip(self.layers, self.k_cache, self.v_cache, strict=True):
+        for layer, cache in zip(self.layers, self.kv_cache, strict=True):
             h = self._rms(x, layer["attn_norm"])
-            qkv = torch.matmul(h, layer["qkv"])
-            qk = qkv[..., : (nh + nkv) * hd].view(B, T, nh + nkv, hd)
-            v = qkv[..., (nh + nkv) * hd:].view(B, T, nkv, hd)
-            x1, x2 = qk[..., :half], qk[..., half:]
-            qk = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-            q, k = qk[:, :, :nh], qk[:, :, nh:]
-            kc.index_put_((write_slots, positions), k)
-            vc.index_put_((write_slots, positions), v)
-            keys = kc.narrow(1, 0, L).index_select(0, slots)  # [B, L, nkv, hd]
-            values = vc.narrow(1, 0, L).index_select(0, slots)
-            q = q.reshape(B, T, nkv, g, hd).permute(0, 2, 3, 1, 4).reshape(B, nkv, g * T, hd)
-            scores = torch.matmul(q, keys.permute(0, 2, 3, 1)).float() * self.scale
-            scores = scores.view(B, nkv, g, T, L) + bias
-            probs = torch.softmax(scores, dim=-1).to(self.dtype).view(B, nkv, g * T, L)
-            attn = torch.matmul(probs, values.permute(0, 2, 1, 3))  # [B, nkv, g*T, hd]
-            attn = attn.view(B, nkv, g, T, hd).permute(0, 3, 1, 2, 4).reshape(B, T, nh * hd)
-            out = torch.matmul(attn, layer["o"])
-            self.all_reduce(out)
-            x = x + out
+            qkv = torch.matmul(h, layer["qkv"])  # [B, T, (nh + 2 nkv) hd]
+            qk = qkv[..., : (nh + nkv) * hd]  # rotate q and k in place: three kernels in all
+            turned = torch.view_as_complex(qk.float().view(B, T, nh + nkv, hd // 2, 2)) * rotary
+            qk.copy_(torch.view_as_real(turned).view(B, T, (nh + nkv) * hd))
+            cache[:, write_slots, :, positions] = qkv[..., nh * hd:].view(B, T, 2, nkv, hd)
+            keys, values = cache[:, slots, :, :L]  # [B, nkv, L, hd] each (faster than index_select)
+            q = qkv[..., : nh * hd].view(B, T, nkv, g, hd)
+            if T == 1:  # batched GEMMs: fewer, cheaper kernels than SDPA for 1 query/head
+                scores = torch.baddbmm(mask, q.reshape(B * nkv, g, hd),
+                                       keys.reshape(B * nkv, L, hd).transpose(1, 2),
+                                       alpha=self.scale)
+                attn = torch.bmm(torch.softmax(scores, dim=-1), values.reshape(B * nkv, L, hd))
+                attn = attn.view(B, 1, nh * hd)
+            else:
+                q = q.permute(0, 2, 3, 1, 4).reshape(B, nkv, g * T, hd)
+                attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                                      scale=self.scale)  # [B, nkv, g T, hd]
+                attn = attn.view(B, nkv, g, T, hd).permute(0, 3, 1, 2, 4).reshape(B, T, nh * hd)
+            x = self._add_projection(x, attn, layer["o"])
             h = self._rms(x, layer["mlp_norm"])
             gate, up = torch.matmul(h, layer["gate_up"]).chunk(2, dim=-1)
-            out = torch.matmul(F.silu(gate) * up, layer["down"])
-            self.all_reduce(out)
-            x = x + out
+            x = self._add_projection(x, F.silu(gate) * up, layer["down"])
         return x
+
+    def _add_projection(self, x: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """x + (a @ w summed over ranks): the row-parallel projection and its residual add.
+
+        At TP=1 one GEMM with beta=1 does both (one kernel fewer per projection).
+        """
+        if self.tp == 1:
+            return torch.addmm(x.reshape(-1, x.shape[-1]), a.reshape(-1, a.shape[-1]),
+                               w).view(x.shape)
+        out = torch.matmul(a, w)
+        self.all_reduce(out)
+        return x + out
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """float32 logits for rows of the residual stream [N, hidden] (rank 0 only)."""

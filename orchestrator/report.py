@@ -711,25 +711,39 @@ def _resolve_bandwidth(job, rows, best, bandwidth_bytes_s) -> tuple[float | None
     return None, ""
 
 
-def _resolve_latency(job, best, allreduce_latency_s) -> float | None:
+def _resolve_latency(job, best, allreduce_latency_s, report_dir: Path) -> tuple[float | None, str]:
+    """(all-reduce latency in s, where it came from): given, declared, stored, pre-screened."""
     if allreduce_latency_s is not None:
-        return float(allreduce_latency_s)
+        return float(allreduce_latency_s), "given"
     declared = _job_value(job, "allreduce_latency_s")
     if declared is not None:
-        return float(declared)
+        return float(declared), "declared in the job"
     declared_us = _job_value(job, "allreduce_latency_us")
     if declared_us is not None:
-        return float(declared_us) * 1e-6
+        return float(declared_us) * 1e-6, "declared in the job"
     for r in best[:1]:
         for src in (r.get("nccl") or {}, r.get("node_info") or {}, r.get("metrics") or {}):
             if src.get("allreduce_latency_s") is not None:
-                return float(src["allreduce_latency_s"])
+                return float(src["allreduce_latency_s"]), "measured"
             if src.get("allreduce_latency_us") is not None:
-                return float(src["allreduce_latency_us"]) * 1e-6
-    return None
+                return float(src["allreduce_latency_us"]) * 1e-6, "measured"
+    if best:
+        return _prescreened_latency(report_dir / "prescreen.json", best[0]["params"])
+    return None, ""
 
 
-def _ceiling(job, rows, best, backend, bandwidth_bytes_s, allreduce_latency_s) -> tuple[list[Block], dict | None]:
+def _prescreened_latency(path: Path, params: dict[str, Any]) -> tuple[float | None, str]:
+    """The latency `ncclsweep prescreen` measured for the best config's NCCL setting."""
+    data = load_compare(path) or {}
+    for row in data.get("rows") or []:
+        setting = {k: v for k, v in row.items() if k == "tp_size" or k.startswith("env.")}
+        if row.get("ok") and setting and all(str(params.get(k)) == str(v) for k, v in setting.items()):
+            return float(row["latency_us"]) * 1e-6, "measured by `ncclsweep prescreen` for this setting"
+    return None, ""
+
+
+def _ceiling(job, rows, best, backend, bandwidth_bytes_s, allreduce_latency_s,
+             report_dir: Path) -> tuple[list[Block], dict | None]:
     out: list[Block] = [_h(2, "Ceiling")]
     facts: dict[str, Any] = {}
     if backend is not None:
@@ -752,7 +766,7 @@ def _ceiling(job, rows, best, backend, bandwidth_bytes_s, allreduce_latency_s) -
         return out + [_p("Not computed: " + " and ".join(missing) + (" are" if len(missing) > 1 else " is") + " unknown. "
                          "Declare the GPUs' memory bandwidth in the job (`memory_bandwidth`, e.g. `4.8 TB/s`) "
                          "to get it.")], None
-    latency = _resolve_latency(job, best, allreduce_latency_s)
+    latency, latency_source = _resolve_latency(job, best, allreduce_latency_s, report_dir)
     c = ceiling_for(facts, bw, tp=tp, allreduce_latency_s=latency)
     frac = b["value"] / c["ceiling_tok_s"]
     c["best_fraction"] = frac
@@ -764,7 +778,7 @@ def _ceiling(job, rows, best, backend, bandwidth_bytes_s, allreduce_latency_s) -
     ]
     if tp > 1 and latency is not None:
         lines.append(f"Communication: {c['allreduces_per_step']} all-reduces per step x {1e6 * latency:.1f} us "
-                     f"= {1e3 * c['comm_s']:.3f} ms.")
+                     f"({latency_source}) = {1e3 * c['comm_s']:.3f} ms.")
     elif tp > 1:
         lines.append(f"Communication: {c['allreduces_per_step']} all-reduces per step at unknown latency: not "
                      "included, so this ceiling is optimistic.")
@@ -923,7 +937,8 @@ def build_blocks(job: Any, rows: list[dict[str, Any]], report_dir: Path, backend
     blocks += _top_table(rows, best, base)
     blocks += _importance_blocks(imp, notes)
     blocks += _compare(report_dir)
-    ceiling_blocks, ceiling = _ceiling(job, rows, best, backend, bandwidth_bytes_s, allreduce_latency_s)
+    ceiling_blocks, ceiling = _ceiling(job, rows, best, backend, bandwidth_bytes_s, allreduce_latency_s,
+                                       Path(report_dir))
     blocks += ceiling_blocks
     blocks += _failures(rows)
     blocks += _nccl_warnings(rows, best)

@@ -152,6 +152,19 @@ def test_failures_section_when_trials_were_only_stopped_early(tmp_path):
     assert "By kind" not in section and "first repeat low" in section
 
 
+def test_ceiling_takes_the_prescreened_latency_of_the_best_setting(tmp_path):
+    job, _study = fx.build_study(tmp_path)
+    job.report_dir.mkdir(parents=True, exist_ok=True)
+    rows = [{"tp_size": 2, "env.NCCL_ALGO": "Ring", "env.NCCL_PROTO": "Simple", "ok": True, "latency_us": 30.0},
+            {"tp_size": 2, "env.NCCL_ALGO": "Ring", "env.NCCL_PROTO": "LL", "ok": True, "latency_us": 12.5}]
+    (job.report_dir / "prescreen.json").write_text(json.dumps({"rows": rows}))
+    write_report(job, bandwidth_bytes_s=50e9)
+    ceiling = _section((job.report_dir / "report.md").read_text(), "Ceiling")
+    # the best config (trial 2) is TP=2 Ring/LL: its pre-screened 12.5 us, not Simple's 30
+    assert "x 12.5 us (measured by `ncclsweep prescreen` for this setting)" in ceiling
+    assert "unknown latency" not in ceiling
+
+
 def test_report_of_an_empty_study(tmp_path):
     job = fx.make_job(tmp_path)
     optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")

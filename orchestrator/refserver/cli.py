@@ -247,7 +247,8 @@ def build_rank(s: Settings, rank: int, master_port: int):
             DTYPE_BYTES[s.dtype]) / world / 2**30
         log(f"weights built in {time.monotonic() - t0:.1f}s ({s.dims.param_count() / 1e6:.1f}M "
             f"params, {s.dtype}, tp={world}, threads={s.threads}); KV cache {kv_gib:.2f} GiB "
-            f"per rank ({s.max_batch} slots x {s.max_model_len} tokens)")
+            f"per rank ({s.max_batch} slots x {s.max_model_len} tokens); fused kernels "
+            f"{'on' if model.fused else 'off'} ({model.fused_why})")
     graphs = None
     if s.graph_capture:
         t0 = time.monotonic()

@@ -24,11 +24,17 @@ which leaves q.k unchanged), keys and values share one cache tensor (one write, 
 gather), decode attention is two batched GEMMs and a softmax with the GQA groups folded
 into the query axis (``scaled_dot_product_attention`` serves prefill), and at TP=1 the
 residual add rides in the output projection's GEMM. docs/gpu/decode_probe.py measures it.
+
+On CUDA with triton importable (``fused``; ``REFSERVER_FUSED=0`` turns it off) the glue
+between the GEMVs runs as Triton kernels (fused.py): residual add + RMSNorm, RoPE + the
+KV-cache write, and silu * up, one launch each; attention and the GEMMs are as above.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
+import os
 from collections.abc import Callable
 
 import torch
@@ -67,6 +73,27 @@ def _pairs_adjacent(w: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
     return rows.reshape(heads * head_dim, -1)
 
 
+def fused_choice(device: torch.device, override: bool | None = None) -> tuple[bool, str]:
+    """(run the glue as Triton kernels?, why): on CUDA when triton imports, unless overridden.
+
+    ``override`` (tests) forces the choice; ``REFSERVER_FUSED=0`` keeps the torch ops on
+    CUDA (to compare, or if a kernel misbehaves). CPU always uses the torch ops.
+    """
+    if override is not None:
+        return override, "forced " + ("on" if override else "off")
+    if device.type != "cuda":
+        return False, f"torch ops on {device.type}"
+    if os.environ.get("REFSERVER_FUSED") == "0":
+        return False, "REFSERVER_FUSED=0"
+    try:
+        import triton
+
+        importlib.import_module("orchestrator.refserver.fused")  # compiles nothing yet
+    except Exception as exc:  # a missing or broken triton: the torch ops still work
+        return False, f"triton unavailable: {type(exc).__name__}: {exc}"
+    return True, f"triton {triton.__version__}"
+
+
 def _roll_blocks(w: torch.Tensor, dim: int, block: int) -> torch.Tensor:
     """Roll ``w`` along ``dim`` by one block of ``block`` (the shard/head-order bug)."""
     return torch.roll(w, shifts=block, dims=dim)
@@ -78,7 +105,7 @@ class ShardedLlama:
     def __init__(self, dims: ModelDims, *, tp: int, rank: int, device: torch.device,
                  dtype: torch.dtype, seed: int, max_slots: int, max_len: int,
                  all_reduce: Callable[[torch.Tensor], None], with_head: bool,
-                 garbage: bool = False):
+                 garbage: bool = False, fused: bool | None = None):
         assert dims.tp_error(tp) is None, dims.tp_error(tp)
         self.dims, self.tp, self.rank = dims, tp, rank
         self.device, self.dtype = device, dtype
@@ -147,6 +174,14 @@ class ShardedLlama:
         cache_shape = (2, max_slots + 1, self.n_kv, max_len, hd)
         self.kv_cache = [torch.zeros(cache_shape, device=device, dtype=dtype)
                          for _ in range(dims.layers)]
+        # None: decided here from the device (see fused_choice); tests force True/False
+        self.fused, self.fused_why = fused_choice(device, fused)
+        if self.fused:
+            from orchestrator.refserver import fused as kernels
+
+            self.kernels = kernels
+            self.rotary_cos = self.rotary.real.contiguous()  # float32 [max_len, hd/2]
+            self.rotary_sin = self.rotary.imag.contiguous()
 
     # ---- forward -----------------------------------------------------------------------
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -159,7 +194,6 @@ class ShardedLlama:
         hd, nh, nkv, g = self.dims.head_dim, self.n_heads, self.n_kv, self.group
         L = kv_len
         x = F.embedding(tokens, self.embed)
-        rotary = self.rotary[positions].unsqueeze(2)  # [B, T, 1, hd/2]
         visible = torch.arange(L, device=tokens.device).view(1, 1, L) <= positions.unsqueeze(2)
         bias = torch.zeros((B, T, L), device=tokens.device, dtype=self.dtype)
         bias.masked_fill_(~visible, float("-inf"))
@@ -167,6 +201,9 @@ class ShardedLlama:
             mask = bias.view(B, 1, 1, L).expand(B, nkv, g, L).reshape(B * nkv, g, L)
         else:  # prefill: query axis is (group member, position)
             mask = bias.view(B, 1, 1, T, L).expand(B, 1, g, T, L).reshape(B, 1, g * T, L)
+        if self.fused:
+            return self._forward_fused(x, positions, slots, mask, L)
+        rotary = self.rotary[positions].unsqueeze(2)  # [B, T, 1, hd/2]
         write_slots = slots.view(B, 1).expand(B, T)
         for layer, cache in zip(self.layers, self.kv_cache, strict=True):
             h = self._rms(x, layer["attn_norm"])
@@ -175,24 +212,57 @@ class ShardedLlama:
             turned = torch.view_as_complex(qk.float().view(B, T, nh + nkv, hd // 2, 2)) * rotary
             qk.copy_(torch.view_as_real(turned).view(B, T, (nh + nkv) * hd))
             cache[:, write_slots, :, positions] = qkv[..., nh * hd:].view(B, T, 2, nkv, hd)
-            keys, values = cache[:, slots, :, :L]  # [B, nkv, L, hd] each (faster than index_select)
-            q = qkv[..., : nh * hd].view(B, T, nkv, g, hd)
-            if T == 1:  # batched GEMMs: fewer, cheaper kernels than SDPA for 1 query/head
-                scores = torch.baddbmm(mask, q.reshape(B * nkv, g, hd),
-                                       keys.reshape(B * nkv, L, hd).transpose(1, 2),
-                                       alpha=self.scale)
-                attn = torch.bmm(torch.softmax(scores, dim=-1), values.reshape(B * nkv, L, hd))
-                attn = attn.view(B, 1, nh * hd)
-            else:
-                q = q.permute(0, 2, 3, 1, 4).reshape(B, nkv, g * T, hd)
-                attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
-                                                      scale=self.scale)  # [B, nkv, g T, hd]
-                attn = attn.view(B, nkv, g, T, hd).permute(0, 3, 1, 2, 4).reshape(B, T, nh * hd)
+            attn = self._attend(qkv, cache, slots, mask, L)
             x = self._add_projection(x, attn, layer["o"])
             h = self._rms(x, layer["mlp_norm"])
             gate, up = torch.matmul(h, layer["gate_up"]).chunk(2, dim=-1)
             x = self._add_projection(x, F.silu(gate) * up, layer["down"])
         return x
+
+    def _forward_fused(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                       mask: torch.Tensor, L: int) -> torch.Tensor:
+        """The layers with the glue as Triton kernels: 4 GEMMs + 4 launches + attention.
+
+        ``x`` (the embedding rows, owned by this call) is updated in place; each residual
+        add also yields the next norm's input, so x is read and written once per add.
+        """
+        k, eps = self.kernels, self.dims.norm_eps
+        nh, nkv, hd = self.n_heads, self.n_kv, self.dims.head_dim
+        layers = self.layers
+        h = k.rms_norm(x, layers[0]["attn_norm"], eps)
+        for i, (layer, cache) in enumerate(zip(layers, self.kv_cache, strict=True)):
+            qkv = torch.matmul(h, layer["qkv"])  # [B, T, (nh + 2 nkv) hd]
+            k.rope_and_cache_write(qkv, self.rotary_cos, self.rotary_sin, positions, slots,
+                                   cache, nh, nkv, hd)
+            attn = self._attend(qkv, cache, slots, mask, L)
+            out = torch.matmul(attn, layer["o"])
+            self.all_reduce(out)
+            x, h = k.add_rms_norm(x, out, layer["mlp_norm"], eps)
+            out = torch.matmul(k.silu_mul(torch.matmul(h, layer["gate_up"])), layer["down"])
+            self.all_reduce(out)
+            if i + 1 < len(layers):
+                x, h = k.add_rms_norm(x, out, layers[i + 1]["attn_norm"], eps)
+            else:
+                x += out
+        return x
+
+    def _attend(self, qkv: torch.Tensor, cache: torch.Tensor, slots: torch.Tensor,
+                mask: torch.Tensor, L: int) -> torch.Tensor:
+        """Attention of the (rotated) queries in ``qkv`` over the first L cached positions."""
+        B, T = qkv.shape[:2]
+        hd, nh, nkv, g = self.dims.head_dim, self.n_heads, self.n_kv, self.group
+        keys, values = cache[:, slots, :, :L]  # [B, nkv, L, hd] each (faster than index_select)
+        q = qkv[..., : nh * hd].view(B, T, nkv, g, hd)
+        if T == 1:  # batched GEMMs: fewer, cheaper kernels than SDPA for 1 query/head
+            scores = torch.baddbmm(mask, q.reshape(B * nkv, g, hd),
+                                   keys.reshape(B * nkv, L, hd).transpose(1, 2),
+                                   alpha=self.scale)
+            attn = torch.bmm(torch.softmax(scores, dim=-1), values.reshape(B * nkv, L, hd))
+            return attn.view(B, 1, nh * hd)
+        q = q.permute(0, 2, 3, 1, 4).reshape(B, nkv, g * T, hd)
+        attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                              scale=self.scale)  # [B, nkv, g T, hd]
+        return attn.view(B, nkv, g, T, hd).permute(0, 3, 1, 2, 4).reshape(B, T, nh * hd)
 
     def _add_projection(self, x: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """x + (a @ w summed over ranks): the row-parallel projection and its residual add.

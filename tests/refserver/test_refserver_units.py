@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 
 from orchestrator.refserver.api import ApiError, App, parse_completion  # noqa: E402
 from orchestrator.refserver.cli import BadFlag, Fault, parse_settings  # noqa: E402
-from orchestrator.refserver.model import ShardedLlama, kv_buckets  # noqa: E402
+from orchestrator.refserver.model import ShardedLlama, fused_choice, kv_buckets  # noqa: E402
 from orchestrator.refserver.tokenizer import ByteTokenizer  # noqa: E402
 
 
@@ -235,6 +235,23 @@ def test_garbage_shard_order_changes_greedy_tokens(tp):
     bad = simulated_tp(tp, PROMPT, garbage=True)
     assert good != bad
     assert sum(a != b for a, b in zip(good, bad)) > len(good) // 2
+
+
+def test_fused_kernels_are_chosen_only_on_cuda(monkeypatch):
+    assert fused_choice(torch.device("cpu")) == (False, "torch ops on cpu")
+    assert fused_choice(torch.device("cuda"), False) == (False, "forced off")
+    monkeypatch.setenv("REFSERVER_FUSED", "0")
+    assert fused_choice(torch.device("cuda")) == (False, "REFSERVER_FUSED=0")
+
+
+def test_cpu_model_does_not_import_triton():
+    code = ("import sys, torch; from orchestrator.refserver.model import ShardedLlama; "
+            "from orchestrator.refserver.presets import PRESETS; "
+            "m = ShardedLlama(PRESETS['tiny'], tp=1, rank=0, device=torch.device('cpu'), "
+            "dtype=torch.float32, seed=0, max_slots=1, max_len=8, all_reduce=lambda x: None, "
+            "with_head=True); m.forward(torch.tensor([[1]]), torch.tensor([[0]]), "
+            "torch.tensor([0]), 1); assert not m.fused; assert 'triton' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_kv_buckets():

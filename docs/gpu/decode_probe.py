@@ -2,6 +2,8 @@
 
     PYTHONPATH=. python docs/gpu/decode_probe.py --preset 8b [--kv 512] [--steps 300] [--module M ...]
 
+The server's own model runs its fused Triton glue on CUDA; ``REFSERVER_FUSED=0`` in the
+environment measures the torch-ops path instead (docs/gpu/decode-probe/ has both).
 For each model module (default: the server's own, ``orchestrator.refserver.model``; pass
 another module path, e.g. an older copy, to compare side by side in one run) it builds the
 preset at TP=1 in bf16, captures the batch-1 decode graph for one KV bucket, and prints

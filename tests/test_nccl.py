@@ -310,3 +310,18 @@ def test_parses_a_tp2_server_log_with_p2p_disabled():
     assert nccl.verify_applied({"NCCL_PROTO": "LL", "NCCL_ALGO": "Tree", "NCCL_P2P_DISABLE": "1"}, parsed) == []
     # a setting NCCL never reported taking is a warning
     assert nccl.verify_applied({"NCCL_PROTO": "Simple"}, parsed)
+
+
+def test_parses_a_tp2_server_log_with_ll128_over_nvlink():
+    """The LL128 study (allow_unsafe_nccl): NCCL took LL128, the matrix enables only it, NVLink P2P."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "fixtures" / "nccl" /
+            "refserver-1b-tp2-ll128-nvlink-2xh200-2.28.9.log").read_text()
+    parsed = nccl.parse_log(text)
+    assert parsed["nranks"] == 2 and parsed["transports"] == ["P2P/CUMEM"]
+    assert parsed["env_applied"]["NCCL_PROTO"] == "LL128" and parsed["env_applied"]["NCCL_ALGO"] == "Ring"
+    allreduce = parsed["enabled_matrix"]["AllReduce"]
+    assert (allreduce["LL128"], allreduce["LL"], allreduce["Simple"]) == (1, 0, 0)
+    assert (allreduce["Ring"], allreduce["Tree"]) == (1, 0)
+    assert nccl.verify_applied({"NCCL_PROTO": "LL128", "NCCL_ALGO": "Ring"}, parsed) == []

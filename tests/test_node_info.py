@@ -1,8 +1,8 @@
 """What a trial records about its node: the GPUs Ray gave it, their model, driver and links.
 
 nvidia-smi cannot run here (no GPU), so a stand-in on PATH replays output captured on the
-2x H200 machine (docs/gpu/h200x2-refserver-1b-tp2/topo.txt); where it is missing, nothing
-is invented.
+2x H200 machine (tests/fixtures/nvidia-smi-topo-2xh200.txt, `nvidia-smi topo -m` there);
+where it is missing, nothing is invented.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from orchestrator.trial import node_info
 
-TOPO = Path(__file__).resolve().parents[1] / "docs" / "gpu" / "h200x2-refserver-1b-tp2" / "topo.txt"
+TOPO = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi-topo-2xh200.txt"
 
 
 def fake_nvidia_smi(directory: Path) -> None:

@@ -7,7 +7,8 @@ with the replay harness (``orchestrator.simulate``; the evidence is in
 - ``tpe`` (the default): multivariate TPE, ``group=True`` (conditional parameters get
   their own sub-spaces), ``constant_liar=True`` (several trials in flight do not all
   get the same proposal), start-up trials sized to the budget and the space by
-  ``default_startup_trials``.
+  ``default_startup_trials`` (on an enumerable space the search policy picks them:
+  ``search.DEFAULT_STARTUP_ORDER``).
 - ``gp``: Optuna's Gaussian-process sampler (needs torch and scipy; scipy is not a
   dependency of ncclsweep, so ``make_sampler("gp")`` says to install it when missing).
 - ``random``, ``grid``, ``bruteforce``, ``nsga2``: baselines and exhaustive searches.
@@ -68,16 +69,23 @@ def constraints_from_attrs(trial: FrozenTrial) -> tuple[float, ...]:
 
 
 def default_startup_trials(budget: int | None, space_size: int | None = None) -> int:
-    """Random trials (after the baseline) before TPE/GP model the objective.
+    """Trials before TPE/GP model the objective, the baseline included (Optuna counts it).
 
-    ``budget // 8`` clamped to [3, 5], and at most a sixth of a small space (never below 3).
-    Chosen with the harness: every launch is expensive and the constraint/value model
-    learns from failures quickly; on the replay tables 5 start-up trials beat Optuna's
-    default 10 by about 2 launches (median) at budgets 40 and 84, and 3 or 8 did no better.
+    ``budget // 8`` clamped to [3, 5], and at most an eighth of a small space (never below 2).
+    The search policy picks these start-up trials itself when the space can be enumerated
+    (``search.DEFAULT_STARTUP_ORDER``): the baseline, then the config most different from
+    it, and so on. Chosen with the harness (docs/benchmarks.md, "Search efficiency"):
+    every launch is expensive and the constraint/value model learns from failures
+    quickly; on the 84-config tables 5 start-up trials beat Optuna's default 10 by about
+    2 launches (median), 3 was within half a launch. On spaces under 24 configs an
+    uninformed start-up trial is a large share of the table: the baseline and its most
+    different config (every parameter seen at two levels), then the model, was at or
+    below random search on all ten small replay tables; 3 start-up trials lost to it on
+    two.
     """
     n = 5 if budget is None else max(3, min(5, budget // 8))
     if space_size:
-        n = min(n, max(3, space_size // 6))
+        n = min(n, max(2, space_size // 8))
     return n
 
 

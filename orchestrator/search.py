@@ -11,6 +11,10 @@ config runs:
   FAIL or PRUNED trial) is answered from the study (``Proposal.cached``) instead of
   being launched, and an unmeasured config is enqueued so the next ask makes progress
   (by default the one nearest the best so far: ``fill="neighbor"``);
+- start-up order: while a model-based sampler (TPE, GP) would still be drawing its
+  random start-up trials and the space can be enumerated, the policy picks them itself,
+  each the config most different from everything measured (``startup_order="diverse"``,
+  see ``SearchPolicy._most_diverse``), so every parameter is seen at several levels early;
 - a proposal the space rules out (``space.feasible``) or that duplicates a trial still in
   flight is recorded as an uncounted PRUNED trial with its reason, and the sampler asked
   again;
@@ -67,6 +71,20 @@ DEFAULT_PRUNE_RATIO = 0.8
 # launches on the replay tables (docs/benchmarks.md, "Search efficiency").
 FILL_STRATEGIES = ("random", "neighbor")
 DEFAULT_FILL = "neighbor"
+# Who picks the start-up trials of a model-based sampler (the ones TPE/GP draw at random):
+# "diverse" = the policy, from the enumerated space: each one the unmeasured config that
+# differs in the most parameters from its nearest measured config (greedy maximin,
+# seeded tie-break); "sampler" = the sampler's own independent random draws. Random
+# draws over the raw parameter product over-sample configs that normalize onto few rows
+# (every value of a parameter that does not matter there, e.g. NCCL_* at TP=1) and can
+# repeat a level while another is never tried; on small tables that made TPE lose to
+# plain random search. With "diverse" (and start-up sized to the space,
+# ``samplers.default_startup_trials``) the default beat or tied random search on every
+# replay table (docs/benchmarks.md, "Search efficiency"). Spaces too large to enumerate
+# keep the sampler's draws.
+STARTUP_ORDERS = ("diverse", "sampler")
+DEFAULT_STARTUP_ORDER = "diverse"
+MAX_STARTUP_CANDIDATES = 4096  # a larger enumerated space: the most diverse of a seeded sample
 
 # user attributes this module writes besides the TrialResult fields
 ATTR_KEY = "config_key"
@@ -76,6 +94,7 @@ ATTR_BASELINE = "is_baseline"
 ATTR_REQUEUE_OF = "requeue_of"
 ATTR_ENQUEUED_BY = "enqueued_by"
 ATTR_SKIPPED = "skipped"  # "infeasible" | "in-flight-duplicate": never launched
+_MISSING = object()  # a parameter a normalized config does not have
 
 
 class SpaceLike(Protocol):
@@ -102,7 +121,7 @@ class Proposal:
     cached: TrialResult | None = None
     cached_from: int | None = None
     raw: Config = field(default_factory=dict)
-    role: str = "sampler"  # sampler, baseline, requeue, fill
+    role: str = "sampler"  # sampler, baseline, requeue, fill, startup
 
     @property
     def number(self) -> int:
@@ -149,11 +168,17 @@ class SearchPolicy:
         remeasure: bool = False,
         seed: int = 0,
         fill: str = DEFAULT_FILL,
+        startup: int | None = None,
+        startup_order: str = DEFAULT_STARTUP_ORDER,
         max_asks: int = 200,
         max_consecutive_duplicates: int = 200,
     ) -> None:
         if fill not in FILL_STRATEGIES:
             raise ValueError(f"fill must be one of {FILL_STRATEGIES}, not {fill!r}")
+        if startup_order not in STARTUP_ORDERS:
+            raise ValueError(f"startup_order must be one of {STARTUP_ORDERS}, not {startup_order!r}")
+        if startup is not None and startup < 0:
+            raise ValueError(f"startup must be >= 0 or None, not {startup}")
         if budget is not None and budget < 0:
             raise ValueError(f"budget must be >= 0 or None, not {budget}")
         self.study = study
@@ -163,12 +188,18 @@ class SearchPolicy:
         self.budget = budget
         self.remeasure = remeasure
         self.fill = fill
+        # launches (the baseline included) the policy picks itself before the sampler's
+        # proposals are used; None: the sampler's own start-up trials (0 for random, grid...)
+        self.startup = startup_trials_of(study.sampler) if startup is None else startup
+        self.startup_order = startup_order
         self.max_asks = max_asks
         self.max_consecutive_duplicates = max_consecutive_duplicates
         self._rng = random.Random(seed)
         self._in_flight: dict[int, Proposal] = {}
         self._session_keys: set[str] = set()  # measured by this policy (what remeasure trusts)
         self._enumerated: dict[str, Config] | None = None
+        self._enum_norm: dict[str, Config] = {}  # key -> normalized config, for the start-up order
+        self._enum_names: set[str] | None = None
         self._enumerated_done = False
         self._baseline_checked = False
         self._consecutive_dups = 0
@@ -197,7 +228,10 @@ class SearchPolicy:
                 for raw in configs:
                     if self.space.feasible(raw) is not None:
                         continue
-                    out.setdefault(self.key_of(raw)[1], dict(raw))
+                    config, key = self.key_of(raw)
+                    if key not in out:
+                        out[key] = dict(raw)
+                        self._enum_norm[key] = config
                 self._enumerated = out
         return self._enumerated
 
@@ -296,6 +330,9 @@ class SearchPolicy:
             if remaining is None and self._consecutive_dups >= self.max_consecutive_duplicates:
                 self._gave_up = True  # not enumerable, and the sampler keeps proposing measured configs
                 return None
+            if remaining and self.startup_order == "diverse" and \
+                    len(st.counted) + self._launches_in_flight() < self.startup:
+                self._enqueue_startup(remaining, st)
             trial = self.study.ask()
             role = _role_of(trial.user_attrs)
             try:
@@ -366,6 +403,45 @@ class SearchPolicy:
         else:
             key = self._rng.choice(remaining)
         self.study.enqueue_trial(dict(enum[key]), user_attrs={ATTR_ENQUEUED_BY: "fill"})
+
+    def _enqueue_startup(self, remaining: list[str], st: _State) -> None:
+        """Enqueue the most diverse unmeasured config unless a fixed config is already waiting."""
+        if st.waiting:
+            return
+        enum = self._enumeration()
+        assert enum is not None
+        seen = [self._config_of(t) for t in st.measured.values()]
+        seen += [p.config for p in self._in_flight.values() if p.cached is None]
+        key = self._most_diverse(remaining, seen)
+        self.study.enqueue_trial(dict(enum[key]), user_attrs={ATTR_ENQUEUED_BY: "startup"})
+
+    def _config_of(self, t: FrozenTrial) -> Config:
+        key = t.user_attrs.get(ATTR_KEY)
+        return self._enum_norm.get(key) or t.user_attrs.get("config") or dict(t.params)
+
+    def _most_diverse(self, remaining: list[str], seen: list[Config]) -> str:
+        """The unmeasured config farthest from every measured one (greedy maximin design).
+
+        Distance is the number of parameters two normalized configs differ in (one that
+        only one of them has, e.g. NCCL_* next to a TP=1 config, differs); the pick
+        maximizes the distance to the nearest measured or running config, ties broken by
+        the policy's seeded RNG. After the baseline that is its complement (every
+        parameter at another level), then the config that differs most from both, so
+        each parameter's levels are covered early and no region is sampled twice.
+        """
+        if self._enum_names is None:  # the space's parameters, not the baseline's settings outside it
+            self._enum_names = set().union(*self._enum_norm.values())
+        names = self._enum_names
+        if len(remaining) > MAX_STARTUP_CANDIDATES:  # bounded cost on a large space; still seeded
+            remaining = self._rng.sample(remaining, MAX_STARTUP_CANDIDATES)
+
+        def nearest(k: str) -> int:
+            c = self._enum_norm[k]
+            return min((sum(1 for n in names if c.get(n, _MISSING) != o.get(n, _MISSING)) for o in seen),
+                       default=0)
+        scores = {k: nearest(k) for k in remaining}
+        top = max(scores.values())
+        return self._rng.choice([k for k in remaining if scores[k] == top])
 
     def _nearest_to_best(self, remaining: list[str], enum: dict[str, Config]) -> str:
         best = self.best()
@@ -542,6 +618,13 @@ class SearchPolicy:
         return list(self._in_flight.values())
 
 
+def startup_trials_of(sampler: optuna.samplers.BaseSampler) -> int:
+    """How many random start-up trials a model-based sampler (TPE, GP) draws; 0 for any other."""
+    if isinstance(sampler, (optuna.samplers.TPESampler, optuna.samplers.GPSampler)):
+        return int(getattr(sampler, "_n_startup_trials", 0) or 0)
+    return 0
+
+
 def _is_measurement(ua: dict[str, Any]) -> bool:
     """A counted trial that measured its config: COMPLETE, config-caused FAIL, or early-stopped."""
     outcome = ua.get("outcome")
@@ -554,6 +637,6 @@ def _is_measurement(ua: dict[str, Any]) -> bool:
 
 def _role_of(user_attrs: dict[str, Any]) -> str:
     by = user_attrs.get(ATTR_ENQUEUED_BY)
-    if by in ("baseline", "requeue", "fill"):
+    if by in ("baseline", "requeue", "fill", "startup"):
         return by
     return "sampler"

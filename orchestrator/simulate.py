@@ -53,7 +53,15 @@ from optuna.distributions import CategoricalDistribution
 from orchestrator.errors import BadInput
 from orchestrator.records import COMPLETE, FAILURE_KINDS, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult, config_key
 from orchestrator.samplers import SAMPLER_NAMES, make_sampler
-from orchestrator.search import DEFAULT_FILL, DEFAULT_PRUNE_RATIO, FILL_STRATEGIES, SearchPolicy, early_stop
+from orchestrator.search import (
+    DEFAULT_FILL,
+    DEFAULT_PRUNE_RATIO,
+    DEFAULT_STARTUP_ORDER,
+    FILL_STRATEGIES,
+    STARTUP_ORDERS,
+    SearchPolicy,
+    early_stop,
+)
 
 RESERVED_COLUMNS = ("samples", "failure", "baseline", "note")
 CONFIG_FAILURES = tuple(k for k in FAILURE_KINDS if k not in NOT_THE_CONFIGS_FAULT)
@@ -308,6 +316,7 @@ class SamplerSpec:
     fill: str | None = None  # None: DEFAULT_FILL, except "random" for the random sampler
     prune_ratio: float | None = None  # None: the run's setting
     startup: int | None = None
+    startup_order: str = DEFAULT_STARTUP_ORDER
 
     @classmethod
     def parse(cls, text: str) -> "SamplerSpec":
@@ -328,6 +337,10 @@ class SamplerSpec:
                 spec.prune_ratio = float(v)
             elif k in ("startup", "n_startup_trials"):
                 spec.startup = int(v)
+            elif k == "startup_order":
+                if v not in STARTUP_ORDERS:
+                    raise ValueError(f"startup_order must be one of {', '.join(STARTUP_ORDERS)}, not {v!r}")
+                spec.startup_order = v
             else:
                 spec.options[k] = v
         if spec.fill is None:
@@ -470,7 +483,7 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
     if base is not None:
         baseline = {p: base.params.get(p, vals[0]) for p, vals in table.choices.items()}
     policy = SearchPolicy(study, space, space.normalize, baseline=baseline, budget=budget, seed=seed,
-                          fill=spec.fill)
+                          fill=spec.fill, startup_order=spec.startup_order)
     rng = random.Random(seed * 1_000_003 + 17)
     rows = table.by_key()
     floor = (1.0 - target) * table.best

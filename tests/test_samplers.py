@@ -58,8 +58,12 @@ def test_startup_sizing():
     assert default_startup_trials(8) == 3
     assert default_startup_trials(32) == 4
     assert default_startup_trials(200) == 5
-    assert default_startup_trials(200, space_size=24) == 4
-    assert default_startup_trials(200, space_size=6) == 3
+    assert default_startup_trials(200, space_size=32) == 4
+    # a small space: the baseline and its most different config, then the model
+    assert default_startup_trials(200, space_size=6) == 2
+    assert default_startup_trials(12, space_size=12) == 2
+    assert default_startup_trials(200, space_size=18) == 2
+    assert default_startup_trials(200, space_size=24) == 3
     assert make_sampler("tpe", seed=0, budget=40, n_startup_trials=7)._n_startup_trials == 7
     assert make_sampler("tpe", seed=0, budget=40, options={"n_startup_trials": 2})._n_startup_trials == 2
 

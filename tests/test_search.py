@@ -339,3 +339,119 @@ def test_with_the_real_search_space_and_backend_normalize():
     distinct = {config_key(backend.normalize(space.active(c))) for c in space.enumerate()}
     assert len(keys) == len(set(keys)) and set(keys) == distinct
     assert policy.exhausted
+
+
+# ---- start-up order: the policy picks a model-based sampler's start-up trials ----------------------
+GRID3 = {"a": ["a0", "a1", "a2"], "b": ["b0", "b1", "b2"], "c": ["c0", "c1", "c2"]}
+
+
+class Grid3Space:
+    """27 configs, three levels per parameter; ``enumerable=False`` hides the enumeration."""
+
+    def __init__(self, enumerable=True):
+        self.enumerable = enumerable
+
+    def suggest(self, trial):
+        return {n: trial.suggest_categorical(n, v) for n, v in GRID3.items()}
+
+    def active(self, config):
+        return dict(config)
+
+    def feasible(self, config):
+        return None
+
+    def enumerate(self):
+        if not self.enumerable:
+            return None
+        return [dict(zip(GRID3, combo)) for combo in itertools.product(*GRID3.values())]
+
+
+def grid3_value(config):
+    return 10.0 + sum(int(v[1]) for v in config.values())
+
+
+def tpe_policy(startup, *, seed=0, baseline=None, study=None, **kw):
+    from orchestrator.samplers import make_sampler
+
+    study = study or optuna.create_study(
+        direction="maximize", sampler=make_sampler("tpe", seed=seed, budget=40, n_startup_trials=startup))
+    space = kw.pop("space", Grid3Space())
+    return study, SearchPolicy(study, space, dict, baseline=baseline, budget=12, seed=seed, **kw)
+
+
+def launch(policy, n):
+    """The next ``n`` launches (cached answers recorded and skipped, as the driver does)."""
+    out = []
+    while len(out) < n:
+        p = policy.next()
+        assert p is not None
+        if p.cached is not None:
+            policy.record(p, p.cached, counted=False)
+            continue
+        out.append(p)
+        policy.record(p, ok(p, grid3_value(p.config)))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_startup_trials_cover_every_level_before_repeating_one(seed):
+    _, policy = tpe_policy(3, seed=seed)
+    assert policy.startup == 3  # read from the sampler
+    first = launch(policy, 3)
+    assert [p.role for p in first] == ["startup"] * 3
+    for name, levels in GRID3.items():  # a Latin square: each level of each parameter exactly once
+        assert sorted(p.config[name] for p in first) == levels
+    assert launch(policy, 1)[0].role in ("sampler", "fill")  # then TPE models the objective
+
+
+def test_startup_trials_in_flight_count_as_seen():
+    _, policy = tpe_policy(3)
+    running = [policy.next() for _ in range(3)]  # three workers, nothing recorded yet
+    assert [p.role for p in running] == ["startup"] * 3
+    for name, levels in GRID3.items():
+        assert sorted(p.config[name] for p in running) == levels
+
+
+def test_startup_after_the_baseline_differs_from_it_in_every_parameter_and_is_seeded():
+    base = {"a": "a0", "b": "b0", "c": "c0"}
+    orders = []
+    for _ in range(2):
+        _, policy = tpe_policy(3, seed=5, baseline=base)
+        got = launch(policy, 3)
+        assert [p.role for p in got] == ["baseline", "startup", "startup"]
+        assert all(got[1].config[n] != base[n] for n in GRID3)
+        for name, levels in GRID3.items():
+            assert sorted(p.config[name] for p in got) == levels
+        orders.append([p.key for p in got])
+    assert orders[0] == orders[1]  # deterministic per seed
+
+
+def test_startup_order_survives_a_restart_and_honours_inactive_parameters():
+    study, policy = tpe_policy(3)
+    first = launch(policy, 1)
+    _, again = tpe_policy(3, study=study)  # a resumed driver: recomputed from the study
+    rest = launch(again, 2)
+    for name, levels in GRID3.items():
+        assert sorted(p.config[name] for p in first + rest) == levels
+    # TinySpace: NCCL_PROTO does not exist at TP=1, so the config most different from the
+    # TP=2 baseline is a TP=1 one with graphs on (it differs in all three parameters)
+    from orchestrator.samplers import make_sampler
+
+    study = optuna.create_study(direction="maximize", sampler=make_sampler("tpe", seed=0, budget=6, space_size=6))
+    _, policy = make(study)
+    assert policy.startup == 2
+    got = drive(policy)
+    assert [p.role for p in got[:2]] == ["baseline", "startup"]
+    assert got[1].config == {"tp_size": 1, "graph": True}
+
+
+def test_random_search_and_the_sampler_order_keep_the_samplers_draws():
+    _, policy = make()  # RandomSampler: no start-up trials, nothing enqueued by the policy
+    assert policy.startup == 0
+    assert "startup" not in [p.role for p in drive(policy)]
+    _, policy = tpe_policy(3, startup_order="sampler")
+    assert [p.role for p in launch(policy, 3)] == ["sampler"] * 3
+    _, policy = tpe_policy(3, space=Grid3Space(enumerable=False))  # too large to enumerate
+    assert [p.role for p in launch(policy, 3)] == ["sampler"] * 3
+    with pytest.raises(ValueError, match="startup_order"):
+        tpe_policy(3, startup_order="lhs")

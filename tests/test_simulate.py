@@ -114,6 +114,10 @@ def test_sampler_specs():
     assert (s.name, s.options, s.fill, s.startup, s.prune_ratio) == ("tpe", {"multivariate": "false"}, "random", 4, 0.8)
     assert SamplerSpec.parse("random").fill == "random"  # the reference: plain random search
     assert SamplerSpec.parse("tpe").fill == "neighbor"
+    assert SamplerSpec.parse("tpe").startup_order == "diverse"
+    assert SamplerSpec.parse("tpe:startup_order=sampler").startup_order == "sampler"
+    with pytest.raises(ValueError, match="startup_order must be one of diverse, sampler"):
+        SamplerSpec.parse("tpe:startup_order=lhs")
     with pytest.raises(ValueError, match="unknown sampler"):
         SamplerSpec.parse("hyperband")
     with pytest.raises(ValueError, match="key=value"):
@@ -181,12 +185,19 @@ def test_shipped_tables_are_valid():
     assert len(small.rows) < 24
 
 
-def test_default_search_meets_the_issue_target_on_the_motivating_case():
-    """A cheap guard (10 seeds); the 20-seed figures are in docs/benchmarks.md."""
-    res = run_simulation(TABLES / "motivating-case.csv", "tpe,random", seeds=10, budget=40)
+# the budgets of the commands in docs/benchmarks.md, "Search efficiency" (None: the table's size)
+DOC_BUDGETS = {"motivating-case.csv": 40}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in TABLES.glob("*.csv")))
+def test_default_search_meets_the_issue_target_on_every_shipped_table(name):
+    """Issue 7's target, at seeds 0-19 as in docs/benchmarks.md: never worse than random
+    search (median launches to within 2%); on 24+ configs also within 25% of the table."""
+    res = run_simulation(TABLES / name, "tpe,random", seeds=20, budget=DOC_BUDGETS.get(name))
     tpe, rnd = res.samplers
-    assert tpe.median_launches <= 0.25 * res.n_configs
     assert tpe.median_launches <= rnd.median_launches
+    if res.n_configs >= 24:
+        assert tpe.median_launches <= 0.25 * res.n_configs
 
 
 def test_progress_lines(tiny):

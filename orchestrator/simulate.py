@@ -277,10 +277,8 @@ def table_from_study(study: optuna.Study):
             if not samples and ua.get("value") is not None:
                 samples = [ua["value"]]
             entry["samples"].extend(float(s) for s in samples)
-            if outcome == PRUNED:
-                entry["note"].append(f"trial {t.number} stopped early")
         entry["baseline"] |= bool(ua.get("is_baseline"))
-        entry["note"].append(f"trial {t.number}")
+        entry["note"].append(f"trial {t.number}" + (" stopped early" if outcome == PRUNED else ""))
     params: list[str] = []
     for e in merged.values():
         for p in e["config"]:

@@ -240,3 +240,67 @@ def test_kernels_compile_for_h200(tmp_path):
     out = subprocess.run([sys.executable, "-c", COMPILE_FOR_H200], env=env, text=True,
                          capture_output=True, timeout=300, cwd=REPO)
     assert out.returncode == 0 and out.stdout.strip() == "compiled", out.stderr[-3000:]
+
+
+TP2_RANK = r"""
+import os, sys, torch, torch.distributed as dist
+from orchestrator.refserver import fused  # noqa: F401 (interpreted: TRITON_INTERPRET=1 is set)
+from orchestrator.refserver.model import ShardedLlama
+from orchestrator.refserver.presets import PRESETS
+rank, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+torch.set_num_threads(1)
+gen = torch.Generator().manual_seed(1)
+slots = torch.tensor([2, 0])
+steps = [(torch.randint(0, 512, (2, 5), generator=gen), torch.arange(5).expand(2, 5).contiguous(), 5)]
+for pos in (5, 6):
+    steps.append((torch.randint(0, 512, (2, 1), generator=gen), torch.full((2, 1), pos), 8))
+results = {}
+for fused_on in (False, True):
+    m = ShardedLlama(PRESETS["tiny"], tp=2, rank=rank, device=torch.device("cpu"),
+                     dtype=torch.float32, seed=0, max_slots=4, max_len=32,
+                     all_reduce=dist.all_reduce, with_head=rank == 0, fused=fused_on)
+    assert m.fused is fused_on
+    with torch.inference_mode():
+        results[fused_on] = [m.forward(t, p, slots, L) for t, p, L in steps]
+if rank == 0:
+    torch.save(results, out)
+dist.barrier()
+os._exit(0)
+"""
+
+
+def test_fused_forward_at_tp2_matches_torch_ops(tmp_path):
+    """Two gloo ranks, tiny, float32: the fused path with its all-reduces between the
+    kernels gives what the torch-ops path gives at TP=2 (and both what TP=1 gives)."""
+    from orchestrator.refserver.procs import free_port
+
+    port, out = free_port(), tmp_path / "tp2.pt"
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen([sys.executable, "-c", TP2_RANK, str(r), str(port), str(out)],
+                              env=env, cwd=REPO, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True) for r in (0, 1)]
+    try:
+        errors = [p.communicate(timeout=240)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+                p.wait()
+    assert all(p.returncode == 0 for p in procs), "\n".join(e[-2000:] for e in errors)
+    results = torch.load(out)
+    single = ShardedLlama(PRESETS["tiny"], tp=1, rank=0, device=torch.device("cpu"),
+                          dtype=torch.float32, seed=0, max_slots=4, max_len=32,
+                          all_reduce=lambda x: None, with_head=True, fused=False)
+    gen = torch.Generator().manual_seed(1)
+    slots = torch.tensor([2, 0])
+    steps = [(torch.randint(0, 512, (2, 5), generator=gen), torch.arange(5).expand(2, 5).contiguous(), 5)]
+    for pos in (5, 6):
+        steps.append((torch.randint(0, 512, (2, 1), generator=gen), torch.full((2, 1), pos), 8))
+    with torch.inference_mode():
+        for i, (tokens, positions, kv_len) in enumerate(steps):
+            want = single.forward(tokens, positions, slots, kv_len)
+            scale = want.abs().max()
+            for path in (False, True):
+                got = results[path][i]
+                assert (got - want).abs().max() < 1e-5 * scale, (path, i, (got - want).abs().max())

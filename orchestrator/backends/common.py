@@ -147,6 +147,17 @@ def check_extra_args(backend) -> None:
         raise backend.bad("extra_args", problem)
 
 
+# vLLM's and SGLang's own defaults: one GPU, CUDA graphs on, custom all-reduce on
+SERVING_DEFAULTS = {"tp_size": 1, "graph_capture": True, "custom_all_reduce": True}
+
+
+def data_parallel(config: dict, key: str) -> int:
+    """The data-parallel replica count a config asks for under ``key`` (1 if unset or bad:
+    check_config reports bad values; this only sizes the GPU request)."""
+    dp = config.get(key, 1)
+    return dp if isinstance(dp, int) and not isinstance(dp, bool) and dp > 0 else 1
+
+
 def check_neutral(config: dict, job_file: str | None) -> None:
     """tp_size/pp_size positive ints, graph_capture/custom_all_reduce booleans, capture sizes."""
     from orchestrator.errors import ConfigRejected

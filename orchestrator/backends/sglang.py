@@ -129,13 +129,10 @@ class SglangBackend(Backend):
         return common.FlagChecker(SGLANG, self.release(), _MANAGED, SPELLINGS, "SGLang")
 
     def default_config(self) -> Config:
-        """SGLang's own defaults: one GPU, CUDA graphs on, custom all-reduce on."""
-        return {"tp_size": 1, "graph_capture": True, "custom_all_reduce": True}
+        return dict(common.SERVING_DEFAULTS)
 
     def gpus_per_trial(self, config: Config) -> int:
-        dp = config.get("backend.dp_size", 1)
-        dp = dp if isinstance(dp, int) and not isinstance(dp, bool) and dp > 0 else 1
-        return super().gpus_per_trial(config) * dp
+        return super().gpus_per_trial(config) * common.data_parallel(config, "backend.dp_size")
 
     def check_config(self, config: Config) -> None:
         file = self.job_file

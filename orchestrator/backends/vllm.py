@@ -140,13 +140,10 @@ class VllmBackend(Backend):
 
     # ---- the contract ----------------------------------------------------------------------
     def default_config(self) -> Config:
-        """vLLM's own defaults: one GPU, CUDA graphs on, custom all-reduce on."""
-        return {"tp_size": 1, "graph_capture": True, "custom_all_reduce": True}
+        return dict(common.SERVING_DEFAULTS)
 
     def gpus_per_trial(self, config: Config) -> int:
-        dp = config.get("backend.data_parallel_size", 1)
-        dp = dp if isinstance(dp, int) and not isinstance(dp, bool) and dp > 0 else 1
-        return super().gpus_per_trial(config) * dp
+        return super().gpus_per_trial(config) * common.data_parallel(config, "backend.data_parallel_size")
 
     def _mode(self, config: Config) -> str:
         mode = config.get("backend.cudagraph_mode")

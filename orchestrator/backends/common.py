@@ -147,6 +147,13 @@ def check_extra_args(backend) -> None:
         raise backend.bad("extra_args", problem)
 
 
+# settings every OpenAI-serving backend (vLLM, SGLang) takes, with their help text
+SERVER_SETTINGS = {
+    "served_model_name": "name in the OpenAI API (default: model)",
+    "extra_args": "list of extra command-line arguments, passed through",
+    "model_facts": "layers, heads, kv_heads, hidden_size, dtype_bytes, bytes_per_token, allreduces_per_step",
+}
+
 # vLLM's and SGLang's own defaults: one GPU, CUDA graphs on, custom all-reduce on
 SERVING_DEFAULTS = {"tp_size": 1, "graph_capture": True, "custom_all_reduce": True}
 

@@ -63,11 +63,9 @@ OLD_GRAPH_FLAGS_REMOVED = (0, 5, 20)  # --cuda-graph-max-bs / --cuda-graph-bs go
 
 _SETTINGS = {
     "model": "model path or Hugging Face id (--model-path)",
-    "served_model_name": "name in the OpenAI API (default: model)",
-    "extra_args": "list of extra command-line arguments, passed through",
+    **common.SERVER_SETTINGS,
     "version": "SGLang release to build flags for (default: the installed one)",
     "python": "python of SGLang's environment (default: the one running ncclsweep)",
-    "model_facts": "layers, heads, kv_heads, hidden_size, dtype_bytes, bytes_per_token, allreduces_per_step",
 }
 
 _MANAGED = {

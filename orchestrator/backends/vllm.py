@@ -65,12 +65,10 @@ CAPTURE_SIZES_FLAG_SINCE = (0, 11, 1)
 
 _SETTINGS = {
     "model": "model path or Hugging Face id (the positional MODEL of vllm serve)",
-    "served_model_name": "name in the OpenAI API (default: model)",
-    "extra_args": "list of extra command-line arguments, passed through",
+    **common.SERVER_SETTINGS,
     "version": "vLLM release to build flags for (default: the installed one)",
     "python": "python of vLLM's environment: runs python -m vllm.entrypoints.cli.main serve",
     "executable": "the vllm command (default: vllm)",
-    "model_facts": "layers, heads, kv_heads, hidden_size, dtype_bytes, bytes_per_token, allreduces_per_step",
 }
 
 # Flags the backend sets from neutral params (never from extra_args or backend.<flag>).

@@ -7,7 +7,7 @@
                     metric (``metric.<key>``, sample lists ";"-joined), timings, failures
     history.png     decode tok/s per trial with the best-so-far line and the baseline
     params.png      tok/s per value of each parameter (box + points; failures marked)
-    importance.png  parameter importance (Optuna's evaluator on user-facing COMPLETE trials)
+    importance.png  which knobs mattered: share of the tok/s variance per parameter (importance.py)
     timeline.png    start/stop of every trial per node, split into launch/bench/check/
                     teardown, so overhead and idle gaps show
     report.md       headline, top configs, failures by kind, NCCL warnings, ceiling,
@@ -42,6 +42,14 @@ from orchestrator.history import (
     exceeds_noise,
     parse_iso,
     short_params,
+)
+from orchestrator.importance import (
+    KnobEffect,
+    effects_given_top,
+    knob_effects,
+    measured_points,
+    sort_values,
+    span_text,
 )
 from orchestrator.records import NOT_THE_CONFIGS_FAULT
 
@@ -346,13 +354,6 @@ def _param_names(rows: list[dict[str, Any]]) -> list[str]:
     return sorted({k for r in rows for k in (r["params"] or {})}, key=lambda k: history._param_order((k, None)))
 
 
-def _sort_values(values: set) -> list:
-    try:
-        return sorted(values)
-    except TypeError:
-        return sorted(values, key=str)
-
-
 def plot_params(rows: list[dict[str, Any]], path: Path) -> None:
     """One panel per parameter: tok/s of COMPLETE trials per value (box + points), failures at 0."""
     plt = _plt()
@@ -365,7 +366,7 @@ def plot_params(rows: list[dict[str, Any]], path: Path) -> None:
     fig, axes = plt.subplots(nrows, ncols, figsize=(7.2 if ncols < 3 else 10.8, 2.9 * nrows), squeeze=False)
     eligible = {r["number"] for r in history._eligible(rows)}
     for ax, name in zip(axes.flat, names):
-        values = _sort_values({r["params"].get(name) for r in rows if name in (r["params"] or {})})
+        values = sort_values({r["params"].get(name) for r in rows if name in (r["params"] or {})})
         groups, fails = [], []
         for v in values:
             groups.append([r["value"] for r in rows if r["number"] in eligible and r["cached_from"] is None
@@ -399,74 +400,29 @@ def plot_params(rows: list[dict[str, Any]], path: Path) -> None:
     _save(fig, path)
 
 
-def param_importances(rows: list[dict[str, Any]]) -> tuple[dict[str, float], list[str]]:
-    """(importances, notes) from Optuna's default evaluator over user-facing COMPLETE trials.
-
-    Trials are rebuilt in an in-memory study from the ``config`` attribute with the user-facing
-    value (storage holds 0.0 for config-caused failures, which must not count as measurements).
-    Parameters with a single observed value are left out with a note.
-    """
-    import optuna
-    from optuna.distributions import CategoricalDistribution
-
-    measured = [r for r in history._eligible(rows) if r["cached_from"] is None]
-    notes: list[str] = []
-    if len(measured) < 3:
-        return {}, [f"parameter importance needs at least 3 completed trials; this study has {len(measured)}"]
-    observed: dict[str, set] = {}
-    for r in measured:
-        for k, v in r["params"].items():
-            if isinstance(v, (str, int, float, bool)):
-                observed.setdefault(k, set()).add(v)
-    single = sorted(k for k, vs in observed.items() if len(vs) < 2)
-    if single:
-        notes.append("not rated (one value in every completed trial): " + ", ".join(single))
-    varied = {k: _sort_values(vs) for k, vs in observed.items() if len(vs) >= 2}
-    if not varied:
-        return {}, notes + ["no parameter took more than one value among completed trials"]
-    if len({r["value"] for r in measured}) < 2:
-        return {}, notes + ["every completed trial measured the same value"]
-    dists = {k: CategoricalDistribution(choices) for k, choices in varied.items()}
-    trials = []
-    for r in measured:
-        params = {k: v for k, v in r["params"].items() if k in dists}
-        trials.append(optuna.trial.create_trial(params=params, distributions={k: dists[k] for k in params},
-                                                value=float(r["value"])))
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created in memory" line
-    try:
-        import warnings
-
-        study = optuna.create_study(direction="maximize")
-        study.add_trials(trials)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            imp = optuna.importance.get_param_importances(study)
-    except Exception as exc:  # noqa: BLE001 - too few or degenerate trials: say so, do not fail the report
-        return {}, notes + [f"Optuna could not rate the parameters: {_clip(exc, 200)}"]
-    finally:
-        optuna.logging.set_verbosity(verbosity)
-    imp = {k: float(v) for k, v in imp.items() if v is not None and not math.isnan(v)}
-    return imp, notes
-
-
-def plot_importance(imp: dict[str, float], notes: list[str], path: Path) -> None:
+def plot_importance(effects: list[KnobEffect], notes: list[str], path: Path) -> None:
+    """Share of the tok/s variance each parameter explains alone (conditional ones labelled)."""
     plt = _plt()
-    if not imp:
-        _note_figure(path, "Parameter importance", "\n".join(notes) or "not enough data")
+    if not effects:
+        _note_figure(path, "Which knobs mattered", "\n".join(notes) or "not enough data")
         return
-    names = list(imp)[::-1]
-    fig, ax = plt.subplots(figsize=(7.2, max(2.5, 0.45 * len(names) + 1.5)))
-    ax.barh([n.split(".", 1)[1] if n.startswith(("env.", "backend.")) else n for n in names],
-            [imp[n] for n in names], color=IMPORTANCE_COLOR, height=0.6)
-    ax.set_xlabel("importance (normalized)")
-    ax.set_title("Parameter importance")
-    ax.set_xlim(0, max(1.0, max(imp.values())))
+    shown = effects[::-1]
+    labels = [_short(e.name) + (f" (in {e.trials} trials)" if e.conditional else "") for e in shown]
+    fig, ax = plt.subplots(figsize=(7.2, max(2.5, 0.45 * len(shown) + 1.5)))
+    ax.barh(labels, [e.share for e in shown], color=[IMPORTANCE_COLOR if not e.conditional else "#bbbbbb"
+                                                    for e in shown], height=0.6)
+    ax.set_xlabel("share of the tok/s variance explained by the parameter alone")
+    ax.set_title("Which knobs mattered")
+    ax.set_xlim(0, 1.0)
     ax.grid(alpha=0.3, axis="x")
     if notes:
         fig.text(0.01, 0.01, _clip("; ".join(notes), 120), fontsize=7, color="#555")
     fig.tight_layout(rect=(0, 0.04 if notes else 0, 1, 1))
     _save(fig, path)
+
+
+def _short(name: str) -> str:
+    return name.split(".", 1)[1] if name.startswith(("env.", "backend.")) else name
 
 
 def _spans(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -907,22 +863,45 @@ def _by_node(rows) -> list[Block]:
     return out
 
 
-def _importance_blocks(imp, notes) -> list[Block]:
+def _importance_blocks(effects: list[KnobEffect], notes: list[str],
+                       given: tuple[str, Any, list[KnobEffect], list[float]] | None = None,
+                       values: list[float] | None = None) -> list[Block]:
     out: list[Block] = [_h(2, "Which knobs mattered")]
-    if imp:
-        out.append(_table(["Parameter", "Importance"], [[k, f"{v:.2f}"] for k, v in imp.items()]))
+    if effects:
+        out.append(_p("Share of the variance in tok/s that each parameter explains on its own (one-way "
+                      "analysis of variance over the measured trials), and the mean tok/s of each value"
+                      + (f"; {span_text(values)}." if values else ".")))
+        out.append(_effects_table(effects))
     for n in notes:
         out.append(_p(n))
+    if given is not None:
+        name, value, others, sub_values = given
+        out.append(_p(f"Among the {len(sub_values)} trials with {name}={_fmt_value(value)}, as in the best "
+                      f"config ({span_text(sub_values)}):"))
+        out.append(_effects_table(others))
     return out
+
+
+def _effects_table(effects: list[KnobEffect]) -> Block:
+    rows = []
+    for e in effects:
+        by_value = ", ".join(f"{_fmt_value(v)}: {m:.1f} ({e.counts[v]})" for v, m in e.means.items())
+        scope = f"{e.trials} where it applies" if e.conditional else f"all {e.trials}"
+        rows.append([e.name, f"{e.share:.0%}", by_value, scope])
+    return _table(["Parameter", "Explains", "Mean tok/s by value (trials)", "Trials"], rows)
+
+
+def _fmt_value(v: Any) -> str:
+    return str(int(v)) if isinstance(v, bool) else str(v)
 
 
 def build_blocks(job: Any, rows: list[dict[str, Any]], report_dir: Path, backend: Any = None,
                  bandwidth_bytes_s: float | None = None, allreduce_latency_s: float | None = None,
-                 importance: tuple[dict[str, float], list[str]] | None = None) -> tuple[list[Block], dict]:
+                 importance: tuple[list[KnobEffect], list[str]] | None = None) -> tuple[list[Block], dict]:
     """The report's content (blocks) and a summary dict (best, baseline, ceiling, ...)."""
     best = best_rows(rows, TOP_N)
     base = baseline_row(rows)
-    imp, notes = importance if importance is not None else param_importances(rows)
+    effects, notes = importance if importance is not None else knob_effects(rows)
     title = f"ncclsweep report: {getattr(job, 'study', '?')}"
     blocks: list[Block] = [_h(1, title)]
     kind = getattr(getattr(job, "backend", None), "kind", None) or getattr(backend, "kind", None)
@@ -935,7 +914,8 @@ def build_blocks(job: Any, rows: list[dict[str, Any]], report_dir: Path, backend
         ("history.png", "Optimization history"), ("params.png", "tok/s per parameter value"),
         ("importance.png", "Parameter importance"), ("timeline.png", "Trial timeline per node"))]
     blocks += _top_table(rows, best, base)
-    blocks += _importance_blocks(imp, notes)
+    given = effects_given_top(rows, effects, best[0]["params"]) if best else None
+    blocks += _importance_blocks(effects, notes, given, [v for _, v, _ in measured_points(rows)])
     blocks += _compare(report_dir)
     ceiling_blocks, ceiling = _ceiling(job, rows, best, backend, bandwidth_bytes_s, allreduce_latency_s,
                                        Path(report_dir))
@@ -944,7 +924,8 @@ def build_blocks(job: Any, rows: list[dict[str, Any]], report_dir: Path, backend
     blocks += _nccl_warnings(rows, best)
     blocks += _by_node(rows)
     blocks += [_p("Files: `trials.csv` (one row per trial), the PNG plots, `report.md`, `report.html`.")]
-    summary = {"best": best[0] if best else None, "baseline": base, "ceiling": ceiling, "importance": imp}
+    summary = {"best": best[0] if best else None, "baseline": base, "ceiling": ceiling,
+               "importance": {e.name: e.share for e in effects if not e.conditional}}
     return blocks, summary
 
 
@@ -969,15 +950,15 @@ def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: 
     trials_frame(rows).to_csv(csv_path, index=False)
     written.append(csv_path)
 
-    imp, notes = param_importances(rows)
+    effects, notes = knob_effects(rows)
     plot_history(rows, report_dir / "history.png")
     plot_params(rows, report_dir / "params.png")
-    plot_importance(imp, notes, report_dir / "importance.png")
+    plot_importance(effects, notes, report_dir / "importance.png")
     plot_timeline(rows, report_dir / "timeline.png")
     written += [report_dir / name for name in PLOTS]
 
     blocks, _summary_dict = build_blocks(job, rows, report_dir, backend, bandwidth_bytes_s, allreduce_latency_s,
-                                         importance=(imp, notes))
+                                         importance=(effects, notes))
     md_path = report_dir / "report.md"
     md_path.write_text(render_markdown(blocks))
     images = {name: (report_dir / name).read_bytes() for name in PLOTS}

@@ -99,7 +99,7 @@ def test_markdown_answers_the_morning_questions(report):
     node = _section(md, "By node")
     assert "node nodeB's baseline (15.00 tok/s) differs from nodeA's (20.00 tok/s) beyond noise" in node
     imp = _section(md, "Which knobs mattered")
-    assert "env.NCCL_PROTO" in imp and "not rated (one value in every completed trial)" in imp
+    assert "env.NCCL_PROTO" in imp and "not rated (one value in every measured trial)" in imp
     assert "optuna-dashboard " in md
 
 
@@ -132,7 +132,7 @@ def test_report_of_a_study_where_everything_failed(tmp_path):
     assert {p.name for p in paths} == EXPECTED
     md = (job.report_dir / "report.md").read_text()
     assert "No ratio: the baseline is FAIL (start-crash: exit 1)" in md
-    assert "needs at least 3 completed trials" in md
+    assert "need at least 3 measured trials" in md
     assert "Not computed: the GPUs' memory bandwidth is unknown" in _section(md, "Ceiling")
     assert "Concurrency comparison" not in md and "## By node" not in md
 

@@ -491,7 +491,7 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
     in_flight: list[Any] = []
 
     def settle(proposal) -> None:
-        nonlocal launches, reps, pruned, failed, hit_l, hit_r, pruned_good
+        nonlocal reps, pruned, failed, hit_l, hit_r, pruned_good
         row = rows[proposal.key]
         threshold = policy.prune_threshold(ratio) if ratio else None
         result = _replay_trial(row, proposal.config, rng, repeats, threshold)

@@ -38,8 +38,11 @@ GARBAGE = {**BASE, "graph_capture": True, "env.NCCL_PROTO": "LL128"}
 class _Space:
     """The four calls SearchPolicy makes of a search space (the real one needs a job file)."""
 
+    def __init__(self, choices: dict | None = None):
+        self.choices = choices or CHOICES
+
     def suggest(self, trial):
-        return {k: trial.suggest_categorical(k, v) for k, v in CHOICES.items()}
+        return {k: trial.suggest_categorical(k, v) for k, v in self.choices.items()}
 
     def active(self, config):
         return dict(config)
@@ -74,10 +77,10 @@ def failed(config, kind, reason, *, at=0.0, on="nodeA", **kw) -> TrialResult:
                               log_tail="NCCL WARN something\nTraceback: boom", **kw)
 
 
-def record(study, policy, config, result, *, baseline=False, cached_from=None, counted=True):
+def record(study, policy, config, result, *, baseline=False, cached_from=None, counted=True, choices=None):
     trial = study.ask()
     for k in config:
-        trial.suggest_categorical(k, CHOICES[k])
+        trial.suggest_categorical(k, (choices or CHOICES)[k])
     if baseline:
         trial.set_user_attr("is_baseline", True)
     proposal = Proposal(trial, dict(config), config_key(config),

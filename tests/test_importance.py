@@ -15,9 +15,9 @@ import pytest
 
 from orchestrator import history
 from orchestrator.importance import effects_given_top, explained_share, knob_effects, span_text
-from orchestrator.records import TrialResult, config_key
+from orchestrator.records import TrialResult
 from orchestrator.report import write_report
-from orchestrator.search import Proposal, SearchPolicy
+from orchestrator.search import SearchPolicy
 
 _HERE = Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("_history_fixture", _HERE / "test_history.py")
@@ -30,27 +30,12 @@ EAGER = {"graph_capture": False, "backend.max_batch": 64, "tp_size": 1}
 G = {"graph_capture": True, "tp_size": 1}
 
 
-class _Space:
-    def suggest(self, trial):
-        return {k: trial.suggest_categorical(k, v) for k, v in CHOICES.items()}
-
-    def active(self, config):
-        return dict(config)
-
-    def feasible(self, config):
-        return None
-
-    def enumerate(self):
-        return None
-
-
 def _record(study, policy, config, result, baseline=False):
-    trial = study.ask()
-    for k in config:
-        trial.suggest_categorical(k, CHOICES[k])
-    if baseline:
-        trial.set_user_attr("is_baseline", True)
-    policy.record(Proposal(trial, dict(config), config_key(config), raw=dict(config)), result, counted=True)
+    fx.record(study, policy, config, result, baseline=baseline, choices=CHOICES)
+
+
+def _policy(study):
+    return SearchPolicy(study, fx._Space(CHOICES), lambda c: dict(c), baseline=None, budget=None)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +44,7 @@ def study_job(tmp_path_factory):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage),
                                 direction="maximize")
-    policy = SearchPolicy(study, _Space(), lambda c: dict(c), baseline=None, budget=None)
+    policy = _policy(study)
     _record(study, policy, EAGER, fx.ok(EAGER, 102.6), baseline=True)
     graphs = [({**G, "capture_sizes": "1,2,4,8,16,32,64", "backend.max_batch": 256}, 192.4),
               ({**G, "capture_sizes": "1,2,4,8,16,32,64", "backend.max_batch": 64}, 193.6),
@@ -113,7 +98,7 @@ def test_a_config_that_failed_the_gate_never_counts(tmp_path):
     job = fx.make_job(tmp_path, "gate")
     study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage),
                                 direction="maximize")
-    policy = SearchPolicy(study, _Space(), lambda c: dict(c), baseline=None, budget=None)
+    policy = _policy(study)
     good = {**G, "capture_sizes": "1,2,4,8", "backend.max_batch": 64}
     wrong = {**G, "capture_sizes": "1,2,4,8,16,32,64", "backend.max_batch": 64}
     _record(study, policy, EAGER, fx.ok(EAGER, 100.0), baseline=True)

@@ -596,7 +596,25 @@ def _top_table(rows, best, base) -> list[Block]:
                       _noise_words(verdict) if base_v else "-", r.get("n_measurements", 1),
                       f"`{short_params(r['params'])}`" + (" (baseline)" if base and r["config_key"] == base["config_key"] else "")])
     return [_h(2, f"Top {len(best)} configs"),
-            _table(["Rank", "Trial", "tok/s", "Spread", "x baseline", "vs baseline", "Measured", "Config"], table)]
+            _table(["Rank", "Trial", "tok/s", "Spread", "x baseline", "vs baseline", "Measured", "Config"], table)
+            ] + _ties_with_best(best)
+
+
+def _ties_with_best(best: list[dict[str, Any]]) -> list[Block]:
+    """Which runners-up the single-request objective cannot tell from the best, and in what
+    they differ: the user picks among them by what the objective does not see (concurrency)."""
+    top = best[0]
+    ties = [r for r in best[1:] if exceeds_noise(top["value"], top["spread"], r["value"], r["spread"]) is False]
+    if not ties:
+        return []
+    differ = sorted({k for r in ties for k in set(r["params"]) | set(top["params"])
+                     if r["params"].get(k) != top["params"].get(k)}, key=lambda k: history._param_order((k, None)))
+    return [_p(f"Within the noise of the best (trial {top['number']}): trial(s) "
+               f"{', '.join(str(r['number']) for r in ties)} ({_tok(min(r['value'] for r in ties))}-"
+               f"{_tok(max(r['value'] for r in ties))} tok/s), differing from it in {', '.join(differ)}. "
+               "Single-request decode cannot rank them: choose by the concurrency you serve "
+               "(`ncclsweep compare` measures the best only) or relaunch each with `ncclsweep bench JOB "
+               "--set KEY=VALUE`.")]
 
 
 def _failures(rows) -> list[Block]:

@@ -137,6 +137,28 @@ def test_report_of_a_study_where_everything_failed(tmp_path):
     assert "Concurrency comparison" not in md and "## By node" not in md
 
 
+def test_runners_up_within_the_noise_of_the_best_are_named(tmp_path):
+    job = fx.make_job(tmp_path)
+    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")
+    policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
+    near = {**fx.BEST, "env.NCCL_ALGO": "Tree"}
+    far = {**fx.BASE, "graph_capture": True}
+    fx.record(study, policy, fx.BASE, fx.ok(fx.BASE, 20.0), baseline=True)
+    fx.record(study, policy, fx.BEST, fx.ok(fx.BEST, 57.0, at=60))
+    fx.record(study, policy, near, fx.ok(near, 56.6, at=120))  # +-1% intervals overlap the best's
+    fx.record(study, policy, far, fx.ok(far, 42.7, at=180))
+    write_report(job, study=study)
+    top = _section((job.report_dir / "report.md").read_text(), "Top")
+    assert "Within the noise of the best (trial 1): trial(s) 2 (56.60-56.60 tok/s), differing from it in " \
+           "env.NCCL_ALGO." in top
+    assert "3 (" not in top.split("Within the noise", 1)[1]  # 42.7 is beyond the noise
+
+
+def test_a_best_beyond_the_noise_of_the_rest_names_no_runner_up(report):
+    job, _ = report
+    assert "Within the noise of the best" not in (job.report_dir / "report.md").read_text()
+
+
 def test_failures_section_when_trials_were_only_stopped_early(tmp_path):
     job = fx.make_job(tmp_path)
     study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")

@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("job")
     s.add_argument("--concurrency", help="comma-separated, e.g. 1,2,10,64")
     s.add_argument("--rounds", type=int, default=2, help="baseline/best launch pairs")
+    s.add_argument("--also", metavar="TRIALS", help="more trials measured in every round: comma-separated "
+                   "numbers, or 'ties' (the runners-up within the noise of the best)")
 
     s = sub.add_parser("bench", help="measure one configuration once, no study")
     s.add_argument("job")
@@ -210,6 +212,19 @@ def cmd_report(args) -> int:
     return 0
 
 
+def parse_also(text: str | None) -> list[int] | str | None:
+    """``--also``: None, "ties", or trial numbers."""
+    if not text:
+        return None
+    if text.strip() == "ties":
+        return "ties"
+    try:
+        numbers = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BadInput(f"--also takes comma-separated trial numbers or 'ties', not {text!r}") from None
+    return numbers or None
+
+
 def cmd_compare(args) -> int:
     from orchestrator.compare import run_compare
 
@@ -222,7 +237,7 @@ def cmd_compare(args) -> int:
             raise BadInput(f"--concurrency must be comma-separated integers, not {args.concurrency!r}") from None
         if not levels or min(levels) < 1:
             raise BadInput("--concurrency values must be >= 1")
-    print(run_compare(job, levels, rounds=args.rounds))
+    print(run_compare(job, levels, rounds=args.rounds, also=parse_also(args.also)))
     return 0
 
 

@@ -4,6 +4,10 @@ Relaunches the baseline and the best config interleaved (baseline, best, baselin
 best, ...) so drift over time and a lucky single measurement both show, and measures
 total output tok/s at each concurrency. Saves ``compare.json`` (the report renders it)
 and returns the markdown table. A best config that loses somewhere says so plainly.
+
+``also`` adds other trials' configs to every round (``"ties"``: the runners-up within the
+noise of the best): configs that single-request decode cannot rank may still differ under
+load, e.g. by how many requests they batch.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import bench
-from orchestrator.errors import RuntimeFailure
+from orchestrator.errors import BadInput, RuntimeFailure
 from orchestrator.trial import prepare_server
 from orchestrator.server import ServerError
 
@@ -43,7 +47,8 @@ def measure_levels(job, config: dict, levels: list[int], label: str, round_no: i
     return out
 
 
-def run_compare(job, levels: list[int] | None = None, rounds: int = 2, say=print) -> str:
+def run_compare(job, levels: list[int] | None = None, rounds: int = 2, say=print,
+                also: list[int] | str | None = None) -> str:
     from orchestrator.history import baseline_row, best_rows, trial_rows
     from orchestrator.study import open_study
 
@@ -52,12 +57,14 @@ def run_compare(job, levels: list[int] | None = None, rounds: int = 2, say=print
     best = (best_rows(rows, 1) or [None])[0]
     if base is None or best is None:
         raise RuntimeFailure("compare needs a completed baseline and a completed best trial; run the study first")
+    others = _also_rows(rows, best, base, also)
     levels = levels or list(job.bench.concurrency)
-    per: dict[str, dict[int, list[float]]] = {"baseline": {c: [] for c in levels}, "best": {c: [] for c in levels}}
+    configs = [("baseline", base), ("best", best)] + [(f"trial-{r['number']}", r) for r in others]
+    per: dict[str, dict[int, list[float]]] = {label: {c: [] for c in levels} for label, _ in configs}
     failures: list[str] = []
     raw_rounds = []
     for r in range(max(1, rounds)):
-        for label, row in (("baseline", base), ("best", best)):
+        for label, row in configs:
             t0 = time.monotonic()
             res = measure_levels(job, row["params"], levels, label, r)
             for level, m in res.items():
@@ -76,6 +83,10 @@ def run_compare(job, levels: list[int] | None = None, rounds: int = 2, say=print
         "best": {str(c): _med(v) for c, v in per["best"].items()},
         "baseline_samples": {str(c): v for c, v in per["baseline"].items()},
         "best_samples": {str(c): v for c, v in per["best"].items()},
+        "others": [{"trial": row["number"], "params": row["params"],
+                    "median": {str(c): _med(v) for c, v in per[label].items()},
+                    "samples": {str(c): v for c, v in per[label].items()}}
+                   for label, row in configs[2:]],
         "rounds": raw_rounds, "failures": failures,
         "constraints": check_constraints(job, per),
     }
@@ -83,6 +94,34 @@ def run_compare(job, levels: list[int] | None = None, rounds: int = 2, say=print
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2))
     return format_compare(data)
+
+
+def _also_rows(rows: list[dict[str, Any]], best: dict[str, Any], base: dict[str, Any],
+               also: list[int] | str | None) -> list[dict[str, Any]]:
+    """The rows of the ``also`` trials (numbers, or "ties"), each config once, never baseline/best."""
+    from orchestrator.history import TOP_N, best_rows, ties_with_best
+
+    if not also:
+        return []
+    if also == "ties":
+        picked = ties_with_best(best_rows(rows, TOP_N))
+    else:
+        ranked = {r["number"]: r for r in best_rows(rows, len(rows))}
+        by_key = {r["config_key"]: r for r in ranked.values()}
+        picked = []
+        for n in also:
+            row = next((r for r in rows if r["number"] == n), None)
+            if row is None or row["config_key"] not in by_key:
+                raise BadInput(f"--also: trial {n} is not a measured, ranked trial of this study; "
+                               f"ranked trials: {', '.join(str(k) for k in sorted(ranked))}")
+            picked.append(by_key[row["config_key"]])
+    seen = {best["config_key"], base["config_key"]}
+    out = []
+    for r in picked:
+        if r["config_key"] not in seen:
+            seen.add(r["config_key"])
+            out.append(r)
+    return out
 
 
 def check_constraints(job, per: dict[str, dict[int, list[float]]]) -> list[dict[str, Any]]:
@@ -99,25 +138,32 @@ def check_constraints(job, per: dict[str, dict[int, list[float]]]) -> list[dict[
 
 
 def format_compare(data: dict[str, Any]) -> str:
-    lines = [f"Baseline (trial #{data['baseline_trial']}) vs best (trial #{data['best_trial']}), "
-             f"total output tok/s, median of interleaved launches",
-             "", "| Concurrency | baseline | best | Improvement |", "|---|---|---|---|"]
+    others = data.get("others") or []
+    extra = [f"trial {o['trial']}" for o in others]
+    lines = [f"Baseline (trial #{data['baseline_trial']}) vs best (trial #{data['best_trial']})"
+             + (" and " + ", ".join(extra) if extra else "")
+             + ", total output tok/s, median of interleaved launches",
+             "", "| Concurrency | baseline | best | Improvement |" + "".join(f" {e} |" for e in extra),
+             "|---|---|---|---|" + "---|" * len(extra)]
     losses = []
     for c in data["concurrency"]:
         b, w = data["baseline"].get(str(c)), data["best"].get(str(c))
+        cells = "".join(f" {vs_best(o['median'].get(str(c)), w)} |" for o in others)
         if b and w:
             ratio = w / b
             mark = " **(slower)**" if ratio < 1.0 else ""
             if ratio < 1.0:
                 losses.append(f"c={c} ({ratio:.2f}x)")
-            lines.append(f"| {c} | {b:.1f} tok/s | {w:.1f} tok/s | {ratio:.2f}x{mark} |")
+            lines.append(f"| {c} | {b:.1f} tok/s | {w:.1f} tok/s | {ratio:.2f}x{mark} |{cells}")
         else:
-            lines.append(f"| {c} | {_fmt(b)} | {_fmt(w)} | n/a |")
+            lines.append(f"| {c} | {_fmt(b)} | {_fmt(w)} | n/a |{cells}")
     lines.append("")
     if losses:
         lines.append("The best config LOSES to the baseline at " + ", ".join(losses) + ".")
     else:
         lines.append("The best config is at least as fast as the baseline at every measured concurrency.")
+    if others:
+        lines.append("Other trials: tok/s and their ratio to the best at the same concurrency.")
     for v in data.get("constraints", []):
         state = "met" if v["ok"] else "VIOLATED"
         ratio = f"{v['ratio']:.2f}x" if v["ratio"] is not None else "not measured"
@@ -125,6 +171,13 @@ def format_compare(data: dict[str, Any]) -> str:
     for f in data.get("failures", []):
         lines.append(f"Failed requests: {f}")
     return "\n".join(lines)
+
+
+def vs_best(value: float | None, best: float | None) -> str:
+    """'3590.0 tok/s (1.14x best)': another trial's total tok/s against the best's."""
+    if not value:
+        return "failed"
+    return f"{value:.1f} tok/s" + (f" ({value / best:.2f}x best)" if best else "")
 
 
 def _med(values: list[float]) -> float | None:

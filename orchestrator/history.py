@@ -351,6 +351,18 @@ def exceeds_noise(a: float, spread_a: float | None, b: float, spread_b: float | 
     return lo_hi[0][1] < lo_hi[1][0]
 
 
+TOP_N = 10  # configs the report's top table ranks (and ``compare --also ties`` looks among)
+
+
+def ties_with_best(best: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runners-up in ``best`` (best first) whose measurements overlap the best's spread:
+    the single-request objective cannot rank them against it."""
+    if not best:
+        return []
+    top = best[0]
+    return [r for r in best[1:] if exceeds_noise(top["value"], top["spread"], r["value"], r["spread"]) is False]
+
+
 def _param_order(item: tuple[str, Any]) -> tuple[int, str]:
     name = item[0]
     group = 2 if name.startswith("backend.") else 1 if name.startswith("env.") else 0

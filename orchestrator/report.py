@@ -32,8 +32,10 @@ from typing import Any, Protocol
 
 from orchestrator import history
 from orchestrator.ceiling import ceiling_for, parse_bandwidth
+from orchestrator.compare import vs_best
 from orchestrator.history import (
     COMPLETE,
+    TOP_N,
     FAIL,
     PRUNED,
     baseline_repeats,
@@ -54,7 +56,6 @@ from orchestrator.importance import (
 from orchestrator.records import NOT_THE_CONFIGS_FAULT
 
 PLOTS = ("history.png", "params.png", "importance.png", "timeline.png")
-TOP_N = 10
 
 STATE_COLORS = {"COMPLETE": "#1f77b4", "FAIL": "#d62728", "PRUNED": "#7f7f7f", "RUNNING": "#ff7f0e",
                 "WAITING": "#bcbd22"}
@@ -603,8 +604,7 @@ def _top_table(rows, best, base) -> list[Block]:
 def _ties_with_best(best: list[dict[str, Any]]) -> list[Block]:
     """Which runners-up the single-request objective cannot tell from the best, and in what
     they differ: the user picks among them by what the objective does not see (concurrency)."""
-    top = best[0]
-    ties = [r for r in best[1:] if exceeds_noise(top["value"], top["spread"], r["value"], r["spread"]) is False]
+    top, ties = best[0], history.ties_with_best(best)
     if not ties:
         return []
     differ = sorted({k for r in ties for k in set(r["params"]) | set(top["params"])
@@ -613,8 +613,7 @@ def _ties_with_best(best: list[dict[str, Any]]) -> list[Block]:
                f"{', '.join(str(r['number']) for r in ties)} ({_tok(min(r['value'] for r in ties))}-"
                f"{_tok(max(r['value'] for r in ties))} tok/s), differing from it in {', '.join(differ)}. "
                "Single-request decode cannot rank them: choose by the concurrency you serve "
-               "(`ncclsweep compare` measures the best only) or relaunch each with `ncclsweep bench JOB "
-               "--set KEY=VALUE`.")]
+               "(`ncclsweep compare JOB --also ties` measures them beside the best).")]
 
 
 def _failures(rows) -> list[Block]:
@@ -783,6 +782,7 @@ def _compare(report_dir: Path) -> list[Block]:
         return []
     out: list[Block] = [_h(2, "Concurrency comparison (total output tok/s)")]
     base, best = _by_conc(data.get("baseline")), _by_conc(data.get("best"))
+    others = [o for o in data.get("others") or [] if isinstance(o, dict)]
     levels = [str(c) for c in (data.get("concurrency") or sorted({*base, *best}, key=lambda x: float(x)))]
     ranges: dict[tuple[str, str], list[float]] = {}
     for which in ("baseline", "best"):
@@ -815,8 +815,15 @@ def _compare(report_dir: Path) -> list[Block]:
             extra = f" ({min(rng):.1f}-{max(rng):.1f}, {len(rng)} rounds)" if rng and len(rng) > 1 else ""
             return f"{v:.1f} tok/s{extra}"
 
-        table.append([c, fmt("baseline", bv), fmt("best", wv), cell])
-    out.append(_table(["Concurrency", "baseline", "best", "Improvement"], table))
+        other_cells = [vs_best(_by_conc(o.get("median")).get(c), wv) if c in (o.get("median") or {}) else "-"
+                       for o in others]
+        table.append([c, fmt("baseline", bv), fmt("best", wv), cell] + other_cells)
+    out.append(_table(["Concurrency", "baseline", "best", "Improvement"]
+                      + [f"trial {o.get('trial')}" for o in others], table))
+    if others:
+        out.append(_p("Other trials (`ncclsweep compare --also`): total tok/s and the ratio to the best at "
+                      "the same concurrency, measured in the same rounds. "
+                      + " ".join(f"Trial {o.get('trial')}: `{short_params(o.get('params'))}`." for o in others)))
     if worse:
         out.append(_warn("the best config is SLOWER than the baseline at concurrency "
                          + ", ".join(f"{c} ({r:.2f}x)" for c, r in worse)

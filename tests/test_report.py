@@ -29,6 +29,8 @@ COMPARE = {
     "best": {"1": 42.7, "2": 71.5, "10": 128.7, "64": 303.7},
     "baseline_samples": {"1": [19.8, 20.2], "2": [38.0, 38.4], "10": [150.0, 158.0], "64": [290.0, 295.0]},
     "best_samples": {"1": [42.5, 42.9], "2": [71.0, 72.0], "10": [128.0, 129.4], "64": [300.0, 307.0]},
+    "others": [{"trial": 1, "params": {"tp_size": 2, "graph_capture": True}, "median": {"1": 42.0, "10": 160.6},
+                "samples": {"1": [42.0], "10": [160.6]}}],
     "rounds": [], "failures": [],
     "constraints": [{"concurrency": 10, "min_ratio": 0.9, "ratio": 0.84, "ok": False, "measured": True}],
 }
@@ -101,6 +103,15 @@ def test_markdown_answers_the_morning_questions(report):
     imp = _section(md, "Which knobs mattered")
     assert "env.NCCL_PROTO" in imp and "not rated (one value in every measured trial)" in imp
     assert "optuna-dashboard " in md
+
+
+def test_compare_section_shows_other_trials_beside_the_best(report):
+    job, _ = report
+    comp = _section((job.report_dir / "report.md").read_text(), "Concurrency comparison")
+    assert "| Concurrency | baseline | best | Improvement | trial 1 |" in comp
+    assert "**0.84x (best is slower)** | 160.6 tok/s (1.25x best) |" in comp
+    assert "| 64 | 292.9 tok/s (290.0-295.0, 2 rounds) | 303.7 tok/s (300.0-307.0, 2 rounds) | 1.04x | - |" in comp
+    assert "Trial 1: `graph_capture=1 tp_size=2`." in comp
 
 
 def test_html_is_self_contained(report):

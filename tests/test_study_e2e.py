@@ -12,7 +12,7 @@ import pytest
 
 from conftest import write_job
 from orchestrator.cli import main
-from orchestrator.history import trial_rows
+from orchestrator.history import best_rows, trial_rows
 from orchestrator.job import load_job
 from orchestrator.study import StudyDriver, open_study
 
@@ -80,6 +80,17 @@ def test_short_study_runs_resumes_and_exports(tmp_path, ray_local, no_leftover_s
     assert "orchestrator.refserver" in argv
     assert argv[argv.index("--tp") + 1] == str(best["params"]["tp_size"])
 
+    # compare: baseline, best and one more trial relaunched at two concurrencies
+    ranked = [r["number"] for r in best_rows(rows, 4)]
+    other = next(n for n in ranked[1:] if n != rows[0]["number"])
+    code, table = run_cli("compare", str(job_path), "--concurrency", "1,2", "--rounds", "1", "--also", str(other))
+    assert code == 0, table
+    assert f"| Concurrency | baseline | best | Improvement | trial {other} |" in table
+    data = json.loads((tmp_path / "reports" / "e2e" / "compare.json").read_text())
+    assert data["best_trial"] == ranked[0] and [o["trial"] for o in data["others"]] == [other]
+    assert all(v > 0 for v in [*data["baseline"].values(), *data["best"].values(), *data["others"][0]["median"].values()])
+    assert run_cli("compare", str(job_path), "--also", "999")[0] == 2
+
 
 def test_export_round_trips_into_bench_and_a_changed_space_is_refused(tmp_path, ray_local, no_leftover_servers):
     job_path = write_job(tmp_path, study="roundtrip", budget={"trials": 2})
@@ -129,8 +140,6 @@ def test_outcome_constraint_makes_a_config_that_loses_under_load_infeasible(tmp_
                                                                              no_leftover_servers):
     """max_batch=1 serializes 8 concurrent requests: whatever its single-request speed, it
     breaks "no worse than 0.9x baseline at concurrency 8" and can never be best."""
-    from orchestrator.history import best_rows
-
     job_path = write_job(tmp_path, study="constrained", space_text="params:\n  backend.max_batch: {choices: [1, 8]}\n",
                          baseline={"backend.max_batch": 8}, budget={"trials": 2},
                          bench={"output_tokens": 24, "warmup": 1, "repeats": 2, "max_repeats": 2, "concurrency": [1, 8]},

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator import history
-
-PRUNED = "PRUNED"
+from orchestrator.history import PRUNED
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,9 @@ from orchestrator.ceiling import ceiling_for, parse_bandwidth
 from orchestrator.compare import vs_best
 from orchestrator.history import (
     COMPLETE,
-    TOP_N,
     FAIL,
     PRUNED,
+    TOP_N,
     baseline_repeats,
     baseline_row,
     best_rows,

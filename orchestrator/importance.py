@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator import history
-from orchestrator.history import PRUNED
+from orchestrator.records import PRUNED
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("report", help="write reports/<study>/ (markdown, html, csv, plots)")
     s.add_argument("job")
 
-    s = sub.add_parser("compare", help="baseline vs best at several concurrencies, interleaved")
+    s = sub.add_parser("compare", help="baseline vs best (and --also trials) at several concurrencies, interleaved")
     s.add_argument("job")
     s.add_argument("--concurrency", help="comma-separated, e.g. 1,2,10,64")
     s.add_argument("--rounds", type=int, default=2, help="baseline/best launch pairs")

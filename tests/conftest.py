@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,24 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+# Every process this test session starts (servers, Ray workers, drivers in subprocesses)
+# inherits this tag through its environment; the leftover check below only ever looks at,
+# and ends, processes that carry it, so a test run beside a live study never touches it.
+SESSION_TAG_VAR = "NCCLSWEEP_TEST_SESSION"
+SESSION_TAG = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+os.environ[SESSION_TAG_VAR] = SESSION_TAG
+
+
+def _started_by_this_session(pid: int) -> bool:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"{SESSION_TAG_VAR}={SESSION_TAG}".encode() in environ.split(b"\0")
+
+
 def server_processes(marker: str = "orchestrator.refserver") -> list[tuple[int, str]]:
-    """Live processes whose command line runs the reference server (zombies excluded)."""
+    """Live reference-server processes that this test session started (zombies excluded)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -23,21 +40,19 @@ def server_processes(marker: str = "orchestrator.refserver") -> list[tuple[int, 
             state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if marker in cmd and state != "Z" and int(entry) != os.getpid():
+        if marker in cmd and state != "Z" and int(entry) != os.getpid() and _started_by_this_session(int(entry)):
             found.append((int(entry), cmd.strip()))
     return found
 
 
-@pytest.fixture
-def no_leftover_servers():
-    """Fail a test that leaves a reference-server process behind (and kill it)."""
-    before = {pid for pid, _ in server_processes()}
-    yield
+def end_leftover_servers(before: set[int], wait_s: float = 10.0) -> list[tuple[int, str]]:
+    """Servers of this session that appeared after ``before`` and are still alive after
+    ``wait_s``: SIGKILLed, and returned so the test can fail on them."""
     import signal
     import time
 
-    deadline = time.monotonic() + 10
-    left = []
+    deadline = time.monotonic() + wait_s
+    left: list[tuple[int, str]] = []
     while time.monotonic() < deadline:
         left = [(p, c) for p, c in server_processes() if p not in before]
         if not left:
@@ -48,6 +63,16 @@ def no_leftover_servers():
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    return left
+
+
+@pytest.fixture
+def no_leftover_servers():
+    """Fail a test that leaves a reference-server process behind (and kill it): only
+    processes this test session started are looked at."""
+    before = {pid for pid, _ in server_processes()}
+    yield
+    left = end_leftover_servers(before)
     assert not left, f"server processes left behind: {left}"
 
 
@@ -70,7 +95,7 @@ def ray_local(_ray_session):
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+        ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     return ray
 
 

@@ -601,12 +601,15 @@ def greedy_outputs(
     timeout_s: float,
     *,
     extra: dict[str, Any] | None = None,
+    top_logprobs: int | None = None,
 ) -> list[dict[str, Any]]:
     """Greedy, fixed-length, non-streamed completions, one per prompt, in order.
 
     Each item: ``prompt``, ``ok``, ``error``, ``text``, ``token_ids`` (``choices[0].
     token_ids`` when the server returns them, else None; vLLM needs
-    ``extra={"return_token_ids": True}``), ``finish_reason``, ``n_tokens``.
+    ``extra={"return_token_ids": True}``), ``finish_reason``, ``n_tokens``, and with
+    ``top_logprobs=k`` the generated ``tokens`` (text pieces) and, per token, the
+    server's ``top`` k candidates ({piece: log-probability}; None where not returned).
     ``timeout_s`` bounds each request. Failures are items with ``ok=False``.
     """
     out = []
@@ -619,6 +622,8 @@ def greedy_outputs(
             "model": model, "prompt": prompt, "max_tokens": int(max_tokens),
             "temperature": 0.0, "ignore_eos": True, "stream": False,
         }
+        if top_logprobs:
+            body["logprobs"] = int(top_logprobs)
         body.update(extra or {})
         try:
             status, data = _post_json(base_url, body, timeout_s)
@@ -637,11 +642,25 @@ def greedy_outputs(
                 item["finish_reason"] = choice.get("finish_reason")
                 usage = data.get("usage") or {}
                 item["n_tokens"] = usage.get("completion_tokens")
+                if top_logprobs:
+                    item.update(_generated_tops(choice.get("logprobs")))
                 item["ok"] = True
             except (KeyError, IndexError, TypeError, AttributeError, ValueError):
                 item["error"] = _one_line(f"malformed response: {str(data)[:200]}")
         out.append(item)
     return out
+
+
+def _generated_tops(lp: Any) -> dict[str, Any]:
+    """``tokens`` and ``top`` of a completion's ``logprobs`` object (empty when absent)."""
+    if not isinstance(lp, dict) or not isinstance(lp.get("tokens"), list):
+        return {"tokens": None, "top": None}
+    tops = lp.get("top_logprobs")
+    if not isinstance(tops, list) or len(tops) != len(lp["tokens"]):
+        tops = [None] * len(lp["tokens"])
+    clean = [{str(k): float(v) for k, v in t.items() if v is not None} if isinstance(t, dict) else None
+             for t in tops]
+    return {"tokens": [str(t) for t in lp["tokens"]], "top": clean}
 
 
 def score_continuation(

@@ -22,6 +22,8 @@ from orchestrator.backends import get_backend_class
 from orchestrator.records import COMPLETE, PRUNED, Config, TrialResult
 from orchestrator.server import ReadyTimeout, ServerExited, ServerProcess, ServerRegistry, free_port
 
+# Candidates per generated token in the correctness capture (the pick and its runner-up).
+NEAR_TIE_CANDIDATES = 2
 # Timed trials keep NCCL's start-up lines only: cheap, and enough to verify settings.
 NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
 
@@ -198,11 +200,15 @@ def prepare_server(backend, config: Config, host: str, job_env: dict[str, str], 
 
 def capture_outputs(base_url: str, model: str, spec: TrialSpec, score_texts: list[str] | None) -> dict[str, Any]:
     """Greedy texts for the check prompts, and log-probabilities of ``score_texts``."""
-    got = bench.greedy_outputs(base_url, model, spec.check_prompts, spec.check_tokens, spec.bench_timeout_s)
+    got = bench.greedy_outputs(base_url, model, spec.check_prompts, spec.check_tokens, spec.bench_timeout_s,
+                               top_logprobs=NEAR_TIE_CANDIDATES if spec.check_logprobs else None)
     if any(not g.get("ok", True) for g in got):
         bad = next(g for g in got if not g.get("ok", True))
         return {"error": f"correctness request failed: {bad.get('error')}"}
     out: dict[str, Any] = {"texts": [g["text"] for g in got]}
+    if spec.check_logprobs:  # each generated token and its runner-up: tells a near-tie flip from a wrong model
+        out["tokens"] = [g.get("tokens") for g in got]
+        out["top"] = [g.get("top") for g in got]
     if spec.check_logprobs:  # the reference scores its own text; a trial scores the reference's
         texts = out["texts"] if score_texts is None else score_texts
         out["logprobs"] = [bench.score_continuation(base_url, model, p, t, spec.bench_timeout_s)

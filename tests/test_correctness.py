@@ -1,5 +1,7 @@
 """The correctness gate's arithmetic: calibration from two captures, and verdicts."""
 
+import pytest
+
 from orchestrator import correctness
 
 
@@ -53,3 +55,55 @@ def test_golden_round_trips_through_a_dict_and_a_file(tmp_path):
 
     path.write_text(json.dumps(golden.to_dict()))
     assert correctness.Golden.from_file(path).texts == ["a"]
+
+
+def _golden_of(texts, logprobs, tokens, tolerance=0.1):
+    return correctness.Golden(prompts=["a", "b"], texts=texts, logprobs=logprobs, tolerance=tolerance,
+                              tokens=tokens)
+
+
+REF = dict(texts=[" kanoba jipeda", " tobufi"], logprobs=[[-0.9, -0.2], [-0.1]],
+           tokens=[[" kanoba", " jipeda"], [" tobufi"]])
+
+
+def test_a_rounding_near_tie_that_flips_a_greedy_token_passes():
+    # the trial (another TP size in bf16) picks " jipeda" where the reference had " kanoba", with
+    # " kanoba" its runner-up 0.3 nats below; its scores of the reference text drift 0.05 nats/token
+    outputs = {"texts": [" jipeda riside", " tobufi"], "logprobs": [[-0.95, -0.25], [-0.1]],
+               "tokens": [[" jipeda", " riside"], [" tobufi"]],
+               "top": [[{" jipeda": -0.6, " kanoba": -0.9}, {" riside": -0.2, " pekuge": -3.0}],
+                       [{" tobufi": -0.1, " lubabe": -4.0}]]}
+    verdict = correctness.compare(_golden_of(**REF), outputs)
+    assert verdict["ok"], verdict["reason"]
+    assert verdict["near_ties"] == {"0": pytest.approx(0.3)}
+
+
+def test_a_differing_text_that_is_no_near_tie_fails_with_the_margin():
+    # a wrong model: the reference's token is 6 nats below this config's pick, or not a candidate
+    for top0, said in (({" jipeda": -0.1, " kanoba": -6.1}, "6 nats below"),
+                       ({" jipeda": -0.1, " riside": -3.0}, "not among this config's candidates")):
+        outputs = {"texts": [" jipeda riside", " tobufi"], "logprobs": [[-0.9, -0.2], [-0.1]],
+                   "tokens": [[" jipeda", " riside"], [" tobufi"]], "top": [[top0, None], [None]]}
+        verdict = correctness.compare(_golden_of(**REF, tolerance=10.0), outputs)
+        assert not verdict["ok"]
+        assert "prompt 0" in verdict["reason"] and said in verdict["reason"]
+
+
+def test_a_differing_text_without_candidates_still_fails():
+    outputs = {"texts": [" jipeda riside", " tobufi"], "logprobs": [[-0.9, -0.2], [-0.1]]}
+    assert not correctness.compare(_golden_of(**REF), outputs)["ok"]
+
+
+def test_a_near_tie_does_not_excuse_drift_beyond_tolerance():
+    outputs = {"texts": [" jipeda riside", " tobufi"], "logprobs": [[-1.6, -0.9], [-0.1]],
+               "tokens": [[" jipeda", " riside"], [" tobufi"]],
+               "top": [[{" jipeda": -0.6, " kanoba": -0.9}, None], [None]]}
+    verdict = correctness.compare(_golden_of(**REF), outputs)
+    assert not verdict["ok"] and "drift" in verdict["reason"]
+
+
+def test_the_golden_keeps_the_reference_tokens():
+    first = {"texts": REF["texts"], "logprobs": REF["logprobs"], "tokens": REF["tokens"]}
+    golden, why = correctness.calibrate(["a", "b"], first, dict(first))
+    assert why is None and golden.tokens == REF["tokens"]
+    assert correctness.Golden.from_dict(golden.to_dict()).tokens == REF["tokens"]

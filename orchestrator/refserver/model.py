@@ -126,7 +126,12 @@ class ShardedLlama:
         def gen(name, shape, std):
             return full_tensor(name, shape, std, seed, device)
 
-        self.embed = gen("embed", (dims.vocab, d), 1.0).to(dtype)
+        # A tied head reads the embedding: rows of std 1 would make the input token dominate the
+        # residual stream to the last layer, and the model would repeat it forever ("ssss...",
+        # greedy margins of 60 nats), which no correctness gate can tell from garbage. Rows of
+        # std d^-0.5 (small next to what the layers add, as in trained models) give
+        # prompt-dependent text with realistic near-ties.
+        self.embed = gen("embed", (dims.vocab, d), d ** -0.5 if dims.tie_embeddings else 1.0).to(dtype)
         self.layers = []
         for i in range(dims.layers):
             p = f"layers.{i}."
@@ -159,7 +164,7 @@ class ShardedLlama:
         if with_head:
             if dims.tie_embeddings:
                 self.head = self.embed
-                self.logit_scale = LOGIT_STD / d ** 0.5  # embedding rows have std 1
+                self.logit_scale = LOGIT_STD  # embedding rows have std d^-0.5, like an untied head
             else:
                 self.head = gen("head", (dims.vocab, d), d ** -0.5).to(dtype)
                 self.logit_scale = LOGIT_STD

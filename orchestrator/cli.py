@@ -299,14 +299,15 @@ def cmd_prescreen(args) -> int:
 
 
 def cmd_cleanup(args) -> int:
+    from orchestrator.job import load_study_location
     from orchestrator.server import ServerRegistry, cleanup_recorded
 
-    job = _load(args.job)
-    registry_dir = Path(job.report_dir).resolve() / "servers"
-    if job.ray.address:
+    where = load_study_location(args.job)  # the study's records only: no space, no backend needed
+    registry_dir = where.report_dir / "servers"
+    if where.ray_address:
         from orchestrator.executor import RayExecutor
 
-        ex = RayExecutor(address=job.ray.address, gpus_per_node=0, cpus_per_trial=1, parallel=1)
+        ex = RayExecutor(address=where.ray_address, gpus_per_node=0, cpus_per_trial=1, parallel=1)
         killed = ex.cleanup_orphans(registry_dir)
     else:
         killed = cleanup_recorded(ServerRegistry(registry_dir))

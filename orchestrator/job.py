@@ -442,6 +442,34 @@ def load_job(path: str | os.PathLike) -> Job:
                description=description, _backend=backend)
 
 
+@dataclass(frozen=True)
+class StudyLocation:
+    """Where a job's study lives: enough to find and end its servers (``cleanup``)."""
+
+    path: Path
+    study: str
+    report_dir: Path
+    ray_address: str | None
+
+
+def load_study_location(path: str | os.PathLike) -> StudyLocation:
+    """The study name, report folder and Ray address of a job, reading nothing else: cleanup
+    must work when the job's space file or backend is gone, from the study's records alone."""
+    job_path = Path(path)
+    file = str(path)
+    if not job_path.exists():
+        raise BadInput(f"job file not found (looked at {job_path.resolve()})", file=file)
+    data = read_yaml_mapping(job_path, file=file, what="job", allowed=JOB_KEYS)
+    top = _Section(data, file, None, JOB_KEYS)
+    if "study" not in top.data:
+        raise top.bad("study", "missing required key 'study'")
+    study = top.str("study", None)
+    if not STUDY_NAME.fullmatch(study):
+        raise top.bad("study", f"must match [A-Za-z0-9_.-]+ (letters, digits, _ . -), not {study!r}")
+    ray = top.section("ray", ("address", "parallel", "node_selector"))
+    return StudyLocation(job_path, study, _report_dir(top, study), ray.str("address", None, none_ok=True))
+
+
 # ---- sections ------------------------------------------------------------------------------
 
 def _report_dir(top: _Section, study: str) -> Path:

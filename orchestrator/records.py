@@ -30,9 +30,10 @@ FAILURE_KINDS = (
     "nccl-invalid",
     "interrupted",
     "node-lost",
+    "env-error",
 )
 # Kinds that say nothing about the config itself: the config is re-queued, not banned.
-NOT_THE_CONFIGS_FAULT = ("interrupted", "node-lost")
+NOT_THE_CONFIGS_FAULT = ("interrupted", "node-lost", "env-error")
 
 Config = dict[str, Any]
 

@@ -1,26 +1,34 @@
-"""Start, watch and end one inference server process, and find the ones a dead driver left.
+"""Start, watch and end one inference server's process tree, and find the ones a dead driver left.
 
 A server runs in its own session and process group (``start_new_session=True``) so that
-the whole tree it spawns (vLLM workers, NCCL proxies) can be signalled at once, and with
-a parent-death signal so that it dies with the process that started it. Before a server
-is trusted it is written to a ``ServerRegistry`` (node, host, pid, process-group id,
-process start time, port, argv), so that a later ``cleanup_recorded`` can end it after
-the driver was killed, without ever hitting a reused pid: a process is only signalled
-when its start time (``/proc/<pid>/stat`` field 22) matches the record.
+the whole tree it spawns (vLLM's engine core and workers, NCCL proxies) can be signalled
+at once, and with a parent-death signal so that its first process dies with the process
+that started it. Two more guards cover the rest of the tree:
 
-Teardown is always bounded: TERM the group, wait up to a grace period for the leader
-and every group member to be gone, then KILL the group, wait a little more, reap.
-Processes that used NCCL often hang at exit, so nothing here waits without a deadline.
+- a ``TreeWatch`` (treewatch.py) watches every process of the tree and the log while the
+  server starts and while it is measured: a worker that dies while the front process
+  stays up, or a fatal line the engine logs, fails the trial within seconds instead of
+  after the start-up timeout;
+- a supervisor (supervise.py), in its own session, ends the whole tree when the process
+  that launched it dies, however it dies (workers re-parented to init included).
+
+Before a server is trusted it is written to a ``ServerRegistry`` (node, host, pid,
+process-group id, process start time, port, argv; the supervisor adds the tree's members
+beside it), so that a later ``cleanup_recorded`` can end it after the driver was killed,
+without ever hitting a reused pid: a process is only signalled when its start time
+matches the record. Process facts come from ``proctree`` (psutil), nowhere else.
+
+Teardown is always bounded: TERM the tree and the group, wait up to a grace period, KILL,
+wait a little more, reap. Processes that used NCCL often hang at exit, so nothing here
+waits without a deadline.
 
 Exceptions (only raised by ``ServerProcess.start`` / ``wait_ready``)::
 
     ServerError              anything that stops a server from becoming usable
     ├── SpawnFailed          the argv could not be executed at all (or not recorded)
-    ├── ServerExited         the process exited before it was ready (returncode, log tail)
+    ├── ServerExited         the first process exited before it was ready (returncode, log tail)
+    ├── ServerFailed         another process of the tree died, or the engine logged a fatal error
     └── ReadyTimeout         still not ready after the timeout (log tail)
-
-Standard library only. Linux is the target (``/proc``, ``prctl``); elsewhere the
-start-time checks are unavailable and the parent-death signal is skipped.
 """
 
 from __future__ import annotations
@@ -42,8 +50,11 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
+from orchestrator import proctree
 from orchestrator.backends.base import LaunchSpec
 from orchestrator.records import ServerRecord
+from orchestrator import supervise as supervisor
+from orchestrator.treewatch import TreeWatch, WatchRules
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +62,11 @@ __all__ = [
     "ServerError",
     "SpawnFailed",
     "ServerExited",
+    "ServerFailed",
     "ReadyTimeout",
     "ServerProcess",
     "ServerRegistry",
     "process_start_time",
-    "terminate_group",
     "kill_recorded",
     "cleanup_recorded",
     "node_id",
@@ -65,8 +76,6 @@ __all__ = [
 ]
 
 _PR_SET_PDEATHSIG = 1
-_KILL_WAIT_S = 5.0  # after SIGKILL: how long to wait for the group to disappear
-_POLL_S = 0.05
 
 
 # --------------------------------------------------------------------------------------
@@ -101,6 +110,15 @@ class ServerExited(ServerError):
         super().__init__(f"{msg}: {last}" if last else msg, log_tail=log_tail)
 
 
+class ServerFailed(ServerError):
+    """A process of the server's tree died, or the engine logged a fatal error, while the
+    first process still ran (the ``TreeWatch`` found it)."""
+
+    def __init__(self, reason: str, log_tail: str = ""):
+        self.reason = reason
+        super().__init__(reason, log_tail=log_tail)
+
+
 class ReadyTimeout(ServerError):
     """The server did not answer its health check in time."""
 
@@ -120,174 +138,9 @@ def _last_line(text: str) -> str:
     return ""
 
 
-# --------------------------------------------------------------------------------------
-# /proc helpers
-# --------------------------------------------------------------------------------------
-def _read_stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat, 1-indexed as in proc(5) (index 0 unused), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read().decode("utf-8", "replace")
-    except (FileNotFoundError, ProcessLookupError, PermissionError, OSError):
-        return None
-    # comm (field 2) may contain spaces and parentheses: split after the last ')'.
-    close = raw.rfind(")")
-    if close < 0:
-        return None
-    head = raw[: raw.find("(")].strip()
-    comm = raw[raw.find("(") + 1 : close]
-    rest = raw[close + 1 :].split()
-    return ["", head, comm, *rest]
-
-
 def process_start_time(pid: int) -> float | None:
-    """Start time of ``pid`` in clock ticks since boot (field 22), None if no such process."""
-    fields = _read_stat(pid)
-    if fields is None or len(fields) < 23:
-        return None
-    try:
-        return float(fields[22])
-    except ValueError:
-        return None
-
-
-def _state(pid: int) -> str | None:
-    fields = _read_stat(pid)
-    return fields[3] if fields else None
-
-
-def _live(pid: int, start_time: float | None = None) -> bool:
-    """True if ``pid`` exists, is not a zombie, and (if given) started at ``start_time``."""
-    fields = _read_stat(pid)
-    if fields is None:
-        if not os.path.isdir("/proc/self"):  # no procfs: best effort
-            try:
-                os.kill(pid, 0)
-                return True
-            except ProcessLookupError:
-                return False
-            except PermissionError:
-                return True
-        return False
-    if fields[3] in ("Z", "X", "x"):
-        return False
-    if start_time is not None and float(fields[22]) != float(start_time):
-        return False
-    return True
-
-
-def _group_members(pgid: int) -> list[tuple[int, str, int, float]]:
-    """(pid, state, session id, start time) of every process whose pgrp is ``pgid``."""
-    out = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return out
-    for name in entries:
-        if not name.isdigit():
-            continue
-        fields = _read_stat(int(name))
-        if fields is None or len(fields) < 23:
-            continue
-        try:
-            if int(fields[5]) == pgid:
-                out.append((int(name), fields[3], int(fields[6]), float(fields[22])))
-        except ValueError:
-            continue
-    return out
-
-
-def _reap(pid: int) -> bool:
-    """Reap ``pid`` if it is our exited child; True when it was reaped (or is not ours)."""
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == pid
-    except ChildProcessError:
-        return True
-    except OSError:
-        return True
-
-
-def _group_alive(pgid: int, *, reap_zombies: bool = True) -> bool:
-    """Whether any non-zombie process is still in group ``pgid``; zombies that are our
-    own children are reaped on the way (others belong to their parent or init)."""
-    if not os.path.isdir("/proc/self"):
-        try:
-            os.killpg(pgid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-    alive = False
-    for pid, state, _sid, _start in _group_members(pgid):
-        if state in ("Z", "X", "x"):
-            if reap_zombies:
-                _reap(pid)
-        else:
-            alive = True
-    return alive
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
-    except PermissionError as exc:
-        log.warning("cannot signal process group %d: %s", pgid, exc)
-
-
-def terminate_group(
-    pgid: int,
-    grace_s: float,
-    *,
-    leader_done: Callable[[], bool],
-    signal_leader: Callable[[int], None] | None = None,
-    kill_wait_s: float = _KILL_WAIT_S,
-) -> bool:
-    """TERM process group ``pgid``, wait up to ``grace_s`` for ``leader_done()`` and the
-    group to be gone, then KILL it and wait up to ``kill_wait_s`` more.
-
-    ``leader_done`` must also reap the leader when it is our child. ``signal_leader``
-    (optional) signals the leader directly as well, in case it left the group.
-    Returns True when everything is gone, False if something survived SIGKILL (e.g. a
-    process stuck in the kernel); never raises for processes that are already gone.
-    """
-
-    def gone() -> bool:
-        return leader_done() and not _group_alive(pgid)
-
-    def send(sig: int) -> None:
-        # Only signal a group that still has members: once it is empty its id could be
-        # reused by an unrelated process that made itself a group leader.
-        if not leader_done() or _group_alive(pgid, reap_zombies=False):
-            _signal_group(pgid, sig)
-        if signal_leader is not None and not leader_done():
-            signal_leader(sig)
-
-    if gone():
-        return True
-    send(signal.SIGTERM)
-    deadline = time.monotonic() + max(0.0, grace_s)
-    while time.monotonic() < deadline:
-        if gone():
-            return True
-        time.sleep(_POLL_S)
-    if gone():
-        return True
-    log.info("process group %d still alive after %.1f s grace: SIGKILL", pgid, grace_s)
-    send(signal.SIGKILL)
-    deadline = time.monotonic() + max(0.0, kill_wait_s)
-    while time.monotonic() < deadline:
-        if gone():
-            return True
-        time.sleep(_POLL_S)
-    if gone():
-        return True
-    survivors = [p for p, st, _, _ in _group_members(pgid) if st not in ("Z", "X", "x")]
-    log.warning("process group %d survived SIGKILL for %.1f s (pids %s)", pgid, kill_wait_s, survivors)
-    return False
+    """Start time of ``pid`` (seconds since the epoch), None if there is no such process."""
+    return proctree.start_time(pid)
 
 
 # --------------------------------------------------------------------------------------
@@ -372,11 +225,23 @@ class ServerRegistry:
             raise
         return path
 
-    def remove(self, record: ServerRecord) -> None:
+    def tree_path(self, record: ServerRecord) -> Path:
+        """Where the server's supervisor keeps the members of its tree (not a ``*.json``)."""
+        return self._path(record).with_suffix(".tree")
+
+    def tree(self, record: ServerRecord) -> list[proctree.Member]:
+        """The tree members the supervisor recorded (empty when none were)."""
         try:
-            self._path(record).unlink()
-        except FileNotFoundError:
-            pass
+            return [proctree.Member.from_dict(d) for d in json.loads(self.tree_path(record).read_text())]
+        except (OSError, ValueError, TypeError, KeyError):
+            return []
+
+    def remove(self, record: ServerRecord) -> None:
+        for path in (self._path(record), self.tree_path(record)):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
 
     def records(self) -> list[ServerRecord]:
         out = []
@@ -417,16 +282,17 @@ def _parent_death_preexec(parent_pid: int) -> Callable[[], None]:
 
 
 class ServerProcess:
-    """One server process in its own process group.
+    """One server: its first process in its own process group, its tree watched.
 
     Use as a context manager (``__enter__`` starts it if needed, ``__exit__`` stops it)
     or call ``start`` / ``wait_ready`` / ``stop`` yourself. ``stop`` is idempotent and
-    safe from another thread (e.g. a signal handler's helper), and ``wait_ready`` then
-    raises ``ServerExited`` at once.
+    safe from another thread (e.g. a signal handler's helper, or the tree watch when it
+    finds the server dead), and ``wait_ready`` then raises at once.
 
     The parent-death signal (``parent_death_signal=True``) follows the Linux rule: it
     fires when the *thread* that called ``start`` exits, so start servers from a
-    long-lived thread (the main thread or a Ray actor's task thread).
+    long-lived thread (the main thread or a Ray actor's task thread). It reaches the
+    first process only; the supervisor (``supervise=True``) ends the rest of the tree.
     """
 
     def __init__(
@@ -437,15 +303,22 @@ class ServerProcess:
         base_env: Mapping[str, str] | None = None,
         *,
         parent_death_signal: bool = True,
+        watch: WatchRules | None = None,
+        supervise: bool = True,
     ):
         self.spec = spec
         self.log_path = Path(log_path)
         self.registry = registry
         self.base_env = base_env
         self.parent_death_signal = parent_death_signal
+        self.rules = watch or WatchRules()
+        self.supervise = supervise
         self.proc: subprocess.Popen | None = None
         self.record: ServerRecord | None = None
+        self.watch: TreeWatch | None = None
         self.started_at: float | None = None  # time.monotonic() at spawn
+        self.supervisor_pid: int | None = None
+        self._owner_fd: int | None = None
         self._stopped = False
         self._lock = threading.Lock()
 
@@ -468,12 +341,18 @@ class ServerProcess:
         return self.proc.poll() if self.proc is not None else None
 
     def alive(self) -> bool:
-        """True while the leader process runs (not exited, not reaped)."""
+        """True while the first process runs (not exited, not reaped)."""
         return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def fatal(self) -> str | None:
+        """Why the tree watch took the server for dead (None while it has not)."""
+        return self.watch.fatal if self.watch is not None else None
 
     # ---- lifecycle ---------------------------------------------------------------------
     def start(self) -> ServerRecord:
-        """Spawn ``spec.argv`` and record it in the registry before returning."""
+        """Spawn ``spec.argv`` and record it in the registry before returning; then start
+        its supervisor and its tree watch."""
         if self.proc is not None:
             raise ServerError("server already started")
         env = dict(os.environ if self.base_env is None else self.base_env)
@@ -519,6 +398,15 @@ class ServerProcess:
             except BaseException as exc:
                 self.stop(grace_s=0.0)  # never leave an unrecorded server running
                 raise SpawnFailed(f"cannot record server in {self.registry.directory}: {exc}") from exc
+        if start_time is not None:
+            if self.supervise:
+                members = self.registry.tree_path(self.record) if self.registry is not None else None
+                try:
+                    self.supervisor_pid, self._owner_fd = supervisor.launch(pid, start_time, pgid, members)
+                except OSError as exc:  # the parent-death signal and cleanup remain
+                    log.warning("could not start the supervisor of server pid %d: %s", pid, exc)
+            self.watch = TreeWatch(pid, start_time, self.log_path, self.rules,
+                                   on_fatal=lambda: self.stop(2.0)).begin()
         log.debug("started server pid=%d pgid=%d: %s", pid, pgid, self.spec.shell_line())
         return self.record
 
@@ -534,11 +422,18 @@ class ServerProcess:
         finally:
             conn.close()
 
-    def wait_ready(self, timeout_s: float, poll_s: float = 0.25) -> float:
-        """Poll health and the process until ready; return seconds waited.
+    def _raise_if_dead(self) -> None:
+        if self.fatal is not None:
+            raise ServerFailed(self.fatal, "\n".join(self.watch.evidence) if self.watch else self.log_tail())
+        rc = self.proc.poll()
+        if rc is not None:
+            raise ServerExited(rc, self.log_tail())
 
-        Raises ``ServerExited`` as soon as the process exits, ``ReadyTimeout`` after
-        ``timeout_s``.
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.25) -> float:
+        """Poll health, the first process and the tree watch until ready; return seconds waited.
+
+        Raises ``ServerExited`` as soon as the first process exits, ``ServerFailed`` as
+        soon as the tree watch finds the server dead, ``ReadyTimeout`` after ``timeout_s``.
         """
         if self.proc is None:
             raise ServerError("server not started")
@@ -546,17 +441,13 @@ class ServerProcess:
         deadline = t0 + timeout_s
         last = None
         while True:
-            rc = self.proc.poll()
-            if rc is not None:
-                raise ServerExited(rc, self.log_tail())
+            self._raise_if_dead()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ReadyTimeout(timeout_s, self.log_tail(), last)
             ok, last = self._health(min(1.0, remaining))
             if ok:
-                rc = self.proc.poll()
-                if rc is not None:  # something else answered on our port
-                    raise ServerExited(rc, self.log_tail())
+                self._raise_if_dead()  # something else answered on our port, or it died meanwhile
                 return time.monotonic() - t0
             remaining = deadline - time.monotonic()
             try:  # returns at once when the process exits
@@ -565,33 +456,31 @@ class ServerProcess:
                 pass
 
     def stop(self, grace_s: float = 5.0) -> float:
-        """TERM the process group, wait up to ``grace_s``, KILL, reap, unregister.
+        """End the tree: TERM it and the process group, wait up to ``grace_s``, KILL, reap,
+        unregister, let the supervisor go.
 
         Idempotent; never raises for a process that is already gone; returns seconds spent.
         """
         t0 = time.monotonic()
+        watch = self.watch
+        if watch is not None:
+            watch.end()  # a deliberate teardown is not a crash
         with self._lock:
             if self.proc is None or self._stopped:
                 return 0.0
             proc = self.proc
             pgid = self.record.pgid if self.record is not None else proc.pid
-
-            def leader_done() -> bool:
-                return proc.poll() is not None
-
-            def signal_leader(sig: int) -> None:
-                try:
-                    proc.send_signal(sig)
-                except (ProcessLookupError, OSError):
-                    pass
-
-            gone = terminate_group(pgid, grace_s, leader_done=leader_done, signal_leader=signal_leader)
-            if proc.poll() is None:  # survived SIGKILL (stuck in the kernel): last bounded wait
-                try:
-                    proc.wait(timeout=1.0)
-                except subprocess.TimeoutExpired:
-                    pass
-            if gone:
+            members = {(m.pid, m.start): m for m in (watch.seen.values() if watch is not None else ())}
+            if self.record is not None:
+                for m in proctree.tree(proc.pid, self.record.start_time) + proctree.group(pgid):
+                    members.setdefault((m.pid, m.start), m)
+            left = proctree.end(list(members.values()), grace_s, pgid=pgid)
+            try:
+                proc.wait(timeout=1.0 if left else 5.0)  # reap the first process
+            except subprocess.TimeoutExpired:
+                pass
+            self._release_supervisor()
+            if not left and proc.poll() is not None:
                 self._stopped = True
                 if self.registry is not None and self.record is not None:
                     try:
@@ -599,8 +488,19 @@ class ServerProcess:
                     except OSError as exc:
                         log.warning("cannot remove server record: %s", exc)
             else:
-                log.warning("server pid %d not fully gone; its record stays for cleanup", proc.pid)
+                pids = [m.pid for m in left] or [proc.pid]
+                log.warning("server pid %d: processes %s survived SIGKILL; its record stays for cleanup",
+                            proc.pid, pids)
         return time.monotonic() - t0
+
+    def _release_supervisor(self) -> None:
+        """Close our end of the supervisor's pipe: it ends whatever is left, then exits."""
+        if self._owner_fd is not None:
+            try:
+                os.close(self._owner_fd)
+            except OSError:
+                pass
+            self._owner_fd = None
 
     def log_tail(self, lines: int = 60) -> str:
         """The last ``lines`` lines of the server log ("" if there is none)."""
@@ -624,49 +524,46 @@ def read_tail(path: Path | str, lines: int = 60, max_bytes: int = 256 * 1024) ->
 # --------------------------------------------------------------------------------------
 # Cleanup of servers a dead driver left behind
 # --------------------------------------------------------------------------------------
-def kill_recorded(record: ServerRecord, grace_s: float = 3.0) -> str:
-    """End the server of one record on this host, if it is still the same process.
+def kill_recorded(record: ServerRecord, grace_s: float = 3.0, registry: ServerRegistry | None = None) -> str:
+    """End the server of one record on this host, if it is still the same process tree.
 
-    Returns "killed" (its group was ended), "stale" (nothing of it is left, or its pid
+    Returns "killed" (its tree was ended), "stale" (nothing of it is left, or its pid
     now belongs to another process: nothing signalled), or "survived" (signalled, but
     something survived SIGKILL). Use it on remote nodes (e.g. from a Ray task).
 
-    When the leader is gone but members of its session/group remain (workers orphaned
-    by a leader killed with SIGKILL), those members are ended too: a process-group id
-    cannot be reused while members of the group exist, and they must have started after
-    the recorded leader.
+    What is ended: the first process and its descendants when the start time matches;
+    every member its supervisor recorded that still runs with its recorded start time
+    (workers that left the process group included); and, when the first process is gone,
+    the members of its group that started after it (workers orphaned by a first process
+    killed with SIGKILL: a process-group id cannot be reused while members exist).
     """
     pid, pgid, start = int(record.pid), int(record.pgid), float(record.start_time)
     now = process_start_time(pid)
     if now is not None and now != start:
         return "stale"  # pid reused by another process: never touch it or its group
-    if now is None:
-        members = [
-            m
-            for m in _group_members(pgid)
-            if m[2] == pgid and m[3] >= start and m[1] not in ("Z", "X", "x")
-        ]
-        if pgid != pid or not members:
-            return "stale"
+    members = {(m.pid, m.start): m for m in (registry.tree(record) if registry is not None else [])
+               if proctree.alive(m.pid, m.start)}
+    if now is not None:
+        for m in proctree.tree(pid, start):
+            members.setdefault((m.pid, m.start), m)
+    orphans = [m for m in proctree.group(pgid) if m.start >= start and _session(m.pid) == pgid]
+    for m in orphans:
+        members.setdefault((m.pid, m.start), m)
+    if not members:
+        return "stale"
+    left = proctree.end(list(members.values()), grace_s, pgid=pgid if (now is not None or orphans) else None)
+    try:
+        os.waitpid(pid, os.WNOHANG)  # ours? reap it; someone else's? its parent or init will
+    except (ChildProcessError, OSError):
+        pass
+    return "survived" if left else "killed"
 
-    def leader_done() -> bool:
-        if process_start_time(pid) != start:
-            return True
-        if _state(pid) in ("Z", "X", "x"):
-            _reap(pid)  # ours? reap it; someone else's? its parent or init will
-            return True
-        return False
 
-    def signal_leader(sig: int) -> None:
-        if process_start_time(pid) == start:
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    gone = terminate_group(pgid, grace_s, leader_done=leader_done, signal_leader=signal_leader)
-    _reap(pid)
-    return "killed" if gone else "survived"
+def _session(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
 
 
 def cleanup_recorded(registry: ServerRegistry, grace_s: float = 3.0) -> list[ServerRecord]:
@@ -678,7 +575,7 @@ def cleanup_recorded(registry: ServerRegistry, grace_s: float = 3.0) -> list[Ser
     for record in registry.records():
         if record.hostname != host:
             continue
-        outcome = kill_recorded(record, grace_s)
+        outcome = kill_recorded(record, grace_s, registry)
         if outcome == "killed":
             log.info("ended leftover server pid=%d pgid=%d port=%s", record.pid, record.pgid, record.port)
             killed.append(record)

@@ -17,10 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator import bench, nccl
+from orchestrator import bench, gpus, nccl
 from orchestrator.backends import get_backend_class
 from orchestrator.records import COMPLETE, PRUNED, Config, TrialResult
-from orchestrator.server import ReadyTimeout, ServerExited, ServerProcess, ServerRegistry, free_port
+from orchestrator.server import (
+    ReadyTimeout,
+    ServerExited,
+    ServerFailed,
+    ServerProcess,
+    ServerRegistry,
+    SpawnFailed,
+    free_port,
+)
 
 # Candidates per generated token in the correctness capture (the pick and its runner-up).
 NEAR_TIE_CANDIDATES = 2
@@ -93,7 +101,7 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
             result.warnings.extend(nccl.verify_applied(requested, result.nccl))
         result.server.update(argv=launch.argv, env=env, port=port, log=str(log_path))
         if spec.device_check:
-            ok, why = gpus_usable()
+            ok, why = gpus.usable()
             result.metrics["gpus_usable"] = ok
             if not ok:
                 result.warnings.append(f"GPUs not usable after teardown: {why}")
@@ -102,13 +110,28 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
         return result
 
     def failed(kind: str, reason: str) -> TrialResult:
-        if kind in ("start-crash", "bench-error") and nccl.classify_failure(_read(log_path)) == "nccl-invalid":
-            kind, reason = "nccl-invalid", f"NCCL refused a setting: {reason}"
+        if kind in ("start-crash", "bench-error"):
+            text = _read(log_path)
+            env = _environment_cause(text)
+            if env:
+                kind, reason = "env-error", f"{env}: {reason}"
+            elif nccl.classify_failure(text) == "nccl-invalid":
+                kind, reason = "nccl-invalid", f"NCCL refused a setting: {reason}"
         return finish(TrialResult.failed(spec.config, kind, reason, **common))
 
+    if spec.device_check:  # never start on GPUs that something else holds: not the config's fault
+        held = gpus.foreign_use(gpus.visible_devices(), {os.getpid()})
+        if held:
+            result = TrialResult.failed(spec.config, "env-error", "the trial's GPUs are not free: " + "; ".join(held),
+                                        **common)
+            result.ended_at = time.time()
+            return result
     try:
         t0 = time.monotonic()
-        record = proc.start()
+        try:
+            record = proc.start()
+        except SpawnFailed as exc:
+            return failed("env-error", f"{exc} (on {node.get('hostname')}: is the server installed on this node?)")
         if on_server:
             on_server(proc)
         from dataclasses import asdict
@@ -116,6 +139,10 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
         server_info = asdict(record)
         try:
             proc.wait_ready(spec.startup_timeout_s)
+        except ServerFailed as exc:
+            if cancel.is_set():
+                return failed("interrupted", "stopped by the user during start-up")
+            return failed("start-crash", f"{exc.reason} (before the server was ready)")
         except ServerExited as exc:
             if cancel.is_set():
                 return failed("interrupted", "stopped by the user during start-up")
@@ -181,6 +208,8 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
 
 def _bench_failure(failed, proc: ServerProcess, decode, error: str | None = None) -> TrialResult:
     error = error or (decode.error if decode is not None else "benchmark failed")
+    if proc.fatal:
+        return failed("bench-error", f"{proc.fatal} during the benchmark ({error})")
     if not proc.alive():
         return failed("bench-error", f"server died during the benchmark ({error})")
     if decode is not None and decode.timed_out:
@@ -194,7 +223,8 @@ def prepare_server(backend, config: Config, host: str, job_env: dict[str, str], 
     launch = backend.launch_spec(config, host, free_port(host))
     env = {**NCCL_DEBUG_ENV, **job_env, **launch.env}
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    proc = ServerProcess(launch, log_path, registry=ServerRegistry(Path(registry_dir)), base_env={**os.environ, **env})
+    proc = ServerProcess(launch, log_path, registry=ServerRegistry(Path(registry_dir)), base_env={**os.environ, **env},
+                         watch=backend.watch_rules())
     return proc, launch, env
 
 
@@ -273,24 +303,17 @@ def _gpu_model(device_id: str | None) -> str | None:
     return None
 
 
-def gpus_usable(timeout_s: float = 30.0) -> tuple[bool, str]:
-    """A quick device check after teardown: do the GPUs still answer (nvidia-smi), and is
-    their memory free again? Falls back to a CUDA smoke test where nvidia-smi is missing."""
-    import shutil
-    import sys
+# Log lines that say the node, not the config, kept the server from starting.
+_ENVIRONMENT_CAUSES = (
+    ("address already in use", "the server's port was taken"),
+    ("no cuda gpus are available", "the node gave the server no GPU"),
+    ("found no nvidia driver", "the node has no NVIDIA driver"),
+)
 
-    if shutil.which("nvidia-smi"):
-        cmd = ["nvidia-smi", "--query-gpu=index,memory.used,memory.total", "--format=csv,noheader,nounits"]
-    else:
-        cmd = [sys.executable, "-c", "import torch; [torch.ones(1, device=f'cuda:{i}').sum().item() "
-               "for i in range(torch.cuda.device_count())]"]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return False, f"{cmd[0]} hung for {timeout_s:.0f}s"
-    if out.returncode != 0:
-        return False, (out.stderr.strip().splitlines() or [f"{cmd[0]} failed"])[-1]
-    return True, out.stdout.strip().replace("\n", "; ")
+
+def _environment_cause(log_text: str) -> str | None:
+    low = log_text[-65536:].lower()
+    return next((why for needle, why in _ENVIRONMENT_CAUSES if needle in low), None)
 
 
 def _read(path: Path) -> str:

@@ -23,6 +23,15 @@ Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
 ``--ready-after S``, ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
 logprobs answered with 400, like a server that does not support them).
 
+A process tree like a real engine's (flags): ``--workers N`` starts N worker processes
+(Python, in the server's process group, no parent-death signal: like vLLM's workers,
+they outlive a front killed with SIGKILL), each writing its pid into ``--pid-dir``;
+``--worker-dies-after S`` makes worker 0 exit with code 1 after S seconds while the
+front keeps running; ``--workers-setsid`` puts the workers in sessions of their own
+(they leave the process group); ``--say-after S:TEXT`` prints TEXT (e.g. an engine's
+fatal line) after S seconds; ``--helper-after S:SECONDS`` runs a short-lived Python
+helper (command line contains ``fake-helper``) for SECONDS, at S seconds.
+
 Per-request behaviours, from an optional ``"fake"`` object in the request body (test
 knobs, ignored by real servers' clients): ``token_delay`` (s), ``ttft_delay`` (s),
 ``hang_after`` (stop streaming after N tokens and keep the connection open),
@@ -219,6 +228,41 @@ class Handler(BaseHTTPRequestHandler):
         self._chunk(b"")
 
 
+def _worker(index: int, pid_dir: str | None, die_after: float | None) -> int:
+    if pid_dir:
+        import os
+
+        with open(f"{pid_dir}/worker-{index}.pid", "w") as fh:
+            fh.write(str(os.getpid()))
+    print(f"fake worker {index} up", flush=True)
+    if die_after is not None and die_after >= 0:
+        time.sleep(die_after)
+        print(f"fake worker {index}: exiting with code 1 as asked", flush=True)
+        return 1
+    while True:
+        time.sleep(3600)
+
+
+def _start_tree(a: argparse.Namespace) -> None:
+    import subprocess
+
+    for i in range(a.workers):
+        die = a.worker_dies_after if i == 0 else None
+        cmd = [sys.executable, __file__, "--port", "0", "--worker", str(i)]
+        if a.pid_dir:
+            cmd += ["--pid-dir", a.pid_dir]
+        if die is not None:
+            cmd += ["--worker-dies-after", str(die)]
+        subprocess.Popen(cmd, start_new_session=a.workers_setsid)
+    for spec in a.say_after:
+        after, _, text = spec.partition(":")
+        threading.Timer(float(after), lambda t=text: print(t, flush=True)).start()
+    for spec in a.helper_after:
+        after, _, seconds = spec.partition(":")
+        helper = [sys.executable, "-c", f"import time; time.sleep({float(seconds)})", "fake-helper"]
+        threading.Timer(float(after), lambda h=helper: subprocess.run(h)).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1")
@@ -229,12 +273,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--crash-on-start", type=int, default=None, metavar="CODE")
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--no-logprobs", action="store_true")
+    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)  # run as worker N
+    p.add_argument("--pid-dir")
+    p.add_argument("--worker-dies-after", type=float, default=None)
+    p.add_argument("--workers-setsid", action="store_true")
+    p.add_argument("--say-after", action="append", default=[], metavar="S:TEXT")
+    p.add_argument("--helper-after", action="append", default=[], metavar="S:SECONDS")
     a = p.parse_args(argv)
+    if a.worker is not None:
+        return _worker(a.worker, a.pid_dir, a.worker_dies_after)
     if a.crash_on_start is not None:
         print("fake server: crashing on start as asked", file=sys.stderr, flush=True)
         return a.crash_on_start
     if a.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _start_tree(a)
     httpd = ThreadingHTTPServer((a.host, a.port), Handler)
     httpd.daemon_threads = True
     httpd.model = a.model  # type: ignore[attr-defined]

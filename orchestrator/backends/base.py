@@ -129,6 +129,19 @@ class Backend(abc.ABC):
     def launch_spec(self, config: Config, host: str, port: int) -> LaunchSpec:
         """argv + env delta for one server with this config."""
 
+    # What the tree watch (orchestrator/treewatch.py) knows of this engine: lines it logs
+    # when it is dead though its first process still runs, and helper processes (regular
+    # expressions on the command line) that come and go without meaning harm.
+    FATAL_LOG_PATTERNS: ClassVar[tuple[str, ...]] = ()
+    TRANSIENT_PROCESSES: ClassVar[tuple[str, ...]] = ()
+
+    def watch_rules(self):
+        """The rules the trial's ``TreeWatch`` applies to this backend's servers."""
+        from orchestrator.treewatch import TRANSIENT_PROCESSES, WatchRules
+
+        return WatchRules(fatal_log_patterns=tuple(self.FATAL_LOG_PATTERNS),
+                          transient_processes=TRANSIENT_PROCESSES + tuple(self.TRANSIENT_PROCESSES))
+
     def device(self) -> str:
         """Where the server computes: "cuda" for real servers (the memory the ceiling uses)."""
         return "cuda"

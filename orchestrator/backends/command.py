@@ -15,6 +15,8 @@ Settings::
         python: /path/to/python   # what {python} means (default: this interpreter)
         version: "1.2"            # reported as the server's version
         model_facts: {heads: 8, kv_heads: 4, layers: 4}   # for constraints and the report
+        fatal_log_patterns: ["Worker .* died"]   # log lines that mean the server is dead
+        transient_processes: ["my-compiler"]     # helper processes that may exit harmlessly
 
 Placeholders, inside any argv element: ``{port}``, ``{host}``, ``{tp_size}`` (default 1),
 ``{pp_size}`` (default 1), ``{gpus}`` (GPUs one server gets: tp_size x pp_size),
@@ -49,6 +51,8 @@ _SETTINGS = {
     "python": "what {python} means (default: this interpreter)",
     "version": "the server's version, for the records",
     "model_facts": "layers, heads, kv_heads, hidden_size, ... for space constraints and the report",
+    "fatal_log_patterns": "regular expressions: a log line that matches one means the server is dead",
+    "transient_processes": "regular expressions on command lines of helper processes that may exit harmlessly",
 }
 BUILTINS = ("port", "host", "tp_size", "pp_size", "gpus", "python")
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_.]*)(\?[^{}]*)?\}")
@@ -105,6 +109,19 @@ class CommandBackend(Backend):
         self.defaults = dict(defaults)
         self.python = common.str_setting(self, "python") or sys.executable
         self.facts = common.model_facts_setting(self)
+        self.FATAL_LOG_PATTERNS = self._patterns("fatal_log_patterns")
+        self.TRANSIENT_PROCESSES = self._patterns("transient_processes")
+
+    def _patterns(self, key: str) -> tuple[str, ...]:
+        value = self.settings.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.bad(key, f"must be a list of regular expressions, not {value!r}")
+        for i, pattern in enumerate(value):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise self.bad(f"{key}[{i}]", f"{pattern!r} is not a regular expression: {exc}") from None
+        return tuple(value)
 
     def version(self) -> str | None:
         value = self.settings.get("version")

@@ -107,6 +107,9 @@ class SglangBackend(Backend):
     """``python -m sglang.launch_server``; see the module docstring."""
 
     kind = "sglang"
+    # SGLang's scheduler/detokenizer log this and SIGQUIT their parent when they die
+    FATAL_LOG_PATTERNS = (r"Scheduler hit an exception", r"DetokenizerManager hit an exception",
+                          r"Received sigquit from a child process")
 
     def __init__(self, settings: dict[str, Any] | None, job_file: str | None = None):
         super().__init__(settings, job_file)

@@ -111,6 +111,12 @@ class VllmBackend(Backend):
     """``vllm serve``; see the module docstring for the mapping and the releases."""
 
     kind = "vllm"
+    # Seen in real vLLM 0.26 logs: a worker or the engine core died while the API server
+    # stayed up and never turned healthy (tests/fixtures/vllm/).
+    FATAL_LOG_PATTERNS = (r"WorkerProc hit an exception", r"WorkerProc failed to start",
+                          r"EngineCore failed to start", r"Engine core initialization failed", r"EngineDeadError")
+    # the model-inspection subprocess vLLM runs on a cache miss (it exits when done)
+    TRANSIENT_PROCESSES = (r"vllm\.model_executor\.models\.registry",)
 
     def __init__(self, settings: dict[str, Any] | None, job_file: str | None = None):
         super().__init__(settings, job_file)

@@ -7,16 +7,17 @@ import sys
 
 import pytest
 
-from orchestrator import versions
-from orchestrator.backends import get_backend_class
-from orchestrator.backends.known_flags import SGLANG
+from orchestrator.backends import get_backend_class, known_flags
 from orchestrator.backends.sglang import SglangBackend
 from orchestrator.errors import BadInput, ConfigRejected
 
 
+SGLANG = known_flags.bundled("sglang", "0.5.23")
+
+
 @pytest.fixture(autouse=True)
 def no_installed_sglang(monkeypatch):
-    monkeypatch.setattr(versions, "sglang_version", lambda python=None: None)
+    monkeypatch.setattr(SglangBackend, "detect_version", lambda self: None)
 
 
 def backend(version: str | None = "0.5.23", **settings) -> SglangBackend:
@@ -114,7 +115,7 @@ def test_spellings_from_0_5_14(version):
 
 
 def test_installed_version_chooses_spelling(monkeypatch):
-    monkeypatch.setattr(versions, "sglang_version", lambda python=None: "0.5.12")
+    monkeypatch.setattr(SglangBackend, "detect_version", lambda self: "0.5.12")
     b = backend(version=None)
     assert b.version() == "0.5.12"
     assert argv(b, SAMPLE_CONFIGS[0])[-1] == "--disable-cuda-graph"

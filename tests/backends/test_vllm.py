@@ -1,5 +1,6 @@
-"""The vLLM backend: argv/env per config, every flag checked against vLLM 0.33.0's own parser
-(orchestrator.backends.known_flags), spellings of older releases, rejected values."""
+"""The vLLM backend: argv/env per config, every flag checked against vLLM 0.33.0's and
+0.26.0's own parsers (the bundled tables of orchestrator.backends.known_flags), spellings of
+older releases, rejected values, the user's --compilation-config keys merged."""
 
 from __future__ import annotations
 
@@ -7,17 +8,20 @@ import json
 
 import pytest
 
-from orchestrator import versions
-from orchestrator.backends import get_backend_class
-from orchestrator.backends.known_flags import VLLM
+from orchestrator.backends import get_backend_class, known_flags
 from orchestrator.backends.vllm import VllmBackend
 from orchestrator.errors import BadInput, ConfigRejected
+
+
+VLLM = known_flags.bundled("vllm", "0.33.0")
+VLLM_026 = known_flags.bundled("vllm", "0.26.0")
 
 
 @pytest.fixture(autouse=True)
 def no_installed_vllm(monkeypatch):
     """Tests never depend on (or run) an installed vLLM: detection answers None."""
-    monkeypatch.setattr(versions, "vllm_version", lambda python=None, executable=None: None)
+    monkeypatch.setattr(VllmBackend, "detect_version", lambda self: None)
+    monkeypatch.setattr(VllmBackend, "server_python", lambda self: None)
 
 
 def backend(version: str | None = "0.33.0", **settings) -> VllmBackend:
@@ -158,7 +162,7 @@ def test_cudagraph_mode_before_0_10_1():
 
 
 def test_installed_version_chooses_spelling(monkeypatch):
-    monkeypatch.setattr(versions, "vllm_version", lambda python=None, executable=None: "0.10.1.1")
+    monkeypatch.setattr(VllmBackend, "detect_version", lambda self: "0.10.1.1")
     b = backend(version=None)
     assert b.version() == "0.10.1.1"
     words = argv(b, {"tp_size": 2, "backend.max_cudagraph_capture_size": 16})

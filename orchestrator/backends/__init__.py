@@ -24,6 +24,7 @@ BUILTIN: dict[str, str] = {
     "vllm": "orchestrator.backends.vllm:VllmBackend",
     "sglang": "orchestrator.backends.sglang:SglangBackend",
     "command": "orchestrator.backends.command:CommandBackend",
+    "llamacpp": "orchestrator.backends.llamacpp:LlamaCppBackend",
 }
 
 

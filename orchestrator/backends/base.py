@@ -14,6 +14,7 @@ Contract (what the trial runner relies on):
   the job names none.
 - ``gpus_per_trial(config)`` is TP x PP (x DP where the server has data parallelism):
   how many GPUs one server needs.
+- ``example_settings()`` (class level) builds the backend anywhere, for the contract test.
 - ``normalize(config)`` maps a config to its effective settings so that two configs
   with the same effective settings compare equal (NCCL values case-folded; settings
   that cannot matter dropped, e.g. NCCL_* at world size 1).
@@ -128,6 +129,13 @@ class Backend(abc.ABC):
 
     def check_config(self, config: Config) -> None:  # noqa: B027 - optional hook
         """Raise ConfigRejected for a config this backend cannot express."""
+
+    @classmethod
+    def example_settings(cls) -> dict[str, Any]:
+        """Settings that build this backend on any machine, with no server installed: the
+        contract test (tests/backends/test_contract.py) builds every registered backend
+        from them."""
+        raise NotImplementedError(f"{cls.__name__} gives no example_settings()")
 
     @abc.abstractmethod
     def default_config(self) -> Config:

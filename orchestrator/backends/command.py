@@ -106,6 +106,11 @@ class CommandBackend(Backend):
         self.python = common.str_setting(self, "python") or sys.executable
         self.facts = common.model_facts_setting(self)
 
+    @classmethod
+    def example_settings(cls) -> dict[str, Any]:
+        return {"argv": ["{python}", "-m", "orchestrator.refserver", "--model", "tiny", "--device", "cpu",
+                         "--tp", "{tp_size}", "--host", "{host}", "--port", "{port}"], "model_name": "tiny"}
+
     def version(self) -> str | None:
         value = self.settings.get("version")
         return None if value is None else str(value)

@@ -80,6 +80,10 @@ class ServingBackend(Backend):
         if problem:
             raise self.bad("extra_args", problem)
 
+    @classmethod
+    def example_settings(cls) -> dict[str, Any]:
+        return {"model": "/models/example", "version": cls.example_release}
+
     # ---- hooks --------------------------------------------------------------------------------
     def read_settings(self) -> None:
         """Read the subclass's own settings (BadInput via ``self.bad``)."""

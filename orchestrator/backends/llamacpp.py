@@ -69,7 +69,8 @@ _MANAGED = {
     "-sm": "tp_size and pp_size", "--split-mode": "tp_size and pp_size", "-dev": "settings.device",
     "--device": "settings.device", "-a": "settings.served_model_name", "--alias": "settings.served_model_name",
 }
-_HELP_LINE = re.compile(r"^((?:-[\w-]+)(?:,\s*-[\w-]+)*)(?:\s+(\S+))?")
+# "-t,    --threads N      description": spellings, one space, the argument, 2+ spaces, help
+_HELP_LINE = re.compile(r"^((?:-[\w-]+)(?:,\s*-[\w-]+)*)(?: (\S+))?(?:\s{2,}(.*))?$")
 
 
 class LlamaCppBackend(Backend):
@@ -108,8 +109,7 @@ class LlamaCppBackend(Backend):
     def flags(self) -> FlagChecker:
         """The installed binary's own flags (``--help``); unchecked without a binary."""
         exe = shutil.which(self.executable)
-        table = _help_table(exe) if exe else None
-        return FlagChecker(table, None, (0, 0, 0), _MANAGED, {}, f"llama-server ({exe or self.executable})")
+        return _Flags(_help_table(exe) if exe else None, None, (0, 0, 0), _MANAGED, {}, exe or self.executable)
 
     def diagnose(self) -> tuple[list[str], list[str]]:
         exe = shutil.which(self.executable)
@@ -160,11 +160,20 @@ class LlamaCppBackend(Backend):
             if config[name] and self.device_name == "cpu":
                 raise ConfigRejected("graph_capture=true needs device cuda", file=file, key=name)
         self._check_values(config)
-        checker = self.flags()
-        for name, value in sorted(self.backend_flags_of(config).items()):
-            if name != "split_mode":
-                checker.param_words(name, value, file)
+        self._flag_words(config)
         self.check_nccl_env(config)
+
+    def _flag_words(self, config: Config) -> list[str]:
+        """The ``backend.<flag>`` params as checked argv words (flash_attn true/false as on/off)."""
+        checker = self.flags()
+        words: list[str] = []
+        for name, value in sorted(self.backend_flags_of(config).items()):
+            if name == "split_mode":
+                continue  # spelled from tp_size
+            if name == "flash_attn" and isinstance(value, bool):
+                value = "on" if value else "off"
+            words += checker.param_words(name, value, self.job_file)
+        return words
 
     def _check_values(self, config: Config) -> None:
         for name in _COUNTS:
@@ -214,14 +223,7 @@ class LlamaCppBackend(Backend):
             argv += ["--split-mode", self._split(config)]
         if self.served_model_name:
             argv += ["--alias", self.served_model_name]
-        checker = self.flags()
-        for name, value in sorted(self.backend_flags_of(config).items()):
-            if name == "split_mode":
-                continue
-            if name == "flash_attn" and isinstance(value, bool):
-                value = "on" if value else "off"
-            argv += checker.param_words(name, value, self.job_file)
-        argv += self.extra_args
+        argv += self._flag_words(config) + self.extra_args
         env = common.server_env(self, config)
         if config.get("graph_capture") is False and self.device_name == "cuda":
             env["GGML_CUDA_DISABLE_GRAPHS"] = "1"
@@ -232,28 +234,39 @@ class LlamaCppBackend(Backend):
         return {**_gguf_facts(self.model), **self.facts}
 
 
+class _Flags(FlagChecker):
+    """Messages name the binary: llama.cpp builds are numbered, not released."""
+
+    @property
+    def release(self) -> str:
+        return f"llama-server ({self.server})"
+
+
 # ---- what the installed binary says ------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
 def _help_table(exe: str) -> FlagTable | None:
     """The flags ``llama-server --help`` lists: a spelling with an argument after it takes a
-    value; ``--x, --no-x`` pairs are switches with their negative."""
+    value; ``--x, --no-x`` pairs are switches with their negative; help that begins with
+    DEPRECATED marks a deprecated flag."""
     text = versions.command_output((exe, "--help"), 60.0)
     if not text:
         return None
     flags: dict[str, dict] = {}
     for line in text.splitlines():
-        m = _HELP_LINE.match(line.strip())
-        if not m or not line.startswith("-"):
+        m = _HELP_LINE.match(line.rstrip())
+        if not m:
             continue
         longs = [s for s in re.split(r",\s*", m.group(1)) if s.startswith("--")]
-        positives = [s for s in longs if not s.startswith("--no-")]
         negatives = [s for s in longs if s.startswith("--no-")]
-        kind = "value" if m.group(2) else "switch"
-        for flag in positives:
-            flags[flag] = {"kind": kind, **({"negative": negatives[0]} if negatives and kind == "switch" else {})}
-        for flag in negatives:
-            flags.setdefault(flag, {"kind": "switch"})
+        info: dict[str, Any] = {"kind": "value" if m.group(2) else "switch"}
+        if negatives and not m.group(2):
+            info["negative"] = negatives[0]
+        if (m.group(3) or "").startswith("DEPRECATED"):
+            info["deprecated"] = True
+        for flag in longs:
+            if flag not in negatives or not info.get("negative"):
+                flags[flag] = dict(info)
     return FlagTable("llama-server", _binary_version(exe) or "?", f"{exe} --help", flags) if flags else None
 
 

@@ -84,9 +84,7 @@ class SglangBackend(ServingBackend):
         "model": "model path or Hugging Face id (--model-path)",
         "python": "python of SGLang's environment (default: the one running ncclsweep)",
     }
-    TP_FLAG = "--tp-size"
-    PP_FLAG = "--pp-size"
-    DP_PARAM = "backend.dp_size"
+    TP_FLAG, PP_FLAG = "--tp-size", "--pp-size"
     MANAGED = {
         "--model-path": "settings.model", "--model": "settings.model", "--tp-size": "tp_size",
         "--tensor-parallel-size": "tp_size", "--pp-size": "pp_size", "--pipeline-parallel-size": "pp_size",
@@ -105,6 +103,7 @@ class SglangBackend(ServingBackend):
             Spelling(PER_PHASE_SINCE, None, ("--cuda-graph-max-bs-prefill",)),
         ],
     }
+    DP_PARAM = "backend.dp_size"
     GRAPH_ONLY = ("backend.cuda_graph_max_bs", "backend.cuda_graph_max_bs_decode",
                   "backend.cuda_graph_max_bs_prefill", "backend.cuda_graph_backend_decode",
                   "backend.cuda_graph_backend_prefill", "capture_sizes")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,8 @@ import pytest
 from orchestrator.backends import get_backend_class
 from orchestrator.backends.llamacpp import LlamaCppBackend
 from orchestrator.errors import BadInput, ConfigRejected
+
+from launch import checked_argv
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp" / "llama-server-help.txt"
 VERSION = "0.1.0-dev (build 1, commit 7e4c0a9)"
@@ -49,8 +50,7 @@ def backend(**settings) -> LlamaCppBackend:
 
 
 def argv(b: LlamaCppBackend, config: dict) -> list[str]:
-    b.check_config(config)
-    return b.launch_spec(config, "127.0.0.1", 8080).argv
+    return checked_argv(b, config, 8080)
 
 
 def test_registered_and_kind():
@@ -203,5 +203,3 @@ def test_the_real_llama_server_serves_a_tiny_gguf(tmp_path):
     assert [i["text"] for i in outputs[0]] == [i["text"] for i in outputs[1]]  # greedy: the same twice
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
-
-sys.path.insert(0, str(Path(__file__).parent))  # tiny_gguf beside this file

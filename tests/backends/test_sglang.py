@@ -11,6 +11,8 @@ from orchestrator.backends import get_backend_class, known_flags
 from orchestrator.backends.sglang import SglangBackend
 from orchestrator.errors import BadInput, ConfigRejected
 
+from launch import checked_argv
+
 
 SGLANG = known_flags.bundled("sglang", "0.5.23")
 
@@ -28,8 +30,7 @@ def backend(version: str | None = "0.5.23", **settings) -> SglangBackend:
 
 
 def argv(b: SglangBackend, config: dict) -> list[str]:
-    b.check_config(config)
-    return b.launch_spec(config, "127.0.0.1", 30000).argv
+    return checked_argv(b, config, 30000)
 
 
 SAMPLE_CONFIGS = [

@@ -12,6 +12,8 @@ from orchestrator.backends import get_backend_class, known_flags
 from orchestrator.backends.vllm import VllmBackend
 from orchestrator.errors import BadInput, ConfigRejected
 
+from launch import checked_argv
+
 
 VLLM = known_flags.bundled("vllm", "0.33.0")
 VLLM_026 = known_flags.bundled("vllm", "0.26.0")
@@ -31,9 +33,7 @@ def backend(version: str | None = "0.33.0", **settings) -> VllmBackend:
     return VllmBackend(s, job_file="jobs/x.yaml")
 
 
-def argv(b: VllmBackend, config: dict) -> list[str]:
-    b.check_config(config)
-    return b.launch_spec(config, "127.0.0.1", 8000).argv
+argv = checked_argv
 
 
 def flags_in(words: list[str]) -> list[str]:

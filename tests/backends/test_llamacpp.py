@@ -203,3 +203,43 @@ def test_the_real_llama_server_serves_a_tiny_gguf(tmp_path):
     assert [i["text"] for i in outputs[0]] == [i["text"] for i in outputs[1]]  # greedy: the same twice
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(REAL is None, reason="no llama-server on PATH (or LLAMA_SERVER): the real server is not tested")
+def test_a_study_tunes_the_real_llama_server(tmp_path, ray_local):
+    """The whole path: job -> Ray actor -> llama-server per trial -> decode tok/s and the
+    correctness gate -> teardown, with nothing left running."""
+    pytest.importorskip("gguf")
+    import io
+    import time
+
+    from conftest import server_processes, write_job
+    from orchestrator.history import trial_rows
+    from orchestrator.job import load_job
+    from orchestrator.study import StudyDriver, open_study
+    from tiny_gguf import write_tiny_llama
+
+    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    before = {pid for pid, _ in server_processes(REAL)}
+    job = load_job(write_job(
+        tmp_path, study="llama", space_text="params:\n  backend.threads: {choices: [1, 2]}\n",
+        backend={"kind": "llamacpp", "settings": {"model": str(model), "executable": REAL, "device": "cpu",
+                                                  "served_model_name": "tiny",
+                                                  "extra_args": ["--parallel", "1", "--ctx-size", "256"]}},
+        baseline={"backend.threads": 1}, budget={"trials": 2},
+        correctness={"check_tokens": 8, "logprobs": False, "prompts": ["the cat", "a b c"]}))
+    out = io.StringIO()
+    summary = StudyDriver(job, out=out).run()
+    deadline = time.monotonic() + 10
+    while (left := [(p, c) for p, c in server_processes(REAL) if p not in before]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"llama-server left running: {left}"
+    assert summary.reason in ("budget reached", "space exhausted"), out.getvalue()
+    rows = [r for r in trial_rows(open_study(job, create=False)) if r["counted"]]
+    assert len(rows) == 2 and rows[0]["is_baseline"], out.getvalue()
+    for row in rows:
+        assert row["state"] == "COMPLETE" and row["value"] > 0, (row, out.getvalue())
+        assert row["correctness"].get("ok"), row
+    assert {r["params"]["backend.threads"] for r in rows} == {1, 2}

@@ -130,7 +130,8 @@ class ServingBackend(Backend):
 
     def assumed_release(self) -> tuple[int, int, int]:
         """The release spellings assume when none is known: the newest bundled table's."""
-        return versions.parse_version(known_flags.bundled_versions(self.package)[-1]) or (0, 0, 0)
+        bundled = known_flags.bundled_versions(self.package)
+        return (versions.parse_version(bundled[-1]) if bundled else None) or (0, 0, 0)
 
     def effective_release(self) -> tuple[int, int, int]:
         return self.release() or self.assumed_release()
@@ -143,21 +144,24 @@ class ServingBackend(Backend):
         return self._checker
 
     def _flag_table(self) -> known_flags.FlagTable | None:
+        """The installed release's parser, else the bundled table of the wanted release;
+        ``flag_note`` says which (``doctor`` prints it)."""
         installed = self.detect_version()
         wanted = self.version()
         python = self.server_python()
+        failed = ""
         if installed and python and versions.parse_version(installed) == versions.parse_version(wanted):
             found = known_flags.installed_table(self.package, python, installed, self.parser_recipe)
             if not isinstance(found, str):
                 self.flag_note = f"flags: {found.source}"
                 return found
-            self.flag_note = f"flags: the installed parser could not be read: {found}"
+            failed = f"the installed parser could not be read: {found}; "
         table = known_flags.bundled(self.package, wanted)
         if table is not None:
-            self.flag_note = self.flag_note or f"flags: {table.source}" + ("" if wanted else " (release assumed)")
+            self.flag_note = f"flags: {failed}{table.source}" + ("" if wanted else " (release assumed)")
         else:
-            self.flag_note = (self.flag_note or f"flags: no table for {self.server} {wanted}") + \
-                "; only the spellings the backend knows are checked"
+            self.flag_note = (f"flags: {failed}no table for {self.server} {wanted}; only the spellings the "
+                              f"backend knows are checked")
         return table
 
     def diagnose(self) -> tuple[list[str], list[str]]:

@@ -239,8 +239,8 @@ class VllmBackend(ServingBackend):
                                      f"--cuda-graph-sizes, which conflicts with explicit capture_sizes: give one "
                                      f"of the two", file=file, key="backend.max_cudagraph_capture_size")
             if top != largest:
-                raise ConfigRejected(f"vLLM refuses max_cudagraph_capture_size={top!r} with capture_sizes whose largest "
-                                     f"is {largest}: give one of the two, or make them agree", file=file,
+                raise ConfigRejected(f"vLLM refuses max_cudagraph_capture_size={top!r} with capture_sizes whose "
+                                     f"largest is {largest}: give one of the two, or make them agree", file=file,
                                      key="backend.max_cudagraph_capture_size")
 
     def normalize_engine(self, out: Config) -> None:

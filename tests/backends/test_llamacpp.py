@@ -16,12 +16,11 @@ import stat
 from pathlib import Path
 
 import pytest
+from launch import checked_argv
 
 from orchestrator.backends import get_backend_class
 from orchestrator.backends.llamacpp import LlamaCppBackend
 from orchestrator.errors import BadInput, ConfigRejected
-
-from launch import checked_argv
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp" / "llama-server-help.txt"
 VERSION = "0.1.0-dev (build 1, commit 7e4c0a9)"
@@ -179,10 +178,10 @@ def test_the_real_llama_server_serves_a_tiny_gguf(tmp_path):
     nothing behind."""
     pytest.importorskip("gguf")
     import psutil
+    from tiny_gguf import write_tiny_llama
 
     from orchestrator import bench
     from orchestrator.server import ServerProcess, free_port
-    from tiny_gguf import write_tiny_llama
 
     model = write_tiny_llama(tmp_path / "tiny.gguf")
     b = LlamaCppBackend({"model": str(model), "executable": REAL, "device": "cpu", "served_model_name": "tiny"},
@@ -216,10 +215,11 @@ def test_a_study_tunes_the_real_llama_server(tmp_path, ray_local):
     import time
 
     from conftest import server_processes, write_job
+    from tiny_gguf import write_tiny_llama
+
     from orchestrator.history import trial_rows
     from orchestrator.job import load_job
     from orchestrator.study import StudyDriver, open_study
-    from tiny_gguf import write_tiny_llama
 
     model = write_tiny_llama(tmp_path / "tiny.gguf")
     before = {pid for pid, _ in server_processes(REAL)}

@@ -116,7 +116,8 @@ def test_doctor_asks_every_registered_backend(third_party, monkeypatch):
     from orchestrator.backends.llamacpp import LlamaCppBackend
     from orchestrator.backends.serving import ServingBackend
 
-    monkeypatch.setattr(ServingBackend, "installed_release", classmethod(lambda cls: {"vllm": "0.26.0"}.get(cls.package)))
+    releases = {"vllm": "0.26.0"}
+    monkeypatch.setattr(ServingBackend, "installed_release", classmethod(lambda cls: releases.get(cls.package)))
     monkeypatch.setattr(LlamaCppBackend, "installed_release", classmethod(lambda cls: None))
     lines = doctor._backend_lines()
     assert "vllm: 0.26.0" in lines and "tinyserver: 7.3" in lines

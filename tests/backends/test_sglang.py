@@ -6,13 +6,11 @@ from __future__ import annotations
 import sys
 
 import pytest
+from launch import checked_argv
 
 from orchestrator.backends import get_backend_class, known_flags
 from orchestrator.backends.sglang import SglangBackend
 from orchestrator.errors import BadInput, ConfigRejected
-
-from launch import checked_argv
-
 
 SGLANG = known_flags.bundled("sglang", "0.5.23")
 

@@ -7,13 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from launch import checked_argv
 
 from orchestrator.backends import get_backend_class, known_flags
 from orchestrator.backends.vllm import VllmBackend
 from orchestrator.errors import BadInput, ConfigRejected
-
-from launch import checked_argv
-
 
 VLLM = known_flags.bundled("vllm", "0.33.0")
 VLLM_026 = known_flags.bundled("vllm", "0.26.0")

@@ -88,6 +88,7 @@ class LlamaCppBackend(Backend):
             raise self.bad("device", f"must be cuda or cpu, not {self.device_name!r}")
         self.served_model_name = common.str_setting(self, "served_model_name")
         self.extra_args = common.list_setting(self, "extra_args")
+        self.version_given = common.str_setting(self, "version")
         self.facts = common.model_facts_setting(self)
         problem = self.flags().extra_problem(self.extra_args)
         if problem:
@@ -99,8 +100,7 @@ class LlamaCppBackend(Backend):
 
     # ---- release and flags ----------------------------------------------------------------------
     def version(self) -> str | None:
-        given = common.str_setting(self, "version")
-        return given or _binary_version(shutil.which(self.executable))
+        return self.version_given or _binary_version(shutil.which(self.executable))
 
     @classmethod
     def installed_release(cls) -> str | None:

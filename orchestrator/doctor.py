@@ -342,10 +342,24 @@ def _version_lines(job) -> list[str]:
 
     t = versions.torch_versions()
     out = [f"torch: {t['torch'] or 'not installed'}; its CUDA: {t['cuda'] or '-'}; its NCCL: {t['nccl'] or '-'}"]
-    for name in ("vllm", "sglang"):
-        v = versions.package_version(name)
-        if v:
-            out.append(f"{name}: {v}")
+    out += _backend_lines()
+    return out
+
+
+def _backend_lines() -> list[str]:
+    """The release each registered backend finds installed here (asked of the backend)."""
+    from orchestrator.backends import backend_kinds, get_backend_class, shadowed
+
+    out = []
+    for kind in backend_kinds():
+        try:
+            release = get_backend_class(kind).installed_release()
+        except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, not fatal
+            out.append(f"{kind}: cannot be loaded ({exc})")
+            continue
+        if release:
+            out.append(f"{kind}: {release}")
+    out += [f"entry point ignored, it names a built-in backend: {name}" for name in shadowed()]
     return out
 
 
@@ -359,9 +373,9 @@ def _job_lines(job, warnings: list[str]) -> list[str]:
         return out
     if version:
         out.append(f"backend {job.backend.kind}: {version}")
-    elif job.backend.kind in ("vllm", "sglang"):
-        warnings.append(f"{job.backend.kind} is not installed where ncclsweep runs (or its version cannot be "
-                        f"read); set backend.settings.version so flags are spelled for the right release")
+    lines, warns = backend.diagnose()
+    out += lines
+    warnings += warns
     env = getattr(job, "env", {}) or {}
     if env:
         out.append("job env: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))

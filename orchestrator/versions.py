@@ -1,4 +1,6 @@
-"""Installed versions of what a tuning run depends on: vLLM, SGLang, torch, CUDA, NCCL, driver.
+"""Installed versions of what a tuning run depends on: server packages, torch, CUDA, NCCL,
+driver. Which server a job runs, and how its release is found, is its backend's to say
+(``Backend.version`` / ``installed_release``); this module only reads.
 
 Every function answers ``None`` (never raises) when the thing is absent or does not say.
 Results are cached per process: a version does not change under a running driver.
@@ -8,7 +10,7 @@ Results are cached per process: a version does not change under a running driver
   interpreter (a server's own venv), in that one. This is what ``vllm --version`` prints
   (``vllm/entrypoints/cli/main.py`` reads ``importlib.metadata.version("vllm")``) and what
   ``sglang.__version__`` holds, without importing either (seconds, CUDA initialisation).
-- ``vllm_version(python, executable)``: as above, else ``<executable> --version``.
+- ``command_output([exe, "--version"])``: what a command prints (stdout and stderr).
 - ``torch_versions(python)``: torch, its CUDA and its NCCL, from ``torch.version`` and
   ``torch.cuda.nccl.version()`` (the NCCL a server built on that torch loads, unless the
   server brings its own).
@@ -69,24 +71,14 @@ def package_version(package: str, python: str | None = None, timeout_s: float = 
 
 
 @functools.lru_cache(maxsize=None)
-def vllm_version(python: str | None = None, executable: str | None = None) -> str | None:
-    """Installed vLLM: metadata of ``python`` (or this interpreter), else ``vllm --version``."""
-    found = package_version("vllm", python)
-    if found or python is not None:
-        return found
-    exe = shutil.which(executable or "vllm")
-    if exe is None:
+def command_output(argv: tuple[str, ...], timeout_s: float = 60.0) -> str | None:
+    """stdout and stderr of a command that exits 0 (``llama-server --version`` prints to
+    stderr), or None."""
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.SubprocessError):
         return None
-    out = _run([exe, "--version"], 120.0)
-    if not out:
-        return None
-    lines = [line.strip() for line in out.splitlines() if parse_version(line.strip())]
-    return lines[-1] if lines else None
-
-
-def sglang_version(python: str | None = None) -> str | None:
-    """Installed SGLang (``sglang.__version__`` is the distribution's version)."""
-    return package_version("sglang", python)
+    return done.stdout + done.stderr if done.returncode == 0 else None
 
 
 @functools.lru_cache(maxsize=None)

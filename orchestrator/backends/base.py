@@ -12,12 +12,21 @@ Contract (what the trial runner relies on):
   effects, so ``validate --commands`` can print it.
 - ``default_config()`` is the backend's own defaults as a config: the baseline when
   the job names none.
-- ``gpus_per_trial(config)`` is TP x PP: how many GPUs one server needs.
+- ``gpus_per_trial(config)`` is TP x PP (x DP where the server has data parallelism):
+  how many GPUs one server needs.
+- ``example_settings()`` (class level) builds the backend anywhere, for the contract test.
 - ``normalize(config)`` maps a config to its effective settings so that two configs
   with the same effective settings compare equal (NCCL values case-folded; settings
   that cannot matter dropped, e.g. NCCL_* at world size 1).
 
 Readiness is ``GET health_path`` answering ``ready_status`` while the process lives.
+
+Optional: ``version()`` (the server's release, for the records), ``installed_release()``
+(class level: the release installed beside ncclsweep, which ``doctor`` lists),
+``diagnose()`` (what ``doctor`` says about this job's server), ``device()``,
+``model_facts()``. A backend is found by its ``kind`` (``orchestrator.backends``:
+built in, or registered by another distribution under the ``ncclsweep.backends``
+entry-point group).
 """
 
 from __future__ import annotations
@@ -121,6 +130,13 @@ class Backend(abc.ABC):
     def check_config(self, config: Config) -> None:  # noqa: B027 - optional hook
         """Raise ConfigRejected for a config this backend cannot express."""
 
+    @classmethod
+    def example_settings(cls) -> dict[str, Any]:
+        """Settings that build this backend on any machine, with no server installed: the
+        contract test (tests/backends/test_contract.py) builds every registered backend
+        from them."""
+        raise NotImplementedError(f"{cls.__name__} gives no example_settings()")
+
     @abc.abstractmethod
     def default_config(self) -> Config:
         """The backend's own defaults, as a config."""
@@ -149,6 +165,17 @@ class Backend(abc.ABC):
     def version(self) -> str | None:
         """Installed version of the server software, when it can be detected."""
         return None
+
+    @classmethod
+    def installed_release(cls) -> str | None:
+        """The server's release installed beside ncclsweep (None when absent, or when the
+        server is not software of its own); ``doctor`` lists it without a job."""
+        return None
+
+    def diagnose(self) -> tuple[list[str], list[str]]:
+        """(lines, warnings) ``doctor`` prints about this job's server: which release was
+        found, where its flags were read, what the user should set."""
+        return [], []
 
     def model_facts(self) -> dict[str, Any]:
         """What the report needs for the ceiling: bytes_per_token, allreduces_per_step,

@@ -123,6 +123,11 @@ class CommandBackend(Backend):
                 raise self.bad(f"{key}[{i}]", f"{pattern!r} is not a regular expression: {exc}") from None
         return tuple(value)
 
+    @classmethod
+    def example_settings(cls) -> dict[str, Any]:
+        return {"argv": ["{python}", "-m", "orchestrator.refserver", "--model", "tiny", "--device", "cpu",
+                         "--tp", "{tp_size}", "--host", "{host}", "--port", "{port}"], "model_name": "tiny"}
+
     def version(self) -> str | None:
         value = self.settings.get("version")
         return None if value is None else str(value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from orchestrator.backends import common
 from orchestrator.backends.base import Backend, Config, LaunchSpec
 from orchestrator.errors import ConfigRejected
 
@@ -60,6 +61,10 @@ class RefServerBackend(Backend):
         self.dims_override = dims
         self.python = str(self.settings.get("python", sys.executable))
 
+    @classmethod
+    def example_settings(cls) -> dict[str, Any]:
+        return {"model": "tiny", "device": "cpu"}
+
     def dims(self):
         import dataclasses
 
@@ -81,12 +86,13 @@ class RefServerBackend(Backend):
         return {"tp_size": 1, "graph_capture": False}
 
     def check_config(self, config: Config) -> None:
-        tp = int(config.get("tp_size", 1))
+        tp = common.positive_int(config, "tp_size", self.job_file)
+        pp = common.positive_int(config, "pp_size", self.job_file)
         dims = self.dims()
         why = dims.tp_error(tp)
         if why:
             raise ConfigRejected(f"tp_size={tp} cannot shard the model: {why}", file=self.job_file, key="tp_size")
-        if int(config.get("pp_size", 1)) != 1:
+        if pp != 1:
             raise ConfigRejected("the reference server has no pipeline parallelism; pp_size must be 1",
                                  file=self.job_file, key="pp_size")
         if config.get("graph_capture") and self.device_name != "cuda":
@@ -136,7 +142,7 @@ class RefServerBackend(Backend):
         if self.settings.get("served_model_name"):
             argv += ["--served-model-name", str(self.settings["served_model_name"])]
         argv += self.extra_args
-        return LaunchSpec(argv=argv, env=self.env_of(config), host=host, port=port,
+        return LaunchSpec(argv=argv, env=common.server_env(self, config), host=host, port=port,
                           model_name=str(self.settings.get("served_model_name", self.model)))
 
     def device(self) -> str:

@@ -6,17 +6,18 @@ from __future__ import annotations
 import sys
 
 import pytest
+from launch import checked_argv
 
-from orchestrator import versions
-from orchestrator.backends import get_backend_class
-from orchestrator.backends.known_flags import SGLANG
+from orchestrator.backends import get_backend_class, known_flags
 from orchestrator.backends.sglang import SglangBackend
 from orchestrator.errors import BadInput, ConfigRejected
+
+SGLANG = known_flags.bundled("sglang", "0.5.23")
 
 
 @pytest.fixture(autouse=True)
 def no_installed_sglang(monkeypatch):
-    monkeypatch.setattr(versions, "sglang_version", lambda python=None: None)
+    monkeypatch.setattr(SglangBackend, "detect_version", lambda self: None)
 
 
 def backend(version: str | None = "0.5.23", **settings) -> SglangBackend:
@@ -27,8 +28,7 @@ def backend(version: str | None = "0.5.23", **settings) -> SglangBackend:
 
 
 def argv(b: SglangBackend, config: dict) -> list[str]:
-    b.check_config(config)
-    return b.launch_spec(config, "127.0.0.1", 30000).argv
+    return checked_argv(b, config, 30000)
 
 
 SAMPLE_CONFIGS = [
@@ -114,7 +114,7 @@ def test_spellings_from_0_5_14(version):
 
 
 def test_installed_version_chooses_spelling(monkeypatch):
-    monkeypatch.setattr(versions, "sglang_version", lambda python=None: "0.5.12")
+    monkeypatch.setattr(SglangBackend, "detect_version", lambda self: "0.5.12")
     b = backend(version=None)
     assert b.version() == "0.5.12"
     assert argv(b, SAMPLE_CONFIGS[0])[-1] == "--disable-cuda-graph"

@@ -1,23 +1,27 @@
-"""The vLLM backend: argv/env per config, every flag checked against vLLM 0.33.0's own parser
-(orchestrator.backends.known_flags), spellings of older releases, rejected values."""
+"""The vLLM backend: argv/env per config, every flag checked against vLLM 0.33.0's and
+0.26.0's own parsers (the bundled tables of orchestrator.backends.known_flags), spellings of
+older releases, rejected values, the user's --compilation-config keys merged."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from launch import checked_argv
 
-from orchestrator import versions
-from orchestrator.backends import get_backend_class
-from orchestrator.backends.known_flags import VLLM
+from orchestrator.backends import get_backend_class, known_flags
 from orchestrator.backends.vllm import VllmBackend
 from orchestrator.errors import BadInput, ConfigRejected
+
+VLLM = known_flags.bundled("vllm", "0.33.0")
+VLLM_026 = known_flags.bundled("vllm", "0.26.0")
 
 
 @pytest.fixture(autouse=True)
 def no_installed_vllm(monkeypatch):
     """Tests never depend on (or run) an installed vLLM: detection answers None."""
-    monkeypatch.setattr(versions, "vllm_version", lambda python=None, executable=None: None)
+    monkeypatch.setattr(VllmBackend, "detect_version", lambda self: None)
+    monkeypatch.setattr(VllmBackend, "server_python", lambda self: None)
 
 
 def backend(version: str | None = "0.33.0", **settings) -> VllmBackend:
@@ -27,9 +31,7 @@ def backend(version: str | None = "0.33.0", **settings) -> VllmBackend:
     return VllmBackend(s, job_file="jobs/x.yaml")
 
 
-def argv(b: VllmBackend, config: dict) -> list[str]:
-    b.check_config(config)
-    return b.launch_spec(config, "127.0.0.1", 8000).argv
+argv = checked_argv
 
 
 def flags_in(words: list[str]) -> list[str]:
@@ -158,7 +160,7 @@ def test_cudagraph_mode_before_0_10_1():
 
 
 def test_installed_version_chooses_spelling(monkeypatch):
-    monkeypatch.setattr(versions, "vllm_version", lambda python=None, executable=None: "0.10.1.1")
+    monkeypatch.setattr(VllmBackend, "detect_version", lambda self: "0.10.1.1")
     b = backend(version=None)
     assert b.version() == "0.10.1.1"
     words = argv(b, {"tp_size": 2, "backend.max_cudagraph_capture_size": 16})
@@ -300,3 +302,98 @@ def test_glm5_job_commands_use_only_current_vllm_flags():
         assert VLLM.knows(flag) and not (VLLM.flags.get(flag) and VLLM.flags[flag].deprecated), flag
     assert {"--enforce-eager", "--compilation-config", "--cudagraph-capture-sizes", "--tensor-parallel-size",
             "--pipeline-parallel-size", "--disable-custom-all-reduce"} <= seen
+
+
+# ---- vLLM 0.26.0 (the release the GPU machines run) -----------------------------------------
+
+def test_flag_table_is_vllm_0_26_parser():
+    assert VLLM_026.version == "0.26.0" and len(VLLM_026.flags) > 250
+    for flag in ("--tensor-parallel-size", "--enforce-eager", "--compilation-config", "--cudagraph-capture-sizes",
+                 "--max-cudagraph-capture-size", "--disable-custom-all-reduce", "--max-num-seqs",
+                 "--gpu-memory-utilization", "--data-parallel-size"):
+        assert flag in VLLM_026.flags, flag
+    assert VLLM_026.flags["--cudagraph-capture-sizes"].kind == "list"
+    assert VLLM_026.flags["--disable-custom-all-reduce"].negative == "--no-disable-custom-all-reduce"
+    assert not VLLM_026.knows("--cuda-graph-sizes") and not VLLM_026.knows("--max-seq-len-to-capture")
+
+
+@pytest.mark.parametrize("config", SAMPLE_CONFIGS)
+def test_every_emitted_flag_exists_in_vllm_0_26(config):
+    b = backend("0.26.0", extra_args=["--max-model-len", "8192"], compilation_config={
+        "pass_config": {"fuse_allreduce_rms": False}})
+    assert b.flags().table is VLLM_026
+    words = argv(b, config)
+    for flag in flags_in(words):
+        assert VLLM_026.knows(flag), f"{flag} is not a flag of vLLM 0.26.0"
+        assert not (VLLM_026.flags.get(flag) and VLLM_026.flags[flag].deprecated), flag
+    assert words.count("--compilation-config") == 1
+
+
+def test_0_26_spellings_and_refusals():
+    b = backend("0.26.0")
+    words = argv(b, {"tp_size": 2, "capture_sizes": "1,2,4", "backend.max_cudagraph_capture_size": 4,
+                     "backend.enable_prefix_caching": False})
+    assert json.loads(words[words.index("--compilation-config") + 1]) == {"cudagraph_mode": "FULL_AND_PIECEWISE"}
+    assert words[words.index("--cudagraph-capture-sizes") + 1:][:3] == ["1", "2", "4"]
+    assert "--no-enable-prefix-caching" in words  # 0.26.0's negative (0.33.0 says --disable-prefix-caching)
+    with pytest.raises(ConfigRejected, match=r"--max-num-seq is not a flag of vLLM 0\.26\.0"):
+        b.check_config({"backend.max_num_seq": 8})
+    b.check_config({"backend.disable_cascade_attn": True})  # deprecated only later (0.33.0)
+
+
+# ---- the user's own --compilation-config keys, merged -------------------------------------------
+
+WORKAROUND = {"pass_config": {"fuse_allreduce_rms": False}}
+
+
+@pytest.mark.parametrize("settings", [
+    {"compilation_config": WORKAROUND},
+    {"extra_args": ["--compilation-config", json.dumps(WORKAROUND)]},
+    {"extra_args": [f"--compilation-config={json.dumps(WORKAROUND)}"]},
+    {"extra_args": ["-cc", json.dumps(WORKAROUND)]},
+    {"extra_args": ["--compilation-config.pass_config.fuse_allreduce_rms=false"]},
+    {"extra_args": ["-cc.pass_config.fuse_allreduce_rms", "false"]},
+])
+def test_compilation_config_keys_are_merged_with_the_graph_mode(settings):
+    """The TP=2 graphs crash workaround: one --compilation-config holding both."""
+    b = backend("0.26.0", extra_args=[*settings.get("extra_args", []), "--max-model-len", "4096"],
+                **{k: v for k, v in settings.items() if k != "extra_args"})
+    words = argv(b, {"tp_size": 2, "graph_capture": True, "backend.cudagraph_mode": "FULL_DECODE_ONLY",
+                     "capture_sizes": "1,2"})
+    assert words.count("--compilation-config") == 1 and "-cc" not in words
+    merged = json.loads(words[words.index("--compilation-config") + 1])
+    assert merged == {"cudagraph_mode": "FULL_DECODE_ONLY", "pass_config": {"fuse_allreduce_rms": False}}
+    assert words[-2:] == ["--max-model-len", "4096"]  # the rest passes through, after the tuned flags
+    eager = argv(b, {"tp_size": 2, "graph_capture": False})
+    assert "--enforce-eager" in eager and json.loads(eager[eager.index("--compilation-config") + 1]) == WORKAROUND
+    plain = argv(b, {"tp_size": 2})  # nothing tuned: vLLM's own mode, the user's keys still sent
+    assert json.loads(plain[plain.index("--compilation-config") + 1]) == WORKAROUND
+
+
+def test_compilation_config_from_both_places_merges_deeply():
+    b = backend(compilation_config={"pass_config": {"fuse_allreduce_rms": False}},
+                extra_args=["--compilation-config.pass_config.enable_fusion=false", "-cc", '{"mode": 3}'])
+    words = argv(b, {"tp_size": 2, "graph_capture": True})
+    assert json.loads(words[words.index("--compilation-config") + 1]) == {
+        "cudagraph_mode": "FULL_AND_PIECEWISE", "mode": 3,
+        "pass_config": {"fuse_allreduce_rms": False, "enable_fusion": False}}
+
+
+@pytest.mark.parametrize("settings,key,needle", [
+    ({"compilation_config": {"cudagraph_mode": "FULL"}}, "compilation_config",
+     "'cudagraph_mode' is set by the tuner from graph_capture and backend.cudagraph_mode"),
+    ({"extra_args": ["-cc", '{"cudagraph_capture_sizes": [1, 2]}']}, "extra_args",
+     "'cudagraph_capture_sizes' is set by the tuner from capture_sizes"),
+    ({"extra_args": ["--compilation-config.max_cudagraph_capture_size=8"]}, "extra_args",
+     "backend.max_cudagraph_capture_size"),
+    ({"compilation_config": {"pass_config": {"fuse_allreduce_rms": False}},
+      "extra_args": ["--compilation-config.pass_config.fuse_allreduce_rms=true"]}, "extra_args",
+     "'pass_config.fuse_allreduce_rms' is given twice"),
+    ({"extra_args": ["--compilation-config", "3"]}, "extra_args", "takes a JSON object"),
+    ({"extra_args": ["--compilation-config"]}, "extra_args", "needs a value"),
+    ({"compilation_config": "fuse"}, "compilation_config", "must be a mapping"),
+])
+def test_compilation_config_conflicts_are_refused_with_one_line(settings, key, needle):
+    with pytest.raises(BadInput, match=needle) as exc:
+        VllmBackend({"model": "m", "version": "0.26.0", **settings}, job_file="j.yaml")
+    assert exc.value.key == f"backend.settings.{key}" and "\n" not in str(exc.value)

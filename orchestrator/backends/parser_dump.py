@@ -1,0 +1,119 @@
+"""Print, as JSON, the command-line flags of a server release, read from its own parser.
+
+Runs *in the server's Python* (a vLLM or SGLang venv where ncclsweep may not be
+installed), so it imports nothing but the standard library and the server::
+
+    /venv/bin/python parser_dump.py vllm        # a recipe named below
+    /venv/bin/python parser_dump.py DIST MODULE:CALLABLE   # CALLABLE(parser) adds the flags
+
+Output: ``{"package", "version", "source", "flags": {flag: {"kind", ["negative"],
+["deprecated"], ["replacement"]}}}`` with kind ``switch`` (no value), ``value`` (one) or
+``list`` (one or more); ``negative`` is the spelling that sets a switch false (vLLM's
+``--enable-x``/``--disable-x`` pairs, argparse's ``--no-x``). Only long options are
+listed; a spelling the parser hides (``--no-enable-x``) is never listed.
+
+Recipes build the parser the way the server's own command line does:
+
+- ``vllm``: ``vllm serve`` is the ``serve`` subcommand of ``vllm.entrypoints.cli.main``:
+  a ``FlexibleArgumentParser`` whose subparser ``ServeSubcommand().subparser_init``
+  (``vllm.entrypoints.cli.serve``) fills; the same from 0.8 to 0.33.
+- ``sglang``: ``python -m sglang.launch_server`` fills an ``argparse.ArgumentParser`` with
+  ``ServerArgs.add_cli_args`` (``sglang.srt.server_args``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import json
+import re
+import sys
+
+
+def describe(parser: argparse.ArgumentParser) -> dict[str, dict]:
+    """{flag: info} for every long option of ``parser`` (see the module docstring)."""
+    flags: dict[str, dict] = {}
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps them nowhere public
+        if isinstance(action, argparse._HelpAction):  # noqa: SLF001
+            continue
+        longs = [s for s in action.option_strings if s.startswith("--")]
+        if not longs:
+            continue
+        help_text = (action.help or "") if action.help is not argparse.SUPPRESS else ""
+        deprecated = type(action).__name__.startswith("Deprecated") or bool(
+            re.match(r"\(?deprecated", help_text.strip(), re.I)) or " is deprecated" in help_text
+        replacement = getattr(action, "new_flag", None)
+        negatives = set(getattr(action, "negative_option_strings", ()) or ())
+        boolean_optional = isinstance(action, argparse.BooleanOptionalAction)
+        if boolean_optional and not negatives:
+            negatives = {s for s in longs if s.startswith("--no-")}
+        if action.nargs == 0 or boolean_optional:
+            kind = "switch"
+        elif action.nargs in ("+", "*") or isinstance(action.nargs, int) and action.nargs > 1:
+            kind = "list"
+        else:
+            kind = "value"
+        for flag in (s for s in longs if s not in negatives):
+            info: dict = {"kind": kind}
+            negative = _negative_of(flag, negatives)
+            if negative:
+                info["negative"] = negative
+            if deprecated:
+                info["deprecated"] = True
+                if replacement and " " not in replacement:
+                    info["replacement"] = replacement
+            flags[flag] = info
+    return dict(sorted(flags.items()))
+
+
+def _negative_of(flag: str, negatives: set[str]) -> str | None:
+    """Pair ``--enable-x`` with ``--disable-x`` and ``--x`` with ``--no-x``."""
+    body = flag[2:]
+    for prefix, inverse in (("enable-", "disable-"), ("disable-", "enable-")):
+        if body.startswith(prefix) and f"--{inverse}{body[len(prefix):]}" in negatives:
+            return f"--{inverse}{body[len(prefix):]}"
+    if f"--no-{body}" in negatives:
+        return f"--no-{body}"
+    return next(iter(negatives)) if len(negatives) == 1 else None
+
+
+def _vllm() -> argparse.ArgumentParser:
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # before 0.11
+        from vllm.utils import FlexibleArgumentParser
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+
+    top = FlexibleArgumentParser(prog="vllm")
+    return ServeSubcommand().subparser_init(top.add_subparsers())
+
+
+def _sglang() -> argparse.ArgumentParser:
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    return parser
+
+
+RECIPES = {"vllm": ("vllm", _vllm), "sglang": ("sglang", _sglang)}
+
+
+def dump(recipe: str, target: str | None = None) -> dict:
+    """The flag table of the installed release, by a named recipe or ``MODULE:CALLABLE``."""
+    if target is None:
+        package, build = RECIPES[recipe]
+        parser, source = build(), recipe
+    else:
+        package, source = recipe, target
+        module, _, attr = target.partition(":")
+        parser = argparse.ArgumentParser()
+        parser = getattr(importlib.import_module(module), attr)(parser) or parser
+    return {"package": package, "version": importlib.metadata.version(package), "source": source,
+            "flags": describe(parser)}
+
+
+if __name__ == "__main__":
+    # the server may print while importing: the table is the last line
+    print("\n" + json.dumps(dump(*sys.argv[1:3]), sort_keys=True))

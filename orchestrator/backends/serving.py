@@ -1,0 +1,235 @@
+"""What every model-serving framework's backend shares (vLLM, SGLang): settings, the
+installed release and its flags, the head of the command line, the neutral params,
+``normalize`` and ``check_config``. A subclass states only how its server differs.
+
+Settings: ``model`` (required), ``served_model_name``, ``extra_args`` (passed through
+after the tuned flags, checked against the release's flags), ``python`` (the server's
+interpreter), ``version`` (the release to spell flags for; default the installed one),
+``model_facts``; a subclass adds its own (``SETTINGS``).
+
+The release is ``settings.version``, else the one installed in the server's Python
+(``detect_version``). Its flags (``flags()``) come from that installation's own parser
+(dumped once and cached: ``known_flags.installed_table``); with no release installed,
+from the table bundled for ``settings.version``; with no version at all, from the newest
+bundled table ("assumed"); a release with neither is checked by its spellings only.
+
+Params: ``tp_size`` -> ``TP_FLAG N`` (always), ``pp_size`` -> ``PP_FLAG N``,
+``custom_all_reduce: false`` -> ``--disable-custom-all-reduce``, ``graph_capture`` and
+``capture_sizes`` -> ``graph_args`` (the subclass), ``backend.<flag>`` -> flags
+(``orchestrator.backends.flags``), ``env.*`` -> the server's environment.
+
+Subclass contract: the class attributes below, ``command()`` (argv up to the model),
+``graph_args(config)``; optionally ``check_engine(config)``, ``normalize_engine(out)``,
+``read_settings()``, ``pass_through()``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, ClassVar
+
+from orchestrator import versions
+from orchestrator.backends import common, known_flags
+from orchestrator.backends.base import Backend, Config, LaunchSpec
+from orchestrator.backends.flags import FlagChecker, Spelling
+
+SHARED_SETTINGS = {
+    "served_model_name": "name in the OpenAI API (default: model)",
+    "extra_args": "list of extra command-line arguments, passed through",
+    "model_facts": "layers, heads, kv_heads, hidden_size, dtype_bytes, bytes_per_token, allreduces_per_step",
+    "version": "release to build flags for (default: the installed one)",
+}
+HINTS = {"model_path": "model", "model_name": "served_model_name"}
+
+# vLLM's and SGLang's own defaults: one GPU, CUDA graphs on, custom all-reduce on
+SERVING_DEFAULTS = {"tp_size": 1, "graph_capture": True, "custom_all_reduce": True}
+
+
+class ServingBackend(Backend):
+    """An OpenAI-compatible model server with a release-dependent command line."""
+
+    package: ClassVar[str]  # the distribution whose release decides the flags ("vllm")
+    server: ClassVar[str]  # its name in messages ("vLLM")
+    parser_recipe: ClassVar[str]  # how parser_dump builds its parser ("vllm", or "DIST MODULE:CALLABLE")
+    example_release: ClassVar[str]  # shown when settings.version is malformed
+    SETTINGS: ClassVar[dict[str, str]]  # the subclass's own settings ("model" first), with help
+    TP_FLAG: ClassVar[str]
+    PP_FLAG: ClassVar[str]
+    DP_PARAM: ClassVar[str | None] = None  # the backend.<flag> param of data-parallel replicas
+    MANAGED: ClassVar[dict[str, str]]  # flags the backend sets -> the param that sets them
+    SPELLINGS: ClassVar[dict[str, list[Spelling]]] = {}
+    HANDLED: ClassVar[tuple[str, ...]] = ()  # backend.<flag> params graph_args consumes
+    GRAPH_ONLY: ClassVar[tuple[str, ...]] = ()  # params that cannot matter without graphs
+
+    def __init__(self, settings: dict[str, Any] | None, job_file: str | None = None):
+        super().__init__(settings, job_file)
+        allowed = {**self.SETTINGS, **SHARED_SETTINGS}
+        common.check_setting_keys(self, allowed, HINTS)
+        self.model = common.str_setting(self, "model", required=True)
+        self.served_model_name = common.str_setting(self, "served_model_name")
+        self.extra_args = common.list_setting(self, "extra_args")
+        self.python = common.str_setting(self, "python")
+        self.version_override = common.str_setting(self, "version")
+        if self.version_override and versions.parse_version(self.version_override) is None:
+            raise self.bad("version", f"must be a release like '{self.example_release}', not {self.version_override!r}")
+        self.facts = common.model_facts_setting(self)
+        self._checker: FlagChecker | None = None
+        self.flag_note = ""
+        self.read_settings()
+        problem = self.flags().extra_problem(self.extra_args)
+        if problem:
+            raise self.bad("extra_args", problem)
+
+    @classmethod
+    def example_settings(cls) -> dict[str, Any]:
+        return {"model": "/models/example", "version": cls.example_release}
+
+    # ---- hooks --------------------------------------------------------------------------------
+    def read_settings(self) -> None:
+        """Read the subclass's own settings (BadInput via ``self.bad``)."""
+
+    def command(self) -> list[str]:
+        """argv that starts the server, up to and including the model."""
+        raise NotImplementedError
+
+    def graph_args(self, config: Config) -> list[str]:
+        """argv for ``graph_capture``/``capture_sizes`` (and HANDLED params)."""
+        raise NotImplementedError
+
+    def check_engine(self, config: Config) -> None:
+        """ConfigRejected for what only this server refuses."""
+
+    def normalize_engine(self, out: Config) -> None:
+        """Fold this server's aliases and defaults into a normalized config, in place."""
+
+    def pass_through(self) -> list[str]:
+        """The extra arguments as they go on the command line."""
+        return list(self.extra_args)
+
+    # ---- release and flags --------------------------------------------------------------------
+    def probe_python(self) -> str | None:
+        """The interpreter to ask for the installed release (None: this one)."""
+        return None if self.python in (None, sys.executable) else self.python
+
+    def server_python(self) -> str | None:
+        """The interpreter whose parser is the release's flags."""
+        return self.python or sys.executable
+
+    def detect_version(self) -> str | None:
+        return versions.package_version(self.package, self.probe_python())
+
+    @classmethod
+    def installed_release(cls) -> str | None:
+        return versions.package_version(cls.package)
+
+    def version(self) -> str | None:
+        return self.version_override or self.detect_version()
+
+    def release(self) -> tuple[int, int, int] | None:
+        return versions.parse_version(self.version())
+
+    def assumed_release(self) -> tuple[int, int, int]:
+        """The release spellings assume when none is known: the newest bundled table's."""
+        bundled = known_flags.bundled_versions(self.package)
+        return (versions.parse_version(bundled[-1]) if bundled else None) or (0, 0, 0)
+
+    def effective_release(self) -> tuple[int, int, int]:
+        return self.release() or self.assumed_release()
+
+    def flags(self) -> FlagChecker:
+        if self._checker is None:
+            table = self._flag_table()
+            self._checker = FlagChecker(table, self.release(), self.assumed_release(), self.MANAGED,
+                                        self.SPELLINGS, self.server)
+        return self._checker
+
+    def _flag_table(self) -> known_flags.FlagTable | None:
+        """The installed release's parser, else the bundled table of the wanted release;
+        ``flag_note`` says which (``doctor`` prints it)."""
+        installed = self.detect_version()
+        wanted = self.version()
+        python = self.server_python()
+        failed = ""
+        if installed and python and versions.parse_version(installed) == versions.parse_version(wanted):
+            found = known_flags.installed_table(self.package, python, installed, self.parser_recipe)
+            if not isinstance(found, str):
+                self.flag_note = f"flags: {found.source}"
+                return found
+            failed = f"the installed parser could not be read: {found}; "
+        table = known_flags.bundled(self.package, wanted)
+        if table is not None:
+            self.flag_note = f"flags: {failed}{table.source}" + ("" if wanted else " (release assumed)")
+        else:
+            self.flag_note = (f"flags: {failed}no table for {self.server} {wanted}; only the spellings the "
+                              f"backend knows are checked")
+        return table
+
+    def diagnose(self) -> tuple[list[str], list[str]]:
+        self.flags()  # sets flag_note
+        warnings = []
+        if self.version() is None:
+            warnings.append(f"{self.kind} is not installed where ncclsweep runs (or its version cannot be read); "
+                            f"set backend.settings.version so flags are spelled for the right release")
+        return [f"backend {self.kind} {self.flag_note}"], warnings
+
+    # ---- the contract -------------------------------------------------------------------------
+    def default_config(self) -> Config:
+        return dict(SERVING_DEFAULTS)
+
+    def gpus_per_trial(self, config: Config) -> int:
+        replicas = config.get(self.DP_PARAM, 1) if self.DP_PARAM else 1
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+            replicas = 1  # check_config reports a bad value; this only sizes the GPU request
+        return super().gpus_per_trial(config) * replicas
+
+    def check_config(self, config: Config) -> None:
+        common.check_neutral(config, self.job_file)
+        self.check_engine(config)
+        checker = self.flags()
+        for name, value in sorted(self.backend_flags_of(config).items()):
+            if name not in self.HANDLED:
+                checker.param_words(name, value, self.job_file)
+        self.check_nccl_env(config)
+
+    def normalize(self, config: Config) -> Config:
+        """Defaults filled in; settings that cannot matter dropped: graph settings without
+        graphs, custom all-reduce at tp_size 1; capture sizes in one spelling."""
+        out = super().normalize(config)
+        out.setdefault("pp_size", 1)
+        self.normalize_engine(out)
+        if not out["graph_capture"]:
+            for name in self.GRAPH_ONLY:
+                out.pop(name, None)
+        if "capture_sizes" in out:
+            try:
+                out["capture_sizes"] = ",".join(map(str, common.capture_sizes_of(out["capture_sizes"])))
+            except ValueError:
+                pass
+        if out["tp_size"] == 1:
+            out.pop("custom_all_reduce", None)  # no all-reduce without tensor parallelism
+        return out
+
+    def launch_spec(self, config: Config, host: str, port: int) -> LaunchSpec:
+        argv = [*self.command(), self.TP_FLAG, str(int(config.get("tp_size", 1)))]
+        if "pp_size" in config:
+            argv += [self.PP_FLAG, str(int(config["pp_size"]))]
+        argv += ["--host", host, "--port", str(port)]
+        if self.served_model_name:
+            argv += ["--served-model-name", self.served_model_name]
+        argv += self.graph_args(config)
+        if config.get("custom_all_reduce") is False:
+            argv.append("--disable-custom-all-reduce")
+        checker = self.flags()
+        graphs = config.get("graph_capture", True) is not False
+        for name, value in sorted(self.backend_flags_of(config).items()):
+            if name in self.HANDLED or (not graphs and f"backend.{name}" in self.GRAPH_ONLY):
+                continue  # graph_args spelled it, or it cannot matter without graphs
+            argv += checker.param_words(name, value, self.job_file)
+        argv += self.pass_through()
+        return LaunchSpec(argv=argv, env=common.server_env(self, config), host=host, port=port, health_path="/health",
+                          model_name=self.served_model_name or self.model)
+
+    def model_facts(self) -> dict[str, Any]:
+        """``settings.model_facts`` over what the checkpoint's config.json says (local
+        Hugging Face directories only; a GGUF file says nothing here)."""
+        return {**common.facts_from_checkpoint(self.model), **self.facts}

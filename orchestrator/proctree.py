@@ -35,13 +35,15 @@ class Member:
     start: float
     name: str = ""
     cmdline: str = ""
+    exe: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Member":
-        return cls(int(data["pid"]), float(data["start"]), str(data.get("name", "")), str(data.get("cmdline", "")))
+        return cls(int(data["pid"]), float(data["start"]), str(data.get("name", "")), str(data.get("cmdline", "")),
+                   str(data.get("exe", "")))
 
     def describe(self) -> str:
         return f"pid {self.pid} ({(self.cmdline or self.name)[:120]})"
@@ -76,7 +78,11 @@ def _member(proc: psutil.Process) -> Member | None:
                 cmd = " ".join(proc.cmdline())
             except (psutil.AccessDenied, psutil.ZombieProcess):
                 cmd = ""
-            return Member(proc.pid, proc.create_time(), proc.name(), cmd)
+            try:
+                exe = proc.exe()
+            except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                exe = ""
+            return Member(proc.pid, proc.create_time(), proc.name(), cmd, exe)
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
 

@@ -9,7 +9,7 @@ So every server gets a supervisor, a small process in its own session that
   launched the server) holds: the kernel closes it when the owner dies, however it dies,
   and the owner closes it when it is done with the server;
 - every ``POLL_S`` remembers the server's tree (the root's descendants, and the members
-  of its process group), writing the list next to the server's registry record so
+  of its process group; each look is one pass over the process table), writing the list next to the server's registry record so
   ``ncclsweep cleanup`` can end descendants that left the group;
 - on end of file ends every remembered process still alive (start times matched) and
   the process group: TERM, a grace period, KILL; then exits. It also exits once the
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from orchestrator import proctree
 
-POLL_S = 0.5
+POLL_S = 1.0
 
 
 # Starts the supervisor in a session of its own and exits at once, printing its pid: the

@@ -6,11 +6,14 @@ its API server stayed up and never turned healthy, so the trial waited out its w
 start-up timeout (a 744B model's job allows 40 minutes). ``TreeWatch`` polls, every
 ``poll_s``:
 
-- the tree: every descendant of the server's first process that has lived at least
-  ``min_age_s`` becomes a member (short-lived tools: a compiler, ``nvidia-smi``, are
-  not, nor are processes whose command line matches a *transient* pattern: compile
-  workers, vLLM's model-inspection subprocess); a member that is gone while the first
-  process still runs is fatal;
+- the tree: a member that is gone while the first process still runs is fatal. Which
+  descendants are members: where the backend names its engine's *essential* processes
+  (vLLM's workers and engine core retitle themselves ``VLLM::Worker_TP0``,
+  ``VLLM::EngineCore``), those; elsewhere every descendant that runs the first process's
+  own executable (a Python server's workers) and has lived at least ``min_age_s``.
+  Never a member: tools (a compiler, ``ptxas``, ``nvidia-smi``: another executable), nor
+  a process whose command line matches a *transient* pattern (compile workers, vLLM's
+  model-inspection subprocess, a P2P check), which come and go by design;
 - the log: new lines are matched against the backend's *fatal* patterns (an engine's
   own words for "this server is dead").
 
@@ -45,6 +48,7 @@ class WatchRules:
 
     fatal_log_patterns: tuple[str, ...] = ()
     transient_processes: tuple[str, ...] = TRANSIENT_PROCESSES
+    essential_processes: tuple[str, ...] = ()  # patterns on name or command line; () = the generic rule
     min_age_s: float = 1.0
 
     def fatal_regex(self) -> re.Pattern | None:
@@ -52,6 +56,9 @@ class WatchRules:
 
     def transient_regex(self) -> re.Pattern | None:
         return re.compile("|".join(f"(?:{p})" for p in self.transient_processes)) if self.transient_processes else None
+
+    def essential_regex(self) -> re.Pattern | None:
+        return re.compile("|".join(f"(?:{p})" for p in self.essential_processes)) if self.essential_processes else None
 
 
 def find_fatal(lines: list[str], fatal: re.Pattern | None) -> int | None:
@@ -87,6 +94,8 @@ class TreeWatch:
         self._thread: threading.Thread | None = None
         self._fatal_re = self.rules.fatal_regex()
         self._transient_re = self.rules.transient_regex()
+        self._essential_re = self.rules.essential_regex()
+        self._exe = ""
 
     # ---- results ---------------------------------------------------------------------------
     @property
@@ -144,16 +153,24 @@ class TreeWatch:
         for m in proctree.tree(self.pid, self.start):
             key = (m.pid, m.start)
             self.seen.setdefault(key, m)
-            if m.pid == self.pid or (self._transient_re and self._transient_re.search(m.cmdline)):
+            if m.pid == self.pid:
+                self._exe = m.exe or self._exe
+                continue
+            if self._transient_re and self._transient_re.search(m.cmdline):
                 continue
             current[key] = m
-            if now - m.start >= self.rules.min_age_s:
+            if self._is_member(m, now):
                 self._members.setdefault(key, m)
         gone = [m for key, m in self._members.items() if key not in current and not proctree.alive(m.pid, m.start)]
         if gone and proctree.alive(self.pid, self.start):
             m = gone[0]
             self._found = _Found(f"server process {m.describe()} exited while the server's first process kept "
                                  "running", self._tail(12), time.monotonic())
+
+    def _is_member(self, m: proctree.Member, now: float) -> bool:
+        if self._essential_re is not None:
+            return bool(self._essential_re.search(m.cmdline) or self._essential_re.search(m.name))
+        return bool(self._exe) and m.exe == self._exe and now - m.start >= self.rules.min_age_s
 
     def _log_size(self) -> int:
         try:

@@ -24,8 +24,8 @@ Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
 logprobs answered with 400, like a server that does not support them).
 
 A process tree like a real engine's (flags): ``--workers N`` starts N worker processes
-(Python, in the server's process group, no parent-death signal: like vLLM's workers,
-they outlive a front killed with SIGKILL), each writing its pid into ``--pid-dir``;
+(Python, in the server's process group, no parent-death signal, ``FAKE::Worker_N`` in
+their command lines: like vLLM's workers, they outlive a front killed with SIGKILL), each writing its pid into ``--pid-dir``;
 ``--worker-dies-after S`` makes worker 0 exit with code 1 after S seconds while the
 front keeps running; ``--workers-setsid`` puts the workers in sessions of their own
 (they leave the process group); ``--say-after S:TEXT`` prints TEXT (e.g. an engine's
@@ -248,7 +248,7 @@ def _start_tree(a: argparse.Namespace) -> None:
 
     for i in range(a.workers):
         die = a.worker_dies_after if i == 0 else None
-        cmd = [sys.executable, __file__, "--port", "0", "--worker", str(i)]
+        cmd = [sys.executable, __file__, "--port", "0", "--worker", str(i), "--title", f"FAKE::Worker_{i}"]
         if a.pid_dir:
             cmd += ["--pid-dir", a.pid_dir]
         if die is not None:
@@ -275,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-logprobs", action="store_true")
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)  # run as worker N
+    p.add_argument("--title", help=argparse.SUPPRESS)  # a worker's name in its command line (as vLLM retitles)
     p.add_argument("--pid-dir")
     p.add_argument("--worker-dies-after", type=float, default=None)
     p.add_argument("--workers-setsid", action="store_true")

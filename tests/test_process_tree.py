@@ -135,6 +135,25 @@ def test_short_lived_tools_and_transient_helpers_are_no_failure(tmp_path, server
         other.wait_ready(30)
 
 
+def test_with_essential_processes_named_only_they_count(tmp_path, servers):
+    """vLLM's rule: its retitled engine processes are the tree; a Python helper that ends
+    (a P2P check, a model inspection) is none of them."""
+    rules = WatchRules(essential_processes=(r"FAKE::Worker",))
+    sp = ServerProcess(_spec(free_port(), "--ready-after", "5", "--workers", "1", "--helper-after", "0.2:2.0"),
+                       tmp_path / "s.log", watch=rules)
+    servers.append(sp)
+    sp.start()
+    assert sp.wait_ready(30) >= 4.0 and sp.fatal is None
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    dying = ServerProcess(_spec(free_port(), "--ready-after", "600", "--workers", "1", "--pid-dir", str(pid_dir),
+                                "--worker-dies-after", "2"), tmp_path / "d.log", watch=rules)
+    servers.append(dying)
+    dying.start()
+    with pytest.raises(ServerFailed, match="--worker 0"):
+        dying.wait_ready(150)
+
+
 def test_the_first_process_exiting_is_still_reported_as_such(tmp_path, servers):
     sp = ServerProcess(_spec(free_port(), "--crash-on-start", "4"), tmp_path / "s.log")
     servers.append(sp)

@@ -90,4 +90,5 @@ def test_ctrl_c_once_finishes_the_trial_twice_kills_it(tmp_path, signals, no_lef
                            text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     counted = [r for r in trial_rows(open_study(load_job(job_path), create=False)) if r["counted"]]
-    assert len(counted) == 3 and all(r["state"] == "COMPLETE" for r in counted)
+    assert len(counted) == 3 and all(r["state"] == "COMPLETE" for r in counted), \
+        [(r["state"], r["failure_kind"], r["failure_reason"]) for r in counted]

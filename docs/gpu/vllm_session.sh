@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# A real vLLM 0.26.0 on a lent 4x H200 machine, in back-to-back runs of one warm machine (a call
-# carries at most 64 MiB; /tmp survives while the machine stays warm: an idle one goes back after 30 s).
-# Here, once:  bash docs/gpu/vllm_parts.sh    (.vp1/ .. .vp4/: vLLM and what the image lacks, ~60 MiB each)
-#              bash ../shared/tools/device-wheels.sh   (or any copy of it: .devwhl/, Ray + Optuna)
+# A real vLLM 0.26.0 on a lent GPU machine (2x H200 or more), in back-to-back runs of one warm machine
+# (a call carries at most 64 MiB; /tmp survives while the machine stays warm: an idle one goes back
+# after 30 s). Here, once:  bash docs/gpu/vllm_parts.sh   (.vp1/ .. .vp4/, ~60 MiB each)
+#                          bash ../shared/tools/device-wheels.sh   (.devwhl/: Ray + Optuna)
 # Then on the GPU machine, one step per run, carrying what the step names:
 #   STEP=part1   carry .vp1    part 1; exports the reference server's `1b` as a Hugging Face checkpoint
 #   STEP=part2   carry .vp2
 #   STEP=part3   carry .vp3
 #   STEP=install carry .vp4    part 4, reassembles the tar, installs vLLM into /tmp/vsite
-#   STEP=studies carry .devwhl the TP=1 study (GPU 0), the TP=2 NCCL study with P2P off (GPUs 1-2) and the
-#                              reference server vs vLLM comparison (GPU 3), side by side
-#   STEP=tp4                   the TP=4 study with P2P off; the driver is killed (kill -9) mid-trial and
-#                              nvidia-smi is read every second for 30 s; then the study resumes
-#   STEP=after                 the TP=1 study's concurrency comparison, export, and a hand launch of the
-#                              exported command
+#   STEP=tp1     carry .devwhl the TP=1 study on GPU 0 (then the exported command launched by hand and
+#                              asked for a completion), and the reference server vs vLLM comparison on GPU 1
+#   STEP=tpn JOB=jobs/h200x2-vllm-1b-tp2-nop2p.yaml   a TP>1 study: the driver is killed (kill -9) once the
+#                              second trial's server is up, nvidia-smi is read every second for 30 s, then
+#                              the study resumes and finishes
+#   STEP=compare               the TP=1 study's concurrency comparison (ROUNDS, default 2)
 # Every step writes under $OUT. NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
 # NVSHMEM_DISABLE_NVLS=1 stay set for every process (the jobs' env: repeats them for the servers).
 set -uo pipefail
@@ -43,50 +43,49 @@ install)
     /tmp/vw/w/*.whl 2>&1 | tail -3 | tee "$log"
   rm -rf /tmp/vw
   python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" 2>&1 | tail -2 | tee -a "$log" ;;
-studies)
+tp1)
   [ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
     .devwhl/*.whl 2>/dev/null
-  (run_study jobs/h200-vllm-1b.yaml ${TP1_S:-330} CUDA_VISIBLE_DEVICES=0 RAY_TMPDIR=/tmp/ray-tp1 > "$OUT/tp1.log" 2>&1) &
-  (run_study jobs/h200x2-vllm-1b-tp2-nop2p.yaml ${TP2_S:-360} CUDA_VISIBLE_DEVICES=1,2 RAY_TMPDIR=/tmp/ray-tp2 \
-    > "$OUT/tp2.log" 2>&1) &
-  (CUDA_VISIBLE_DEVICES=3 timeout 420 python3 docs/gpu/vllm_vs_refserver.py --model-dir $MODEL --preset 1b \
-    --out "$OUT/vllm-vs-refserver.json" --logs /tmp/vs-logs > "$OUT/vs.log" 2>&1) &
-  wait
-  tail -25 "$OUT/tp1.log"; tail -25 "$OUT/tp2.log"; cat "$OUT/vs.log"
-  tar czf "$OUT/studies.tgz" reports/h200-vllm-1b reports/h200x2-vllm-1b-tp2-nop2p /tmp/vs-logs 2>/dev/null ;;
-tp4)
-  job=jobs/h200x4-vllm-1b-tp4-nop2p.yaml
-  python3 -m orchestrator run "$job" > "$OUT/tp4-killed.log" 2>&1 &
-  driver=$!
-  # kill -9 the driver once the second trial's server is up (its first log line is written at spawn)
-  for i in $(seq 1 400); do
-    n=$(ls reports/h200x4-vllm-1b-tp4-nop2p/logs/trial-*.log 2>/dev/null | wc -l)
-    [ "$n" -ge 2 ] && grep -q "Application startup complete" "$(ls -t reports/h200x4-vllm-1b-tp4-nop2p/logs/trial-*.log | head -1)" && break
-    sleep 1
-  done
-  echo "kill -9 of the driver at $(date +%T)" | tee "$OUT/tp4-kill.txt"
-  kill -9 $driver
-  for i in $(seq 1 30); do
-    echo "t=${i}s $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | tr '\n' ' ') \
-procs=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)" | tee -a "$OUT/tp4-kill.txt"
-    sleep 1
-  done
-  ps -eo pid,args | grep -E "VLLM|vllm|EngineCore" | grep -v grep | tee -a "$OUT/tp4-kill.txt"
-  run_study "$job" ${TP4_S:-300} > "$OUT/tp4.log" 2>&1
-  tail -30 "$OUT/tp4.log"
-  tar czf "$OUT/tp4.tgz" reports/h200x4-vllm-1b-tp4-nop2p ;;
-after)
   job=jobs/h200-vllm-1b.yaml
-  CUDA_VISIBLE_DEVICES=0 timeout 300 python3 -m orchestrator compare "$job" --concurrency 1,2,10,64 --rounds 2 2>&1 \
-    | grep -v -e WARNING -e token-auth | tee "$log"
+  (run_study $job ${TP1_S:-300} CUDA_VISIBLE_DEVICES=0 RAY_TMPDIR=/tmp/ray-tp1 > "$OUT/tp1.log" 2>&1
+   python3 -m orchestrator export $job --format cmd > "$OUT/tp1-export.txt" 2>&1
+   cmd=$(grep -v '^#' "$OUT/tp1-export.txt" | tail -1)
+   CUDA_VISIBLE_DEVICES=0 setsid bash -c "exec $cmd --port 18123" > /tmp/hand.log 2>&1 &
+   hand=$!  # its own session: the group id is its pid
+   for i in $(seq 1 240); do curl -sf localhost:18123/health >/dev/null && break; sleep 1; done
+   curl -s localhost:18123/v1/completions -H 'Content-Type: application/json' -d '{"model": "refserver-1b",
+     "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}' >> "$OUT/tp1-export.txt"
+   kill -TERM -- -$hand; sleep 10; kill -KILL -- -$hand 2>/dev/null; cp /tmp/hand.log reports/h200-vllm-1b/) &
+  (CUDA_VISIBLE_DEVICES=1 timeout 420 python3 docs/gpu/vllm_vs_refserver.py --model-dir $MODEL --preset 1b \
+    --out "$OUT/vllm-vs-refserver.json" --logs /tmp/vs-logs > "$OUT/vs.log" 2>&1; cp -r /tmp/vs-logs reports/) &
+  wait
+  tail -22 "$OUT/tp1.log"; tail -3 "$OUT/tp1-export.txt"; cat "$OUT/vs.log"
+  tar czf "$OUT/tp1.tgz" reports/h200-vllm-1b reports/vs-logs ;;
+tpn)
+  [ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    .devwhl/*.whl 2>/dev/null
+  name=$(basename "$JOB" .yaml); logs=reports/$name/logs
+  python3 -m orchestrator run "$JOB" > "$OUT/$name-killed.log" 2>&1 &
+  driver=$!
+  for i in $(seq 1 400); do  # kill -9 the driver once the second trial's server is up
+    n=$(ls $logs/trial-*.log 2>/dev/null | wc -l)
+    [ "$n" -ge 2 ] && grep -q "Application startup complete" "$(ls -t $logs/trial-*.log | head -1)" && break
+    sleep 1
+  done
+  { echo "kill -9 of the driver at $(date +%T.%N)"; kill -9 $driver
+    for i in $(seq 1 30); do
+      echo "t=${i}s used_MiB=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | tr '\n' ' ')" \
+           "apps=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)"
+      sleep 1
+    done
+    ps -eo pid,args | grep -E "VLLM|vllm|EngineCore" | grep -v grep; } 2>&1 | tee "$OUT/$name-kill.txt"
+  run_study "$JOB" ${TPN_S:-300} > "$OUT/$name.log" 2>&1
+  tail -30 "$OUT/$name.log"
+  tar czf "$OUT/$name.tgz" reports/$name ;;
+compare)
+  job=jobs/h200-vllm-1b.yaml
+  CUDA_VISIBLE_DEVICES=0 timeout 540 python3 -m orchestrator compare "$job" --concurrency 1,2,10,64 \
+    --rounds ${ROUNDS:-2} 2>&1 | grep -v -e WARNING -e token-auth | tee "$log"
   python3 -m orchestrator report "$job" >/dev/null 2>&1
-  python3 -m orchestrator export "$job" --format cmd | tee -a "$log"
-  cmd=$(python3 -m orchestrator export "$job" --format cmd | grep -v '^#' | tail -1)
-  CUDA_VISIBLE_DEVICES=0 setsid bash -c "exec $cmd --port 18123" > /tmp/hand.log 2>&1 &
-  hand=$!  # its own session: the group id is its pid
-  for i in $(seq 1 300); do curl -sf localhost:18123/health >/dev/null && break; sleep 1; done
-  curl -s localhost:18123/v1/completions -H 'Content-Type: application/json' \
-    -d '{"model": "refserver-1b", "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}' | tee -a "$log"
-  kill -TERM -- -$hand; sleep 10; kill -KILL -- -$hand 2>/dev/null
-  tar czf "$OUT/after.tgz" reports/h200-vllm-1b /tmp/hand.log ;;
+  tar czf "$OUT/compare.tgz" reports/h200-vllm-1b ;;
 esac

@@ -150,13 +150,17 @@ class Backend(abc.ABC):
     # expressions on the command line) that come and go without meaning harm.
     FATAL_LOG_PATTERNS: ClassVar[tuple[str, ...]] = ()
     TRANSIENT_PROCESSES: ClassVar[tuple[str, ...]] = ()
+    # the engine's own processes, by name or command line (empty: every descendant running
+    # the server's executable counts)
+    ESSENTIAL_PROCESSES: ClassVar[tuple[str, ...]] = ()
 
     def watch_rules(self):
         """The rules the trial's ``TreeWatch`` applies to this backend's servers."""
         from orchestrator.treewatch import TRANSIENT_PROCESSES, WatchRules
 
         return WatchRules(fatal_log_patterns=tuple(self.FATAL_LOG_PATTERNS),
-                          transient_processes=TRANSIENT_PROCESSES + tuple(self.TRANSIENT_PROCESSES))
+                          transient_processes=TRANSIENT_PROCESSES + tuple(self.TRANSIENT_PROCESSES),
+                          essential_processes=tuple(self.ESSENTIAL_PROCESSES))
 
     def device(self) -> str:
         """Where the server computes: "cuda" for real servers (the memory the ceiling uses)."""

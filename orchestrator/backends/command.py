@@ -17,6 +17,8 @@ Settings::
         model_facts: {heads: 8, kv_heads: 4, layers: 4}   # for constraints and the report
         fatal_log_patterns: ["Worker .* died"]   # log lines that mean the server is dead
         transient_processes: ["my-compiler"]     # helper processes that may exit harmlessly
+        essential_processes: ["my-worker"]       # the server's own processes (default: every
+                                                 # descendant running the server's executable)
 
 Placeholders, inside any argv element: ``{port}``, ``{host}``, ``{tp_size}`` (default 1),
 ``{pp_size}`` (default 1), ``{gpus}`` (GPUs one server gets: tp_size x pp_size),
@@ -53,6 +55,8 @@ _SETTINGS = {
     "model_facts": "layers, heads, kv_heads, hidden_size, ... for space constraints and the report",
     "fatal_log_patterns": "regular expressions: a log line that matches one means the server is dead",
     "transient_processes": "regular expressions on command lines of helper processes that may exit harmlessly",
+    "essential_processes": "regular expressions on names or command lines of the server's own processes, whose "
+                           "loss is fatal (default: every descendant running the server's executable)",
 }
 BUILTINS = ("port", "host", "tp_size", "pp_size", "gpus", "python")
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_.]*)(\?[^{}]*)?\}")
@@ -111,6 +115,7 @@ class CommandBackend(Backend):
         self.facts = common.model_facts_setting(self)
         self.FATAL_LOG_PATTERNS = self._patterns("fatal_log_patterns")
         self.TRANSIENT_PROCESSES = self._patterns("transient_processes")
+        self.ESSENTIAL_PROCESSES = self._patterns("essential_processes")
 
     def _patterns(self, key: str) -> tuple[str, ...]:
         value = self.settings.get(key) or []

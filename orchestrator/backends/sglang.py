@@ -79,6 +79,8 @@ class SglangBackend(ServingBackend):
     # SGLang's scheduler/detokenizer log this and SIGQUIT their parent when they die
     FATAL_LOG_PATTERNS = (r"Scheduler hit an exception", r"DetokenizerManager hit an exception",
                           r"Received sigquit from a child process")
+    # SGLang's scheduler and detokenizer retitle themselves "sglang::..." (setproctitle)
+    ESSENTIAL_PROCESSES = (r"sglang::",)
     package = "sglang"
     server = "SGLang"
     parser_recipe = "sglang"

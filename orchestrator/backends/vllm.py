@@ -96,8 +96,12 @@ class VllmBackend(ServingBackend):
     # stayed up and never turned healthy (tests/fixtures/vllm/).
     FATAL_LOG_PATTERNS = (r"WorkerProc hit an exception", r"WorkerProc failed to start",
                           r"EngineCore failed to start", r"Engine core initialization failed", r"EngineDeadError")
-    # the model-inspection subprocess vLLM runs on a cache miss (it exits when done)
-    TRANSIENT_PROCESSES = (r"vllm\.model_executor\.models\.registry",)
+    # the model-inspection subprocess vLLM runs on a cache miss, and its P2P access check
+    # (both exit when done)
+    TRANSIENT_PROCESSES = (r"vllm\.model_executor\.models\.registry", r"custom_all_reduce_utils")
+    # vLLM's engine core and workers retitle themselves (setproctitle): these are the tree
+    # whose loss is fatal; every other python child (helpers, checks) may come and go
+    ESSENTIAL_PROCESSES = (r"VLLM::(?:EngineCore|Worker)",)
     package = "vllm"
     server = "vLLM"
     parser_recipe = "vllm"

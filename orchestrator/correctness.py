@@ -110,3 +110,24 @@ def compare(golden: Golden, outputs: dict[str, Any]) -> dict[str, Any]:
             f"log-probabilities of the reference text drift by {drifts[worst]:.3g} nats/token on prompt "
             f"{worst} (tolerance {golden.tolerance:.3g}, calibrated from the reference)"))
     return result
+
+
+def judge(golden: Golden, result):
+    """``result`` (a ``TrialResult``) after the gate: a COMPLETE or PRUNED trial whose outputs
+    differ from ``golden`` becomes FAIL ``wrong-output`` (its tok/s kept aside as
+    ``decode_tok_s_ignored``: measured, never ranked). The verdict goes in ``correctness``."""
+    from orchestrator.records import COMPLETE, PRUNED, TrialResult
+
+    outputs = result.outputs or {}
+    if result.outcome not in (COMPLETE, PRUNED) or not outputs:
+        return result
+    verdict = compare(golden, outputs)
+    result.correctness = verdict
+    if verdict["ok"]:
+        return result
+    failed = TrialResult.failed(result.config, "wrong-output", verdict["reason"], metrics=result.metrics,
+                                timing=result.timing, started_at=result.started_at, ended_at=result.ended_at,
+                                node=result.node, nccl=result.nccl, warnings=result.warnings,
+                                correctness=verdict, server=result.server, log_tail=result.log_tail)
+    failed.metrics["decode_tok_s_ignored"] = result.value
+    return failed

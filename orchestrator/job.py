@@ -11,11 +11,14 @@ backend's ``check_config`` on every config of the space (or, for spaces of more 
 The schema (every key but ``study``, ``backend`` and ``space`` is optional; defaults
 shown)::
 
-    study: demo                       # [A-Za-z0-9_.-]+
+    study: demo                       # a plain name: letters, digits, _ . - (not . or ..)
     description: null                 # free text
+    output_dir: null                  # the folder the study's folder goes in; default: reports
+                                      # next to the job file (relative paths: to the job file)
+    report_dir: null                  # the study's folder itself; default: <output_dir>/<study>
     storage: null                     # journal:<report_dir>/study.journal; or journal:PATH,
-                                      # PATH ending .journal/.log, or an RDB URL (sqlite:///x.db)
-    report_dir: null                  # reports/<study>, relative to the current directory
+                                      # PATH ending .journal/.log, or an RDB URL (sqlite:///x.db;
+                                      # relative paths are relative to the job file)
     backend: {kind: refserver, settings: {}}   # kind in orchestrator.backends.BACKEND_KINDS
     gpus_per_node: 0                  # 0 = CPU job
     cpus_per_trial: 2                 # Ray CPUs per trial actor
@@ -39,6 +42,8 @@ shown)::
     prescreen: {enabled: false, keep_within: 1.2}   # drop NCCL settings by all-reduce latency first
 
 Durations (``timeout``, ``timeouts.*``) are parsed by ``orchestrator.durations``.
+Every path in a job is relative to the job file, so a job means the same study from any
+working directory.
 """
 
 from __future__ import annotations
@@ -77,10 +82,11 @@ except ModuleNotFoundError as _exc:  # pragma: no cover - only while samplers.py
         raise
     SAMPLER_NAMES = ("tpe", "gp", "random", "grid", "bruteforce", "nsga2")
 
-JOB_KEYS = ("study", "description", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
+JOB_KEYS = ("study", "description", "output_dir", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
             "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
             "allow_unsafe_nccl", "remeasure", "max_consecutive_failures", "pruning", "constraints", "hardware", "prescreen")
-STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # and not "." or "..": the name is a folder name
+STUDY_RULE = "match [A-Za-z0-9_.-]+ and not be '.' or '..' (it names a folder: letters, digits, _ . -, no /)"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DEFAULT_PROMPT = ("Write a detailed, step-by-step explanation of how a ring all-reduce works across "
                   "eight GPUs, then summarize its cost in one sentence.")
@@ -353,13 +359,13 @@ def load_job(path: str | os.PathLike) -> Job:
 
     # -- plain settings first: cheap, independent of backend and space
     study = top.str("study", None)
-    if not STUDY_NAME.fullmatch(study):
-        raise top.bad("study", f"must match [A-Za-z0-9_.-]+ (letters, digits, _ . -), not {study!r}")
+    if not STUDY_NAME.fullmatch(study) or study in (".", ".."):
+        raise top.bad("study", f"must {STUDY_RULE}, not {study!r}")
     description = top.str("description", None, none_ok=True, nonempty=False)
     gpus = top.int("gpus_per_node", 0, low=0)
     cpus = top.int("cpus_per_trial", 2, low=1)
-    report_dir = _report_dir(top, study)
-    storage = _storage(top, report_dir)
+    report_dir = _report_dir(top, study, job_path)
+    storage = _storage(top, report_dir, job_path)
     budget = _budget(top)
     bench = _bench(top)
     timeouts = _timeouts(top)
@@ -444,14 +450,25 @@ def load_job(path: str | os.PathLike) -> Job:
 
 # ---- sections ------------------------------------------------------------------------------
 
-def _report_dir(top: _Section, study: str) -> Path:
-    value = top.str("report_dir", None, none_ok=True)
-    if value is None:
-        return (Path.cwd() / "reports" / study).resolve()
-    return Path(os.path.expanduser(value)).resolve()
+def _near_job(job_path: Path, value: str) -> Path:
+    """A path of the job resolved as the user reads it: relative to the job file."""
+    return (job_path.resolve().parent / os.path.expanduser(value)).resolve()
 
 
-def _storage(top: _Section, report_dir: Path) -> str:
+def _report_dir(top: _Section, study: str, job_path: Path) -> Path:
+    """The study's folder: ``report_dir``, else ``<output_dir>/<study>``, else
+    ``reports/<study>`` next to the job file (never the current directory)."""
+    report_dir = top.str("report_dir", None, none_ok=True)
+    output_dir = top.str("output_dir", None, none_ok=True)
+    if report_dir is not None and output_dir is not None:
+        raise top.bad("report_dir", "give output_dir (the folder the study's folder goes in) or report_dir "
+                                    "(the study's folder itself), not both")
+    if report_dir is not None:
+        return _near_job(job_path, report_dir)
+    return _near_job(job_path, output_dir if output_dir is not None else "reports") / study
+
+
+def _storage(top: _Section, report_dir: Path, job_path: Path) -> str:
     value = top.str("storage", None, none_ok=True)
     rule = ("allowed: null (a journal file in the report directory), journal:PATH, a path ending .journal "
             "or .log, or an RDB URL such as sqlite:///path/study.db")
@@ -461,14 +478,16 @@ def _storage(top: _Section, report_dir: Path) -> str:
     if "://" in value:
         if value.startswith("sqlite:///") and len(value) == len("sqlite:///"):
             raise top.bad("storage", f"a sqlite URL needs a file: sqlite:///path/study.db, not {value!r}")
+        if value.startswith("sqlite:///") and not value.startswith("sqlite:////"):  # relative file
+            return f"sqlite:///{_near_job(job_path, value[len('sqlite:///'):])}"
         return value
     if value.startswith("journal:"):
         target = value[len("journal:"):].strip()
         if not target:
             raise top.bad("storage", f"journal: needs a path (journal:reports/x/study.journal); {rule}")
-        return f"journal:{Path(os.path.expanduser(target)).resolve()}"
+        return f"journal:{_near_job(job_path, target)}"
     if value.endswith((".journal", ".log")):
-        return f"journal:{Path(os.path.expanduser(value)).resolve()}"
+        return f"journal:{_near_job(job_path, value)}"
     raise top.bad("storage", f"not a storage: {value!r}; {rule}")
 
 

@@ -493,6 +493,9 @@ class StudyDriver:
             what = f"pruned after the first repeat: {result.value:.1f} tok/s{limit}"
         else:
             what = f"FAIL {result.failure_kind}: {result.failure_reason}"
+            ignored = result.metrics.get("decode_tok_s_ignored")
+            if result.failure_kind == "wrong-output" and ignored:
+                what = f"FAIL wrong-output (its {ignored:.1f} tok/s do not count): {result.failure_reason}"
         best = policy.best()
         best_s = ""
         if best is not None:

@@ -318,8 +318,15 @@ def connect_ray(address: str | None, local_num_cpus: int | None = None):
         if address:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         else:
-            ray.init(address="local", num_cpus=local_num_cpus, include_dashboard=False,
-                     logging_level=logging.WARNING, log_to_driver=False)
+            # a private local Ray: Ray's notice that it turned token auth on for it is noise here
+            notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
+            level = notice.level
+            notice.setLevel(logging.ERROR)
+            try:
+                ray.init(address="local", num_cpus=local_num_cpus, include_dashboard=False,
+                         logging_level=logging.WARNING, log_to_driver=False)
+            finally:
+                notice.setLevel(level)
     except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, version mismatch, ...
         where = f"the Ray cluster at {address!r}" if address else "a local Ray instance"
         text = str(exc).strip()
@@ -403,8 +410,13 @@ class RayExecutor(Executor):
         self._refreshed = 0.0
         self._refresh(force=True)
         if not self._nodes:
+            hint = ""
+            if gpus_per_node > 0 and not any((n.get("Resources") or {}).get("GPU") for n in self._ray.nodes()):
+                hint = ("; no node has GPUs: run this on the GPU machines, or to try the job without GPUs start "
+                        f"a Ray head that declares them (`ray start --head --num-gpus={gpus_per_node} --block`) "
+                        "and pass its address with --ray-address")
             raise RuntimeFailure(f"no Ray node matches this job: {self._describe_need()}; "
-                                 f"nodes: {self._describe_nodes()}")
+                                 f"nodes: {self._describe_nodes()}{hint}")
 
     # ---- nodes --------------------------------------------------------------------------
     def _describe_need(self) -> str:

@@ -9,37 +9,71 @@ backend's ``check_config`` on every config of the space (or, for spaces of more 
 2000 configs, on every parameter value applied to the baseline). It writes nothing.
 
 The schema (every key but ``study``, ``backend`` and ``space`` is optional; defaults
-shown)::
+shown). ``orchestrator.schema`` renders it into docs/guide.md, and a test holds it to
+what ``load_job`` accepts, so keep one key per line with its meaning::
 
-    study: demo                       # a plain name: letters, digits, _ . - (not . or ..)
-    description: null                 # free text
-    output_dir: null                  # the folder the study's folder goes in; default: reports
-                                      # next to the job file (relative paths: to the job file)
-    report_dir: null                  # the study's folder itself; default: <output_dir>/<study>
-    storage: null                     # journal:<report_dir>/study.journal; or journal:PATH,
-                                      # PATH ending .journal/.log, or an RDB URL (sqlite:///x.db;
-                                      # relative paths are relative to the job file)
-    backend: {kind: refserver, settings: {}}   # kind in orchestrator.backends.BACKEND_KINDS
-    gpus_per_node: 0                  # 0 = CPU job
-    cpus_per_trial: 2                 # Ray CPUs per trial actor
-    space: ../search_spaces/x.yaml    # relative to the job file
-    baseline: null                    # params merged onto backend.default_config()
-    budget: {trials: 8, timeout: null}   # at least one of the two when given
-    bench: {prompt: ..., output_tokens: 64, warmup: 1, repeats: 3, max_repeats: 3,
-            target_rel_ci: null, concurrency: [1, 2, 10, 64]}
-    timeouts: {startup: 120s, bench: 60s, teardown: 10s}
-    ray: {address: null, parallel: null, node_selector: {gpu_model: null, resources: {}}}   # parallel null: one trial per matching node
-    sampler: {name: tpe, seed: 0, n_startup_trials: null, options: {}}
-    correctness: {enabled: true, reference: baseline, prompts: [3 prompts], check_tokens: 32,
-                  logprobs: true, logprob_tolerance: 0.05}     # reference: baseline | {config} | path/to/reference.json
+    study: demo                       # the study's name: a folder name ([A-Za-z0-9_.-]+, not . or ..)
+    description: null                 # free text, shown in the report
+    output_dir: null                  # the folder the study's folder goes in; null: reports/ next to the job file
+    report_dir: null                  # the study's folder itself (storage, logs, report); null: <output_dir>/<study>
+    storage: null                     # null: journal:<report_dir>/study.journal; or journal:PATH, a PATH
+                                      # ending .journal/.log, or an RDB URL such as sqlite:///study.db
+    backend:
+      kind: refserver                 # refserver, vllm, sglang or command (required)
+      settings: {}                    # the backend's own settings (see the backends below)
+    gpus_per_node: 0                  # GPUs one trial takes on its node; 0: a CPU job
+    cpus_per_trial: 2                 # Ray CPUs a trial actor takes on a CPU job
+    space: ../search_spaces/x.yaml    # the search space file (required)
+    baseline: null                    # the first trial and the ratios' denominator: params merged onto
+                                      # the backend's defaults; null: the backend's defaults
+    budget:
+      trials: 8                       # trials launched in total (COMPLETE, FAIL, PRUNED); null: no limit
+      timeout: null                   # wall clock of one `run` (8h, 30m); no trial starts after it
+    bench:
+      prompt: ...                     # the decode prompt (default: a fixed paragraph request)
+      output_tokens: 64               # tokens per timed request (greedy, fixed length)
+      warmup: 1                       # untimed requests first
+      repeats: 3                      # timed requests; the median is the trial's tok/s
+      max_repeats: 3                  # upper bound when target_rel_ci asks for more
+      target_rel_ci: null             # repeat until the median's CI half-width / median is below this
+      concurrency: [1, 2, 10, 64]     # levels `compare` (and constraints) measure total tok/s at
+    timeouts:
+      startup: 120s                   # spawn to healthy; longer is FAIL start-timeout
+      bench: 60s                      # the whole benchmark of one trial; longer is FAIL bench-timeout
+      teardown: 10s                   # SIGTERM grace before SIGKILL of the server's process group
+    ray:
+      address: null                   # an existing cluster (HOST:6379, ray://...); null: a fresh local Ray
+      parallel: null                  # trials at once; null: one per matching node
+      node_selector:
+        gpu_model: null               # only nodes with this GPU model (e.g. H200)
+        resources: {}                 # only nodes with these Ray custom resources, e.g. {pcie_box: 1}
+    sampler:
+      name: tpe                       # tpe, gp, random, grid, bruteforce, nsga2
+      seed: 0                         # null: not reproducible
+      n_startup_trials: null          # null: sized to the budget
+      options: {}                     # sampler options (see orchestrator.samplers)
+    correctness:
+      enabled: true                   # compare every trial's output with a golden reference
+      reference: baseline             # baseline, a config mapping ({tp_size: 1}), or a reference JSON file
+      prompts: [3 prompts]            # fixed prompts answered greedily
+      check_tokens: 32                # greedy tokens compared per prompt
+      logprobs: true                  # also compare log-probabilities of the reference text
+      logprob_tolerance: 0.05         # floor of the tolerance (mean nats/token), calibrated above it
     env: {NCCL_NVLS_ENABLE: "0"}      # fixed environment of every server (values as strings)
-    allow_unsafe_nccl: false
-    remeasure: false
-    max_consecutive_failures: 5
-    pruning: {enabled: true, min_ratio: 0.8}
-    constraints: []                   # [{concurrency: 10, min_ratio: 0.9}, ...]
-    hardware: {memory_bandwidth: null, allreduce_latency_us: null}   # for the ceiling; measured when absent
-    prescreen: {enabled: false, keep_within: 1.2}   # drop NCCL settings by all-reduce latency first
+    allow_unsafe_nccl: false          # allow LL128/NVLS/CollNet values that can corrupt data on PCIe
+    remeasure: false                  # launch configs already measured again instead of answering them
+    max_consecutive_failures: 5       # stop the study after this many failed trials in a row
+    pruning:
+      enabled: true                   # stop a trial after one repeat when it is clearly worse
+      min_ratio: 0.8                  # "clearly worse": below min_ratio x the best so far
+    constraints: []                   # outcome rules, e.g. [{concurrency: 10, min_ratio: 0.9}]: a config
+                                      # below 0.9 x the baseline's total tok/s at concurrency 10 is infeasible
+    hardware:
+      memory_bandwidth: null          # for the ceiling, e.g. 4.8TB/s; null: measured on the node
+      allreduce_latency_us: null      # for the ceiling; null: measured
+    prescreen:
+      enabled: false                  # time NCCL all-reduces per setting and drop slow ones before launches
+      keep_within: 1.2                # keep settings within this factor of the fastest at the same TP
 
 Durations (``timeout``, ``timeouts.*``) are parsed by ``orchestrator.durations``.
 Every path in a job is relative to the job file, so a job means the same study from any

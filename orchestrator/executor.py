@@ -304,9 +304,10 @@ def connect_ray(address: str | None, local_num_cpus: int | None = None):
     if address:
         why = probe_address(address) or probe_cluster(address)
         if why:
+            tail = "" if TOKEN_HINT in why else ("; start it there with `ray start --head`, fix the address, or "
+                                                 "leave it out for a local Ray")
             raise RuntimeFailure(f"cannot reach the Ray cluster at {address!r} (ray.address / --ray-address): "
-                                 f"{why}; start it there with `ray start --head`, fix the address, or leave it out "
-                                 "for a local Ray")
+                                 f"{why}{tail}")
     # Ray's local services are spawned now: they ignore SIGHUP (a dropped terminal must not end
     # them under the driver, which stops gracefully), and Ray's own SIGTERM handler (exit at
     # once) is replaced by the one the CLI installed (stop like Ctrl-C).

@@ -99,7 +99,8 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         result.log_tail = _tail(log_text, 60)
         result.nccl = nccl.parse_log(log_text)
         requested = {k: v for k, v in env.items() if k.startswith("NCCL_") and not k.startswith("NCCL_DEBUG")}
-        if result.nccl.get("version") or (node.get("gpus") and backend.gpus_per_trial(spec.config) > 1):
+        if result.nccl.get("version") or (backend.device() == "cuda" and node.get("gpus")
+                                          and backend.gpus_per_trial(spec.config) > 1):
             # NCCL ran (or should have): did it take what was asked? (gloo on CPU has no NCCL)
             result.warnings.extend(nccl.verify_applied(requested, result.nccl))
         result.server.update(argv=launch.argv, env=env, port=port, log=str(log_path))

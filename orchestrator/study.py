@@ -188,11 +188,13 @@ class StudyDriver:
         from orchestrator.search import SearchPolicy
 
         job = self.job
+        created = not self.report_dir.exists()
         self.report_dir.mkdir(parents=True, exist_ok=True)
         lock = DriverLock(self.report_dir / "driver.lock")
         lock.acquire()
         executor = None
         try:
+            executor = self.make_executor()  # first: a cluster that cannot be reached leaves no study behind
             try:
                 sampler = make_sampler(job.sampler.name, seed=job.sampler.seed, budget=self.trials or 50,
                                        space_size=job.space.size(), n_startup_trials=job.sampler.n_startup_trials,
@@ -205,7 +207,6 @@ class StudyDriver:
             policy = SearchPolicy(study, self._space(baseline), self.backend.normalize, baseline=baseline,
                                   budget=self.trials, remeasure=job.remeasure, seed=job.sampler.seed)
             self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config
-            executor = self.make_executor()
             self.say(f"study {job.study!r} of {job.path}: results in {_shown_dir(self.report_dir)}")
             killed = executor.cleanup_orphans(self.registry_dir)
             if killed:
@@ -222,6 +223,8 @@ class StudyDriver:
             if executor is not None and self._owns_executor:
                 executor.shutdown()
             lock.release()
+            if created and not any(self.report_dir.iterdir()):
+                self.report_dir.rmdir()  # nothing happened: leave no empty study folder
 
     def _space(self, baseline: dict):
         """The job's space, minus NCCL settings the all-reduce pre-screen dropped (if enabled);

@@ -1,13 +1,17 @@
 """The ``ncclsweep`` command line: the only place that prints errors and picks exit codes.
 
-Exit codes: 0 success, 1 runtime failure, 2 bad input (job, space, flags). Errors are
-one line; ``--debug`` adds the traceback.
+Exit codes: 0 success, 1 runtime failure, 2 bad input (job, space, flags), 130 stopped
+by a signal (Ctrl-C, SIGTERM, SIGHUP). Errors are one line; ``--debug`` (before or after
+the command) adds the traceback. Logging is configured here and nowhere else
+(``orchestrator.logs``): progress and warnings to stderr, and for ``run`` to the study's
+``driver.log`` as well.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -15,69 +19,106 @@ from typing import Any
 
 from orchestrator.errors import BadInput, NcclsweepError
 
+DESCRIPTION = ("Unattended tuning of LLM inference servers (vLLM, SGLang, any command, or the embedded "
+               "reference server): NCCL variables, tensor-parallel size, CUDA graphs and server flags, "
+               "one relaunch per trial, decode tok/s as the objective, outputs checked for correctness.")
+EPILOG = """\
+a night, start to end:
+  ncclsweep validate JOB.yaml      check the job and its space (writes nothing)
+  ncclsweep doctor JOB.yaml        pre-flight: GPUs, topology, versions
+  ncclsweep run JOB.yaml           create or resume the study (Ctrl-C: stop after the trial)
+  ncclsweep status JOB.yaml        every trial so far
+  ncclsweep report JOB.yaml        report.md / report.html beside the study
+  ncclsweep compare JOB.yaml       baseline vs best at several concurrencies
+  ncclsweep export JOB.yaml --format env     the best config, ready to deploy
+
+exit codes: 0 success, 1 runtime failure, 2 bad input, 130 stopped by a signal.
+docs/guide.md walks through tuning your own server."""
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse that raises BadInput (exit 2, one line) instead of printing usage."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise BadInput(f"{self.prog}: {message}")
+        command = self.prog.split(" ", 1)[1] if " " in self.prog else ""
+        raise BadInput(f"{command}: {message}" if command else message)
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import orchestrator
+
+        print(f"ncclsweep {orchestrator.__version__}")
+        parser.exit(0)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="ncclsweep", description=__doc__.splitlines()[0])
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = _Parser(prog="ncclsweep", description=DESCRIPTION, epilog=EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
+    p.add_argument("--version", action=_Version, help="print the version and exit")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    s = sub.add_parser("validate", help="validate a job and its space; writes nothing")
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        s = sub.add_parser(name, help=help_text, description=help_text)
+        # accepted after the command too; SUPPRESS keeps a --debug given before it
+        s.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+        return s
+
+    s = command("validate", "validate a job and its space; writes nothing")
     s.add_argument("job")
     s.add_argument("--commands", action="store_true", help="print the env and argv of a few sampled configs")
 
-    s = sub.add_parser("run", help="create or resume the job's study")
+    s = command("run", "create or resume the job's study")
     s.add_argument("job")
     s.add_argument("--trials", type=int, help="total trials the study should have launched")
     s.add_argument("--timeout", help="wall-clock limit for this invocation, e.g. 8h, 30m")
-    s.add_argument("--ray-address", help="connect to an existing Ray cluster")
+    s.add_argument("--ray-address", help="connect to an existing Ray cluster (default: a fresh local Ray)")
 
-    s = sub.add_parser("status", help="one record per trial")
+    s = command("status", "one record per trial")
     s.add_argument("job")
     s.add_argument("--json", action="store_true")
 
-    s = sub.add_parser("export", help="export the best configuration(s)")
+    s = command("export", "export the best configuration(s)")
     s.add_argument("job")
     s.add_argument("--format", required=True, choices=["env", "yaml", "json", "cmd", "nccl-tuner"])
     s.add_argument("--top", type=int, default=1)
     s.add_argument("-o", "--output", help="write to this file instead of stdout")
 
-    s = sub.add_parser("report", help="write reports/<study>/ (markdown, html, csv, plots)")
+    s = command("report", "write the study's report (markdown, html, csv, plots) into its folder")
     s.add_argument("job")
 
-    s = sub.add_parser("compare", help="baseline vs best (and --also trials) at several concurrencies, interleaved")
+    s = command("compare", "baseline vs best (and --also trials) at several concurrencies, interleaved")
     s.add_argument("job")
     s.add_argument("--concurrency", help="comma-separated, e.g. 1,2,10,64")
     s.add_argument("--rounds", type=int, default=2, help="rounds of interleaved launches (baseline, best, --also trials)")
     s.add_argument("--also", metavar="TRIALS", help="more trials measured in every round: comma-separated "
                    "numbers, or 'ties' (the runners-up within the noise of the best)")
 
-    s = sub.add_parser("bench", help="measure one configuration once, no study")
+    s = command("bench", "measure one configuration once, no study")
     s.add_argument("job")
-    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a param, e.g. tp_size=2")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a param of the space, e.g. tp_size=2 (checked like the space)")
     s.add_argument("--config", help="a config file (an export in yaml/json, or a mapping of params)")
     s.add_argument("--verify-nccl", action="store_true",
                    help="a verification launch: NCCL_DEBUG_SUBSYS adds TUNING, and the algorithm/protocol "
                         "NCCL chose per all-reduce size is printed (not for timing: TUNING logs every call)")
     s.add_argument("--json", action="store_true")
 
-    s = sub.add_parser("prescreen", help="all-reduce latency per NCCL setting of the space, before any launch")
+    s = command("prescreen", "all-reduce latency per NCCL setting of the space, before any launch")
     s.add_argument("job")
     s.add_argument("--iters", type=int, default=400, help="all-reduces timed per setting")
 
-    s = sub.add_parser("cleanup", help="end servers a dead driver left behind")
+    s = command("cleanup", "end servers a dead driver left behind")
     s.add_argument("job")
 
-    s = sub.add_parser("doctor", help="pre-flight checks: GPUs, topology, P2P, versions")
+    s = command("doctor", "pre-flight checks: GPUs, topology, P2P, versions")
     s.add_argument("job", nargs="?")
 
-    s = sub.add_parser("simulate", help="replay recorded measurements to compare search strategies")
+    s = command("simulate", "replay recorded measurements to compare search strategies")
     try:
         from orchestrator.simulate import add_simulate_args
 
@@ -87,19 +128,45 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _interrupt(signum, frame) -> None:  # noqa: ARG001
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _signals_like_ctrl_c() -> None:
+    """SIGTERM and SIGHUP unwind like Ctrl-C: ``finally`` blocks end servers and release locks
+    (a study installs its own graceful handling while its trials run)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(sig, _interrupt)
+        except (ValueError, OSError):  # not the main thread
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    from orchestrator import logs
+
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
+    state = logs.configure(debug)
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    _signals_like_ctrl_c()
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        if not [a for a in argv if a != "--debug"]:
+            parser.print_help(sys.stderr)  # no command: a usage error, so exit 2 (--help: stdout, 0)
+            return 2
+        args = parser.parse_args(argv)
+        if args.command is None:
+            raise BadInput("a command is required (see ncclsweep --help)")
+        args.logging = state
         return int(_COMMANDS[args.command](args) or 0)
     except NcclsweepError as exc:
         if debug:
             traceback.print_exc()
-        print(f"ncclsweep: error: {exc}", file=sys.stderr)
+        _say_error(state, f"ncclsweep: error: {exc}")
         return exc.exit_code
     except KeyboardInterrupt:
-        print("ncclsweep: interrupted", file=sys.stderr)
+        _say_error(state, "ncclsweep: interrupted")
         return 130
     except BrokenPipeError:  # output piped into `head` and the like: not an error
         import os
@@ -109,10 +176,25 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - last resort: one line, traceback only with --debug
         if debug:
             traceback.print_exc()
-        else:
-            print(f"ncclsweep: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
-                  file=sys.stderr)
+        _say_error(state, f"ncclsweep: internal error: {type(exc).__name__}: {exc} "
+                          "(rerun with --debug for the traceback)")
         return 1
+    finally:
+        state.close()
+        for sig, handler in old.items():
+            try:
+                signal.signal(sig, handler)
+            except (ValueError, OSError, TypeError):
+                pass
+
+
+def _say_error(state, line: str) -> None:
+    """The one error line: stderr (if it is still there) and the run's driver.log."""
+    state.error_line(line)
+    try:
+        print(line, file=sys.stderr)
+    except (OSError, ValueError):  # the terminal is gone (SIGHUP)
+        pass
 
 
 # ---- commands ----------------------------------------------------------------------------
@@ -168,8 +250,9 @@ def cmd_run(args) -> int:
         raise BadInput(f"--trials must be >= 1, not {args.trials}")
     timeout = parse_duration(args.timeout, key="--timeout") if args.timeout else None
     driver = StudyDriver(job, trials=args.trials, timeout_s=timeout, ray_address=args.ray_address)
-    driver.run()
-    return 0
+    args.logging.log_to_file(Path(job.report_dir) / "driver.log")
+    summary = driver.run()
+    return 130 if summary.interrupted else 0
 
 
 def cmd_status(args) -> int:
@@ -254,22 +337,26 @@ def parse_sets(pairs: list[str]) -> dict[str, Any]:
 
 
 def cmd_bench(args) -> int:
-    from orchestrator.bench_one import bench_config
+    from orchestrator.bench_one import bench_config, check_overrides, format_result, study_golden
 
     job = _load(args.job)
     overrides: dict[str, Any] = {}
     if args.config:
         from orchestrator.export import load_config_file
 
-        overrides.update(load_config_file(args.config))
-    overrides.update(parse_sets(args.set))
-    result = bench_config(job, overrides, verify_nccl=args.verify_nccl)
+        overrides.update(check_overrides(job, load_config_file(args.config), args.config))
+    overrides.update(check_overrides(job, parse_sets(args.set), "--set"))
+    golden = study_golden(job)
+    result = bench_config(job, overrides, verify_nccl=args.verify_nccl, golden=golden)
     if args.json:
         print(json.dumps(result.to_attrs(), indent=2, default=str))
     else:
-        from orchestrator.bench_one import format_result
-
         print(format_result(result))
+        if golden is None and result.outcome == "COMPLETE":
+            why = ("the job turns the gate off (correctness.enabled: false)" if not job.correctness.enabled else
+                   f"the study has no golden reference yet (`ncclsweep run {args.job}` captures it from the "
+                   "baseline)")
+            print(f"correctness: not checked: {why}")
     return 0 if result.outcome == "COMPLETE" else 1
 
 
@@ -279,6 +366,9 @@ def cmd_prescreen(args) -> int:
     job = _load(args.job)
     if args.iters < 1:
         raise BadInput(f"--iters must be >= 1, not {args.iters}")
+    from orchestrator.prescreen import require_device
+
+    require_device(job, job.backend_obj().device())  # at once, before anything is launched
     measured = {}
     try:  # a finished study gives "the rest" of a step, for the predicted decode tok/s
         from orchestrator.history import trial_rows

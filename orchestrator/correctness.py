@@ -137,6 +137,27 @@ def compare(golden: Golden, outputs: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def judge(golden: Golden, result):
+    """``result`` (a ``TrialResult``) after the gate: a COMPLETE or PRUNED trial whose outputs
+    differ from ``golden`` becomes FAIL ``wrong-output`` (its tok/s kept aside as
+    ``decode_tok_s_ignored``: measured, never ranked). The verdict goes in ``correctness``."""
+    from orchestrator.records import COMPLETE, PRUNED, TrialResult
+
+    outputs = result.outputs or {}
+    if result.outcome not in (COMPLETE, PRUNED) or not outputs:
+        return result
+    verdict = compare(golden, outputs)
+    result.correctness = verdict
+    if verdict["ok"]:
+        return result
+    failed = TrialResult.failed(result.config, "wrong-output", verdict["reason"], metrics=result.metrics,
+                                timing=result.timing, started_at=result.started_at, ended_at=result.ended_at,
+                                node=result.node, nccl=result.nccl, warnings=result.warnings,
+                                correctness=verdict, server=result.server, log_tail=result.log_tail)
+    failed.metrics["decode_tok_s_ignored"] = result.value
+    return failed
+
+
 def _at(items: list | None, i: int):
     return items[i] if items and i < len(items) else None
 

@@ -22,9 +22,11 @@ are counted again and the slots shrink (or grow, when nodes join). The driver re
 the config once. With no matching node left and nothing in flight, ``slots`` raises
 ``RuntimeFailure``: nothing is lost, and ``ncclsweep run`` resumes once nodes are back.
 
-Connecting: ``address`` (``ray.address`` / ``--ray-address``) joins an existing
-cluster; an address where nothing answers fails at once as one ``RuntimeFailure`` line
-(Ray itself would retry for minutes). Without an address a local Ray is started.
+Connecting (``connect_ray``): ``address`` (``ray.address`` / ``--ray-address``) joins an
+existing cluster; an address where nothing listens fails at once, one where something
+listens that does not answer as Ray (or refuses the token) within ``CONNECT_TIMEOUT_S``,
+as one ``RuntimeFailure`` line (Ray itself would retry for minutes). Without an address
+a fresh local Ray is started (``address="local"``), never a cluster found on the host.
 
 Killing: ``ray.kill`` does not reach a server started in its own session, so an actor
 kills its server's process group itself (``stop``), and the server carries a
@@ -218,28 +220,124 @@ def probe_address(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | Non
         return f"{host}:{port}: {exc.strerror or exc}"
 
 
+CONNECT_TIMEOUT_S = 25.0  # an explicit address: Ray must have answered by then
+TOKEN_HINT = ("the cluster uses token authentication: export RAY_AUTH_MODE=token before `ncclsweep run`, "
+              "with the cluster's token in RAY_AUTH_TOKEN or ~/.ray/auth_token")
+_AUTH_MARKERS = ("InvalidAuthToken", "Unauthenticated", "AuthenticationError")
+_PROBE = ("import logging, sys, ray\n"
+          "ray.init(address=sys.argv[1], logging_level=logging.WARNING, log_to_driver=False)\n"
+          "print('NCCLSWEEP_RAY_OK', flush=True)\n"
+          "ray.shutdown()\n")
+
+
+def probe_cluster(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
+    """Why ``ray.init(address)`` would not work (None: it does), in at most ``timeout_s``.
+
+    ``ray.init`` against something that is not a Ray GCS retries for many minutes, and a
+    token-auth cluster answers a driver without the token with lines of ``InvalidAuthToken``.
+    So a throw-away process tries first, in its own process group, ended when it runs
+    past ``timeout_s`` or as soon as its log says the token was refused."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", _PROBE, address], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+    lines: list[str] = []
+    auth = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            lines.append(line.rstrip())
+            if any(m in line for m in _AUTH_MARKERS):
+                auth.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and not auth.is_set() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    timed_out = proc.poll() is None and not auth.is_set()
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    proc.wait()
+    reader.join(2.0)
+    if any("NCCLSWEEP_RAY_OK" in ln for ln in lines) and proc.returncode == 0:
+        return None
+    if auth.is_set() or any(m in ln for ln in lines for m in _AUTH_MARKERS):
+        return f"the token was refused (InvalidAuthToken): {TOKEN_HINT}"
+    if timed_out:
+        return (f"something listens there but no Ray GCS answered within {timeout_s:.0f}s: check that it is "
+                f"the GCS address `ray start --head` printed (port {RAY_DEFAULT_PORT} by default), that the "
+                f"Ray versions match, and, if the cluster uses token authentication, that RAY_AUTH_MODE=token "
+                f"is exported")
+    return _last_error(lines) or f"the probe exited with code {proc.returncode}"
+
+
+def _last_error(lines: list[str]) -> str | None:
+    """The exception line of a failed ``ray.init`` (``ConnectionError: ...``), if any."""
+    for line in reversed(lines):
+        head = line.split(":", 1)[0]
+        if head.endswith(("Error", "Exception")) and " " not in head.strip():
+            return line.strip()[:300]
+    return None
+
+
 def connect_ray(address: str | None, local_num_cpus: int | None = None):
     """``ray.init`` for the driver (no resources asked for it); every failure is one
-    ``RuntimeFailure`` line. Reuses a Ray this process already initialised."""
+    ``RuntimeFailure`` line. Reuses a Ray this process already initialised.
+
+    No address: a fresh local Ray of this process (``address="local"``), never a cluster
+    that happens to run on the host. An explicit address is probed first (``probe_cluster``)
+    so a wrong one fails within ``CONNECT_TIMEOUT_S`` with what was tried and what to check.
+    """
+    import signal
+
     import ray
 
     if ray.is_initialized():
         return ray
     if address:
-        why = probe_address(address)
+        why = probe_address(address) or probe_cluster(address)
         if why:
-            raise RuntimeFailure(f"cannot reach the Ray cluster at {address!r}: {why}; start it there with "
-                                 "`ray start --head`, or fix ray.address / --ray-address")
+            tail = "" if TOKEN_HINT in why else ("; start it there with `ray start --head`, fix the address, or "
+                                                 "leave it out for a local Ray")
+            raise RuntimeFailure(f"cannot reach the Ray cluster at {address!r} (ray.address / --ray-address): "
+                                 f"{why}{tail}")
+    # Ray's local services are spawned now: they ignore SIGHUP (a dropped terminal must not end
+    # them under the driver, which stops gracefully), and Ray's own SIGTERM handler (exit at
+    # once) is replaced by the one the CLI installed (stop like Ctrl-C).
+    main = threading.current_thread() is threading.main_thread()
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)} if main else {}
     try:
+        if main:
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
         if address:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         else:
-            ray.init(num_cpus=local_num_cpus, include_dashboard=False,
-                     logging_level=logging.WARNING, log_to_driver=False)
+            # a private local Ray: Ray's notice that it turned token auth on for it is noise here
+            notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
+            level = notice.level
+            notice.setLevel(logging.ERROR)
+            try:
+                ray.init(address="local", num_cpus=local_num_cpus, include_dashboard=False,
+                         logging_level=logging.WARNING, log_to_driver=False)
+            finally:
+                notice.setLevel(level)
     except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, version mismatch, ...
         where = f"the Ray cluster at {address!r}" if address else "a local Ray instance"
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise RuntimeFailure(f"could not connect to {where}: {first}") from None
+        text = str(exc).strip()
+        first = (text.splitlines() or [type(exc).__name__])[0]
+        hint = f"; {TOKEN_HINT}" if any(m in text for m in _AUTH_MARKERS) else ""
+        raise RuntimeFailure(f"could not connect to {where}: {first}{hint}") from None
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
     return ray
 
 
@@ -313,8 +411,13 @@ class RayExecutor(Executor):
         self._refreshed = 0.0
         self._refresh(force=True)
         if not self._nodes:
+            hint = ""
+            if gpus_per_node > 0 and not any((n.get("Resources") or {}).get("GPU") for n in self._ray.nodes()):
+                hint = ("; no node has GPUs: run this on the GPU machines, or to try the job without GPUs start "
+                        f"a Ray head that declares them (`ray start --head --num-gpus={gpus_per_node} --block`) "
+                        "and pass its address with --ray-address")
             raise RuntimeFailure(f"no Ray node matches this job: {self._describe_need()}; "
-                                 f"nodes: {self._describe_nodes()}")
+                                 f"nodes: {self._describe_nodes()}{hint}")
 
     # ---- nodes --------------------------------------------------------------------------
     def _describe_need(self) -> str:

@@ -9,36 +9,75 @@ backend's ``check_config`` on every config of the space (or, for spaces of more 
 2000 configs, on every parameter value applied to the baseline). It writes nothing.
 
 The schema (every key but ``study``, ``backend`` and ``space`` is optional; defaults
-shown)::
+shown). ``orchestrator.schema`` renders it into docs/guide.md, and a test holds it to
+what ``load_job`` accepts, so keep one key per line with its meaning::
 
-    study: demo                       # [A-Za-z0-9_.-]+
-    description: null                 # free text
-    storage: null                     # journal:<report_dir>/study.journal; or journal:PATH,
-                                      # PATH ending .journal/.log, or an RDB URL (sqlite:///x.db)
-    report_dir: null                  # reports/<study>, relative to the current directory
-    backend: {kind: refserver, settings: {}}   # kind in orchestrator.backends.BACKEND_KINDS
-    gpus_per_node: 0                  # 0 = CPU job
-    cpus_per_trial: 2                 # Ray CPUs per trial actor
-    space: ../search_spaces/x.yaml    # relative to the job file
-    baseline: null                    # params merged onto backend.default_config()
-    budget: {trials: 8, timeout: null}   # at least one of the two when given
-    bench: {prompt: ..., output_tokens: 64, warmup: 1, repeats: 3, max_repeats: 3,
-            target_rel_ci: null, concurrency: [1, 2, 10, 64]}
-    timeouts: {startup: 120s, bench: 60s, teardown: 10s}
-    ray: {address: null, parallel: null, node_selector: {gpu_model: null, resources: {}}}   # parallel null: one trial per matching node
-    sampler: {name: tpe, seed: 0, n_startup_trials: null, options: {}}
-    correctness: {enabled: true, reference: baseline, prompts: [3 prompts], check_tokens: 32,
-                  logprobs: true, logprob_tolerance: 0.05}     # reference: baseline | {config} | path/to/reference.json
+    study: demo                       # the study's name: a folder name ([A-Za-z0-9_.-]+, not . or ..)
+    description: null                 # free text, shown in the report
+    output_dir: null                  # the folder the study's folder goes in; null: reports/ next to the job file
+    report_dir: null                  # the study's folder itself (storage, logs, report); null: <output_dir>/<study>
+    storage: null                     # null: journal:<report_dir>/study.journal; or journal:PATH, a PATH
+                                      # ending .journal/.log, or an RDB URL such as sqlite:///study.db
+    backend:
+      kind: refserver                 # refserver, vllm, sglang or command (required)
+      settings: {}                    # the backend's own settings (see the backends below)
+    gpus_per_node: 0                  # GPUs one trial takes on its node; 0: a CPU job
+    cpus_per_trial: 2                 # Ray CPUs a trial actor takes on a CPU job
+    space: ../search_spaces/x.yaml    # the search space file (required)
+    baseline: null                    # the first trial and the ratios' denominator: params merged onto
+                                      # the backend's defaults; null: the backend's defaults
+    budget:
+      trials: 8                       # trials launched in total (COMPLETE, FAIL, PRUNED); null: no limit
+      timeout: null                   # wall clock of one `run` (8h, 30m); no trial starts after it
+    bench:
+      prompt: ...                     # the decode prompt (default: a fixed paragraph request)
+      output_tokens: 64               # tokens per timed request (greedy, fixed length)
+      warmup: 1                       # untimed requests first
+      repeats: 3                      # timed requests; the median is the trial's tok/s
+      max_repeats: 3                  # upper bound when target_rel_ci asks for more
+      target_rel_ci: null             # repeat until the median's CI half-width / median is below this
+      concurrency: [1, 2, 10, 64]     # levels `compare` (and constraints) measure total tok/s at
+    timeouts:
+      startup: 120s                   # spawn to healthy; longer is FAIL start-timeout
+      bench: 60s                      # the whole benchmark of one trial; longer is FAIL bench-timeout
+      teardown: 10s                   # SIGTERM grace before SIGKILL of the server's process group
+    ray:
+      address: null                   # an existing cluster (HOST:6379, ray://...); null: a fresh local Ray
+      parallel: null                  # trials at once; null: one per matching node
+      node_selector:
+        gpu_model: null               # only nodes with this GPU model (e.g. H200)
+        resources: {}                 # only nodes with these Ray custom resources, e.g. {pcie_box: 1}
+    sampler:
+      name: tpe                       # tpe, gp, random, grid, bruteforce, nsga2
+      seed: 0                         # null: not reproducible
+      n_startup_trials: null          # null: sized to the budget
+      options: {}                     # sampler options (see orchestrator.samplers)
+    correctness:
+      enabled: true                   # compare every trial's output with a golden reference
+      reference: baseline             # baseline, a config mapping ({tp_size: 1}), or a reference JSON file
+      prompts: [3 prompts]            # fixed prompts answered greedily
+      check_tokens: 32                # greedy tokens compared per prompt
+      logprobs: true                  # also compare log-probabilities of the reference text
+      logprob_tolerance: 0.05         # floor of the tolerance (mean nats/token), calibrated above it
     env: {NCCL_NVLS_ENABLE: "0"}      # fixed environment of every server (values as strings)
-    allow_unsafe_nccl: false
-    remeasure: false
-    max_consecutive_failures: 5
-    pruning: {enabled: true, min_ratio: 0.8}
-    constraints: []                   # [{concurrency: 10, min_ratio: 0.9}, ...]
-    hardware: {memory_bandwidth: null, allreduce_latency_us: null}   # for the ceiling; measured when absent
-    prescreen: {enabled: false, keep_within: 1.2}   # drop NCCL settings by all-reduce latency first
+    allow_unsafe_nccl: false          # allow LL128/NVLS/CollNet values that can corrupt data on PCIe
+    remeasure: false                  # launch configs already measured again instead of answering them
+    max_consecutive_failures: 5       # stop the study after this many failed trials in a row
+    pruning:
+      enabled: true                   # stop a trial after one repeat when it is clearly worse
+      min_ratio: 0.8                  # "clearly worse": below min_ratio x the best so far
+    constraints: []                   # outcome rules, e.g. [{concurrency: 10, min_ratio: 0.9}]: a config
+                                      # below 0.9 x the baseline's total tok/s at concurrency 10 is infeasible
+    hardware:
+      memory_bandwidth: null          # for the ceiling, e.g. 4.8TB/s; null: measured on the node
+      allreduce_latency_us: null      # for the ceiling; null: measured
+    prescreen:
+      enabled: false                  # time NCCL all-reduces per setting and drop slow ones before launches
+      keep_within: 1.2                # keep settings within this factor of the fastest at the same TP
 
 Durations (``timeout``, ``timeouts.*``) are parsed by ``orchestrator.durations``.
+Every path in a job is relative to the job file, so a job means the same study from any
+working directory.
 """
 
 from __future__ import annotations
@@ -77,10 +116,11 @@ except ModuleNotFoundError as _exc:  # pragma: no cover - only while samplers.py
         raise
     SAMPLER_NAMES = ("tpe", "gp", "random", "grid", "bruteforce", "nsga2")
 
-JOB_KEYS = ("study", "description", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
+JOB_KEYS = ("study", "description", "output_dir", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
             "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
             "allow_unsafe_nccl", "remeasure", "max_consecutive_failures", "pruning", "constraints", "hardware", "prescreen")
-STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # and not "." or "..": the name is a folder name
+STUDY_RULE = "match [A-Za-z0-9_.-]+ and not be '.' or '..' (it names a folder: letters, digits, _ . -, no /)"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DEFAULT_PROMPT = ("Write a detailed, step-by-step explanation of how a ring all-reduce works across "
                   "eight GPUs, then summarize its cost in one sentence.")
@@ -352,14 +392,12 @@ def load_job(path: str | os.PathLike) -> Job:
             raise top.bad(required, f"missing required key {required!r}; a job needs study, backend and space")
 
     # -- plain settings first: cheap, independent of backend and space
-    study = top.str("study", None)
-    if not STUDY_NAME.fullmatch(study):
-        raise top.bad("study", f"must match [A-Za-z0-9_.-]+ (letters, digits, _ . -), not {study!r}")
+    study = _study_name(top)
     description = top.str("description", None, none_ok=True, nonempty=False)
     gpus = top.int("gpus_per_node", 0, low=0)
     cpus = top.int("cpus_per_trial", 2, low=1)
-    report_dir = _report_dir(top, study)
-    storage = _storage(top, report_dir)
+    report_dir = _report_dir(top, study, job_path)
+    storage = _storage(top, report_dir, job_path)
     budget = _budget(top)
     bench = _bench(top)
     timeouts = _timeouts(top)
@@ -463,23 +501,39 @@ def load_study_location(path: str | os.PathLike) -> StudyLocation:
     top = _Section(data, file, None, JOB_KEYS)
     if "study" not in top.data:
         raise top.bad("study", "missing required key 'study'")
-    study = top.str("study", None)
-    if not STUDY_NAME.fullmatch(study):
-        raise top.bad("study", f"must match [A-Za-z0-9_.-]+ (letters, digits, _ . -), not {study!r}")
+    study = _study_name(top)
     ray = top.section("ray", ("address", "parallel", "node_selector"))
-    return StudyLocation(job_path, study, _report_dir(top, study), ray.str("address", None, none_ok=True))
+    return StudyLocation(job_path, study, _report_dir(top, study, job_path), ray.str("address", None, none_ok=True))
+
+
+def _study_name(top: _Section) -> str:
+    study = top.str("study", None)
+    if not STUDY_NAME.fullmatch(study) or study in (".", ".."):
+        raise top.bad("study", f"must {STUDY_RULE}, not {study!r}")
+    return study
 
 
 # ---- sections ------------------------------------------------------------------------------
 
-def _report_dir(top: _Section, study: str) -> Path:
-    value = top.str("report_dir", None, none_ok=True)
-    if value is None:
-        return (Path.cwd() / "reports" / study).resolve()
-    return Path(os.path.expanduser(value)).resolve()
+def _near_job(job_path: Path, value: str) -> Path:
+    """A path of the job resolved as the user reads it: relative to the job file."""
+    return (job_path.resolve().parent / os.path.expanduser(value)).resolve()
 
 
-def _storage(top: _Section, report_dir: Path) -> str:
+def _report_dir(top: _Section, study: str, job_path: Path) -> Path:
+    """The study's folder: ``report_dir``, else ``<output_dir>/<study>``, else
+    ``reports/<study>`` next to the job file (never the current directory)."""
+    report_dir = top.str("report_dir", None, none_ok=True)
+    output_dir = top.str("output_dir", None, none_ok=True)
+    if report_dir is not None and output_dir is not None:
+        raise top.bad("report_dir", "give output_dir (the folder the study's folder goes in) or report_dir "
+                                    "(the study's folder itself), not both")
+    if report_dir is not None:
+        return _near_job(job_path, report_dir)
+    return _near_job(job_path, output_dir if output_dir is not None else "reports") / study
+
+
+def _storage(top: _Section, report_dir: Path, job_path: Path) -> str:
     value = top.str("storage", None, none_ok=True)
     rule = ("allowed: null (a journal file in the report directory), journal:PATH, a path ending .journal "
             "or .log, or an RDB URL such as sqlite:///path/study.db")
@@ -489,14 +543,16 @@ def _storage(top: _Section, report_dir: Path) -> str:
     if "://" in value:
         if value.startswith("sqlite:///") and len(value) == len("sqlite:///"):
             raise top.bad("storage", f"a sqlite URL needs a file: sqlite:///path/study.db, not {value!r}")
+        if value.startswith("sqlite:///") and not value.startswith("sqlite:////"):  # relative file
+            return f"sqlite:///{_near_job(job_path, value[len('sqlite:///'):])}"
         return value
     if value.startswith("journal:"):
         target = value[len("journal:"):].strip()
         if not target:
             raise top.bad("storage", f"journal: needs a path (journal:reports/x/study.journal); {rule}")
-        return f"journal:{Path(os.path.expanduser(target)).resolve()}"
+        return f"journal:{_near_job(job_path, target)}"
     if value.endswith((".journal", ".log")):
-        return f"journal:{Path(os.path.expanduser(value)).resolve()}"
+        return f"journal:{_near_job(job_path, value)}"
     raise top.bad("storage", f"not a storage: {value!r}; {rule}")
 
 

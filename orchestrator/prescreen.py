@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import nccl
+from orchestrator.errors import BadInput
 from orchestrator.records import config_key
 
 PARENT_ENV = "NCCLSWEEP_PRESCREEN_PARENT"
@@ -172,6 +173,23 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+def require_device(job, device: str) -> None:
+    """The probes run here, on this machine: a CUDA job needs CUDA here (else every probe
+    would fail after a minute of start-ups); BadInput, one line, at once."""
+    if device != "cuda":
+        return
+    try:
+        import torch
+
+        available = torch.cuda.is_available()
+    except Exception:  # noqa: BLE001 - no usable torch is no CUDA
+        available = False
+    if not available:
+        raise BadInput(f"the job runs on CUDA (gpus_per_node: {job.gpus_per_node}) but this machine has no "
+                       "CUDA device (torch.cuda.is_available() is false); the pre-screen times NCCL all-reduces "
+                       "on the machine it runs on: run it on a GPU node of the job", file=str(job.path))
+
+
 def run_prescreen(job, *, iters: int = 400, measured: dict[int, tuple[dict, float]] | None = None,
                   say=print) -> dict[str, Any]:
     """Measure every setting of the job's space; predict decode tok/s where possible.
@@ -180,6 +198,7 @@ def run_prescreen(job, *, iters: int = 400, measured: dict[int, tuple[dict, floa
     after its all-reduces is "the rest" the prediction adds to the others' latencies.
     """
     backend = job.backend_obj()
+    require_device(job, backend.device())
     facts = backend.model_facts()
     message = int(facts.get("hidden_size", 4096)) * int(facts.get("dtype_bytes", 2))
     per_step = int(facts.get("allreduces_per_step", 0))

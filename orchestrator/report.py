@@ -965,9 +965,9 @@ def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: 
     from orchestrator.export import resolve_backend
 
     report_dir = Path(out_dir if out_dir is not None else job.report_dir)
-    report_dir.mkdir(parents=True, exist_ok=True)
-    if rows is None:
+    if rows is None:  # before any folder is made: no study, no empty report folder
         rows = history.trial_rows(study if study is not None else history.load_study(job))
+    report_dir.mkdir(parents=True, exist_ok=True)
     backend = resolve_backend(job, backend)
     written: list[Path] = []
 

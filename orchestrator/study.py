@@ -4,15 +4,21 @@ It opens (or resumes) the study, ends servers a dead driver left behind, fails t
 a dead driver left RUNNING as ``interrupted`` (re-queued once), asks the search policy
 for configs, hands them to the executor, applies the correctness gate to what comes
 back, records every outcome, and stops on the budget, the deadline, a signal, or the
-circuit breaker. Progress goes to stderr, one line per event.
+circuit breaker. Progress is one line per event, logged to ``ncclsweep.progress``
+(the CLI sends it to stderr and the study's ``driver.log``, see ``orchestrator.logs``).
+
+Trials are numbered once: ``#N`` is the Optuna trial number everywhere (progress,
+``status``, report); the budget is counted separately ("launch 2 of 8"). A driver that
+stops for any reason (a signal, the circuit breaker, an error) first ends its running
+trials and records them ``interrupted`` (re-queued once): no trial stays RUNNING.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,12 +26,14 @@ from typing import Any, TextIO
 
 import optuna
 
-from orchestrator import correctness
+from orchestrator import correctness, logs
 from orchestrator.errors import BadInput, CircuitOpen, NcclsweepError, RuntimeFailure
 from orchestrator.executor import Executor, RayExecutor
 from orchestrator.lock import DriverLock
 from orchestrator.records import COMPLETE, FAIL, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult
 from orchestrator.trial import TrialSpec
+
+log = logging.getLogger(__name__)
 
 GOLDEN_ATTR = "golden"
 FINGERPRINT_ATTR = "space_fingerprint"
@@ -81,16 +89,26 @@ class RunSummary:
     best: dict[str, Any] | None = None
     messages: list[str] = field(default_factory=list)
 
+    @property
+    def interrupted(self) -> bool:
+        """Stopped by a signal: the CLI exits 130."""
+        return self.reason == "stopped by signal"
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 
 class _Signals:
-    """First Ctrl-C/SIGTERM: finish running trials, then stop. Second: kill them now."""
+    """First Ctrl-C, SIGTERM or SIGHUP (a dropped ssh session): finish running trials, then
+    stop. Second: kill them now. Either way the run exits 130."""
 
-    def __init__(self) -> None:
+    def __init__(self, say) -> None:
         self.count = 0
+        self.say = say
         self._old: dict[int, Any] = {}
 
     def __enter__(self) -> "_Signals":
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             try:
                 self._old[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not the main thread (tests): no handlers
@@ -99,11 +117,12 @@ class _Signals:
 
     def _handle(self, signum, frame) -> None:  # noqa: ARG002
         self.count += 1
+        name = signal.Signals(signum).name
         if self.count == 1:
-            print("\nstopping after the running trial finishes (press Ctrl-C again to kill it now)",
-                  file=sys.stderr, flush=True)
+            self.say(f"{name}: stopping after the running trial finishes "
+                     "(Ctrl-C or another signal kills it now)")
         else:
-            print("\nkilling the running trial now", file=sys.stderr, flush=True)
+            self.say(f"{name}: killing the running trial now")
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._old.items():
@@ -118,10 +137,11 @@ class StudyDriver:
         self.job = job
         self.trials = trials if trials is not None else job.budget.trials
         self.timeout_s = timeout_s if timeout_s is not None else job.budget.timeout_s
+        self.timeout_source = "--timeout" if timeout_s is not None else "the job's budget.timeout"
         self.ray_address = ray_address or job.ray.address
         self._executor = executor
         self._owns_executor = executor is None
-        self.out = out or sys.stderr
+        self.out = out  # None: the progress logger (stderr and driver.log, set up by the CLI)
         self.backend = job.backend_obj()
         self.report_dir = Path(job.report_dir).resolve()
         self.registry_dir = self.report_dir / "servers"
@@ -133,7 +153,10 @@ class StudyDriver:
 
     # ---- helpers -------------------------------------------------------------------------
     def say(self, line: str) -> None:
-        print(line, file=self.out, flush=True)
+        if self.out is not None:
+            print(line, file=self.out, flush=True)
+        else:
+            logs.progress.info(line)
 
     def make_executor(self) -> Executor:
         if self._executor is None:
@@ -165,11 +188,13 @@ class StudyDriver:
         from orchestrator.search import SearchPolicy
 
         job = self.job
+        created = not self.report_dir.exists()
         self.report_dir.mkdir(parents=True, exist_ok=True)
         lock = DriverLock(self.report_dir / "driver.lock")
         lock.acquire()
         executor = None
         try:
+            executor = self.make_executor()  # first: a cluster that cannot be reached leaves no study behind
             try:
                 sampler = make_sampler(job.sampler.name, seed=job.sampler.seed, budget=self.trials or 50,
                                        space_size=job.space.size(), n_startup_trials=job.sampler.n_startup_trials,
@@ -182,20 +207,24 @@ class StudyDriver:
             policy = SearchPolicy(study, self._space(baseline), self.backend.normalize, baseline=baseline,
                                   budget=self.trials, remeasure=job.remeasure, seed=job.sampler.seed)
             self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config
-            executor = self.make_executor()
+            self.say(f"study {job.study!r} of {job.path}: results in {_shown_dir(self.report_dir)}")
             killed = executor.cleanup_orphans(self.registry_dir)
             if killed:
                 self.say(f"ended {len(killed)} server(s) left behind by a previous driver")
             for number in policy.recover_interrupted():
-                self.say(f"trial {number} was left running by a dead driver: marked interrupted, re-queued")
+                self.say(f"#{number} was left running by a dead driver: marked interrupted, re-queued")
             if self.trials is not None and policy.budget_used() >= self.trials:
                 self.say(f"budget reached: {policy.budget_used()} of {self.trials} trials already ran")
-                return RunSummary("budget reached", best=self._best_summary(policy))
+                summary = RunSummary("budget reached", best=self._best_summary(policy))
+                self.say(self._next_steps(summary))
+                return summary
             return self._loop(study, policy, executor)
         finally:
             if executor is not None and self._owns_executor:
                 executor.shutdown()
             lock.release()
+            if created and not any(self.report_dir.iterdir()):
+                self.report_dir.rmdir()  # nothing happened: leave no empty study folder
 
     def _space(self, baseline: dict):
         """The job's space, minus NCCL settings the all-reduce pre-screen dropped (if enabled);
@@ -232,85 +261,127 @@ class StudyDriver:
         return None
 
     def _loop(self, study: optuna.Study, policy, executor: Executor) -> RunSummary:
+        summary = RunSummary("budget reached")
+        in_flight: dict[int, Any] = {}  # ticket -> (proposal, is_reference); proposal None: a baseline repeat
+        with _Signals(self.say) as signals:
+            try:
+                self._trials(study, policy, executor, summary, in_flight, signals)
+            finally:
+                self._stop_in_flight(policy, executor, in_flight)
+        summary.best = self._best_summary(policy)
+        self.say(self._final_line(summary, policy))
+        self.say(self._next_steps(summary))
+        return summary
+
+    def _stop_in_flight(self, policy, executor: Executor, in_flight: dict[int, Any]) -> None:
+        """The loop is leaving (an error, the breaker, a signal while waiting): end the servers
+        still running and record their trials ``interrupted`` (re-queued once), so no trial
+        stays RUNNING in storage."""
+        reason = "the driver stopped while this trial ran"
+        if in_flight:
+            try:
+                executor.cancel_all()
+            except Exception as exc:  # noqa: BLE001 - still record the trials
+                log.warning("could not stop the running trials: %s", exc)
+            for proposal, _ in list(in_flight.values()):
+                if proposal is None:
+                    continue
+                try:
+                    policy.record(proposal, TrialResult.failed(proposal.config, "interrupted", reason))
+                    policy.requeue(proposal)
+                    self.say(f"  #{proposal.trial.number} -> interrupted: {reason}; re-queued")
+                except Exception as exc:  # noqa: BLE001 - recover_interrupted below catches it
+                    log.warning("could not record #%s as interrupted: %s", proposal.trial.number, exc)
+            in_flight.clear()
+        try:
+            policy.recover_interrupted(reason)
+        except Exception as exc:  # noqa: BLE001 - the next run recovers them
+            log.warning("trials left RUNNING, the next run marks them interrupted: %s", exc)
+
+    def _trials(self, study: optuna.Study, policy, executor: Executor, summary: RunSummary,
+                in_flight: dict[int, Any], signals: _Signals) -> None:
         job = self.job
         deadline = self.t_start + self.timeout_s if self.timeout_s else None
         golden = self._golden(study)
-        in_flight: dict[int, Any] = {}  # ticket -> (proposal, is_reference); proposal None: a baseline repeat
         repeats: list[str] = []  # node ids still to repeat the baseline on (comparability across nodes)
-        summary = RunSummary("budget reached")
-        with _Signals() as signals:
-            while True:
-                stop_starting = signals.count > 0 or (deadline is not None and time.monotonic() >= deadline)
-                if signals.count > 1 and in_flight:
-                    executor.cancel_all()
-                # start trials while there are free slots
-                while not stop_starting and repeats and len(in_flight) < executor.slots:
-                    node = repeats.pop(0)
-                    if node in executor.nodes():
-                        self._repeat_no += 1  # log files of repeats: trial-9001.log, ...
-                        spec = self.spec_for(9000 + self._repeat_no, self._baseline_config,
-                                             golden.texts if golden else None, None)
-                        in_flight[executor.submit(spec, node_id=node)] = (None, False)
-                        self.say(f"repeating the baseline on node {node[:8]} (are the nodes comparable?)")
-                while not stop_starting and len(in_flight) < executor.slots:
-                    need_reference = job.correctness.enabled and golden is None
-                    if need_reference and in_flight:
-                        break  # the reference runs alone: every later trial is compared with it
-                    proposal = policy.next()
-                    if proposal is None:
-                        summary.reason = "space exhausted" if policy.exhausted else "budget reached"
-                        break
-                    if proposal.cached is not None:
-                        policy.record(proposal, proposal.cached, counted=False)
-                        self.say(f"trial {proposal.trial.number}: config already measured "
-                                 f"(trial {proposal.cached_from}), answered from the study")
-                        continue
-                    is_baseline = proposal.key == self.baseline_key
-                    if is_baseline:
-                        proposal.trial.set_user_attr("is_baseline", True)
-                    prune = None
-                    if job.pruning.enabled and not is_baseline and not need_reference:
-                        prune = policy.prune_threshold(job.pruning.min_ratio)
-                    spec = self.spec_for(proposal.trial.number, proposal.config,
-                                         None if need_reference else (golden.texts if golden else None), prune)
-                    if need_reference:
-                        spec.check_prompts = list(job.correctness.prompts)
-                        proposal.trial.set_user_attr("is_reference", True)
-                    ticket = executor.submit(spec)
-                    in_flight[ticket] = (proposal, need_reference)
-                    summary.launched += 1
-                    self._progress_start(policy, proposal, len(in_flight))
-                    if need_reference:
-                        break
-                if not in_flight:
-                    if deadline is not None and time.monotonic() >= deadline:
-                        summary.reason = "timeout"
-                    if signals.count:
-                        summary.reason = "stopped by signal"
+        while True:
+            stop_starting = signals.count > 0 or (deadline is not None and time.monotonic() >= deadline)
+            if signals.count > 1 and in_flight:
+                executor.cancel_all()
+            # start trials while there are free slots
+            while not stop_starting and repeats and len(in_flight) < executor.slots:
+                node = repeats.pop(0)
+                if node in executor.nodes():
+                    self._repeat_no += 1  # log files of repeats: trial-9001.log, ...
+                    spec = self.spec_for(9000 + self._repeat_no, self._baseline_config,
+                                         golden.texts if golden else None, None)
+                    in_flight[executor.submit(spec, node_id=node)] = (None, False)
+                    self.say(f"repeating the baseline on node {node[:8]} (are the nodes comparable?)")
+            while not stop_starting and len(in_flight) < executor.slots:
+                need_reference = job.correctness.enabled and golden is None
+                if need_reference and in_flight:
+                    break  # the reference runs alone: every later trial is compared with it
+                proposal = policy.next()
+                if proposal is None:
+                    summary.reason = "space exhausted" if policy.exhausted else "budget reached"
                     break
-                for ticket, result in executor.wait(0.5):
-                    proposal, is_reference = in_flight.pop(ticket)
-                    if proposal is None:
-                        self._store_repeat(study, *self._gate(study, result, False, golden))
-                        continue
-                    if signals.count > 1 and result.outcome == FAIL:
-                        result = TrialResult.failed(result.config, "interrupted", "killed by the user (second signal)",
-                                                    metrics=result.metrics, timing=result.timing, node=result.node,
-                                                    log_tail=result.log_tail, started_at=result.started_at,
-                                                    ended_at=result.ended_at)
-                    result, golden = self._gate(study, result, is_reference, golden)
-                    self._judge_constraints(policy, result)
-                    policy.record(proposal, result)
-                    if result.outcome == FAIL and result.failure_kind in NOT_THE_CONFIGS_FAULT:
-                        policy.requeue(result.config)
-                    self._finished += 1
-                    if proposal.key == self.baseline_key and result.outcome == COMPLETE:
-                        repeats = self._other_nodes(executor, result)
-                    self._progress_end(policy, proposal, result)
-                    self._breaker(result)
-        summary.best = self._best_summary(policy)
-        self.say(self._final_line(summary, policy))
-        return summary
+                if proposal.cached is not None:
+                    policy.record(proposal, proposal.cached, counted=False)
+                    self.say(f"#{proposal.trial.number}: same config as #{proposal.cached_from}, answered "
+                             "from the study (not launched, not counted)")
+                    continue
+                is_baseline = proposal.key == self.baseline_key
+                if is_baseline:
+                    proposal.trial.set_user_attr("is_baseline", True)
+                prune = None
+                if job.pruning.enabled and not is_baseline and not need_reference:
+                    prune = policy.prune_threshold(job.pruning.min_ratio)
+                spec = self.spec_for(proposal.trial.number, proposal.config,
+                                     None if need_reference else (golden.texts if golden else None), prune)
+                if need_reference:
+                    spec.check_prompts = list(job.correctness.prompts)
+                    proposal.trial.set_user_attr("is_reference", True)
+                ticket = executor.submit(spec)
+                in_flight[ticket] = (proposal, need_reference)
+                summary.launched += 1
+                self._progress_start(policy, proposal, len(in_flight), is_baseline)
+                if need_reference:
+                    break
+            if not in_flight:
+                if deadline is not None and time.monotonic() >= deadline:
+                    summary.reason = "timeout"
+                if signals.count:
+                    summary.reason = "stopped by signal"
+                break
+            for ticket, result in executor.wait(0.5):
+                proposal, is_reference = in_flight.pop(ticket)
+                if proposal is None:
+                    result, _ = self._gate(study, result, False, golden)
+                    self._log_warnings(None, result)
+                    self._store_repeat(study, result, golden)
+                    continue
+                if signals.count > 1 and result.outcome == FAIL:
+                    result = TrialResult.failed(result.config, "interrupted", "killed by the user (second signal)",
+                                                metrics=result.metrics, timing=result.timing, node=result.node,
+                                                log_tail=result.log_tail, started_at=result.started_at,
+                                                ended_at=result.ended_at, warnings=result.warnings)
+                result, golden = self._gate(study, result, is_reference, golden)
+                self._judge_constraints(policy, result)
+                self._log_warnings(proposal, result)
+                policy.record(proposal, result)
+                if result.outcome == FAIL and result.failure_kind in NOT_THE_CONFIGS_FAULT:
+                    policy.requeue(result.config)
+                self._finished += 1
+                if proposal.key == self.baseline_key and result.outcome == COMPLETE:
+                    repeats = self._other_nodes(executor, result)
+                self._progress_end(policy, proposal, result)
+                self._breaker(result)
+
+    def _log_warnings(self, proposal, result: TrialResult) -> None:
+        """The trial's warnings (its actor's logged ones included) into the driver's log."""
+        who = f"#{proposal.trial.number}" if proposal is not None else "baseline repeat"
+        for text in result.warnings:
+            log.warning("%s: %s", who, text)
 
     def _gate(self, study, result: TrialResult, is_reference: bool, golden):
         """Apply the correctness gate; turn a mismatch into FAIL wrong-output."""
@@ -330,16 +401,7 @@ class StudyDriver:
             return result, new
         if golden is None or not outputs:
             return result, golden
-        verdict = correctness.compare(golden, outputs)
-        result.correctness = verdict
-        if not verdict["ok"]:
-            measured = result.value
-            result = TrialResult.failed(result.config, "wrong-output", verdict["reason"], metrics=result.metrics,
-                                        timing=result.timing, started_at=result.started_at, ended_at=result.ended_at,
-                                        node=result.node, nccl=result.nccl, warnings=result.warnings,
-                                        correctness=verdict, server=result.server, log_tail=result.log_tail)
-            result.metrics["decode_tok_s_ignored"] = measured
-        return result, golden
+        return correctness.judge(golden, result), golden
 
     def _other_nodes(self, executor: Executor, baseline: TrialResult) -> list[str]:
         """Matching nodes other than the baseline's: each repeats the baseline once."""
@@ -403,22 +465,23 @@ class StudyDriver:
     def _elapsed(self) -> str:
         return _fmt_s(time.monotonic() - self.t_start)
 
-    def _progress_start(self, policy, proposal, running: int) -> None:
+    def _progress_start(self, policy, proposal, running: int, is_baseline: bool = False) -> None:
         used = policy.budget_used() + running
-        total = f"/{self.trials}" if self.trials else ""
+        total = f" of {self.trials}" if self.trials else ""
+        role = ", the baseline" if is_baseline else ""
         params = " ".join(f"{k}={v}" for k, v in proposal.config.items())
-        self.say(f"[trial {used}{total}] starting #{proposal.trial.number}: {params or '(defaults)'} "
+        self.say(f"starting #{proposal.trial.number} (launch {used}{total}{role}): {params or '(defaults)'} "
                  f"(elapsed {self._elapsed()}{self._remaining(policy, used)})")
 
     def _remaining(self, policy, used: int) -> str:
-        """Time left: the wall-clock budget, or trials left x mean trial time so far."""
+        """Time left: trials left x mean trial time so far, and the wall-clock budget if any."""
         elapsed = time.monotonic() - self.t_start
         parts = []
         if self.trials and self._finished:
             per_trial = elapsed / self._finished
             parts.append(f"~{_fmt_s(per_trial * max(0, self.trials - used + 1))} to go at this pace")
         if self.timeout_s:
-            parts.append(f"{_fmt_s(max(0.0, self.timeout_s - elapsed))} left of --timeout")
+            parts.append(f"{_fmt_s(max(0.0, self.timeout_s - elapsed))} left of {self.timeout_source}")
         return (", " + ", ".join(parts)) if parts else ""
 
     def _progress_end(self, policy, proposal, result: TrialResult) -> None:
@@ -427,9 +490,15 @@ class StudyDriver:
             ratio = f" ({result.value / base:.2f}x baseline)" if base else ""
             what = f"{result.value:.1f} tok/s{ratio}"
         elif result.outcome == PRUNED:
-            what = f"pruned after the first repeat ({result.value:.1f} tok/s)"
+            below = result.metrics.get("pruned_below")
+            limit = (f" < threshold {below:.1f} tok/s ({self.job.pruning.min_ratio:g} x the best so far)"
+                     if below else "")
+            what = f"pruned after the first repeat: {result.value:.1f} tok/s{limit}"
         else:
             what = f"FAIL {result.failure_kind}: {result.failure_reason}"
+            ignored = result.metrics.get("decode_tok_s_ignored")
+            if result.failure_kind == "wrong-output" and ignored:
+                what = f"FAIL wrong-output (its {ignored:.1f} tok/s do not count): {result.failure_reason}"
         best = policy.best()
         best_s = ""
         if best is not None:
@@ -441,18 +510,65 @@ class StudyDriver:
         best = policy.best()
         if best is None:
             return None
-        base = policy.baseline_value()
+        base = policy.baseline_trial()
+        base_value = base.value if base is not None else None
         return {"number": best.number, "value": best.value, "config": best.user_attrs.get("config"),
-                "vs_baseline": (best.value / base) if base else None}
+                "spread": _spread(best), "vs_baseline": (best.value / base_value) if base_value else None,
+                "baseline": None if base is None or not base_value else
+                {"number": base.number, "value": base_value, "spread": _spread(base)}}
 
     def _final_line(self, summary: RunSummary, policy) -> str:
         best = summary.best
         head = f"{summary.reason}: {policy.budget_used()} trials counted, {summary.launched} launched this run"
         if not best:
             return head + "; no completed trial yet"
-        ratio = f" ({best['vs_baseline']:.2f}x baseline)" if best.get("vs_baseline") else ""
         params = " ".join(f"{k}={v}" for k, v in (best["config"] or {}).items())
-        return f"{head}; best #{best['number']}: {best['value']:.1f} tok/s{ratio} with {params}"
+        return f"{head}; best #{best['number']}: {best['value']:.1f} tok/s with {params or '(defaults)'}"
+
+    def _next_steps(self, summary: RunSummary) -> str:
+        """The last line: the verdict against the baseline, where the results are, what to run next."""
+        job = self.job.path
+        best = summary.best
+        if summary.interrupted:
+            return (f"stopped: `ncclsweep run {job}` continues the study; `ncclsweep status {job}` shows it "
+                    f"so far (results in {_shown_dir(self.report_dir)})")
+        if best is None:
+            return (f"no config passed yet: see `ncclsweep status {job}` and the trial logs in "
+                    f"{_shown_dir(self.log_dir)}")
+        base = best.get("baseline")
+        if base is None:
+            verdict = f"best #{best['number']} {best['value']:.1f} tok/s (no baseline measured to compare with)"
+        elif base["number"] == best["number"]:
+            verdict = f"the baseline #{base['number']} is the best config found ({best['value']:.1f} tok/s)"
+        else:
+            verdict = f"best #{best['number']} = " + vs_baseline_text(best["value"], best["spread"], base["value"],
+                                                                     base["spread"])
+        return (f"{verdict} | next: `ncclsweep report {job}` (writes {_shown_dir(self.report_dir)}/report.html), "
+                f"`ncclsweep compare {job}`, `ncclsweep export {job} --format env`")
+
+
+def vs_baseline_text(best: float, best_spread: float | None, base: float, base_spread: float | None) -> str:
+    """"1.84x the baseline (41.2 vs 22.4 tok/s, beyond noise)": the one place the run's verdict
+    on the best config is worded (the report says the same with the same rule)."""
+    from orchestrator.history import exceeds_noise
+
+    verdict = exceeds_noise(best, best_spread, base, base_spread)
+    noise = {True: "beyond noise", False: "within noise: treat as equal",
+             None: "noise unknown: one sample"}[verdict]
+    return f"{best / base:.2f}x the baseline ({best:.1f} vs {base:.1f} tok/s, {noise})"
+
+
+def _spread(trial) -> float | None:
+    """Relative spread of a trial's median (rel_ci, else cv), as ``history`` reads it."""
+    metrics = trial.user_attrs.get("metrics") or {}
+    value = metrics.get("rel_ci")
+    return value if value is not None else metrics.get("cv")
+
+
+def _shown_dir(path) -> str:
+    from orchestrator.space import display_path
+
+    return display_path(path)
 
 
 def _fmt_s(seconds: float) -> str:

@@ -3,7 +3,9 @@ correctness outputs, NCCL verification, teardown.
 
 ``run_trial(spec)`` never raises for anything the server does: every outcome becomes a
 ``TrialResult`` (COMPLETE, FAIL with a kind from the closed list, or PRUNED). It runs
-inside a Ray actor on the node that owns the GPUs, or in-process for ``bench``.
+inside a Ray actor on the node that owns the GPUs, or in-process for ``bench``. Warnings
+logged while it runs (a process group that survived SIGKILL, ...) go into the result's
+``warnings``: an actor's log records reach no handler of the driver.
 """
 
 from __future__ import annotations
@@ -68,12 +70,23 @@ class TrialSpec:
     device_check: bool = False
     measure_bandwidth: bool = True  # once per worker process: the ceiling's denominator
     job_file: str | None = None
+    log_name: str | None = None  # the server log's file name in log_dir (default trial-NNNN.log)
 
 
 def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
               on_server: Callable[[ServerProcess | None], None] | None = None) -> TrialResult:
     """Run one trial; ``cancel`` set from another thread ends it as interrupted."""
-    cancel = cancel or threading.Event()
+    from orchestrator.logs import capture_warnings
+
+    logged: list[str] = []
+    with capture_warnings(logged):
+        result = _run_trial(spec, cancel or threading.Event(), on_server)
+    result.warnings.extend(w for w in logged if w not in result.warnings)
+    return result
+
+
+def _run_trial(spec: TrialSpec, cancel: threading.Event,
+               on_server: Callable[[ServerProcess | None], None] | None) -> TrialResult:
     started = time.time()
     timing: dict[str, float] = {}
     node = node_info()
@@ -83,7 +96,7 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
 
         node["memory_bandwidth_bytes_s"] = memory_bandwidth(backend.device())
         node["memory_device"] = backend.device()
-    log_path = Path(spec.log_dir) / f"trial-{spec.number:04d}.log"
+    log_path = Path(spec.log_dir) / (spec.log_name or f"trial-{spec.number:04d}.log")
     proc, launch, env = prepare_server(backend, spec.config, spec.host, spec.env, log_path, spec.registry_dir)
     port = launch.port
     common = dict(started_at=started, node=node, timing=timing)
@@ -96,7 +109,8 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
         result.log_tail = _tail(log_text, 60)
         result.nccl = nccl.parse_log(log_text)
         requested = {k: v for k, v in env.items() if k.startswith("NCCL_") and not k.startswith("NCCL_DEBUG")}
-        if result.nccl.get("version") or (node.get("gpus") and backend.gpus_per_trial(spec.config) > 1):
+        if result.nccl.get("version") or (backend.device() == "cuda" and node.get("gpus")
+                                          and backend.gpus_per_trial(spec.config) > 1):
             # NCCL ran (or should have): did it take what was asked? (gloo on CPU has no NCCL)
             result.warnings.extend(nccl.verify_applied(requested, result.nccl))
         result.server.update(argv=launch.argv, env=env, port=port, log=str(log_path))
@@ -164,7 +178,7 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
         if not decode.ok:
             if cancel.is_set():
                 return failed("interrupted", "stopped by the user during the benchmark")
-            return _bench_failure(failed, proc, decode)
+            return _bench_failure(failed, proc, decode, limit_s=spec.bench_timeout_s)
         pruned = decode.pruned
         timing["warmup_s"] = decode.warmup_s
         timing["bench_s"] = decode.bench_s
@@ -206,14 +220,16 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
         return failed("bench-error", f"{type(exc).__name__}: {exc}")
 
 
-def _bench_failure(failed, proc: ServerProcess, decode, error: str | None = None) -> TrialResult:
+def _bench_failure(failed, proc: ServerProcess, decode, error: str | None = None,
+                   limit_s: float | None = None) -> TrialResult:
     error = error or (decode.error if decode is not None else "benchmark failed")
     if proc.fatal:
         return failed("bench-error", f"{proc.fatal} during the benchmark ({error})")
     if not proc.alive():
         return failed("bench-error", f"server died during the benchmark ({error})")
     if decode is not None and decode.timed_out:
-        return failed("bench-timeout", f"benchmark did not finish: {error}")
+        limit = f" within the {limit_s:g}s limit (timeouts.bench)" if limit_s else ""
+        return failed("bench-timeout", f"benchmark did not finish{limit}: {error}")
     return failed("bench-error", error)
 
 

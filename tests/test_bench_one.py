@@ -28,3 +28,36 @@ def test_verification_launch_adds_tuning_to_the_server_env(tmp_path, no_leftover
     assert result.outcome == "COMPLETE", result.failure_reason
     assert result.server["env"]["NCCL_DEBUG_SUBSYS"] == "INIT,ENV,TUNING"
     assert result.config["tp_size"] == 2 and result.value > 0
+
+
+@pytest.mark.slow
+def test_bench_applies_the_studys_correctness_gate_and_keeps_one_log_per_run(tmp_path, no_leftover_servers):
+    """Once the study holds a golden reference, `bench` gates its output like a trial: a
+    shard-order bug (fault garbage) is FAIL wrong-output, exit 1; each run has its own log."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    space = "params:\n  tp_size: {choices: [1, 2]}\n  backend.fault: {choices: [none, garbage]}\n"
+    job_path = write_job(tmp_path, study="gated", space_text=space, baseline={"tp_size": 1, "backend.fault": "none"},
+                         budget={"trials": 1})
+
+    def ncclsweep(*argv):
+        return subprocess.run([sys.executable, "-m", "orchestrator", *argv], capture_output=True, text=True,
+                              timeout=300, cwd=REPO)
+
+    before = ncclsweep("bench", str(job_path), "--set", "tp_size=1")
+    assert before.returncode == 0, before.stderr
+    assert "correctness: not checked: the study has no golden reference yet" in before.stdout
+    assert ncclsweep("run", str(job_path)).returncode == 0
+    good = ncclsweep("bench", str(job_path), "--set", "tp_size=2")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "correctness: passed the study's gate" in good.stdout
+    bad = ncclsweep("bench", str(job_path), "--set", "backend.fault=garbage")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "FAIL wrong-output: greedy output differs from the reference" in bad.stdout
+    assert "which does not count: the output is wrong" in bad.stdout
+    logs = sorted((tmp_path / "reports" / "gated" / "bench-logs").glob("bench-*.log"))
+    assert len(logs) == 3, logs  # one per bench run, never appended
+    assert all(log.read_text().count("ready on http") == 1 for log in logs)

@@ -85,3 +85,89 @@ def test_validate_commands_prints_runnable_shell_lines():
     for line in lines:
         argv = shlex.split(line)
         assert "orchestrator.refserver" in argv and "--tp" in argv and "--port" in argv
+
+
+# ---- conventions (issue 17) ----------------------------------------------------------------
+
+def test_debug_before_or_after_the_command_version_and_bare_help(tmp_path):
+    for argv in (["--debug", "validate", str(tmp_path / "nope.yaml")], ["validate", str(tmp_path / "nope.yaml"),
+                                                                        "--debug"]):
+        res = ncclsweep(*argv)
+        assert res.returncode == 2 and "Traceback" in res.stderr, argv
+    res = ncclsweep("--version")
+    assert res.returncode == 0 and res.stdout.startswith("ncclsweep ") and res.stdout.split()[1][0].isdigit()
+    bare = ncclsweep()
+    assert bare.returncode == 2 and "usage: ncclsweep" in bare.stderr and "validate" in bare.stderr
+    helped = ncclsweep("--help")
+    assert helped.returncode == 0 and "Unattended tuning" in helped.stdout
+    assert "the only place that prints errors" not in helped.stdout  # not an internal docstring
+    assert "ncclsweep report JOB.yaml" in helped.stdout  # what to run, in order
+
+
+def test_flag_errors_name_the_command_once(tmp_path):
+    job = write_job(tmp_path)
+    res = ncclsweep("export", str(job), "--format", "toml")
+    line = res.stderr.strip()
+    assert res.returncode == 2 and line.startswith("ncclsweep: error: export: ") and line.count("ncclsweep") == 1
+
+
+def test_study_named_dot_dot_is_refused_at_validate(tmp_path):
+    for name in ("..", "."):
+        job = write_job(tmp_path, study=name)
+        res = ncclsweep("validate", str(job))
+        assert res.returncode == 2, res.stdout
+        assert len(res.stderr.strip().splitlines()) == 1 and "study" in res.stderr and repr(name) in res.stderr
+
+
+def test_status_and_report_from_another_directory_find_the_same_study(tmp_path):
+    """The output folder is anchored at the job file: status from elsewhere reads the same
+    study; a failed status/report (no study yet) creates no folder."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    job = write_job(jobs, study="anchored", report_dir=None)  # default: reports/ next to the job file
+    for command in ("status", "report"):
+        res = ncclsweep(command, str(job), cwd=tmp_path)
+        assert res.returncode == 1 and "ncclsweep run" in res.stderr, res.stderr
+    assert not (jobs / "reports").exists() and not (tmp_path / "reports").exists()
+    from orchestrator.job import load_job
+    from orchestrator.study import open_study
+
+    open_study(load_job(job))  # the study exists now (no trials)
+    assert (jobs / "reports" / "anchored" / "study.journal").exists()
+    for cwd in (tmp_path, jobs, REPO):
+        res = ncclsweep("status", str(job), cwd=cwd)
+        assert res.returncode == 0, (cwd, res.stderr)
+
+
+SET_REFUSED = [
+    ("tp=2", "did you mean 'tp_size'"),
+    ("foo=1", "unknown parameter 'foo'"),
+    ("tp_size=two", "'two' is not in the space"),
+    ("tp_size=4", "allowed: one of 1, 2"),
+    ("env.NCCL_PROTO=LL128", "allow_unsafe_nccl"),
+    ("env.NCCL_PROTO=LL129", "not a known value"),
+]
+
+
+@pytest.mark.parametrize("pair,needle", SET_REFUSED)
+def test_bench_set_is_checked_like_the_space(tmp_path, pair, needle):
+    job = write_job(tmp_path, study="b")
+    res = ncclsweep("bench", str(job), "--set", pair)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and f"--set {pair}" in lines[0], res.stderr
+    assert not (tmp_path / "reports").exists()  # nothing launched, nothing written
+
+
+def test_prescreen_of_a_gpu_job_without_cuda_is_refused_at_once(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    import time
+
+    t0 = time.monotonic()
+    res = ncclsweep("prescreen", "jobs/h200-refserver-1b.yaml")
+    assert time.monotonic() - t0 < 30  # no probe launched (it used to spend ~50 s and exit 0)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no CUDA device" in lines[0] and "h200-refserver-1b.yaml" in lines[0]

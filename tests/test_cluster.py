@@ -11,6 +11,7 @@ on a 2-core machine, while using almost no CPU.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import socket
 import subprocess
@@ -59,6 +60,130 @@ def test_unreachable_ray_address_is_one_clear_line(tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, proc.stderr
     assert address in lines[0] and "cannot reach the Ray cluster" in lines[0] and "Traceback" not in proc.stderr
+
+
+def _run_against(job_path, address: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(job_path), "--ray-address", address],
+                          capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+    return proc, time.monotonic() - t0
+
+
+def test_something_else_listening_at_the_address_fails_fast(tmp_path):
+    """A port where something listens that is not Ray (here: a bare TCP server) makes
+    ray.init retry for many minutes: `run` gives up within the connect limit with one line
+    that says what was tried and what to check, and releases the study's lock."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    stop = threading.Event()
+
+    def answer() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            conn.close()
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    job_path = write_job(tmp_path, study="notray")
+    try:
+        proc, took = _run_against(job_path, address)
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+    assert took < 60, took
+    assert proc.returncode == 1, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert address in lines[0] and "no Ray GCS answered" in lines[0] and "RAY_AUTH_MODE=token" in lines[0]
+    assert not (tmp_path / "reports" / "notray").exists()  # the lock released, no empty study left
+
+
+@contextlib.contextmanager
+def _ray_head(log_path, *args: str, **env_extra: str):
+    """A real Ray head, started by this test in its own session (``ray start --block``) and
+    ended by its process group: never `ray stop`, which would end every Ray on the machine."""
+    import os
+    import signal
+
+    port = _unused_port()
+    env = {**os.environ, **env_extra}
+    head = subprocess.Popen(["ray", "start", "--head", f"--port={port}", "--include-dashboard=false",
+                             "--disable-usage-stats", "--block", *args], env=env, start_new_session=True,
+                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                assert head.poll() is None and time.monotonic() < deadline, log_path.read_text()
+                time.sleep(0.5)
+        yield f"127.0.0.1:{port}"
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(head.pid, sig)
+            except ProcessLookupError:
+                break
+            time.sleep(2)
+        head.wait(30)
+
+
+TOKEN = "ncclsweep-test-token-0123456789abcdef"
+
+
+@pytest.fixture
+def token_head(tmp_path):
+    """A head with token authentication."""
+    with _ray_head(tmp_path / "head.log", "--num-cpus=1", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=TOKEN) as address:
+        yield address, TOKEN
+
+
+def test_without_an_address_a_fresh_local_ray_never_a_foreign_one(tmp_path, no_leftover_servers):
+    """A Ray cluster already runs on the host (and RAY_ADDRESS names it): a run without an
+    address starts its own local Ray. The foreign head has no CPU, so a driver that joined
+    it would find no node for the trial."""
+    import os
+
+    job_path = write_job(tmp_path, study="local", budget={"trials": 1})
+    with _ray_head(tmp_path / "head.log", "--num-cpus=0") as address:
+        env = {**os.environ, "RAY_ADDRESS": address}
+        proc = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(job_path)], capture_output=True,
+                              text=True, timeout=300, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = trial_rows(open_study(load_job(job_path), create=False))
+    assert [r["state"] for r in rows] == ["COMPLETE"]
+
+
+def test_token_auth_cluster_without_the_token_says_so(tmp_path, token_head, monkeypatch):
+    import os
+
+    from orchestrator.executor import probe_cluster
+
+    address, token = token_head
+    job_path = write_job(tmp_path, study="token")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env["RAY_AUTH_TOKEN_PATH"] = str(tmp_path / "no-token-here")  # not the user's ~/.ray/auth_token
+    proc, took = _run_against(job_path, address, env)
+    assert took < 60, took
+    assert proc.returncode == 1, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "InvalidAuthToken" in lines[0] and "export RAY_AUTH_MODE=token" in lines[0], lines[0]
+    assert not (tmp_path / "reports" / "token" / "driver.lock").exists()
+    # with the token exported the same address answers
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", token)
+    assert probe_cluster(address) is None
 
 
 class _FakeRay:

@@ -71,7 +71,7 @@ def test_demo_like_job_loads_with_defaults(tmp_path):
     assert isinstance(job, Job)
     assert job.study == "test-cpu-demo"
     assert job.backend.kind == "refserver" and job.backend.settings == {"model": "tiny", "device": "cpu"}
-    assert job.report_dir == (tmp_path / "reports" / "test-cpu-demo").resolve()
+    assert job.report_dir == (DATA / "reports" / "test-cpu-demo").resolve()  # next to the job file
     assert job.storage == f"journal:{job.report_dir / 'study.journal'}"
     assert job.journal_path == job.report_dir / "study.journal"
     assert job.space_path == (DATA / "cpu-space.yaml").resolve()
@@ -124,7 +124,7 @@ def test_full_job_with_every_section(tmp_path):
         "constraints": [{"concurrency": 4, "min_ratio": 0.9}],
     })
     job = load_job(path)
-    assert job.storage == "sqlite:///study.db"
+    assert job.storage == f"sqlite:///{(tmp_path / 'study.db').resolve()}"  # relative to the job file
     assert job.report_dir == (tmp_path / "out" / "r1").resolve()
     assert job.baseline == {"tp_size": 2, "graph_capture": False, "backend.threads": 2}
     assert job.budget.trials is None and job.budget.timeout_s == 5400
@@ -136,6 +136,33 @@ def test_full_job_with_every_section(tmp_path):
     assert job.correctness.reference_kind == "file"
     assert job.env == {"OMP_PROC_BIND": "1", "MY_FLAG": "3"}
     assert job.constraints[0].concurrency == 4 and job.constraints[0].min_ratio == 0.9
+
+
+def test_output_folder_is_anchored_at_the_job_file_from_any_directory(tmp_path, monkeypatch):
+    """Every path of a job is relative to the job file: the same study from any directory."""
+    jobs = tmp_path / "project" / "jobs"
+    jobs.mkdir(parents=True)
+    monkeypatch.chdir(jobs)
+    write({"study": "s"})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    cases = [({}, jobs / "reports" / "s"),
+             ({"output_dir": "../out"}, tmp_path / "project" / "out" / "s"),
+             ({"report_dir": "../r/here"}, tmp_path / "project" / "r" / "here")]
+    for extra, want in cases:
+        monkeypatch.chdir(jobs)
+        write({"study": "s", **extra})
+        for cwd in (jobs, elsewhere, tmp_path):
+            monkeypatch.chdir(cwd)
+            job = load_job(jobs / "job.yaml")
+            assert job.report_dir == want.resolve(), (extra, cwd)
+            assert job.storage == f"journal:{want.resolve() / 'study.journal'}"
+    monkeypatch.chdir(jobs)
+    write({"storage": "sqlite:///db/s.db", "study": "s"})
+    monkeypatch.chdir(elsewhere)
+    assert load_job(jobs / "job.yaml").storage == f"sqlite:///{(jobs / 'db' / 's.db').resolve()}"
+    monkeypatch.chdir(jobs)
+    bad("report_dir", "not both", job={"output_dir": "out", "report_dir": "out/s"})
 
 
 def test_journal_storage_spellings(tmp_path):
@@ -312,6 +339,8 @@ def test_bad_config_the_backend_cannot_express():
 
 def test_bad_study_name_and_storage():
     bad("study", "must match [A-Za-z0-9_.-]+", "'my study!'", job={"study": "my study!"})
+    for name in ("..", ".", "a/b"):  # a study name is a folder name: never a path out of the output folder
+        bad("study", "not be '.' or '..'", repr(name), job={"study": name})
     bad("storage", "not a storage: 'studies'", "sqlite:///", job={"storage": "studies"})
 
 

@@ -443,16 +443,35 @@ class StudyDriver:
             return None
         base = policy.baseline_value()
         return {"number": best.number, "value": best.value, "config": best.user_attrs.get("config"),
-                "vs_baseline": (best.value / base) if base else None}
+                "vs_baseline": (best.value / base) if base else None,
+                "verdict": vs_baseline_words(best, policy.baseline_trial())}
 
     def _final_line(self, summary: RunSummary, policy) -> str:
         best = summary.best
         head = f"{summary.reason}: {policy.budget_used()} trials counted, {summary.launched} launched this run"
         if not best:
             return head + "; no completed trial yet"
-        ratio = f" ({best['vs_baseline']:.2f}x baseline)" if best.get("vs_baseline") else ""
+        ratio = f" ({best['verdict']})" if best.get("verdict") else ""
         params = " ".join(f"{k}={v}" for k, v in (best["config"] or {}).items())
         return f"{head}; best #{best['number']}: {best['value']:.1f} tok/s{ratio} with {params}"
+
+
+def vs_baseline_words(best, base) -> str | None:
+    """The run's verdict on its best trial against the baseline trial (Optuna trials): the ratio
+    is "beyond noise" only when the two trials' decode samples put its interval off 1.0
+    (``verdict.py``, unpaired: repeats within one launch each), else "within noise of the
+    baseline"; the baseline's own config is "the baseline itself". None without a baseline."""
+    from orchestrator import verdict
+
+    if base is None or not base.value:
+        return None
+    if best.user_attrs.get("config_key") == base.user_attrs.get("config_key"):
+        return "the baseline itself"
+    samples = lambda t: (t.user_attrs.get("metrics") or {}).get("decode_samples") or []  # noqa: E731
+    iv = verdict.ratio_interval(samples(base), samples(best))
+    beyond = verdict.verdict(iv) in (verdict.FASTER, verdict.SLOWER)
+    return (f"{best.value / base.value:.2f}x the baseline, " + ("beyond noise" if beyond else "within noise of the baseline")
+            + f", {verdict.interval_text(iv)}")
 
 
 def _fmt_s(seconds: float) -> str:

@@ -470,7 +470,8 @@ def vs_baseline_words(best, base) -> str | None:
     samples = lambda t: (t.user_attrs.get("metrics") or {}).get("decode_samples") or []  # noqa: E731
     iv = verdict.ratio_interval(samples(base), samples(best))
     beyond = verdict.verdict(iv) in (verdict.FASTER, verdict.SLOWER)
-    return (f"{best.value / base.value:.2f}x the baseline, " + ("beyond noise" if beyond else "within noise of the baseline")
+    return (f"{verdict.ratio_text(iv, best.value / base.value)} the baseline, "
+            + ("beyond noise" if beyond else "within noise of the baseline")
             + f", {verdict.interval_text(iv)}")
 
 

@@ -233,9 +233,11 @@ def interval_text(interval: RatioInterval) -> str:
     return "no interval: needs 2 rounds" if interval.paired else "no interval: needs 2 samples of each"
 
 
-def ratio_text(interval: RatioInterval) -> str:
-    """'1.31x' (three decimals where the interval is narrow)."""
-    return f"{interval.ratio:.{_digits(interval)}f}x" if interval.ratio is not None else "n/a"
+def ratio_text(interval: RatioInterval, value: float | None = None) -> str:
+    """'1.31x': the interval's ratio, or ``value`` (e.g. a ratio of medians) shown beside it, with
+    three decimals where the interval is narrow."""
+    value = interval.ratio if value is None else value
+    return f"{value:.{_digits(interval)}f}x" if value is not None else "n/a"
 
 
 def describe(interval: RatioInterval, *, same_config: bool = False) -> str:

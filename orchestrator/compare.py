@@ -201,7 +201,7 @@ def check_constraints(rules: list[tuple[int, float]], data: dict[str, Any]) -> l
     or above it, else within noise of the limit (``ok`` None)."""
     verdicts = []
     for c, min_ratio in rules:
-        measured = c in data["concurrency"]
+        measured = str(c) in {str(x) for x in data.get("concurrency") or []}
         iv = paired_interval(data, "baseline", "best", c) if measured else verdict.RatioInterval(None, None, None, 0, True)
         if iv.ratio is None:
             ok, state = None, "not measured"

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from orchestrator import history
 from orchestrator.ceiling import ceiling_for, parse_bandwidth
-from orchestrator.compare import closing_lines, level_verdicts, per_round, vs_best
+from orchestrator.compare import check_constraints, closing_lines, level_verdicts, per_round, vs_best
 from orchestrator.history import (
     COMPLETE,
     FAIL,
@@ -825,7 +825,9 @@ def _compare(report_dir: Path) -> list[Block]:
                       + " ".join(f"Trial {o.get('trial')}: `{short_params(o.get('params'))}`." for o in others)))
     for kind, text in closing_lines(data, verdicts):
         out.append(_warn(text) if kind == "warn" else _p(text))
-    for rule in data.get("constraints") or []:
+    saved = [r for r in data.get("constraints") or [] if isinstance(r, dict) and r.get("concurrency") is not None]
+    rules = check_constraints([(int(r["concurrency"]), float(r["min_ratio"])) for r in saved], data)  # today's rule
+    for rule in rules:
         ratio = rule.get("ratio")
         shown = "not measured" if ratio is None else f"{ratio:.2f}x" + (f" ({rule['text']})" if rule.get("text") else "")
         line = (f"constraint: at concurrency {rule.get('concurrency')} the best must reach "

@@ -295,15 +295,19 @@ def test_an_interrupted_compare_shows_its_finished_rounds(tmp_path):
 
 def test_an_older_compare_file_without_rounds_is_judged_unpaired(tmp_path):
     """A compare.json written before rounds were kept (2 samples each): its 0.84x at
-    concurrency 10 is no longer a warning, the two overlapping launches cannot carry it."""
+    concurrency 10 is no longer a warning (nor its constraint VIOLATED): two launches on each
+    side cannot carry it."""
     job, study = _one_trial_study(tmp_path)
     old = {"concurrency": [1, 10], "baseline_trial": 0, "best_trial": 2,
            "baseline": {"1": 20.0, "10": 154.0}, "best": {"1": 42.7, "10": 128.7},
            "baseline_samples": {"1": [19.8, 20.2], "10": [150.0, 158.0]},
-           "best_samples": {"1": [42.5, 42.9], "10": [128.0, 129.4]}, "rounds": [], "failures": []}
+           "best_samples": {"1": [42.5, 42.9], "10": [128.0, 129.4]}, "rounds": [], "failures": [],
+           "constraints": [{"concurrency": 10, "min_ratio": 0.9, "ratio": 0.84, "ok": False, "measured": True}]}
     (job.report_dir / "compare.json").write_text(json.dumps(old))
     write_report(job, study=study)
     comp = _section((job.report_dir / "report.md").read_text(), "Concurrency comparison")
     assert "SLOWER" not in comp and "| 10 | 154.0 tok/s (150.0-158.0, 2 rounds) | 128.7 tok/s (128.0-129.4, 2 rounds) | " \
                                    "0.84x, within noise (95% CI " in comp
     assert "2.14x faster (95% CI" in comp
+    assert "VIOLATED" not in comp and "the best must reach 0.9x the baseline; measured 0.84x (95% CI " in comp \
+        and "): within noise of the limit." in comp

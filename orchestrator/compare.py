@@ -158,7 +158,6 @@ def summarize(data: dict[str, Any], rules: list[tuple[int, float]] | None = None
     """Fill the derived fields of ``data`` from its rounds: medians, samples, and the interval
     and verdict of best vs baseline (and of every other trial vs best) at each concurrency."""
     levels = data["concurrency"]
-    same = bool(data.get("same_config"))
 
     def samples(label: str) -> dict[str, list[float]]:
         return {str(c): [v for _, v in sorted(per_round(data, label, c).items()) if v] for c in levels}
@@ -166,11 +165,7 @@ def summarize(data: dict[str, Any], rules: list[tuple[int, float]] | None = None
     for which in ("baseline", "best"):
         data[f"{which}_samples"] = samples(which)
         data[which] = {c: _med(v) for c, v in data[f"{which}_samples"].items()}
-    data["intervals"] = {}
-    for c in levels:
-        iv = paired_interval(data, "baseline", "best", c)
-        data["intervals"][str(c)] = {**iv.to_dict(), "verdict": verdict.verdict(iv, same_config=same),
-                                     "text": verdict.describe(iv, same_config=same)}
+    data["intervals"] = level_verdicts(data)
     for other in data.get("others") or []:
         label = other.get("label") or f"trial-{other['trial']}"
         other["samples"] = samples(label)
@@ -202,7 +197,8 @@ def check_constraints(rules: list[tuple[int, float]], data: dict[str, Any]) -> l
     verdicts = []
     for c, min_ratio in rules:
         measured = str(c) in {str(x) for x in data.get("concurrency") or []}
-        iv = paired_interval(data, "baseline", "best", c) if measured else verdict.RatioInterval(None, None, None, 0, True)
+        iv = (paired_interval(data, "baseline", "best", c) if measured
+              else verdict.RatioInterval(None, None, None, 0, True))
         if iv.ratio is None:
             ok, state = None, "not measured"
         elif data.get("same_config"):  # the best is the baseline: its own ratio is 1 by definition

@@ -829,7 +829,8 @@ def _compare(report_dir: Path) -> list[Block]:
     rules = check_constraints([(int(r["concurrency"]), float(r["min_ratio"])) for r in saved], data)  # today's rule
     for rule in rules:
         ratio = rule.get("ratio")
-        shown = "not measured" if ratio is None else f"{ratio:.2f}x" + (f" ({rule['text']})" if rule.get("text") else "")
+        shown = ("not measured" if ratio is None
+                 else f"{ratio:.2f}x" + (f" ({rule['text']})" if rule.get("text") else ""))
         line = (f"constraint: at concurrency {rule.get('concurrency')} the best must reach "
                 f"{rule.get('min_ratio')}x the baseline; measured {shown}")
         state = rule.get("state") or ("ok" if rule.get("ok") else "VIOLATED")

@@ -175,7 +175,8 @@ def ratio_interval(a_samples: Sequence[float | None], b_samples: Sequence[float 
     q = 0.5 + confidence / 2.0
     if paired:
         if len(a_samples) != len(b_samples):
-            raise ValueError(f"paired samples need one a and one b per round, got {len(a_samples)} and {len(b_samples)}")
+            raise ValueError(f"paired samples need one a and one b per round, "
+                             f"got {len(a_samples)} and {len(b_samples)}")
         pairs = [(x, y) for x, y in zip(a_samples, b_samples) if _positive([x]) and _positive([y])]
         diffs = [math.log(float(y)) - math.log(float(x)) for x, y in pairs]
         n = len(diffs)

@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = command("compare", "baseline vs best (and --also trials) at several concurrencies, interleaved")
     s.add_argument("job")
     s.add_argument("--concurrency", help="comma-separated, e.g. 1,2,10,64")
-    s.add_argument("--rounds", type=int, default=2, help="rounds of interleaved launches (baseline, best, --also trials)")
+    s.add_argument("--rounds", type=int, help="rounds of interleaved launches (baseline, best, --also trials); "
+                   "default 5: the per-round ratios give the confidence interval a verdict needs")
     s.add_argument("--also", metavar="TRIALS", help="more trials measured in every round: comma-separated "
                    "numbers, or 'ties' (the runners-up within the noise of the best)")
 

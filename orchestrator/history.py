@@ -13,6 +13,8 @@ says so, and otherwise a FAIL whose reason says that no outcome was recorded.
     trial_rows(study)        list of row dicts (keys: ROW_KEYS)
     best_rows(rows, k)       the k best distinct configs that may be called "best"
     baseline_row(rows)       the baseline trial's row
+    row_interval(a, b)       b's decode tok/s relative to a's, with its interval (verdict.py)
+    ties_with_best(best)     the runners-up within the noise of the best
     format_status(rows)      compact human table for ``ncclsweep status``
     dashboard_command(url)   the ``optuna-dashboard`` command for a storage URL
 """
@@ -28,6 +30,7 @@ from typing import Any, Iterable, Protocol
 
 from orchestrator.errors import BadInput, RuntimeFailure
 from orchestrator.records import COMPLETE, FAIL, PRUNED, RUNNING, WAITING, config_key
+from orchestrator.verdict import WITHIN_NOISE, RatioInterval, ratio_interval, verdict
 
 JOURNAL_PREFIX = "journal:"
 
@@ -338,29 +341,35 @@ def baseline_repeats(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             and r["value"] is not None and r["cached_from"] is None]
 
 
-def exceeds_noise(a: float, spread_a: float | None, b: float, spread_b: float | None) -> bool | None:
-    """Whether two measurements differ by more than their spreads.
+def decode_samples(row: dict[str, Any]) -> list[float]:
+    """The trial's single-request decode samples (every timed repeat), [] when none were kept."""
+    samples = (row.get("metrics") or {}).get("decode_samples") or []
+    return [float(v) for v in samples if _num(v) is not None]
 
-    ``spread`` is relative (rel_ci, the half-width of the median's CI over the median, or
-    else cv). The intervals ``v*(1 +- spread)`` must not overlap. None when either spread
-    is unknown (one sample tells nothing about noise).
-    """
-    if spread_a is None or spread_b is None:
-        return None
-    lo_hi = sorted([(a * (1 - spread_a), a * (1 + spread_a)), (b * (1 - spread_b), b * (1 + spread_b))])
-    return lo_hi[0][1] < lo_hi[1][0]
+
+def row_interval(a: dict[str, Any], b: dict[str, Any]) -> RatioInterval:
+    """Trial b's decode tok/s relative to trial a's, with the unpaired interval of their repeats
+    (``verdict.ratio_interval``). Repeats within one launch miss the variation between launches:
+    a verdict from it is "beyond the noise of repeats"; ``compare`` relaunches for the stronger one."""
+    return ratio_interval(decode_samples(a), decode_samples(b))
 
 
 TOP_N = 10  # configs the report's top table ranks (and ``compare --also ties`` looks among)
 
 
 def ties_with_best(best: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The runners-up in ``best`` (best first) whose measurements overlap the best's spread:
-    the single-request objective cannot rank them against it."""
+    """The runners-up in ``best`` (best first) within the noise of the best: the interval of their
+    ratio to it (``row_interval``) contains 1.0, so the single-request objective cannot rank them.
+    A runner-up without an interval (fewer than 2 samples on a side) is not named: unknown."""
     if not best:
         return []
     top = best[0]
-    return [r for r in best[1:] if exceeds_noise(top["value"], top["spread"], r["value"], r["spread"]) is False]
+    out = []
+    for r in best[1:]:
+        iv = row_interval(top, r)
+        if iv.bounded and verdict(iv) == WITHIN_NOISE:
+            out.append(r)
+    return out
 
 
 def _param_order(item: tuple[str, Any]) -> tuple[int, str]:

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from orchestrator import history
 from orchestrator.ceiling import ceiling_for, parse_bandwidth
-from orchestrator.compare import vs_best
+from orchestrator.compare import check_constraints, closing_lines, level_verdicts, per_round, vs_best
 from orchestrator.history import (
     COMPLETE,
     FAIL,
@@ -41,7 +41,6 @@ from orchestrator.history import (
     baseline_repeats,
     baseline_row,
     best_rows,
-    exceeds_noise,
     parse_iso,
     short_params,
 )
@@ -54,6 +53,7 @@ from orchestrator.importance import (
     span_text,
 )
 from orchestrator.records import NOT_THE_CONFIGS_FAULT
+from orchestrator.verdict import FASTER, SLOWER, WITHIN_NOISE, describe, interval_text, ratio_interval, verdict
 
 PLOTS = ("history.png", "params.png", "importance.png", "timeline.png")
 
@@ -211,8 +211,12 @@ def _clip(text: Any, width: int = 160) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _noise_words(verdict: bool | None) -> str:
-    return {True: "beyond noise", False: "within noise", None: "noise unknown"}[verdict]
+def _noise_words(base: dict[str, Any], row: dict[str, Any]) -> str:
+    """The top table's "vs baseline": faster / slower (beyond the noise of repeats), within noise,
+    same config, or noise unknown (fewer than 2 repeats on a side)."""
+    iv = history.row_interval(base, row)
+    word = verdict(iv, same_config=row["config_key"] == base["config_key"])
+    return "noise unknown" if word == WITHIN_NOISE and not iv.bounded else word
 
 
 def _job_value(job: Any, *names: str) -> Any:
@@ -525,10 +529,14 @@ def _headline(rows, best, base) -> list[Block]:
                       f"{b['value']:.2f} tok/s ({_pct(b['spread'])}).** No other config beat it."))
     elif base_ok:
         ratio = b["value"] / base["value"]
-        verdict = exceeds_noise(b["value"], b["spread"], base["value"], base["spread"])
-        noise = {True: "The difference exceeds the noise of repeats.",
-                 False: "The difference is within the noise of repeats: treat the two as equal.",
-                 None: "The spread of repeats is unknown, so whether this exceeds noise cannot be said."}[verdict]
+        iv = history.row_interval(base, b)
+        word = verdict(iv)
+        if word in (FASTER, SLOWER):
+            noise = f"The difference is beyond the noise of repeats ({interval_text(iv)})."
+        elif iv.bounded:
+            noise = f"The difference is within the noise of repeats ({interval_text(iv)}): treat the two as equal."
+        else:
+            noise = f"Too few repeats to tell whether this exceeds noise ({interval_text(iv)})."
         out.append(_p(f"**Best: trial {b['number']}, {b['value']:.2f} tok/s ({_pct(b['spread'])}), "
                       f"{ratio:.2f}x the baseline** (trial {base['number']}, {base['value']:.2f} tok/s, "
                       f"{_pct(base['spread'])}). {noise}"))
@@ -592,9 +600,8 @@ def _top_table(rows, best, base) -> list[Block]:
     base_v = base["value"] if base and base["state"] == COMPLETE else None
     table = []
     for i, r in enumerate(best, 1):
-        verdict = (exceeds_noise(r["value"], r["spread"], base_v, base["spread"]) if base_v else None)
         table.append([i, r["number"], _tok(r["value"]), _pct(r["spread"]), _ratio(r["value"], base_v),
-                      _noise_words(verdict) if base_v else "-", r.get("n_measurements", 1),
+                      _noise_words(base, r) if base_v else "-", r.get("n_measurements", 1),
                       f"`{short_params(r['params'])}`" + (" (baseline)" if base and r["config_key"] == base["config_key"] else "")])
     return [_h(2, f"Top {len(best)} configs"),
             _table(["Rank", "Trial", "tok/s", "Spread", "x baseline", "vs baseline", "Measured", "Config"], table)
@@ -784,29 +791,21 @@ def _compare(report_dir: Path) -> list[Block]:
     base, best = _by_conc(data.get("baseline")), _by_conc(data.get("best"))
     others = [o for o in data.get("others") or [] if isinstance(o, dict)]
     levels = [str(c) for c in (data.get("concurrency") or sorted({*base, *best}, key=lambda x: float(x)))]
+    data = {**data, "concurrency": levels}
+    verdicts = level_verdicts(data)  # recomputed from the rounds: today's rule, whatever wrote the file
     ranges: dict[tuple[str, str], list[float]] = {}
     for which in ("baseline", "best"):
-        samples = data.get(f"{which}_samples")
-        if isinstance(samples, dict):
-            for c, vals in samples.items():
-                ranges[(which, str(c))] = [float(v) for v in vals or [] if v is not None]
-    if not ranges:  # older layout: per-round values
-        for rnd in data.get("rounds") or []:
-            if not isinstance(rnd, dict):
-                continue
-            which = rnd.get("config")
-            for c, m in (rnd.get("levels") or {}).items():
-                v = m.get("total_tok_s") if isinstance(m, dict) else m
-                if which and v is not None:
-                    ranges.setdefault((str(which), str(c)), []).append(float(v))
-    table, worse = [], []
+        for c in levels:
+            vals = [v for v in per_round(data, which, c).values() if v]
+            if not vals:
+                vals = [float(v) for v in ((data.get(f"{which}_samples") or {}).get(c) or []) if v is not None]
+            ranges[(which, c)] = vals
+    table = []
     for c in levels:
         bv, wv = base.get(c), best.get(c)
-        ratio = (wv / bv) if bv and wv is not None else None
-        cell = "-" if ratio is None else f"{ratio:.2f}x"
-        if ratio is not None and ratio < 1.0:
-            cell = f"**{ratio:.2f}x (best is slower)**"
-            worse.append((c, ratio))
+        cell = verdicts[c]["text"] if bv and wv is not None else "-"
+        if verdicts[c]["verdict"] == SLOWER:
+            cell = f"**{cell}**"
 
         def fmt(which, v):
             if v is None:
@@ -815,8 +814,8 @@ def _compare(report_dir: Path) -> list[Block]:
             extra = f" ({min(rng):.1f}-{max(rng):.1f}, {len(rng)} rounds)" if rng and len(rng) > 1 else ""
             return f"{v:.1f} tok/s{extra}"
 
-        other_cells = [vs_best(_by_conc(o.get("median")).get(c), wv) if c in (o.get("median") or {}) else "-"
-                       for o in others]
+        other_cells = [vs_best(_by_conc(o.get("median")).get(c), (o.get("vs_best") or {}).get(c))
+                       if c in (o.get("median") or {}) else "-" for o in others]
         table.append([c, fmt("baseline", bv), fmt("best", wv), cell] + other_cells)
     out.append(_table(["Concurrency", "baseline", "best", "Improvement"]
                       + [f"trial {o.get('trial')}" for o in others], table))
@@ -824,25 +823,30 @@ def _compare(report_dir: Path) -> list[Block]:
         out.append(_p("Other trials (`ncclsweep compare --also`): total tok/s and the ratio to the best at "
                       "the same concurrency, measured in the same rounds. "
                       + " ".join(f"Trial {o.get('trial')}: `{short_params(o.get('params'))}`." for o in others)))
-    if worse:
-        out.append(_warn("the best config is SLOWER than the baseline at concurrency "
-                         + ", ".join(f"{c} ({r:.2f}x)" for c, r in worse)
-                         + ". Deploy it only where requests run at the concurrencies where it wins."))
-    else:
-        out.append(_p("The best config is at least as fast as the baseline at every measured concurrency."))
-    for rule in data.get("constraints") or []:
+    for kind, text in closing_lines(data, verdicts):
+        out.append(_warn(text) if kind == "warn" else _p(text))
+    saved = [r for r in data.get("constraints") or [] if isinstance(r, dict) and r.get("concurrency") is not None]
+    rules = check_constraints([(int(r["concurrency"]), float(r["min_ratio"])) for r in saved], data)  # today's rule
+    for rule in rules:
         ratio = rule.get("ratio")
-        shown = "not measured" if ratio is None else f"{ratio:.2f}x"
+        shown = ("not measured" if ratio is None
+                 else f"{ratio:.2f}x" + (f" ({rule['text']})" if rule.get("text") else ""))
         line = (f"constraint: at concurrency {rule.get('concurrency')} the best must reach "
                 f"{rule.get('min_ratio')}x the baseline; measured {shown}")
-        out.append(_p(line + ": ok.") if rule.get("ok") else _warn(line + ": VIOLATED."))
+        state = rule.get("state") or ("ok" if rule.get("ok") else "VIOLATED")
+        out.append(_warn(line + ": VIOLATED.") if rule.get("ok") is False else _p(f"{line}: {state}."))
     for failure in data.get("failures") or []:
         out.append(_warn(f"failed requests during compare: {_clip(failure, 300)}"))
+    if data.get("complete") is False:
+        out.append(_warn(f"compare stopped after {data.get('rounds_done', 0)} of {data.get('rounds_planned')} rounds"
+                         + (f" ({_clip(data['stopped'], 200)})" if data.get("stopped") else "")
+                         + ": the table shows the finished launches only."))
     trials = ""
     if data.get("baseline_trial") is not None and data.get("best_trial") is not None:
         trials = f" (baseline trial {data['baseline_trial']}, best trial {data['best_trial']})"
-    out.append(_p(f"Baseline and best were measured interleaved (baseline, best, baseline, best){trials}, "
-                  "so drift and a lucky winner show; values are medians over rounds."))
+    out.append(_p(f"Baseline and best were relaunched in rounds, in alternating order{trials}, so drift and a "
+                  "lucky launch show; values are medians over rounds, and a ratio is called faster or slower "
+                  "only when its confidence interval from the per-round ratios excludes 1.0."))
     return out
 
 
@@ -852,12 +856,14 @@ def _by_node(rows) -> list[Block]:
         return []
     reps = baseline_repeats(rows)
     per_node: dict[str, tuple[float, float | None, int]] = {}
+    samples: dict[str, list[float]] = {}
     for node in nodes:
         mine = [r for r in reps if r["node"] == node]
         if mine:
             spreads = [r["spread"] for r in mine if r["spread"] is not None]
             per_node[node] = (statistics.median(r["value"] for r in mine),
                               statistics.median(spreads) if spreads else None, len(mine))
+            samples[node] = [v for r in mine for v in history.decode_samples(r)]
     table = []
     rankable = {r["number"] for r in history._eligible(rows)}
     for node in nodes:
@@ -873,10 +879,12 @@ def _by_node(rows) -> list[Block]:
     if len(per_node) >= 2:
         ref_node = max(per_node, key=lambda n: per_node[n][2])
         ref = per_node[ref_node]
-        for node, (v, s, _n) in per_node.items():
-            if node != ref_node and exceeds_noise(v, s, ref[0], ref[1]):
+        for node, (v, _s, _n) in per_node.items():
+            iv = ratio_interval(samples[ref_node], samples[node])
+            if node != ref_node and verdict(iv) in (FASTER, SLOWER):
                 flagged.append(f"node {node}'s baseline ({v:.2f} tok/s) differs from {ref_node}'s "
-                               f"({ref[0]:.2f} tok/s) beyond noise: results from the two nodes are not comparable")
+                               f"({ref[0]:.2f} tok/s) beyond noise ({describe(iv)}): results from the two "
+                               "nodes are not comparable")
     for f in flagged:
         out.append(_warn(f))
     missing = [n for n in nodes if n not in per_node]

@@ -514,6 +514,7 @@ class StudyDriver:
         base_value = base.value if base is not None else None
         return {"number": best.number, "value": best.value, "config": best.user_attrs.get("config"),
                 "spread": _spread(best), "vs_baseline": (best.value / base_value) if base_value else None,
+                "verdict": vs_baseline_words(best, base),
                 "baseline": None if base is None or not base_value else
                 {"number": base.number, "value": base_value, "spread": _spread(base)}}
 
@@ -541,21 +542,9 @@ class StudyDriver:
         elif base["number"] == best["number"]:
             verdict = f"the baseline #{base['number']} is the best config found ({best['value']:.1f} tok/s)"
         else:
-            verdict = f"best #{best['number']} = " + vs_baseline_text(best["value"], best["spread"], base["value"],
-                                                                     base["spread"])
+            verdict = f"best #{best['number']} {best['value']:.1f} tok/s = {best['verdict']}"
         return (f"{verdict} | next: `ncclsweep report {job}` (writes {_shown_dir(self.report_dir)}/report.html), "
                 f"`ncclsweep compare {job}`, `ncclsweep export {job} --format env`")
-
-
-def vs_baseline_text(best: float, best_spread: float | None, base: float, base_spread: float | None) -> str:
-    """"1.84x the baseline (41.2 vs 22.4 tok/s, beyond noise)": the one place the run's verdict
-    on the best config is worded (the report says the same with the same rule)."""
-    from orchestrator.history import exceeds_noise
-
-    verdict = exceeds_noise(best, best_spread, base, base_spread)
-    noise = {True: "beyond noise", False: "within noise: treat as equal",
-             None: "noise unknown: one sample"}[verdict]
-    return f"{best / base:.2f}x the baseline ({best:.1f} vs {base:.1f} tok/s, {noise})"
 
 
 def _spread(trial) -> float | None:
@@ -569,6 +558,25 @@ def _shown_dir(path) -> str:
     from orchestrator.space import display_path
 
     return display_path(path)
+
+
+def vs_baseline_words(best, base) -> str | None:
+    """The run's verdict on its best trial against the baseline trial (Optuna trials): the ratio
+    is "beyond noise" only when the two trials' decode samples put its interval off 1.0
+    (``verdict.py``, unpaired: repeats within one launch each), else "within noise of the
+    baseline"; the baseline's own config is "the baseline itself". None without a baseline."""
+    from orchestrator import verdict
+
+    if base is None or not base.value:
+        return None
+    if best.user_attrs.get("config_key") == base.user_attrs.get("config_key"):
+        return "the baseline itself"
+    samples = lambda t: (t.user_attrs.get("metrics") or {}).get("decode_samples") or []  # noqa: E731
+    iv = verdict.ratio_interval(samples(base), samples(best))
+    beyond = verdict.verdict(iv) in (verdict.FASTER, verdict.SLOWER)
+    return (f"{verdict.ratio_text(iv, best.value / base.value)} the baseline, "
+            + ("beyond noise" if beyond else "within noise of the baseline")
+            + f", {verdict.interval_text(iv)}")
 
 
 def _fmt_s(seconds: float) -> str:

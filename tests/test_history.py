@@ -221,12 +221,6 @@ def test_open_storage_rdb_and_errors(tmp_path):
         history.load_study(job)
 
 
-def test_exceeds_noise():
-    assert history.exceeds_noise(57.0, 0.01, 20.0, 0.01) is True
-    assert history.exceeds_noise(20.4, 0.02, 20.0, 0.02) is False
-    assert history.exceeds_noise(20.0, None, 10.0, 0.01) is None
-
-
 def _on(result: TrialResult, hostname: str, node_id: str) -> TrialResult:
     result.node = {**result.node, "hostname": hostname, "node_id": node_id}
     return result

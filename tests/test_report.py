@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from orchestrator import history
+from orchestrator.compare import summarize
 from orchestrator.report import write_report
 
 _HERE = Path(__file__).parent
@@ -23,17 +24,38 @@ fx = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fx)
 
 EXPECTED = {"trials.csv", "history.png", "params.png", "importance.png", "timeline.png", "report.md", "report.html"}
+
+def _rounds(per_config: dict[str, dict[str, list[float]]]) -> list[dict]:
+    """compare.json's rounds from {label: {concurrency: [tok/s per round]}}, alternating order."""
+    labels = list(per_config)
+    n = max(len(v) for levels in per_config.values() for v in levels.values())
+    return [{"round": r, "config": label, "trial": 0,
+             "levels": {c: {"total_tok_s": vals[r]} for c, vals in per_config[label].items() if r < len(vals)}}
+            for r in range(n) for label in (labels if r % 2 == 0 else labels[::-1])]
+
+
+# The motivating case's figures, measured in 4 rounds: graphs win at 1 and 2, lose at 10 beyond
+# noise, and tie at 64.
+ROUNDS = _rounds({
+    "baseline": {"1": [20.0, 19.8, 20.2, 20.1], "2": [38.2, 38.0, 38.4, 38.3], "10": [154.0, 150.0, 158.0, 155.0],
+                 "64": [292.9, 290.0, 305.0, 285.0]},
+    "best": {"1": [42.7, 42.5, 42.9, 42.8], "2": [71.5, 71.0, 72.0, 71.2], "10": [128.7, 127.0, 131.0, 129.5],
+             "64": [303.7, 300.0, 299.0, 298.0]},
+    "trial-1": {"1": [42.0, 41.8, 42.3, 42.1], "2": [70.0, 69.1, 70.3, 70.2], "10": [160.6, 158.0, 163.0, 161.0],
+                "64": [300.0, 301.0, 302.5, 299.0]},
+})
 COMPARE = {
-    "concurrency": [1, 2, 10, 64], "baseline_trial": 0, "best_trial": 2,
-    "baseline": {"1": 20.0, "2": 38.2, "10": 154.0, "64": 292.9},
-    "best": {"1": 42.7, "2": 71.5, "10": 128.7, "64": 303.7},
-    "baseline_samples": {"1": [19.8, 20.2], "2": [38.0, 38.4], "10": [150.0, 158.0], "64": [290.0, 295.0]},
-    "best_samples": {"1": [42.5, 42.9], "2": [71.0, 72.0], "10": [128.0, 129.4], "64": [300.0, 307.0]},
-    "others": [{"trial": 1, "params": {"tp_size": 2, "graph_capture": True}, "median": {"1": 42.0, "10": 160.6},
-                "samples": {"1": [42.0], "10": [160.6]}}],
-    "rounds": [], "failures": [],
-    "constraints": [{"concurrency": 10, "min_ratio": 0.9, "ratio": 0.84, "ok": False, "measured": True}],
+    "concurrency": [1, 2, 10, 64], "baseline_trial": 0, "best_trial": 2, "same_config": False,
+    "rounds_planned": 4, "complete": True, "rounds_done": 4,
+    "baseline": {"1": 20.05, "2": 38.25, "10": 154.5, "64": 291.45},
+    "best": {"1": 42.75, "2": 71.35, "10": 129.1, "64": 299.5},
+    "others": [{"trial": 1, "label": "trial-1", "params": {"tp_size": 2, "graph_capture": True},
+                "median": {"1": 42.05, "10": 160.8}}],
+    "rounds": ROUNDS, "failures": [],
+    "constraints": [{"concurrency": 10, "min_ratio": 0.9, "ratio": 0.84, "lo": 0.82, "hi": 0.85, "ok": False,
+                     "state": "VIOLATED", "measured": True, "text": "95% CI 0.82-0.85x"}],
 }
+summarize(COMPARE)  # the per-level intervals, as compare writes them
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +103,7 @@ def test_markdown_answers_the_morning_questions(report):
     md = (job.report_dir / "report.md").read_text()
     head = _section(md, "Headline")
     assert "**Best: trial 2, 57.00 tok/s (+-1.0%), 2.85x the baseline**" in head
-    assert "exceeds the noise" in head and "NCCL_PROTO Simple -> LL" in head
+    assert "The difference is beyond the noise of repeats (95% CI 2." in head and "NCCL_PROTO Simple -> LL" in head
     top = _section(md, "Top")
     ranked = [int(line.split("|")[2]) for line in top.splitlines() if re.match(r"\| \d+ \|", line)]
     assert ranked[0] == 2 and 3 not in ranked and 10 not in ranked  # never a failure, never the garbage config
@@ -92,9 +114,12 @@ def test_markdown_answers_the_morning_questions(report):
     assert "NCCL_PROTO=LL requested but NCCL used Simple" in _section(md, "NCCL verification")
     comp = _section(md, "Concurrency comparison")
     assert "| Concurrency | baseline | best | Improvement |" in comp
-    assert "| 10 | 154.0 tok/s (150.0-158.0, 2 rounds) | 128.7 tok/s (128.0-129.4, 2 rounds) | " \
-           "**0.84x (best is slower)** |" in comp
-    assert "SLOWER than the baseline at concurrency 10 (0.84x)" in comp and "VIOLATED" in comp
+    assert "| 10 | 154.5 tok/s (150.0-158.0, 4 rounds) | 129.1 tok/s (127.0-131.0, 4 rounds) | " \
+           "**0.837x slower (95% CI 0.825-0.848x)** |" in comp
+    assert "SLOWER than the baseline beyond noise at concurrency 10 (0.837x, 95% CI 0.825-0.848x)." in comp
+    assert "faster than the baseline beyond noise at concurrency 1, 2." in comp
+    assert "Within noise at concurrency 64: 4 round(s) cannot tell the two apart" in comp
+    assert "VIOLATED" in comp
     ceiling = _section(md, "Ceiling")
     assert "ceiling at TP=2" in ceiling and "8 all-reduces per step x 20.0 us" in ceiling
     assert re.search(r"best config reaches \d+% of the ceiling", ceiling)
@@ -109,8 +134,9 @@ def test_compare_section_shows_other_trials_beside_the_best(report):
     job, _ = report
     comp = _section((job.report_dir / "report.md").read_text(), "Concurrency comparison")
     assert "| Concurrency | baseline | best | Improvement | trial 1 |" in comp
-    assert "**0.84x (best is slower)** | 160.6 tok/s (1.25x best) |" in comp
-    assert "| 64 | 292.9 tok/s (290.0-295.0, 2 rounds) | 303.7 tok/s (300.0-307.0, 2 rounds) | 1.04x | - |" in comp
+    assert re.search(r"\*\*0.837x slower \(95% CI [0-9.-]+x\)\*\* \| 160.8 tok/s; vs best 1.245x faster \(95% CI ", comp)
+    assert re.search(r"\| 64 \| 291.4 tok/s \(285.0-305.0, 4 rounds\) \| 299.5 tok/s \(298.0-303.7, 4 rounds\) \| "
+                     r"1.02x, within noise \(95% CI [0-9.-]+x\) \| 300.5 tok/s; vs best 1.00", comp)
     assert "Trial 1: `graph_capture=1 tp_size=2`." in comp
 
 
@@ -221,3 +247,67 @@ def test_html_screenshot_shows_the_plots(report, tmp_path):
     hidden.write_text(page.replace('<img alt="Parameter importance"', '<img style="display:none" alt="Parameter importance"', 1))
     bad = check.check_report_html(hidden, tmp_path / "hidden.png")
     assert not bad["ok"] and bad["missing"] == [2]
+
+
+def _one_trial_study(tmp_path):
+    job = fx.make_job(tmp_path)
+    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")
+    policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
+    fx.record(study, policy, fx.BASE, fx.ok(fx.BASE, 20.0), baseline=True)
+    job.report_dir.mkdir(parents=True, exist_ok=True)
+    return job, study
+
+
+def test_a_compare_of_the_baseline_with_itself_warns_of_nothing(tmp_path):
+    """The demo's case: the baseline was never beaten, so compare relaunched one config against
+    itself. 8 real rounds on the loaded CPU box (single launches up to 2x apart): no SLOWER
+    warning, no verdict, the intervals shown as the noise between launches."""
+    job, study = _one_trial_study(tmp_path)
+    rounds = json.loads((_HERE / "data" / "verdict" / "self-compare-cpu-8-rounds.json").read_text())["rounds"]
+    data = summarize({"concurrency": [1, 2, 10], "baseline_trial": 0, "best_trial": 0, "same_config": True,
+                      "rounds_planned": 8, "complete": True, "others": [], "rounds": rounds, "failures": []})
+    (job.report_dir / "compare.json").write_text(json.dumps(data))
+    write_report(job, study=study)
+    comp = _section((job.report_dir / "report.md").read_text(), "Concurrency comparison")
+    table = [line for line in comp.splitlines() if line.startswith("| ")]
+    assert "SLOWER" not in comp and "Warning" not in comp and not any("slower" in line for line in table)
+    assert comp.count(", within noise: same config (95% CI ") == 3
+    assert "Baseline and best are the same config (trial #0): no verdict" in comp
+    # the rule alone, without knowing the two are one config, says the same on these rounds
+    (job.report_dir / "compare.json").write_text(json.dumps({**data, "best_trial": 1, "same_config": False}))
+    write_report(job, study=study)
+    comp = _section((job.report_dir / "report.md").read_text(), "Concurrency comparison")
+    assert "SLOWER" not in comp and comp.count(", within noise (95% CI ") == 3
+
+
+def test_an_interrupted_compare_shows_its_finished_rounds(tmp_path):
+    job, study = _one_trial_study(tmp_path)
+    data = {**COMPARE, "rounds": [r for r in ROUNDS if r["round"] < 2] + [ROUNDS[6]], "complete": False,
+            "stopped": "KeyboardInterrupt", "rounds_planned": 5}
+    (job.report_dir / "compare.json").write_text(json.dumps(summarize(data)))
+    write_report(job, study=study)
+    comp = _section((job.report_dir / "report.md").read_text(), "Concurrency comparison")
+    # rounds 0 and 1 whole, round 2 cut after the baseline's launch: the ratio pairs rounds 0 and 1
+    assert re.search(r"\| 1 \| 20.0 tok/s \(19.8-20.2, 3 rounds\) \| 42.6 tok/s \(42.5-42.7, 2 rounds\) \| "
+                     r"2.1\d+x faster \(95% CI", comp)
+    assert "compare stopped after 2 of 5 rounds (KeyboardInterrupt): the table shows the finished launches only." in comp
+
+
+def test_an_older_compare_file_without_rounds_is_judged_unpaired(tmp_path):
+    """A compare.json written before rounds were kept (2 samples each): its 0.84x at
+    concurrency 10 is no longer a warning (nor its constraint VIOLATED): two launches on each
+    side cannot carry it."""
+    job, study = _one_trial_study(tmp_path)
+    old = {"concurrency": [1, 10], "baseline_trial": 0, "best_trial": 2,
+           "baseline": {"1": 20.0, "10": 154.0}, "best": {"1": 42.7, "10": 128.7},
+           "baseline_samples": {"1": [19.8, 20.2], "10": [150.0, 158.0]},
+           "best_samples": {"1": [42.5, 42.9], "10": [128.0, 129.4]}, "rounds": [], "failures": [],
+           "constraints": [{"concurrency": 10, "min_ratio": 0.9, "ratio": 0.84, "ok": False, "measured": True}]}
+    (job.report_dir / "compare.json").write_text(json.dumps(old))
+    write_report(job, study=study)
+    comp = _section((job.report_dir / "report.md").read_text(), "Concurrency comparison")
+    assert "SLOWER" not in comp and "| 10 | 154.0 tok/s (150.0-158.0, 2 rounds) | 128.7 tok/s (128.0-129.4, 2 rounds) | " \
+                                   "0.84x, within noise (95% CI " in comp
+    assert "2.14x faster (95% CI" in comp
+    assert "VIOLATED" not in comp and "the best must reach 0.9x the baseline; measured 0.84x (95% CI " in comp \
+        and "): within noise of the limit." in comp

@@ -14,7 +14,8 @@ from orchestrator.treewatch import find_fatal
 LOGS = Path(__file__).parent / "fixtures" / "vllm"
 HEALTHY = ["vllm-0.26.0-h200-tp1-eager-serve.log", "vllm-0.26.0-h200-tp1-graphs-serve.log",
            "vllm-0.26.0-h200-tp1-graphs-trial.log", "vllm-0.26.0-2xh200-tp2-eager-p2poff-simple-nccl-info.log",
-           "vllm-0.26.0-2xh200-tp2-eager-p2poff-ll-nccl-info.log"]
+           "vllm-0.26.0-2xh200-tp2-eager-p2poff-ll-nccl-info.log",
+           "vllm-0.26.0-2xh200-tp2-graphs-p2poff-simple-ring-trial.log"]
 CRASH = "vllm-0.26.0-2xh200-tp2-graphs-p2poff-crash-illegal-address.log"
 
 
@@ -58,3 +59,25 @@ def test_nccl_lines_of_vllm_workers_parse(name, proto):
 def test_a_tp1_server_shows_no_nccl_and_that_is_no_warning():
     info = nccl.parse_log((LOGS / "vllm-0.26.0-h200-tp1-graphs-trial.log").read_text(errors="replace"))
     assert info["version"] is None and info["transports"] == []
+
+
+def test_nccl_algo_tree_for_every_collective_kills_vllms_workers(vllm_fatal):
+    """Seen on 2x H200: NCCL_ALGO=Tree applies to every collective, and NCCL has no Tree
+    AllGather (vLLM gathers logits with one at TP > 1): NCCL refuses (invalid usage), the
+    workers die while the API server stays up. The watch sees the worker's line; the trial is
+    the config's fault (nccl-invalid), not a crash to retry. Tuning the all-reduce alone is
+    NCCL_ALGO=allreduce:tree."""
+    name = "vllm-0.26.0-2xh200-tp2-graphs-p2poff-tree-ll-allgather-refused.log"
+    text = (LOGS / name).read_text(errors="replace")
+    lines = text.splitlines()
+    i = find_fatal(lines, vllm_fatal)
+    assert i is not None and "WorkerProc hit an exception" in lines[i]
+    assert nccl.classify_failure(text) == "nccl-invalid"
+    refusal = [ln for ln in lines if "no algorithm/protocol available for function AllGather" in ln]
+    assert refusal and "NCCL_ALGO was set to Tree" in refusal[0]
+
+
+def test_a_tp2_graphs_trial_of_vllm_took_the_settings():
+    info = nccl.parse_log((LOGS / "vllm-0.26.0-2xh200-tp2-graphs-p2poff-simple-ring-trial.log").read_text(errors="replace"))
+    assert info["nranks"] == 2 and info["transports"] == ["SHM/direct/direct"]
+    assert not nccl.verify_applied({"NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": "1"}, info)

@@ -325,3 +325,29 @@ def test_parses_a_tp2_server_log_with_ll128_over_nvlink():
     assert (allreduce["LL128"], allreduce["LL"], allreduce["Simple"]) == (1, 0, 0)
     assert (allreduce["Ring"], allreduce["Tree"]) == (1, 0)
     assert nccl.verify_applied({"NCCL_PROTO": "LL128", "NCCL_ALGO": "Ring"}, parsed) == []
+
+
+# ---- four ranks (a lent 4x H200 machine, NCCL_P2P_DISABLE=1: host shared memory) ---------------
+
+@pytest.mark.parametrize("name,proto,algo", [("p2p-disabled-ll-ring-4xh200-2.28.9.log", "LL", "RING"),
+                                             ("p2p-disabled-simple-tree-4xh200-2.28.9.log", "SIMPLE", "TREE")])
+def test_parses_four_rank_probe_logs(name, proto, algo):
+    parsed = nccl.parse_log(log(name))
+    assert parsed["nranks"] == 4 and parsed["transports"] == ["SHM/direct/direct"]
+    assert parsed["version"] == "2.28.9" and parsed["env_applied"]["NCCL_P2P_DISABLE"] == "1"
+    # every per-call line of the 12 KiB and 1 MiB all-reduces took the forced pair
+    assert parsed["per_call"] and all(c[2:] == [algo, proto] for c in parsed["per_call"])
+    asked = {"NCCL_PROTO": proto.capitalize() if proto == "SIMPLE" else proto, "NCCL_ALGO": algo.capitalize()}
+    assert nccl.verify_applied(asked, parsed) == []
+
+
+def test_parses_a_tp4_server_trial_and_its_verification_launch():
+    """The TP=4 study's timed trial (start-up lines only) and the TUNING launch of the same
+    setting: the decode all-reduce (4096 B: hidden 2048 x bf16 at batch 1) ran Ring/LL."""
+    trial = nccl.parse_log(log("refserver-1b-tp4-p2p-disabled-ring-ll-trial-4xh200-2.28.9.log"))
+    assert trial["nranks"] == 4 and trial["per_call"] == []
+    assert nccl.verify_applied({"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": "1"}, trial) == []
+    verify = nccl.parse_log(log("refserver-1b-tp4-p2p-disabled-ll-ring-verify-4xh200-2.28.9.log"))
+    decode = [c for c in verify["per_call"] if c[0] == "AllReduce" and c[1] == 4096]
+    assert decode and all(c[2:] == ["RING", "LL"] for c in decode)
+    assert verify["per_call_count"] > 800  # graph capture and warm-up of every batch size

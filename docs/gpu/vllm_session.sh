@@ -50,7 +50,7 @@ tp1)
   (run_study $job ${TP1_S:-300} CUDA_VISIBLE_DEVICES=0 RAY_TMPDIR=/tmp/ray-tp1 > "$OUT/tp1.log" 2>&1
    python3 -m orchestrator export $job --format cmd > "$OUT/tp1-export.txt" 2>&1
    cmd=$(grep -v '^#' "$OUT/tp1-export.txt" | tail -1)
-   CUDA_VISIBLE_DEVICES=0 setsid bash -c "exec $cmd --port 18123" > /tmp/hand.log 2>&1 &
+   CUDA_VISIBLE_DEVICES=0 setsid bash -c "$cmd --port 18123" > /tmp/hand.log 2>&1 &
    hand=$!  # its own session: the group id is its pid
    for i in $(seq 1 240); do curl -sf localhost:18123/health >/dev/null && break; sleep 1; done
    curl -s localhost:18123/v1/completions -H 'Content-Type: application/json' -d '{"model": "refserver-1b",

@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from orchestrator import bench, correctness  # noqa: E402
+from orchestrator.backends import get_backend_class  # noqa: E402
 from orchestrator.backends.base import LaunchSpec  # noqa: E402
 from orchestrator.server import ServerProcess, free_port  # noqa: E402
 
@@ -51,8 +52,12 @@ def _servers(args, logs: Path) -> dict[str, ServerProcess]:
     vllm = LaunchSpec(argv=[sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", args.model_dir,
                             "--served-model-name", "vllm", "--host", "127.0.0.1", "--port", str(p2),
                             "--max-model-len", "2048", "--gpu-memory-utilization", "0.5"], port=p2, model_name="vllm")
-    return {"refserver": ServerProcess(ref, logs / "refserver.log", base_env=env),
-            "vllm": ServerProcess(vllm, logs / "vllm.log", base_env=env)}
+    # each engine's own tree rules (vLLM's model-inspection subprocess exits by design)
+    rules = {kind: get_backend_class(kind)(settings).watch_rules()
+             for kind, settings in (("refserver", {"model": args.preset, "device": "cuda"}),
+                                    ("vllm", {"model": args.model_dir, "version": "0.26.0"}))}
+    return {"refserver": ServerProcess(ref, logs / "refserver.log", base_env=env, watch=rules["refserver"]),
+            "vllm": ServerProcess(vllm, logs / "vllm.log", base_env=env, watch=rules["vllm"])}
 
 
 def main() -> int:

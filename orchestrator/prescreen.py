@@ -165,12 +165,11 @@ def measure_setting(setting: dict[str, Any], *, device: str, message_bytes: int,
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    import signal
+    """End the probe's ranks at once (NCCL processes often hang at exit): its tree and its
+    process group (it runs in a session of its own)."""
+    from orchestrator import proctree
 
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    proctree.end(proctree.tree(proc.pid), 0.0, pgid=proc.pid, kill_wait_s=5.0)
 
 
 def require_device(job, device: str) -> None:

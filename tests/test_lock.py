@@ -38,3 +38,18 @@ def test_a_reused_pid_with_another_start_time_is_not_an_owner(tmp_path):
                                                        "start_time": 1.0}))
     with DriverLock(tmp_path / "driver.lock"):
         pass
+
+
+def test_a_driver_killed_with_sigkill_frees_the_lock_at_once(tmp_path):
+    """The kernel releases the OS lock of a dead holder: no stale file to outwit."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import time; from pathlib import Path; from orchestrator.lock import DriverLock; "
+        f"DriverLock(Path({str(tmp_path / 'driver.lock')!r})).acquire(); print('locked', flush=True); "
+        "time.sleep(60)")], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    holder.kill()
+    holder.wait()
+    assert json.loads((tmp_path / "driver.lock").read_text())["pid"] == holder.pid  # the file stayed
+    with DriverLock(tmp_path / "driver.lock") as lock:
+        assert lock.held
+    assert not (tmp_path / "driver.lock").exists()

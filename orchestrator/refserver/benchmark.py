@@ -21,7 +21,6 @@ import http.client
 import json
 import os
 import shlex
-import signal
 import statistics
 import subprocess
 import sys
@@ -63,18 +62,10 @@ def start(args: list[str], port: int, timeout_s: float = 60.0, log_path: str | N
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """TERM the server's tree and process group, KILL after ``grace_s``, reap."""
+    from orchestrator import proctree
+
+    proctree.end(proctree.tree(proc.pid), grace_s, pgid=proc.pid)
     proc.wait()
 
 

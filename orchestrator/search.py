@@ -44,6 +44,9 @@ from typing import Any, Protocol
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from orchestrator.bans import banned_values, describe, hit
+from orchestrator.feasible import FeasibleSampler
+from orchestrator.outcome import WRONG_RESULT_KINDS
 from orchestrator.records import (
     COMPLETE,
     FAIL,
@@ -55,9 +58,6 @@ from orchestrator.records import (
 )
 
 CONSTRAINTS_KEY = "constraints"  # optuna.study._constrained_optimization._CONSTRAINTS_KEY
-# Failure kinds that mean "this config computes wrong results": never best, even if another
-# measurement of the same config completed (same rule as ``history.WRONG_RESULT_KINDS``).
-WRONG_RESULT_KINDS = ("wrong-output", "nccl-invalid")
 
 # Early stop ("clearly worse"), chosen with the replay harness (docs/benchmarks.md):
 # a trial whose first repeat is below DEFAULT_PRUNE_RATIO x the best median so far stops
@@ -104,6 +104,7 @@ class SpaceLike(Protocol):
     def active(self, config: Config) -> Config: ...
     def feasible(self, config: Config) -> str | None: ...
     def enumerate(self) -> list[Config] | None: ...
+    def distributions(self) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -205,6 +206,10 @@ class SearchPolicy:
         self._consecutive_dups = 0
         self._gave_up = False
         self.baseline_key = self._key_of(self.baseline) if self.baseline is not None else None
+        self._bans_at: tuple[int, dict] = (-1, {})  # (finished trials, bans) cache
+        self._allowed_at: tuple[int, list[Config] | None] = (-1, None)
+        if not isinstance(study.sampler, FeasibleSampler):  # draws land on configs the study may launch
+            study.sampler = FeasibleSampler(study.sampler, self.allowed_configs, seed=seed)
 
     # ---- identity --------------------------------------------------------------------------
     def key_of(self, raw: Config) -> tuple[Config, str]:
@@ -258,18 +263,15 @@ class SearchPolicy:
             ua = t.user_attrs
             if ATTR_REQUEUE_OF in ua:
                 requeued.add(ua[ATTR_REQUEUE_OF])
-            if t.state == TrialState.WAITING:
-                waiting.append(t)
-                baseline_pending |= bool(ua.get(ATTR_BASELINE))
-                continue
-            if t.state == TrialState.RUNNING:
-                running.append(t)
-                baseline_pending |= bool(ua.get(ATTR_BASELINE))
+            if t.state in (TrialState.WAITING, TrialState.RUNNING):
+                (waiting if t.state == TrialState.WAITING else running).append(t)
+                baseline_pending |= bool(ua.get(ATTR_BASELINE)) or (
+                    self.baseline_key is not None and ua.get(ATTR_REQUEUE_OF) == self.baseline_key)
                 continue
             outcome = ua.get("outcome")
             key = ua.get(ATTR_KEY)
             if outcome == FAIL and ua.get("failure_kind") in WRONG_RESULT_KINDS and key:
-                bad.add(key)
+                bad.add(key)  # (informational: ranking is outcome.rankable's)
             if not ua.get(ATTR_COUNTED):
                 continue
             counted.append(t)
@@ -289,7 +291,34 @@ class SearchPolicy:
         if enum is None:
             return None
         busy = {p.key for p in self._in_flight.values() if p.cached is None}
-        return [k for k in enum if k not in st.measured and k not in busy]
+        bans = self.bans()
+        return [k for k in enum if k not in st.measured and k not in busy and not hit(self._enum_norm[k], bans)]
+
+    # ---- what may be proposed ------------------------------------------------------------------
+    def _finished(self) -> int:
+        return len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL,
+                                                                  TrialState.PRUNED)))
+
+    def bans(self) -> dict[tuple[str, Any], str]:
+        """Parameter values not proposed any more: they kept crashing servers at start
+        (``orchestrator.bans``): {(param, value): why}."""
+        n = self._finished()
+        if self._bans_at[0] != n:
+            from orchestrator.history import trial_rows
+
+            self._bans_at = (n, banned_values(trial_rows(self.study)))
+        return self._bans_at[1]
+
+    def allowed_configs(self) -> list[Config] | None:
+        """Raw configs the study may launch: the enumerated feasible space minus banned
+        values (None: the space is too large to enumerate)."""
+        n = self._finished()
+        if self._allowed_at[0] != n:
+            enum = self._enumeration()
+            bans = self.bans()
+            allowed = None if enum is None else [raw for k, raw in enum.items() if not hit(self._enum_norm[k], bans)]
+            self._allowed_at = (n, allowed)
+        return self._allowed_at[1]
 
     def _launches_in_flight(self) -> int:
         return sum(1 for p in self._in_flight.values() if p.cached is None)
@@ -336,16 +365,13 @@ class SearchPolicy:
             trial = self.study.ask()
             role = _role_of(trial.user_attrs)
             try:
-                raw = self.space.suggest(trial)
+                raw = self._fixed_baseline(trial) if role in ("baseline", "reference") else self.space.suggest(trial)
             except Exception:
                 # e.g. an enqueued value the space no longer allows: do not leave it RUNNING
                 trial.set_user_attr(ATTR_SKIPPED, "suggest-error")
                 trial.set_user_attr(ATTR_COUNTED, False)
                 self.study.tell(trial, state=TrialState.FAIL)
                 raise
-            if role == "baseline" and self.baseline is not None:
-                # the baseline is its own config: its settings outside the space stay with it
-                raw = {**self.baseline, **raw}
             reason = self.space.feasible(raw)
             if reason is not None:
                 self._skip(trial, raw, None, "infeasible", reason, constraint=1.0)
@@ -354,6 +380,13 @@ class SearchPolicy:
                     self._enqueue_fill(remaining)
                 continue
             config, key = self.key_of(raw)
+            banned = hit(config, self.bans()) if role not in ("baseline", "reference", "requeue") else None
+            if banned is not None:
+                self._skip(trial, raw, (config, key), "banned-value",
+                           f"{describe(banned)} is not proposed any more: {self.bans()[banned]}", constraint=1.0)
+                bad_streak += 1
+                self._enqueue_fill(remaining)
+                continue
             busy = {p.key: n for n, p in self._in_flight.items() if p.cached is None}
             if key in busy:
                 self._skip(trial, raw, (config, key), "in-flight-duplicate",
@@ -361,7 +394,7 @@ class SearchPolicy:
                 bad_streak += 1
                 self._enqueue_fill(remaining)
                 continue
-            source = st.measured.get(key)
+            source = None if role == "reference" else st.measured.get(key)  # the reference is measured afresh
             if source is not None:
                 self._enqueue_fill(remaining)
                 self._consecutive_dups += 1
@@ -382,15 +415,38 @@ class SearchPolicy:
         self._gave_up = True  # every ask was infeasible or a duplicate
         return None
 
-    def _ensure_baseline(self) -> None:
-        if self._baseline_checked or self.baseline is None:
+    def _ensure_baseline(self, force: bool = False, reference: bool = False) -> None:
+        """Enqueue the baseline unless it is measured or already waiting (once per policy;
+        ``force``: check again). ``reference``: enqueue it even when measured, to be
+        measured afresh (the golden reference has to come from a launch of it)."""
+        if self.baseline is None or (self._baseline_checked and not force):
             return
         self._baseline_checked = True
         st = self._scan()
-        if self.baseline_key in st.measured or st.baseline_pending:
+        if st.baseline_pending or (self.baseline_key in st.measured and not reference):
             return
-        raw = self._raw_for(self.baseline_key, self.baseline)
-        self.study.enqueue_trial(raw, user_attrs={ATTR_BASELINE: True, ATTR_ENQUEUED_BY: "baseline"})
+        role = "reference" if self.baseline_key in st.measured else "baseline"
+        self.study.enqueue_trial(self._baseline_params(), user_attrs={ATTR_BASELINE: True, ATTR_ENQUEUED_BY: role})
+
+    def ensure_baseline_next(self) -> None:
+        """Make the baseline the next launch, measured afresh if it already was (the golden
+        reference is captured from a launch of it; docs/architecture.md, "Baseline")."""
+        self._ensure_baseline(force=True, reference=True)
+
+    def _baseline_params(self) -> Config:
+        """The baseline's own settings that are points of the space's distributions: the
+        Optuna params of its trial. A parameter it leaves unset stays unset (the backend's
+        default, or NCCL's own for an NCCL variable): never sampled."""
+        dists = self.space.distributions()
+        return {k: v for k, v in self.baseline.items() if k in dists and _contains(dists[k], v)}
+
+    def _fixed_baseline(self, trial: optuna.Trial) -> Config:
+        """The baseline exactly, whatever the sampler would draw: its trial records only the
+        parameters the baseline sets (a sampler fills nothing in)."""
+        dists = self.space.distributions()
+        for name in self._baseline_params():
+            _suggest(trial, name, dists[name])  # the enqueued fixed value, recorded as the trial's param
+        return dict(self.baseline)
 
     def _enqueue_fill(self, remaining: list[str] | None) -> None:
         """Enqueue one unmeasured config (seeded) unless a fixed config is already waiting."""
@@ -473,14 +529,19 @@ class SearchPolicy:
         self.study.tell(trial, state=TrialState.PRUNED)
 
     # ---- recording -------------------------------------------------------------------------------
-    def record(self, proposal: Proposal, result: TrialResult, *, counted: bool = True) -> FrozenTrial:
+    def record(self, proposal: Proposal, result: TrialResult, *, counted: bool = True,
+               blameless: bool | None = None) -> FrozenTrial:
         """Store ``result`` on the proposal's trial and tell Optuna (encoding: module docstring).
 
-        A cached answer and an ``interrupted``/``node-lost`` failure are never counted.
-        Returns the finished trial.
+        ``counted`` and ``blameless`` come from ``outcome.decide``; ``blameless`` (default:
+        an ``interrupted``/``node-lost``/``env-error`` failure) means not the config's fault:
+        never counted, never its cached answer, an Optuna FAIL the sampler ignores. A cached
+        answer is never counted. Returns the finished trial.
         """
         trial = proposal.trial
-        not_the_config = result.outcome == FAIL and result.failure_kind in NOT_THE_CONFIGS_FAULT
+        if blameless is None:
+            blameless = result.outcome == FAIL and result.failure_kind in NOT_THE_CONFIGS_FAULT
+        not_the_config = result.outcome == FAIL and blameless
         if proposal.cached is not None or not_the_config:
             counted = False
         attrs = result.to_attrs()
@@ -548,10 +609,12 @@ class SearchPolicy:
 
     def recover_interrupted(self, reason: str = "the driver died while this trial ran") -> list[int]:
         """Trials left RUNNING by a dead driver: FAIL ``interrupted`` (uncounted), re-queued once."""
+        from orchestrator.outcome import interrupted
+
         done = []
         for t in self.pending_running():
             config = t.user_attrs.get("config") or dict(t.params)
-            attrs = TrialResult.failed(config, "interrupted", reason).to_attrs()
+            attrs = interrupted(TrialResult(outcome=FAIL, config=config, failure_kind="interrupted"), reason).to_attrs()
             attrs[ATTR_COUNTED] = False
             attrs.setdefault(ATTR_KEY, t.user_attrs.get(ATTR_KEY) or self._key_of(dict(t.params)))
             for name, value in attrs.items():
@@ -574,29 +637,31 @@ class SearchPolicy:
         """Keys of configs that are answered from the study instead of being launched."""
         return set(self._scan().measured)
 
+    def _rows(self) -> list[dict[str, Any]]:
+        from orchestrator.history import trial_rows
+
+        return trial_rows(self.study)
+
     def best(self) -> FrozenTrial | None:
-        """The best trial whose user-facing outcome is COMPLETE (never a failure, never a wrong config)."""
-        st_bad = self._scan().bad_keys
-        best: FrozenTrial | None = None
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if t.user_attrs.get("outcome") != COMPLETE or t.value is None:
-                continue
-            if (t.user_attrs.get("metrics") or {}).get("constraint_violations"):
-                continue  # measured, but breaks the job's outcome constraints
-            if t.user_attrs.get(ATTR_KEY) in st_bad:
-                continue
-            if best is None or t.value > best.value:
-                best = t
-        return best
+        """The best trial by the study's one ranking rule (``history.best_rows`` over
+        ``outcome.rankable``): what export and the report call best, never a failure, a
+        wrong config, a cached duplicate or a config that breaks an outcome constraint."""
+        from orchestrator.history import best_rows
+
+        best = best_rows(self._rows(), 1)
+        return self._trial(best[0]["number"]) if best else None
 
     def baseline_trial(self) -> FrozenTrial | None:
-        """The measured baseline trial, once there is one."""
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            ua = t.user_attrs
-            if ua.get("outcome") == COMPLETE and (ua.get(ATTR_BASELINE) or
-                                                   (self.baseline_key and ua.get(ATTR_KEY) == self.baseline_key)):
-                return t
-        return None
+        """The measured baseline trial (``history.baseline_row``), once there is one."""
+        from orchestrator.history import baseline_row
+
+        base = baseline_row(self._rows())
+        if base is None or base["state"] != COMPLETE or base["value"] is None:
+            return None
+        return self._trial(base["number"])
+
+    def _trial(self, number: int) -> FrozenTrial:
+        return next(t for t in self.study.get_trials(deepcopy=False) if t.number == number)
 
     def baseline_value(self) -> float | None:
         """Median tok/s of the baseline, once measured."""
@@ -607,6 +672,14 @@ class SearchPolicy:
         """``min_ratio`` x the best median so far (None before any COMPLETE trial)."""
         best = self.best()
         return None if best is None else float(best.value) * min_ratio
+
+    def earlier_timeouts(self, key: str, before: int) -> int:
+        """Launches of the config ``key`` before trial ``before`` that timed out."""
+        from orchestrator.outcome import TIMEOUT_KINDS
+
+        return sum(1 for t in self.study.get_trials(deepcopy=False)
+                   if t.number < before and t.user_attrs.get(ATTR_KEY) == key
+                   and t.user_attrs.get("outcome") == FAIL and t.user_attrs.get("failure_kind") in TIMEOUT_KINDS)
 
     def pending_running(self) -> list[FrozenTrial]:
         """Trials RUNNING in storage that this policy did not hand out (left by a dead driver)."""
@@ -620,6 +693,7 @@ class SearchPolicy:
 
 def startup_trials_of(sampler: optuna.samplers.BaseSampler) -> int:
     """How many random start-up trials a model-based sampler (TPE, GP) draws; 0 for any other."""
+    sampler = getattr(sampler, "base", sampler)  # a FeasibleSampler's wrapped sampler
     if isinstance(sampler, (optuna.samplers.TPESampler, optuna.samplers.GPSampler)):
         return int(getattr(sampler, "_n_startup_trials", 0) or 0)
     return 0
@@ -635,8 +709,27 @@ def _is_measurement(ua: dict[str, Any]) -> bool:
     return outcome == PRUNED and not ua.get(ATTR_SKIPPED)
 
 
+def _suggest(trial: optuna.Trial, name: str, dist) -> Any:
+    """``trial.suggest_*`` for an Optuna distribution (an enqueued value comes back as fixed)."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    if isinstance(dist, CategoricalDistribution):
+        return trial.suggest_categorical(name, list(dist.choices))
+    if isinstance(dist, IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
+
+
+def _contains(dist, value: Any) -> bool:
+    """Whether ``value`` is a point of an Optuna distribution."""
+    try:
+        return bool(dist._contains(dist.to_internal_repr(value)))
+    except (ValueError, TypeError):
+        return False
+
+
 def _role_of(user_attrs: dict[str, Any]) -> str:
     by = user_attrs.get(ATTR_ENQUEUED_BY)
-    if by in ("baseline", "requeue", "fill", "startup"):
+    if by in ("baseline", "reference", "requeue", "fill", "startup"):
         return by
     return "sampler"

@@ -9,6 +9,7 @@ circuit breaker. Progress goes to stderr, one line per event.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import signal
@@ -20,15 +21,19 @@ from typing import Any, TextIO
 
 import optuna
 
-from orchestrator import correctness
+from orchestrator import bans as value_bans
+from orchestrator import correctness, outcome, preflight, reference
 from orchestrator.errors import BadInput, CircuitOpen, NcclsweepError, RuntimeFailure
 from orchestrator.executor import Executor, RayExecutor
 from orchestrator.lock import DriverLock
-from orchestrator.records import COMPLETE, FAIL, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult
+from orchestrator.records import COMPLETE, FAIL, PRUNED, TrialResult
 from orchestrator.trial import TrialSpec
 
 GOLDEN_ATTR = "golden"
 FINGERPRINT_ATTR = "space_fingerprint"
+OUTVOTED_ATTR = "outvoted_references"  # trial numbers whose golden reference later trials outvoted
+# Environment failures in a row that stop the study: the node, not the configs, needs fixing.
+ENV_BREAKER = 2
 
 
 def open_study(job, sampler: optuna.samplers.BaseSampler | None = None, create: bool = True) -> optuna.Study:
@@ -128,6 +133,7 @@ class StudyDriver:
         self.log_dir = self.report_dir / "logs"
         self.t_start = time.monotonic()
         self.consecutive_failures = 0
+        self.consecutive_env_failures = 0
         self._finished = 0  # trials finished in this invocation (for the time-to-go estimate)
         self._repeat_no = 0
 
@@ -177,7 +183,7 @@ class StudyDriver:
             except ValueError as exc:
                 raise BadInput(str(exc), file=str(job.path), key="sampler") from None
             study = open_study(job, sampler)
-            baseline = self.backend.normalize(job.space.active({**self.backend.default_config(), **(job.baseline or {})}))
+            baseline = job.baseline_config()  # exactly the job's baseline: nothing sampled, same on every seed
             self._baseline_config = baseline
             policy = SearchPolicy(study, self._space(baseline), self.backend.normalize, baseline=baseline,
                                   budget=self.trials, remeasure=job.remeasure, seed=job.sampler.seed)
@@ -191,11 +197,19 @@ class StudyDriver:
             if self.trials is not None and policy.budget_used() >= self.trials:
                 self.say(f"budget reached: {policy.budget_used()} of {self.trials} trials already ran")
                 return RunSummary("budget reached", best=self._best_summary(policy))
+            self._preflight(executor)
             return self._loop(study, policy, executor)
         finally:
             if executor is not None and self._owns_executor:
                 executor.shutdown()
             lock.release()
+
+    def _preflight(self, executor: Executor) -> None:
+        """Before the first launch: does every node have what the trials need? One line per
+        node with a problem, and nothing launched (``orchestrator.preflight``)."""
+        problem = preflight.format_problems(executor.preflight(preflight.needs(self.job)))
+        if problem:
+            raise RuntimeFailure(problem)
 
     def _space(self, baseline: dict):
         """The job's space, minus NCCL settings the all-reduce pre-screen dropped (if enabled);
@@ -219,127 +233,265 @@ class StudyDriver:
         return PrescreenedSpace(self.job.space, dropped, self.backend.normalize)
 
     def _golden(self, study: optuna.Study) -> correctness.Golden | None:
+        """The stored golden reference, or the job's reference file (checked first)."""
         corr = self.job.correctness
         if not corr.enabled:
             return None
         data = study.user_attrs.get(GOLDEN_ATTR)
         if data:
             return correctness.Golden.from_dict(data)
-        if isinstance(corr.reference, str) and corr.reference != "baseline":
+        if corr.reference_kind == "file":
             golden = correctness.Golden.from_file(corr.reference)
+            why, warnings = reference.unusable(golden, corr.allow_repetitive_reference)
+            if why:
+                raise BadInput(f"the reference file {corr.reference} is unusable: {why}", file=str(self.job.path),
+                               key="correctness.reference")
+            for w in warnings:
+                self.say(f"warning: {w}")
             study.set_user_attr(GOLDEN_ATTR, golden.to_dict())
             return golden
         return None
+
+    def _reference_config(self) -> dict | None:
+        """The config the job names as its reference when it is not the baseline, else None."""
+        corr = self.job.correctness
+        if corr.reference_kind != "config":
+            return None
+        config = self.backend.normalize(self.job.space.active(dict(corr.reference)))
+        return None if config == self._baseline_config else config
 
     def _loop(self, study: optuna.Study, policy, executor: Executor) -> RunSummary:
         job = self.job
         deadline = self.t_start + self.timeout_s if self.timeout_s else None
         golden = self._golden(study)
+        if golden is None and job.correctness.enabled and self._reference_config() is not None:
+            golden = self._reference_run(study, executor)
+        self._held: list[tuple[Any, outcome.Final]] = []  # gate failures held while the reference is unproven
+        self._vindicated = any(t.user_attrs.get("correctness", {}).get("ok") and not t.user_attrs.get("is_reference")
+                               for t in study.get_trials(deepcopy=False))
+        self._announced: set = set()
+        self._announce_bans(policy)
         in_flight: dict[int, Any] = {}  # ticket -> (proposal, is_reference); proposal None: a baseline repeat
         repeats: list[str] = []  # node ids still to repeat the baseline on (comparability across nodes)
         summary = RunSummary("budget reached")
         with _Signals() as signals:
-            while True:
-                stop_starting = signals.count > 0 or (deadline is not None and time.monotonic() >= deadline)
-                if signals.count > 1 and in_flight:
-                    executor.cancel_all()
-                # start trials while there are free slots
-                while not stop_starting and repeats and len(in_flight) < executor.slots:
-                    node = repeats.pop(0)
-                    if node in executor.nodes():
-                        self._repeat_no += 1  # log files of repeats: trial-9001.log, ...
-                        spec = self.spec_for(9000 + self._repeat_no, self._baseline_config,
-                                             golden.texts if golden else None, None)
-                        in_flight[executor.submit(spec, node_id=node)] = (None, False)
-                        self.say(f"repeating the baseline on node {node[:8]} (are the nodes comparable?)")
-                while not stop_starting and len(in_flight) < executor.slots:
-                    need_reference = job.correctness.enabled and golden is None
-                    if need_reference and in_flight:
-                        break  # the reference runs alone: every later trial is compared with it
-                    proposal = policy.next()
-                    if proposal is None:
-                        summary.reason = "space exhausted" if policy.exhausted else "budget reached"
+            try:
+                while True:
+                    stop_starting = signals.count > 0 or (deadline is not None and time.monotonic() >= deadline)
+                    if signals.count > 1 and in_flight:
+                        executor.cancel_all()
+                    # start trials while there are free slots
+                    while not stop_starting and repeats and len(in_flight) < executor.slots:
+                        node = repeats.pop(0)
+                        if node in executor.nodes():
+                            self._repeat_no += 1  # log files of repeats: trial-9001.log, ...
+                            spec = self.spec_for(9000 + self._repeat_no, self._baseline_config,
+                                                 golden.texts if golden else None, None)
+                            in_flight[executor.submit(spec, node_id=node)] = (None, False)
+                            self.say(f"repeating the baseline on node {node[:8]} (are the nodes comparable?)")
+                    while not stop_starting and len(in_flight) < executor.slots:
+                        need_reference = job.correctness.enabled and golden is None
+                        if need_reference and in_flight:
+                            break  # the reference runs alone: every later trial is compared with it
+                        if need_reference:
+                            policy.ensure_baseline_next()  # the golden reference comes from the baseline, never another config
+                        proposal = policy.next()
+                        if proposal is None:
+                            summary.reason = "space exhausted" if policy.exhausted else "budget reached"
+                            break
+                        if need_reference and (proposal.cached is not None or proposal.key != self.baseline_key):
+                            raise RuntimeFailure(
+                                f"the golden reference must come from the baseline, but trial {proposal.number} "
+                                f"({'cached' if proposal.cached is not None else 'another config'}) came first; "
+                                "run again, or name a reference file in correctness.reference")
+                        if proposal.cached is not None:
+                            policy.record(proposal, proposal.cached, counted=False)
+                            self.say(f"trial {proposal.trial.number}: config already measured "
+                                     f"(trial {proposal.cached_from}), answered from the study")
+                            continue
+                        is_baseline = proposal.key == self.baseline_key
+                        if is_baseline:
+                            proposal.trial.set_user_attr("is_baseline", True)
+                        prune = None
+                        if job.pruning.enabled and not is_baseline and not need_reference:
+                            prune = policy.prune_threshold(job.pruning.min_ratio)
+                        spec = self.spec_for(proposal.trial.number, proposal.config,
+                                             None if need_reference else (golden.texts if golden else None), prune)
+                        if need_reference:
+                            spec.check_prompts = list(job.correctness.prompts)
+                            proposal.trial.set_user_attr("is_reference", True)
+                        ticket = executor.submit(spec)
+                        in_flight[ticket] = (proposal, need_reference)
+                        summary.launched += 1
+                        self._progress_start(policy, proposal, len(in_flight))
+                        if need_reference:
+                            break
+                    if not in_flight:
+                        if deadline is not None and time.monotonic() >= deadline:
+                            summary.reason = "timeout"
+                        if signals.count:
+                            summary.reason = "stopped by signal"
                         break
-                    if proposal.cached is not None:
-                        policy.record(proposal, proposal.cached, counted=False)
-                        self.say(f"trial {proposal.trial.number}: config already measured "
-                                 f"(trial {proposal.cached_from}), answered from the study")
-                        continue
-                    is_baseline = proposal.key == self.baseline_key
-                    if is_baseline:
-                        proposal.trial.set_user_attr("is_baseline", True)
-                    prune = None
-                    if job.pruning.enabled and not is_baseline and not need_reference:
-                        prune = policy.prune_threshold(job.pruning.min_ratio)
-                    spec = self.spec_for(proposal.trial.number, proposal.config,
-                                         None if need_reference else (golden.texts if golden else None), prune)
-                    if need_reference:
-                        spec.check_prompts = list(job.correctness.prompts)
-                        proposal.trial.set_user_attr("is_reference", True)
-                    ticket = executor.submit(spec)
-                    in_flight[ticket] = (proposal, need_reference)
-                    summary.launched += 1
-                    self._progress_start(policy, proposal, len(in_flight))
-                    if need_reference:
-                        break
-                if not in_flight:
-                    if deadline is not None and time.monotonic() >= deadline:
-                        summary.reason = "timeout"
-                    if signals.count:
-                        summary.reason = "stopped by signal"
-                    break
-                for ticket, result in executor.wait(0.5):
-                    proposal, is_reference = in_flight.pop(ticket)
-                    if proposal is None:
-                        self._store_repeat(study, *self._gate(study, result, False, golden))
-                        continue
-                    if signals.count > 1 and result.outcome == FAIL:
-                        result = TrialResult.failed(result.config, "interrupted", "killed by the user (second signal)",
-                                                    metrics=result.metrics, timing=result.timing, node=result.node,
-                                                    log_tail=result.log_tail, started_at=result.started_at,
-                                                    ended_at=result.ended_at)
-                    result, golden = self._gate(study, result, is_reference, golden)
-                    self._judge_constraints(policy, result)
-                    policy.record(proposal, result)
-                    if result.outcome == FAIL and result.failure_kind in NOT_THE_CONFIGS_FAULT:
-                        policy.requeue(result.config)
-                    self._finished += 1
-                    if proposal.key == self.baseline_key and result.outcome == COMPLETE:
-                        repeats = self._other_nodes(executor, result)
-                    self._progress_end(policy, proposal, result)
-                    self._breaker(result)
+                    for ticket, result in executor.wait(0.5):
+                        proposal, is_reference = in_flight.pop(ticket)
+                        if proposal is None:
+                            self._store_repeat(study, outcome.decide(result, second_signal=signals.count > 1,
+                                                                     golden=golden).result)
+                            continue
+                        if is_reference:
+                            golden = self._reference_result(study, policy, proposal, result, signals.count > 1)
+                            final = None
+                        else:
+                            final = self._finish(study, policy, proposal, result, golden, signals.count > 1)
+                        self._finished += 1
+                        if final is not None and proposal.key == self.baseline_key and final.result.outcome == COMPLETE:
+                            repeats = self._other_nodes(executor, final.result)
+            finally:
+                self._release_held(policy)
         summary.best = self._best_summary(policy)
         self.say(self._final_line(summary, policy))
         return summary
 
-    def _gate(self, study, result: TrialResult, is_reference: bool, golden):
-        """Apply the correctness gate; turn a mismatch into FAIL wrong-output."""
-        outputs = result.outputs or {}
-        if result.outcome != COMPLETE and result.outcome != PRUNED:
-            return result, golden
-        if is_reference and outputs.get("reference"):
-            new, why = correctness.calibrate(self.job.correctness.prompts, outputs["first"], outputs["second"],
-                                             floor=self.job.correctness.logprob_tolerance)
-            if new is None:
-                result.correctness = {"ok": False, "reference": True, "reason": why}
-                result.warnings.append(f"correctness gate not calibrated: {why}")
-                return result, golden
-            study.set_user_attr(GOLDEN_ATTR, new.to_dict())
-            result.correctness = {"ok": True, "reference": True, "tolerance": new.tolerance,
-                                  "self_drift": new.self_drift}
-            return result, new
-        if golden is None or not outputs:
-            return result, golden
-        verdict = correctness.compare(golden, outputs)
-        result.correctness = verdict
-        if not verdict["ok"]:
-            measured = result.value
-            result = TrialResult.failed(result.config, "wrong-output", verdict["reason"], metrics=result.metrics,
-                                        timing=result.timing, started_at=result.started_at, ended_at=result.ended_at,
-                                        node=result.node, nccl=result.nccl, warnings=result.warnings,
-                                        correctness=verdict, server=result.server, log_tail=result.log_tail)
-            result.metrics["decode_tok_s_ignored"] = measured
-        return result, golden
+    # ---- one finished trial ----------------------------------------------------------------
+    def _decide(self, policy, proposal, result: TrialResult, golden, second_signal: bool) -> outcome.Final:
+        base = policy.baseline_trial()
+        return outcome.decide(result, second_signal=second_signal, golden=golden, rules=self.job.constraints,
+                              baseline_metrics=(base.user_attrs.get("metrics") or {}) if base else None,
+                              earlier_timeouts=policy.earlier_timeouts(proposal.key, proposal.number))
+
+    def _record(self, policy, proposal, final: outcome.Final) -> None:
+        """Store the final outcome, re-queue what was not the config's fault, say it, and
+        trip the circuit breakers."""
+        policy.record(proposal, final.result, counted=final.counted, blameless=final.blameless)
+        if final.requeue:
+            policy.requeue(proposal)
+        self._progress_end(policy, proposal, final.result)
+        self._announce_bans(policy)
+        self._breaker(final)
+
+    def _finish(self, study, policy, proposal, result: TrialResult, golden, second_signal: bool):
+        final = self._decide(policy, proposal, result, golden, second_signal)
+        if golden is not None and not self._vindicated and self._hold(study, policy, proposal, final, golden):
+            return None
+        self._record(policy, proposal, final)
+        return final
+
+    def _hold(self, study, policy, proposal, final: outcome.Final, golden) -> bool:
+        """While no trial has passed the gate yet, a gate failure on the greedy text is held
+        (not yet recorded): if ``reference.OUTVOTE_TRIALS`` distinct configs that share no
+        departure from the baseline agree with each other and all differ from the
+        reference, the reference is the odd one out and the study stops. True: held."""
+        r = final.result
+        if r.outcome == COMPLETE and r.correctness.get("ok"):
+            self._vindicated = True
+            self._release_held(policy)
+            return False
+        texts = (r.outputs or {}).get("texts")
+        if r.failure_kind != "wrong-output" or not texts or list(texts) == list(golden.texts):
+            return False
+        self._held.append((proposal, final))
+        votes = [(p.number, p.key, (f.result.outputs or {}).get("texts")) for p, f in self._held
+                 if not _shares_departure(p.config, proposal.config, self._baseline_config) or p is proposal]
+        why = reference.outvoted(golden.texts, votes)
+        if why is None:
+            return True
+        held, self._held = self._held, []
+        numbers = [p.number for p, _ in held]
+        for p, f in held:  # not held against these configs: the reference was wrong
+            f = outcome.Final(dataclasses.replace(f.result, correctness={**f.result.correctness, "outvoted_reference":
+                                                                             True}),
+                              counted=False, blameless=True, requeue=False)
+            policy.record(p, f.result, counted=False, blameless=True)
+            self._progress_end(policy, p, f.result)
+        ref_trial = (study.user_attrs.get(GOLDEN_ATTR) or {}).get("trial")
+        study.set_user_attr(OUTVOTED_ATTR, [*study.user_attrs.get(OUTVOTED_ATTR, []),
+                                            *([ref_trial] if ref_trial is not None else [])])
+        study.set_user_attr(GOLDEN_ATTR, None)
+        raise RuntimeFailure(
+            f"stopping: the golden reference (the baseline, trial {ref_trial}) looks wrong: {why}; check the baseline "
+            f"config (a shard-order bug or an unsafe NCCL setting there makes every correct config fail the gate); "
+            f"trials {', '.join(map(str, numbers))} are not held against their configs, and `ncclsweep run` "
+            "measures the baseline again")
+
+    def _release_held(self, policy) -> None:
+        """Record the gate failures held so far as what they are: wrong output."""
+        held, self._held = getattr(self, "_held", []), []
+        for proposal, final in held:
+            policy.record(proposal, final.result, counted=final.counted, blameless=final.blameless)
+            self._progress_end(policy, proposal, final.result)
+
+    def _reference_result(self, study, policy, proposal, result: TrialResult, second_signal: bool):
+        """The reference trial is back: check the reference it captured. A usable one is
+        stored and returned; a blameless failure (environment, interruption, first
+        timeout) re-queues it (None: still no reference); anything else stops the study
+        with one line naming the cause, and is not held against the config."""
+        final = self._decide(policy, proposal, result, None, second_signal)
+        r = final.result
+        if r.outcome == FAIL and final.blameless:
+            self._record(policy, proposal, final)
+            return None
+        why, warnings, golden = None, [], None
+        if r.outcome == FAIL:
+            why = f"it failed ({r.failure_kind}: {r.failure_reason})"
+        else:
+            golden, why = self._calibrate(r.outputs or {}, proposal.number)
+            if golden is not None:
+                why, warnings = reference.unusable(golden, self.job.correctness.allow_repetitive_reference)
+        if why:
+            final = outcome.reference_failed(r, why)
+            policy.record(proposal, final.result, counted=False, blameless=True)
+            self._progress_end(policy, proposal, final.result)
+            raise RuntimeFailure(self._reference_stop(proposal.number, why))
+        study.set_user_attr(GOLDEN_ATTR, {**golden.to_dict(), "trial": proposal.number})
+        final = dataclasses.replace(final, result=dataclasses.replace(
+            r, warnings=[*r.warnings, *warnings],
+            correctness={"ok": True, "reference": True, "tolerance": golden.tolerance, "self_drift": golden.self_drift}))
+        self._record(policy, proposal, final)
+        return golden
+
+    def _calibrate(self, outputs: dict, number: int):
+        if not outputs.get("reference"):
+            return None, "it captured no outputs"
+        return correctness.calibrate(self.job.correctness.prompts, outputs["first"], outputs["second"],
+                                     floor=self.job.correctness.logprob_tolerance)
+
+    def _reference_stop(self, number, why: str) -> str:
+        return (f"stopping: the golden reference is unusable: the baseline (trial {number}) {why}"
+                if why.startswith("it failed") else
+                f"stopping: the golden reference is unusable: the baseline's output (trial {number}) {why}") + (
+                "; nothing else was launched; fix the baseline config or the server (see the trial log in "
+                f"{self.log_dir}), or name another reference in correctness.reference; `ncclsweep run` measures "
+                "the baseline again")
+
+    def _reference_run(self, study: optuna.Study, executor: Executor) -> correctness.Golden:
+        """The job names a reference config other than the baseline: one launch of it,
+        before anything else, captures and checks the golden reference (stored as an
+        uncounted trial)."""
+        config = self._reference_config()
+        spec = self.spec_for(8001, config, None, None)
+        spec.check_prompts = list(self.job.correctness.prompts)
+        self.say("capturing the golden reference from correctness.reference: "
+                 + " ".join(f"{k}={v}" for k, v in config.items()))
+        ticket = executor.submit(spec)
+        result = None
+        while result is None:
+            result = next((r for t, r in executor.wait(1.0) if t == ticket), None)
+        golden, why, warnings = None, None, []
+        if result.outcome == FAIL:
+            why = f"it failed ({result.failure_kind}: {result.failure_reason})"
+        else:
+            golden, why = self._calibrate(result.outputs or {}, 8001)
+            if golden is not None:
+                golden.source = "config"
+                why, warnings = reference.unusable(golden, self.job.correctness.allow_repetitive_reference)
+        number = self._store_extra(study, result, config, {"reference_run": True, "is_reference": True})
+        if why:
+            raise RuntimeFailure(f"stopping: the golden reference is unusable: the reference config "
+                                 f"(correctness.reference, trial {number}) {why}; fix it or name another reference")
+        for w in warnings:
+            self.say(f"warning: {w}")
+        study.set_user_attr(GOLDEN_ATTR, {**golden.to_dict(), "trial": number})
+        return golden
 
     def _other_nodes(self, executor: Executor, baseline: TrialResult) -> list[str]:
         """Matching nodes other than the baseline's: each repeats the baseline once."""
@@ -348,47 +500,56 @@ class StudyDriver:
             return []
         return [n for n in nodes() if n != baseline.node.get("node_id")]
 
-    def _store_repeat(self, study: optuna.Study, result: TrialResult, _golden) -> None:
+    def _store_repeat(self, study: optuna.Study, result: TrialResult) -> None:
         """A baseline repeat is a real measurement of the baseline's config on another node:
         stored as its own (uncounted) trial so the report can compare nodes."""
+        self._store_extra(study, result, self._baseline_config, {"config_key": self.baseline_key,
+                                                                 "baseline_repeat": True})
+        ok = result.outcome == COMPLETE
+        what = f"{result.value:.1f} tok/s" if ok else f"FAIL {result.failure_kind}: {result.failure_reason}"
+        self.say(f"  baseline repeat on node {str(result.node.get('node_id'))[:8]} -> {what}")
+
+    def _store_extra(self, study: optuna.Study, result: TrialResult, config: dict, attrs: dict) -> int:
+        """A launch outside the search (a baseline repeat, the reference config's run):
+        stored as an uncounted trial; returns its number."""
         from optuna.trial import TrialState, create_trial
 
+        from orchestrator.records import config_key
+        from orchestrator.search import _contains
+
         dists = self.job.space.distributions()
-        params = {k: v for k, v in self._baseline_config.items() if k in dists}
-        attrs = {**result.to_attrs(), "config_key": self.baseline_key, "counted": False, "baseline_repeat": True}
+        params = {k: v for k, v in config.items() if k in dists and _contains(dists[k], v)}
+        attrs = {**result.to_attrs(), "config_key": config_key(config), "counted": False, **attrs}
         ok = result.outcome == COMPLETE
         study.add_trial(create_trial(
             state=TrialState.COMPLETE if ok else TrialState.FAIL, value=result.value if ok else None,
             params=params, distributions={k: dists[k] for k in params}, user_attrs=attrs,
             system_attrs={"constraints": [0.0]} if ok else {}))
-        what = f"{result.value:.1f} tok/s" if ok else f"FAIL {result.failure_kind}: {result.failure_reason}"
-        self.say(f"  baseline repeat on node {str(result.node.get('node_id'))[:8]} -> {what}")
+        return max(t.number for t in study.get_trials(deepcopy=False))
 
-    def _judge_constraints(self, policy, result: TrialResult) -> None:
-        """The job's outcome constraints ("best >= 0.9 x baseline at concurrency 64"): a
-        config that breaks one stays COMPLETE (it was measured) but is infeasible: the
-        sampler learns it, and it is never ranked or exported as best."""
-        if not self.job.constraints or result.outcome != COMPLETE:
-            return
-        base = policy.baseline_trial()
-        levels = result.metrics.get("concurrency") or {}
-        base_levels = (base.user_attrs.get("metrics") or {}).get("concurrency") or {} if base else {}
-        violations = []
-        for rule in self.job.constraints:
-            got, ref = levels.get(str(rule.concurrency)), base_levels.get(str(rule.concurrency))
-            if got and ref and got < rule.min_ratio * ref:
-                violations.append(f"total {got:.1f} tok/s at concurrency {rule.concurrency} is "
-                                  f"{got / ref:.2f}x the baseline's {ref:.1f} (the job asks >= {rule.min_ratio:g}x)")
-        if violations:
-            result.metrics["constraint_violations"] = violations
-            result.warnings.extend(f"infeasible: {v}" for v in violations)
+    def _announce_bans(self, policy) -> None:
+        """Say, once, each parameter value the study stops proposing (``orchestrator.bans``)."""
+        for pair, why in policy.bans().items():
+            if pair not in self._announced:
+                self._announced.add(pair)
+                self.say(f"  not proposing {value_bans.describe(pair)} any more: {why}")
 
-    def _breaker(self, result: TrialResult) -> None:
+    def _breaker(self, final: outcome.Final) -> None:
+        result = final.result
         if result.metrics.get("gpus_usable") is False:
             raise CircuitOpen("stopping: the GPUs were not usable after a teardown "
                               f"({'; '.join(result.warnings[-1:])}); check nvidia-smi for stuck processes "
                               "and the kernel log (dmesg) for Xid errors, then `ncclsweep run` resumes")
-        if result.outcome == FAIL and result.failure_kind not in NOT_THE_CONFIGS_FAULT:
+        if result.outcome == FAIL and result.failure_kind == outcome.ENV_ERROR:
+            self.consecutive_env_failures += 1
+            if self.consecutive_env_failures >= ENV_BREAKER:
+                raise CircuitOpen(
+                    f"stopping after {self.consecutive_env_failures} trials in a row failed for a reason outside "
+                    f"their configs (env-error: {result.failure_reason}); {outcome.env_hint(result.failure_reason)}; "
+                    "no config was banned for it, and `ncclsweep run` re-queues them")
+            return
+        self.consecutive_env_failures = 0
+        if result.outcome == FAIL and final.counted:
             self.consecutive_failures += 1
         elif result.outcome in (COMPLETE, PRUNED):
             self.consecutive_failures = 0
@@ -453,6 +614,15 @@ class StudyDriver:
         ratio = f" ({best['vs_baseline']:.2f}x baseline)" if best.get("vs_baseline") else ""
         params = " ".join(f"{k}={v}" for k, v in (best["config"] or {}).items())
         return f"{head}; best #{best['number']}: {best['value']:.1f} tok/s{ratio} with {params}"
+
+
+_NONE = object()
+
+
+def _shares_departure(a: dict, b: dict, base: dict) -> bool:
+    """Whether two configs depart from the baseline the same way somewhere (a parameter with
+    the same non-baseline value in both): their agreement may then be that setting's doing."""
+    return any(a.get(k, _NONE) == b.get(k, _NONE) != base.get(k, _NONE) for k in {*a, *b, *base})
 
 
 def _fmt_s(seconds: float) -> str:

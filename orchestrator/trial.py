@@ -20,7 +20,7 @@ from typing import Any, Callable
 from orchestrator import bench, nccl
 from orchestrator.backends import get_backend_class
 from orchestrator.records import COMPLETE, PRUNED, Config, TrialResult
-from orchestrator.server import ReadyTimeout, ServerExited, ServerProcess, ServerRegistry, free_port
+from orchestrator.server import ReadyTimeout, ServerExited, ServerProcess, ServerRegistry, SpawnFailed, free_port
 
 # Candidates per generated token in the correctness capture (the pick and its runner-up).
 NEAR_TIE_CANDIDATES = 2
@@ -175,6 +175,8 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
         result = TrialResult(outcome=outcome, config=spec.config, value=metrics["decode_tok_s"], metrics=metrics,
                              outputs=outputs, server=server_info, warnings=warnings, failure_reason=reason, **common)
         return finish(result)
+    except SpawnFailed as exc:  # the command or its interpreter is missing on this node: not the config's fault
+        return failed("env-error", f"{exc} (on {node.get('hostname')})")
     except Exception as exc:  # noqa: BLE001 - a trial never takes the actor down
         return failed("bench-error", f"{type(exc).__name__}: {exc}")
 
@@ -192,10 +194,16 @@ def prepare_server(backend, config: Config, host: str, job_env: dict[str, str], 
                    registry_dir: str) -> tuple[ServerProcess, Any, dict[str, str]]:
     """A not-yet-started server for a config: free port, env (NCCL start-up logging on), log file."""
     launch = backend.launch_spec(config, host, free_port(host))
-    env = {**NCCL_DEBUG_ENV, **job_env, **launch.env}
+    env = server_env(job_env, launch.env)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     proc = ServerProcess(launch, log_path, registry=ServerRegistry(Path(registry_dir)), base_env={**os.environ, **env})
     return proc, launch, env
+
+
+def server_env(job_env: dict[str, str], launch_env: dict[str, str]) -> dict[str, str]:
+    """A server's environment on top of the node's: NCCL start-up logging, the job's fixed
+    ``env:``, then the config's own variables."""
+    return {**NCCL_DEBUG_ENV, **job_env, **launch_env}
 
 
 def capture_outputs(base_url: str, model: str, spec: TrialSpec, score_texts: list[str] | None) -> dict[str, Any]:

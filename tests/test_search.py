@@ -365,6 +365,9 @@ class Grid3Space:
             return None
         return [dict(zip(GRID3, combo)) for combo in itertools.product(*GRID3.values())]
 
+    def distributions(self):
+        return {n: optuna.distributions.CategoricalDistribution(v) for n, v in GRID3.items()}
+
 
 def grid3_value(config):
     return 10.0 + sum(int(v[1]) for v in config.values())

@@ -10,9 +10,10 @@ wrapped sampler draws again (a few times: its model still decides), and last a s
 choice among the values that do complete to an allowed config. A joint (multivariate)
 draw is checked as a whole, and replaced by the allowed config nearest to it.
 
-``allowed()`` is the search policy's list of allowed raw configs (the enumerated feasible
-space minus banned values), or None when the space is too large to enumerate: then the
-wrapper passes every draw through and the policy records what it must refuse.
+``allowed()`` is the search policy's list of allowed configs, restricted to the parameters
+that decide it (those of the space's constraints, the pre-screen's and the banned
+values'), or None when the space is too large to enumerate or nothing is ever refused:
+then the wrapper passes every draw through and the policy records what it must refuse.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ def agrees(partial: dict[str, Any], config: dict[str, Any]) -> bool:
     """``config`` has every value of ``partial`` (a parameter ``config`` does not have is
     inactive there, e.g. capture sizes without graphs, and cannot disagree)."""
     return all(config[k] == v for k, v in partial.items() if k in config)
+
+
+def _checked(params: dict[str, Any], allowed: list[dict[str, Any]]) -> dict[str, Any]:
+    """The values of ``params`` that decide whether a config is allowed."""
+    names = set().union(*allowed)
+    return {k: v for k, v in params.items() if k in names}
 
 
 def completes(partial: dict[str, Any], allowed: list[dict[str, Any]]) -> bool:
@@ -52,22 +59,22 @@ class FeasibleSampler(optuna.samplers.BaseSampler):
     def sample_relative(self, study, trial, search_space):
         params = self.base.sample_relative(study, trial, search_space)
         allowed = self._allowed() if params else None
-        if not allowed or completes(params, allowed):
+        if not allowed or completes(_checked(params, allowed), allowed):
             return params
         for _ in range(RETRIES):
             again = self.base.sample_relative(study, trial, search_space)
-            if completes(again, allowed):
+            if completes(_checked(again, allowed), allowed):
                 return again
-        nearest = min(allowed, key=lambda c: (sum(1 for k, v in params.items() if c.get(k, _MISSING) != v),
+        nearest = min(allowed, key=lambda c: (sum(1 for k, v in c.items() if params.get(k, _MISSING) != v),
                                               self._rng.random()))
-        return {k: nearest[k] for k in params if k in nearest}
+        return {**params, **{k: v for k, v in nearest.items() if k in params}}
 
     def sample_independent(self, study, trial, param_name, param_distribution):
         value = self.base.sample_independent(study, trial, param_name, param_distribution)
         allowed = self._allowed()
-        if not allowed:
+        if not allowed or not any(param_name in c for c in allowed):
             return value
-        partial = dict(trial.params)
+        partial = _checked(dict(trial.params), allowed)
         if completes({**partial, param_name: value}, allowed):
             return value
         for _ in range(RETRIES):

@@ -200,6 +200,7 @@ class SearchPolicy:
         self._session_keys: set[str] = set()  # measured by this policy (what remeasure trusts)
         self._enumerated: dict[str, Config] | None = None
         self._enum_norm: dict[str, Config] = {}  # key -> normalized config, for the start-up order
+        self._enum_raw: list[tuple[Config, str]] = []  # every feasible raw config and its key
         self._enum_names: set[str] | None = None
         self._enumerated_done = False
         self._baseline_checked = False
@@ -234,6 +235,7 @@ class SearchPolicy:
                     if self.space.feasible(raw) is not None:
                         continue
                     config, key = self.key_of(raw)
+                    self._enum_raw.append((dict(raw), key))
                     if key not in out:
                         out[key] = dict(raw)
                         self._enum_norm[key] = config
@@ -310,13 +312,23 @@ class SearchPolicy:
         return self._bans_at[1]
 
     def allowed_configs(self) -> list[Config] | None:
-        """Raw configs the study may launch: the enumerated feasible space minus banned
-        values (None: the space is too large to enumerate)."""
+        """What the study may launch, as seen by the parameters that decide it: every
+        feasible enumerated config without a banned value, restricted to the parameters
+        of the space's constraints, the pre-screen's and the bans' (``FeasibleSampler``
+        keeps draws inside it). None: not enumerable, or nothing is ever refused."""
         n = self._finished()
         if self._allowed_at[0] != n:
-            enum = self._enumeration()
             bans = self.bans()
-            allowed = None if enum is None else [raw for k, raw in enum.items() if not hit(self._enum_norm[k], bans)]
+            names = {p for c in getattr(self.space, "constraints", ()) for p in getattr(c, "params", ())}
+            names |= set(getattr(self.space, "checked_names", ())) | {name for name, _ in bans}
+            allowed = None
+            if names and self._enumeration() is not None:
+                seen = {}
+                for raw, k in self._enum_raw:
+                    if not hit(self._enum_norm[k], bans):
+                        part = {n: raw[n] for n in sorted(names) if n in raw}
+                        seen.setdefault(repr(sorted(part.items(), key=lambda kv: kv[0])), part)
+                allowed = list(seen.values())
             self._allowed_at = (n, allowed)
         return self._allowed_at[1]
 
@@ -438,7 +450,7 @@ class SearchPolicy:
         Optuna params of its trial. A parameter it leaves unset stays unset (the backend's
         default, or NCCL's own for an NCCL variable): never sampled."""
         dists = self.space.distributions()
-        return {k: v for k, v in self.baseline.items() if k in dists and _contains(dists[k], v)}
+        return {k: v for k, v in self.space.active(self.baseline).items() if k in dists and _contains(dists[k], v)}
 
     def _fixed_baseline(self, trial: optuna.Trial) -> Config:
         """The baseline exactly, whatever the sampler would draw: its trial records only the

@@ -234,6 +234,10 @@ def trial_rows(study) -> list[dict[str, Any]]:
     """One row per trial, in trial-number order, with the user-facing state (see ROW_KEYS)."""
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     rows = [_row(t) for t in trials]
+    outvoted = set((getattr(study, "user_attrs", None) or {}).get("outvoted_references") or [])
+    for r in rows:  # a golden reference that later trials outvoted: its output was wrong
+        if r["number"] in outvoted:
+            r["correctness"] = {**r["correctness"], "ok": False, "reason": "outvoted as the golden reference"}
     for host in _hosts_with_concurrent_nodes(rows):
         for r in rows:
             if r["node"] == host and r["node_id"]:

@@ -46,6 +46,7 @@ FIRST_TIMEOUT_NOTE = "first timeout of this config: re-queued once to see whethe
 # fraction) can cause it.
 ENV_LOG_MARKERS = (
     ("address already in use", "the server's port was taken by another process"),
+    ("is already in use", "the server's port was taken by another process"),
     ("eaddrinuse", "the server's port was taken by another process"),
     ("no cuda-capable device is detected", "no GPU is visible on the node"),
     ("no cuda gpus are available", "no GPU is visible on the node"),

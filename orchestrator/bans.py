@@ -12,8 +12,12 @@ carries it. So, over the study's launched trials (``history`` rows, normalized p
   fault, refused, not supported, exiting, fatal, abort or exception), or, for an
   ``nccl-invalid`` failure (NCCL refused one of its variables), an ``env.NCCL_*`` value
   of the config when the log names none of them;
-- a value is *banned* after ``MAX_CONSISTENT_FAILURES`` implicating failures, as long as
-  no launch with it ever got past start-up (COMPLETE, PRUNED, or a failure after start).
+- a value is *banned* once ``MAX_CONSISTENT_FAILURES`` launches that carried it failed at
+  start, at least one of them implicating it, and no launch with it ever got past start-up
+  (COMPLETE, PRUNED, or a failure after start). A launch that crashed for another value's
+  fault still counts for a value it carried (it did not get past start-up either): a
+  value that never started is banned after at most 2 launches, a bystander never (it
+  started elsewhere, or no log names it).
 
 ``banned_values(rows)`` -> {(param, value): reason}; ``hit(config, bans)`` says which ban
 a (normalized) config carries. The search policy leaves such configs out of what it
@@ -69,16 +73,20 @@ def _started(row: dict[str, Any]) -> bool:
 def banned_values(rows: list[dict[str, Any]]) -> dict[tuple[str, Any], str]:
     """{(param, value): why} for values that consistently crashed servers at start."""
     launched = [r for r in rows if r.get("counted") and r.get("cached_from") is None and not r.get("skipped")]
-    failures: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    carried: dict[tuple[str, Any], list[dict[str, Any]]] = {}  # start failures of launches with the value
+    named: set[tuple[str, Any]] = set()  # values some start failure's log attributes it to
     for r in launched:
-        for pair in implicated(r):
-            failures.setdefault(_key(*pair), []).append(r)
+        if r.get("state") == "FAIL" and r.get("failure_kind") in START_KINDS:
+            for k, v in (r.get("params") or {}).items():
+                carried.setdefault(_key(k, v), []).append(r)
+            named |= {_key(*pair) for pair in implicated(r)}
     ok = {_key(k, v) for r in launched if _started(r) for k, v in (r.get("params") or {}).items()}
     out = {}
-    for pair, rows_ in failures.items():
-        if len(rows_) >= MAX_CONSISTENT_FAILURES and pair not in ok:
-            first = rows_[0]
-            out[pair] = (f"{len(rows_)} launches with it failed at start ({first['failure_kind']}: "
+    for pair in named - ok:
+        rows_ = carried[pair]
+        if len(rows_) >= MAX_CONSISTENT_FAILURES:
+            first = next(r for r in rows_ if pair in {_key(*p) for p in implicated(r)})
+            out[pair] = (f"{len(rows_)} launches with it failed at start, and none got past it ({first['failure_kind']}: "
                          f"{(first.get('failure_reason') or '')[:100]}; trials "
                          f"{', '.join(str(r['number']) for r in rows_)})")
     return out

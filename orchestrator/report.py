@@ -30,6 +30,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Protocol
 
+from orchestrator import bans as value_bans
 from orchestrator import history, outcome
 from orchestrator.ceiling import ceiling_for, parse_bandwidth
 from orchestrator.compare import vs_best
@@ -654,6 +655,13 @@ def _failures(rows) -> list[Block]:
                           [[r["number"], f"`{short_params(r['params'])}`",
                             _tok((r["metrics"] or {}).get("decode_tok_s")), _clip(r["failure_reason"] or "", 200)]
                            for r in pruned]))
+    banned = value_bans.banned_values(rows)
+    if banned:
+        out.append(_h(3, f"values not proposed any more: {len(banned)}"))
+        out.append(_p("Each crashed servers at start in every launch that carried it, for a reason the log "
+                      "attributes to it; the study stopped proposing it."))
+        out.append(_table(["Value", "Why"], [[f"`{value_bans.describe(pair)}`", _clip(why, 300)]
+                                             for pair, why in sorted(banned.items(), key=lambda kv: str(kv[0]))]))
     return out
 
 

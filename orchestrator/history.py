@@ -298,12 +298,14 @@ def best_rows(rows: list[dict[str, Any]], k: int = 1) -> list[dict[str, Any]]:
 
 
 def baseline_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The baseline trial (user attr ``is_baseline``, else trial 0): the first launch of it
-    that measured it, else its latest attempt (whose state may be FAIL)."""
+    """The baseline trial (user attr ``is_baseline``, else trial 0): its latest launch that
+    measured it with a sane output (a reference later outvoted is not), else its latest
+    measurement, else its latest attempt (whose state may be FAIL)."""
     attempts = [r for r in rows if r.get("is_baseline") and r["cached_from"] is None]
     measured = [r for r in attempts if r["state"] == COMPLETE and r["counted"]]
-    if measured or attempts:
-        return measured[0] if measured else attempts[-1]
+    sane = [r for r in measured if not outcome.failed_correctness(r)]
+    if attempts:
+        return (sane or measured or attempts)[-1]
     return next((r for r in rows if r["number"] == 0), None)
 
 

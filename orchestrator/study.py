@@ -390,10 +390,12 @@ class StudyDriver:
         if r.failure_kind != "wrong-output" or not texts or list(texts) == list(golden.texts):
             return False
         self._held.append((proposal, final))
+        self._progress_end(policy, proposal, final.result)
         votes = [(p.number, p.key, (f.result.outputs or {}).get("texts")) for p, f in self._held
                  if not _shares_departure(p.config, proposal.config, self._baseline_config) or p is proposal]
         why = reference.outvoted(golden.texts, votes)
         if why is None:
+            self._breaker(final)  # a held failure is a failure: the circuit breaker counts it now
             return True
         held, self._held = self._held, []
         numbers = [p.number for p, _ in held]
@@ -402,7 +404,6 @@ class StudyDriver:
                                                                              True}),
                               counted=False, blameless=True, requeue=False)
             policy.record(p, f.result, counted=False, blameless=True)
-            self._progress_end(policy, p, f.result)
         ref_trial = (study.user_attrs.get(GOLDEN_ATTR) or {}).get("trial")
         study.set_user_attr(OUTVOTED_ATTR, [*study.user_attrs.get(OUTVOTED_ATTR, []),
                                             *([ref_trial] if ref_trial is not None else [])])
@@ -414,11 +415,11 @@ class StudyDriver:
             "measures the baseline again")
 
     def _release_held(self, policy) -> None:
-        """Record the gate failures held so far as what they are: wrong output."""
+        """Record the gate failures held so far as what they are: wrong output (their progress
+        lines were printed when they came back)."""
         held, self._held = getattr(self, "_held", []), []
         for proposal, final in held:
             policy.record(proposal, final.result, counted=final.counted, blameless=final.blameless)
-            self._progress_end(policy, proposal, final.result)
 
     def _reference_result(self, study, policy, proposal, result: TrialResult, second_signal: bool):
         """The reference trial is back: check the reference it captured. A usable one is

@@ -93,7 +93,7 @@ ATTR_CACHED_FROM = "cached_from"
 ATTR_BASELINE = "is_baseline"
 ATTR_REQUEUE_OF = "requeue_of"
 ATTR_ENQUEUED_BY = "enqueued_by"
-ATTR_SKIPPED = "skipped"  # "infeasible" | "in-flight-duplicate": never launched
+ATTR_SKIPPED = "skipped"  # "infeasible" | "banned-value" | "in-flight-duplicate" | "deferred": never launched
 _MISSING = object()  # a parameter a normalized config does not have
 
 
@@ -377,7 +377,10 @@ class SearchPolicy:
             trial = self.study.ask()
             role = _role_of(trial.user_attrs)
             try:
-                raw = self._fixed_baseline(trial) if role in ("baseline", "reference") else self.space.suggest(trial)
+                is_base = role in ("baseline", "reference") or (
+                    role == "requeue" and self.baseline is not None
+                    and trial.user_attrs.get(ATTR_REQUEUE_OF) == self.baseline_key)  # the baseline, again
+                raw = self._fixed_baseline(trial) if is_base else self.space.suggest(trial)
             except Exception:
                 # e.g. an enqueued value the space no longer allows: do not leave it RUNNING
                 trial.set_user_attr(ATTR_SKIPPED, "suggest-error")
@@ -590,6 +593,14 @@ class SearchPolicy:
         if counted and not not_the_config:
             self._session_keys.add(proposal.key)
         return self.study._storage.get_trial(tid)
+
+    def defer(self, proposal: Proposal, reason: str) -> None:
+        """Put a proposal back without launching it: recorded as not launched (uncounted,
+        ``skipped: deferred``) and re-queued once."""
+        self._skip(proposal.trial, dict(proposal.raw), (proposal.config, proposal.key), "deferred", reason,
+                   constraint=0.0)
+        self._in_flight.pop(proposal.number, None)
+        self.requeue(proposal)
 
     def requeue(self, what: Proposal | FrozenTrial | Config) -> bool:
         """Enqueue a config again (after ``interrupted``/``node-lost``), at most once per config.

@@ -188,6 +188,7 @@ class StudyDriver:
             policy = SearchPolicy(study, self._space(baseline), self.backend.normalize, baseline=baseline,
                                   budget=self.trials, remeasure=job.remeasure, seed=job.sampler.seed)
             self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config
+            self._policy = policy
             executor = self.make_executor()
             killed = executor.cleanup_orphans(self.registry_dir)
             if killed:
@@ -200,6 +201,8 @@ class StudyDriver:
             self._preflight(executor)
             return self._loop(study, policy, executor)
         finally:
+            if getattr(self, "_held", None):  # gate failures held when the run stopped: record them
+                self._release_held(self._policy)
             if executor is not None and self._owns_executor:
                 executor.shutdown()
             lock.release()
@@ -275,79 +278,76 @@ class StudyDriver:
         repeats: list[str] = []  # node ids still to repeat the baseline on (comparability across nodes)
         summary = RunSummary("budget reached")
         with _Signals() as signals:
-            try:
-                while True:
-                    stop_starting = signals.count > 0 or (deadline is not None and time.monotonic() >= deadline)
-                    if signals.count > 1 and in_flight:
-                        executor.cancel_all()
-                    # start trials while there are free slots
-                    while not stop_starting and repeats and len(in_flight) < executor.slots:
-                        node = repeats.pop(0)
-                        if node in executor.nodes():
-                            self._repeat_no += 1  # log files of repeats: trial-9001.log, ...
-                            spec = self.spec_for(9000 + self._repeat_no, self._baseline_config,
-                                                 golden.texts if golden else None, None)
-                            in_flight[executor.submit(spec, node_id=node)] = (None, False)
-                            self.say(f"repeating the baseline on node {node[:8]} (are the nodes comparable?)")
-                    while not stop_starting and len(in_flight) < executor.slots:
-                        need_reference = job.correctness.enabled and golden is None
-                        if need_reference and in_flight:
-                            break  # the reference runs alone: every later trial is compared with it
-                        if need_reference:
-                            policy.ensure_baseline_next()  # the golden reference comes from the baseline, never another config
-                        proposal = policy.next()
-                        if proposal is None:
-                            summary.reason = "space exhausted" if policy.exhausted else "budget reached"
-                            break
-                        if need_reference and (proposal.cached is not None or proposal.key != self.baseline_key):
-                            raise RuntimeFailure(
-                                f"the golden reference must come from the baseline, but trial {proposal.number} "
-                                f"({'cached' if proposal.cached is not None else 'another config'}) came first; "
-                                "run again, or name a reference file in correctness.reference")
-                        if proposal.cached is not None:
-                            policy.record(proposal, proposal.cached, counted=False)
-                            self.say(f"trial {proposal.trial.number}: config already measured "
-                                     f"(trial {proposal.cached_from}), answered from the study")
-                            continue
-                        is_baseline = proposal.key == self.baseline_key
-                        if is_baseline:
-                            proposal.trial.set_user_attr("is_baseline", True)
-                        prune = None
-                        if job.pruning.enabled and not is_baseline and not need_reference:
-                            prune = policy.prune_threshold(job.pruning.min_ratio)
-                        spec = self.spec_for(proposal.trial.number, proposal.config,
-                                             None if need_reference else (golden.texts if golden else None), prune)
-                        if need_reference:
-                            spec.check_prompts = list(job.correctness.prompts)
-                            proposal.trial.set_user_attr("is_reference", True)
-                        ticket = executor.submit(spec)
-                        in_flight[ticket] = (proposal, need_reference)
-                        summary.launched += 1
-                        self._progress_start(policy, proposal, len(in_flight))
-                        if need_reference:
-                            break
-                    if not in_flight:
-                        if deadline is not None and time.monotonic() >= deadline:
-                            summary.reason = "timeout"
-                        if signals.count:
-                            summary.reason = "stopped by signal"
+            while True:
+                stop_starting = signals.count > 0 or (deadline is not None and time.monotonic() >= deadline)
+                if signals.count > 1 and in_flight:
+                    executor.cancel_all()
+                # start trials while there are free slots
+                while not stop_starting and repeats and len(in_flight) < executor.slots:
+                    node = repeats.pop(0)
+                    if node in executor.nodes():
+                        self._repeat_no += 1  # log files of repeats: trial-9001.log, ...
+                        spec = self.spec_for(9000 + self._repeat_no, self._baseline_config,
+                                             golden.texts if golden else None, None)
+                        in_flight[executor.submit(spec, node_id=node)] = (None, False)
+                        self.say(f"repeating the baseline on node {node[:8]} (are the nodes comparable?)")
+                while not stop_starting and len(in_flight) < executor.slots:
+                    need_reference = job.correctness.enabled and golden is None
+                    if need_reference and in_flight:
+                        break  # the reference runs alone: every later trial is compared with it
+                    if need_reference:
+                        policy.ensure_baseline_next()  # the golden reference comes from the baseline, never another config
+                    proposal = policy.next()
+                    if proposal is None:
+                        summary.reason = "space exhausted" if policy.exhausted else "budget reached"
                         break
-                    for ticket, result in executor.wait(0.5):
-                        proposal, is_reference = in_flight.pop(ticket)
-                        if proposal is None:
-                            self._store_repeat(study, outcome.decide(result, second_signal=signals.count > 1,
-                                                                     golden=golden).result)
-                            continue
-                        if is_reference:
-                            golden = self._reference_result(study, policy, proposal, result, signals.count > 1)
-                            final = None
-                        else:
-                            final = self._finish(study, policy, proposal, result, golden, signals.count > 1)
-                        self._finished += 1
-                        if final is not None and proposal.key == self.baseline_key and final.result.outcome == COMPLETE:
-                            repeats = self._other_nodes(executor, final.result)
-            finally:
-                self._release_held(policy)
+                    if proposal.cached is not None:
+                        policy.record(proposal, proposal.cached, counted=False)
+                        self.say(f"trial {proposal.trial.number}: config already measured "
+                                 f"(trial {proposal.cached_from}), answered from the study")
+                        continue
+                    if need_reference and proposal.key != self.baseline_key:  # queued before the baseline
+                        policy.defer(proposal, "the golden reference (the baseline) has to be measured first")
+                        continue
+                    is_baseline = proposal.key == self.baseline_key
+                    if is_baseline:
+                        proposal.trial.set_user_attr("is_baseline", True)
+                    prune = None
+                    if job.pruning.enabled and not is_baseline and not need_reference:
+                        prune = policy.prune_threshold(job.pruning.min_ratio)
+                    spec = self.spec_for(proposal.trial.number, proposal.config,
+                                         None if need_reference else (golden.texts if golden else None), prune)
+                    if need_reference:
+                        spec.check_prompts = list(job.correctness.prompts)
+                        proposal.trial.set_user_attr("is_reference", True)
+                    ticket = executor.submit(spec)
+                    in_flight[ticket] = (proposal, need_reference)
+                    summary.launched += 1
+                    self._progress_start(policy, proposal, len(in_flight))
+                    if need_reference:
+                        break
+                if not in_flight:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        summary.reason = "timeout"
+                    if signals.count:
+                        summary.reason = "stopped by signal"
+                    break
+                for ticket, result in executor.wait(0.5):
+                    proposal, is_reference = in_flight.pop(ticket)
+                    if proposal is None:
+                        self._store_repeat(study, outcome.decide(result, second_signal=signals.count > 1,
+                                                                 golden=golden).result)
+                        continue
+                    if is_reference:
+                        golden = self._reference_result(study, policy, proposal, result, signals.count > 1)
+                        measured = golden is not None
+                    else:
+                        final = self._finish(study, policy, proposal, result, golden, signals.count > 1)
+                        measured = final is not None and final.result.outcome == COMPLETE
+                    self._finished += 1
+                    if measured and proposal.key == self.baseline_key:
+                        repeats = self._other_nodes(executor, result)
+        self._release_held(policy)
         summary.best = self._best_summary(policy)
         self.say(self._final_line(summary, policy))
         return summary

@@ -5,7 +5,10 @@ next config (``next()``), launches it (or not), and hands the ``TrialResult`` ba
 (``record()``). The policy owns every rule of the study contract that concerns *which*
 config runs:
 
-- the baseline is enqueued as the very first trial (once, if not yet measured);
+- the baseline is enqueued as the very first trial (once, if not yet measured), exactly
+  as given: its trial records only the parameters it sets, and nothing is sampled for
+  the others (also when it is re-queued, or launched afresh as the golden reference:
+  ``ensure_baseline_next``);
 - identity: a proposal is normalized (``normalize(space.active(raw))``) and keyed with
   ``records.config_key``; a config already measured (a counted COMPLETE, config-caused
   FAIL or PRUNED trial) is answered from the study (``Proposal.cached``) instead of
@@ -15,16 +18,20 @@ config runs:
   random start-up trials and the space can be enumerated, the policy picks them itself,
   each the config most different from everything measured (``startup_order="diverse"``,
   see ``SearchPolicy._most_diverse``), so every parameter is seen at several levels early;
-- a proposal the space rules out (``space.feasible``) or that duplicates a trial still in
-  flight is recorded as an uncounted PRUNED trial with its reason, and the sampler asked
-  again;
+- proposals land on configs the study may launch: the study's sampler is wrapped in
+  ``feasible.FeasibleSampler`` (feasible under the space's constraints, no value that
+  ``bans`` stopped); what still gets through (a space too large to enumerate, an
+  enqueued config), or duplicates a trial still in flight, is recorded as an uncounted
+  PRUNED trial with its reason (``skipped``: not a trial for status, report or plots),
+  and the sampler asked again;
 - failure memory, in storage (see ``docs/architecture.md``, "Trial records"): a
   config-caused FAIL is told to Optuna as COMPLETE with value 0.0 and the system attr
   ``constraints = [1.0]`` (so does a proposal the space rules out; every other finished
   trial gets ``[0.0]``), so TPE/GP treat
-  it as infeasible and it can never be "best"; ``interrupted``/``node-lost`` are Optuna
-  FAILs (the sampler ignores them) that ``requeue`` puts back once; PRUNED (early stop)
-  is PRUNED with its intermediate value reported first;
+  it as infeasible and it can never be "best"; a blameless failure (``outcome.decide``:
+  ``interrupted``, ``node-lost``, ``env-error``, a first timeout) is an Optuna FAIL (the
+  sampler ignores it) that ``requeue`` puts back once; PRUNED (early stop) is PRUNED
+  with its intermediate value reported first;
 - the budget counts launched trials (COMPLETE, config-caused FAIL, PRUNED) only, and
   the policy stops proposing when it is reached or when every enumerated config has
   been measured (``budget_reached`` / ``exhausted`` say which).
@@ -46,7 +53,6 @@ from optuna.trial import FrozenTrial, TrialState
 
 from orchestrator.bans import banned_values, describe, hit
 from orchestrator.feasible import FeasibleSampler
-from orchestrator.outcome import WRONG_RESULT_KINDS
 from orchestrator.records import (
     COMPLETE,
     FAIL,
@@ -150,7 +156,6 @@ class _State:
     counted: list[FrozenTrial]
     waiting: list[FrozenTrial]
     running: list[FrozenTrial]
-    bad_keys: set[str]
     requeued_keys: set[str]
     baseline_pending: bool
 
@@ -258,7 +263,6 @@ class SearchPolicy:
         counted: list[FrozenTrial] = []
         waiting: list[FrozenTrial] = []
         running: list[FrozenTrial] = []
-        bad: set[str] = set()
         requeued: set[str] = set()
         baseline_pending = False
         for t in self.study.get_trials(deepcopy=False):
@@ -272,8 +276,6 @@ class SearchPolicy:
                 continue
             outcome = ua.get("outcome")
             key = ua.get(ATTR_KEY)
-            if outcome == FAIL and ua.get("failure_kind") in WRONG_RESULT_KINDS and key:
-                bad.add(key)  # (informational: ranking is outcome.rankable's)
             if not ua.get(ATTR_COUNTED):
                 continue
             counted.append(t)
@@ -285,7 +287,7 @@ class SearchPolicy:
             # a config-caused failure wins over an earlier success: a failed config is never "best"
             if prev is None or (outcome == FAIL and prev.user_attrs.get("outcome") != FAIL):
                 measured[key] = t
-        return _State(measured, counted, waiting, running, bad, requeued, baseline_pending)
+        return _State(measured, counted, waiting, running, requeued, baseline_pending)
 
     def _remaining(self, st: _State) -> list[str] | None:
         """Enumerated keys neither measured nor in flight (None when the space is not enumerable)."""

@@ -140,3 +140,25 @@ def test_a_degenerate_reference_file_is_bad_input(tmp_path):
 
     with pytest.raises(BadInput, match="reference file .* is unusable: its output is not text"):
         StudyDriver(job, out=io.StringIO())._golden(open_study(job))
+
+
+@pytest.mark.slow
+def test_a_reference_config_the_job_names_is_captured_first_and_gates_the_study(tmp_path, ray_local,
+                                                                              no_leftover_servers):
+    """correctness.reference: a config (here 2 threads, the baseline 1): one launch of it
+    captures the golden reference before anything else; it is not a trial of the study."""
+    job_path = write_job(tmp_path, study="refconfig", budget={"trials": 2},
+                         correctness={"reference": {"backend.threads": 2}, "check_tokens": 12,
+                                      "prompts": ["The quick brown fox", "Once upon a time"]})
+    job = load_job(job_path)
+    out = io.StringIO()
+    StudyDriver(job, out=out).run()
+    study = open_study(job, create=False)
+    rows = trial_rows(study)
+    ref = [r for r in rows if not r["counted"] and r["cached_from"] is None]
+    assert len(ref) == 1 and ref[0]["params"]["backend.threads"] == 2, out.getvalue()
+    assert study.user_attrs[GOLDEN_ATTR]["trial"] == ref[0]["number"] == 0
+    assert study.user_attrs[GOLDEN_ATTR]["source"] == "config"
+    counted = [r for r in rows if r["counted"]]
+    assert len(counted) == 2 and all(r["state"] == "COMPLETE" and r["correctness"]["ok"] for r in counted)
+    assert "capturing the golden reference from correctness.reference" in out.getvalue()

@@ -214,10 +214,14 @@ def cmd_validate(args) -> int:
           f"{len(job.space.params)} params, {size if size is not None else 'unbounded'} configs, "
           f"storage {job.storage}")
     if args.commands:
+        import dataclasses
+
+        from orchestrator.trial import server_env
+
         for label, config in sample_configs(job, backend, 4):
             spec = backend.launch_spec(config, "127.0.0.1", 8000)
-            print(f"# {label}")
-            print(spec.shell_line())
+            print(f"# {label}")  # the environment every trial server gets: NCCL logging, the job's env:, the config's
+            print(dataclasses.replace(spec, env=server_env(job.env, spec.env)).shell_line())
     return 0
 
 
@@ -225,7 +229,7 @@ def sample_configs(job, backend, n: int) -> list[tuple[str, dict]]:
     """The baseline, then a few distinct configs of the space (seeded, reproducible)."""
     import random
 
-    baseline = backend.normalize(job.space.active({**backend.default_config(), **(job.baseline or {})}))
+    baseline = job.baseline_config()  # exactly what every run launches as the baseline
     out = [("baseline", baseline)]
     configs = job.space.enumerate() or []
     rng = random.Random(0)

@@ -379,6 +379,12 @@ def _job_lines(job, warnings: list[str]) -> list[str]:
     env = getattr(job, "env", {}) or {}
     if env:
         out.append("job env: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
+    from orchestrator import preflight  # the checks `ncclsweep run` makes on every node before a launch
+
+    problems = preflight.node_problems(preflight.needs(job))
+    warnings += [f"pre-flight: {p}" for p in problems]
+    out.append("pre-flight on this node: " + ("; ".join(problems) if problems else "ok (server command found, "
+                                                                                     "GPUs and model path present)"))
     return out
 
 

@@ -89,6 +89,13 @@ class Executor(abc.ABC):
 
         return cleanup_recorded(ServerRegistry(Path(registry_dir)))
 
+    def preflight(self, need: dict[str, Any]) -> dict[str, list[str]]:
+        """Pre-flight problems per node (``orchestrator.preflight``): this host by default."""
+        from orchestrator.preflight import check_task
+
+        host, problems = check_task(need)
+        return {host: problems}
+
     def shutdown(self) -> None:  # noqa: B027 - optional hook
         """Release workers."""
 
@@ -621,6 +628,27 @@ class RayExecutor(Executor):
             except Exception as exc:  # noqa: BLE001 - report, keep going
                 log.warning("cleanup on a node failed: %s", exc)
         return killed
+
+    def preflight(self, need: dict[str, Any]) -> dict[str, list[str]]:
+        """Pre-flight on every matching node, each by a task pinned to it (num_cpus=0)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from orchestrator.preflight import check_task
+
+        task = self._ray.remote(check_task)
+        refs = {}
+        for node_id in self.nodes():
+            strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+            refs[node_id] = task.options(num_cpus=0, scheduling_strategy=strategy).remote(need)
+        out: dict[str, list[str]] = {}
+        for node_id, ref in refs.items():
+            name = f"{self._node_info.get(node_id, {}).get('hostname') or '?'} ({node_id[:8]})"
+            try:
+                _, problems = self._ray.get(ref, timeout=120)
+            except Exception as exc:  # noqa: BLE001 - the node could not even run the check
+                problems = [f"the pre-flight check could not run there ({type(exc).__name__}: {exc})"]
+            out[name] = list(problems)
+        return out
 
     def shutdown(self) -> None:
         for worker in list(self._workers):

@@ -28,15 +28,13 @@ import statistics
 from pathlib import Path
 from typing import Any, Iterable, Protocol
 
+from orchestrator import outcome
 from orchestrator.errors import BadInput, RuntimeFailure
-from orchestrator.records import COMPLETE, FAIL, PRUNED, RUNNING, WAITING, config_key
+from orchestrator.records import COMPLETE, FAIL, NOT_THE_CONFIGS_FAULT, PRUNED, RUNNING, WAITING, config_key
 from orchestrator.verdict import WITHIN_NOISE, RatioInterval, ratio_interval, verdict
 
 JOURNAL_PREFIX = "journal:"
 
-# Failure kinds that mean "this config produces wrong results": such a config can never be best,
-# even if another trial of it was recorded COMPLETE.
-WRONG_RESULT_KINDS = ("wrong-output", "nccl-invalid")
 
 ROW_KEYS = (
     "number", "state", "params", "value", "spread", "cv", "rel_ci", "failure_kind", "failure_reason",
@@ -199,7 +197,7 @@ def _row(trial) -> dict[str, Any]:
     counted = ua.get("counted")
     if counted is None:  # older records: a fresh, finished, not-interrupted trial counts
         counted = (cached_from is None and state in (COMPLETE, FAIL, PRUNED)
-                   and failure_kind not in ("interrupted", "node-lost"))
+                   and failure_kind not in NOT_THE_CONFIGS_FAULT)
     started = ua.get("started_at") or (None if ua.get("skipped") else trial.datetime_start)
     ended = ua.get("ended_at") or (None if ua.get("skipped") else trial.datetime_complete)
     nccl = ua.get("nccl") or {}
@@ -239,6 +237,10 @@ def trial_rows(study) -> list[dict[str, Any]]:
     """One row per trial, in trial-number order, with the user-facing state (see ROW_KEYS)."""
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     rows = [_row(t) for t in trials]
+    outvoted = set((getattr(study, "user_attrs", None) or {}).get("outvoted_references") or [])
+    for r in rows:  # a golden reference that later trials outvoted: its output was wrong
+        if r["number"] in outvoted:
+            r["correctness"] = {**r["correctness"], "ok": False, "reason": "outvoted as the golden reference"}
     for host in _hosts_with_concurrent_nodes(rows):
         for r in rows:
             if r["node"] == host and r["node_id"]:
@@ -268,48 +270,22 @@ def _hosts_with_concurrent_nodes(rows: list[dict[str, Any]]) -> set[str]:
 
 
 def failed_correctness(row: dict[str, Any]) -> bool:
-    corr = row.get("correctness") or {}
-    return corr.get("ok") is False or corr.get("passed") is False or row.get("failure_kind") in WRONG_RESULT_KINDS
-
-
-def _eligible(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """COMPLETE measured rows that may be ranked: counted (or cached from a counted row),
-    never of a config that ever failed the correctness gate or NCCL verification."""
-    by_number = {r["number"]: r for r in rows}
-    tainted = {r["config_key"] for r in rows if failed_correctness(r)}
-    out = []
-    for r in rows:
-        if r["state"] != COMPLETE or r["value"] is None or r["config_key"] in tainted:
-            continue
-        if (r.get("metrics") or {}).get("constraint_violations"):
-            continue  # measured, but breaks the job's outcome constraints
-        if r["counted"]:
-            out.append(r)
-        elif r["cached_from"] is not None:
-            src = by_number.get(r["cached_from"])
-            if src is not None and src["counted"] and src["state"] == COMPLETE:
-                out.append(r)
-    return out
+    """This row shows its config computes wrong results (``outcome.failed_correctness``)."""
+    return outcome.failed_correctness(row)
 
 
 def best_rows(rows: list[dict[str, Any]], k: int = 1) -> list[dict[str, Any]]:
     """The k best distinct configs, best first.
 
-    Only COMPLETE trials that count toward the budget (or answered from the cache of a
-    counted trial); a config that ever failed the correctness gate (wrong-output,
-    nccl-invalid, ``correctness.ok == False``) is never ranked. A config measured more than
-    once is represented by its lower-median measurement (``n_measurements`` says how many),
-    so one lucky run does not win; the baseline's config by the baseline trial, the reference
-    every "x baseline" is computed against.
+    Only rows ``outcome.rankable`` allows (COMPLETE, launched and counted, no constraint
+    broken, never a config that failed the correctness gate or NCCL verification). A config
+    measured more than once is represented by its lower-median measurement
+    (``n_measurements`` says how many), so one lucky run does not win; the baseline's config
+    by the baseline trial, the reference every "x baseline" is computed against.
     """
     groups: dict[str, list[dict[str, Any]]] = {}
-    for r in _eligible(rows):
-        if r["cached_from"] is not None and any(x["number"] == r["cached_from"] for x in rows):
-            continue  # the cache answer repeats its source's measurement
+    for r in outcome.rankable(rows):
         groups.setdefault(r["config_key"], []).append(r)
-    if not groups:  # only cached rows survived (their sources were trimmed): use them
-        for r in _eligible(rows):
-            groups.setdefault(r["config_key"], []).append(r)
     base = baseline_row(rows)
     reps = []
     for members in groups.values():
@@ -325,10 +301,14 @@ def best_rows(rows: list[dict[str, Any]], k: int = 1) -> list[dict[str, Any]]:
 
 
 def baseline_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The baseline trial: user attr ``is_baseline``, else trial 0. Its state may be FAIL."""
-    for r in rows:
-        if r.get("is_baseline"):
-            return r
+    """The baseline trial (user attr ``is_baseline``, else trial 0): its latest launch that
+    measured it with a sane output (a reference later outvoted is not), else its latest
+    measurement, else its latest attempt (whose state may be FAIL)."""
+    attempts = [r for r in rows if r.get("is_baseline") and r["cached_from"] is None]
+    measured = [r for r in attempts if r["state"] == COMPLETE and r["counted"]]
+    sane = [r for r in measured if not outcome.failed_correctness(r)]
+    if attempts:
+        return (sane or measured or attempts)[-1]
     return next((r for r in rows if r["number"] == 0), None)
 
 
@@ -415,10 +395,11 @@ def format_status(rows: list[dict[str, Any]], width: int | None = None) -> str:
     width = max(100, width)
     base = baseline_row(rows)
     base_value = base["value"] if base and base["state"] == COMPLETE else None
-    tainted = {r["config_key"]: r["number"] for r in rows if failed_correctness(r)}
+    tainted = outcome.tainted_keys(rows)
     head = f"{'#':>4} {'state':<8} {'tok/s':>8} {'+-%':>5} {'x base':>6} {'node':<12} {'time':>5}  params / failure"
     lines = [head, "-" * min(width, len(head) + 40)]
-    for r in rows:
+    launched = [r for r in rows if not r.get("skipped")]  # proposals never launched are not trials
+    for r in launched:
         value = f"{r['value']:.2f}" if r["value"] is not None else "-"
         spread = f"{100 * r['spread']:.1f}" if r["spread"] is not None and r["value"] is not None else "-"
         ratio = f"{r['value'] / base_value:.2f}" if r["value"] is not None and base_value else "-"
@@ -438,12 +419,14 @@ def format_status(rows: list[dict[str, Any]], width: int | None = None) -> str:
                   f"{_clip(r['node'] or '-', 12):<12} {_fmt_s(r['durations'].get('total_s')):>5}  ")
         lines.append(prefix + _clip(detail, max(20, width - len(prefix))))
     counts: dict[str, int] = {}
-    for r in rows:
+    for r in launched:
         counts[r["state"]] = counts.get(r["state"], 0) + 1
     counted = sum(1 for r in rows if r["counted"])
+    skipped = len(rows) - len(launched)
     lines.append("")
     lines.append("trials: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-                 + f"; {counted} count toward the budget")
+                 + f"; {counted} count toward the budget"
+                 + (f"; {skipped} proposals never launched (infeasible or duplicate; in --json)" if skipped else ""))
     best = best_rows(rows, 1)
     if best:
         b = best[0]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import history
+from orchestrator import outcome
 from orchestrator.records import PRUNED
 
 
@@ -46,8 +46,8 @@ def measured_points(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], fl
     Ranked COMPLETE trials (not cache answers) and trials stopped early with their first
     sample; never a config that failed the correctness gate or NCCL verification.
     """
-    points = [(r["params"], float(r["value"]), False) for r in history._eligible(rows) if r["cached_from"] is None]
-    tainted = {r["config_key"] for r in rows if history.failed_correctness(r)}
+    points = [(r["params"], float(r["value"]), False) for r in outcome.rankable(rows)]
+    tainted = outcome.tainted_keys(rows)
     for r in rows:
         first = (r.get("metrics") or {}).get("decode_tok_s")
         if (r["state"] == PRUNED and r["counted"] and r["cached_from"] is None and first

@@ -59,6 +59,7 @@ what ``load_job`` accepts, so keep one key per line with its meaning::
       check_tokens: 32                # greedy tokens compared per prompt
       logprobs: true                  # also compare log-probabilities of the reference text
       logprob_tolerance: 0.05         # floor of the tolerance (mean nats/token), calibrated above it
+      allow_repetitive_reference: false   # keep a reference whose outputs repeat one short unit
     env: {NCCL_NVLS_ENABLE: "0"}      # fixed environment of every server (values as strings)
     allow_unsafe_nccl: false          # allow LL128/NVLS/CollNet values that can corrupt data on PCIe
     remeasure: false                  # launch configs already measured again instead of answering them
@@ -188,6 +189,7 @@ class CorrectnessSettings:
     check_tokens: int
     logprobs: bool
     logprob_tolerance: float = 0.05  # floor of the gate's mean |delta logprob| per token (nats)
+    allow_repetitive_reference: bool = False  # a reference repeating one short unit is kept (random weights)
 
     @property
     def reference_kind(self) -> str:
@@ -246,6 +248,14 @@ class Job:
     baseline_given: bool = False  # the job had a `baseline:` (else: backend defaults)
     description: str | None = None
     _backend: Any = field(default=None, compare=False, repr=False)
+
+    def baseline_config(self) -> dict[str, Any]:
+        """The baseline exactly as every run launches it (and ``validate --commands`` prints
+        it): the job's ``baseline:`` on the backend's defaults, normalized. A parameter it
+        leaves unset is the backend's default, or absent (an NCCL variable stays unset:
+        NCCL's own default); nothing is sampled, so every seed and every resume has it."""
+        backend = self.backend_obj()
+        return backend.normalize(self.space.active({**backend.default_config(), **self.baseline}))
 
     def backend_obj(self):
         """The backend instance for ``backend.kind``/``settings`` (built once, cached)."""
@@ -729,7 +739,7 @@ def _env(top: _Section, allow_unsafe: bool) -> dict[str, str]:
 def _correctness(top: _Section, job_path: Path, allow_unsafe: bool, backend, defaults: dict,
                  gpus: int) -> CorrectnessSettings:
     sec = top.section("correctness", ("enabled", "reference", "prompts", "check_tokens", "logprobs",
-                                      "logprob_tolerance"))
+                                      "logprob_tolerance", "allow_repetitive_reference"))
     enabled = sec.bool("enabled", True)
     ref = sec.raw("reference", "baseline")
     if ref is None:
@@ -762,7 +772,8 @@ def _correctness(top: _Section, job_path: Path, allow_unsafe: bool, backend, def
             raise sec.bad(f"prompts[{i}]", f"must be a non-empty string, not {shown(p)}")
     return CorrectnessSettings(enabled=enabled, reference=reference, prompts=tuple(prompts),
                                check_tokens=sec.int("check_tokens", 32, low=1), logprobs=sec.bool("logprobs", True),
-                               logprob_tolerance=sec.number("logprob_tolerance", 0.05, above=0))
+                               logprob_tolerance=sec.number("logprob_tolerance", 0.05, above=0),
+                               allow_repetitive_reference=sec.bool("allow_repetitive_reference", False))
 
 
 # ---- configs, NCCL and backend checks ------------------------------------------------------

@@ -283,6 +283,11 @@ class PrescreenedSpace:
     def __getattr__(self, name):
         return getattr(self._space, name)
 
+    @property
+    def checked_names(self) -> tuple[str, ...]:
+        """The parameters a dropped setting is made of (``feasible.FeasibleSampler``)."""
+        return tuple(n for n in self._space.names if n == "tp_size" or n.startswith("env.NCCL_"))
+
     def feasible(self, config: dict[str, Any]) -> str | None:
         reason = self._space.feasible(config)
         if reason is None:

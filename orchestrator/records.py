@@ -32,7 +32,9 @@ FAILURE_KINDS = (
     "node-lost",
     "env-error",
 )
-# Kinds that say nothing about the config itself: the config is re-queued, not banned.
+# Kinds that say nothing about the config itself: never cached as its answer, never banned,
+# re-queued once (``orchestrator.outcome`` decides; ``env-error``: the node, not the config:
+# server command or Python missing, port taken, GPUs busy or missing).
 NOT_THE_CONFIGS_FAULT = ("interrupted", "node-lost", "env-error")
 
 Config = dict[str, Any]

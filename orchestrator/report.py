@@ -30,7 +30,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Protocol
 
-from orchestrator import history
+from orchestrator import bans as value_bans
+from orchestrator import history, outcome
 from orchestrator.ceiling import ceiling_for, parse_bandwidth
 from orchestrator.compare import check_constraints, closing_lines, level_verdicts, per_round, vs_best
 from orchestrator.history import (
@@ -52,6 +53,7 @@ from orchestrator.importance import (
     sort_values,
     span_text,
 )
+from orchestrator.outcome import TIMEOUT_KINDS
 from orchestrator.records import NOT_THE_CONFIGS_FAULT
 from orchestrator.verdict import FASTER, SLOWER, WITHIN_NOISE, describe, interval_text, ratio_interval, verdict
 
@@ -307,9 +309,10 @@ def _note_figure(path: Path, title: str, note: str) -> None:
 def plot_history(rows: list[dict[str, Any]], path: Path) -> None:
     """tok/s per trial; FAILs at 0 (x), PRUNED grey, best-so-far line, baseline dashed."""
     plt = _plt()
-    eligible = {r["number"] for r in history._eligible(rows)}
+    eligible = {r["number"] for r in outcome.rankable(rows)}
+    rows = [r for r in rows if not r.get("skipped")]  # proposals never launched are not trials
     fig, ax = plt.subplots(figsize=(7.2, 4.0))
-    cached = [(r["number"], r["value"]) for r in rows if r["number"] in eligible and r["cached_from"] is not None]
+    cached = [(r["number"], r["value"]) for r in rows if r["state"] == COMPLETE and r["cached_from"] is not None]
     if cached:
         ax.scatter(*zip(*cached), marker="o", facecolors="none", edgecolors=STATE_COLORS[COMPLETE], s=36,
                    label="answered from cache", zorder=3)
@@ -369,14 +372,15 @@ def plot_params(rows: list[dict[str, Any]], path: Path) -> None:
     ncols = min(3, len(names))
     nrows = math.ceil(len(names) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(7.2 if ncols < 3 else 10.8, 2.9 * nrows), squeeze=False)
-    eligible = {r["number"] for r in history._eligible(rows)}
+    eligible = {r["number"] for r in outcome.rankable(rows)}
+    rows = [r for r in rows if not r.get("skipped")]  # proposals never launched are not trials
     for ax, name in zip(axes.flat, names):
         values = sort_values({r["params"].get(name) for r in rows if name in (r["params"] or {})})
         groups, fails = [], []
         for v in values:
             groups.append([r["value"] for r in rows if r["number"] in eligible and r["cached_from"] is None
                            and r["params"].get(name, object()) == v])
-            fails.append(sum(1 for r in rows if r["state"] == FAIL and r["failure_kind"] not in NOT_THE_CONFIGS_FAULT
+            fails.append(sum(1 for r in rows if r["state"] == FAIL and r["counted"]  # the config's own failures
                              and r["params"].get(name, object()) == v))
         pos = list(range(1, len(values) + 1))
         filled = [(p, g) for p, g in zip(pos, groups) if g]
@@ -558,13 +562,14 @@ def _headline(rows, best, base) -> list[Block]:
 def _summary(rows) -> list[Block]:
     counts: dict[str, int] = {}
     for r in rows:
-        counts[r["state"]] = counts.get(r["state"], 0) + 1
+        if not r.get("skipped"):  # proposals never launched are not trials
+            counts[r["state"]] = counts.get(r["state"], 0) + 1
     cached = sum(1 for r in rows if r["cached_from"] is not None)
     counted = sum(1 for r in rows if r["counted"])
     skipped = sum(1 for r in rows if r.get("skipped"))
     items = [", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials",
              f"{counted} count toward the budget; {cached} answered from the cache of measured configs"
-             + (f"; {skipped} proposals never launched (infeasible or duplicate, recorded as PRUNED)" if skipped else "")]
+             + (f"; {skipped} proposals never launched (infeasible or duplicate; not trials)" if skipped else "")]
     spans = _spans(rows)
     if spans:
         wall = max(s["end"] for s in spans) - min(s["start"] for s in spans)
@@ -635,11 +640,13 @@ def _failures(rows) -> list[Block]:
     if kinds:
         out.append(_p("By kind: " + ", ".join(f"{k} {len(v)}" for k, v in sorted(kinds.items()))
                       + ". Configs that failed by their own fault are never proposed again and never"
-                      " ranked; `interrupted`/`node-lost` are not the config's fault and are re-queued."))
+                      " ranked; `interrupted`/`node-lost`/`env-error` and a config's first timeout are not"
+                      " (yet) the config's fault: never cached or banned, re-queued once."))
     else:
         out.append(_p("No trial failed; the trials below were stopped early."))
     for kind, members in sorted(kinds.items()):
-        fault = " (not the config's fault)" if kind in NOT_THE_CONFIGS_FAULT else ""
+        fault = (" (not the config's fault)" if kind in NOT_THE_CONFIGS_FAULT else
+                 " (a first timeout is re-queued once)" if kind in TIMEOUT_KINDS else "")
         out.append(_h(3, f"{kind}: {len(members)} trial(s){fault}"))
         out.append(_table(["Trial", "Node", "Config", "Reason"],
                           [[r["number"], r["node"] or "-", f"`{short_params(r['params'])}`",
@@ -655,6 +662,13 @@ def _failures(rows) -> list[Block]:
                           [[r["number"], f"`{short_params(r['params'])}`",
                             _tok((r["metrics"] or {}).get("decode_tok_s")), _clip(r["failure_reason"] or "", 200)]
                            for r in pruned]))
+    banned = value_bans.banned_values(rows)
+    if banned:
+        out.append(_h(3, f"values not proposed any more: {len(banned)}"))
+        out.append(_p("Each crashed servers at start in every launch that carried it, for a reason the log "
+                      "attributes to it; the study stopped proposing it."))
+        out.append(_table(["Value", "Why"], [[f"`{value_bans.describe(pair)}`", _clip(why, 300)]
+                                             for pair, why in sorted(banned.items(), key=lambda kv: str(kv[0]))]))
     return out
 
 
@@ -865,7 +879,7 @@ def _by_node(rows) -> list[Block]:
                               statistics.median(spreads) if spreads else None, len(mine))
             samples[node] = [v for r in mine for v in history.decode_samples(r)]
     table = []
-    rankable = {r["number"] for r in history._eligible(rows)}
+    rankable = {r["number"] for r in outcome.rankable(rows)}
     for node in nodes:
         mine = [r for r in rows if r["node"] == node and r["cached_from"] is None]
         done = [r for r in mine if r["state"] == COMPLETE]

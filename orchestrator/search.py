@@ -5,7 +5,10 @@ next config (``next()``), launches it (or not), and hands the ``TrialResult`` ba
 (``record()``). The policy owns every rule of the study contract that concerns *which*
 config runs:
 
-- the baseline is enqueued as the very first trial (once, if not yet measured);
+- the baseline is enqueued as the very first trial (once, if not yet measured), exactly
+  as given: its trial records only the parameters it sets, and nothing is sampled for
+  the others (also when it is re-queued, or launched afresh as the golden reference:
+  ``ensure_baseline_next``);
 - identity: a proposal is normalized (``normalize(space.active(raw))``) and keyed with
   ``records.config_key``; a config already measured (a counted COMPLETE, config-caused
   FAIL or PRUNED trial) is answered from the study (``Proposal.cached``) instead of
@@ -15,16 +18,20 @@ config runs:
   random start-up trials and the space can be enumerated, the policy picks them itself,
   each the config most different from everything measured (``startup_order="diverse"``,
   see ``SearchPolicy._most_diverse``), so every parameter is seen at several levels early;
-- a proposal the space rules out (``space.feasible``) or that duplicates a trial still in
-  flight is recorded as an uncounted PRUNED trial with its reason, and the sampler asked
-  again;
+- proposals land on configs the study may launch: the study's sampler is wrapped in
+  ``feasible.FeasibleSampler`` (feasible under the space's constraints, no value that
+  ``bans`` stopped); what still gets through (a space too large to enumerate, an
+  enqueued config), or duplicates a trial still in flight, is recorded as an uncounted
+  PRUNED trial with its reason (``skipped``: not a trial for status, report or plots),
+  and the sampler asked again;
 - failure memory, in storage (see ``docs/architecture.md``, "Trial records"): a
   config-caused FAIL is told to Optuna as COMPLETE with value 0.0 and the system attr
   ``constraints = [1.0]`` (so does a proposal the space rules out; every other finished
   trial gets ``[0.0]``), so TPE/GP treat
-  it as infeasible and it can never be "best"; ``interrupted``/``node-lost`` are Optuna
-  FAILs (the sampler ignores them) that ``requeue`` puts back once; PRUNED (early stop)
-  is PRUNED with its intermediate value reported first;
+  it as infeasible and it can never be "best"; a blameless failure (``outcome.decide``:
+  ``interrupted``, ``node-lost``, ``env-error``, a first timeout) is an Optuna FAIL (the
+  sampler ignores it) that ``requeue`` puts back once; PRUNED (early stop) is PRUNED
+  with its intermediate value reported first;
 - the budget counts launched trials (COMPLETE, config-caused FAIL, PRUNED) only, and
   the policy stops proposing when it is reached or when every enumerated config has
   been measured (``budget_reached`` / ``exhausted`` say which).
@@ -44,6 +51,8 @@ from typing import Any, Protocol
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from orchestrator.bans import banned_values, describe, hit
+from orchestrator.feasible import FeasibleSampler
 from orchestrator.records import (
     COMPLETE,
     FAIL,
@@ -55,9 +64,6 @@ from orchestrator.records import (
 )
 
 CONSTRAINTS_KEY = "constraints"  # optuna.study._constrained_optimization._CONSTRAINTS_KEY
-# Failure kinds that mean "this config computes wrong results": never best, even if another
-# measurement of the same config completed (same rule as ``history.WRONG_RESULT_KINDS``).
-WRONG_RESULT_KINDS = ("wrong-output", "nccl-invalid")
 
 # Early stop ("clearly worse"), chosen with the replay harness (docs/benchmarks.md):
 # a trial whose first repeat is below DEFAULT_PRUNE_RATIO x the best median so far stops
@@ -93,7 +99,7 @@ ATTR_CACHED_FROM = "cached_from"
 ATTR_BASELINE = "is_baseline"
 ATTR_REQUEUE_OF = "requeue_of"
 ATTR_ENQUEUED_BY = "enqueued_by"
-ATTR_SKIPPED = "skipped"  # "infeasible" | "in-flight-duplicate": never launched
+ATTR_SKIPPED = "skipped"  # "infeasible" | "banned-value" | "in-flight-duplicate" | "deferred": never launched
 _MISSING = object()  # a parameter a normalized config does not have
 
 
@@ -104,6 +110,7 @@ class SpaceLike(Protocol):
     def active(self, config: Config) -> Config: ...
     def feasible(self, config: Config) -> str | None: ...
     def enumerate(self) -> list[Config] | None: ...
+    def distributions(self) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -149,7 +156,6 @@ class _State:
     counted: list[FrozenTrial]
     waiting: list[FrozenTrial]
     running: list[FrozenTrial]
-    bad_keys: set[str]
     requeued_keys: set[str]
     baseline_pending: bool
 
@@ -199,12 +205,17 @@ class SearchPolicy:
         self._session_keys: set[str] = set()  # measured by this policy (what remeasure trusts)
         self._enumerated: dict[str, Config] | None = None
         self._enum_norm: dict[str, Config] = {}  # key -> normalized config, for the start-up order
+        self._enum_raw: list[tuple[Config, str]] = []  # every feasible raw config and its key
         self._enum_names: set[str] | None = None
         self._enumerated_done = False
         self._baseline_checked = False
         self._consecutive_dups = 0
         self._gave_up = False
         self.baseline_key = self._key_of(self.baseline) if self.baseline is not None else None
+        self._bans_at: tuple[int, dict] = (-1, {})  # (finished trials, bans) cache
+        self._allowed_at: tuple[int, list[Config] | None] = (-1, None)
+        if not isinstance(study.sampler, FeasibleSampler):  # draws land on configs the study may launch
+            study.sampler = FeasibleSampler(study.sampler, self.allowed_configs, seed=seed)
 
     # ---- identity --------------------------------------------------------------------------
     def key_of(self, raw: Config) -> tuple[Config, str]:
@@ -229,6 +240,7 @@ class SearchPolicy:
                     if self.space.feasible(raw) is not None:
                         continue
                     config, key = self.key_of(raw)
+                    self._enum_raw.append((dict(raw), key))
                     if key not in out:
                         out[key] = dict(raw)
                         self._enum_norm[key] = config
@@ -251,25 +263,19 @@ class SearchPolicy:
         counted: list[FrozenTrial] = []
         waiting: list[FrozenTrial] = []
         running: list[FrozenTrial] = []
-        bad: set[str] = set()
         requeued: set[str] = set()
         baseline_pending = False
         for t in self.study.get_trials(deepcopy=False):
             ua = t.user_attrs
             if ATTR_REQUEUE_OF in ua:
                 requeued.add(ua[ATTR_REQUEUE_OF])
-            if t.state == TrialState.WAITING:
-                waiting.append(t)
-                baseline_pending |= bool(ua.get(ATTR_BASELINE))
-                continue
-            if t.state == TrialState.RUNNING:
-                running.append(t)
-                baseline_pending |= bool(ua.get(ATTR_BASELINE))
+            if t.state in (TrialState.WAITING, TrialState.RUNNING):
+                (waiting if t.state == TrialState.WAITING else running).append(t)
+                baseline_pending |= bool(ua.get(ATTR_BASELINE)) or (
+                    self.baseline_key is not None and ua.get(ATTR_REQUEUE_OF) == self.baseline_key)
                 continue
             outcome = ua.get("outcome")
             key = ua.get(ATTR_KEY)
-            if outcome == FAIL and ua.get("failure_kind") in WRONG_RESULT_KINDS and key:
-                bad.add(key)
             if not ua.get(ATTR_COUNTED):
                 continue
             counted.append(t)
@@ -281,7 +287,7 @@ class SearchPolicy:
             # a config-caused failure wins over an earlier success: a failed config is never "best"
             if prev is None or (outcome == FAIL and prev.user_attrs.get("outcome") != FAIL):
                 measured[key] = t
-        return _State(measured, counted, waiting, running, bad, requeued, baseline_pending)
+        return _State(measured, counted, waiting, running, requeued, baseline_pending)
 
     def _remaining(self, st: _State) -> list[str] | None:
         """Enumerated keys neither measured nor in flight (None when the space is not enumerable)."""
@@ -289,7 +295,44 @@ class SearchPolicy:
         if enum is None:
             return None
         busy = {p.key for p in self._in_flight.values() if p.cached is None}
-        return [k for k in enum if k not in st.measured and k not in busy]
+        bans = self.bans()
+        return [k for k in enum if k not in st.measured and k not in busy and not hit(self._enum_norm[k], bans)]
+
+    # ---- what may be proposed ------------------------------------------------------------------
+    def _finished(self) -> int:
+        return len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL,
+                                                                  TrialState.PRUNED)))
+
+    def bans(self) -> dict[tuple[str, Any], str]:
+        """Parameter values not proposed any more: they kept crashing servers at start
+        (``orchestrator.bans``): {(param, value): why}."""
+        n = self._finished()
+        if self._bans_at[0] != n:
+            from orchestrator.history import trial_rows
+
+            self._bans_at = (n, banned_values(trial_rows(self.study)))
+        return self._bans_at[1]
+
+    def allowed_configs(self) -> list[Config] | None:
+        """What the study may launch, as seen by the parameters that decide it: every
+        feasible enumerated config without a banned value, restricted to the parameters
+        of the space's constraints, the pre-screen's and the bans' (``FeasibleSampler``
+        keeps draws inside it). None: not enumerable, or nothing is ever refused."""
+        n = self._finished()
+        if self._allowed_at[0] != n:
+            bans = self.bans()
+            names = {p for c in getattr(self.space, "constraints", ()) for p in getattr(c, "params", ())}
+            names |= set(getattr(self.space, "checked_names", ())) | {name for name, _ in bans}
+            allowed = None
+            if names and self._enumeration() is not None:
+                seen = {}
+                for raw, k in self._enum_raw:
+                    if not hit(self._enum_norm[k], bans):
+                        part = {n: raw[n] for n in sorted(names) if n in raw}
+                        seen.setdefault(repr(sorted(part.items(), key=lambda kv: kv[0])), part)
+                allowed = list(seen.values())
+            self._allowed_at = (n, allowed)
+        return self._allowed_at[1]
 
     def _launches_in_flight(self) -> int:
         return sum(1 for p in self._in_flight.values() if p.cached is None)
@@ -336,16 +379,16 @@ class SearchPolicy:
             trial = self.study.ask()
             role = _role_of(trial.user_attrs)
             try:
-                raw = self.space.suggest(trial)
+                is_base = role in ("baseline", "reference") or (
+                    role == "requeue" and self.baseline is not None
+                    and trial.user_attrs.get(ATTR_REQUEUE_OF) == self.baseline_key)  # the baseline, again
+                raw = self._fixed_baseline(trial) if is_base else self.space.suggest(trial)
             except Exception:
                 # e.g. an enqueued value the space no longer allows: do not leave it RUNNING
                 trial.set_user_attr(ATTR_SKIPPED, "suggest-error")
                 trial.set_user_attr(ATTR_COUNTED, False)
                 self.study.tell(trial, state=TrialState.FAIL)
                 raise
-            if role == "baseline" and self.baseline is not None:
-                # the baseline is its own config: its settings outside the space stay with it
-                raw = {**self.baseline, **raw}
             reason = self.space.feasible(raw)
             if reason is not None:
                 self._skip(trial, raw, None, "infeasible", reason, constraint=1.0)
@@ -354,6 +397,13 @@ class SearchPolicy:
                     self._enqueue_fill(remaining)
                 continue
             config, key = self.key_of(raw)
+            banned = hit(config, self.bans()) if role not in ("baseline", "reference", "requeue") else None
+            if banned is not None:
+                self._skip(trial, raw, (config, key), "banned-value",
+                           f"{describe(banned)} is not proposed any more: {self.bans()[banned]}", constraint=1.0)
+                bad_streak += 1
+                self._enqueue_fill(remaining)
+                continue
             busy = {p.key: n for n, p in self._in_flight.items() if p.cached is None}
             if key in busy:
                 self._skip(trial, raw, (config, key), "in-flight-duplicate",
@@ -361,7 +411,7 @@ class SearchPolicy:
                 bad_streak += 1
                 self._enqueue_fill(remaining)
                 continue
-            source = st.measured.get(key)
+            source = None if role == "reference" else st.measured.get(key)  # the reference is measured afresh
             if source is not None:
                 self._enqueue_fill(remaining)
                 self._consecutive_dups += 1
@@ -382,15 +432,38 @@ class SearchPolicy:
         self._gave_up = True  # every ask was infeasible or a duplicate
         return None
 
-    def _ensure_baseline(self) -> None:
-        if self._baseline_checked or self.baseline is None:
+    def _ensure_baseline(self, force: bool = False, reference: bool = False) -> None:
+        """Enqueue the baseline unless it is measured or already waiting (once per policy;
+        ``force``: check again). ``reference``: enqueue it even when measured, to be
+        measured afresh (the golden reference has to come from a launch of it)."""
+        if self.baseline is None or (self._baseline_checked and not force):
             return
         self._baseline_checked = True
         st = self._scan()
-        if self.baseline_key in st.measured or st.baseline_pending:
+        if st.baseline_pending or (self.baseline_key in st.measured and not reference):
             return
-        raw = self._raw_for(self.baseline_key, self.baseline)
-        self.study.enqueue_trial(raw, user_attrs={ATTR_BASELINE: True, ATTR_ENQUEUED_BY: "baseline"})
+        role = "reference" if self.baseline_key in st.measured else "baseline"
+        self.study.enqueue_trial(self._baseline_params(), user_attrs={ATTR_BASELINE: True, ATTR_ENQUEUED_BY: role})
+
+    def ensure_baseline_next(self) -> None:
+        """Make the baseline the next launch, measured afresh if it already was (the golden
+        reference is captured from a launch of it; docs/architecture.md, "Baseline")."""
+        self._ensure_baseline(force=True, reference=True)
+
+    def _baseline_params(self) -> Config:
+        """The baseline's own settings that are points of the space's distributions: the
+        Optuna params of its trial. A parameter it leaves unset stays unset (the backend's
+        default, or NCCL's own for an NCCL variable): never sampled."""
+        dists = self.space.distributions()
+        return {k: v for k, v in self.space.active(self.baseline).items() if k in dists and _contains(dists[k], v)}
+
+    def _fixed_baseline(self, trial: optuna.Trial) -> Config:
+        """The baseline exactly, whatever the sampler would draw: its trial records only the
+        parameters the baseline sets (a sampler fills nothing in)."""
+        dists = self.space.distributions()
+        for name in self._baseline_params():
+            _suggest(trial, name, dists[name])  # the enqueued fixed value, recorded as the trial's param
+        return dict(self.baseline)
 
     def _enqueue_fill(self, remaining: list[str] | None) -> None:
         """Enqueue one unmeasured config (seeded) unless a fixed config is already waiting."""
@@ -473,14 +546,19 @@ class SearchPolicy:
         self.study.tell(trial, state=TrialState.PRUNED)
 
     # ---- recording -------------------------------------------------------------------------------
-    def record(self, proposal: Proposal, result: TrialResult, *, counted: bool = True) -> FrozenTrial:
+    def record(self, proposal: Proposal, result: TrialResult, *, counted: bool = True,
+               blameless: bool | None = None) -> FrozenTrial:
         """Store ``result`` on the proposal's trial and tell Optuna (encoding: module docstring).
 
-        A cached answer and an ``interrupted``/``node-lost`` failure are never counted.
-        Returns the finished trial.
+        ``counted`` and ``blameless`` come from ``outcome.decide``; ``blameless`` (default:
+        an ``interrupted``/``node-lost``/``env-error`` failure) means not the config's fault:
+        never counted, never its cached answer, an Optuna FAIL the sampler ignores. A cached
+        answer is never counted. Returns the finished trial.
         """
         trial = proposal.trial
-        not_the_config = result.outcome == FAIL and result.failure_kind in NOT_THE_CONFIGS_FAULT
+        if blameless is None:
+            blameless = result.outcome == FAIL and result.failure_kind in NOT_THE_CONFIGS_FAULT
+        not_the_config = result.outcome == FAIL and blameless
         if proposal.cached is not None or not_the_config:
             counted = False
         attrs = result.to_attrs()
@@ -518,6 +596,14 @@ class SearchPolicy:
             self._session_keys.add(proposal.key)
         return self.study._storage.get_trial(tid)
 
+    def defer(self, proposal: Proposal, reason: str) -> None:
+        """Put a proposal back without launching it: recorded as not launched (uncounted,
+        ``skipped: deferred``) and re-queued once."""
+        self._skip(proposal.trial, dict(proposal.raw), (proposal.config, proposal.key), "deferred", reason,
+                   constraint=0.0)
+        self._in_flight.pop(proposal.number, None)
+        self.requeue(proposal)
+
     def requeue(self, what: Proposal | FrozenTrial | Config) -> bool:
         """Enqueue a config again (after ``interrupted``/``node-lost``), at most once per config.
 
@@ -548,10 +634,12 @@ class SearchPolicy:
 
     def recover_interrupted(self, reason: str = "the driver died while this trial ran") -> list[int]:
         """Trials left RUNNING by a dead driver: FAIL ``interrupted`` (uncounted), re-queued once."""
+        from orchestrator.outcome import interrupted
+
         done = []
         for t in self.pending_running():
             config = t.user_attrs.get("config") or dict(t.params)
-            attrs = TrialResult.failed(config, "interrupted", reason).to_attrs()
+            attrs = interrupted(TrialResult(outcome=FAIL, config=config, failure_kind="interrupted"), reason).to_attrs()
             attrs[ATTR_COUNTED] = False
             attrs.setdefault(ATTR_KEY, t.user_attrs.get(ATTR_KEY) or self._key_of(dict(t.params)))
             for name, value in attrs.items():
@@ -574,29 +662,31 @@ class SearchPolicy:
         """Keys of configs that are answered from the study instead of being launched."""
         return set(self._scan().measured)
 
+    def _rows(self) -> list[dict[str, Any]]:
+        from orchestrator.history import trial_rows
+
+        return trial_rows(self.study)
+
     def best(self) -> FrozenTrial | None:
-        """The best trial whose user-facing outcome is COMPLETE (never a failure, never a wrong config)."""
-        st_bad = self._scan().bad_keys
-        best: FrozenTrial | None = None
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if t.user_attrs.get("outcome") != COMPLETE or t.value is None:
-                continue
-            if (t.user_attrs.get("metrics") or {}).get("constraint_violations"):
-                continue  # measured, but breaks the job's outcome constraints
-            if t.user_attrs.get(ATTR_KEY) in st_bad:
-                continue
-            if best is None or t.value > best.value:
-                best = t
-        return best
+        """The best trial by the study's one ranking rule (``history.best_rows`` over
+        ``outcome.rankable``): what export and the report call best, never a failure, a
+        wrong config, a cached duplicate or a config that breaks an outcome constraint."""
+        from orchestrator.history import best_rows
+
+        best = best_rows(self._rows(), 1)
+        return self._trial(best[0]["number"]) if best else None
 
     def baseline_trial(self) -> FrozenTrial | None:
-        """The measured baseline trial, once there is one."""
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            ua = t.user_attrs
-            if ua.get("outcome") == COMPLETE and (ua.get(ATTR_BASELINE) or
-                                                   (self.baseline_key and ua.get(ATTR_KEY) == self.baseline_key)):
-                return t
-        return None
+        """The measured baseline trial (``history.baseline_row``), once there is one."""
+        from orchestrator.history import baseline_row
+
+        base = baseline_row(self._rows())
+        if base is None or base["state"] != COMPLETE or base["value"] is None:
+            return None
+        return self._trial(base["number"])
+
+    def _trial(self, number: int) -> FrozenTrial:
+        return next(t for t in self.study.get_trials(deepcopy=False) if t.number == number)
 
     def baseline_value(self) -> float | None:
         """Median tok/s of the baseline, once measured."""
@@ -607,6 +697,14 @@ class SearchPolicy:
         """``min_ratio`` x the best median so far (None before any COMPLETE trial)."""
         best = self.best()
         return None if best is None else float(best.value) * min_ratio
+
+    def earlier_timeouts(self, key: str, before: int) -> int:
+        """Launches of the config ``key`` before trial ``before`` that timed out."""
+        from orchestrator.outcome import TIMEOUT_KINDS
+
+        return sum(1 for t in self.study.get_trials(deepcopy=False)
+                   if t.number < before and t.user_attrs.get(ATTR_KEY) == key
+                   and t.user_attrs.get("outcome") == FAIL and t.user_attrs.get("failure_kind") in TIMEOUT_KINDS)
 
     def pending_running(self) -> list[FrozenTrial]:
         """Trials RUNNING in storage that this policy did not hand out (left by a dead driver)."""
@@ -620,6 +718,7 @@ class SearchPolicy:
 
 def startup_trials_of(sampler: optuna.samplers.BaseSampler) -> int:
     """How many random start-up trials a model-based sampler (TPE, GP) draws; 0 for any other."""
+    sampler = getattr(sampler, "base", sampler)  # a FeasibleSampler's wrapped sampler
     if isinstance(sampler, (optuna.samplers.TPESampler, optuna.samplers.GPSampler)):
         return int(getattr(sampler, "_n_startup_trials", 0) or 0)
     return 0
@@ -635,8 +734,27 @@ def _is_measurement(ua: dict[str, Any]) -> bool:
     return outcome == PRUNED and not ua.get(ATTR_SKIPPED)
 
 
+def _suggest(trial: optuna.Trial, name: str, dist) -> Any:
+    """``trial.suggest_*`` for an Optuna distribution (an enqueued value comes back as fixed)."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    if isinstance(dist, CategoricalDistribution):
+        return trial.suggest_categorical(name, list(dist.choices))
+    if isinstance(dist, IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
+
+
+def _contains(dist, value: Any) -> bool:
+    """Whether ``value`` is a point of an Optuna distribution."""
+    try:
+        return bool(dist._contains(dist.to_internal_repr(value)))
+    except (ValueError, TypeError):
+        return False
+
+
 def _role_of(user_attrs: dict[str, Any]) -> str:
     by = user_attrs.get(ATTR_ENQUEUED_BY)
-    if by in ("baseline", "requeue", "fill", "startup"):
+    if by in ("baseline", "reference", "requeue", "fill", "startup"):
         return by
     return "sampler"

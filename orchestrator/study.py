@@ -15,6 +15,7 @@ trials and records them ``interrupted`` (re-queued once): no trial stays RUNNING
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -26,17 +27,21 @@ from typing import Any, TextIO
 
 import optuna
 
-from orchestrator import correctness, logs
+from orchestrator import bans as value_bans
+from orchestrator import correctness, logs, outcome, preflight, reference
 from orchestrator.errors import BadInput, CircuitOpen, NcclsweepError, RuntimeFailure
 from orchestrator.executor import Executor, RayExecutor
 from orchestrator.lock import DriverLock
-from orchestrator.records import COMPLETE, FAIL, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult
+from orchestrator.records import COMPLETE, FAIL, PRUNED, TrialResult
 from orchestrator.trial import TrialSpec
 
 log = logging.getLogger(__name__)
 
 GOLDEN_ATTR = "golden"
 FINGERPRINT_ATTR = "space_fingerprint"
+OUTVOTED_ATTR = "outvoted_references"  # trial numbers whose golden reference later trials outvoted
+# Environment failures in a row that stop the study: the node, not the configs, needs fixing.
+ENV_BREAKER = 2
 
 
 def open_study(job, sampler: optuna.samplers.BaseSampler | None = None, create: bool = True) -> optuna.Study:
@@ -148,6 +153,7 @@ class StudyDriver:
         self.log_dir = self.report_dir / "logs"
         self.t_start = time.monotonic()
         self.consecutive_failures = 0
+        self.consecutive_env_failures = 0
         self._finished = 0  # trials finished in this invocation (for the time-to-go estimate)
         self._repeat_no = 0
 
@@ -202,11 +208,12 @@ class StudyDriver:
             except ValueError as exc:
                 raise BadInput(str(exc), file=str(job.path), key="sampler") from None
             study = open_study(job, sampler)
-            baseline = self.backend.normalize(job.space.active({**self.backend.default_config(), **(job.baseline or {})}))
+            baseline = job.baseline_config()  # exactly the job's baseline: nothing sampled, same on every seed
             self._baseline_config = baseline
             policy = SearchPolicy(study, self._space(baseline), self.backend.normalize, baseline=baseline,
                                   budget=self.trials, remeasure=job.remeasure, seed=job.sampler.seed)
             self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config
+            self._policy = policy
             self.say(f"study {job.study!r} of {job.path}: results in {_shown_dir(self.report_dir)}")
             killed = executor.cleanup_orphans(self.registry_dir)
             if killed:
@@ -218,13 +225,23 @@ class StudyDriver:
                 summary = RunSummary("budget reached", best=self._best_summary(policy))
                 self.say(self._next_steps(summary))
                 return summary
+            self._preflight(executor)
             return self._loop(study, policy, executor)
         finally:
+            if getattr(self, "_held", None):  # gate failures held when the run stopped: record them
+                self._release_held(self._policy)
             if executor is not None and self._owns_executor:
                 executor.shutdown()
             lock.release()
             if created and not any(self.report_dir.iterdir()):
                 self.report_dir.rmdir()  # nothing happened: leave no empty study folder
+
+    def _preflight(self, executor: Executor) -> None:
+        """Before the first launch: does every node have what the trials need? One line per
+        node with a problem, and nothing launched (``orchestrator.preflight``)."""
+        problem = preflight.format_problems(executor.preflight(preflight.needs(self.job)))
+        if problem:
+            raise RuntimeFailure(problem)
 
     def _space(self, baseline: dict):
         """The job's space, minus NCCL settings the all-reduce pre-screen dropped (if enabled);
@@ -248,17 +265,32 @@ class StudyDriver:
         return PrescreenedSpace(self.job.space, dropped, self.backend.normalize)
 
     def _golden(self, study: optuna.Study) -> correctness.Golden | None:
+        """The stored golden reference, or the job's reference file (checked first)."""
         corr = self.job.correctness
         if not corr.enabled:
             return None
         data = study.user_attrs.get(GOLDEN_ATTR)
         if data:
             return correctness.Golden.from_dict(data)
-        if isinstance(corr.reference, str) and corr.reference != "baseline":
+        if corr.reference_kind == "file":
             golden = correctness.Golden.from_file(corr.reference)
+            why, warnings = reference.unusable(golden, corr.allow_repetitive_reference)
+            if why:
+                raise BadInput(f"the reference file {corr.reference} is unusable: {why}", file=str(self.job.path),
+                               key="correctness.reference")
+            for w in warnings:
+                self.say(f"warning: {w}")
             study.set_user_attr(GOLDEN_ATTR, golden.to_dict())
             return golden
         return None
+
+    def _reference_config(self) -> dict | None:
+        """The config the job names as its reference when it is not the baseline, else None."""
+        corr = self.job.correctness
+        if corr.reference_kind != "config":
+            return None
+        config = self.backend.normalize(self.job.space.active(dict(corr.reference)))
+        return None if config == self._baseline_config else config
 
     def _loop(self, study: optuna.Study, policy, executor: Executor) -> RunSummary:
         summary = RunSummary("budget reached")
@@ -268,6 +300,7 @@ class StudyDriver:
                 self._trials(study, policy, executor, summary, in_flight, signals)
             finally:
                 self._stop_in_flight(policy, executor, in_flight)
+        self._release_held(policy)
         summary.best = self._best_summary(policy)
         self.say(self._final_line(summary, policy))
         self.say(self._next_steps(summary))
@@ -303,6 +336,13 @@ class StudyDriver:
         job = self.job
         deadline = self.t_start + self.timeout_s if self.timeout_s else None
         golden = self._golden(study)
+        if golden is None and job.correctness.enabled and self._reference_config() is not None:
+            golden = self._reference_run(study, executor)
+        self._held: list[tuple[Any, outcome.Final]] = []  # gate failures held while the reference is unproven
+        self._vindicated = any(t.user_attrs.get("correctness", {}).get("ok") and not t.user_attrs.get("is_reference")
+                               for t in study.get_trials(deepcopy=False))
+        self._announced: set = set()
+        self._announce_bans(policy)
         repeats: list[str] = []  # node ids still to repeat the baseline on (comparability across nodes)
         while True:
             stop_starting = signals.count > 0 or (deadline is not None and time.monotonic() >= deadline)
@@ -321,6 +361,8 @@ class StudyDriver:
                 need_reference = job.correctness.enabled and golden is None
                 if need_reference and in_flight:
                     break  # the reference runs alone: every later trial is compared with it
+                if need_reference:
+                    policy.ensure_baseline_next()  # the golden reference comes from the baseline, never another config
                 proposal = policy.next()
                 if proposal is None:
                     summary.reason = "space exhausted" if policy.exhausted else "budget reached"
@@ -329,6 +371,9 @@ class StudyDriver:
                     policy.record(proposal, proposal.cached, counted=False)
                     self.say(f"#{proposal.trial.number}: same config as #{proposal.cached_from}, answered "
                              "from the study (not launched, not counted)")
+                    continue
+                if need_reference and proposal.key != self.baseline_key:  # queued before the baseline
+                    policy.defer(proposal, "the golden reference (the baseline) has to be measured first")
                     continue
                 is_baseline = proposal.key == self.baseline_key
                 if is_baseline:
@@ -356,26 +401,20 @@ class StudyDriver:
             for ticket, result in executor.wait(0.5):
                 proposal, is_reference = in_flight.pop(ticket)
                 if proposal is None:
-                    result, _ = self._gate(study, result, False, golden)
+                    result = outcome.decide(result, second_signal=signals.count > 1, golden=golden).result
                     self._log_warnings(None, result)
-                    self._store_repeat(study, result, golden)
+                    self._store_repeat(study, result)
                     continue
-                if signals.count > 1 and result.outcome == FAIL:
-                    result = TrialResult.failed(result.config, "interrupted", "killed by the user (second signal)",
-                                                metrics=result.metrics, timing=result.timing, node=result.node,
-                                                log_tail=result.log_tail, started_at=result.started_at,
-                                                ended_at=result.ended_at, warnings=result.warnings)
-                result, golden = self._gate(study, result, is_reference, golden)
-                self._judge_constraints(policy, result)
                 self._log_warnings(proposal, result)
-                policy.record(proposal, result)
-                if result.outcome == FAIL and result.failure_kind in NOT_THE_CONFIGS_FAULT:
-                    policy.requeue(result.config)
+                if is_reference:
+                    golden = self._reference_result(study, policy, proposal, result, signals.count > 1)
+                    measured = golden is not None
+                else:
+                    final = self._finish(study, policy, proposal, result, golden, signals.count > 1)
+                    measured = final is not None and final.result.outcome == COMPLETE
                 self._finished += 1
-                if proposal.key == self.baseline_key and result.outcome == COMPLETE:
+                if measured and proposal.key == self.baseline_key:
                     repeats = self._other_nodes(executor, result)
-                self._progress_end(policy, proposal, result)
-                self._breaker(result)
 
     def _log_warnings(self, proposal, result: TrialResult) -> None:
         """The trial's warnings (its actor's logged ones included) into the driver's log."""
@@ -383,25 +422,147 @@ class StudyDriver:
         for text in result.warnings:
             log.warning("%s: %s", who, text)
 
-    def _gate(self, study, result: TrialResult, is_reference: bool, golden):
-        """Apply the correctness gate; turn a mismatch into FAIL wrong-output."""
-        outputs = result.outputs or {}
-        if result.outcome != COMPLETE and result.outcome != PRUNED:
-            return result, golden
-        if is_reference and outputs.get("reference"):
-            new, why = correctness.calibrate(self.job.correctness.prompts, outputs["first"], outputs["second"],
-                                             floor=self.job.correctness.logprob_tolerance)
-            if new is None:
-                result.correctness = {"ok": False, "reference": True, "reason": why}
-                result.warnings.append(f"correctness gate not calibrated: {why}")
-                return result, golden
-            study.set_user_attr(GOLDEN_ATTR, new.to_dict())
-            result.correctness = {"ok": True, "reference": True, "tolerance": new.tolerance,
-                                  "self_drift": new.self_drift}
-            return result, new
-        if golden is None or not outputs:
-            return result, golden
-        return correctness.judge(golden, result), golden
+    # ---- one finished trial ----------------------------------------------------------------
+    def _decide(self, policy, proposal, result: TrialResult, golden, second_signal: bool) -> outcome.Final:
+        base = policy.baseline_trial()
+        return outcome.decide(result, second_signal=second_signal, golden=golden, rules=self.job.constraints,
+                              baseline_metrics=(base.user_attrs.get("metrics") or {}) if base else None,
+                              earlier_timeouts=policy.earlier_timeouts(proposal.key, proposal.number))
+
+    def _record(self, policy, proposal, final: outcome.Final) -> None:
+        """Store the final outcome, re-queue what was not the config's fault, say it, and
+        trip the circuit breakers."""
+        policy.record(proposal, final.result, counted=final.counted, blameless=final.blameless)
+        if final.requeue:
+            policy.requeue(proposal)
+        self._progress_end(policy, proposal, final.result)
+        self._announce_bans(policy)
+        self._breaker(final)
+
+    def _finish(self, study, policy, proposal, result: TrialResult, golden, second_signal: bool):
+        final = self._decide(policy, proposal, result, golden, second_signal)
+        if golden is not None and not self._vindicated and self._hold(study, policy, proposal, final, golden):
+            return None
+        self._record(policy, proposal, final)
+        return final
+
+    def _hold(self, study, policy, proposal, final: outcome.Final, golden) -> bool:
+        """While no trial has passed the gate yet, a gate failure on the greedy text is held
+        (not yet recorded): if ``reference.OUTVOTE_TRIALS`` distinct configs that share no
+        departure from the baseline agree with each other and all differ from the
+        reference, the reference is the odd one out and the study stops. True: held."""
+        r = final.result
+        if r.outcome == COMPLETE and r.correctness.get("ok"):
+            self._vindicated = True
+            self._release_held(policy)
+            return False
+        texts = (r.outputs or {}).get("texts")
+        if r.failure_kind != "wrong-output" or not texts or list(texts) == list(golden.texts):
+            return False
+        self._held.append((proposal, final))
+        self._progress_end(policy, proposal, final.result)
+        votes = [(p.number, p.key, (f.result.outputs or {}).get("texts")) for p, f in self._held
+                 if not _shares_departure(p.config, proposal.config, self._baseline_config) or p is proposal]
+        why = reference.outvoted(golden.texts, votes)
+        if why is None:
+            self._breaker(final)  # a held failure is a failure: the circuit breaker counts it now
+            return True
+        held, self._held = self._held, []
+        numbers = [p.number for p, _ in held]
+        for p, f in held:  # not held against these configs: the reference was wrong
+            f = outcome.Final(dataclasses.replace(f.result, correctness={**f.result.correctness, "outvoted_reference":
+                                                                             True}),
+                              counted=False, blameless=True, requeue=False)
+            policy.record(p, f.result, counted=False, blameless=True)
+        ref_trial = (study.user_attrs.get(GOLDEN_ATTR) or {}).get("trial")
+        study.set_user_attr(OUTVOTED_ATTR, [*study.user_attrs.get(OUTVOTED_ATTR, []),
+                                            *([ref_trial] if ref_trial is not None else [])])
+        study.set_user_attr(GOLDEN_ATTR, None)
+        raise RuntimeFailure(
+            f"stopping: the golden reference (the baseline, trial {ref_trial}) looks wrong: {why}; check the baseline "
+            f"config (a shard-order bug or an unsafe NCCL setting there makes every correct config fail the gate); "
+            f"trials {', '.join(map(str, numbers))} are not held against their configs, and `ncclsweep run` "
+            "measures the baseline again")
+
+    def _release_held(self, policy) -> None:
+        """Record the gate failures held so far as what they are: wrong output (their progress
+        lines were printed when they came back)."""
+        held, self._held = getattr(self, "_held", []), []
+        for proposal, final in held:
+            policy.record(proposal, final.result, counted=final.counted, blameless=final.blameless)
+
+    def _reference_result(self, study, policy, proposal, result: TrialResult, second_signal: bool):
+        """The reference trial is back: check the reference it captured. A usable one is
+        stored and returned; a blameless failure (environment, interruption, first
+        timeout) re-queues it (None: still no reference); anything else stops the study
+        with one line naming the cause, and is not held against the config."""
+        final = self._decide(policy, proposal, result, None, second_signal)
+        r = final.result
+        if r.outcome == FAIL and final.blameless:
+            self._record(policy, proposal, final)
+            return None
+        why, warnings, golden = None, [], None
+        if r.outcome == FAIL:
+            why = f"it failed ({r.failure_kind}: {r.failure_reason})"
+        else:
+            golden, why = self._calibrate(r.outputs or {}, proposal.number)
+            if golden is not None:
+                why, warnings = reference.unusable(golden, self.job.correctness.allow_repetitive_reference)
+        if why:
+            final = outcome.reference_failed(r, why)
+            policy.record(proposal, final.result, counted=False, blameless=True)
+            self._progress_end(policy, proposal, final.result)
+            raise RuntimeFailure(self._reference_stop(proposal.number, why))
+        study.set_user_attr(GOLDEN_ATTR, {**golden.to_dict(), "trial": proposal.number})
+        final = dataclasses.replace(final, result=dataclasses.replace(
+            r, warnings=[*r.warnings, *warnings],
+            correctness={"ok": True, "reference": True, "tolerance": golden.tolerance, "self_drift": golden.self_drift}))
+        self._record(policy, proposal, final)
+        return golden
+
+    def _calibrate(self, outputs: dict, number: int):
+        if not outputs.get("reference"):
+            return None, "it captured no outputs"
+        return correctness.calibrate(self.job.correctness.prompts, outputs["first"], outputs["second"],
+                                     floor=self.job.correctness.logprob_tolerance)
+
+    def _reference_stop(self, number, why: str) -> str:
+        return (f"stopping: the golden reference is unusable: the baseline (trial {number}) {why}"
+                if why.startswith("it failed") else
+                f"stopping: the golden reference is unusable: the baseline's output (trial {number}) {why}") + (
+                "; nothing else was launched; fix the baseline config or the server (see the trial log in "
+                f"{self.log_dir}), or name another reference in correctness.reference; `ncclsweep run` measures "
+                "the baseline again")
+
+    def _reference_run(self, study: optuna.Study, executor: Executor) -> correctness.Golden:
+        """The job names a reference config other than the baseline: one launch of it,
+        before anything else, captures and checks the golden reference (stored as an
+        uncounted trial)."""
+        config = self._reference_config()
+        spec = self.spec_for(8001, config, None, None)
+        spec.check_prompts = list(self.job.correctness.prompts)
+        self.say("capturing the golden reference from correctness.reference: "
+                 + " ".join(f"{k}={v}" for k, v in config.items()))
+        ticket = executor.submit(spec)
+        result = None
+        while result is None:
+            result = next((r for t, r in executor.wait(1.0) if t == ticket), None)
+        golden, why, warnings = None, None, []
+        if result.outcome == FAIL:
+            why = f"it failed ({result.failure_kind}: {result.failure_reason})"
+        else:
+            golden, why = self._calibrate(result.outputs or {}, 8001)
+            if golden is not None:
+                golden.source = "config"
+                why, warnings = reference.unusable(golden, self.job.correctness.allow_repetitive_reference)
+        number = self._store_extra(study, result, config, {"reference_run": True, "is_reference": True})
+        if why:
+            raise RuntimeFailure(f"stopping: the golden reference is unusable: the reference config "
+                                 f"(correctness.reference, trial {number}) {why}; fix it or name another reference")
+        for w in warnings:
+            self.say(f"warning: {w}")
+        study.set_user_attr(GOLDEN_ATTR, {**golden.to_dict(), "trial": number})
+        return golden
 
     def _other_nodes(self, executor: Executor, baseline: TrialResult) -> list[str]:
         """Matching nodes other than the baseline's: each repeats the baseline once."""
@@ -410,47 +571,56 @@ class StudyDriver:
             return []
         return [n for n in nodes() if n != baseline.node.get("node_id")]
 
-    def _store_repeat(self, study: optuna.Study, result: TrialResult, _golden) -> None:
+    def _store_repeat(self, study: optuna.Study, result: TrialResult) -> None:
         """A baseline repeat is a real measurement of the baseline's config on another node:
         stored as its own (uncounted) trial so the report can compare nodes."""
+        self._store_extra(study, result, self._baseline_config, {"config_key": self.baseline_key,
+                                                                 "baseline_repeat": True})
+        ok = result.outcome == COMPLETE
+        what = f"{result.value:.1f} tok/s" if ok else f"FAIL {result.failure_kind}: {result.failure_reason}"
+        self.say(f"  baseline repeat on node {str(result.node.get('node_id'))[:8]} -> {what}")
+
+    def _store_extra(self, study: optuna.Study, result: TrialResult, config: dict, attrs: dict) -> int:
+        """A launch outside the search (a baseline repeat, the reference config's run):
+        stored as an uncounted trial; returns its number."""
         from optuna.trial import TrialState, create_trial
 
+        from orchestrator.records import config_key
+        from orchestrator.search import _contains
+
         dists = self.job.space.distributions()
-        params = {k: v for k, v in self._baseline_config.items() if k in dists}
-        attrs = {**result.to_attrs(), "config_key": self.baseline_key, "counted": False, "baseline_repeat": True}
+        params = {k: v for k, v in config.items() if k in dists and _contains(dists[k], v)}
+        attrs = {**result.to_attrs(), "config_key": config_key(config), "counted": False, **attrs}
         ok = result.outcome == COMPLETE
         study.add_trial(create_trial(
             state=TrialState.COMPLETE if ok else TrialState.FAIL, value=result.value if ok else None,
             params=params, distributions={k: dists[k] for k in params}, user_attrs=attrs,
             system_attrs={"constraints": [0.0]} if ok else {}))
-        what = f"{result.value:.1f} tok/s" if ok else f"FAIL {result.failure_kind}: {result.failure_reason}"
-        self.say(f"  baseline repeat on node {str(result.node.get('node_id'))[:8]} -> {what}")
+        return max(t.number for t in study.get_trials(deepcopy=False))
 
-    def _judge_constraints(self, policy, result: TrialResult) -> None:
-        """The job's outcome constraints ("best >= 0.9 x baseline at concurrency 64"): a
-        config that breaks one stays COMPLETE (it was measured) but is infeasible: the
-        sampler learns it, and it is never ranked or exported as best."""
-        if not self.job.constraints or result.outcome != COMPLETE:
-            return
-        base = policy.baseline_trial()
-        levels = result.metrics.get("concurrency") or {}
-        base_levels = (base.user_attrs.get("metrics") or {}).get("concurrency") or {} if base else {}
-        violations = []
-        for rule in self.job.constraints:
-            got, ref = levels.get(str(rule.concurrency)), base_levels.get(str(rule.concurrency))
-            if got and ref and got < rule.min_ratio * ref:
-                violations.append(f"total {got:.1f} tok/s at concurrency {rule.concurrency} is "
-                                  f"{got / ref:.2f}x the baseline's {ref:.1f} (the job asks >= {rule.min_ratio:g}x)")
-        if violations:
-            result.metrics["constraint_violations"] = violations
-            result.warnings.extend(f"infeasible: {v}" for v in violations)
+    def _announce_bans(self, policy) -> None:
+        """Say, once, each parameter value the study stops proposing (``orchestrator.bans``)."""
+        for pair, why in policy.bans().items():
+            if pair not in self._announced:
+                self._announced.add(pair)
+                self.say(f"  not proposing {value_bans.describe(pair)} any more: {why}")
 
-    def _breaker(self, result: TrialResult) -> None:
+    def _breaker(self, final: outcome.Final) -> None:
+        result = final.result
         if result.metrics.get("gpus_usable") is False:
             raise CircuitOpen("stopping: the GPUs were not usable after a teardown "
                               f"({'; '.join(result.warnings[-1:])}); check nvidia-smi for stuck processes "
                               "and the kernel log (dmesg) for Xid errors, then `ncclsweep run` resumes")
-        if result.outcome == FAIL and result.failure_kind not in NOT_THE_CONFIGS_FAULT:
+        if result.outcome == FAIL and result.failure_kind == outcome.ENV_ERROR:
+            self.consecutive_env_failures += 1
+            if self.consecutive_env_failures >= ENV_BREAKER:
+                raise CircuitOpen(
+                    f"stopping after {self.consecutive_env_failures} trials in a row failed for a reason outside "
+                    f"their configs (env-error: {result.failure_reason}); {outcome.env_hint(result.failure_reason)}; "
+                    "no config was banned for it, and `ncclsweep run` re-queues them")
+            return
+        self.consecutive_env_failures = 0
+        if result.outcome == FAIL and final.counted:
             self.consecutive_failures += 1
         elif result.outcome in (COMPLETE, PRUNED):
             self.consecutive_failures = 0
@@ -577,6 +747,22 @@ def vs_baseline_words(best, base) -> str | None:
     return (f"{verdict.ratio_text(iv, best.value / base.value)} the baseline, "
             + ("beyond noise" if beyond else "within noise of the baseline")
             + f", {verdict.interval_text(iv)}")
+
+
+def _fmt_s(seconds: float) -> str:
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+_NONE = object()
+
+
+def _shares_departure(a: dict, b: dict, base: dict) -> bool:
+    """Whether two configs depart from the baseline the same way somewhere (a parameter with
+    the same non-baseline value in both): their agreement may then be that setting's doing."""
+    return any(a.get(k, _NONE) == b.get(k, _NONE) != base.get(k, _NONE) for k in {*a, *b, *base})
 
 
 def _fmt_s(seconds: float) -> str:

@@ -124,13 +124,8 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         return result
 
     def failed(kind: str, reason: str) -> TrialResult:
-        if kind in ("start-crash", "bench-error"):
-            text = _read(log_path)
-            env = _environment_cause(text)
-            if env:
-                kind, reason = "env-error", f"{env}: {reason}"
-            elif nccl.classify_failure(text) == "nccl-invalid":
-                kind, reason = "nccl-invalid", f"NCCL refused a setting: {reason}"
+        if kind in ("start-crash", "bench-error") and nccl.classify_failure(_read(log_path)) == "nccl-invalid":
+            kind, reason = "nccl-invalid", f"NCCL refused a setting: {reason}"
         return finish(TrialResult.failed(spec.config, kind, reason, **common))
 
     if spec.device_check:  # never start on GPUs that something else holds: not the config's fault
@@ -142,10 +137,7 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
             return result
     try:
         t0 = time.monotonic()
-        try:
-            record = proc.start()
-        except SpawnFailed as exc:
-            return failed("env-error", f"{exc} (on {node.get('hostname')}: is the server installed on this node?)")
+        record = proc.start()
         if on_server:
             on_server(proc)
         from dataclasses import asdict
@@ -216,6 +208,8 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         result = TrialResult(outcome=outcome, config=spec.config, value=metrics["decode_tok_s"], metrics=metrics,
                              outputs=outputs, server=server_info, warnings=warnings, failure_reason=reason, **common)
         return finish(result)
+    except SpawnFailed as exc:  # the command or its interpreter is missing on this node: not the config's fault
+        return failed("env-error", f"{exc} (on {node.get('hostname')}: is the server installed on this node?)")
     except Exception as exc:  # noqa: BLE001 - a trial never takes the actor down
         return failed("bench-error", f"{type(exc).__name__}: {exc}")
 
@@ -237,11 +231,17 @@ def prepare_server(backend, config: Config, host: str, job_env: dict[str, str], 
                    registry_dir: str) -> tuple[ServerProcess, Any, dict[str, str]]:
     """A not-yet-started server for a config: free port, env (NCCL start-up logging on), log file."""
     launch = backend.launch_spec(config, host, free_port(host))
-    env = {**NCCL_DEBUG_ENV, **job_env, **launch.env}
+    env = server_env(job_env, launch.env)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     proc = ServerProcess(launch, log_path, registry=ServerRegistry(Path(registry_dir)), base_env={**os.environ, **env},
                          watch=backend.watch_rules())
     return proc, launch, env
+
+
+def server_env(job_env: dict[str, str], launch_env: dict[str, str]) -> dict[str, str]:
+    """A server's environment on top of the node's: NCCL start-up logging, the job's fixed
+    ``env:``, then the config's own variables."""
+    return {**NCCL_DEBUG_ENV, **job_env, **launch_env}
 
 
 def capture_outputs(base_url: str, model: str, spec: TrialSpec, score_texts: list[str] | None) -> dict[str, Any]:
@@ -317,19 +317,6 @@ def _gpu_model(device_id: str | None) -> str | None:
         if out.returncode == 0 and names:
             return names[0]
     return None
-
-
-# Log lines that say the node, not the config, kept the server from starting.
-_ENVIRONMENT_CAUSES = (
-    ("address already in use", "the server's port was taken"),
-    ("no cuda gpus are available", "the node gave the server no GPU"),
-    ("found no nvidia driver", "the node has no NVIDIA driver"),
-)
-
-
-def _environment_cause(log_text: str) -> str | None:
-    low = log_text[-65536:].lower()
-    return next((why for needle, why in _ENVIRONMENT_CAUSES if needle in low), None)
 
 
 def _read(path: Path) -> str:

@@ -242,3 +242,22 @@ def test_no_gpu_machine(capsys, monkeypatch):
 def test_format_report():
     text = doctor.format_report(["a"], ["careful"])
     assert text.endswith("warnings:\n  ! careful")
+
+
+def test_doctor_with_a_job_reports_the_runs_preflight(tmp_path, capsys, monkeypatch):
+    """`doctor JOB` makes the checks `run` makes on every node before its first launch."""
+    from conftest import write_job
+
+    argv = [str(tmp_path / "bin" / "my-server"), "--port", "{port}", "--host", "{host}"]
+    job_path = write_job(tmp_path, space_text="params:\n  tp_size: {choices: [1]}\n", baseline={"tp_size": 1},
+                         backend={"kind": "command", "settings": {"argv": argv}})
+    monkeypatch.setattr(doctor, "default_runner", lambda argv: None)
+    assert doctor.main_doctor(str(job_path)) == 0
+    out = capsys.readouterr().out
+    assert f"! pre-flight: the server command {argv[0]!r} is not found on this node's PATH" in out
+    exe = tmp_path / "bin" / "my-server"
+    exe.parent.mkdir()
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    assert doctor.main_doctor(str(job_path)) == 0
+    assert "pre-flight on this node: ok" in capsys.readouterr().out

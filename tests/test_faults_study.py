@@ -51,6 +51,12 @@ def test_each_fault_gets_its_state_and_the_study_continues(tmp_path, ray_local, 
             row = by_fault[fault]
             assert row["failure_reason"] and row["log_tail"], row
     assert "differs from the reference" in by_fault["garbage"]["failure_reason"]
+    # a timeout bans its config only once it reproduces: the first one was re-queued, uncounted
+    every = trial_rows(open_study(job, create=False))
+    for fault, kind in (("hang-on-start", "start-timeout"), ("hang-in-decode", "bench-timeout")):
+        runs = [r for r in every if r["params"]["backend.fault"] == fault and r["cached_from"] is None]
+        assert [(r["failure_kind"], r["counted"]) for r in runs] == [(kind, False), (kind, True)], runs
+        assert "re-queued once" in runs[0]["failure_reason"]
     # failed configs are never best, and a bigger budget proposes nothing new: space exhausted
     assert {b["params"]["backend.fault"] for b in best_rows(rows, 5)} <= {"none", "slow-start:3"}
     summary = StudyDriver(job, trials=9, out=io.StringIO()).run()

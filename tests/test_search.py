@@ -365,6 +365,9 @@ class Grid3Space:
             return None
         return [dict(zip(GRID3, combo)) for combo in itertools.product(*GRID3.values())]
 
+    def distributions(self):
+        return {n: optuna.distributions.CategoricalDistribution(v) for n, v in GRID3.items()}
+
 
 def grid3_value(config):
     return 10.0 + sum(int(v[1]) for v in config.values())
@@ -455,3 +458,31 @@ def test_random_search_and_the_sampler_order_keep_the_samplers_draws():
     assert [p.role for p in launch(policy, 3)] == ["sampler"] * 3
     with pytest.raises(ValueError, match="startup_order"):
         tpe_policy(3, startup_order="lhs")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_baseline_is_exactly_the_jobs_first_requeued_and_as_the_reference(seed):
+    """A parameter the baseline leaves unset (NCCL_PROTO) stays unset: never sampled, on
+    any seed, when it is re-queued after an interruption, or launched again as the reference."""
+    base = {"tp_size": 2, "graph": False}
+    study, policy = make(baseline=base, seed=seed, budget=10)
+    first = policy.next()
+    assert first.config == base and first.trial.params == base and first.key == policy.baseline_key
+    policy.record(first, TrialResult.failed(first.config, "interrupted", "killed"))
+    policy.requeue(first)
+    again = policy.next()
+    assert again.config == base and again.trial.params == base
+    policy.record(again, TrialResult(outcome=COMPLETE, config=again.config, value=20.0))
+    policy.ensure_baseline_next()  # measured, but the golden reference must come from a launch of it
+    ref = policy.next()
+    assert ref.cached is None and ref.config == base and ref.trial.params == base
+    assert study.trials[ref.number].user_attrs["enqueued_by"] == "reference"
+
+
+def test_a_deferred_proposal_is_not_a_trial_and_comes_back():
+    study, policy = make(baseline=None, budget=10)
+    p = policy.next()
+    policy.defer(p, "the reference first")
+    assert study.trials[p.number].user_attrs["skipped"] == "deferred"
+    assert study.trials[p.number].user_attrs["counted"] is False
+    assert policy.next().key == p.key  # re-queued

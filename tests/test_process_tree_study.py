@@ -49,6 +49,7 @@ def test_a_dead_worker_ends_the_trial_long_before_the_startup_timeout(tmp_path, 
     assert row["state"] == "FAIL" and row["failure_kind"] == "start-crash", row
     assert "exited while the server's first process kept running" in row["failure_reason"]
     assert took < 75, f"the run took {took:.0f} s (start-up timeout 150 s)"
+    print(f"run with a worker dying 2 s after start: {took:.1f} s (start-up timeout 150 s)")
     workers = _worker_pids(pid_dir)
     assert len(workers) == 2 and not any(proctree.alive(p) for p in workers)
 
@@ -81,6 +82,7 @@ def test_kill_9_of_the_driver_leaves_no_process_of_the_tree(tmp_path):
         t0 = time.monotonic()
         while any(proctree.alive(p) for p in tree) and time.monotonic() - t0 < 20:
             time.sleep(0.2)
+        print(f"tree gone {time.monotonic() - t0:.1f} s after kill -9 of the driver")
         left = [p for p in tree if proctree.alive(p)]
         assert not left, f"processes of the tree alive 20 s after kill -9 of the driver: {left} ({fronts})"
     finally:

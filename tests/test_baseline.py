@@ -58,6 +58,7 @@ def glm5_job(directory: Path, seed: int, trials: int = 5) -> Path:
     model = directory / "GLM-5-Q4_K_M.gguf"
     model.write_bytes(b"GGUF")
     data["backend"]["settings"].update(model=str(model), executable=str(fake_vllm(directory)))
+    data.pop("output_dir", None)  # the study's folder is given here
     data.update(study=f"glm5-seed{seed}", report_dir=str(directory / "reports" / f"seed{seed}"),
                 space=str(REPO / "search_spaces" / "vllm-pcie.yaml"), budget={"trials": trials})
     data["sampler"]["seed"] = seed

@@ -64,8 +64,9 @@ def test_missing_server_command_stops_at_preflight_then_the_fixed_run_measures_t
     job_path = command_job(tmp_path, exe, budget={"trials": 2})
     code, err = run_cli("run", str(job_path))
     lines = err.strip().splitlines()
-    assert code == 1 and lines[0] == "ncclsweep: error: pre-flight failed on 1 of 1 node(s); nothing was launched:", err
-    assert len(lines) == 2 and str(exe) in lines[1] and "not found on this node's PATH" in lines[1]
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("ncclsweep: error:"))  # after the study's first line
+    assert code == 1 and lines[first] == "ncclsweep: error: pre-flight failed on 1 of 1 node(s); nothing was launched:", err
+    assert len(lines) == first + 2 and str(exe) in lines[-1] and "not found on this node's PATH" in lines[-1]
     assert trial_rows(open_study(load_job(job_path), create=False)) == []
 
     wrapper(tmp_path)  # the fix: the command exists on the node

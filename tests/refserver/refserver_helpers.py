@@ -84,7 +84,7 @@ class RefServer:
         try:
             status, _ = get(self.port, "/health", timeout=2)
             return status
-        except OSError:
+        except (OSError, http.client.HTTPException):  # closed port, or a server dying mid-answer
             return None
 
     def wait_healthy(self, timeout_s: float = 45.0) -> float:

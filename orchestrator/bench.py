@@ -15,9 +15,16 @@ Definitions (comparable with ``vllm bench serve``):
 
 A failed request (refused, HTTP error, timeout, malformed chunk, stream ended without
 ``[DONE]``) is data: ``RequestResult(ok=False, error="one line")``, never an exception.
-Every request has an overall deadline (``timeout_s``), enforced by socket timeouts and a
-watchdog that shuts the socket down, so a server that stops streaming mid-request
-yields ``error="timeout"`` within ``timeout_s`` plus a little slack.
+Every request has an overall deadline (``timeout_s``), so a server that stops streaming
+mid-request yields ``error="timeout"`` within ``timeout_s`` plus a little slack.
+
+Two clients, one chunk parser (``_Stream``): single requests (``stream_completion``,
+``measure_decode``) use a lean blocking ``http.client`` connection whose deadline is
+socket timeouts plus a watchdog that shuts the socket down; ``measure_concurrency`` runs
+every stream on one asyncio event loop (asyncio streams, HTTP/1.1 and chunked transfer
+decoding here), so one thread stamps all token times at any concurrency, where a thread
+per stream had hundreds of threads contending for the GIL (docs/benchmarks.md, "The
+concurrency client").
 
 ``measure_decode`` repeats single requests after warm-up and reports the median with
 every sample, the spread (cv) and the relative half-width of a distribution-free ~95%
@@ -27,6 +34,7 @@ a target. Standard library only.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import math
@@ -65,6 +73,9 @@ class RequestFailed(Exception):
 def _one_line(text: Any, limit: int = 300) -> str:
     s = " ".join(str(text).split())
     return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
 
 
 class _Call:
@@ -110,8 +121,7 @@ class _Call:
 
     def post(self, path: str, body: dict[str, Any]) -> http.client.HTTPResponse:
         data = json.dumps(body).encode()
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
-        self.conn.request("POST", self.prefix + path, body=data, headers=headers)
+        self.conn.request("POST", self.prefix + path, body=data, headers=_HEADERS)
         self.tighten()
         return self.conn.getresponse()
 
@@ -143,8 +153,9 @@ def _http_error(status: int, body: bytes) -> str:
     return _one_line(f"HTTP {status}: {msg}")
 
 
-def _classify(exc: BaseException, call: _Call) -> str:
-    if call.timed_out() or isinstance(exc, (TimeoutError, socket.timeout)):
+def _classify(exc: BaseException, timed_out: bool) -> str:
+    """One line for a failed request's exception (``timed_out``: its deadline passed)."""
+    if timed_out or isinstance(exc, (TimeoutError, socket.timeout, asyncio.TimeoutError)):
         return TIMEOUT
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
@@ -192,6 +203,15 @@ class RequestResult:
         return self.n_tokens / self.latency_s
 
 
+def _sse_payload(line: bytes) -> bytes | None:
+    """The payload of an SSE ``data:`` line; None for blank lines, keep-alive comments and
+    ``event:``/``id:`` lines."""
+    line = line.strip()
+    if not line.startswith(b"data:"):
+        return None
+    return line[5:].strip()
+
+
 def _iter_sse(resp: http.client.HTTPResponse, call: _Call) -> Iterator[tuple[float, bytes]]:
     """(arrival time, payload) of each ``data:`` line; ends at EOF."""
     while True:
@@ -200,10 +220,96 @@ def _iter_sse(resp: http.client.HTTPResponse, call: _Call) -> Iterator[tuple[flo
         if not line:
             return
         now = time.monotonic()
-        line = line.strip()
-        if not line or line.startswith(b":") or not line.startswith(b"data:"):
-            continue  # keep-alive comments, event:/id: lines
-        yield now, line[5:].strip()
+        payload = _sse_payload(line)
+        if payload is not None:
+            yield now, payload
+
+
+def _completion_body(model: str, prompt: str, max_tokens: int, temperature: float, ignore_eos: bool,
+                     extra: dict[str, Any] | None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": int(max_tokens),
+        "temperature": temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": ignore_eos,
+    }
+    body.update(extra or {})
+    return body
+
+
+class _Stream:
+    """What one streamed completion has delivered so far, fed the payloads of its
+    ``data:`` lines with their arrival times. No I/O and no clock: the synchronous client
+    and the asyncio one share it, so both parse chunks and usage the same way."""
+
+    def __init__(self, t_start: float):
+        self.res = RequestResult(ok=False, t_start=t_start)
+        self.pieces: list[str] = []
+        self.usage_tokens: int | None = None
+        self.done = False
+
+    def feed(self, now: float, payload: bytes) -> bool:
+        """Take one payload that arrived at ``now``; True when the stream is over
+        (``[DONE]``, or an error recorded in ``res.error``)."""
+        res = self.res
+        if payload == b"[DONE]":
+            self.done = True
+            res.latency_s = now - res.t_start
+            return True
+        try:
+            chunk = json.loads(payload)
+            if not isinstance(chunk, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            res.error = _one_line(f"malformed chunk: {payload[:120].decode('utf-8', 'replace')}")
+            return True
+        if "error" in chunk or chunk.get("object") == "error":
+            err = chunk.get("error", chunk)
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            res.error = _one_line(f"server error in stream: {msg}")
+            return True
+        choices = chunk.get("choices") or []
+        if choices and isinstance(choices[0], dict):
+            c = choices[0]
+            text = c.get("text") or ""
+            if text or c.get("token_ids"):
+                res.token_times.append(now)
+                self.pieces.append(text)
+            if c.get("finish_reason"):
+                res.finish_reason = c["finish_reason"]
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            if usage.get("completion_tokens") is not None:
+                self.usage_tokens = int(usage["completion_tokens"])
+            if usage.get("prompt_tokens") is not None:
+                res.prompt_tokens = int(usage["prompt_tokens"])
+        return False
+
+    def ended(self, timed_out: bool) -> None:
+        """The body ended (EOF) before ``feed`` said the stream was over."""
+        if self.res.error is None and not self.done:
+            self.res.error = TIMEOUT if timed_out else "stream ended without [DONE]"
+
+    def result(self, expired: bool) -> RequestResult:
+        """The finished ``RequestResult`` (``expired``: the request's deadline passed)."""
+        res = self.res
+        if res.error is None and expired and not self.done:
+            res.error = TIMEOUT
+        res.text = "".join(self.pieces)
+        res.n_tokens = self.usage_tokens if self.usage_tokens is not None else len(res.token_times)
+        if res.token_times:
+            res.ttft_s = res.token_times[0] - res.t_start
+        if res.latency_s is None:
+            res.latency_s = time.monotonic() - res.t_start
+        if res.n_tokens >= 2 and len(res.token_times) >= 2:
+            span = res.token_times[-1] - res.token_times[0]
+            if span > 0:
+                res.decode_tok_s = (res.n_tokens - 1) / span
+        res.ok = res.error is None
+        return res
 
 
 def stream_completion(
@@ -218,80 +324,24 @@ def stream_completion(
     extra: dict[str, Any] | None = None,
 ) -> RequestResult:
     """Stream one completion and time its tokens; never raises for a failed request."""
-    body: dict[str, Any] = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": int(max_tokens),
-        "temperature": temperature,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "ignore_eos": ignore_eos,
-    }
-    body.update(extra or {})
-    t_start = time.monotonic()
-    res = RequestResult(ok=False, t_start=t_start)
-    pieces: list[str] = []
-    usage_tokens = None
-    done = False
+    body = _completion_body(model, prompt, max_tokens, temperature, ignore_eos, extra)
+    st = _Stream(time.monotonic())
     call = _Call(base_url, timeout_s)
     try:
         resp = call.post("/v1/completions", body)
         if resp.status != 200:
             call.tighten()
-            res.error = _http_error(resp.status, resp.read(4096))
+            st.res.error = _http_error(resp.status, resp.read(4096))
         else:
             for now, payload in _iter_sse(resp, call):
-                if payload == b"[DONE]":
-                    done = True
-                    res.latency_s = now - t_start
+                if st.feed(now, payload):
                     break
-                try:
-                    chunk = json.loads(payload)
-                    if not isinstance(chunk, dict):
-                        raise ValueError("not an object")
-                except ValueError:
-                    res.error = _one_line(f"malformed chunk: {payload[:120].decode('utf-8', 'replace')}")
-                    break
-                if "error" in chunk or chunk.get("object") == "error":
-                    err = chunk.get("error", chunk)
-                    msg = err.get("message", err) if isinstance(err, dict) else err
-                    res.error = _one_line(f"server error in stream: {msg}")
-                    break
-                choices = chunk.get("choices") or []
-                if choices and isinstance(choices[0], dict):
-                    c = choices[0]
-                    text = c.get("text") or ""
-                    if text or c.get("token_ids"):
-                        res.token_times.append(now)
-                        pieces.append(text)
-                    if c.get("finish_reason"):
-                        res.finish_reason = c["finish_reason"]
-                usage = chunk.get("usage")
-                if isinstance(usage, dict):
-                    if usage.get("completion_tokens") is not None:
-                        usage_tokens = int(usage["completion_tokens"])
-                    if usage.get("prompt_tokens") is not None:
-                        res.prompt_tokens = int(usage["prompt_tokens"])
-            if res.error is None and not done:
-                res.error = TIMEOUT if call.timed_out() else "stream ended without [DONE]"
+            st.ended(call.timed_out())
     except Exception as exc:  # noqa: BLE001 - a failed request is data
-        res.error = _classify(exc, call)
+        st.res.error = _classify(exc, call.timed_out())
     finally:
         call.close()
-    if res.error is None and call.expired and not done:
-        res.error = TIMEOUT
-    res.text = "".join(pieces)
-    res.n_tokens = usage_tokens if usage_tokens is not None else len(res.token_times)
-    if res.token_times:
-        res.ttft_s = res.token_times[0] - t_start
-    if res.latency_s is None:
-        res.latency_s = time.monotonic() - t_start
-    if res.n_tokens >= 2 and len(res.token_times) >= 2:
-        span = res.token_times[-1] - res.token_times[0]
-        if span > 0:
-            res.decode_tok_s = (res.n_tokens - 1) / span
-    res.ok = res.error is None
-    return res
+    return st.result(call.expired)
 
 
 # --------------------------------------------------------------------------------------
@@ -505,50 +555,134 @@ def measure_decode(
 
 
 # --------------------------------------------------------------------------------------
-# Concurrency
+# Concurrency: every stream on one asyncio event loop
 # --------------------------------------------------------------------------------------
-def measure_concurrency(
-    base_url: str,
-    model: str,
-    prompt: str,
-    output_tokens: int,
-    concurrency: int,
-    *,
-    n_requests: int | None = None,
-    timeout_s: float,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """``concurrency`` simultaneous streams until ``n_requests`` are done.
+def _request_bytes(base_url: str, path: str, body: dict[str, Any]) -> tuple[str, int, bool, bytes]:
+    """(host, port, TLS?, the whole HTTP/1.1 request) of a JSON POST, as ``_Call`` sends it."""
+    parts = urlsplit(base_url if "://" in base_url else f"http://{base_url}")
+    tls = parts.scheme == "https"
+    data = json.dumps(body).encode()
+    head = [f"POST {parts.path.rstrip('/')}{path} HTTP/1.1", f"Host: {parts.netloc.rpartition('@')[2]}",
+            "Accept-Encoding: identity", f"Content-Length: {len(data)}", *(f"{k}: {v}" for k, v in _HEADERS.items())]
+    request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + data
+    return parts.hostname or "127.0.0.1", parts.port or (443 if tls else 80), tls, request
 
-    ``timeout_s`` bounds each request. Returns total output tok/s (tokens of successful
-    requests / wall time), per-request medians of TPOT, decode tok/s (1/TPOT) and TTFT,
-    and the failure count with up to five distinct errors.
-    """
-    concurrency = max(1, int(concurrency))
-    if n_requests is None:
-        n_requests = max(concurrency, min(2 * concurrency, concurrency + 256))
-    n_requests = max(1, int(n_requests))
-    results: list[RequestResult] = []
-    lock = threading.Lock()
-    next_index = [0]
 
-    def worker() -> None:
-        while True:
-            with lock:
-                if next_index[0] >= n_requests:
+async def _response_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    """Status and headers (names lower-cased) of an HTTP/1.1 response."""
+    line = await reader.readline()
+    if not line:
+        raise http.client.RemoteDisconnected("Remote end closed connection without response")
+    try:
+        status = int(line.split(None, 2)[1])
+    except (IndexError, ValueError):
+        raise http.client.BadStatusLine(_one_line(line)) from None
+    headers = {}
+    while (raw := await reader.readline()).strip():
+        name, _, value = raw.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers
+
+
+class _Body:
+    """An HTTP/1.1 response body read as it arrives: chunked, ``Content-Length`` or up to
+    EOF. A connection that closes inside it raises ``http.client.IncompleteRead``, as in
+    the synchronous client, so both word that failure the same."""
+
+    def __init__(self, reader: asyncio.StreamReader, headers: dict[str, str]):
+        self.reader = reader
+        self.chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        length = headers.get("content-length")
+        self.left: int | None = 0 if self.chunked else (int(length) if length else None)  # None: to EOF
+        self.first = True
+        self.over = False
+
+    async def _chunk_head(self) -> None:
+        if not self.first and (await self.reader.readline()).strip():  # the CRLF after a chunk's data
+            raise http.client.IncompleteRead(b"")
+        self.first = False
+        try:
+            self.left = int((await self.reader.readline()).split(b";", 1)[0], 16)
+        except ValueError:  # EOF or not a chunk size
+            raise http.client.IncompleteRead(b"") from None
+        self.over = self.left == 0  # the last chunk (trailers are not read: the connection is closed next)
+
+    async def read(self) -> bytes:
+        """The next piece of the body; b"" at its end."""
+        if self.chunked and self.left == 0 and not self.over:
+            await self._chunk_head()
+        if self.over or self.left == 0:
+            return b""
+        piece = await self.reader.read(1 << 16 if self.left is None else min(self.left, 1 << 16))
+        if self.left is None:
+            self.over = not piece
+        elif piece:
+            self.left -= len(piece)
+        else:
+            raise http.client.IncompleteRead(b"")
+        return piece
+
+
+async def _exchange(target: tuple[str, int, bool, bytes], st: _Stream) -> None:
+    """Send the request, feed ``st`` each ``data:`` line, stamped when the read that
+    completed it returned (the synchronous client stamps when ``readline`` returns)."""
+    host, port, tls, request = target
+    reader, writer = await asyncio.open_connection(host, port, ssl=True if tls else None)
+    try:
+        writer.write(request)
+        await writer.drain()
+        status, headers = await _response_head(reader)
+        body = _Body(reader, headers)
+        if status != 200:
+            raw = b""
+            while len(raw) < 4096 and (piece := await body.read()):
+                raw += piece
+            st.res.error = _http_error(status, raw[:4096])
+            return
+        tail = b""
+        while piece := await body.read():
+            now = time.monotonic()
+            *lines, tail = (tail + piece).split(b"\n")
+            for line in lines:
+                payload = _sse_payload(line)
+                if payload is not None and st.feed(now, payload):
                     return
-                next_index[0] += 1
-            r = stream_completion(base_url, model, prompt, output_tokens, timeout_s, extra=extra)
-            with lock:
-                results.append(r)
+        payload = _sse_payload(tail)  # a last line without its newline (readline returns it too)
+        if payload is None or not st.feed(time.monotonic(), payload):
+            st.ended(False)
+    finally:
+        writer.close()
 
-    threads = [threading.Thread(target=worker, daemon=True, name=f"bench-c{i}") for i in range(min(concurrency, n_requests))]
+
+async def _astream(target: tuple[str, int, bool, bytes], timeout_s: float) -> RequestResult:
+    """One streamed completion on the running loop; its deadline cancels it where it waits."""
+    st = _Stream(time.monotonic())
+    expired = False
+    try:
+        await asyncio.wait_for(_exchange(target, st), max(0.0, timeout_s))
+    except asyncio.TimeoutError:
+        expired = True
+    except Exception as exc:  # noqa: BLE001 - a failed request is data
+        st.res.error = _classify(exc, False)
+    return st.result(expired)
+
+
+async def _streams(target: tuple[str, int, bool, bytes], timeout_s: float, width: int,
+                   n_requests: int) -> tuple[list[RequestResult], float]:
+    """``n_requests`` requests, ``width`` at a time: (results, wall seconds)."""
+    results: list[RequestResult] = []
+    todo = iter(range(n_requests))
+
+    async def worker() -> None:
+        for _ in todo:
+            results.append(await _astream(target, timeout_s))
+
     t0 = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.monotonic() - t0
+    await asyncio.gather(*(worker() for _ in range(min(width, n_requests))))
+    return results, time.monotonic() - t0
+
+
+def _summary(results: list[RequestResult], concurrency: int, n_requests: int, wall: float) -> dict[str, Any]:
     good = [r for r in results if r.ok]
     bad = [r for r in results if not r.ok]
     total = sum(r.n_tokens for r in good)
@@ -573,6 +707,37 @@ def measure_concurrency(
     }
 
 
+def measure_concurrency(
+    base_url: str,
+    model: str,
+    prompt: str,
+    output_tokens: int,
+    concurrency: int,
+    *,
+    n_requests: int | None = None,
+    timeout_s: float,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``concurrency`` simultaneous streams until ``n_requests`` are done.
+
+    ``timeout_s`` bounds each request. Returns total output tok/s (tokens of successful
+    requests / wall time), per-request medians of TPOT, decode tok/s (1/TPOT) and TTFT,
+    and the failure count with up to five distinct errors.
+
+    The requests are those of ``stream_completion`` (greedy, ``ignore_eos``, usage
+    included, ``extra`` merged in), all on one asyncio event loop of the calling thread
+    (which must not be running one): one thread stamps every token, however many streams.
+    """
+    concurrency = max(1, int(concurrency))
+    if n_requests is None:
+        n_requests = max(concurrency, min(2 * concurrency, concurrency + 256))
+    n_requests = max(1, int(n_requests))
+    body = _completion_body(model, prompt, output_tokens, 0.0, True, extra)
+    target = _request_bytes(base_url, "/v1/completions", body)
+    results, wall = asyncio.run(_streams(target, timeout_s, concurrency, n_requests))
+    return _summary(results, concurrency, n_requests, wall)
+
+
 # --------------------------------------------------------------------------------------
 # Outputs for the correctness gate
 # --------------------------------------------------------------------------------------
@@ -584,7 +749,7 @@ def _post_json(base_url: str, body: dict[str, Any], timeout_s: float) -> tuple[i
             call.tighten()
             raw = resp.read()
         except Exception as exc:  # noqa: BLE001
-            raise RequestFailed(_classify(exc, call)) from exc
+            raise RequestFailed(_classify(exc, call.timed_out())) from exc
         if call.expired:
             raise RequestFailed(TIMEOUT)
     try:

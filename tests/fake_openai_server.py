@@ -37,7 +37,10 @@ knobs, ignored by real servers' clients): ``token_delay`` (s), ``ttft_delay`` (s
 ``hang_after`` (stop streaming after N tokens and keep the connection open),
 ``drop_after`` (end the stream cleanly after N tokens, without ``[DONE]``),
 ``malformed_after`` (send a broken ``data:`` line after N tokens), ``bos`` (prepend a
-"<s>" token to echoed prompts, as tokenizers with a BOS token do).
+"<s>" token to echoed prompts, as tokenizers with a BOS token do), ``status`` (answer
+with this HTTP status and an OpenAI-style error body instead), ``stamp`` (append
+"@" and the server's ``time.monotonic()`` when it sends each token to the token's text:
+on one host a client's arrival stamp minus it is the client's own delay).
 
     python tests/fake_openai_server.py --port 8000 --token-delay 0.01
 """
@@ -128,6 +131,10 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": {"message": f"The model `{model}` does not exist.",
                                        "type": "NotFoundError", "code": 404}})
             return
+        status = (body.get("fake") or {}).get("status")
+        if status:
+            self._json(int(status), {"error": {"message": f"fake failure {status}", "code": int(status)}})
+            return
         if (body.get("echo") or body.get("logprobs") is not None) and self.server.no_logprobs:  # type: ignore[attr-defined]
             self._json(400, {"error": {"message": "echo/logprobs not supported", "code": 400}})
             return
@@ -188,6 +195,7 @@ class Handler(BaseHTTPRequestHandler):
         hang_after = fake.get("hang_after")
         drop_after = fake.get("drop_after")
         malformed_after = fake.get("malformed_after")
+        stamp = bool(fake.get("stamp"))
         prompt = str(body.get("prompt", ""))
         n = self._n_tokens(body)
         gen = generate(prompt, n)
@@ -214,6 +222,8 @@ class Handler(BaseHTTPRequestHandler):
             if wait > 0:
                 time.sleep(wait)
             last = i == n - 1
+            if stamp:
+                text = f"{text}@{time.monotonic():.6f}"
             choice = {"index": 0, "text": text, "logprobs": None,
                       "finish_reason": ("length" if n == body.get("max_tokens") else "stop") if last else None,
                       "stop_reason": None}
@@ -226,6 +236,11 @@ class Handler(BaseHTTPRequestHandler):
                          "usage": {"prompt_tokens": ptok, "completion_tokens": n, "total_tokens": ptok + n}})
         self._event("[DONE]")
         self._chunk(b"")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # (socketserver's 5 drops SYNs at 64+ simultaneous connects: 1-3 s retries)
 
 
 def _worker(index: int, pid_dir: str | None, die_after: float | None) -> int:
@@ -290,8 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _start_tree(a)
-    httpd = ThreadingHTTPServer((a.host, a.port), Handler)
-    httpd.daemon_threads = True
+    httpd = _Server((a.host, a.port), Handler)
     httpd.model = a.model  # type: ignore[attr-defined]
     httpd.token_delay = a.token_delay  # type: ignore[attr-defined]
     httpd.no_logprobs = a.no_logprobs  # type: ignore[attr-defined]

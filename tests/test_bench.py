@@ -3,9 +3,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import os
 import statistics
 import sys
+import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -162,6 +167,116 @@ def test_concurrency_totals(url):
     bad = measure_concurrency(url, "nope", "c", 5, concurrency=2, timeout_s=5)
     assert bad["n_requests"] == 4 and bad["failures"] == 4 and bad["total_tokens"] == 0
     assert bad["errors"] and "HTTP 404" in bad["errors"][0]
+
+
+# --------------------------------------------------------------------------------------
+# measure_concurrency: every stream on one asyncio event loop
+def _sockets() -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:  # closed meanwhile (the fake server's tree watch reads /proc)
+            pass
+    return n
+
+
+@pytest.fixture
+def leaves_nothing():
+    """The test leaves no thread or socket open, and no ResourceWarning."""
+    gc.collect()
+    before = threading.active_count(), _sockets()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        yield
+        gc.collect()
+    assert (threading.active_count(), _sockets()) == before
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+def test_asyncio_stream_parses_like_the_sync_client(url, leaves_nothing):
+    extra = {"fake": {"token_delay": 0.002}, "return_token_ids": True}
+    sync = stream_completion(url, MODEL, "Hello there", 12, 10, extra=extra)
+    body = bench._completion_body(MODEL, "Hello there", 12, 0.0, True, extra)
+    r = asyncio.run(bench._astream(bench._request_bytes(url, "/v1/completions", body), 10))
+    assert r.ok and sync.ok and r.error is None
+    # 12 tokens: ignore_eos was sent (the fake stops at 8 without); prompt_tokens comes only
+    # from the usage chunk, sent only for stream_options.include_usage
+    assert r.n_tokens == 12 and r.prompt_tokens == 2
+    assert (r.text, r.n_tokens, r.finish_reason, r.prompt_tokens) == (sync.text, sync.n_tokens,
+                                                                       sync.finish_reason, sync.prompt_tokens)
+    assert len(r.token_times) == 12 and r.token_times == sorted(r.token_times) and r.t_start <= r.token_times[0]
+    assert r.decode_tok_s == pytest.approx(11 / (r.token_times[-1] - r.token_times[0]))
+    assert r.ttft_s == pytest.approx(r.token_times[0] - r.t_start) and r.latency_s >= r.token_times[-1] - r.t_start
+
+
+def test_concurrency_64_streams_match_the_token_delay(url, leaves_nothing):
+    base = threading.active_count()
+    peak, stop = [base], threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.02):
+            peak[0] = max(peak[0], threading.active_count())
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        out = measure_concurrency(url, MODEL, "c64", 50, concurrency=64, n_requests=64, timeout_s=30,
+                                  extra={"fake": {"token_delay": 0.02}})
+    finally:
+        stop.set()
+        sampler.join()
+    assert peak[0] == base + 1  # the sampler: the 64 streams ran on this thread
+    assert out["failures"] == 0 and out["ok_requests"] == 64 and out["errors"] == []
+    assert out["total_tokens"] == 64 * 50
+    assert out["tpot_s"] == pytest.approx(0.02, rel=0.2) and out["decode_tok_s"] == pytest.approx(50, rel=0.2)
+    assert out["total_tok_s"] == pytest.approx(3200 / out["wall_s"])
+    # one wave: each stream's 50 tokens take >= 49 x 20 ms, so at most 3200 / 0.98 s
+    assert 1600 < out["total_tok_s"] <= 3200 / 0.98
+    assert 0 < out["ttft_s"] < 1.0
+
+
+@pytest.mark.parametrize("knobs, expect", [
+    ({"status": 500}, "HTTP 500: fake failure 500"),
+    ({"malformed_after": 2}, "malformed chunk"),
+    ({"drop_after": 3}, "stream ended without [DONE]"),
+])
+def test_concurrency_failures_are_data(url, leaves_nothing, knobs, expect):
+    extra = {"fake": {**knobs, "token_delay": 0.001}}
+    out = measure_concurrency(url, MODEL, "f", 10, concurrency=16, timeout_s=5, extra=extra)
+    assert out["n_requests"] == 32 and out["failures"] == 32 and out["ok_requests"] == 0
+    assert out["timeouts"] == 0 and out["total_tokens"] == 0 and out["total_tok_s"] == 0
+    assert out["tpot_s"] is None and out["decode_tok_s"] is None and out["ttft_s"] is None
+    # the same one line as the synchronous client's
+    assert out["errors"] == [stream_completion(url, MODEL, "f", 10, 5, extra=extra).error]
+    assert expect in out["errors"][0] and "\n" not in out["errors"][0]
+
+
+def test_concurrency_hanging_streams_time_out(url, leaves_nothing):
+    t0 = time.monotonic()
+    out = measure_concurrency(url, MODEL, "h", 50, concurrency=64, n_requests=64, timeout_s=1.0,
+                              extra={"fake": {"hang_after": 3, "token_delay": 0.001}})
+    assert time.monotonic() - t0 < 1.0 + 1.0
+    assert out["failures"] == 64 and out["timeouts"] == 64 and out["errors"] == ["timeout"]
+
+
+def test_concurrency_server_gone(tmp_path, leaves_nothing):
+    out = measure_concurrency(_dead_url(), MODEL, "x", 10, concurrency=64, timeout_s=5)
+    assert out["n_requests"] == 128 and out["failures"] == 128 and out["errors"] == ["connection refused"]
+    # killed while 16 streams of ~1 s are in flight: those and the 32 after them fail
+    sp = _start_fake(tmp_path, "--token-delay", "0.02")
+    killer = threading.Timer(0.5, sp.stop, kwargs={"grace_s": 0.0})
+    killer.start()
+    try:
+        t0 = time.monotonic()
+        out = measure_concurrency(sp.spec.base_url, MODEL, "x", 50, concurrency=16, n_requests=48, timeout_s=5)
+        elapsed = time.monotonic() - t0
+    finally:
+        killer.join()
+        sp.stop(grace_s=0.0)
+    assert out["failures"] == 48 and out["ok_requests"] == 0 and out["timeouts"] == 0 and elapsed < 3
+    assert 2 <= len(out["errors"]) <= 5 and "connection refused" in out["errors"]
+    assert all("\n" not in e for e in out["errors"])
 
 
 def test_greedy_outputs(url):

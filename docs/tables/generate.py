@@ -4,7 +4,7 @@
     python docs/tables/generate.py --variants 20 --out /tmp/variants   # sensitivity tables
     python docs/tables/generate.py --slices --out /tmp/slices          # small slices (< 24 configs)
 
-Every number below is either a published figure from DESIGN.md ("The motivating case")
+Every number below is either a published figure of the motivating case (docs/tables/README.md)
 (or, for the H200 table, a one-run measurement from docs/benchmarks.md) or an assumption
 labelled A<n>; docs/tables/README.md lists them. The samples are SYNTHETIC: a mean per
 configuration from the model, then 3-5 repeats with a per-configuration coefficient of
@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 # ---- motivating case: 744B MoE GGUF Q4, vLLM, 8 PCIe GPUs, single-request decode -----------
-# Published (DESIGN.md): 157 all-reduces per decode step, ~135 us each in eager mode;
+# Published (the motivating case): 157 all-reduces per decode step, ~135 us each in eager mode;
 # TP=8 enforce-eager 20.0 tok/s, CUDA graphs 42.7 tok/s, NCCL protocol tuning ~57 tok/s.
 N_ALLREDUCE = 157
 TOKS_EAGER_DEFAULT = 20.0

@@ -23,15 +23,14 @@ rule.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from orchestrator import bench, verdict
 from orchestrator.errors import BadInput, RuntimeFailure
+from orchestrator import atomic
 from orchestrator.server import ServerError
 from orchestrator.trial import prepare_server
 
@@ -115,20 +114,7 @@ def run_compare(job, levels: list[int] | None = None, rounds: int | None = None,
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Write ``path`` so that it is always either the old or the new whole document."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic.write_text(path, json.dumps(data, indent=2))
 
 
 # ---- what the rounds say ---------------------------------------------------------------------------

@@ -44,13 +44,12 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from orchestrator import proctree
+from orchestrator import atomic, proctree
 from orchestrator.backends.base import LaunchSpec
 from orchestrator.records import ServerRecord
 from orchestrator import supervise as supervisor
@@ -208,22 +207,7 @@ class ServerRegistry:
         return self.directory / f"{host}-{record.pid}-{int(record.start_time)}.json"
 
     def add(self, record: ServerRecord) -> Path:
-        path = self._path(record)
-        blob = json.dumps(dataclasses.asdict(record), indent=1, sort_keys=True)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(blob)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        return path
+        return atomic.write_text(self._path(record), json.dumps(dataclasses.asdict(record), indent=1, sort_keys=True))
 
     def tree_path(self, record: ServerRecord) -> Path:
         """Where the server's supervisor keeps the members of its tree (not a ``*.json``)."""

@@ -29,10 +29,9 @@ import os
 import select
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from orchestrator import proctree
+from orchestrator import atomic, proctree
 
 POLL_S = 1.0
 
@@ -65,11 +64,7 @@ def launch(pid: int, start: float, pgid: int, members_file: Path | None, grace_s
 
 
 def _write_members(path: Path, members: dict[tuple[int, float], proctree.Member]) -> None:
-    blob = json.dumps([m.to_dict() for m in members.values()])
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(blob)
-    os.replace(tmp, path)
+    atomic.write_text(path, json.dumps([m.to_dict() for m in members.values()]))
 
 
 def supervise(pid: int, start: float, pgid: int, members_file: Path | None, grace_s: float,

@@ -56,6 +56,17 @@ def _gone(pids: list[int], timeout: float) -> bool:
     return not any(proctree.alive(p) for p in pids)
 
 
+def _tree_server(tmp_path: Path, servers: list, workers: int, *args: str, watch: WatchRules | None = None):
+    """A started server whose tree has ``workers`` workers; returns it and the workers' pids."""
+    pid_dir = tmp_path / f"pids-{len(servers)}"
+    pid_dir.mkdir()
+    sp = ServerProcess(_spec(free_port(), "--workers", str(workers), "--pid-dir", str(pid_dir), *args),
+                       tmp_path / f"s{len(servers)}.log", watch=watch)
+    servers.append(sp)
+    sp.start()
+    return sp, _pids(pid_dir, workers)
+
+
 @pytest.fixture
 def servers():
     made: list[ServerProcess] = []
@@ -67,13 +78,7 @@ def servers():
 
 
 def test_a_worker_that_dies_while_the_front_waits_fails_the_start_within_seconds(tmp_path, servers):
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
-    sp = ServerProcess(_spec(free_port(), "--ready-after", "600", "--workers", "2", "--pid-dir", str(pid_dir),
-                             "--worker-dies-after", "2"), tmp_path / "s.log")
-    servers.append(sp)
-    sp.start()
-    workers = _pids(pid_dir, 2)
+    sp, workers = _tree_server(tmp_path, servers, 2, "--ready-after", "600", "--worker-dies-after", "2")
     t0 = time.monotonic()
     with pytest.raises(ServerFailed) as info:
         sp.wait_ready(timeout_s=150)
@@ -87,15 +92,9 @@ def test_a_worker_that_dies_while_the_front_waits_fails_the_start_within_seconds
 
 
 def test_an_engines_fatal_line_fails_the_start_and_the_server_is_ended(tmp_path, servers):
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
     line = "(Worker_TP1 pid=3006) ERROR 11-30 21:19:29 [multiproc_executor.py:1007] WorkerProc hit an exception."
-    sp = ServerProcess(_spec(free_port(), "--ready-after", "600", "--workers", "1", "--pid-dir", str(pid_dir),
-                             "--say-after", f"1.5:{line}"), tmp_path / "s.log",
-                       watch=WatchRules(fatal_log_patterns=VLLM_FATAL))
-    servers.append(sp)
-    sp.start()
-    workers = _pids(pid_dir, 1)
+    sp, workers = _tree_server(tmp_path, servers, 1, "--ready-after", "600", "--say-after", f"1.5:{line}",
+                               watch=WatchRules(fatal_log_patterns=VLLM_FATAL))
     t0 = time.monotonic()
     with pytest.raises(ServerFailed) as info:
         sp.wait_ready(timeout_s=150)
@@ -106,13 +105,7 @@ def test_an_engines_fatal_line_fails_the_start_and_the_server_is_ended(tmp_path,
 
 
 def test_a_worker_dying_during_the_benchmark_ends_the_request_at_once(tmp_path, servers):
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
-    port = free_port()
-    sp = ServerProcess(_spec(port, "--workers", "1", "--pid-dir", str(pid_dir), "--worker-dies-after", "4"),
-                       tmp_path / "s.log")
-    servers.append(sp)
-    sp.start()
+    sp, _ = _tree_server(tmp_path, servers, 1, "--worker-dies-after", "4")
     sp.wait_ready(30)
     t0 = time.monotonic()
     got = bench.stream_completion(sp.spec.base_url, "fake", "a prompt", 2000, timeout_s=60,
@@ -140,17 +133,9 @@ def test_with_essential_processes_named_only_they_count(tmp_path, servers):
     """vLLM's rule: its retitled engine processes are the tree; a Python helper that ends
     (a P2P check, a model inspection) is none of them."""
     rules = WatchRules(essential_processes=(r"FAKE::Worker",))
-    sp = ServerProcess(_spec(free_port(), "--ready-after", "5", "--workers", "1", "--helper-after", "0.2:2.0"),
-                       tmp_path / "s.log", watch=rules)
-    servers.append(sp)
-    sp.start()
+    sp, _ = _tree_server(tmp_path, servers, 1, "--ready-after", "5", "--helper-after", "0.2:2.0", watch=rules)
     assert sp.wait_ready(30) >= 4.0 and sp.fatal is None
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
-    dying = ServerProcess(_spec(free_port(), "--ready-after", "600", "--workers", "1", "--pid-dir", str(pid_dir),
-                                "--worker-dies-after", "2"), tmp_path / "d.log", watch=rules)
-    servers.append(dying)
-    dying.start()
+    dying, _ = _tree_server(tmp_path, servers, 1, "--ready-after", "600", "--worker-dies-after", "2", watch=rules)
     with pytest.raises(ServerFailed, match="--worker 0"):
         dying.wait_ready(150)
 

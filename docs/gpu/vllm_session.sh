@@ -14,6 +14,10 @@
 #                              second trial's server is up, nvidia-smi is read every second for 30 s, then
 #                              the study resumes and finishes
 #   STEP=compare               the TP=1 study's concurrency comparison (ROUNDS, default 2)
+#   STEP=tp1b    carry .devwhl no new TP=1 study: the kept journal (docs/gpu/h200-vllm-1b/) is exported and
+#                              its command launched by hand on GPU 0, then its concurrency comparison
+#                              (ROUNDS); the reference server vs vLLM comparison runs on GPU 1 meanwhile
+#   KILL=0 with STEP=tpn: the study alone, no kill -9 of its driver; TPN_S: seconds of new trials
 # Every step writes under $OUT. NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
 # NVSHMEM_DISABLE_NVLS=1 stay set for every process (the jobs' env: repeats them for the servers).
 set -uo pipefail
@@ -23,10 +27,22 @@ MODEL=/tmp/models/refserver-1b
 log=$OUT/vllm-$STEP.log
 run_study() {  # job, seconds of new trials, extra env (KEY=VALUE ...)
   local job=$1 secs=$2; shift 2
-  env "$@" timeout -k 30 $((secs + 240)) python3 -m orchestrator run "$job" --timeout "${secs}s" 2>&1 \
+  env "$@" timeout -k 20 $((secs + ${GRACE:-240})) python3 -m orchestrator run "$job" --timeout "${secs}s" 2>&1 \
     | grep -v -e WARNING -e token-auth
   python3 -m orchestrator status "$job" 2>&1
   python3 -m orchestrator report "$job" >/dev/null 2>&1
+}
+hand_launch() {  # the exported command of the TP=1 study, launched by hand on GPU 0 and asked for a completion
+  cmd=$(grep -v '^#' "$OUT/tp1-export.txt" | tail -1)
+  CUDA_VISIBLE_DEVICES=0 setsid bash -c "$cmd --port 18123" > /tmp/hand.log 2>&1 &
+  local hand=$! t0=$SECONDS  # its own session: the group id is its pid
+  for i in $(seq 1 240); do curl -sf localhost:18123/health >/dev/null && break; sleep 1; done
+  echo "# ready after $((SECONDS - t0)) s; a greedy completion:" >> "$OUT/tp1-export.txt"
+  curl -s localhost:18123/v1/completions -H 'Content-Type: application/json' -d '{"model": "refserver-1b",
+    "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}' >> "$OUT/tp1-export.txt"
+  kill -TERM -- -$hand; sleep 10; kill -KILL -- -$hand 2>/dev/null
+  echo; nvidia-smi --query-gpu=index,memory.used --format=csv >> "$OUT/tp1-export.txt"
+  mkdir -p reports/h200-vllm-1b; cp /tmp/hand.log reports/h200-vllm-1b/
 }
 case "$STEP" in
 part1)
@@ -50,12 +66,7 @@ tp1)
   (run_study $job ${TP1_S:-300} CUDA_VISIBLE_DEVICES=0 RAY_TMPDIR=/tmp/ray-tp1 > "$OUT/tp1.log" 2>&1
    python3 -m orchestrator export $job --format cmd > "$OUT/tp1-export.txt" 2>&1
    cmd=$(grep -v '^#' "$OUT/tp1-export.txt" | tail -1)
-   CUDA_VISIBLE_DEVICES=0 setsid bash -c "$cmd --port 18123" > /tmp/hand.log 2>&1 &
-   hand=$!  # its own session: the group id is its pid
-   for i in $(seq 1 240); do curl -sf localhost:18123/health >/dev/null && break; sleep 1; done
-   curl -s localhost:18123/v1/completions -H 'Content-Type: application/json' -d '{"model": "refserver-1b",
-     "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}' >> "$OUT/tp1-export.txt"
-   kill -TERM -- -$hand; sleep 10; kill -KILL -- -$hand 2>/dev/null; cp /tmp/hand.log reports/h200-vllm-1b/) &
+   hand_launch) &
   (CUDA_VISIBLE_DEVICES=1 timeout 420 python3 docs/gpu/vllm_vs_refserver.py --model-dir $MODEL --preset 1b \
     --out "$OUT/vllm-vs-refserver.json" --logs /tmp/vs-logs > "$OUT/vs.log" 2>&1; cp -r /tmp/vs-logs reports/) &
   wait
@@ -65,6 +76,7 @@ tpn)
   [ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
     .devwhl/*.whl 2>/dev/null
   name=$(basename "$JOB" .yaml); logs=reports/$name/logs
+  if [ "${KILL:-1}" = 1 ]; then
   python3 -m orchestrator run "$JOB" > "$OUT/$name-killed.log" 2>&1 &
   driver=$!
   for i in $(seq 1 400); do  # kill -9 the driver once the second trial's server is up
@@ -79,9 +91,26 @@ tpn)
       sleep 1
     done
     ps -eo pid,args | grep -E "VLLM|vllm|EngineCore" | grep -v grep; } 2>&1 | tee "$OUT/$name-kill.txt"
+  fi
   run_study "$JOB" ${TPN_S:-300} > "$OUT/$name.log" 2>&1
   tail -30 "$OUT/$name.log"
   tar czf "$OUT/$name.tgz" reports/$name ;;
+tp1b)
+  [ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    .devwhl/*.whl 2>/dev/null
+  job=jobs/h200-vllm-1b.yaml
+  mkdir -p reports/h200-vllm-1b && cp docs/gpu/h200-vllm-1b/study.journal reports/h200-vllm-1b/
+  python3 -m orchestrator export $job --format cmd > "$OUT/tp1-export.txt" 2>&1
+  (hand_launch
+   CUDA_VISIBLE_DEVICES=0 RAY_TMPDIR=/tmp/ray-cmp timeout ${CMP_S:-400} python3 -m orchestrator compare "$job" \
+     --concurrency 1,2,10,64 --rounds ${ROUNDS:-2} 2>&1 | grep -v -e WARNING -e token-auth > "$OUT/compare.log"
+   python3 -m orchestrator report "$job" >/dev/null 2>&1) &
+  (CUDA_VISIBLE_DEVICES=1 timeout 420 python3 docs/gpu/vllm_vs_refserver.py --model-dir $MODEL --preset 1b \
+    --out "$OUT/vllm-vs-refserver.json" --logs /tmp/vs-logs > "$OUT/vs.log" 2>&1; cp -r /tmp/vs-logs reports/) &
+  wait
+  cat "$OUT/tp1-export.txt" "$OUT/vs.log"; tail -25 "$OUT/compare.log"
+  nvidia-smi --query-gpu=index,memory.used --format=csv; nvidia-smi --query-compute-apps=pid --format=csv,noheader
+  tar czf "$OUT/tp1b.tgz" reports/h200-vllm-1b reports/vs-logs ;;
 compare)
   job=jobs/h200-vllm-1b.yaml
   CUDA_VISIBLE_DEVICES=0 timeout 540 python3 -m orchestrator compare "$job" --concurrency 1,2,10,64 \

@@ -30,6 +30,9 @@ from orchestrator.backends import get_backend_class  # noqa: E402
 from orchestrator.backends.base import LaunchSpec  # noqa: E402
 from orchestrator.server import ServerProcess, free_port  # noqa: E402
 
+# cuda on a GPU node; cpu (no graphs) only to try the script here against a vLLM stand-in
+DEVICE = os.environ.get("VS_DEVICE", "cuda")
+
 PROMPTS = [
     "The capital of France is",
     'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
@@ -47,14 +50,14 @@ def _servers(args, logs: Path) -> dict[str, ServerProcess]:
            "NVSHMEM_DISABLE_NVLS": "1", "HF_HUB_OFFLINE": "1"}
     p1, p2 = free_port(), free_port()
     ref = LaunchSpec(argv=[sys.executable, "-m", "orchestrator.refserver", "--model", args.preset, "--tp", "1",
-                           "--device", "cuda", "--graph-capture", "--served-model-name", "ref", "--host",
-                           "127.0.0.1", "--port", str(p1)], port=p1, model_name="ref")
+                           "--device", DEVICE, *(["--graph-capture"] if DEVICE == "cuda" else []), "--served-model-name", "ref",
+                           "--host", "127.0.0.1", "--port", str(p1)], port=p1, model_name="ref")
     vllm = LaunchSpec(argv=[sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", args.model_dir,
                             "--served-model-name", "vllm", "--host", "127.0.0.1", "--port", str(p2),
                             "--max-model-len", "2048", "--gpu-memory-utilization", "0.5"], port=p2, model_name="vllm")
     # each engine's own tree rules (vLLM's model-inspection subprocess exits by design)
     rules = {kind: get_backend_class(kind)(settings).watch_rules()
-             for kind, settings in (("refserver", {"model": args.preset, "device": "cuda"}),
+             for kind, settings in (("refserver", {"model": args.preset, "device": DEVICE}),
                                     ("vllm", {"model": args.model_dir, "version": "0.26.0"}))}
     return {"refserver": ServerProcess(ref, logs / "refserver.log", base_env=env, watch=rules["refserver"]),
             "vllm": ServerProcess(vllm, logs / "vllm.log", base_env=env, watch=rules["vllm"])}

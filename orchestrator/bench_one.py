@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator import correctness
+from orchestrator import correctness, nccl
 from orchestrator.errors import BadInput, ConfigRejected, NcclsweepError
 from orchestrator.records import TrialResult
 from orchestrator.trial import TrialSpec, run_trial
@@ -75,7 +75,7 @@ def bench_config(job, overrides: dict[str, Any], number: int = 0, verify_nccl: b
     config = resolve_config(job, overrides)
     env = dict(job.env)
     if verify_nccl:  # per-call choices: a separate launch, never a timed trial (TUNING logs every call)
-        env.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,ENV,TUNING")
+        env.update(nccl.debug_env(tuning=True))
     report_dir = Path(job.report_dir).resolve()
     spec = TrialSpec(
         number=number, config=config, backend_kind=job.backend.kind, backend_settings=dict(job.backend.settings),

@@ -8,7 +8,7 @@ storage encodes outcomes for the sampler's sake (see ``docs/architecture.md``,
 the ``outcome`` user attribute; a trial without one is RUNNING or WAITING while Optuna
 says so, and otherwise a FAIL whose reason says that no outcome was recorded.
 
-    open_storage(url)        "journal:<path>" -> JournalStorage, else an RDB URL
+    storage_for(url)         "journal:<path>" -> JournalStorage, else an RDB URL
     load_study(job)          the job's study, read-only (never creates one)
     trial_rows(study)        list of row dicts (keys: ROW_KEYS)
     best_rows(rows, k)       the k best distinct configs that may be called "best"
@@ -30,7 +30,16 @@ from typing import Any, Iterable, Protocol
 
 from orchestrator import outcome
 from orchestrator.errors import BadInput, RuntimeFailure
-from orchestrator.records import COMPLETE, FAIL, NOT_THE_CONFIGS_FAULT, PRUNED, RUNNING, WAITING, config_key
+from orchestrator.records import (
+    COMPLETE,
+    FAIL,
+    NOT_THE_CONFIGS_FAULT,
+    PRUNED,
+    RUNNING,
+    WAITING,
+    config_key,
+    trial_attrs,
+)
 from orchestrator.verdict import WITHIN_NOISE, RatioInterval, ratio_interval, verdict
 
 JOURNAL_PREFIX = "journal:"
@@ -59,7 +68,7 @@ def journal_path(url: str) -> Path | None:
     return None
 
 
-def open_storage(url: str, *, create: bool = True):
+def storage_for(url: str, *, create: bool = True):
     """Open the Optuna storage a job names.
 
     ``journal:<path>`` is a journal file (``JournalStorage(JournalFileBackend(path))``,
@@ -98,7 +107,7 @@ def load_study(job: StudyJob):
     """The job's existing study (``optuna.load_study``); RuntimeFailure when there is none."""
     import optuna
 
-    storage = open_storage(job.storage, create=False)
+    storage = storage_for(job.storage, create=False)
     try:
         return optuna.load_study(study_name=job.study, storage=storage)
     except KeyError:
@@ -162,8 +171,7 @@ def nccl_summary(nccl: dict[str, Any] | None) -> str:
     return " ".join(parts)[:200]
 
 
-def _row(trial) -> dict[str, Any]:
-    ua = dict(trial.user_attrs)
+def _row(trial, ua: dict[str, Any]) -> dict[str, Any]:
     optuna_state = trial.state.name
     outcome = ua.get("outcome")
     failure_kind = ua.get("failure_kind")
@@ -236,8 +244,9 @@ def _row(trial) -> dict[str, Any]:
 def trial_rows(study) -> list[dict[str, Any]]:
     """One row per trial, in trial-number order, with the user-facing state (see ROW_KEYS)."""
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
-    rows = [_row(t) for t in trials]
-    outvoted = set((getattr(study, "user_attrs", None) or {}).get("outvoted_references") or [])
+    study_attrs = getattr(study, "user_attrs", None) or {}
+    rows = [_row(t, trial_attrs(t, study_attrs)) for t in trials]
+    outvoted = set(study_attrs.get("outvoted_references") or [])
     for r in rows:  # a golden reference that later trials outvoted: its output was wrong
         if r["number"] in outvoted:
             r["correctness"] = {**r["correctness"], "ok": False, "reason": "outvoted as the golden reference"}

@@ -110,12 +110,8 @@ from orchestrator.space import (
     type_name,
 )
 
-try:  # the sampler module owns the list; fall back when it is absent
-    from orchestrator.samplers import SAMPLER_NAMES
-except ModuleNotFoundError as _exc:  # pragma: no cover - only while samplers.py does not exist
-    if _exc.name != "orchestrator.samplers":
-        raise
-    SAMPLER_NAMES = ("tpe", "gp", "random", "grid", "bruteforce", "nsga2")
+from orchestrator.samplers import OPTIONS as SAMPLER_OPTIONS
+from orchestrator.samplers import SAMPLER_NAMES
 
 JOB_KEYS = ("study", "description", "output_dir", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
             "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
@@ -407,7 +403,7 @@ def load_job(path: str | os.PathLike) -> Job:
     gpus = top.int("gpus_per_node", 0, low=0)
     cpus = top.int("cpus_per_trial", 2, low=1)
     report_dir = _report_dir(top, study, job_path)
-    storage = _storage(top, report_dir, job_path)
+    storage = _where_stored(top, report_dir, job_path)
     budget = _budget(top)
     bench = _bench(top)
     timeouts = _timeouts(top)
@@ -543,7 +539,7 @@ def _report_dir(top: _Section, study: str, job_path: Path) -> Path:
     return _near_job(job_path, output_dir if output_dir is not None else "reports") / study
 
 
-def _storage(top: _Section, report_dir: Path, job_path: Path) -> str:
+def _where_stored(top: _Section, report_dir: Path, job_path: Path) -> str:
     value = top.str("storage", None, none_ok=True)
     rule = ("allowed: null (a journal file in the report directory), journal:PATH, a path ending .journal "
             "or .log, or an RDB URL such as sqlite:///path/study.db")
@@ -638,13 +634,9 @@ def _sampler(top: _Section) -> SamplerSettings:
     options = sec.raw("options", None) or {}
     if not isinstance(options, Mapping):
         raise sec.bad("options", f"must be a mapping of sampler options, not {shown(options)}")
-    allowed = _sampler_options(name)
+    allowed = SAMPLER_OPTIONS[name]
     for key, value in options.items():
         okey = f"options.{key}"
-        if allowed is None:
-            if not isinstance(key, str):
-                raise sec.bad(okey, f"option names must be strings, not {shown(key)}")
-            continue
         if key not in allowed:
             names = ", ".join(allowed) or "none"
             raise sec.bad(okey, f"unknown option {key!r} for sampler {name}{did_you_mean(str(key), list(allowed))}; "
@@ -656,17 +648,6 @@ def _sampler(top: _Section) -> SamplerSettings:
         if not ok:
             raise sec.bad(okey, f"must be {type_name(want())}, not {shown(value)}")
     return SamplerSettings(name=name, seed=seed, n_startup_trials=n_startup, options=dict(options))
-
-
-def _sampler_options(name: str) -> Mapping[str, type] | None:
-    try:
-        from orchestrator import samplers
-    except ModuleNotFoundError:
-        return None
-    options = getattr(samplers, "OPTIONS", None)
-    if not isinstance(options, Mapping) or name not in options:
-        return None
-    return options[name]
 
 
 def _hardware(top: _Section) -> dict[str, float]:

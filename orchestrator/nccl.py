@@ -73,8 +73,10 @@ class UnknownNcclVariable(UserWarning):
 
 
 def debug_env(tuning: bool = False) -> dict[str, str]:
-    """NCCL_DEBUG settings for a server launch: start-up lines only (cheap enough for timed
-    trials), or with per-call TUNING lines for a separate verification launch."""
+    """NCCL_DEBUG settings for a launch (the one definition: trial servers, ``bench
+    --verify-nccl``, the pre-screen's probes): start-up lines only (cheap enough for timed
+    trials, and enough to verify the settings), or with per-call TUNING lines for a separate
+    verification launch."""
     return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING" if tuning else "INIT,ENV"}
 
 

@@ -134,7 +134,7 @@ def measure_setting(setting: dict[str, Any], *, device: str, message_bytes: int,
     from orchestrator.server import free_port
 
     env_delta = {**env, **{k[4:]: str(v) for k, v in setting.items() if k.startswith("env.")},
-                 "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
+                 **nccl.debug_env()}
     argv = [sys.executable, "-m", "orchestrator.prescreen", "--world", str(setting["tp_size"]),
             "--device", device, "--bytes", str(message_bytes), "--iters", str(iters),
             "--master-port", str(free_port())]

@@ -52,7 +52,7 @@ from optuna.distributions import CategoricalDistribution
 
 from orchestrator.errors import BadInput
 from orchestrator.records import COMPLETE, FAILURE_KINDS, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult, config_key
-from orchestrator.samplers import SAMPLER_NAMES, make_sampler
+from orchestrator.samplers import SAMPLER_NAMES, make_sampler, startup_trials
 from orchestrator.search import (
     DEFAULT_FILL,
     DEFAULT_PRUNE_RATIO,
@@ -472,16 +472,16 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
         spec = SamplerSpec.parse(spec)
     space = TableSpace(table)
     ratio = spec.prune_ratio if spec.prune_ratio is not None else prune_ratio
-    sampler = make_sampler(spec.name, seed=seed, budget=budget, space_size=space.size(),
-                           n_startup_trials=spec.startup, options=spec.options,
-                           search_space=space.distributions())
+    sizing = dict(budget=budget, space_size=space.size(), n_startup_trials=spec.startup, options=spec.options)
+    sampler = make_sampler(spec.name, seed=seed, search_space=space.distributions(), **sizing)
     study = optuna.create_study(direction="maximize", sampler=sampler)
     base = table.baseline if use_baseline else None
     baseline = None
     if base is not None:
         baseline = {p: base.params.get(p, vals[0]) for p, vals in table.choices.items()}
     policy = SearchPolicy(study, space, space.normalize, baseline=baseline, budget=budget, seed=seed,
-                          fill=spec.fill, startup_order=spec.startup_order)
+                          fill=spec.fill, startup=startup_trials(spec.name, **sizing),
+                          startup_order=spec.startup_order)
     rng = random.Random(seed * 1_000_003 + 17)
     rows = table.by_key()
     floor = (1.0 - target) * table.best

@@ -34,8 +34,6 @@ from orchestrator.server import (
 
 # Candidates per generated token in the correctness capture (the pick and its runner-up).
 NEAR_TIE_CANDIDATES = 2
-# Timed trials keep NCCL's start-up lines only: cheap, and enough to verify settings.
-NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
 
 
 @dataclass
@@ -241,7 +239,7 @@ def prepare_server(backend, config: Config, host: str, job_env: dict[str, str], 
 def server_env(job_env: dict[str, str], launch_env: dict[str, str]) -> dict[str, str]:
     """A server's environment on top of the node's: NCCL start-up logging, the job's fixed
     ``env:``, then the config's own variables."""
-    return {**NCCL_DEBUG_ENV, **job_env, **launch_env}
+    return {**nccl.debug_env(), **job_env, **launch_env}
 
 
 def capture_outputs(base_url: str, model: str, spec: TrialSpec, score_texts: list[str] | None) -> dict[str, Any]:

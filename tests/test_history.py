@@ -99,7 +99,7 @@ def build_study(tmp_path: Path, study_name: str = "demo"):
     """A study with every user-facing outcome; returns (job, study). Best is trial 2 (57 tok/s)."""
     job = make_job(tmp_path, study_name)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage),
+    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage),
                                 direction="maximize")
     policy = SearchPolicy(study, _Space(), lambda c: dict(c), baseline=None, budget=None)
     record(study, policy, BASE, ok(BASE, 20.0, at=0), baseline=True)                          # 0 baseline
@@ -176,7 +176,7 @@ def test_best_is_never_a_failure_nor_a_wrong_config(built):
 
 def test_best_rows_empty_when_everything_failed(tmp_path):
     job = make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")
+    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
     policy = SearchPolicy(study, _Space(), lambda c: dict(c), baseline=None, budget=None)
     record(study, policy, BASE, failed(BASE, "start-crash", "exit 1"))
     rows = history.trial_rows(history.load_study(job))
@@ -208,15 +208,15 @@ def test_storage_opens_like_optuna_dashboard(built):
 
 def test_open_storage_rdb_and_errors(tmp_path):
     url = f"sqlite:///{tmp_path / 's.db'}"
-    assert history.open_storage(url) == url
+    assert history.storage_for(url) == url
     with pytest.raises(BadInput):
-        history.open_storage("not-a-storage")
+        history.storage_for("not-a-storage")
     missing = SimpleNamespace(study="x", storage=f"journal:{tmp_path / 'none' / 'study.journal'}")
     with pytest.raises(RuntimeFailure, match="no study storage"):
         history.load_study(missing)
     assert not (tmp_path / "none").exists()  # reading never creates
     job = make_job(tmp_path)
-    optuna.create_study(study_name="other", storage=history.open_storage(job.storage))
+    optuna.create_study(study_name="other", storage=history.storage_for(job.storage))
     with pytest.raises(RuntimeFailure, match="no study named 'demo'"):
         history.load_study(job)
 
@@ -230,7 +230,7 @@ def test_one_machine_resumed_in_a_new_ray_run_stays_one_node(tmp_path):
     """A resumed study gets a new Ray node id on the same host: still one node in status and
     the report. Several Ray nodes of one host running at the same time are told apart."""
     job = make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage),
+    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage),
                                 direction="maximize")
     policy = SearchPolicy(study, _Space(), lambda c: dict(c), baseline=None, budget=None)
     record(study, policy, BASE, _on(ok(BASE, 20.0, at=0), "gpu1", "run1-aaaa"), baseline=True)

@@ -161,7 +161,7 @@ def test_storage_still_opens_with_optunas_loader(report):
 
 def test_report_of_a_study_where_everything_failed(tmp_path):
     job = fx.make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")
+    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
     policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
     fx.record(study, policy, fx.BASE, fx.failed(fx.BASE, "start-crash", "exit 1"), baseline=True)
     fx.record(study, policy, fx.BEST, fx.ok(fx.BEST, 50.0, at=60))
@@ -176,7 +176,7 @@ def test_report_of_a_study_where_everything_failed(tmp_path):
 
 def test_runners_up_within_the_noise_of_the_best_are_named(tmp_path):
     job = fx.make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")
+    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
     policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
     near = {**fx.BEST, "env.NCCL_ALGO": "Tree"}
     far = {**fx.BASE, "graph_capture": True}
@@ -198,7 +198,7 @@ def test_a_best_beyond_the_noise_of_the_rest_names_no_runner_up(report):
 
 def test_failures_section_when_trials_were_only_stopped_early(tmp_path):
     job = fx.make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")
+    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
     policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
     fx.record(study, policy, fx.BASE, fx.ok(fx.BASE, 20.0), baseline=True)
     pruned = fx.TrialResult(outcome="PRUNED", config=dict(fx.BEST), value=5.0, failure_reason="first repeat low",
@@ -226,7 +226,7 @@ def test_ceiling_takes_the_prescreened_latency_of_the_best_setting(tmp_path):
 
 def test_report_of_an_empty_study(tmp_path):
     job = fx.make_job(tmp_path)
-    optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")
+    optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
     paths = write_report(job)
     assert {p.name for p in paths} == EXPECTED
     assert "no trials yet" in (job.report_dir / "report.md").read_text()
@@ -251,7 +251,7 @@ def test_html_screenshot_shows_the_plots(report, tmp_path):
 
 def _one_trial_study(tmp_path):
     job = fx.make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")
+    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
     policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
     fx.record(study, policy, fx.BASE, fx.ok(fx.BASE, 20.0), baseline=True)
     job.report_dir.mkdir(parents=True, exist_ok=True)

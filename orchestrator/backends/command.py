@@ -58,7 +58,6 @@ _SETTINGS = {
     "essential_processes": "regular expressions on names or command lines of the server's own processes, whose "
                            "loss is fatal (default: every descendant running the server's executable)",
 }
-BUILTINS = ("port", "host", "tp_size", "pp_size", "gpus", "python")
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_.]*)(\?[^{}]*)?\}")
 
 

@@ -83,10 +83,6 @@ class ModelDims:
         """All-reduces per decode step at TP > 1: one after o_proj and one after down."""
         return 2 * self.layers
 
-    def allreduce_bytes(self, batch: int, dtype_bytes: int) -> int:
-        """Payload of one all-reduce in a decode step of ``batch`` sequences."""
-        return batch * self.hidden * dtype_bytes
-
     # ---- validity ----------------------------------------------------------------------
     def tp_error(self, tp: int) -> str | None:
         """None if tensor parallelism ``tp`` can shard this model, else the reason."""
@@ -149,11 +145,3 @@ PRESETS: dict[str, ModelDims] = {
     "8b": ModelDims("8b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336,
                     vocab=128256, rope_theta=500000.0),
 }
-
-
-def get_preset(name: str) -> ModelDims:
-    """The preset called ``name``; KeyError naming the allowed values otherwise."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise KeyError(f"unknown preset {name!r}; allowed: {', '.join(PRESETS)}") from None

@@ -27,14 +27,14 @@ from orchestrator.trial import TrialSpec, run_trial
 def check_overrides(job, overrides: dict[str, Any], source: str) -> dict[str, Any]:
     """``overrides`` (from ``source``: "--set" or the config file) checked one by one like the
     job's ``baseline:``; BadInput names the pair (``--set tp=2: unknown parameter ...``)."""
-    from orchestrator.job import _config_mapping, _raw_message
+    from orchestrator.job_checks import config_mapping, raw_message
 
     out: dict[str, Any] = {}
     for name, value in overrides.items():
         try:
-            out.update(_config_mapping({name: value}, str(job.path), "_", job.allow_unsafe_nccl, space=job.space))
+            out.update(config_mapping({name: value}, str(job.path), "_", job.allow_unsafe_nccl, space=job.space))
         except BadInput as exc:
-            raise BadInput(f"{source} {name}={value}: {_raw_message(exc)}") from None
+            raise BadInput(f"{source} {name}={value}: {raw_message(exc)}") from None
     return out
 
 

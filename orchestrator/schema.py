@@ -4,10 +4,10 @@ Users ask "which keys can a job have, and what do they default to?"; the answer 
 not drift from what ``load_job`` does. So nothing here is written by hand: the job table
 comes from ``orchestrator.job``'s schema block (one key per line, with its default and
 meaning), the space rules from ``orchestrator.space`` (its docstring and the constants it
-validates with), the backend settings from each backend's own settings table, the NCCL
-values from ``orchestrator.nccl``. ``tests/test_schema_doc.py`` fails when the committed
-docs/guide.md differs from this rendering, and when the job schema names other keys
-than ``load_job`` accepts.
+validates with) and ``orchestrator.expressions.EXPR_RULE``, the backend settings from each
+backend's own settings table, the NCCL values from ``orchestrator.nccl``.
+``tests/test_schema_doc.py`` fails when the committed docs/guide.md differs from this
+rendering, and when the job schema names other keys than ``load_job`` accepts.
 
     python -m orchestrator.schema                          # print the reference
     python -m orchestrator.schema --write docs/guide.md    # refresh it in the guide
@@ -108,6 +108,7 @@ def _job_table() -> list[str]:
 def _space_part() -> list[str]:
     from orchestrator import space
     from orchestrator.backends.base import NEUTRAL_PARAMS
+    from orchestrator.expressions import EXPR_RULE
     from orchestrator.backends.refserver import RefServerBackend
     from orchestrator.job import job_context
 
@@ -125,7 +126,7 @@ def _space_part() -> list[str]:
             f"| keys of an int parameter | {', '.join(f'`{k}`' for k in space.INT_KEYS)} |",
             f"| parameter names | {_md(space.NAME_RULE)} |",
             f"| neutral parameters | {', '.join(f'`{k}`' for k in NEUTRAL_PARAMS)} |",
-            f"| constraint expressions | {_md(space.EXPR_RULE)} |",
+            f"| constraint expressions | {_md(EXPR_RULE)} |",
             f"| names a constraint may use besides the params (reference server `tiny`) | "
             f"{', '.join(f'`{k}`' for k in context)} |"]
     return out

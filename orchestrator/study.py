@@ -776,7 +776,7 @@ def _spread(trial) -> float | None:
 
 
 def _shown_dir(path) -> str:
-    from orchestrator.space import display_path
+    from orchestrator.yaml_input import display_path
 
     return display_path(path)
 

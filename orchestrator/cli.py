@@ -267,7 +267,7 @@ def cmd_status(args) -> int:
     job = _load(args.job)
     rows = trial_rows(open_study(job, create=False))
     if args.json:
-        print(json.dumps(rows, indent=2, default=str))
+        print(json.dumps([r.to_json() for r in rows], indent=2, default=str))
     else:
         print(format_status(rows))
     return 0
@@ -380,9 +380,9 @@ def cmd_prescreen(args) -> int:
         from orchestrator.study import open_study
 
         for row in trial_rows(open_study(job, create=False)):
-            tp = int(row["params"].get("tp_size", 1))
-            if row["state"] == "COMPLETE" and row["value"] and (tp not in measured or row["value"] > measured[tp][1]):
-                measured[tp] = (row["params"], row["value"])
+            tp = int(row.params.get("tp_size", 1))
+            if row.state == "COMPLETE" and row.value and (tp not in measured or row.value > measured[tp][1]):
+                measured[tp] = (row.params, row.value)
     except NcclsweepError:
         pass
     data = run_prescreen(job, iters=args.iters, measured=measured, say=lambda line: print(line, file=sys.stderr))

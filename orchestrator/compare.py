@@ -32,6 +32,7 @@ from typing import Any
 
 from orchestrator import bench, verdict
 from orchestrator.errors import BadInput, RuntimeFailure
+from orchestrator.records import TrialRow
 from orchestrator.server import ServerError
 from orchestrator.trial import prepare_server
 
@@ -77,12 +78,12 @@ def run_compare(job, levels: list[int] | None = None, rounds: int | None = None,
     others = _also_rows(rows, best, base, also)
     levels = levels or list(job.bench.concurrency)
     rounds = max(1, DEFAULT_ROUNDS if rounds is None else rounds)
-    configs = [("baseline", base), ("best", best)] + [(f"trial-{r['number']}", r) for r in others]
+    configs = [("baseline", base), ("best", best)] + [(f"trial-{r.number}", r) for r in others]
     data: dict[str, Any] = {
         "concurrency": levels, "rounds_planned": rounds, "complete": False,
-        "baseline_trial": base["number"], "best_trial": best["number"],
-        "same_config": base["config_key"] == best["config_key"],
-        "others": [{"trial": row["number"], "label": label, "params": row["params"]} for label, row in configs[2:]],
+        "baseline_trial": base.number, "best_trial": best.number,
+        "same_config": base.config_key == best.config_key,
+        "others": [{"trial": row.number, "label": label, "params": row.params} for label, row in configs[2:]],
         "rounds": [], "failures": [],
     }
     out = Path(job.report_dir) / "compare.json"
@@ -91,17 +92,17 @@ def run_compare(job, levels: list[int] | None = None, rounds: int | None = None,
         for r in range(rounds):
             for label, row in (configs if r % 2 == 0 else configs[::-1]):
                 t0 = time.monotonic()
-                res = measure_levels(job, row["params"], levels, label, r)
+                res = measure_levels(job, row.params, levels, label, r)
                 for level, m in res.items():
                     if m.get("failures"):
                         data["failures"].append(f"{label} round {r} c={level}: {m['failures']} failed requests "
                                                 f"({m['errors'][:1]})")
-                data["rounds"].append({"round": r, "config": label, "trial": row["number"],
+                data["rounds"].append({"round": r, "config": label, "trial": row.number,
                                        "seconds": time.monotonic() - t0,
                                        "levels": {str(k): v for k, v in res.items()}})
                 summarize(data, rules)
                 write_json_atomic(out, data)
-                say(f"compare round {r + 1}/{rounds}: {label} (trial #{row['number']}) measured")
+                say(f"compare round {r + 1}/{rounds}: {label} (trial #{row.number}) measured")
         data["complete"] = True
     except BaseException as exc:  # noqa: BLE001 - Ctrl-C included: record why the rounds stopped, then re-raise
         data["stopped"] = f"{type(exc).__name__}: {exc}".rstrip(": ")
@@ -215,8 +216,8 @@ def check_constraints(rules: list[tuple[int, float]], data: dict[str, Any]) -> l
     return verdicts
 
 
-def _also_rows(rows: list[dict[str, Any]], best: dict[str, Any], base: dict[str, Any],
-               also: list[int] | str | None) -> list[dict[str, Any]]:
+def _also_rows(rows: list[TrialRow], best: TrialRow, base: TrialRow,
+               also: list[int] | str | None) -> list[TrialRow]:
     """The rows of the ``also`` trials (numbers, or "ties"), each config once, never baseline/best."""
     from orchestrator.history import TOP_N, best_rows, ties_with_best
 
@@ -225,20 +226,20 @@ def _also_rows(rows: list[dict[str, Any]], best: dict[str, Any], base: dict[str,
     if also == "ties":
         picked = ties_with_best(best_rows(rows, TOP_N))
     else:
-        ranked = {r["number"]: r for r in best_rows(rows, len(rows))}
-        by_key = {r["config_key"]: r for r in ranked.values()}
+        ranked = {r.number: r for r in best_rows(rows, len(rows))}
+        by_key = {r.config_key: r for r in ranked.values()}
         picked = []
         for n in also:
-            row = next((r for r in rows if r["number"] == n), None)
-            if row is None or row["config_key"] not in by_key:
+            row = next((r for r in rows if r.number == n), None)
+            if row is None or row.config_key not in by_key:
                 raise BadInput(f"--also: trial {n} is not a measured, ranked trial of this study; "
                                f"ranked trials: {', '.join(str(k) for k in sorted(ranked))}")
-            picked.append(by_key[row["config_key"]])
-    seen = {best["config_key"], base["config_key"]}
+            picked.append(by_key[row.config_key])
+    seen = {best.config_key, base.config_key}
     out = []
     for r in picked:
-        if r["config_key"] not in seen:
-            seen.add(r["config_key"])
+        if r.config_key not in seen:
+            seen.add(r.config_key)
             out.append(r)
     return out
 

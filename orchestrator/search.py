@@ -64,6 +64,7 @@ from orchestrator.records import (
     PRUNED,
     Config,
     TrialResult,
+    TrialRow,
     config_key,
     recovered_attr,
 )
@@ -678,7 +679,7 @@ class SearchPolicy:
         """Keys of configs that are answered from the study instead of being launched."""
         return set(self._scan().measured)
 
-    def _rows(self) -> list[dict[str, Any]]:
+    def _rows(self) -> list[TrialRow]:
         from orchestrator.history import trial_rows
 
         return trial_rows(self.study)
@@ -690,16 +691,16 @@ class SearchPolicy:
         from orchestrator.history import best_rows
 
         best = best_rows(self._rows(), 1)
-        return self._trial(best[0]["number"]) if best else None
+        return self._trial(best[0].number) if best else None
 
     def baseline_trial(self) -> FrozenTrial | None:
         """The measured baseline trial (``history.baseline_row``), once there is one."""
         from orchestrator.history import baseline_row
 
         base = baseline_row(self._rows())
-        if base is None or base["state"] != COMPLETE or base["value"] is None:
+        if base is None or base.state != COMPLETE or base.value is None:
             return None
-        return self._trial(base["number"])
+        return self._trial(base.number)
 
     def _trial(self, number: int) -> FrozenTrial:
         trials = self.study.get_trials(deepcopy=False)

@@ -27,7 +27,7 @@ def rows(tmp_path_factory):
 
 def _pick(rows, also):
     best = history.best_rows(rows, 1)[0]
-    return [r["number"] for r in _also_rows(rows, best, history.baseline_row(rows), also)]
+    return [r.number for r in _also_rows(rows, best, history.baseline_row(rows), also)]
 
 
 def test_also_takes_ranked_trials_once_and_never_baseline_or_best(rows):

@@ -87,7 +87,7 @@ def test_the_rest_is_rated_among_trials_with_the_best_value_of_the_top_knob(stud
     job = study_job
     rows = history.trial_rows(history.load_study(job))
     effects, _ = knob_effects(rows)
-    name, value, others, values = effects_given_top(rows, effects, history.best_rows(rows, 1)[0]["params"])
+    name, value, others, values = effects_given_top(rows, effects, history.best_rows(rows, 1)[0].params)
     assert (name, value, len(values)) == ("graph_capture", True, 4)
     assert {e.name for e in others} == {"backend.max_batch", "capture_sizes"}
     assert all(not e.conditional and e.trials == 4 for e in others)

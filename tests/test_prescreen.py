@@ -54,6 +54,6 @@ def test_study_never_launches_a_dropped_setting(tmp_path, ray_local, no_leftover
     data = json.loads((tmp_path / "reports" / "psstudy" / "prescreen.json").read_text())
     fastest = min(data["rows"], key=lambda r: r["latency_us"])["env.NCCL_PROTO"]
     rows = trial_rows(open_study(job, create=False))
-    launched = [r for r in rows if r["counted"]]
-    assert {r["params"].get("env.NCCL_PROTO") for r in launched if r["params"]["tp_size"] == 2} == {fastest}
+    launched = [r for r in rows if r.counted]
+    assert {r.params.get("env.NCCL_PROTO") for r in launched if r.params["tp_size"] == 2} == {fastest}
     assert len(launched) == 2  # TP=1 and the one kept TP=2 setting; the dropped one never ran

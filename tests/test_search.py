@@ -251,8 +251,8 @@ def test_resume_continues_without_reenqueueing_baseline_and_recovers_running():
     lost = study.trials[q.trial.number]
     assert lost.state == TrialState.FAIL
     row = trial_rows(study)[q.trial.number]  # what `status` shows
-    assert row["state"] == FAIL and row["failure_kind"] == "interrupted" and not row["counted"]
-    assert row["failure_reason"] == "the driver died while this trial ran"
+    assert row.state == FAIL and row.failure_kind == "interrupted" and not row.counted
+    assert row.failure_reason == "the driver died while this trial ran"
     r = policy2.next()
     assert r.key == q.key and r.role == "requeue"  # re-queued config comes first
     policy2.record(r, ok(r))

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from orchestrator import history
 from orchestrator.importance import knob_effects
+from orchestrator.records import TrialRow
 from orchestrator.report.document import render_html, render_markdown
 from orchestrator.report.plots import PLOTS, write_plots
 from orchestrator.report.sections import build_blocks
@@ -41,7 +42,7 @@ class ReportJob(Protocol):
 
 def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: Any = None,
                  bandwidth_bytes_s: float | None = None, allreduce_latency_s: float | None = None,
-                 study: Any = None, rows: list[dict[str, Any]] | None = None) -> list[Path]:
+                 study: Any = None, rows: list[TrialRow] | None = None) -> list[Path]:
     """Write the report files into ``out_dir`` (default ``job.report_dir``); returns their paths.
 
     ``bandwidth_bytes_s``/``allreduce_latency_s`` override what the job declares or the trials

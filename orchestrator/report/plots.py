@@ -19,6 +19,7 @@ from typing import Any
 from orchestrator import history, outcome
 from orchestrator.history import COMPLETE, FAIL, PRUNED, baseline_row, parse_iso
 from orchestrator.importance import KnobEffect, sort_values
+from orchestrator.records import TrialRow
 from orchestrator.report.document import clip
 
 PLOTS = ("history.png", "params.png", "importance.png", "timeline.png")
@@ -34,7 +35,7 @@ IMPORTANCE_COLOR = "#4c72b0"  # used by no other plot: the screenshot check can 
 FIG_DPI = 100
 
 
-def write_plots(rows: list[dict[str, Any]], effects: list[KnobEffect], notes: list[str], report_dir: Path) -> list[Path]:
+def write_plots(rows: list[TrialRow], effects: list[KnobEffect], notes: list[str], report_dir: Path) -> list[Path]:
     """The four plots into ``report_dir``; returns their paths (in ``PLOTS`` order)."""
     plot_history(rows, report_dir / "history.png")
     plot_params(rows, report_dir / "params.png")
@@ -66,19 +67,19 @@ def _note_figure(path: Path, title: str, note: str) -> None:
     _save(fig, path)
 
 
-def plot_history(rows: list[dict[str, Any]], path: Path) -> None:
+def plot_history(rows: list[TrialRow], path: Path) -> None:
     """tok/s per trial; FAILs at 0 (x), PRUNED grey, best-so-far line, baseline dashed."""
     plt = _plt()
-    eligible = {r["number"] for r in outcome.rankable(rows)}
-    rows = [r for r in rows if not r.get("skipped")]  # proposals never launched are not trials
+    eligible = {r.number for r in outcome.rankable(rows)}
+    rows = [r for r in rows if not r.skipped]  # proposals never launched are not trials
     fig, ax = plt.subplots(figsize=(7.2, 4.0))
-    cached = [(r["number"], r["value"]) for r in rows if r["state"] == COMPLETE and r["cached_from"] is not None]
+    cached = [(r.number, r.value) for r in rows if r.state == COMPLETE and r.cached_from is not None]
     if cached:
         ax.scatter(*zip(*cached), marker="o", facecolors="none", edgecolors=STATE_COLORS[COMPLETE], s=36,
                    label="answered from cache", zorder=3)
     for state, marker in ((COMPLETE, "o"), (PRUNED, "v"), (FAIL, "x")):
-        pts = [(r["number"], r["value"] if state == COMPLETE else (r["metrics"] or {}).get("decode_tok_s") or 0.0)
-               for r in rows if r["state"] == state and r["cached_from"] is None]
+        pts = [(r.number, r.value if state == COMPLETE else (r.metrics or {}).get("decode_tok_s") or 0.0)
+               for r in rows if r.state == state and r.cached_from is None]
         if state == COMPLETE:
             bad = [(n, v) for n, v in pts if n not in eligible]
             pts = [(n, v) for n, v in pts if n in eligible]
@@ -92,19 +93,19 @@ def plot_history(rows: list[dict[str, Any]], path: Path) -> None:
             ax.scatter(*zip(*pts), marker=marker, color=STATE_COLORS[state], zorder=3, **kw)
     best_x, best_y, best = [], [], None
     for r in rows:
-        if r["state"] not in (COMPLETE, FAIL, PRUNED):
+        if r.state not in (COMPLETE, FAIL, PRUNED):
             continue
-        if r["number"] in eligible and (best is None or r["value"] > best):
-            best = r["value"]
+        if r.number in eligible and (best is None or r.value > best):
+            best = r.value
         if best is not None:
-            best_x.append(r["number"])
+            best_x.append(r.number)
             best_y.append(best)
     if best_x:
         ax.step(best_x, best_y, where="post", color=BEST_COLOR, linewidth=2.5, label="best so far", zorder=2)
     base = baseline_row(rows)
-    if base and base["value"] is not None:
-        ax.axhline(base["value"], color=BASELINE_COLOR, linestyle="--", linewidth=1.5,
-                   label=f"baseline ({base['value']:.1f})")
+    if base and base.value is not None:
+        ax.axhline(base.value, color=BASELINE_COLOR, linestyle="--", linewidth=1.5,
+                   label=f"baseline ({base.value:.1f})")
     ax.set_xlabel("trial")
     ax.set_ylabel("decode tok/s (single request)")
     ax.set_title("Optimization history")
@@ -118,11 +119,11 @@ def plot_history(rows: list[dict[str, Any]], path: Path) -> None:
     _save(fig, path)
 
 
-def _param_names(rows: list[dict[str, Any]]) -> list[str]:
-    return sorted({k for r in rows for k in (r["params"] or {})}, key=lambda k: history._param_order((k, None)))
+def _param_names(rows: list[TrialRow]) -> list[str]:
+    return sorted({k for r in rows for k in (r.params or {})}, key=lambda k: history._param_order((k, None)))
 
 
-def plot_params(rows: list[dict[str, Any]], path: Path) -> None:
+def plot_params(rows: list[TrialRow], path: Path) -> None:
     """One panel per parameter: tok/s of COMPLETE trials per value (box + points), failures at 0."""
     plt = _plt()
     names = _param_names(rows)
@@ -132,16 +133,16 @@ def plot_params(rows: list[dict[str, Any]], path: Path) -> None:
     ncols = min(3, len(names))
     nrows = math.ceil(len(names) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(7.2 if ncols < 3 else 10.8, 2.9 * nrows), squeeze=False)
-    eligible = {r["number"] for r in outcome.rankable(rows)}
-    rows = [r for r in rows if not r.get("skipped")]  # proposals never launched are not trials
+    eligible = {r.number for r in outcome.rankable(rows)}
+    rows = [r for r in rows if not r.skipped]  # proposals never launched are not trials
     for ax, name in zip(axes.flat, names):
-        values = sort_values({r["params"].get(name) for r in rows if name in (r["params"] or {})})
+        values = sort_values({r.params.get(name) for r in rows if name in (r.params or {})})
         groups, fails = [], []
         for v in values:
-            groups.append([r["value"] for r in rows if r["number"] in eligible and r["cached_from"] is None
-                           and r["params"].get(name, object()) == v])
-            fails.append(sum(1 for r in rows if r["state"] == FAIL and r["counted"]  # the config's own failures
-                             and r["params"].get(name, object()) == v))
+            groups.append([r.value for r in rows if r.number in eligible and r.cached_from is None
+                           and r.params.get(name, object()) == v])
+            fails.append(sum(1 for r in rows if r.state == FAIL and r.counted  # the config's own failures
+                             and r.params.get(name, object()) == v))
         pos = list(range(1, len(values) + 1))
         filled = [(p, g) for p, g in zip(pos, groups) if g]
         if filled:
@@ -194,18 +195,19 @@ def _short(name: str) -> str:
     return name.split(".", 1)[1] if name.startswith(("env.", "backend.")) else name
 
 
-def trial_spans(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def trial_spans(rows: list[TrialRow]) -> list[dict[str, Any]]:
+    """Each launched trial's {row, start, end, node} (unix times; the end from its timings when missing)."""
     out = []
     for r in rows:
-        start, end = parse_iso(r["started_at"]), parse_iso(r["ended_at"])
-        if start is None or r.get("skipped") or r["cached_from"] is not None:  # never launched
+        start, end = parse_iso(r.started_at), parse_iso(r.ended_at)
+        if start is None or r.skipped or r.cached_from is not None:  # never launched
             continue
         if end is None or end < start:
-            total = (r["durations"] or {}).get("total_s")
+            total = (r.durations or {}).get("total_s")
             end = start + float(total) if total else None
         if end is None:
             continue
-        out.append({"row": r, "start": start, "end": end, "node": r["node"] or "unknown"})
+        out.append({"row": r, "start": start, "end": end, "node": r.node or "unknown"})
     return out
 
 
@@ -224,7 +226,7 @@ def _lanes(spans: list[dict[str, Any]]) -> None:
                 s["lane"] = len(lanes) - 1
 
 
-def plot_timeline(rows: list[dict[str, Any]], path: Path) -> None:
+def plot_timeline(rows: list[TrialRow], path: Path) -> None:
     """Start/stop of every trial per node; bars split into phases, outlined by state."""
     plt = _plt()
     spans = trial_spans(rows)
@@ -250,7 +252,7 @@ def plot_timeline(rows: list[dict[str, Any]], path: Path) -> None:
         width = (s["end"] - s["start"]) / scale
         cursor = x
         for phase, color in PHASE_COLORS.items():
-            d = (r["durations"] or {}).get(phase)
+            d = (r.durations or {}).get(phase)
             if not d or d <= 0:
                 continue
             w = min(float(d) / scale, x + width - cursor)
@@ -264,9 +266,9 @@ def plot_timeline(rows: list[dict[str, Any]], path: Path) -> None:
             label = "other" if "other" not in seen else None
             seen.add("other")
             ax.barh(yy, x + width - cursor, left=cursor, height=0.6, color=OTHER_COLOR, label=label)
-        ax.barh(yy, width, left=x, height=0.6, fill=False, edgecolor=STATE_COLORS.get(r["state"], "#000"),
+        ax.barh(yy, width, left=x, height=0.6, fill=False, edgecolor=STATE_COLORS.get(r.state, "#000"),
                 linewidth=1.5)
-        ax.text(x, yy + 0.36, str(r["number"]), fontsize=7, va="bottom")
+        ax.text(x, yy + 0.36, str(r.number), fontsize=7, va="bottom")
     ax.set_yticks(range(y))
     ax.set_yticklabels(ylabels, fontsize=8)
     ax.set_ylim(-0.6, y - 0.1)

@@ -37,7 +37,7 @@ from orchestrator.importance import (
     span_text,
 )
 from orchestrator.outcome import TIMEOUT_KINDS
-from orchestrator.records import NOT_THE_CONFIGS_FAULT
+from orchestrator.records import NOT_THE_CONFIGS_FAULT, TrialRow
 from orchestrator.report import document as doc
 from orchestrator.report.document import Block, clip
 from orchestrator.report.plots import trial_spans
@@ -56,11 +56,11 @@ def _ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or not b else f"{a / b:.2f}x"
 
 
-def _noise_words(base: dict[str, Any], row: dict[str, Any]) -> str:
+def _noise_words(base: TrialRow, row: TrialRow) -> str:
     """The top table's "vs baseline": faster / slower (beyond the noise of repeats), within noise,
     same config, or noise unknown (fewer than 2 repeats on a side)."""
     iv = history.row_interval(base, row)
-    word = verdict(iv, same_config=row["config_key"] == base["config_key"])
+    word = verdict(iv, same_config=row.config_key == base.config_key)
     return "noise unknown" if word == WITHIN_NOISE and not iv.bounded else word
 
 
@@ -95,12 +95,12 @@ def _headline(rows, best, base) -> list[Block]:
     if not best:
         return out + [doc.warn("No trial completed and passed the correctness gate: there is no best config.")]
     b = best[0]
-    base_ok = base is not None and base["state"] == COMPLETE and base["value"] is not None
-    if base_ok and b["config_key"] == base["config_key"]:
-        out.append(doc.para(f"**The baseline (trial {base['number']}) is the best config found: "
-                      f"{b['value']:.2f} tok/s ({_pct(b['spread'])}).** No other config beat it."))
+    base_ok = base is not None and base.state == COMPLETE and base.value is not None
+    if base_ok and b.config_key == base.config_key:
+        out.append(doc.para(f"**The baseline (trial {base.number}) is the best config found: "
+                      f"{b.value:.2f} tok/s ({_pct(b.spread)}).** No other config beat it."))
     elif base_ok:
-        ratio = b["value"] / base["value"]
+        ratio = b.value / base.value
         iv = history.row_interval(base, b)
         word = verdict(iv)
         if word in (FASTER, SLOWER):
@@ -109,32 +109,32 @@ def _headline(rows, best, base) -> list[Block]:
             noise = f"The difference is within the noise of repeats ({interval_text(iv)}): treat the two as equal."
         else:
             noise = f"Too few repeats to tell whether this exceeds noise ({interval_text(iv)})."
-        out.append(doc.para(f"**Best: trial {b['number']}, {b['value']:.2f} tok/s ({_pct(b['spread'])}), "
-                      f"{ratio:.2f}x the baseline** (trial {base['number']}, {base['value']:.2f} tok/s, "
-                      f"{_pct(base['spread'])}). {noise}"))
+        out.append(doc.para(f"**Best: trial {b.number}, {b.value:.2f} tok/s ({_pct(b.spread)}), "
+                      f"{ratio:.2f}x the baseline** (trial {base.number}, {base.value:.2f} tok/s, "
+                      f"{_pct(base.spread)}). {noise}"))
     else:
-        why = (f"{base['state']}" + (f" ({base['failure_kind']}: {clip(base['failure_reason'], 120)})"
-                                     if base and base["failure_kind"] else "")) if base else "missing"
-        out.append(doc.para(f"**Best: trial {b['number']}, {b['value']:.2f} tok/s ({_pct(b['spread'])}).** "
+        why = (f"{base.state}" + (f" ({base.failure_kind}: {clip(base.failure_reason, 120)})"
+                                     if base and base.failure_kind else "")) if base else "missing"
+        out.append(doc.para(f"**Best: trial {b.number}, {b.value:.2f} tok/s ({_pct(b.spread)}).** "
                       f"No ratio: the baseline is {why}."))
-    out.append(doc.para(f"Best config: `{short_params(b['params']) or '(backend defaults)'}`"))
-    if base is not None and b["config_key"] != base["config_key"]:
-        out.append(doc.para(f"Changed from the baseline: {_diff_vs(b['params'], base['params'])}"))
-    if b.get("n_measurements", 1) > 1:
-        out.append(doc.para(f"Measured in {b['n_measurements']} trials; the median measurement is shown."))
-    if b["warnings"]:
-        out.append(doc.warn("the best config's NCCL settings could not be verified: " + "; ".join(b["warnings"])))
+    out.append(doc.para(f"Best config: `{short_params(b.params) or '(backend defaults)'}`"))
+    if base is not None and b.config_key != base.config_key:
+        out.append(doc.para(f"Changed from the baseline: {_diff_vs(b.params, base.params)}"))
+    if b.n_measurements > 1:
+        out.append(doc.para(f"Measured in {b.n_measurements} trials; the median measurement is shown."))
+    if b.warnings:
+        out.append(doc.warn("the best config's NCCL settings could not be verified: " + "; ".join(b.warnings)))
     return out
 
 
 def _summary(rows) -> list[Block]:
     counts: dict[str, int] = {}
     for r in rows:
-        if not r.get("skipped"):  # proposals never launched are not trials
-            counts[r["state"]] = counts.get(r["state"], 0) + 1
-    cached = sum(1 for r in rows if r["cached_from"] is not None)
-    counted = sum(1 for r in rows if r["counted"])
-    skipped = sum(1 for r in rows if r.get("skipped"))
+        if not r.skipped:  # proposals never launched are not trials
+            counts[r.state] = counts.get(r.state, 0) + 1
+    cached = sum(1 for r in rows if r.cached_from is not None)
+    counted = sum(1 for r in rows if r.counted)
+    skipped = sum(1 for r in rows if r.skipped)
     items = [", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials",
              f"{counted} count toward the budget; {cached} answered from the cache of measured configs"
              + (f"; {skipped} proposals never launched (infeasible or duplicate; not trials)" if skipped else "")]
@@ -142,9 +142,9 @@ def _summary(rows) -> list[Block]:
     if spans:
         wall = max(s["end"] for s in spans) - min(s["start"] for s in spans)
         busy = sum(s["end"] - s["start"] for s in spans)
-        launch = sum(float((s["row"]["durations"] or {}).get("launch_s") or 0) for s in spans)
-        teardown = sum(float((s["row"]["durations"] or {}).get("teardown_s") or 0) for s in spans)
-        bench = sum(float((s["row"]["durations"] or {}).get("bench_s") or 0) for s in spans)
+        launch = sum(float((s["row"].durations or {}).get("launch_s") or 0) for s in spans)
+        teardown = sum(float((s["row"].durations or {}).get("teardown_s") or 0) for s in spans)
+        bench = sum(float((s["row"].durations or {}).get("bench_s") or 0) for s in spans)
         items.append(f"wall clock {wall / 60:.1f} min; trials busy {busy / 60:.1f} min; "
                      f"server start {launch / 60:.1f} min, teardown {teardown / 60:.1f} min, "
                      f"benchmark {bench / 60:.1f} min ({100 * bench / busy if busy else 0:.0f}% of trial time)")
@@ -170,41 +170,41 @@ def _idle_gaps(spans) -> dict[str, float]:
 def _top_table(rows, best, base) -> list[Block]:
     if not best:
         return []
-    base_v = base["value"] if base and base["state"] == COMPLETE else None
+    base_v = base.value if base and base.state == COMPLETE else None
     table = []
     for i, r in enumerate(best, 1):
-        table.append([i, r["number"], _tok(r["value"]), _pct(r["spread"]), _ratio(r["value"], base_v),
-                      _noise_words(base, r) if base_v else "-", r.get("n_measurements", 1),
-                      f"`{short_params(r['params'])}`" + (" (baseline)" if base and r["config_key"] == base["config_key"] else "")])
+        table.append([i, r.number, _tok(r.value), _pct(r.spread), _ratio(r.value, base_v),
+                      _noise_words(base, r) if base_v else "-", r.n_measurements,
+                      f"`{short_params(r.params)}`" + (" (baseline)" if base and r.config_key == base.config_key else "")])
     return [doc.heading(2, f"Top {len(best)} configs"),
             doc.table(["Rank", "Trial", "tok/s", "Spread", "x baseline", "vs baseline", "Measured", "Config"], table)
             ] + _ties_with_best(best)
 
 
-def _ties_with_best(best: list[dict[str, Any]]) -> list[Block]:
+def _ties_with_best(best: list[TrialRow]) -> list[Block]:
     """Which runners-up the single-request objective cannot tell from the best, and in what
     they differ: the user picks among them by what the objective does not see (concurrency)."""
     top, ties = best[0], history.ties_with_best(best)
     if not ties:
         return []
-    differ = sorted({k for r in ties for k in set(r["params"]) | set(top["params"])
-                     if r["params"].get(k) != top["params"].get(k)}, key=lambda k: history._param_order((k, None)))
-    return [doc.para(f"Within the noise of the best (trial {top['number']}): trial(s) "
-               f"{', '.join(str(r['number']) for r in ties)} ({_tok(min(r['value'] for r in ties))}-"
-               f"{_tok(max(r['value'] for r in ties))} tok/s), differing from it in {', '.join(differ)}. "
+    differ = sorted({k for r in ties for k in set(r.params) | set(top.params)
+                     if r.params.get(k) != top.params.get(k)}, key=lambda k: history._param_order((k, None)))
+    return [doc.para(f"Within the noise of the best (trial {top.number}): trial(s) "
+               f"{', '.join(str(r.number) for r in ties)} ({_tok(min(r.value for r in ties))}-"
+               f"{_tok(max(r.value for r in ties))} tok/s), differing from it in {', '.join(differ)}. "
                "Single-request decode cannot rank them: choose by the concurrency you serve "
                "(`ncclsweep compare JOB --also ties` measures them beside the best).")]
 
 
 def _failures(rows) -> list[Block]:
-    failed = [r for r in rows if r["state"] == FAIL]
-    pruned = [r for r in rows if r["state"] == PRUNED and not r.get("skipped")]
+    failed = [r for r in rows if r.state == FAIL]
+    pruned = [r for r in rows if r.state == PRUNED and not r.skipped]
     if not failed and not pruned:
         return [doc.heading(2, "Failures"), doc.para("No trial failed.")]
     out: list[Block] = [doc.heading(2, "Failures")]
     kinds: dict[str, list] = {}
     for r in failed:
-        kinds.setdefault(r["failure_kind"] or "unrecorded", []).append(r)
+        kinds.setdefault(r.failure_kind or "unrecorded", []).append(r)
     if kinds:
         out.append(doc.para("By kind: " + ", ".join(f"{k} {len(v)}" for k, v in sorted(kinds.items()))
                       + ". Configs that failed by their own fault are never proposed again and never"
@@ -217,18 +217,18 @@ def _failures(rows) -> list[Block]:
                  " (a first timeout is re-queued once)" if kind in TIMEOUT_KINDS else "")
         out.append(doc.heading(3, f"{kind}: {len(members)} trial(s){fault}"))
         out.append(doc.table(["Trial", "Node", "Config", "Reason"],
-                          [[r["number"], r["node"] or "-", f"`{short_params(r['params'])}`",
-                            clip(r["failure_reason"], 300)] for r in members]))
-        last = next((r for r in reversed(members) if r["log_tail"]), None)
+                          [[r.number, r.node or "-", f"`{short_params(r.params)}`",
+                            clip(r.failure_reason, 300)] for r in members]))
+        last = next((r for r in reversed(members) if r.log_tail), None)
         if last is not None:
-            tail = "\n".join(last["log_tail"].splitlines()[-12:])
-            out.append(doc.para(f"Server log tail of trial {last['number']}:"))
+            tail = "\n".join(last.log_tail.splitlines()[-12:])
+            out.append(doc.para(f"Server log tail of trial {last.number}:"))
             out.append(doc.pre(tail))
     if pruned:
         out.append(doc.heading(3, f"pruned: {len(pruned)} trial(s) (stopped early as clearly worse)"))
         out.append(doc.table(["Trial", "Config", "First sample tok/s", "Reason"],
-                          [[r["number"], f"`{short_params(r['params'])}`",
-                            _tok((r["metrics"] or {}).get("decode_tok_s")), clip(r["failure_reason"] or "", 200)]
+                          [[r.number, f"`{short_params(r.params)}`",
+                            _tok((r.metrics or {}).get("decode_tok_s")), clip(r.failure_reason or "", 200)]
                            for r in pruned]))
     banned = value_bans.banned_values(rows)
     if banned:
@@ -241,18 +241,18 @@ def _failures(rows) -> list[Block]:
 
 
 def _nccl_warnings(rows, best) -> list[Block]:
-    flagged = [r for r in rows if r["warnings"]]
+    flagged = [r for r in rows if r.warnings]
     out: list[Block] = [doc.heading(2, "NCCL verification")]
     if not flagged:
-        versions = sorted({str(r["nccl"].get("version")) for r in rows if (r["nccl"] or {}).get("version")})
+        versions = sorted({str(r.nccl.get("version")) for r in rows if (r.nccl or {}).get("version")})
         seen = f" (NCCL {', '.join(versions)})" if versions else ""
         return out + [doc.para(f"No warnings: every requested NCCL setting was confirmed in the logs where NCCL ran{seen}.")]
-    best_keys = {b["config_key"] for b in best[:1]}
+    best_keys = {b.config_key for b in best[:1]}
     table = []
     for r in flagged:
-        tag = " **(best config)**" if r["config_key"] in best_keys else ""
-        for w in r["warnings"]:
-            table.append([f"{r['number']}{tag}", r["state"], clip(w, 300)])
+        tag = " **(best config)**" if r.config_key in best_keys else ""
+        for w in r.warnings:
+            table.append([f"{r.number}{tag}", r.state, clip(w, 300)])
     return out + [doc.table(["Trial", "State", "Warning"], table)]
 
 
@@ -267,9 +267,9 @@ def _resolve_bandwidth(job, rows, best, bandwidth_bytes_s) -> tuple[float | None
             pass
     for r in best[:1] + rows:
         for key in ("memory_bandwidth_bytes_s", "mem_bandwidth_bytes_s"):
-            v = (r.get("node_info") or {}).get(key)
+            v = (r.node_info or {}).get(key)
             if v:
-                return float(v), f"measured on {r['node'] or 'the node'}"
+                return float(v), f"measured on {r.node or 'the node'}"
     return None, ""
 
 
@@ -284,13 +284,13 @@ def _resolve_latency(job, best, allreduce_latency_s, report_dir: Path) -> tuple[
     if declared_us is not None:
         return float(declared_us) * 1e-6, "declared in the job"
     for r in best[:1]:
-        for src in (r.get("nccl") or {}, r.get("node_info") or {}, r.get("metrics") or {}):
+        for src in (r.nccl or {}, r.node_info or {}, r.metrics or {}):
             if src.get("allreduce_latency_s") is not None:
                 return float(src["allreduce_latency_s"]), "measured"
             if src.get("allreduce_latency_us") is not None:
                 return float(src["allreduce_latency_us"]) * 1e-6, "measured"
     if best:
-        return _prescreened_latency(report_dir / "prescreen.json", best[0]["params"])
+        return _prescreened_latency(report_dir / "prescreen.json", best[0].params)
     return None, ""
 
 
@@ -317,7 +317,7 @@ def _ceiling(job, rows, best, backend, bandwidth_bytes_s, allreduce_latency_s,
     if not best:
         return out + [doc.para("No completed trial to compare with a ceiling.")], None
     b = best[0]
-    tp = b["params"].get("tp_size", 1)
+    tp = b.params.get("tp_size", 1)
     try:
         tp = max(1, int(tp))
     except (TypeError, ValueError):
@@ -330,7 +330,7 @@ def _ceiling(job, rows, best, backend, bandwidth_bytes_s, allreduce_latency_s,
                          "to get it.")], None
     latency, latency_source = _resolve_latency(job, best, allreduce_latency_s, report_dir)
     c = ceiling_for(facts, bw, tp=tp, allreduce_latency_s=latency)
-    frac = b["value"] / c["ceiling_tok_s"]
+    frac = b.value / c["ceiling_tok_s"]
     c["best_fraction"] = frac
     lines = [
         f"**Single-request decode ceiling at TP={tp}: {c['ceiling_tok_s']:.2f} tok/s** "
@@ -344,7 +344,7 @@ def _ceiling(job, rows, best, backend, bandwidth_bytes_s, allreduce_latency_s,
     elif tp > 1:
         lines.append(f"Communication: {c['allreduces_per_step']} all-reduces per step at unknown latency: not "
                      "included, so this ceiling is optimistic.")
-    lines.append(f"**The best config reaches {100 * frac:.0f}% of the ceiling** ({b['value']:.2f} tok/s).")
+    lines.append(f"**The best config reaches {100 * frac:.0f}% of the ceiling** ({b.value:.2f} tok/s).")
     if frac > 1.05:
         lines.append("It exceeds the ceiling: the declared bandwidth or the model facts are wrong.")
     return out + [doc.items(lines)], c
@@ -433,27 +433,27 @@ def _compare(report_dir: Path) -> list[Block]:
 
 
 def _by_node(rows) -> list[Block]:
-    nodes = sorted({r["node"] for r in rows if r["node"] and r["started_at"]})
+    nodes = sorted({r.node for r in rows if r.node and r.started_at})
     if len(nodes) < 2:
         return []
     reps = baseline_repeats(rows)
     per_node: dict[str, tuple[float, float | None, int]] = {}
     samples: dict[str, list[float]] = {}
     for node in nodes:
-        mine = [r for r in reps if r["node"] == node]
+        mine = [r for r in reps if r.node == node]
         if mine:
-            spreads = [r["spread"] for r in mine if r["spread"] is not None]
-            per_node[node] = (statistics.median(r["value"] for r in mine),
+            spreads = [r.spread for r in mine if r.spread is not None]
+            per_node[node] = (statistics.median(r.value for r in mine),
                               statistics.median(spreads) if spreads else None, len(mine))
             samples[node] = [v for r in mine for v in history.decode_samples(r)]
     table = []
-    rankable = {r["number"] for r in outcome.rankable(rows)}
+    rankable = {r.number for r in outcome.rankable(rows)}
     for node in nodes:
-        mine = [r for r in rows if r["node"] == node and r["cached_from"] is None]
-        done = [r for r in mine if r["state"] == COMPLETE]
+        mine = [r for r in rows if r.node == node and r.cached_from is None]
+        done = [r for r in mine if r.state == COMPLETE]
         base = per_node.get(node)
-        table.append([node, len(mine), len(done), sum(1 for r in mine if r["state"] == FAIL),
-                      _tok(max((r["value"] for r in done if r["number"] in rankable), default=None)),
+        table.append([node, len(mine), len(done), sum(1 for r in mine if r.state == FAIL),
+                      _tok(max((r.value for r in done if r.number in rankable), default=None)),
                       f"{base[0]:.2f} {_pct(base[1])} (n={base[2]})" if base else "not measured here"])
     out: list[Block] = [doc.heading(2, "By node"),
                         doc.table(["Node", "Trials", "COMPLETE", "FAIL", "Best tok/s", "Baseline repeats"], table)]
@@ -510,7 +510,7 @@ def _fmt_value(v: Any) -> str:
     return str(int(v)) if isinstance(v, bool) else str(v)
 
 
-def build_blocks(job: Any, rows: list[dict[str, Any]], report_dir: Path, backend: Any = None,
+def build_blocks(job: Any, rows: list[TrialRow], report_dir: Path, backend: Any = None,
                  bandwidth_bytes_s: float | None = None, allreduce_latency_s: float | None = None,
                  importance: tuple[list[KnobEffect], list[str]] | None = None) -> tuple[list[Block], dict]:
     """The report's content (blocks) and a summary dict (best, baseline, ceiling, ...)."""
@@ -529,7 +529,7 @@ def build_blocks(job: Any, rows: list[dict[str, Any]], report_dir: Path, backend
         ("history.png", "Optimization history"), ("params.png", "tok/s per parameter value"),
         ("importance.png", "Parameter importance"), ("timeline.png", "Trial timeline per node"))]
     blocks += _top_table(rows, best, base)
-    given = effects_given_top(rows, effects, best[0]["params"]) if best else None
+    given = effects_given_top(rows, effects, best[0].params) if best else None
     blocks += _importance_blocks(effects, notes, given, [v for _, v, _ in measured_points(rows)])
     blocks += _compare(report_dir)
     ceiling_blocks, ceiling = _ceiling(job, rows, best, backend, bandwidth_bytes_s, allreduce_latency_s,

@@ -75,7 +75,7 @@ def _started(row: TrialRow) -> bool:
 def banned_values(rows: list[TrialRow]) -> dict[tuple[str, Any], str]:
     """{(param, value): why} for values that consistently crashed servers at start."""
     launched = [r for r in rows if r.counted and r.cached_from is None and not r.skipped]
-    carried: dict[tuple[str, Any], list[dict[str, Any]]] = {}  # start failures of launches with the value
+    carried: dict[tuple[str, Any], list[TrialRow]] = {}  # start failures of launches with the value
     named: set[tuple[str, Any]] = set()  # values some start failure's log attributes it to
     for r in launched:
         if r.state == "FAIL" and r.failure_kind in START_KINDS:

@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _interrupt(signum, frame) -> None:  # noqa: ARG001
+def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
@@ -374,7 +374,7 @@ def cmd_prescreen(args) -> int:
     from orchestrator.prescreen import require_device
 
     require_device(job, job.backend_obj().device())  # at once, before anything is launched
-    measured = {}
+    measured: dict[int, tuple[dict, float]] = {}
     try:  # a finished study gives "the rest" of a step, for the predicted decode tok/s
         from orchestrator.history import trial_rows
         from orchestrator.study import open_study

@@ -28,7 +28,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import bench, verdict
 from orchestrator.errors import BadInput, RuntimeFailure
@@ -36,13 +36,16 @@ from orchestrator.records import TrialRow
 from orchestrator.server import ServerError
 from orchestrator.trial import prepare_server
 
+if TYPE_CHECKING:
+    from orchestrator.job import Job
+
 # Rounds of interleaved launches. A t-interval from n rounds has half-width
 # t(0.975, n-1) * sd / sqrt(n): 9.0 sd at 2 rounds (no verdict possible), 2.5 at 3, 1.6 at 4,
 # 1.24 at 5, 1.05 at 6. Five is where another round stops paying for itself (docs/benchmarks.md).
 DEFAULT_ROUNDS = 5
 
 
-def measure_levels(job, config: dict, levels: list[int], label: str, round_no: int) -> dict[int, dict[str, Any]]:
+def measure_levels(job: Job, config: dict, levels: list[int], label: str, round_no: int) -> dict[int, dict[str, Any]]:
     """One launch of ``config``; total output tok/s at each concurrency level."""
     backend = job.backend_obj()
     report_dir = Path(job.report_dir).resolve()
@@ -65,14 +68,15 @@ def measure_levels(job, config: dict, levels: list[int], label: str, round_no: i
     return out
 
 
-def run_compare(job, levels: list[int] | None = None, rounds: int | None = None, say=print,
+def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = None, say=print,
                 also: list[int] | str | None = None) -> str:
     from orchestrator.history import baseline_row, best_rows, trial_rows
     from orchestrator.study import open_study
 
     rows = trial_rows(open_study(job, create=False))
     base = baseline_row(rows)
-    best = (best_rows(rows, 1) or [None])[0]
+    ranked = best_rows(rows, 1)
+    best = ranked[0] if ranked else None
     if base is None or best is None:
         raise RuntimeFailure("compare needs a completed baseline and a completed best trial; run the study first")
     others = _also_rows(rows, best, base, also)
@@ -104,7 +108,7 @@ def run_compare(job, levels: list[int] | None = None, rounds: int | None = None,
                 write_json_atomic(out, data)
                 say(f"compare round {r + 1}/{rounds}: {label} (trial #{row.number}) measured")
         data["complete"] = True
-    except BaseException as exc:  # noqa: BLE001 - Ctrl-C included: record why the rounds stopped, then re-raise
+    except BaseException as exc:  # Ctrl-C included: record why the rounds stopped, then re-raise
         data["stopped"] = f"{type(exc).__name__}: {exc}".rstrip(": ")
         summarize(data, rules)
         write_json_atomic(out, data)

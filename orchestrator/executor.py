@@ -69,8 +69,8 @@ class Executor(abc.ABC):
         """How many trials may run at once."""
 
     @abc.abstractmethod
-    def submit(self, spec: TrialSpec) -> int:
-        """Start a trial; returns a ticket."""
+    def submit(self, spec: TrialSpec, node_id: str | None = None) -> int:
+        """Start a trial (on the node ``node_id`` when given: a baseline repeat there); returns a ticket."""
 
     @abc.abstractmethod
     def wait(self, timeout_s: float) -> list[tuple[int, TrialResult]]:
@@ -83,6 +83,10 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def cancel_all(self) -> None:
         """Kill the servers of running trials now."""
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        """The nodes trials may run on: node id -> facts (none by default: one host, no repeats)."""
+        return {}
 
     def cleanup_orphans(self, registry_dir: Path) -> list[Any]:
         """End recorded servers a dead driver left behind (this host only by default)."""

@@ -33,8 +33,7 @@ from typing import Any, Protocol
 
 from orchestrator.errors import BadInput, RuntimeFailure
 from orchestrator.history import baseline_row, best_rows, short_params
-from orchestrator.records import TrialRow
-from orchestrator.records import COMPLETE
+from orchestrator.records import COMPLETE, TrialRow
 
 FORMATS = ("env", "yaml", "json", "cmd", "nccl-tuner")
 EXPORT_VERSION = 1
@@ -91,7 +90,8 @@ def _first(*values: Any) -> Any:
 
 
 def _model_of(backend: Any, job: Any) -> Any:
-    settings = dict(getattr(backend, "settings", None) or getattr(getattr(job, "backend", None), "settings", None) or {})
+    settings = dict(getattr(backend, "settings", None)
+                    or getattr(getattr(job, "backend", None), "settings", None) or {})
     return _first(*(settings.get(k) for k in ("model", "model_path", "model-path", "preset")))
 
 
@@ -102,7 +102,7 @@ def _safe_version(backend: Any) -> str | None:
         return None
 
 
-def provenance(job: Any, row: TrialRow, rows: list[TrialRow], backend: Any = None,
+def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any = None,
                rank: int = 1) -> dict[str, Any]:
     """Where a config came from and what it measured (JSON-able)."""
     node, nccl = row.node_info or {}, row.nccl or {}
@@ -120,7 +120,7 @@ def provenance(job: Any, row: TrialRow, rows: list[TrialRow], backend: Any = Non
         "measurements": row.n_measurements,
         "baseline_trial": base.number if base else None,
         "baseline_tok_s": base_value,
-        "x_baseline": (row.value / base_value) if base_value else None,
+        "x_baseline": (row.value / base_value) if base_value and row.value is not None else None,
         "backend": {"kind": _backend_kind(job, backend), "version": _safe_version(backend)},
         "model": _model_of(backend, job),
         "nccl_version": _first(nccl.get("version"), nccl.get("nccl_version"), node.get("nccl_version")),
@@ -167,10 +167,12 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
         f"# study {prov['study']}, trial {prov['trial']}, measured {prov['measured_at'] or 'unknown'}"
         f" on {prov['node'] or 'unknown node'}",
         f"# value: {value:.3f} tok/s single-request decode{spread}{ratio}",
-        f"# backend: {be['kind'] or 'unknown'} {be['version'] or '(version unknown)'}; model: {_one_line(prov['model'])}",
+        f"# backend: {be['kind'] or 'unknown'} {be['version'] or '(version unknown)'}; "
+        f"model: {_one_line(prov['model'])}",
         f"# NCCL {_one_line(prov['nccl_version'])}; CUDA {_one_line(prov['cuda_version'])}; "
         f"driver {_one_line(prov['driver_version'])}",
-        f"# GPU: {_one_line(prov['gpu_model'])} (devices {_one_line(prov['gpus'])}); topology: {_one_line(prov['topology'], 100)}",
+        f"# GPU: {_one_line(prov['gpu_model'])} (devices {_one_line(prov['gpus'])}); "
+        f"topology: {_one_line(prov['topology'], 100)}",
     ]
 
 
@@ -184,7 +186,7 @@ def _launch(backend: Any, config: dict[str, Any], host: str, port: int):
         return None
 
 
-def effective_env(job: Any, config: dict[str, Any], backend: Any = None, host: str = "0.0.0.0",
+def effective_env(job: ExportJob, config: dict[str, Any], backend: Any = None, host: str = "0.0.0.0",
                   port: int = 8000) -> dict[str, str]:
     """The job's fixed env, overridden by the config's env delta (as the trial ran it, less
     the tuner's own NCCL_DEBUG instrumentation)."""
@@ -201,7 +203,7 @@ def _non_env(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if not k.startswith("env.")}
 
 
-def _env_block(job, row: TrialRow, backend, host, port) -> list[str]:
+def _env_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
     env = effective_env(job, row.params, backend, host, port)
     lines = []
     rest = _non_env(row.params)
@@ -217,10 +219,11 @@ def _env_block(job, row: TrialRow, backend, host, port) -> list[str]:
     return lines
 
 
-def _cmd_block(job, row: TrialRow, backend, host, port) -> list[str]:
+def _cmd_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
     spec = _launch(backend, row.params, host, port)
     if spec is None:
-        raise RuntimeFailure(f"cannot build the launch command: backend {_backend_kind(job, backend)!r} is not available")
+        raise RuntimeFailure(f"cannot build the launch command: backend {_backend_kind(job, backend)!r} "
+                             "is not available")
     env = effective_env(job, row.params, backend, host, port)
     return [dataclasses.replace(spec, env=env).shell_line()]
 
@@ -310,7 +313,7 @@ def nccl_tuner_rules(config: dict[str, Any], nccl: dict[str, Any] | None = None)
     return [f"allreduce,0,4294967295,{algo},{proto},{channels},1,{n_ranks}"], notes
 
 
-def _tuner_block(job, row: TrialRow, backend, host, port) -> list[str]:
+def _tuner_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
     rules, notes = nccl_tuner_rules(row.params, row.nccl)
     return [f"# {n}" for n in notes] + rules
 
@@ -324,7 +327,8 @@ _TUNER_PREAMBLE = [
 
 
 # ---- the entry point ----------------------------------------------------------------------------------
-def _document(job, row: TrialRow, rows: list[TrialRow], backend, rank, host, port) -> dict[str, Any]:
+def _document(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any, rank: int, host: str,
+              port: int) -> dict[str, Any]:
     return {
         "ncclsweep_export": EXPORT_VERSION,
         "rank": rank,
@@ -412,7 +416,8 @@ def load_config_file(path: str | Path, rank: int = 1) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise BadInput(f"expected a mapping of params or an ncclsweep export, found {type(doc).__name__}",
                        file=str(path))
-    config = doc["config"] if "config" in doc and ("ncclsweep_export" in doc or isinstance(doc["config"], dict)) else doc
+    exported = "config" in doc and ("ncclsweep_export" in doc or isinstance(doc["config"], dict))
+    config = doc["config"] if exported else doc
     if not isinstance(config, dict):
         raise BadInput("'config' must be a mapping of params", file=str(path), key="config")
     prefix = "config." if config is not doc else ""

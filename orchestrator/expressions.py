@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from orchestrator.errors import BadInput
 from orchestrator.yaml_input import did_you_mean, same, scalar, shown
@@ -112,7 +112,7 @@ def _dotted(node: ast.AST) -> str | None:
 
 
 def _check_node(node: ast.AST, names: list[str], expr: str, file, key) -> None:
-    def refuse(what: str):
+    def refuse(what: str) -> NoReturn:
         raise BadInput(f"constraint {expr!r} uses {what}, which constraints do not allow; "
                        f"allowed: {EXPR_RULE}", file=file, key=key)
 
@@ -155,7 +155,10 @@ def _check_node(node: ast.AST, names: list[str], expr: str, file, key) -> None:
 
 def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
     if isinstance(node, (ast.Name, ast.Attribute)):
-        return env[_dotted(node)]
+        name = _dotted(node)
+        if name is None:  # refused by _check_node
+            raise ConstraintError("an attribute of an expression")
+        return env[name]
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.BoolOp):
@@ -189,7 +192,8 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
         left = _eval(node.left, env)
         for op, comp in zip(node.ops, node.comparators):
             if isinstance(op, (ast.In, ast.NotIn)):
-                right = [e.value for e in comp.elts]
+                assert isinstance(comp, (ast.List, ast.Tuple))  # of constants: _check_node allows nothing else
+                right = [e.value for e in comp.elts if isinstance(e, ast.Constant)]
             else:
                 right = _eval(comp, env)
                 if isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)) and (

@@ -84,6 +84,7 @@ def storage_for(url: str, *, create: bool = True):
     being created (status/report/export must not create studies).
     """
     import optuna
+    import optuna.storages.journal
 
     path = journal_path(url)
     if path is not None:
@@ -118,7 +119,7 @@ def load_study(job: StudyJob):
         return optuna.load_study(study_name=job.study, storage=storage)
     except KeyError:
         raise RuntimeFailure(f"no study named {job.study!r} in {job.storage} (run `ncclsweep run` first)") from None
-    except Exception as exc:  # noqa: BLE001 - storage errors are runtime failures for the CLI
+    except Exception as exc:  # storage errors are runtime failures for the CLI
         raise RuntimeFailure(f"cannot open study {job.study!r} in {job.storage}: {exc}") from exc
 
 
@@ -270,7 +271,7 @@ def _hosts_with_concurrent_nodes(rows: list[TrialRow]) -> set[str]:
     for r in rows:
         start, end = parse_iso(r.started_at), parse_iso(r.ended_at)
         if r.node_id and start is not None and end is not None:
-            span = spans.setdefault(r.node, {}).setdefault(r.node_id, [start, end])
+            span = spans.setdefault(r.node or r.node_id, {}).setdefault(r.node_id, [start, end])
             span[0], span[1] = min(span[0], start), max(span[1], end)
     out = set()
     for host, by_id in spans.items():
@@ -300,13 +301,13 @@ def best_rows(rows: list[TrialRow], k: int = 1) -> list[TrialRow]:
     base = baseline_row(rows)
     reps = []
     for members in groups.values():
-        members = sorted(members, key=lambda r: (r.value, -r.number))
+        members = sorted(members, key=lambda r: (r.value or 0.0, -r.number))
         if base is not None and any(r.number == base.number for r in members):
             rep = base  # the baseline config is represented by the baseline trial, the study's reference
         else:
             rep = members[(len(members) - 1) // 2]  # lower median: no lucky winner
         reps.append(replace(rep, n_measurements=len(members)))
-    reps.sort(key=lambda r: (-r.value, r.number))
+    reps.sort(key=lambda r: (-(r.value or 0.0), r.number))  # ranked rows all have a value
     return reps[: max(0, int(k))]
 
 
@@ -438,8 +439,8 @@ def format_status(rows: list[TrialRow], width: int | None = None) -> str:
                  + f"; {counted} count toward the budget"
                  + (f"; {skipped} proposals never launched (infeasible or duplicate; in --json)" if skipped else ""))
     best = best_rows(rows, 1)
-    if best:
-        b = best[0]
+    b = best[0] if best else None
+    if b is not None and b.value is not None:
         ratio = f", {b.value / base_value:.2f}x baseline" if base_value else ""
         lines.append(f"best: trial {b.number} {b.value:.2f} tok/s{ratio}  {short_params(b.params)}")
     else:

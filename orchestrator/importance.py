@@ -46,7 +46,7 @@ def measured_points(rows: list[TrialRow]) -> list[tuple[dict[str, Any], float, b
     Ranked COMPLETE trials (not cache answers) and trials stopped early with their first
     sample; never a config that failed the correctness gate or NCCL verification.
     """
-    points = [(r.params, float(r.value), False) for r in outcome.rankable(rows)]
+    points = [(r.params, float(r.value), False) for r in outcome.rankable(rows) if r.value is not None]
     tainted = outcome.tainted_keys(rows)
     for r in rows:
         first = (r.metrics or {}).get("decode_tok_s")

@@ -109,7 +109,8 @@ from orchestrator.yaml_input import Section, did_you_mean, display_path, read_ya
 
 JOB_KEYS = ("study", "description", "output_dir", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
             "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
-            "allow_unsafe_nccl", "remeasure", "max_consecutive_failures", "pruning", "constraints", "hardware", "prescreen")
+            "allow_unsafe_nccl", "remeasure", "max_consecutive_failures", "pruning", "constraints", "hardware",
+            "prescreen")
 STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # and not "." or "..": the name is a folder name
 STUDY_RULE = "match [A-Za-z0-9_.-]+ and not be '.' or '..' (it names a folder: letters, digits, _ . -, no /)"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -395,7 +396,7 @@ def load_job(path: str | os.PathLike) -> Job:
     check_baseline(baseline, own, gpus, backend, file)
 
     # -- correctness (a reference config is checked like the baseline)
-    correctness = _correctness(top, job_path, allow_unsafe, backend, defaults, gpus)
+    correctness = _correctness(top, job_path, allow_unsafe, backend, defaults)
 
     # -- every config of the space, or every value against the baseline
     check_space_configs(space, baseline, backend, file, gpus)
@@ -405,8 +406,8 @@ def load_job(path: str | os.PathLike) -> Job:
                space=space, baseline=baseline, budget=budget, bench=bench, timeouts=timeouts, ray=ray,
                sampler=sampler, correctness=correctness, env=env, allow_unsafe_nccl=allow_unsafe,
                remeasure=remeasure, max_consecutive_failures=max_failures, pruning=pruning,
-               constraints=outcome_constraints, hardware=hardware, prescreen=prescreen, space_path=space_path, baseline_given=baseline_given,
-               description=description, _backend=backend)
+               constraints=outcome_constraints, hardware=hardware, prescreen=prescreen, space_path=space_path,
+               baseline_given=baseline_given, description=description, _backend=backend)
 
 
 @dataclass(frozen=True)
@@ -541,7 +542,8 @@ def _ray(top: Section) -> RaySettings:
     for name, amount in resources.items():
         if not isinstance(name, str) or isinstance(amount, bool) or not isinstance(amount, (int, float)) \
                 or amount <= 0:
-            raise sel.bad(f"resources.{name}", f"must be a positive number (a Ray resource amount), not {shown(amount)}")
+            raise sel.bad(f"resources.{name}",
+                          f"must be a positive number (a Ray resource amount), not {shown(amount)}")
     return RaySettings(address=address, parallel=parallel,
                        node_selector={"gpu_model": gpu_model, "resources": dict(resources)})
 
@@ -640,8 +642,7 @@ def _env(top: Section, allow_unsafe: bool) -> dict[str, str]:
     return out
 
 
-def _correctness(top: Section, job_path: Path, allow_unsafe: bool, backend, defaults: dict,
-                 gpus: int) -> CorrectnessSettings:
+def _correctness(top: Section, job_path: Path, allow_unsafe: bool, backend, defaults: dict) -> CorrectnessSettings:
     sec = top.section("correctness", ("enabled", "reference", "prompts", "check_tokens", "logprobs",
                                       "logprob_tolerance", "allow_repetitive_reference"))
     enabled = sec.flag("enabled", True)
@@ -650,8 +651,9 @@ def _correctness(top: Section, job_path: Path, allow_unsafe: bool, backend, defa
         ref = "baseline"
     if isinstance(ref, Mapping):
         own = config_mapping(ref, top.file, sec.key("reference"), allow_unsafe, space=None)
-        reference: str | dict = {**defaults, **own}
-        check_config(backend, reference, top.file, sec.key("reference"))
+        config = {**defaults, **own}
+        check_config(backend, config, top.file, sec.key("reference"))
+        reference: str | dict = config
     elif isinstance(ref, str) and ref.strip():
         if ref == "baseline":
             reference = "baseline"
@@ -682,6 +684,6 @@ def _correctness(top: Section, job_path: Path, allow_unsafe: bool, backend, defa
 
 __all__ = [
     "Job", "BackendSpec", "Budget", "BenchSettings", "Timeouts", "RaySettings", "SamplerSettings",
-    "CorrectnessSettings", "PruningSettings", "PrescreenSettings", "OutcomeConstraint", "load_job", "job_context", "SAMPLER_NAMES",
-    "DEFAULT_CHECK_PROMPTS", "DEFAULT_PROMPT",
+    "CorrectnessSettings", "PruningSettings", "PrescreenSettings", "OutcomeConstraint", "load_job", "job_context",
+    "SAMPLER_NAMES", "DEFAULT_CHECK_PROMPTS", "DEFAULT_PROMPT",
 ]

@@ -31,7 +31,7 @@ def nccl_value(var: str, value: Any, file: str, key: str) -> str:
         raise BadInput(msg, file=file, key=key) from None
 
 
-def refuse_unsafe(var: str, value: str, allow_unsafe: bool, file: str, key: str, job_file: str) -> None:
+def refuse_unsafe(var: str, value: str, allow_unsafe: bool, file: str | None, key: str, job_file: str) -> None:
     """BadInput for an NCCL value that can corrupt data on PCIe, unless ``allow_unsafe_nccl``."""
     if allow_unsafe:
         return
@@ -75,7 +75,7 @@ def config_mapping(raw: Any, file: str, prefix: str, allow_unsafe: bool, *, spac
                 raise BadInput(f"{value!r} is not in the space ({space.file} params.{name}); allowed: "
                                f"{param.allowed_text()}", file=file, key=key)
             if param.kind == "categorical":  # the choice's own spelling/type (YAML 1 vs true etc.)
-                value = next(c for c in param.choices if same(c, value))
+                value = next(c for c in param.choices or () if same(c, value))
         out[name] = value
     return out
 
@@ -182,5 +182,5 @@ def check_space_unsafe(space: SearchSpace, allow_unsafe: bool, job_file: str) ->
         return
     for p in space.params:
         if p.name.startswith("env.NCCL_") and p.kind == "categorical":
-            for i, value in enumerate(p.choices):
+            for i, value in enumerate(p.choices or ()):
                 refuse_unsafe(p.name[4:], value, False, space.file, f"params.{p.name}.choices[{i}]", job_file)

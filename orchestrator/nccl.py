@@ -99,7 +99,8 @@ def _as_text(value: Any) -> str:
     return str(value).strip()
 
 
-def _parse_list(name: str, text: str, elems: tuple[str, ...], nccl_version=None) -> list[tuple[str | None, bool, list[str]]]:
+def _parse_list(name: str, text: str, elems: tuple[str, ...],
+                nccl_version=None) -> list[tuple[str | None, bool, list[str]]]:
     """Parse NCCL's ``[prefix:][^]a,b;prefix:[^]c`` grammar into (prefix, exclude, elems)
     with canonical spellings; raises ValueError naming the rule and the bad token."""
     allowed = ", ".join(elems)

@@ -44,14 +44,14 @@ DEFAULT_SAMPLER = "tpe"
 MODEL_BASED = ("tpe", "gp")  # samplers that draw random start-up trials before modelling
 
 # Options each sampler accepts in ``options`` (the job's ``sampler.options``).
-_TPE_OPTIONS = {"multivariate": bool, "group": bool, "constant_liar": bool, "n_ei_candidates": int,
-                "n_startup_trials": int}
-_GP_OPTIONS = {"deterministic_objective": bool, "n_startup_trials": int}
-_NSGA2_OPTIONS = {"population_size": int, "mutation_prob": float, "crossover_prob": float,
-                  "swapping_prob": float}
-_BRUTEFORCE_OPTIONS = {"avoid_premature_stop": bool}
-OPTIONS = {"tpe": _TPE_OPTIONS, "gp": _GP_OPTIONS, "random": {}, "grid": {}, "bruteforce": _BRUTEFORCE_OPTIONS,
-           "nsga2": _NSGA2_OPTIONS}
+_TPE_OPTIONS: dict[str, type] = {"multivariate": bool, "group": bool, "constant_liar": bool, "n_ei_candidates": int,
+                                 "n_startup_trials": int}
+_GP_OPTIONS: dict[str, type] = {"deterministic_objective": bool, "n_startup_trials": int}
+_NSGA2_OPTIONS: dict[str, type] = {"population_size": int, "mutation_prob": float, "crossover_prob": float,
+                                   "swapping_prob": float}
+_BRUTEFORCE_OPTIONS: dict[str, type] = {"avoid_premature_stop": bool}
+OPTIONS: dict[str, dict[str, type]] = {"tpe": _TPE_OPTIONS, "gp": _GP_OPTIONS, "random": {}, "grid": {},
+                                       "bruteforce": _BRUTEFORCE_OPTIONS, "nsga2": _NSGA2_OPTIONS}
 
 
 def default_startup_trials(budget: int | None, space_size: int | None = None) -> int:
@@ -201,14 +201,14 @@ class _QuietGridSampler(optuna.samplers.GridSampler):
     when the space is exhausted (normalized configs, not raw grid points).
     """
 
-    def after_trial(self, study, trial, state, values) -> None:  # noqa: D102
+    def after_trial(self, study, trial, state, values) -> None:
         return None
 
 
 class _QuietBruteForceSampler(optuna.samplers.BruteForceSampler):
     """BruteForceSampler without ``study.stop()`` (see ``_QuietGridSampler``)."""
 
-    def after_trial(self, study, trial, state, values) -> None:  # noqa: D102
+    def after_trial(self, study, trial, state, values) -> None:
         return None
 
 

@@ -339,7 +339,7 @@ class SearchPolicy:
             names |= set(getattr(self.space, "checked_names", ())) | {name for name, _ in bans}
             allowed = None
             if names and self._enumeration() is not None:
-                seen = {}
+                seen: dict[str, Config] = {}
                 for raw, k in self._enum_raw:
                     if not hit(self._enum_norm[k], bans):
                         part = {n: raw[n] for n in sorted(names) if n in raw}
@@ -469,7 +469,8 @@ class SearchPolicy:
         Optuna params of its trial. A parameter it leaves unset stays unset (the backend's
         default, or NCCL's own for an NCCL variable): never sampled."""
         dists = self.space.distributions()
-        return {k: v for k, v in self.space.active(self.baseline).items() if k in dists and _contains(dists[k], v)}
+        return {k: v for k, v in self.space.active(self.baseline or {}).items()
+                if k in dists and _contains(dists[k], v)}
 
     def _fixed_baseline(self, trial: optuna.Trial) -> Config:
         """The baseline exactly, whatever the sampler would draw: its trial records only the
@@ -477,7 +478,7 @@ class SearchPolicy:
         dists = self.space.distributions()
         for name in self._baseline_params():
             _suggest(trial, name, dists[name])  # the enqueued fixed value, recorded as the trial's param
-        return dict(self.baseline)
+        return dict(self.baseline or {})
 
     def _enqueue_fill(self, remaining: list[str] | None) -> None:
         """Enqueue one unmeasured config (seeded) unless a fixed config is already waiting."""
@@ -504,7 +505,7 @@ class SearchPolicy:
 
     def _config_of(self, t: FrozenTrial) -> Config:
         key = t.user_attrs.get(ATTR_KEY)
-        return self._enum_norm.get(key) or t.user_attrs.get("config") or dict(t.params)
+        return (self._enum_norm.get(key) if key else None) or t.user_attrs.get("config") or dict(t.params)
 
     def _most_diverse(self, remaining: list[str], seen: list[Config]) -> str:
         """The unmeasured config farthest from every measured one (greedy maximin design).
@@ -716,7 +717,7 @@ class SearchPolicy:
     def prune_threshold(self, min_ratio: float = DEFAULT_PRUNE_RATIO) -> float | None:
         """``min_ratio`` x the best median so far (None before any COMPLETE trial)."""
         best = self.best()
-        return None if best is None else float(best.value) * min_ratio
+        return None if best is None or best.value is None else float(best.value) * min_ratio
 
     def earlier_timeouts(self, key: str, before: int) -> int:
         """Launches of the config ``key`` before trial ``before`` that timed out."""

@@ -100,7 +100,7 @@ def env_str(value: Any) -> str:
 
 def canonical_nccl(var: str, value: Any) -> str:
     """``nccl.validate_value`` for NCCL_* variables; raises ValueError with its message."""
-    from orchestrator import nccl  # noqa: PLC0415 - only spaces/jobs with NCCL values need it
+    from orchestrator import nccl  # only spaces/jobs with NCCL values need it
 
     return nccl.validate_value(var, env_str(value))
 
@@ -140,32 +140,40 @@ class Param:
     def condition(self) -> dict[str, tuple]:
         return dict(self.when)
 
+    def _bounds(self) -> tuple[int, int]:
+        """``low`` and ``high`` of an int parameter (the loader sets both for every one)."""
+        assert self.low is not None and self.high is not None, f"{self.name}: an int parameter without bounds"
+        return self.low, self.high
+
     def count(self) -> int:
         if self.kind == "categorical":
             return len(self.choices or ())
-        return (self.high - self.low) // self.step + 1
+        low, high = self._bounds()
+        return (high - low) // self.step + 1
 
     def values(self, limit: int | None = None) -> tuple | None:
         """Every value; None when there are more than ``limit``."""
         if limit is not None and self.count() > limit:
             return None
         if self.kind == "categorical":
-            return tuple(self.choices)
-        return tuple(range(self.low, self.high + 1, self.step))
+            return tuple(self.choices or ())
+        low, high = self._bounds()
+        return tuple(range(low, high + 1, self.step))
 
     def allows(self, value: Any) -> bool:
         if self.kind == "categorical":
-            return any(same(value, c) for c in self.choices)
+            return any(same(value, c) for c in self.choices or ())
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
             else:
                 return False
-        return self.low <= value <= self.high and (value - self.low) % self.step == 0
+        low, high = self._bounds()
+        return low <= value <= high and (value - low) % self.step == 0
 
     def allowed_text(self) -> str:
         if self.kind == "categorical":
-            return "one of " + ", ".join(repr(c) for c in self.choices)
+            return "one of " + ", ".join(repr(c) for c in self.choices or ())
         step = f" in steps of {self.step}" if self.step != 1 else ""
         return f"an integer from {self.low} to {self.high}{step}"
 
@@ -173,13 +181,15 @@ class Param:
         from optuna.distributions import CategoricalDistribution, IntDistribution
 
         if self.kind == "categorical":
-            return CategoricalDistribution(list(self.choices))
-        return IntDistribution(self.low, self.high, log=self.log, step=self.step)
+            return CategoricalDistribution(list(self.choices or ()))
+        low, high = self._bounds()
+        return IntDistribution(low, high, log=self.log, step=self.step)
 
     def suggest(self, trial) -> Any:
         if self.kind == "categorical":
-            return trial.suggest_categorical(self.name, list(self.choices))
-        return trial.suggest_int(self.name, self.low, self.high, step=self.step, log=self.log)
+            return trial.suggest_categorical(self.name, list(self.choices or ()))
+        low, high = self._bounds()
+        return trial.suggest_int(self.name, low, high, step=self.step, log=self.log)
 
 
 # ---- the space -----------------------------------------------------------------------------
@@ -362,8 +372,7 @@ class SearchSpace:
                                    file=self.file, key=key)
             elif len(c.params) == 1:
                 p = self._by_name[c.params[0]]
-                values = p.values(CHECK_LIMIT * 5)
-                for v in values or ():
+                for v in p.values(CHECK_LIMIT * 5) or ():
                     env = {**self.context, p.name: v}
                     try:
                         ok = c.evaluate(env)

@@ -166,7 +166,7 @@ class _Signals:
                 pass
         return self
 
-    def _handle(self, signum, frame) -> None:  # noqa: ARG002
+    def _handle(self, signum, frame) -> None:
         self.count += 1
         name = signal.Signals(signum).name
         if self.count == 1:
@@ -218,7 +218,8 @@ class StudyDriver:
                                          resources=sel.get("resources"), accelerator_type=sel.get("gpu_model"))
         return self._executor
 
-    def spec_for(self, number: int, config: dict, reference_texts: list[str] | None, prune_below: float | None) -> TrialSpec:
+    def spec_for(self, number: int, config: dict, reference_texts: list[str] | None,
+                 prune_below: float | None) -> TrialSpec:
         job = self.job
         corr = job.correctness
         return TrialSpec(
@@ -248,11 +249,12 @@ class StudyDriver:
         try:
             executor = self.make_executor()  # first: a cluster that cannot be reached leaves no study behind
             try:
-                sizing = dict(budget=self.trials or 50, space_size=job.space.size(),
-                              n_startup_trials=job.sampler.n_startup_trials, options=job.sampler.options)
-                sampler = make_sampler(job.sampler.name, seed=job.sampler.seed, search_space=job.space.distributions(),
-                                       **sizing)
-                startup = startup_trials(job.sampler.name, **sizing)  # what the sampler was built with
+                budget, space_size = self.trials or 50, job.space.size()
+                sampler = make_sampler(job.sampler.name, seed=job.sampler.seed, budget=budget, space_size=space_size,
+                                       n_startup_trials=job.sampler.n_startup_trials, options=job.sampler.options,
+                                       search_space=job.space.distributions())
+                startup = startup_trials(job.sampler.name, budget=budget, space_size=space_size,  # as built
+                                         n_startup_trials=job.sampler.n_startup_trials, options=job.sampler.options)
             except ValueError as exc:
                 raise BadInput(str(exc), file=str(job.path), key="sampler") from None
             study = open_study(job, sampler)
@@ -297,8 +299,13 @@ class StudyDriver:
         the baseline's own setting always stays (every result reads as x baseline)."""
         if not self.job.prescreen.enabled:
             return self.job.space
-        from orchestrator.prescreen import (PrescreenedSpace, dropped_settings, format_prescreen, run_prescreen,
-                                            setting_key)
+        from orchestrator.prescreen import (
+            PrescreenedSpace,
+            dropped_settings,
+            format_prescreen,
+            run_prescreen,
+            setting_key,
+        )
 
         stored = self.report_dir / "prescreen.json"
         if stored.exists():
@@ -551,11 +558,13 @@ class StudyDriver:
         if r.outcome == FAIL and final.blameless:
             self._record(policy, proposal, final)
             return None
-        why, warnings, golden = None, [], None
+        why: str | None = None
+        warnings: list[str] = []
+        golden: correctness.Golden | None = None
         if r.outcome == FAIL:
             why = f"it failed ({r.failure_kind}: {r.failure_reason})"
         else:
-            golden, why = self._calibrate(r.outputs or {}, proposal.number)
+            golden, why = self._calibrate(r.outputs or {})
             if golden is not None:
                 why, warnings = reference.unusable(golden, self.job.correctness.allow_repetitive_reference)
         if why:
@@ -563,14 +572,16 @@ class StudyDriver:
             policy.record(proposal, final.result, counted=False, blameless=True)
             self._progress_end(policy, proposal, final.result)
             raise RuntimeFailure(self._reference_stop(proposal.number, why))
+        assert golden is not None  # calibrate gives a reference or says why not
         study.set_user_attr(GOLDEN_ATTR, {**golden.to_dict(), "trial": proposal.number})
         final = dataclasses.replace(final, result=dataclasses.replace(
             r, warnings=[*r.warnings, *warnings],
-            correctness={"ok": True, "reference": True, "tolerance": golden.tolerance, "self_drift": golden.self_drift}))
+            correctness={"ok": True, "reference": True, "tolerance": golden.tolerance,
+                         "self_drift": golden.self_drift}))
         self._record(policy, proposal, final)
         return golden
 
-    def _calibrate(self, outputs: dict, number: int):
+    def _calibrate(self, outputs: dict) -> tuple[correctness.Golden | None, str | None]:
         if not outputs.get("reference"):
             return None, "it captured no outputs"
         return correctness.calibrate(self.job.correctness.prompts, outputs["first"], outputs["second"],
@@ -589,6 +600,7 @@ class StudyDriver:
         before anything else, captures and checks the golden reference (stored as an
         uncounted trial)."""
         config = self._reference_config()
+        assert config is not None  # called only when the job names a reference config
         launch = Launch.reference_config()
         spec = self.spec_for(launch.number, config, None, None)
         spec.check_prompts = list(self.job.correctness.prompts)
@@ -598,11 +610,13 @@ class StudyDriver:
         result = None
         while result is None:
             result = next((r for t, r in executor.wait(1.0) if t == ticket), None)
-        golden, why, warnings = None, None, []
+        why: str | None = None
+        warnings: list[str] = []
+        golden: correctness.Golden | None = None
         if result.outcome == FAIL:
             why = f"it failed ({result.failure_kind}: {result.failure_reason})"
         else:
-            golden, why = self._calibrate(result.outputs or {}, launch.number)
+            golden, why = self._calibrate(result.outputs or {})
             if golden is not None:
                 golden.source = "config"
                 why, warnings = reference.unusable(golden, self.job.correctness.allow_repetitive_reference)
@@ -610,6 +624,7 @@ class StudyDriver:
         if why:
             raise RuntimeFailure(f"stopping: the golden reference is unusable: the reference config "
                                  f"(correctness.reference, trial {number}) {why}; fix it or name another reference")
+        assert golden is not None  # calibrate gives a reference or says why not
         for w in warnings:
             self.say(f"warning: {w}")
         study.set_user_attr(GOLDEN_ATTR, {**golden.to_dict(), "trial": number})
@@ -617,10 +632,9 @@ class StudyDriver:
 
     def _other_nodes(self, executor: Executor, baseline: TrialResult) -> list[str]:
         """Matching nodes other than the baseline's: each repeats the baseline once."""
-        nodes = getattr(executor, "nodes", None)
-        if nodes is None or executor.slots < 2:
+        if executor.slots < 2:
             return []
-        return [n for n in nodes() if n != baseline.node.get("node_id")]
+        return [n for n in executor.nodes() if n != baseline.node.get("node_id")]
 
     def _store_repeat(self, study: optuna.Study, result: TrialResult) -> None:
         """A baseline repeat is a real measurement of the baseline's config on another node:
@@ -814,10 +828,3 @@ def _shares_departure(a: dict, b: dict, base: dict) -> bool:
     """Whether two configs depart from the baseline the same way somewhere (a parameter with
     the same non-baseline value in both): their agreement may then be that setting's doing."""
     return any(a.get(k, _NONE) == b.get(k, _NONE) != base.get(k, _NONE) for k in {*a, *b, *base})
-
-
-def _fmt_s(seconds: float) -> str:
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")

@@ -97,7 +97,7 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
     log_path = Path(spec.log_dir) / (spec.log_name or f"trial-{spec.number:04d}.log")
     proc, launch, env = prepare_server(backend, spec.config, spec.host, spec.env, log_path, spec.registry_dir)
     port = launch.port
-    common = dict(started_at=started, node=node, timing=timing)
+    common: dict[str, Any] = dict(started_at=started, node=node, timing=timing)
 
     def finish(result: TrialResult) -> TrialResult:
         timing["teardown_s"] = proc.stop(spec.teardown_grace_s)

@@ -23,7 +23,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from orchestrator.durations import parse_duration
 from orchestrator.errors import BadInput
@@ -114,7 +114,7 @@ def read_yaml_mapping(path: str | os.PathLike, *, file: str, what: str, allowed:
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"cannot read the {what} file: {exc}", file=file) from None
     try:
-        data = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_strict_loader())  # a SafeLoader subclass: safe
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -182,6 +182,11 @@ class Section:
     def raw(self, k: str, default: Any = None) -> Any:
         return self.data.get(k, default)
 
+    @overload
+    def integer(self, k: str, default: Any, *, low: int | None = ..., none_ok: Literal[False] = ...) -> int: ...
+    @overload
+    def integer(self, k: str, default: Any, *, low: int | None = ..., none_ok: bool) -> int | None: ...
+
     def integer(self, k: str, default: Any, *, low: int | None = None, none_ok: bool = False) -> int | None:
         value = self.data.get(k, default)
         if value is None and none_ok:
@@ -192,6 +197,13 @@ class Section:
         if low is not None and value < low:
             raise self.bad(k, f"must be {rule}, not {value}")
         return value
+
+    @overload
+    def number(self, k: str, default: Any, *, above: float | None = ..., at_most: float | None = ...,
+               none_ok: Literal[False] = ...) -> float: ...
+    @overload
+    def number(self, k: str, default: Any, *, above: float | None = ..., at_most: float | None = ...,
+               none_ok: bool) -> float | None: ...
 
     def number(self, k: str, default: Any, *, above: float | None = None, at_most: float | None = None,
                none_ok: bool = False) -> float | None:
@@ -216,6 +228,11 @@ class Section:
             raise self.bad(k, f"must be true or false, not {shown(value)}")
         return value
 
+    @overload
+    def text(self, k: str, default: Any, *, none_ok: Literal[False] = ..., nonempty: bool = ...) -> str: ...
+    @overload
+    def text(self, k: str, default: Any, *, none_ok: bool, nonempty: bool = ...) -> str | None: ...
+
     def text(self, k: str, default: Any, *, none_ok: bool = False, nonempty: bool = True) -> str | None:
         value = self.data.get(k, default)
         if value is None and none_ok:
@@ -224,6 +241,11 @@ class Section:
             rule = "a non-empty string" + (" or null" if none_ok else "")
             raise self.bad(k, f"must be {rule}, not {shown(value)}")
         return value
+
+    @overload
+    def duration(self, k: str, default: Any, *, none_ok: Literal[False] = ...) -> float: ...
+    @overload
+    def duration(self, k: str, default: Any, *, none_ok: bool) -> float | None: ...
 
     def duration(self, k: str, default: Any, *, none_ok: bool = False) -> float | None:
         value = self.data.get(k, default)

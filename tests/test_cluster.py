@@ -283,7 +283,7 @@ def test_a_dead_worker_is_node_lost_and_the_slots_shrink(error):
     assert result.failure_kind == "node-lost" and "continuing on 0 nodes" in result.failure_reason
     ex._refreshed = 0  # the next look at the nodes is not rate-limited
     with pytest.raises(RuntimeFailure, match="no Ray node that matches this job is left"):
-        ex.slots
+        _ = ex.slots
 
 
 def test_parallel_caps_at_what_the_nodes_hold_and_spreads_first():

@@ -101,7 +101,8 @@ def test_a_loss_is_only_claimed_beyond_noise():
                     "best": {10: [108.5, 89.0, 126.5, 99.5, 116.0]}})
     text = format_compare(steady)
     assert steady["intervals"]["10"]["verdict"] == "slower"
-    assert "The best config is SLOWER than the baseline beyond noise at concurrency 10 (0.899x, 95% CI 0.890-0.908x)." in text
+    assert ("The best config is SLOWER than the baseline beyond noise at concurrency 10 "
+            "(0.899x, 95% CI 0.890-0.908x).") in text
 
 
 def test_a_config_against_itself_is_never_a_verdict():

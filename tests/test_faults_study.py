@@ -16,7 +16,8 @@ pytestmark = pytest.mark.slow
 
 SPACE = """\
 params:
-  backend.fault: {choices: [none, crash-on-start, hang-on-start, hang-in-decode, garbage, "slow-start:3", "crash-after:2"]}
+  backend.fault:
+    choices: [none, crash-on-start, hang-on-start, hang-in-decode, garbage, "slow-start:3", "crash-after:2"]
 """
 EXPECTED = {
     "none": ("COMPLETE", None),

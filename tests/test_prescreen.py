@@ -35,7 +35,8 @@ def test_drop_rule_keeps_the_fastest_and_drops_failures():
 @pytest.mark.slow
 def test_probe_measures_each_setting_in_fresh_processes(tmp_path):
     job = load_job(write_job(tmp_path, study="ps", space_text=SPACE, baseline={"tp_size": 1}))
-    data = run_prescreen(job, iters=30, measured={2: ({"tp_size": 2, "env.NCCL_PROTO": "LL"}, 50.0)}, say=lambda _: None)
+    data = run_prescreen(job, iters=30, measured={2: ({"tp_size": 2, "env.NCCL_PROTO": "LL"}, 50.0)},
+                         say=lambda _: None)
     rows = data["rows"]
     assert sorted(r["env.NCCL_PROTO"] for r in rows) == ["LL", "Simple"]
     assert all(r["ok"] and r["latency_us"] > 0 and len(r["samples_us"]) == 30 for r in rows)

@@ -95,7 +95,8 @@ def test_a_garbage_baseline_stops_the_study_before_the_budget_is_spent(tmp_path,
     """Acceptance: the baseline is the reference server with its shard-order bug. The first
     two configs compared with it (no fault; a slow start) agree with each other and not
     with it: the study stops with one line, spends 3 of 6 trials, bans nothing."""
-    space = 'params:\n  backend.fault: {choices: [garbage, none, "slow-start:1"]}\n  backend.threads: {choices: [1, 2]}\n'
+    space = ('params:\n  backend.fault: {choices: [garbage, none, "slow-start:1"]}\n'
+             '  backend.threads: {choices: [1, 2]}\n')
     job_path = write_job(tmp_path, study="garbage-baseline", space_text=space,
                          baseline={"backend.fault": "garbage", "backend.threads": 1},
                          budget={"trials": 6}, sampler={"name": "tpe", "seed": 0})

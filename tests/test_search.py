@@ -8,8 +8,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from orchestrator.records import COMPLETE, FAIL, PRUNED, TrialResult, config_key
 from orchestrator.history import trial_rows
+from orchestrator.records import COMPLETE, FAIL, PRUNED, TrialResult, config_key
 from orchestrator.search import CONSTRAINT, DEFAULT_PRUNE_RATIO, Proposal, SearchPolicy, early_stop
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)

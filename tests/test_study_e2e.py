@@ -88,7 +88,8 @@ def test_short_study_runs_resumes_and_exports(tmp_path, ray_local, no_leftover_s
     assert f"| Concurrency | baseline | best | Improvement | trial {other} |" in table
     data = json.loads((tmp_path / "reports" / "e2e" / "compare.json").read_text())
     assert data["best_trial"] == ranked[0] and [o["trial"] for o in data["others"]] == [other]
-    assert all(v > 0 for v in [*data["baseline"].values(), *data["best"].values(), *data["others"][0]["median"].values()])
+    medians = [*data["baseline"].values(), *data["best"].values(), *data["others"][0]["median"].values()]
+    assert all(v > 0 for v in medians)
     assert run_cli("compare", str(job_path), "--also", "999")[0] == 2
 
 
@@ -110,7 +111,8 @@ def test_export_round_trips_into_bench_and_a_changed_space_is_refused(tmp_path, 
             assert measured["config"][key] == value
 
     # the same study name with another space is refused (exit 2), not silently mixed
-    (tmp_path / "space.yaml").write_text("params:\n  tp_size: {choices: [1, 2]}\n  backend.max_batch: {choices: [8, 16]}\n")
+    (tmp_path / "space.yaml").write_text("params:\n  tp_size: {choices: [1, 2]}\n"
+                                         "  backend.max_batch: {choices: [8, 16]}\n")
     code, _ = run_cli("run", str(job_path))
     assert code == 2
 
@@ -142,7 +144,8 @@ def test_outcome_constraint_makes_a_config_that_loses_under_load_infeasible(tmp_
     breaks "no worse than 0.9x baseline at concurrency 8" and can never be best."""
     job_path = write_job(tmp_path, study="constrained", space_text="params:\n  backend.max_batch: {choices: [1, 8]}\n",
                          baseline={"backend.max_batch": 8}, budget={"trials": 2},
-                         bench={"output_tokens": 24, "warmup": 1, "repeats": 2, "max_repeats": 2, "concurrency": [1, 8]},
+                         bench={"output_tokens": 24, "warmup": 1, "repeats": 2, "max_repeats": 2,
+                                "concurrency": [1, 8]},
                          constraints=[{"concurrency": 8, "min_ratio": 0.9}])
     job = load_job(job_path)
     StudyDriver(job, out=io.StringIO()).run()

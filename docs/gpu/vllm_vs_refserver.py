@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from orchestrator import bench, correctness  # noqa: E402
-from orchestrator.backends import get_backend_class  # noqa: E402
-from orchestrator.backends.base import LaunchSpec  # noqa: E402
-from orchestrator.server import ServerProcess, free_port  # noqa: E402
+from orchestrator import bench, correctness
+from orchestrator.backends import get_backend_class
+from orchestrator.backends.base import LaunchSpec
+from orchestrator.server import ServerProcess, free_port
 
 PROMPTS = [
     "The capital of France is",
@@ -73,7 +73,7 @@ def main() -> int:
     servers = _servers(args, logs)
     result: dict = {"prompts": PROMPTS}
     try:
-        for name, sp in servers.items():
+        for sp in servers.values():
             sp.start()
         for name, sp in servers.items():
             result[f"{name}_ready_s"] = round(sp.wait_ready(900), 1)

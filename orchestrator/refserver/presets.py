@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 # Special token ids of the byte-level tokenizer (see tokenizer.py); every vocab must hold them.
 NUM_BYTE_TOKENS = 256
@@ -116,7 +117,7 @@ class ModelDims:
 
     def with_overrides(self, **overrides: int | None) -> ModelDims:
         """A copy with the given non-None fields replaced (explicit dims over a preset)."""
-        changes = {k: v for k, v in overrides.items() if v is not None}
+        changes: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
         return dataclasses.replace(self, **changes) if changes else self
 
     def model_facts(self, dtype: str = "bfloat16") -> dict:

@@ -17,27 +17,17 @@ Markdown and to HTML, so the two always say the same thing.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from orchestrator import history
 from orchestrator.importance import knob_effects
 from orchestrator.records import TrialRow
 from orchestrator.report.document import render_html, render_markdown
 from orchestrator.report.plots import PLOTS, write_plots
-from orchestrator.report.sections import build_blocks
+from orchestrator.report.sections import ReportJob, build_blocks
 from orchestrator.report.trials_csv import trials_frame
 
 __all__ = ["ReportJob", "write_report"]
-
-
-class ReportJob(Protocol):
-    """The job fields the report reads (``orchestrator.job.Job`` has them)."""
-
-    study: str
-    storage: str
-    report_dir: Path
-    backend: Any  # BackendSpec(kind, settings) or a Backend instance
-    env: dict[str, str]
 
 
 def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: Any = None,

@@ -95,7 +95,7 @@ def plot_history(rows: list[TrialRow], path: Path) -> None:
     for r in rows:
         if r.state not in (COMPLETE, FAIL, PRUNED):
             continue
-        if r.number in eligible and (best is None or r.value > best):
+        if r.number in eligible and r.value is not None and (best is None or r.value > best):
             best = r.value
         if best is not None:
             best_x.append(r.number)

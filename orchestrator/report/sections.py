@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator import bans as value_bans
 from orchestrator import history, outcome
@@ -42,6 +42,16 @@ from orchestrator.report import document as doc
 from orchestrator.report.document import Block, clip
 from orchestrator.report.plots import trial_spans
 from orchestrator.verdict import FASTER, SLOWER, WITHIN_NOISE, describe, interval_text, ratio_interval, verdict
+
+
+class ReportJob(Protocol):
+    """The job fields the report reads (``orchestrator.job.Job`` has them)."""
+
+    study: str
+    storage: str
+    report_dir: Path
+    backend: Any  # BackendSpec(kind, settings) or a Backend instance
+    env: dict[str, str]
 
 
 def _tok(v: float | None) -> str:
@@ -175,7 +185,8 @@ def _top_table(rows, best, base) -> list[Block]:
     for i, r in enumerate(best, 1):
         table.append([i, r.number, _tok(r.value), _pct(r.spread), _ratio(r.value, base_v),
                       _noise_words(base, r) if base_v else "-", r.n_measurements,
-                      f"`{short_params(r.params)}`" + (" (baseline)" if base and r.config_key == base.config_key else "")])
+                      f"`{short_params(r.params)}`"
+                      + (" (baseline)" if base and r.config_key == base.config_key else "")])
     return [doc.heading(2, f"Top {len(best)} configs"),
             doc.table(["Rank", "Trial", "tok/s", "Spread", "x baseline", "vs baseline", "Measured", "Config"], table)
             ] + _ties_with_best(best)
@@ -189,9 +200,10 @@ def _ties_with_best(best: list[TrialRow]) -> list[Block]:
         return []
     differ = sorted({k for r in ties for k in set(r.params) | set(top.params)
                      if r.params.get(k) != top.params.get(k)}, key=lambda k: history._param_order((k, None)))
+    values = [r.value for r in ties if r.value is not None]  # ranked rows: every one has a value
     return [doc.para(f"Within the noise of the best (trial {top.number}): trial(s) "
-               f"{', '.join(str(r.number) for r in ties)} ({_tok(min(r.value for r in ties))}-"
-               f"{_tok(max(r.value for r in ties))} tok/s), differing from it in {', '.join(differ)}. "
+               f"{', '.join(str(r.number) for r in ties)} ({_tok(min(values))}-"
+               f"{_tok(max(values))} tok/s), differing from it in {', '.join(differ)}. "
                "Single-request decode cannot rank them: choose by the concurrency you serve "
                "(`ncclsweep compare JOB --also ties` measures them beside the best).")]
 
@@ -246,7 +258,8 @@ def _nccl_warnings(rows, best) -> list[Block]:
     if not flagged:
         versions = sorted({str(r.nccl.get("version")) for r in rows if (r.nccl or {}).get("version")})
         seen = f" (NCCL {', '.join(versions)})" if versions else ""
-        return out + [doc.para(f"No warnings: every requested NCCL setting was confirmed in the logs where NCCL ran{seen}.")]
+        return out + [doc.para("No warnings: every requested NCCL setting was confirmed in the logs where NCCL "
+                               f"ran{seen}.")]
     best_keys = {b.config_key for b in best[:1]}
     table = []
     for r in flagged:
@@ -256,7 +269,8 @@ def _nccl_warnings(rows, best) -> list[Block]:
     return out + [doc.table(["Trial", "State", "Warning"], table)]
 
 
-def _resolve_bandwidth(job, rows, best, bandwidth_bytes_s) -> tuple[float | None, str]:
+def _resolve_bandwidth(job: ReportJob, rows: list[TrialRow], best: list[TrialRow],
+                       bandwidth_bytes_s: float | None) -> tuple[float | None, str]:
     if bandwidth_bytes_s:
         return float(bandwidth_bytes_s), "given"
     declared = _job_value(job, "memory_bandwidth_bytes_s", "memory_bandwidth", "mem_bandwidth", "bandwidth")
@@ -273,7 +287,8 @@ def _resolve_bandwidth(job, rows, best, bandwidth_bytes_s) -> tuple[float | None
     return None, ""
 
 
-def _resolve_latency(job, best, allreduce_latency_s, report_dir: Path) -> tuple[float | None, str]:
+def _resolve_latency(job: ReportJob, best: list[TrialRow], allreduce_latency_s: float | None,
+                     report_dir: Path) -> tuple[float | None, str]:
     """(all-reduce latency in s, where it came from): given, declared, stored, pre-screened."""
     if allreduce_latency_s is not None:
         return float(allreduce_latency_s), "given"
@@ -304,7 +319,8 @@ def _prescreened_latency(path: Path, params: dict[str, Any]) -> tuple[float | No
     return None, ""
 
 
-def _ceiling(job, rows, best, backend, bandwidth_bytes_s, allreduce_latency_s,
+def _ceiling(job: ReportJob, rows: list[TrialRow], best: list[TrialRow], backend: Any,
+             bandwidth_bytes_s: float | None, allreduce_latency_s: float | None,
              report_dir: Path) -> tuple[list[Block], dict | None]:
     out: list[Block] = [doc.heading(2, "Ceiling")]
     facts: dict[str, Any] = {}
@@ -325,11 +341,13 @@ def _ceiling(job, rows, best, backend, bandwidth_bytes_s, allreduce_latency_s,
     if not facts.get("bytes_per_token") or not bw:
         missing = [m for m, ok in (("the model's bytes read per decoded token (backend model facts)",
                                     facts.get("bytes_per_token")), ("the GPUs' memory bandwidth", bw)) if not ok]
-        return out + [doc.para("Not computed: " + " and ".join(missing) + (" are" if len(missing) > 1 else " is") + " unknown. "
-                         "Declare the GPUs' memory bandwidth in the job (`memory_bandwidth`, e.g. `4.8 TB/s`) "
-                         "to get it.")], None
+        are = " are" if len(missing) > 1 else " is"
+        return out + [doc.para("Not computed: " + " and ".join(missing) + are + " unknown. "
+                               "Declare the GPUs' memory bandwidth in the job (`memory_bandwidth`, e.g. `4.8 TB/s`) "
+                               "to get it.")], None
     latency, latency_source = _resolve_latency(job, best, allreduce_latency_s, report_dir)
     c = ceiling_for(facts, bw, tp=tp, allreduce_latency_s=latency)
+    assert c is not None and b.value is not None  # bytes and bandwidth are known; a ranked row has a value
     frac = b.value / c["ceiling_tok_s"]
     c["best_fraction"] = frac
     lines = [
@@ -382,6 +400,13 @@ def _compare(report_dir: Path) -> list[Block]:
             if not vals:
                 vals = [float(v) for v in ((data.get(f"{which}_samples") or {}).get(c) or []) if v is not None]
             ranges[(which, c)] = vals
+    def fmt(which: str, c: str, v: float | None) -> str:
+        if v is None:
+            return "-"
+        rng = ranges.get((which, c))
+        extra = f" ({min(rng):.1f}-{max(rng):.1f}, {len(rng)} rounds)" if rng and len(rng) > 1 else ""
+        return f"{v:.1f} tok/s{extra}"
+
     table = []
     for c in levels:
         bv, wv = base.get(c), best.get(c)
@@ -389,16 +414,9 @@ def _compare(report_dir: Path) -> list[Block]:
         if verdicts[c]["verdict"] == SLOWER:
             cell = f"**{cell}**"
 
-        def fmt(which, v):
-            if v is None:
-                return "-"
-            rng = ranges.get((which, c))
-            extra = f" ({min(rng):.1f}-{max(rng):.1f}, {len(rng)} rounds)" if rng and len(rng) > 1 else ""
-            return f"{v:.1f} tok/s{extra}"
-
         other_cells = [vs_best(_by_conc(o.get("median")).get(c), (o.get("vs_best") or {}).get(c))
                        if c in (o.get("median") or {}) else "-" for o in others]
-        table.append([c, fmt("baseline", bv), fmt("best", wv), cell] + other_cells)
+        table.append([c, fmt("baseline", c, bv), fmt("best", c, wv), cell] + other_cells)
     out.append(doc.table(["Concurrency", "baseline", "best", "Improvement"]
                       + [f"trial {o.get('trial')}" for o in others], table))
     if others:
@@ -443,7 +461,7 @@ def _by_node(rows) -> list[Block]:
         mine = [r for r in reps if r.node == node]
         if mine:
             spreads = [r.spread for r in mine if r.spread is not None]
-            per_node[node] = (statistics.median(r.value for r in mine),
+            per_node[node] = (statistics.median(r.value for r in mine if r.value is not None),
                               statistics.median(spreads) if spreads else None, len(mine))
             samples[node] = [v for r in mine for v in history.decode_samples(r)]
     table = []
@@ -453,7 +471,7 @@ def _by_node(rows) -> list[Block]:
         done = [r for r in mine if r.state == COMPLETE]
         base = per_node.get(node)
         table.append([node, len(mine), len(done), sum(1 for r in mine if r.state == FAIL),
-                      _tok(max((r.value for r in done if r.number in rankable), default=None)),
+                      _tok(max((r.value for r in done if r.number in rankable and r.value is not None), default=None)),
                       f"{base[0]:.2f} {_pct(base[1])} (n={base[2]})" if base else "not measured here"])
     out: list[Block] = [doc.heading(2, "By node"),
                         doc.table(["Node", "Trials", "COMPLETE", "FAIL", "Best tok/s", "Baseline repeats"], table)]
@@ -510,7 +528,7 @@ def _fmt_value(v: Any) -> str:
     return str(int(v)) if isinstance(v, bool) else str(v)
 
 
-def build_blocks(job: Any, rows: list[TrialRow], report_dir: Path, backend: Any = None,
+def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend: Any = None,
                  bandwidth_bytes_s: float | None = None, allreduce_latency_s: float | None = None,
                  importance: tuple[list[KnobEffect], list[str]] | None = None) -> tuple[list[Block], dict]:
     """The report's content (blocks) and a summary dict (best, baseline, ceiling, ...)."""

@@ -214,9 +214,9 @@ def test_a_study_tunes_the_real_llama_server(tmp_path, ray_local):
     import io
     import time
 
-    from conftest import server_processes, write_job
     from tiny_gguf import write_tiny_llama
 
+    from conftest import server_processes, write_job
     from orchestrator.history import trial_rows
     from orchestrator.job import load_job
     from orchestrator.study import StudyDriver, open_study

@@ -6,10 +6,11 @@
 Renders the page with ``chromium --headless --screenshot`` (device scale 1, a window tall
 enough for the plot gallery), then, for every PNG embedded in the page, takes its most
 frequent saturated colours (plot marks: points, bars, lines; colours no other plot uses
-first) and counts those exact colours in the screenshot. The report shows images at their natural size, so a plot that is drawn
-puts at least as many pixels of those colours on screen as it has itself (summed over the
-plots that share a colour); a broken, missing or blank image does not. Exit 0 when every
-plot is visible, 1 otherwise (the reason printed), 2 when Chromium is missing.
+first) and counts those exact colours in the screenshot. The report shows images at their
+natural size, so a plot that is drawn puts at least as many pixels of those colours on
+screen as it has itself (summed over the plots that share a colour); a broken, missing or
+blank image does not. Exit 0 when every plot is visible, 1 otherwise (the reason printed),
+2 when Chromium is missing.
 
 Needs ``chromium`` on PATH (Debian: ``apt-get install -y chromium``) and matplotlib (for
 PNG decoding, already a dependency of ncclsweep).
@@ -111,7 +112,8 @@ def check_report_html(html_path: str | Path, screenshot_path: str | Path | None 
     details, missing = [], []
     for i, counts in enumerate(per_image):
         # prefer colours no other plot uses, so a missing plot is named, not its neighbours
-        ranked = sorted(((c, n) for c, n in counts.items() if n >= MIN_PIXELS), key=lambda cn: (total[cn[0]] > cn[1], -cn[1]))
+        ranked = sorted(((c, n) for c, n in counts.items() if n >= MIN_PIXELS),
+                        key=lambda cn: (total[cn[0]] > cn[1], -cn[1]))
         marks = ranked[:COLOURS_PER_IMAGE]
         checks = [{"colour": f"#{c:06x}", "in_plot": n, "expected": total[c], "seen": seen.get(c, 0)} for c, n in marks]
         visible = bool(checks) and all(ch["seen"] >= SHOWN_FRACTION * ch["expected"] for ch in checks)

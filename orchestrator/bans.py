@@ -30,6 +30,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from orchestrator.records import TrialRow
+
 START_KINDS = ("start-crash", "nccl-invalid")
 MAX_CONSISTENT_FAILURES = 2
 _ERROR_LINE = re.compile(r"error|warn|invalid|unrecogni[sz]ed|fault|refus|not supported|exiting|fatal|abort|"
@@ -37,10 +39,10 @@ _ERROR_LINE = re.compile(r"error|warn|invalid|unrecogni[sz]ed|fault|refus|not su
 _HEADER = "# ncclsweep:"  # the launch command the server log starts with: names every value
 
 
-def _error_text(row: dict[str, Any]) -> str:
-    lines = [ln for ln in (row.get("log_tail") or "").splitlines()
+def _error_text(row: TrialRow) -> str:
+    lines = [ln for ln in (row.log_tail or "").splitlines()
              if not ln.startswith(_HEADER) and _ERROR_LINE.search(ln)]
-    return "\n".join([row.get("failure_reason") or "", *lines])
+    return "\n".join([row.failure_reason or "", *lines])
 
 
 def _named(value: Any, text: str) -> bool:
@@ -51,44 +53,44 @@ def _named(value: Any, text: str) -> bool:
     return re.search(rf"(?<![\w.-]){re.escape(value)}(?![\w-])", text, re.IGNORECASE) is not None
 
 
-def implicated(row: dict[str, Any]) -> list[tuple[str, Any]]:
+def implicated(row: TrialRow) -> list[tuple[str, Any]]:
     """The (param, value) pairs a failed launch's log attributes its start-up failure to."""
-    if row.get("state") != "FAIL" or row.get("failure_kind") not in START_KINDS:
+    if row.state != "FAIL" or row.failure_kind not in START_KINDS:
         return []
-    params = row.get("params") or {}
+    params = row.params or {}
     text = _error_text(row)
     named = [(k, v) for k, v in params.items() if _named(v, text)]
-    if row["failure_kind"] == "nccl-invalid" and not any(k.startswith("env.NCCL_") for k, _ in named):
+    if row.failure_kind == "nccl-invalid" and not any(k.startswith("env.NCCL_") for k, _ in named):
         named += [(k, v) for k, v in params.items() if k.startswith("env.NCCL_")]
     return named
 
 
-def _started(row: dict[str, Any]) -> bool:
+def _started(row: TrialRow) -> bool:
     """A launch that got past start-up with its config (so none of its values crashes it)."""
-    if row.get("state") in ("COMPLETE", "PRUNED"):
+    if row.state in ("COMPLETE", "PRUNED"):
         return True
-    return row.get("state") == "FAIL" and row.get("failure_kind") in ("bench-timeout", "bench-error", "wrong-output")
+    return row.state == "FAIL" and row.failure_kind in ("bench-timeout", "bench-error", "wrong-output")
 
 
-def banned_values(rows: list[dict[str, Any]]) -> dict[tuple[str, Any], str]:
+def banned_values(rows: list[TrialRow]) -> dict[tuple[str, Any], str]:
     """{(param, value): why} for values that consistently crashed servers at start."""
-    launched = [r for r in rows if r.get("counted") and r.get("cached_from") is None and not r.get("skipped")]
-    carried: dict[tuple[str, Any], list[dict[str, Any]]] = {}  # start failures of launches with the value
+    launched = [r for r in rows if r.counted and r.cached_from is None and not r.skipped]
+    carried: dict[tuple[str, Any], list[TrialRow]] = {}  # start failures of launches with the value
     named: set[tuple[str, Any]] = set()  # values some start failure's log attributes it to
     for r in launched:
-        if r.get("state") == "FAIL" and r.get("failure_kind") in START_KINDS:
-            for k, v in (r.get("params") or {}).items():
+        if r.state == "FAIL" and r.failure_kind in START_KINDS:
+            for k, v in (r.params or {}).items():
                 carried.setdefault(_key(k, v), []).append(r)
             named |= {_key(*pair) for pair in implicated(r)}
-    ok = {_key(k, v) for r in launched if _started(r) for k, v in (r.get("params") or {}).items()}
+    ok = {_key(k, v) for r in launched if _started(r) for k, v in (r.params or {}).items()}
     out = {}
     for pair in named - ok:
         rows_ = carried[pair]
         if len(rows_) >= MAX_CONSISTENT_FAILURES:
             first = next(r for r in rows_ if pair in {_key(*p) for p in implicated(r)})
-            out[pair] = (f"{len(rows_)} launches with it failed at start, and none got past it ({first['failure_kind']}: "
-                         f"{(first.get('failure_reason') or '')[:100]}; trials "
-                         f"{', '.join(str(r['number']) for r in rows_)})")
+            out[pair] = (f"{len(rows_)} launches with it failed at start, and none got past it ({first.failure_kind}: "
+                         f"{(first.failure_reason or '')[:100]}; trials "
+                         f"{', '.join(str(r.number) for r in rows_)})")
     return out
 
 

@@ -702,7 +702,7 @@ def _summary(results: list[RequestResult], concurrency: int, n_requests: int, wa
         "wall_s": wall,
         "total_tok_s": total / wall if wall > 0 else None,
         "tpot_s": _median(tpots),
-        "decode_tok_s": (1.0 / _median(tpots)) if tpots else None,
+        "decode_tok_s": (1.0 / tpot) if (tpot := _median(tpots)) is not None else None,
         "ttft_s": _median([r.ttft_s for r in good if r.ttft_s is not None]),
     }
 
@@ -748,7 +748,7 @@ def _post_json(base_url: str, body: dict[str, Any], timeout_s: float) -> tuple[i
             resp = call.post("/v1/completions", body)
             call.tighten()
             raw = resp.read()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise RequestFailed(_classify(exc, call.timed_out())) from exc
         if call.expired:
             raise RequestFailed(TIMEOUT)
@@ -797,7 +797,8 @@ def greedy_outputs(
             out.append(item)
             continue
         if status != 200:
-            item["error"] = _http_error(status, json.dumps(data).encode() if not isinstance(data, str) else data.encode())
+            reply = json.dumps(data).encode() if not isinstance(data, str) else data.encode()
+            item["error"] = _http_error(status, reply)
         else:
             try:
                 choice = data["choices"][0]

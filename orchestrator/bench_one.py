@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator import correctness
+from orchestrator import correctness, nccl
 from orchestrator.errors import BadInput, ConfigRejected, NcclsweepError
 from orchestrator.records import TrialResult
 from orchestrator.trial import TrialSpec, run_trial
@@ -27,14 +27,14 @@ from orchestrator.trial import TrialSpec, run_trial
 def check_overrides(job, overrides: dict[str, Any], source: str) -> dict[str, Any]:
     """``overrides`` (from ``source``: "--set" or the config file) checked one by one like the
     job's ``baseline:``; BadInput names the pair (``--set tp=2: unknown parameter ...``)."""
-    from orchestrator.job import _config_mapping, _raw_message
+    from orchestrator.job_checks import config_mapping, raw_message
 
     out: dict[str, Any] = {}
     for name, value in overrides.items():
         try:
-            out.update(_config_mapping({name: value}, str(job.path), "_", job.allow_unsafe_nccl, space=job.space))
+            out.update(config_mapping({name: value}, str(job.path), "_", job.allow_unsafe_nccl, space=job.space))
         except BadInput as exc:
-            raise BadInput(f"{source} {name}={value}: {_raw_message(exc)}") from None
+            raise BadInput(f"{source} {name}={value}: {raw_message(exc)}") from None
     return out
 
 
@@ -75,7 +75,7 @@ def bench_config(job, overrides: dict[str, Any], number: int = 0, verify_nccl: b
     config = resolve_config(job, overrides)
     env = dict(job.env)
     if verify_nccl:  # per-call choices: a separate launch, never a timed trial (TUNING logs every call)
-        env.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,ENV,TUNING")
+        env.update(nccl.debug_env(tuning=True))
     report_dir = Path(job.report_dir).resolve()
     spec = TrialSpec(
         number=number, config=config, backend_kind=job.backend.kind, backend_settings=dict(job.backend.settings),

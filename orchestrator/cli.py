@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _interrupt(signum, frame) -> None:  # noqa: ARG001
+def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
@@ -267,7 +267,7 @@ def cmd_status(args) -> int:
     job = _load(args.job)
     rows = trial_rows(open_study(job, create=False))
     if args.json:
-        print(json.dumps(rows, indent=2, default=str))
+        print(json.dumps([r.to_json() for r in rows], indent=2, default=str))
     else:
         print(format_status(rows))
     return 0
@@ -374,15 +374,15 @@ def cmd_prescreen(args) -> int:
     from orchestrator.prescreen import require_device
 
     require_device(job, job.backend_obj().device())  # at once, before anything is launched
-    measured = {}
+    measured: dict[int, tuple[dict, float]] = {}
     try:  # a finished study gives "the rest" of a step, for the predicted decode tok/s
         from orchestrator.history import trial_rows
         from orchestrator.study import open_study
 
         for row in trial_rows(open_study(job, create=False)):
-            tp = int(row["params"].get("tp_size", 1))
-            if row["state"] == "COMPLETE" and row["value"] and (tp not in measured or row["value"] > measured[tp][1]):
-                measured[tp] = (row["params"], row["value"])
+            tp = int(row.params.get("tp_size", 1))
+            if row.state == "COMPLETE" and row.value and (tp not in measured or row.value > measured[tp][1]):
+                measured[tp] = (row.params, row.value)
     except NcclsweepError:
         pass
     data = run_prescreen(job, iters=args.iters, measured=measured, say=lambda line: print(line, file=sys.stderr))

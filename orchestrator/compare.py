@@ -26,13 +26,16 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from orchestrator import bench, verdict
+from orchestrator import atomic, bench, verdict
 from orchestrator.errors import BadInput, RuntimeFailure
-from orchestrator import atomic
+from orchestrator.records import TrialRow
 from orchestrator.server import ServerError
 from orchestrator.trial import prepare_server
+
+if TYPE_CHECKING:
+    from orchestrator.job import Job
 
 # Rounds of interleaved launches. A t-interval from n rounds has half-width
 # t(0.975, n-1) * sd / sqrt(n): 9.0 sd at 2 rounds (no verdict possible), 2.5 at 3, 1.6 at 4,
@@ -40,7 +43,7 @@ from orchestrator.trial import prepare_server
 DEFAULT_ROUNDS = 5
 
 
-def measure_levels(job, config: dict, levels: list[int], label: str, round_no: int) -> dict[int, dict[str, Any]]:
+def measure_levels(job: Job, config: dict, levels: list[int], label: str, round_no: int) -> dict[int, dict[str, Any]]:
     """One launch of ``config``; total output tok/s at each concurrency level."""
     backend = job.backend_obj()
     report_dir = Path(job.report_dir).resolve()
@@ -63,25 +66,26 @@ def measure_levels(job, config: dict, levels: list[int], label: str, round_no: i
     return out
 
 
-def run_compare(job, levels: list[int] | None = None, rounds: int | None = None, say=print,
+def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = None, say=print,
                 also: list[int] | str | None = None) -> str:
     from orchestrator.history import baseline_row, best_rows, trial_rows
     from orchestrator.study import open_study
 
     rows = trial_rows(open_study(job, create=False))
     base = baseline_row(rows)
-    best = (best_rows(rows, 1) or [None])[0]
+    ranked = best_rows(rows, 1)
+    best = ranked[0] if ranked else None
     if base is None or best is None:
         raise RuntimeFailure("compare needs a completed baseline and a completed best trial; run the study first")
     others = _also_rows(rows, best, base, also)
     levels = levels or list(job.bench.concurrency)
     rounds = max(1, DEFAULT_ROUNDS if rounds is None else rounds)
-    configs = [("baseline", base), ("best", best)] + [(f"trial-{r['number']}", r) for r in others]
+    configs = [("baseline", base), ("best", best)] + [(f"trial-{r.number}", r) for r in others]
     data: dict[str, Any] = {
         "concurrency": levels, "rounds_planned": rounds, "complete": False,
-        "baseline_trial": base["number"], "best_trial": best["number"],
-        "same_config": base["config_key"] == best["config_key"],
-        "others": [{"trial": row["number"], "label": label, "params": row["params"]} for label, row in configs[2:]],
+        "baseline_trial": base.number, "best_trial": best.number,
+        "same_config": base.config_key == best.config_key,
+        "others": [{"trial": row.number, "label": label, "params": row.params} for label, row in configs[2:]],
         "rounds": [], "failures": [],
     }
     out = Path(job.report_dir) / "compare.json"
@@ -90,19 +94,19 @@ def run_compare(job, levels: list[int] | None = None, rounds: int | None = None,
         for r in range(rounds):
             for label, row in (configs if r % 2 == 0 else configs[::-1]):
                 t0 = time.monotonic()
-                res = measure_levels(job, row["params"], levels, label, r)
+                res = measure_levels(job, row.params, levels, label, r)
                 for level, m in res.items():
                     if m.get("failures"):
                         data["failures"].append(f"{label} round {r} c={level}: {m['failures']} failed requests "
                                                 f"({m['errors'][:1]})")
-                data["rounds"].append({"round": r, "config": label, "trial": row["number"],
+                data["rounds"].append({"round": r, "config": label, "trial": row.number,
                                        "seconds": time.monotonic() - t0,
                                        "levels": {str(k): v for k, v in res.items()}})
                 summarize(data, rules)
                 write_json_atomic(out, data)
-                say(f"compare round {r + 1}/{rounds}: {label} (trial #{row['number']}) measured")
+                say(f"compare round {r + 1}/{rounds}: {label} (trial #{row.number}) measured")
         data["complete"] = True
-    except BaseException as exc:  # noqa: BLE001 - Ctrl-C included: record why the rounds stopped, then re-raise
+    except BaseException as exc:  # Ctrl-C included: record why the rounds stopped, then re-raise
         data["stopped"] = f"{type(exc).__name__}: {exc}".rstrip(": ")
         summarize(data, rules)
         write_json_atomic(out, data)
@@ -201,8 +205,8 @@ def check_constraints(rules: list[tuple[int, float]], data: dict[str, Any]) -> l
     return verdicts
 
 
-def _also_rows(rows: list[dict[str, Any]], best: dict[str, Any], base: dict[str, Any],
-               also: list[int] | str | None) -> list[dict[str, Any]]:
+def _also_rows(rows: list[TrialRow], best: TrialRow, base: TrialRow,
+               also: list[int] | str | None) -> list[TrialRow]:
     """The rows of the ``also`` trials (numbers, or "ties"), each config once, never baseline/best."""
     from orchestrator.history import TOP_N, best_rows, ties_with_best
 
@@ -211,20 +215,20 @@ def _also_rows(rows: list[dict[str, Any]], best: dict[str, Any], base: dict[str,
     if also == "ties":
         picked = ties_with_best(best_rows(rows, TOP_N))
     else:
-        ranked = {r["number"]: r for r in best_rows(rows, len(rows))}
-        by_key = {r["config_key"]: r for r in ranked.values()}
+        ranked = {r.number: r for r in best_rows(rows, len(rows))}
+        by_key = {r.config_key: r for r in ranked.values()}
         picked = []
         for n in also:
-            row = next((r for r in rows if r["number"] == n), None)
-            if row is None or row["config_key"] not in by_key:
+            row = next((r for r in rows if r.number == n), None)
+            if row is None or row.config_key not in by_key:
                 raise BadInput(f"--also: trial {n} is not a measured, ranked trial of this study; "
                                f"ranked trials: {', '.join(str(k) for k in sorted(ranked))}")
-            picked.append(by_key[row["config_key"]])
-    seen = {best["config_key"], base["config_key"]}
+            picked.append(by_key[row.config_key])
+    seen = {best.config_key, base.config_key}
     out = []
     for r in picked:
-        if r["config_key"] not in seen:
-            seen.add(r["config_key"])
+        if r.config_key not in seen:
+            seen.add(r.config_key)
             out.append(r)
     return out
 

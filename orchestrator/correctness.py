@@ -87,8 +87,8 @@ def calibrate(prompts: list[str], first: dict[str, Any], second: dict[str, Any],
     if first["texts"] != second["texts"]:
         idx = next(i for i, (x, y) in enumerate(zip(first["texts"], second["texts"])) if x != y)
         return None, f"the reference is not deterministic: prompt {idx} gave two different greedy texts"
-    drifts = [d for d in (mean_abs_drift(a, b) for a, b in zip(first.get("logprobs") or [], second.get("logprobs") or []))
-              if d is not None]
+    pairs = zip(first.get("logprobs") or [], second.get("logprobs") or [])
+    drifts = [d for d in (mean_abs_drift(a, b) for a, b in pairs) if d is not None]
     self_drift = max(drifts) if drifts else 0.0
     tolerance = max(floor, NOISE_MULTIPLIER * self_drift)
     return Golden(prompts=list(prompts), texts=list(first["texts"]), logprobs=list(first.get("logprobs") or []),
@@ -113,7 +113,7 @@ def compare(golden: Golden, outputs: dict[str, Any]) -> dict[str, Any]:
                for i, m in enumerate(matches) if not m}
     ties = [i for i, margin in margins.items() if margin is not None and margin <= NEAR_TIE_NATS]
     if ties:
-        result["near_ties"] = {str(i): round(margins[i], 4) for i in ties}
+        result["near_ties"] = {str(i): round(float(margins[i] or 0.0), 4) for i in ties}  # not None: see ties
     if len(texts) != len(golden.texts) or not all(m or i in ties for i, m in enumerate(matches)):
         bad = next((i for i, m in enumerate(matches) if not m and i not in ties), len(texts))
         got = texts[bad] if bad < len(texts) else "<missing>"
@@ -173,7 +173,7 @@ def near_tie_margin(reference: list[str] | None, tokens: list[str] | None,
     k = next((j for j, (a, b) in enumerate(zip(reference, tokens)) if a != b), None)
     if k is None or k >= len(top) or not top[k]:
         return None
-    candidates = top[k]
+    candidates = top[k] or {}
     mine = candidates.get(tokens[k])
     if mine is None:
         mine = max(candidates.values())

@@ -25,9 +25,6 @@ GPU_FIELDS = ("index", "name", "pci.bus_id", "memory.total", "memory.used", "uti
 APP_FIELDS = ("gpu_bus_id", "pid", "process_name", "used_memory")
 P2P_STATUS = {"OK": "ok", "CNS": "chipset not supported", "GNS": "GPU not supported",
               "TNS": "topology not supported", "NS": "not supported", "U": "unknown"}
-LINK_MEANING = {"X": "self", "SYS": "across CPU sockets (SMP interconnect)", "NODE": "through the CPU's host bridges "
-                "within one NUMA node", "PHB": "through a PCIe host bridge (CPU)", "PXB": "through several PCIe "
-                "bridges", "PIX": "through one PCIe bridge", "NV": "NVLink"}
 BUSY_MEMORY_MIB = 1024  # more used than this on an idle GPU means someone is there
 BUSY_UTIL_PERCENT = 10
 

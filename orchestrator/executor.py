@@ -1,6 +1,6 @@
-"""Where trials run: one abstract ``Executor`` and two implementations.
+"""Where trials run: the ``Executor`` contract the study driver uses, and ``RayExecutor``.
 
-- ``RayExecutor``: one Ray actor per trial slot, pinned to one node that matches the
+``RayExecutor``: one Ray actor per trial slot, pinned to one node that matches the
   job's node selector. Matching: GPU jobs need a node with at least ``gpus_per_node``
   GPUs (the actor takes ``num_gpus=gpus_per_node`` of it, so it owns the node's GPUs
   and Ray sets CUDA_VISIBLE_DEVICES), CPU jobs ``cpus_per_trial`` CPUs, both the
@@ -12,8 +12,9 @@
   node affinity) rather than left to Ray's best-effort SPREAD, so two concurrent
   trials never share a node unless ``parallel`` asks for more trials than nodes.
   Only the driver talks to Optuna storage: actors just return ``TrialResult``s. The
-  driver itself takes no Ray resources (it can run on a CPU head node).
-- ``LocalExecutor``: runs trials in a thread of this process (``bench``, ``compare``).
+  driver itself takes no Ray resources (it can run on a CPU head node). (``bench`` runs its
+  one trial with ``trial.run_trial`` in this process, ``compare`` its servers with
+  ``trial.prepare_server``: neither needs an executor.)
 
 Node loss: a trial whose actor, worker or node died comes back as FAIL ``node-lost``
 (never an exception), with the node it ran on; the actor is dropped, its node is kept
@@ -68,8 +69,8 @@ class Executor(abc.ABC):
         """How many trials may run at once."""
 
     @abc.abstractmethod
-    def submit(self, spec: TrialSpec) -> int:
-        """Start a trial; returns a ticket."""
+    def submit(self, spec: TrialSpec, node_id: str | None = None) -> int:
+        """Start a trial (on the node ``node_id`` when given: a baseline repeat there); returns a ticket."""
 
     @abc.abstractmethod
     def wait(self, timeout_s: float) -> list[tuple[int, TrialResult]]:
@@ -82,6 +83,10 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def cancel_all(self) -> None:
         """Kill the servers of running trials now."""
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        """The nodes trials may run on: node id -> facts (none by default: one host, no repeats)."""
+        return {}
 
     def cleanup_orphans(self, registry_dir: Path) -> list[Any]:
         """End recorded servers a dead driver left behind (this host only by default)."""
@@ -98,56 +103,6 @@ class Executor(abc.ABC):
 
     def shutdown(self) -> None:  # noqa: B027 - optional hook
         """Release workers."""
-
-
-class LocalExecutor(Executor):
-    """Trials in a thread of this process: no Ray, one at a time."""
-
-    def __init__(self) -> None:
-        self._tickets = itertools.count()
-        self._running: dict[int, TrialSpec] = {}
-        self._done: list[tuple[int, TrialResult]] = []
-        self._cond = threading.Condition()
-        self._cancel = threading.Event()
-        self._server = None
-
-    @property
-    def slots(self) -> int:
-        return 1
-
-    def submit(self, spec: TrialSpec) -> int:
-        ticket = next(self._tickets)
-        self._cancel.clear()
-        self._running[ticket] = spec
-
-        def work() -> None:
-            result = run_trial(spec, self._cancel, on_server=self._set_server)
-            with self._cond:
-                self._running.pop(ticket, None)
-                self._done.append((ticket, result))
-                self._cond.notify_all()
-
-        threading.Thread(target=work, name=f"trial-{spec.number}", daemon=True).start()
-        return ticket
-
-    def _set_server(self, server) -> None:
-        self._server = server
-
-    def wait(self, timeout_s: float) -> list[tuple[int, TrialResult]]:
-        with self._cond:
-            if not self._done:
-                self._cond.wait(timeout_s)
-            done, self._done = self._done, []
-        return done
-
-    def running(self) -> dict[int, TrialSpec]:
-        return dict(self._running)
-
-    def cancel_all(self) -> None:
-        self._cancel.set()
-        server = self._server
-        if server is not None:
-            server.stop(2.0)
 
 
 class TrialActor:

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from orchestrator.errors import BadInput, RuntimeFailure
 from orchestrator.history import baseline_row, best_rows, short_params
-from orchestrator.records import COMPLETE
+from orchestrator.records import COMPLETE, TrialRow
 
 FORMATS = ("env", "yaml", "json", "cmd", "nccl-tuner")
 EXPORT_VERSION = 1
@@ -90,7 +90,8 @@ def _first(*values: Any) -> Any:
 
 
 def _model_of(backend: Any, job: Any) -> Any:
-    settings = dict(getattr(backend, "settings", None) or getattr(getattr(job, "backend", None), "settings", None) or {})
+    settings = dict(getattr(backend, "settings", None)
+                    or getattr(getattr(job, "backend", None), "settings", None) or {})
     return _first(*(settings.get(k) for k in ("model", "model_path", "model-path", "preset")))
 
 
@@ -101,25 +102,25 @@ def _safe_version(backend: Any) -> str | None:
         return None
 
 
-def provenance(job: Any, row: dict[str, Any], rows: list[dict[str, Any]], backend: Any = None,
+def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any = None,
                rank: int = 1) -> dict[str, Any]:
     """Where a config came from and what it measured (JSON-able)."""
-    node, nccl = row.get("node_info") or {}, row.get("nccl") or {}
+    node, nccl = row.node_info or {}, row.nccl or {}
     base = baseline_row(rows)
-    base_value = base["value"] if base and base["state"] == COMPLETE else None
+    base_value = base.value if base and base.state == COMPLETE else None
     return {
         "study": getattr(job, "study", None),
         "storage": getattr(job, "storage", None),
-        "trial": row["number"],
+        "trial": row.number,
         "rank": rank,
-        "value_tok_s": row["value"],
-        "spread": row.get("spread"),
-        "cv": row.get("cv"),
-        "rel_ci": row.get("rel_ci"),
-        "measurements": row.get("n_measurements", 1),
-        "baseline_trial": base["number"] if base else None,
+        "value_tok_s": row.value,
+        "spread": row.spread,
+        "cv": row.cv,
+        "rel_ci": row.rel_ci,
+        "measurements": row.n_measurements,
+        "baseline_trial": base.number if base else None,
         "baseline_tok_s": base_value,
-        "x_baseline": (row["value"] / base_value) if base_value else None,
+        "x_baseline": (row.value / base_value) if base_value and row.value is not None else None,
         "backend": {"kind": _backend_kind(job, backend), "version": _safe_version(backend)},
         "model": _model_of(backend, job),
         "nccl_version": _first(nccl.get("version"), nccl.get("nccl_version"), node.get("nccl_version")),
@@ -128,8 +129,8 @@ def provenance(job: Any, row: dict[str, Any], rows: list[dict[str, Any]], backen
         "gpu_model": node.get("gpu_model"),
         "gpus": _first(node.get("gpus"), node.get("gpu_count")),
         "topology": _first(node.get("topology"), nccl.get("topology"), nccl.get("transports")),
-        "node": row.get("node"),
-        "measured_at": row.get("ended_at"),
+        "node": row.node,
+        "measured_at": row.ended_at,
         "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "ncclsweep_version": _tool_version(),
     }
@@ -166,10 +167,12 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
         f"# study {prov['study']}, trial {prov['trial']}, measured {prov['measured_at'] or 'unknown'}"
         f" on {prov['node'] or 'unknown node'}",
         f"# value: {value:.3f} tok/s single-request decode{spread}{ratio}",
-        f"# backend: {be['kind'] or 'unknown'} {be['version'] or '(version unknown)'}; model: {_one_line(prov['model'])}",
+        f"# backend: {be['kind'] or 'unknown'} {be['version'] or '(version unknown)'}; "
+        f"model: {_one_line(prov['model'])}",
         f"# NCCL {_one_line(prov['nccl_version'])}; CUDA {_one_line(prov['cuda_version'])}; "
         f"driver {_one_line(prov['driver_version'])}",
-        f"# GPU: {_one_line(prov['gpu_model'])} (devices {_one_line(prov['gpus'])}); topology: {_one_line(prov['topology'], 100)}",
+        f"# GPU: {_one_line(prov['gpu_model'])} (devices {_one_line(prov['gpus'])}); "
+        f"topology: {_one_line(prov['topology'], 100)}",
     ]
 
 
@@ -183,7 +186,7 @@ def _launch(backend: Any, config: dict[str, Any], host: str, port: int):
         return None
 
 
-def effective_env(job: Any, config: dict[str, Any], backend: Any = None, host: str = "0.0.0.0",
+def effective_env(job: ExportJob, config: dict[str, Any], backend: Any = None, host: str = "0.0.0.0",
                   port: int = 8000) -> dict[str, str]:
     """The job's fixed env, overridden by the config's env delta (as the trial ran it, less
     the tuner's own NCCL_DEBUG instrumentation)."""
@@ -200,10 +203,10 @@ def _non_env(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if not k.startswith("env.")}
 
 
-def _env_block(job, row, backend, host, port) -> list[str]:
-    env = effective_env(job, row["params"], backend, host, port)
+def _env_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
+    env = effective_env(job, row.params, backend, host, port)
     lines = []
-    rest = _non_env(row["params"])
+    rest = _non_env(row.params)
     if rest:
         lines.append(f"# not environment settings (they are in the launch command, --format cmd): {short_params(rest)}")
     for key, value in sorted(env.items()):
@@ -216,11 +219,12 @@ def _env_block(job, row, backend, host, port) -> list[str]:
     return lines
 
 
-def _cmd_block(job, row, backend, host, port) -> list[str]:
-    spec = _launch(backend, row["params"], host, port)
+def _cmd_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
+    spec = _launch(backend, row.params, host, port)
     if spec is None:
-        raise RuntimeFailure(f"cannot build the launch command: backend {_backend_kind(job, backend)!r} is not available")
-    env = effective_env(job, row["params"], backend, host, port)
+        raise RuntimeFailure(f"cannot build the launch command: backend {_backend_kind(job, backend)!r} "
+                             "is not available")
+    env = effective_env(job, row.params, backend, host, port)
     return [dataclasses.replace(spec, env=env).shell_line()]
 
 
@@ -309,8 +313,8 @@ def nccl_tuner_rules(config: dict[str, Any], nccl: dict[str, Any] | None = None)
     return [f"allreduce,0,4294967295,{algo},{proto},{channels},1,{n_ranks}"], notes
 
 
-def _tuner_block(job, row, backend, host, port) -> list[str]:
-    rules, notes = nccl_tuner_rules(row["params"], row.get("nccl"))
+def _tuner_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
+    rules, notes = nccl_tuner_rules(row.params, row.nccl)
     return [f"# {n}" for n in notes] + rules
 
 
@@ -323,17 +327,18 @@ _TUNER_PREAMBLE = [
 
 
 # ---- the entry point ----------------------------------------------------------------------------------
-def _document(job, row, rows, backend, rank, host, port) -> dict[str, Any]:
+def _document(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any, rank: int, host: str,
+              port: int) -> dict[str, Any]:
     return {
         "ncclsweep_export": EXPORT_VERSION,
         "rank": rank,
-        "config": dict(row["params"]),
-        "env": effective_env(job, row["params"], backend, host, port),
+        "config": dict(row.params),
+        "env": effective_env(job, row.params, backend, host, port),
         "provenance": provenance(job, row, rows, backend, rank),
     }
 
 
-def export(job: ExportJob, rows: list[dict[str, Any]], fmt: str, top: int = 1, *, backend: Any = None,
+def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, backend: Any = None,
            host: str = "0.0.0.0", port: int = 8000) -> str:
     """Render the ``top`` best configs in ``fmt`` (see module docstring); text ends with a newline.
 
@@ -365,7 +370,7 @@ def export(job: ExportJob, rows: list[dict[str, Any]], fmt: str, top: int = 1, *
         body = block(job, row, backend, host, port)
         if len(best) > 1:
             tag = "active" if i == 0 else "alternative: uncomment to use it instead of 1"
-            out.append(f"# ===== {i + 1} of {len(best)}: trial {row['number']} ({tag}) =====")
+            out.append(f"# ===== {i + 1} of {len(best)}: trial {row.number} ({tag}) =====")
         out.extend(header)
         out.extend(body if i == 0 else [line if line.startswith("#") else f"# {line}" for line in body])
         out.append("")
@@ -411,7 +416,8 @@ def load_config_file(path: str | Path, rank: int = 1) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise BadInput(f"expected a mapping of params or an ncclsweep export, found {type(doc).__name__}",
                        file=str(path))
-    config = doc["config"] if "config" in doc and ("ncclsweep_export" in doc or isinstance(doc["config"], dict)) else doc
+    exported = "config" in doc and ("ncclsweep_export" in doc or isinstance(doc["config"], dict))
+    config = doc["config"] if exported else doc
     if not isinstance(config, dict):
         raise BadInput("'config' must be a mapping of params", file=str(path), key="config")
     prefix = "config." if config is not doc else ""

@@ -90,7 +90,8 @@ def _foreign(uses: list[GpuUse] | None, own_pids: set[int]) -> list[str]:
         ours = sum(mib for pid, mib in gpu.apps if pid in own_pids)
         if others:
             shown = "; ".join(f"pid {pid} ({_cmdline(pid)}) {mib} MiB" for pid, mib in others)
-            problems.append(f"GPU {gpu.index}: {gpu.used_mib} MiB in use by processes that are not this study's: {shown}")
+            problems.append(f"GPU {gpu.index}: {gpu.used_mib} MiB in use by processes that are not this study's: "
+                            f"{shown}")
         elif gpu.used_mib - ours > IDLE_MIB:
             problems.append(f"GPU {gpu.index}: {gpu.used_mib - ours} MiB in use by processes this node does not show "
                             "(another container or user?)")

@@ -5,12 +5,14 @@ reads the study through this module and never through raw Optuna states, because
 storage encodes outcomes for the sampler's sake (see ``docs/architecture.md``,
 "Trial records"): a config-caused FAIL is an *infeasible COMPLETE* trial with value
 0.0, an interrupted one is an Optuna FAIL. The user-facing outcome is read only from
-the ``outcome`` user attribute; a trial without one is RUNNING or WAITING while Optuna
-says so, and otherwise a FAIL whose reason says that no outcome was recorded.
+the ``outcome`` user attribute (for a trial a dead driver left RUNNING, from the record the
+next driver kept: ``records.trial_attrs``); a trial without one is RUNNING or WAITING while
+Optuna says so, and otherwise a FAIL whose reason says that no outcome was recorded. Rows
+are ``records.TrialRow``s (frozen: a consumer never changes what another one reads).
 
-    open_storage(url)        "journal:<path>" -> JournalStorage, else an RDB URL
+    storage_for(url)         "journal:<path>" -> JournalStorage, else an RDB URL
     load_study(job)          the job's study, read-only (never creates one)
-    trial_rows(study)        list of row dicts (keys: ROW_KEYS)
+    trial_rows(study)        one ``records.TrialRow`` per trial
     best_rows(rows, k)       the k best distinct configs that may be called "best"
     baseline_row(rows)       the baseline trial's row
     row_interval(a, b)       b's decode tok/s relative to a's, with its interval (verdict.py)
@@ -21,27 +23,40 @@ says so, and otherwise a FAIL whose reason says that no outcome was recorded.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import math
 import os
 import statistics
+from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator import outcome
 from orchestrator.errors import BadInput, RuntimeFailure
-from orchestrator.records import COMPLETE, FAIL, NOT_THE_CONFIGS_FAULT, PRUNED, RUNNING, WAITING, config_key
+from orchestrator.records import (
+    COMPLETE,
+    FAIL,
+    NOT_THE_CONFIGS_FAULT,
+    PRUNED,
+    RUNNING,
+    WAITING,
+    TrialRow,
+    config_key,
+    trial_attrs,
+)
 from orchestrator.verdict import WITHIN_NOISE, RatioInterval, ratio_interval, verdict
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.trial import FrozenTrial
 
 JOURNAL_PREFIX = "journal:"
 
 
-ROW_KEYS = (
-    "number", "state", "params", "value", "spread", "cv", "rel_ci", "failure_kind", "failure_reason",
-    "node", "node_id", "started_at", "ended_at", "durations", "cached_from", "counted", "is_baseline",
-    "config_key", "warnings", "nccl", "nccl_summary", "metrics", "correctness", "node_info",
-    "optuna_state", "skipped", "enqueued_by", "log_tail",
-)
+# the keys of a row in ``status --json`` (``TrialRow.to_json``)
+ROW_KEYS = tuple(f.name for f in dataclasses.fields(TrialRow) if f.name != "n_measurements")
 
 
 class StudyJob(Protocol):
@@ -59,7 +74,7 @@ def journal_path(url: str) -> Path | None:
     return None
 
 
-def open_storage(url: str, *, create: bool = True):
+def storage_for(url: str, *, create: bool = True):
     """Open the Optuna storage a job names.
 
     ``journal:<path>`` is a journal file (``JournalStorage(JournalFileBackend(path))``,
@@ -69,6 +84,7 @@ def open_storage(url: str, *, create: bool = True):
     being created (status/report/export must not create studies).
     """
     import optuna
+    import optuna.storages.journal
 
     path = journal_path(url)
     if path is not None:
@@ -98,12 +114,12 @@ def load_study(job: StudyJob):
     """The job's existing study (``optuna.load_study``); RuntimeFailure when there is none."""
     import optuna
 
-    storage = open_storage(job.storage, create=False)
+    storage = storage_for(job.storage, create=False)
     try:
         return optuna.load_study(study_name=job.study, storage=storage)
     except KeyError:
         raise RuntimeFailure(f"no study named {job.study!r} in {job.storage} (run `ncclsweep run` first)") from None
-    except Exception as exc:  # noqa: BLE001 - storage errors are runtime failures for the CLI
+    except Exception as exc:  # storage errors are runtime failures for the CLI
         raise RuntimeFailure(f"cannot open study {job.study!r} in {job.storage}: {exc}") from exc
 
 
@@ -162,8 +178,7 @@ def nccl_summary(nccl: dict[str, Any] | None) -> str:
     return " ".join(parts)[:200]
 
 
-def _row(trial) -> dict[str, Any]:
-    ua = dict(trial.user_attrs)
+def _row(trial: FrozenTrial, ua: dict[str, Any]) -> TrialRow:
     optuna_state = trial.state.name
     outcome = ua.get("outcome")
     failure_kind = ua.get("failure_kind")
@@ -201,54 +216,51 @@ def _row(trial) -> dict[str, Any]:
     started = ua.get("started_at") or (None if ua.get("skipped") else trial.datetime_start)
     ended = ua.get("ended_at") or (None if ua.get("skipped") else trial.datetime_complete)
     nccl = ua.get("nccl") or {}
-    return {
-        "number": trial.number,
-        "state": state,
-        "params": params,
-        "value": value,
-        "spread": rel_ci if rel_ci is not None else cv,
-        "cv": cv,
-        "rel_ci": rel_ci,
-        "failure_kind": failure_kind if state == FAIL else None,
-        "failure_reason": failure_reason if state in (FAIL, PRUNED) else None,
-        "node": node_info.get("hostname") or node_info.get("node_id"),
-        "node_id": node_info.get("node_id"),
-        "started_at": _iso(started),
-        "ended_at": _iso(ended),
-        "durations": dict(ua.get("timing") or {}),
-        "cached_from": cached_from,
-        "counted": bool(counted),
-        "is_baseline": bool(ua.get("is_baseline", False)),
-        "config_key": key,
-        "warnings": list(ua.get("warnings") or []),
-        "nccl": nccl,
-        "nccl_summary": nccl_summary(nccl),
-        "metrics": metrics,
-        "correctness": ua.get("correctness") or {},
-        "node_info": node_info,
-        "optuna_state": optuna_state,
-        "skipped": ua.get("skipped"),  # "infeasible" | "in-flight-duplicate": recorded, never launched
-        "enqueued_by": ua.get("enqueued_by"),
-        "log_tail": ua.get("log_tail") or "",
-    }
+    return TrialRow(
+        number=trial.number,
+        state=state,
+        params=params,
+        value=value,
+        spread=rel_ci if rel_ci is not None else cv,
+        cv=cv,
+        rel_ci=rel_ci,
+        failure_kind=failure_kind if state == FAIL else None,
+        failure_reason=failure_reason if state in (FAIL, PRUNED) else None,
+        node=node_info.get("hostname") or node_info.get("node_id"),
+        node_id=node_info.get("node_id"),
+        started_at=_iso(started),
+        ended_at=_iso(ended),
+        durations=dict(ua.get("timing") or {}),
+        cached_from=cached_from,
+        counted=bool(counted),
+        is_baseline=bool(ua.get("is_baseline", False)),
+        config_key=key,
+        warnings=list(ua.get("warnings") or []),
+        nccl=nccl,
+        nccl_summary=nccl_summary(nccl),
+        metrics=metrics,
+        correctness=ua.get("correctness") or {},
+        node_info=node_info,
+        optuna_state=optuna_state,
+        skipped=ua.get("skipped"),
+        enqueued_by=ua.get("enqueued_by"),
+        log_tail=ua.get("log_tail") or "",
+    )
 
 
-def trial_rows(study) -> list[dict[str, Any]]:
-    """One row per trial, in trial-number order, with the user-facing state (see ROW_KEYS)."""
+def trial_rows(study: optuna.Study) -> list[TrialRow]:
+    """One row per trial, in trial-number order, with the user-facing state (``TrialRow``)."""
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
-    rows = [_row(t) for t in trials]
-    outvoted = set((getattr(study, "user_attrs", None) or {}).get("outvoted_references") or [])
-    for r in rows:  # a golden reference that later trials outvoted: its output was wrong
-        if r["number"] in outvoted:
-            r["correctness"] = {**r["correctness"], "ok": False, "reason": "outvoted as the golden reference"}
-    for host in _hosts_with_concurrent_nodes(rows):
-        for r in rows:
-            if r["node"] == host and r["node_id"]:
-                r["node"] = f"{host}/{r['node_id'][:8]}"
-    return rows
+    study_attrs = getattr(study, "user_attrs", None) or {}
+    rows = [_row(t, trial_attrs(t, study_attrs)) for t in trials]
+    outvoted = set(study_attrs.get("outvoted_references") or [])
+    rows = [replace(r, correctness={**r.correctness, "ok": False, "reason": "outvoted as the golden reference"})
+            if r.number in outvoted else r for r in rows]  # a golden reference later trials outvoted was wrong
+    hosts = _hosts_with_concurrent_nodes(rows)
+    return [replace(r, node=f"{r.node}/{r.node_id[:8]}") if r.node in hosts and r.node_id else r for r in rows]
 
 
-def _hosts_with_concurrent_nodes(rows: list[dict[str, Any]]) -> set[str]:
+def _hosts_with_concurrent_nodes(rows: list[TrialRow]) -> set[str]:
     """Hosts on which several Ray nodes ran trials at the same time (a local test cluster,
     containers): their rows need the node id to be told apart.
 
@@ -257,9 +269,9 @@ def _hosts_with_concurrent_nodes(rows: list[dict[str, Any]]) -> set[str]:
     """
     spans: dict[str, dict[str, list[float]]] = {}
     for r in rows:
-        start, end = parse_iso(r["started_at"]), parse_iso(r["ended_at"])
-        if r["node_id"] and start is not None and end is not None:
-            span = spans.setdefault(r["node"], {}).setdefault(r["node_id"], [start, end])
+        start, end = parse_iso(r.started_at), parse_iso(r.ended_at)
+        if r.node_id and start is not None and end is not None:
+            span = spans.setdefault(r.node or r.node_id, {}).setdefault(r.node_id, [start, end])
             span[0], span[1] = min(span[0], start), max(span[1], end)
     out = set()
     for host, by_id in spans.items():
@@ -269,12 +281,12 @@ def _hosts_with_concurrent_nodes(rows: list[dict[str, Any]]) -> set[str]:
     return out
 
 
-def failed_correctness(row: dict[str, Any]) -> bool:
+def failed_correctness(row: TrialRow) -> bool:
     """This row shows its config computes wrong results (``outcome.failed_correctness``)."""
     return outcome.failed_correctness(row)
 
 
-def best_rows(rows: list[dict[str, Any]], k: int = 1) -> list[dict[str, Any]]:
+def best_rows(rows: list[TrialRow], k: int = 1) -> list[TrialRow]:
     """The k best distinct configs, best first.
 
     Only rows ``outcome.rankable`` allows (COMPLETE, launched and counted, no constraint
@@ -283,51 +295,50 @@ def best_rows(rows: list[dict[str, Any]], k: int = 1) -> list[dict[str, Any]]:
     (``n_measurements`` says how many), so one lucky run does not win; the baseline's config
     by the baseline trial, the reference every "x baseline" is computed against.
     """
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[TrialRow]] = {}
     for r in outcome.rankable(rows):
-        groups.setdefault(r["config_key"], []).append(r)
+        groups.setdefault(r.config_key, []).append(r)
     base = baseline_row(rows)
     reps = []
     for members in groups.values():
-        members = sorted(members, key=lambda r: (r["value"], -r["number"]))
-        if base is not None and any(r["number"] == base["number"] for r in members):
-            rep = dict(base)  # the baseline config is represented by the baseline trial, the study's reference
+        members = sorted(members, key=lambda r: (r.value or 0.0, -r.number))
+        if base is not None and any(r.number == base.number for r in members):
+            rep = base  # the baseline config is represented by the baseline trial, the study's reference
         else:
-            rep = dict(members[(len(members) - 1) // 2])  # lower median: no lucky winner
-        rep["n_measurements"] = len(members)
-        reps.append(rep)
-    reps.sort(key=lambda r: (-r["value"], r["number"]))
+            rep = members[(len(members) - 1) // 2]  # lower median: no lucky winner
+        reps.append(replace(rep, n_measurements=len(members)))
+    reps.sort(key=lambda r: (-(r.value or 0.0), r.number))  # ranked rows all have a value
     return reps[: max(0, int(k))]
 
 
-def baseline_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+def baseline_row(rows: list[TrialRow]) -> TrialRow | None:
     """The baseline trial (user attr ``is_baseline``, else trial 0): its latest launch that
     measured it with a sane output (a reference later outvoted is not), else its latest
     measurement, else its latest attempt (whose state may be FAIL)."""
-    attempts = [r for r in rows if r.get("is_baseline") and r["cached_from"] is None]
-    measured = [r for r in attempts if r["state"] == COMPLETE and r["counted"]]
+    attempts = [r for r in rows if r.is_baseline and r.cached_from is None]
+    measured = [r for r in attempts if r.state == COMPLETE and r.counted]
     sane = [r for r in measured if not outcome.failed_correctness(r)]
     if attempts:
         return (sane or measured or attempts)[-1]
-    return next((r for r in rows if r["number"] == 0), None)
+    return next((r for r in rows if r.number == 0), None)
 
 
-def baseline_repeats(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def baseline_repeats(rows: list[TrialRow]) -> list[TrialRow]:
     """Every measured (not cached) COMPLETE row of the baseline's config."""
     base = baseline_row(rows)
     if base is None:
         return []
-    return [r for r in rows if r["config_key"] == base["config_key"] and r["state"] == COMPLETE
-            and r["value"] is not None and r["cached_from"] is None]
+    return [r for r in rows if r.config_key == base.config_key and r.state == COMPLETE
+            and r.value is not None and r.cached_from is None]
 
 
-def decode_samples(row: dict[str, Any]) -> list[float]:
+def decode_samples(row: TrialRow) -> list[float]:
     """The trial's single-request decode samples (every timed repeat), [] when none were kept."""
-    samples = (row.get("metrics") or {}).get("decode_samples") or []
+    samples = (row.metrics or {}).get("decode_samples") or []
     return [float(v) for v in samples if _num(v) is not None]
 
 
-def row_interval(a: dict[str, Any], b: dict[str, Any]) -> RatioInterval:
+def row_interval(a: TrialRow, b: TrialRow) -> RatioInterval:
     """Trial b's decode tok/s relative to trial a's, with the unpaired interval of their repeats
     (``verdict.ratio_interval``). Repeats within one launch miss the variation between launches:
     a verdict from it is "beyond the noise of repeats"; ``compare`` relaunches for the stronger one."""
@@ -337,7 +348,7 @@ def row_interval(a: dict[str, Any], b: dict[str, Any]) -> RatioInterval:
 TOP_N = 10  # configs the report's top table ranks (and ``compare --also ties`` looks among)
 
 
-def ties_with_best(best: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ties_with_best(best: list[TrialRow]) -> list[TrialRow]:
     """The runners-up in ``best`` (best first) within the noise of the best: the interval of their
     ratio to it (``row_interval``) contains 1.0, so the single-request objective cannot rank them.
     A runner-up without an interval (fewer than 2 samples on a side) is not named: unknown."""
@@ -383,7 +394,7 @@ def _clip(text: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def format_status(rows: list[dict[str, Any]], width: int | None = None) -> str:
+def format_status(rows: list[TrialRow], width: int | None = None) -> str:
     """A compact table, one line per trial, then a one-line summary and the best so far."""
     if not rows:
         return "no trials yet"
@@ -394,44 +405,44 @@ def format_status(rows: list[dict[str, Any]], width: int | None = None) -> str:
             width = 160
     width = max(100, width)
     base = baseline_row(rows)
-    base_value = base["value"] if base and base["state"] == COMPLETE else None
+    base_value = base.value if base and base.state == COMPLETE else None
     tainted = outcome.tainted_keys(rows)
     head = f"{'#':>4} {'state':<8} {'tok/s':>8} {'+-%':>5} {'x base':>6} {'node':<12} {'time':>5}  params / failure"
     lines = [head, "-" * min(width, len(head) + 40)]
-    launched = [r for r in rows if not r.get("skipped")]  # proposals never launched are not trials
+    launched = [r for r in rows if not r.skipped]  # proposals never launched are not trials
     for r in launched:
-        value = f"{r['value']:.2f}" if r["value"] is not None else "-"
-        spread = f"{100 * r['spread']:.1f}" if r["spread"] is not None and r["value"] is not None else "-"
-        ratio = f"{r['value'] / base_value:.2f}" if r["value"] is not None and base_value else "-"
+        value = f"{r.value:.2f}" if r.value is not None else "-"
+        spread = f"{100 * r.spread:.1f}" if r.spread is not None and r.value is not None else "-"
+        ratio = f"{r.value / base_value:.2f}" if r.value is not None and base_value else "-"
         tags = []
-        if r.get("is_baseline"):
+        if r.is_baseline:
             tags.append("[baseline]")
-        if r["cached_from"] is not None:
-            tags.append(f"[cached #{r['cached_from']}]")
-        if r["state"] == COMPLETE and r["config_key"] in tainted:
-            tags.append(f"[never best: wrong output in #{tainted[r['config_key']]}]")
-        detail = " ".join(tags + [short_params(r["params"])])
-        if r["state"] in (FAIL, PRUNED):
-            detail += f"  | {r['failure_kind'] or r['state'].lower()}: {r['failure_reason'] or ''}"
-        if r["warnings"]:
-            detail += f"  | warn: {r['warnings'][0]}"
-        prefix = (f"{r['number']:>4} {r['state']:<8} {value:>8} {spread:>5} {ratio:>6} "
-                  f"{_clip(r['node'] or '-', 12):<12} {_fmt_s(r['durations'].get('total_s')):>5}  ")
+        if r.cached_from is not None:
+            tags.append(f"[cached #{r.cached_from}]")
+        if r.state == COMPLETE and r.config_key in tainted:
+            tags.append(f"[never best: wrong output in #{tainted[r.config_key]}]")
+        detail = " ".join(tags + [short_params(r.params)])
+        if r.state in (FAIL, PRUNED):
+            detail += f"  | {r.failure_kind or r.state.lower()}: {r.failure_reason or ''}"
+        if r.warnings:
+            detail += f"  | warn: {r.warnings[0]}"
+        prefix = (f"{r.number:>4} {r.state:<8} {value:>8} {spread:>5} {ratio:>6} "
+                  f"{_clip(r.node or '-', 12):<12} {_fmt_s(r.durations.get('total_s')):>5}  ")
         lines.append(prefix + _clip(detail, max(20, width - len(prefix))))
     counts: dict[str, int] = {}
     for r in launched:
-        counts[r["state"]] = counts.get(r["state"], 0) + 1
-    counted = sum(1 for r in rows if r["counted"])
+        counts[r.state] = counts.get(r.state, 0) + 1
+    counted = sum(1 for r in rows if r.counted)
     skipped = len(rows) - len(launched)
     lines.append("")
     lines.append("trials: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
                  + f"; {counted} count toward the budget"
                  + (f"; {skipped} proposals never launched (infeasible or duplicate; in --json)" if skipped else ""))
     best = best_rows(rows, 1)
-    if best:
-        b = best[0]
-        ratio = f", {b['value'] / base_value:.2f}x baseline" if base_value else ""
-        lines.append(f"best: trial {b['number']} {b['value']:.2f} tok/s{ratio}  {short_params(b['params'])}")
+    b = best[0] if best else None
+    if b is not None and b.value is not None:
+        ratio = f", {b.value / base_value:.2f}x baseline" if base_value else ""
+        lines.append(f"best: trial {b.number} {b.value:.2f} tok/s{ratio}  {short_params(b.params)}")
     else:
         lines.append("best: none yet (no COMPLETE trial that passed the correctness gate)")
     return "\n".join(lines)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator import outcome
-from orchestrator.records import PRUNED
+from orchestrator.records import PRUNED, TrialRow
 
 
 @dataclass(frozen=True)
@@ -40,19 +40,19 @@ def sort_values(values) -> list:
         return sorted(values, key=str)
 
 
-def measured_points(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], float, bool]]:
+def measured_points(rows: list[TrialRow]) -> list[tuple[dict[str, Any], float, bool]]:
     """(params, tok/s, stopped early) per launched trial whose measurement may be compared.
 
     Ranked COMPLETE trials (not cache answers) and trials stopped early with their first
     sample; never a config that failed the correctness gate or NCCL verification.
     """
-    points = [(r["params"], float(r["value"]), False) for r in outcome.rankable(rows)]
+    points = [(r.params, float(r.value), False) for r in outcome.rankable(rows) if r.value is not None]
     tainted = outcome.tainted_keys(rows)
     for r in rows:
-        first = (r.get("metrics") or {}).get("decode_tok_s")
-        if (r["state"] == PRUNED and r["counted"] and r["cached_from"] is None and first
-                and r["config_key"] not in tainted):
-            points.append((r["params"], float(first), True))
+        first = (r.metrics or {}).get("decode_tok_s")
+        if (r.state == PRUNED and r.counted and r.cached_from is None and first
+                and r.config_key not in tainted):
+            points.append((r.params, float(first), True))
     return points
 
 
@@ -75,7 +75,7 @@ def explained_share(values: list[float], levels: list[Any]) -> float:
     return between / total
 
 
-def knob_effects(rows: list[dict[str, Any]]) -> tuple[list[KnobEffect], list[str]]:
+def knob_effects(rows: list[TrialRow]) -> tuple[list[KnobEffect], list[str]]:
     """(effects, notes): parameters over every trial first, by share; then conditional ones."""
     points = measured_points(rows)
     if len(points) < 3:
@@ -91,7 +91,7 @@ def knob_effects(rows: list[dict[str, Any]]) -> tuple[list[KnobEffect], list[str
     return effects, notes
 
 
-def effects_given_top(rows: list[dict[str, Any]], effects: list[KnobEffect],
+def effects_given_top(rows: list[TrialRow], effects: list[KnobEffect],
                       best_params: dict[str, Any]) -> tuple[str, Any, list[KnobEffect], list[float]] | None:
     """(name, value, effects, tok/s values): the other knobs among the trials that share the
     best config's value of the dominant knob.

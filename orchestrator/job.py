@@ -86,40 +86,31 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.durations import parse_duration
-from orchestrator.errors import BadInput, ConfigRejected, RuntimeFailure
-from orchestrator.space import (
-    CHECK_LIMIT,
-    NAME_RULE,
-    SearchSpace,
-    canonical_value,
-    check_keys,
-    check_param_name,
-    did_you_mean,
-    display_path,
-    env_str,
-    read_yaml_mapping,
-    same,
-    shown,
-    space_from_dict,
-    type_name,
+from orchestrator.errors import BadInput, RuntimeFailure
+from orchestrator.job_checks import (
+    check_baseline,
+    check_config,
+    check_space_configs,
+    check_space_tp,
+    check_space_unsafe,
+    config_mapping,
+    nccl_value,
+    refuse_unsafe,
 )
-
-try:  # the sampler module owns the list; fall back when it is absent
-    from orchestrator.samplers import SAMPLER_NAMES
-except ModuleNotFoundError as _exc:  # pragma: no cover - only while samplers.py does not exist
-    if _exc.name != "orchestrator.samplers":
-        raise
-    SAMPLER_NAMES = ("tpe", "gp", "random", "grid", "bruteforce", "nsga2")
+from orchestrator.samplers import OPTIONS as SAMPLER_OPTIONS
+from orchestrator.samplers import SAMPLER_NAMES
+from orchestrator.space import SearchSpace, env_str, space_from_dict
+from orchestrator.yaml_input import Section, did_you_mean, display_path, read_yaml_mapping, shown, type_name
 
 JOB_KEYS = ("study", "description", "output_dir", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
             "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
-            "allow_unsafe_nccl", "remeasure", "max_consecutive_failures", "pruning", "constraints", "hardware", "prescreen")
+            "allow_unsafe_nccl", "remeasure", "max_consecutive_failures", "pruning", "constraints", "hardware",
+            "prescreen")
 STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # and not "." or "..": the name is a folder name
 STUDY_RULE = "match [A-Za-z0-9_.-]+ and not be '.' or '..' (it names a folder: letters, digits, _ . -, no /)"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -312,78 +303,7 @@ def _make_backend(kind: str, settings: Mapping[str, Any], job_file: str | None):
     return cls(dict(settings), job_file)
 
 
-# ---- a strict section reader ---------------------------------------------------------------
-
-_MISSING = object()
-
-
-class _Section:
-    """One mapping of the job with its dotted key path; typed getters raise BadInput."""
-
-    def __init__(self, data: Any, file: str, prefix: str | None, allowed: Sequence[str]):
-        self.file, self.prefix, self.allowed = file, prefix, tuple(allowed)
-        self.data = {} if data is None else check_keys(data, allowed, file=file, key=prefix)
-
-    def key(self, k: str) -> str:
-        return f"{self.prefix}.{k}" if self.prefix else k
-
-    def bad(self, k: str, message: str) -> BadInput:
-        return BadInput(message, file=self.file, key=self.key(k))
-
-    def raw(self, k: str, default: Any = None) -> Any:
-        return self.data.get(k, default)
-
-    def int(self, k: str, default: Any, *, low: int | None = None, none_ok: bool = False) -> int | None:
-        value = self.data.get(k, default)
-        if value is None and none_ok:
-            return None
-        rule = "an integer" + (f" >= {low}" if low is not None else "") + (" or null" if none_ok else "")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.bad(k, f"must be {rule}, not {shown(value)}")
-        if low is not None and value < low:
-            raise self.bad(k, f"must be {rule}, not {value}")
-        return value
-
-    def number(self, k: str, default: Any, *, above: float | None = None, at_most: float | None = None,
-               none_ok: bool = False) -> float | None:
-        value = self.data.get(k, default)
-        if value is None and none_ok:
-            return None
-        parts = []
-        if above is not None:
-            parts.append(f"> {above}")
-        if at_most is not None:
-            parts.append(f"<= {at_most}")
-        rule = "a number" + (" " + " and ".join(parts) if parts else "") + (" or null" if none_ok else "")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-            raise self.bad(k, f"must be {rule}, not {shown(value)}")
-        if (above is not None and value <= above) or (at_most is not None and value > at_most):
-            raise self.bad(k, f"must be {rule}, not {value}")
-        return float(value)
-
-    def bool(self, k: str, default: bool) -> bool:
-        value = self.data.get(k, default)
-        if not isinstance(value, bool):
-            raise self.bad(k, f"must be true or false, not {shown(value)}")
-        return value
-
-    def str(self, k: str, default: Any, *, none_ok: bool = False, nonempty: bool = True) -> str | None:
-        value = self.data.get(k, default)
-        if value is None and none_ok:
-            return None
-        if not isinstance(value, str) or (nonempty and not value.strip()):
-            rule = "a non-empty string" + (" or null" if none_ok else "")
-            raise self.bad(k, f"must be {rule}, not {shown(value)}")
-        return value
-
-    def duration(self, k: str, default: Any, *, none_ok: bool = False) -> float | None:
-        value = self.data.get(k, default)
-        if value is None and none_ok:
-            return None
-        return parse_duration(value, file=self.file, key=self.key(k))
-
-    def section(self, k: str, allowed: Sequence[str]) -> _Section:
-        return _Section(self.data.get(k), self.file, self.key(k), allowed)
+_MISSING = object()  # a key the job does not have
 
 
 # ---- loading -------------------------------------------------------------------------------
@@ -396,30 +316,30 @@ def load_job(path: str | os.PathLike) -> Job:
         raise BadInput(f"job file not found (looked at {job_path.resolve()}); pass the path of a job YAML "
                        f"such as jobs/demo.yaml", file=file)
     data = read_yaml_mapping(job_path, file=file, what="job", allowed=JOB_KEYS)
-    top = _Section(data, file, None, JOB_KEYS)
+    top = Section(data, file, None, JOB_KEYS)
     for required in ("study", "backend", "space"):
         if required not in top.data:
             raise top.bad(required, f"missing required key {required!r}; a job needs study, backend and space")
 
     # -- plain settings first: cheap, independent of backend and space
     study = _study_name(top)
-    description = top.str("description", None, none_ok=True, nonempty=False)
-    gpus = top.int("gpus_per_node", 0, low=0)
-    cpus = top.int("cpus_per_trial", 2, low=1)
+    description = top.text("description", None, none_ok=True, nonempty=False)
+    gpus = top.integer("gpus_per_node", 0, low=0)
+    cpus = top.integer("cpus_per_trial", 2, low=1)
     report_dir = _report_dir(top, study, job_path)
-    storage = _storage(top, report_dir, job_path)
+    storage = _where_stored(top, report_dir, job_path)
     budget = _budget(top)
     bench = _bench(top)
     timeouts = _timeouts(top)
     ray = _ray(top)
     sampler = _sampler(top)
-    allow_unsafe = top.bool("allow_unsafe_nccl", False)
-    remeasure = top.bool("remeasure", False)
-    max_failures = top.int("max_consecutive_failures", 5, low=1)
+    allow_unsafe = top.flag("allow_unsafe_nccl", False)
+    remeasure = top.flag("remeasure", False)
+    max_failures = top.integer("max_consecutive_failures", 5, low=1)
     pruning = _pruning(top)
     hardware = _hardware(top)
     prescreen_sec = top.section("prescreen", ("enabled", "keep_within"))
-    prescreen = PrescreenSettings(enabled=prescreen_sec.bool("enabled", False),
+    prescreen = PrescreenSettings(enabled=prescreen_sec.flag("enabled", False),
                                   keep_within=prescreen_sec.number("keep_within", 1.2, above=1.0 - 1e-9))
     outcome_constraints = _outcome_constraints(top, bench)
     env = _env(top, allow_unsafe)
@@ -459,9 +379,9 @@ def load_job(path: str | os.PathLike) -> Job:
     space_data = read_yaml_mapping(space_path, file=space_file, what="search space",
                                    allowed=("params", "constraints", "description"))
     space = space_from_dict(space_data, context, file=space_file)
-    _check_space_tp(space, gpus, file, backend)
+    check_space_tp(space, gpus, file)
     space.check()
-    _check_space_unsafe(space, allow_unsafe, file)
+    check_space_unsafe(space, allow_unsafe, file)
     for name in space.names:
         if name.startswith("env.") and name[4:] in env:
             raise top.bad(f"env.{name[4:]}", f"{name[4:]} is fixed here and also tuned by {space_file} "
@@ -470,24 +390,24 @@ def load_job(path: str | os.PathLike) -> Job:
     # -- the baseline: backend defaults + the job's own, checked like any config
     given = top.data.get("baseline")
     baseline_given = given is not None
-    own = _config_mapping(given, file, "baseline", allow_unsafe, space=space) if baseline_given else {}
+    own = config_mapping(given, file, "baseline", allow_unsafe, space=space) if baseline_given else {}
     defaults = dict(backend.default_config())
     baseline = space.active({**defaults, **own})
-    _check_baseline(baseline, own, space, gpus, backend, file)
+    check_baseline(baseline, own, gpus, backend, file)
 
     # -- correctness (a reference config is checked like the baseline)
-    correctness = _correctness(top, job_path, allow_unsafe, backend, defaults, gpus)
+    correctness = _correctness(top, job_path, allow_unsafe, backend, defaults)
 
     # -- every config of the space, or every value against the baseline
-    _check_space_configs(space, baseline, backend, file, gpus)
+    check_space_configs(space, baseline, backend, file, gpus)
 
     return Job(path=job_path, study=study, storage=storage, report_dir=report_dir,
                backend=BackendSpec(kind=kind, settings=settings), gpus_per_node=gpus, cpus_per_trial=cpus,
                space=space, baseline=baseline, budget=budget, bench=bench, timeouts=timeouts, ray=ray,
                sampler=sampler, correctness=correctness, env=env, allow_unsafe_nccl=allow_unsafe,
                remeasure=remeasure, max_consecutive_failures=max_failures, pruning=pruning,
-               constraints=outcome_constraints, hardware=hardware, prescreen=prescreen, space_path=space_path, baseline_given=baseline_given,
-               description=description, _backend=backend)
+               constraints=outcome_constraints, hardware=hardware, prescreen=prescreen, space_path=space_path,
+               baseline_given=baseline_given, description=description, _backend=backend)
 
 
 @dataclass(frozen=True)
@@ -508,16 +428,16 @@ def load_study_location(path: str | os.PathLike) -> StudyLocation:
     if not job_path.exists():
         raise BadInput(f"job file not found (looked at {job_path.resolve()})", file=file)
     data = read_yaml_mapping(job_path, file=file, what="job", allowed=JOB_KEYS)
-    top = _Section(data, file, None, JOB_KEYS)
+    top = Section(data, file, None, JOB_KEYS)
     if "study" not in top.data:
         raise top.bad("study", "missing required key 'study'")
     study = _study_name(top)
     ray = top.section("ray", ("address", "parallel", "node_selector"))
-    return StudyLocation(job_path, study, _report_dir(top, study, job_path), ray.str("address", None, none_ok=True))
+    return StudyLocation(job_path, study, _report_dir(top, study, job_path), ray.text("address", None, none_ok=True))
 
 
-def _study_name(top: _Section) -> str:
-    study = top.str("study", None)
+def _study_name(top: Section) -> str:
+    study = top.text("study", None)
     if not STUDY_NAME.fullmatch(study) or study in (".", ".."):
         raise top.bad("study", f"must {STUDY_RULE}, not {study!r}")
     return study
@@ -530,11 +450,11 @@ def _near_job(job_path: Path, value: str) -> Path:
     return (job_path.resolve().parent / os.path.expanduser(value)).resolve()
 
 
-def _report_dir(top: _Section, study: str, job_path: Path) -> Path:
+def _report_dir(top: Section, study: str, job_path: Path) -> Path:
     """The study's folder: ``report_dir``, else ``<output_dir>/<study>``, else
     ``reports/<study>`` next to the job file (never the current directory)."""
-    report_dir = top.str("report_dir", None, none_ok=True)
-    output_dir = top.str("output_dir", None, none_ok=True)
+    report_dir = top.text("report_dir", None, none_ok=True)
+    output_dir = top.text("output_dir", None, none_ok=True)
     if report_dir is not None and output_dir is not None:
         raise top.bad("report_dir", "give output_dir (the folder the study's folder goes in) or report_dir "
                                     "(the study's folder itself), not both")
@@ -543,8 +463,8 @@ def _report_dir(top: _Section, study: str, job_path: Path) -> Path:
     return _near_job(job_path, output_dir if output_dir is not None else "reports") / study
 
 
-def _storage(top: _Section, report_dir: Path, job_path: Path) -> str:
-    value = top.str("storage", None, none_ok=True)
+def _where_stored(top: Section, report_dir: Path, job_path: Path) -> str:
+    value = top.text("storage", None, none_ok=True)
     rule = ("allowed: null (a journal file in the report directory), journal:PATH, a path ending .journal "
             "or .log, or an RDB URL such as sqlite:///path/study.db")
     if value is None:
@@ -566,26 +486,26 @@ def _storage(top: _Section, report_dir: Path, job_path: Path) -> str:
     raise top.bad("storage", f"not a storage: {value!r}; {rule}")
 
 
-def _budget(top: _Section) -> Budget:
+def _budget(top: Section) -> Budget:
     if "budget" not in top.data:
         return Budget(trials=8, timeout_s=None)
     sec = top.section("budget", ("trials", "timeout"))
     if not sec.data or all(v is None for v in sec.data.values()):
         raise top.bad("budget", "needs at least one of trials (an integer >= 1) and timeout (a duration "
                                 "such as 8h), e.g. {trials: 8}")
-    trials = sec.int("trials", None, low=1, none_ok=True)
+    trials = sec.integer("trials", None, low=1, none_ok=True)
     timeout = sec.duration("timeout", None, none_ok=True)
     return Budget(trials=trials, timeout_s=timeout)
 
 
-def _bench(top: _Section) -> BenchSettings:
+def _bench(top: Section) -> BenchSettings:
     sec = top.section("bench", ("prompt", "output_tokens", "warmup", "repeats", "max_repeats",
                                 "target_rel_ci", "concurrency"))
-    prompt = sec.str("prompt", DEFAULT_PROMPT)
-    output_tokens = sec.int("output_tokens", 64, low=2)
-    warmup = sec.int("warmup", 1, low=0)
-    repeats = sec.int("repeats", 3, low=1)
-    max_repeats = sec.int("max_repeats", max(3, repeats), low=1)
+    prompt = sec.text("prompt", DEFAULT_PROMPT)
+    output_tokens = sec.integer("output_tokens", 64, low=2)
+    warmup = sec.integer("warmup", 1, low=0)
+    repeats = sec.integer("repeats", 3, low=1)
+    max_repeats = sec.integer("max_repeats", max(3, repeats), low=1)
     if max_repeats < repeats:
         raise sec.bad("max_repeats", f"must be >= repeats ({repeats}), not {max_repeats}")
     target = sec.number("target_rel_ci", None, above=0, at_most=1, none_ok=True)
@@ -603,18 +523,18 @@ def _bench(top: _Section) -> BenchSettings:
                          max_repeats=max_repeats, target_rel_ci=target, concurrency=tuple(conc))
 
 
-def _timeouts(top: _Section) -> Timeouts:
+def _timeouts(top: Section) -> Timeouts:
     sec = top.section("timeouts", ("startup", "bench", "teardown"))
     return Timeouts(startup_s=sec.duration("startup", "120s"), bench_s=sec.duration("bench", "60s"),
                     teardown_s=sec.duration("teardown", "10s"))
 
 
-def _ray(top: _Section) -> RaySettings:
+def _ray(top: Section) -> RaySettings:
     sec = top.section("ray", ("address", "parallel", "node_selector"))
-    address = sec.str("address", None, none_ok=True)
-    parallel = sec.int("parallel", None, low=1, none_ok=True)
+    address = sec.text("address", None, none_ok=True)
+    parallel = sec.integer("parallel", None, low=1, none_ok=True)
     sel = sec.section("node_selector", ("gpu_model", "resources"))
-    gpu_model = sel.str("gpu_model", None, none_ok=True)
+    gpu_model = sel.text("gpu_model", None, none_ok=True)
     resources = sel.raw("resources", None) or {}
     if not isinstance(resources, Mapping):
         raise sel.bad("resources", f"must be a mapping of Ray resource name to amount, e.g. {{pcie_box: 1}}, "
@@ -622,29 +542,26 @@ def _ray(top: _Section) -> RaySettings:
     for name, amount in resources.items():
         if not isinstance(name, str) or isinstance(amount, bool) or not isinstance(amount, (int, float)) \
                 or amount <= 0:
-            raise sel.bad(f"resources.{name}", f"must be a positive number (a Ray resource amount), not {shown(amount)}")
+            raise sel.bad(f"resources.{name}",
+                          f"must be a positive number (a Ray resource amount), not {shown(amount)}")
     return RaySettings(address=address, parallel=parallel,
                        node_selector={"gpu_model": gpu_model, "resources": dict(resources)})
 
 
-def _sampler(top: _Section) -> SamplerSettings:
+def _sampler(top: Section) -> SamplerSettings:
     sec = top.section("sampler", ("name", "seed", "n_startup_trials", "options"))
     name = sec.raw("name", "tpe")
     if not isinstance(name, str) or name not in SAMPLER_NAMES:
         hint = did_you_mean(name, SAMPLER_NAMES) if isinstance(name, str) else ""
         raise sec.bad("name", f"unknown sampler {name!r}{hint}; allowed: {', '.join(SAMPLER_NAMES)}")
-    seed = sec.int("seed", 0, low=0, none_ok=True)
-    n_startup = sec.int("n_startup_trials", None, low=0, none_ok=True)
+    seed = sec.integer("seed", 0, low=0, none_ok=True)
+    n_startup = sec.integer("n_startup_trials", None, low=0, none_ok=True)
     options = sec.raw("options", None) or {}
     if not isinstance(options, Mapping):
         raise sec.bad("options", f"must be a mapping of sampler options, not {shown(options)}")
-    allowed = _sampler_options(name)
+    allowed = SAMPLER_OPTIONS[name]
     for key, value in options.items():
         okey = f"options.{key}"
-        if allowed is None:
-            if not isinstance(key, str):
-                raise sec.bad(okey, f"option names must be strings, not {shown(key)}")
-            continue
         if key not in allowed:
             names = ", ".join(allowed) or "none"
             raise sec.bad(okey, f"unknown option {key!r} for sampler {name}{did_you_mean(str(key), list(allowed))}; "
@@ -658,18 +575,7 @@ def _sampler(top: _Section) -> SamplerSettings:
     return SamplerSettings(name=name, seed=seed, n_startup_trials=n_startup, options=dict(options))
 
 
-def _sampler_options(name: str) -> Mapping[str, type] | None:
-    try:
-        from orchestrator import samplers
-    except ModuleNotFoundError:
-        return None
-    options = getattr(samplers, "OPTIONS", None)
-    if not isinstance(options, Mapping) or name not in options:
-        return None
-    return options[name]
-
-
-def _hardware(top: _Section) -> dict[str, float]:
+def _hardware(top: Section) -> dict[str, float]:
     """Declared memory bandwidth and all-reduce latency (else the ceiling uses measurements)."""
     from orchestrator.ceiling import parse_bandwidth
 
@@ -687,13 +593,13 @@ def _hardware(top: _Section) -> dict[str, float]:
     return out
 
 
-def _pruning(top: _Section) -> PruningSettings:
+def _pruning(top: Section) -> PruningSettings:
     sec = top.section("pruning", ("enabled", "min_ratio"))
-    return PruningSettings(enabled=sec.bool("enabled", True),
+    return PruningSettings(enabled=sec.flag("enabled", True),
                            min_ratio=sec.number("min_ratio", 0.8, above=0, at_most=1))
 
 
-def _outcome_constraints(top: _Section, bench: BenchSettings) -> tuple[OutcomeConstraint, ...]:
+def _outcome_constraints(top: Section, bench: BenchSettings) -> tuple[OutcomeConstraint, ...]:
     raw = top.raw("constraints", None)
     if raw is None:
         return ()
@@ -701,11 +607,11 @@ def _outcome_constraints(top: _Section, bench: BenchSettings) -> tuple[OutcomeCo
         raise top.bad("constraints", f"must be a list of {{concurrency: N, min_ratio: R}}, not {shown(raw)}")
     out = []
     for i, item in enumerate(raw):
-        sec = _Section(item, top.file, f"constraints[{i}]", ("concurrency", "min_ratio"))
+        sec = Section(item, top.file, f"constraints[{i}]", ("concurrency", "min_ratio"))
         if item is None or "concurrency" not in sec.data or "min_ratio" not in sec.data:
             raise top.bad(f"constraints[{i}]", "needs concurrency (one of bench.concurrency) and min_ratio "
                                                "(e.g. {concurrency: 10, min_ratio: 0.9})")
-        level = sec.int("concurrency", None, low=1)
+        level = sec.integer("concurrency", None, low=1)
         if level not in bench.concurrency:
             levels = ", ".join(map(str, bench.concurrency)) or "none (bench.concurrency is empty)"
             raise sec.bad("concurrency", f"{level} is not a measured level; allowed: bench.concurrency = {levels}")
@@ -713,7 +619,7 @@ def _outcome_constraints(top: _Section, bench: BenchSettings) -> tuple[OutcomeCo
     return tuple(out)
 
 
-def _env(top: _Section, allow_unsafe: bool) -> dict[str, str]:
+def _env(top: Section, allow_unsafe: bool) -> dict[str, str]:
     raw = top.raw("env", _MISSING)
     if raw is _MISSING:
         return dict(DEFAULT_ENV)
@@ -730,24 +636,24 @@ def _env(top: _Section, allow_unsafe: bool) -> dict[str, str]:
             raise top.bad(key, f"must be a string, number or boolean, not {shown(value)}")
         text = env_str(value)
         if var.startswith("NCCL_"):
-            text = _nccl_value(var, value, top.file, key)
-            _refuse_unsafe(var, text, allow_unsafe, top.file, key, top.file)
+            text = nccl_value(var, value, top.file, key)
+            refuse_unsafe(var, text, allow_unsafe, top.file, key, top.file)
         out[var] = text
     return out
 
 
-def _correctness(top: _Section, job_path: Path, allow_unsafe: bool, backend, defaults: dict,
-                 gpus: int) -> CorrectnessSettings:
+def _correctness(top: Section, job_path: Path, allow_unsafe: bool, backend, defaults: dict) -> CorrectnessSettings:
     sec = top.section("correctness", ("enabled", "reference", "prompts", "check_tokens", "logprobs",
                                       "logprob_tolerance", "allow_repetitive_reference"))
-    enabled = sec.bool("enabled", True)
+    enabled = sec.flag("enabled", True)
     ref = sec.raw("reference", "baseline")
     if ref is None:
         ref = "baseline"
     if isinstance(ref, Mapping):
-        own = _config_mapping(ref, top.file, sec.key("reference"), allow_unsafe, space=None)
-        reference: str | dict = {**defaults, **own}
-        _check_config(backend, reference, top.file, sec.key("reference"), gpus)
+        own = config_mapping(ref, top.file, sec.key("reference"), allow_unsafe, space=None)
+        config = {**defaults, **own}
+        check_config(backend, config, top.file, sec.key("reference"))
+        reference: str | dict = config
     elif isinstance(ref, str) and ref.strip():
         if ref == "baseline":
             reference = "baseline"
@@ -771,174 +677,13 @@ def _correctness(top: _Section, job_path: Path, allow_unsafe: bool, backend, def
         if not isinstance(p, str) or not p.strip():
             raise sec.bad(f"prompts[{i}]", f"must be a non-empty string, not {shown(p)}")
     return CorrectnessSettings(enabled=enabled, reference=reference, prompts=tuple(prompts),
-                               check_tokens=sec.int("check_tokens", 32, low=1), logprobs=sec.bool("logprobs", True),
+                               check_tokens=sec.integer("check_tokens", 32, low=1), logprobs=sec.flag("logprobs", True),
                                logprob_tolerance=sec.number("logprob_tolerance", 0.05, above=0),
-                               allow_repetitive_reference=sec.bool("allow_repetitive_reference", False))
-
-
-# ---- configs, NCCL and backend checks ------------------------------------------------------
-
-def _nccl_value(var: str, value: Any, file: str, key: str) -> str:
-    try:
-        return canonical_value(f"env.{var}", value)
-    except ValueError as exc:
-        msg = str(exc)
-        if repr(env_str(value)) not in msg and env_str(value) not in msg:
-            msg = f"{env_str(value)!r}: {msg}"
-        raise BadInput(msg, file=file, key=key) from None
-
-
-def _refuse_unsafe(var: str, value: str, allow_unsafe: bool, file: str, key: str, job_file: str) -> None:
-    if allow_unsafe:
-        return
-    from orchestrator import nccl
-
-    reason = nccl.unsafe_on_pcie(var, value)
-    if reason:
-        raise BadInput(f"{var}={value} is unsafe on PCIe: {reason}; set allow_unsafe_nccl: true in {job_file} "
-                       f"to allow it", file=file, key=key)
-
-
-def _config_mapping(raw: Any, file: str, prefix: str, allow_unsafe: bool, *, space: SearchSpace | None) -> dict:
-    """A config written in the job (baseline, reference): names, values, NCCL rules."""
-    if not isinstance(raw, Mapping):
-        raise BadInput(f"must be a mapping of parameter to value, e.g. {{tp_size: 1, graph_capture: false}}, "
-                       f"not {shown(raw)}", file=file, key=prefix)
-    out: dict[str, Any] = {}
-    for name, value in raw.items():
-        key = f"{prefix}.{name}"
-        problem = check_param_name(name)
-        if problem:
-            if space is not None and isinstance(name, str):
-                hint = did_you_mean(name, space.names, cutoff=0.4)
-                if hint:
-                    problem = f"unknown parameter {name!r}{hint}; allowed: {NAME_RULE}"
-                problem += f"; the space's params: {', '.join(space.names)}"
-            raise BadInput(problem, file=file, key=key)
-        if value is None or isinstance(value, (list, dict)):
-            raise BadInput(f"must be a single value (string, number or boolean), not {shown(value)}",
-                           file=file, key=key)
-        try:
-            value = canonical_value(name, value)
-        except ValueError as exc:
-            msg = str(exc)
-            raise BadInput(msg if env_str(value) in msg else f"{value!r}: {msg}", file=file, key=key) from None
-        if name.startswith("env.NCCL_"):
-            _refuse_unsafe(name[4:], value, allow_unsafe, file, key, file)
-        if space is not None and name in space:
-            param = space.param(name)
-            if not param.allows(value):
-                raise BadInput(f"{value!r} is not in the space ({space.file} params.{name}); allowed: "
-                               f"{param.allowed_text()}", file=file, key=key)
-            if param.kind == "categorical":  # the choice's own spelling/type (YAML 1 vs true etc.)
-                value = next(c for c in param.choices if same(c, value))
-        out[name] = value
-    return out
-
-
-def _tp_of(config: Mapping[str, Any]) -> int:
-    try:
-        return int(config.get("tp_size", 1)) * int(config.get("pp_size", 1))
-    except (TypeError, ValueError):
-        return 1
-
-
-def _check_space_tp(space: SearchSpace, gpus: int, job_file: str, backend) -> None:
-    """Every tp_size/pp_size choice must fit in gpus_per_node (GPU jobs only)."""
-    if gpus <= 0:
-        return
-    sizes = {}
-    for name in ("tp_size", "pp_size"):
-        if name in space:
-            vals = space.param(name).values(10_000) or ()
-            sizes[name] = [v for v in vals if isinstance(v, int) and not isinstance(v, bool)]
-    for name, other in (("tp_size", "pp_size"), ("pp_size", "tp_size")):
-        if name not in sizes:
-            continue
-        smallest_other = min(sizes.get(other) or [1])
-        for v in sizes[name]:
-            if v * smallest_other > gpus:
-                need = f"{v} GPUs" if smallest_other == 1 else f"{v} x {smallest_other} = {v * smallest_other} GPUs"
-                raise BadInput(f"{name}={v} needs {need} but the job {job_file} has gpus_per_node: {gpus}; "
-                               f"allowed: tp_size x pp_size <= {gpus}", file=space.file, key=f"params.{name}")
-
-
-def _check_baseline(baseline: dict, own: dict, space: SearchSpace, gpus: int, backend, file: str) -> None:
-    if gpus > 0 and _tp_of(baseline) > gpus:
-        key = "baseline.tp_size" if "tp_size" in own else "baseline.pp_size" if "pp_size" in own else "baseline"
-        raise BadInput(f"tp_size x pp_size = {_tp_of(baseline)} needs more GPUs than gpus_per_node: {gpus}; "
-                       f"allowed: tp_size x pp_size <= {gpus}", file=file, key=key)
-    _check_config(backend, baseline, file, "baseline", gpus)
-
-
-def _check_config(backend, config: dict, file: str, prefix: str, gpus: int) -> None:
-    try:
-        backend.check_config(dict(config))
-    except ConfigRejected as exc:
-        raise ConfigRejected(f"{_raw_message(exc)} (config {config})", file=file,
-                             key=f"{prefix}.{exc.key}" if exc.key else prefix) from None
-
-
-def _check_space_configs(space: SearchSpace, baseline: dict, backend, job_file: str, gpus: int) -> None:
-    """``backend.check_config`` on every feasible config (or every value vs the baseline)."""
-    configs = space.enumerate(CHECK_LIMIT)
-    if configs is not None:
-        if not configs:
-            raise BadInput("no config of the space satisfies its constraints for this job",
-                           file=space.file, key="constraints")
-        for config in configs:
-            full = space.active({**baseline, **config})
-            if gpus > 0 and _tp_of(full) > gpus:
-                raise BadInput(f"config {config} needs tp_size x pp_size = {_tp_of(full)} GPUs but the job "
-                               f"{job_file} has gpus_per_node: {gpus}; add the constraint "
-                               f"'tp_size * pp_size <= gpus_per_node'", file=space.file, key="constraints")
-            _reject_in_space(backend, full, config, space, job_file)
-        return
-    base = space.project(baseline)
-    for p in space.params:
-        values = p.values(CHECK_LIMIT)
-        if values is None:
-            values = (p.low, p.high)  # a wide int range: its ends
-        for v in values:
-            config = {**base, p.name: v}
-            for parent, allowed in p.when:  # make the param active
-                config.setdefault(parent, allowed[0])
-                if not any(same(config[parent], a) for a in allowed):
-                    config[parent] = allowed[0]
-            config = space.active(config)
-            if space.feasible(config) is not None:
-                continue
-            _reject_in_space(backend, space.active({**baseline, **config}), {p.name: v}, space, job_file)
-
-
-def _reject_in_space(backend, full: dict, shown_config: dict, space: SearchSpace, job_file: str) -> None:
-    try:
-        backend.check_config(dict(full))
-    except ConfigRejected as exc:
-        key = exc.key or ""
-        key = f"params.{key}" if key in space else (key or "params")
-        raise ConfigRejected(f"{_raw_message(exc)} (config {shown_config}; backend of {job_file})",
-                             file=space.file, key=key) from None
-
-
-def _raw_message(exc: BadInput) -> str:
-    text = str(exc)
-    where = ": ".join(part for part in (exc.file, exc.key) if part)
-    prefix = f"{where}: " if where else ""
-    return text[len(prefix):] if prefix and text.startswith(prefix) else text
-
-
-def _check_space_unsafe(space: SearchSpace, allow_unsafe: bool, job_file: str) -> None:
-    if allow_unsafe:
-        return
-    for p in space.params:
-        if p.name.startswith("env.NCCL_") and p.kind == "categorical":
-            for i, value in enumerate(p.choices):
-                _refuse_unsafe(p.name[4:], value, False, space.file, f"params.{p.name}.choices[{i}]", job_file)
+                               allow_repetitive_reference=sec.flag("allow_repetitive_reference", False))
 
 
 __all__ = [
     "Job", "BackendSpec", "Budget", "BenchSettings", "Timeouts", "RaySettings", "SamplerSettings",
-    "CorrectnessSettings", "PruningSettings", "PrescreenSettings", "OutcomeConstraint", "load_job", "job_context", "SAMPLER_NAMES",
-    "DEFAULT_CHECK_PROMPTS", "DEFAULT_PROMPT",
+    "CorrectnessSettings", "PruningSettings", "PrescreenSettings", "OutcomeConstraint", "load_job", "job_context",
+    "SAMPLER_NAMES", "DEFAULT_CHECK_PROMPTS", "DEFAULT_PROMPT",
 ]

@@ -73,8 +73,10 @@ class UnknownNcclVariable(UserWarning):
 
 
 def debug_env(tuning: bool = False) -> dict[str, str]:
-    """NCCL_DEBUG settings for a server launch: start-up lines only (cheap enough for timed
-    trials), or with per-call TUNING lines for a separate verification launch."""
+    """NCCL_DEBUG settings for a launch (the one definition: trial servers, ``bench
+    --verify-nccl``, the pre-screen's probes): start-up lines only (cheap enough for timed
+    trials, and enough to verify the settings), or with per-call TUNING lines for a separate
+    verification launch."""
     return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING" if tuning else "INIT,ENV"}
 
 
@@ -97,7 +99,8 @@ def _as_text(value: Any) -> str:
     return str(value).strip()
 
 
-def _parse_list(name: str, text: str, elems: tuple[str, ...], nccl_version=None) -> list[tuple[str | None, bool, list[str]]]:
+def _parse_list(name: str, text: str, elems: tuple[str, ...],
+                nccl_version=None) -> list[tuple[str | None, bool, list[str]]]:
     """Parse NCCL's ``[prefix:][^]a,b;prefix:[^]c`` grammar into (prefix, exclude, elems)
     with canonical spellings; raises ValueError naming the rule and the bad token."""
     allowed = ", ".join(elems)

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
-from orchestrator.records import COMPLETE, FAIL, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult
+from orchestrator.records import COMPLETE, FAIL, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult, TrialRow
 
 ENV_ERROR = "env-error"
 # Failure kinds that mean "this config computes wrong results": a config with one is never
@@ -153,32 +153,32 @@ def reference_failed(result: TrialResult, reason: str) -> Final:
 
 # ---- which trials may be ranked -------------------------------------------------------------
 
-def failed_correctness(row: dict[str, Any]) -> bool:
+def failed_correctness(row: TrialRow) -> bool:
     """This row shows its config computes wrong results (a reference that failed its own
     check says nothing about the config: the next run measures it again)."""
-    corr = row.get("correctness") or {}
-    if corr.get("reference") and not row.get("counted"):
+    corr = row.correctness or {}
+    if corr.get("reference") and not row.counted:
         return False
-    return corr.get("ok") is False or corr.get("passed") is False or row.get("failure_kind") in WRONG_RESULT_KINDS
+    return corr.get("ok") is False or corr.get("passed") is False or row.failure_kind in WRONG_RESULT_KINDS
 
 
-def tainted_keys(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
+def tainted_keys(rows: Iterable[TrialRow]) -> dict[str, int]:
     """config key -> first trial number that showed the config computes wrong results."""
     out: dict[str, int] = {}
     for r in rows:
         if failed_correctness(r):
-            out.setdefault(r["config_key"], r["number"])
+            out.setdefault(r.config_key, r.number)
     return out
 
 
-def rankable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rankable(rows: list[TrialRow]) -> list[TrialRow]:
     """The rows that may be ranked (``history`` rows): COMPLETE with a value, launched and
     counted (not a cached duplicate, not a baseline repeat on another node), no outcome
     constraint broken, and of a config never found to compute wrong results."""
     tainted = tainted_keys(rows)
     return [r for r in rows
-            if r["state"] == COMPLETE and r["value"] is not None and r["counted"] and r["cached_from"] is None
-            and r["config_key"] not in tainted and not (r.get("metrics") or {}).get("constraint_violations")]
+            if r.state == COMPLETE and r.value is not None and r.counted and r.cached_from is None
+            and r.config_key not in tainted and not (r.metrics or {}).get("constraint_violations")]
 
 
 def env_hint(reason: str | None) -> str:

@@ -134,7 +134,7 @@ def measure_setting(setting: dict[str, Any], *, device: str, message_bytes: int,
     from orchestrator.server import free_port
 
     env_delta = {**env, **{k[4:]: str(v) for k, v in setting.items() if k.startswith("env.")},
-                 "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
+                 **nccl.debug_env()}
     argv = [sys.executable, "-m", "orchestrator.prescreen", "--world", str(setting["tp_size"]),
             "--device", device, "--bytes", str(message_bytes), "--iters", str(iters),
             "--master-port", str(free_port())]
@@ -255,7 +255,8 @@ def format_prescreen(data: dict[str, Any]) -> str:
              f"{data['allreduces_per_step']} per decode step, on {data['device']}:", "",
              "| setting | latency (median) | predicted decode tok/s | probe time | notes |", "|---|---|---|---|---|"]
     for r in data["rows"]:
-        label = " ".join(f"{k.removeprefix('env.')}={v}" for k, v in r.items() if k == "tp_size" or k.startswith("env."))
+        label = " ".join(f"{k.removeprefix('env.')}={v}" for k, v in r.items()
+                         if k == "tp_size" or k.startswith("env."))
         if r["ok"]:
             pred = f"{r['predicted_tok_s']:.1f}" if r.get("predicted_tok_s") else "-"
             note = "; ".join(r.get("warnings") or []) or ("in a CUDA graph" if r.get("graph") else "eager")

@@ -2,7 +2,9 @@
 
 Actors return a ``TrialResult``; the driver stores it in Optuna user attributes
 (``to_attrs``) and everything downstream (status, report, export, simulate) reads it
-back with ``from_attrs``. Failures are data here, never exceptions.
+back with ``from_attrs``. Failures are data here, never exceptions. ``TrialRow`` is one
+trial as the user sees it, read back by ``history.trial_rows`` for status, report, export,
+compare and importance.
 """
 
 from __future__ import annotations
@@ -38,6 +40,23 @@ FAILURE_KINDS = (
 NOT_THE_CONFIGS_FAULT = ("interrupted", "node-lost", "env-error")
 
 Config = dict[str, Any]
+
+# A trial a dead driver left RUNNING is told FAIL by the next driver. Optuna's public API sets
+# a trial's user attributes only through the ``Trial`` its asking process held, so what they
+# would say (``outcome``, ``failure_kind``, ``failure_reason``, ``counted``, ...) is a study
+# user attribute named ``recovered_attr(number)``, which ``history`` reads as the trial's own.
+RECOVERED_PREFIX = "recovered_trial:"
+
+
+def recovered_attr(number: int) -> str:
+    """The study user attribute holding what a recovered trial's user attributes would say."""
+    return f"{RECOVERED_PREFIX}{number}"
+
+
+def trial_attrs(trial: Any, study_attrs: dict[str, Any]) -> dict[str, Any]:
+    """A finished trial's user attributes as the driver recorded them: its own, and for a
+    trial a dead driver left RUNNING, the record the next driver kept for it."""
+    return {**trial.user_attrs, **(study_attrs.get(recovered_attr(trial.number)) or {})}
 
 
 def config_key(config: Config) -> str:
@@ -98,3 +117,51 @@ class TrialResult:
     def from_attrs(cls, attrs: dict[str, Any]) -> "TrialResult":
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in attrs.items() if k in names})
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """One trial as the user sees it (``history.trial_rows``): what ``status`` lists (its
+    ``--json`` prints ``to_json()``), what the report, export, compare and importance read.
+
+    ``state`` is the user-facing outcome (COMPLETE, FAIL, PRUNED, RUNNING, WAITING), never
+    the storage encoding; ``params`` the normalized config; ``value`` the median decode tok/s
+    of a COMPLETE trial. Every field but ``number`` and ``state`` has a default, so a row is
+    easy to write by hand (tests, tools).
+    """
+
+    number: int
+    state: str
+    params: Config = field(default_factory=dict)
+    value: float | None = None
+    spread: float | None = None  # rel_ci when known, else cv
+    cv: float | None = None
+    rel_ci: float | None = None
+    failure_kind: str | None = None  # FAIL only
+    failure_reason: str | None = None  # FAIL and PRUNED
+    node: str | None = None  # hostname (with the Ray node id where a host ran several nodes at once)
+    node_id: str | None = None
+    started_at: str | None = None  # ISO 8601, UTC
+    ended_at: str | None = None
+    durations: dict[str, float] = field(default_factory=dict)  # TrialResult.timing
+    cached_from: int | None = None  # answered from this trial's measurement, not launched
+    counted: bool = False  # counts toward the budget
+    is_baseline: bool = False
+    config_key: str = ""
+    warnings: list[str] = field(default_factory=list)
+    nccl: dict[str, Any] = field(default_factory=dict)  # parsed NCCL start-up info
+    nccl_summary: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    correctness: dict[str, Any] = field(default_factory=dict)
+    node_info: dict[str, Any] = field(default_factory=dict)
+    optuna_state: str = ""  # the storage's state (COMPLETE for a config-caused FAIL)
+    skipped: str | None = None  # a proposal recorded, never launched: "infeasible", "banned-value", ...
+    enqueued_by: str | None = None
+    log_tail: str = ""
+    # measurements of this row's config that ``history.best_rows`` ranked it by (not a trial field)
+    n_measurements: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as ``status --json`` prints it: every field but ``n_measurements``, in order."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "n_measurements"}
+

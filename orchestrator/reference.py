@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
 
 # A prompt's output is a cycle when it is one unit of at most this many tokens repeated
 # over at least MIN_CYCLE_UNITS units.
@@ -123,7 +122,7 @@ def unusable(golden, allow_repetitive: bool = False) -> tuple[str | None, list[s
     return None, warnings
 
 
-def outvoted(reference_texts: list[str], failed: list[tuple[int, str, list[str]]]) -> str | None:
+def outvoted(reference_texts: list[str], failed: list[tuple[int, str, list[str] | None]]) -> str | None:
     """Why the reference looks wrong, or None.
 
     ``failed``: (trial number, config key, greedy texts) of the trials compared with the
@@ -134,11 +133,11 @@ def outvoted(reference_texts: list[str], failed: list[tuple[int, str, list[str]]
     for number, key, texts in failed:
         if texts and len(texts) == len(reference_texts) and list(texts) != list(reference_texts):
             by_texts.setdefault(tuple(texts), {}).setdefault(key, number)
-    for texts, configs in by_texts.items():
+    for shared, configs in by_texts.items():
         if len(configs) >= OUTVOTE_TRIALS:
             numbers = sorted(configs.values())
-            i = next(j for j, (a, b) in enumerate(zip(texts, reference_texts)) if a != b)
+            i = next(j for j, (a, b) in enumerate(zip(shared, reference_texts)) if a != b)
             return (f"trials {', '.join(map(str, numbers))} (different configs) agree with each other and all differ "
-                    f"from the reference on prompt {i} ({texts[i][:24]!r} vs {reference_texts[i][:24]!r}): the "
+                    f"from the reference on prompt {i} ({shared[i][:24]!r} vs {reference_texts[i][:24]!r}): the "
                     "reference is the odd one out")
     return None

@@ -15,11 +15,14 @@ with the replay harness (``orchestrator.simulate``; the evidence is in
   ``grid`` needs the space's distributions; exhaustion of grid/brute force is decided by
   the search policy, not by ``study.stop()`` (which only works inside ``optimize``).
 
-Failures teach the sampler through constraints: the search policy stores a system
-attribute ``constraints`` on every finished trial (``[0.0]`` feasible, ``[1.0]`` for a
-config-caused failure). Optuna >= 5 reads it natively in TPE, GP and NSGA-II (and
-deprecates ``constraints_func``); on Optuna 4 the samplers only look at constraints
-when given a ``constraints_func``, so there ``constraints_from_attrs`` is passed.
+Failures teach the sampler through constraints: the search policy sets one constraint on
+every COMPLETE and PRUNED trial with ``Trial.set_constraint`` (``search.CONSTRAINT``:
+0.0 feasible, 1.0 for a config-caused failure), which TPE, GP and NSGA-II read from the
+trial themselves (Optuna >= 5; its ``constraints_func`` is deprecated and not used).
+
+The start-up trials a model-based sampler draws at random are sized here, once:
+``startup_trials`` is what ``make_sampler`` builds TPE/GP with, and what whoever builds the
+sampler hands the search policy (``SearchPolicy(startup=...)``), which picks them itself.
 """
 
 from __future__ import annotations
@@ -35,37 +38,20 @@ from optuna.distributions import (
     FloatDistribution,
     IntDistribution,
 )
-from optuna.trial import FrozenTrial
 
 SAMPLER_NAMES = ("tpe", "gp", "random", "grid", "bruteforce", "nsga2")
 DEFAULT_SAMPLER = "tpe"
-CONSTRAINTS_KEY = "constraints"  # == optuna.study._constrained_optimization._CONSTRAINTS_KEY
-
-# Optuna 5 added Trial.set_constraint and made every constrained sampler read the trial's
-# constraint system attributes itself; before that a constraints_func was required.
-NATIVE_CONSTRAINTS = hasattr(optuna.trial.Trial, "set_constraint")
+MODEL_BASED = ("tpe", "gp")  # samplers that draw random start-up trials before modelling
 
 # Options each sampler accepts in ``options`` (the job's ``sampler.options``).
-_TPE_OPTIONS = {"multivariate": bool, "group": bool, "constant_liar": bool, "n_ei_candidates": int,
-                "n_startup_trials": int}
-_GP_OPTIONS = {"deterministic_objective": bool, "n_startup_trials": int}
-_NSGA2_OPTIONS = {"population_size": int, "mutation_prob": float, "crossover_prob": float,
-                  "swapping_prob": float}
-_BRUTEFORCE_OPTIONS = {"avoid_premature_stop": bool}
-OPTIONS = {"tpe": _TPE_OPTIONS, "gp": _GP_OPTIONS, "random": {}, "grid": {}, "bruteforce": _BRUTEFORCE_OPTIONS,
-           "nsga2": _NSGA2_OPTIONS}
-
-
-def constraints_from_attrs(trial: FrozenTrial) -> tuple[float, ...]:
-    """Constraint values of a finished trial: the stored ``constraints`` attr, else from ``outcome``.
-
-    Feasible is <= 0. A trial whose user-facing ``outcome`` is FAIL is infeasible even if
-    the storage encodes it as a COMPLETE trial with value 0.0.
-    """
-    stored = trial.system_attrs.get(CONSTRAINTS_KEY)
-    if stored:
-        return tuple(float(v) for v in stored)
-    return (1.0,) if trial.user_attrs.get("outcome") == "FAIL" else (0.0,)
+_TPE_OPTIONS: dict[str, type] = {"multivariate": bool, "group": bool, "constant_liar": bool, "n_ei_candidates": int,
+                                 "n_startup_trials": int}
+_GP_OPTIONS: dict[str, type] = {"deterministic_objective": bool, "n_startup_trials": int}
+_NSGA2_OPTIONS: dict[str, type] = {"population_size": int, "mutation_prob": float, "crossover_prob": float,
+                                   "swapping_prob": float}
+_BRUTEFORCE_OPTIONS: dict[str, type] = {"avoid_premature_stop": bool}
+OPTIONS: dict[str, dict[str, type]] = {"tpe": _TPE_OPTIONS, "gp": _GP_OPTIONS, "random": {}, "grid": {},
+                                       "bruteforce": _BRUTEFORCE_OPTIONS, "nsga2": _NSGA2_OPTIONS}
 
 
 def default_startup_trials(budget: int | None, space_size: int | None = None) -> int:
@@ -106,21 +92,11 @@ def make_sampler(
     distribution) is required by ``grid``. Raises ``ValueError`` naming the allowed
     names/options for anything unknown.
     """
-    key = (name or DEFAULT_SAMPLER).lower().replace("-", "").replace("_", "")
-    aliases = {"bruteforce": "bruteforce", "nsgaii": "nsga2", "nsga2": "nsga2"}
-    key = aliases.get(key, key)
-    if key not in SAMPLER_NAMES:
-        raise ValueError(f"unknown sampler {name!r}; allowed: {', '.join(SAMPLER_NAMES)}")
+    key = _sampler_key(name)
     opts = _check_options(key, options or {})
-    startup = opts.pop("n_startup_trials", None)
-    if n_startup_trials is None:
-        n_startup_trials = startup if startup is not None else default_startup_trials(budget, space_size)
-    if n_startup_trials < 0:
-        raise ValueError(f"n_startup_trials must be >= 0, not {n_startup_trials}")
-    extra: dict[str, Any] = {}
-    if not NATIVE_CONSTRAINTS:
-        extra["constraints_func"] = constraints_from_attrs
-
+    opts.pop("n_startup_trials", None)
+    n_startup_trials = startup_trials(key, budget=budget, space_size=space_size,
+                                      n_startup_trials=n_startup_trials, options=options)
     with warnings.catch_warnings():
         # group=True is flagged experimental; that is a choice made knowingly here.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -131,25 +107,51 @@ def make_sampler(
                 raise ValueError("sampler option group=true needs multivariate=true")
             return optuna.samplers.TPESampler(
                 seed=seed, n_startup_trials=n_startup_trials, multivariate=multivariate, group=group,
-                constant_liar=opts.pop("constant_liar", True), **opts, **extra)
+                constant_liar=opts.pop("constant_liar", True), **opts)
         if key == "gp":
             import importlib.util
 
             if importlib.util.find_spec("scipy") is None:
                 raise ValueError("the gp sampler needs scipy (pip install scipy); or use sampler tpe")
             return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials,
-                                             warn_independent_sampling=False, **opts, **extra)
+                                             warn_independent_sampling=False, **opts)
         if key == "random":
             return optuna.samplers.RandomSampler(seed=seed)
         if key == "nsga2":
             opts.setdefault("population_size", max(4, min(50, (budget or 40) // 4)))
-            return optuna.samplers.NSGAIISampler(seed=seed, **opts, **extra)
+            return optuna.samplers.NSGAIISampler(seed=seed, **opts)
         if key == "bruteforce":
             return _QuietBruteForceSampler(seed=seed, **opts)
         # grid
         if not search_space:
             raise ValueError("the grid sampler needs the space's distributions (search_space=...)")
         return _QuietGridSampler(grid_values(search_space), seed=seed)
+
+
+def startup_trials(name: str, *, budget: int | None, space_size: int | None = None,
+                   n_startup_trials: int | None = None, options: Mapping[str, Any] | None = None) -> int:
+    """The random start-up trials of the named sampler, as ``make_sampler`` builds it: for TPE
+    and GP ``n_startup_trials``, else ``options["n_startup_trials"]``, else
+    ``default_startup_trials(budget, space_size)``; 0 for every other sampler. The search
+    policy is told this number (``SearchPolicy(startup=...)``); nothing reads it back from
+    the sampler."""
+    key = _sampler_key(name)
+    if n_startup_trials is None:
+        n_startup_trials = _check_options(key, options or {}).get("n_startup_trials")
+    if n_startup_trials is not None and n_startup_trials < 0:
+        raise ValueError(f"n_startup_trials must be >= 0, not {n_startup_trials}")
+    if key not in MODEL_BASED:
+        return 0
+    return int(n_startup_trials) if n_startup_trials is not None else default_startup_trials(budget, space_size)
+
+
+def _sampler_key(name: str | None) -> str:
+    """A sampler's name as ``SAMPLER_NAMES`` spells it (``nsga-ii`` -> ``nsga2``), else ValueError."""
+    key = (name or DEFAULT_SAMPLER).lower().replace("-", "").replace("_", "")
+    key = {"nsgaii": "nsga2"}.get(key, key)
+    if key not in SAMPLER_NAMES:
+        raise ValueError(f"unknown sampler {name!r}; allowed: {', '.join(SAMPLER_NAMES)}")
+    return key
 
 
 def grid_values(search_space: Mapping[str, BaseDistribution]) -> dict[str, list[Any]]:
@@ -199,24 +201,16 @@ class _QuietGridSampler(optuna.samplers.GridSampler):
     when the space is exhausted (normalized configs, not raw grid points).
     """
 
-    def after_trial(self, study, trial, state, values) -> None:  # noqa: D102
+    def after_trial(self, study, trial, state, values) -> None:
         return None
 
 
 class _QuietBruteForceSampler(optuna.samplers.BruteForceSampler):
     """BruteForceSampler without ``study.stop()`` (see ``_QuietGridSampler``)."""
 
-    def after_trial(self, study, trial, state, values) -> None:  # noqa: D102
+    def after_trial(self, study, trial, state, values) -> None:
         return None
 
 
-def describe(sampler: optuna.samplers.BaseSampler) -> str:
-    """One line naming a sampler and its main settings (for logs and reports)."""
-    if isinstance(sampler, optuna.samplers.TPESampler):
-        return (f"TPE(n_startup_trials={sampler._n_startup_trials}, multivariate={sampler._multivariate}, "
-                f"group={sampler._group}, constant_liar={sampler._constant_liar})")
-    return type(sampler).__name__.lstrip("_").replace("Quiet", "")
-
-
-__all__: Sequence[str] = ("SAMPLER_NAMES", "DEFAULT_SAMPLER", "NATIVE_CONSTRAINTS", "make_sampler",
-                          "default_startup_trials", "constraints_from_attrs", "grid_values", "describe")
+__all__: Sequence[str] = ("SAMPLER_NAMES", "DEFAULT_SAMPLER", "make_sampler", "startup_trials",
+                          "default_startup_trials", "grid_values")

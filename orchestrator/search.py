@@ -25,13 +25,17 @@ config runs:
   PRUNED trial with its reason (``skipped``: not a trial for status, report or plots),
   and the sampler asked again;
 - failure memory, in storage (see ``docs/architecture.md``, "Trial records"): a
-  config-caused FAIL is told to Optuna as COMPLETE with value 0.0 and the system attr
-  ``constraints = [1.0]`` (so does a proposal the space rules out; every other finished
-  trial gets ``[0.0]``), so TPE/GP treat
-  it as infeasible and it can never be "best"; a blameless failure (``outcome.decide``:
-  ``interrupted``, ``node-lost``, ``env-error``, a first timeout) is an Optuna FAIL (the
-  sampler ignores it) that ``requeue`` puts back once; PRUNED (early stop) is PRUNED
-  with its intermediate value reported first;
+  config-caused FAIL is told to Optuna as COMPLETE with value 0.0 and the infeasible
+  constraint ``1.0`` (``Trial.set_constraint(CONSTRAINT, 1.0)`` before ``study.tell``; so
+  does a proposal the space rules out or a banned value; every other COMPLETE or PRUNED
+  trial gets ``0.0``, a measured config that breaks an outcome constraint ``1.0``), so
+  TPE/GP/NSGA-II treat it as infeasible and it can never be "best"; a blameless failure
+  (``outcome.decide``: ``interrupted``, ``node-lost``, ``env-error``, a first timeout) is
+  an Optuna FAIL (the sampler ignores it) that ``requeue`` puts back once; PRUNED (early
+  stop) is PRUNED with its intermediate value reported first. A trial a dead driver left
+  RUNNING is told FAIL by the next one (``recover_interrupted``); why is stored as a study
+  user attribute (``records.RECOVERED_PREFIX`` + its number) that ``history`` reads as the
+  trial's own. Only Optuna's public API is used;
 - the budget counts launched trials (COMPLETE, config-caused FAIL, PRUNED) only, and
   the policy stops proposing when it is reached or when every enumerated config has
   been measured (``budget_reached`` / ``exhausted`` say which).
@@ -60,10 +64,19 @@ from orchestrator.records import (
     PRUNED,
     Config,
     TrialResult,
+    TrialRow,
     config_key,
+    recovered_attr,
 )
 
-CONSTRAINTS_KEY = "constraints"  # optuna.study._constrained_optimization._CONSTRAINTS_KEY
+# The study's one Optuna constraint (feasible when <= 0): ``Trial.set_constraint(CONSTRAINT,
+# FEASIBLE or INFEASIBLE)`` on every COMPLETE and PRUNED trial, before ``study.tell``. Its
+# name is "0" because Optuna 5 reads the list format of the studies recorded before (the
+# system attribute ``constraints: [v]``) as the constraint "0": the old and new trials of a
+# resumed study carry the same constraint (the GP sampler requires one set for all trials).
+CONSTRAINT = "0"
+FEASIBLE = 0.0
+INFEASIBLE = 1.0
 
 # Early stop ("clearly worse"), chosen with the replay harness (docs/benchmarks.md):
 # a trial whose first repeat is below DEFAULT_PRUNE_RATIO x the best median so far stops
@@ -174,7 +187,7 @@ class SearchPolicy:
         remeasure: bool = False,
         seed: int = 0,
         fill: str = DEFAULT_FILL,
-        startup: int | None = None,
+        startup: int = 0,
         startup_order: str = DEFAULT_STARTUP_ORDER,
         max_asks: int = 200,
         max_consecutive_duplicates: int = 200,
@@ -183,8 +196,8 @@ class SearchPolicy:
             raise ValueError(f"fill must be one of {FILL_STRATEGIES}, not {fill!r}")
         if startup_order not in STARTUP_ORDERS:
             raise ValueError(f"startup_order must be one of {STARTUP_ORDERS}, not {startup_order!r}")
-        if startup is not None and startup < 0:
-            raise ValueError(f"startup must be >= 0 or None, not {startup}")
+        if startup < 0:
+            raise ValueError(f"startup must be >= 0, not {startup}")
         if budget is not None and budget < 0:
             raise ValueError(f"budget must be >= 0 or None, not {budget}")
         self.study = study
@@ -195,8 +208,9 @@ class SearchPolicy:
         self.remeasure = remeasure
         self.fill = fill
         # launches (the baseline included) the policy picks itself before the sampler's
-        # proposals are used; None: the sampler's own start-up trials (0 for random, grid...)
-        self.startup = startup_trials_of(study.sampler) if startup is None else startup
+        # proposals are used: the start-up trials the sampler was built with
+        # (``samplers.startup_trials``; 0 for random, grid, ...), passed by whoever built it
+        self.startup = startup
         self.startup_order = startup_order
         self.max_asks = max_asks
         self.max_consecutive_duplicates = max_consecutive_duplicates
@@ -325,7 +339,7 @@ class SearchPolicy:
             names |= set(getattr(self.space, "checked_names", ())) | {name for name, _ in bans}
             allowed = None
             if names and self._enumeration() is not None:
-                seen = {}
+                seen: dict[str, Config] = {}
                 for raw, k in self._enum_raw:
                     if not hit(self._enum_norm[k], bans):
                         part = {n: raw[n] for n in sorted(names) if n in raw}
@@ -455,7 +469,8 @@ class SearchPolicy:
         Optuna params of its trial. A parameter it leaves unset stays unset (the backend's
         default, or NCCL's own for an NCCL variable): never sampled."""
         dists = self.space.distributions()
-        return {k: v for k, v in self.space.active(self.baseline).items() if k in dists and _contains(dists[k], v)}
+        return {k: v for k, v in self.space.active(self.baseline or {}).items()
+                if k in dists and _contains(dists[k], v)}
 
     def _fixed_baseline(self, trial: optuna.Trial) -> Config:
         """The baseline exactly, whatever the sampler would draw: its trial records only the
@@ -463,7 +478,7 @@ class SearchPolicy:
         dists = self.space.distributions()
         for name in self._baseline_params():
             _suggest(trial, name, dists[name])  # the enqueued fixed value, recorded as the trial's param
-        return dict(self.baseline)
+        return dict(self.baseline or {})
 
     def _enqueue_fill(self, remaining: list[str] | None) -> None:
         """Enqueue one unmeasured config (seeded) unless a fixed config is already waiting."""
@@ -490,7 +505,7 @@ class SearchPolicy:
 
     def _config_of(self, t: FrozenTrial) -> Config:
         key = t.user_attrs.get(ATTR_KEY)
-        return self._enum_norm.get(key) or t.user_attrs.get("config") or dict(t.params)
+        return (self._enum_norm.get(key) if key else None) or t.user_attrs.get("config") or dict(t.params)
 
     def _most_diverse(self, remaining: list[str], seen: list[Config]) -> str:
         """The unmeasured config farthest from every measured one (greedy maximin design).
@@ -542,7 +557,7 @@ class SearchPolicy:
         attrs.update({ATTR_KEY: key, ATTR_COUNTED: False, ATTR_SKIPPED: kind})
         for name, value in attrs.items():
             trial.set_user_attr(name, value)
-        self.study._storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_KEY, [constraint])
+        trial.set_constraint(CONSTRAINT, constraint)
         self.study.tell(trial, state=TrialState.PRUNED)
 
     # ---- recording -------------------------------------------------------------------------------
@@ -568,17 +583,15 @@ class SearchPolicy:
             attrs[ATTR_CACHED_FROM] = proposal.cached_from
         for name, value in attrs.items():
             trial.set_user_attr(name, value)
-        storage, tid = self.study._storage, trial._trial_id
         if result.outcome == COMPLETE:
             value = result.value if result.value is not None else result.metrics.get("decode_tok_s")
             if value is None:
                 raise ValueError(f"trial {trial.number}: a COMPLETE result needs a value")
             # a measured config that breaks one of the job's outcome constraints is infeasible
-            violated = 1.0 if result.metrics.get("constraint_violations") else 0.0
-            storage.set_trial_system_attr(tid, CONSTRAINTS_KEY, [violated])
+            trial.set_constraint(CONSTRAINT, INFEASIBLE if result.metrics.get("constraint_violations") else FEASIBLE)
             self.study.tell(trial, float(value))
         elif result.outcome == FAIL and not not_the_config:
-            storage.set_trial_system_attr(tid, CONSTRAINTS_KEY, [1.0])
+            trial.set_constraint(CONSTRAINT, INFEASIBLE)
             self.study.tell(trial, 0.0)
         elif result.outcome == FAIL:
             self.study.tell(trial, state=TrialState.FAIL)
@@ -589,12 +602,12 @@ class SearchPolicy:
             if inter is not None:
                 step = int(result.metrics.get("repeats") or 1)
                 trial.report(float(inter), step)
-            storage.set_trial_system_attr(tid, CONSTRAINTS_KEY, [0.0])
+            trial.set_constraint(CONSTRAINT, FEASIBLE)
             self.study.tell(trial, state=TrialState.PRUNED)
         self._in_flight.pop(trial.number, None)
         if counted and not not_the_config:
             self._session_keys.add(proposal.key)
-        return self.study._storage.get_trial(tid)
+        return self._trial(trial.number)
 
     def defer(self, proposal: Proposal, reason: str) -> None:
         """Put a proposal back without launching it: recorded as not launched (uncounted,
@@ -633,7 +646,13 @@ class SearchPolicy:
         return self._key_of(config)
 
     def recover_interrupted(self, reason: str = "the driver died while this trial ran") -> list[int]:
-        """Trials left RUNNING by a dead driver: FAIL ``interrupted`` (uncounted), re-queued once."""
+        """Trials left RUNNING by a dead driver: FAIL ``interrupted`` (uncounted), re-queued once.
+
+        Optuna sets a trial's user attributes only through the ``Trial`` its asking process
+        held, so the record of why (the ``TrialResult`` attributes, ``counted: False``) is
+        a study user attribute, ``records.recovered_attr(number)``, which ``history`` reads
+        as the trial's own; then ``study.tell(number, state=FAIL)``.
+        """
         from orchestrator.outcome import interrupted
 
         done = []
@@ -641,11 +660,10 @@ class SearchPolicy:
             config = t.user_attrs.get("config") or dict(t.params)
             attrs = interrupted(TrialResult(outcome=FAIL, config=config, failure_kind="interrupted"), reason).to_attrs()
             attrs[ATTR_COUNTED] = False
-            attrs.setdefault(ATTR_KEY, t.user_attrs.get(ATTR_KEY) or self._key_of(dict(t.params)))
-            for name, value in attrs.items():
-                self.study._storage.set_trial_user_attr(t._trial_id, name, value)
+            attrs[ATTR_KEY] = t.user_attrs.get(ATTR_KEY) or self._key_of(dict(t.params))
+            self.study.set_user_attr(recovered_attr(t.number), attrs)
             self.study.tell(t.number, state=TrialState.FAIL)
-            self.requeue(self.study._storage.get_trial(t._trial_id))
+            self.requeue(t)
             done.append(t.number)
         return done
 
@@ -662,7 +680,7 @@ class SearchPolicy:
         """Keys of configs that are answered from the study instead of being launched."""
         return set(self._scan().measured)
 
-    def _rows(self) -> list[dict[str, Any]]:
+    def _rows(self) -> list[TrialRow]:
         from orchestrator.history import trial_rows
 
         return trial_rows(self.study)
@@ -674,19 +692,22 @@ class SearchPolicy:
         from orchestrator.history import best_rows
 
         best = best_rows(self._rows(), 1)
-        return self._trial(best[0]["number"]) if best else None
+        return self._trial(best[0].number) if best else None
 
     def baseline_trial(self) -> FrozenTrial | None:
         """The measured baseline trial (``history.baseline_row``), once there is one."""
         from orchestrator.history import baseline_row
 
         base = baseline_row(self._rows())
-        if base is None or base["state"] != COMPLETE or base["value"] is None:
+        if base is None or base.state != COMPLETE or base.value is None:
             return None
-        return self._trial(base["number"])
+        return self._trial(base.number)
 
     def _trial(self, number: int) -> FrozenTrial:
-        return next(t for t in self.study.get_trials(deepcopy=False) if t.number == number)
+        trials = self.study.get_trials(deepcopy=False)
+        if number < len(trials) and trials[number].number == number:  # numbered 0, 1, ... in order
+            return trials[number]
+        return next(t for t in trials if t.number == number)
 
     def baseline_value(self) -> float | None:
         """Median tok/s of the baseline, once measured."""
@@ -696,7 +717,7 @@ class SearchPolicy:
     def prune_threshold(self, min_ratio: float = DEFAULT_PRUNE_RATIO) -> float | None:
         """``min_ratio`` x the best median so far (None before any COMPLETE trial)."""
         best = self.best()
-        return None if best is None else float(best.value) * min_ratio
+        return None if best is None or best.value is None else float(best.value) * min_ratio
 
     def earlier_timeouts(self, key: str, before: int) -> int:
         """Launches of the config ``key`` before trial ``before`` that timed out."""
@@ -714,14 +735,6 @@ class SearchPolicy:
     def in_flight(self) -> list[Proposal]:
         """Proposals handed out and not yet recorded."""
         return list(self._in_flight.values())
-
-
-def startup_trials_of(sampler: optuna.samplers.BaseSampler) -> int:
-    """How many random start-up trials a model-based sampler (TPE, GP) draws; 0 for any other."""
-    sampler = getattr(sampler, "base", sampler)  # a FeasibleSampler's wrapped sampler
-    if isinstance(sampler, (optuna.samplers.TPESampler, optuna.samplers.GPSampler)):
-        return int(getattr(sampler, "_n_startup_trials", 0) or 0)
-    return 0
 
 
 def _is_measurement(ua: dict[str, Any]) -> bool:
@@ -746,11 +759,25 @@ def _suggest(trial: optuna.Trial, name: str, dist) -> Any:
 
 
 def _contains(dist, value: Any) -> bool:
-    """Whether ``value`` is a point of an Optuna distribution."""
+    """Whether ``value`` is a point of an Optuna distribution, by its public fields: a
+    categorical choice (``to_internal_repr`` finds it, as Optuna does), or a number in
+    ``[low, high]`` on the ``step`` grid of an int or float distribution."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
     try:
-        return bool(dist._contains(dist.to_internal_repr(value)))
+        internal = dist.to_internal_repr(value)
     except (ValueError, TypeError):
         return False
+    if isinstance(dist, CategoricalDistribution):
+        return True
+    if not dist.low <= internal <= dist.high:
+        return False
+    if isinstance(dist, IntDistribution):
+        return (internal - dist.low) % dist.step == 0
+    if dist.step is None:
+        return True
+    k = (internal - dist.low) / dist.step
+    return abs(k - round(k)) < 1.0e-8
 
 
 def _role_of(user_attrs: dict[str, Any]) -> str:

@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from orchestrator import atomic, proctree
+from orchestrator import supervise as supervisor
 from orchestrator.backends.base import LaunchSpec
 from orchestrator.records import ServerRecord
-from orchestrator import supervise as supervisor
 from orchestrator.treewatch import TreeWatch, WatchRules
 
 log = logging.getLogger(__name__)
@@ -390,9 +390,13 @@ class ServerProcess:
                 except OSError as exc:  # the parent-death signal and cleanup remain
                     log.warning("could not start the supervisor of server pid %d: %s", pid, exc)
             self.watch = TreeWatch(pid, start_time, self.log_path, self.rules,
-                                   on_fatal=lambda: self.stop(2.0)).begin()
+                                   on_fatal=self._stop_now).begin()
         log.debug("started server pid=%d pgid=%d: %s", pid, pgid, self.spec.shell_line())
         return self.record
+
+    def _stop_now(self) -> None:
+        """The watcher found the server dead: end its process group now."""
+        self.stop(2.0)
 
     def _health(self, timeout: float) -> tuple[bool, str]:
         conn = http.client.HTTPConnection(self.spec.host, int(self.spec.port), timeout=max(0.05, timeout))
@@ -409,6 +413,7 @@ class ServerProcess:
     def _raise_if_dead(self) -> None:
         if self.fatal is not None:
             raise ServerFailed(self.fatal, "\n".join(self.watch.evidence) if self.watch else self.log_tail())
+        assert self.proc is not None, "wait_ready before start"
         rc = self.proc.poll()
         if rc is not None:
             raise ServerExited(rc, self.log_tail())

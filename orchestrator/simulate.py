@@ -52,7 +52,7 @@ from optuna.distributions import CategoricalDistribution
 
 from orchestrator.errors import BadInput
 from orchestrator.records import COMPLETE, FAILURE_KINDS, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult, config_key
-from orchestrator.samplers import SAMPLER_NAMES, make_sampler
+from orchestrator.samplers import SAMPLER_NAMES, make_sampler, startup_trials
 from orchestrator.search import (
     DEFAULT_FILL,
     DEFAULT_PRUNE_RATIO,
@@ -472,16 +472,18 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
         spec = SamplerSpec.parse(spec)
     space = TableSpace(table)
     ratio = spec.prune_ratio if spec.prune_ratio is not None else prune_ratio
-    sampler = make_sampler(spec.name, seed=seed, budget=budget, space_size=space.size(),
-                           n_startup_trials=spec.startup, options=spec.options,
-                           search_space=space.distributions())
+    sampler = make_sampler(spec.name, seed=seed, budget=budget, space_size=space.size(), n_startup_trials=spec.startup,
+                           options=spec.options, search_space=space.distributions())
     study = optuna.create_study(direction="maximize", sampler=sampler)
     base = table.baseline if use_baseline else None
     baseline = None
     if base is not None:
         baseline = {p: base.params.get(p, vals[0]) for p, vals in table.choices.items()}
+    startup = startup_trials(spec.name, budget=budget, space_size=space.size(), n_startup_trials=spec.startup,
+                             options=spec.options)  # what the sampler was built with
+    fill = spec.fill or ("random" if spec.name == "random" else DEFAULT_FILL)
     policy = SearchPolicy(study, space, space.normalize, baseline=baseline, budget=budget, seed=seed,
-                          fill=spec.fill, startup_order=spec.startup_order)
+                          fill=fill, startup=startup, startup_order=spec.startup_order)
     rng = random.Random(seed * 1_000_003 + 17)
     rows = table.by_key()
     floor = (1.0 - target) * table.best
@@ -643,14 +645,14 @@ def format_summary(results: Iterable[SimulationResult]) -> str:
         cells = []
         by_spec = {s.spec: s for s in res.samplers}
         for spec in specs:
-            s = by_spec.get(spec)
-            if s is None:
+            got = by_spec.get(spec)
+            if got is None:
                 cells.append("")
-            elif math.isinf(s.median_launches):
-                cells.append(f"never [{s.mean_launches(res.budget):.1f}]")
+            elif math.isinf(got.median_launches):
+                cells.append(f"never [{got.mean_launches(res.budget):.1f}]")
             else:
-                cells.append(f"{s.median_launches:g} ({s.median_launches / res.n_configs * 100:.0f}%) "
-                             f"[{s.mean_launches(res.budget):.1f}]")
+                cells.append(f"{got.median_launches:g} ({got.median_launches / res.n_configs * 100:.0f}%) "
+                             f"[{got.mean_launches(res.budget):.1f}]")
         out.append(f"| {res.table} | {res.n_configs} | {res.n_within} | {res.budget} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
@@ -658,7 +660,8 @@ def format_summary(results: Iterable[SimulationResult]) -> str:
 # ---- command line -------------------------------------------------------------------------------
 def add_simulate_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The flags of ``ncclsweep simulate`` / ``python -m orchestrator.simulate``."""
-    parser.add_argument("tables", nargs="+", metavar="TABLE.csv", help="replay table(s) (format: orchestrator.simulate)")
+    parser.add_argument("tables", nargs="+", metavar="TABLE.csv",
+                        help="replay table(s) (format: orchestrator.simulate)")
     parser.add_argument("--sampler", default=DEFAULT_SAMPLERS,
                         help="comma-separated sampler specs name[:opt=value...], names: "
                              f"{', '.join(SAMPLER_NAMES)}; e.g. tpe,random,tpe:multivariate=false "

@@ -41,18 +41,17 @@ GPU space still loads for a CPU job. See ``orchestrator.job.Job.context``.
 
 from __future__ import annotations
 
-import ast
-import difflib
 import math
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.backends.base import NEUTRAL_PARAMS
 from orchestrator.errors import BadInput
+from orchestrator.expressions import Constraint, ConstraintError, parse_constraint
+from orchestrator.yaml_input import check_keys, did_you_mean, display_path, read_yaml_mapping, same, scalar, shown
 
 Config = dict[str, Any]
 
@@ -62,72 +61,10 @@ CATEGORICAL_KEYS = ("choices", "when", "type")
 INT_KEYS = ("type", "low", "high", "step", "log", "when")
 NAME_RULE = (f"a neutral name ({', '.join(NEUTRAL_PARAMS)}), env.<VAR> with VAR upper-case "
              "(env.NCCL_PROTO) or backend.<flag> in lower case with underscores (backend.max_batch)")
-EXPR_RULE = ("names, numbers, strings, true/false, comparisons (== != < <= > >=, in / not in a "
-             "literal list), + - * / // %, and/or/not and parentheses")
 ENUMERATE_LIMIT = 100_000
 CHECK_LIMIT = 2_000  # configs fully checked at load time (evaluation errors, feasibility)
 _ENV_VAR = re.compile(r"[A-Z_][A-Z0-9_]*")
 _BACKEND_FLAG = re.compile(r"[a-z][a-z0-9_]*")
-
-
-# ---- small helpers shared with orchestrator.job -------------------------------------------
-
-def display_path(path: str | os.PathLike) -> str:
-    """A path as a user recognizes it: relative to the current directory when below it."""
-    p = Path(path)
-    try:
-        absolute = p.resolve()
-        rel = absolute.relative_to(Path.cwd().resolve())
-        return str(rel)
-    except (ValueError, OSError):
-        return str(p)
-
-
-def did_you_mean(word: str, options: Sequence[str], cutoff: float = 0.6) -> str:
-    """`` (did you mean 'x'?)`` for the closest option, or the empty string."""
-    near = difflib.get_close_matches(str(word), [str(o) for o in options], n=1, cutoff=cutoff)
-    return f" (did you mean {near[0]!r}?)" if near else ""
-
-
-def type_name(value: Any) -> str:
-    """How YAML users call the type of ``value``."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    return type(value).__name__
-
-
-def shown(value: Any) -> str:
-    """``value`` and its type, for 'not X' in messages."""
-    return f"{value!r} ({type_name(value)})"
-
-
-def check_keys(data: Any, allowed: Sequence[str], *, file: str | None, key: str | None,
-               what: str = "a mapping") -> dict:
-    """``data`` as a dict whose keys are all in ``allowed``; else BadInput with did-you-mean."""
-    if not isinstance(data, Mapping):
-        raise BadInput(f"must be {what} with keys {', '.join(allowed)}; not {shown(data)}",
-                       file=file, key=key)
-    for k in data:
-        sub = f"{key}.{k}" if key else str(k)
-        if not isinstance(k, str):
-            raise BadInput(f"keys must be strings, not {shown(k)}; allowed: {', '.join(allowed)}",
-                           file=file, key=sub)
-        if k not in allowed:
-            raise BadInput(f"unknown key {k!r}{did_you_mean(k, allowed)}; allowed: {', '.join(allowed)}",
-                           file=file, key=sub)
-    return dict(data)
 
 
 def check_param_name(name: Any) -> str | None:
@@ -163,7 +100,7 @@ def env_str(value: Any) -> str:
 
 def canonical_nccl(var: str, value: Any) -> str:
     """``nccl.validate_value`` for NCCL_* variables; raises ValueError with its message."""
-    from orchestrator import nccl  # noqa: PLC0415 - only spaces/jobs with NCCL values need it
+    from orchestrator import nccl  # only spaces/jobs with NCCL values need it
 
     return nccl.validate_value(var, env_str(value))
 
@@ -178,85 +115,6 @@ def canonical_value(name: str, value: Any) -> Any:
             return canonical_nccl(name[4:], value)
         return env_str(value)
     return value
-
-
-def same(a: Any, b: Any) -> bool:
-    """Equality that keeps booleans apart from 0/1 (YAML ``true`` is not ``1``)."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    return a == b
-
-
-def _scalar(value: Any) -> bool:
-    return value is None or isinstance(value, (bool, int, float, str)) and not (
-        isinstance(value, float) and not math.isfinite(value))
-
-
-# ---- YAML --------------------------------------------------------------------------------
-
-def read_yaml_mapping(path: str | os.PathLike, *, file: str, what: str, allowed: Sequence[str]) -> dict:
-    """Read a YAML file that must hold a mapping; every problem is a BadInput naming ``file``."""
-    import yaml
-
-    p = Path(path)
-    if not p.exists():
-        raise BadInput(f"{what} file not found: {p}", file=file)
-    if p.is_dir():
-        raise BadInput(f"is a directory; expected a {what} YAML file", file=file)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read the {what} file: {exc}", file=file) from None
-    try:
-        data = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise BadInput(f"not valid YAML{where}: {problem}", file=file) from None
-    if data is None:
-        raise BadInput(f"is empty; a {what} file is a mapping with keys {', '.join(allowed)}", file=file)
-    if not isinstance(data, dict):
-        raise BadInput(f"a {what} file must be a YAML mapping with keys {', '.join(allowed)}, "
-                       f"not {type_name(data)}", file=file)
-    return data
-
-
-def _make_loader():
-    import yaml
-
-    class StrictLoader(yaml.SafeLoader):
-        """SafeLoader that refuses duplicate keys (the second would silently win)."""
-
-        def construct_mapping(self, node, deep=False):
-            if isinstance(node, yaml.MappingNode):
-                seen = set()
-                for key_node, _ in node.value:
-                    if key_node.tag == "tag:yaml.org,2002:merge":
-                        continue
-                    key = self.construct_object(key_node, deep=True)
-                    try:
-                        duplicate = key in seen
-                    except TypeError:
-                        continue  # unhashable keys are reported by the constructor
-                    if duplicate:
-                        raise yaml.constructor.ConstructorError(
-                            "while constructing a mapping", node.start_mark,
-                            f"duplicate key {key!r}", key_node.start_mark)
-                    seen.add(key)
-            return super().construct_mapping(node, deep=deep)
-
-    return StrictLoader
-
-
-_LOADER: list = []
-
-
-def _strict_loader():
-    """The duplicate-refusing loader, built on first use."""
-    if not _LOADER:
-        _LOADER.append(_make_loader())
-    return _LOADER[0]
 
 
 # ---- parameters ----------------------------------------------------------------------------
@@ -282,32 +140,40 @@ class Param:
     def condition(self) -> dict[str, tuple]:
         return dict(self.when)
 
+    def _bounds(self) -> tuple[int, int]:
+        """``low`` and ``high`` of an int parameter (the loader sets both for every one)."""
+        assert self.low is not None and self.high is not None, f"{self.name}: an int parameter without bounds"
+        return self.low, self.high
+
     def count(self) -> int:
         if self.kind == "categorical":
             return len(self.choices or ())
-        return (self.high - self.low) // self.step + 1
+        low, high = self._bounds()
+        return (high - low) // self.step + 1
 
     def values(self, limit: int | None = None) -> tuple | None:
         """Every value; None when there are more than ``limit``."""
         if limit is not None and self.count() > limit:
             return None
         if self.kind == "categorical":
-            return tuple(self.choices)
-        return tuple(range(self.low, self.high + 1, self.step))
+            return tuple(self.choices or ())
+        low, high = self._bounds()
+        return tuple(range(low, high + 1, self.step))
 
     def allows(self, value: Any) -> bool:
         if self.kind == "categorical":
-            return any(same(value, c) for c in self.choices)
+            return any(same(value, c) for c in self.choices or ())
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
             else:
                 return False
-        return self.low <= value <= self.high and (value - self.low) % self.step == 0
+        low, high = self._bounds()
+        return low <= value <= high and (value - low) % self.step == 0
 
     def allowed_text(self) -> str:
         if self.kind == "categorical":
-            return "one of " + ", ".join(repr(c) for c in self.choices)
+            return "one of " + ", ".join(repr(c) for c in self.choices or ())
         step = f" in steps of {self.step}" if self.step != 1 else ""
         return f"an integer from {self.low} to {self.high}{step}"
 
@@ -315,194 +181,15 @@ class Param:
         from optuna.distributions import CategoricalDistribution, IntDistribution
 
         if self.kind == "categorical":
-            return CategoricalDistribution(list(self.choices))
-        return IntDistribution(self.low, self.high, log=self.log, step=self.step)
+            return CategoricalDistribution(list(self.choices or ()))
+        low, high = self._bounds()
+        return IntDistribution(low, high, log=self.log, step=self.step)
 
     def suggest(self, trial) -> Any:
         if self.kind == "categorical":
-            return trial.suggest_categorical(self.name, list(self.choices))
-        return trial.suggest_int(self.name, self.low, self.high, step=self.step, log=self.log)
-
-
-# ---- constraints ---------------------------------------------------------------------------
-
-class ConstraintError(Exception):
-    """A constraint could not be evaluated for some values (e.g. comparing a string and a number)."""
-
-
-_BINOPS = {
-    ast.Add: lambda a, b: a + b,
-    ast.Sub: lambda a, b: a - b,
-    ast.Mult: lambda a, b: a * b,
-    ast.Div: lambda a, b: a / b,
-    ast.FloorDiv: lambda a, b: a // b,
-    ast.Mod: lambda a, b: a % b,
-}
-_CMPOPS = {
-    ast.Eq: lambda a, b: same(a, b),
-    ast.NotEq: lambda a, b: not same(a, b),
-    ast.Lt: lambda a, b: a < b,
-    ast.LtE: lambda a, b: a <= b,
-    ast.Gt: lambda a, b: a > b,
-    ast.GtE: lambda a, b: a >= b,
-    ast.In: lambda a, b: any(same(a, x) for x in b),
-    ast.NotIn: lambda a, b: not any(same(a, x) for x in b),
-}
-_NODE_WORDS = {
-    ast.Call: "a function call", ast.Subscript: "indexing", ast.Lambda: "a lambda",
-    ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<",
-    ast.RShift: ">>", ast.Is: "is", ast.IsNot: "is not", ast.IfExp: "if/else",
-    ast.Invert: "~", ast.MatMult: "@", ast.Dict: "a dict", ast.Set: "a set",
-    ast.ListComp: "a comprehension", ast.GeneratorExp: "a comprehension",
-    ast.Starred: "*", ast.JoinedStr: "an f-string", ast.NamedExpr: ":=",
-}
-
-
-@dataclass(frozen=True)
-class Constraint:
-    """A boolean expression over params and context names (see the module docstring)."""
-
-    expr: str
-    names: tuple[str, ...]  # every name it mentions
-    params: tuple[str, ...]  # the names that are parameters of the space
-    tree: ast.Expression = field(compare=False, repr=False)
-
-    def evaluate(self, values: Mapping[str, Any]) -> bool:
-        """True/False for ``values`` (params + context); True when a param is absent
-        (inactive). Raises ConstraintError when it cannot be evaluated."""
-        if any(p not in values for p in self.params):
-            return True
-        try:
-            return bool(_eval(self.tree.body, values))
-        except ConstraintError:
-            raise
-        except (TypeError, ZeroDivisionError, ValueError, OverflowError) as exc:
-            raise ConstraintError(str(exc)) from None
-
-
-def parse_constraint(expr: Any, known: Sequence[str], params: Sequence[str], *,
-                     file: str | None, key: str) -> Constraint:
-    """Parse and check one constraint; BadInput for syntax, disallowed parts, unknown names."""
-    if not isinstance(expr, str) or not expr.strip():
-        raise BadInput(f"a constraint must be a non-empty string expression such as "
-                       f"'tp_size <= gpus_per_node', not {shown(expr)}", file=file, key=key)
-    try:
-        tree = ast.parse(expr.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise BadInput(f"cannot parse constraint {expr!r}: {exc.msg}; allowed: {EXPR_RULE}",
-                       file=file, key=key) from None
-    names: list[str] = []
-    _check_node(tree.body, names, expr, file, key)
-    for name in names:
-        if name not in known:
-            raise BadInput(
-                f"unknown name {name!r} in constraint {expr!r}{did_you_mean(name, known)}; "
-                f"allowed names: params of this space ({', '.join(params) or 'none'}) and context "
-                f"names ({', '.join(n for n in known if n not in params) or 'none'})",
-                file=file, key=key)
-    unique = tuple(dict.fromkeys(names))
-    return Constraint(expr=expr.strip(), names=unique,
-                      params=tuple(n for n in unique if n in params), tree=tree)
-
-
-def _dotted(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr}" if base else None
-    return None
-
-
-def _check_node(node: ast.AST, names: list[str], expr: str, file, key) -> None:
-    def refuse(what: str):
-        raise BadInput(f"constraint {expr!r} uses {what}, which constraints do not allow; "
-                       f"allowed: {EXPR_RULE}", file=file, key=key)
-
-    if isinstance(node, (ast.Name, ast.Attribute)):
-        name = _dotted(node)
-        if name is None:
-            refuse("an attribute of an expression")
-        names.append(name)
-    elif isinstance(node, ast.Constant):
-        if not _scalar(node.value):
-            refuse(f"the constant {node.value!r}")
-    elif isinstance(node, ast.BoolOp):
-        for v in node.values:
-            _check_node(v, names, expr, file, key)
-    elif isinstance(node, ast.UnaryOp):
-        if not isinstance(node.op, (ast.Not, ast.USub, ast.UAdd)):
-            refuse(_NODE_WORDS.get(type(node.op), type(node.op).__name__))
-        _check_node(node.operand, names, expr, file, key)
-    elif isinstance(node, ast.BinOp):
-        if type(node.op) not in _BINOPS:
-            refuse(_NODE_WORDS.get(type(node.op), type(node.op).__name__))
-        _check_node(node.left, names, expr, file, key)
-        _check_node(node.right, names, expr, file, key)
-    elif isinstance(node, ast.Compare):
-        _check_node(node.left, names, expr, file, key)
-        for op, comp in zip(node.ops, node.comparators):
-            if type(op) not in _CMPOPS:
-                refuse(_NODE_WORDS.get(type(op), type(op).__name__))
-            if isinstance(op, (ast.In, ast.NotIn)):
-                if not isinstance(comp, (ast.List, ast.Tuple)):
-                    refuse("'in' with something other than a literal list")
-                for elt in comp.elts:
-                    if not isinstance(elt, ast.Constant) or not _scalar(elt.value):
-                        refuse("a list of something other than constants")
-            else:
-                _check_node(comp, names, expr, file, key)
-    else:
-        refuse(_NODE_WORDS.get(type(node), type(node).__name__))
-
-
-def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
-    if isinstance(node, (ast.Name, ast.Attribute)):
-        return env[_dotted(node)]
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.BoolOp):
-        if isinstance(node.op, ast.And):
-            result: Any = True
-            for v in node.values:
-                result = _eval(v, env)
-                if not result:
-                    return result
-            return result
-        result = False
-        for v in node.values:
-            result = _eval(v, env)
-            if result:
-                return result
-        return result
-    if isinstance(node, ast.UnaryOp):
-        operand = _eval(node.operand, env)
-        if isinstance(node.op, ast.Not):
-            return not operand
-        if isinstance(operand, str):
-            raise ConstraintError(f"cannot negate the string {operand!r}")
-        return -operand if isinstance(node.op, ast.USub) else +operand
-    if isinstance(node, ast.BinOp):
-        left, right = _eval(node.left, env), _eval(node.right, env)
-        if isinstance(left, str) or isinstance(right, str):
-            if not (isinstance(node.op, ast.Add) and isinstance(left, str) and isinstance(right, str)):
-                raise ConstraintError(f"arithmetic on a string ({left!r}, {right!r})")
-        return _BINOPS[type(node.op)](left, right)
-    if isinstance(node, ast.Compare):
-        left = _eval(node.left, env)
-        for op, comp in zip(node.ops, node.comparators):
-            if isinstance(op, (ast.In, ast.NotIn)):
-                right = [e.value for e in comp.elts]
-            else:
-                right = _eval(comp, env)
-                if isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)) and (
-                        isinstance(left, str) != isinstance(right, str) or left is None or right is None):
-                    raise ConstraintError(f"cannot order {left!r} and {right!r}")
-            if not _CMPOPS[type(op)](left, right):
-                return False
-            left = right
-        return True
-    raise ConstraintError(f"unsupported expression {ast.dump(node)}")  # guarded by _check_node
+            return trial.suggest_categorical(self.name, list(self.choices or ()))
+        low, high = self._bounds()
+        return trial.suggest_int(self.name, low, high, step=self.step, log=self.log)
 
 
 # ---- the space -----------------------------------------------------------------------------
@@ -685,8 +372,7 @@ class SearchSpace:
                                    file=self.file, key=key)
             elif len(c.params) == 1:
                 p = self._by_name[c.params[0]]
-                values = p.values(CHECK_LIMIT * 5)
-                for v in values or ():
+                for v in p.values(CHECK_LIMIT * 5) or ():
                     env = {**self.context, p.name: v}
                     try:
                         ok = c.evaluate(env)
@@ -828,7 +514,7 @@ def _parse_param(name: str, spec: Any, file: str | None) -> tuple[Param, Any]:
         out: list[Any] = []
         for i, value in enumerate(choices):
             ckey = f"{key}.choices[{i}]"
-            if not _scalar(value):
+            if not scalar(value):
                 raise BadInput(f"choices must be strings, numbers, booleans or null, not {shown(value)}",
                                file=file, key=ckey)
             try:
@@ -889,7 +575,7 @@ def _with_condition(param: Param, when: Any, by_name: Mapping[str, Param], file:
             raise BadInput("must name at least one value", file=file, key=pkey)
         canon = []
         for v in vals:
-            if not _scalar(v):
+            if not scalar(v):
                 raise BadInput(f"must be a value or a list of values, not {shown(v)}", file=file, key=pkey)
             try:
                 v = canonical_value(parent, v)
@@ -908,7 +594,6 @@ def _with_value(message: str, value: Any) -> str:
 
 
 __all__ = [
-    "Param", "Constraint", "ConstraintError", "SearchSpace", "load_space", "space_from_dict",
-    "parse_constraint", "check_param_name", "canonical_value", "PARAM_KINDS", "NAME_RULE",
-    "ENUMERATE_LIMIT",
+    "Param", "SearchSpace", "load_space", "space_from_dict", "check_param_name", "canonical_value",
+    "PARAM_KINDS", "NAME_RULE", "ENUMERATE_LIMIT",
 ]

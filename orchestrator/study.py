@@ -23,7 +23,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 import optuna
 
@@ -42,15 +42,61 @@ FINGERPRINT_ATTR = "space_fingerprint"
 OUTVOTED_ATTR = "outvoted_references"  # trial numbers whose golden reference later trials outvoted
 # Environment failures in a row that stop the study: the node, not the configs, needs fixing.
 ENV_BREAKER = 2
+# Launches outside the search have no Optuna trial number while they run; their log files
+# are numbered apart from the trials': the reference config's run is trial-8001.log, the
+# n-th baseline repeat of a run trial-(9000 + n).log.
+REFERENCE_RUN_NUMBER = 8001
+REPEAT_NUMBERS = 9000
+
+LaunchKind = Literal["search", "reference", "repeat", "reference-config"]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One server launch the driver started and waits for.
+
+    ``kind`` says what it is: ``search``, a trial of the study (``proposal``);
+    ``reference``, the baseline launched alone to capture the golden reference
+    (``proposal``; every later trial is compared with it); ``repeat``, the baseline config
+    again on another ``node`` (are the nodes comparable?), stored as an uncounted trial
+    when it ends; ``reference-config``, the run of the config ``correctness.reference``
+    names. ``number`` is what its log file is named after (``trial-NNNN.log``): the Optuna
+    trial number, or ``REPEAT_NUMBERS + n`` / ``REFERENCE_RUN_NUMBER``.
+    """
+
+    kind: LaunchKind
+    number: int
+    proposal: Any = None  # search.Proposal for "search" and "reference"
+    node: str | None = None  # the node a repeat runs on
+
+    @classmethod
+    def of(cls, proposal, *, reference: bool) -> "Launch":
+        """A launch of a proposal: the golden reference's, or a search trial."""
+        return cls("reference" if reference else "search", proposal.trial.number, proposal)
+
+    @classmethod
+    def repeat(cls, n: int, node: str) -> "Launch":
+        """The n-th baseline repeat of this run, on ``node``."""
+        return cls("repeat", REPEAT_NUMBERS + n, node=node)
+
+    @classmethod
+    def reference_config(cls) -> "Launch":
+        """The run of the config ``correctness.reference`` names."""
+        return cls("reference-config", REFERENCE_RUN_NUMBER)
+
+    @property
+    def label(self) -> str:
+        """How the driver's log names it."""
+        return {"repeat": "baseline repeat", "reference-config": "reference config"}.get(self.kind, f"#{self.number}")
 
 
 def open_study(job, sampler: optuna.samplers.BaseSampler | None = None, create: bool = True) -> optuna.Study:
     """Create or load the job's study; refuse one that exists with a different space."""
-    from orchestrator.history import open_storage
+    from orchestrator.history import storage_for
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        storage = open_storage(job.storage, create=create)
+        storage = storage_for(job.storage, create=create)
     except NcclsweepError:
         raise
     except Exception as exc:  # noqa: BLE001 - any storage problem is one line for the user
@@ -120,7 +166,7 @@ class _Signals:
                 pass
         return self
 
-    def _handle(self, signum, frame) -> None:  # noqa: ARG002
+    def _handle(self, signum, frame) -> None:
         self.count += 1
         name = signal.Signals(signum).name
         if self.count == 1:
@@ -172,7 +218,8 @@ class StudyDriver:
                                          resources=sel.get("resources"), accelerator_type=sel.get("gpu_model"))
         return self._executor
 
-    def spec_for(self, number: int, config: dict, reference_texts: list[str] | None, prune_below: float | None) -> TrialSpec:
+    def spec_for(self, number: int, config: dict, reference_texts: list[str] | None,
+                 prune_below: float | None) -> TrialSpec:
         job = self.job
         corr = job.correctness
         return TrialSpec(
@@ -190,7 +237,7 @@ class StudyDriver:
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self) -> RunSummary:
-        from orchestrator.samplers import make_sampler
+        from orchestrator.samplers import make_sampler, startup_trials
         from orchestrator.search import SearchPolicy
 
         job = self.job
@@ -202,16 +249,20 @@ class StudyDriver:
         try:
             executor = self.make_executor()  # first: a cluster that cannot be reached leaves no study behind
             try:
-                sampler = make_sampler(job.sampler.name, seed=job.sampler.seed, budget=self.trials or 50,
-                                       space_size=job.space.size(), n_startup_trials=job.sampler.n_startup_trials,
-                                       options=job.sampler.options, search_space=job.space.distributions())
+                budget, space_size = self.trials or 50, job.space.size()
+                sampler = make_sampler(job.sampler.name, seed=job.sampler.seed, budget=budget, space_size=space_size,
+                                       n_startup_trials=job.sampler.n_startup_trials, options=job.sampler.options,
+                                       search_space=job.space.distributions())
+                startup = startup_trials(job.sampler.name, budget=budget, space_size=space_size,  # as built
+                                         n_startup_trials=job.sampler.n_startup_trials, options=job.sampler.options)
             except ValueError as exc:
                 raise BadInput(str(exc), file=str(job.path), key="sampler") from None
             study = open_study(job, sampler)
             baseline = job.baseline_config()  # exactly the job's baseline: nothing sampled, same on every seed
             self._baseline_config = baseline
             policy = SearchPolicy(study, self._space(baseline), self.backend.normalize, baseline=baseline,
-                                  budget=self.trials, remeasure=job.remeasure, seed=job.sampler.seed)
+                                  budget=self.trials, remeasure=job.remeasure, seed=job.sampler.seed,
+                                  startup=startup)
             self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config
             self._policy = policy
             self.say(f"study {job.study!r} of {job.path}: results in {_shown_dir(self.report_dir)}")
@@ -248,8 +299,13 @@ class StudyDriver:
         the baseline's own setting always stays (every result reads as x baseline)."""
         if not self.job.prescreen.enabled:
             return self.job.space
-        from orchestrator.prescreen import (PrescreenedSpace, dropped_settings, format_prescreen, run_prescreen,
-                                            setting_key)
+        from orchestrator.prescreen import (
+            PrescreenedSpace,
+            dropped_settings,
+            format_prescreen,
+            run_prescreen,
+            setting_key,
+        )
 
         stored = self.report_dir / "prescreen.json"
         if stored.exists():
@@ -294,7 +350,7 @@ class StudyDriver:
 
     def _loop(self, study: optuna.Study, policy, executor: Executor) -> RunSummary:
         summary = RunSummary("budget reached")
-        in_flight: dict[int, Any] = {}  # ticket -> (proposal, is_reference); proposal None: a baseline repeat
+        in_flight: dict[int, Launch] = {}  # executor ticket -> what runs there
         with _Signals(self.say) as signals:
             try:
                 self._trials(study, policy, executor, summary, in_flight, signals)
@@ -306,7 +362,7 @@ class StudyDriver:
         self.say(self._next_steps(summary))
         return summary
 
-    def _stop_in_flight(self, policy, executor: Executor, in_flight: dict[int, Any]) -> None:
+    def _stop_in_flight(self, policy, executor: Executor, in_flight: dict[int, Launch]) -> None:
         """The loop is leaving (an error, the breaker, a signal while waiting): end the servers
         still running and record their trials ``interrupted`` (re-queued once), so no trial
         stays RUNNING in storage."""
@@ -316,8 +372,9 @@ class StudyDriver:
                 executor.cancel_all()
             except Exception as exc:  # noqa: BLE001 - still record the trials
                 log.warning("could not stop the running trials: %s", exc)
-            for proposal, _ in list(in_flight.values()):
-                if proposal is None:
+            for launch in list(in_flight.values()):
+                proposal = launch.proposal
+                if proposal is None:  # a baseline repeat: not a trial of the study yet
                     continue
                 try:
                     policy.record(proposal, TrialResult.failed(proposal.config, "interrupted", reason))
@@ -332,7 +389,7 @@ class StudyDriver:
             log.warning("trials left RUNNING, the next run marks them interrupted: %s", exc)
 
     def _trials(self, study: optuna.Study, policy, executor: Executor, summary: RunSummary,
-                in_flight: dict[int, Any], signals: _Signals) -> None:
+                in_flight: dict[int, Launch], signals: _Signals) -> None:
         job = self.job
         deadline = self.t_start + self.timeout_s if self.timeout_s else None
         golden = self._golden(study)
@@ -352,10 +409,11 @@ class StudyDriver:
             while not stop_starting and repeats and len(in_flight) < executor.slots:
                 node = repeats.pop(0)
                 if node in executor.nodes():
-                    self._repeat_no += 1  # log files of repeats: trial-9001.log, ...
-                    spec = self.spec_for(9000 + self._repeat_no, self._baseline_config,
+                    self._repeat_no += 1
+                    launch = Launch.repeat(self._repeat_no, node)
+                    spec = self.spec_for(launch.number, self._baseline_config,
                                          golden.texts if golden else None, None)
-                    in_flight[executor.submit(spec, node_id=node)] = (None, False)
+                    in_flight[executor.submit(spec, node_id=node)] = launch
                     self.say(f"repeating the baseline on node {node[:8]} (are the nodes comparable?)")
             while not stop_starting and len(in_flight) < executor.slots:
                 need_reference = job.correctness.enabled and golden is None
@@ -387,7 +445,7 @@ class StudyDriver:
                     spec.check_prompts = list(job.correctness.prompts)
                     proposal.trial.set_user_attr("is_reference", True)
                 ticket = executor.submit(spec)
-                in_flight[ticket] = (proposal, need_reference)
+                in_flight[ticket] = Launch.of(proposal, reference=need_reference)
                 summary.launched += 1
                 self._progress_start(policy, proposal, len(in_flight), is_baseline)
                 if need_reference:
@@ -399,14 +457,14 @@ class StudyDriver:
                     summary.reason = "stopped by signal"
                 break
             for ticket, result in executor.wait(0.5):
-                proposal, is_reference = in_flight.pop(ticket)
-                if proposal is None:
+                launch = in_flight.pop(ticket)
+                self._log_warnings(launch, result)
+                if launch.kind == "repeat":
                     result = outcome.decide(result, second_signal=signals.count > 1, golden=golden).result
-                    self._log_warnings(None, result)
                     self._store_repeat(study, result)
                     continue
-                self._log_warnings(proposal, result)
-                if is_reference:
+                proposal = launch.proposal
+                if launch.kind == "reference":
                     golden = self._reference_result(study, policy, proposal, result, signals.count > 1)
                     measured = golden is not None
                 else:
@@ -416,11 +474,10 @@ class StudyDriver:
                 if measured and proposal.key == self.baseline_key:
                     repeats = self._other_nodes(executor, result)
 
-    def _log_warnings(self, proposal, result: TrialResult) -> None:
+    def _log_warnings(self, launch: Launch, result: TrialResult) -> None:
         """The trial's warnings (its actor's logged ones included) into the driver's log."""
-        who = f"#{proposal.trial.number}" if proposal is not None else "baseline repeat"
         for text in result.warnings:
-            log.warning("%s: %s", who, text)
+            log.warning("%s: %s", launch.label, text)
 
     # ---- one finished trial ----------------------------------------------------------------
     def _decide(self, policy, proposal, result: TrialResult, golden, second_signal: bool) -> outcome.Final:
@@ -501,11 +558,13 @@ class StudyDriver:
         if r.outcome == FAIL and final.blameless:
             self._record(policy, proposal, final)
             return None
-        why, warnings, golden = None, [], None
+        why: str | None = None
+        warnings: list[str] = []
+        golden: correctness.Golden | None = None
         if r.outcome == FAIL:
             why = f"it failed ({r.failure_kind}: {r.failure_reason})"
         else:
-            golden, why = self._calibrate(r.outputs or {}, proposal.number)
+            golden, why = self._calibrate(r.outputs or {})
             if golden is not None:
                 why, warnings = reference.unusable(golden, self.job.correctness.allow_repetitive_reference)
         if why:
@@ -513,14 +572,16 @@ class StudyDriver:
             policy.record(proposal, final.result, counted=False, blameless=True)
             self._progress_end(policy, proposal, final.result)
             raise RuntimeFailure(self._reference_stop(proposal.number, why))
+        assert golden is not None  # calibrate gives a reference or says why not
         study.set_user_attr(GOLDEN_ATTR, {**golden.to_dict(), "trial": proposal.number})
         final = dataclasses.replace(final, result=dataclasses.replace(
             r, warnings=[*r.warnings, *warnings],
-            correctness={"ok": True, "reference": True, "tolerance": golden.tolerance, "self_drift": golden.self_drift}))
+            correctness={"ok": True, "reference": True, "tolerance": golden.tolerance,
+                         "self_drift": golden.self_drift}))
         self._record(policy, proposal, final)
         return golden
 
-    def _calibrate(self, outputs: dict, number: int):
+    def _calibrate(self, outputs: dict) -> tuple[correctness.Golden | None, str | None]:
         if not outputs.get("reference"):
             return None, "it captured no outputs"
         return correctness.calibrate(self.job.correctness.prompts, outputs["first"], outputs["second"],
@@ -539,7 +600,9 @@ class StudyDriver:
         before anything else, captures and checks the golden reference (stored as an
         uncounted trial)."""
         config = self._reference_config()
-        spec = self.spec_for(8001, config, None, None)
+        assert config is not None  # called only when the job names a reference config
+        launch = Launch.reference_config()
+        spec = self.spec_for(launch.number, config, None, None)
         spec.check_prompts = list(self.job.correctness.prompts)
         self.say("capturing the golden reference from correctness.reference: "
                  + " ".join(f"{k}={v}" for k, v in config.items()))
@@ -547,11 +610,13 @@ class StudyDriver:
         result = None
         while result is None:
             result = next((r for t, r in executor.wait(1.0) if t == ticket), None)
-        golden, why, warnings = None, None, []
+        why: str | None = None
+        warnings: list[str] = []
+        golden: correctness.Golden | None = None
         if result.outcome == FAIL:
             why = f"it failed ({result.failure_kind}: {result.failure_reason})"
         else:
-            golden, why = self._calibrate(result.outputs or {}, 8001)
+            golden, why = self._calibrate(result.outputs or {})
             if golden is not None:
                 golden.source = "config"
                 why, warnings = reference.unusable(golden, self.job.correctness.allow_repetitive_reference)
@@ -559,6 +624,7 @@ class StudyDriver:
         if why:
             raise RuntimeFailure(f"stopping: the golden reference is unusable: the reference config "
                                  f"(correctness.reference, trial {number}) {why}; fix it or name another reference")
+        assert golden is not None  # calibrate gives a reference or says why not
         for w in warnings:
             self.say(f"warning: {w}")
         study.set_user_attr(GOLDEN_ATTR, {**golden.to_dict(), "trial": number})
@@ -566,10 +632,9 @@ class StudyDriver:
 
     def _other_nodes(self, executor: Executor, baseline: TrialResult) -> list[str]:
         """Matching nodes other than the baseline's: each repeats the baseline once."""
-        nodes = getattr(executor, "nodes", None)
-        if nodes is None or executor.slots < 2:
+        if executor.slots < 2:
             return []
-        return [n for n in nodes() if n != baseline.node.get("node_id")]
+        return [n for n in executor.nodes() if n != baseline.node.get("node_id")]
 
     def _store_repeat(self, study: optuna.Study, result: TrialResult) -> None:
         """A baseline repeat is a real measurement of the baseline's config on another node:
@@ -586,7 +651,7 @@ class StudyDriver:
         from optuna.trial import TrialState, create_trial
 
         from orchestrator.records import config_key
-        from orchestrator.search import _contains
+        from orchestrator.search import CONSTRAINT, FEASIBLE, _contains
 
         dists = self.job.space.distributions()
         params = {k: v for k, v in config.items() if k in dists and _contains(dists[k], v)}
@@ -595,7 +660,7 @@ class StudyDriver:
         study.add_trial(create_trial(
             state=TrialState.COMPLETE if ok else TrialState.FAIL, value=result.value if ok else None,
             params=params, distributions={k: dists[k] for k in params}, user_attrs=attrs,
-            system_attrs={"constraints": [0.0]} if ok else {}))
+            constraints={CONSTRAINT: FEASIBLE} if ok else None))
         return max(t.number for t in study.get_trials(deepcopy=False))
 
     def _announce_bans(self, policy) -> None:
@@ -725,7 +790,7 @@ def _spread(trial) -> float | None:
 
 
 def _shown_dir(path) -> str:
-    from orchestrator.space import display_path
+    from orchestrator.yaml_input import display_path
 
     return display_path(path)
 
@@ -763,10 +828,3 @@ def _shares_departure(a: dict, b: dict, base: dict) -> bool:
     """Whether two configs depart from the baseline the same way somewhere (a parameter with
     the same non-baseline value in both): their agreement may then be that setting's doing."""
     return any(a.get(k, _NONE) == b.get(k, _NONE) != base.get(k, _NONE) for k in {*a, *b, *base})
-
-
-def _fmt_s(seconds: float) -> str:
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")

@@ -9,8 +9,9 @@ So every server gets a supervisor, a small process in its own session that
   launched the server) holds: the kernel closes it when the owner dies, however it dies,
   and the owner closes it when it is done with the server;
 - every ``POLL_S`` remembers the server's tree (the root's descendants, and the members
-  of its process group; each look is one pass over the process table), writing the list next to the server's registry record so
-  ``ncclsweep cleanup`` can end descendants that left the group;
+  of its process group; each look is one pass over the process table), writing the list
+  next to the server's registry record so ``ncclsweep cleanup`` can end descendants that
+  left the group;
 - on end of file ends every remembered process still alive (start times matched) and
   the process group: TERM, a grace period, KILL; then exits. It also exits once the
   root and everything it remembered are gone.
@@ -56,9 +57,9 @@ def launch(pid: int, start: float, pgid: int, members_file: Path | None, grace_s
         out = subprocess.run([sys.executable, "-c", _STARTER, *cmd], stdin=read_fd, capture_output=True, text=True,
                              timeout=60, check=True)
         return int(out.stdout.strip()), write_fd
-    except (OSError, subprocess.SubprocessError, ValueError):
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
         os.close(write_fd)
-        raise OSError("the supervisor could not be started")
+        raise OSError("the supervisor could not be started") from exc
     finally:
         os.close(read_fd)
 

@@ -72,7 +72,6 @@ def find_fatal(lines: list[str], fatal: re.Pattern | None) -> int | None:
 class _Found:
     reason: str
     evidence: list[str] = field(default_factory=list)
-    at: float = 0.0  # time.monotonic() when found
 
 
 class TreeWatch:
@@ -106,10 +105,6 @@ class TreeWatch:
     @property
     def evidence(self) -> list[str]:
         return list(self._found.evidence) if self._found else []
-
-    @property
-    def found_at(self) -> float | None:
-        return self._found.at if self._found else None
 
     # ---- thread --------------------------------------------------------------------------------
     def begin(self) -> "TreeWatch":
@@ -165,7 +160,7 @@ class TreeWatch:
         if gone and proctree.alive(self.pid, self.start):
             m = gone[0]
             self._found = _Found(f"server process {m.describe()} exited while the server's first process kept "
-                                 "running", self._tail(12), time.monotonic())
+                                 "running", self._tail(12))
 
     def _is_member(self, m: proctree.Member, now: float) -> bool:
         if self._essential_re is not None:
@@ -197,8 +192,7 @@ class TreeWatch:
         lines = self._read_log()
         i = find_fatal(lines, self._fatal_re)
         if i is not None:
-            self._found = _Found(f"the server logged a fatal error: {lines[i].strip()[:240]}", lines[i:i + 20],
-                                 time.monotonic())
+            self._found = _Found(f"the server logged a fatal error: {lines[i].strip()[:240]}", lines[i:i + 20])
 
     def _tail(self, n: int) -> list[str]:
         from orchestrator.server import read_tail

@@ -34,8 +34,6 @@ from orchestrator.server import (
 
 # Candidates per generated token in the correctness capture (the pick and its runner-up).
 NEAR_TIE_CANDIDATES = 2
-# Timed trials keep NCCL's start-up lines only: cheap, and enough to verify settings.
-NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
 
 
 @dataclass
@@ -99,7 +97,7 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
     log_path = Path(spec.log_dir) / (spec.log_name or f"trial-{spec.number:04d}.log")
     proc, launch, env = prepare_server(backend, spec.config, spec.host, spec.env, log_path, spec.registry_dir)
     port = launch.port
-    common = dict(started_at=started, node=node, timing=timing)
+    common: dict[str, Any] = dict(started_at=started, node=node, timing=timing)
 
     def finish(result: TrialResult) -> TrialResult:
         timing["teardown_s"] = proc.stop(spec.teardown_grace_s)
@@ -241,7 +239,7 @@ def prepare_server(backend, config: Config, host: str, job_env: dict[str, str], 
 def server_env(job_env: dict[str, str], launch_env: dict[str, str]) -> dict[str, str]:
     """A server's environment on top of the node's: NCCL start-up logging, the job's fixed
     ``env:``, then the config's own variables."""
-    return {**NCCL_DEBUG_ENV, **job_env, **launch_env}
+    return {**nccl.debug_env(), **job_env, **launch_env}
 
 
 def capture_outputs(base_url: str, model: str, spec: TrialSpec, score_texts: list[str] | None) -> dict[str, Any]:

@@ -177,8 +177,9 @@ def ratio_interval(a_samples: Sequence[float | None], b_samples: Sequence[float 
         if len(a_samples) != len(b_samples):
             raise ValueError(f"paired samples need one a and one b per round, "
                              f"got {len(a_samples)} and {len(b_samples)}")
-        pairs = [(x, y) for x, y in zip(a_samples, b_samples) if _positive([x]) and _positive([y])]
-        diffs = [math.log(float(y)) - math.log(float(x)) for x, y in pairs]
+        pairs = [(px[0], py[0]) for x, y in zip(a_samples, b_samples)
+                 if (px := _positive([x])) and (py := _positive([y]))]
+        diffs = [math.log(y) - math.log(x) for x, y in pairs]
         n = len(diffs)
         if n == 0:
             return RatioInterval(None, None, None, 0, True, confidence)

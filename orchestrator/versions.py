@@ -1,5 +1,5 @@
-"""Installed versions of what a tuning run depends on: server packages, torch, CUDA, NCCL,
-driver. Which server a job runs, and how its release is found, is its backend's to say
+"""Installed versions of what a tuning run depends on: server packages, torch, CUDA, NCCL.
+Which server a job runs, and how its release is found, is its backend's to say
 (``Backend.version`` / ``installed_release``); this module only reads.
 
 Every function answers ``None`` (never raises) when the thing is absent or does not say.
@@ -14,7 +14,6 @@ Results are cached per process: a version does not change under a running driver
 - ``torch_versions(python)``: torch, its CUDA and its NCCL, from ``torch.version`` and
   ``torch.cuda.nccl.version()`` (the NCCL a server built on that torch loads, unless the
   server brings its own).
-- ``driver_version()``: from ``nvidia-smi``.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import shutil
 import subprocess
 
 _VERSION = re.compile(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?")
@@ -37,12 +35,6 @@ def parse_version(text: str | None) -> tuple[int, int, int] | None:
     if not m:
         return None
     return tuple(int(g or 0) for g in m.groups())  # type: ignore[return-value]
-
-
-def at_least(version: str | tuple | None, minimum: tuple[int, ...]) -> bool | None:
-    """Whether ``version`` >= ``minimum``; None when the version is unknown."""
-    v = version if isinstance(version, tuple) else parse_version(version)
-    return None if v is None else tuple(v) >= tuple(minimum)
 
 
 def _run(argv: list[str], timeout_s: float) -> str | None:
@@ -106,13 +98,3 @@ def torch_versions(python: str | None = None) -> dict[str, str | None]:
     except json.JSONDecodeError:
         data = {}
     return {"torch": data.get("torch"), "cuda": data.get("cuda"), "nccl": data.get("nccl")}
-
-
-@functools.lru_cache(maxsize=None)
-def driver_version() -> str | None:
-    """NVIDIA driver version from ``nvidia-smi`` (None without one)."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], 30.0)
-    lines = [line.strip() for line in (out or "").splitlines() if line.strip()]
-    return lines[0] if lines else None

@@ -95,7 +95,8 @@ def ray_local(_ray_session):
     import ray
 
     if not ray.is_initialized():
-        ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+        ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level=logging.WARNING,
+                 log_to_driver=False)
     return ray
 
 

@@ -25,7 +25,8 @@ logprobs answered with 400, like a server that does not support them).
 
 A process tree like a real engine's (flags): ``--workers N`` starts N worker processes
 (Python, in the server's process group, no parent-death signal, ``FAKE::Worker_N`` in
-their command lines: like vLLM's workers, they outlive a front killed with SIGKILL), each writing its pid into ``--pid-dir``;
+their command lines: like vLLM's workers, they outlive a front killed with SIGKILL), each
+writing its pid into ``--pid-dir``;
 ``--worker-dies-after S`` makes worker 0 exit with code 1 after S seconds while the
 front keeps running; ``--workers-setsid`` puts the workers in sessions of their own
 (they leave the process group); ``--say-after S:TEXT`` prints TEXT (e.g. an engine's
@@ -105,7 +106,7 @@ class Handler(BaseHTTPRequestHandler):
         return time.monotonic() >= self.server.ready_at  # type: ignore[attr-defined]
 
     # ---- endpoints --------------------------------------------------------------------
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if self.path == "/health":
             self._json(200 if self._ready() else 503, {} if self._ready() else {"status": "loading"})
         elif self.path == "/v1/models":
@@ -113,7 +114,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"detail": "Not Found"})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         try:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")

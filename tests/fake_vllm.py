@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import fake_openai_server  # noqa: E402
+import fake_openai_server
 
 VERSION = "0.33.0"
 TOKEN_DELAY_S = 0.002

@@ -14,7 +14,7 @@ from conftest import write_job
 from orchestrator import bans
 from orchestrator.history import trial_rows
 from orchestrator.job import load_job
-from orchestrator.records import TrialResult
+from orchestrator.records import TrialResult, TrialRow
 from orchestrator.report import write_report
 from orchestrator.samplers import make_sampler
 from orchestrator.search import SearchPolicy
@@ -25,8 +25,8 @@ LL129 = (NCCL_LOGS / "bad-proto-LL129-2.28.9.log").read_text(errors="replace")
 
 
 def row(number, params, state="FAIL", kind="nccl-invalid", log="", reason="server exited with code 1"):
-    return {"number": number, "params": params, "state": state, "failure_kind": kind if state == "FAIL" else None,
-            "failure_reason": reason, "log_tail": log, "counted": True, "cached_from": None}
+    return TrialRow(number=number, params=params, state=state, failure_kind=kind if state == "FAIL" else None,
+                    failure_reason=reason, log_tail=log, counted=True, cached_from=None)
 
 
 def test_a_token_nccl_refuses_is_banned_after_two_launches_with_it():
@@ -99,16 +99,16 @@ def test_two_always_crashing_values_are_each_launched_at_most_twice(tmp_path, ra
     out = io.StringIO()
     summary = StudyDriver(job, out=out).run()
     log = out.getvalue()
-    rows = [r for r in trial_rows(open_study(job, create=False)) if r["cached_from"] is None and not r.get("skipped")]
-    unknown = [r for r in rows if r["params"]["backend.preset"] == "tinyy"]
-    crashing = [r for r in rows if r["params"]["backend.fault"] == "crash-on-start"]
+    rows = [r for r in trial_rows(open_study(job, create=False)) if r.cached_from is None and not r.skipped]
+    unknown = [r for r in rows if r.params["backend.preset"] == "tinyy"]
+    crashing = [r for r in rows if r.params["backend.fault"] == "crash-on-start"]
     assert 1 <= len(unknown) <= 2 and 1 <= len(crashing) <= 2, log
-    assert all(r["state"] == "FAIL" for r in unknown + crashing)
+    assert all(r.state == "FAIL" for r in unknown + crashing)
     healthy = [r for r in rows if r not in unknown + crashing]
-    assert len(healthy) == 2 and all(r["state"] == "COMPLETE" for r in healthy)  # both healthy configs measured
+    assert len(healthy) == 2 and all(r.state == "COMPLETE" for r in healthy)  # both healthy configs measured
     assert summary.reason == "space exhausted", log
     for value in ("backend.preset=tinyy", "backend.fault=crash-on-start"):
-        if sum(1 for r in rows if value.split("=")[1] in r["params"].values()) == 2:
+        if sum(1 for r in rows if value.split("=")[1] in r.params.values()) == 2:
             assert f"not proposing {value} any more" in log
     banned = bans.banned_values(trial_rows(open_study(job, create=False)))
     paths = write_report(job, out_dir=tmp_path / "report", bandwidth_bytes_s=50e9, allreduce_latency_s=20e-6)

@@ -88,8 +88,8 @@ def test_glm5_baseline_is_the_jobs_on_every_seed_and_resume(tmp_path, ray_8_gpus
         out = io.StringIO()
         StudyDriver(job, out=out).run()
         rows = trial_rows(open_study(job, create=False))
-        assert len([r for r in rows if r["counted"]]) == 5, out.getvalue()
-        assert not [r for r in rows if r.get("skipped")], "an infeasible TP x PP layout was proposed"
+        assert len([r for r in rows if r.counted]) == 5, out.getvalue()
+        assert not [r for r in rows if r.skipped], "an infeasible TP x PP layout was proposed"
         (base,) = baseline_trials(job)
         assert base.user_attrs["outcome"] == "COMPLETE" and base.value > 0, out.getvalue()
         config = base.user_attrs["config"]
@@ -115,6 +115,6 @@ def test_glm5_baseline_is_the_jobs_on_every_seed_and_resume(tmp_path, ray_8_gpus
     job = load_job(glm5_job(tmp_path, 0, trials=6))
     StudyDriver(job, out=io.StringIO()).run()
     rows = trial_rows(open_study(job, create=False))
-    assert len([r for r in rows if r["counted"]]) == 6
+    assert len([r for r in rows if r.counted]) == 6
     assert len(baseline_trials(job)) == 1
     assert not [(p, c) for p, c in server_processes("fake_vllm") if p not in before]

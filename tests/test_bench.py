@@ -30,7 +30,7 @@ from orchestrator.bench import (
 from orchestrator.server import ServerProcess, free_port
 
 sys.path.insert(0, str(Path(__file__).parent))
-import fake_openai_server as fake_model  # noqa: E402  (its deterministic "model", for expectations)
+import fake_openai_server as fake_model  # its deterministic "model", for expectations
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,8 +14,8 @@ def test_format_shows_what_nccl_took_and_its_per_call_choices():
     result = TrialResult(outcome="COMPLETE", config={"tp_size": 2}, value=100.0,
                          metrics={"decode_tok_s": 100.0, "decode_samples": [99.0, 100.0, 101.0], "repeats": 3,
                                   "cv": 0.01, "ttft_s": 0.02, "e2e_tok_s": 95.0},
-                         nccl={"version": "2.28.9", "env_applied": {"NCCL_PROTO": "LL"}, "transports": ["SHM/direct/direct"],
-                               "per_call": [["AllReduce", 4096, "RING", "LL"]]})
+                         nccl={"version": "2.28.9", "env_applied": {"NCCL_PROTO": "LL"},
+                               "transports": ["SHM/direct/direct"], "per_call": [["AllReduce", 4096, "RING", "LL"]]})
     text = format_result(result)
     assert "NCCL_PROTO=LL" in text and "SHM/direct/direct" in text
     assert "AllReduce 4096 B -> RING LL" in text

@@ -161,7 +161,7 @@ def test_without_an_address_a_fresh_local_ray_never_a_foreign_one(tmp_path, no_l
                               text=True, timeout=300, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stderr
     rows = trial_rows(open_study(load_job(job_path), create=False))
-    assert [r["state"] for r in rows] == ["COMPLETE"]
+    assert [r.state for r in rows] == ["COMPLETE"]
 
 
 def test_token_auth_cluster_without_the_token_says_so(tmp_path, token_head, monkeypatch):
@@ -283,7 +283,7 @@ def test_a_dead_worker_is_node_lost_and_the_slots_shrink(error):
     assert result.failure_kind == "node-lost" and "continuing on 0 nodes" in result.failure_reason
     ex._refreshed = 0  # the next look at the nodes is not rate-limited
     with pytest.raises(RuntimeFailure, match="no Ray node that matches this job is left"):
-        ex.slots
+        _ = ex.slots
 
 
 def test_parallel_caps_at_what_the_nodes_hold_and_spreads_first():
@@ -393,32 +393,32 @@ def test_study_spreads_over_nodes_and_survives_losing_one(tmp_path, no_leftover_
     study = open_study(job, create=False)
     rows = trial_rows(study)
     attrs = [t.user_attrs for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)]
-    counted = [r for r in rows if r["counted"]]
+    counted = [r for r in rows if r.counted]
     assert len(counted) == budget, log
-    assert all(r["state"] == "COMPLETE" for r in counted), log
+    assert all(r.state == "COMPLETE" for r in counted), log
 
     # every trial knows its node; three distinct nodes ran trials at the same time
-    assert all(r["node_id"] and r["node"] for r in rows if r["started_at"]), rows
+    assert all(r.node_id and r.node for r in rows if r.started_at), rows
     spans = _spans(attrs)
     assert len({n for _, _, n in spans}) == NODES
     assert any(len(set(nodes)) == NODES for nodes in _overlap(spans)), (spans, log)
 
     # the baseline was repeated on the other nodes (uncounted), so the nodes can be compared
-    base_nodes = {r["node_id"] for r in rows if r["config_key"] == rows[0]["config_key"] and r["state"] == "COMPLETE"
-                  and r["cached_from"] is None}
+    base_nodes = {r.node_id for r in rows if r.config_key == rows[0].config_key and r.state == "COMPLETE"
+                  and r.cached_from is None}
     assert len(base_nodes) >= 2, log
     assert "repeating the baseline on node" in log
 
     # the trial on the killed node failed as node-lost, and its config ran again elsewhere
-    lost = [r for r in rows if r["state"] == "FAIL" and r["failure_kind"] == "node-lost"]
-    assert [r["number"] for r in lost] == [killed["trial"]], log
-    assert lost[0]["node_id"] == killed["node_id"] and "died" in lost[0]["failure_reason"]
-    rerun = [r for r in rows if r["config_key"] == lost[0]["config_key"] and r["state"] == "COMPLETE"
-             and r["number"] > lost[0]["number"]]
-    assert rerun and rerun[0]["node_id"] != killed["node_id"], log
+    lost = [r for r in rows if r.state == "FAIL" and r.failure_kind == "node-lost"]
+    assert [r.number for r in lost] == [killed["trial"]], log
+    assert lost[0].node_id == killed["node_id"] and "died" in lost[0].failure_reason
+    rerun = [r for r in rows if r.config_key == lost[0].config_key and r.state == "COMPLETE"
+             and r.number > lost[0].number]
+    assert rerun and rerun[0].node_id != killed["node_id"], log
 
     # once the loss is known: nothing more on the dead node, at most 2 trials at once
-    noticed = attrs[lost[0]["number"]]["ended_at"]
+    noticed = attrs[lost[0].number]["ended_at"]
     print(f"node killed {killed['at'] - spans[0][0]:.1f}s into the study, loss noticed {noticed - killed['at']:.2f}s "
           f"later; study {wall:.1f}s")
     assert noticed - killed["at"] < 30, "the node loss took long to notice"

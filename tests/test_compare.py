@@ -27,7 +27,7 @@ def rows(tmp_path_factory):
 
 def _pick(rows, also):
     best = history.best_rows(rows, 1)[0]
-    return [r["number"] for r in _also_rows(rows, best, history.baseline_row(rows), also)]
+    return [r.number for r in _also_rows(rows, best, history.baseline_row(rows), also)]
 
 
 def test_also_takes_ranked_trials_once_and_never_baseline_or_best(rows):
@@ -101,7 +101,8 @@ def test_a_loss_is_only_claimed_beyond_noise():
                     "best": {10: [108.5, 89.0, 126.5, 99.5, 116.0]}})
     text = format_compare(steady)
     assert steady["intervals"]["10"]["verdict"] == "slower"
-    assert "The best config is SLOWER than the baseline beyond noise at concurrency 10 (0.899x, 95% CI 0.890-0.908x)." in text
+    assert ("The best config is SLOWER than the baseline beyond noise at concurrency 10 "
+            "(0.899x, 95% CI 0.890-0.908x).") in text
 
 
 def test_a_config_against_itself_is_never_a_verdict():

@@ -39,7 +39,8 @@ def constrained(tmp_path_factory, _ray_session):
     tmp = tmp_path_factory.mktemp("compare-e2e")
     job_path = write_job(tmp, study="cmp", space_text="params:\n  backend.max_batch: {choices: [4, 8]}\n",
                          baseline={"backend.max_batch": 8}, budget={"trials": 2},
-                         bench={"output_tokens": 16, "warmup": 1, "repeats": 2, "max_repeats": 2, "concurrency": [1, 2]},
+                         bench={"output_tokens": 16, "warmup": 1, "repeats": 2, "max_repeats": 2,
+                                "concurrency": [1, 2]},
                          constraints=[{"concurrency": 2, "min_ratio": 0.5}])
     job = load_job(job_path)
     assert job.constraints and not isinstance(job.constraints[0], dict)  # the dataclass compare once subscripted

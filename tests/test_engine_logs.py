@@ -78,6 +78,7 @@ def test_nccl_algo_tree_for_every_collective_kills_vllms_workers(vllm_fatal):
 
 
 def test_a_tp2_graphs_trial_of_vllm_took_the_settings():
-    info = nccl.parse_log((LOGS / "vllm-0.26.0-2xh200-tp2-graphs-p2poff-simple-ring-trial.log").read_text(errors="replace"))
+    log = LOGS / "vllm-0.26.0-2xh200-tp2-graphs-p2poff-simple-ring-trial.log"
+    info = nccl.parse_log(log.read_text(errors="replace"))
     assert info["nranks"] == 2 and info["transports"] == ["SHM/direct/direct"]
     assert not nccl.verify_applied({"NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": "1"}, info)

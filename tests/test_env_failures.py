@@ -53,8 +53,8 @@ def run_cli(*argv: str) -> tuple[int, str]:
 def no_config_banned(job) -> None:
     """Every config that failed did so for the environment: none is cached as its answer."""
     rows = trial_rows(open_study(job, create=False))
-    assert not [r for r in rows if r["state"] == "FAIL" and r["counted"]], rows
-    assert not [r for r in rows if r["cached_from"] is not None and r["state"] == "FAIL"]
+    assert not [r for r in rows if r.state == "FAIL" and r.counted], rows
+    assert not [r for r in rows if r.cached_from is not None and r.state == "FAIL"]
 
 
 @pytest.mark.slow
@@ -65,7 +65,8 @@ def test_missing_server_command_stops_at_preflight_then_the_fixed_run_measures_t
     code, err = run_cli("run", str(job_path))
     lines = err.strip().splitlines()
     first = next(i for i, ln in enumerate(lines) if ln.startswith("ncclsweep: error:"))  # after the study's first line
-    assert code == 1 and lines[first] == "ncclsweep: error: pre-flight failed on 1 of 1 node(s); nothing was launched:", err
+    assert code == 1, err
+    assert lines[first] == "ncclsweep: error: pre-flight failed on 1 of 1 node(s); nothing was launched:", err
     assert len(lines) == first + 2 and str(exe) in lines[-1] and "not found on this node's PATH" in lines[-1]
     assert trial_rows(open_study(load_job(job_path), create=False)) == []
 
@@ -74,8 +75,8 @@ def test_missing_server_command_stops_at_preflight_then_the_fixed_run_measures_t
     assert code == 0, err
     job = load_job(job_path)
     rows = trial_rows(open_study(job, create=False))
-    base = next(r for r in rows if r["is_baseline"])
-    assert base["state"] == "COMPLETE" and base["value"] > 0 and base["counted"]
+    base = next(r for r in rows if r.is_baseline)
+    assert base.state == "COMPLETE" and base.value > 0 and base.counted
     no_config_banned(job)
 
 
@@ -92,18 +93,18 @@ def test_a_command_that_cannot_execute_is_env_error_twice_then_stops_and_bans_no
     assert "env-error" in last and "cannot be executed on that node" in last and "no config was banned" in last
     job = load_job(job_path)
     rows = trial_rows(open_study(job, create=False))
-    assert [(r["state"], r["failure_kind"], r["counted"]) for r in rows] == [("FAIL", "env-error", False)] * 2
-    assert all(r["is_baseline"] for r in rows)  # the baseline, re-queued once, never replaced by another config
+    assert [(r.state, r.failure_kind, r.counted) for r in rows] == [("FAIL", "env-error", False)] * 2
+    assert all(r.is_baseline for r in rows)  # the baseline, re-queued once, never replaced by another config
     no_config_banned(job)
 
     wrapper(tmp_path)  # the fix
     code, err = run_cli("run", str(job_path))
     assert code == 0, err
     rows = trial_rows(open_study(job, create=False))
-    measured = [r for r in rows if r["counted"]]
-    assert len(measured) == 3 and all(r["state"] == "COMPLETE" and r["value"] > 0 for r in measured), rows
-    base = next(r for r in measured if r["is_baseline"])
-    assert base["params"] == {"tp_size": 1, "backend.threads": 1}
+    measured = [r for r in rows if r.counted]
+    assert len(measured) == 3 and all(r.state == "COMPLETE" and r.value > 0 for r in measured), rows
+    base = next(r for r in measured if r.is_baseline)
+    assert base.params == {"tp_size": 1, "backend.threads": 1}
     no_config_banned(job)
 
 

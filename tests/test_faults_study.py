@@ -16,7 +16,8 @@ pytestmark = pytest.mark.slow
 
 SPACE = """\
 params:
-  backend.fault: {choices: [none, crash-on-start, hang-on-start, hang-in-decode, garbage, "slow-start:3", "crash-after:2"]}
+  backend.fault:
+    choices: [none, crash-on-start, hang-on-start, hang-in-decode, garbage, "slow-start:3", "crash-after:2"]
 """
 EXPECTED = {
     "none": ("COMPLETE", None),
@@ -39,25 +40,25 @@ def test_each_fault_gets_its_state_and_the_study_continues(tmp_path, ray_local, 
     job = load_job(job_path)
     out = io.StringIO()
     StudyDriver(job, out=out).run()
-    rows = [r for r in trial_rows(open_study(job, create=False)) if r["counted"]]
-    got = {r["params"]["backend.fault"]: (r["state"], r["failure_kind"]) for r in rows}
+    rows = [r for r in trial_rows(open_study(job, create=False)) if r.counted]
+    got = {r.params["backend.fault"]: (r.state, r.failure_kind) for r in rows}
     assert got == EXPECTED, out.getvalue()
-    by_fault = {r["params"]["backend.fault"]: r for r in rows}
+    by_fault = {r.params["backend.fault"]: r for r in rows}
     # a crash is noticed at once, not after the 10 s startup timeout
-    assert by_fault["crash-on-start"]["durations"]["total_s"] < 8
-    assert by_fault["slow-start:3"]["durations"]["launch_s"] >= 3
+    assert by_fault["crash-on-start"].durations["total_s"] < 8
+    assert by_fault["slow-start:3"].durations["launch_s"] >= 3
     for fault, (state, _) in EXPECTED.items():
         if state == "FAIL":
             row = by_fault[fault]
-            assert row["failure_reason"] and row["log_tail"], row
-    assert "differs from the reference" in by_fault["garbage"]["failure_reason"]
+            assert row.failure_reason and row.log_tail, row
+    assert "differs from the reference" in by_fault["garbage"].failure_reason
     # a timeout bans its config only once it reproduces: the first one was re-queued, uncounted
     every = trial_rows(open_study(job, create=False))
     for fault, kind in (("hang-on-start", "start-timeout"), ("hang-in-decode", "bench-timeout")):
-        runs = [r for r in every if r["params"]["backend.fault"] == fault and r["cached_from"] is None]
-        assert [(r["failure_kind"], r["counted"]) for r in runs] == [(kind, False), (kind, True)], runs
-        assert "re-queued once" in runs[0]["failure_reason"]
+        runs = [r for r in every if r.params["backend.fault"] == fault and r.cached_from is None]
+        assert [(r.failure_kind, r.counted) for r in runs] == [(kind, False), (kind, True)], runs
+        assert "re-queued once" in runs[0].failure_reason
     # failed configs are never best, and a bigger budget proposes nothing new: space exhausted
-    assert {b["params"]["backend.fault"] for b in best_rows(rows, 5)} <= {"none", "slow-start:3"}
+    assert {b.params["backend.fault"] for b in best_rows(rows, 5)} <= {"none", "slow-start:3"}
     summary = StudyDriver(job, trials=9, out=io.StringIO()).run()
     assert summary.reason == "space exhausted" and summary.launched == 0

@@ -42,7 +42,7 @@ def _policy(study):
 def study_job(tmp_path_factory):
     job = fx.make_job(tmp_path_factory.mktemp("importance"), "graphs")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage),
+    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage),
                                 direction="maximize")
     policy = _policy(study)
     _record(study, policy, EAGER, fx.ok(EAGER, 102.6), baseline=True)
@@ -87,7 +87,7 @@ def test_the_rest_is_rated_among_trials_with_the_best_value_of_the_top_knob(stud
     job = study_job
     rows = history.trial_rows(history.load_study(job))
     effects, _ = knob_effects(rows)
-    name, value, others, values = effects_given_top(rows, effects, history.best_rows(rows, 1)[0]["params"])
+    name, value, others, values = effects_given_top(rows, effects, history.best_rows(rows, 1)[0].params)
     assert (name, value, len(values)) == ("graph_capture", True, 4)
     assert {e.name for e in others} == {"backend.max_batch", "capture_sizes"}
     assert all(not e.conditional and e.trials == 4 for e in others)
@@ -96,7 +96,7 @@ def test_the_rest_is_rated_among_trials_with_the_best_value_of_the_top_knob(stud
 
 def test_a_config_that_failed_the_gate_never_counts(tmp_path):
     job = fx.make_job(tmp_path, "gate")
-    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage),
+    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage),
                                 direction="maximize")
     policy = _policy(study)
     good = {**G, "capture_sizes": "1,2,4,8", "backend.max_batch": 64}

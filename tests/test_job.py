@@ -182,7 +182,8 @@ def test_gpu_job_tp_fits(tmp_path):
     job = load_job(write({"gpus_per_node": 2, "backend": {"kind": "refserver",
                                                           "settings": {"model": "tiny", "device": "cuda"}}},
                          space={"params": {"tp_size": [1, 2], "graph_capture": [False, True],
-                                           "capture_sizes": {"choices": ["1,2,4,8"], "when": {"graph_capture": True}}}}))
+                                           "capture_sizes": {"choices": ["1,2,4,8"],
+                                                             "when": {"graph_capture": True}}}}))
     assert job.context()["gpus_per_node"] == 2 and not job.context()["cpu_job"]
     assert job.space.size() == 4
 
@@ -231,7 +232,8 @@ def test_bad_empty_choices():
 def test_bad_tp_larger_than_gpus():
     msg = bad("params.tp_size", "tp_size=4", "gpus_per_node: 2", "job.yaml", "allowed: tp_size x pp_size <= 2",
               file="space.yaml",
-              job={"gpus_per_node": 2, "backend": {"kind": "refserver", "settings": {"model": "tiny", "device": "cuda"}}},
+              job={"gpus_per_node": 2,
+                   "backend": {"kind": "refserver", "settings": {"model": "tiny", "device": "cuda"}}},
               space={"params": {"tp_size": [1, 2, 4]}})
     assert "needs 4 GPUs" in msg
 

@@ -18,7 +18,7 @@ from orchestrator.correctness import Golden
 from orchestrator.export import export
 from orchestrator.history import best_rows, trial_rows
 from orchestrator.job import OutcomeConstraint
-from orchestrator.records import TrialResult
+from orchestrator.records import TrialResult, TrialRow
 from orchestrator.search import SearchPolicy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,12 +74,12 @@ def test_rankable_excludes_failures_wrong_configs_violations_and_cached_duplicat
              "config_key": f"k{n}", "metrics": {}, "correctness": {}, "failure_kind": None, "is_baseline": n == 0,
              "params": {}}
         r.update(kw)
-        return r
+        return TrialRow(**r)
     rows = [row(0), row(1), row(2, config_key="k1", state="FAIL", failure_kind="wrong-output", value=None),
             row(3, metrics={"constraint_violations": ["x"]}), row(4, cached_from=0, counted=False, config_key="k0"),
             row(5, counted=False), row(6, state="PRUNED")]
-    assert [r["number"] for r in outcome.rankable(rows)] == [0]
-    assert [r["number"] for r in best_rows(rows, 5)] == [0]
+    assert [r.number for r in outcome.rankable(rows)] == [0]
+    assert [r.number for r in best_rows(rows, 5)] == [0]
 
 
 @pytest.mark.parametrize("journal", RECORDED, ids=lambda p: p.parent.name)
@@ -96,13 +96,13 @@ def test_the_drivers_best_is_the_exported_best_on_recorded_studies(journal, tmp_
     assert (driver_best is None) == (not exported)
     if driver_best is None:
         return
-    assert driver_best.number == exported[0]["number"]
+    assert driver_best.number == exported[0].number
     job = SimpleNamespace(study=name, storage=f"journal:{copy}", env={},
                           backend=SimpleNamespace(kind="refserver", settings={"model": "tiny"}))
     doc = json.loads(export(job, rows, "json"))
     assert doc["provenance"]["trial"] == driver_best.number
-    assert policy.prune_threshold(0.8) == pytest.approx(0.8 * exported[0]["value"])
-    ranked = {r["number"] for r in outcome.rankable(rows)}
+    assert policy.prune_threshold(0.8) == pytest.approx(0.8 * exported[0].value)
+    ranked = {r.number for r in outcome.rankable(rows)}
     rated = [p for p in importance.measured_points(rows)]
     assert len([p for p in rated if not p[2]]) == len(ranked)  # importance rates the ranked trials (+ early stops)
 
@@ -112,11 +112,11 @@ def test_the_recorded_cpu_study_has_the_cases_the_rules_disagreed_on():
     answers and constraint violations; none of them is best."""
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(RECORDED[-1])))
     rows = trial_rows(optuna.load_study(study_name="cpu-faults", storage=storage))
-    kinds = {r["failure_kind"] for r in rows if r["state"] == "FAIL"}
+    kinds = {r.failure_kind for r in rows if r.state == "FAIL"}
     assert {"start-crash", "wrong-output"} <= kinds
-    assert any(r["cached_from"] is not None for r in rows)
-    violators = [r for r in rows if (r["metrics"] or {}).get("constraint_violations")]
-    assert violators and max(r["value"] for r in violators) > best_rows(rows, 1)[0]["value"]  # faster, never best
+    assert any(r.cached_from is not None for r in rows)
+    violators = [r for r in rows if (r.metrics or {}).get("constraint_violations")]
+    assert violators and max(r.value for r in violators) > best_rows(rows, 1)[0].value  # faster, never best
 
 
 def test_where_the_old_rules_disagreed_the_driver_now_agrees_with_export():
@@ -140,6 +140,6 @@ def test_where_the_old_rules_disagreed_the_driver_now_agrees_with_export():
     add("base", 200.0, counted=False, baseline_repeat=True)
     policy = SearchPolicy(study, space=SimpleNamespace(), normalize=dict, baseline=None, budget=None)
     rows = trial_rows(study)
-    assert best_rows(rows, 1)[0]["params"] == {"x": "b"}
-    assert policy.best().number == best_rows(rows, 1)[0]["number"] == 3
+    assert best_rows(rows, 1)[0].params == {"x": "b"}
+    assert policy.best().number == best_rows(rows, 1)[0].number == 3
     assert policy.prune_threshold(0.8) == pytest.approx(64.0)

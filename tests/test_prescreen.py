@@ -35,7 +35,8 @@ def test_drop_rule_keeps_the_fastest_and_drops_failures():
 @pytest.mark.slow
 def test_probe_measures_each_setting_in_fresh_processes(tmp_path):
     job = load_job(write_job(tmp_path, study="ps", space_text=SPACE, baseline={"tp_size": 1}))
-    data = run_prescreen(job, iters=30, measured={2: ({"tp_size": 2, "env.NCCL_PROTO": "LL"}, 50.0)}, say=lambda _: None)
+    data = run_prescreen(job, iters=30, measured={2: ({"tp_size": 2, "env.NCCL_PROTO": "LL"}, 50.0)},
+                         say=lambda _: None)
     rows = data["rows"]
     assert sorted(r["env.NCCL_PROTO"] for r in rows) == ["LL", "Simple"]
     assert all(r["ok"] and r["latency_us"] > 0 and len(r["samples_us"]) == 30 for r in rows)
@@ -54,6 +55,6 @@ def test_study_never_launches_a_dropped_setting(tmp_path, ray_local, no_leftover
     data = json.loads((tmp_path / "reports" / "psstudy" / "prescreen.json").read_text())
     fastest = min(data["rows"], key=lambda r: r["latency_us"])["env.NCCL_PROTO"]
     rows = trial_rows(open_study(job, create=False))
-    launched = [r for r in rows if r["counted"]]
-    assert {r["params"].get("env.NCCL_PROTO") for r in launched if r["params"]["tp_size"] == 2} == {fastest}
+    launched = [r for r in rows if r.counted]
+    assert {r.params.get("env.NCCL_PROTO") for r in launched if r.params["tp_size"] == 2} == {fastest}
     assert len(launched) == 2  # TP=1 and the one kept TP=2 setting; the dropped one never ran

@@ -95,7 +95,8 @@ def test_a_garbage_baseline_stops_the_study_before_the_budget_is_spent(tmp_path,
     """Acceptance: the baseline is the reference server with its shard-order bug. The first
     two configs compared with it (no fault; a slow start) agree with each other and not
     with it: the study stops with one line, spends 3 of 6 trials, bans nothing."""
-    space = 'params:\n  backend.fault: {choices: [garbage, none, "slow-start:1"]}\n  backend.threads: {choices: [1, 2]}\n'
+    space = ('params:\n  backend.fault: {choices: [garbage, none, "slow-start:1"]}\n'
+             '  backend.threads: {choices: [1, 2]}\n')
     job_path = write_job(tmp_path, study="garbage-baseline", space_text=space,
                          baseline={"backend.fault": "garbage", "backend.threads": 1},
                          budget={"trials": 6}, sampler={"name": "tpe", "seed": 0})
@@ -106,13 +107,13 @@ def test_a_garbage_baseline_stops_the_study_before_the_budget_is_spent(tmp_path,
     job = load_job(job_path)
     study = open_study(job, create=False)
     rows = trial_rows(study)
-    launched = [r for r in rows if r["cached_from"] is None and not r.get("skipped")]
+    launched = [r for r in rows if r.cached_from is None and not r.skipped]
     assert len(launched) <= 3, err
-    outvoters = [r for r in launched if not r["is_baseline"]]
-    assert {r["params"]["backend.fault"] for r in outvoters} == {"none", "slow-start:1"}
-    assert all(r["state"] == "FAIL" and not r["counted"] for r in outvoters)  # not held against them
+    outvoters = [r for r in launched if not r.is_baseline]
+    assert {r.params["backend.fault"] for r in outvoters} == {"none", "slow-start:1"}
+    assert all(r.state == "FAIL" and not r.counted for r in outvoters)  # not held against them
     assert not study.user_attrs.get(GOLDEN_ATTR)
-    assert [r["params"]["backend.fault"] for r in best_rows(rows, 5)] == []  # the garbage baseline is never best
+    assert [r.params["backend.fault"] for r in best_rows(rows, 5)] == []  # the garbage baseline is never best
 
 
 @pytest.mark.slow
@@ -128,7 +129,7 @@ def test_a_crashing_baseline_stops_at_once_and_is_measured_again_next_run(tmp_pa
         assert code == 1 and "the golden reference is unusable: the baseline (trial" in err, err
         assert "start-crash" in err.strip().splitlines()[-1]
         rows = trial_rows(open_study(load_job(job_path), create=False))
-        assert len(rows) == attempt and all(r["is_baseline"] and not r["counted"] for r in rows)
+        assert len(rows) == attempt and all(r.is_baseline and not r.counted for r in rows)
 
 
 def test_a_degenerate_reference_file_is_bad_input(tmp_path):
@@ -155,10 +156,10 @@ def test_a_reference_config_the_job_names_is_captured_first_and_gates_the_study(
     StudyDriver(job, out=out).run()
     study = open_study(job, create=False)
     rows = trial_rows(study)
-    ref = [r for r in rows if not r["counted"] and r["cached_from"] is None]
-    assert len(ref) == 1 and ref[0]["params"]["backend.threads"] == 2, out.getvalue()
+    ref = [r for r in rows if not r.counted and r.cached_from is None]
+    assert len(ref) == 1 and ref[0].params["backend.threads"] == 2, out.getvalue()
     assert study.user_attrs[GOLDEN_ATTR]["trial"] == ref[0]["number"] == 0
     assert study.user_attrs[GOLDEN_ATTR]["source"] == "config"
-    counted = [r for r in rows if r["counted"]]
-    assert len(counted) == 2 and all(r["state"] == "COMPLETE" and r["correctness"]["ok"] for r in counted)
+    counted = [r for r in rows if r.counted]
+    assert len(counted) == 2 and all(r.state == "COMPLETE" and r.correctness["ok"] for r in counted)
     assert "capturing the golden reference from correctness.reference" in out.getvalue()

@@ -134,7 +134,8 @@ def test_compare_section_shows_other_trials_beside_the_best(report):
     job, _ = report
     comp = _section((job.report_dir / "report.md").read_text(), "Concurrency comparison")
     assert "| Concurrency | baseline | best | Improvement | trial 1 |" in comp
-    assert re.search(r"\*\*0.837x slower \(95% CI [0-9.-]+x\)\*\* \| 160.8 tok/s; vs best 1.245x faster \(95% CI ", comp)
+    assert re.search(r"\*\*0.837x slower \(95% CI [0-9.-]+x\)\*\* \| "
+                     r"160.8 tok/s; vs best 1.245x faster \(95% CI ", comp)
     assert re.search(r"\| 64 \| 291.4 tok/s \(285.0-305.0, 4 rounds\) \| 299.5 tok/s \(298.0-303.7, 4 rounds\) \| "
                      r"1.02x, within noise \(95% CI [0-9.-]+x\) \| 300.5 tok/s; vs best 1.00", comp)
     assert "Trial 1: `graph_capture=1 tp_size=2`." in comp
@@ -161,7 +162,7 @@ def test_storage_still_opens_with_optunas_loader(report):
 
 def test_report_of_a_study_where_everything_failed(tmp_path):
     job = fx.make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")
+    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
     policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
     fx.record(study, policy, fx.BASE, fx.failed(fx.BASE, "start-crash", "exit 1"), baseline=True)
     fx.record(study, policy, fx.BEST, fx.ok(fx.BEST, 50.0, at=60))
@@ -176,7 +177,7 @@ def test_report_of_a_study_where_everything_failed(tmp_path):
 
 def test_runners_up_within_the_noise_of_the_best_are_named(tmp_path):
     job = fx.make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")
+    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
     policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
     near = {**fx.BEST, "env.NCCL_ALGO": "Tree"}
     far = {**fx.BASE, "graph_capture": True}
@@ -198,7 +199,7 @@ def test_a_best_beyond_the_noise_of_the_rest_names_no_runner_up(report):
 
 def test_failures_section_when_trials_were_only_stopped_early(tmp_path):
     job = fx.make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")
+    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
     policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
     fx.record(study, policy, fx.BASE, fx.ok(fx.BASE, 20.0), baseline=True)
     pruned = fx.TrialResult(outcome="PRUNED", config=dict(fx.BEST), value=5.0, failure_reason="first repeat low",
@@ -226,7 +227,7 @@ def test_ceiling_takes_the_prescreened_latency_of_the_best_setting(tmp_path):
 
 def test_report_of_an_empty_study(tmp_path):
     job = fx.make_job(tmp_path)
-    optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")
+    optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
     paths = write_report(job)
     assert {p.name for p in paths} == EXPECTED
     assert "no trials yet" in (job.report_dir / "report.md").read_text()
@@ -244,14 +245,15 @@ def test_html_screenshot_shows_the_plots(report, tmp_path):
     # the check can fail: the same page with one plot hidden is caught
     page = (job.report_dir / "report.html").read_text()
     hidden = tmp_path / "hidden.html"
-    hidden.write_text(page.replace('<img alt="Parameter importance"', '<img style="display:none" alt="Parameter importance"', 1))
+    hidden.write_text(page.replace('<img alt="Parameter importance"',
+                                   '<img style="display:none" alt="Parameter importance"', 1))
     bad = check.check_report_html(hidden, tmp_path / "hidden.png")
     assert not bad["ok"] and bad["missing"] == [2]
 
 
 def _one_trial_study(tmp_path):
     job = fx.make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.open_storage(job.storage), direction="maximize")
+    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
     policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
     fx.record(study, policy, fx.BASE, fx.ok(fx.BASE, 20.0), baseline=True)
     job.report_dir.mkdir(parents=True, exist_ok=True)
@@ -290,7 +292,8 @@ def test_an_interrupted_compare_shows_its_finished_rounds(tmp_path):
     # rounds 0 and 1 whole, round 2 cut after the baseline's launch: the ratio pairs rounds 0 and 1
     assert re.search(r"\| 1 \| 20.0 tok/s \(19.8-20.2, 3 rounds\) \| 42.6 tok/s \(42.5-42.7, 2 rounds\) \| "
                      r"2.1\d+x faster \(95% CI", comp)
-    assert "compare stopped after 2 of 5 rounds (KeyboardInterrupt): the table shows the finished launches only." in comp
+    assert ("compare stopped after 2 of 5 rounds (KeyboardInterrupt): the table shows the finished launches "
+            "only.") in comp
 
 
 def test_an_older_compare_file_without_rounds_is_judged_unpaired(tmp_path):
@@ -306,8 +309,9 @@ def test_an_older_compare_file_without_rounds_is_judged_unpaired(tmp_path):
     (job.report_dir / "compare.json").write_text(json.dumps(old))
     write_report(job, study=study)
     comp = _section((job.report_dir / "report.md").read_text(), "Concurrency comparison")
-    assert "SLOWER" not in comp and "| 10 | 154.0 tok/s (150.0-158.0, 2 rounds) | 128.7 tok/s (128.0-129.4, 2 rounds) | " \
-                                   "0.84x, within noise (95% CI " in comp
+    assert "SLOWER" not in comp
+    assert ("| 10 | 154.0 tok/s (150.0-158.0, 2 rounds) | 128.7 tok/s (128.0-129.4, 2 rounds) | "
+            "0.84x, within noise (95% CI ") in comp
     assert "2.14x faster (95% CI" in comp
     assert "VIOLATED" not in comp and "the best must reach 0.9x the baseline; measured 0.84x (95% CI " in comp \
         and "): within noise of the limit." in comp

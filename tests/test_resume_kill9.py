@@ -58,12 +58,12 @@ def test_kill_9_mid_trial_then_resume(tmp_path, no_leftover_servers):
     assert "marked interrupted, re-queued" in rerun.stdout + rerun.stderr
     job = load_job(job_path)
     rows = trial_rows(open_study(job, create=False))
-    interrupted = [r for r in rows if r["failure_kind"] == "interrupted"]
+    interrupted = [r for r in rows if r.failure_kind == "interrupted"]
     assert len(interrupted) == 1
-    counted = [r for r in rows if r["counted"]]
-    assert len(counted) == 3 and all(r["state"] == "COMPLETE" for r in counted)
+    counted = [r for r in rows if r.counted]
+    assert len(counted) == 3 and all(r.state == "COMPLETE" for r in counted)
     # the interrupted config was measured exactly once afterwards, and trial 0 was kept
-    assert sum(r["config_key"] == interrupted[0]["config_key"] for r in counted) == 1
-    assert rows[0]["state"] == "COMPLETE" and rows[0]["is_baseline"]
+    assert sum(r.config_key == interrupted[0].config_key for r in counted) == 1
+    assert rows[0].state == "COMPLETE" and rows[0].is_baseline
     assert not study_servers(tmp_path / "reports"), "a server outlived the killed driver and the resumed run"
     assert not list((tmp_path / "reports" / "kill9" / "servers").glob("*.json"))

@@ -8,8 +8,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from orchestrator.history import trial_rows
 from orchestrator.records import COMPLETE, FAIL, PRUNED, TrialResult, config_key
-from orchestrator.search import DEFAULT_PRUNE_RATIO, Proposal, SearchPolicy, early_stop
+from orchestrator.search import CONSTRAINT, DEFAULT_PRUNE_RATIO, Proposal, SearchPolicy, early_stop
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
@@ -101,8 +102,7 @@ def test_complete_result_stored_as_user_attrs_and_constraint():
     assert ua["config_key"] == config_key(p.config) == p.key
     assert ua["counted"] is True and "cached_from" not in ua
     assert frozen.state == TrialState.COMPLETE and frozen.value == res.value
-    assert frozen.system_attrs["constraints"] == [0.0]
-    assert dict(frozen.constraints) == {"0": 0.0}
+    assert dict(frozen.constraints) == {CONSTRAINT: 0.0} == {"0": 0.0}
 
 
 def test_config_failure_is_infeasible_complete_never_best_and_never_relaunched():
@@ -110,7 +110,7 @@ def test_config_failure_is_infeasible_complete_never_best_and_never_relaunched()
     p = policy.next()
     frozen = policy.record(p, TrialResult.failed(p.config, "start-crash", "exit 1"))
     assert frozen.state == TrialState.COMPLETE and frozen.value == 0.0
-    assert frozen.system_attrs["constraints"] == [1.0]
+    assert frozen.constraints == {CONSTRAINT: 1.0}
     assert frozen.user_attrs["outcome"] == FAIL and frozen.user_attrs["counted"] is True
     assert policy.best() is None
     assert p.key in policy.measured_keys()
@@ -121,7 +121,7 @@ def test_config_failure_is_infeasible_complete_never_best_and_never_relaunched()
     assert again.cached_from == p.trial.number and again.key == p.key
     frozen2 = policy.record(again, again.cached, counted=False)
     assert frozen2.user_attrs["cached_from"] == p.trial.number and frozen2.user_attrs["counted"] is False
-    assert frozen2.system_attrs["constraints"] == [1.0]
+    assert frozen2.constraints == {CONSTRAINT: 1.0}
     assert policy.budget_used() == 1
 
 
@@ -187,7 +187,7 @@ def test_infeasible_proposals_are_pruned_uncounted_with_reason():
     assert skipped.state == TrialState.PRUNED
     assert skipped.user_attrs["skipped"] == "infeasible" and skipped.user_attrs["counted"] is False
     assert "LL128" in skipped.user_attrs["failure_reason"]
-    assert skipped.system_attrs["constraints"] == [1.0]
+    assert skipped.constraints == {CONSTRAINT: 1.0}
 
 
 def test_exhausts_the_space_measuring_each_distinct_config_once():
@@ -249,7 +249,10 @@ def test_resume_continues_without_reenqueueing_baseline_and_recovers_running():
     assert [t.number for t in policy2.pending_running()] == [q.trial.number]
     assert policy2.recover_interrupted() == [q.trial.number]
     lost = study.trials[q.trial.number]
-    assert lost.state == TrialState.FAIL and lost.user_attrs["failure_kind"] == "interrupted"
+    assert lost.state == TrialState.FAIL
+    row = trial_rows(study)[q.trial.number]  # what `status` shows
+    assert row.state == FAIL and row.failure_kind == "interrupted" and not row.counted
+    assert row.failure_reason == "the driver died while this trial ran"
     r = policy2.next()
     assert r.key == q.key and r.role == "requeue"  # re-queued config comes first
     policy2.record(r, ok(r))
@@ -374,12 +377,14 @@ def grid3_value(config):
 
 
 def tpe_policy(startup, *, seed=0, baseline=None, study=None, **kw):
-    from orchestrator.samplers import make_sampler
+    """A policy over TPE built as the driver builds them: the sampler's start-up count told to the policy."""
+    from orchestrator.samplers import make_sampler, startup_trials
 
     study = study or optuna.create_study(
         direction="maximize", sampler=make_sampler("tpe", seed=seed, budget=40, n_startup_trials=startup))
     space = kw.pop("space", Grid3Space())
-    return study, SearchPolicy(study, space, dict, baseline=baseline, budget=12, seed=seed, **kw)
+    return study, SearchPolicy(study, space, dict, baseline=baseline, budget=12, seed=seed,
+                               startup=startup_trials("tpe", budget=40, n_startup_trials=startup), **kw)
 
 
 def launch(policy, n):
@@ -399,7 +404,7 @@ def launch(policy, n):
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_startup_trials_cover_every_level_before_repeating_one(seed):
     _, policy = tpe_policy(3, seed=seed)
-    assert policy.startup == 3  # read from the sampler
+    assert policy.startup == 3  # the sampler's start-up trials
     first = launch(policy, 3)
     assert [p.role for p in first] == ["startup"] * 3
     for name, levels in GRID3.items():  # a Latin square: each level of each parameter exactly once
@@ -438,10 +443,10 @@ def test_startup_order_survives_a_restart_and_honours_inactive_parameters():
         assert sorted(p.config[name] for p in first + rest) == levels
     # TinySpace: NCCL_PROTO does not exist at TP=1, so the config most different from the
     # TP=2 baseline is a TP=1 one with graphs on (it differs in all three parameters)
-    from orchestrator.samplers import make_sampler
+    from orchestrator.samplers import make_sampler, startup_trials
 
     study = optuna.create_study(direction="maximize", sampler=make_sampler("tpe", seed=0, budget=6, space_size=6))
-    _, policy = make(study)
+    _, policy = make(study, startup=startup_trials("tpe", budget=6, space_size=6))
     assert policy.startup == 2
     got = drive(policy)
     assert [p.role for p in got[:2]] == ["baseline", "startup"]
@@ -486,3 +491,21 @@ def test_a_deferred_proposal_is_not_a_trial_and_comes_back():
     assert study.trials[p.number].user_attrs["skipped"] == "deferred"
     assert study.trials[p.number].user_attrs["counted"] is False
     assert policy.next().key == p.key  # re-queued
+
+
+def test_a_study_recorded_before_set_constraint_resumes_with_one_constraint_for_all_trials():
+    """Journals written before Optuna 5 hold the list format (system attr ``constraints: [v]``);
+    the policy's ``set_constraint(CONSTRAINT, v)`` must read as the same constraint, so the
+    samplers (GP requires it) see one constraint on every trial of a resumed study."""
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    dists = TinySpace().distributions()
+    old = {"tp_size": 1, "env.NCCL_PROTO": "LL", "graph": False}
+    study.add_trial(optuna.trial.create_trial(
+        value=0.0, params=old, distributions=dists, system_attrs={"constraints": [1.0]},
+        user_attrs={"outcome": FAIL, "failure_kind": "start-crash", "counted": True, "config": normalize(old),
+                    "config_key": config_key(normalize(old))}))
+    _, policy = make(study, baseline=None)
+    p = policy.next()
+    assert p.key != config_key(normalize(old))  # the old failure is remembered
+    policy.record(p, ok(p))
+    assert [t.constraints for t in study.trials] == [{CONSTRAINT: 1.0}, {CONSTRAINT: 0.0}]

@@ -216,7 +216,8 @@ def test_bad_condition(tmp_path):
 
 
 def test_bad_condition_cycle(tmp_path):
-    params = {"tp_size": {"choices": [1, 2], "when": {"pp_size": 1}}, "pp_size": {"choices": [1], "when": {"tp_size": 1}}}
+    params = {"tp_size": {"choices": [1, 2], "when": {"pp_size": 1}},
+              "pp_size": {"choices": [1], "when": {"tp_size": 1}}}
     bad(tmp_path, {"params": params}, "params.tp_size.when", "cycle")
 
 

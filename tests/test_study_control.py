@@ -25,8 +25,8 @@ def test_timeout_stops_starting_trials(tmp_path, ray_local, no_leftover_servers)
     job = load_job(write_job(tmp_path, study="deadline", budget={"trials": 4}))
     summary = StudyDriver(job, timeout_s=1.0, out=io.StringIO()).run()
     assert summary.reason == "timeout"
-    rows = [r for r in trial_rows(open_study(job, create=False)) if r["counted"]]
-    assert len(rows) == 1 and rows[0]["state"] == "COMPLETE"  # the running trial finished cleanly
+    rows = [r for r in trial_rows(open_study(job, create=False)) if r.counted]
+    assert len(rows) == 1 and rows[0].state == "COMPLETE"  # the running trial finished cleanly
 
 
 def test_circuit_breaker_stops_after_consecutive_failures(tmp_path, ray_local, no_leftover_servers):
@@ -36,8 +36,8 @@ def test_circuit_breaker_stops_after_consecutive_failures(tmp_path, ray_local, n
                              sampler={"name": "bruteforce", "seed": 0}))
     with pytest.raises(CircuitOpen, match="2 consecutive failed trials"):
         StudyDriver(job, out=io.StringIO()).run()
-    rows = [r for r in trial_rows(open_study(job, create=False)) if r["counted"]]
-    assert [r["state"] for r in rows] == ["COMPLETE", "FAIL", "FAIL"]
+    rows = [r for r in trial_rows(open_study(job, create=False)) if r.counted]
+    assert [r.state for r in rows] == ["COMPLETE", "FAIL", "FAIL"]
 
 
 def test_a_driver_that_stops_on_an_error_leaves_no_trial_running(tmp_path, ray_local, no_leftover_servers):
@@ -52,8 +52,8 @@ def test_a_driver_that_stops_on_an_error_leaves_no_trial_running(tmp_path, ray_l
     with pytest.raises(CircuitOpen):
         StudyDriver(job, out=out).run()
     rows = trial_rows(open_study(job, create=False))
-    states = {r["params"].get("backend.fault"): (r["state"], r["failure_kind"]) for r in rows}
-    assert "RUNNING" not in [r["state"] for r in rows], out.getvalue()
+    states = {r.params.get("backend.fault"): (r.state, r.failure_kind) for r in rows}
+    assert "RUNNING" not in [r.state for r in rows], out.getvalue()
     assert states["crash-on-start"] == ("FAIL", "start-crash")
     assert states["slow-start:60"] == ("FAIL", "interrupted"), out.getvalue()
     assert "re-queued" in out.getvalue()
@@ -129,12 +129,12 @@ def test_a_signal_stops_the_run_cleanly_and_the_study_resumes(tmp_path, sig, cou
     name = signal.Signals(sig).name
     assert f"{name}: stopping after the running trial" in text
     rows = trial_rows(open_study(load_job(job_path), create=False))
-    assert "RUNNING" not in [r["state"] for r in rows]
+    assert "RUNNING" not in [r.state for r in rows]
     if count == 1:
-        assert [r["state"] for r in rows] == ["COMPLETE"] and "stopped by signal" in text
+        assert [r.state for r in rows] == ["COMPLETE"] and "stopped by signal" in text
     else:
         assert f"{name}: killing the running trial now" in text
-        assert rows[0]["state"] == "FAIL" and rows[0]["failure_kind"] == "interrupted" and not rows[0]["counted"]
+        assert rows[0].state == "FAIL" and rows[0].failure_kind == "interrupted" and not rows[0].counted
     assert "`ncclsweep run" in text.strip().splitlines()[-1]  # the last line says how to continue
     # driver.log in the study's folder has what the terminal showed
     logged = (tmp_path / "reports" / study / "driver.log").read_text()
@@ -144,7 +144,7 @@ def test_a_signal_stops_the_run_cleanly_and_the_study_resumes(tmp_path, sig, cou
     rerun = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(job_path)], capture_output=True,
                            text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
-    counted = [r for r in trial_rows(open_study(load_job(job_path), create=False)) if r["counted"]]
-    assert len(counted) == 3 and all(r["state"] == "COMPLETE" for r in counted), \
-        [(r["state"], r["failure_kind"], r["failure_reason"]) for r in counted]
+    counted = [r for r in trial_rows(open_study(load_job(job_path), create=False)) if r.counted]
+    assert len(counted) == 3 and all(r.state == "COMPLETE" for r in counted), \
+        [(r.state, r.failure_kind, r.failure_reason) for r in counted]
     assert not study_servers(tmp_path / "reports")

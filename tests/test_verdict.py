@@ -108,8 +108,8 @@ def _paired(data: dict, level: str) -> tuple[list[float], list[float]]:
 
 def test_paired_interval_on_a_config_against_itself():
     """8 interleaved rounds of one config against itself on the shared 2-core CPU box: single
-    launches differ by up to 2x (by over 25% at every concurrency), their ratio's interval contains 1.0 at every concurrency, and
-    the verdict is never faster/slower."""
+    launches differ by up to 2x (by over 25% at every concurrency), their ratio's interval
+    contains 1.0 at every concurrency, and the verdict is never faster/slower."""
     data = _compare_rounds("self-compare-cpu-8-rounds.json")
     for level in ("1", "2", "10"):
         a, b = _paired(data, level)
@@ -150,7 +150,8 @@ def test_too_few_samples_give_no_interval_and_no_verdict():
     assert one.ratio == pytest.approx(1.3) and not one.bounded and one.n == 1
     assert v.verdict(one) == v.WITHIN_NOISE
     assert describe(one) == "1.30x, within noise (no interval: needs 2 rounds)"
-    assert describe(ratio_interval([100.0, 101.0], [130.0])) == "1.29x, within noise (no interval: needs 2 samples of each)"
+    assert (describe(ratio_interval([100.0, 101.0], [130.0]))
+            == "1.29x, within noise (no interval: needs 2 samples of each)")
     # a failed measurement (None, 0) drops its round; nothing measured is no verdict at all
     dropped = ratio_interval([100.0, None, 101.0, 99.0], [110.0, 200.0, 0.0, 109.0], paired=True)
     assert dropped.n == 2

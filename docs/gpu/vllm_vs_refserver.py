@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from orchestrator import bench, correctness  # noqa: E402
-from orchestrator.backends import get_backend_class  # noqa: E402
-from orchestrator.backends.base import LaunchSpec  # noqa: E402
-from orchestrator.server import ServerProcess, free_port  # noqa: E402
+from orchestrator import bench, correctness
+from orchestrator.backends import get_backend_class
+from orchestrator.backends.base import LaunchSpec
+from orchestrator.server import ServerProcess, free_port
 
 # cuda on a GPU node; cpu (no graphs) only to try the script here against a vLLM stand-in
 DEVICE = os.environ.get("VS_DEVICE", "cuda")
@@ -50,7 +50,8 @@ def _servers(args, logs: Path) -> dict[str, ServerProcess]:
            "NVSHMEM_DISABLE_NVLS": "1", "HF_HUB_OFFLINE": "1"}
     p1, p2 = free_port(), free_port()
     ref = LaunchSpec(argv=[sys.executable, "-m", "orchestrator.refserver", "--model", args.preset, "--tp", "1",
-                           "--device", DEVICE, *(["--graph-capture"] if DEVICE == "cuda" else []), "--served-model-name", "ref",
+                           "--device", DEVICE, *(["--graph-capture"] if DEVICE == "cuda" else []),
+                           "--served-model-name", "ref",
                            "--host", "127.0.0.1", "--port", str(p1)], port=p1, model_name="ref")
     vllm = LaunchSpec(argv=[sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", args.model_dir,
                             "--served-model-name", "vllm", "--host", "127.0.0.1", "--port", str(p2),
@@ -76,7 +77,7 @@ def main() -> int:
     servers = _servers(args, logs)
     result: dict = {"prompts": PROMPTS}
     try:
-        for name, sp in servers.items():
+        for sp in servers.values():
             sp.start()
         for name, sp in servers.items():
             result[f"{name}_ready_s"] = round(sp.wait_ready(900), 1)

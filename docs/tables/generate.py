@@ -193,7 +193,8 @@ def slices() -> dict[str, list[dict]]:
             r["baseline"] = ""
         modes = [m for m in ("eager", "piecewise", "full") if any(r["graph_mode"] == m for r in kept)]
         for r in kept:
-            if (r["tp_size"], r["graph_mode"], r["env.NCCL_PROTO"], r["env.NCCL_ALGO"]) == (8, modes[0], "Simple", "Ring"):
+            setting = (r["tp_size"], r["graph_mode"], r["env.NCCL_PROTO"], r["env.NCCL_ALGO"])
+            if setting == (8, modes[0], "Simple", "Ring"):
                 r["baseline"] = "1"
         out[name] = kept
     return out

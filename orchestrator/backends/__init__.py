@@ -55,7 +55,7 @@ def get_backend_class(kind: str) -> type[Backend]:
     module_name, _, class_name = target.partition(":")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
-    except Exception as exc:  # noqa: BLE001 - a third party's import error, reported as one line
+    except Exception as exc:  # a third party's import error, reported as one line
         raise ImportError(f"backend {kind!r} ({target}) cannot be loaded: {type(exc).__name__}: {exc}") from exc
     if not (isinstance(cls, type) and issubclass(cls, Backend)) or getattr(cls, "kind", None) != kind:
         raise ImportError(f"backend {kind!r} ({target}) is not a Backend subclass whose kind is {kind!r}")

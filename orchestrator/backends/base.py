@@ -148,11 +148,12 @@ class Backend(abc.ABC):
     # What the tree watch (orchestrator/treewatch.py) knows of this engine: lines it logs
     # when it is dead though its first process still runs, and helper processes (regular
     # expressions on the command line) that come and go without meaning harm.
-    FATAL_LOG_PATTERNS: ClassVar[tuple[str, ...]] = ()
-    TRANSIENT_PROCESSES: ClassVar[tuple[str, ...]] = ()
+    # Set on the class, or per instance from the backend's settings (``command``).
+    FATAL_LOG_PATTERNS: tuple[str, ...] = ()
+    TRANSIENT_PROCESSES: tuple[str, ...] = ()
     # the engine's own processes, by name or command line (empty: every descendant running
     # the server's executable counts)
-    ESSENTIAL_PROCESSES: ClassVar[tuple[str, ...]] = ()
+    ESSENTIAL_PROCESSES: tuple[str, ...] = ()
 
     def watch_rules(self):
         """The rules the trial's ``TreeWatch`` applies to this backend's servers."""

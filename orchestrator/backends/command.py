@@ -58,7 +58,6 @@ _SETTINGS = {
     "essential_processes": "regular expressions on names or command lines of the server's own processes, whose "
                            "loss is fatal (default: every descendant running the server's executable)",
 }
-BUILTINS = ("port", "host", "tp_size", "pp_size", "gpus", "python")
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_.]*)(\?[^{}]*)?\}")
 
 
@@ -95,7 +94,8 @@ class CommandBackend(Backend):
             leftover = _PLACEHOLDER.sub("", element)
             if "{" in leftover or "}" in leftover:
                 raise self.bad(f"argv[{i}]", f"{element!r} has a brace that is not a placeholder like {{port}} "
-                                             f"or {{graph_capture?--graph-capture}}; write {{{{ and }}}} for literal braces")
+                                             f"or {{graph_capture?--graph-capture}}; "
+                                             "write {{ and }} for literal braces")
         names = [name for name, _ in placeholders(self.argv)]
         if "port" not in names:
             raise self.bad("argv", "must contain {port}: every trial runs its server on a fresh port")
@@ -200,5 +200,6 @@ class CommandBackend(Backend):
             if rendered == "" and _PLACEHOLDER.search(element) and "?" in element:
                 continue  # a switch placeholder whose value is false
             argv.append(rendered)
-        return LaunchSpec(argv=argv, env=common.server_env(self, config), host=host, port=port, health_path=self.health_path,
+        return LaunchSpec(argv=argv, env=common.server_env(self, config), host=host, port=port,
+                          health_path=self.health_path,
                           ready_status=self.ready_status, model_name=self.model_name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from orchestrator.backends.flags import did_you_mean
 from orchestrator.errors import ConfigRejected
@@ -21,7 +21,17 @@ def check_setting_keys(backend, allowed: dict[str, str], hints: dict[str, str] |
             raise backend.bad(key, f"unknown setting {key!r}{hint}; allowed: {', '.join(allowed)}")
 
 
-def str_setting(backend, key: str, default: str | None = None, *, required: bool = False) -> str | None:
+@overload
+def str_setting(backend: Any, key: str, default: str, *, required: bool = ...) -> str: ...
+@overload
+def str_setting(backend: Any, key: str, default: None = ..., *, required: Literal[True]) -> str: ...
+@overload
+def str_setting(backend: Any, key: str, default: str | None = ..., *, required: bool = ...) -> str | None: ...
+
+
+def str_setting(backend: Any, key: str, default: str | None = None, *, required: bool = False) -> str | None:
+    """A string setting (numbers are taken as their text): ``default`` when absent, or
+    ``BadInput`` when ``required``; never an empty string."""
     value = backend.settings.get(key, default)
     if value is None:
         if required:
@@ -45,6 +55,7 @@ def capture_sizes_of(value: Any) -> list[int]:
     ValueError otherwise."""
     if isinstance(value, bool):
         raise ValueError(f"capture_sizes must be batch sizes like '1,2,4,8', not {value!r}")
+    items: list[Any]
     if isinstance(value, int):
         items = [value]
     elif isinstance(value, (list, tuple)):

@@ -34,8 +34,8 @@ import sys
 def describe(parser: argparse.ArgumentParser) -> dict[str, dict]:
     """{flag: info} for every long option of ``parser`` (see the module docstring)."""
     flags: dict[str, dict] = {}
-    for action in parser._actions:  # noqa: SLF001 - argparse keeps them nowhere public
-        if isinstance(action, argparse._HelpAction):  # noqa: SLF001
+    for action in parser._actions:  # argparse keeps them nowhere public
+        if isinstance(action, argparse._HelpAction):
             continue
         longs = [s for s in action.option_strings if s.startswith("--")]
         if not longs:

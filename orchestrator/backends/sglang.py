@@ -55,8 +55,7 @@ from orchestrator.backends.base import Config
 from orchestrator.backends.flags import Spelling
 from orchestrator.backends.serving import ServingBackend
 
-PER_PHASE_SINCE = (0, 5, 14)  # --cuda-graph-max-bs-decode & co.
-OLD_GRAPH_FLAGS_REMOVED = (0, 5, 20)  # --cuda-graph-max-bs / --cuda-graph-bs gone
+PER_PHASE_SINCE = (0, 5, 14)  # --cuda-graph-max-bs-decode & co. (the old spellings are gone since 0.5.20)
 
 _MAX_BS = [
     Spelling(None, PER_PHASE_SINCE, ("--cuda-graph-max-bs",)),

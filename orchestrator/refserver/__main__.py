@@ -9,6 +9,6 @@ if os.environ.get("NCCLSWEEP_REFSERVER_PARENT") and "--rank" in sys.argv:
 
     die_with_parent()
 
-from orchestrator.refserver.cli import main  # noqa: E402
+from orchestrator.refserver.cli import main
 
 sys.exit(main())

@@ -261,6 +261,7 @@ class Handler(BaseHTTPRequestHandler):
         except ApiError as err:
             self._send_error(err)
             return
+        assert app.engine is not None  # ready: the engine is up
         app.engine.submit(req)
         try:
             ok = self._stream(req, opts) if opts["stream"] else self._complete(req, opts)
@@ -354,6 +355,7 @@ class Handler(BaseHTTPRequestHandler):
                     + b"\n\n")
                 break
             if kind == "prompt":
+                assert lps is not None  # prompt entries come only when logprobs were asked for
                 for token, entry in zip(req.prompt, event[1], strict=True):
                     lps.add(token, entry)
                 send(tok.decode(req.prompt), None)

@@ -36,12 +36,11 @@ def start(args: list[str], port: int, timeout_s: float = 60.0, log_path: str | N
     """Start a server in a new session; (process, seconds until /health is 200)."""
     cmd = [sys.executable, "-m", "orchestrator.refserver", "--port", str(port), *args]
     t0 = time.monotonic()
-    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
-    try:
-        proc = subprocess.Popen(cmd, start_new_session=True, stdout=out, stderr=out)
-    finally:
-        if log_path:
-            out.close()
+    if log_path:
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen(cmd, start_new_session=True, stdout=out, stderr=out)
+    else:
+        proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while time.monotonic() - t0 < timeout_s:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}: {' '.join(cmd)}")

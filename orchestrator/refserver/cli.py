@@ -267,7 +267,7 @@ def run_worker(s: Settings) -> int:
     try:
         model, graphs, channel = build_rank(s, s.rank, s.master_port)
         worker_loop(model, graphs, channel)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - any end of a worker rank is printed; the process exits below
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)
@@ -282,7 +282,7 @@ def serve(s: Settings, argv: list[str]) -> int:
     ranks = procs.Ranks()
     app = App(model_name=s.model_name, vocab=s.dims.vocab, max_len=s.max_model_len,
               info=s.info(), on_crash=lambda msg: ranks.exit(1, msg),
-              crash_after=int(s.fault.n) if s.fault and s.fault.kind == "crash-after" else None)
+              crash_after=int(s.fault.n or 0) if s.fault and s.fault.kind == "crash-after" else None)
     try:
         server = Server(s.host, s.port, app)
     except OSError as exc:
@@ -308,11 +308,11 @@ def serve(s: Settings, argv: list[str]) -> int:
         from orchestrator.refserver.engine import Engine
 
         model, graphs, channel = build_rank(s, 0, master_port)
-        hang_after = int(s.fault.n) if s.fault and s.fault.kind == "hang-in-decode" else None
+        hang_after = int(s.fault.n or 0) if s.fault and s.fault.kind == "hang-in-decode" else None
         engine = Engine(model, graphs, channel, max_batch=s.max_batch, hang_after=hang_after)
         engine.warmup()
         app.engine = engine
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - any start-up failure ends every rank with one line
         traceback.print_exc()
         ranks.exit(1, "start-up failed")
     if s.fault and s.fault.kind == "hang-on-start":
@@ -320,13 +320,13 @@ def serve(s: Settings, argv: list[str]) -> int:
         threading.Event().wait()
     if s.fault and s.fault.kind == "slow-start":
         log(f"fault slow-start: ready in {s.fault.n:g}s more")
-        time.sleep(float(s.fault.n))
+        time.sleep(float(s.fault.n or 0))
     engine.ready.set()
     host = f"[{s.host}]" if ":" in s.host else s.host
     log(f"ready on http://{host}:{s.port}")
     try:
         engine.loop()
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - a failed engine fails its requests, then every rank exits
         traceback.print_exc()
         engine.fail_all(f"engine failed: {exc}")
         ranks.exit(1, f"engine failed: {exc}")

@@ -50,6 +50,7 @@ class Channel:
             self.buf[:HEADER] = torch.tensor([op, 0, 0, 0])
             dist.broadcast(self.buf, src=0, group=self.group)
             return
+        assert tokens is not None and positions is not None and slots is not None, "a step needs its tensors"
         B, T = tokens.shape
         payload = torch.cat((tokens.reshape(-1), positions.reshape(-1), slots))
         self.buf[:HEADER] = torch.tensor([op, B, T, kv_len])
@@ -190,7 +191,7 @@ class Engine:
             if r.prompt_logprobs:
                 r.out.put(("prompt", self._prompt_entries(r, hidden[i, : len(r.prompt)])))
         gen_rows = [i for i, r in enumerate(reqs) if r.max_tokens > 0]
-        for i, r in enumerate(reqs):
+        for r in reqs:
             if r.max_tokens == 0:
                 self._retire(r)
                 r.out.put(("done", "length"))
@@ -234,7 +235,7 @@ class Engine:
         hang = False
         for i, r in enumerate(reqs):
             tok = chosen[i]
-            entry = _entry(lsm[i], tok, r.logprobs) if i in lsm else None
+            entry = _entry(lsm[i], tok, r.logprobs or 0) if i in lsm else None  # in lsm: logprobs asked for
             r.ids.append(tok)
             r.n_gen += 1
             finish = None

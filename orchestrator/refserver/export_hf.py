@@ -31,7 +31,7 @@ import argparse
 import json
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -45,7 +45,8 @@ EOS_TEXT = "<|end_of_text|>"
 _ST_DTYPES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
 
 
-def tensors(dims: ModelDims, seed: int, device: torch.device, dtype: torch.dtype) -> Iterator[tuple[str, tuple, object]]:
+def tensors(dims: ModelDims, seed: int, device: torch.device,
+            dtype: torch.dtype) -> Iterator[tuple[str, tuple, Callable[[], torch.Tensor]]]:
     """(Hugging Face name, shape, thunk producing the tensor) for every weight, in file order."""
     d, hd = dims.hidden, dims.head_dim
 
@@ -74,7 +75,8 @@ def tensors(dims: ModelDims, seed: int, device: torch.device, dtype: torch.dtype
         yield "lm_head.weight", (dims.vocab, d), gen("head", (dims.vocab, d), d ** -0.5)
 
 
-def write_safetensors(path: Path, items: list[tuple[str, tuple, object]], dtype: torch.dtype) -> None:
+def write_safetensors(path: Path, items: list[tuple[str, tuple, Callable[[], torch.Tensor]]],
+                      dtype: torch.dtype) -> None:
     """One safetensors file, tensors produced and written one at a time."""
     size = torch.tensor([], dtype=dtype).element_size()
     header: dict[str, object] = {"__metadata__": {"format": "pt"}}

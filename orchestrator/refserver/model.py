@@ -89,7 +89,7 @@ def fused_choice(device: torch.device, override: bool | None = None) -> tuple[bo
         import triton
 
         importlib.import_module("orchestrator.refserver.fused")  # compiles nothing yet
-    except Exception as exc:  # a missing or broken triton: the torch ops still work
+    except Exception as exc:  # noqa: BLE001 - a missing or broken triton: the torch ops still work
         return False, f"triton unavailable: {type(exc).__name__}: {exc}"
     return True, f"triton {triton.__version__}"
 

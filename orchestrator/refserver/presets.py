@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 # Special token ids of the byte-level tokenizer (see tokenizer.py); every vocab must hold them.
 NUM_BYTE_TOKENS = 256
@@ -83,10 +84,6 @@ class ModelDims:
         """All-reduces per decode step at TP > 1: one after o_proj and one after down."""
         return 2 * self.layers
 
-    def allreduce_bytes(self, batch: int, dtype_bytes: int) -> int:
-        """Payload of one all-reduce in a decode step of ``batch`` sequences."""
-        return batch * self.hidden * dtype_bytes
-
     # ---- validity ----------------------------------------------------------------------
     def tp_error(self, tp: int) -> str | None:
         """None if tensor parallelism ``tp`` can shard this model, else the reason."""
@@ -120,7 +117,7 @@ class ModelDims:
 
     def with_overrides(self, **overrides: int | None) -> ModelDims:
         """A copy with the given non-None fields replaced (explicit dims over a preset)."""
-        changes = {k: v for k, v in overrides.items() if v is not None}
+        changes: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
         return dataclasses.replace(self, **changes) if changes else self
 
     def model_facts(self, dtype: str = "bfloat16") -> dict:
@@ -149,11 +146,3 @@ PRESETS: dict[str, ModelDims] = {
     "8b": ModelDims("8b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336,
                     vocab=128256, rope_theta=500000.0),
 }
-
-
-def get_preset(name: str) -> ModelDims:
-    """The preset called ``name``; KeyError naming the allowed values otherwise."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise KeyError(f"unknown preset {name!r}; allowed: {', '.join(PRESETS)}") from None

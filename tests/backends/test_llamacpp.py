@@ -214,9 +214,9 @@ def test_a_study_tunes_the_real_llama_server(tmp_path, ray_local):
     import io
     import time
 
-    from conftest import server_processes, write_job
     from tiny_gguf import write_tiny_llama
 
+    from conftest import server_processes, write_job
     from orchestrator.history import trial_rows
     from orchestrator.job import load_job
     from orchestrator.study import StudyDriver, open_study
@@ -237,9 +237,9 @@ def test_a_study_tunes_the_real_llama_server(tmp_path, ray_local):
         time.sleep(0.2)
     assert not left, f"llama-server left running: {left}"
     assert summary.reason in ("budget reached", "space exhausted"), out.getvalue()
-    rows = [r for r in trial_rows(open_study(job, create=False)) if r["counted"]]
-    assert len(rows) == 2 and rows[0]["is_baseline"], out.getvalue()
+    rows = [r for r in trial_rows(open_study(job, create=False)) if r.counted]
+    assert len(rows) == 2 and rows[0].is_baseline, out.getvalue()
     for row in rows:
-        assert row["state"] == "COMPLETE" and row["value"] > 0, (row, out.getvalue())
-        assert row["correctness"].get("ok"), row
-    assert {r["params"]["backend.threads"] for r in rows} == {1, 2}
+        assert row.state == "COMPLETE" and row.value > 0, (row, out.getvalue())
+        assert row.correctness.get("ok"), row
+    assert {r.params["backend.threads"] for r in rows} == {1, 2}

@@ -249,10 +249,12 @@ def test_normalize():
     b = backend()
     assert b.normalize(b.default_config()) == b.normalize({}) == b.normalize(
         {"tp_size": 1, "backend.cudagraph_mode": "full_and_piecewise", "env.NCCL_PROTO": "LL"})
-    eager = b.normalize({"tp_size": 8, "graph_capture": False, "capture_sizes": "1,2", "backend.cudagraph_mode": "FULL"})
+    eager = b.normalize({"tp_size": 8, "graph_capture": False, "capture_sizes": "1,2",
+                         "backend.cudagraph_mode": "FULL"})
     assert "capture_sizes" not in eager and "backend.cudagraph_mode" not in eager
     a = b.normalize({"tp_size": 8, "capture_sizes": "8,4,2,1", "env.NCCL_PROTO": "simple,ll"})
-    c = b.normalize({"tp_size": 8, "capture_sizes": "1,2,4,8", "env.NCCL_PROTO": "LL,Simple", "custom_all_reduce": True})
+    c = b.normalize({"tp_size": 8, "capture_sizes": "1,2,4,8", "env.NCCL_PROTO": "LL,Simple",
+                     "custom_all_reduce": True})
     assert a == c
     assert "custom_all_reduce" not in b.normalize({"tp_size": 1, "custom_all_reduce": False})
 
@@ -290,7 +292,8 @@ def test_glm5_job_commands_use_only_current_vllm_flags():
     b = job.backend_obj()
     assert job.baseline["tp_size"] == 8 and job.baseline["graph_capture"] is False
     baseline_argv = b.launch_spec(job.baseline, "127.0.0.1", 8000).argv
-    assert "--enforce-eager" in baseline_argv and baseline_argv[baseline_argv.index("--tensor-parallel-size") + 1] == "8"
+    assert "--enforce-eager" in baseline_argv
+    assert baseline_argv[baseline_argv.index("--tensor-parallel-size") + 1] == "8"
     configs = job.space.enumerate()
     assert configs and len(configs) > 100
     seen = set()

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from refserver_helpers import free_port, wait_group_gone
 
 pytestmark = pytest.mark.timeout(60)

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from refserver_helpers import TINY, RefServer, get, greedy, group_members, post, wait_group_gone
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]

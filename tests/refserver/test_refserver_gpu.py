@@ -14,7 +14,6 @@ import threading
 import time
 
 import pytest
-
 from refserver_helpers import TINY, RefServer, get, greedy, post, wait_group_gone
 
 torch = pytest.importorskip("torch")

@@ -11,7 +11,6 @@ import threading
 import time
 
 import pytest
-
 from refserver_helpers import TINY, RefServer, get, greedy, post, stream
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

@@ -25,7 +25,6 @@ from orchestrator.refserver.model import ShardedLlama, fused_choice, kv_buckets 
 from orchestrator.refserver.tokenizer import ByteTokenizer  # noqa: E402
 
 
-
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
     """The machine is small and shared: OpenMP spinning on 2 threads only slows us down."""

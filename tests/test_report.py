@@ -104,6 +104,7 @@ def test_markdown_answers_the_morning_questions(report):
     head = _section(md, "Headline")
     assert "**Best: trial 2, 57.00 tok/s (+-1.0%), 2.85x the baseline**" in head
     assert "The difference is beyond the noise of repeats (95% CI 2." in head and "NCCL_PROTO Simple -> LL" in head
+    assert "The concurrency comparison below relaunched both side by side." in head  # compare.json is there
     top = _section(md, "Top")
     ranked = [int(line.split("|")[2]) for line in top.splitlines() if re.match(r"\| \d+ \|", line)]
     assert ranked[0] == 2 and 3 not in ranked and 10 not in ranked  # never a failure, never the garbage config
@@ -258,6 +259,17 @@ def _one_trial_study(tmp_path):
     fx.record(study, policy, fx.BASE, fx.ok(fx.BASE, 20.0), baseline=True)
     job.report_dir.mkdir(parents=True, exist_ok=True)
     return job, study
+
+
+def test_a_verdict_from_one_launch_each_names_compare(tmp_path):
+    """Repeats inside one launch do not see a launch that is slow as a whole (vLLM's cold first start
+    on 2x H200 decoded 40% slower for its whole launch, CV 0.2%): before any compare, the headline's
+    "beyond noise" tells the user to relaunch the two side by side before acting on the ratio."""
+    job, _study = fx.build_study(tmp_path)
+    write_report(job)
+    head = _section((job.report_dir / "report.md").read_text(), "Headline")
+    assert "The difference is beyond the noise of repeats" in head
+    assert "one launch each" in head and "`ncclsweep compare JOB` relaunches the two side by side" in head
 
 
 def test_a_compare_of_the_baseline_with_itself_warns_of_nothing(tmp_path):

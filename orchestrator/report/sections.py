@@ -98,7 +98,10 @@ def _diff_vs(config: dict[str, Any], base: dict[str, Any] | None) -> str:
     return "; ".join(changes) if changes else "(same settings as the baseline)"
 
 
-def _headline(rows, best, base) -> list[Block]:
+def _headline(rows, best, base, compared: bool = False) -> list[Block]:
+    """The best against the baseline. Its interval comes from the repeats inside one launch of each:
+    a launch that is slow as a whole (vLLM's first start on a machine, cold caches: 40% slower
+    decode for the whole launch on 2x H200) is outside it, so the headline names ``compare``."""
     out: list[Block] = [doc.heading(2, "Headline")]
     if not rows:
         return out + [doc.para("The study has no trials yet.")]
@@ -115,6 +118,10 @@ def _headline(rows, best, base) -> list[Block]:
         word = verdict(iv)
         if word in (FASTER, SLOWER):
             noise = f"The difference is beyond the noise of repeats ({interval_text(iv)})."
+            noise += (" The concurrency comparison below relaunched both side by side." if compared else
+                      " Both figures come from one launch each, and a launch can be slow as a whole (a cold"
+                      " first start): `ncclsweep compare JOB` relaunches the two side by side, interleaved,"
+                      " before you act on the ratio.")
         elif iv.bounded:
             noise = f"The difference is within the noise of repeats ({interval_text(iv)}): treat the two as equal."
         else:
@@ -541,7 +548,7 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
     blocks.append(doc.para(f"Study `{getattr(job, 'study', '?')}` in `{getattr(job, 'storage', '?')}`"
                      + (f", backend {kind}" if kind else "")
                      + f". Open it interactively with `{history.dashboard_command(getattr(job, 'storage', ''))}`."))
-    blocks += _headline(rows, best, base)
+    blocks += _headline(rows, best, base, compared=load_compare(report_dir / "compare.json") is not None)
     blocks += _summary(rows)
     blocks += [doc.heading(2, "Plots")] + [doc.image(name, alt) for name, alt in (
         ("history.png", "Optimization history"), ("params.png", "tok/s per parameter value"),

@@ -143,3 +143,9 @@ def study_servers(report_dir: Path) -> list[tuple[int, str]]:
             ports.add(m.group(1))
     return [(pid, cmd) for pid, cmd in server_processes()
             if any(f"--port {port} " in cmd + " " for port in ports)]
+
+
+def pytest_collection_modifyitems(items):
+    """The end-to-end tests (marked slow) first, in their own order: run in parallel
+    (``-n 3``), the long ones start at once instead of being the last and lonely ones."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

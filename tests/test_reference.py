@@ -158,7 +158,7 @@ def test_a_reference_config_the_job_names_is_captured_first_and_gates_the_study(
     rows = trial_rows(study)
     ref = [r for r in rows if not r.counted and r.cached_from is None]
     assert len(ref) == 1 and ref[0].params["backend.threads"] == 2, out.getvalue()
-    assert study.user_attrs[GOLDEN_ATTR]["trial"] == ref[0]["number"] == 0
+    assert study.user_attrs[GOLDEN_ATTR]["trial"] == ref[0].number == 0
     assert study.user_attrs[GOLDEN_ATTR]["source"] == "config"
     counted = [r for r in rows if r.counted]
     assert len(counted) == 2 and all(r.state == "COMPLETE" and r.correctness["ok"] for r in counted)

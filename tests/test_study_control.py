@@ -105,7 +105,7 @@ def test_a_signal_stops_the_run_cleanly_and_the_study_resumes(tmp_path, sig, cou
     # one intra-op thread per rank: oversubscribed OpenMP threads stall on a loaded 2-core box
     space = "params:\n  tp_size: {choices: [1, 2]}\n  backend.max_batch: {choices: [8, 16]}\n"
     study = f"sig-{signal.Signals(sig).name.lower()}-{count}"
-    job_path = write_job(tmp_path, study=study, budget={"trials": 3}, space_text=space,
+    job_path = write_job(tmp_path, study=study, budget={"trials": 2}, space_text=space,
                          baseline={"tp_size": 1, "backend.max_batch": 8},
                          bench={"output_tokens": 300, "warmup": 1, "repeats": 3, "max_repeats": 3},
                          timeouts={"startup": "60s", "bench": "120s", "teardown": "5s"})  # TP=2 on a busy box
@@ -140,11 +140,13 @@ def test_a_signal_stops_the_run_cleanly_and_the_study_resumes(tmp_path, sig, cou
     logged = (tmp_path / "reports" / study / "driver.log").read_text()
     assert f"{name}: stopping after the running trial" in logged and "starting #0" in logged
     assert not study_servers(tmp_path / "reports")
+    if count == 1 and not group:
+        return  # the same state as the SIGHUP case below, which resumes
     # resumable: the next run completes the budget (the interrupted config re-queued and measured)
     rerun = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(job_path)], capture_output=True,
                            text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     counted = [r for r in trial_rows(open_study(load_job(job_path), create=False)) if r.counted]
-    assert len(counted) == 3 and all(r.state == "COMPLETE" for r in counted), \
+    assert len(counted) == 2 and all(r.state == "COMPLETE" for r in counted), \
         [(r.state, r.failure_kind, r.failure_reason) for r in counted]
     assert not study_servers(tmp_path / "reports")

@@ -558,15 +558,7 @@ class StudyDriver:
         if r.outcome == FAIL and final.blameless:
             self._record(policy, proposal, final)
             return None
-        why: str | None = None
-        warnings: list[str] = []
-        golden: correctness.Golden | None = None
-        if r.outcome == FAIL:
-            why = f"it failed ({r.failure_kind}: {r.failure_reason})"
-        else:
-            golden, why = self._calibrate(r.outputs or {})
-            if golden is not None:
-                why, warnings = reference.unusable(golden, self.job.correctness.allow_repetitive_reference)
+        golden, why, warnings = self._golden_from(r)
         if why:
             final = outcome.reference_failed(r, why)
             policy.record(proposal, final.result, counted=False, blameless=True)
@@ -580,6 +572,17 @@ class StudyDriver:
                          "self_drift": golden.self_drift}))
         self._record(policy, proposal, final)
         return golden
+
+    def _golden_from(self, r) -> tuple[correctness.Golden | None, str | None, list[str]]:
+        """The golden reference a launch's two captures give, or why they cannot give one (the
+        launch failed, the captures disagree, the text is unusable), with its warnings."""
+        if r.outcome == FAIL:
+            return None, f"it failed ({r.failure_kind}: {r.failure_reason})", []
+        golden, why = self._calibrate(r.outputs or {})
+        if golden is None:
+            return None, why, []
+        why, warnings = reference.unusable(golden, self.job.correctness.allow_repetitive_reference)
+        return golden, why, warnings
 
     def _calibrate(self, outputs: dict) -> tuple[correctness.Golden | None, str | None]:
         if not outputs.get("reference"):
@@ -610,16 +613,9 @@ class StudyDriver:
         result = None
         while result is None:
             result = next((r for t, r in executor.wait(1.0) if t == ticket), None)
-        why: str | None = None
-        warnings: list[str] = []
-        golden: correctness.Golden | None = None
-        if result.outcome == FAIL:
-            why = f"it failed ({result.failure_kind}: {result.failure_reason})"
-        else:
-            golden, why = self._calibrate(result.outputs or {})
-            if golden is not None:
-                golden.source = "config"
-                why, warnings = reference.unusable(golden, self.job.correctness.allow_repetitive_reference)
+        golden, why, warnings = self._golden_from(result)
+        if golden is not None:
+            golden.source = "config"
         number = self._store_extra(study, result, config, {"reference_run": True, "is_reference": True})
         if why:
             raise RuntimeFailure(f"stopping: the golden reference is unusable: the reference config "

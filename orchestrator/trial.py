@@ -184,10 +184,11 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
                     return _bench_failure(failed, proc, None, f"concurrency {level}: {got['errors'][:1]}")
                 metrics["concurrency"][str(level)] = got["total_tok_s"]
 
-        # correctness outputs (compared by the driver against the golden reference)
+        # correctness outputs (compared by the driver against the golden reference), also of a
+        # pruned trial: a config that is wrong is reported wrong (and banned), not merely slow
         t0 = time.monotonic()
         outputs: dict[str, Any] = {}
-        if spec.check_prompts and not pruned:
+        if spec.check_prompts:
             outputs = capture_outputs(launch.base_url, launch.model_name, spec, spec.reference_texts)
             if outputs.get("error"):
                 return _bench_failure(failed, proc, None, outputs["error"])

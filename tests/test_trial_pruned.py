@@ -1,0 +1,37 @@
+"""A trial stopped early for speed still answers the correctness prompts: a config that is
+wrong is reported wrong (and banned), not merely slow. On a loaded box the demo's garbage
+config was pruned before its check and the gate never saw it."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator import correctness, outcome
+from orchestrator.records import FAIL, PRUNED
+from orchestrator.trial import TrialSpec, run_trial
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = ["The quick brown fox", "Once upon a time"]
+
+
+def _spec(tmp_path, number: int, fault: str, **kw) -> TrialSpec:
+    return TrialSpec(number=number, config={"tp_size": 1, "backend.fault": fault}, backend_kind="refserver",
+                     backend_settings={"model": "tiny", "device": "cpu"}, log_dir=str(tmp_path / "logs"),
+                     registry_dir=str(tmp_path / "servers"), prompt="Hello", output_tokens=16, warmup=1,
+                     repeats=2, startup_timeout_s=60, bench_timeout_s=30, teardown_grace_s=5,
+                     check_prompts=PROMPTS, check_tokens=12, measure_bandwidth=False, **kw)
+
+
+def test_a_pruned_wrong_config_fails_the_gate(tmp_path, no_leftover_servers):
+    ref = run_trial(_spec(tmp_path, 0, "none"))
+    golden, why = correctness.calibrate(PROMPTS, ref.outputs["first"], ref.outputs["second"])
+    assert golden is not None, why
+    # a threshold no CPU server reaches: the first repeat prunes the trial
+    slow = run_trial(_spec(tmp_path, 1, "garbage", reference_texts=golden.texts, prune_below=1e9))
+    assert slow.outcome == PRUNED and slow.outputs, slow.failure_reason
+    final = outcome.decide(slow, golden=golden).result
+    assert final.outcome == FAIL and final.failure_kind == "wrong-output", final
+    # a pruned config whose output is right stays PRUNED
+    fine = run_trial(_spec(tmp_path, 2, "none", reference_texts=golden.texts, prune_below=1e9))
+    assert outcome.decide(fine, golden=golden).result.outcome == PRUNED

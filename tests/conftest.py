@@ -66,6 +66,17 @@ def end_leftover_servers(before: set[int], wait_s: float = 10.0) -> list[tuple[i
     return left
 
 
+def kill_pids(pids) -> None:
+    """SIGKILL each of ``pids`` (processes the test itself started), ignoring those gone."""
+    import signal
+
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 @pytest.fixture
 def no_leftover_servers():
     """Fail a test that leaves a reference-server process behind (and kill it): only

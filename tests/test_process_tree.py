@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import kill_pids
 from orchestrator import bench, proctree
 from orchestrator.backends.base import LaunchSpec
 from orchestrator.server import (
@@ -182,11 +183,7 @@ def test_the_whole_tree_dies_within_seconds_of_a_kill_9_of_its_owner(tmp_path, s
         print(f"tree gone {time.monotonic() - t0:.2f} s after kill -9 of its owner")
     finally:
         owner.kill()
-        for pid in workers:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_pids(workers)
 
 
 def test_cleanup_ends_recorded_descendants_that_left_the_group(tmp_path):
@@ -213,11 +210,7 @@ def test_cleanup_ends_recorded_descendants_that_left_the_group(tmp_path):
         assert [r.pid for r in killed] == [sp.pid]
         assert _gone(workers, 5) and reg.records() == []
     finally:
-        for pid in workers:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_pids(workers)
         sp._owner_fd = None
 
 
@@ -249,9 +242,5 @@ def test_cleanup_command_needs_only_the_study(tmp_path):
         assert _gone([sp.pid, worker], 5)
     finally:
         sp._owner_fd = None
-        for pid in (sp.pid, worker):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_pids((sp.pid, worker))
         sp.proc.wait(5)

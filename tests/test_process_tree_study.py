@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_job
+from conftest import kill_pids, write_job
 from orchestrator import proctree
 from orchestrator.history import trial_rows
 from orchestrator.job import load_job
@@ -88,8 +88,4 @@ def test_kill_9_of_the_driver_leaves_no_process_of_the_tree(tmp_path):
     finally:
         if driver.poll() is None:
             driver.kill()
-        for pid in tree:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_pids(tree)

@@ -17,6 +17,8 @@
 #   STEP=tp1b    carry .devwhl no new TP=1 study: the kept journal (docs/gpu/h200-vllm-1b/) is exported and
 #                              its command launched by hand on GPU 0, then its concurrency comparison
 #                              (ROUNDS); the reference server vs vLLM comparison runs on GPU 1 meanwhile
+#   STEP=capture               raw launches (docs/gpu/vllm_capture.py, CONFIGS default base,base-nccl,ngram,draft):
+#                              logs, /metrics before/after, per-prompt streams; the draft is the 1b's first 2 layers
 #   KILL=0 with STEP=tpn: the study alone, no kill -9 of its driver; TPN_S: seconds of new trials
 # Every step writes under $OUT. NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
 # NVSHMEM_DISABLE_NVLS=1 stay set for every process (the jobs' env: repeats them for the servers).
@@ -50,6 +52,7 @@ part1)
   { nvidia-smi topo -m; nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv; } | tee "$OUT/topo.txt"
   /usr/bin/time -f "export took %e s" python3 -m orchestrator.refserver.export_hf --model 1b --out $MODEL \
     --device cuda 2>&1 | tee "$log"
+  python3 -m orchestrator.refserver.export_hf --model 1b --layers 2 --out $MODEL-l2 --device cuda 2>&1 | tee -a "$log"
   ls -la $MODEL | tee -a "$log" ;;
 part2|part3)
   cp .vp${STEP#part}/part /tmp/vw/$STEP && ls -la /tmp/vw ;;
@@ -111,6 +114,10 @@ tp1b)
   cat "$OUT/tp1-export.txt" "$OUT/vs.log"; tail -25 "$OUT/compare.log"
   nvidia-smi --query-gpu=index,memory.used --format=csv; nvidia-smi --query-compute-apps=pid --format=csv,noheader
   tar czf "$OUT/tp1b.tgz" reports/h200-vllm-1b reports/vs-logs ;;
+capture)
+  timeout 560 python3 docs/gpu/vllm_capture.py --model $MODEL --draft $MODEL-l2 --out "$OUT/capture" \
+    --configs "${CONFIGS:-base,base-nccl,ngram,draft}" --limit "${LIMIT:-300}" 2>&1 | tee "$OUT/capture.log"
+  (cd "$OUT" && tar czf capture.tgz capture && rm -rf capture) ;;
 compare)
   job=jobs/h200-vllm-1b.yaml
   CUDA_VISIBLE_DEVICES=0 timeout 540 python3 -m orchestrator compare "$job" --concurrency 1,2,10,64 \

@@ -155,9 +155,11 @@ def config_json(dims: ModelDims, dtype: torch.dtype, max_len: int) -> dict:
 
 
 def export(model: str, out: Path, *, seed: int = 0, device: str = "cpu", dtype: str = "bfloat16",
-           max_len: int = 4096) -> Path:
-    """Write the checkpoint directory; returns it."""
-    dims = PRESETS[model]
+           max_len: int = 4096, layers: int | None = None) -> Path:
+    """Write the checkpoint directory; returns it. ``layers`` keeps only the first N layers
+    (the same tensors by name and seed, the same tokenizer): a small draft model for
+    speculative decoding that shares the preset's vocabulary."""
+    dims = PRESETS[model].with_overrides(layers=layers)
     tdtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[dtype]
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config_json(dims, tdtype, max_len), indent=1))
@@ -182,8 +184,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="where the weights are drawn: the device the reference server runs on")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--max-len", type=int, default=4096)
+    p.add_argument("--layers", type=int, default=None,
+                   help="keep only the first N layers (a draft model with the same vocabulary and tokenizer)")
     a = p.parse_args(argv)
-    path = export(a.model, a.out, seed=a.seed, device=a.device, dtype=a.dtype, max_len=a.max_len)
+    if a.layers is not None and a.layers < 1:
+        p.error(f"--layers: must be >= 1, got {a.layers}")
+    path = export(a.model, a.out, seed=a.seed, device=a.device, dtype=a.dtype, max_len=a.max_len, layers=a.layers)
     print(path)
     return 0
 

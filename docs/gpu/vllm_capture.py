@@ -24,7 +24,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from orchestrator import bench  # noqa: E402
+from orchestrator import bench
 
 OLD_DEFAULT = ("Write a detailed, step-by-step explanation of how a ring all-reduce works across "
                "eight GPUs, then summarize its cost in one sentence.")
@@ -85,7 +85,7 @@ def launch(name: str, model: str, extra: list[str], env_extra: dict[str, str], o
         rec["prompts"] = []
         for kind, prompt in cases:
             row: dict = {"kind": kind}
-            for rep in range(2):
+            for _ in range(2):
                 res = bench.stream_completion(base, "m", prompt, 128, 60)
                 row.setdefault("decode_tok_s", []).append(res.decode_tok_s)
                 row["chunks"], row["usage_tokens"], row["ok"] = len(res.token_times), res.n_tokens, res.ok

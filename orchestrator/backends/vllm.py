@@ -107,7 +107,8 @@ class VllmBackend(ServingBackend):
     parser_recipe = "vllm"
     example_release = "0.33.0"
     SETTINGS = {
-        "model": "model path or Hugging Face id (the positional MODEL of vllm serve)",
+        "model": "a Hugging Face checkpoint: its directory or Hub id (the positional MODEL of vllm serve); a .gguf "
+                 "file is refused where the release's --load-format has no gguf (0.26.0, 0.33.0): use llamacpp",
         "python": "python of vLLM's environment: runs python -m vllm.entrypoints.cli.main serve",
         "executable": "the vllm command (default: vllm)",
         "compilation_config": "your own --compilation-config keys (e.g. {pass_config: {fuse_allreduce_rms: false}}), "

@@ -19,7 +19,7 @@ what ``load_job`` accepts, so keep one key per line with its meaning::
     storage: null                     # null: journal:<report_dir>/study.journal; or journal:PATH, a PATH
                                       # ending .journal/.log, or an RDB URL such as sqlite:///study.db
     backend:
-      kind: refserver                 # refserver, vllm, sglang or command (required)
+      kind: refserver                 # refserver, vllm, sglang, llamacpp or command (required)
       settings: {}                    # the backend's own settings (see the backends below)
     gpus_per_node: 0                  # GPUs one trial takes on its node; 0: a CPU job
     cpus_per_trial: 2                 # Ray CPUs a trial actor takes on a CPU job

@@ -216,13 +216,14 @@ def _also_rows(rows: list[TrialRow], best: TrialRow, base: TrialRow,
     if not also:
         return []
     every_round = {base.config_key: ("the baseline", base.number), best.config_key: ("the best", best.number)}
-    if also == "ties":
+    picked: list[TrialRow] = []
+    if isinstance(also, str):  # "ties" (parse_also gives no other string)
         picked = [r for r in ties_with_best(best_rows(rows, TOP_N)) if r.config_key not in every_round]
     else:
         ranked = {r.number: r for r in best_rows(rows, len(rows))}
         by_key = {r.config_key: r for r in ranked.values()}
         others = ", ".join(str(k) for k in sorted(ranked) if ranked[k].config_key not in every_round) or "none"
-        picked, given = [], {}
+        given: dict[str, int] = {}
         for n in also:
             row = next((r for r in rows if r.number == n), None)
             if row is None or row.config_key not in by_key:

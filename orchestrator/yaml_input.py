@@ -208,6 +208,10 @@ def _make_loader():
 
         Refused = DocumentRefused
 
+        @staticmethod
+        def _refused(problem: str, mark: Any) -> DocumentRefused:
+            return DocumentRefused(None, None, problem, mark)
+
         def compose_document(self):
             self._open: list[list[int]] = []  # per open collection: [expanded values, deepest child]
             self._anchored: dict[int, tuple[int, int]] = {}  # id(anchored node) -> (values, depth) expanded
@@ -218,11 +222,11 @@ def _make_loader():
             """A finished child of ``values`` values, ``depth`` deep, ``new`` of them not counted yet."""
             self._values += new
             if self._values > MAX_NODES:
-                raise DocumentRefused(None, None, f"more than {MAX_NODES} values, counting each alias (*name) as "
-                                                  f"the values it stands for (the limit is {MAX_NODES})", mark)
+                raise self._refused(f"more than {MAX_NODES} values, counting each alias (*name) as the values "
+                                    f"it stands for (the limit is {MAX_NODES})", mark)
             if len(self._open) + depth > MAX_DEPTH:
-                raise DocumentRefused(None, None, f"nested deeper than {MAX_DEPTH} levels once aliases (*name) are "
-                                          f"expanded", mark)
+                raise self._refused(f"nested deeper than {MAX_DEPTH} levels once aliases (*name) are expanded",
+                                    mark)
             if self._open:
                 frame = self._open[-1]
                 frame[0] += values
@@ -235,12 +239,12 @@ def _make_loader():
                 if target is not None:
                     stats = self._anchored.get(id(target))
                     if stats is None:
-                        raise DocumentRefused(None, None, f"the alias *{event.anchor} is inside the node it refers to "
-                                                  f"(a recursive alias)", event.start_mark)
+                        raise self._refused(f"the alias *{event.anchor} is inside the node it refers to "
+                                            f"(a recursive alias)", event.start_mark)
                     self._attach(*stats, stats[0], event.start_mark)
                 return super().compose_node(parent, index)  # an undefined alias: PyYAML's own error
             if len(self._open) >= MAX_DEPTH:
-                raise DocumentRefused(None, None, f"nested deeper than {MAX_DEPTH} levels", event.start_mark)
+                raise self._refused(f"nested deeper than {MAX_DEPTH} levels", event.start_mark)
             self._open.append([1, 0])
             node = super().compose_node(parent, index)
             values, deepest = self._open.pop()

@@ -87,7 +87,7 @@ class RefServerBackend(Backend):
         base = PRESETS[self.model]
         if not self.dims_override:
             return base
-        dims = dataclasses.replace(base, **self.dims_override)  # keys checked by _dims_setting
+        dims = dataclasses.replace(base, **self.dims_override)  # type: ignore[arg-type]  # keys: _dims_setting
         why = dims.dims_error()
         if why:
             why = why.replace("--kv-heads", "kv_heads").replace("--", "")  # the settings' names, not the flags'

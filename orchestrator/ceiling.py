@@ -20,6 +20,8 @@ import math
 import re
 from typing import Any
 
+from orchestrator.errors import brief
+
 
 def decode_ceiling(bytes_per_token: float, bandwidth_bytes_s: float, allreduces_per_step: int = 0,
                    allreduce_latency_s: float = 0.0, tp: int = 1) -> dict[str, float]:
@@ -33,9 +35,9 @@ def decode_ceiling(bytes_per_token: float, bandwidth_bytes_s: float, allreduces_
     """
     for name, value in (("bytes_per_token", bytes_per_token), ("bandwidth_bytes_s", bandwidth_bytes_s)):
         if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{name} must be a positive number, not {value!r}")
+            raise ValueError(f"{name} must be a positive number, not {brief(value)}")
     if int(tp) < 1:
-        raise ValueError(f"tp must be at least 1, not {tp!r}")
+        raise ValueError(f"tp must be at least 1, not {brief(tp)}")
     if allreduces_per_step < 0 or allreduce_latency_s < 0:
         raise ValueError("allreduces_per_step and allreduce_latency_s must not be negative")
     tp = int(tp)
@@ -54,16 +56,16 @@ def parse_bandwidth(text: Any) -> float:
     Raises ValueError naming the rule for anything else.
     """
     if isinstance(text, bool):
-        raise ValueError(f"memory bandwidth must be a number of bytes/s or e.g. '900 GB/s', not {text!r}")
+        raise ValueError(f"memory bandwidth must be a number of bytes/s or e.g. '900 GB/s', not {brief(text)}")
     if isinstance(text, (int, float)):
         value = float(text)
     else:
         m = re.fullmatch(r"\s*([0-9.]+(?:[eE][+-]?\d+)?)\s*([kKmMgGtT]i?)?\s*(?:B(?:/s|ps)?)?\s*", str(text))
         if not m:
-            raise ValueError(f"memory bandwidth must be a number of bytes/s or e.g. '900 GB/s', not {text!r}")
+            raise ValueError(f"memory bandwidth must be a number of bytes/s or e.g. '900 GB/s', not {brief(text)}")
         value = float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"memory bandwidth must be positive, not {text!r}")
+        raise ValueError(f"memory bandwidth must be positive, not {brief(text)}")
     return value
 
 

@@ -302,6 +302,8 @@ def cmd_report(args) -> int:
 
 def parse_also(text: str | None) -> list[int] | str | None:
     """``--also``: None, "ties", or trial numbers."""
+    from orchestrator.yaml_input import brief
+
     if not text:
         return None
     if text.strip() == "ties":
@@ -309,7 +311,7 @@ def parse_also(text: str | None) -> list[int] | str | None:
     try:
         numbers = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise BadInput(f"--also takes comma-separated trial numbers or 'ties', not {text!r}") from None
+        raise BadInput(f"--also takes comma-separated trial numbers or 'ties', not {brief(text)}") from None
     return numbers or None
 
 
@@ -330,14 +332,15 @@ def cmd_compare(args) -> int:
 
 
 def parse_sets(pairs: list[str]) -> dict[str, Any]:
-    import yaml
+    """``--set KEY=VALUE`` pairs; each VALUE read as YAML like the job's files (bounded)."""
+    from orchestrator.yaml_input import brief, load_yaml
 
     out: dict[str, Any] = {}
     for pair in pairs:
         if "=" not in pair:
-            raise BadInput(f"--set expects KEY=VALUE, not {pair!r}")
+            raise BadInput(f"--set expects KEY=VALUE, not {brief(pair)}")
         key, value = pair.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+        out[key.strip()] = load_yaml(value, file=None, key=f"--set {key.strip()}") if value.strip() else ""
     return out
 
 

@@ -207,28 +207,42 @@ def check_constraints(rules: list[tuple[int, float]], data: dict[str, Any]) -> l
 
 def _also_rows(rows: list[TrialRow], best: TrialRow, base: TrialRow,
                also: list[int] | str | None) -> list[TrialRow]:
-    """The rows of the ``also`` trials (numbers, or "ties"), each config once, never baseline/best."""
+    """The rows of the ``also`` trials (numbers, or "ties"), each config once, never baseline/best.
+
+    A number the user gives must add a config: one that is the baseline's, the best's or one
+    given before in ``--also`` is refused (it would be measured in no extra column)."""
     from orchestrator.history import TOP_N, best_rows, ties_with_best
 
     if not also:
         return []
-    if also == "ties":
-        picked = ties_with_best(best_rows(rows, TOP_N))
+    every_round = {base.config_key: ("the baseline", base.number), best.config_key: ("the best", best.number)}
+    picked: list[TrialRow] = []
+    if isinstance(also, str):  # "ties" (parse_also gives no other string)
+        picked = [r for r in ties_with_best(best_rows(rows, TOP_N)) if r.config_key not in every_round]
     else:
         ranked = {r.number: r for r in best_rows(rows, len(rows))}
         by_key = {r.config_key: r for r in ranked.values()}
-        picked = []
+        others = ", ".join(str(k) for k in sorted(ranked) if ranked[k].config_key not in every_round) or "none"
+        given: dict[str, int] = {}
         for n in also:
             row = next((r for r in rows if r.number == n), None)
             if row is None or row.config_key not in by_key:
                 raise BadInput(f"--also: trial {n} is not a measured, ranked trial of this study; "
                                f"ranked trials: {', '.join(str(k) for k in sorted(ranked))}")
+            if row.config_key in every_round:
+                who, number = every_round[row.config_key]
+                what = f"is {who}" if number == n else f"has the config of {who} (trial {number})"
+                raise BadInput(f"--also: trial {n} {what}, which every round measures already; --also takes "
+                               f"other ranked trials: {others}")
+            if row.config_key in given:
+                twice = "is given twice" if given[row.config_key] == n else \
+                    f"has the config of trial {given[row.config_key]}, given before"
+                raise BadInput(f"--also: trial {n} {twice} in --also; give each config once")
+            given[row.config_key] = n
             picked.append(by_key[row.config_key])
-    seen = {best.config_key, base.config_key}
-    out = []
+    out: list[TrialRow] = []
     for r in picked:
-        if r.config_key not in seen:
-            seen.add(r.config_key)
+        if r.config_key not in {o.config_key for o in out}:
             out.append(r)
     return out
 

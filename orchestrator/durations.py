@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any
 
-from orchestrator.errors import BadInput
+from orchestrator.errors import BadInput, brief
 
 _UNITS = (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0), ("ms", 0.001))
 _UNIT_SECONDS = dict(_UNITS)
@@ -31,10 +31,10 @@ def parse_duration(value: Any, *, file: str | None = None, key: str | None = Non
     """
     seconds = _parse(value)
     if seconds is None:
-        raise BadInput(f"must be {RULE}, not {value!r}", file=file, key=key)
+        raise BadInput(f"must be {RULE}, not {brief(value)}", file=file, key=key)
     if seconds < 0 or (seconds == 0 and not allow_zero):
         need = ">= 0" if allow_zero else "> 0"
-        raise BadInput(f"must be a duration {need}, not {value!r}", file=file, key=key)
+        raise BadInput(f"must be a duration {need}, not {brief(value)}", file=file, key=key)
     return seconds
 
 
@@ -44,7 +44,7 @@ def argparse_duration(text: str) -> float:
 
     seconds = _parse(text)
     if seconds is None or seconds <= 0:
-        raise argparse.ArgumentTypeError(f"must be {RULE} (> 0), not {text!r}")
+        raise argparse.ArgumentTypeError(f"must be {RULE} (> 0), not {brief(text)}")
     return seconds
 
 

@@ -9,7 +9,39 @@
 
 Only ``orchestrator.cli`` catches these, prints ``str(exc)`` and picks the exit code.
 A failed *trial* is not an exception: it is data (see ``orchestrator.records``).
+
+``brief(value)`` is how every message shows a user's value: its repr cut to a short prefix,
+computed in bounded time and memory however large the value is. A ``BadInput`` is one line
+and at most ``MAX_MESSAGE`` characters, whatever went into it.
 """
+
+from typing import Any
+
+BRIEF_CHARS = 80  # the longest rendering of a user's value in a message
+MAX_MESSAGE = 2000  # the longest BadInput line; real ones are a few hundred characters
+
+
+def _make_repr():
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxstring, r.maxother, r.maxlong = 3, BRIEF_CHARS - 10, BRIEF_CHARS - 10, 40
+    r.maxlist = r.maxtuple = r.maxset = r.maxfrozenset = r.maxdeque = r.maxarray = 6
+    r.maxdict = 4
+    return r
+
+
+_REPR = _make_repr()
+
+
+def brief(value: Any) -> str:
+    """``repr(value)`` cut to a short prefix: what a message shows of a user's value (reprlib
+    stops after a few levels and items, so a huge or self-referencing value costs nothing)."""
+    try:
+        text = _REPR.repr(value)
+    except Exception:  # noqa: BLE001 - a repr that fails (an integer past Python's digit limit)
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= BRIEF_CHARS else text[: BRIEF_CHARS - 3] + "..."
 
 
 class NcclsweepError(Exception):
@@ -25,9 +57,10 @@ class BadInput(NcclsweepError):
 
     def __init__(self, message: str, *, file: str | None = None, key: str | None = None):
         self.file = file
-        self.key = key
-        where = ": ".join(part for part in (file, key) if part)
-        super().__init__(f"{where}: {message}" if where else message)
+        self.key = key if key is None or len(key) <= 4 * BRIEF_CHARS else key[: 4 * BRIEF_CHARS - 3] + "..."
+        where = ": ".join(part for part in (file, self.key) if part)
+        text = (f"{where}: {message}" if where else message).replace("\n", " ")
+        super().__init__(text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "...")
 
 
 class ConfigRejected(BadInput):

@@ -31,7 +31,7 @@ import re
 from pathlib import Path
 from typing import Any, Protocol
 
-from orchestrator.errors import BadInput, RuntimeFailure
+from orchestrator.errors import BadInput, RuntimeFailure, brief
 from orchestrator.history import baseline_row, best_rows, short_params
 from orchestrator.records import COMPLETE, TrialRow
 
@@ -211,7 +211,7 @@ def _env_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int
         lines.append(f"# not environment settings (they are in the launch command, --format cmd): {short_params(rest)}")
     for key, value in sorted(env.items()):
         if not _ENV_NAME.fullmatch(key) or "\n" in value or "\r" in value:
-            lines.append(f"# skipped {key!r}: not expressible in an env file")
+            lines.append(f"# skipped {brief(key)}: not expressible in an env file")
             continue
         lines.append(f"{key}={value}")
     if not env:
@@ -222,7 +222,7 @@ def _env_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int
 def _cmd_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
     spec = _launch(backend, row.params, host, port)
     if spec is None:
-        raise RuntimeFailure(f"cannot build the launch command: backend {_backend_kind(job, backend)!r} "
+        raise RuntimeFailure(f"cannot build the launch command: backend {brief(_backend_kind(job, backend))} "
                              "is not available")
     env = effective_env(job, row.params, backend, host, port)
     return [dataclasses.replace(spec, env=env).shell_line()]
@@ -346,9 +346,9 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
     completed (or ``cmd`` cannot be built).
     """
     if fmt not in FORMATS:
-        raise BadInput(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}", key="--format")
+        raise BadInput(f"format must be one of {', '.join(FORMATS)}, not {brief(fmt)}", key="--format")
     if not isinstance(top, int) or top < 1:
-        raise BadInput(f"--top must be a positive integer, not {top!r}", key="--top")
+        raise BadInput(f"--top must be a positive integer, not {brief(top)}", key="--top")
     best = best_rows(rows, top)
     if not best:
         raise RuntimeFailure("no completed trial to export")
@@ -390,24 +390,21 @@ def load_config_file(path: str | Path, rank: int = 1) -> dict[str, Any]:
     best; a multi-document YAML file or a JSON list), or a plain flat mapping of params
     (``tp_size: 2``, ``env.NCCL_PROTO: LL``). Raises BadInput naming the file.
     """
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise BadInput(f"cannot read config file: {exc.strerror or exc}", file=str(path)) from None
-    try:
-        if path.suffix.lower() == ".json":
-            data = json.loads(text)
-            docs = data if isinstance(data, list) else [data]
-        else:
-            import yaml
+    from orchestrator.yaml_input import load_yaml_documents, read_text_bounded
 
-            docs = [d for d in yaml.safe_load_all(text) if d is not None]
-            if len(docs) == 1 and isinstance(docs[0], list):
-                docs = docs[0]
-    except Exception as exc:  # noqa: BLE001 - json.JSONDecodeError, yaml.YAMLError
-        raise BadInput(f"not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {exc}",
-                       file=str(path)) from None
+    path = Path(path)
+    text = read_text_bounded(path, file=str(path), what="config")
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise BadInput(f"not valid JSON: {why}", file=str(path)) from None
+        docs = data if isinstance(data, list) else [data]
+    else:
+        docs = [d for d in load_yaml_documents(text, file=str(path)) if d is not None]
+        if len(docs) == 1 and isinstance(docs[0], list):
+            docs = docs[0]
     if not docs:
         raise BadInput("the file holds no configuration", file=str(path))
     if not 1 <= rank <= len(docs):
@@ -424,7 +421,7 @@ def load_config_file(path: str | Path, rank: int = 1) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in config.items():
         if not isinstance(key, str) or not key:
-            raise BadInput(f"param names must be non-empty strings, not {key!r}", file=str(path))
+            raise BadInput(f"param names must be non-empty strings, not {brief(key)}", file=str(path))
         if not isinstance(value, _SCALARS):
             raise BadInput(f"a param value must be a string, number or boolean, not {type(value).__name__}"
                            f" (configs are flat: use 'env.NCCL_PROTO: LL', not nesting)",

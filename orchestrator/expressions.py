@@ -16,11 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from orchestrator.errors import BadInput
+from orchestrator.errors import BadInput, brief
 from orchestrator.yaml_input import did_you_mean, same, scalar, shown
 
 EXPR_RULE = ("names, numbers, strings, true/false, comparisons (== != < <= > >=, in / not in a "
              "literal list), + - * / // %, and/or/not and parentheses")
+MAX_EXPR_CHARS = 500  # a constraint is one line: real ones are under 100 characters
 
 
 class ConstraintError(Exception):
@@ -83,17 +84,21 @@ def parse_constraint(expr: Any, known: Sequence[str], params: Sequence[str], *,
     if not isinstance(expr, str) or not expr.strip():
         raise BadInput(f"a constraint must be a non-empty string expression such as "
                        f"'tp_size <= gpus_per_node', not {shown(expr)}", file=file, key=key)
+    if len(expr) > MAX_EXPR_CHARS:  # bounds parsing and evaluation (no deep trees, no huge products)
+        raise BadInput(f"constraint {brief(expr)} is {len(expr)} characters long; a constraint is at most "
+                       f"{MAX_EXPR_CHARS}", file=file, key=key)
     try:
         tree = ast.parse(expr.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise BadInput(f"cannot parse constraint {expr!r}: {exc.msg}; allowed: {EXPR_RULE}",
+    except (SyntaxError, RecursionError, MemoryError) as exc:
+        why = exc.msg if isinstance(exc, SyntaxError) else "nested too deeply"
+        raise BadInput(f"cannot parse constraint {brief(expr)}: {why}; allowed: {EXPR_RULE}",
                        file=file, key=key) from None
     names: list[str] = []
     _check_node(tree.body, names, expr, file, key)
     for name in names:
         if name not in known:
             raise BadInput(
-                f"unknown name {name!r} in constraint {expr!r}{did_you_mean(name, known)}; "
+                f"unknown name {brief(name)} in constraint {brief(expr)}{did_you_mean(name, known)}; "
                 f"allowed names: params of this space ({', '.join(params) or 'none'}) and context "
                 f"names ({', '.join(n for n in known if n not in params) or 'none'})",
                 file=file, key=key)
@@ -113,7 +118,7 @@ def _dotted(node: ast.AST) -> str | None:
 
 def _check_node(node: ast.AST, names: list[str], expr: str, file, key) -> None:
     def refuse(what: str) -> NoReturn:
-        raise BadInput(f"constraint {expr!r} uses {what}, which constraints do not allow; "
+        raise BadInput(f"constraint {brief(expr)} uses {what}, which constraints do not allow; "
                        f"allowed: {EXPR_RULE}", file=file, key=key)
 
     if isinstance(node, (ast.Name, ast.Attribute)):
@@ -123,7 +128,7 @@ def _check_node(node: ast.AST, names: list[str], expr: str, file, key) -> None:
         names.append(name)
     elif isinstance(node, ast.Constant):
         if not scalar(node.value):
-            refuse(f"the constant {node.value!r}")
+            refuse(f"the constant {brief(node.value)}")
     elif isinstance(node, ast.BoolOp):
         for v in node.values:
             _check_node(v, names, expr, file, key)
@@ -180,13 +185,13 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
         if isinstance(node.op, ast.Not):
             return not operand
         if isinstance(operand, str):
-            raise ConstraintError(f"cannot negate the string {operand!r}")
+            raise ConstraintError(f"cannot negate the string {brief(operand)}")
         return -operand if isinstance(node.op, ast.USub) else +operand
     if isinstance(node, ast.BinOp):
         left, right = _eval(node.left, env), _eval(node.right, env)
         if isinstance(left, str) or isinstance(right, str):
             if not (isinstance(node.op, ast.Add) and isinstance(left, str) and isinstance(right, str)):
-                raise ConstraintError(f"arithmetic on a string ({left!r}, {right!r})")
+                raise ConstraintError(f"arithmetic on a string ({brief(left)}, {brief(right)})")
         return _BINOPS[type(node.op)](left, right)
     if isinstance(node, ast.Compare):
         left = _eval(node.left, env)
@@ -198,7 +203,7 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
                 right = _eval(comp, env)
                 if isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)) and (
                         isinstance(left, str) != isinstance(right, str) or left is None or right is None):
-                    raise ConstraintError(f"cannot order {left!r} and {right!r}")
+                    raise ConstraintError(f"cannot order {brief(left)} and {brief(right)}")
             if not _CMPOPS[type(op)](left, right):
                 return False
             left = right

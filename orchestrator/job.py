@@ -19,7 +19,7 @@ what ``load_job`` accepts, so keep one key per line with its meaning::
     storage: null                     # null: journal:<report_dir>/study.journal; or journal:PATH, a PATH
                                       # ending .journal/.log, or an RDB URL such as sqlite:///study.db
     backend:
-      kind: refserver                 # refserver, vllm, sglang or command (required)
+      kind: refserver                 # refserver, vllm, sglang, llamacpp or command (required)
       settings: {}                    # the backend's own settings (see the backends below)
     gpus_per_node: 0                  # GPUs one trial takes on its node; 0: a CPU job
     cpus_per_trial: 2                 # Ray CPUs a trial actor takes on a CPU job
@@ -91,7 +91,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import BadInput, RuntimeFailure
+from orchestrator.errors import BadInput, RuntimeFailure, brief
 from orchestrator.job_checks import (
     check_baseline,
     check_config,
@@ -283,6 +283,8 @@ def job_context(gpus_per_node: int, cpus_per_trial: int, backend) -> dict[str, A
     ctx: dict[str, Any] = {}
     try:
         facts = backend.model_facts() if backend is not None else {}
+    except BadInput:  # the user's settings are wrong: say so, not "unknown name" in a constraint later
+        raise
     except Exception:  # noqa: BLE001 - facts are optional; a backend that cannot say gives none
         facts = {}
     for k, v in (facts or {}).items():
@@ -299,7 +301,7 @@ def _make_backend(kind: str, settings: Mapping[str, Any], job_file: str | None):
     try:
         cls = get_backend_class(kind)
     except (ImportError, AttributeError) as exc:
-        raise RuntimeFailure(f"backend {kind!r} cannot be loaded: {type(exc).__name__}: {exc}") from None
+        raise RuntimeFailure(f"backend {brief(kind)} cannot be loaded: {type(exc).__name__}: {exc}") from None
     return cls(dict(settings), job_file)
 
 
@@ -319,7 +321,7 @@ def load_job(path: str | os.PathLike) -> Job:
     top = Section(data, file, None, JOB_KEYS)
     for required in ("study", "backend", "space"):
         if required not in top.data:
-            raise top.bad(required, f"missing required key {required!r}; a job needs study, backend and space")
+            raise top.bad(required, f"missing required key {brief(required)}; a job needs study, backend and space")
 
     # -- plain settings first: cheap, independent of backend and space
     study = _study_name(top)
@@ -355,7 +357,7 @@ def load_job(path: str | os.PathLike) -> Job:
         raise backend_sec.bad("kind", f"missing; allowed: {', '.join(BACKEND_KINDS)}")
     if not isinstance(kind, str) or kind not in BACKEND_KINDS:
         hint = did_you_mean(kind, BACKEND_KINDS) if isinstance(kind, str) else ""
-        raise backend_sec.bad("kind", f"unknown backend {kind!r}{hint}; allowed: {', '.join(BACKEND_KINDS)}")
+        raise backend_sec.bad("kind", f"unknown backend {brief(kind)}{hint}; allowed: {', '.join(BACKEND_KINDS)}")
     settings = backend_sec.raw("settings", None)
     if settings is None:
         settings = {}
@@ -373,7 +375,7 @@ def load_job(path: str | os.PathLike) -> Job:
     space_path = (job_path.parent / space_value).resolve()
     if not space_path.is_file():
         what = "is a directory" if space_path.is_dir() else "not found"
-        raise top.bad("space", f"search space file {what}: {space_value!r} (resolved relative to the job file "
+        raise top.bad("space", f"search space file {what}: {brief(space_value)} (resolved relative to the job file "
                                f"to {space_path})")
     space_file = display_path(space_path)
     space_data = read_yaml_mapping(space_path, file=space_file, what="search space",
@@ -439,7 +441,7 @@ def load_study_location(path: str | os.PathLike) -> StudyLocation:
 def _study_name(top: Section) -> str:
     study = top.text("study", None)
     if not STUDY_NAME.fullmatch(study) or study in (".", ".."):
-        raise top.bad("study", f"must {STUDY_RULE}, not {study!r}")
+        raise top.bad("study", f"must {STUDY_RULE}, not {brief(study)}")
     return study
 
 
@@ -472,7 +474,7 @@ def _where_stored(top: Section, report_dir: Path, job_path: Path) -> str:
     value = value.strip()
     if "://" in value:
         if value.startswith("sqlite:///") and len(value) == len("sqlite:///"):
-            raise top.bad("storage", f"a sqlite URL needs a file: sqlite:///path/study.db, not {value!r}")
+            raise top.bad("storage", f"a sqlite URL needs a file: sqlite:///path/study.db, not {brief(value)}")
         if value.startswith("sqlite:///") and not value.startswith("sqlite:////"):  # relative file
             return f"sqlite:///{_near_job(job_path, value[len('sqlite:///'):])}"
         return value
@@ -483,7 +485,7 @@ def _where_stored(top: Section, report_dir: Path, job_path: Path) -> str:
         return f"journal:{_near_job(job_path, target)}"
     if value.endswith((".journal", ".log")):
         return f"journal:{_near_job(job_path, value)}"
-    raise top.bad("storage", f"not a storage: {value!r}; {rule}")
+    raise top.bad("storage", f"not a storage: {brief(value)}; {rule}")
 
 
 def _budget(top: Section) -> Budget:
@@ -553,7 +555,7 @@ def _sampler(top: Section) -> SamplerSettings:
     name = sec.raw("name", "tpe")
     if not isinstance(name, str) or name not in SAMPLER_NAMES:
         hint = did_you_mean(name, SAMPLER_NAMES) if isinstance(name, str) else ""
-        raise sec.bad("name", f"unknown sampler {name!r}{hint}; allowed: {', '.join(SAMPLER_NAMES)}")
+        raise sec.bad("name", f"unknown sampler {brief(name)}{hint}; allowed: {', '.join(SAMPLER_NAMES)}")
     seed = sec.integer("seed", 0, low=0, none_ok=True)
     n_startup = sec.integer("n_startup_trials", None, low=0, none_ok=True)
     options = sec.raw("options", None) or {}
@@ -564,8 +566,8 @@ def _sampler(top: Section) -> SamplerSettings:
         okey = f"options.{key}"
         if key not in allowed:
             names = ", ".join(allowed) or "none"
-            raise sec.bad(okey, f"unknown option {key!r} for sampler {name}{did_you_mean(str(key), list(allowed))}; "
-                                f"allowed: {names}")
+            raise sec.bad(okey, f"unknown option {brief(key)} for sampler {name}"
+                                f"{did_you_mean(str(key), list(allowed))}; allowed: {names}")
         want = allowed[key]
         ok = isinstance(value, want) and not (want is not bool and isinstance(value, bool))
         if want is float and isinstance(value, int) and not isinstance(value, bool):
@@ -631,7 +633,7 @@ def _env(top: Section, allow_unsafe: bool) -> dict[str, str]:
     for var, value in raw.items():
         key = f"env.{var}"
         if not isinstance(var, str) or not ENV_NAME.fullmatch(var):
-            raise top.bad(key, f"not an environment variable name: {var!r} (letters, digits, _)")
+            raise top.bad(key, f"not an environment variable name: {brief(var)} (letters, digits, _)")
         if value is None or isinstance(value, (list, dict)) or (isinstance(value, float) and value != value):
             raise top.bad(key, f"must be a string, number or boolean, not {shown(value)}")
         text = env_str(value)
@@ -660,12 +662,12 @@ def _correctness(top: Section, job_path: Path, allow_unsafe: bool, backend, defa
         else:
             ref_path = (job_path.parent / ref).resolve()
             if not ref_path.is_file():
-                raise sec.bad("reference", f"reference file not found: {ref!r} (resolved relative to the job file "
+                raise sec.bad("reference", f"reference file not found: {brief(ref)} (resolved relative to the job file "
                                            f"to {ref_path}); allowed: baseline, a config mapping, or a JSON file")
             try:
                 json.loads(ref_path.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, ValueError) as exc:
-                raise sec.bad("reference", f"reference file {ref!r} is not readable JSON: {exc}") from None
+                raise sec.bad("reference", f"reference file {brief(ref)} is not readable JSON: {exc}") from None
             reference = str(ref_path)
     else:
         raise sec.bad("reference", f"must be 'baseline', a config mapping (e.g. {{tp_size: 1}}) or the path of "

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator.errors import BadInput, ConfigRejected
+from orchestrator.errors import BadInput, ConfigRejected, brief
 from orchestrator.space import CHECK_LIMIT, NAME_RULE, SearchSpace, canonical_value, check_param_name, env_str
 from orchestrator.yaml_input import did_you_mean, same, shown
 
@@ -27,7 +27,7 @@ def nccl_value(var: str, value: Any, file: str, key: str) -> str:
     except ValueError as exc:
         msg = str(exc)
         if repr(env_str(value)) not in msg and env_str(value) not in msg:
-            msg = f"{env_str(value)!r}: {msg}"
+            msg = f"{brief(env_str(value))}: {msg}"
         raise BadInput(msg, file=file, key=key) from None
 
 
@@ -56,7 +56,7 @@ def config_mapping(raw: Any, file: str, prefix: str, allow_unsafe: bool, *, spac
             if space is not None and isinstance(name, str):
                 hint = did_you_mean(name, space.names, cutoff=0.4)
                 if hint:
-                    problem = f"unknown parameter {name!r}{hint}; allowed: {NAME_RULE}"
+                    problem = f"unknown parameter {brief(name)}{hint}; allowed: {NAME_RULE}"
                 problem += f"; the space's params: {', '.join(space.names)}"
             raise BadInput(problem, file=file, key=key)
         if value is None or isinstance(value, (list, dict)):
@@ -66,13 +66,13 @@ def config_mapping(raw: Any, file: str, prefix: str, allow_unsafe: bool, *, spac
             value = canonical_value(name, value)
         except ValueError as exc:
             msg = str(exc)
-            raise BadInput(msg if env_str(value) in msg else f"{value!r}: {msg}", file=file, key=key) from None
+            raise BadInput(msg if env_str(value) in msg else f"{brief(value)}: {msg}", file=file, key=key) from None
         if name.startswith("env.NCCL_"):
             refuse_unsafe(name[4:], value, allow_unsafe, file, key, file)
         if space is not None and name in space:
             param = space.param(name)
             if not param.allows(value):
-                raise BadInput(f"{value!r} is not in the space ({space.file} params.{name}); allowed: "
+                raise BadInput(f"{brief(value)} is not in the space ({space.file} params.{name}); allowed: "
                                f"{param.allowed_text()}", file=file, key=key)
             if param.kind == "categorical":  # the choice's own spelling/type (YAML 1 vs true etc.)
                 value = next(c for c in param.choices or () if same(c, value))

@@ -45,6 +45,8 @@ import warnings
 from collections import Counter
 from typing import Any
 
+from orchestrator.errors import brief
+
 # NCCL's own spellings (src/init.cc ncclFuncStr / ncclAlgoStr / ncclProtoStr).
 FUNCTIONS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
 ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
@@ -113,18 +115,18 @@ def _parse_list(name: str, text: str, elems: tuple[str, ...],
     for i, part in enumerate(parts):
         part = part.strip()
         if not part:
-            raise ValueError(f"{name}={text!r}: empty entry between ';'; {rule}")
+            raise ValueError(f"{name}={brief(text)}: empty entry between ';'; {rule}")
         prefix = None
         if ":" in part:
             prefix_text, _, part = part.partition(":")
             if ":" in part:
-                raise ValueError(f"{name}={text!r}: more than one ':' in one entry; {rule}")
+                raise ValueError(f"{name}={brief(text)}: more than one ':' in one entry; {rule}")
             prefix = _canonical(prefix_text.strip(), FUNCTIONS)
             if prefix is None:
-                raise ValueError(f"{name}={text!r}: unknown collective {prefix_text.strip()!r} before ':'; "
+                raise ValueError(f"{name}={brief(text)}: unknown collective {brief(prefix_text.strip())} before ':'; "
                                  f"allowed: {', '.join(FUNCTIONS)}")
         elif i > 0:
-            raise ValueError(f"{name}={text!r}: every entry after the first needs a collective prefix "
+            raise ValueError(f"{name}={brief(text)}: every entry after the first needs a collective prefix "
                              f"(like allreduce:{part}); NCCL refuses it otherwise")
         exclude = part.startswith("^")
         body = part[1:] if exclude else part
@@ -132,10 +134,10 @@ def _parse_list(name: str, text: str, elems: tuple[str, ...],
         for token in body.split(","):
             token = token.strip()
             if not token:
-                raise ValueError(f"{name}={text!r}: empty element in a list; {rule}")
+                raise ValueError(f"{name}={brief(text)}: empty element in a list; {rule}")
             canon = _canonical(token, elems)
             if canon is None:
-                raise ValueError(f"{name}={text!r}: {token!r} is not a known value; allowed: {allowed} "
+                raise ValueError(f"{name}={brief(text)}: {brief(token)} is not a known value; allowed: {allowed} "
                                  f"(any case, ^ to exclude)")
             if canon not in names:
                 names.append(canon)
@@ -144,7 +146,7 @@ def _parse_list(name: str, text: str, elems: tuple[str, ...],
     if len(entries) > 1 or entries[0][0] is not None:
         version = _version_tuple(nccl_version)
         if version is not None and version < PER_COLLECTIVE_SINCE:
-            raise ValueError(f"{name}={text!r}: the per-collective form needs NCCL >= 2.24 (found "
+            raise ValueError(f"{name}={brief(text)}: the per-collective form needs NCCL >= 2.24 (found "
                              f"{nccl_version}); older NCCL ignores the whole value")
     return entries
 
@@ -191,7 +193,7 @@ def validate_value(name: str, value: Any, nccl_version: str | tuple | None = Non
         for func, row in matrix.items():
             if not any(row.values()):
                 what = "protocol" if name == "NCCL_PROTO" else "algorithm"
-                raise ValueError(f"{name}={text!r} leaves {func} no {what} at all; allowed: {', '.join(elems)}")
+                raise ValueError(f"{name}={brief(text)} leaves {func} no {what} at all; allowed: {', '.join(elems)}")
         return canon
     if name == "NCCL_P2P_LEVEL":
         upper = text.upper()
@@ -199,21 +201,21 @@ def validate_value(name: str, value: Any, nccl_version: str | tuple | None = Non
             return upper
         if re.fullmatch(r"\d+", text):
             return str(int(text))
-        raise ValueError(f"NCCL_P2P_LEVEL must be one of {', '.join(P2P_LEVELS)} or an integer 0..5, not {text!r}")
+        raise ValueError(f"NCCL_P2P_LEVEL must be one of {', '.join(P2P_LEVELS)} or an integer 0..5, not {brief(text)}")
     if name in BOOLEAN_VARS:
         if text in ("0", "1"):
             return text
         raise ValueError(f"{name} must be 0 or 1 (NCCL reads it as an integer, so 'true' would mean 0), "
-                         f"not {text!r}")
+                         f"not {brief(text)}")
     if name in POSITIVE_INT_VARS or name == "NCCL_NTHREADS":
         number = _int_or_none(text)
         if number is None or number <= 0:
-            raise ValueError(f"{name} must be a positive integer, not {text!r}")
+            raise ValueError(f"{name} must be a positive integer, not {brief(text)}")
         if name == "NCCL_NTHREADS" and number not in NTHREADS:
-            raise ValueError(f"NCCL_NTHREADS must be one of {', '.join(map(str, NTHREADS))}, not {text!r}")
+            raise ValueError(f"NCCL_NTHREADS must be one of {', '.join(map(str, NTHREADS))}, not {brief(text)}")
         return str(number)
     if name.startswith("NCCL_") and name not in KNOWN_VARS:
-        warnings.warn(f"{name} is not an NCCL variable the tuner knows; its value {text!r} is passed "
+        warnings.warn(f"{name} is not an NCCL variable the tuner knows; its value {brief(text)} is passed "
                       f"through unchecked", UnknownNcclVariable, stacklevel=2)
     return text
 

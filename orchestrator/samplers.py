@@ -39,6 +39,8 @@ from optuna.distributions import (
     IntDistribution,
 )
 
+from orchestrator.errors import brief
+
 SAMPLER_NAMES = ("tpe", "gp", "random", "grid", "bruteforce", "nsga2")
 DEFAULT_SAMPLER = "tpe"
 MODEL_BASED = ("tpe", "gp")  # samplers that draw random start-up trials before modelling
@@ -150,7 +152,7 @@ def _sampler_key(name: str | None) -> str:
     key = (name or DEFAULT_SAMPLER).lower().replace("-", "").replace("_", "")
     key = {"nsgaii": "nsga2"}.get(key, key)
     if key not in SAMPLER_NAMES:
-        raise ValueError(f"unknown sampler {name!r}; allowed: {', '.join(SAMPLER_NAMES)}")
+        raise ValueError(f"unknown sampler {brief(name)}; allowed: {', '.join(SAMPLER_NAMES)}")
     return key
 
 
@@ -166,7 +168,7 @@ def grid_values(search_space: Mapping[str, BaseDistribution]) -> dict[str, list[
             n = int(round((dist.high - dist.low) / dist.step))
             out[name] = [dist.low + i * dist.step for i in range(n + 1)]
         else:
-            raise ValueError(f"the grid sampler needs finite parameters; {name!r} is {dist}")
+            raise ValueError(f"the grid sampler needs finite parameters; {brief(name)} is {dist}")
     return out
 
 
@@ -176,20 +178,20 @@ def _check_options(key: str, options: Mapping[str, Any]) -> dict[str, Any]:
     for opt, value in options.items():
         if opt not in allowed:
             names = ", ".join(sorted(allowed)) or "none"
-            raise ValueError(f"unknown option {opt!r} for sampler {key!r}; allowed: {names}")
+            raise ValueError(f"unknown option {brief(opt)} for sampler {brief(key)}; allowed: {names}")
         kind = allowed[opt]
         if kind is bool:
             if isinstance(value, str):
                 if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ValueError(f"sampler option {opt} must be true or false, not {value!r}")
+                    raise ValueError(f"sampler option {opt} must be true or false, not {brief(value)}")
                 value = value.lower() in ("true", "1", "yes")
             elif not isinstance(value, bool):
-                raise ValueError(f"sampler option {opt} must be true or false, not {value!r}")
+                raise ValueError(f"sampler option {opt} must be true or false, not {brief(value)}")
         else:
             try:
                 value = kind(value)
             except (TypeError, ValueError):
-                raise ValueError(f"sampler option {opt} must be {kind.__name__}, not {value!r}") from None
+                raise ValueError(f"sampler option {opt} must be {kind.__name__}, not {brief(value)}") from None
         out[opt] = value
     return out
 

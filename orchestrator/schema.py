@@ -142,7 +142,12 @@ def _backend_part() -> list[str]:
         module = importlib.import_module(cls.__module__)
         first = _paragraphs(module.__doc__ or "")[0] if module.__doc__ else ""
         out += [f"#### `{kind}`", "", _md(first), "", "| `backend.settings` key | meaning |", "|---|---|"]
-        out += [f"| `{name}` | {_md(meaning)} |" for name, meaning in getattr(module, "_SETTINGS", {}).items()]
+        settings = getattr(module, "_SETTINGS", None)
+        if settings is None:  # a serving backend: its own settings, then the ones all of them share
+            from orchestrator.backends.serving import SHARED_SETTINGS
+
+            settings = {**getattr(cls, "SETTINGS", {}), **SHARED_SETTINGS}
+        out += [f"| `{name}` | {_md(meaning)} |" for name, meaning in settings.items()]
         out.append("")
     return out
 

@@ -50,7 +50,7 @@ from typing import Any
 import optuna
 from optuna.distributions import CategoricalDistribution
 
-from orchestrator.errors import BadInput
+from orchestrator.errors import BadInput, brief
 from orchestrator.records import COMPLETE, FAILURE_KINDS, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult, config_key
 from orchestrator.samplers import SAMPLER_NAMES, make_sampler, startup_trials
 from orchestrator.search import (
@@ -172,14 +172,15 @@ def table_from_frame(df, name: str = "table") -> Table:
         failure = df["failure"].iloc[i].strip() if "failure" in cols else ""
         if failure and failure not in CONFIG_FAILURES:
             raise TableError(f"{name}: line {line}: failure must be empty or one of {', '.join(CONFIG_FAILURES)}, "
-                             f"not {failure!r}")
+                             f"not {brief(failure)}")
         raw = df["samples"].iloc[i].strip()
         try:
             samples = [float(s) for s in raw.split(";") if s.strip()]
         except ValueError:
-            raise TableError(f"{name}: line {line}: samples must be numbers separated by ';', not {raw!r}") from None
+            raise TableError(f"{name}: line {line}: samples must be numbers separated by ';', "
+                             f"not {brief(raw)}") from None
         if any(not math.isfinite(s) or s <= 0 for s in samples):
-            raise TableError(f"{name}: line {line}: samples must be positive tok/s, not {raw!r}")
+            raise TableError(f"{name}: line {line}: samples must be positive tok/s, not {brief(raw)}")
         if not failure and not samples:
             raise TableError(f"{name}: line {line}: a row without a failure needs at least one sample")
         flag = df["baseline"].iloc[i].strip().lower() if "baseline" in cols else ""
@@ -321,15 +322,15 @@ class SamplerSpec:
         parts = text.strip().split(":")
         name = parts[0].strip().lower()
         if name not in SAMPLER_NAMES:
-            raise ValueError(f"unknown sampler {name!r} in {text!r}; allowed: {', '.join(SAMPLER_NAMES)}")
+            raise ValueError(f"unknown sampler {brief(name)} in {brief(text)}; allowed: {', '.join(SAMPLER_NAMES)}")
         spec = cls(text.strip(), name, {})
         for part in parts[1:]:
             if "=" not in part:
-                raise ValueError(f"sampler option {part!r} in {text!r} must look like key=value")
+                raise ValueError(f"sampler option {brief(part)} in {brief(text)} must look like key=value")
             k, v = (s.strip() for s in part.split("=", 1))
             if k == "fill":
                 if v not in FILL_STRATEGIES:
-                    raise ValueError(f"fill must be one of {', '.join(FILL_STRATEGIES)}, not {v!r}")
+                    raise ValueError(f"fill must be one of {', '.join(FILL_STRATEGIES)}, not {brief(v)}")
                 spec.fill = v
             elif k == "prune_ratio":
                 spec.prune_ratio = float(v)
@@ -337,7 +338,7 @@ class SamplerSpec:
                 spec.startup = int(v)
             elif k == "startup_order":
                 if v not in STARTUP_ORDERS:
-                    raise ValueError(f"startup_order must be one of {', '.join(STARTUP_ORDERS)}, not {v!r}")
+                    raise ValueError(f"startup_order must be one of {', '.join(STARTUP_ORDERS)}, not {brief(v)}")
                 spec.startup_order = v
             else:
                 spec.options[k] = v

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.backends.base import NEUTRAL_PARAMS
-from orchestrator.errors import BadInput
+from orchestrator.errors import BadInput, brief
 from orchestrator.expressions import Constraint, ConstraintError, parse_constraint
 from orchestrator.yaml_input import check_keys, did_you_mean, display_path, read_yaml_mapping, same, scalar, shown
 
@@ -76,11 +76,11 @@ def check_param_name(name: Any) -> str | None:
     if name.startswith("env."):
         if _ENV_VAR.fullmatch(name[4:]):
             return None
-        return f"{name!r}: the variable after env. must be upper-case letters, digits and _ ({NAME_RULE})"
+        return f"{brief(name)}: the variable after env. must be upper-case letters, digits and _ ({NAME_RULE})"
     if name.startswith("backend."):
         if _BACKEND_FLAG.fullmatch(name[8:]):
             return None
-        return (f"{name!r}: the flag after backend. must be lower case with underscores, no dashes "
+        return (f"{brief(name)}: the flag after backend. must be lower case with underscores, no dashes "
                 f"({NAME_RULE})")
     hint = did_you_mean(name, list(NEUTRAL_PARAMS))
     if not hint and "." not in name:
@@ -88,7 +88,7 @@ def check_param_name(name: Any) -> str | None:
             hint = f" (did you mean 'env.{name}'?)"
         elif _BACKEND_FLAG.fullmatch(name):
             hint = f" (did you mean 'backend.{name}'?)"
-    return f"unknown parameter {name!r}{hint}; allowed: {NAME_RULE}"
+    return f"unknown parameter {brief(name)}{hint}; allowed: {NAME_RULE}"
 
 
 def env_str(value: Any) -> str:
@@ -293,7 +293,7 @@ class SearchSpace:
                 return f"missing the active parameter {name}"
             p = self._by_name[name]
             if not p.allows(config[name]):
-                return f"{name}={config[name]!r} is not {p.allowed_text()}"
+                return f"{name}={brief(config[name])} is not {p.allowed_text()}"
         for name in config:
             if name in self._by_name and name not in act:
                 return f"{name} is inactive here (its condition {dict(self._by_name[name].when)} is false)"
@@ -313,9 +313,9 @@ class SearchSpace:
             try:
                 ok = c.evaluate(values)
             except ConstraintError as exc:
-                return f"constraint {c.expr!r} cannot be evaluated: {exc}"
+                return f"constraint {brief(c.expr)} cannot be evaluated: {exc}"
             if not ok:
-                return f"constraint {c.expr!r} is false for {_describe(c, values)}"
+                return f"constraint {brief(c.expr)} is false for {_describe(c, values)}"
         return None
 
     # -- enumeration
@@ -364,10 +364,10 @@ class SearchSpace:
                 try:
                     ok = c.evaluate(self.context)
                 except ConstraintError as exc:
-                    raise BadInput(f"constraint {c.expr!r} cannot be evaluated: {exc}",
+                    raise BadInput(f"constraint {brief(c.expr)} cannot be evaluated: {exc}",
                                    file=self.file, key=key) from None
                 if not ok:
-                    raise BadInput(f"constraint {c.expr!r} is false for this job "
+                    raise BadInput(f"constraint {brief(c.expr)} is false for this job "
                                    f"({_describe(c, self.context)}), so no config is feasible",
                                    file=self.file, key=key)
             elif len(c.params) == 1:
@@ -377,12 +377,12 @@ class SearchSpace:
                     try:
                         ok = c.evaluate(env)
                     except ConstraintError as exc:
-                        raise BadInput(f"constraint {c.expr!r} cannot be evaluated for {p.name}={v!r}: {exc}",
+                        raise BadInput(f"constraint {brief(c.expr)} cannot be evaluated for {p.name}={brief(v)}: {exc}",
                                        file=self.file, key=key) from None
                     if not ok:
                         raise BadInput(
-                            f"dead choice: constraint {c.expr!r} rules out {p.name}={v!r} in every config "
-                            f"({_describe(c, env)}); remove {v!r} from params.{p.name} or change the "
+                            f"dead choice: constraint {brief(c.expr)} rules out {p.name}={brief(v)} in every config "
+                            f"({_describe(c, env)}); remove {brief(v)} from params.{p.name} or change the "
                             f"constraint (allowed here: values for which it holds)",
                             file=self.file, key=key)
         raw = self._raw(CHECK_LIMIT)
@@ -394,7 +394,7 @@ class SearchSpace:
                 try:
                     c.evaluate(values)
                 except ConstraintError as exc:
-                    raise BadInput(f"constraint {c.expr!r} cannot be evaluated for {config}: {exc}",
+                    raise BadInput(f"constraint {brief(c.expr)} cannot be evaluated for {config}: {exc}",
                                    file=self.file, key=f"constraints[{i}]") from None
         if not any(self.feasible(c) is None for c in raw):
             raise BadInput("no config satisfies every constraint; loosen the constraints or add choices",
@@ -402,7 +402,7 @@ class SearchSpace:
 
 
 def _describe(c: Constraint, values: Mapping[str, Any]) -> str:
-    return ", ".join(f"{n}={values[n]!r}" for n in c.names if n in values) or "no values"
+    return ", ".join(f"{n}={brief(values[n])}" for n in c.names if n in values) or "no values"
 
 
 def _topological(params: Sequence[Param], file: str | None) -> tuple[Param, ...]:
@@ -501,7 +501,7 @@ def _parse_param(name: str, spec: Any, file: str | None) -> tuple[Param, Any]:
         raise BadInput("needs 'choices: [...]' (categorical) or 'type: int' with low and high",
                        file=file, key=key)
     if kind not in PARAM_KINDS:
-        raise BadInput(f"unknown type {kind!r}{did_you_mean(str(kind), PARAM_KINDS)}; "
+        raise BadInput(f"unknown type {brief(kind)}{did_you_mean(str(kind), PARAM_KINDS)}; "
                        f"allowed: {', '.join(PARAM_KINDS)}", file=file, key=f"{key}.type")
     if kind == "categorical":
         check_keys(spec, CATEGORICAL_KEYS, file=file, key=key)
@@ -522,7 +522,7 @@ def _parse_param(name: str, spec: Any, file: str | None) -> tuple[Param, Any]:
             except ValueError as exc:
                 raise BadInput(_with_value(str(exc), value), file=file, key=ckey) from None
             if any(same(value, prior) for prior in out):
-                raise BadInput(f"duplicate choice {value!r}; choices must be unique", file=file, key=ckey)
+                raise BadInput(f"duplicate choice {brief(value)}; choices must be unique", file=file, key=ckey)
             out.append(value)
         return Param(name=name, kind="categorical", choices=tuple(out)), spec.get("when")
 
@@ -567,7 +567,7 @@ def _with_condition(param: Param, when: Any, by_name: Mapping[str, Param], file:
             raise BadInput("a parameter cannot be conditional on itself", file=file, key=pkey)
         if parent not in by_name:
             others = [n for n in by_name if n != param.name]
-            raise BadInput(f"{parent!r} is not a parameter of this space{did_you_mean(str(parent), others)}; "
+            raise BadInput(f"{brief(parent)} is not a parameter of this space{did_you_mean(str(parent), others)}; "
                            f"allowed: {', '.join(others)}", file=file, key=pkey)
         parent_param = by_name[parent]
         vals = values if isinstance(values, list) else [values]
@@ -582,7 +582,7 @@ def _with_condition(param: Param, when: Any, by_name: Mapping[str, Param], file:
             except ValueError as exc:
                 raise BadInput(_with_value(str(exc), v), file=file, key=pkey) from None
             if not parent_param.allows(v):
-                raise BadInput(f"{v!r} never matches: {parent} is {parent_param.allowed_text()}",
+                raise BadInput(f"{brief(v)} never matches: {parent} is {parent_param.allowed_text()}",
                                file=file, key=pkey)
             canon.append(v)
         out.append((parent, tuple(canon)))
@@ -590,7 +590,7 @@ def _with_condition(param: Param, when: Any, by_name: Mapping[str, Param], file:
 
 
 def _with_value(message: str, value: Any) -> str:
-    return message if repr(value) in message or str(value) in message else f"{value!r}: {message}"
+    return message if repr(value) in message or str(value) in message else f"{brief(value)}: {message}"
 
 
 __all__ = [

@@ -6,7 +6,7 @@ deterministic "model", vLLM's chunk shape, ``/health``, echo + logprobs) on that
 under that model name. Every other flag is accepted and ignored: what the tests check is
 what the tuner launched (the argv and environment are in the trial log), not inference.
 
-    fake_vllm.py serve /models/x.gguf --tensor-parallel-size 8 --host 127.0.0.1 --port 8000
+    fake_vllm.py serve /models/x --tensor-parallel-size 8 --host 127.0.0.1 --port 8000
 """
 
 from __future__ import annotations

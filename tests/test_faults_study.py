@@ -44,8 +44,8 @@ def test_each_fault_gets_its_state_and_the_study_continues(tmp_path, ray_local, 
     got = {r.params["backend.fault"]: (r.state, r.failure_kind) for r in rows}
     assert got == EXPECTED, out.getvalue()
     by_fault = {r.params["backend.fault"]: r for r in rows}
-    # a crash is noticed at once, not after the 10 s startup timeout
-    assert by_fault["crash-on-start"].durations["total_s"] < 8
+    # a crash is noticed when it happens, not when the startup timeout would have ended the trial
+    assert by_fault["crash-on-start"].durations["total_s"] < job.timeouts.startup_s
     assert by_fault["slow-start:3"].durations["launch_s"] >= 3
     for fault, (state, _) in EXPECTED.items():
         if state == "FAIL":

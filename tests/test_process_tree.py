@@ -79,13 +79,14 @@ def servers():
 
 
 def test_a_worker_that_dies_while_the_front_waits_fails_the_start_within_seconds(tmp_path, servers):
-    sp, workers = _tree_server(tmp_path, servers, 2, "--ready-after", "600", "--worker-dies-after", "2")
+    ready_after, startup_timeout = 600, 150
+    sp, workers = _tree_server(tmp_path, servers, 2, "--ready-after", str(ready_after), "--worker-dies-after", "2")
     t0 = time.monotonic()
     with pytest.raises(ServerFailed) as info:
-        sp.wait_ready(timeout_s=150)
-    died_at = t0 + 2.0  # the worker's own clock started a little before t0
-    assert time.monotonic() - died_at < 10.0, "a dead worker took longer than 10 s to be seen"
-    print(f"worker death seen {time.monotonic() - died_at:.1f} s after it (at most)")
+        sp.wait_ready(timeout_s=startup_timeout)
+    # seen when the worker died, not when the start-up timeout (or the front's readiness) came
+    assert time.monotonic() - t0 < startup_timeout / 5, "a dead worker was seen only near the timeout"
+    print(f"worker death seen {time.monotonic() - t0 - 2.0:.1f} s after it (at most)")
     assert f"pid {workers[0]}" in info.value.reason and "exited while" in info.value.reason
     assert "exiting with code 1" in info.value.log_tail
     sp.stop(1.0)
@@ -94,12 +95,13 @@ def test_a_worker_that_dies_while_the_front_waits_fails_the_start_within_seconds
 
 def test_an_engines_fatal_line_fails_the_start_and_the_server_is_ended(tmp_path, servers):
     line = "(Worker_TP1 pid=3006) ERROR 11-30 21:19:29 [multiproc_executor.py:1007] WorkerProc hit an exception."
+    startup_timeout = 150
     sp, workers = _tree_server(tmp_path, servers, 1, "--ready-after", "600", "--say-after", f"1.5:{line}",
                                watch=WatchRules(fatal_log_patterns=VLLM_FATAL))
     t0 = time.monotonic()
     with pytest.raises(ServerFailed) as info:
-        sp.wait_ready(timeout_s=150)
-    assert time.monotonic() - t0 < 8.0
+        sp.wait_ready(timeout_s=startup_timeout)
+    assert time.monotonic() - t0 < startup_timeout / 5  # at the fatal line, not at the timeout
     assert "WorkerProc hit an exception" in info.value.reason
     # the watch ends the server itself (so a benchmark waiting on it returns at once)
     assert _gone([sp.pid, *workers], 10)
@@ -108,10 +110,12 @@ def test_an_engines_fatal_line_fails_the_start_and_the_server_is_ended(tmp_path,
 def test_a_worker_dying_during_the_benchmark_ends_the_request_at_once(tmp_path, servers):
     sp, _ = _tree_server(tmp_path, servers, 1, "--worker-dies-after", "4")
     sp.wait_ready(30)
+    deadline = 60
     t0 = time.monotonic()
-    got = bench.stream_completion(sp.spec.base_url, "fake", "a prompt", 2000, timeout_s=60,
+    got = bench.stream_completion(sp.spec.base_url, "fake", "a prompt", 2000, timeout_s=deadline,
                                   extra={"fake": {"token_delay": 0.05}})  # 100 s of tokens
-    assert not got.ok and time.monotonic() - t0 < 15.0
+    assert not got.ok and not got.timed_out  # ended by the dead worker, not by the deadline
+    assert time.monotonic() - t0 < deadline / 2
     assert sp.fatal and "exited while" in sp.fatal
 
 

@@ -42,7 +42,7 @@ from typing import Any
 
 from orchestrator.backends import common
 from orchestrator.backends.base import Backend, Config, LaunchSpec
-from orchestrator.errors import ConfigRejected
+from orchestrator.errors import ConfigRejected, brief
 
 _SETTINGS = {
     "argv": "the command as a list, with {placeholders}",
@@ -93,7 +93,7 @@ class CommandBackend(Backend):
         for i, element in enumerate(self.argv):
             leftover = _PLACEHOLDER.sub("", element)
             if "{" in leftover or "}" in leftover:
-                raise self.bad(f"argv[{i}]", f"{element!r} has a brace that is not a placeholder like {{port}} "
+                raise self.bad(f"argv[{i}]", f"{brief(element)} has a brace that is not a placeholder like {{port}} "
                                              f"or {{graph_capture?--graph-capture}}; "
                                              "write {{ and }} for literal braces")
         names = [name for name, _ in placeholders(self.argv)]
@@ -101,15 +101,15 @@ class CommandBackend(Backend):
             raise self.bad("argv", "must contain {port}: every trial runs its server on a fresh port")
         self.health_path = str(self.settings.get("health_path", "/health"))
         if not self.health_path.startswith("/"):
-            raise self.bad("health_path", f"must start with '/', not {self.health_path!r}")
+            raise self.bad("health_path", f"must start with '/', not {brief(self.health_path)}")
         status = self.settings.get("ready_status", 200)
         if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
-            raise self.bad("ready_status", f"must be an HTTP status code like 200, not {status!r}")
+            raise self.bad("ready_status", f"must be an HTTP status code like 200, not {brief(status)}")
         self.ready_status = status
         self.model_name = str(self.settings.get("model_name", ""))
         defaults = self.settings.get("defaults") or {}
         if not isinstance(defaults, dict):
-            raise self.bad("defaults", f"must be a mapping of param name to value, not {defaults!r}")
+            raise self.bad("defaults", f"must be a mapping of param name to value, not {brief(defaults)}")
         self.defaults = dict(defaults)
         self.python = common.str_setting(self, "python") or sys.executable
         self.facts = common.model_facts_setting(self)
@@ -120,12 +120,12 @@ class CommandBackend(Backend):
     def _patterns(self, key: str) -> tuple[str, ...]:
         value = self.settings.get(key) or []
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise self.bad(key, f"must be a list of regular expressions, not {value!r}")
+            raise self.bad(key, f"must be a list of regular expressions, not {brief(value)}")
         for i, pattern in enumerate(value):
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise self.bad(f"{key}[{i}]", f"{pattern!r} is not a regular expression: {exc}") from None
+                raise self.bad(f"{key}[{i}]", f"{brief(pattern)} is not a regular expression: {exc}") from None
         return tuple(value)
 
     @classmethod

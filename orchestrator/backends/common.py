@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 from orchestrator.backends.flags import did_you_mean
-from orchestrator.errors import ConfigRejected
+from orchestrator.errors import ConfigRejected, brief
 
 
 def check_setting_keys(backend, allowed: dict[str, str], hints: dict[str, str] | None = None) -> None:
@@ -17,8 +17,9 @@ def check_setting_keys(backend, allowed: dict[str, str], hints: dict[str, str] |
     ``hints`` names the setting meant by a likely mistake (``model_path`` -> ``model``)."""
     for key in backend.settings:
         if key not in allowed:
-            hint = f" (did you mean {hints[key]!r}?)" if hints and key in hints else did_you_mean(str(key), allowed)
-            raise backend.bad(key, f"unknown setting {key!r}{hint}; allowed: {', '.join(allowed)}")
+            hint = (f" (did you mean {brief(hints[key])}?)" if hints and key in hints
+                    else did_you_mean(str(key), allowed))
+            raise backend.bad(key, f"unknown setting {brief(key)}{hint}; allowed: {', '.join(allowed)}")
 
 
 @overload
@@ -38,7 +39,7 @@ def str_setting(backend: Any, key: str, default: str | None = None, *, required:
             raise backend.bad(key, "is required (a path or a model id)")
         return None
     if not isinstance(value, (str, int, float)) or isinstance(value, bool) or str(value).strip() == "":
-        raise backend.bad(key, f"must be a non-empty string, not {value!r}")
+        raise backend.bad(key, f"must be a non-empty string, not {brief(value)}")
     return str(value)
 
 
@@ -46,7 +47,7 @@ def list_setting(backend, key: str) -> list[str]:
     value = backend.settings.get(key) or []
     if not isinstance(value, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool)
                                               for a in value):
-        raise backend.bad(key, f"must be a list of strings like ['--max-model-len', '8192'], not {value!r}")
+        raise backend.bad(key, f"must be a list of strings like ['--max-model-len', '8192'], not {brief(value)}")
     return [str(a) for a in value]
 
 
@@ -54,7 +55,7 @@ def capture_sizes_of(value: Any) -> list[int]:
     """``"1,2,4,8"`` / ``"1 2 4 8"`` / ``[1, 2]`` / ``8`` -> sorted unique positive ints;
     ValueError otherwise."""
     if isinstance(value, bool):
-        raise ValueError(f"capture_sizes must be batch sizes like '1,2,4,8', not {value!r}")
+        raise ValueError(f"capture_sizes must be batch sizes like '1,2,4,8', not {brief(value)}")
     items: list[Any]
     if isinstance(value, int):
         items = [value]
@@ -65,9 +66,9 @@ def capture_sizes_of(value: Any) -> list[int]:
     try:
         sizes = sorted({int(v) for v in items})
     except (TypeError, ValueError):
-        raise ValueError(f"capture_sizes must be batch sizes like '1,2,4,8', not {value!r}") from None
+        raise ValueError(f"capture_sizes must be batch sizes like '1,2,4,8', not {brief(value)}") from None
     if not sizes or sizes[0] < 1:
-        raise ValueError(f"capture_sizes must be positive batch sizes like '1,2,4,8', not {value!r}")
+        raise ValueError(f"capture_sizes must be positive batch sizes like '1,2,4,8', not {brief(value)}")
     return sizes
 
 
@@ -86,7 +87,7 @@ def check_neutral(config: dict, job_file: str | None) -> None:
     positive_int(config, "pp_size", job_file)
     for name in ("graph_capture", "custom_all_reduce"):
         if name in config and not isinstance(config[name], bool):
-            raise ConfigRejected(f"{name} must be true or false, not {config[name]!r}", file=job_file, key=name)
+            raise ConfigRejected(f"{name} must be true or false, not {brief(config[name])}", file=job_file, key=name)
     if "capture_sizes" in config:
         try:
             capture_sizes_of(config["capture_sizes"])
@@ -102,7 +103,7 @@ def positive_int(config: dict, name: str, job_file: str | None, default: int = 1
                 return int(value)
         except ValueError:
             pass
-        raise ConfigRejected(f"{name} must be a positive integer, not {value!r}", file=job_file, key=name)
+        raise ConfigRejected(f"{name} must be a positive integer, not {brief(value)}", file=job_file, key=name)
     return value
 
 
@@ -151,11 +152,11 @@ def model_facts_setting(backend) -> dict[str, Any]:
     """``settings.model_facts``: numbers the report and constraints use (checked)."""
     facts = backend.settings.get("model_facts") or {}
     if not isinstance(facts, dict):
-        raise backend.bad("model_facts", f"must be a mapping like {{layers: 78, heads: 64}}, not {facts!r}")
+        raise backend.bad("model_facts", f"must be a mapping like {{layers: 78, heads: 64}}, not {brief(facts)}")
     for key, value in facts.items():
         if key not in FACT_KEYS:
-            raise backend.bad(f"model_facts.{key}", f"unknown fact {key!r}{did_you_mean(str(key), FACT_KEYS)}; "
+            raise backend.bad(f"model_facts.{key}", f"unknown fact {brief(key)}{did_you_mean(str(key), FACT_KEYS)}; "
                                                     f"allowed: {', '.join(FACT_KEYS)}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise backend.bad(f"model_facts.{key}", f"must be a positive number, not {value!r}")
+            raise backend.bad(f"model_facts.{key}", f"must be a positive number, not {brief(value)}")
     return dict(facts)

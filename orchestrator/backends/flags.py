@@ -9,7 +9,9 @@ else is ``--flag value``.
 
 With a flag table (``known_flags``: the installed release's own parser, else the
 bundled table of the release) a flag the release lacks, a deprecated spelling, a value
-for a switch or a boolean for a valued flag is refused. Without one (a release with no
+for a switch, a boolean for a valued flag, or a value outside the flag's choices (where
+the table records them: ``--load-format gguf`` for a vLLM without GGUF) is refused, in a
+``backend.<flag>`` param and in pass-through arguments alike. Without one (a release with no
 table and none installed) only the backend's ``Spelling`` rules (spellings verified per
 release) are enforced and other flags pass unchecked.
 """
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.backends.known_flags import FlagTable
-from orchestrator.errors import ConfigRejected
+from orchestrator.errors import ConfigRejected, brief
 
 Version = tuple[int, int, int]
 
@@ -59,7 +61,7 @@ def flag_of(name: str) -> str:
 
 def did_you_mean(word: str, options) -> str:
     near = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
-    return f" (did you mean {near[0]!r}?)" if near else ""
+    return f" (did you mean {brief(near[0])}?)" if near else ""
 
 
 class FlagChecker:
@@ -105,9 +107,26 @@ class FlagChecker:
         if for_extra or info is None:
             return None
         if info.kind == "switch" and not isinstance(value, bool) and value is not None:
-            return f"{flag} is a switch in {self.release}: give true or false, not {value!r}"
+            return f"{flag} is a switch in {self.release}: give true or false, not {brief(value)}"
         if info.kind != "switch" and isinstance(value, bool):
-            return f"{flag} takes a value in {self.release}, not {value!r}"
+            return f"{flag} takes a value in {self.release}, not {brief(value)}"
+        return self.choice_problem(flag, value)
+
+    def choice_problem(self, flag: str, value: Any) -> str | None:
+        """Why ``value`` is not one the release accepts for ``flag`` (its recorded choices), or None."""
+        info = self.table.flags.get(flag) if self.table is not None else None
+        if info is None or info.choices is None or value is None or isinstance(value, bool):
+            return None
+        if isinstance(value, (list, tuple)):
+            values = [str(v) for v in value]
+        elif info.kind == "list":
+            values = [t for t in re.split(r"[,\s]+", str(value)) if t]
+        else:
+            values = [str(value)]
+        for one in values:
+            if one not in info.choices:
+                return (f"{flag} {brief(one)} is not a value {self.release} accepts; allowed: "
+                        f"{', '.join(info.choices)}")
         return None
 
     def render(self, flag: str, value: Any) -> list[str]:
@@ -150,15 +169,25 @@ class FlagChecker:
 
     def extra_problem(self, args: list[str]) -> str | None:
         """Why pass-through arguments cannot go to this release, or None."""
-        for arg in args:
+        for i, arg in enumerate(args):
             if not arg.startswith("-") or arg[1:2].isdigit():
                 continue
             if not arg.startswith("--"):  # short aliases (-tp 8) are checked only against managed flags
                 if arg.split("=", 1)[0].split(".", 1)[0] in self.managed:
-                    return f"{arg!r}: {self.problem(arg.split('=', 1)[0].split('.', 1)[0])}"
+                    return f"{brief(arg)}: {self.problem(arg.split('=', 1)[0].split('.', 1)[0])}"
                 continue
             flag = arg.split("=", 1)[0].split(".", 1)[0]  # vLLM's --compilation-config.mode=3 is --compilation-config
             problem = self.problem(flag, for_extra=True)
+            if not problem and flag == arg.split("=", 1)[0]:
+                value = arg.split("=", 1)[1] if "=" in arg else self._next_value(flag, args[i + 1:])
+                problem = self.choice_problem(flag, value)
             if problem:
-                return f"{arg!r}: {problem}"
+                return f"{brief(arg)}: {problem}"
         return None
+
+    def _next_value(self, flag: str, rest: list[str]) -> str | None:
+        """The value after a valued flag in pass-through arguments (``--load-format gguf``)."""
+        info = self.table.flags.get(flag) if self.table is not None else None
+        if info is None or info.kind != "value" or not rest or rest[0].startswith("--"):
+            return None
+        return rest[0]

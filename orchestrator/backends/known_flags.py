@@ -11,7 +11,9 @@ the reason, so a night of trials does not retry it; delete the file to retry.
 ``bundled(package, version)`` reads ``flag_tables/<package>-<version>.json`` (package
 data), used only when no release is installed where the job is validated, e.g. a job
 written on a laptop for a GPU box (``settings.version``). Bundled now: vLLM 0.33.0 and
-0.26.0, SGLang 0.5.23; each file's ``how`` says how it was made. To add one, dump the
+0.26.0, SGLang 0.5.23; each file's ``how`` says how it was made. A flag's ``choices`` are
+the values the release accepts where it says (``--load-format``, ``--quantization``: see
+``parser_dump``); a flag without them takes any value. To add one, dump the
 release where it imports (a GPU box, or the wheel unpacked on a private ``PYTHONPATH``)::
 
     python -m orchestrator.backends.known_flags vllm --python /venv/bin/python --write
@@ -42,6 +44,7 @@ class FlagInfo:
     negative: str | None = None  # spelling that sets a switch false
     deprecated: bool = False
     replacement: str | None = None
+    choices: tuple[str, ...] | None = None  # the values the release accepts (None: any, or not recorded)
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,9 @@ class FlagTable:
     @cached_property
     def flags(self) -> dict[str, FlagInfo]:
         return {flag: FlagInfo(flag, info["kind"], info.get("negative"), bool(info.get("deprecated")),
-                               info.get("replacement")) for flag, info in self.raw.items()}
+                               info.get("replacement"),
+                               tuple(map(str, info["choices"])) if info.get("choices") else None)
+                for flag, info in self.raw.items()}
 
     @cached_property
     def negatives(self) -> dict[str, str]:

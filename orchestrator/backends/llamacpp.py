@@ -50,7 +50,7 @@ from orchestrator.backends import common
 from orchestrator.backends.base import Backend, Config, LaunchSpec
 from orchestrator.backends.flags import FlagChecker
 from orchestrator.backends.known_flags import FlagTable
-from orchestrator.errors import ConfigRejected
+from orchestrator.errors import ConfigRejected, brief
 
 _SETTINGS = {
     "model": "the GGUF file (-m)",
@@ -85,7 +85,7 @@ class LlamaCppBackend(Backend):
         self.executable = common.str_setting(self, "executable", "llama-server")
         self.device_name = common.str_setting(self, "device", "cuda")
         if self.device_name not in ("cuda", "cpu"):
-            raise self.bad("device", f"must be cuda or cpu, not {self.device_name!r}")
+            raise self.bad("device", f"must be cuda or cpu, not {brief(self.device_name)}")
         self.served_model_name = common.str_setting(self, "served_model_name")
         self.extra_args = common.list_setting(self, "extra_args")
         self.version_given = common.str_setting(self, "version")
@@ -144,7 +144,7 @@ class LlamaCppBackend(Backend):
         mode = config.get("backend.split_mode")
         if mode is not None and str(mode).lower() not in SPLIT_BY_TP:
             raise ConfigRejected(f"split_mode must be one of {', '.join(SPLIT_BY_TP)} (the split of tp_size > 1; "
-                                 f"layer split is pp_size, none is tp_size 1), not {mode!r}", file=file,
+                                 f"layer split is pp_size, none is tp_size 1), not {brief(mode)}", file=file,
                                  key="backend.split_mode")
         for name in ("graph_capture", "custom_all_reduce", "capture_sizes"):
             if name not in config:
@@ -156,7 +156,8 @@ class LlamaCppBackend(Backend):
                 raise ConfigRejected("llama-server has no custom all-reduce switch; tune env.GGML_CUDA_ALLREDUCE "
                                      "(nccl, internal, none) with backend.split_mode tensor", file=file, key=name)
             if not isinstance(config[name], bool):
-                raise ConfigRejected(f"graph_capture must be true or false, not {config[name]!r}", file=file, key=name)
+                raise ConfigRejected(f"graph_capture must be true or false, not {brief(config[name])}", file=file,
+                                     key=name)
             if config[name] and self.device_name == "cpu":
                 raise ConfigRejected("graph_capture=true needs device cuda", file=file, key=name)
         self._check_values(config)
@@ -179,7 +180,7 @@ class LlamaCppBackend(Backend):
         for name in _COUNTS:
             value = config.get(f"backend.{name}")
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ConfigRejected(f"{name} must be a positive integer, not {value!r}", file=self.job_file,
+                raise ConfigRejected(f"{name} must be a positive integer, not {brief(value)}", file=self.job_file,
                                      key=f"backend.{name}")
         layers = config.get("backend.n_gpu_layers")
         if layers is not None:
@@ -188,11 +189,11 @@ class LlamaCppBackend(Backend):
                                      key="backend.n_gpu_layers")
             if not (layers in ("auto", "all") or isinstance(layers, int) and not isinstance(layers, bool)
                     and layers >= 0):
-                raise ConfigRejected(f"n_gpu_layers must be a layer count, auto or all, not {layers!r}",
+                raise ConfigRejected(f"n_gpu_layers must be a layer count, auto or all, not {brief(layers)}",
                                      file=self.job_file, key="backend.n_gpu_layers")
         fa = config.get("backend.flash_attn")
         if fa is not None and not isinstance(fa, bool) and str(fa).lower() not in FLASH_ATTN:
-            raise ConfigRejected(f"flash_attn must be one of {', '.join(FLASH_ATTN)} (or true/false), not {fa!r}",
+            raise ConfigRejected(f"flash_attn must be one of {', '.join(FLASH_ATTN)} (or true/false), not {brief(fa)}",
                                  file=self.job_file, key="backend.flash_attn")
 
     def normalize(self, config: Config) -> Config:

@@ -7,10 +7,13 @@ installed), so it imports nothing but the standard library and the server::
     /venv/bin/python parser_dump.py DIST MODULE:CALLABLE   # CALLABLE(parser) adds the flags
 
 Output: ``{"package", "version", "source", "flags": {flag: {"kind", ["negative"],
-["deprecated"], ["replacement"]}}}`` with kind ``switch`` (no value), ``value`` (one) or
-``list`` (one or more); ``negative`` is the spelling that sets a switch false (vLLM's
-``--enable-x``/``--disable-x`` pairs, argparse's ``--no-x``). Only long options are
-listed; a spelling the parser hides (``--no-enable-x``) is never listed.
+["deprecated"], ["replacement"], ["choices"]}}}`` with kind ``switch`` (no value),
+``value`` (one) or ``list`` (one or more); ``negative`` is the spelling that sets a switch
+false (vLLM's ``--enable-x``/``--disable-x`` pairs, argparse's ``--no-x``); ``choices``
+the values the flag accepts, as strings, where the release says (the parser's own
+``choices``; for vLLM, whose parser takes any string for ``--load-format`` and
+``--quantization``, the release's built-in load formats and quantization methods). Only
+long options are listed; a spelling the parser hides (``--no-enable-x``) is never listed.
 
 Recipes build the parser the way the server's own command line does:
 
@@ -54,8 +57,11 @@ def describe(parser: argparse.ArgumentParser) -> dict[str, dict]:
             kind = "list"
         else:
             kind = "value"
+        choices = _choices_of(action)
         for flag in (s for s in longs if s not in negatives):
             info: dict = {"kind": kind}
+            if choices is not None:
+                info["choices"] = choices
             negative = _negative_of(flag, negatives)
             if negative:
                 info["negative"] = negative
@@ -65,6 +71,21 @@ def describe(parser: argparse.ArgumentParser) -> dict[str, dict]:
                     info["replacement"] = replacement
             flags[flag] = info
     return dict(sorted(flags.items()))
+
+
+def _choices_of(action: argparse.Action) -> list[str] | None:
+    """The values ``action`` accepts, as strings, or None (any value; or choices that are not
+    plain strings and numbers, which a table cannot hold faithfully)."""
+    choices = action.choices
+    if choices is None or isinstance(choices, (str, bytes)):
+        return None
+    try:
+        values = list(choices)
+    except TypeError:
+        return None
+    if not values or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in values):
+        return None
+    return [str(v) for v in values]
 
 
 def _negative_of(flag: str, negatives: set[str]) -> str | None:
@@ -89,6 +110,30 @@ def _vllm() -> argparse.ArgumentParser:
     return ServeSubcommand().subparser_init(top.add_subparsers())
 
 
+def _vllm_values() -> dict[str, list[str]]:
+    """vLLM's built-in load formats and quantization methods: its parser takes any string for
+    ``--load-format`` and ``--quantization`` (plugins may register more), and the engine
+    refuses the rest. Each read where the release keeps it; a release without it gives none."""
+    import typing
+
+    out: dict[str, list[str]] = {}
+    try:
+        from vllm.model_executor.model_loader import LoadFormats
+
+        formats = [str(v) for v in typing.get_args(LoadFormats)]
+        if formats:
+            out["--load-format"] = formats
+    except Exception:  # noqa: BLE001 - an older or a broken release: the parser's own answer stands
+        pass
+    try:
+        from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
+
+        out["--quantization"] = [str(v) for v in QUANTIZATION_METHODS]
+    except Exception:  # noqa: BLE001
+        pass
+    return out
+
+
 def _sglang() -> argparse.ArgumentParser:
     from sglang.srt.server_args import ServerArgs
 
@@ -110,8 +155,13 @@ def dump(recipe: str, target: str | None = None) -> dict:
         module, _, attr = target.partition(":")
         parser = argparse.ArgumentParser()
         parser = getattr(importlib.import_module(module), attr)(parser) or parser
+    flags = describe(parser)
+    if target is None and recipe == "vllm":
+        for flag, values in _vllm_values().items():
+            if flag in flags and "choices" not in flags[flag]:
+                flags[flag]["choices"] = values
     return {"package": package, "version": importlib.metadata.version(package), "source": source,
-            "flags": describe(parser)}
+            "flags": flags}
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from typing import Any
 
 from orchestrator.backends import common
 from orchestrator.backends.base import Backend, Config, LaunchSpec
-from orchestrator.errors import ConfigRejected
+from orchestrator.backends.flags import did_you_mean
+from orchestrator.errors import ConfigRejected, brief
 
 _SETTINGS = {
     "model": "preset name (tiny, 1b, 8b)",
@@ -29,6 +30,7 @@ _FLAGS = {"threads": int, "dtype": str, "max_batch": int, "fault": str}
 # ``backend.fault`` lets a test space mix healthy and broken servers; "none" = healthy.
 FAULTS = ("none", "crash-on-start", "hang-on-start", "hang-in-decode", "garbage", "slow-start", "crash-after")
 _DTYPES = ("float32", "bfloat16", "float16")
+DIMS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")  # the dimensions the server takes as flags
 
 
 class RefServerBackend(Backend):
@@ -41,25 +43,37 @@ class RefServerBackend(Backend):
         for key in self.settings:
             if key not in _SETTINGS:
                 near = difflib.get_close_matches(key, _SETTINGS, n=1)
-                hint = f" (did you mean {near[0]!r}?)" if near else ""
-                raise self.bad(key, f"unknown setting {key!r}{hint}; allowed: {', '.join(_SETTINGS)}")
+                hint = f" (did you mean {brief(near[0])}?)" if near else ""
+                raise self.bad(key, f"unknown setting {brief(key)}{hint}; allowed: {', '.join(_SETTINGS)}")
         from orchestrator.refserver.presets import PRESETS
 
         self.model = str(self.settings.get("model", "tiny"))
         if self.model not in PRESETS:
-            raise self.bad("model", f"unknown preset {self.model!r}; allowed: {', '.join(PRESETS)}")
+            raise self.bad("model", f"unknown preset {brief(self.model)}; allowed: {', '.join(PRESETS)}")
         self.device_name = str(self.settings.get("device", "cpu"))
         if self.device_name not in ("cpu", "cuda"):
-            raise self.bad("device", f"must be cpu or cuda, not {self.device_name!r}")
+            raise self.bad("device", f"must be cpu or cuda, not {brief(self.device_name)}")
         extra = self.settings.get("extra_args", [])
         if not isinstance(extra, list) or not all(isinstance(a, (str, int, float)) for a in extra):
             raise self.bad("extra_args", "must be a list of strings")
         self.extra_args = [str(a) for a in extra]
+        self.dims_override = self._dims_setting()
+        self.python = str(self.settings.get("python", sys.executable))
+        self.dims()  # the dimensions together (hidden divisible by heads, ...), refused here, at the setting
+
+    def _dims_setting(self) -> dict[str, int]:
+        """``settings.dims``: each key a dimension the server has a flag for, each value >= 1."""
         dims = self.settings.get("dims") or {}
         if not isinstance(dims, dict):
-            raise self.bad("dims", "must be a mapping like {layers: 4, hidden: 256}")
-        self.dims_override = dims
-        self.python = str(self.settings.get("python", sys.executable))
+            raise self.bad("dims", f"must be a mapping like {{layers: 4, hidden: 256}}, not {brief(dims)}")
+        for key, value in dims.items():
+            if key not in DIMS:
+                raise self.bad(f"dims.{key}" if isinstance(key, str) else "dims",
+                               f"unknown dimension {brief(key)}{did_you_mean(str(key), DIMS)}; allowed: "
+                               f"{', '.join(DIMS)}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise self.bad(f"dims.{key}", f"must be an integer >= 1, not {brief(value)}")
+        return dict(dims)
 
     @classmethod
     def example_settings(cls) -> dict[str, Any]:
@@ -73,13 +87,11 @@ class RefServerBackend(Backend):
         base = PRESETS[self.model]
         if not self.dims_override:
             return base
-        try:
-            dims = dataclasses.replace(base, **self.dims_override)
-        except TypeError as exc:
-            raise self.bad("dims", str(exc)) from None
+        dims = dataclasses.replace(base, **self.dims_override)  # type: ignore[arg-type]  # keys: _dims_setting
         why = dims.dims_error()
         if why:
-            raise self.bad("dims", why)
+            why = why.replace("--kv-heads", "kv_heads").replace("--", "")  # the settings' names, not the flags'
+            raise self.bad("dims", f"{why} (with preset {self.model} for the dimensions not given)")
         return dims
 
     def default_config(self) -> Config:
@@ -107,10 +119,10 @@ class RefServerBackend(Backend):
                 raise ConfigRejected(f"unknown reference-server flag; allowed: {', '.join(_FLAGS)}",
                                      file=self.job_file, key=f"backend.{flag}")
             if flag == "fault" and str(value).split(":")[0] not in FAULTS:
-                raise ConfigRejected(f"fault must be one of {', '.join(FAULTS)} (optionally KIND:N), not {value!r}",
-                                     file=self.job_file, key="backend.fault")
+                raise ConfigRejected(f"fault must be one of {', '.join(FAULTS)} (optionally KIND:N), "
+                                     f"not {brief(value)}", file=self.job_file, key="backend.fault")
             if flag == "dtype" and value not in _DTYPES:
-                raise ConfigRejected(f"dtype must be one of {', '.join(_DTYPES)}, not {value!r}",
+                raise ConfigRejected(f"dtype must be one of {', '.join(_DTYPES)}, not {brief(value)}",
                                      file=self.job_file, key="backend.dtype")
 
     def normalize(self, config: Config) -> Config:

@@ -2,8 +2,9 @@
 installed release and its flags, the head of the command line, the neutral params,
 ``normalize`` and ``check_config``. A subclass states only how its server differs.
 
-Settings: ``model`` (required), ``served_model_name``, ``extra_args`` (passed through
-after the tuned flags, checked against the release's flags), ``python`` (the server's
+Settings: ``model`` (required; a ``.gguf`` file is refused where the release's
+``--load-format`` has no gguf: ``check_model_format``), ``served_model_name``,
+``extra_args`` (passed through after the tuned flags, checked against the release's flags), ``python`` (the server's
 interpreter), ``version`` (the release to spell flags for; default the installed one),
 ``model_facts``; a subclass adds its own (``SETTINGS``).
 
@@ -32,6 +33,7 @@ from orchestrator import versions
 from orchestrator.backends import common, known_flags
 from orchestrator.backends.base import Backend, Config, LaunchSpec
 from orchestrator.backends.flags import FlagChecker, Spelling
+from orchestrator.errors import brief
 
 SHARED_SETTINGS = {
     "served_model_name": "name in the OpenAI API (default: model)",
@@ -71,7 +73,8 @@ class ServingBackend(Backend):
         self.python = common.str_setting(self, "python")
         self.version_override = common.str_setting(self, "version")
         if self.version_override and versions.parse_version(self.version_override) is None:
-            raise self.bad("version", f"must be a release like '{self.example_release}', not {self.version_override!r}")
+            raise self.bad("version", f"must be a release like '{self.example_release}', "
+                                      f"not {brief(self.version_override)}")
         self.facts = common.model_facts_setting(self)
         self._checker: FlagChecker | None = None
         self.flag_note = ""
@@ -79,6 +82,7 @@ class ServingBackend(Backend):
         problem = self.flags().extra_problem(self.extra_args)
         if problem:
             raise self.bad("extra_args", problem)
+        self.check_model_format()
 
     @classmethod
     def example_settings(cls) -> dict[str, Any]:
@@ -171,6 +175,23 @@ class ServingBackend(Backend):
             warnings.append(f"{self.kind} is not installed where ncclsweep runs (or its version cannot be read); "
                             f"set backend.settings.version so flags are spelled for the right release")
         return [f"backend {self.kind} {self.flag_note}"], warnings
+
+    def check_model_format(self) -> None:
+        """A GGUF file as the model needs a release whose ``--load-format`` has gguf: refused
+        here, at validate time, where the release's flags (installed parser, else bundled
+        table) list the formats and gguf is not among them; a release whose formats are not
+        known is not refused."""
+        if not self.model.lower().endswith(".gguf"):
+            return
+        checker = self.flags()
+        info = checker.table.flags.get("--load-format") if checker.table is not None else None
+        if info is None or info.choices is None or "gguf" in info.choices:
+            return
+        raise self.bad("model", f"{brief(self.model)} is a GGUF file, which {checker.release} cannot load (its "
+                                f"--load-format takes {', '.join(info.choices)}; no gguf); serve a GGUF with "
+                                f"llama.cpp (backend kind: llamacpp), or give {self.server} a Hugging Face checkpoint "
+                                f"directory (config.json + safetensors; a quantized one such as AWQ, GPTQ or FP8 "
+                                f"to save memory), or use a {self.server} release whose --load-format accepts gguf")
 
     # ---- the contract -------------------------------------------------------------------------
     def default_config(self) -> Config:

@@ -85,7 +85,8 @@ class SglangBackend(ServingBackend):
     parser_recipe = "sglang"
     example_release = "0.5.23"
     SETTINGS = {
-        "model": "model path or Hugging Face id (--model-path)",
+        "model": "model path or Hugging Face id (--model-path); a .gguf file loads where the release's --load-format "
+                 "has gguf (0.5.23 has), else it is refused",
         "python": "python of SGLang's environment (default: the one running ncclsweep)",
     }
     TP_FLAG, PP_FLAG = "--tp-size", "--pp-size"

@@ -67,7 +67,7 @@ from orchestrator.backends import common
 from orchestrator.backends.base import Config
 from orchestrator.backends.flags import Spelling, vstr
 from orchestrator.backends.serving import ServingBackend
-from orchestrator.errors import ConfigRejected
+from orchestrator.errors import ConfigRejected, brief
 
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 CUDAGRAPH_MODE_SINCE = (0, 10, 1)
@@ -107,7 +107,8 @@ class VllmBackend(ServingBackend):
     parser_recipe = "vllm"
     example_release = "0.33.0"
     SETTINGS = {
-        "model": "model path or Hugging Face id (the positional MODEL of vllm serve)",
+        "model": "a Hugging Face checkpoint: its directory or Hub id (the positional MODEL of vllm serve); a .gguf "
+                 "file is refused where the release's --load-format has no gguf (0.26.0, 0.33.0): use llamacpp",
         "python": "python of vLLM's environment: runs python -m vllm.entrypoints.cli.main serve",
         "executable": "the vllm command (default: vllm)",
         "compilation_config": "your own --compilation-config keys (e.g. {pass_config: {fuse_allreduce_rms: false}}), "
@@ -158,7 +159,7 @@ class VllmBackend(ServingBackend):
         if given is not None:
             if not isinstance(given, dict):
                 raise self.bad("compilation_config", f"must be a mapping like {{pass_config: {{fuse_allreduce_rms: "
-                                                     f"false}}}}, not {given!r}")
+                                                     f"false}}}}, not {brief(given)}")
             _merge(merged, given, "", self.bad, "compilation_config")
         rest: list[str] = []
         args = list(self.extra_args)
@@ -171,7 +172,7 @@ class VllmBackend(ServingBackend):
                 continue
             if not eq:
                 if not args:
-                    raise self.bad("extra_args", f"{arg!r} needs a value")
+                    raise self.bad("extra_args", f"{brief(arg)} needs a value")
                 value = args.pop(0)
             if dot:  # --compilation-config.pass_config.fuse_allreduce_rms=false, as vLLM parses it
                 try:
@@ -188,13 +189,13 @@ class VllmBackend(ServingBackend):
                     part = None
                 if not isinstance(part, dict):
                     raise self.bad("extra_args", f"{head} takes a JSON object like '{{\"pass_config\": "
-                                                 f"{{\"fuse_allreduce_rms\": false}}}}', not {value!r}")
+                                                 f"{{\"fuse_allreduce_rms\": false}}}}', not {brief(value)}")
             _merge(merged, part, "", self.bad, "extra_args")
         for key in merged:
             if key in TUNED_KEYS:
                 where = "compilation_config" if given and key in given else "extra_args"
-                raise self.bad(where, f"--compilation-config key {key!r} is set by the tuner from {TUNED_KEYS[key]}; "
-                                      f"tune or fix that instead")
+                raise self.bad(where, f"--compilation-config key {brief(key)} is set by the tuner from "
+                                      f"{TUNED_KEYS[key]}; tune or fix that instead")
         return merged, rest
 
     def pass_through(self) -> list[str]:
@@ -233,7 +234,8 @@ class VllmBackend(ServingBackend):
             mode = self._mode(config)
             if mode not in CUDAGRAPH_MODES:
                 raise ConfigRejected(f"cudagraph_mode must be one of {', '.join(CUDAGRAPH_MODES)}, not "
-                                     f"{config['backend.cudagraph_mode']!r}", file=file, key="backend.cudagraph_mode")
+                                     f"{brief(config['backend.cudagraph_mode'])}", file=file,
+                                     key="backend.cudagraph_mode")
             if release < CUDAGRAPH_MODE_SINCE and mode not in ("PIECEWISE", "FULL"):
                 raise ConfigRejected(f"vLLM {vstr(release)} has no cudagraph_mode (it arrived in 0.10.1); "
                                      f"only PIECEWISE and FULL can be expressed", file=file,
@@ -249,7 +251,7 @@ class VllmBackend(ServingBackend):
                                      f"--cuda-graph-sizes, which conflicts with explicit capture_sizes: give one "
                                      f"of the two", file=file, key="backend.max_cudagraph_capture_size")
             if top != largest:
-                raise ConfigRejected(f"vLLM refuses max_cudagraph_capture_size={top!r} with capture_sizes whose "
+                raise ConfigRejected(f"vLLM refuses max_cudagraph_capture_size={brief(top)} with capture_sizes whose "
                                      f"largest is {largest}: give one of the two, or make them agree", file=file,
                                      key="backend.max_cudagraph_capture_size")
 
@@ -295,7 +297,8 @@ def _merge(into: dict[str, Any], part: dict[str, Any], prefix: str, bad, setting
         if isinstance(value, dict) and isinstance(into.get(key), dict):
             _merge(into[key], value, f"{here}.", bad, setting)
         elif key in into and into[key] != value:
-            raise bad(setting, f"--compilation-config key {here!r} is given twice: {into[key]!r} and {value!r}")
+            raise bad(setting, f"--compilation-config key {brief(here)} is given twice: {brief(into[key])} and "
+                               f"{brief(value)}")
         else:
             into[key] = value
 

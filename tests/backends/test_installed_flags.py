@@ -60,12 +60,15 @@ def cmd_init():
 SGLANG_ARGS = '''
 import argparse
 
+LOAD_FORMAT_CHOICES = ["auto", "safetensors", "pt"]
+
 
 class ServerArgs:
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser):
         for flag in ("--model-path", "--tp-size", "--pp-size", "--host", "--port", "--mem-fraction-static"):
             parser.add_argument(flag)
+        parser.add_argument("--load-format", choices=LOAD_FORMAT_CHOICES)
         parser.add_argument("--cuda-graph-bs-decode", nargs="+", type=int)
         parser.add_argument("--disable-decode-cuda-graph", action="store_true")
         parser.add_argument("--disable-prefill-cuda-graph", action="store_true")
@@ -79,13 +82,24 @@ def _write(root: Path, files: dict[str, str]) -> None:
         path.write_text(textwrap.dedent(text))
 
 
-def install_vllm(site: Path, version: str, flag: str = "--fake-only-flag", broken: bool = False) -> None:
+def install_vllm(site: Path, version: str, flag: str = "--fake-only-flag", broken: bool = False,
+                 load_formats: tuple[str, ...] | None = None) -> None:
+    """A vLLM release in ``site``; ``load_formats``: its built-in formats, kept as vLLM keeps
+    them (``LoadFormats``, a ``Literal`` in ``vllm.model_executor.model_loader``) while its
+    parser takes any string for ``--load-format``."""
     serve = "raise ImportError('libcudart.so.13: cannot open shared object file')\n" if broken else \
-        VLLM_SERVE.replace("FLAG)", f"{flag!r})")
+        VLLM_SERVE.replace("FLAG)", f"{flag!r}, '--load-format')")
     for old in site.glob("vllm-*.dist-info"):
         for f in old.iterdir():
             f.unlink()
         old.rmdir()
+    loader = site / "vllm" / "model_executor" / "model_loader" / "__init__.py"
+    if load_formats is None and loader.exists():
+        loader.unlink()
+    if load_formats is not None:
+        _write(site, {"vllm/model_executor/__init__.py": "",
+                      "vllm/model_executor/model_loader/__init__.py":
+                          f"from typing import Literal\n\nLoadFormats = Literal{list(load_formats)!r}\n"})
     _write(site, {
         "vllm/__init__.py": "", "vllm/utils/__init__.py": "", "vllm/entrypoints/__init__.py": "",
         "vllm/entrypoints/cli/__init__.py": "",
@@ -195,3 +209,37 @@ def test_sglang_flags_come_from_the_installed_release(venv):
                           "0.8"]
     with pytest.raises(ConfigRejected, match=r"--enable-torch-compile is not a flag of SGLang 0\.5\.30"):
         b.check_config({"backend.enable_torch_compile": True})
+
+
+def test_the_installed_releases_load_formats_decide_whether_a_gguf_loads(venv):
+    """The parser dump reads the release's own formats (vLLM's parser takes any string):
+    a release with gguf among them takes the .gguf model, one without refuses it; an installed
+    release is the authority over the bundled table of the same version."""
+    python, site = venv
+    install_vllm(site, "0.26.0", load_formats=("auto", "safetensors", "gguf"))
+    b = VllmBackend({"model": "/models/x.gguf", "python": python}, "jobs/x.yaml")
+    assert b.flags().table.flags["--load-format"].choices == ("auto", "safetensors", "gguf")
+    assert b.launch_spec({}, "h", 1).argv[4] == "/models/x.gguf"
+    with pytest.raises(BadInput, match=r"--load-format 'tensorizer' is not a value vLLM 0\.26\.0 accepts; "
+                                       r"allowed: auto, safetensors, gguf"):
+        VllmBackend({"model": "m", "python": python, "extra_args": ["--load-format", "tensorizer"]})
+
+    install_vllm(site, "0.27.1", load_formats=("auto", "safetensors"))
+    versions.package_version.cache_clear()
+    with pytest.raises(BadInput, match=r"backend\.settings\.model: '/models/x\.gguf' is a GGUF file, which vLLM "
+                                       r"0\.27\.1 cannot load \(its --load-format takes auto, safetensors; no gguf\)"):
+        VllmBackend({"model": "/models/x.gguf", "python": python}, "jobs/x.yaml")
+
+    install_vllm(site, "0.27.2")  # formats not kept where the dump looks: nothing known, nothing refused
+    versions.package_version.cache_clear()
+    b = VllmBackend({"model": "/models/x.gguf", "python": python})
+    assert b.version() == "0.27.2" and b.flags().table.flags["--load-format"].choices is None
+
+
+def test_sglang_refuses_a_gguf_where_its_parsers_choices_lack_it(venv):
+    python, site = venv
+    _write(site, {"sglang/__init__.py": "", "sglang/srt/__init__.py": "", "sglang/srt/server_args.py": SGLANG_ARGS,
+                  "sglang-0.5.30.dist-info/METADATA": "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.30\n"})
+    with pytest.raises(BadInput, match=r"is a GGUF file, which SGLang 0\.5\.30 cannot load \(its --load-format takes "
+                                       r"auto, safetensors, pt; no gguf\); serve a GGUF with llama\.cpp"):
+        SglangBackend({"model": "/models/x.gguf", "python": python})

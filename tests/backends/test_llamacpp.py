@@ -252,3 +252,19 @@ def test_a_study_tunes_the_real_llama_server(tmp_path, ray_local):
         assert row.state == "COMPLETE" and row.value > 0, (row, out.getvalue())
         assert row.correctness.get("ok"), row
     assert {r.params["backend.threads"] for r in rows} == {1, 2}
+
+
+def test_the_gguf_route_of_the_motivating_case_validates(capsys):
+    """jobs/glm5-llamacpp-8xpcie.yaml (a GGUF on llama.cpp, what a GGUF user runs today) and its
+    space validate; NCCL is tuned only where llama.cpp all-reduces through it."""
+    from orchestrator.cli import main
+
+    repo = Path(__file__).resolve().parents[2]
+    job = repo / "jobs" / "glm5-llamacpp-8xpcie.yaml"
+    assert main(["validate", str(job), "--commands"]) == 0
+    out = capsys.readouterr().out
+    baseline = out.splitlines()[out.splitlines().index("# baseline") + 1]
+    assert "--split-mode layer" in baseline and "GGUF" in baseline and "NCCL_PROTO" not in baseline
+    for line in out.splitlines():
+        if "NCCL_PROTO=" in line:
+            assert "--split-mode tensor" in line and "GGML_CUDA_ALLREDUCE=nccl" in line, line

@@ -50,3 +50,34 @@ def test_model_facts_give_the_ceiling_inputs():
     facts = RefServerBackend({"model": "8b", "device": "cuda"}).model_facts()
     assert facts["allreduces_per_step"] == 2 * facts["layers"]
     assert 14e9 < facts["bytes_per_token"] < 18e9  # ~8B params in bf16
+
+
+@pytest.mark.parametrize(("dims", "key", "words"), [
+    ({"foo": 1}, "backend.settings.dims.foo", "unknown dimension 'foo'; allowed: layers, hidden, heads, kv_heads, ffn, "
+                                              "vocab"),
+    ({"hedas": 4}, "backend.settings.dims.hedas", "did you mean 'heads'?"),
+    ({"heads": 0}, "backend.settings.dims.heads", "must be an integer >= 1, not 0"),
+    ({"layers": "4"}, "backend.settings.dims.layers", "must be an integer >= 1, not '4'"),
+    ({"heads": 3}, "backend.settings.dims", "heads: must divide hidden=256, got 3"),
+    (5, "backend.settings.dims", "must be a mapping like {layers: 4, hidden: 256}, not 5"),
+])
+def test_dims_are_checked_at_the_jobs_key(tmp_path, capsys, dims, key, words):
+    """A wrong ``dims`` is reported at ``backend.settings.dims...`` of the job, not as an
+    unknown name ``heads`` in the space's constraints (the model facts it broke)."""
+    from conftest import write_job
+    from orchestrator.cli import main
+
+    job = write_job(tmp_path, backend={"kind": "refserver", "settings": {"model": "tiny", "device": "cpu",
+                                                                          "dims": dims}},
+                    space_text="params:\n  tp_size: {choices: [1, 2]}\nconstraints: ['heads % tp_size == 0']\n")
+    assert main(["validate", str(job)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{job}: {key}: " in err[0] and words in err[0], err
+    assert "constraints" not in err[0]
+
+
+def test_dims_that_make_a_model_are_launched():
+    backend = RefServerBackend({"model": "tiny", "device": "cpu", "dims": {"layers": 2, "heads": 8, "kv_heads": 4}})
+    argv = backend.launch_spec({"tp_size": 2}, "127.0.0.1", 1).argv
+    assert argv[argv.index("--layers") + 1] == "2" and argv[argv.index("--kv-heads") + 1] == "4"
+    assert backend.model_facts()["heads"] == 8

@@ -189,3 +189,12 @@ def test_example_job_commands_use_only_current_sglang_flags():
     for flag in seen:
         assert SGLANG.knows(flag) and not (SGLANG.flags.get(flag) and SGLANG.flags[flag].deprecated), flag
     assert {"--disable-decode-cuda-graph", "--cuda-graph-max-bs-decode", "--enable-torch-compile", "--tp-size"} <= seen
+
+
+def test_a_gguf_model_is_accepted_by_a_release_whose_load_format_has_gguf():
+    """SGLang 0.5.23's parser lists gguf among its --load-format choices (bundled table)."""
+    assert "gguf" in known_flags.bundled("sglang", "0.5.23").flags["--load-format"].choices
+    b = backend(model="/models/GLM-5-Q4_K_M.gguf")
+    assert argv(b, {})[argv(b, {}).index("--model-path") + 1] == "/models/GLM-5-Q4_K_M.gguf"
+    with pytest.raises(ConfigRejected, match=r"--load-format 'gguff' is not a value SGLang 0\.5\.23 accepts"):
+        b.check_config({"backend.load_format": "gguff"})

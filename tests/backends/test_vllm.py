@@ -25,7 +25,7 @@ def no_installed_vllm(monkeypatch):
 
 
 def backend(version: str | None = "0.33.0", **settings) -> VllmBackend:
-    s = {"model": "/models/GLM-5-Q4_K_M.gguf", **settings}
+    s = {"model": "/models/GLM-5-AWQ", **settings}
     if version:
         s["version"] = version
     return VllmBackend(s, job_file="jobs/x.yaml")
@@ -57,12 +57,12 @@ def test_registered_and_kind():
 def test_baseline_of_the_motivating_case():
     b = backend()
     spec = b.launch_spec({"tp_size": 8, "graph_capture": False, "env.NCCL_PROTO": "ll"}, "0.0.0.0", 8123)
-    assert spec.argv == ["vllm", "serve", "/models/GLM-5-Q4_K_M.gguf", "--tensor-parallel-size", "8",
+    assert spec.argv == ["vllm", "serve", "/models/GLM-5-AWQ", "--tensor-parallel-size", "8",
                          "--host", "0.0.0.0", "--port", "8123", "--enforce-eager"]
     assert spec.env == {"NCCL_PROTO": "LL"}  # NCCL's canonical spelling
     assert spec.health_path == "/health" and spec.ready_status == 200
     assert spec.base_url == "http://0.0.0.0:8123"
-    assert spec.model_name == "/models/GLM-5-Q4_K_M.gguf"
+    assert spec.model_name == "/models/GLM-5-AWQ"
 
 
 def test_graphs_mode_sizes_and_custom_all_reduce():
@@ -239,7 +239,7 @@ def test_extra_args_pass_through_after_tuned_flags():
 
 def test_python_and_executable_settings():
     assert argv(backend(python="/venv/bin/python"), {})[:5] == [
-        "/venv/bin/python", "-m", "vllm.entrypoints.cli.main", "serve", "/models/GLM-5-Q4_K_M.gguf"]
+        "/venv/bin/python", "-m", "vllm.entrypoints.cli.main", "serve", "/models/GLM-5-AWQ"]
     assert argv(backend(executable="/opt/vllm/bin/vllm"), {})[:2] == ["/opt/vllm/bin/vllm", "serve"]
 
 
@@ -400,3 +400,65 @@ def test_compilation_config_conflicts_are_refused_with_one_line(settings, key, n
     with pytest.raises(BadInput, match=needle) as exc:
         VllmBackend({"model": "m", "version": "0.26.0", **settings}, job_file="j.yaml")
     assert exc.value.key == f"backend.settings.{key}" and "\n" not in str(exc.value)
+
+
+# ---- GGUF: what the release can load ---------------------------------------------------------
+GGUF = "/models/GLM-5-GGUF/GLM-5-Q4_K_M.gguf"
+
+
+@pytest.mark.parametrize("version", ["0.26.0", "0.33.0", None])
+def test_a_gguf_model_is_refused_where_the_release_has_no_gguf_load_format(version):
+    """vLLM 0.26.0 and 0.33.0 have no gguf load format (the bundled tables list theirs);
+    without a version the newest bundled release is assumed, and says so."""
+    with pytest.raises(BadInput) as exc:
+        backend(version, model=GGUF)
+    text = str(exc.value)
+    release = f"vLLM {version}" if version else "vLLM 0.33.0 (assumed)"
+    assert exc.value.key == "backend.settings.model" and "\n" not in text
+    assert f"is a GGUF file, which {release} cannot load (its --load-format takes auto, hf," in text
+    assert "no gguf); serve a GGUF with llama.cpp (backend kind: llamacpp)" in text
+    assert "a Hugging Face checkpoint directory" in text and "a vLLM release whose --load-format accepts gguf" in text
+
+
+def test_a_release_without_a_format_table_is_not_refused():
+    b = backend("0.10.2", model=GGUF)  # no bundled table for 0.10.2: nothing known, nothing refused
+    assert argv(b, {})[2] == GGUF
+
+
+@pytest.mark.parametrize("given", [{"extra_args": ["--load-format", "gguf"]}, {"extra_args": ["--load-format=gguf"]},
+                                   {"extra_args": ["--quantization", "gguf"]}])
+def test_gguf_asked_for_in_extra_args_is_refused(given):
+    with pytest.raises(BadInput, match=r"is not a value vLLM 0\.26\.0 accepts; allowed: (auto|awq), "):
+        backend("0.26.0", **given)
+    backend("0.26.0", extra_args=["--load-format", "safetensors", "--quantization", "fp8"])  # listed: fine
+
+
+def test_a_load_format_param_outside_the_releases_formats_is_refused():
+    b = backend("0.26.0")
+    with pytest.raises(ConfigRejected, match=r"--load-format 'gguf' is not a value vLLM 0\.26\.0 accepts"):
+        b.check_config({"backend.load_format": "gguf"})
+    assert "--load-format" in argv(b, {"backend.load_format": "safetensors"})
+
+
+def test_the_motivating_job_with_a_gguf_model_is_refused_at_validate(tmp_path, capsys):
+    """jobs/glm5-vllm-8xpcie.yaml validates with its Hugging Face checkpoint; the same job
+    with the .gguf file the motivating case ran is one line, exit 2."""
+    import yaml
+
+    from orchestrator.cli import main
+
+    repo = known_flags.TABLES.parents[2]
+    job_file = repo / "jobs" / "glm5-vllm-8xpcie.yaml"
+    assert main(["validate", str(job_file)]) == 0
+    data = yaml.safe_load(job_file.read_text())
+    data["backend"]["settings"]["model"] = GGUF
+    data.update(space=str(repo / "search_spaces" / "vllm-pcie.yaml"), output_dir=str(tmp_path))
+    job = tmp_path / "glm5-gguf.yaml"
+    job.write_text(yaml.safe_dump(data, sort_keys=False))
+    capsys.readouterr()
+    assert main(["validate", str(job)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"ncclsweep: error: {job}: backend.settings.model: '{GGUF}' is a "
+                                                f"GGUF file, which vLLM 0.33.0 (assumed) cannot load"), err
+    assert "backend kind: llamacpp" in err[0]
+    assert not (tmp_path / "glm5-vllm-8xpcie").exists()  # validate writes nothing

@@ -71,11 +71,9 @@ def test_slow_start_then_sigterm_ends_every_rank(launch):
     env = Path(f"/proc/{rank1}/environ").read_bytes().split(b"\0")
     assert b"NCCL_PROTO=Simple" in env
     assert greedy(s.port, "hi", n=3)["usage"]["completion_tokens"] == 3
-    t0 = time.monotonic()
     os.kill(s.proc.pid, signal.SIGTERM)  # rank 0 only, not the group
     s.proc.wait(timeout=5)
-    assert wait_group_gone(s.pgid, 5) == []
-    assert time.monotonic() - t0 < 5
+    assert wait_group_gone(s.pgid, 5) == []  # every rank gone, though only rank 0 was signalled
     assert port_closed(s.port)
 
 

@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import threading
-import time
 
 import pytest
 from refserver_helpers import TINY, RefServer, get, greedy, post, wait_group_gone
@@ -106,10 +105,8 @@ def test_sigterm_ends_every_rank(tmp_path):
     try:
         s.wait_healthy(180)
         assert greedy(s.port, "hi", n=4)["usage"]["completion_tokens"] == 4
-        t0 = time.monotonic()
         os.kill(s.proc.pid, signal.SIGTERM)
         s.proc.wait(timeout=10)
-        assert wait_group_gone(s.pgid, 10) == []
-        assert time.monotonic() - t0 < 10
+        assert wait_group_gone(s.pgid, 10) == []  # every rank gone, though only rank 0 was signalled
     finally:
         s.stop()

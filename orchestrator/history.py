@@ -77,25 +77,22 @@ def journal_path(url: str) -> Path | None:
 def storage_for(url: str, *, create: bool = True):
     """Open the Optuna storage a job names.
 
-    ``journal:<path>`` is a journal file (``JournalStorage(JournalFileBackend(path))``,
-    the file and its folder made when ``create``); anything of the form
-    ``dialect://...`` is an RDB URL and is returned as the string Optuna accepts.
-    With ``create=False`` a missing journal file raises ``RuntimeFailure`` instead of
-    being created (status/report/export must not create studies).
+    ``journal:<path>`` is a journal file (``orchestrator.journal``): with ``create`` (the
+    driver, the only writer) the file and its folder are made when missing and a partial
+    write a crash left is moved aside before anything is written; without it the file is
+    only read (status/report/export: never created, never changed; a missing one raises
+    ``RuntimeFailure``). Anything of the form ``dialect://...`` is an RDB URL and is returned
+    as the string Optuna accepts.
     """
-    import optuna
-    import optuna.storages.journal
+    from orchestrator import journal
 
     path = journal_path(url)
     if path is not None:
         if not str(path):
             raise BadInput("a journal storage URL needs a path: journal:<path>", key="storage")
-        if not path.exists():
-            if not create:
-                raise RuntimeFailure(f"no study storage at {path} (run `ncclsweep run` first)")
-            path.parent.mkdir(parents=True, exist_ok=True)
-        backend = optuna.storages.journal.JournalFileBackend(str(path))
-        return optuna.storages.JournalStorage(backend)
+        if not create and not path.exists():
+            raise RuntimeFailure(f"no study storage at {path} (run `ncclsweep run` first)")
+        return journal.open_storage(path, writable=create)
     if "://" in url:
         return url
     raise BadInput(f"storage must be 'journal:<path>' or an RDB URL such as sqlite:///study.db, not {url!r}",
@@ -183,7 +180,9 @@ def _row(trial: FrozenTrial, ua: dict[str, Any]) -> TrialRow:
     outcome = ua.get("outcome")
     failure_kind = ua.get("failure_kind")
     failure_reason = ua.get("failure_reason")
-    if outcome in (COMPLETE, FAIL, PRUNED):
+    if optuna_state == RUNNING and "counted" not in ua:
+        state = RUNNING  # its record is being written, or was cut short (the next run recovers it)
+    elif outcome in (COMPLETE, FAIL, PRUNED):
         state = outcome
     elif optuna_state in (RUNNING, WAITING):
         state = optuna_state
@@ -245,6 +244,7 @@ def _row(trial: FrozenTrial, ua: dict[str, Any]) -> TrialRow:
         skipped=ua.get("skipped"),
         enqueued_by=ua.get("enqueued_by"),
         log_tail=ua.get("log_tail") or "",
+        server=dict(ua.get("server") or {}),
     )
 
 

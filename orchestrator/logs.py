@@ -40,14 +40,55 @@ class _Terminal(logging.Handler):
 
 
 class _DriverLog(logging.FileHandler):
-    """Appends to the study's driver.log, opened on the first line (nothing written before)."""
+    """Appends to the study's driver.log, opened on the first line (nothing written before).
+
+    A write that fails (a full disk) prints no logging traceback: the handler stops
+    writing and keeps the error, and the driver stops the run with one line
+    (``check_driver_log``)."""
 
     def __init__(self, path: Path):
         super().__init__(path, mode="a", encoding="utf-8", delay=True)
+        self.path = Path(path)
+        self.failure: OSError | None = None
+        self.reported = False
 
     @property
     def opened(self) -> bool:
         return self.stream is not None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.failure is not None:
+            return
+        try:
+            super().emit(record)  # a failed write lands in handleError, a failed open here
+        except OSError as exc:
+            self.failure = exc
+
+    def handleError(self, record: logging.LogRecord) -> None:  # logging's name for it
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            self.failure = self.failure or exc
+        else:
+            super().handleError(record)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:  # the line that could not be flushed is already counted as the failure
+            pass
+
+
+_driver_log: _DriverLog | None = None  # the run's driver.log handler while one is configured
+
+
+def check_driver_log() -> None:
+    """StorageWriteError, once, when driver.log could not be written."""
+    handler = _driver_log
+    if handler is not None and handler.failure is not None and not handler.reported:
+        from orchestrator.errors import StorageWriteError
+
+        handler.reported = True
+        raise StorageWriteError(handler.path.parent, handler.failure, handler.path.name)
 
 
 class _Format(logging.Formatter):
@@ -86,7 +127,8 @@ class Logging:
 
     def log_to_file(self, path: str | Path) -> None:
         """Also write every progress line and warning to ``path`` (opened on the first line)."""
-        self.file = _DriverLog(Path(path))
+        global _driver_log
+        self.file = _driver_log = _DriverLog(Path(path))
         self.file.setFormatter(_Format(stamp=True, names=True))
         self.file.addFilter(_shown)
         logging.getLogger().addHandler(self.file)
@@ -99,6 +141,9 @@ class Logging:
                                                   "levelname": "ERROR", "msg": line}))
 
     def close(self) -> None:
+        global _driver_log
+        if _driver_log is self.file:
+            _driver_log = None
         root = logging.getLogger()
         for handler in (self.terminal, self.file):
             if handler is not None:

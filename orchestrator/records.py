@@ -158,6 +158,8 @@ class TrialRow:
     skipped: str | None = None  # a proposal recorded, never launched: "infeasible", "banned-value", ...
     enqueued_by: str | None = None
     log_tail: str = ""
+    # the server it ran: command (as resolved on its node), version, argv, env, port, log
+    server: dict[str, Any] = field(default_factory=dict)
     # measurements of this row's config that ``history.best_rows`` ranked it by (not a trial field)
     n_measurements: int = 1
 

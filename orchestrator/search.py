@@ -56,6 +56,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from orchestrator.bans import banned_values, describe, hit
+from orchestrator.errors import StorageWriteError
 from orchestrator.feasible import FeasibleSampler
 from orchestrator.records import (
     COMPLETE,
@@ -581,21 +582,27 @@ class SearchPolicy:
         attrs[ATTR_COUNTED] = bool(counted)
         if proposal.cached_from is not None:
             attrs[ATTR_CACHED_FROM] = proposal.cached_from
+        if result.outcome == COMPLETE and _value(result) is None:
+            raise ValueError(f"trial {trial.number}: a COMPLETE result needs a value")
+        try:
+            self._store(trial, result, attrs, not_the_config)
+        except StorageWriteError:  # half recorded: ``recover_interrupted`` may now tell it interrupted
+            self._in_flight.pop(trial.number, None)
+            raise
+        self._in_flight.pop(trial.number, None)
+        if counted and not not_the_config:
+            self._session_keys.add(proposal.key)
+        return self._trial(trial.number)
+
+    def _store(self, trial: optuna.Trial, result: TrialResult, attrs: dict[str, Any], not_the_config: bool) -> None:
         for name, value in attrs.items():
             trial.set_user_attr(name, value)
         if result.outcome == COMPLETE:
-            value = result.value if result.value is not None else result.metrics.get("decode_tok_s")
-            if value is None:
-                raise ValueError(f"trial {trial.number}: a COMPLETE result needs a value")
             # a measured config that breaks one of the job's outcome constraints is infeasible
             trial.set_constraint(CONSTRAINT, INFEASIBLE if result.metrics.get("constraint_violations") else FEASIBLE)
-            self.study.tell(trial, float(value))
         elif result.outcome == FAIL and not not_the_config:
             trial.set_constraint(CONSTRAINT, INFEASIBLE)
-            self.study.tell(trial, 0.0)
-        elif result.outcome == FAIL:
-            self.study.tell(trial, state=TrialState.FAIL)
-        else:  # PRUNED
+        elif result.outcome == PRUNED:
             inter = result.metrics.get("intermediate")
             if inter is None:
                 inter = result.value
@@ -603,11 +610,40 @@ class SearchPolicy:
                 step = int(result.metrics.get("repeats") or 1)
                 trial.report(float(inter), step)
             trial.set_constraint(CONSTRAINT, FEASIBLE)
+        self._tell(trial, result, not_the_config)
+
+    def _tell(self, trial: optuna.Trial | int, result: TrialResult, not_the_config: bool) -> None:
+        """The final state of a recorded trial (encoding: module docstring)."""
+        if result.outcome == COMPLETE:
+            value = _value(result)
+            assert value is not None  # record() and finish_recorded() check it first
+            self.study.tell(trial, float(value))
+        elif result.outcome == FAIL and not not_the_config:
+            self.study.tell(trial, 0.0)
+        elif result.outcome == FAIL:
+            self.study.tell(trial, state=TrialState.FAIL)
+        else:
             self.study.tell(trial, state=TrialState.PRUNED)
-        self._in_flight.pop(trial.number, None)
-        if counted and not not_the_config:
-            self._session_keys.add(proposal.key)
-        return self._trial(trial.number)
+
+    def finish_recorded(self) -> list[int]:
+        """Trials a dead driver left RUNNING after it had stored their whole record, all but
+        Optuna's final state (a crash between the two, or the journal's last line cut):
+        told as recorded, so a measured trial is kept. Whole means its constraint is set
+        (``record`` sets it after every user attribute: a COMPLETE, config-caused FAIL or
+        PRUNED record); the rest are ``recover_interrupted``'s."""
+        done = []
+        for t in self.pending_running():
+            if not any(k == "constraints" or k.startswith("constraints:") for k in t.system_attrs):
+                continue  # Optuna's keys of a set constraint (a list in studies recorded before Optuna 5)
+            try:
+                result = TrialResult.from_attrs(t.user_attrs)
+            except (TypeError, ValueError):
+                continue
+            if result.outcome == COMPLETE and _value(result) is None:
+                continue
+            self._tell(t.number, result, not_the_config=False)
+            done.append(t.number)
+        return done
 
     def defer(self, proposal: Proposal, reason: str) -> None:
         """Put a proposal back without launching it: recorded as not launched (uncounted,
@@ -735,6 +771,11 @@ class SearchPolicy:
     def in_flight(self) -> list[Proposal]:
         """Proposals handed out and not yet recorded."""
         return list(self._in_flight.values())
+
+
+def _value(result: TrialResult) -> float | None:
+    """The objective of a COMPLETE result: its value, else its decode tok/s."""
+    return result.value if result.value is not None else result.metrics.get("decode_tok_s")
 
 
 def _is_measurement(ua: dict[str, Any]) -> bool:

@@ -29,7 +29,14 @@ import optuna
 
 from orchestrator import bans as value_bans
 from orchestrator import correctness, logs, outcome, preflight, reference
-from orchestrator.errors import BadInput, CircuitOpen, NcclsweepError, RuntimeFailure
+from orchestrator.errors import (
+    BadInput,
+    CircuitOpen,
+    NcclsweepError,
+    RuntimeFailure,
+    StorageWriteError,
+    is_file_write_failure,
+)
 from orchestrator.executor import Executor, RayExecutor
 from orchestrator.lock import DriverLock
 from orchestrator.records import COMPLETE, FAIL, PRUNED, TrialResult
@@ -90,8 +97,10 @@ class Launch:
         return {"repeat": "baseline repeat", "reference-config": "reference config"}.get(self.kind, f"#{self.number}")
 
 
-def open_study(job, sampler: optuna.samplers.BaseSampler | None = None, create: bool = True) -> optuna.Study:
-    """Create or load the job's study; refuse one that exists with a different space."""
+def open_study(job, sampler: optuna.samplers.BaseSampler | None = None, create: bool = True,
+               say=None) -> optuna.Study:
+    """Create or load the job's study; refuse one that exists with a different identity
+    (``check_identity``). ``create=False``: only read an existing one (no write at all)."""
     from orchestrator.history import storage_for
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -109,24 +118,47 @@ def open_study(job, sampler: optuna.samplers.BaseSampler | None = None, create: 
                            file=str(job.path), key="study") from None
     study = optuna.create_study(study_name=job.study, storage=storage, sampler=sampler,
                                 direction="maximize", load_if_exists=True)
-    fingerprint = space_fingerprint(job)
-    existing = study.user_attrs.get(FINGERPRINT_ATTR)
-    if existing is None:
-        study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
-        study.set_user_attr("backend", job.backend.kind)
-    elif existing != fingerprint:
-        raise BadInput(
-            f"study {job.study!r} already exists in {job.storage} with a different search space or backend; "
-            f"give this job a new `study:` name (e.g. {job.study}-2) to fork, or delete {job.report_dir} to start over",
-            file=str(job.path), key="study")
+    check_identity(job, study, say or log.warning)
     return study
 
 
+def check_identity(job, study: optuna.Study, say) -> None:
+    """Is this job's study the stored one? Its identity is ``space_fingerprint``: a study
+    without one takes the job's; one stored by an earlier release (``legacy_fingerprint``,
+    which counted where the server is found) is upgraded; one without a finished trial
+    (nothing measured under the old settings) takes the job's, said in one line; any other
+    difference is refused (BadInput)."""
+    fingerprint = space_fingerprint(job)
+    existing = study.user_attrs.get(FINGERPRINT_ATTR)
+    if existing == fingerprint:
+        return
+    if existing is not None and existing != legacy_fingerprint(job):
+        if any(t.state.is_finished() for t in study.get_trials(deepcopy=False)):
+            raise BadInput(
+                f"study {job.study!r} already exists in {job.storage} with a different search space or backend; "
+                f"give this job a new `study:` name (e.g. {job.study}-2) to fork, or delete {job.report_dir} to "
+                "start over", file=str(job.path), key="study")
+        say(f"study {job.study!r} has no finished trial yet: it takes this job's backend settings and space")
+    study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
+    study.set_user_attr("backend", job.backend.kind)
+
+
 def space_fingerprint(job) -> str:
-    """What makes two runs the same study: backend kind + settings and the parameters."""
-    space = job.space
-    params = [(p.name, p.kind, list(p.choices or []), p.low, p.high, p.step, p.when) for p in space.params]
-    blob = json.dumps({"backend": job.backend.kind, "settings": job.backend.settings, "params": params},
+    """What makes two runs the same study: the backend kind, its settings except where the
+    server is found (``Backend.identity_settings``: a path to the same server is not another
+    study; each trial records the command and version it ran), and the parameters."""
+    return _fingerprint(job, job.backend_obj().identity_settings())
+
+
+def legacy_fingerprint(job) -> str:
+    """The fingerprint earlier versions of ncclsweep stored: every setting, locations included
+    (their studies open unchanged: ``check_identity`` upgrades it)."""
+    return _fingerprint(job, job.backend.settings)
+
+
+def _fingerprint(job, settings: dict) -> str:
+    params = [(p.name, p.kind, list(p.choices or []), p.low, p.high, p.step, p.when) for p in job.space.params]
+    blob = json.dumps({"backend": job.backend.kind, "settings": settings, "params": params},
                       sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
@@ -237,11 +269,28 @@ class StudyDriver:
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self) -> RunSummary:
+        """One invocation; a write into the study's folder that fails (disk full, quota,
+        read-only) stops it with one line naming the folder and the cause (exit 1)."""
+        try:
+            return self._run()
+        except StorageWriteError as exc:
+            raise self._write_stop(exc) from None
+        except OSError as exc:
+            if not is_file_write_failure(exc):
+                raise
+            folder = Path(exc.filename).parent if isinstance(exc.filename, str) else self.report_dir
+            raise self._write_stop(StorageWriteError(folder, exc)) from None
+
+    def _write_stop(self, exc: StorageWriteError) -> RuntimeFailure:
+        return RuntimeFailure(f"stopping: {exc.where}; every record written before is kept: {exc.hint}, then "
+                              f"`ncclsweep run {self.job.path}` resumes the study")
+
+    def _run(self) -> RunSummary:
         from orchestrator.samplers import make_sampler, startup_trials
         from orchestrator.search import SearchPolicy
 
         job = self.job
-        created = not self.report_dir.exists()
+        created = [d for d in (self.report_dir, *self.report_dir.parents) if not d.exists()]
         self.report_dir.mkdir(parents=True, exist_ok=True)
         lock = DriverLock(self.report_dir / "driver.lock")
         lock.acquire()
@@ -257,7 +306,10 @@ class StudyDriver:
                                          n_startup_trials=job.sampler.n_startup_trials, options=job.sampler.options)
             except ValueError as exc:
                 raise BadInput(str(exc), file=str(job.path), key="sampler") from None
-            study = open_study(job, sampler)
+            self._preflight(executor)  # before the study is opened: a refused run creates or changes nothing
+            new_journal = job.journal_path is not None and not job.journal_path.exists()
+            study = open_study(job, sampler, say=self.say)
+            self._empty_study = (study, new_journal) if not study.get_trials(deepcopy=False) else None
             baseline = job.baseline_config()  # exactly the job's baseline: nothing sampled, same on every seed
             self._baseline_config = baseline
             policy = SearchPolicy(study, self._space(baseline), self.backend.normalize, baseline=baseline,
@@ -269,6 +321,8 @@ class StudyDriver:
             killed = executor.cleanup_orphans(self.registry_dir)
             if killed:
                 self.say(f"ended {len(killed)} server(s) left behind by a previous driver")
+            for number in policy.finish_recorded():
+                self.say(f"#{number} was left running by a dead driver after its result was stored: kept as recorded")
             for number in policy.recover_interrupted():
                 self.say(f"#{number} was left running by a dead driver: marked interrupted, re-queued")
             if self.trials is not None and policy.budget_used() >= self.trials:
@@ -276,16 +330,46 @@ class StudyDriver:
                 summary = RunSummary("budget reached", best=self._best_summary(policy))
                 self.say(self._next_steps(summary))
                 return summary
-            self._preflight(executor)
             return self._loop(study, policy, executor)
+        except BaseException:
+            self._forget_unlaunched()
+            raise
         finally:
-            if getattr(self, "_held", None):  # gate failures held when the run stopped: record them
-                self._release_held(self._policy)
-            if executor is not None and self._owns_executor:
-                executor.shutdown()
-            lock.release()
-            if created and not any(self.report_dir.iterdir()):
-                self.report_dir.rmdir()  # nothing happened: leave no empty study folder
+            try:
+                if getattr(self, "_held", None):  # gate failures held when the run stopped: record them
+                    self._release_held(self._policy)
+            except StorageWriteError:
+                log.debug("could not record the held gate failures", exc_info=True)
+            finally:
+                if executor is not None and self._owns_executor:
+                    executor.shutdown()
+                lock.release()
+                for folder in created:  # nothing happened: leave no empty study folder (nor its parents made here)
+                    if any(folder.iterdir()):
+                        break
+                    folder.rmdir()
+
+    def _forget_unlaunched(self) -> None:
+        """A run refused before anything ran (the golden reference file unusable, the
+        pre-screen refused, Ctrl-C at start) leaves no study it created: nothing was measured
+        under these settings, and a fixed job must find none to clash with."""
+        from orchestrator.history import storage_for
+
+        empty, self._empty_study = getattr(self, "_empty_study", None), None
+        if empty is None:
+            return
+        study, new_journal = empty
+        try:
+            if study.get_trials(deepcopy=False):
+                return
+            storage = storage_for(self.job.storage)
+            path = self.job.journal_path
+            if new_journal and path is not None and optuna.get_all_study_names(storage) == [self.job.study]:
+                path.unlink(missing_ok=True)  # the journal this run made, and it holds nothing else
+            else:
+                optuna.delete_study(study_name=self.job.study, storage=storage)
+        except Exception:  # the refusal is what the user must see
+            log.debug("could not remove the study this run created", exc_info=True)
 
     def _preflight(self, executor: Executor) -> None:
         """Before the first launch: does every node have what the trials need? One line per
@@ -380,11 +464,16 @@ class StudyDriver:
                     policy.record(proposal, TrialResult.failed(proposal.config, "interrupted", reason))
                     policy.requeue(proposal)
                     self.say(f"  #{proposal.trial.number} -> interrupted: {reason}; re-queued")
+                except StorageWriteError:  # the stop line says why; the next run recovers it
+                    log.debug("could not record #%s as interrupted", proposal.trial.number, exc_info=True)
                 except Exception as exc:  # noqa: BLE001 - recover_interrupted below catches it
                     log.warning("could not record #%s as interrupted: %s", proposal.trial.number, exc)
             in_flight.clear()
         try:
+            policy.finish_recorded()  # a record whose last write failed (a full disk) but had its result
             policy.recover_interrupted(reason)
+        except StorageWriteError:  # the stop line says why; the next run marks them interrupted
+            log.debug("trials left RUNNING", exc_info=True)
         except Exception as exc:  # noqa: BLE001 - the next run recovers them
             log.warning("trials left RUNNING, the next run marks them interrupted: %s", exc)
 
@@ -402,6 +491,7 @@ class StudyDriver:
         self._announce_bans(policy)
         repeats: list[str] = []  # node ids still to repeat the baseline on (comparability across nodes)
         while True:
+            logs.check_driver_log()  # a driver.log that cannot be written stops the run like the journal
             stop_starting = signals.count > 0 or (deadline is not None and time.monotonic() >= deadline)
             if signals.count > 1 and in_flight:
                 executor.cancel_all()
@@ -668,6 +758,8 @@ class StudyDriver:
 
     def _breaker(self, final: outcome.Final) -> None:
         result = final.result
+        if result.metrics.get("write_failed"):  # the trial could not write into the study's folder
+            raise StorageWriteError.from_dict(result.metrics["write_failed"])
         if result.metrics.get("gpus_usable") is False:
             raise CircuitOpen("stopping: the GPUs were not usable after a teardown "
                               f"({'; '.join(result.warnings[-1:])}); check nvidia-smi for stuck processes "

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from orchestrator import bench, gpus, nccl
 from orchestrator.backends import get_backend_class
+from orchestrator.errors import StorageWriteError, is_file_write_failure
 from orchestrator.records import COMPLETE, PRUNED, Config, TrialResult
 from orchestrator.server import (
     ReadyTimeout,
@@ -111,7 +112,8 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
                                           and backend.gpus_per_trial(spec.config) > 1):
             # NCCL ran (or should have): did it take what was asked? (gloo on CPU has no NCCL)
             result.warnings.extend(nccl.verify_applied(requested, result.nccl))
-        result.server.update(argv=launch.argv, env=env, port=port, log=str(log_path))
+        result.server.update(argv=launch.argv, env=env, port=port, log=str(log_path),
+                             **server_identity(backend, launch, env))
         if spec.device_check:
             ok, why = gpus.usable()
             result.metrics["gpus_usable"] = ok
@@ -207,10 +209,37 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         result = TrialResult(outcome=outcome, config=spec.config, value=metrics["decode_tok_s"], metrics=metrics,
                              outputs=outputs, server=server_info, warnings=warnings, failure_reason=reason, **common)
         return finish(result)
-    except SpawnFailed as exc:  # the command or its interpreter is missing on this node: not the config's fault
-        return failed("env-error", f"{exc} (on {node.get('hostname')}: is the server installed on this node?)")
     except Exception as exc:  # noqa: BLE001 - a trial never takes the actor down
+        full = write_failure(exc, Path(spec.log_dir).parent)
+        if full is not None:  # the study's folder refused a write (disk full): the driver stops the study
+            result = failed("env-error", full.where)
+            result.metrics["write_failed"] = full.to_dict()
+            return result
+        if isinstance(exc, SpawnFailed):  # the command or its interpreter is missing here: not the config's fault
+            return failed("env-error", f"{exc} (on {node.get('hostname')}: is the server installed on this node?)")
         return failed("bench-error", f"{type(exc).__name__}: {exc}")
+
+
+def server_identity(backend, launch, env: dict[str, str]) -> dict[str, str | None]:
+    """Which server this trial ran: the command as it resolved on this node and the release
+    the backend reports (where the server is found is not part of a study's identity, so
+    each trial keeps it: ``Backend.identity_settings``)."""
+    from orchestrator.preflight import resolve
+
+    command = launch.argv[0] if launch.argv else None
+    return {"command": resolve(command, {**os.environ, **env}) if command else None, "version": backend.version()}
+
+
+def write_failure(exc: BaseException, folder: Path) -> StorageWriteError | None:
+    """The failed write into the study's folder behind ``exc`` (its cause chain), if any."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, StorageWriteError):
+            return seen
+        if isinstance(seen, OSError) and is_file_write_failure(seen):
+            return StorageWriteError(Path(seen.filename).parent if isinstance(seen.filename, str) else folder, seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _bench_failure(failed, proc: ServerProcess, decode, error: str | None = None,

@@ -14,6 +14,7 @@ from contextlib import redirect_stderr
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import write_job
 from orchestrator import outcome, preflight
@@ -67,7 +68,7 @@ def test_missing_server_command_stops_at_preflight_then_the_fixed_run_measures_t
     assert code == 1, err
     assert lines[first] == "ncclsweep: error: pre-flight failed on 1 of 1 node(s); nothing was launched:", err
     assert len(lines) == first + 2 and str(exe) in lines[-1] and "not found on this node's PATH" in lines[-1]
-    assert trial_rows(open_study(load_job(job_path), create=False)) == []
+    assert not (tmp_path / "reports").exists()  # a run refused before any launch creates no study
 
     wrapper(tmp_path)  # the fix: the command exists on the node
     code, err = run_cli("run", str(job_path))
@@ -77,6 +78,42 @@ def test_missing_server_command_stops_at_preflight_then_the_fixed_run_measures_t
     base = next(r for r in rows if r.is_baseline)
     assert base.state == "COMPLETE" and base.value > 0 and base.counted
     no_config_banned(job)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["command", "refserver"])
+def test_the_full_path_the_preflight_advises_is_taken_and_the_next_run_measures_the_baseline(
+        tmp_path, ray_local, no_leftover_servers, kind):
+    """The issue's path: the server is not where the job says; pre-flight refuses and says
+    to set its full path; the user does; the next run measures the baseline (the server's
+    location is not part of the study's identity, and the refused run left no study)."""
+    exe = wrapper(tmp_path)  # installed, but not on PATH
+    if kind == "command":
+        job_path = command_job(tmp_path, Path(SERVER), budget={"trials": 1})  # a bare name: not found
+        fixed, found = {"argv": [str(exe)]}, str(exe)
+    else:
+        missing = str(tmp_path / "venv" / "python")
+        job_path = write_job(tmp_path, study="env", budget={"trials": 1}, backend={
+            "kind": "refserver", "settings": {"model": "tiny", "device": "cpu", "python": missing}})
+        fixed, found = {"python": sys.executable}, sys.executable
+    code, err = run_cli("run", str(job_path))
+    assert code == 1 and "not found on this node's PATH" in err and "to its full path" in err, err
+    assert not (tmp_path / "reports").exists()
+
+    doc = yaml.safe_load(job_path.read_text())
+    settings = doc["backend"]["settings"]
+    if "argv" in fixed:
+        settings["argv"] = fixed["argv"] + settings["argv"][1:]
+    else:
+        settings.update(fixed)
+    job_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code, err = run_cli("run", str(job_path))
+    assert code == 0, err
+    job = load_job(job_path)
+    (base,) = trial_rows(open_study(job, create=False))
+    assert base.is_baseline and base.state == "COMPLETE" and base.value > 0 and base.counted
+    server = base.to_json()["server"]  # what `status --json` shows: the server this trial ran
+    assert server["command"] == found and server["version"] == job.backend_obj().version()
 
 
 @pytest.mark.slow

@@ -21,6 +21,10 @@ Contract (what the trial runner relies on):
 
 Readiness is ``GET health_path`` answering ``ready_status`` while the process lives.
 
+Where the server is found (``LOCATION_SETTINGS``: ``python``, ``executable``) is not part
+of what a study measures: ``identity_settings()`` leaves it out of the study's identity,
+and every trial records the command it resolved and ``version()`` instead.
+
 Optional: ``version()`` (the server's release, for the records), ``installed_release()``
 (class level: the release installed beside ncclsweep, which ``doctor`` lists),
 ``diagnose()`` (what ``doctor`` says about this job's server), ``device()``,
@@ -71,10 +75,18 @@ class Backend(abc.ABC):
     """How to start one kind of server for a configuration (see module docstring)."""
 
     kind: ClassVar[str]
+    # settings that say where the server is found, not what it computes (module docstring)
+    LOCATION_SETTINGS: ClassVar[tuple[str, ...]] = ("python", "executable")
 
     def __init__(self, settings: dict[str, Any] | None, job_file: str | None = None):
         self.settings = dict(settings or {})
         self.job_file = job_file
+
+    def identity_settings(self) -> dict[str, Any]:
+        """The settings that make a study what it is: all but where the server is found
+        (a full path instead of a PATH lookup, another install of the same server). Which
+        release ran is in each trial's record (``server.version``), not here."""
+        return {k: v for k, v in self.settings.items() if k not in self.LOCATION_SETTINGS}
 
     # ---- helpers shared by all backends -------------------------------------------------
     def bad(self, key: str, message: str) -> BadInput:

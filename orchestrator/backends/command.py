@@ -133,6 +133,13 @@ class CommandBackend(Backend):
         return {"argv": ["{python}", "-m", "orchestrator.refserver", "--model", "tiny", "--device", "cpu",
                          "--tp", "{tp_size}", "--host", "{host}", "--port", "{port}"], "model_name": "tiny"}
 
+    def identity_settings(self) -> dict[str, Any]:
+        """``argv[0]`` (the program, as found on PATH or by its path) is where the server is
+        found, like ``python``: the rest of the template is what it runs."""
+        out = super().identity_settings()
+        out["argv"] = list(self.argv[1:])
+        return out
+
     def version(self) -> str | None:
         value = self.settings.get("version")
         return None if value is None else str(value)

@@ -25,6 +25,7 @@ def trials_frame(rows: list[TrialRow]):
             "correctness_reason": (r.correctness or {}).get("reason"),
             "warnings": " | ".join(r.warnings), "nccl": r.nccl_summary,
             "optuna_state": r.optuna_state,
+            "server_command": (r.server or {}).get("command"), "server_version": (r.server or {}).get("version"),
         }
         for k, v in sorted((r.params or {}).items()):
             rec[f"param.{k}"] = v

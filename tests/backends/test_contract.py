@@ -159,3 +159,31 @@ def test_bad_settings_and_configs_raise_the_one_error_type(kind):
         with pytest.raises(ConfigRejected) as rejected:
             backend.check_config(config)
         assert rejected.value.key == key and JOB in str(rejected.value)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_where_the_server_is_found_is_not_part_of_its_identity(kind):
+    """A full path instead of a PATH lookup, another install of the same server: the same
+    study (each trial records the command and version it ran); every other setting counts."""
+    cls = get_backend_class(kind)
+    base = cls(cls.example_settings(), JOB)
+    moved = 0
+    for key in cls.LOCATION_SETTINGS:
+        for value in ("/opt/a/bin/server", "/elsewhere/python3"):
+            try:
+                other = cls({**cls.example_settings(), key: value}, JOB)
+            except BadInput:
+                break  # not a setting of this backend
+            assert other.identity_settings() == base.identity_settings(), (key, value)
+            moved += 1
+    if kind == "command":
+        argv = list(cls.example_settings()["argv"])
+        other = cls({**cls.example_settings(), "argv": ["/usr/local/bin/python3", *argv[1:]]}, JOB)
+        assert other.identity_settings() == base.identity_settings()
+        changed = cls({**cls.example_settings(), "argv": [*argv, "--threads", "2"]}, JOB)
+        assert changed.identity_settings() != base.identity_settings()
+        moved += 1
+    assert moved or kind not in BUILTIN, f"{kind}: no setting says where its server is"
+    kept = {k: v for k, v in base.settings.items() if k not in cls.LOCATION_SETTINGS}
+    assert {k: v for k, v in base.identity_settings().items() if k != "argv"} == \
+        {k: v for k, v in kept.items() if k != "argv"}

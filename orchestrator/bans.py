@@ -145,9 +145,10 @@ def wrong_output_values(rows: list[TrialRow]) -> dict[tuple[str, Any], str]:
             if pair in out:
                 continue
             rows_ = [r for r in wrong if pair in suspects[r.number]]
-            out[pair] = (f"{len(rows_)} launches of different configs with it gave wrong output, none with it passed "
-                         f"the correctness gate, and nothing else they share was ever right (wrong-output: "
-                         f"{(a.failure_reason or '')[:100]}; trials {', '.join(str(r.number) for r in rows_)})")
+            out[pair] = (f"{len(rows_)} launches of different configs with it gave wrong output (trials "
+                         f"{', '.join(str(r.number) for r in rows_)}), none with it passed the correctness gate, and "
+                         f"every other value trials {a.number} and {b.number} share did (wrong-output: "
+                         f"{(a.failure_reason or '')[:100]})")
     return out
 
 

@@ -771,7 +771,7 @@ class StudyDriver:
         best = summary.best
         head = f"{summary.reason}: {policy.budget_used()} trials counted, {summary.launched} launched this run"
         if not best:
-            return head + "; no completed trial yet"
+            return head + "; no config may be called best yet"
         params = " ".join(f"{k}={v}" for k, v in (best["config"] or {}).items())
         return f"{head}; best #{best['number']}: {best['value']:.1f} tok/s with {params or '(defaults)'}"
 
@@ -788,8 +788,8 @@ class StudyDriver:
             why = reference.disputed(trial_rows(self._policy.study)) if getattr(self, "_policy", None) else None
             if why:
                 return (f"no config is called best: {why}; check the baseline's output in the trial logs in "
-                        f"{_shown_dir(self.log_dir)} and `ncclsweep status {job}`; `ncclsweep run {job}` goes on "
-                        "comparing with it")
+                        f"{_shown_dir(self.log_dir)} and `ncclsweep status {job}`; `ncclsweep run {job} --trials N` "
+                        "compares more configs with it")
             return (f"no config passed yet: see `ncclsweep status {job}` and the trial logs in "
                     f"{_shown_dir(self.log_dir)}")
         base = best.get("baseline")

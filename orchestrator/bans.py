@@ -1,5 +1,6 @@
-"""Learning from crashes at the value level: a parameter value that keeps crashing servers
-at start, for a reason their logs attribute to it, is not proposed again.
+"""Learning from failures at the value level: a parameter value that keeps crashing servers
+at start, for a reason their logs attribute to it, or that keeps giving wrong output, is
+not proposed again.
 
 A config-caused failure bans that one config; a value that cannot work (``NCCL_ALGO=NVLS``
 without NVSwitch, a token NCCL refuses) would still be launched once in every config that
@@ -18,6 +19,20 @@ carries it. So, over the study's launched trials (``history`` rows, normalized p
   fault still counts for a value it carried (it did not get past start-up either): a
   value that never started is banned after at most 2 launches, a bystander never (it
   started elsewhere, or no log names it).
+
+Wrong output has no log line to name its cause, so a value is judged by what passed:
+
+- a value is *cleared* once a launch that carried it passed the correctness gate (COMPLETE
+  or PRUNED, its output not found wrong);
+- a value is banned once two ``wrong-output`` launches of different configs carried it
+  and it is the only value never cleared that the two share (then nothing else they have
+  in common can be why both were wrong: a bystander that the two happen to share, and
+  that has not been cleared yet, is never banned with it; the ban waits for another pair);
+- only while the golden reference is sound (``reference.vindicated``: a config other than
+  its own passed the gate): against a reference that may itself be wrong, a gate failure
+  says nothing about the value (the driver holds such failures until then, and the
+  reference's outvote rule judges them). Failures that were not the config's fault
+  (blameless, uncounted, against an outvoted reference) never count.
 
 ``banned_values(rows)`` -> {(param, value): reason}; ``hit(config, bans)`` says which ban
 a (normalized) config carries. The search policy leaves such configs out of what it
@@ -73,7 +88,8 @@ def _started(row: TrialRow) -> bool:
 
 
 def banned_values(rows: list[TrialRow]) -> dict[tuple[str, Any], str]:
-    """{(param, value): why} for values that consistently crashed servers at start."""
+    """{(param, value): why} for values that consistently crashed servers at start or gave
+    wrong output (``wrong_output_values``)."""
     launched = [r for r in rows if r.counted and r.cached_from is None and not r.skipped]
     carried: dict[tuple[str, Any], list[TrialRow]] = {}  # start failures of launches with the value
     named: set[tuple[str, Any]] = set()  # values some start failure's log attributes it to
@@ -91,6 +107,48 @@ def banned_values(rows: list[TrialRow]) -> dict[tuple[str, Any], str]:
             out[pair] = (f"{len(rows_)} launches with it failed at start, and none got past it ({first.failure_kind}: "
                          f"{(first.failure_reason or '')[:100]}; trials "
                          f"{', '.join(str(r.number) for r in rows_)})")
+    for pair, why in wrong_output_values(rows).items():
+        out.setdefault(pair, why)
+    return out
+
+
+def _passed(row: TrialRow) -> bool:
+    """A launch whose output was not found wrong (a COMPLETE or PRUNED trial passed the gate
+    or had none to pass)."""
+    return row.state in ("COMPLETE", "PRUNED") and (row.correctness or {}).get("ok") is not False
+
+
+def _gave_wrong_output(row: TrialRow) -> bool:
+    """A counted launch whose output the gate refused (never one against an outvoted reference)."""
+    corr = row.correctness or {}
+    return (row.state == "FAIL" and row.failure_kind == "wrong-output" and not corr.get("reference")
+            and not corr.get("outvoted_reference"))
+
+
+def wrong_output_values(rows: list[TrialRow]) -> dict[tuple[str, Any], str]:
+    """{(param, value): why} for values that gave wrong output (module docstring)."""
+    from orchestrator.reference import vindicated
+
+    if not vindicated(rows):
+        return {}
+    launched = [r for r in rows if r.cached_from is None and not r.skipped]
+    cleared = {_key(k, v) for r in launched if _passed(r) for k, v in (r.params or {}).items()}
+    wrong = [r for r in launched if r.counted and _gave_wrong_output(r)]
+    suspects = {r.number: {_key(k, v) for k, v in (r.params or {}).items()} - cleared for r in wrong}
+    out: dict[tuple[str, Any], str] = {}
+    for i, a in enumerate(wrong):
+        for b in wrong[i + 1:]:
+            common = suspects[a.number] & suspects[b.number]
+            if a.config_key == b.config_key or len(common) != 1:
+                continue
+            pair = next(iter(common))
+            if pair in out:
+                continue
+            rows_ = [r for r in wrong if pair in suspects[r.number]]
+            out[pair] = (f"{len(rows_)} launches of different configs with it gave wrong output (trials "
+                         f"{', '.join(str(r.number) for r in rows_)}), none with it passed the correctness gate, and "
+                         f"every other value trials {a.number} and {b.number} share did (wrong-output: "
+                         f"{(a.failure_reason or '')[:100]})")
     return out
 
 

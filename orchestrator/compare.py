@@ -76,6 +76,12 @@ def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = 
     ranked = best_rows(rows, 1)
     best = ranked[0] if ranked else None
     if base is None or best is None:
+        from orchestrator.reference import disputed
+
+        why = disputed(rows)
+        if why:
+            raise RuntimeFailure(f"nothing to compare: {why}; no config is best while the golden reference is in "
+                                 "question")
         raise RuntimeFailure("compare needs a completed baseline and a completed best trial; run the study first")
     others = _also_rows(rows, best, base, also)
     levels = levels or list(job.bench.concurrency)

@@ -39,6 +39,8 @@ NOISE_MULTIPLIER = 5.0
 # A differing greedy token is a rounding near-tie when the trial ranks the reference's
 # token at most this far (in nats) below its own pick: e^-1, i.e. "nearly as likely".
 NEAR_TIE_NATS = 1.0
+# How a verdict that failed on the greedy text begins (``text_differs``).
+TEXT_DIFFERS = "greedy output differs from the reference"
 
 
 @dataclass
@@ -124,7 +126,7 @@ def compare(golden: Golden, outputs: dict[str, Any]) -> dict[str, Any]:
                if margin == float("inf") else f"; no near-tie: the reference's token is {margin:.3g} nats below "
                "this config's pick")
         result.update(ok=False, reason=(
-            f"greedy output differs from the reference on prompt {bad} at character {pos}: "
+            f"{TEXT_DIFFERS} on prompt {bad} at character {pos}: "
             f"got {got[pos:pos + 24]!r}, expected {want[pos:pos + 24]!r}{why}"))
     drifts = [d for d in (mean_abs_drift(a, b) for a, b in zip(golden.logprobs, outputs.get("logprobs") or []))
               if d is not None]
@@ -135,6 +137,12 @@ def compare(golden: Golden, outputs: dict[str, Any]) -> dict[str, Any]:
             f"log-probabilities of the reference text drift by {drifts[worst]:.3g} nats/token on prompt "
             f"{worst} (tolerance {golden.tolerance:.3g}, calibrated from the reference)"))
     return result
+
+
+def text_differs(verdict: dict[str, Any]) -> bool:
+    """A gate verdict (``compare``) that failed on the greedy text itself, not only on the
+    log-probabilities: the kind of failure that can outvote the reference."""
+    return verdict.get("ok") is False and str(verdict.get("reason") or "").startswith(TEXT_DIFFERS)
 
 
 def judge(golden: Golden, result):

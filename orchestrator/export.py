@@ -343,7 +343,8 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
     """Render the ``top`` best configs in ``fmt`` (see module docstring); text ends with a newline.
 
     Raises BadInput for an unknown format or ``top < 1``, RuntimeFailure when no trial
-    completed (or ``cmd`` cannot be built).
+    completed, when the golden reference is disputed (``reference.disputed``: no config is
+    then best, the baseline included), or when ``cmd`` cannot be built.
     """
     if fmt not in FORMATS:
         raise BadInput(f"format must be one of {', '.join(FORMATS)}, not {brief(fmt)}", key="--format")
@@ -351,6 +352,12 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
         raise BadInput(f"--top must be a positive integer, not {brief(top)}", key="--top")
     best = best_rows(rows, top)
     if not best:
+        from orchestrator.reference import disputed
+
+        why = disputed(rows)
+        if why:
+            raise RuntimeFailure(f"nothing to export: {why}; no config is exported as best while the golden "
+                                 "reference is in question")
         raise RuntimeFailure("no completed trial to export")
     backend = resolve_backend(job, backend)
     if fmt in ("yaml", "json"):

@@ -254,7 +254,8 @@ def trial_rows(study: optuna.Study) -> list[TrialRow]:
     study_attrs = getattr(study, "user_attrs", None) or {}
     rows = [_row(t, trial_attrs(t, study_attrs)) for t in trials]
     outvoted = set(study_attrs.get("outvoted_references") or [])
-    rows = [replace(r, correctness={**r.correctness, "ok": False, "reason": "outvoted as the golden reference"})
+    rows = [replace(r, correctness={**r.correctness, "ok": False, "outvoted": True,
+                                    "reason": "outvoted as the golden reference"})
             if r.number in outvoted else r for r in rows]  # a golden reference later trials outvoted was wrong
     hosts = _hosts_with_concurrent_nodes(rows)
     return [replace(r, node=f"{r.node}/{r.node_id[:8]}") if r.node in hosts and r.node_id else r for r in rows]
@@ -444,7 +445,11 @@ def format_status(rows: list[TrialRow], width: int | None = None) -> str:
         ratio = f", {b.value / base_value:.2f}x baseline" if base_value else ""
         lines.append(f"best: trial {b.number} {b.value:.2f} tok/s{ratio}  {short_params(b.params)}")
     else:
-        lines.append("best: none yet (no COMPLETE trial that passed the correctness gate)")
+        from orchestrator.reference import disputed
+
+        why = disputed(rows)
+        lines.append(f"best: none: {why}" if why else
+                     "best: none yet (no COMPLETE trial that passed the correctness gate)")
     return "\n".join(lines)
 
 

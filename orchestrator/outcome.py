@@ -21,7 +21,9 @@ into the *final* outcome the study records, in this order, each step a
    failure is the config's: counted, cached, banned.
 
 ``rankable(rows)`` is the one rule for which trials may be ranked (the driver's best so
-far and pruning threshold, ``history.best_rows``, export, report, importance).
+far and pruning threshold, ``history.best_rows``, export, report, importance): never a
+config that computed wrong results, nor, while the golden reference is disputed
+(``reference.disputed``), the reference's own config.
 docs/architecture.md has the whole table.
 """
 
@@ -155,19 +157,30 @@ def reference_failed(result: TrialResult, reason: str) -> Final:
 
 def failed_correctness(row: TrialRow) -> bool:
     """This row shows its config computes wrong results (a reference that failed its own
-    check says nothing about the config: the next run measures it again)."""
+    check says nothing about the config: the next run measures it again; nor does a gate
+    failure against a reference it outvoted)."""
     corr = row.correctness or {}
-    if corr.get("reference") and not row.counted:
+    if (corr.get("reference") and not row.counted) or corr.get("outvoted_reference"):
         return False
     return corr.get("ok") is False or corr.get("passed") is False or row.failure_kind in WRONG_RESULT_KINDS
 
 
 def tainted_keys(rows: Iterable[TrialRow]) -> dict[str, int]:
-    """config key -> first trial number that showed the config computes wrong results."""
+    """config key -> first trial number that showed the config computes wrong results, or
+    put its output in question: while the golden reference is disputed
+    (``reference.disputed``), the reference's own config too, under the first trial that
+    disagreed with it."""
+    from orchestrator import reference
+
+    rows = list(rows)
     out: dict[str, int] = {}
     for r in rows:
         if failed_correctness(r):
             out.setdefault(r.config_key, r.number)
+    if reference.disputed(rows):
+        against = [r.number for r in reference.gate_failures(rows)]
+        for r in reference.references(rows):
+            out.setdefault(r.config_key, min(against, default=r.number))
     return out
 
 

@@ -26,13 +26,28 @@ checks:
   the baseline, the reference server's ``garbage`` fault) cannot be told from a correct
   random-weight model by its text. It shows when the first configs compared with it,
   *different configs that agree with each other*, all differ from it: two such trials
-  before any trial passed the gate stop the study (the reference is the odd one out).
+  before any trial passed the gate stop the study (the reference is the odd one out),
+  unless their agreement may be a setting's doing: ``shared_departure``, the one rule for
+  that (a value both set that neither the baseline nor the backend's defaults have;
+  returning to a default, the healthy ``backend.fault: none`` or ``tp_size: 1``, is not a
+  departure, nor is leaving out a setting the baseline has).
+
+And over the study's rows (``history`` rows), for every reader:
+
+- ``vindicated(rows)``: a config other than the reference's own passed the gate, so the
+  reference agrees with an independent config and its verdicts stand (the driver holds
+  gate failures until then; ``bans`` learns from wrong output only then);
+- ``disputed(rows)``: why the reference's own correctness is in question (it was
+  outvoted, or configs failed the gate on their text and none passed): no config is then
+  called best (``outcome.tainted_keys``), and ``export`` refuses with that line.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Iterable
+from typing import Any
 
 # A prompt's output is a cycle when it is one unit of at most this many tokens repeated
 # over at least MIN_CYCLE_UNITS units.
@@ -122,22 +137,90 @@ def unusable(golden, allow_repetitive: bool = False) -> tuple[str | None, list[s
     return None, warnings
 
 
-def outvoted(reference_texts: list[str], failed: list[tuple[int, str, list[str] | None]]) -> str | None:
+_NONE = object()
+
+
+def shared_departure(a: dict[str, Any], b: dict[str, Any], base: dict[str, Any],
+                     defaults: dict[str, Any]) -> str | None:
+    """The parameter two (normalized) configs both set to one value that is neither the
+    baseline's nor the backend's default (``Backend.default_values``), or None.
+
+    Their agreement may then be that setting's doing, so it is no vote against the
+    reference. A value that is the server's own default is not a departure even where the
+    baseline sets another one (the baseline departs there, not they), nor is a parameter
+    both leave out (its default, e.g. NCCL settings dropped at TP 1)."""
+    for name in sorted(set(a) & set(b)):
+        value = a[name]
+        if b[name] == value and base.get(name, _NONE) != value and defaults.get(name, _NONE) != value:
+            return name
+    return None
+
+
+def outvoted(reference_texts: list[str], failed: list[tuple[int, str, list[str] | None]],
+             related: Callable[[int, int], bool] | None = None) -> str | None:
     """Why the reference looks wrong, or None.
 
     ``failed``: (trial number, config key, greedy texts) of the trials compared with the
     reference so far, all of which failed the gate on their greedy text (the caller stops
     collecting once one passes). ``OUTVOTE_TRIALS`` distinct configs with the same texts,
-    which differ from the reference's, outvote it."""
+    which differ from the reference's, outvote it; ``related(n, m)`` (trial numbers) says
+    that two of them may agree for a shared reason (``shared_departure``): such a pair is
+    no vote."""
     by_texts: dict[tuple[str, ...], dict[str, int]] = {}
     for number, key, texts in failed:
         if texts and len(texts) == len(reference_texts) and list(texts) != list(reference_texts):
             by_texts.setdefault(tuple(texts), {}).setdefault(key, number)
     for shared, configs in by_texts.items():
-        if len(configs) >= OUTVOTE_TRIALS:
-            numbers = sorted(configs.values())
+        numbers = sorted(configs.values())
+        voters = sorted({n for x in numbers for y in numbers
+                         if x < y and not (related and related(x, y)) for n in (x, y)})
+        if len(voters) >= OUTVOTE_TRIALS:
             i = next(j for j, (a, b) in enumerate(zip(shared, reference_texts)) if a != b)
-            return (f"trials {', '.join(map(str, numbers))} (different configs) agree with each other and all differ "
+            return (f"trials {', '.join(map(str, voters))} (different configs) agree with each other and all differ "
                     f"from the reference on prompt {i} ({shared[i][:24]!r} vs {reference_texts[i][:24]!r}): the "
                     "reference is the odd one out")
     return None
+
+
+# ---- the reference's standing, read from the study's rows ---------------------------------------
+
+def references(rows: Iterable[Any]) -> list[Any]:
+    """The launches that captured a golden reference (oldest first)."""
+    return [r for r in rows if (r.correctness or {}).get("reference") and r.cached_from is None]
+
+
+def vindicated(rows: Iterable[Any]) -> bool:
+    """A config other than the reference's own passed the correctness gate."""
+    rows = list(rows)
+    own = {r.config_key for r in references(rows)}
+    return any((r.correctness or {}).get("ok") is True and not (r.correctness or {}).get("reference")
+               and r.config_key not in own for r in rows)
+
+
+def gate_failures(rows: Iterable[Any]) -> list[Any]:
+    """Launched, counted trials whose greedy text differed from the reference's."""
+    from orchestrator.correctness import text_differs
+
+    return [r for r in rows if r.counted and r.cached_from is None and r.failure_kind == "wrong-output"
+            and not (r.correctness or {}).get("reference") and text_differs(r.correctness or {})]
+
+
+def disputed(rows: Iterable[Any]) -> str | None:
+    """Why the golden reference's own correctness is in question, or None (module docstring)."""
+    rows = list(rows)
+    refs = references(rows)
+    latest = refs[-1] if refs else None
+    if latest is not None and (latest.correctness or {}).get("outvoted"):
+        voters = [r.number for r in rows if (r.correctness or {}).get("outvoted_reference")]
+        by = f" by trials {', '.join(map(str, voters))}" if voters else ""
+        return (f"the golden reference (trial {latest.number}) was outvoted{by}: different configs agree with each "
+                "other and not with it, so its own output looks wrong")
+    if vindicated(rows):
+        return None
+    failed = [r.number for r in gate_failures(rows)]
+    if not failed:
+        return None
+    which = f"trial {latest.number}" if latest is not None else "correctness.reference"
+    return (f"trial{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))} failed the correctness gate and no "
+            f"other config passed it: either {'they are' if len(failed) > 1 else 'it is'} wrong or the golden "
+            f"reference ({which}) is")

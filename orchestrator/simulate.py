@@ -50,6 +50,7 @@ from typing import Any
 import optuna
 from optuna.distributions import CategoricalDistribution
 
+from orchestrator.correctness import TEXT_DIFFERS
 from orchestrator.errors import BadInput, brief
 from orchestrator.records import COMPLETE, FAILURE_KINDS, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult, config_key
 from orchestrator.samplers import SAMPLER_NAMES, make_sampler, startup_trials
@@ -535,16 +536,23 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
 
 def _replay_trial(row: Row, config: dict[str, Any], rng: random.Random, repeats: int,
                   threshold: float | None) -> TrialResult:
-    """Answer one launch from a table row: a failure, an early stop, or ``repeats`` draws."""
+    """Answer one launch from a table row: a failure, an early stop, or ``repeats`` draws.
+
+    A working row passed the correctness gate where it was measured, a ``wrong-output``
+    row failed it on its text: their verdicts say so, as a real trial's do, so the study's
+    value bans (``orchestrator.bans``) learn from them as in a real study."""
     if row.failure:
-        return TrialResult.failed(config, row.failure, "replayed from the table", metrics={"repeats": 0})
+        corr = ({"ok": False, "reason": f"{TEXT_DIFFERS} (replayed from the table)"}
+                if row.failure == "wrong-output" else {})
+        return TrialResult.failed(config, row.failure, "replayed from the table", metrics={"repeats": 0},
+                                  correctness=corr)
     first = rng.choice(row.samples)
     if early_stop([first], threshold):
-        return TrialResult(outcome=PRUNED, config=config, value=first,
+        return TrialResult(outcome=PRUNED, config=config, value=first, correctness={"ok": True},
                            metrics={"intermediate": first, "decode_samples": [first], "repeats": 1})
     samples = [first] + [rng.choice(row.samples) for _ in range(max(0, repeats - 1))]
     median = float(statistics.median(samples))
-    return TrialResult(outcome=COMPLETE, config=config, value=median,
+    return TrialResult(outcome=COMPLETE, config=config, value=median, correctness={"ok": True},
                        metrics={"decode_tok_s": median, "decode_samples": samples, "repeats": len(samples)})
 
 

@@ -424,6 +424,14 @@ class StudyDriver:
             return golden
         return None
 
+    def _reference_key(self, policy) -> str | None:
+        """The key of the config the golden reference came from (the baseline's, or the
+        config ``correctness.reference`` names; None: a reference file)."""
+        if self.job.correctness.reference_kind == "file":
+            return None
+        config = self._reference_config()
+        return self.baseline_key if config is None else policy.key_of(config)[1]
+
     def _reference_config(self) -> dict | None:
         """The config the job names as its reference when it is not the baseline, else None."""
         corr = self.job.correctness
@@ -485,8 +493,9 @@ class StudyDriver:
         if golden is None and job.correctness.enabled and self._reference_config() is not None:
             golden = self._reference_run(study, executor)
         self._held: list[tuple[Any, outcome.Final]] = []  # gate failures held while the reference is unproven
-        self._vindicated = any(t.user_attrs.get("correctness", {}).get("ok") and not t.user_attrs.get("is_reference")
-                               for t in study.get_trials(deepcopy=False))
+        from orchestrator.history import trial_rows
+
+        self._vindicated = reference.vindicated(trial_rows(study))  # a config other than the reference's passed
         self._announced: set = set()
         self._announce_bans(policy)
         repeats: list[str] = []  # node ids still to repeat the baseline on (comparability across nodes)
@@ -596,21 +605,28 @@ class StudyDriver:
     def _hold(self, study, policy, proposal, final: outcome.Final, golden) -> bool:
         """While no trial has passed the gate yet, a gate failure on the greedy text is held
         (not yet recorded): if ``reference.OUTVOTE_TRIALS`` distinct configs that share no
-        departure from the baseline agree with each other and all differ from the
+        departure from the baseline (``reference.shared_departure``: a value that is the
+        backend's default is none) agree with each other and all differ from the
         reference, the reference is the odd one out and the study stops. True: held."""
         r = final.result
         if r.outcome == COMPLETE and r.correctness.get("ok"):
-            self._vindicated = True
-            self._release_held(policy)
+            if proposal.key != self._reference_key(policy):  # the reference's own config proves nothing
+                self._vindicated = True
+                self._release_held(policy)
             return False
         texts = (r.outputs or {}).get("texts")
         if r.failure_kind != "wrong-output" or not texts or list(texts) == list(golden.texts):
             return False
         self._held.append((proposal, final))
         self._progress_end(policy, proposal, final.result)
-        votes = [(p.number, p.key, (f.result.outputs or {}).get("texts")) for p, f in self._held
-                 if not _shares_departure(p.config, proposal.config, self._baseline_config) or p is proposal]
-        why = reference.outvoted(golden.texts, votes)
+        configs = {p.number: p.config for p, _ in self._held}
+        defaults = self.backend.default_values()
+
+        def related(a: int, b: int) -> bool:
+            return reference.shared_departure(configs[a], configs[b], self._baseline_config, defaults) is not None
+
+        votes = [(p.number, p.key, (f.result.outputs or {}).get("texts")) for p, f in self._held]
+        why = reference.outvoted(golden.texts, votes, related)
         if why is None:
             self._breaker(final)  # a held failure is a failure: the circuit breaker counts it now
             return True
@@ -706,6 +722,8 @@ class StudyDriver:
         golden, why, warnings = self._golden_from(result)
         if golden is not None:
             golden.source = "config"
+        result = dataclasses.replace(result, correctness={**result.correctness, "ok": why is None, "reference": True,
+                                                          **({"reason": why} if why else {})})
         number = self._store_extra(study, result, config, {"reference_run": True, "is_reference": True})
         if why:
             raise RuntimeFailure(f"stopping: the golden reference is unusable: the reference config "
@@ -845,7 +863,7 @@ class StudyDriver:
         best = summary.best
         head = f"{summary.reason}: {policy.budget_used()} trials counted, {summary.launched} launched this run"
         if not best:
-            return head + "; no completed trial yet"
+            return head + "; no config may be called best yet"
         params = " ".join(f"{k}={v}" for k, v in (best["config"] or {}).items())
         return f"{head}; best #{best['number']}: {best['value']:.1f} tok/s with {params or '(defaults)'}"
 
@@ -857,6 +875,13 @@ class StudyDriver:
             return (f"stopped: `ncclsweep run {job}` continues the study; `ncclsweep status {job}` shows it "
                     f"so far (results in {_shown_dir(self.report_dir)})")
         if best is None:
+            from orchestrator.history import trial_rows
+
+            why = reference.disputed(trial_rows(self._policy.study)) if getattr(self, "_policy", None) else None
+            if why:
+                return (f"no config is called best: {why}; check the baseline's output in the trial logs in "
+                        f"{_shown_dir(self.log_dir)} and `ncclsweep status {job}`; `ncclsweep run {job} --trials N` "
+                        "compares more configs with it")
             return (f"no config passed yet: see `ncclsweep status {job}` and the trial logs in "
                     f"{_shown_dir(self.log_dir)}")
         base = best.get("baseline")
@@ -908,11 +933,3 @@ def _fmt_s(seconds: float) -> str:
     m, s = divmod(rem, 60)
     return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
-
-_NONE = object()
-
-
-def _shares_departure(a: dict, b: dict, base: dict) -> bool:
-    """Whether two configs depart from the baseline the same way somewhere (a parameter with
-    the same non-baseline value in both): their agreement may then be that setting's doing."""
-    return any(a.get(k, _NONE) == b.get(k, _NONE) != base.get(k, _NONE) for k in {*a, *b, *base})

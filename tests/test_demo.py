@@ -40,3 +40,40 @@ def test_the_demo_beats_its_baseline_and_shows_the_gate(tmp_path, no_leftover_se
     assert (tmp_path / "reports" / "demo" / "driver.log").exists()  # output_dir: ../reports, next to jobs/
     assert not study_servers(tmp_path / "reports")
 
+
+
+def test_the_demo_with_a_garbage_baseline_stops_at_once_and_exports_nothing(tmp_path, no_leftover_servers):
+    """Acceptance (issue 28, item 2): the demo with its baseline set to `backend.fault: garbage`
+    (tp_size 1, threads 1). The correct configs all carry the healthy default `fault: none` and
+    agree with each other: the study stops with one line naming them before the budget is
+    spent, bans nothing, and `export` refuses with one line instead of exporting the garbage."""
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "search_spaces").mkdir()
+    text = (REPO / "jobs" / "demo.yaml").read_text()
+    line = "baseline: {tp_size: 2, backend.threads: 1, backend.fault: none}"
+    assert line in text
+    (tmp_path / "jobs" / "demo.yaml").write_text(
+        text.replace(line, "baseline: {tp_size: 1, backend.threads: 1, backend.fault: garbage}"))
+    shutil.copy(REPO / "search_spaces" / "refserver-cpu-demo.yaml", tmp_path / "search_spaces")
+
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "orchestrator", *argv], capture_output=True, text=True,
+                              timeout=600, cwd=tmp_path)
+
+    run = cli("run", "jobs/demo.yaml")
+    assert run.returncode == 1, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    stop = re.match(r"ncclsweep: error: stopping: the golden reference \(the baseline, trial 0\) looks wrong: "
+                    r"trials (\d+(?:, \d+)+) \(different configs\) agree with each other", last)
+    assert stop, run.stderr
+    outvoters = stop.group(1).split(", ")
+    starts = [ln for ln in run.stderr.splitlines() if ln.startswith("starting #")]
+    assert len(starts) == 1 + len(outvoters) < 8, run.stderr  # the baseline and the outvoters; budget 8
+    assert all(f"starting #{n} " in run.stderr for n in outvoters)
+    assert "not proposing" not in run.stderr  # no value banned for the garbage reference's verdicts
+    export = cli("export", "jobs/demo.yaml", "--format", "env")
+    assert export.returncode == 1 and not export.stdout, export.stdout
+    assert len(export.stderr.strip().splitlines()) == 1 and "nothing to export" in export.stderr, export.stderr
+    status = cli("status", "jobs/demo.yaml")
+    assert "best: none: the golden reference (trial 0) was outvoted" in status.stdout, status.stdout
+    assert not study_servers(tmp_path / "reports")

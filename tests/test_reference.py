@@ -163,3 +163,153 @@ def test_a_reference_config_the_job_names_is_captured_first_and_gates_the_study(
     counted = [r for r in rows if r.counted]
     assert len(counted) == 2 and all(r.state == "COMPLETE" and r.correctness["ok"] for r in counted)
     assert "capturing the golden reference from correctness.reference" in out.getvalue()
+
+
+# ---- what counts as a shared departure (the outvote rule's one exception) ------------------------
+
+def test_returning_to_a_default_is_no_shared_departure():
+    """Every form of a garbage baseline: a fault set in the baseline (the correct configs all
+    carry the server's own `backend.fault: none`), a baseline that differs from the trials in
+    several params (they share `tp_size: 1`, the backend's default), a baseline setting that
+    the trials leave out (an NCCL variable dropped at TP 1). None of these shares a setting
+    that could explain two configs' agreement; a non-default value both set does."""
+    from orchestrator.backends.command import CommandBackend
+    from orchestrator.backends.refserver import RefServerBackend
+
+    ref = RefServerBackend({"model": "tiny", "device": "cpu"})
+    norm, defaults = ref.normalize, ref.default_values()
+    garbage = norm({"tp_size": 2, "backend.threads": 1, "backend.fault": "garbage", "env.NCCL_PROTO": "LL128"})
+    a = norm({"tp_size": 1, "backend.threads": 1, "backend.fault": "none"})
+    b = norm({"tp_size": 1, "backend.threads": 2, "backend.fault": "none"})
+    c = norm({"tp_size": 2, "backend.threads": 2, "backend.fault": "none", "env.NCCL_PROTO": "LL"})
+    assert "env.NCCL_PROTO" in garbage and "env.NCCL_PROTO" not in a  # dropped at TP 1: both leave it out
+    assert reference.shared_departure(a, b, garbage, defaults) is None  # tp_size 1, fault none: defaults
+    assert reference.shared_departure(b, c, garbage, defaults) == "backend.threads"  # 2: neither default nor base
+    assert reference.shared_departure(a, c, garbage, defaults) is None  # threads 1 is the baseline's own
+    # the same rule without the default: tp_size=1 and fault=none would be departures
+    assert reference.shared_departure(a, b, garbage, {}) == "backend.fault"
+    # the command backend's settings.defaults fill what a config leaves out: they are its defaults
+    cmd = CommandBackend({"argv": ["{python}", "-m", "orchestrator.refserver", "--port", "{port}",
+                                   "--fault", "{backend.fault}"], "defaults": {"backend.fault": "slow-start:0"}})
+    x, y = {"tp_size": 2, "backend.fault": "slow-start:0"}, {"tp_size": 4, "backend.fault": "slow-start:0"}
+    assert reference.shared_departure(x, y, {"tp_size": 1, "backend.fault": "garbage"}, cmd.default_values()) is None
+
+
+def test_a_pair_that_shares_a_departure_is_no_vote():
+    ref = ["x1 x2", "y1 y2"]
+    other = ["a1 a2", "b1 b2"]
+    failed = [(1, "k1", other), (2, "k2", other)]
+    assert reference.outvoted(ref, failed, related=lambda a, b: True) is None
+    unrelated_to_3 = lambda a, b: 3 not in (a, b)  # noqa: E731 - 1 and 2 share a setting, 3 shares none
+    why = reference.outvoted(ref, [*failed, (3, "k3", other)], related=unrelated_to_3)
+    assert why is not None and "trials 1, 2, 3" in why
+
+
+GARBAGE_BASELINES = {
+    # the garbage comes from the server itself (backend.settings.fault), the baseline is the
+    # backend's defaults; the trials set the healthy default explicitly
+    "all-defaults": dict(space_text=("params:\n  backend.fault: {choices: [none]}\n"
+                                     "  backend.threads: {choices: [1, 2]}\n  tp_size: {choices: [1, 2]}\n"),
+                         baseline={},
+                         backend={"kind": "refserver", "settings": {"model": "tiny", "device": "cpu",
+                                                                    "fault": "garbage"}}),
+    # the baseline differs from the trials in several params: correct configs share tp_size=1
+    # (the default) and backend.fault=none (the default), never a value of their own
+    "several-params": dict(space_text=("params:\n  tp_size: {choices: [1, 2]}\n  backend.threads: {choices: [1, 2]}\n"
+                                       "  backend.fault: {choices: [none, garbage]}\n"
+                                       "constraints:\n  - \"backend.fault == 'none' or "
+                                       "(tp_size == 2 and backend.threads == 2)\"\n"),
+                           baseline={"tp_size": 2, "backend.threads": 2, "backend.fault": "garbage"}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(GARBAGE_BASELINES))
+def test_every_garbage_baseline_stops_the_study_and_nothing_is_exported(tmp_path, ray_local, no_leftover_servers,
+                                                                       case):
+    """Acceptance (the class of garbage baselines): correct configs that agree with each other
+    and share nothing but default values outvote the garbage baseline; the study stops with one
+    line naming them before the budget is spent, bans nothing, and `export` refuses with one
+    line (the baseline's own correctness is in question) instead of exporting the garbage."""
+    job_path = write_job(tmp_path, study=f"garbage-{case}", budget={"trials": 6}, sampler={"name": "tpe", "seed": 0},
+                         max_consecutive_failures=10, **GARBAGE_BASELINES[case])
+    code, err = run_cli("run", str(job_path))
+    assert code == 1, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("ncclsweep: error: stopping: the golden reference (the baseline, trial 0) looks wrong"), err
+    job = load_job(job_path)
+    rows = trial_rows(open_study(job, create=False))
+    launched = [r for r in rows if r.cached_from is None and not r.skipped]
+    outvoters = [r for r in launched if not r.is_baseline]
+    assert 2 <= len(outvoters) <= 3 and len(launched) < 6, err  # stopped before the budget
+    assert all(r.state == "FAIL" and not r.counted and r.params["backend.fault"] == "none" for r in outvoters)
+    assert f"trials {', '.join(str(r.number) for r in outvoters)} (different configs) agree" in last
+    assert best_rows(rows, 5) == [] and "not proposing" not in err
+    code, err = run_cli("export", str(job_path), "--format", "env")
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "nothing to export: the golden reference (trial 0) was outvoted" in err
+    assert "best: none: the golden reference (trial 0) was outvoted" in _status(job_path)
+
+
+def _status(job_path) -> str:
+    """What `ncclsweep status JOB` prints (stdout)."""
+    from contextlib import redirect_stdout
+
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(io.StringIO()):
+        assert main(["status", str(job_path)]) == 0
+    return out.getvalue()
+
+
+@pytest.mark.slow
+def test_a_fixed_baseline_measures_the_configs_that_outvoted_the_old_one_and_one_is_best(
+        tmp_path, ray_local, no_leftover_servers):
+    """After the stop, the user fixes the baseline: the configs that outvoted the garbage one
+    were not held against them, so they are measured again, pass the gate and can be best."""
+    case = GARBAGE_BASELINES["several-params"]
+    job_path = write_job(tmp_path, study="fixed", budget={"trials": 4}, sampler={"name": "tpe", "seed": 0},
+                         max_consecutive_failures=10, **case)
+    code, err = run_cli("run", str(job_path))
+    assert code == 1 and "looks wrong" in err, err
+    first = trial_rows(open_study(load_job(job_path), create=False))
+    outvoted_keys = {r.config_key for r in first if r.correctness.get("outvoted_reference")}
+    write_job(tmp_path, study="fixed", budget={"trials": 4}, sampler={"name": "tpe", "seed": 0},
+              max_consecutive_failures=10, **{**case, "baseline": {**case["baseline"], "backend.fault": "none"}})
+    code, err = run_cli("run", str(job_path))
+    assert code == 0, err
+    rows = trial_rows(open_study(load_job(job_path), create=False))
+    remeasured = [r for r in rows if r.config_key in outvoted_keys and r.counted and r.state == "COMPLETE"]
+    assert remeasured and all(r.correctness.get("ok") for r in remeasured), err
+    ranked = {r.config_key for r in best_rows(rows, 10)}
+    assert outvoted_keys & ranked  # a config that once outvoted the reference is not tainted by it
+    code, err = run_cli("export", str(job_path), "--format", "json")
+    assert code == 0, err
+
+
+@pytest.mark.slow
+def test_a_study_that_ends_with_its_reference_disputed_calls_no_config_best(tmp_path, ray_local,
+                                                                            no_leftover_servers):
+    """A correct baseline and one wrong config, and the budget ends there: one config against
+    the reference, nothing else compared. The wrong config is recorded wrong-output (as always),
+    but the baseline is not crowned either: the last line and `export` say the reference is
+    disputed. One more trial that passes settles it."""
+    space = "params:\n  backend.fault: {choices: [none, garbage]}\n  backend.threads: {choices: [1, 2]}\n"
+    job_path = write_job(tmp_path, study="disputed", space_text=space, budget={"trials": 2},
+                         baseline={"backend.fault": "none", "backend.threads": 1}, sampler={"name": "tpe", "seed": 0})
+    code, err = run_cli("run", str(job_path))
+    assert code == 0, err
+    rows = trial_rows(open_study(load_job(job_path), create=False))
+    wrong = [r for r in rows if r.state == "FAIL"]
+    assert [(r.failure_kind, r.counted, r.params["backend.fault"]) for r in wrong] == [("wrong-output", True,
+                                                                                         "garbage")], err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"no config is called best: trial {wrong[0].number} failed the correctness gate"), last
+    code, out = run_cli("export", str(job_path), "--format", "env")
+    assert code == 1 and "nothing to export" in out and "golden reference (trial 0)" in out, out
+    code, err = run_cli("run", str(job_path), "--trials", "4")
+    assert code == 0, err
+    rows = trial_rows(open_study(load_job(job_path), create=False))
+    assert any(r.correctness.get("ok") and not r.is_baseline for r in rows), err
+    last = err.strip().splitlines()[-1]
+    assert "| next:" in last and "no config is called best" not in last, last
+    assert run_cli("export", str(job_path), "--format", "env")[0] == 0

@@ -204,3 +204,25 @@ def test_progress_lines(tiny):
     buf = io.StringIO()
     run_simulation(tiny, "random", seeds=1, budget=2, progress=buf)
     assert "tiny.csv: random: median" in buf.getvalue()
+
+
+def test_a_replay_stops_proposing_a_value_that_gives_wrong_output_everywhere(tmp_path):
+    """The replay honours the study's value bans (``orchestrator.bans``) as a real study
+    does: a protocol that gives wrong output in every config (4 of the 12 rows) is launched
+    twice, then never again, though the budget covers the whole table."""
+    lines = ["graph,algo,proto,samples,failure,baseline,note"]
+    for graph in ("false", "true"):
+        for algo in ("Ring", "Tree"):
+            for proto, base in (("Simple", 10.0), ("LL", 12.0), ("LL128", None)):
+                fast = base and base + 8 * (graph == "true") + (algo == "Ring")
+                flag = "1" if (graph, algo, proto) == ("false", "Ring", "Simple") else ""
+                lines.append(f"{graph},{algo},{proto},{'' if fast is None else f'{fast};{fast * 1.01}'},"
+                             f"{'wrong-output' if fast is None else ''},{flag},")
+    path = tmp_path / "wrong.csv"
+    path.write_text("\n".join(lines) + "\n")
+    table = load_table(path)
+    assert sum(r.failure == "wrong-output" for r in table.rows) == 4
+    for seed in range(3):
+        run = replay_once(table, "tpe", seed, budget=len(table.rows), prune_ratio=None)
+        assert run.failed == 2, (seed, run)
+        assert run.launches == len(table.rows) - 2  # the other two wrong rows were never launched

@@ -11,7 +11,10 @@ Contract (what the trial runner relies on):
   *delta* (``env.*`` params included) that start one server for the config. No side
   effects, so ``validate --commands`` can print it.
 - ``default_config()`` is the backend's own defaults as a config: the baseline when
-  the job names none.
+  the job names none. ``default_values()`` (optional; default: ``default_config()``)
+  adds values that mean the same as leaving a parameter out (the reference server's
+  ``backend.fault: none``): a config that carries one does not depart from the server's
+  defaults (``reference.shared_departure``).
 - ``gpus_per_trial(config)`` is TP x PP (x DP where the server has data parallelism):
   how many GPUs one server needs.
 - ``example_settings()`` (class level) builds the backend anywhere, for the contract test.
@@ -152,6 +155,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def default_config(self) -> Config:
         """The backend's own defaults, as a config."""
+
+    def default_values(self) -> Config:
+        """What each parameter is when a config leaves it out, as far as the server goes:
+        ``default_config()`` plus the values that mean "unset". Two configs that agree
+        only in such values have no setting in common that could explain their agreement
+        (the golden reference's outvote rule, ``reference.shared_departure``)."""
+        return dict(self.default_config())
 
     @abc.abstractmethod
     def launch_spec(self, config: Config, host: str, port: int) -> LaunchSpec:

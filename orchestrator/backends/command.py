@@ -147,6 +147,10 @@ class CommandBackend(Backend):
     def default_config(self) -> Config:
         return {"tp_size": 1}
 
+    def default_values(self) -> Config:
+        # a placeholder a config leaves out is filled from settings.defaults
+        return {**super().default_values(), **self.defaults}
+
     def model_facts(self) -> dict[str, Any]:
         return dict(self.facts)
 

@@ -97,6 +97,10 @@ class RefServerBackend(Backend):
     def default_config(self) -> Config:
         return {"tp_size": 1, "graph_capture": False}
 
+    def default_values(self) -> Config:
+        # no fault injected is the server's own behaviour (the flag is for testing the tuner)
+        return {**super().default_values(), "backend.fault": "none"}
+
     def check_config(self, config: Config) -> None:
         tp = common.positive_int(config, "tp_size", self.job_file)
         pp = common.positive_int(config, "pp_size", self.job_file)

@@ -106,6 +106,12 @@ def _headline(rows, best, base, compared: bool = False) -> list[Block]:
     if not rows:
         return out + [doc.para("The study has no trials yet.")]
     if not best:
+        from orchestrator.reference import disputed
+
+        why = disputed(rows)
+        if why:
+            return out + [doc.warn(f"There is no best config: {why}. No config is called best while the golden "
+                                   "reference is in question.")]
         return out + [doc.warn("No trial completed and passed the correctness gate: there is no best config.")]
     b = best[0]
     base_ok = base is not None and base.state == COMPLETE and base.value is not None
@@ -253,7 +259,9 @@ def _failures(rows) -> list[Block]:
     if banned:
         out.append(doc.heading(3, f"values not proposed any more: {len(banned)}"))
         out.append(doc.para("Each crashed servers at start in every launch that carried it, for a reason the log "
-                      "attributes to it; the study stopped proposing it."))
+                      "attributes to it, or gave wrong output in two configs that share nothing else never found "
+                      "right (once a config other than the reference's passed the correctness gate); the study "
+                      "stopped proposing it."))
         out.append(doc.table(["Value", "Why"], [[f"`{value_bans.describe(pair)}`", clip(why, 300)]
                                              for pair, why in sorted(banned.items(), key=lambda kv: str(kv[0]))]))
     return out

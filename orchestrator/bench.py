@@ -127,6 +127,8 @@ class _Call:
 
     def close(self) -> None:
         self._timer.cancel()
+        if self._timer is not threading.current_thread():
+            self._timer.join(1.0)  # a cancelled watchdog exits at once: leave no thread behind
         with self._lock:
             self.conn.close()
 

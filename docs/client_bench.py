@@ -41,9 +41,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator import bench  # noqa: E402
 from orchestrator.backends.base import LaunchSpec  # noqa: E402
-from orchestrator.server import ServerProcess, free_port  # noqa: E402
+from orchestrator.node import client  # noqa: E402
+from orchestrator.node.server import ServerProcess, free_port  # noqa: E402
 
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 2
 
@@ -51,7 +51,7 @@ PROMPT = "The quick brown fox jumps over the lazy dog. " * 2
 def threaded(url: str, model: str, tokens: int, width: int, n: int, timeout_s: float, extra: dict | None):
     """``measure_concurrency`` before issue 18: one thread per stream, each request a
     ``stream_completion`` (whose watchdog is a timer thread): (results, wall seconds)."""
-    results: list[bench.RequestResult] = []
+    results: list[client.RequestResult] = []
     lock = threading.Lock()
     next_index = [0]
 
@@ -61,7 +61,7 @@ def threaded(url: str, model: str, tokens: int, width: int, n: int, timeout_s: f
                 if next_index[0] >= n:
                     return
                 next_index[0] += 1
-            r = bench.stream_completion(url, model, PROMPT, tokens, timeout_s, extra=extra)
+            r = client.stream_completion(url, model, PROMPT, tokens, timeout_s, extra=extra)
             with lock:
                 results.append(r)
 
@@ -76,9 +76,9 @@ def threaded(url: str, model: str, tokens: int, width: int, n: int, timeout_s: f
 
 def asyncio_loop(url: str, model: str, tokens: int, width: int, n: int, timeout_s: float, extra: dict | None):
     """``measure_concurrency`` now, up to its summary: (results, wall seconds)."""
-    body = bench._completion_body(model, PROMPT, tokens, 0.0, True, extra)
-    target = bench._request_bytes(url, "/v1/completions", body)
-    return asyncio.run(bench._streams(target, timeout_s, width, n))
+    body = client._completion_body(model, PROMPT, tokens, 0.0, True, extra)
+    target = client._request_bytes(url, "/v1/completions", body)
+    return asyncio.run(client._streams(target, timeout_s, width, n))
 
 
 CLIENTS = {"threads": threaded, "asyncio": asyncio_loop}
@@ -117,7 +117,7 @@ def one_run(client: str, url: str, model: str, tokens: int, level: int, timeout_
     after, wait1 = resource.getrusage(resource.RUSAGE_SELF), _run_queue_wait()
     stop.set()
     sampler.join()
-    out = bench._summary(results, level, n, wall)
+    out = client._summary(results, level, n, wall)
     out["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     out["context_switches"] = (after.ru_nvcsw - before.ru_nvcsw) + (after.ru_nivcsw - before.ru_nivcsw)
     out["peak_threads"] = peak[0] - 1  # less the sampler

@@ -72,8 +72,8 @@ def measure(nodes: int, trials: int, slow_start: float, keep: Path | None) -> di
     import ray
     from ray.cluster_utils import Cluster
 
-    from orchestrator.job import load_job
-    from orchestrator.study import StudyDriver, open_study
+    from orchestrator.config.job import load_job
+    from orchestrator.driver.run import StudyDriver, open_study
 
     if ray.is_initialized():
         ray.shutdown()

@@ -11,9 +11,9 @@ import statistics
 import sys
 from datetime import datetime
 
-from orchestrator.history import trial_rows
-from orchestrator.job import load_job
-from orchestrator.study import open_study
+from orchestrator.config.job import load_job
+from orchestrator.driver.run import open_study
+from orchestrator.study.history import trial_rows
 
 PARTS = ("launch_s", "warmup_s", "bench_s", "check_s", "teardown_s")
 

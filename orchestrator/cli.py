@@ -3,7 +3,7 @@
 Exit codes: 0 success, 1 runtime failure, 2 bad input (job, space, flags), 130 stopped
 by a signal (Ctrl-C, SIGTERM, SIGHUP). Errors are one line; ``--debug`` (before or after
 the command) adds the traceback. Logging is configured here and nowhere else
-(``orchestrator.logs``): progress and warnings to stderr, and for ``run`` to the study's
+(``orchestrator.core.logs``): progress and warnings to stderr, and for ``run`` to the study's
 ``driver.log`` as well.
 """
 
@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import BadInput, NcclsweepError
+from orchestrator.core.errors import BadInput, NcclsweepError
 
 DESCRIPTION = ("Unattended tuning of LLM inference servers (vLLM, SGLang, any command, or the embedded "
                "reference server): NCCL variables, tensor-parallel size, CUDA graphs and server flags, "
@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("simulate", "replay recorded measurements to compare search strategies")
     try:
-        from orchestrator.simulate import add_simulate_args
+        from orchestrator.study.replay import add_simulate_args
 
         add_simulate_args(s)
     except ImportError:  # pragma: no cover - module missing
@@ -144,7 +144,7 @@ def _signals_like_ctrl_c() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from orchestrator import logs
+    from orchestrator.core import logs
 
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
@@ -201,7 +201,7 @@ def _say_error(state, line: str) -> None:
 # ---- commands ----------------------------------------------------------------------------
 
 def _load(path: str):
-    from orchestrator.job import load_job
+    from orchestrator.config.job import load_job
 
     return load_job(path)
 
@@ -216,7 +216,7 @@ def cmd_validate(args) -> int:
     if args.commands:
         import dataclasses
 
-        from orchestrator.trial import server_env
+        from orchestrator.node.trial import server_env
 
         for label, config in sample_configs(job, backend, 4):
             spec = backend.launch_spec(config, "127.0.0.1", 8000)
@@ -247,8 +247,8 @@ def sample_configs(job, backend, n: int) -> list[tuple[str, dict]]:
 
 
 def cmd_run(args) -> int:
-    from orchestrator.durations import parse_duration
-    from orchestrator.study import StudyDriver
+    from orchestrator.core.durations import parse_duration
+    from orchestrator.driver.run import StudyDriver
 
     job = _load(args.job)
     if args.trials is not None and args.trials < 1:
@@ -261,8 +261,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from orchestrator.history import format_status, trial_rows
-    from orchestrator.study import open_study
+    from orchestrator.driver.run import open_study
+    from orchestrator.study.history import format_status, trial_rows
 
     job = _load(args.job)
     rows = trial_rows(open_study(job, create=False))
@@ -274,9 +274,9 @@ def cmd_status(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from orchestrator.export import export
-    from orchestrator.history import trial_rows
-    from orchestrator.study import open_study
+    from orchestrator.driver.run import open_study
+    from orchestrator.results.export import export
+    from orchestrator.study.history import trial_rows
 
     job = _load(args.job)
     if args.top < 1:
@@ -291,7 +291,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from orchestrator.report import write_report
+    from orchestrator.results.report import write_report
 
     job = _load(args.job)
     paths = write_report(job)
@@ -302,7 +302,7 @@ def cmd_report(args) -> int:
 
 def parse_also(text: str | None) -> list[int] | str | None:
     """``--also``: None, "ties", or trial numbers."""
-    from orchestrator.yaml_input import brief
+    from orchestrator.config.yaml_input import brief
 
     if not text:
         return None
@@ -316,7 +316,7 @@ def parse_also(text: str | None) -> list[int] | str | None:
 
 
 def cmd_compare(args) -> int:
-    from orchestrator.compare import run_compare
+    from orchestrator.results.compare import run_compare
 
     job = _load(args.job)
     levels = None
@@ -333,7 +333,7 @@ def cmd_compare(args) -> int:
 
 def parse_sets(pairs: list[str]) -> dict[str, Any]:
     """``--set KEY=VALUE`` pairs; each VALUE read as YAML like the job's files (bounded)."""
-    from orchestrator.yaml_input import brief, load_yaml
+    from orchestrator.config.yaml_input import brief, load_yaml
 
     out: dict[str, Any] = {}
     for pair in pairs:
@@ -345,12 +345,12 @@ def parse_sets(pairs: list[str]) -> dict[str, Any]:
 
 
 def cmd_bench(args) -> int:
-    from orchestrator.bench_one import bench_config, check_overrides, format_result, study_golden
+    from orchestrator.driver.bench_command import bench_config, check_overrides, format_result, study_golden
 
     job = _load(args.job)
     overrides: dict[str, Any] = {}
     if args.config:
-        from orchestrator.export import load_config_file
+        from orchestrator.results.export import load_config_file
 
         overrides.update(check_overrides(job, load_config_file(args.config), args.config))
     overrides.update(check_overrides(job, parse_sets(args.set), "--set"))
@@ -369,18 +369,18 @@ def cmd_bench(args) -> int:
 
 
 def cmd_prescreen(args) -> int:
-    from orchestrator.prescreen import format_prescreen, run_prescreen
+    from orchestrator.driver.prescreen import format_prescreen, run_prescreen
 
     job = _load(args.job)
     if args.iters < 1:
         raise BadInput(f"--iters must be >= 1, not {args.iters}")
-    from orchestrator.prescreen import require_device
+    from orchestrator.driver.prescreen import require_device
 
     require_device(job, job.backend_obj().device())  # at once, before anything is launched
     measured: dict[int, tuple[dict, float]] = {}
     try:  # a finished study gives "the rest" of a step, for the predicted decode tok/s
-        from orchestrator.history import trial_rows
-        from orchestrator.study import open_study
+        from orchestrator.driver.run import open_study
+        from orchestrator.study.history import trial_rows
 
         for row in trial_rows(open_study(job, create=False)):
             tp = int(row.params.get("tp_size", 1))
@@ -397,13 +397,13 @@ def cmd_prescreen(args) -> int:
 
 
 def cmd_cleanup(args) -> int:
-    from orchestrator.job import load_study_location
-    from orchestrator.server import ServerRegistry, cleanup_recorded
+    from orchestrator.config.job import load_study_location
+    from orchestrator.node.server import ServerRegistry, cleanup_recorded
 
     where = load_study_location(args.job)  # the study's records only: no space, no backend needed
     registry_dir = where.report_dir / "servers"
     if where.ray_address:
-        from orchestrator.executor import RayExecutor
+        from orchestrator.driver.executor import RayExecutor
 
         ex = RayExecutor(address=where.ray_address, gpus_per_node=0, cpus_per_trial=1, parallel=1)
         killed = ex.cleanup_orphans(registry_dir)
@@ -417,13 +417,13 @@ def cmd_cleanup(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from orchestrator.doctor import main_doctor
+    from orchestrator.node.doctor import main_doctor
 
     return main_doctor(args.job)
 
 
 def cmd_simulate(args) -> int:
-    from orchestrator.simulate import main_simulate
+    from orchestrator.study.replay import main_simulate
 
     return main_simulate(args)
 

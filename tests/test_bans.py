@@ -13,14 +13,14 @@ import optuna
 import pytest
 
 from conftest import write_job
-from orchestrator import bans
-from orchestrator.history import trial_rows
-from orchestrator.job import load_job
-from orchestrator.records import TrialResult, TrialRow
-from orchestrator.report import write_report
-from orchestrator.samplers import make_sampler, startup_trials
-from orchestrator.search import SearchPolicy
-from orchestrator.study import StudyDriver, open_study
+from orchestrator.config.job import load_job
+from orchestrator.core.records import TrialResult, TrialRow
+from orchestrator.driver.run import StudyDriver, open_study
+from orchestrator.results.report import write_report
+from orchestrator.study import bans
+from orchestrator.study.history import trial_rows
+from orchestrator.study.policy import SearchPolicy
+from orchestrator.study.samplers import make_sampler, startup_trials
 
 NCCL_LOGS = Path(__file__).with_name("fixtures") / "nccl"
 LL129 = (NCCL_LOGS / "bad-proto-LL129-2.28.9.log").read_text(errors="replace")

@@ -18,9 +18,9 @@ import yaml
 
 from conftest import server_processes
 from orchestrator.cli import main
-from orchestrator.history import trial_rows
-from orchestrator.job import load_job
-from orchestrator.study import StudyDriver, open_study
+from orchestrator.config.job import load_job
+from orchestrator.driver.run import StudyDriver, open_study
+from orchestrator.study.history import trial_rows
 
 pytestmark = pytest.mark.slow
 

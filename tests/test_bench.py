@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import bench
 from orchestrator.backends.base import LaunchSpec
-from orchestrator.bench import (
+from orchestrator.node import client
+from orchestrator.node.client import (
     RequestFailed,
     greedy_outputs,
     measure_concurrency,
@@ -27,7 +27,7 @@ from orchestrator.bench import (
     score_continuation,
     stream_completion,
 )
-from orchestrator.server import ServerProcess, free_port
+from orchestrator.node.server import ServerProcess, free_port
 
 sys.path.insert(0, str(Path(__file__).parent))
 import fake_openai_server as fake_model  # its deterministic "model", for expectations
@@ -205,8 +205,8 @@ def leaves_nothing():
 def test_asyncio_stream_parses_like_the_sync_client(url, leaves_nothing):
     extra = {"fake": {"token_delay": 0.002}, "return_token_ids": True}
     sync = stream_completion(url, MODEL, "Hello there", 12, 10, extra=extra)
-    body = bench._completion_body(MODEL, "Hello there", 12, 0.0, True, extra)
-    r = asyncio.run(bench._astream(bench._request_bytes(url, "/v1/completions", body), 10))
+    body = client._completion_body(MODEL, "Hello there", 12, 0.0, True, extra)
+    r = asyncio.run(client._astream(client._request_bytes(url, "/v1/completions", body), 10))
     assert r.ok and sync.ok and r.error is None
     # 12 tokens: ignore_eos was sent (the fake stops at 8 without); prompt_tokens comes only
     # from the usage chunk, sent only for stream_options.include_usage
@@ -334,4 +334,4 @@ def test_median_ci_order_statistics():
     assert median_ci(list(range(1, 21))) == (6, 15)  # n = 20: x(6)..x(15), 95.9 %
     assert relative_ci([10.0] * 8) == 0.0
     assert relative_ci([9.0, 10.0, 11.0]) == pytest.approx(0.1)
-    assert bench.TIMEOUT == "timeout"
+    assert client.TIMEOUT == "timeout"

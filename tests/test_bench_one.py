@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from conftest import write_job
-from orchestrator.bench_one import bench_config, format_result
-from orchestrator.job import load_job
-from orchestrator.records import TrialResult
+from orchestrator.config.job import load_job
+from orchestrator.core.records import TrialResult
+from orchestrator.driver.bench_command import bench_config, format_result
 
 
 def test_format_shows_what_nccl_took_and_its_per_call_choices():

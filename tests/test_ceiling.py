@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.ceiling import ceiling_for, decode_ceiling, parse_bandwidth
+from orchestrator.core.ceiling import ceiling_for, decode_ceiling, parse_bandwidth
 
 
 def test_memory_only():

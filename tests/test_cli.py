@@ -129,8 +129,8 @@ def test_status_and_report_from_another_directory_find_the_same_study(tmp_path):
         res = ncclsweep(command, str(job), cwd=tmp_path)
         assert res.returncode == 1 and "ncclsweep run" in res.stderr, res.stderr
     assert not (jobs / "reports").exists() and not (tmp_path / "reports").exists()
-    from orchestrator.job import load_job
-    from orchestrator.study import open_study
+    from orchestrator.config.job import load_job
+    from orchestrator.driver.run import open_study
 
     open_study(load_job(job))  # the study exists now (no trials)
     assert (jobs / "reports" / "anchored" / "study.journal").exists()

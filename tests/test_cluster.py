@@ -22,11 +22,11 @@ import time
 import pytest
 
 from conftest import REPO, write_job
-from orchestrator.errors import RuntimeFailure
-from orchestrator.executor import RayExecutor, probe_address
-from orchestrator.history import trial_rows
-from orchestrator.job import load_job
-from orchestrator.study import StudyDriver, open_study
+from orchestrator.config.job import load_job
+from orchestrator.core.errors import RuntimeFailure
+from orchestrator.driver.executor import RayExecutor, probe_address
+from orchestrator.driver.run import StudyDriver, open_study
+from orchestrator.study.history import trial_rows
 
 NODES = 3
 SELECTOR = {"trial_node": 1}
@@ -170,7 +170,7 @@ def test_without_an_address_a_fresh_local_ray_never_a_foreign_one(tmp_path, no_l
 def test_token_auth_cluster_without_the_token_says_so(tmp_path, token_head, monkeypatch):
     import os
 
-    from orchestrator.executor import probe_cluster
+    from orchestrator.driver.executor import probe_cluster
 
     address, token = token_head
     job_path = write_job(tmp_path, study="token")
@@ -247,7 +247,7 @@ def _node(i: int, alive: bool = True, **resources) -> dict:
 
 
 def _spec(number: int):
-    from orchestrator.trial import TrialSpec
+    from orchestrator.node.trial import TrialSpec
 
     return TrialSpec(number=number, config={"tp_size": 1}, backend_kind="refserver", backend_settings={},
                      log_dir="/nonexistent", registry_dir="/nonexistent", prompt="x")

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import history
 from orchestrator.cli import main, parse_also
-from orchestrator.compare import _also_rows, check_constraints, format_compare, summarize
-from orchestrator.errors import BadInput
+from orchestrator.core.errors import BadInput
+from orchestrator.results.compare import _also_rows, check_constraints, format_compare, summarize
+from orchestrator.study import history
 
 _HERE = Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("_history_fixture", _HERE / "test_history.py")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from orchestrator import correctness
+from orchestrator.core import correctness
 
 
 def capture(texts, logprobs):

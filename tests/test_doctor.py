@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import doctor, versions
+from orchestrator.core import versions
+from orchestrator.node import doctor
 
 # ---- captured on nvidia-h200-x2 -------------------------------------------------------------
 

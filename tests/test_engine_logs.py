@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import nccl
 from orchestrator.backends import get_backend_class
-from orchestrator.treewatch import find_fatal
+from orchestrator.core import nccl
+from orchestrator.node.treewatch import find_fatal
 
 LOGS = Path(__file__).parent / "fixtures" / "vllm"
 HEALTHY = ["vllm-0.26.0-h200-tp1-eager-serve.log", "vllm-0.26.0-h200-tp1-graphs-serve.log",

@@ -17,12 +17,13 @@ import pytest
 import yaml
 
 from conftest import write_job
-from orchestrator import outcome, preflight
 from orchestrator.cli import main
-from orchestrator.history import trial_rows
-from orchestrator.job import load_job
-from orchestrator.records import TrialResult
-from orchestrator.study import open_study
+from orchestrator.config.job import load_job
+from orchestrator.core import outcome
+from orchestrator.core.records import TrialResult
+from orchestrator.driver.run import open_study
+from orchestrator.node import preflight
+from orchestrator.study.history import trial_rows
 
 SERVER = "run-orchestrator.refserver"  # the name carries the marker the leftover-server guard looks for
 
@@ -179,7 +180,7 @@ def test_preflight_checks_command_path_gpus_and_model(tmp_path, monkeypatch):
 
 
 def test_ray_preflight_runs_on_each_matching_node(tmp_path, ray_local):
-    from orchestrator.executor import RayExecutor
+    from orchestrator.driver.executor import RayExecutor
 
     job = load_job(command_job(tmp_path, tmp_path / "bin" / SERVER))
     executor = RayExecutor(address=None, gpus_per_node=0, cpus_per_trial=1)

@@ -11,10 +11,10 @@ import optuna
 import pytest
 import yaml
 
-from orchestrator import history
 from orchestrator.backends.refserver import RefServerBackend
-from orchestrator.errors import BadInput, RuntimeFailure
-from orchestrator.export import export, load_config_file, nccl_tuner_rules
+from orchestrator.core.errors import BadInput, RuntimeFailure
+from orchestrator.results.export import export, load_config_file, nccl_tuner_rules
+from orchestrator.study import history
 
 _spec = importlib.util.spec_from_file_location("_history_fixture", Path(__file__).with_name("test_history.py"))
 fx = importlib.util.module_from_spec(_spec)

@@ -8,9 +8,9 @@ import io
 import pytest
 
 from conftest import write_job
-from orchestrator.history import best_rows, trial_rows
-from orchestrator.job import load_job
-from orchestrator.study import StudyDriver, open_study
+from orchestrator.config.job import load_job
+from orchestrator.driver.run import StudyDriver, open_study
+from orchestrator.study.history import best_rows, trial_rows
 
 pytestmark = pytest.mark.slow
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import gpus
-from orchestrator.records import NOT_THE_CONFIGS_FAULT
-from orchestrator.trial import TrialSpec, run_trial
+from orchestrator.core.records import NOT_THE_CONFIGS_FAULT
+from orchestrator.node import gpus
+from orchestrator.node.trial import TrialSpec, run_trial
 
 
 def fake_smi(tmp_path: Path, apps: list[tuple[str, int, int]], used: dict[str, int]) -> Path:

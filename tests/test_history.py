@@ -1,7 +1,7 @@
 """history: rows as the user sees them, read from a real Optuna journal study.
 
 ``build_study(tmp_path)`` (also used by test_report/test_export) records TrialResults through
-``orchestrator.search.SearchPolicy.record`` - the driver's own storage encoding: a config-caused
+``orchestrator.study.policy.SearchPolicy.record`` - the driver's own storage encoding: a config-caused
 FAIL is an infeasible COMPLETE with value 0.0, an interrupted FAIL an Optuna FAIL, PRUNED
 PRUNED; a RUNNING and a WAITING trial are left as Optuna has them.
 """
@@ -16,10 +16,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from orchestrator import history
-from orchestrator.errors import BadInput, RuntimeFailure
-from orchestrator.records import TrialResult, config_key
-from orchestrator.search import Proposal, SearchPolicy
+from orchestrator.core.errors import BadInput, RuntimeFailure
+from orchestrator.core.records import TrialResult, config_key
+from orchestrator.study import history
+from orchestrator.study.policy import Proposal, SearchPolicy
 
 T0 = 1_700_000_000.0
 CHOICES = {

@@ -13,11 +13,11 @@ from pathlib import Path
 import optuna
 import pytest
 
-from orchestrator import history
-from orchestrator.importance import effects_given_top, explained_share, knob_effects, span_text
-from orchestrator.records import TrialResult
-from orchestrator.report import write_report
-from orchestrator.search import SearchPolicy
+from orchestrator.core.records import TrialResult
+from orchestrator.results.importance import effects_given_top, explained_share, knob_effects, span_text
+from orchestrator.results.report import write_report
+from orchestrator.study import history
+from orchestrator.study.policy import SearchPolicy
 
 _HERE = Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("_history_fixture", _HERE / "test_history.py")

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.durations import argparse_duration, format_duration, parse_duration
-from orchestrator.errors import BadInput, ConfigRejected
-from orchestrator.job import DEFAULT_CHECK_PROMPTS, SAMPLER_NAMES, Job, load_job
+from orchestrator.config.job import DEFAULT_CHECK_PROMPTS, SAMPLER_NAMES, Job, load_job
+from orchestrator.core.durations import argparse_duration, format_duration, parse_duration
+from orchestrator.core.errors import BadInput, ConfigRejected
 
 DATA = Path(__file__).parent / "data" / "jobs"
 
@@ -36,7 +36,7 @@ def _in_tmp(tmp_path, monkeypatch):
 
 
 def needs_nccl():
-    return pytest.importorskip("orchestrator.nccl", reason="orchestrator/nccl.py (NCCL value rules) not written yet")
+    return pytest.importorskip("orchestrator.core.nccl", reason="orchestrator/core/nccl.py (NCCL value rules) not written yet")
 
 
 def write(job=None, space=None, *, drop=(), job_text=None, space_text=None) -> str:

@@ -18,10 +18,10 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from orchestrator import journal
-from orchestrator.errors import RuntimeFailure
-from orchestrator.history import storage_for, trial_rows
-from orchestrator.search import SearchPolicy
+from orchestrator.core.errors import RuntimeFailure
+from orchestrator.study import journal
+from orchestrator.study.history import storage_for, trial_rows
+from orchestrator.study.policy import SearchPolicy
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED = REPO / "tests/data/recorded/cpu-faults/study.journal"
@@ -145,8 +145,8 @@ def test_an_append_after_another_writer_crashed_mid_line_repairs_first(tmp_path,
 
 FILL = """
 import resource, signal, sys
-from orchestrator.errors import StorageWriteError
-from orchestrator.history import storage_for
+from orchestrator.core.errors import StorageWriteError
+from orchestrator.study.history import storage_for
 import optuna
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -219,8 +219,8 @@ def test_the_repair_is_done_under_optunas_lock(tmp_path, recorded):
 
 def test_a_driver_log_that_cannot_be_written_prints_no_traceback_and_stops_the_run_once(tmp_path, capsys):
     """/dev/full refuses every write with ENOSPC, as a full disk does."""
-    from orchestrator import logs
-    from orchestrator.errors import StorageWriteError
+    from orchestrator.core import logs
+    from orchestrator.core.errors import StorageWriteError
 
     state = logs.configure()
     try:

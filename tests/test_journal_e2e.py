@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from conftest import write_job
-from orchestrator import outcome
 from orchestrator.cli import main
-from orchestrator.errors import StorageWriteError
-from orchestrator.history import trial_rows
-from orchestrator.job import load_job
-from orchestrator.study import open_study
-from orchestrator.trial import TrialSpec, run_trial
+from orchestrator.config.job import load_job
+from orchestrator.core import outcome
+from orchestrator.core.errors import StorageWriteError
+from orchestrator.driver.run import open_study
+from orchestrator.node.trial import TrialSpec, run_trial
+from orchestrator.study.history import trial_rows
 
 pytestmark = pytest.mark.slow
 

@@ -6,13 +6,13 @@ import sys
 
 import pytest
 
-from orchestrator.errors import StudyLocked
-from orchestrator.lock import DriverLock
+from orchestrator.core.errors import StudyLocked
+from orchestrator.driver.lock import DriverLock
 
 
 def test_second_driver_is_refused_while_the_first_lives(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys,time; from orchestrator.lock import DriverLock; "
+        "import sys,time; from orchestrator.driver.lock import DriverLock; "
         f"l=DriverLock(__import__('pathlib').Path({str(tmp_path / 'driver.lock')!r})); l.acquire(); "
         "print('locked', flush=True); time.sleep(60)")], stdout=subprocess.PIPE, text=True)
     try:
@@ -43,7 +43,7 @@ def test_a_reused_pid_with_another_start_time_is_not_an_owner(tmp_path):
 def test_a_driver_killed_with_sigkill_frees_the_lock_at_once(tmp_path):
     """The kernel releases the OS lock of a dead holder: no stale file to outwit."""
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import time; from pathlib import Path; from orchestrator.lock import DriverLock; "
+        "import time; from pathlib import Path; from orchestrator.driver.lock import DriverLock; "
         f"DriverLock(Path({str(tmp_path / 'driver.lock')!r})).acquire(); print('locked', flush=True); "
         "time.sleep(60)")], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "locked"

@@ -1,4 +1,4 @@
-"""orchestrator.nccl: value rules, PCIe safety, and parsing real NCCL 2.28.9 logs
+"""orchestrator.core.nccl: value rules, PCIe safety, and parsing real NCCL 2.28.9 logs
 (tests/fixtures/nccl/, see its README for where each came from)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import nccl
+from orchestrator.core import nccl
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
 

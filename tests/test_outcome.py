@@ -13,13 +13,14 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from orchestrator import importance, outcome
-from orchestrator.correctness import Golden
-from orchestrator.export import export
-from orchestrator.history import best_rows, trial_rows
-from orchestrator.job import OutcomeConstraint
-from orchestrator.records import TrialResult, TrialRow
-from orchestrator.search import SearchPolicy
+from orchestrator.config.job import OutcomeConstraint
+from orchestrator.core import outcome
+from orchestrator.core.correctness import Golden
+from orchestrator.core.records import TrialResult, TrialRow
+from orchestrator.results import importance
+from orchestrator.results.export import export
+from orchestrator.study.history import best_rows, trial_rows
+from orchestrator.study.policy import SearchPolicy
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED = sorted(REPO.glob("docs/gpu/*/study.journal")) + [REPO / "tests/data/recorded/cpu-faults/study.journal"]

@@ -9,10 +9,10 @@ import json
 import pytest
 
 from conftest import write_job
-from orchestrator.history import trial_rows
-from orchestrator.job import load_job
-from orchestrator.prescreen import dropped_settings, format_prescreen, run_prescreen, setting_key
-from orchestrator.study import StudyDriver, open_study
+from orchestrator.config.job import load_job
+from orchestrator.driver.prescreen import dropped_settings, format_prescreen, run_prescreen, setting_key
+from orchestrator.driver.run import StudyDriver, open_study
+from orchestrator.study.history import trial_rows
 
 SPACE = "params:\n  tp_size: {choices: [1, 2]}\n  env.NCCL_PROTO: {choices: [LL, Simple]}\n"
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import kill_pids
-from orchestrator import bench, proctree
 from orchestrator.backends.base import LaunchSpec
-from orchestrator.server import (
+from orchestrator.node import client, proctree
+from orchestrator.node.server import (
     ServerExited,
     ServerFailed,
     ServerProcess,
@@ -24,7 +24,7 @@ from orchestrator.server import (
     cleanup_recorded,
     free_port,
 )
-from orchestrator.treewatch import WatchRules
+from orchestrator.node.treewatch import WatchRules
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -112,7 +112,7 @@ def test_a_worker_dying_during_the_benchmark_ends_the_request_at_once(tmp_path, 
     sp.wait_ready(30)
     deadline = 60
     t0 = time.monotonic()
-    got = bench.stream_completion(sp.spec.base_url, "fake", "a prompt", 2000, timeout_s=deadline,
+    got = client.stream_completion(sp.spec.base_url, "fake", "a prompt", 2000, timeout_s=deadline,
                                   extra={"fake": {"token_delay": 0.05}})  # 100 s of tokens
     assert not got.ok and not got.timed_out  # ended by the dead worker, not by the deadline
     assert time.monotonic() - t0 < deadline / 2
@@ -158,7 +158,7 @@ def _owner_script(tmp_path: Path, port: int, pid_dir: Path, *extra: str) -> str:
         import sys, time
         sys.path.insert(0, {REPO!r})
         from orchestrator.backends.base import LaunchSpec
-        from orchestrator.server import ServerProcess, ServerRegistry
+        from orchestrator.node.server import ServerProcess, ServerRegistry
         spec = LaunchSpec(argv=[sys.executable, {FAKE!r}, "--port", "{port}", "--workers", "2",
                                 "--pid-dir", {str(pid_dir)!r}, *{list(extra)!r}], port={port})
         sp = ServerProcess(spec, {str(tmp_path / 's.log')!r}, ServerRegistry({str(tmp_path / 'reg')!r}))

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from conftest import kill_pids, write_job
-from orchestrator import proctree
-from orchestrator.history import trial_rows
-from orchestrator.job import load_job
-from orchestrator.study import StudyDriver, open_study
+from orchestrator.config.job import load_job
+from orchestrator.driver.run import StudyDriver, open_study
+from orchestrator.node import proctree
+from orchestrator.study.history import trial_rows
 
 pytestmark = pytest.mark.slow
 

@@ -14,9 +14,9 @@ import optuna
 import pandas as pd
 import pytest
 
-from orchestrator import history
-from orchestrator.compare import summarize
-from orchestrator.report import write_report
+from orchestrator.results.compare import summarize
+from orchestrator.results.report import write_report
+from orchestrator.study import history
 
 _HERE = Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("_history_fixture", _HERE / "test_history.py")

@@ -13,9 +13,9 @@ import time
 import pytest
 
 from conftest import study_servers, write_job
-from orchestrator.history import trial_rows
-from orchestrator.job import load_job
-from orchestrator.study import open_study
+from orchestrator.config.job import load_job
+from orchestrator.driver.run import open_study
+from orchestrator.study.history import trial_rows
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution
 
-from orchestrator.samplers import (
+from orchestrator.study.samplers import (
     DEFAULT_SAMPLER,
     SAMPLER_NAMES,
     default_startup_trials,

@@ -1,5 +1,5 @@
 """The schema reference in docs/guide.md is generated from the code and cannot drift: the
-committed text is what `python -m orchestrator.schema` renders, and the job schema it
+committed text is what `python -m orchestrator.config.schema` renders, and the job schema it
 renders names exactly the keys `load_job` accepts, with the defaults `load_job` applies."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.durations import parse_duration
-from orchestrator.errors import BadInput
-from orchestrator.job import load_job
-from orchestrator.schema import BEGIN, END, job_keys, render
+from orchestrator.config.job import load_job
+from orchestrator.config.schema import BEGIN, END, job_keys, render
+from orchestrator.core.durations import parse_duration
+from orchestrator.core.errors import BadInput
 
 REPO = Path(__file__).resolve().parents[1]
 GUIDE = REPO / "docs" / "guide.md"
@@ -23,7 +23,7 @@ def test_the_committed_guide_holds_the_rendered_reference():
     text = GUIDE.read_text()
     assert BEGIN in text and END in text
     committed = BEGIN + text.split(BEGIN, 1)[1].split(END, 1)[0] + END
-    assert committed + "\n" == render(), "run: python -m orchestrator.schema --write docs/guide.md"
+    assert committed + "\n" == render(), "run: python -m orchestrator.config.schema --write docs/guide.md"
 
 
 def _minimal(tmp_path: Path, extra: dict | None = None) -> Path:

@@ -8,9 +8,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from orchestrator.history import trial_rows
-from orchestrator.records import COMPLETE, FAIL, PRUNED, TrialResult, config_key
-from orchestrator.search import CONSTRAINT, DEFAULT_PRUNE_RATIO, Proposal, SearchPolicy, early_stop
+from orchestrator.core.records import COMPLETE, FAIL, PRUNED, TrialResult, config_key
+from orchestrator.study.history import trial_rows
+from orchestrator.study.policy import CONSTRAINT, DEFAULT_PRUNE_RATIO, Proposal, SearchPolicy, early_stop
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
@@ -273,7 +273,7 @@ def test_measured_baseline_is_not_enqueued_again():
 
 def test_tpe_learns_from_failures_and_stops_proposing_them():
     """With the storage encoding, TPE stays away from a failing region (TP=1 crashes here)."""
-    from orchestrator.samplers import make_sampler
+    from orchestrator.study.samplers import make_sampler
 
     sampler = make_sampler("tpe", seed=1, budget=40)
     study = optuna.create_study(direction="maximize", sampler=sampler)
@@ -323,8 +323,8 @@ def test_with_the_real_search_space_and_backend_normalize():
     from pathlib import Path
 
     from orchestrator.backends import get_backend_class
-    from orchestrator.samplers import make_sampler
-    from orchestrator.space import load_space
+    from orchestrator.config.space import load_space
+    from orchestrator.study.samplers import make_sampler
 
     root = Path(__file__).resolve().parents[1]
     space = load_space(root / "search_spaces" / "sglang-pcie.yaml",
@@ -378,7 +378,7 @@ def grid3_value(config):
 
 def tpe_policy(startup, *, seed=0, baseline=None, study=None, **kw):
     """A policy over TPE built as the driver builds them: the sampler's start-up count told to the policy."""
-    from orchestrator.samplers import make_sampler, startup_trials
+    from orchestrator.study.samplers import make_sampler, startup_trials
 
     study = study or optuna.create_study(
         direction="maximize", sampler=make_sampler("tpe", seed=seed, budget=40, n_startup_trials=startup))
@@ -443,7 +443,7 @@ def test_startup_order_survives_a_restart_and_honours_inactive_parameters():
         assert sorted(p.config[name] for p in first + rest) == levels
     # TinySpace: NCCL_PROTO does not exist at TP=1, so the config most different from the
     # TP=2 baseline is a TP=1 one with graphs on (it differs in all three parameters)
-    from orchestrator.samplers import make_sampler, startup_trials
+    from orchestrator.study.samplers import make_sampler, startup_trials
 
     study = optuna.create_study(direction="maximize", sampler=make_sampler("tpe", seed=0, budget=6, space_size=6))
     _, policy = make(study, startup=startup_trials("tpe", budget=6, space_size=6))

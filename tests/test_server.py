@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.backends.base import LaunchSpec
-from orchestrator.records import ServerRecord
-from orchestrator.server import (
+from orchestrator.core.records import ServerRecord
+from orchestrator.node.server import (
     ReadyTimeout,
     ServerExited,
     ServerProcess,
@@ -223,7 +223,7 @@ def test_parent_death_signal_kills_server_with_its_parent(tmp_path, stray_pids):
         import sys, time
         sys.path.insert(0, {REPO!r})
         from orchestrator.backends.base import LaunchSpec
-        from orchestrator.server import ServerProcess
+        from orchestrator.node.server import ServerProcess
         sp = ServerProcess(LaunchSpec(argv=["sleep", "1000"], port=1), {str(tmp_path / 's.log')!r})
         sp.start()
         print(sp.pid, flush=True)

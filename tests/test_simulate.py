@@ -10,8 +10,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from orchestrator.search import SearchPolicy
-from orchestrator.simulate import (
+from orchestrator.study.policy import SearchPolicy
+from orchestrator.study.replay import (
     SamplerSpec,
     TableError,
     TableSpace,
@@ -207,7 +207,7 @@ def test_progress_lines(tiny):
 
 
 def test_a_replay_stops_proposing_a_value_that_gives_wrong_output_everywhere(tmp_path):
-    """The replay honours the study's value bans (``orchestrator.bans``) as a real study
+    """The replay honours the study's value bans (``orchestrator.study.bans``) as a real study
     does: a protocol that gives wrong output in every config (4 of the 12 rows) is launched
     twice, then never again, though the budget covers the whole table."""
     lines = ["graph,algo,proto,samples,failure,baseline,note"]

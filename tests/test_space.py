@@ -8,8 +8,8 @@ import optuna
 import pytest
 import yaml
 
-from orchestrator.errors import BadInput
-from orchestrator.space import SearchSpace, check_param_name, load_space, space_from_dict
+from orchestrator.config.space import SearchSpace, check_param_name, load_space, space_from_dict
+from orchestrator.core.errors import BadInput
 
 CTX = {"gpus_per_node": 4, "heads": 8, "kv_heads": 4, "layers": 4}
 
@@ -158,7 +158,7 @@ def test_space_pickles(tmp_path):
 
 
 def test_cpu_context_dead_choice_documented(tmp_path):
-    # On a CPU job the context's gpus_per_node is cpus_per_trial (see orchestrator.space docstring).
+    # On a CPU job the context's gpus_per_node is cpus_per_trial (see orchestrator.config.space docstring).
     data = {"params": {"tp_size": [1, 2]}, "constraints": ["tp_size <= gpus_per_node"]}
     assert load(tmp_path, data, context={"gpus_per_node": 2}).size() == 2
     bad(tmp_path, data, "constraints[0]", "dead choice", "tp_size=2", "gpus_per_node=1",
@@ -269,7 +269,7 @@ def test_bad_yaml_and_not_mapping(tmp_path):
 
 
 def test_bad_nccl_value(tmp_path):
-    pytest.importorskip("orchestrator.nccl", reason="orchestrator/nccl.py (NCCL value rules) not written yet")
+    pytest.importorskip("orchestrator.core.nccl", reason="orchestrator/core/nccl.py (NCCL value rules) not written yet")
     bad(tmp_path, {"params": {"env.NCCL_PROTO": ["LL", "Fast"]}}, "params.env.NCCL_PROTO.choices[1]", "Fast")
     space = load(tmp_path, {"params": {"env.NCCL_PROTO": ["ll", "simple"]}})
     assert space.param("env.NCCL_PROTO").choices == ("LL", "Simple")  # canonical spelling

@@ -13,10 +13,10 @@ import time
 import pytest
 
 from conftest import study_servers, write_job
-from orchestrator.errors import CircuitOpen
-from orchestrator.history import trial_rows
-from orchestrator.job import load_job
-from orchestrator.study import StudyDriver, open_study
+from orchestrator.config.job import load_job
+from orchestrator.core.errors import CircuitOpen
+from orchestrator.driver.run import StudyDriver, open_study
+from orchestrator.study.history import trial_rows
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +84,7 @@ STOPS = [  # (signal, how many, to the whole process group as a terminal hang-up
 
 def test_sigterm_and_sighup_are_handled_like_ctrl_c():
     """Every stop signal gets the study's handler (the end-to-end runs below use SIGINT and SIGHUP)."""
-    from orchestrator.study import _Signals
+    from orchestrator.driver.run import _Signals
 
     said = []
     with _Signals(said.append) as signals:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import correctness, outcome
-from orchestrator.records import FAIL, PRUNED
-from orchestrator.trial import TrialSpec, run_trial
+from orchestrator.core import correctness, outcome
+from orchestrator.core.records import FAIL, PRUNED
+from orchestrator.node.trial import TrialSpec, run_trial
 
 pytestmark = pytest.mark.slow
 

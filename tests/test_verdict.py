@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import verdict as v
-from orchestrator.verdict import describe, ratio_interval, t_quantile
+from orchestrator.core import verdict as v
+from orchestrator.core.verdict import describe, ratio_interval, t_quantile
 
 DATA = Path(__file__).parent / "data" / "verdict"
 
@@ -184,7 +184,7 @@ def _trial(number: int, samples: list[float], key: str):
 
 
 def test_the_runs_final_line_says_beyond_noise_only_beyond_noise():
-    from orchestrator.study import vs_baseline_words
+    from orchestrator.driver.run import vs_baseline_words
 
     base = _trial(0, H200_8B["baseline"], "eager")
     best = _trial(3, H200_8B["best"], "graphs")

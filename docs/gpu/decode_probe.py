@@ -30,7 +30,7 @@ import time
 
 import torch
 
-from orchestrator.hwprobe import memory_bandwidth
+from orchestrator.node.hwprobe import memory_bandwidth
 from orchestrator.refserver.presets import PRESETS
 
 

@@ -8,7 +8,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 RAY_DEDUP_LOGS=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 CUDA_VISIBLE_DEVICES=0
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/$name-env.txt"
-python3 -m orchestrator.hwprobe cuda | tee -a "$OUT/$name-env.txt"
+python3 -m orchestrator.node.hwprobe cuda | tee -a "$OUT/$name-env.txt"
 timeout 420 python3 -m orchestrator run "$job" 2>&1 | grep -v -e WARNING -e 'token-auth' | tee "$OUT/$name-run.log"
 python3 -m orchestrator status "$job" | tee -a "$OUT/$name-run.log"
 python3 -m orchestrator report "$job" >/dev/null

@@ -14,7 +14,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 log=$OUT/tp4-run.log
 if [ "${ENV_INFO:-1}" = 1 ]; then
   { nvidia-smi topo -m; nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv;
-    python3 -m orchestrator.hwprobe cuda; } 2>&1 | tee "$OUT/topo.txt"
+    python3 -m orchestrator.node.hwprobe cuda; } 2>&1 | tee "$OUT/topo.txt"
 fi
 if [ "${FIXTURES:-1}" = 1 ]; then  # 4-rank NCCL logs: start-up + per-call TUNING lines, P2P off, LL/Ring and Simple/Tree
   mkdir -p /tmp/fx

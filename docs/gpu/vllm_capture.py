@@ -24,7 +24,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from orchestrator import bench
+from orchestrator.node import client
 
 OLD_DEFAULT = ("Write a detailed, step-by-step explanation of how a ring all-reduce works across "
                "eight GPUs, then summarize its cost in one sentence.")
@@ -81,12 +81,12 @@ def launch(name: str, model: str, extra: list[str], env_extra: dict[str, str], o
         (out / f"{name}-metrics-before.txt").write_text(get(base + "/metrics")[1])
         prompts = [json.loads(x) for x in PROMPTS.read_text().splitlines() if x.strip()]
         cases = [(p["kind"], p["prompt"]) for p in prompts] + [("hello", "Hello"), ("old-default", OLD_DEFAULT)]
-        bench.stream_completion(base, "m", "warm up", 16, 60)
+        client.stream_completion(base, "m", "warm up", 16, 60)
         rec["prompts"] = []
         for kind, prompt in cases:
             row: dict = {"kind": kind}
             for _ in range(2):
-                res = bench.stream_completion(base, "m", prompt, 128, 60)
+                res = client.stream_completion(base, "m", prompt, 128, 60)
                 row.setdefault("decode_tok_s", []).append(res.decode_tok_s)
                 row["chunks"], row["usage_tokens"], row["ok"] = len(res.token_times), res.n_tokens, res.ok
                 row["text_head"] = res.text[:80]

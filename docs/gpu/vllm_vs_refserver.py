@@ -25,10 +25,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from orchestrator import bench, correctness
 from orchestrator.backends import get_backend_class
 from orchestrator.backends.base import LaunchSpec
-from orchestrator.server import ServerProcess, free_port
+from orchestrator.core import correctness
+from orchestrator.node import client
+from orchestrator.node.server import ServerProcess, free_port
 
 # cuda on a GPU node; cpu (no graphs) only to try the script here against a vLLM stand-in
 DEVICE = os.environ.get("VS_DEVICE", "cuda")
@@ -83,7 +84,7 @@ def main() -> int:
             result[f"{name}_ready_s"] = round(sp.wait_ready(900), 1)
         outs = {}
         for name, sp in servers.items():
-            outs[name] = bench.greedy_outputs(sp.spec.base_url, sp.spec.model_name, PROMPTS, args.tokens, 60,
+            outs[name] = client.greedy_outputs(sp.spec.base_url, sp.spec.model_name, PROMPTS, args.tokens, 60,
                                               top_logprobs=2)
         ref, other = outs["refserver"], outs["vllm"]
         rows = []
@@ -92,14 +93,14 @@ def main() -> int:
             margin = None if same else correctness.near_tie_margin(a.get("tokens"), b.get("tokens"), b.get("top"))
             first = next((k for k, (x, y) in enumerate(zip(a.get("tokens") or [], b.get("tokens") or [])) if x != y),
                          None)
-            ref_lp = bench.score_continuation(servers["refserver"].spec.base_url, "ref", PROMPTS[i], a["text"], 60)
-            vllm_lp = bench.score_continuation(servers["vllm"].spec.base_url, "vllm", PROMPTS[i], a["text"], 60)
+            ref_lp = client.score_continuation(servers["refserver"].spec.base_url, "ref", PROMPTS[i], a["text"], 60)
+            vllm_lp = client.score_continuation(servers["vllm"].spec.base_url, "vllm", PROMPTS[i], a["text"], 60)
             rows.append({"prompt": i, "same_text": same, "first_differing_token": first, "near_tie_margin": margin,
                          "refserver": a["text"], "vllm": b["text"],
                          "drift_nats_per_token": correctness.mean_abs_drift(ref_lp, vllm_lp)})
         result["agreement"] = rows
         for name, sp in servers.items():
-            d = bench.measure_decode(sp.spec.base_url, sp.spec.model_name, PROMPTS[0], 256, warmup=2, repeats=5,
+            d = client.measure_decode(sp.spec.base_url, sp.spec.model_name, PROMPTS[0], 256, warmup=2, repeats=5,
                                      timeout_s=120)
             result[f"{name}_decode"] = d.to_metrics() if d.ok else {"error": d.error}
     finally:

@@ -43,7 +43,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from orchestrator.errors import BadInput
+from orchestrator.core.errors import BadInput
 
 Config = dict[str, Any]
 
@@ -111,8 +111,8 @@ class Backend(abc.ABC):
 
     def check_nccl_env(self, config: Config) -> None:
         """Every ``env.NCCL_*`` value against NCCL's allowed names (ConfigRejected otherwise)."""
-        from orchestrator import nccl
-        from orchestrator.errors import ConfigRejected
+        from orchestrator.core import nccl
+        from orchestrator.core.errors import ConfigRejected
 
         for name, value in config.items():
             if name.startswith("env.NCCL_"):
@@ -129,7 +129,7 @@ class Backend(abc.ABC):
         """Effective settings: the backend's defaults filled in (a config that leaves a
         setting at its default equals one that spells it out), NCCL values case-folded,
         NCCL settings dropped at world size 1."""
-        from orchestrator import nccl
+        from orchestrator.core import nccl
 
         config = {**self.default_config(), **config}
         out: Config = {}
@@ -167,7 +167,7 @@ class Backend(abc.ABC):
     def launch_spec(self, config: Config, host: str, port: int) -> LaunchSpec:
         """argv + env delta for one server with this config."""
 
-    # What the tree watch (orchestrator/treewatch.py) knows of this engine: lines it logs
+    # What the tree watch (orchestrator/node/treewatch.py) knows of this engine: lines it logs
     # when it is dead though its first process still runs, and helper processes (regular
     # expressions on the command line) that come and go without meaning harm.
     # Set on the class, or per instance from the backend's settings (``command``).
@@ -179,7 +179,7 @@ class Backend(abc.ABC):
 
     def watch_rules(self):
         """The rules the trial's ``TreeWatch`` applies to this backend's servers."""
-        from orchestrator.treewatch import TRANSIENT_PROCESSES, WatchRules
+        from orchestrator.node.treewatch import TRANSIENT_PROCESSES, WatchRules
 
         return WatchRules(fatal_log_patterns=tuple(self.FATAL_LOG_PATTERNS),
                           transient_processes=TRANSIENT_PROCESSES + tuple(self.TRANSIENT_PROCESSES),

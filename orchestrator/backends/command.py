@@ -42,7 +42,7 @@ from typing import Any
 
 from orchestrator.backends import common
 from orchestrator.backends.base import Backend, Config, LaunchSpec
-from orchestrator.errors import ConfigRejected, brief
+from orchestrator.core.errors import ConfigRejected, brief
 
 _SETTINGS = {
     "argv": "the command as a list, with {placeholders}",

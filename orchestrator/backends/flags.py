@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.backends.known_flags import FlagTable
-from orchestrator.errors import ConfigRejected, brief
+from orchestrator.core.errors import ConfigRejected, brief
 
 Version = tuple[int, int, int]
 

@@ -80,7 +80,7 @@ class FlagTable:
 
 def bundled_versions(package: str) -> list[str]:
     """Releases of ``package`` with a bundled table, oldest first."""
-    from orchestrator.versions import parse_version
+    from orchestrator.core.versions import parse_version
 
     found = [p.stem[len(package) + 1:] for p in TABLES.glob(f"{package}-*.json")]
     return sorted(found, key=lambda v: parse_version(v) or (0, 0, 0))
@@ -89,7 +89,7 @@ def bundled_versions(package: str) -> list[str]:
 @lru_cache(maxsize=None)
 def bundled(package: str, version: str | None = None) -> FlagTable | None:
     """The bundled table of ``version``'s release (the newest one when None), or None."""
-    from orchestrator.versions import parse_version
+    from orchestrator.core.versions import parse_version
 
     known = bundled_versions(package)
     if version is not None:

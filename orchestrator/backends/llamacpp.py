@@ -45,12 +45,12 @@ import re
 import shutil
 from typing import Any
 
-from orchestrator import versions
 from orchestrator.backends import common
 from orchestrator.backends.base import Backend, Config, LaunchSpec
 from orchestrator.backends.flags import FlagChecker
 from orchestrator.backends.known_flags import FlagTable
-from orchestrator.errors import ConfigRejected, brief
+from orchestrator.core import versions
+from orchestrator.core.errors import ConfigRejected, brief
 
 _SETTINGS = {
     "model": "the GGUF file (-m)",

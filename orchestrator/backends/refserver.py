@@ -13,7 +13,7 @@ from typing import Any
 from orchestrator.backends import common
 from orchestrator.backends.base import Backend, Config, LaunchSpec
 from orchestrator.backends.flags import did_you_mean
-from orchestrator.errors import ConfigRejected, brief
+from orchestrator.core.errors import ConfigRejected, brief
 
 _SETTINGS = {
     "model": "preset name (tiny, 1b, 8b)",

@@ -29,11 +29,11 @@ from __future__ import annotations
 import sys
 from typing import Any, ClassVar
 
-from orchestrator import versions
 from orchestrator.backends import common, known_flags
 from orchestrator.backends.base import Backend, Config, LaunchSpec
 from orchestrator.backends.flags import FlagChecker, Spelling
-from orchestrator.errors import brief
+from orchestrator.core import versions
+from orchestrator.core.errors import brief
 
 SHARED_SETTINGS = {
     "served_model_name": "name in the OpenAI API (default: model)",

@@ -62,12 +62,12 @@ import json
 import shutil
 from typing import Any
 
-from orchestrator import versions
 from orchestrator.backends import common
 from orchestrator.backends.base import Config
 from orchestrator.backends.flags import Spelling, vstr
 from orchestrator.backends.serving import ServingBackend
-from orchestrator.errors import ConfigRejected, brief
+from orchestrator.core import versions
+from orchestrator.core.errors import ConfigRejected, brief
 
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 CUDAGRAPH_MODE_SINCE = (0, 10, 1)

@@ -62,7 +62,7 @@ def start(args: list[str], port: int, timeout_s: float = 60.0, log_path: str | N
 
 def stop(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
     """TERM the server's tree and process group, KILL after ``grace_s``, reap."""
-    from orchestrator import proctree
+    from orchestrator.node import proctree
 
     proctree.end(proctree.tree(proc.pid), grace_s, pgid=proc.pid)
     proc.wait()

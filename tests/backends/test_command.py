@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.backends import get_backend_class
 from orchestrator.backends.command import CommandBackend, placeholders
-from orchestrator.errors import BadInput, ConfigRejected
+from orchestrator.core.errors import BadInput, ConfigRejected
 
 REFSERVER_ARGV = ["{python}", "-m", "orchestrator.refserver", "--model", "tiny", "--tp", "{tp_size}",
                   "--device", "cpu", "--host", "{host}", "--port", "{port}", "--threads", "{backend.threads}",
@@ -106,7 +106,7 @@ def test_defaults_version_and_identity():
 def test_example_job_loads_and_fills_every_config():
     from pathlib import Path
 
-    from orchestrator.job import load_job
+    from orchestrator.config.job import load_job
 
     job = load_job(str(Path(__file__).resolve().parents[2] / "jobs" / "command-example.yaml"))
     b = job.backend_obj()

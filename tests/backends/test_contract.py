@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from orchestrator.backends import BUILTIN, backend_kinds, get_backend_class
-from orchestrator.errors import BadInput, ConfigRejected
+from orchestrator.core.errors import BadInput, ConfigRejected
 
 KINDS = backend_kinds()
 JOB = "jobs/contract.yaml"
@@ -111,7 +111,7 @@ def test_default_config_passes_check_config_and_is_the_empty_config(kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_nccl_values_are_canonical(kind):
-    from orchestrator import nccl
+    from orchestrator.core import nccl
 
     backend = build(kind)
     checked = 0

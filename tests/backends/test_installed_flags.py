@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import versions
 from orchestrator.backends import known_flags
 from orchestrator.backends.sglang import SglangBackend
 from orchestrator.backends.vllm import VllmBackend
-from orchestrator.errors import BadInput, ConfigRejected
+from orchestrator.core import versions
+from orchestrator.core.errors import BadInput, ConfigRejected
 
 VLLM_SERVE = '''
 import argparse

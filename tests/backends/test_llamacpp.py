@@ -29,7 +29,7 @@ from launch import checked_argv
 
 from orchestrator.backends import get_backend_class
 from orchestrator.backends.llamacpp import LlamaCppBackend
-from orchestrator.errors import BadInput, ConfigRejected
+from orchestrator.core.errors import BadInput, ConfigRejected
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp" / "llama-server-help.txt"
 VERSION = "0.6.0-dev (build 0, commit unknown)"
@@ -189,8 +189,8 @@ def test_the_real_llama_server_serves_a_tiny_gguf(tmp_path):
     import psutil
     from tiny_gguf import write_tiny_llama
 
-    from orchestrator import bench
-    from orchestrator.server import ServerProcess, free_port
+    from orchestrator.node import client
+    from orchestrator.node.server import ServerProcess, free_port
 
     model = write_tiny_llama(tmp_path / "tiny.gguf")
     b = LlamaCppBackend({"model": str(model), "executable": REAL, "device": "cpu", "served_model_name": "tiny"},
@@ -200,9 +200,9 @@ def test_the_real_llama_server_serves_a_tiny_gguf(tmp_path):
     spec = b.launch_spec(config, "127.0.0.1", free_port())
     with ServerProcess(spec, tmp_path / "server.log") as server:
         server.wait_ready(120)
-        decode = bench.measure_decode(spec.base_url, spec.model_name, "hello world", 16, warmup=1, repeats=2,
+        decode = client.measure_decode(spec.base_url, spec.model_name, "hello world", 16, warmup=1, repeats=2,
                                       timeout_s=60)
-        outputs = [bench.greedy_outputs(spec.base_url, spec.model_name, ["the cat", "a b c"], 8, 60)
+        outputs = [client.greedy_outputs(spec.base_url, spec.model_name, ["the cat", "a b c"], 8, 60)
                    for _ in range(2)]
         pid = server.pid
     log = (tmp_path / "server.log").read_text()
@@ -226,9 +226,9 @@ def test_a_study_tunes_the_real_llama_server(tmp_path, ray_local):
     from tiny_gguf import write_tiny_llama
 
     from conftest import server_processes, write_job
-    from orchestrator.history import trial_rows
-    from orchestrator.job import load_job
-    from orchestrator.study import StudyDriver, open_study
+    from orchestrator.config.job import load_job
+    from orchestrator.driver.run import StudyDriver, open_study
+    from orchestrator.study.history import trial_rows
 
     model = write_tiny_llama(tmp_path / "tiny.gguf")
     before = {pid for pid, _ in server_processes(REAL)}

@@ -3,7 +3,7 @@
 import pytest
 
 from orchestrator.backends.refserver import RefServerBackend
-from orchestrator.errors import BadInput, ConfigRejected
+from orchestrator.core.errors import BadInput, ConfigRejected
 
 
 def test_launch_spec_carries_tp_flags_and_nccl_env():

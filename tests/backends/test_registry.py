@@ -112,9 +112,9 @@ def test_a_broken_registration_fails_only_when_used_with_one_line(third_party):
 
 
 def test_doctor_asks_every_registered_backend(third_party, monkeypatch):
-    from orchestrator import doctor
     from orchestrator.backends.llamacpp import LlamaCppBackend
     from orchestrator.backends.serving import ServingBackend
+    from orchestrator.node import doctor
 
     releases = {"vllm": "0.26.0"}
     monkeypatch.setattr(ServingBackend, "installed_release", classmethod(lambda cls: releases.get(cls.package)))

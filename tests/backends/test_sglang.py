@@ -10,7 +10,7 @@ from launch import checked_argv
 
 from orchestrator.backends import get_backend_class, known_flags
 from orchestrator.backends.sglang import SglangBackend
-from orchestrator.errors import BadInput, ConfigRejected
+from orchestrator.core.errors import BadInput, ConfigRejected
 
 SGLANG = known_flags.bundled("sglang", "0.5.23")
 
@@ -178,7 +178,7 @@ def test_gpus_per_trial():
 def test_example_job_commands_use_only_current_sglang_flags():
     from pathlib import Path
 
-    from orchestrator.job import load_job
+    from orchestrator.config.job import load_job
 
     job = load_job(str(Path(__file__).resolve().parents[2] / "jobs" / "sglang-example.yaml"))
     b = job.backend_obj()

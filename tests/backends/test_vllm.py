@@ -11,7 +11,7 @@ from launch import checked_argv
 
 from orchestrator.backends import get_backend_class, known_flags
 from orchestrator.backends.vllm import VllmBackend
-from orchestrator.errors import BadInput, ConfigRejected
+from orchestrator.core.errors import BadInput, ConfigRejected
 
 VLLM = known_flags.bundled("vllm", "0.33.0")
 VLLM_026 = known_flags.bundled("vllm", "0.26.0")
@@ -286,7 +286,7 @@ def test_glm5_job_commands_use_only_current_vllm_flags():
     with flags that exist, undeprecated, in vLLM 0.33.0."""
     from pathlib import Path
 
-    from orchestrator.job import load_job
+    from orchestrator.config.job import load_job
 
     job = load_job(str(Path(__file__).resolve().parents[2] / "jobs" / "glm5-vllm-8xpcie.yaml"))
     b = job.backend_obj()

@@ -200,14 +200,14 @@ def test_client_disconnect_mid_stream_frees_the_slot(tp1):
 def test_greedy_capture_returns_each_token_with_its_runner_up(servers):
     """What the correctness gate's near-tie rule reads: the generated pieces, and per piece
     the server's top candidates with the pick first and a runner-up below it."""
-    from orchestrator import bench
+    from orchestrator.node import client
 
     s1, s2 = servers
-    got = bench.greedy_outputs(f"http://127.0.0.1:{s1.port}", "tiny", PROMPTS[:2], 8, 10, top_logprobs=2)
+    got = client.greedy_outputs(f"http://127.0.0.1:{s1.port}", "tiny", PROMPTS[:2], 8, 10, top_logprobs=2)
     for g in got:
         assert g["ok"] and len(g["tokens"]) == len(g["top"]) == 8 and "".join(g["tokens"]) == g["text"]
         for piece, cands in zip(g["tokens"], g["top"]):
             assert len(cands) == 2 and max(cands, key=cands.get) == piece
     # TP=2 (another summation order) picks the same tokens
-    other = bench.greedy_outputs(f"http://127.0.0.1:{s2.port}", "tiny", PROMPTS[:2], 8, 10, top_logprobs=2)
+    other = client.greedy_outputs(f"http://127.0.0.1:{s2.port}", "tiny", PROMPTS[:2], 8, 10, top_logprobs=2)
     assert [g["tokens"] for g in other] == [g["tokens"] for g in got]

@@ -1,0 +1,1 @@
+"""Job and space files: loading, strict validation, frozen objects. On core and backends."""

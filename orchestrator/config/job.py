@@ -1,0 +1,691 @@
+"""Jobs: load a job YAML strictly into a frozen ``Job``; every problem is one ``BadInput``.
+
+``load_job(path)`` reads the file, checks every key (unknown keys get "did you mean",
+wrong types name the rule, the bad value and what is allowed), instantiates the backend
+(which checks ``backend.settings``), loads the search space with the job's context,
+validates NCCL values (space, baseline, env, reference config), refuses unsafe NCCL
+values unless ``allow_unsafe_nccl``, checks TP against ``gpus_per_node`` and runs the
+backend's ``check_config`` on every config of the space (or, for spaces of more than
+2000 configs, on every parameter value applied to the baseline). It writes nothing.
+
+The schema (every key but ``study``, ``backend`` and ``space`` is optional; defaults
+shown). ``orchestrator.config.schema`` renders it into docs/guide.md, and a test holds it to
+what ``load_job`` accepts, so keep one key per line with its meaning::
+
+    study: demo                       # the study's name: a folder name ([A-Za-z0-9_.-]+, not . or ..)
+    description: null                 # free text, shown in the report
+    output_dir: null                  # the folder the study's folder goes in; null: reports/ next to the job file
+    report_dir: null                  # the study's folder itself (storage, logs, report); null: <output_dir>/<study>
+    storage: null                     # null: journal:<report_dir>/study.journal; or journal:PATH, a PATH
+                                      # ending .journal/.log, or an RDB URL such as sqlite:///study.db
+    backend:
+      kind: refserver                 # refserver, vllm, sglang, llamacpp or command (required)
+      settings: {}                    # the backend's own settings (see the backends below)
+    gpus_per_node: 0                  # GPUs one trial takes on its node; 0: a CPU job
+    cpus_per_trial: 2                 # Ray CPUs a trial actor takes on a CPU job
+    space: ../search_spaces/x.yaml    # the search space file (required)
+    baseline: null                    # the first trial and the ratios' denominator: params merged onto
+                                      # the backend's defaults; null: the backend's defaults
+    budget:
+      trials: 8                       # trials launched in total (COMPLETE, FAIL, PRUNED); null: no limit
+      timeout: null                   # wall clock of one `run` (8h, 30m); no trial starts after it
+    bench:
+      prompt: ...                     # the decode prompt (default: a fixed paragraph request)
+      output_tokens: 64               # tokens per timed request (greedy, fixed length)
+      warmup: 1                       # untimed requests first
+      repeats: 3                      # timed requests; the median is the trial's tok/s
+      max_repeats: 3                  # upper bound when target_rel_ci asks for more
+      target_rel_ci: null             # repeat until the median's CI half-width / median is below this
+      concurrency: [1, 2, 10, 64]     # levels `compare` (and constraints) measure total tok/s at
+    timeouts:
+      startup: 120s                   # spawn to healthy; longer is FAIL start-timeout
+      bench: 60s                      # the whole benchmark of one trial; longer is FAIL bench-timeout
+      teardown: 10s                   # SIGTERM grace before SIGKILL of the server's process group
+    ray:
+      address: null                   # an existing cluster (HOST:6379, ray://...); null: a fresh local Ray
+      parallel: null                  # trials at once; null: one per matching node
+      node_selector:
+        gpu_model: null               # only nodes with this GPU model (e.g. H200)
+        resources: {}                 # only nodes with these Ray custom resources, e.g. {pcie_box: 1}
+    sampler:
+      name: tpe                       # tpe, gp, random, grid, bruteforce, nsga2
+      seed: 0                         # null: not reproducible
+      n_startup_trials: null          # null: sized to the budget
+      options: {}                     # sampler options (see orchestrator.study.samplers)
+    correctness:
+      enabled: true                   # compare every trial's output with a golden reference
+      reference: baseline             # baseline, a config mapping ({tp_size: 1}), or a reference JSON file
+      prompts: [3 prompts]            # fixed prompts answered greedily
+      check_tokens: 32                # greedy tokens compared per prompt
+      logprobs: true                  # also compare log-probabilities of the reference text
+      logprob_tolerance: 0.05         # floor of the tolerance (mean nats/token), calibrated above it
+      allow_repetitive_reference: false   # keep a reference whose outputs repeat one short unit
+    env: {NCCL_NVLS_ENABLE: "0"}      # fixed environment of every server (values as strings)
+    allow_unsafe_nccl: false          # allow LL128/NVLS/CollNet values that can corrupt data on PCIe
+    remeasure: false                  # launch configs already measured again instead of answering them
+    max_consecutive_failures: 5       # stop the study after this many failed trials in a row
+    pruning:
+      enabled: true                   # stop a trial after one repeat when it is clearly worse
+      min_ratio: 0.8                  # "clearly worse": below min_ratio x the best so far
+    constraints: []                   # outcome rules, e.g. [{concurrency: 10, min_ratio: 0.9}]: a config
+                                      # below 0.9 x the baseline's total tok/s at concurrency 10 is infeasible
+    hardware:
+      memory_bandwidth: null          # for the ceiling, e.g. 4.8TB/s; null: measured on the node
+      allreduce_latency_us: null      # for the ceiling; null: measured
+    prescreen:
+      enabled: false                  # time NCCL all-reduces per setting and drop slow ones before launches
+      keep_within: 1.2                # keep settings within this factor of the fastest at the same TP
+
+Durations (``timeout``, ``timeouts.*``) are parsed by ``orchestrator.core.durations``.
+Every path in a job is relative to the job file, so a job means the same study from any
+working directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.config.job_checks import (
+    check_baseline,
+    check_config,
+    check_space_configs,
+    check_space_tp,
+    check_space_unsafe,
+    config_mapping,
+    nccl_value,
+    refuse_unsafe,
+)
+from orchestrator.config.space import SearchSpace, env_str, space_from_dict
+from orchestrator.config.yaml_input import Section, did_you_mean, display_path, read_yaml_mapping, shown, type_name
+from orchestrator.core.errors import BadInput, RuntimeFailure, brief
+from orchestrator.study.samplers import OPTIONS as SAMPLER_OPTIONS
+from orchestrator.study.samplers import SAMPLER_NAMES
+
+JOB_KEYS = ("study", "description", "output_dir", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
+            "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
+            "allow_unsafe_nccl", "remeasure", "max_consecutive_failures", "pruning", "constraints", "hardware",
+            "prescreen")
+STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # and not "." or "..": the name is a folder name
+STUDY_RULE = "match [A-Za-z0-9_.-]+ and not be '.' or '..' (it names a folder: letters, digits, _ . -, no /)"
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+DEFAULT_PROMPT = ("Write a detailed, step-by-step explanation of how a ring all-reduce works across "
+                  "eight GPUs, then summarize its cost in one sentence.")
+DEFAULT_CHECK_PROMPTS = (
+    "The capital of France is",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Translate to German: The weather is nice today and we are going for a walk.",
+)
+DEFAULT_ENV = {"NCCL_NVLS_ENABLE": "0"}
+DEFAULT_CONCURRENCY = (1, 2, 10, 64)
+
+
+# ---- the frozen objects --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BackendSpec:
+    kind: str  # in orchestrator.backends.BACKEND_KINDS
+    settings: dict[str, Any]  # handed to the backend class, which validates it
+
+
+@dataclass(frozen=True)
+class Budget:
+    trials: int | None  # trials launched in total (COMPLETE + FAIL + PRUNED); None: no limit
+    timeout_s: float | None  # wall clock of one `run`; None: no limit
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    prompt: str
+    output_tokens: int
+    warmup: int
+    repeats: int
+    max_repeats: int
+    target_rel_ci: float | None
+    concurrency: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    startup_s: float
+    bench_s: float
+    teardown_s: float
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    address: str | None  # None: start a local Ray
+    parallel: int | None  # trials in flight at once; None: one per matching node
+    node_selector: dict[str, Any]  # {"gpu_model": str | None, "resources": {name: amount}}
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    name: str  # in SAMPLER_NAMES
+    seed: int | None
+    n_startup_trials: int | None  # None: sized to the budget by the sampler module
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CorrectnessSettings:
+    enabled: bool
+    reference: str | dict[str, Any]  # "baseline", a config (dict), or an absolute JSON file path
+    prompts: tuple[str, ...]
+    check_tokens: int
+    logprobs: bool
+    logprob_tolerance: float = 0.05  # floor of the gate's mean |delta logprob| per token (nats)
+    allow_repetitive_reference: bool = False  # a reference repeating one short unit is kept (random weights)
+
+    @property
+    def reference_kind(self) -> str:
+        """``baseline``, ``config`` or ``file``."""
+        if isinstance(self.reference, dict):
+            return "config"
+        return "baseline" if self.reference == "baseline" else "file"
+
+
+@dataclass(frozen=True)
+class PruningSettings:
+    enabled: bool
+    min_ratio: float  # stop a trial after its first repeat when below min_ratio x best so far
+
+
+@dataclass(frozen=True)
+class PrescreenSettings:
+    enabled: bool  # measure all-reduce latency per NCCL setting before the study
+    keep_within: float  # drop settings slower than keep_within x the fastest at the same TP
+
+
+@dataclass(frozen=True)
+class OutcomeConstraint:
+    """The best config must reach ``min_ratio`` x the baseline at ``concurrency``."""
+
+    concurrency: int
+    min_ratio: float
+
+
+@dataclass(frozen=True)
+class Job:
+    path: Path  # the job file, as given
+    study: str
+    storage: str  # "journal:<absolute path>" or an RDB URL
+    report_dir: Path  # absolute
+    backend: BackendSpec
+    gpus_per_node: int  # 0 for CPU jobs
+    cpus_per_trial: int
+    space: SearchSpace
+    baseline: dict[str, Any]  # backend.default_config() + the job's baseline, inactive params dropped
+    budget: Budget
+    bench: BenchSettings
+    timeouts: Timeouts
+    ray: RaySettings
+    sampler: SamplerSettings
+    correctness: CorrectnessSettings
+    env: dict[str, str]
+    allow_unsafe_nccl: bool = False
+    remeasure: bool = False
+    max_consecutive_failures: int = 5
+    pruning: PruningSettings = PruningSettings(True, 0.8)
+    constraints: tuple[OutcomeConstraint, ...] = ()
+    hardware: dict[str, float] = field(default_factory=dict)  # memory_bandwidth_bytes_s, allreduce_latency_s
+    prescreen: PrescreenSettings = PrescreenSettings(False, 1.2)
+    space_path: Path | None = None  # absolute path of the space file
+    baseline_given: bool = False  # the job had a `baseline:` (else: backend defaults)
+    description: str | None = None
+    _backend: Any = field(default=None, compare=False, repr=False)
+
+    def baseline_config(self) -> dict[str, Any]:
+        """The baseline exactly as every run launches it (and ``validate --commands`` prints
+        it): the job's ``baseline:`` on the backend's defaults, normalized. A parameter it
+        leaves unset is the backend's default, or absent (an NCCL variable stays unset:
+        NCCL's own default); nothing is sampled, so every seed and every resume has it."""
+        backend = self.backend_obj()
+        return backend.normalize(self.space.active({**backend.default_config(), **self.baseline}))
+
+    def backend_obj(self):
+        """The backend instance for ``backend.kind``/``settings`` (built once, cached)."""
+        if self._backend is None:
+            object.__setattr__(self, "_backend", _make_backend(self.backend.kind, self.backend.settings,
+                                                               str(self.path)))
+        return self._backend
+
+    def context(self) -> dict[str, Any]:
+        """Names a space's constraints may use besides its params.
+
+        ``gpus_per_node``: the job's GPUs per node, or on a CPU job (``gpus_per_node: 0``)
+        its ``cpus_per_trial`` (one CPU per tensor-parallel rank); ``gpus``: the job's own
+        ``gpus_per_node`` (0 on CPU jobs); ``cpus_per_trial``; ``cpu_job`` (bool); plus the
+        backend's ``model_facts()`` (heads, kv_heads, layers, ...)."""
+        return job_context(self.gpus_per_node, self.cpus_per_trial, self.backend_obj())
+
+    @property
+    def journal_path(self) -> Path | None:
+        """The journal file when the storage is one."""
+        return Path(self.storage[len("journal:"):]) if self.storage.startswith("journal:") else None
+
+    def __getstate__(self):  # the backend instance is rebuilt on the other side (Ray, pickling)
+        state = dict(self.__dict__)
+        state["_backend"] = None
+        return state
+
+    def __setstate__(self, state):
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+
+
+def job_context(gpus_per_node: int, cpus_per_trial: int, backend) -> dict[str, Any]:
+    ctx: dict[str, Any] = {}
+    try:
+        facts = backend.model_facts() if backend is not None else {}
+    except BadInput:  # the user's settings are wrong: say so, not "unknown name" in a constraint later
+        raise
+    except Exception:  # noqa: BLE001 - facts are optional; a backend that cannot say gives none
+        facts = {}
+    for k, v in (facts or {}).items():
+        if isinstance(k, str) and (v is None or isinstance(v, (bool, int, float, str))):
+            ctx[k] = v
+    ctx.update({"gpus_per_node": gpus_per_node if gpus_per_node > 0 else cpus_per_trial,
+                "gpus": gpus_per_node, "cpus_per_trial": cpus_per_trial, "cpu_job": gpus_per_node == 0})
+    return ctx
+
+
+def _make_backend(kind: str, settings: Mapping[str, Any], job_file: str | None):
+    from orchestrator.backends import get_backend_class
+
+    try:
+        cls = get_backend_class(kind)
+    except (ImportError, AttributeError) as exc:
+        raise RuntimeFailure(f"backend {brief(kind)} cannot be loaded: {type(exc).__name__}: {exc}") from None
+    return cls(dict(settings), job_file)
+
+
+_MISSING = object()  # a key the job does not have
+
+
+# ---- loading -------------------------------------------------------------------------------
+
+def load_job(path: str | os.PathLike) -> Job:
+    """Load, validate and freeze a job file (see the module docstring). Writes nothing."""
+    job_path = Path(path)
+    file = str(path)
+    if not job_path.exists():
+        raise BadInput(f"job file not found (looked at {job_path.resolve()}); pass the path of a job YAML "
+                       f"such as jobs/demo.yaml", file=file)
+    data = read_yaml_mapping(job_path, file=file, what="job", allowed=JOB_KEYS)
+    top = Section(data, file, None, JOB_KEYS)
+    for required in ("study", "backend", "space"):
+        if required not in top.data:
+            raise top.bad(required, f"missing required key {brief(required)}; a job needs study, backend and space")
+
+    # -- plain settings first: cheap, independent of backend and space
+    study = _study_name(top)
+    description = top.text("description", None, none_ok=True, nonempty=False)
+    gpus = top.integer("gpus_per_node", 0, low=0)
+    cpus = top.integer("cpus_per_trial", 2, low=1)
+    report_dir = _report_dir(top, study, job_path)
+    storage = _where_stored(top, report_dir, job_path)
+    budget = _budget(top)
+    bench = _bench(top)
+    timeouts = _timeouts(top)
+    ray = _ray(top)
+    sampler = _sampler(top)
+    allow_unsafe = top.flag("allow_unsafe_nccl", False)
+    remeasure = top.flag("remeasure", False)
+    max_failures = top.integer("max_consecutive_failures", 5, low=1)
+    pruning = _pruning(top)
+    hardware = _hardware(top)
+    prescreen_sec = top.section("prescreen", ("enabled", "keep_within"))
+    prescreen = PrescreenSettings(enabled=prescreen_sec.flag("enabled", False),
+                                  keep_within=prescreen_sec.number("keep_within", 1.2, above=1.0 - 1e-9))
+    outcome_constraints = _outcome_constraints(top, bench)
+    env = _env(top, allow_unsafe)
+
+    # -- the backend (validates its own settings)
+    backend_sec = top.section("backend", ("kind", "settings"))
+    if top.data.get("backend") is None:
+        raise top.bad("backend", "must be a mapping like {kind: refserver, settings: {model: tiny}}")
+    from orchestrator.backends import BACKEND_KINDS
+
+    kind = backend_sec.raw("kind", _MISSING)
+    if kind is _MISSING:
+        raise backend_sec.bad("kind", f"missing; allowed: {', '.join(BACKEND_KINDS)}")
+    if not isinstance(kind, str) or kind not in BACKEND_KINDS:
+        hint = did_you_mean(kind, BACKEND_KINDS) if isinstance(kind, str) else ""
+        raise backend_sec.bad("kind", f"unknown backend {brief(kind)}{hint}; allowed: {', '.join(BACKEND_KINDS)}")
+    settings = backend_sec.raw("settings", None)
+    if settings is None:
+        settings = {}
+    if not isinstance(settings, Mapping):
+        raise backend_sec.bad("settings", f"must be a mapping of backend settings, not {shown(settings)}")
+    settings = dict(settings)
+    backend = _make_backend(kind, settings, file)
+    context = job_context(gpus, cpus, backend)
+
+    # -- the space
+    space_value = top.data["space"]
+    if not isinstance(space_value, str) or not space_value.strip():
+        raise top.bad("space", f"must be the path of a search space YAML (relative to the job file), "
+                               f"not {shown(space_value)}")
+    space_path = (job_path.parent / space_value).resolve()
+    if not space_path.is_file():
+        what = "is a directory" if space_path.is_dir() else "not found"
+        raise top.bad("space", f"search space file {what}: {brief(space_value)} (resolved relative to the job file "
+                               f"to {space_path})")
+    space_file = display_path(space_path)
+    space_data = read_yaml_mapping(space_path, file=space_file, what="search space",
+                                   allowed=("params", "constraints", "description"))
+    space = space_from_dict(space_data, context, file=space_file)
+    check_space_tp(space, gpus, file)
+    space.check()
+    check_space_unsafe(space, allow_unsafe, file)
+    for name in space.names:
+        if name.startswith("env.") and name[4:] in env:
+            raise top.bad(f"env.{name[4:]}", f"{name[4:]} is fixed here and also tuned by {space_file} "
+                                             f"params.{name}; remove one of the two")
+
+    # -- the baseline: backend defaults + the job's own, checked like any config
+    given = top.data.get("baseline")
+    baseline_given = given is not None
+    own = config_mapping(given, file, "baseline", allow_unsafe, space=space) if baseline_given else {}
+    defaults = dict(backend.default_config())
+    baseline = space.active({**defaults, **own})
+    check_baseline(baseline, own, gpus, backend, file)
+
+    # -- correctness (a reference config is checked like the baseline)
+    correctness = _correctness(top, job_path, allow_unsafe, backend, defaults)
+
+    # -- every config of the space, or every value against the baseline
+    check_space_configs(space, baseline, backend, file, gpus)
+
+    return Job(path=job_path, study=study, storage=storage, report_dir=report_dir,
+               backend=BackendSpec(kind=kind, settings=settings), gpus_per_node=gpus, cpus_per_trial=cpus,
+               space=space, baseline=baseline, budget=budget, bench=bench, timeouts=timeouts, ray=ray,
+               sampler=sampler, correctness=correctness, env=env, allow_unsafe_nccl=allow_unsafe,
+               remeasure=remeasure, max_consecutive_failures=max_failures, pruning=pruning,
+               constraints=outcome_constraints, hardware=hardware, prescreen=prescreen, space_path=space_path,
+               baseline_given=baseline_given, description=description, _backend=backend)
+
+
+@dataclass(frozen=True)
+class StudyLocation:
+    """Where a job's study lives: enough to find and end its servers (``cleanup``)."""
+
+    path: Path
+    study: str
+    report_dir: Path
+    ray_address: str | None
+
+
+def load_study_location(path: str | os.PathLike) -> StudyLocation:
+    """The study name, report folder and Ray address of a job, reading nothing else: cleanup
+    must work when the job's space file or backend is gone, from the study's records alone."""
+    job_path = Path(path)
+    file = str(path)
+    if not job_path.exists():
+        raise BadInput(f"job file not found (looked at {job_path.resolve()})", file=file)
+    data = read_yaml_mapping(job_path, file=file, what="job", allowed=JOB_KEYS)
+    top = Section(data, file, None, JOB_KEYS)
+    if "study" not in top.data:
+        raise top.bad("study", "missing required key 'study'")
+    study = _study_name(top)
+    ray = top.section("ray", ("address", "parallel", "node_selector"))
+    return StudyLocation(job_path, study, _report_dir(top, study, job_path), ray.text("address", None, none_ok=True))
+
+
+def _study_name(top: Section) -> str:
+    study = top.text("study", None)
+    if not STUDY_NAME.fullmatch(study) or study in (".", ".."):
+        raise top.bad("study", f"must {STUDY_RULE}, not {brief(study)}")
+    return study
+
+
+# ---- sections ------------------------------------------------------------------------------
+
+def _near_job(job_path: Path, value: str) -> Path:
+    """A path of the job resolved as the user reads it: relative to the job file."""
+    return (job_path.resolve().parent / os.path.expanduser(value)).resolve()
+
+
+def _report_dir(top: Section, study: str, job_path: Path) -> Path:
+    """The study's folder: ``report_dir``, else ``<output_dir>/<study>``, else
+    ``reports/<study>`` next to the job file (never the current directory)."""
+    report_dir = top.text("report_dir", None, none_ok=True)
+    output_dir = top.text("output_dir", None, none_ok=True)
+    if report_dir is not None and output_dir is not None:
+        raise top.bad("report_dir", "give output_dir (the folder the study's folder goes in) or report_dir "
+                                    "(the study's folder itself), not both")
+    if report_dir is not None:
+        return _near_job(job_path, report_dir)
+    return _near_job(job_path, output_dir if output_dir is not None else "reports") / study
+
+
+def _where_stored(top: Section, report_dir: Path, job_path: Path) -> str:
+    value = top.text("storage", None, none_ok=True)
+    rule = ("allowed: null (a journal file in the report directory), journal:PATH, a path ending .journal "
+            "or .log, or an RDB URL such as sqlite:///path/study.db")
+    if value is None:
+        return f"journal:{report_dir / 'study.journal'}"
+    value = value.strip()
+    if "://" in value:
+        if value.startswith("sqlite:///") and len(value) == len("sqlite:///"):
+            raise top.bad("storage", f"a sqlite URL needs a file: sqlite:///path/study.db, not {brief(value)}")
+        if value.startswith("sqlite:///") and not value.startswith("sqlite:////"):  # relative file
+            return f"sqlite:///{_near_job(job_path, value[len('sqlite:///'):])}"
+        return value
+    if value.startswith("journal:"):
+        target = value[len("journal:"):].strip()
+        if not target:
+            raise top.bad("storage", f"journal: needs a path (journal:reports/x/study.journal); {rule}")
+        return f"journal:{_near_job(job_path, target)}"
+    if value.endswith((".journal", ".log")):
+        return f"journal:{_near_job(job_path, value)}"
+    raise top.bad("storage", f"not a storage: {brief(value)}; {rule}")
+
+
+def _budget(top: Section) -> Budget:
+    if "budget" not in top.data:
+        return Budget(trials=8, timeout_s=None)
+    sec = top.section("budget", ("trials", "timeout"))
+    if not sec.data or all(v is None for v in sec.data.values()):
+        raise top.bad("budget", "needs at least one of trials (an integer >= 1) and timeout (a duration "
+                                "such as 8h), e.g. {trials: 8}")
+    trials = sec.integer("trials", None, low=1, none_ok=True)
+    timeout = sec.duration("timeout", None, none_ok=True)
+    return Budget(trials=trials, timeout_s=timeout)
+
+
+def _bench(top: Section) -> BenchSettings:
+    sec = top.section("bench", ("prompt", "output_tokens", "warmup", "repeats", "max_repeats",
+                                "target_rel_ci", "concurrency"))
+    prompt = sec.text("prompt", DEFAULT_PROMPT)
+    output_tokens = sec.integer("output_tokens", 64, low=2)
+    warmup = sec.integer("warmup", 1, low=0)
+    repeats = sec.integer("repeats", 3, low=1)
+    max_repeats = sec.integer("max_repeats", max(3, repeats), low=1)
+    if max_repeats < repeats:
+        raise sec.bad("max_repeats", f"must be >= repeats ({repeats}), not {max_repeats}")
+    target = sec.number("target_rel_ci", None, above=0, at_most=1, none_ok=True)
+    conc = sec.raw("concurrency", list(DEFAULT_CONCURRENCY))
+    if conc is None:
+        conc = []
+    if not isinstance(conc, list):
+        raise sec.bad("concurrency", f"must be a list of integers >= 1 such as [1, 2, 10, 64], not {shown(conc)}")
+    for i, c in enumerate(conc):
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            raise sec.bad(f"concurrency[{i}]", f"must be an integer >= 1, not {shown(c)}")
+        if c in conc[:i]:
+            raise sec.bad(f"concurrency[{i}]", f"duplicate level {c}; levels must be unique")
+    return BenchSettings(prompt=prompt, output_tokens=output_tokens, warmup=warmup, repeats=repeats,
+                         max_repeats=max_repeats, target_rel_ci=target, concurrency=tuple(conc))
+
+
+def _timeouts(top: Section) -> Timeouts:
+    sec = top.section("timeouts", ("startup", "bench", "teardown"))
+    return Timeouts(startup_s=sec.duration("startup", "120s"), bench_s=sec.duration("bench", "60s"),
+                    teardown_s=sec.duration("teardown", "10s"))
+
+
+def _ray(top: Section) -> RaySettings:
+    sec = top.section("ray", ("address", "parallel", "node_selector"))
+    address = sec.text("address", None, none_ok=True)
+    parallel = sec.integer("parallel", None, low=1, none_ok=True)
+    sel = sec.section("node_selector", ("gpu_model", "resources"))
+    gpu_model = sel.text("gpu_model", None, none_ok=True)
+    resources = sel.raw("resources", None) or {}
+    if not isinstance(resources, Mapping):
+        raise sel.bad("resources", f"must be a mapping of Ray resource name to amount, e.g. {{pcie_box: 1}}, "
+                                   f"not {shown(resources)}")
+    for name, amount in resources.items():
+        if not isinstance(name, str) or isinstance(amount, bool) or not isinstance(amount, (int, float)) \
+                or amount <= 0:
+            raise sel.bad(f"resources.{name}",
+                          f"must be a positive number (a Ray resource amount), not {shown(amount)}")
+    return RaySettings(address=address, parallel=parallel,
+                       node_selector={"gpu_model": gpu_model, "resources": dict(resources)})
+
+
+def _sampler(top: Section) -> SamplerSettings:
+    sec = top.section("sampler", ("name", "seed", "n_startup_trials", "options"))
+    name = sec.raw("name", "tpe")
+    if not isinstance(name, str) or name not in SAMPLER_NAMES:
+        hint = did_you_mean(name, SAMPLER_NAMES) if isinstance(name, str) else ""
+        raise sec.bad("name", f"unknown sampler {brief(name)}{hint}; allowed: {', '.join(SAMPLER_NAMES)}")
+    seed = sec.integer("seed", 0, low=0, none_ok=True)
+    n_startup = sec.integer("n_startup_trials", None, low=0, none_ok=True)
+    options = sec.raw("options", None) or {}
+    if not isinstance(options, Mapping):
+        raise sec.bad("options", f"must be a mapping of sampler options, not {shown(options)}")
+    allowed = SAMPLER_OPTIONS[name]
+    for key, value in options.items():
+        okey = f"options.{key}"
+        if key not in allowed:
+            names = ", ".join(allowed) or "none"
+            raise sec.bad(okey, f"unknown option {brief(key)} for sampler {name}"
+                                f"{did_you_mean(str(key), list(allowed))}; allowed: {names}")
+        want = allowed[key]
+        ok = isinstance(value, want) and not (want is not bool and isinstance(value, bool))
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        if not ok:
+            raise sec.bad(okey, f"must be {type_name(want())}, not {shown(value)}")
+    return SamplerSettings(name=name, seed=seed, n_startup_trials=n_startup, options=dict(options))
+
+
+def _hardware(top: Section) -> dict[str, float]:
+    """Declared memory bandwidth and all-reduce latency (else the ceiling uses measurements)."""
+    from orchestrator.core.ceiling import parse_bandwidth
+
+    sec = top.section("hardware", ("memory_bandwidth", "allreduce_latency_us"))
+    out: dict[str, float] = {}
+    bw = sec.raw("memory_bandwidth", None)
+    if bw is not None:
+        try:
+            out["memory_bandwidth_bytes_s"] = parse_bandwidth(bw)
+        except ValueError as exc:
+            raise sec.bad("memory_bandwidth", str(exc)) from None
+    lat = sec.number("allreduce_latency_us", None, above=0, none_ok=True)
+    if lat is not None:
+        out["allreduce_latency_s"] = float(lat) * 1e-6
+    return out
+
+
+def _pruning(top: Section) -> PruningSettings:
+    sec = top.section("pruning", ("enabled", "min_ratio"))
+    return PruningSettings(enabled=sec.flag("enabled", True),
+                           min_ratio=sec.number("min_ratio", 0.8, above=0, at_most=1))
+
+
+def _outcome_constraints(top: Section, bench: BenchSettings) -> tuple[OutcomeConstraint, ...]:
+    raw = top.raw("constraints", None)
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise top.bad("constraints", f"must be a list of {{concurrency: N, min_ratio: R}}, not {shown(raw)}")
+    out = []
+    for i, item in enumerate(raw):
+        sec = Section(item, top.file, f"constraints[{i}]", ("concurrency", "min_ratio"))
+        if item is None or "concurrency" not in sec.data or "min_ratio" not in sec.data:
+            raise top.bad(f"constraints[{i}]", "needs concurrency (one of bench.concurrency) and min_ratio "
+                                               "(e.g. {concurrency: 10, min_ratio: 0.9})")
+        level = sec.integer("concurrency", None, low=1)
+        if level not in bench.concurrency:
+            levels = ", ".join(map(str, bench.concurrency)) or "none (bench.concurrency is empty)"
+            raise sec.bad("concurrency", f"{level} is not a measured level; allowed: bench.concurrency = {levels}")
+        out.append(OutcomeConstraint(concurrency=level, min_ratio=sec.number("min_ratio", None, above=0)))
+    return tuple(out)
+
+
+def _env(top: Section, allow_unsafe: bool) -> dict[str, str]:
+    raw = top.raw("env", _MISSING)
+    if raw is _MISSING:
+        return dict(DEFAULT_ENV)
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise top.bad("env", f"must be a mapping of environment variable to value, not {shown(raw)}")
+    out: dict[str, str] = {}
+    for var, value in raw.items():
+        key = f"env.{var}"
+        if not isinstance(var, str) or not ENV_NAME.fullmatch(var):
+            raise top.bad(key, f"not an environment variable name: {brief(var)} (letters, digits, _)")
+        if value is None or isinstance(value, (list, dict)) or (isinstance(value, float) and value != value):
+            raise top.bad(key, f"must be a string, number or boolean, not {shown(value)}")
+        text = env_str(value)
+        if var.startswith("NCCL_"):
+            text = nccl_value(var, value, top.file, key)
+            refuse_unsafe(var, text, allow_unsafe, top.file, key, top.file)
+        out[var] = text
+    return out
+
+
+def _correctness(top: Section, job_path: Path, allow_unsafe: bool, backend, defaults: dict) -> CorrectnessSettings:
+    sec = top.section("correctness", ("enabled", "reference", "prompts", "check_tokens", "logprobs",
+                                      "logprob_tolerance", "allow_repetitive_reference"))
+    enabled = sec.flag("enabled", True)
+    ref = sec.raw("reference", "baseline")
+    if ref is None:
+        ref = "baseline"
+    if isinstance(ref, Mapping):
+        own = config_mapping(ref, top.file, sec.key("reference"), allow_unsafe, space=None)
+        config = {**defaults, **own}
+        check_config(backend, config, top.file, sec.key("reference"))
+        reference: str | dict = config
+    elif isinstance(ref, str) and ref.strip():
+        if ref == "baseline":
+            reference = "baseline"
+        else:
+            ref_path = (job_path.parent / ref).resolve()
+            if not ref_path.is_file():
+                raise sec.bad("reference", f"reference file not found: {brief(ref)} (resolved relative to the job file "
+                                           f"to {ref_path}); allowed: baseline, a config mapping, or a JSON file")
+            try:
+                json.loads(ref_path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError) as exc:
+                raise sec.bad("reference", f"reference file {brief(ref)} is not readable JSON: {exc}") from None
+            reference = str(ref_path)
+    else:
+        raise sec.bad("reference", f"must be 'baseline', a config mapping (e.g. {{tp_size: 1}}) or the path of "
+                                   f"a JSON reference file, not {shown(ref)}")
+    prompts = sec.raw("prompts", list(DEFAULT_CHECK_PROMPTS))
+    if not isinstance(prompts, list) or not prompts:
+        raise sec.bad("prompts", f"must be a non-empty list of prompt strings, not {shown(prompts)}")
+    for i, p in enumerate(prompts):
+        if not isinstance(p, str) or not p.strip():
+            raise sec.bad(f"prompts[{i}]", f"must be a non-empty string, not {shown(p)}")
+    return CorrectnessSettings(enabled=enabled, reference=reference, prompts=tuple(prompts),
+                               check_tokens=sec.integer("check_tokens", 32, low=1), logprobs=sec.flag("logprobs", True),
+                               logprob_tolerance=sec.number("logprob_tolerance", 0.05, above=0),
+                               allow_repetitive_reference=sec.flag("allow_repetitive_reference", False))
+
+
+__all__ = [
+    "Job", "BackendSpec", "Budget", "BenchSettings", "Timeouts", "RaySettings", "SamplerSettings",
+    "CorrectnessSettings", "PruningSettings", "PrescreenSettings", "OutcomeConstraint", "load_job", "job_context",
+    "SAMPLER_NAMES", "DEFAULT_CHECK_PROMPTS", "DEFAULT_PROMPT",
+]

@@ -1,0 +1,189 @@
+"""The correctness gate: a fast config that produces garbage must never win.
+
+A *golden* reference is captured from the reference config (by default the baseline):
+greedy outputs on fixed prompts, and the log-probabilities the reference server
+assigns to its own greedy text. Capturing twice calibrates how much the reference
+disagrees with itself (the noise floor). Every later trial produces the same kind of
+outputs (its greedy text, and its log-probabilities of the *reference* text) and is
+compared here: a differing greedy text or a log-probability drift beyond tolerance
+fails the trial as ``wrong-output``.
+
+Why both: greedy text alone misses a subtly broken model whose argmax survives;
+log-probabilities alone are unavailable on some servers. A summation-order change
+(TP=2 vs TP=1, another NCCL protocol) moves log-probabilities by rounding only; a
+shard-order bug changes them by orders of magnitude.
+
+Rounding can still flip a greedy token where two candidates are nearly tied (bf16
+models flip such near-ties across TP sizes: seen on a 32-layer bf16 model at TP=1/2 vs
+4, where every other config "failed"). Greedy texts are captured with each generated
+token's top candidates, so a text that differs from the reference passes when, at the
+first token where the two part, the reference's token is among the trial's candidates
+within ``NEAR_TIE_NATS`` of the trial's own pick (a wrong model ranks it far lower or
+not at all) and the log-probability drift over the reference text stays within
+tolerance. Without candidates (a server that returns none), a differing text fails.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Smallest tolerance (mean |delta logprob| in nats per token) we ever apply: bf16 GEMMs
+# with a different reduction order move per-token logprobs by up to a few 0.01 nats.
+DEFAULT_LOGPROB_FLOOR = 0.05
+# A calibrated tolerance is this many times the reference's own disagreement.
+NOISE_MULTIPLIER = 5.0
+# A differing greedy token is a rounding near-tie when the trial ranks the reference's
+# token at most this far (in nats) below its own pick: e^-1, i.e. "nearly as likely".
+NEAR_TIE_NATS = 1.0
+# How a verdict that failed on the greedy text begins (``text_differs``).
+TEXT_DIFFERS = "greedy output differs from the reference"
+
+
+@dataclass
+class Golden:
+    """What every trial is compared with."""
+
+    prompts: list[str]
+    texts: list[str]
+    logprobs: list[list[float] | None] = field(default_factory=list)
+    tolerance: float = DEFAULT_LOGPROB_FLOOR
+    source: str = "baseline"  # baseline, config, or a file path
+    self_drift: float = 0.0  # mean |delta logprob| between two captures of the reference
+    tokens: list[list[str] | None] = field(default_factory=list)  # the reference's generated pieces
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Golden":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "Golden":
+        data = json.loads(Path(path).read_text())
+        data.setdefault("source", str(path))
+        return cls.from_dict(data)
+
+
+def mean_abs_drift(a: list[float] | None, b: list[float] | None) -> float | None:
+    """Mean |a_i - b_i| over positions both have; None when either is missing."""
+    if not a or not b:
+        return None
+    pairs = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
+    if not pairs:
+        return None
+    return statistics.fmean(abs(x - y) for x, y in pairs)
+
+
+def calibrate(prompts: list[str], first: dict[str, Any], second: dict[str, Any],
+              floor: float = DEFAULT_LOGPROB_FLOOR, source: str = "baseline") -> tuple[Golden | None, str | None]:
+    """Build the golden reference from two captures of the reference config.
+
+    Returns (golden, None), or (None, reason) when the reference disagrees with itself
+    in greedy text (a non-deterministic reference cannot gate anything).
+    """
+    if first["texts"] != second["texts"]:
+        idx = next(i for i, (x, y) in enumerate(zip(first["texts"], second["texts"])) if x != y)
+        return None, f"the reference is not deterministic: prompt {idx} gave two different greedy texts"
+    pairs = zip(first.get("logprobs") or [], second.get("logprobs") or [])
+    drifts = [d for d in (mean_abs_drift(a, b) for a, b in pairs) if d is not None]
+    self_drift = max(drifts) if drifts else 0.0
+    tolerance = max(floor, NOISE_MULTIPLIER * self_drift)
+    return Golden(prompts=list(prompts), texts=list(first["texts"]), logprobs=list(first.get("logprobs") or []),
+                  tolerance=tolerance, source=source, self_drift=self_drift,
+                  tokens=list(first.get("tokens") or [])), None
+
+
+def compare(golden: Golden, outputs: dict[str, Any]) -> dict[str, Any]:
+    """Compare one trial's outputs with the golden reference.
+
+    ``outputs`` has ``texts`` (greedy text per prompt) and optionally ``logprobs``
+    (the trial's log-probabilities of the golden texts), ``tokens`` and ``top`` (its
+    generated pieces and their candidates, for the near-tie rule). Returns a dict with
+    ``ok``, ``reason`` (one line when not ok), ``text_matches``, ``max_drift`` and, when
+    a differing text was a near-tie, ``near_ties`` (prompt -> margin in nats).
+    """
+    texts = outputs.get("texts") or []
+    result: dict[str, Any] = {"ok": True, "reason": None, "tolerance": golden.tolerance}
+    matches = [t == g for t, g in zip(texts, golden.texts)]
+    result["text_matches"] = f"{sum(matches)}/{len(golden.texts)}"
+    margins = {i: near_tie_margin(_at(golden.tokens, i), _at(outputs.get("tokens"), i), _at(outputs.get("top"), i))
+               for i, m in enumerate(matches) if not m}
+    ties = [i for i, margin in margins.items() if margin is not None and margin <= NEAR_TIE_NATS]
+    if ties:
+        result["near_ties"] = {str(i): round(float(margins[i] or 0.0), 4) for i in ties}  # not None: see ties
+    if len(texts) != len(golden.texts) or not all(m or i in ties for i, m in enumerate(matches)):
+        bad = next((i for i, m in enumerate(matches) if not m and i not in ties), len(texts))
+        got = texts[bad] if bad < len(texts) else "<missing>"
+        want = golden.texts[bad]
+        pos = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
+        margin = margins.get(bad)
+        why = ("" if margin is None else "; no near-tie: the reference's token is not among this config's candidates"
+               if margin == float("inf") else f"; no near-tie: the reference's token is {margin:.3g} nats below "
+               "this config's pick")
+        result.update(ok=False, reason=(
+            f"{TEXT_DIFFERS} on prompt {bad} at character {pos}: "
+            f"got {got[pos:pos + 24]!r}, expected {want[pos:pos + 24]!r}{why}"))
+    drifts = [d for d in (mean_abs_drift(a, b) for a, b in zip(golden.logprobs, outputs.get("logprobs") or []))
+              if d is not None]
+    result["max_drift"] = max(drifts) if drifts else None
+    if drifts and max(drifts) > golden.tolerance and result["ok"]:
+        worst = max(range(len(drifts)), key=drifts.__getitem__)
+        result.update(ok=False, reason=(
+            f"log-probabilities of the reference text drift by {drifts[worst]:.3g} nats/token on prompt "
+            f"{worst} (tolerance {golden.tolerance:.3g}, calibrated from the reference)"))
+    return result
+
+
+def text_differs(verdict: dict[str, Any]) -> bool:
+    """A gate verdict (``compare``) that failed on the greedy text itself, not only on the
+    log-probabilities: the kind of failure that can outvote the reference."""
+    return verdict.get("ok") is False and str(verdict.get("reason") or "").startswith(TEXT_DIFFERS)
+
+
+def judge(golden: Golden, result):
+    """``result`` (a ``TrialResult``) after the gate: a COMPLETE or PRUNED trial whose outputs
+    differ from ``golden`` becomes FAIL ``wrong-output`` (its tok/s kept aside as
+    ``decode_tok_s_ignored``: measured, never ranked). The verdict goes in ``correctness``."""
+    from orchestrator.core.records import COMPLETE, PRUNED, TrialResult
+
+    outputs = result.outputs or {}
+    if result.outcome not in (COMPLETE, PRUNED) or not outputs:
+        return result
+    verdict = compare(golden, outputs)
+    result.correctness = verdict
+    if verdict["ok"]:
+        return result
+    failed = TrialResult.failed(result.config, "wrong-output", verdict["reason"], metrics=result.metrics,
+                                timing=result.timing, started_at=result.started_at, ended_at=result.ended_at,
+                                node=result.node, nccl=result.nccl, warnings=result.warnings,
+                                correctness=verdict, server=result.server, log_tail=result.log_tail)
+    failed.metrics["decode_tok_s_ignored"] = result.value
+    return failed
+
+
+def _at(items: list | None, i: int):
+    return items[i] if items and i < len(items) else None
+
+
+def near_tie_margin(reference: list[str] | None, tokens: list[str] | None,
+                    top: list[dict[str, float] | None] | None) -> float | None:
+    """At the first generated token where a trial parts from the reference: how far (nats)
+    the trial ranks the reference's token below its own pick (inf: not among its
+    candidates). None when there is nothing to judge it by (no tokens or candidates, or
+    no token where they part)."""
+    if not reference or not tokens or not top:
+        return None
+    k = next((j for j, (a, b) in enumerate(zip(reference, tokens)) if a != b), None)
+    if k is None or k >= len(top) or not top[k]:
+        return None
+    candidates = top[k] or {}
+    mine = candidates.get(tokens[k])
+    if mine is None:
+        mine = max(candidates.values())
+    theirs = candidates.get(reference[k])
+    return float("inf") if theirs is None else max(0.0, mine - theirs)

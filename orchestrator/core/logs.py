@@ -1,0 +1,201 @@
+"""Where the lines of a night go: the terminal, and ``driver.log`` in the study's folder.
+
+A study runs unattended: what scrolled past on a terminal that is gone by morning (an
+ssh session that dropped) must still be on disk, warnings included. So progress lines
+are INFO records of the ``ncclsweep.progress`` logger and warnings are WARNING records of
+any logger; ``configure`` (called once, by the CLI) sends both to stderr, and
+``log_to_file`` adds the study's ``driver.log`` for a ``run``.
+
+Trials may run in Ray actors, whose log records reach no handler of the driver.
+``capture_warnings`` collects the warnings logged while a trial runs (any thread of its
+process: a teardown from ``stop`` included) so they travel back in
+``TrialResult.warnings``; the driver then logs them with the trial's number. Records it
+captured are marked and not printed a second time where the trial runs in the driver
+itself (``bench``, ``compare``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+PROGRESS = "ncclsweep.progress"
+_CAPTURED = "ncclsweep_trial_warning"  # attribute set on records a trial took with it
+
+progress = logging.getLogger(PROGRESS)
+
+
+class _Terminal(logging.Handler):
+    """stderr as it is at emit time; a terminal that went away (SIGHUP: EIO) is not an error."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):  # driver.log still gets the line
+            pass
+
+
+class _DriverLog(logging.FileHandler):
+    """Appends to the study's driver.log, opened on the first line (nothing written before).
+
+    A write that fails (a full disk) prints no logging traceback: the handler stops
+    writing and keeps the error, and the driver stops the run with one line
+    (``check_driver_log``)."""
+
+    def __init__(self, path: Path):
+        super().__init__(path, mode="a", encoding="utf-8", delay=True)
+        self.path = Path(path)
+        self.failure: OSError | None = None
+        self.reported = False
+
+    @property
+    def opened(self) -> bool:
+        return self.stream is not None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.failure is not None:
+            return
+        try:
+            super().emit(record)  # a failed write lands in handleError, a failed open here
+        except OSError as exc:
+            self.failure = exc
+
+    def handleError(self, record: logging.LogRecord) -> None:  # logging's name for it
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            self.failure = self.failure or exc
+        else:
+            super().handleError(record)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:  # the line that could not be flushed is already counted as the failure
+            pass
+
+
+_driver_log: _DriverLog | None = None  # the run's driver.log handler while one is configured
+
+
+def check_driver_log() -> None:
+    """StorageWriteError, once, when driver.log could not be written."""
+    handler = _driver_log
+    if handler is not None and handler.failure is not None and not handler.reported:
+        from orchestrator.core.errors import StorageWriteError
+
+        handler.reported = True
+        raise StorageWriteError(handler.path.parent, handler.failure, handler.path.name)
+
+
+class _Format(logging.Formatter):
+    """Progress lines as they are; other records as ``warning: message`` (name with --debug)."""
+
+    def __init__(self, stamp: bool, names: bool):
+        super().__init__("%(asctime)s %(message)s" if stamp else "%(message)s", "%Y-%m-%d %H:%M:%S")
+        self.names = names
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.name != PROGRESS:
+            level = record.levelname.lower()
+            where = f" ({record.name})" if self.names else ""
+            record = logging.makeLogRecord({**record.__dict__, "msg": f"{level}{where}: {record.getMessage()}",
+                                            "args": None})
+        return super().format(record)
+
+
+def _shown(record: logging.LogRecord) -> bool:
+    """Progress, warnings and worse, and not what a trial captured (it reports those itself)."""
+    if getattr(record, _CAPTURED, False):
+        return False
+    return record.name == PROGRESS or record.levelno >= logging.WARNING
+
+
+class Logging:
+    """The configuration ``configure`` made; ``close`` undoes it (tests call ``main`` in-process)."""
+
+    def __init__(self, debug: bool):
+        self.debug = debug
+        self.terminal = _Terminal()
+        self.terminal.setFormatter(_Format(stamp=False, names=debug))
+        self.terminal.addFilter(_shown if not debug else (lambda r: not getattr(r, _CAPTURED, False)))
+        self.file: _DriverLog | None = None
+        self._levels: dict[str, int] = {}
+
+    def log_to_file(self, path: str | Path) -> None:
+        """Also write every progress line and warning to ``path`` (opened on the first line)."""
+        global _driver_log
+        self.file = _driver_log = _DriverLog(Path(path))
+        self.file.setFormatter(_Format(stamp=True, names=True))
+        self.file.addFilter(_shown)
+        logging.getLogger().addHandler(self.file)
+        _route_optuna()
+
+    def error_line(self, line: str) -> None:
+        """The CLI's final error line, into driver.log when the run had started writing it."""
+        if self.file is not None and self.file.opened:
+            self.file.emit(logging.makeLogRecord({"name": PROGRESS, "levelno": logging.ERROR,
+                                                  "levelname": "ERROR", "msg": line}))
+
+    def close(self) -> None:
+        global _driver_log
+        if _driver_log is self.file:
+            _driver_log = None
+        root = logging.getLogger()
+        for handler in (self.terminal, self.file):
+            if handler is not None:
+                root.removeHandler(handler)
+                handler.close()
+        for name, level in self._levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def configure(debug: bool = False) -> Logging:
+    """Progress and warnings to stderr (every orchestrator record with ``debug``)."""
+    state = Logging(debug)
+    logging.getLogger().addHandler(state.terminal)
+    for name, level in ((PROGRESS, logging.INFO), ("orchestrator", logging.DEBUG if debug else None)):
+        if level is not None:
+            logger = logging.getLogger(name)
+            state._levels[name] = logger.level
+            logger.setLevel(level)
+    return state
+
+
+def _route_optuna() -> None:
+    """Optuna prints through its own handler; send its warnings through ours (driver.log too)."""
+    import optuna
+
+    optuna.logging.disable_default_handler()
+    optuna.logging.enable_propagation()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class _Collector(logging.Handler):
+    def __init__(self, into: list[str]):
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        setattr(record, _CAPTURED, True)
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is still a warning
+            text = str(record.msg)
+        if text not in self.into:
+            self.into.append(text)
+
+
+@contextmanager
+def capture_warnings(into: list[str]) -> Iterator[list[str]]:
+    """Append the text of every warning an ``orchestrator`` module logs meanwhile to ``into``."""
+    logger = logging.getLogger("orchestrator")
+    collector = _Collector(into)
+    logger.addHandler(collector)
+    try:
+        yield into
+    finally:
+        logger.removeHandler(collector)

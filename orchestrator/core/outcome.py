@@ -1,0 +1,207 @@
+"""A trial's final outcome, decided in one place, and the one rule for which trials may be ranked.
+
+A trial comes back from its actor with a *raw* result (``trial.run_trial`` says what the
+server did; the executor turns a vanished worker into ``node-lost``). ``decide`` turns it
+into the *final* outcome the study records, in this order, each step a
+``dataclasses.replace`` of the result (no field is ever copied by hand, so ``nccl``,
+``warnings``, ``server`` and the log tail survive every step):
+
+1. a second Ctrl-C killed it: FAIL ``interrupted``;
+2. the log shows the node, not the config, was at fault (port taken, no GPU visible,
+   GPUs busy): FAIL ``env-error`` (``trial.py`` already says ``env-error`` when the
+   server command could not be executed at all);
+3. the correctness gate: a COMPLETE trial whose output differs from the golden
+   reference becomes FAIL ``wrong-output``;
+4. the job's outcome constraints: a COMPLETE trial below ``min_ratio`` x the baseline at
+   a constrained concurrency stays COMPLETE but carries ``constraint_violations``;
+5. what the failure means for the study (``Final``): a failure that is not the config's
+   fault (``interrupted``, ``node-lost``, ``env-error``) and the *first* timeout of a
+   config are blameless: not counted, never the config's cached answer, never banned,
+   told to Optuna as FAIL (the sampler ignores it) and re-queued once. Every other
+   failure is the config's: counted, cached, banned.
+
+``rankable(rows)`` is the one rule for which trials may be ranked (the driver's best so
+far and pruning threshold, ``history.best_rows``, export, report, importance): never a
+config that computed wrong results, nor, while the golden reference is disputed
+(``golden_check.disputed``), the reference's own config.
+docs/architecture.md has the whole table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Iterable
+
+from orchestrator.core.records import COMPLETE, FAIL, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult, TrialRow
+
+ENV_ERROR = "env-error"
+# Failure kinds that mean "this config computes wrong results": a config with one is never
+# ranked, even if another measurement of it completed.
+WRONG_RESULT_KINDS = ("wrong-output", "nccl-invalid")
+# A timeout can be the machine's (load, a slow disk) as much as the config's: the first one
+# re-queues the config, a second one (the timeout reproduced) bans it.
+TIMEOUT_KINDS = ("start-timeout", "bench-timeout")
+FIRST_TIMEOUT_NOTE = "first timeout of this config: re-queued once to see whether it reproduces"
+
+# Lines in a server's log that put the failure on the node, not the config (lower case),
+# and what the user should fix. Out-of-memory is not here: a config (batch size, memory
+# fraction) can cause it.
+ENV_LOG_MARKERS = (
+    ("address already in use", "the server's port was taken by another process"),
+    ("is already in use", "the server's port was taken by another process"),
+    ("eaddrinuse", "the server's port was taken by another process"),
+    ("no cuda-capable device is detected", "no GPU is visible on the node"),
+    ("no cuda gpus are available", "no GPU is visible on the node"),
+    ("cuda_error_no_device", "no GPU is visible on the node"),
+    ("cudaerrornodevice", "no GPU is visible on the node"),
+    ("busy or unavailable", "the GPUs are busy (another process, or exclusive compute mode)"),
+    ("cudaerrordevicesunavailable", "the GPUs are busy (another process, or exclusive compute mode)"),
+)
+_LOG_KINDS = ("start-crash", "bench-error")  # raw kinds whose log may show an environment cause
+
+
+@dataclass(frozen=True)
+class Final:
+    """The final result and what it means for the study."""
+
+    result: TrialResult
+    counted: bool  # counts toward the budget and is the config's cached answer
+    blameless: bool  # not (yet shown to be) the config's fault: never cached, never banned
+    requeue: bool  # put the config back once
+
+
+def interrupted(result: TrialResult, reason: str) -> TrialResult:
+    """The same result, as FAIL ``interrupted`` with ``reason``."""
+    return replace(result, outcome=FAIL, failure_kind="interrupted", failure_reason=reason)
+
+
+def environment_cause(result: TrialResult) -> str | None:
+    """What in the log puts this failure on the node (None: nothing does)."""
+    if result.outcome != FAIL or result.failure_kind not in _LOG_KINDS:
+        return None
+    text = f"{result.failure_reason or ''}\n{result.log_tail or ''}".lower()
+    return next((why for marker, why in ENV_LOG_MARKERS if marker in text), None)
+
+
+def gate(result: TrialResult, golden) -> TrialResult:
+    """The correctness gate: outputs that differ from the golden reference make the trial
+    FAIL ``wrong-output`` (its measured tok/s kept as ``decode_tok_s_ignored``)."""
+    from orchestrator.core import correctness
+
+    if golden is None or not result.outputs or result.outcome not in (COMPLETE, PRUNED):
+        return result
+    verdict = correctness.compare(golden, result.outputs)
+    if verdict["ok"]:
+        return replace(result, correctness=verdict)
+    metrics = {**result.metrics, "decode_tok_s_ignored": result.value}
+    return replace(result, outcome=FAIL, value=None, failure_kind="wrong-output", failure_reason=verdict["reason"],
+                   correctness=verdict, metrics=metrics)
+
+
+def judge_constraints(result: TrialResult, rules, baseline_metrics: dict[str, Any] | None) -> TrialResult:
+    """The job's outcome constraints ("no worse than 0.9 x baseline at concurrency 64"): a
+    config that breaks one stays COMPLETE (it was measured) but is infeasible: the sampler
+    learns it, and it is never ranked or exported as best."""
+    if not rules or result.outcome != COMPLETE:
+        return result
+    levels = result.metrics.get("concurrency") or {}
+    base_levels = (baseline_metrics or {}).get("concurrency") or {}
+    violations = []
+    for rule in rules:
+        got, ref = levels.get(str(rule.concurrency)), base_levels.get(str(rule.concurrency))
+        if got and ref and got < rule.min_ratio * ref:
+            violations.append(f"total {got:.1f} tok/s at concurrency {rule.concurrency} is "
+                              f"{got / ref:.2f}x the baseline's {ref:.1f} (the job asks >= {rule.min_ratio:g}x)")
+    if not violations:
+        return result
+    return replace(result, metrics={**result.metrics, "constraint_violations": violations},
+                   warnings=[*result.warnings, *(f"infeasible: {v}" for v in violations)])
+
+
+def decide(result: TrialResult, *, second_signal: bool = False, golden=None, rules=(),
+           baseline_metrics: dict[str, Any] | None = None, earlier_timeouts: int = 0) -> Final:
+    """The final outcome of a launched trial (steps in the module docstring).
+
+    ``earlier_timeouts``: how many earlier launches of the same config timed out (0: a
+    timeout now is the first and is not yet the config's fault)."""
+    if second_signal and result.outcome == FAIL:
+        result = interrupted(result, "killed by the user (second signal)")
+    cause = environment_cause(result)
+    if cause:
+        result = replace(result, failure_kind=ENV_ERROR, failure_reason=f"{cause} ({result.failure_reason})")
+    result = gate(result, golden)
+    result = judge_constraints(result, rules, baseline_metrics)
+    if result.outcome != FAIL:
+        return Final(result, counted=True, blameless=False, requeue=False)
+    if result.failure_kind in NOT_THE_CONFIGS_FAULT:
+        return Final(result, counted=False, blameless=True, requeue=True)
+    if result.failure_kind in TIMEOUT_KINDS and earlier_timeouts == 0:
+        result = replace(result, failure_reason=f"{result.failure_reason} ({FIRST_TIMEOUT_NOTE})")
+        return Final(result, counted=False, blameless=True, requeue=True)
+    return Final(result, counted=True, blameless=False, requeue=False)
+
+
+def reference_failed(result: TrialResult, reason: str) -> Final:
+    """The reference trial could not give a usable golden reference: the study stops. The
+    failure is blameless (not cached, not banned) so that the next ``run``, after the
+    user's fix, measures the same baseline again."""
+    if result.outcome != FAIL:
+        metrics = {**result.metrics, "decode_tok_s_ignored": result.value}
+        result = replace(result, outcome=FAIL, value=None, failure_kind="wrong-output", metrics=metrics,
+                         failure_reason=f"unusable as the golden reference: {reason}")
+    result = replace(result, correctness={**result.correctness, "ok": False, "reference": True, "reason": reason})
+    return Final(result, counted=False, blameless=True, requeue=False)
+
+
+# ---- which trials may be ranked -------------------------------------------------------------
+
+def failed_correctness(row: TrialRow) -> bool:
+    """This row shows its config computes wrong results (a reference that failed its own
+    check says nothing about the config: the next run measures it again; nor does a gate
+    failure against a reference it outvoted)."""
+    corr = row.correctness or {}
+    if (corr.get("reference") and not row.counted) or corr.get("outvoted_reference"):
+        return False
+    return corr.get("ok") is False or corr.get("passed") is False or row.failure_kind in WRONG_RESULT_KINDS
+
+
+def tainted_keys(rows: Iterable[TrialRow]) -> dict[str, int]:
+    """config key -> first trial number that showed the config computes wrong results, or
+    put its output in question: while the golden reference is disputed
+    (``golden_check.disputed``), the reference's own config too, under the first trial that
+    disagreed with it."""
+    from orchestrator.core import golden_check
+
+    rows = list(rows)
+    out: dict[str, int] = {}
+    for r in rows:
+        if failed_correctness(r):
+            out.setdefault(r.config_key, r.number)
+    if golden_check.disputed(rows):
+        against = [r.number for r in golden_check.gate_failures(rows)]
+        for r in golden_check.references(rows):
+            out.setdefault(r.config_key, min(against, default=r.number))
+    return out
+
+
+def rankable(rows: list[TrialRow]) -> list[TrialRow]:
+    """The rows that may be ranked (``history`` rows): COMPLETE with a value, launched and
+    counted (not a cached duplicate, not a baseline repeat on another node), no outcome
+    constraint broken, and of a config never found to compute wrong results."""
+    tainted = tainted_keys(rows)
+    return [r for r in rows
+            if r.state == COMPLETE and r.value is not None and r.counted and r.cached_from is None
+            and r.config_key not in tainted and not (r.metrics or {}).get("constraint_violations")]
+
+
+def env_hint(reason: str | None) -> str:
+    """What to fix for an ``env-error`` reason."""
+    text = (reason or "").lower()
+    if "cannot start" in text or "not found" in text or "no such file" in text:
+        return ("the server command (or the interpreter its script names) cannot be executed on that node: install "
+                "it there, or fix backend.settings.executable/python and PATH in the job's env:")
+    if "port" in text:
+        return "free the port (another process holds it), or stop the stray server (`ncclsweep cleanup JOB`)"
+    if "gpu" in text:
+        return "check `nvidia-smi` on that node: end what holds the GPUs, or fix the node's GPU setup"
+    return "fix the node, then run again"

@@ -1,0 +1,139 @@
+"""``ncclsweep bench``: measure one configuration once, without a study.
+
+The config is the backend's defaults, then the job's baseline, then ``--config FILE``
+(an export), then ``--set`` pairs. Both are checked like the job's ``baseline:``
+(parameter names with did-you-mean, values the space allows, NCCL values, unsafe NCCL
+values refused unless ``allow_unsafe_nccl``), then by the space's constraints and the
+backend: ``bench`` measures nothing ``validate`` would refuse. It runs the same trial
+lifecycle as a study trial, in this process, with its own server log per run
+(``bench-logs/bench-<time>-<pid>.log``). When the job's study already holds a golden
+reference, the output goes through the same correctness gate as a study trial.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.core import correctness, nccl
+from orchestrator.core.errors import BadInput, ConfigRejected, NcclsweepError
+from orchestrator.core.records import TrialResult
+from orchestrator.node.trial import TrialSpec, run_trial
+
+
+def check_overrides(job, overrides: dict[str, Any], source: str) -> dict[str, Any]:
+    """``overrides`` (from ``source``: "--set" or the config file) checked one by one like the
+    job's ``baseline:``; BadInput names the pair (``--set tp=2: unknown parameter ...``)."""
+    from orchestrator.config.job_checks import config_mapping, raw_message
+
+    out: dict[str, Any] = {}
+    for name, value in overrides.items():
+        try:
+            out.update(config_mapping({name: value}, str(job.path), "_", job.allow_unsafe_nccl, space=job.space))
+        except BadInput as exc:
+            raise BadInput(f"{source} {name}={value}: {raw_message(exc)}") from None
+    return out
+
+
+def resolve_config(job, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Defaults + baseline + (already checked) overrides, as the space and the backend see it."""
+    backend = job.backend_obj()
+    config = job.space.active({**backend.default_config(), **(job.baseline or {}), **overrides})
+    why = job.space.feasible(config)
+    if why is not None:
+        raise BadInput(f"the space's constraints refuse this config ({why}); allowed: the configs of "
+                       f"{job.space.file}", file=str(job.path))
+    try:
+        backend.check_config(dict(config))
+    except ConfigRejected as exc:
+        raise BadInput(f"the {job.backend.kind} backend cannot run this config: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise BadInput(f"the {job.backend.kind} backend cannot run this config {config}: {exc}") from None
+    return backend.normalize(config)
+
+
+def study_golden(job) -> correctness.Golden | None:
+    """The golden reference the job's study captured, if the study exists and has one."""
+    if not job.correctness.enabled:
+        return None
+    from orchestrator.driver.run import GOLDEN_ATTR
+    from orchestrator.study.history import load_study
+
+    try:
+        data = load_study(job).user_attrs.get(GOLDEN_ATTR)
+    except NcclsweepError:
+        return None
+    return correctness.Golden.from_dict(data) if data else None
+
+
+def bench_config(job, overrides: dict[str, Any], number: int = 0, verify_nccl: bool = False,
+                 golden: correctness.Golden | None = None) -> TrialResult:
+    """Measure ``overrides`` on top of the baseline once; with ``golden``, gate its output."""
+    config = resolve_config(job, overrides)
+    env = dict(job.env)
+    if verify_nccl:  # per-call choices: a separate launch, never a timed trial (TUNING logs every call)
+        env.update(nccl.debug_env(tuning=True))
+    report_dir = Path(job.report_dir).resolve()
+    spec = TrialSpec(
+        number=number, config=config, backend_kind=job.backend.kind, backend_settings=dict(job.backend.settings),
+        job_file=str(job.path), log_dir=str(report_dir / "bench-logs"), registry_dir=str(report_dir / "servers"),
+        prompt=job.bench.prompt, output_tokens=job.bench.output_tokens, warmup=job.bench.warmup,
+        repeats=job.bench.repeats, max_repeats=job.bench.max_repeats, target_rel_ci=job.bench.target_rel_ci,
+        startup_timeout_s=job.timeouts.startup_s, bench_timeout_s=job.timeouts.bench_s,
+        teardown_grace_s=job.timeouts.teardown_s, env=env, device_check=False, measure_bandwidth=False,
+        log_name=f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log")
+    if golden is not None:
+        spec.check_prompts = list(golden.prompts)
+        spec.check_tokens = job.correctness.check_tokens
+        spec.check_logprobs = job.correctness.logprobs
+        spec.reference_texts = list(golden.texts)
+    result = run_trial(spec, threading.Event())
+    if golden is not None:
+        result = correctness.judge(golden, result)
+    return result
+
+
+def format_result(result: TrialResult) -> str:
+    params = " ".join(f"{k}={v}" for k, v in result.config.items())
+    lines = [f"config: {params}"]
+    if result.outcome != "COMPLETE":
+        lines.append(f"FAIL {result.failure_kind}: {result.failure_reason}")
+        if result.failure_kind == "wrong-output":
+            ignored = result.metrics.get("decode_tok_s_ignored")
+            if ignored:
+                lines.append(f"(measured {ignored:.1f} tok/s, which does not count: the output is wrong)")
+        elif result.log_tail:
+            lines.append("server log tail:\n" + "\n".join(result.log_tail.splitlines()[-15:]))
+        if result.server.get("log"):
+            lines.append(f"server log: {result.server['log']}")
+        return "\n".join(lines)
+    m = result.metrics
+    samples = ", ".join(f"{s:.1f}" for s in m.get("decode_samples", []))
+    lines.append(f"decode: {m['decode_tok_s']:.1f} tok/s (median of {m.get('repeats')}: {samples}; "
+                 f"cv {100 * (m.get('cv') or 0):.1f}%)")
+    verdict = result.correctness
+    if verdict:
+        drift = verdict.get("max_drift")
+        drift_s = (f", log-prob drift {drift:.3g} <= {verdict.get('tolerance'):.3g} nats/token"
+                   if drift is not None else "")
+        lines.append(f"correctness: passed the study's gate (greedy text matches the golden reference on "
+                     f"{verdict.get('text_matches')} prompts{drift_s})")
+    if m.get("ttft_s") is not None:
+        lines.append(f"ttft: {1000 * m['ttft_s']:.1f} ms   end-to-end: {m.get('e2e_tok_s', 0):.1f} tok/s")
+    t = result.timing
+    lines.append("time: " + ", ".join(f"{k[:-2]} {v:.2f}s" for k, v in t.items()))
+    if result.nccl.get("version"):
+        took = ", ".join(f"{k}={v}" for k, v in sorted((result.nccl.get("env_applied") or {}).items()))
+        lines.append(f"nccl: {result.nccl['version']}; took from the environment: {took or 'nothing'}; "
+                     f"transports: {', '.join(result.nccl.get('transports') or []) or 'none'}")
+    calls = result.nccl.get("per_call") or []
+    if calls:
+        lines.append("nccl per-call choices (collective, bytes -> algorithm, protocol):")
+        lines.extend(f"  {c[0]} {c[1]} B -> {c[2]} {c[3]}" if isinstance(c, (list, tuple)) else f"  {c}"
+                     for c in calls[:20])
+    for w in result.warnings:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines)

@@ -1,0 +1,407 @@
+"""``ncclsweep doctor [JOB]``: the pre-flight check a careful engineer runs before a night
+of tuning. GPUs and whether they are busy, the topology (``nvidia-smi topo -m``), P2P
+between each pair (``nvidia-smi topo -p2p r``, else ``torch.cuda.can_device_access_peer``),
+PCIe link generation and width against the maximum, NCCL/CUDA/driver/torch/backend
+versions, and the warnings that matter: ACS or IOMMU on a box that wants P2P, GPUs
+already in use, mixed GPU models, fewer GPUs than the job needs.
+
+The parsing of every tool's output is a pure function (``parse_*``), tested on captured
+text; ``run_doctor`` only gathers the text (through ``runner``, replaceable in tests).
+On a machine without NVIDIA GPUs it says so and succeeds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+GPU_FIELDS = ("index", "name", "pci.bus_id", "memory.total", "memory.used", "utilization.gpu", "driver_version",
+              "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max")
+APP_FIELDS = ("gpu_bus_id", "pid", "process_name", "used_memory")
+P2P_STATUS = {"OK": "ok", "CNS": "chipset not supported", "GNS": "GPU not supported",
+              "TNS": "topology not supported", "NS": "not supported", "U": "unknown"}
+BUSY_MEMORY_MIB = 1024  # more used than this on an idle GPU means someone is there
+BUSY_UTIL_PERCENT = 10
+
+Runner = Callable[[list[str]], "str | None"]
+
+
+# ---- pure parsers -------------------------------------------------------------------------
+
+def _cell(text: str) -> str | None:
+    text = text.strip()
+    return None if not text or text.startswith("[") or text in ("N/A", "Not Supported") else text
+
+
+def _num(text: str | None) -> int | None:
+    if text is None:
+        return None
+    m = re.match(r"-?\d+", text.strip())
+    return int(m.group(0)) if m else None
+
+
+def parse_gpu_query(text: str) -> list[dict[str, Any]]:
+    """``nvidia-smi --query-gpu=<GPU_FIELDS> --format=csv,noheader,nounits`` -> one dict per
+    GPU: index, name, bus_id, memory_total_mib, memory_used_mib, util_percent, driver,
+    gen_current, gen_max, width_current, width_max (None where not reported)."""
+    gpus = []
+    for line in text.splitlines():
+        if not line.strip() or line.lower().startswith("index"):
+            continue
+        cells = [_cell(c) for c in line.split(",")]
+        if len(cells) < len(GPU_FIELDS):
+            continue
+        index, name, bus, mem_total, mem_used, util, driver, gcur, gmax, wcur, wmax = cells[:len(GPU_FIELDS)]
+        gpus.append({"index": _num(index), "name": name, "bus_id": bus, "memory_total_mib": _num(mem_total),
+                     "memory_used_mib": _num(mem_used), "util_percent": _num(util), "driver": driver,
+                     "gen_current": _num(gcur), "gen_max": _num(gmax), "width_current": _num(wcur),
+                     "width_max": _num(wmax)})
+    return gpus
+
+
+def parse_compute_apps(text: str) -> list[dict[str, Any]]:
+    """``nvidia-smi --query-compute-apps=gpu_bus_id,pid,process_name,used_memory
+    --format=csv,noheader,nounits`` -> [{bus_id, pid, name, used_mib}]."""
+    apps = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) < 4 or not cells[1].isdigit():
+            continue
+        apps.append({"bus_id": cells[0], "pid": int(cells[1]), "name": ",".join(cells[2:-1]).strip(),
+                     "used_mib": _num(cells[-1])})
+    return apps
+
+
+def parse_topo_matrix(text: str) -> dict[str, Any]:
+    """``nvidia-smi topo -m`` -> {"gpus": ["GPU0", ...], "links": {("GPU0","GPU1"): "PIX"},
+    "affinity": {"GPU0": {"cpu": "0-31", "numa": "0"}}, "nics": [...]}. Only GPU-to-GPU
+    links are kept (the NIC columns and the legend are skipped)."""
+    lines = [line.rstrip() for line in text.splitlines()]
+    header_i = next((i for i, line in enumerate(lines) if re.match(r"^\s+GPU0\b", line.replace("\x1b[4m", ""))), None)
+    out: dict[str, Any] = {"gpus": [], "links": {}, "affinity": {}, "nics": []}
+    if header_i is None:
+        return out
+    header = [h.strip() for h in re.split(r"\t+", _strip_ansi(lines[header_i]).strip()) if h.strip()]
+    columns = [h for h in header if re.fullmatch(r"GPU\d+|NIC\d+|mlx\S+", h)]
+    extra = header[len(columns):]
+    for line in lines[header_i + 1:]:
+        clean = _strip_ansi(line)
+        if not clean.strip() or clean.strip().startswith("Legend"):
+            break
+        cells = [c.strip() for c in re.split(r"\t+", clean.strip())]
+        row = cells[0]
+        if not re.fullmatch(r"GPU\d+", row):
+            if re.fullmatch(r"NIC\d+|mlx\S+", row):
+                out["nics"].append(row)
+            continue
+        out["gpus"].append(row)
+        values = cells[1:]
+        for col, value in zip(columns, values):
+            if col.startswith("GPU"):
+                out["links"][(row, col)] = value
+        rest = values[len(columns):]
+        aff = {}
+        for name, value in zip(extra, rest):
+            low = name.lower()
+            if "cpu" in low:
+                aff["cpu"] = value
+            elif "gpu numa" in low:
+                aff["gpu_numa"] = value
+            elif "numa" in low:
+                aff["numa"] = value
+        out["affinity"][row] = aff
+    return out
+
+
+def _strip_ansi(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def parse_topo_p2p(text: str) -> dict[tuple[str, str], str]:
+    """``nvidia-smi topo -p2p r`` (or ``w``) -> {("GPU0","GPU1"): "OK"|"CNS"|...}."""
+    out: dict[tuple[str, str], str] = {}
+    columns: list[str] = []
+    for line in text.splitlines():
+        clean = _strip_ansi(line).strip()
+        if clean.startswith("Legend"):
+            break
+        cells = clean.split()
+        if cells and all(re.fullmatch(r"GPU\d+", c) for c in cells):
+            columns = cells
+            continue
+        if columns and cells and re.fullmatch(r"GPU\d+", cells[0]):
+            for col, value in zip(columns, cells[1:]):
+                if col != cells[0]:
+                    out[(cells[0], col)] = value
+    return out
+
+
+def parse_lspci_acs(text: str) -> list[dict[str, str]]:
+    """``lspci -vvv`` -> the PCIe devices whose ACS control redirects or validates peer
+    traffic (``ACSCtl: SrcValid+``, ``ReqRedir+`` or ``CmpltRedir+``): [{device, acsctl}].
+    NCCL's troubleshooting guide: with ACS on, GPU peer-to-peer goes through the root
+    complex (slow) or hangs."""
+    out = []
+    device = None
+    for line in text.splitlines():
+        if line and not line[0].isspace():
+            device = line.strip()
+            continue
+        m = re.search(r"ACSCtl:\s*(.*)$", line)
+        if m and device:
+            ctl = m.group(1).strip()
+            if any(f"{bit}+" in ctl for bit in ("SrcValid", "ReqRedir", "CmpltRedir")):
+                out.append({"device": device, "acsctl": ctl})
+    return out
+
+
+def parse_cuda_version(text: str) -> str | None:
+    """The driver's CUDA version from plain ``nvidia-smi`` output (``CUDA Version: 13.0``)."""
+    m = re.search(r"CUDA Version:\s*([\d.]+)", text)
+    return m.group(1) if m else None
+
+
+def iommu_state(sysfs_root: str | os.PathLike = "/") -> dict[str, Any]:
+    """{"groups": number of /sys/kernel/iommu_groups entries, "cmdline": the iommu options on
+    the kernel command line}. Groups present means an IOMMU is active."""
+    root = Path(sysfs_root)
+    groups_dir = root / "sys/kernel/iommu_groups"
+    try:
+        groups = sum(1 for _ in groups_dir.iterdir())
+    except OSError:
+        groups = 0
+    try:
+        cmdline = (root / "proc/cmdline").read_text()
+    except OSError:
+        cmdline = ""
+    options = [w for w in cmdline.split() if "iommu" in w.lower()]
+    return {"groups": groups, "cmdline": options}
+
+
+# ---- judgement (pure) ---------------------------------------------------------------------
+
+def assess(gpus: list[dict], apps: list[dict], topo: dict, p2p: dict, acs: list[dict] | None,
+           iommu: dict, job_gpus: int | None = None) -> tuple[list[str], list[str]]:
+    """(report lines, warnings) from the parsed facts."""
+    lines: list[str] = []
+    warnings: list[str] = []
+    if not gpus:
+        return ["no NVIDIA GPU found"], []
+    lines.append(f"GPUs: {len(gpus)}")
+    busy_by_bus = Counter(a["bus_id"].lower() for a in apps if a.get("bus_id"))
+    for g in gpus:
+        link = ""
+        if g["gen_max"] or g["width_max"]:
+            link = (f", PCIe gen {g['gen_current']}/{g['gen_max']} width x{g['width_current']}/x{g['width_max']}"
+                    " (current/max)")
+        mem = f"{g['memory_used_mib']}/{g['memory_total_mib']} MiB used" if g["memory_total_mib"] else "memory ?"
+        util = f", {g['util_percent']}% busy" if g["util_percent"] is not None else ""
+        lines.append(f"  GPU{g['index']} {g['name']} [{g['bus_id']}]: {mem}{util}{link}")
+        bus = (g["bus_id"] or "").lower()
+        procs = busy_by_bus.get(bus, 0)
+        if procs or (g["memory_used_mib"] or 0) > BUSY_MEMORY_MIB or (g["util_percent"] or 0) > BUSY_UTIL_PERCENT:
+            who = f"{procs} process(es), " if procs else ""
+            warnings.append(f"GPU{g['index']} is in use ({who}{g['memory_used_mib']} MiB, {g['util_percent']}% "
+                            f"busy): trials would compete with it and measure noise")
+        if g["width_current"] and g["width_max"] and g["width_current"] < g["width_max"]:
+            warnings.append(f"GPU{g['index']} PCIe link runs x{g['width_current']} of x{g['width_max']}: a "
+                            f"narrowed link (riser, slot, seating) cuts all-reduce bandwidth")
+        if g["gen_current"] and g["gen_max"] and g["gen_current"] < g["gen_max"]:
+            lines.append(f"  note: GPU{g['index']} link at gen {g['gen_current']} of {g['gen_max']}; idle GPUs "
+                         f"drop the link speed to save power, so re-check under load before worrying")
+    names = Counter(g["name"] for g in gpus)
+    if len(names) > 1:
+        warnings.append("mixed GPU models: " + ", ".join(f"{n} x{c}" for n, c in names.items())
+                        + "; tensor parallelism runs at the pace of the slowest")
+    for a in apps:
+        lines.append(f"  process {a['pid']} {a['name']} on {a['bus_id']}: {a['used_mib']} MiB")
+    drivers = {g["driver"] for g in gpus if g["driver"]}
+    if drivers:
+        lines.append(f"driver: {', '.join(sorted(drivers))}")
+
+    links = {k: v for k, v in (topo.get("links") or {}).items() if k[0] != k[1]}
+    nvlink = any(v.startswith("NV") for v in links.values())
+    if links:
+        kinds = Counter(("NV#" if v.startswith("NV") else v) for (a, b), v in links.items() if a < b)
+        described = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
+        lines.append(f"topology: GPU pairs {described} ({'NVLink present' if nvlink else 'PCIe only'})")
+        if kinds.get("SYS"):
+            lines.append("  note: SYS pairs cross CPU sockets; all-reduce over them is the slowest path")
+    pairs = {k: v for k, v in p2p.items() if k[0] < k[1]}
+    if pairs:
+        bad = {k: v for k, v in pairs.items() if v != "OK"}
+        lines.append(f"P2P (read): {len(pairs) - len(bad)} of {len(pairs)} pairs OK")
+        for (a, b), v in sorted(bad.items()):
+            warnings.append(f"P2P {a}<->{b}: {P2P_STATUS.get(v, v)}; NCCL will route that pair through host memory")
+    if job_gpus and job_gpus > len(gpus):
+        warnings.append(f"the job wants up to {job_gpus} GPUs per node but this machine has {len(gpus)}")
+
+    wants_p2p = len(gpus) > 1 and (not pairs or any(v == "OK" for v in pairs.values()))
+    if acs is None:
+        lines.append("ACS: not checked (lspci not available or not permitted)")
+    elif acs:
+        lines.append(f"ACS: enabled on {len(acs)} PCIe device(s)")
+        if len(gpus) > 1:
+            shown = "; ".join(a["device"][:60] for a in acs[:3])
+            warnings.append(f"ACS is enabled on {len(acs)} PCIe bridge(s) ({shown}{'...' if len(acs) > 3 else ''}): "
+                            f"GPU peer-to-peer traffic is redirected through the root complex, which is slow or "
+                            f"hangs NCCL; disable ACS (BIOS, or setpci) on a bare-metal P2P box")
+    else:
+        lines.append("ACS: off on every PCIe device lspci shows")
+    if iommu.get("groups"):
+        mode = " ".join(iommu.get("cmdline") or []) or "no iommu option on the kernel command line"
+        lines.append(f"IOMMU: on ({iommu['groups']} groups; {mode})")
+        passthrough = any(o.lower() in ("iommu=pt", "iommu.passthrough=1") for o in iommu.get("cmdline") or [])
+        if wants_p2p and not passthrough:
+            warnings.append("IOMMU is on and not in passthrough mode while GPUs use P2P: NCCL can hang or run "
+                            "slowly; on bare metal use iommu=pt (or disable the IOMMU), or set NCCL_P2P_DISABLE=1")
+    else:
+        lines.append("IOMMU: off (no /sys/kernel/iommu_groups)")
+    return lines, warnings
+
+
+# ---- gathering ----------------------------------------------------------------------------
+
+def default_runner(argv: list[str]) -> str | None:
+    """stdout of a command, or None when it is missing, fails or takes over 30 s."""
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _torch_p2p(count: int) -> dict[tuple[str, str], str]:
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return {}
+        return {(f"GPU{a}", f"GPU{b}"): "OK" if torch.cuda.can_device_access_peer(a, b) else "NS"
+                for a in range(count) for b in range(count) if a != b}
+    except Exception:  # noqa: BLE001 - a fallback; doctor must not fail on it
+        return {}
+
+
+def run_doctor(job=None, runner: Runner | None = None, sysfs_root: str = "/",
+               probe_versions: bool = True) -> tuple[list[str], list[str]]:
+    """(report lines, warnings) for this machine and, when given, a loaded ``Job``."""
+    run = runner or default_runner
+    lines: list[str] = []
+    warnings: list[str] = []
+    query = run(["nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"])
+    gpus = parse_gpu_query(query or "")
+    if query is None or not gpus:
+        lines.append("no NVIDIA GPU found (nvidia-smi is missing or lists no GPU): nothing to check on this "
+                     "machine; a CPU job (gpus_per_node: 0) can still run")
+    else:
+        apps = parse_compute_apps(run(["nvidia-smi", f"--query-compute-apps={','.join(APP_FIELDS)}",
+                                       "--format=csv,noheader,nounits"]) or "")
+        topo_text = run(["nvidia-smi", "topo", "-m"]) or ""
+        topo = parse_topo_matrix(topo_text)
+        p2p = parse_topo_p2p(run(["nvidia-smi", "topo", "-p2p", "r"]) or "")
+        if not p2p and len(gpus) > 1:
+            p2p = _torch_p2p(len(gpus))
+        lspci = run(["lspci", "-vvv"])
+        acs = parse_lspci_acs(lspci) if lspci else None
+        job_gpus = getattr(job, "gpus_per_node", None) if job is not None else None
+        more, warns = assess(gpus, apps, topo, p2p, acs, iommu_state(sysfs_root), job_gpus)
+        lines += more
+        warnings += warns
+        if topo_text.strip():
+            lines.append("nvidia-smi topo -m:")
+            matrix = _strip_ansi(topo_text).split("Legend")[0]
+            lines += ["  " + line for line in matrix.splitlines() if line.strip()][:40]
+        cuda = parse_cuda_version(run(["nvidia-smi"]) or "")
+        if cuda:
+            lines.append(f"CUDA (driver supports): {cuda}")
+    if probe_versions:
+        lines += _version_lines(job)
+    nccl_env = {k: v for k, v in sorted(os.environ.items())
+                if k.startswith("NCCL_") and k != "NCCL_VERSION"}  # NVIDIA images set NCCL_VERSION
+    if nccl_env:
+        lines.append("NCCL variables set in this environment (every server inherits them): "
+                     + " ".join(f"{k}={v}" for k, v in nccl_env.items()))
+    if job is not None:
+        lines += _job_lines(job, warnings)
+    return lines, warnings
+
+
+def _version_lines(job) -> list[str]:
+    from orchestrator.core import versions
+
+    t = versions.torch_versions()
+    out = [f"torch: {t['torch'] or 'not installed'}; its CUDA: {t['cuda'] or '-'}; its NCCL: {t['nccl'] or '-'}"]
+    out += _backend_lines()
+    return out
+
+
+def _backend_lines() -> list[str]:
+    """The release each registered backend finds installed here (asked of the backend)."""
+    from orchestrator.backends import backend_kinds, get_backend_class, shadowed
+
+    out = []
+    for kind in backend_kinds():
+        try:
+            release = get_backend_class(kind).installed_release()
+        except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, not fatal
+            out.append(f"{kind}: cannot be loaded ({exc})")
+            continue
+        if release:
+            out.append(f"{kind}: {release}")
+    out += [f"entry point ignored, it names a built-in backend: {name}" for name in shadowed()]
+    return out
+
+
+def _job_lines(job, warnings: list[str]) -> list[str]:
+    out = [f"job: study {job.study}, backend {job.backend.kind}, gpus_per_node {job.gpus_per_node}"]
+    try:
+        backend = job.backend_obj()
+        version = backend.version()
+    except Exception as exc:  # noqa: BLE001 - the report says what went wrong instead
+        warnings.append(f"backend {job.backend.kind}: {exc}")
+        return out
+    if version:
+        out.append(f"backend {job.backend.kind}: {version}")
+    lines, warns = backend.diagnose()
+    out += lines
+    warnings += warns
+    env = getattr(job, "env", {}) or {}
+    if env:
+        out.append("job env: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
+    from orchestrator.node import preflight  # the checks `ncclsweep run` makes on every node before a launch
+
+    problems = preflight.node_problems(preflight.needs(job))
+    warnings += [f"pre-flight: {p}" for p in problems]
+    out.append("pre-flight on this node: " + ("; ".join(problems) if problems else "ok (server command found, "
+                                                                                     "GPUs and model path present)"))
+    return out
+
+
+def format_report(lines: list[str], warnings: list[str]) -> str:
+    text = "\n".join(lines)
+    if warnings:
+        text += "\n\nwarnings:\n" + "\n".join(f"  ! {w}" for w in warnings)
+    else:
+        text += "\n\nno warnings"
+    return text
+
+
+def main_doctor(job_path: str | None) -> int:
+    """Print the pre-flight report for this machine (and the job, when given); 0 even with
+    warnings and on a machine without GPUs. A bad job file raises BadInput (exit 2 in cli)."""
+    job = None
+    if job_path:
+        from orchestrator.config.job import load_job
+
+        job = load_job(job_path)
+    lines, warnings = run_doctor(job)
+    print(format_report(lines, warnings))
+    return 0

@@ -1,0 +1,359 @@
+"""One trial's whole lifecycle, in one place: launch, ready, warm-up, benchmark,
+correctness outputs, NCCL verification, teardown.
+
+``run_trial(spec)`` never raises for anything the server does: every outcome becomes a
+``TrialResult`` (COMPLETE, FAIL with a kind from the closed list, or PRUNED). It runs
+inside a Ray actor on the node that owns the GPUs, or in-process for ``bench``. Warnings
+logged while it runs (a process group that survived SIGKILL, ...) go into the result's
+``warnings``: an actor's log records reach no handler of the driver.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from orchestrator.backends import get_backend_class
+from orchestrator.core import nccl
+from orchestrator.core.errors import StorageWriteError, is_file_write_failure
+from orchestrator.core.records import COMPLETE, PRUNED, Config, TrialResult
+from orchestrator.node import client, gpus
+from orchestrator.node.server import (
+    ReadyTimeout,
+    ServerExited,
+    ServerFailed,
+    ServerProcess,
+    ServerRegistry,
+    SpawnFailed,
+    free_port,
+)
+
+# Candidates per generated token in the correctness capture (the pick and its runner-up).
+NEAR_TIE_CANDIDATES = 2
+
+
+@dataclass
+class TrialSpec:
+    """Everything an actor needs to run one trial (picklable, no job object)."""
+
+    number: int
+    config: Config
+    backend_kind: str
+    backend_settings: dict[str, Any]
+    log_dir: str
+    registry_dir: str
+    prompt: str
+    output_tokens: int = 64
+    warmup: int = 1
+    repeats: int = 3
+    max_repeats: int | None = None
+    target_rel_ci: float | None = None
+    startup_timeout_s: float = 300.0
+    bench_timeout_s: float = 120.0
+    teardown_grace_s: float = 10.0
+    env: dict[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    # correctness: prompts to answer greedily, the reference texts to score (None: this
+    # trial *is* the reference and captures twice for calibration)
+    check_prompts: list[str] = field(default_factory=list)
+    check_tokens: int = 32
+    check_logprobs: bool = True
+    reference_texts: list[str] | None = None
+    prune_below: float | None = None
+    concurrency_checks: list[int] = field(default_factory=list)  # levels the job constrains
+    device_check: bool = False
+    measure_bandwidth: bool = True  # once per worker process: the ceiling's denominator
+    job_file: str | None = None
+    log_name: str | None = None  # the server log's file name in log_dir (default trial-NNNN.log)
+
+
+def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
+              on_server: Callable[[ServerProcess | None], None] | None = None) -> TrialResult:
+    """Run one trial; ``cancel`` set from another thread ends it as interrupted."""
+    from orchestrator.core.logs import capture_warnings
+
+    logged: list[str] = []
+    with capture_warnings(logged):
+        result = _run_trial(spec, cancel or threading.Event(), on_server)
+    result.warnings.extend(w for w in logged if w not in result.warnings)
+    return result
+
+
+def _run_trial(spec: TrialSpec, cancel: threading.Event,
+               on_server: Callable[[ServerProcess | None], None] | None) -> TrialResult:
+    started = time.time()
+    timing: dict[str, float] = {}
+    node = node_info()
+    backend = get_backend_class(spec.backend_kind)(spec.backend_settings, spec.job_file)
+    if spec.measure_bandwidth:
+        from orchestrator.node.hwprobe import memory_bandwidth
+
+        node["memory_bandwidth_bytes_s"] = memory_bandwidth(backend.device())
+        node["memory_device"] = backend.device()
+    log_path = Path(spec.log_dir) / (spec.log_name or f"trial-{spec.number:04d}.log")
+    proc, launch, env = prepare_server(backend, spec.config, spec.host, spec.env, log_path, spec.registry_dir)
+    port = launch.port
+    common: dict[str, Any] = dict(started_at=started, node=node, timing=timing)
+
+    def finish(result: TrialResult) -> TrialResult:
+        timing["teardown_s"] = proc.stop(spec.teardown_grace_s)
+        if on_server:
+            on_server(None)
+        log_text = _read(log_path)
+        result.log_tail = _tail(log_text, 60)
+        result.nccl = nccl.parse_log(log_text)
+        requested = {k: v for k, v in env.items() if k.startswith("NCCL_") and not k.startswith("NCCL_DEBUG")}
+        if result.nccl.get("version") or (backend.device() == "cuda" and node.get("gpus")
+                                          and backend.gpus_per_trial(spec.config) > 1):
+            # NCCL ran (or should have): did it take what was asked? (gloo on CPU has no NCCL)
+            result.warnings.extend(nccl.verify_applied(requested, result.nccl))
+        result.server.update(argv=launch.argv, env=env, port=port, log=str(log_path),
+                             **server_identity(backend, launch, env))
+        if spec.device_check:
+            ok, why = gpus.usable()
+            result.metrics["gpus_usable"] = ok
+            if not ok:
+                result.warnings.append(f"GPUs not usable after teardown: {why}")
+        result.ended_at = time.time()
+        timing["total_s"] = result.ended_at - started
+        return result
+
+    def failed(kind: str, reason: str) -> TrialResult:
+        if kind in ("start-crash", "bench-error") and nccl.classify_failure(_read(log_path)) == "nccl-invalid":
+            kind, reason = "nccl-invalid", f"NCCL refused a setting: {reason}"
+        return finish(TrialResult.failed(spec.config, kind, reason, **common))
+
+    if spec.device_check:  # never start on GPUs that something else holds: not the config's fault
+        held = gpus.foreign_use(gpus.visible_devices(), {os.getpid()})
+        if held:
+            result = TrialResult.failed(spec.config, "env-error", "the trial's GPUs are not free: " + "; ".join(held),
+                                        **common)
+            result.ended_at = time.time()
+            return result
+    try:
+        t0 = time.monotonic()
+        record = proc.start()
+        if on_server:
+            on_server(proc)
+        from dataclasses import asdict
+
+        server_info = asdict(record)
+        try:
+            proc.wait_ready(spec.startup_timeout_s)
+        except ServerFailed as exc:
+            if cancel.is_set():
+                return failed("interrupted", "stopped by the user during start-up")
+            return failed("start-crash", f"{exc.reason} (before the server was ready)")
+        except ServerExited as exc:
+            if cancel.is_set():
+                return failed("interrupted", "stopped by the user during start-up")
+            return failed("start-crash", f"server exited with code {exc.returncode} before it was ready")
+        except ReadyTimeout:
+            if cancel.is_set():
+                return failed("interrupted", "stopped by the user during start-up")
+            return failed("start-timeout", f"not ready after {spec.startup_timeout_s:.0f}s (health never answered 200)")
+        timing["launch_s"] = time.monotonic() - t0
+        if cancel.is_set():
+            return failed("interrupted", "stopped by the user")
+
+        # warm-up + timed repeats; a first repeat below the prune threshold ends it
+        t0 = time.monotonic()
+        decode = client.measure_decode(launch.base_url, launch.model_name, spec.prompt, spec.output_tokens,
+                                      warmup=spec.warmup, repeats=spec.repeats, max_repeats=spec.max_repeats,
+                                      target_rel_ci=spec.target_rel_ci, timeout_s=spec.bench_timeout_s,
+                                      deadline=time.monotonic() + spec.bench_timeout_s, prune_below=spec.prune_below)
+        if not decode.ok:
+            if cancel.is_set():
+                return failed("interrupted", "stopped by the user during the benchmark")
+            return _bench_failure(failed, proc, decode, limit_s=spec.bench_timeout_s)
+        pruned = decode.pruned
+        timing["warmup_s"] = decode.warmup_s
+        timing["bench_s"] = decode.bench_s
+        metrics = decode.to_metrics()
+        warnings = list(decode.warnings)
+
+        if spec.concurrency_checks and not pruned:  # the job's "no worse than x at concurrency c" rules
+            metrics["concurrency"] = {}
+            for level in spec.concurrency_checks:
+                got = client.measure_concurrency(launch.base_url, launch.model_name, spec.prompt, spec.output_tokens,
+                                                level, timeout_s=spec.bench_timeout_s)
+                if got.get("failures"):
+                    return _bench_failure(failed, proc, None, f"concurrency {level}: {got['errors'][:1]}")
+                metrics["concurrency"][str(level)] = got["total_tok_s"]
+
+        # correctness outputs (compared by the driver against the golden reference), also of a
+        # pruned trial: a config that is wrong is reported wrong (and banned), not merely slow
+        t0 = time.monotonic()
+        outputs: dict[str, Any] = {}
+        if spec.check_prompts:
+            outputs = capture_outputs(launch.base_url, launch.model_name, spec, spec.reference_texts)
+            if outputs.get("error"):
+                return _bench_failure(failed, proc, None, outputs["error"])
+            if spec.reference_texts is None:  # this is the reference: capture twice to calibrate
+                second = capture_outputs(launch.base_url, launch.model_name, spec, outputs["texts"])
+                if second.get("error"):
+                    return _bench_failure(failed, proc, None, second["error"])
+                outputs = {"reference": True, "first": outputs, "second": second}
+        timing["check_s"] = time.monotonic() - t0
+        outcome = PRUNED if pruned else COMPLETE
+        reason = None
+        if pruned:
+            metrics["pruned_below"] = spec.prune_below
+            reason = (f"first repeat {metrics['decode_tok_s']:.1f} tok/s is below the pruning threshold "
+                      f"{spec.prune_below:.1f} tok/s (a fraction of the best so far)")
+        result = TrialResult(outcome=outcome, config=spec.config, value=metrics["decode_tok_s"], metrics=metrics,
+                             outputs=outputs, server=server_info, warnings=warnings, failure_reason=reason, **common)
+        return finish(result)
+    except Exception as exc:  # noqa: BLE001 - a trial never takes the actor down
+        full = write_failure(exc, Path(spec.log_dir).parent)
+        if full is not None:  # the study's folder refused a write (disk full): the driver stops the study
+            result = failed("env-error", full.where)
+            result.metrics["write_failed"] = full.to_dict()
+            return result
+        if isinstance(exc, SpawnFailed):  # the command or its interpreter is missing here: not the config's fault
+            return failed("env-error", f"{exc} (on {node.get('hostname')}: is the server installed on this node?)")
+        return failed("bench-error", f"{type(exc).__name__}: {exc}")
+
+
+def server_identity(backend, launch, env: dict[str, str]) -> dict[str, str | None]:
+    """Which server this trial ran: the command as it resolved on this node and the release
+    the backend reports (where the server is found is not part of a study's identity, so
+    each trial keeps it: ``Backend.identity_settings``)."""
+    from orchestrator.node.preflight import resolve
+
+    command = launch.argv[0] if launch.argv else None
+    return {"command": resolve(command, {**os.environ, **env}) if command else None, "version": backend.version()}
+
+
+def write_failure(exc: BaseException, folder: Path) -> StorageWriteError | None:
+    """The failed write into the study's folder behind ``exc`` (its cause chain), if any."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, StorageWriteError):
+            return seen
+        if isinstance(seen, OSError) and is_file_write_failure(seen):
+            return StorageWriteError(Path(seen.filename).parent if isinstance(seen.filename, str) else folder, seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _bench_failure(failed, proc: ServerProcess, decode, error: str | None = None,
+                   limit_s: float | None = None) -> TrialResult:
+    error = error or (decode.error if decode is not None else "benchmark failed")
+    if proc.fatal:
+        return failed("bench-error", f"{proc.fatal} during the benchmark ({error})")
+    if not proc.alive():
+        return failed("bench-error", f"server died during the benchmark ({error})")
+    if decode is not None and decode.timed_out:
+        limit = f" within the {limit_s:g}s limit (timeouts.bench)" if limit_s else ""
+        return failed("bench-timeout", f"benchmark did not finish{limit}: {error}")
+    return failed("bench-error", error)
+
+
+def prepare_server(backend, config: Config, host: str, job_env: dict[str, str], log_path: Path,
+                   registry_dir: str) -> tuple[ServerProcess, Any, dict[str, str]]:
+    """A not-yet-started server for a config: free port, env (NCCL start-up logging on), log file."""
+    launch = backend.launch_spec(config, host, free_port(host))
+    env = server_env(job_env, launch.env)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    proc = ServerProcess(launch, log_path, registry=ServerRegistry(Path(registry_dir)), base_env={**os.environ, **env},
+                         watch=backend.watch_rules())
+    return proc, launch, env
+
+
+def server_env(job_env: dict[str, str], launch_env: dict[str, str]) -> dict[str, str]:
+    """A server's environment on top of the node's: NCCL start-up logging, the job's fixed
+    ``env:``, then the config's own variables."""
+    return {**nccl.debug_env(), **job_env, **launch_env}
+
+
+def capture_outputs(base_url: str, model: str, spec: TrialSpec, score_texts: list[str] | None) -> dict[str, Any]:
+    """Greedy texts for the check prompts, and log-probabilities of ``score_texts``."""
+    got = client.greedy_outputs(base_url, model, spec.check_prompts, spec.check_tokens, spec.bench_timeout_s,
+                               top_logprobs=NEAR_TIE_CANDIDATES if spec.check_logprobs else None)
+    if any(not g.get("ok", True) for g in got):
+        bad = next(g for g in got if not g.get("ok", True))
+        return {"error": f"correctness request failed: {bad.get('error')}"}
+    out: dict[str, Any] = {"texts": [g["text"] for g in got]}
+    if spec.check_logprobs:  # each generated token and its runner-up: tells a near-tie flip from a wrong model
+        out["tokens"] = [g.get("tokens") for g in got]
+        out["top"] = [g.get("top") for g in got]
+    if spec.check_logprobs:  # the reference scores its own text; a trial scores the reference's
+        texts = out["texts"] if score_texts is None else score_texts
+        out["logprobs"] = [client.score_continuation(base_url, model, p, t, spec.bench_timeout_s)
+                           for p, t in zip(spec.check_prompts, texts)]
+    return out
+
+
+def node_info() -> dict[str, Any]:
+    """Which node and GPUs this trial ran on: hostname, the GPUs it was given
+    (CUDA_VISIBLE_DEVICES) and their count and model, and inside Ray the node id and IP."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    info: dict[str, Any] = {"hostname": socket.gethostname(), "gpus": visible}
+    try:
+        import ray
+
+        if ray.is_initialized():
+            info["node_id"] = ray.get_runtime_context().get_node_id()
+            info["node_ip"] = ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - outside Ray there is no node id
+        pass
+    if visible:
+        ids = [g.strip() for g in visible.split(",") if g.strip()]
+        info["gpu_count"] = len(ids)
+        info["gpu_model"] = _gpu_model(ids[0] if ids else None)
+        info.update(_driver_and_topology(ids))
+    return info
+
+
+def _driver_and_topology(ids: list[str]) -> dict[str, Any]:
+    """Driver version and the links between the visible GPUs (e.g. "GPU0-GPU1 PIX"), for
+    the provenance every export carries; empty where nvidia-smi is missing."""
+    from orchestrator.node.doctor import parse_topo_matrix
+
+    out: dict[str, Any] = {}
+    try:
+        drv = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        if drv.returncode == 0 and drv.stdout.strip():
+            out["driver_version"] = drv.stdout.split()[0]
+        topo = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return out
+    if topo.returncode == 0:
+        links = parse_topo_matrix(topo.stdout).get("links", {})
+        names = {f"GPU{i}" for i in ids if i.isdigit()}
+        pairs = sorted(f"{a}-{b} {kind}" for (a, b), kind in links.items() if a < b and (not names or {a, b} <= names))
+        out["topology"] = ", ".join(pairs) if pairs else "single GPU"
+    return out
+
+
+def _gpu_model(device_id: str | None) -> str | None:
+    """nvidia-smi's name of one visible GPU (index or UUID; any GPU when None)."""
+    for extra in ([f"--id={device_id}"] if device_id else []) + [None]:
+        cmd = ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"] + ([extra] if extra else [])
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        names = [n.strip() for n in out.stdout.splitlines() if n.strip()]
+        if out.returncode == 0 and names:
+            return names[0]
+    return None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _tail(text: str, lines: int) -> str:
+    return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,343 @@
+"""``ncclsweep compare``: does the winner hold at higher concurrency?
+
+Relaunches the baseline and the best config in rounds, and measures total output tok/s at
+each concurrency in every launch. Each round launches every config once, in alternating
+order (baseline, best | best, baseline | ...), so the drift of the machine over a round
+falls on both sides and a lucky single launch cannot carry the result. The ratio best /
+baseline at each concurrency comes with a confidence interval from the per-round ratios
+(``verdict.py``): "faster" or "slower" only when that interval lies off 1.0, otherwise
+"within noise" with the interval. Baseline and best being the same config (the baseline
+was never beaten) is never a verdict: the interval then measures the noise between
+launches of one config.
+
+``compare.json`` is rewritten after every launch (temp file + rename, so it is always a
+whole JSON document): a compare that is interrupted or crashes keeps every finished launch,
+and ``complete`` says whether all rounds ran. The report renders it.
+
+``also`` adds other trials' configs to every round (``"ties"``: the runners-up within the
+noise of the best): configs that single-request decode cannot rank may still differ under
+load, e.g. by how many requests they batch. Each is shown against the best, with the same
+rule.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.core import files, verdict
+from orchestrator.core.errors import BadInput, RuntimeFailure
+from orchestrator.core.records import TrialRow
+from orchestrator.node import client
+from orchestrator.node.server import ServerError
+from orchestrator.node.trial import prepare_server
+
+if TYPE_CHECKING:
+    from orchestrator.config.job import Job
+
+# Rounds of interleaved launches. A t-interval from n rounds has half-width
+# t(0.975, n-1) * sd / sqrt(n): 9.0 sd at 2 rounds (no verdict possible), 2.5 at 3, 1.6 at 4,
+# 1.24 at 5, 1.05 at 6. Five is where another round stops paying for itself (docs/benchmarks.md).
+DEFAULT_ROUNDS = 5
+
+
+def measure_levels(job: Job, config: dict, levels: list[int], label: str, round_no: int) -> dict[int, dict[str, Any]]:
+    """One launch of ``config``; total output tok/s at each concurrency level."""
+    backend = job.backend_obj()
+    report_dir = Path(job.report_dir).resolve()
+    log_path = report_dir / "compare-logs" / f"{label}-{round_no}.log"
+    proc, launch, _ = prepare_server(backend, config, "127.0.0.1", dict(job.env), log_path, str(report_dir / "servers"))
+    out: dict[int, dict[str, Any]] = {}
+    try:
+        proc.start()
+        try:
+            proc.wait_ready(job.timeouts.startup_s)
+        except ServerError as exc:
+            raise RuntimeFailure(f"compare: the {label} config did not start ({exc}); log: {log_path}") from None
+        client.measure_decode(launch.base_url, launch.model_name, job.bench.prompt, job.bench.output_tokens,
+                             warmup=max(1, job.bench.warmup), repeats=1, timeout_s=job.timeouts.bench_s)
+        for level in levels:
+            out[level] = client.measure_concurrency(launch.base_url, launch.model_name, job.bench.prompt,
+                                                   job.bench.output_tokens, level, timeout_s=job.timeouts.bench_s)
+    finally:
+        proc.stop(job.timeouts.teardown_s)
+    return out
+
+
+def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = None, say=print,
+                also: list[int] | str | None = None) -> str:
+    from orchestrator.driver.run import open_study
+    from orchestrator.study.history import baseline_row, best_rows, trial_rows
+
+    rows = trial_rows(open_study(job, create=False))
+    base = baseline_row(rows)
+    ranked = best_rows(rows, 1)
+    best = ranked[0] if ranked else None
+    if base is None or best is None:
+        from orchestrator.core.golden_check import disputed
+
+        why = disputed(rows)
+        if why:
+            raise RuntimeFailure(f"nothing to compare: {why}; no config is best while the golden reference is in "
+                                 "question")
+        raise RuntimeFailure("compare needs a completed baseline and a completed best trial; run the study first")
+    others = _also_rows(rows, best, base, also)
+    levels = levels or list(job.bench.concurrency)
+    rounds = max(1, DEFAULT_ROUNDS if rounds is None else rounds)
+    configs = [("baseline", base), ("best", best)] + [(f"trial-{r.number}", r) for r in others]
+    data: dict[str, Any] = {
+        "concurrency": levels, "rounds_planned": rounds, "complete": False,
+        "baseline_trial": base.number, "best_trial": best.number,
+        "same_config": base.config_key == best.config_key,
+        "others": [{"trial": row.number, "label": label, "params": row.params} for label, row in configs[2:]],
+        "rounds": [], "failures": [],
+    }
+    out = Path(job.report_dir) / "compare.json"
+    rules = [(int(rule.concurrency), float(rule.min_ratio)) for rule in getattr(job, "constraints", ()) or ()]
+    try:
+        for r in range(rounds):
+            for label, row in (configs if r % 2 == 0 else configs[::-1]):
+                t0 = time.monotonic()
+                res = measure_levels(job, row.params, levels, label, r)
+                for level, m in res.items():
+                    if m.get("failures"):
+                        data["failures"].append(f"{label} round {r} c={level}: {m['failures']} failed requests "
+                                                f"({m['errors'][:1]})")
+                data["rounds"].append({"round": r, "config": label, "trial": row.number,
+                                       "seconds": time.monotonic() - t0,
+                                       "levels": {str(k): v for k, v in res.items()}})
+                summarize(data, rules)
+                write_json_atomic(out, data)
+                say(f"compare round {r + 1}/{rounds}: {label} (trial #{row.number}) measured")
+        data["complete"] = True
+    except BaseException as exc:  # Ctrl-C included: record why the rounds stopped, then re-raise
+        data["stopped"] = f"{type(exc).__name__}: {exc}".rstrip(": ")
+        summarize(data, rules)
+        write_json_atomic(out, data)
+        raise
+    summarize(data, rules)
+    write_json_atomic(out, data)
+    return format_compare(data)
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write ``path`` so that it is always either the old or the new whole document."""
+    files.write_text(path, json.dumps(data, indent=2))
+
+
+# ---- what the rounds say ---------------------------------------------------------------------------
+def per_round(data: dict[str, Any], label: str, level: Any) -> dict[int, float | None]:
+    """Round number -> total tok/s of ``label`` at ``level`` (None where it failed)."""
+    out: dict[int, float | None] = {}
+    for rnd in data.get("rounds") or []:
+        if isinstance(rnd, dict) and rnd.get("config") == label:
+            m = (rnd.get("levels") or {}).get(str(level))
+            v = m.get("total_tok_s") if isinstance(m, dict) else m
+            out[int(rnd.get("round", len(out)))] = float(v) if v else None
+    return out
+
+
+def paired_interval(data: dict[str, Any], a: str, b: str, level: Any) -> verdict.RatioInterval:
+    """b / a at ``level`` from the rounds where both were measured (paired by round). A file
+    without rounds (written before rounds were kept) gives an unpaired interval of its samples."""
+    ra, rb = per_round(data, a, level), per_round(data, b, level)
+    if ra or rb:
+        common = sorted(set(ra) & set(rb))
+        return verdict.ratio_interval([ra[i] for i in common], [rb[i] for i in common], paired=True)
+    samples = lambda which: (data.get(f"{which}_samples") or {}).get(str(level)) or []  # noqa: E731
+    return verdict.ratio_interval(samples(a), samples(b))
+
+
+def summarize(data: dict[str, Any], rules: list[tuple[int, float]] | None = None) -> dict[str, Any]:
+    """Fill the derived fields of ``data`` from its rounds: medians, samples, and the interval
+    and verdict of best vs baseline (and of every other trial vs best) at each concurrency."""
+    levels = data["concurrency"]
+
+    def samples(label: str) -> dict[str, list[float]]:
+        return {str(c): [v for _, v in sorted(per_round(data, label, c).items()) if v] for c in levels}
+
+    for which in ("baseline", "best"):
+        data[f"{which}_samples"] = samples(which)
+        data[which] = {c: _med(v) for c, v in data[f"{which}_samples"].items()}
+    data["intervals"] = level_verdicts(data)
+    for other in data.get("others") or []:
+        label = other.get("label") or f"trial-{other['trial']}"
+        other["samples"] = samples(label)
+        other["median"] = {c: _med(v) for c, v in other["samples"].items()}
+        other["vs_best"] = {}
+        for c in levels:
+            iv = paired_interval(data, "best", label, c)
+            other["vs_best"][str(c)] = {**iv.to_dict(), "verdict": verdict.verdict(iv),
+                                        "text": verdict.describe(iv)}
+    data["rounds_done"] = _rounds_done(data)
+    if rules is not None:
+        data["constraints"] = check_constraints(rules, data)
+    return data
+
+
+def _rounds_done(data: dict[str, Any]) -> int:
+    """Rounds in which every config was launched."""
+    labels = {"baseline", "best"} | {o.get("label") or f"trial-{o['trial']}" for o in data.get("others") or []}
+    by_round: dict[int, set[str]] = {}
+    for r in data.get("rounds") or []:
+        by_round.setdefault(int(r["round"]), set()).add(r["config"])
+    return sum(1 for got in by_round.values() if labels <= got)
+
+
+def check_constraints(rules: list[tuple[int, float]], data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The job's "best >= min_ratio x baseline at concurrency c" rules, judged like every verdict:
+    VIOLATED only when the interval of best/baseline lies below min_ratio, met when it lies at
+    or above it, else within noise of the limit (``ok`` None)."""
+    verdicts = []
+    for c, min_ratio in rules:
+        measured = str(c) in {str(x) for x in data.get("concurrency") or []}
+        iv = (paired_interval(data, "baseline", "best", c) if measured
+              else verdict.RatioInterval(None, None, None, 0, True))
+        if iv.ratio is None:
+            ok, state = None, "not measured"
+        elif data.get("same_config"):  # the best is the baseline: its own ratio is 1 by definition
+            ok, state = True, "met: same config"
+        elif iv.bounded and iv.hi < min_ratio:  # type: ignore[operator]
+            ok, state = False, "VIOLATED"
+        elif iv.bounded and iv.lo >= min_ratio:  # type: ignore[operator]
+            ok, state = True, "met"
+        else:
+            ok, state = None, "within noise of the limit"
+        verdicts.append({"concurrency": c, "min_ratio": min_ratio, "ratio": iv.ratio, "lo": iv.lo, "hi": iv.hi,
+                         "ok": ok, "state": state, "measured": measured,
+                         "text": verdict.interval_text(iv) if iv.ratio is not None else ""})
+    return verdicts
+
+
+def _also_rows(rows: list[TrialRow], best: TrialRow, base: TrialRow,
+               also: list[int] | str | None) -> list[TrialRow]:
+    """The rows of the ``also`` trials (numbers, or "ties"), each config once, never baseline/best.
+
+    A number the user gives must add a config: one that is the baseline's, the best's or one
+    given before in ``--also`` is refused (it would be measured in no extra column)."""
+    from orchestrator.study.history import TOP_N, best_rows, ties_with_best
+
+    if not also:
+        return []
+    every_round = {base.config_key: ("the baseline", base.number), best.config_key: ("the best", best.number)}
+    picked: list[TrialRow] = []
+    if isinstance(also, str):  # "ties" (parse_also gives no other string)
+        picked = [r for r in ties_with_best(best_rows(rows, TOP_N)) if r.config_key not in every_round]
+    else:
+        ranked = {r.number: r for r in best_rows(rows, len(rows))}
+        by_key = {r.config_key: r for r in ranked.values()}
+        others = ", ".join(str(k) for k in sorted(ranked) if ranked[k].config_key not in every_round) or "none"
+        given: dict[str, int] = {}
+        for n in also:
+            row = next((r for r in rows if r.number == n), None)
+            if row is None or row.config_key not in by_key:
+                raise BadInput(f"--also: trial {n} is not a measured, ranked trial of this study; "
+                               f"ranked trials: {', '.join(str(k) for k in sorted(ranked))}")
+            if row.config_key in every_round:
+                who, number = every_round[row.config_key]
+                what = f"is {who}" if number == n else f"has the config of {who} (trial {number})"
+                raise BadInput(f"--also: trial {n} {what}, which every round measures already; --also takes "
+                               f"other ranked trials: {others}")
+            if row.config_key in given:
+                twice = "is given twice" if given[row.config_key] == n else \
+                    f"has the config of trial {given[row.config_key]}, given before"
+                raise BadInput(f"--also: trial {n} {twice} in --also; give each config once")
+            given[row.config_key] = n
+            picked.append(by_key[row.config_key])
+    out: list[TrialRow] = []
+    for r in picked:
+        if r.config_key not in {o.config_key for o in out}:
+            out.append(r)
+    return out
+
+
+# ---- the table ---------------------------------------------------------------------------------------
+def level_verdicts(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Concurrency -> {interval fields, verdict, text} of best vs baseline: from the file's rounds
+    (recomputed, so an older or hand-edited file is judged by today's rule)."""
+    same = bool(data.get("same_config"))
+    out = {}
+    for c in data.get("concurrency") or []:
+        iv = paired_interval(data, "baseline", "best", c)
+        out[str(c)] = {**iv.to_dict(), "verdict": verdict.verdict(iv, same_config=same),
+                       "text": verdict.describe(iv, same_config=same),
+                       "short": f"{verdict.ratio_text(iv)}, {verdict.interval_text(iv)}"}
+    return out
+
+
+def closing_lines(data: dict[str, Any], verdicts: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """("warn"|"p", sentence): what the rounds establish, in the words both the command and the
+    report print. A loss is only claimed beyond noise."""
+    by: dict[str, list[str]] = {}
+    for c, v in verdicts.items():
+        by.setdefault(v["verdict"], []).append(f"{c} ({v['short']})" if v["verdict"] == verdict.SLOWER else c)
+    n = data.get("rounds_done", 0)
+    lines: list[tuple[str, str]] = []
+    if data.get("same_config"):
+        lines.append(("p", f"Baseline and best are the same config (trial #{data.get('best_trial')}): no verdict; "
+                           f"the intervals show how much launches of one config differ over {n} round(s)."))
+        return lines
+    if by.get(verdict.SLOWER):
+        lines.append(("warn", "the best config is SLOWER than the baseline beyond noise at concurrency "
+                              + ", ".join(by[verdict.SLOWER])
+                              + ". Deploy it only where requests run at the concurrencies where it wins."))
+    if by.get(verdict.FASTER):
+        lines.append(("p", "The best config is faster than the baseline beyond noise at concurrency "
+                           + ", ".join(by[verdict.FASTER]) + "."))
+    if by.get(verdict.WITHIN_NOISE):
+        lines.append(("p", f"Within noise at concurrency {', '.join(by[verdict.WITHIN_NOISE])}: {n} round(s) "
+                           "cannot tell the two apart there (more `--rounds` narrow the interval)."))
+    return lines
+
+
+def format_compare(data: dict[str, Any]) -> str:
+    others = data.get("others") or []
+    extra = [f"trial {o['trial']}" for o in others]
+    verdicts = level_verdicts(data)
+    conf = next((v["confidence"] for v in verdicts.values()), verdict.DEFAULT_CONFIDENCE)
+    lines = [f"Baseline (trial #{data['baseline_trial']}) vs best (trial #{data['best_trial']})"
+             + (" and " + ", ".join(extra) if extra else "")
+             + f", total output tok/s (median of {data.get('rounds_done', 0)} interleaved round(s)); Improvement: "
+             f"best/baseline measured side by side in each round (geometric mean) with its {100 * conf:g}% "
+             "confidence interval",
+             "", "| Concurrency | baseline | best | Improvement |" + "".join(f" {e} |" for e in extra),
+             "|---|---|---|---|" + "---|" * len(extra)]
+    for c in data["concurrency"]:
+        b, w = data["baseline"].get(str(c)), data["best"].get(str(c))
+        cells = "".join(f" {vs_best((o.get('median') or {}).get(str(c)), (o.get('vs_best') or {}).get(str(c)))} |"
+                        for o in others)
+        lines.append(f"| {c} | {_fmt(b)} | {_fmt(w)} | {verdicts[str(c)]['text']} |{cells}")
+    lines.append("")
+    for _kind, text in closing_lines(data, verdicts):
+        lines.append(text[0].upper() + text[1:])
+    if others:
+        lines.append("Other trials: tok/s and their ratio to the best at the same concurrency, same rule.")
+    for v in data.get("constraints") or []:
+        shown = "not measured" if v.get("ratio") is None else f"{v['ratio']:.2f}x ({v.get('text')})"
+        lines.append(f"Constraint: best >= {v['min_ratio']}x baseline at concurrency {v['concurrency']}: "
+                     f"{v.get('state') or ('met' if v['ok'] else 'VIOLATED')} ({shown}).")
+    for f in data.get("failures", []):
+        lines.append(f"Failed requests: {f}")
+    if not data.get("complete", True):
+        lines.append(f"Stopped after {data.get('rounds_done', 0)} of {data.get('rounds_planned')} rounds"
+                     + (f" ({data['stopped']})" if data.get("stopped") else "") + ".")
+    return "\n".join(lines)
+
+
+def vs_best(value: float | None, interval: dict[str, Any] | None = None) -> str:
+    """'3590.0 tok/s; vs best 1.14x faster (95% CI 1.05-1.24x)': another trial against the best."""
+    if not value:
+        return "failed"
+    text = (interval or {}).get("text")
+    return f"{value:.1f} tok/s" + (f"; vs best {text}" if text else "")
+
+
+def _med(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _fmt(v: float | None) -> str:
+    return f"{v:.1f} tok/s" if v else "failed"

@@ -1,0 +1,439 @@
+"""Exported configurations: what to paste into production, with where it came from.
+
+``export(job, rows, fmt, top=1)`` renders the ``top`` best configs (``history.best_rows``:
+COMPLETE, counted, never a config that failed the correctness gate) as
+
+- ``env``        KEY=VALUE lines for ``docker run --env-file`` and systemd ``EnvironmentFile``:
+                 the job's fixed ``env`` plus the config's environment delta (what the
+                 backend's ``launch_spec`` sets). Settings that are not environment variables
+                 (``tp_size``, ``graph_capture``, backend flags) are listed in a comment.
+- ``yaml``/``json`` one document per config: ``config`` (the exact flat config, readable
+                 back by ``load_config_file`` for ``ncclsweep bench --config``), ``env`` and
+                 ``provenance``. ``--top K``: K YAML documents, or a JSON list of K objects.
+- ``cmd``        the full shell-quoted launch command (env assignments, then argv).
+- ``nccl-tuner`` a rules file for NCCL's example tuner plugin (see ``nccl_tuner_rules``).
+
+Line formats (env, cmd, nccl-tuner) carry provenance in ``#`` comments; with ``--top K``
+they hold K numbered blocks of which only the first is active and the others are
+commented out (an env file or a first-match rules file cannot hold alternatives).
+
+Provenance of every export: backend kind and version, NCCL/CUDA/driver versions, GPU
+model and topology (from the trial's ``nccl`` and ``node`` records when present), model
+path, study, storage, trial number, measured value and spread, the baseline and ratio.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import re
+from pathlib import Path
+from typing import Any, Protocol
+
+from orchestrator.core.errors import BadInput, RuntimeFailure, brief
+from orchestrator.core.records import COMPLETE, TrialRow
+from orchestrator.study.history import baseline_row, best_rows, short_params
+
+FORMATS = ("env", "yaml", "json", "cmd", "nccl-tuner")
+EXPORT_VERSION = 1
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# the example tuner plugin reads lines with fgets into a 256-byte buffer: keep every line shorter
+_TUNER_MAX_LINE = 200
+
+
+class ExportJob(Protocol):
+    """The job fields export and report read (``orchestrator.config.job.Job`` has them)."""
+
+    study: str
+    storage: str
+    backend: Any  # BackendSpec(kind, settings) or a Backend instance
+    env: dict[str, str]
+
+
+# ---- backend & provenance ------------------------------------------------------------------------
+def resolve_backend(job: Any, backend: Any = None):
+    """A Backend instance for the job: ``backend`` if given, ``job.backend`` if it already is
+    one, else built from ``job.backend.kind``/``settings``. None when it cannot be built."""
+    from orchestrator.backends.base import Backend
+
+    if isinstance(backend, Backend):
+        return backend
+    spec = getattr(job, "backend", None)
+    if isinstance(spec, Backend):
+        return spec
+    if callable(getattr(job, "backend_obj", None)):  # orchestrator.config.job.Job builds and caches it
+        try:
+            return job.backend_obj()
+        except Exception:  # noqa: BLE001 - fall back to building it here
+            pass
+    kind = getattr(spec, "kind", None)
+    if not kind:
+        return None
+    try:
+        from orchestrator.backends import get_backend_class
+
+        path = getattr(job, "path", None)
+        return get_backend_class(kind)(dict(getattr(spec, "settings", None) or {}), str(path) if path else None)
+    except Exception:  # noqa: BLE001 - provenance then says "unknown"; cmd export refuses
+        return None
+
+
+def _backend_kind(job: Any, backend: Any) -> str | None:
+    if backend is not None and getattr(backend, "kind", None):
+        return backend.kind
+    return getattr(getattr(job, "backend", None), "kind", None)
+
+
+def _first(*values: Any) -> Any:
+    return next((v for v in values if v not in (None, "", [], {})), None)
+
+
+def _model_of(backend: Any, job: Any) -> Any:
+    settings = dict(getattr(backend, "settings", None)
+                    or getattr(getattr(job, "backend", None), "settings", None) or {})
+    return _first(*(settings.get(k) for k in ("model", "model_path", "model-path", "preset")))
+
+
+def _safe_version(backend: Any) -> str | None:
+    try:
+        return backend.version() if backend is not None else None
+    except Exception:  # noqa: BLE001 - a version probe must not break an export
+        return None
+
+
+def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any = None,
+               rank: int = 1) -> dict[str, Any]:
+    """Where a config came from and what it measured (JSON-able)."""
+    node, nccl = row.node_info or {}, row.nccl or {}
+    base = baseline_row(rows)
+    base_value = base.value if base and base.state == COMPLETE else None
+    return {
+        "study": getattr(job, "study", None),
+        "storage": getattr(job, "storage", None),
+        "trial": row.number,
+        "rank": rank,
+        "value_tok_s": row.value,
+        "spread": row.spread,
+        "cv": row.cv,
+        "rel_ci": row.rel_ci,
+        "measurements": row.n_measurements,
+        "baseline_trial": base.number if base else None,
+        "baseline_tok_s": base_value,
+        "x_baseline": (row.value / base_value) if base_value and row.value is not None else None,
+        "backend": {"kind": _backend_kind(job, backend), "version": _safe_version(backend)},
+        "model": _model_of(backend, job),
+        "nccl_version": _first(nccl.get("version"), nccl.get("nccl_version"), node.get("nccl_version")),
+        "cuda_version": _first(node.get("cuda_version"), nccl.get("cuda_version"), node.get("cuda")),
+        "driver_version": _first(node.get("driver_version"), nccl.get("driver_version"), node.get("driver")),
+        "gpu_model": node.get("gpu_model"),
+        "gpus": _first(node.get("gpus"), node.get("gpu_count")),
+        "topology": _first(node.get("topology"), nccl.get("topology"), nccl.get("transports")),
+        "node": row.node,
+        "measured_at": row.ended_at,
+        "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "ncclsweep_version": _tool_version(),
+    }
+
+
+def _tool_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("ncclsweep")
+    except Exception:  # noqa: BLE001 - not installed (running from a checkout)
+        import orchestrator
+
+        return getattr(orchestrator, "__version__", "unknown")
+
+
+def _one_line(value: Any, width: int = 160) -> str:
+    if value is None:
+        return "unknown"
+    if isinstance(value, (list, tuple)):
+        value = ", ".join(str(v) for v in value)
+    text = " | ".join(part.strip() for part in str(value).splitlines() if part.strip())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
+    value = prov["value_tok_s"]
+    spread = f" (+-{100 * prov['spread']:.1f}%)" if prov.get("spread") is not None else ""
+    ratio = (f", {prov['x_baseline']:.2f}x baseline trial {prov['baseline_trial']} "
+             f"({prov['baseline_tok_s']:.2f} tok/s)" if prov.get("x_baseline") else "")
+    be = prov["backend"]
+    return [
+        f"# ncclsweep {prov['ncclsweep_version']} export ({fmt}), rank {prov['rank']} of {total}",
+        f"# study {prov['study']}, trial {prov['trial']}, measured {prov['measured_at'] or 'unknown'}"
+        f" on {prov['node'] or 'unknown node'}",
+        f"# value: {value:.3f} tok/s single-request decode{spread}{ratio}",
+        f"# backend: {be['kind'] or 'unknown'} {be['version'] or '(version unknown)'}; "
+        f"model: {_one_line(prov['model'])}",
+        f"# NCCL {_one_line(prov['nccl_version'])}; CUDA {_one_line(prov['cuda_version'])}; "
+        f"driver {_one_line(prov['driver_version'])}",
+        f"# GPU: {_one_line(prov['gpu_model'])} (devices {_one_line(prov['gpus'])}); "
+        f"topology: {_one_line(prov['topology'], 100)}",
+    ]
+
+
+# ---- environment & command --------------------------------------------------------------------------
+def _launch(backend: Any, config: dict[str, Any], host: str, port: int):
+    if backend is None:
+        return None
+    try:
+        return backend.launch_spec(config, host, port)
+    except Exception:  # noqa: BLE001 - cmd export reports it; env falls back to env.* params
+        return None
+
+
+def effective_env(job: ExportJob, config: dict[str, Any], backend: Any = None, host: str = "0.0.0.0",
+                  port: int = 8000) -> dict[str, str]:
+    """The job's fixed env, overridden by the config's env delta (as the trial ran it, less
+    the tuner's own NCCL_DEBUG instrumentation)."""
+    from orchestrator.backends.base import Backend
+
+    spec = _launch(backend, config, host, port)
+    delta = dict(spec.env) if spec is not None else Backend.env_of(config)
+    env = {str(k): str(v) for k, v in (getattr(job, "env", None) or {}).items()}
+    env.update({str(k): str(v) for k, v in delta.items()})
+    return env
+
+
+def _non_env(config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if not k.startswith("env.")}
+
+
+def _env_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
+    env = effective_env(job, row.params, backend, host, port)
+    lines = []
+    rest = _non_env(row.params)
+    if rest:
+        lines.append(f"# not environment settings (they are in the launch command, --format cmd): {short_params(rest)}")
+    for key, value in sorted(env.items()):
+        if not _ENV_NAME.fullmatch(key) or "\n" in value or "\r" in value:
+            lines.append(f"# skipped {brief(key)}: not expressible in an env file")
+            continue
+        lines.append(f"{key}={value}")
+    if not env:
+        lines.append("# (this config sets no environment variables)")
+    return lines
+
+
+def _cmd_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
+    spec = _launch(backend, row.params, host, port)
+    if spec is None:
+        raise RuntimeFailure(f"cannot build the launch command: backend {brief(_backend_kind(job, backend))} "
+                             "is not available")
+    env = effective_env(job, row.params, backend, host, port)
+    return [dataclasses.replace(spec, env=env).shell_line()]
+
+
+# ---- NCCL tuner plugin rules ------------------------------------------------------------------------
+_TUNER_ALGOS = {"ring": "ring", "tree": "tree", "collnetdirect": "collnet_direct", "collnetchain": "collnet_chain",
+                "nvls": "nvls", "nvlstree": "nvls_tree", "pat": "pat"}
+_TUNER_PROTOS = {"ll": "ll", "ll128": "ll128", "simple": "simple"}
+
+
+def _allreduce_choice(value: Any, table: dict[str, str], var: str) -> tuple[str | None, str | None]:
+    """(tuner name, None) for a single all-reduce choice in an NCCL_ALGO/NCCL_PROTO value,
+    else (None, why not)."""
+    if value in (None, ""):
+        return None, f"{var} is not set"
+    text = str(value).strip()
+    if ":" in text:  # NCCL >= 2.24 per-collective form: allreduce:tree;broadcast:ring
+        parts = dict(p.split(":", 1) for p in text.split(";") if ":" in p)
+        found = {k.strip().lower(): v for k, v in parts.items()}.get("allreduce")
+        if found is None:
+            return None, f"{var}={text} sets nothing for allreduce"
+        text = found.strip()
+    if text.startswith("^"):
+        return None, f"{var}={text} excludes values; a rule needs exactly one"
+    choices = [c.strip() for c in text.split(",") if c.strip()]
+    if len(choices) != 1:
+        return None, f"{var}={text} allows several values; a rule needs exactly one"
+    name = table.get(choices[0].lower().replace("_", ""))
+    if name is None:
+        return None, f"{var}={text} is not a value the tuner plugin knows"
+    return name, None
+
+
+def _observed(nccl: dict[str, Any], *keys: str) -> Any:
+    return _first(*(nccl.get(k) for k in keys))
+
+
+def nccl_tuner_rules(config: dict[str, Any], nccl: dict[str, Any] | None = None) -> tuple[list[str], list[str]]:
+    """(rules, notes) for NCCL's example tuner plugin from a config's NCCL_ALGO/NCCL_PROTO.
+
+    Format, from NVIDIA/nccl ``ext-tuner/example/README.md`` and ``nccl_tuner.conf``
+    (parsed by ``ext-tuner/example/plugin.c``): one CSV rule per line,
+    ``collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks``
+    with optional ``numPipeOps,regBuff``; collective ``allreduce``; algorithms ``tree``,
+    ``ring``, ``collnet_direct``, ``collnet_chain``, ``nvls``, ``nvls_tree``, ``pat``;
+    protocols ``ll``, ``ll128``, ``simple`` (lower case, compared exactly); ``-1`` keeps
+    NCCL's default channels or matches any node/rank count; ``0``..``4294967295`` covers
+    all sizes; ``#`` at the start of a line is a comment; the first matching rule wins.
+    The plugin is loaded with ``NCCL_TUNER_PLUGIN`` and reads ``NCCL_TUNER_CONFIG_FILE``
+    (default ``nccl_tuner.conf``).
+
+    One all-reduce rule is emitted when the config pins one algorithm and one protocol
+    (a value missing from the config is taken from what NCCL logged, when it did).
+    nNodes is 1 (a server's TP group lives on one node) and nRanks is ``tp_size``;
+    channels are set only when the config pins min == max CTAs/channels.
+    """
+    nccl = nccl or {}
+    algo, why_algo = _allreduce_choice(config.get("env.NCCL_ALGO"), _TUNER_ALGOS, "NCCL_ALGO")
+    proto, why_proto = _allreduce_choice(config.get("env.NCCL_PROTO"), _TUNER_PROTOS, "NCCL_PROTO")
+    if algo is None and proto is None:
+        return [], [f"nothing to export: the config pins no all-reduce algorithm or protocol ({why_algo}; {why_proto})"]
+    notes = []
+    if algo is None:
+        seen = _observed(nccl, "allreduce_algo", "algo", "algorithm")
+        algo, _ = _allreduce_choice(seen, _TUNER_ALGOS, "NCCL_ALGO") if seen else (None, None)
+        if algo:
+            notes.append(f"algorithm {algo} as NCCL chose it in the measured run ({why_algo})")
+    if proto is None:
+        seen = _observed(nccl, "allreduce_proto", "proto", "protocol")
+        proto, _ = _allreduce_choice(seen, _TUNER_PROTOS, "NCCL_PROTO") if seen else (None, None)
+        if proto:
+            notes.append(f"protocol {proto} as NCCL chose it in the measured run ({why_proto})")
+    if algo is None or proto is None:
+        missing = why_algo if algo is None else why_proto
+        return [], [f"nothing to export: a rule needs both an algorithm and a protocol, and {missing}"]
+    if algo == "pat":
+        return [], ["nothing to export: NCCL never uses PAT for all-reduce"]
+    tp = config.get("tp_size")
+    n_ranks = int(tp) if isinstance(tp, (int, float)) and not isinstance(tp, bool) and int(tp) > 0 else -1
+    channels = -1
+    for lo, hi in (("env.NCCL_MIN_CTAS", "env.NCCL_MAX_CTAS"), ("env.NCCL_MIN_NCHANNELS", "env.NCCL_MAX_NCHANNELS")):
+        if config.get(lo) is not None and str(config.get(lo)) == str(config.get(hi)):
+            try:
+                channels = int(config[lo])
+            except (TypeError, ValueError):
+                pass
+    return [f"allreduce,0,4294967295,{algo},{proto},{channels},1,{n_ranks}"], notes
+
+
+def _tuner_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
+    rules, notes = nccl_tuner_rules(row.params, row.nccl)
+    return [f"# {n}" for n in notes] + rules
+
+
+_TUNER_PREAMBLE = [
+    "# NCCL tuner-plugin rules (format of NVIDIA/nccl ext-tuner/example, nccl_tuner.conf):",
+    "# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks",
+    "# use: NCCL_TUNER_PLUGIN=<path>/libnccl-tuner-example.so NCCL_TUNER_CONFIG_FILE=<this file>",
+    "# the first matching rule wins; -1 keeps NCCL's default channels / matches any count",
+]
+
+
+# ---- the entry point ----------------------------------------------------------------------------------
+def _document(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any, rank: int, host: str,
+              port: int) -> dict[str, Any]:
+    return {
+        "ncclsweep_export": EXPORT_VERSION,
+        "rank": rank,
+        "config": dict(row.params),
+        "env": effective_env(job, row.params, backend, host, port),
+        "provenance": provenance(job, row, rows, backend, rank),
+    }
+
+
+def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, backend: Any = None,
+           host: str = "0.0.0.0", port: int = 8000) -> str:
+    """Render the ``top`` best configs in ``fmt`` (see module docstring); text ends with a newline.
+
+    Raises BadInput for an unknown format or ``top < 1``, RuntimeFailure when no trial
+    completed, when the golden reference is disputed (``reference.disputed``: no config is
+    then best, the baseline included), or when ``cmd`` cannot be built.
+    """
+    if fmt not in FORMATS:
+        raise BadInput(f"format must be one of {', '.join(FORMATS)}, not {brief(fmt)}", key="--format")
+    if not isinstance(top, int) or top < 1:
+        raise BadInput(f"--top must be a positive integer, not {brief(top)}", key="--top")
+    best = best_rows(rows, top)
+    if not best:
+        from orchestrator.core.golden_check import disputed
+
+        why = disputed(rows)
+        if why:
+            raise RuntimeFailure(f"nothing to export: {why}; no config is exported as best while the golden "
+                                 "reference is in question")
+        raise RuntimeFailure("no completed trial to export")
+    backend = resolve_backend(job, backend)
+    if fmt in ("yaml", "json"):
+        docs = [_document(job, row, rows, backend, i + 1, host, port) for i, row in enumerate(best)]
+        if fmt == "json":
+            return json.dumps(docs[0] if top == 1 else docs, indent=2, default=str) + "\n"
+        import yaml
+
+        return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    block = {"env": _env_block, "cmd": _cmd_block, "nccl-tuner": _tuner_block}[fmt]
+    out: list[str] = list(_TUNER_PREAMBLE) if fmt == "nccl-tuner" else []
+    if len(best) < top:
+        out.append(f"# only {len(best)} distinct completed config(s) to export (asked for {top})")
+    for i, row in enumerate(best):
+        prov = provenance(job, row, rows, backend, i + 1)
+        header = _comment_header(fmt, prov, len(best))
+        body = block(job, row, backend, host, port)
+        if len(best) > 1:
+            tag = "active" if i == 0 else "alternative: uncomment to use it instead of 1"
+            out.append(f"# ===== {i + 1} of {len(best)}: trial {row.number} ({tag}) =====")
+        out.extend(header)
+        out.extend(body if i == 0 else [line if line.startswith("#") else f"# {line}" for line in body])
+        out.append("")
+    if fmt == "nccl-tuner":
+        out = [line if len(line) < _TUNER_MAX_LINE else line[: _TUNER_MAX_LINE - 4] + "..." for line in out]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+# ---- reading a config back ------------------------------------------------------------------------
+_SCALARS = (str, int, float, bool)
+
+
+def load_config_file(path: str | Path, rank: int = 1) -> dict[str, Any]:
+    """The config in a file for ``ncclsweep bench --config``.
+
+    Accepts this module's ``yaml``/``json`` export (the document of ``rank``, default the
+    best; a multi-document YAML file or a JSON list), or a plain flat mapping of params
+    (``tp_size: 2``, ``env.NCCL_PROTO: LL``). Raises BadInput naming the file.
+    """
+    from orchestrator.config.yaml_input import load_yaml_documents, read_text_bounded
+
+    path = Path(path)
+    text = read_text_bounded(path, file=str(path), what="config")
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise BadInput(f"not valid JSON: {why}", file=str(path)) from None
+        docs = data if isinstance(data, list) else [data]
+    else:
+        docs = [d for d in load_yaml_documents(text, file=str(path)) if d is not None]
+        if len(docs) == 1 and isinstance(docs[0], list):
+            docs = docs[0]
+    if not docs:
+        raise BadInput("the file holds no configuration", file=str(path))
+    if not 1 <= rank <= len(docs):
+        raise BadInput(f"rank {rank} asked for, but the file holds {len(docs)} configuration(s)", file=str(path))
+    doc = docs[rank - 1]
+    if not isinstance(doc, dict):
+        raise BadInput(f"expected a mapping of params or an ncclsweep export, found {type(doc).__name__}",
+                       file=str(path))
+    exported = "config" in doc and ("ncclsweep_export" in doc or isinstance(doc["config"], dict))
+    config = doc["config"] if exported else doc
+    if not isinstance(config, dict):
+        raise BadInput("'config' must be a mapping of params", file=str(path), key="config")
+    prefix = "config." if config is not doc else ""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if not isinstance(key, str) or not key:
+            raise BadInput(f"param names must be non-empty strings, not {brief(key)}", file=str(path))
+        if not isinstance(value, _SCALARS):
+            raise BadInput(f"a param value must be a string, number or boolean, not {type(value).__name__}"
+                           f" (configs are flat: use 'env.NCCL_PROTO: LL', not nesting)",
+                           file=str(path), key=prefix + key)
+        out[key] = value
+    if not out and config is doc:
+        raise BadInput("the configuration is empty", file=str(path))
+    return out

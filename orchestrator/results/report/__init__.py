@@ -1,0 +1,65 @@
+"""The morning-after report: what won, by how much, why, what failed, how far from the ceiling.
+
+``write_report(job)`` reads the study (``history.trial_rows``) and writes into
+``job.report_dir``:
+
+    trials.csv      one row per trial (``report.trials_csv``)
+    history.png, params.png, importance.png, timeline.png    the plots (``report.plots``)
+    report.md       headline, top configs, failures by kind, NCCL warnings, ceiling,
+                    concurrency comparison (from ``compare.json`` when present), by node
+                    (``report.sections``)
+    report.html     the same content, self-contained (plots embedded as base64 PNG)
+
+The report is built once as a list of blocks (``report.document``) and rendered to
+Markdown and to HTML, so the two always say the same thing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from orchestrator.core.records import TrialRow
+from orchestrator.results.importance import knob_effects
+from orchestrator.results.report.document import render_html, render_markdown
+from orchestrator.results.report.plots import PLOTS, write_plots
+from orchestrator.results.report.sections import ReportJob, build_blocks
+from orchestrator.results.report.trials_csv import trials_frame
+from orchestrator.study import history
+
+__all__ = ["ReportJob", "write_report"]
+
+
+def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: Any = None,
+                 bandwidth_bytes_s: float | None = None, allreduce_latency_s: float | None = None,
+                 study: Any = None, rows: list[TrialRow] | None = None) -> list[Path]:
+    """Write the report files into ``out_dir`` (default ``job.report_dir``); returns their paths.
+
+    ``bandwidth_bytes_s``/``allreduce_latency_s`` override what the job declares or the trials
+    measured; ``study``/``rows`` skip loading the study from ``job.storage``.
+    """
+    from orchestrator.results.export import resolve_backend
+
+    report_dir = Path(out_dir if out_dir is not None else job.report_dir)
+    if rows is None:  # before any folder is made: no study, no empty report folder
+        rows = history.trial_rows(study if study is not None else history.load_study(job))
+    report_dir.mkdir(parents=True, exist_ok=True)
+    backend = resolve_backend(job, backend)
+    written: list[Path] = []
+
+    csv_path = report_dir / "trials.csv"
+    trials_frame(rows).to_csv(csv_path, index=False)
+    written.append(csv_path)
+
+    effects, notes = knob_effects(rows)
+    written += write_plots(rows, effects, notes, report_dir)
+
+    blocks, _summary_dict = build_blocks(job, rows, report_dir, backend, bandwidth_bytes_s, allreduce_latency_s,
+                                         importance=(effects, notes))
+    md_path = report_dir / "report.md"
+    md_path.write_text(render_markdown(blocks))
+    images = {name: (report_dir / name).read_bytes() for name in PLOTS}
+    html_path = report_dir / "report.html"
+    html_path.write_text(render_html(blocks, images, f"ncclsweep report: {getattr(job, 'study', '')}"))
+    written += [md_path, html_path]
+    return written

@@ -1,0 +1,282 @@
+"""The report's four plots, each a PNG beside the report (matplotlib, no display needed).
+
+    history.png     decode tok/s per trial with the best-so-far line and the baseline
+    params.png      tok/s per value of each parameter (box + points; failures marked)
+    importance.png  which knobs mattered: share of the tok/s variance per parameter (importance.py)
+    timeline.png    start/stop of every trial per node, split into launch/bench/check/
+                    teardown, so overhead and idle gaps show
+
+``trial_spans`` (a launched trial's start and end) is also what the report's summary
+counts busy and idle time from.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from orchestrator.core import outcome
+from orchestrator.core.records import TrialRow
+from orchestrator.results.importance import KnobEffect, sort_values
+from orchestrator.results.report.document import clip
+from orchestrator.study import history
+from orchestrator.study.history import COMPLETE, FAIL, PRUNED, baseline_row, parse_iso
+
+PLOTS = ("history.png", "params.png", "importance.png", "timeline.png")
+
+STATE_COLORS = {"COMPLETE": "#1f77b4", "FAIL": "#d62728", "PRUNED": "#7f7f7f", "RUNNING": "#ff7f0e",
+                "WAITING": "#bcbd22"}
+BEST_COLOR = "#2ca02c"
+BASELINE_COLOR = "#9467bd"
+PHASE_COLORS = {"launch_s": "#ff7f0e", "warmup_s": "#ffbb78", "bench_s": "#2ca02c", "check_s": "#17becf",
+                "teardown_s": "#8c564b"}
+OTHER_COLOR = "#c7c7c7"
+IMPORTANCE_COLOR = "#4c72b0"  # used by no other plot: the screenshot check can tell the plots apart
+FIG_DPI = 100
+
+
+def write_plots(rows: list[TrialRow], effects: list[KnobEffect], notes: list[str], report_dir: Path) -> list[Path]:
+    """The four plots into ``report_dir``; returns their paths (in ``PLOTS`` order)."""
+    plot_history(rows, report_dir / "history.png")
+    plot_params(rows, report_dir / "params.png")
+    plot_importance(effects, notes, report_dir / "importance.png")
+    plot_timeline(rows, report_dir / "timeline.png")
+    return [report_dir / name for name in PLOTS]
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> None:
+    fig.savefig(path, dpi=FIG_DPI, facecolor="white")
+    _plt().close(fig)
+
+
+def _note_figure(path: Path, title: str, note: str) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.2, 4.0))
+    ax.set_title(title)
+    ax.text(0.5, 0.5, note, ha="center", va="center", wrap=True, fontsize=11, transform=ax.transAxes)
+    ax.set_axis_off()
+    _save(fig, path)
+
+
+def plot_history(rows: list[TrialRow], path: Path) -> None:
+    """tok/s per trial; FAILs at 0 (x), PRUNED grey, best-so-far line, baseline dashed."""
+    plt = _plt()
+    eligible = {r.number for r in outcome.rankable(rows)}
+    rows = [r for r in rows if not r.skipped]  # proposals never launched are not trials
+    fig, ax = plt.subplots(figsize=(7.2, 4.0))
+    cached = [(r.number, r.value) for r in rows if r.state == COMPLETE and r.cached_from is not None]
+    if cached:
+        ax.scatter(*zip(*cached), marker="o", facecolors="none", edgecolors=STATE_COLORS[COMPLETE], s=36,
+                   label="answered from cache", zorder=3)
+    for state, marker in ((COMPLETE, "o"), (PRUNED, "v"), (FAIL, "x")):
+        pts = [(r.number, r.value if state == COMPLETE else (r.metrics or {}).get("decode_tok_s") or 0.0)
+               for r in rows if r.state == state and r.cached_from is None]
+        if state == COMPLETE:
+            bad = [(n, v) for n, v in pts if n not in eligible]
+            pts = [(n, v) for n, v in pts if n in eligible]
+            if bad:
+                ax.scatter(*zip(*bad), marker="o", facecolors="none", edgecolors=STATE_COLORS[FAIL], s=36,
+                           label="never best (wrong output)")
+        if pts:
+            kw = {"s": 36, "label": state}
+            if marker != "x":
+                kw["edgecolors"] = "none"
+            ax.scatter(*zip(*pts), marker=marker, color=STATE_COLORS[state], zorder=3, **kw)
+    best_x, best_y, best = [], [], None
+    for r in rows:
+        if r.state not in (COMPLETE, FAIL, PRUNED):
+            continue
+        if r.number in eligible and r.value is not None and (best is None or r.value > best):
+            best = r.value
+        if best is not None:
+            best_x.append(r.number)
+            best_y.append(best)
+    if best_x:
+        ax.step(best_x, best_y, where="post", color=BEST_COLOR, linewidth=2.5, label="best so far", zorder=2)
+    base = baseline_row(rows)
+    if base and base.value is not None:
+        ax.axhline(base.value, color=BASELINE_COLOR, linestyle="--", linewidth=1.5,
+                   label=f"baseline ({base.value:.1f})")
+    ax.set_xlabel("trial")
+    ax.set_ylabel("decode tok/s (single request)")
+    ax.set_title("Optimization history")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    if rows:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    else:
+        ax.text(0.5, 0.5, "no trials yet", ha="center", transform=ax.transAxes)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def _param_names(rows: list[TrialRow]) -> list[str]:
+    return sorted({k for r in rows for k in (r.params or {})}, key=lambda k: history._param_order((k, None)))
+
+
+def plot_params(rows: list[TrialRow], path: Path) -> None:
+    """One panel per parameter: tok/s of COMPLETE trials per value (box + points), failures at 0."""
+    plt = _plt()
+    names = _param_names(rows)
+    if not names:
+        _note_figure(path, "tok/s per parameter value", "no parameters recorded yet")
+        return
+    ncols = min(3, len(names))
+    nrows = math.ceil(len(names) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(7.2 if ncols < 3 else 10.8, 2.9 * nrows), squeeze=False)
+    eligible = {r.number for r in outcome.rankable(rows)}
+    rows = [r for r in rows if not r.skipped]  # proposals never launched are not trials
+    for ax, name in zip(axes.flat, names):
+        values = sort_values({r.params.get(name) for r in rows if name in (r.params or {})})
+        groups, fails = [], []
+        for v in values:
+            groups.append([r.value for r in rows if r.number in eligible and r.cached_from is None
+                           and r.params.get(name, object()) == v])
+            fails.append(sum(1 for r in rows if r.state == FAIL and r.counted  # the config's own failures
+                             and r.params.get(name, object()) == v))
+        pos = list(range(1, len(values) + 1))
+        filled = [(p, g) for p, g in zip(pos, groups) if g]
+        if filled:
+            ax.boxplot([g for _, g in filled], positions=[p for p, _ in filled], widths=0.5, showfliers=False,
+                       medianprops={"color": BEST_COLOR, "linewidth": 2})
+        for p, g in zip(pos, groups):
+            jitter = [p + 0.12 * ((i % 5) - 2) / 2 for i in range(len(g))]
+            ax.scatter(jitter, g, s=22, color=STATE_COLORS[COMPLETE], edgecolors="none", zorder=3)
+        for p, n in zip(pos, fails):
+            if n:
+                ax.scatter([p], [0], marker="x", color=STATE_COLORS[FAIL], s=40, zorder=3)
+                ax.annotate(f"{n} fail", (p, 0), textcoords="offset points", xytext=(4, 4), fontsize=7,
+                            color=STATE_COLORS[FAIL])
+        ax.set_xticks(pos)
+        ax.set_xticklabels([clip(str(v), 10) for v in values], fontsize=8, rotation=30 if len(values) > 4 else 0)
+        shown = name.split(".", 1)[1] if name.startswith(("env.", "backend.")) else name
+        ax.set_title(shown, fontsize=9)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3, axis="y")
+    for ax in list(axes.flat)[len(names):]:
+        ax.set_axis_off()
+    axes[0][0].set_ylabel("tok/s")
+    fig.suptitle("Decode tok/s per parameter value", fontsize=11)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def plot_importance(effects: list[KnobEffect], notes: list[str], path: Path) -> None:
+    """Share of the tok/s variance each parameter explains alone (conditional ones labelled)."""
+    plt = _plt()
+    if not effects:
+        _note_figure(path, "Which knobs mattered", "\n".join(notes) or "not enough data")
+        return
+    shown = effects[::-1]
+    labels = [_short(e.name) + (f" (in {e.trials} trials)" if e.conditional else "") for e in shown]
+    fig, ax = plt.subplots(figsize=(7.2, max(2.5, 0.45 * len(shown) + 1.5)))
+    ax.barh(labels, [e.share for e in shown], color=[IMPORTANCE_COLOR if not e.conditional else "#bbbbbb"
+                                                    for e in shown], height=0.6)
+    ax.set_xlabel("share of the tok/s variance explained by the parameter alone")
+    ax.set_title("Which knobs mattered")
+    ax.set_xlim(0, 1.0)
+    ax.grid(alpha=0.3, axis="x")
+    if notes:
+        fig.text(0.01, 0.01, clip("; ".join(notes), 120), fontsize=7, color="#555")
+    fig.tight_layout(rect=(0, 0.04 if notes else 0, 1, 1))
+    _save(fig, path)
+
+
+def _short(name: str) -> str:
+    return name.split(".", 1)[1] if name.startswith(("env.", "backend.")) else name
+
+
+def trial_spans(rows: list[TrialRow]) -> list[dict[str, Any]]:
+    """Each launched trial's {row, start, end, node} (unix times; the end from its timings when missing)."""
+    out = []
+    for r in rows:
+        start, end = parse_iso(r.started_at), parse_iso(r.ended_at)
+        if start is None or r.skipped or r.cached_from is not None:  # never launched
+            continue
+        if end is None or end < start:
+            total = (r.durations or {}).get("total_s")
+            end = start + float(total) if total else None
+        if end is None:
+            continue
+        out.append({"row": r, "start": start, "end": end, "node": r.node or "unknown"})
+    return out
+
+
+def _lanes(spans: list[dict[str, Any]]) -> None:
+    """Assign each span a lane within its node so parallel trials do not overlap."""
+    for node in {s["node"] for s in spans}:
+        lanes: list[float] = []
+        for s in sorted((s for s in spans if s["node"] == node), key=lambda s: s["start"]):
+            for i, free_at in enumerate(lanes):
+                if free_at <= s["start"]:
+                    lanes[i] = s["end"]
+                    s["lane"] = i
+                    break
+            else:
+                lanes.append(s["end"])
+                s["lane"] = len(lanes) - 1
+
+
+def plot_timeline(rows: list[TrialRow], path: Path) -> None:
+    """Start/stop of every trial per node; bars split into phases, outlined by state."""
+    plt = _plt()
+    spans = trial_spans(rows)
+    if not spans:
+        _note_figure(path, "Trial timeline", "no finished trials with start and end times yet")
+        return
+    _lanes(spans)
+    t0 = min(s["start"] for s in spans)
+    nodes = sorted({s["node"] for s in spans})
+    ylabels, ypos, y = [], {}, 0
+    for node in nodes:
+        for lane in range(1 + max(s["lane"] for s in spans if s["node"] == node)):
+            ypos[(node, lane)] = y
+            ylabels.append(f"{clip(node, 18)}" + (f" #{lane + 1}" if lane else ""))
+            y += 1
+    scale = 60.0 if max(s["end"] for s in spans) - t0 > 600 else 1.0
+    unit = "min" if scale == 60.0 else "s"
+    fig, ax = plt.subplots(figsize=(10.8 if len(spans) > 20 else 7.2, max(2.6, 0.5 * y + 1.8)))
+    seen: set[str] = set()
+    for s in spans:
+        r, yy = s["row"], ypos[(s["node"], s["lane"])]
+        x = (s["start"] - t0) / scale
+        width = (s["end"] - s["start"]) / scale
+        cursor = x
+        for phase, color in PHASE_COLORS.items():
+            d = (r.durations or {}).get(phase)
+            if not d or d <= 0:
+                continue
+            w = min(float(d) / scale, x + width - cursor)
+            if w <= 0:
+                continue
+            label = phase[:-2] if phase not in seen else None
+            seen.add(phase)
+            ax.barh(yy, w, left=cursor, height=0.6, color=color, label=label)
+            cursor += w
+        if cursor < x + width:
+            label = "other" if "other" not in seen else None
+            seen.add("other")
+            ax.barh(yy, x + width - cursor, left=cursor, height=0.6, color=OTHER_COLOR, label=label)
+        ax.barh(yy, width, left=x, height=0.6, fill=False, edgecolor=STATE_COLORS.get(r.state, "#000"),
+                linewidth=1.5)
+        ax.text(x, yy + 0.36, str(r.number), fontsize=7, va="bottom")
+    ax.set_yticks(range(y))
+    ax.set_yticklabels(ylabels, fontsize=8)
+    ax.set_ylim(-0.6, y - 0.1)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"{unit} since the first trial started (outline: red FAIL, blue COMPLETE, grey PRUNED)")
+    ax.set_title("Trial timeline per node")
+    ax.grid(alpha=0.3, axis="x")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=6, fontsize=8, frameon=False)
+    fig.tight_layout()
+    _save(fig, path)

@@ -1,0 +1,578 @@
+"""What the report says: its sections, built as blocks (``report.document``) from the rows.
+
+``build_blocks`` is the whole report: headline (best vs baseline, beyond the noise of
+repeats or not), summary (counts, where the time went), the plots, the top configs and the
+runners-up within noise, which knobs mattered, the concurrency comparison (from
+``compare.json`` when present), the ceiling, failures by kind, NCCL verification, and by
+node. Only rows ``outcome.rankable`` allows are ranked; a config that failed the
+correctness gate is never "best".
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Protocol
+
+from orchestrator.core import outcome
+from orchestrator.core.ceiling import ceiling_for, parse_bandwidth
+from orchestrator.core.outcome import TIMEOUT_KINDS
+from orchestrator.core.records import NOT_THE_CONFIGS_FAULT, TrialRow
+from orchestrator.core.verdict import FASTER, SLOWER, WITHIN_NOISE, describe, interval_text, ratio_interval, verdict
+from orchestrator.results.compare import check_constraints, closing_lines, level_verdicts, per_round, vs_best
+from orchestrator.results.importance import (
+    KnobEffect,
+    effects_given_top,
+    knob_effects,
+    measured_points,
+    span_text,
+)
+from orchestrator.results.report import document as doc
+from orchestrator.results.report.document import Block, clip
+from orchestrator.results.report.plots import trial_spans
+from orchestrator.study import bans as value_bans
+from orchestrator.study import history
+from orchestrator.study.history import (
+    COMPLETE,
+    FAIL,
+    PRUNED,
+    TOP_N,
+    baseline_repeats,
+    baseline_row,
+    best_rows,
+    short_params,
+)
+
+
+class ReportJob(Protocol):
+    """The job fields the report reads (``orchestrator.config.job.Job`` has them)."""
+
+    study: str
+    storage: str
+    report_dir: Path
+    backend: Any  # BackendSpec(kind, settings) or a Backend instance
+    env: dict[str, str]
+
+
+def _tok(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _pct(s: float | None) -> str:
+    return "-" if s is None else f"+-{100 * s:.1f}%"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or not b else f"{a / b:.2f}x"
+
+
+def _noise_words(base: TrialRow, row: TrialRow) -> str:
+    """The top table's "vs baseline": faster / slower (beyond the noise of repeats), within noise,
+    same config, or noise unknown (fewer than 2 repeats on a side)."""
+    iv = history.row_interval(base, row)
+    word = verdict(iv, same_config=row.config_key == base.config_key)
+    return "noise unknown" if word == WITHIN_NOISE and not iv.bounded else word
+
+
+def _job_value(job: Any, *names: str) -> Any:
+    """A job attribute by any of ``names``, also looked up in ``job.hardware``/``job.report``."""
+    holders = [job] + [getattr(job, h, None) for h in ("hardware", "report", "ceiling")]
+    for holder in holders:
+        if holder is None:
+            continue
+        for name in names:
+            value = holder.get(name) if isinstance(holder, dict) else getattr(holder, name, None)
+            if value not in (None, ""):
+                return value
+    return None
+
+
+def _diff_vs(config: dict[str, Any], base: dict[str, Any] | None) -> str:
+    if base is None:
+        return ""
+    changes = []
+    for key in sorted(set(config) | set(base)):
+        if config.get(key) != base.get(key):
+            name = key.split(".", 1)[1] if key.startswith(("env.", "backend.")) else key
+            changes.append(f"{name} {base.get(key, '(unset)')} -> {config.get(key, '(unset)')}")
+    return "; ".join(changes) if changes else "(same settings as the baseline)"
+
+
+def _headline(rows, best, base, compared: bool = False) -> list[Block]:
+    """The best against the baseline. Its interval comes from the repeats inside one launch of each:
+    a launch that is slow as a whole (vLLM's first start on a machine, cold caches: 40% slower
+    decode for the whole launch on 2x H200) is outside it, so the headline names ``compare``."""
+    out: list[Block] = [doc.heading(2, "Headline")]
+    if not rows:
+        return out + [doc.para("The study has no trials yet.")]
+    if not best:
+        from orchestrator.core.golden_check import disputed
+
+        why = disputed(rows)
+        if why:
+            return out + [doc.warn(f"There is no best config: {why}. No config is called best while the golden "
+                                   "reference is in question.")]
+        return out + [doc.warn("No trial completed and passed the correctness gate: there is no best config.")]
+    b = best[0]
+    base_ok = base is not None and base.state == COMPLETE and base.value is not None
+    if base_ok and b.config_key == base.config_key:
+        out.append(doc.para(f"**The baseline (trial {base.number}) is the best config found: "
+                      f"{b.value:.2f} tok/s ({_pct(b.spread)}).** No other config beat it."))
+    elif base_ok:
+        ratio = b.value / base.value
+        iv = history.row_interval(base, b)
+        word = verdict(iv)
+        if word in (FASTER, SLOWER):
+            noise = f"The difference is beyond the noise of repeats ({interval_text(iv)})."
+            noise += (" The concurrency comparison below relaunched both side by side." if compared else
+                      " Both figures come from one launch each, and a launch can be slow as a whole (a cold"
+                      " first start): `ncclsweep compare JOB` relaunches the two side by side, interleaved,"
+                      " before you act on the ratio.")
+        elif iv.bounded:
+            noise = f"The difference is within the noise of repeats ({interval_text(iv)}): treat the two as equal."
+        else:
+            noise = f"Too few repeats to tell whether this exceeds noise ({interval_text(iv)})."
+        out.append(doc.para(f"**Best: trial {b.number}, {b.value:.2f} tok/s ({_pct(b.spread)}), "
+                      f"{ratio:.2f}x the baseline** (trial {base.number}, {base.value:.2f} tok/s, "
+                      f"{_pct(base.spread)}). {noise}"))
+    else:
+        why = (f"{base.state}" + (f" ({base.failure_kind}: {clip(base.failure_reason, 120)})"
+                                     if base and base.failure_kind else "")) if base else "missing"
+        out.append(doc.para(f"**Best: trial {b.number}, {b.value:.2f} tok/s ({_pct(b.spread)}).** "
+                      f"No ratio: the baseline is {why}."))
+    out.append(doc.para(f"Best config: `{short_params(b.params) or '(backend defaults)'}`"))
+    if base is not None and b.config_key != base.config_key:
+        out.append(doc.para(f"Changed from the baseline: {_diff_vs(b.params, base.params)}"))
+    if b.n_measurements > 1:
+        out.append(doc.para(f"Measured in {b.n_measurements} trials; the median measurement is shown."))
+    if b.warnings:
+        out.append(doc.warn("the best config's NCCL settings could not be verified: " + "; ".join(b.warnings)))
+    return out
+
+
+def _summary(rows) -> list[Block]:
+    counts: dict[str, int] = {}
+    for r in rows:
+        if not r.skipped:  # proposals never launched are not trials
+            counts[r.state] = counts.get(r.state, 0) + 1
+    cached = sum(1 for r in rows if r.cached_from is not None)
+    counted = sum(1 for r in rows if r.counted)
+    skipped = sum(1 for r in rows if r.skipped)
+    items = [", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials",
+             f"{counted} count toward the budget; {cached} answered from the cache of measured configs"
+             + (f"; {skipped} proposals never launched (infeasible or duplicate; not trials)" if skipped else "")]
+    spans = trial_spans(rows)
+    if spans:
+        wall = max(s["end"] for s in spans) - min(s["start"] for s in spans)
+        busy = sum(s["end"] - s["start"] for s in spans)
+        launch = sum(float((s["row"].durations or {}).get("launch_s") or 0) for s in spans)
+        teardown = sum(float((s["row"].durations or {}).get("teardown_s") or 0) for s in spans)
+        bench = sum(float((s["row"].durations or {}).get("bench_s") or 0) for s in spans)
+        items.append(f"wall clock {wall / 60:.1f} min; trials busy {busy / 60:.1f} min; "
+                     f"server start {launch / 60:.1f} min, teardown {teardown / 60:.1f} min, "
+                     f"benchmark {bench / 60:.1f} min ({100 * bench / busy if busy else 0:.0f}% of trial time)")
+        gaps = _idle_gaps(spans)
+        if gaps:
+            items.append("idle between trials: " + ", ".join(f"{n} {g:.0f}s" for n, g in sorted(gaps.items())))
+    return [doc.heading(2, "Summary"), doc.items(items)]
+
+
+def _idle_gaps(spans) -> dict[str, float]:
+    out = {}
+    for node in {s["node"] for s in spans}:
+        mine = sorted((s for s in spans if s["node"] == node), key=lambda s: s["start"])
+        idle, last_end = 0.0, None
+        for s in mine:
+            if last_end is not None and s["start"] > last_end:
+                idle += s["start"] - last_end
+            last_end = s["end"] if last_end is None else max(last_end, s["end"])
+        out[node] = idle
+    return out
+
+
+def _top_table(rows, best, base) -> list[Block]:
+    if not best:
+        return []
+    base_v = base.value if base and base.state == COMPLETE else None
+    table = []
+    for i, r in enumerate(best, 1):
+        table.append([i, r.number, _tok(r.value), _pct(r.spread), _ratio(r.value, base_v),
+                      _noise_words(base, r) if base_v else "-", r.n_measurements,
+                      f"`{short_params(r.params)}`"
+                      + (" (baseline)" if base and r.config_key == base.config_key else "")])
+    return [doc.heading(2, f"Top {len(best)} configs"),
+            doc.table(["Rank", "Trial", "tok/s", "Spread", "x baseline", "vs baseline", "Measured", "Config"], table)
+            ] + _ties_with_best(best)
+
+
+def _ties_with_best(best: list[TrialRow]) -> list[Block]:
+    """Which runners-up the single-request objective cannot tell from the best, and in what
+    they differ: the user picks among them by what the objective does not see (concurrency)."""
+    top, ties = best[0], history.ties_with_best(best)
+    if not ties:
+        return []
+    differ = sorted({k for r in ties for k in set(r.params) | set(top.params)
+                     if r.params.get(k) != top.params.get(k)}, key=lambda k: history._param_order((k, None)))
+    values = [r.value for r in ties if r.value is not None]  # ranked rows: every one has a value
+    return [doc.para(f"Within the noise of the best (trial {top.number}): trial(s) "
+               f"{', '.join(str(r.number) for r in ties)} ({_tok(min(values))}-"
+               f"{_tok(max(values))} tok/s), differing from it in {', '.join(differ)}. "
+               "Single-request decode cannot rank them: choose by the concurrency you serve "
+               "(`ncclsweep compare JOB --also ties` measures them beside the best).")]
+
+
+def _failures(rows) -> list[Block]:
+    failed = [r for r in rows if r.state == FAIL]
+    pruned = [r for r in rows if r.state == PRUNED and not r.skipped]
+    if not failed and not pruned:
+        return [doc.heading(2, "Failures"), doc.para("No trial failed.")]
+    out: list[Block] = [doc.heading(2, "Failures")]
+    kinds: dict[str, list] = {}
+    for r in failed:
+        kinds.setdefault(r.failure_kind or "unrecorded", []).append(r)
+    if kinds:
+        out.append(doc.para("By kind: " + ", ".join(f"{k} {len(v)}" for k, v in sorted(kinds.items()))
+                      + ". Configs that failed by their own fault are never proposed again and never"
+                      " ranked; `interrupted`/`node-lost`/`env-error` and a config's first timeout are not"
+                      " (yet) the config's fault: never cached or banned, re-queued once."))
+    else:
+        out.append(doc.para("No trial failed; the trials below were stopped early."))
+    for kind, members in sorted(kinds.items()):
+        fault = (" (not the config's fault)" if kind in NOT_THE_CONFIGS_FAULT else
+                 " (a first timeout is re-queued once)" if kind in TIMEOUT_KINDS else "")
+        out.append(doc.heading(3, f"{kind}: {len(members)} trial(s){fault}"))
+        out.append(doc.table(["Trial", "Node", "Config", "Reason"],
+                          [[r.number, r.node or "-", f"`{short_params(r.params)}`",
+                            clip(r.failure_reason, 300)] for r in members]))
+        last = next((r for r in reversed(members) if r.log_tail), None)
+        if last is not None:
+            tail = "\n".join(last.log_tail.splitlines()[-12:])
+            out.append(doc.para(f"Server log tail of trial {last.number}:"))
+            out.append(doc.pre(tail))
+    if pruned:
+        out.append(doc.heading(3, f"pruned: {len(pruned)} trial(s) (stopped early as clearly worse)"))
+        out.append(doc.table(["Trial", "Config", "First sample tok/s", "Reason"],
+                          [[r.number, f"`{short_params(r.params)}`",
+                            _tok((r.metrics or {}).get("decode_tok_s")), clip(r.failure_reason or "", 200)]
+                           for r in pruned]))
+    banned = value_bans.banned_values(rows)
+    if banned:
+        out.append(doc.heading(3, f"values not proposed any more: {len(banned)}"))
+        out.append(doc.para("Each crashed servers at start in every launch that carried it, for a reason the log "
+                      "attributes to it, or gave wrong output in two configs that share nothing else never found "
+                      "right (once a config other than the reference's passed the correctness gate); the study "
+                      "stopped proposing it."))
+        out.append(doc.table(["Value", "Why"], [[f"`{value_bans.describe(pair)}`", clip(why, 300)]
+                                             for pair, why in sorted(banned.items(), key=lambda kv: str(kv[0]))]))
+    return out
+
+
+def _nccl_warnings(rows, best) -> list[Block]:
+    flagged = [r for r in rows if r.warnings]
+    out: list[Block] = [doc.heading(2, "NCCL verification")]
+    if not flagged:
+        versions = sorted({str(r.nccl.get("version")) for r in rows if (r.nccl or {}).get("version")})
+        seen = f" (NCCL {', '.join(versions)})" if versions else ""
+        return out + [doc.para("No warnings: every requested NCCL setting was confirmed in the logs where NCCL "
+                               f"ran{seen}.")]
+    best_keys = {b.config_key for b in best[:1]}
+    table = []
+    for r in flagged:
+        tag = " **(best config)**" if r.config_key in best_keys else ""
+        for w in r.warnings:
+            table.append([f"{r.number}{tag}", r.state, clip(w, 300)])
+    return out + [doc.table(["Trial", "State", "Warning"], table)]
+
+
+def _resolve_bandwidth(job: ReportJob, rows: list[TrialRow], best: list[TrialRow],
+                       bandwidth_bytes_s: float | None) -> tuple[float | None, str]:
+    if bandwidth_bytes_s:
+        return float(bandwidth_bytes_s), "given"
+    declared = _job_value(job, "memory_bandwidth_bytes_s", "memory_bandwidth", "mem_bandwidth", "bandwidth")
+    if declared is not None:
+        try:
+            return parse_bandwidth(declared), "declared in the job"
+        except ValueError:
+            pass
+    for r in best[:1] + rows:
+        for key in ("memory_bandwidth_bytes_s", "mem_bandwidth_bytes_s"):
+            v = (r.node_info or {}).get(key)
+            if v:
+                return float(v), f"measured on {r.node or 'the node'}"
+    return None, ""
+
+
+def _resolve_latency(job: ReportJob, best: list[TrialRow], allreduce_latency_s: float | None,
+                     report_dir: Path) -> tuple[float | None, str]:
+    """(all-reduce latency in s, where it came from): given, declared, stored, pre-screened."""
+    if allreduce_latency_s is not None:
+        return float(allreduce_latency_s), "given"
+    declared = _job_value(job, "allreduce_latency_s")
+    if declared is not None:
+        return float(declared), "declared in the job"
+    declared_us = _job_value(job, "allreduce_latency_us")
+    if declared_us is not None:
+        return float(declared_us) * 1e-6, "declared in the job"
+    for r in best[:1]:
+        for src in (r.nccl or {}, r.node_info or {}, r.metrics or {}):
+            if src.get("allreduce_latency_s") is not None:
+                return float(src["allreduce_latency_s"]), "measured"
+            if src.get("allreduce_latency_us") is not None:
+                return float(src["allreduce_latency_us"]) * 1e-6, "measured"
+    if best:
+        return _prescreened_latency(report_dir / "prescreen.json", best[0].params)
+    return None, ""
+
+
+def _prescreened_latency(path: Path, params: dict[str, Any]) -> tuple[float | None, str]:
+    """The latency `ncclsweep prescreen` measured for the best config's NCCL setting."""
+    data = load_compare(path) or {}
+    for row in data.get("rows") or []:
+        setting = {k: v for k, v in row.items() if k == "tp_size" or k.startswith("env.")}
+        if row.get("ok") and setting and all(str(params.get(k)) == str(v) for k, v in setting.items()):
+            return float(row["latency_us"]) * 1e-6, "measured by `ncclsweep prescreen` for this setting"
+    return None, ""
+
+
+def _ceiling(job: ReportJob, rows: list[TrialRow], best: list[TrialRow], backend: Any,
+             bandwidth_bytes_s: float | None, allreduce_latency_s: float | None,
+             report_dir: Path) -> tuple[list[Block], dict | None]:
+    out: list[Block] = [doc.heading(2, "Ceiling")]
+    facts: dict[str, Any] = {}
+    if backend is not None:
+        try:
+            facts = dict(backend.model_facts() or {})
+        except Exception:  # noqa: BLE001 - facts are optional
+            facts = {}
+    bw, bw_source = _resolve_bandwidth(job, rows, best, bandwidth_bytes_s)
+    if not best:
+        return out + [doc.para("No completed trial to compare with a ceiling.")], None
+    b = best[0]
+    tp = b.params.get("tp_size", 1)
+    try:
+        tp = max(1, int(tp))
+    except (TypeError, ValueError):
+        tp = 1
+    if not facts.get("bytes_per_token") or not bw:
+        missing = [m for m, ok in (("the model's bytes read per decoded token (backend model facts)",
+                                    facts.get("bytes_per_token")), ("the GPUs' memory bandwidth", bw)) if not ok]
+        are = " are" if len(missing) > 1 else " is"
+        return out + [doc.para("Not computed: " + " and ".join(missing) + are + " unknown. "
+                               "Declare the GPUs' memory bandwidth in the job (`memory_bandwidth`, e.g. `4.8 TB/s`) "
+                               "to get it.")], None
+    latency, latency_source = _resolve_latency(job, best, allreduce_latency_s, report_dir)
+    c = ceiling_for(facts, bw, tp=tp, allreduce_latency_s=latency)
+    assert c is not None and b.value is not None  # bytes and bandwidth are known; a ranked row has a value
+    frac = b.value / c["ceiling_tok_s"]
+    c["best_fraction"] = frac
+    lines = [
+        f"**Single-request decode ceiling at TP={tp}: {c['ceiling_tok_s']:.2f} tok/s** "
+        f"({1e3 * c['time_per_token_s']:.3f} ms per token).",
+        f"Memory: {facts['bytes_per_token'] / 1e9:.3f} GB read per token / {tp} GPU(s) / "
+        f"{bw / 1e9:.0f} GB/s ({bw_source}) = {1e3 * c['memory_s']:.3f} ms.",
+    ]
+    if tp > 1 and latency is not None:
+        lines.append(f"Communication: {c['allreduces_per_step']} all-reduces per step x {1e6 * latency:.1f} us "
+                     f"({latency_source}) = {1e3 * c['comm_s']:.3f} ms.")
+    elif tp > 1:
+        lines.append(f"Communication: {c['allreduces_per_step']} all-reduces per step at unknown latency: not "
+                     "included, so this ceiling is optimistic.")
+    lines.append(f"**The best config reaches {100 * frac:.0f}% of the ceiling** ({b.value:.2f} tok/s).")
+    if frac > 1.05:
+        lines.append("It exceeds the ceiling: the declared bandwidth or the model facts are wrong.")
+    return out + [doc.items(lines)], c
+
+
+def load_compare(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _by_conc(mapping: Any) -> dict[str, float]:
+    if isinstance(mapping, dict):
+        return {str(k): float(v) for k, v in mapping.items() if v is not None}
+    return {}
+
+
+def _compare(report_dir: Path) -> list[Block]:
+    data = load_compare(report_dir / "compare.json")
+    if data is None:
+        return []
+    out: list[Block] = [doc.heading(2, "Concurrency comparison (total output tok/s)")]
+    base, best = _by_conc(data.get("baseline")), _by_conc(data.get("best"))
+    others = [o for o in data.get("others") or [] if isinstance(o, dict)]
+    levels = [str(c) for c in (data.get("concurrency") or sorted({*base, *best}, key=lambda x: float(x)))]
+    data = {**data, "concurrency": levels}
+    verdicts = level_verdicts(data)  # recomputed from the rounds: today's rule, whatever wrote the file
+    ranges: dict[tuple[str, str], list[float]] = {}
+    for which in ("baseline", "best"):
+        for c in levels:
+            vals = [v for v in per_round(data, which, c).values() if v]
+            if not vals:
+                vals = [float(v) for v in ((data.get(f"{which}_samples") or {}).get(c) or []) if v is not None]
+            ranges[(which, c)] = vals
+    def fmt(which: str, c: str, v: float | None) -> str:
+        if v is None:
+            return "-"
+        rng = ranges.get((which, c))
+        extra = f" ({min(rng):.1f}-{max(rng):.1f}, {len(rng)} rounds)" if rng and len(rng) > 1 else ""
+        return f"{v:.1f} tok/s{extra}"
+
+    table = []
+    for c in levels:
+        bv, wv = base.get(c), best.get(c)
+        cell = verdicts[c]["text"] if bv and wv is not None else "-"
+        if verdicts[c]["verdict"] == SLOWER:
+            cell = f"**{cell}**"
+
+        other_cells = [vs_best(_by_conc(o.get("median")).get(c), (o.get("vs_best") or {}).get(c))
+                       if c in (o.get("median") or {}) else "-" for o in others]
+        table.append([c, fmt("baseline", c, bv), fmt("best", c, wv), cell] + other_cells)
+    out.append(doc.table(["Concurrency", "baseline", "best", "Improvement"]
+                      + [f"trial {o.get('trial')}" for o in others], table))
+    if others:
+        out.append(doc.para("Other trials (`ncclsweep compare --also`): total tok/s and the ratio to the best at "
+                      "the same concurrency, measured in the same rounds. "
+                      + " ".join(f"Trial {o.get('trial')}: `{short_params(o.get('params'))}`." for o in others)))
+    for kind, text in closing_lines(data, verdicts):
+        out.append(doc.warn(text) if kind == "warn" else doc.para(text))
+    saved = [r for r in data.get("constraints") or [] if isinstance(r, dict) and r.get("concurrency") is not None]
+    rules = check_constraints([(int(r["concurrency"]), float(r["min_ratio"])) for r in saved], data)  # today's rule
+    for rule in rules:
+        ratio = rule.get("ratio")
+        shown = ("not measured" if ratio is None
+                 else f"{ratio:.2f}x" + (f" ({rule['text']})" if rule.get("text") else ""))
+        line = (f"constraint: at concurrency {rule.get('concurrency')} the best must reach "
+                f"{rule.get('min_ratio')}x the baseline; measured {shown}")
+        state = rule.get("state") or ("ok" if rule.get("ok") else "VIOLATED")
+        out.append(doc.warn(line + ": VIOLATED.") if rule.get("ok") is False else doc.para(f"{line}: {state}."))
+    for failure in data.get("failures") or []:
+        out.append(doc.warn(f"failed requests during compare: {clip(failure, 300)}"))
+    if data.get("complete") is False:
+        out.append(doc.warn(f"compare stopped after {data.get('rounds_done', 0)} of {data.get('rounds_planned')} rounds"
+                         + (f" ({clip(data['stopped'], 200)})" if data.get("stopped") else "")
+                         + ": the table shows the finished launches only."))
+    trials = ""
+    if data.get("baseline_trial") is not None and data.get("best_trial") is not None:
+        trials = f" (baseline trial {data['baseline_trial']}, best trial {data['best_trial']})"
+    out.append(doc.para(f"Baseline and best were relaunched in rounds, in alternating order{trials}, so drift and a "
+                  "lucky launch show; values are medians over rounds, and a ratio is called faster or slower "
+                  "only when its confidence interval from the per-round ratios excludes 1.0."))
+    return out
+
+
+def _by_node(rows) -> list[Block]:
+    nodes = sorted({r.node for r in rows if r.node and r.started_at})
+    if len(nodes) < 2:
+        return []
+    reps = baseline_repeats(rows)
+    per_node: dict[str, tuple[float, float | None, int]] = {}
+    samples: dict[str, list[float]] = {}
+    for node in nodes:
+        mine = [r for r in reps if r.node == node]
+        if mine:
+            spreads = [r.spread for r in mine if r.spread is not None]
+            per_node[node] = (statistics.median(r.value for r in mine if r.value is not None),
+                              statistics.median(spreads) if spreads else None, len(mine))
+            samples[node] = [v for r in mine for v in history.decode_samples(r)]
+    table = []
+    rankable = {r.number for r in outcome.rankable(rows)}
+    for node in nodes:
+        mine = [r for r in rows if r.node == node and r.cached_from is None]
+        done = [r for r in mine if r.state == COMPLETE]
+        base = per_node.get(node)
+        table.append([node, len(mine), len(done), sum(1 for r in mine if r.state == FAIL),
+                      _tok(max((r.value for r in done if r.number in rankable and r.value is not None), default=None)),
+                      f"{base[0]:.2f} {_pct(base[1])} (n={base[2]})" if base else "not measured here"])
+    out: list[Block] = [doc.heading(2, "By node"),
+                        doc.table(["Node", "Trials", "COMPLETE", "FAIL", "Best tok/s", "Baseline repeats"], table)]
+    flagged = []
+    if len(per_node) >= 2:
+        ref_node = max(per_node, key=lambda n: per_node[n][2])
+        ref = per_node[ref_node]
+        for node, (v, _s, _n) in per_node.items():
+            iv = ratio_interval(samples[ref_node], samples[node])
+            if node != ref_node and verdict(iv) in (FASTER, SLOWER):
+                flagged.append(f"node {node}'s baseline ({v:.2f} tok/s) differs from {ref_node}'s "
+                               f"({ref[0]:.2f} tok/s) beyond noise ({describe(iv)}): results from the two "
+                               "nodes are not comparable")
+    for f in flagged:
+        out.append(doc.warn(f))
+    missing = [n for n in nodes if n not in per_node]
+    if missing and per_node:
+        out.append(doc.para("The baseline was not repeated on " + ", ".join(missing)
+                      + ", so those nodes cannot be checked against it."))
+    elif not flagged and len(per_node) >= 2:
+        out.append(doc.para("Baseline repeats agree across nodes within noise."))
+    return out
+
+
+def _importance_blocks(effects: list[KnobEffect], notes: list[str],
+                       given: tuple[str, Any, list[KnobEffect], list[float]] | None = None,
+                       values: list[float] | None = None) -> list[Block]:
+    out: list[Block] = [doc.heading(2, "Which knobs mattered")]
+    if effects:
+        out.append(doc.para("Share of the variance in tok/s that each parameter explains on its own (one-way "
+                      "analysis of variance over the measured trials), and the mean tok/s of each value"
+                      + (f"; {span_text(values)}." if values else ".")))
+        out.append(_effects_table(effects))
+    for n in notes:
+        out.append(doc.para(n))
+    if given is not None:
+        name, value, others, sub_values = given
+        out.append(doc.para(f"Among the {len(sub_values)} trials with {name}={_fmt_value(value)}, as in the best "
+                      f"config ({span_text(sub_values)}):"))
+        out.append(_effects_table(others))
+    return out
+
+
+def _effects_table(effects: list[KnobEffect]) -> Block:
+    rows = []
+    for e in effects:
+        by_value = ", ".join(f"{_fmt_value(v)}: {m:.1f} ({e.counts[v]})" for v, m in e.means.items())
+        scope = f"{e.trials} where it applies" if e.conditional else f"all {e.trials}"
+        rows.append([e.name, f"{e.share:.0%}", by_value, scope])
+    return doc.table(["Parameter", "Explains", "Mean tok/s by value (trials)", "Trials"], rows)
+
+
+def _fmt_value(v: Any) -> str:
+    return str(int(v)) if isinstance(v, bool) else str(v)
+
+
+def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend: Any = None,
+                 bandwidth_bytes_s: float | None = None, allreduce_latency_s: float | None = None,
+                 importance: tuple[list[KnobEffect], list[str]] | None = None) -> tuple[list[Block], dict]:
+    """The report's content (blocks) and a summary dict (best, baseline, ceiling, ...)."""
+    best = best_rows(rows, TOP_N)
+    base = baseline_row(rows)
+    effects, notes = importance if importance is not None else knob_effects(rows)
+    title = f"ncclsweep report: {getattr(job, 'study', '?')}"
+    blocks: list[Block] = [doc.heading(1, title)]
+    kind = getattr(getattr(job, "backend", None), "kind", None) or getattr(backend, "kind", None)
+    blocks.append(doc.para(f"Study `{getattr(job, 'study', '?')}` in `{getattr(job, 'storage', '?')}`"
+                     + (f", backend {kind}" if kind else "")
+                     + f". Open it interactively with `{history.dashboard_command(getattr(job, 'storage', ''))}`."))
+    blocks += _headline(rows, best, base, compared=load_compare(report_dir / "compare.json") is not None)
+    blocks += _summary(rows)
+    blocks += [doc.heading(2, "Plots")] + [doc.image(name, alt) for name, alt in (
+        ("history.png", "Optimization history"), ("params.png", "tok/s per parameter value"),
+        ("importance.png", "Parameter importance"), ("timeline.png", "Trial timeline per node"))]
+    blocks += _top_table(rows, best, base)
+    given = effects_given_top(rows, effects, best[0].params) if best else None
+    blocks += _importance_blocks(effects, notes, given, [v for _, v, _ in measured_points(rows)])
+    blocks += _compare(report_dir)
+    ceiling_blocks, ceiling = _ceiling(job, rows, best, backend, bandwidth_bytes_s, allreduce_latency_s,
+                                       Path(report_dir))
+    blocks += ceiling_blocks
+    blocks += _failures(rows)
+    blocks += _nccl_warnings(rows, best)
+    blocks += _by_node(rows)
+    blocks += [doc.para("Files: `trials.csv` (one row per trial), the PNG plots, `report.md`, `report.html`.")]
+    summary = {"best": best[0] if best else None, "baseline": base, "ceiling": ceiling,
+               "importance": {e.name: e.share for e in effects if not e.conditional}}
+    return blocks, summary

@@ -1,0 +1,458 @@
+"""A study's trials as the user sees them: one plain record per trial.
+
+Everything downstream of the driver (``status``, ``report``, ``export``, ``compare``)
+reads the study through this module and never through raw Optuna states, because
+storage encodes outcomes for the sampler's sake (see ``docs/architecture.md``,
+"Trial records"): a config-caused FAIL is an *infeasible COMPLETE* trial with value
+0.0, an interrupted one is an Optuna FAIL. The user-facing outcome is read only from
+the ``outcome`` user attribute (for a trial a dead driver left RUNNING, from the record the
+next driver kept: ``records.trial_attrs``); a trial without one is RUNNING or WAITING while
+Optuna says so, and otherwise a FAIL whose reason says that no outcome was recorded. Rows
+are ``records.TrialRow``s (frozen: a consumer never changes what another one reads).
+
+    storage_for(url)         "journal:<path>" -> JournalStorage, else an RDB URL
+    load_study(job)          the job's study, read-only (never creates one)
+    trial_rows(study)        one ``records.TrialRow`` per trial
+    best_rows(rows, k)       the k best distinct configs that may be called "best"
+    baseline_row(rows)       the baseline trial's row
+    row_interval(a, b)       b's decode tok/s relative to a's, with its interval (verdict.py)
+    ties_with_best(best)     the runners-up within the noise of the best
+    format_status(rows)      compact human table for ``ncclsweep status``
+    dashboard_command(url)   the ``optuna-dashboard`` command for a storage URL
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import math
+import os
+import statistics
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from orchestrator.core import outcome
+from orchestrator.core.errors import BadInput, RuntimeFailure
+from orchestrator.core.records import (
+    COMPLETE,
+    FAIL,
+    NOT_THE_CONFIGS_FAULT,
+    PRUNED,
+    RUNNING,
+    WAITING,
+    TrialRow,
+    config_key,
+    trial_attrs,
+)
+from orchestrator.core.verdict import WITHIN_NOISE, RatioInterval, ratio_interval, verdict
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.trial import FrozenTrial
+
+JOURNAL_PREFIX = "journal:"
+
+
+# the keys of a row in ``status --json`` (``TrialRow.to_json``)
+ROW_KEYS = tuple(f.name for f in dataclasses.fields(TrialRow) if f.name != "n_measurements")
+
+
+class StudyJob(Protocol):
+    """The two job fields this module needs (``orchestrator.config.job.Job`` has them)."""
+
+    study: str
+    storage: str
+
+
+# ---- storage -----------------------------------------------------------------------------------
+def journal_path(url: str) -> Path | None:
+    """The journal file of a ``journal:<path>`` storage URL, else None."""
+    if url.startswith(JOURNAL_PREFIX):
+        return Path(url[len(JOURNAL_PREFIX):])
+    return None
+
+
+def storage_for(url: str, *, create: bool = True):
+    """Open the Optuna storage a job names.
+
+    ``journal:<path>`` is a journal file (``orchestrator.study.journal``): with ``create`` (the
+    driver, the only writer) the file and its folder are made when missing and a partial
+    write a crash left is moved aside before anything is written; without it the file is
+    only read (status/report/export: never created, never changed; a missing one raises
+    ``RuntimeFailure``). Anything of the form ``dialect://...`` is an RDB URL and is returned
+    as the string Optuna accepts.
+    """
+    from orchestrator.study import journal
+
+    path = journal_path(url)
+    if path is not None:
+        if not str(path):
+            raise BadInput("a journal storage URL needs a path: journal:<path>", key="storage")
+        if not create and not path.exists():
+            raise RuntimeFailure(f"no study storage at {path} (run `ncclsweep run` first)")
+        return journal.open_storage(path, writable=create)
+    if "://" in url:
+        return url
+    raise BadInput(f"storage must be 'journal:<path>' or an RDB URL such as sqlite:///study.db, not {url!r}",
+                   key="storage")
+
+
+def dashboard_command(url: str) -> str:
+    """The command that opens this storage in optuna-dashboard (it takes a journal file path)."""
+    import shlex
+
+    path = journal_path(url)
+    return f"optuna-dashboard {shlex.quote(str(path) if path is not None else url)}"
+
+
+def load_study(job: StudyJob):
+    """The job's existing study (``optuna.load_study``); RuntimeFailure when there is none."""
+    import optuna
+
+    storage = storage_for(job.storage, create=False)
+    try:
+        return optuna.load_study(study_name=job.study, storage=storage)
+    except KeyError:
+        raise RuntimeFailure(f"no study named {job.study!r} in {job.storage} (run `ncclsweep run` first)") from None
+    except Exception as exc:  # storage errors are runtime failures for the CLI
+        raise RuntimeFailure(f"cannot open study {job.study!r} in {job.storage}: {exc}") from exc
+
+
+# ---- rows ----------------------------------------------------------------------------------------
+def _iso(ts: Any) -> str | None:
+    if ts is None:
+        return None
+    if isinstance(ts, _dt.datetime):
+        dt = ts if ts.tzinfo else ts.astimezone()
+        return dt.astimezone(_dt.timezone.utc).isoformat(timespec="milliseconds")
+    try:
+        value = float(ts)
+    except (TypeError, ValueError):
+        return str(ts)
+    return _dt.datetime.fromtimestamp(value, tz=_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def parse_iso(text: str | None) -> float | None:
+    """Unix time of an ISO timestamp written by this module (None passes through)."""
+    if not text:
+        return None
+    try:
+        return _dt.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def _num(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(out) else out
+
+
+def nccl_summary(nccl: dict[str, Any] | None) -> str:
+    """One short line from the parsed NCCL start-up info (version, settings, transports)."""
+    if not nccl:
+        return ""
+    parts = []
+    for key in ("version", "nccl_version"):
+        if nccl.get(key):
+            parts.append(f"NCCL {nccl[key]}")
+            break
+    env = nccl.get("env") or nccl.get("settings") or {}
+    if isinstance(env, dict):
+        parts.extend(f"{k}={v}" for k, v in sorted(env.items()))
+    for key, value in sorted(nccl.items()):
+        if key in ("version", "nccl_version", "env", "settings") or value in (None, "", [], {}):
+            continue
+        if isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value[:4]) + ("..." if len(value) > 4 else "")
+        elif isinstance(value, dict):
+            continue
+        parts.append(f"{key}={value}")
+    return " ".join(parts)[:200]
+
+
+def _row(trial: FrozenTrial, ua: dict[str, Any]) -> TrialRow:
+    optuna_state = trial.state.name
+    outcome = ua.get("outcome")
+    failure_kind = ua.get("failure_kind")
+    failure_reason = ua.get("failure_reason")
+    if optuna_state == RUNNING and "counted" not in ua:
+        state = RUNNING  # its record is being written, or was cut short (the next run recovers it)
+    elif outcome in (COMPLETE, FAIL, PRUNED):
+        state = outcome
+    elif optuna_state in (RUNNING, WAITING):
+        state = optuna_state
+    elif optuna_state == PRUNED:
+        state = PRUNED
+    else:
+        # never trust a value the driver did not record an outcome for
+        state = FAIL
+        failure_reason = failure_reason or f"no outcome recorded (storage state {optuna_state})"
+
+    metrics = ua.get("metrics") or {}
+    value = None
+    if state == COMPLETE:
+        value = _num(ua.get("value"))
+        if value is None:
+            value = _num(metrics.get("decode_tok_s"))
+    cv, rel_ci = _num(metrics.get("cv")), _num(metrics.get("rel_ci"))
+    node_info = ua.get("node") or {}
+    if not isinstance(node_info, dict):
+        node_info = {"hostname": str(node_info)}
+    params = ua.get("config")
+    if params is None:
+        params = dict(trial.params)
+    key = ua.get("config_key") or config_key(params)
+    cached_from = ua.get("cached_from")
+    counted = ua.get("counted")
+    if counted is None:  # older records: a fresh, finished, not-interrupted trial counts
+        counted = (cached_from is None and state in (COMPLETE, FAIL, PRUNED)
+                   and failure_kind not in NOT_THE_CONFIGS_FAULT)
+    started = ua.get("started_at") or (None if ua.get("skipped") else trial.datetime_start)
+    ended = ua.get("ended_at") or (None if ua.get("skipped") else trial.datetime_complete)
+    nccl = ua.get("nccl") or {}
+    return TrialRow(
+        number=trial.number,
+        state=state,
+        params=params,
+        value=value,
+        spread=rel_ci if rel_ci is not None else cv,
+        cv=cv,
+        rel_ci=rel_ci,
+        failure_kind=failure_kind if state == FAIL else None,
+        failure_reason=failure_reason if state in (FAIL, PRUNED) else None,
+        node=node_info.get("hostname") or node_info.get("node_id"),
+        node_id=node_info.get("node_id"),
+        started_at=_iso(started),
+        ended_at=_iso(ended),
+        durations=dict(ua.get("timing") or {}),
+        cached_from=cached_from,
+        counted=bool(counted),
+        is_baseline=bool(ua.get("is_baseline", False)),
+        config_key=key,
+        warnings=list(ua.get("warnings") or []),
+        nccl=nccl,
+        nccl_summary=nccl_summary(nccl),
+        metrics=metrics,
+        correctness=ua.get("correctness") or {},
+        node_info=node_info,
+        optuna_state=optuna_state,
+        skipped=ua.get("skipped"),
+        enqueued_by=ua.get("enqueued_by"),
+        log_tail=ua.get("log_tail") or "",
+        server=dict(ua.get("server") or {}),
+    )
+
+
+def trial_rows(study: optuna.Study) -> list[TrialRow]:
+    """One row per trial, in trial-number order, with the user-facing state (``TrialRow``)."""
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    study_attrs = getattr(study, "user_attrs", None) or {}
+    rows = [_row(t, trial_attrs(t, study_attrs)) for t in trials]
+    outvoted = set(study_attrs.get("outvoted_references") or [])
+    rows = [replace(r, correctness={**r.correctness, "ok": False, "outvoted": True,
+                                    "reason": "outvoted as the golden reference"})
+            if r.number in outvoted else r for r in rows]  # a golden reference later trials outvoted was wrong
+    hosts = _hosts_with_concurrent_nodes(rows)
+    return [replace(r, node=f"{r.node}/{r.node_id[:8]}") if r.node in hosts and r.node_id else r for r in rows]
+
+
+def _hosts_with_concurrent_nodes(rows: list[TrialRow]) -> set[str]:
+    """Hosts on which several Ray nodes ran trials at the same time (a local test cluster,
+    containers): their rows need the node id to be told apart.
+
+    A study resumed in a new run gets a new Ray node id on the same machine; those ids
+    ran one after the other, so they stay one node.
+    """
+    spans: dict[str, dict[str, list[float]]] = {}
+    for r in rows:
+        start, end = parse_iso(r.started_at), parse_iso(r.ended_at)
+        if r.node_id and start is not None and end is not None:
+            span = spans.setdefault(r.node or r.node_id, {}).setdefault(r.node_id, [start, end])
+            span[0], span[1] = min(span[0], start), max(span[1], end)
+    out = set()
+    for host, by_id in spans.items():
+        ordered = sorted(by_id.values())
+        if any(later[0] < earlier[1] for earlier, later in zip(ordered, ordered[1:])):
+            out.add(host)
+    return out
+
+
+def failed_correctness(row: TrialRow) -> bool:
+    """This row shows its config computes wrong results (``outcome.failed_correctness``)."""
+    return outcome.failed_correctness(row)
+
+
+def best_rows(rows: list[TrialRow], k: int = 1) -> list[TrialRow]:
+    """The k best distinct configs, best first.
+
+    Only rows ``outcome.rankable`` allows (COMPLETE, launched and counted, no constraint
+    broken, never a config that failed the correctness gate or NCCL verification). A config
+    measured more than once is represented by its lower-median measurement
+    (``n_measurements`` says how many), so one lucky run does not win; the baseline's config
+    by the baseline trial, the reference every "x baseline" is computed against.
+    """
+    groups: dict[str, list[TrialRow]] = {}
+    for r in outcome.rankable(rows):
+        groups.setdefault(r.config_key, []).append(r)
+    base = baseline_row(rows)
+    reps = []
+    for members in groups.values():
+        members = sorted(members, key=lambda r: (r.value or 0.0, -r.number))
+        if base is not None and any(r.number == base.number for r in members):
+            rep = base  # the baseline config is represented by the baseline trial, the study's reference
+        else:
+            rep = members[(len(members) - 1) // 2]  # lower median: no lucky winner
+        reps.append(replace(rep, n_measurements=len(members)))
+    reps.sort(key=lambda r: (-(r.value or 0.0), r.number))  # ranked rows all have a value
+    return reps[: max(0, int(k))]
+
+
+def baseline_row(rows: list[TrialRow]) -> TrialRow | None:
+    """The baseline trial (user attr ``is_baseline``, else trial 0): its latest launch that
+    measured it with a sane output (a reference later outvoted is not), else its latest
+    measurement, else its latest attempt (whose state may be FAIL)."""
+    attempts = [r for r in rows if r.is_baseline and r.cached_from is None]
+    measured = [r for r in attempts if r.state == COMPLETE and r.counted]
+    sane = [r for r in measured if not outcome.failed_correctness(r)]
+    if attempts:
+        return (sane or measured or attempts)[-1]
+    return next((r for r in rows if r.number == 0), None)
+
+
+def baseline_repeats(rows: list[TrialRow]) -> list[TrialRow]:
+    """Every measured (not cached) COMPLETE row of the baseline's config."""
+    base = baseline_row(rows)
+    if base is None:
+        return []
+    return [r for r in rows if r.config_key == base.config_key and r.state == COMPLETE
+            and r.value is not None and r.cached_from is None]
+
+
+def decode_samples(row: TrialRow) -> list[float]:
+    """The trial's single-request decode samples (every timed repeat), [] when none were kept."""
+    samples = (row.metrics or {}).get("decode_samples") or []
+    return [float(v) for v in samples if _num(v) is not None]
+
+
+def row_interval(a: TrialRow, b: TrialRow) -> RatioInterval:
+    """Trial b's decode tok/s relative to trial a's, with the unpaired interval of their repeats
+    (``verdict.ratio_interval``). Repeats within one launch miss the variation between launches:
+    a verdict from it is "beyond the noise of repeats"; ``compare`` relaunches for the stronger one."""
+    return ratio_interval(decode_samples(a), decode_samples(b))
+
+
+TOP_N = 10  # configs the report's top table ranks (and ``compare --also ties`` looks among)
+
+
+def ties_with_best(best: list[TrialRow]) -> list[TrialRow]:
+    """The runners-up in ``best`` (best first) within the noise of the best: the interval of their
+    ratio to it (``row_interval``) contains 1.0, so the single-request objective cannot rank them.
+    A runner-up without an interval (fewer than 2 samples on a side) is not named: unknown."""
+    if not best:
+        return []
+    top = best[0]
+    out = []
+    for r in best[1:]:
+        iv = row_interval(top, r)
+        if iv.bounded and verdict(iv) == WITHIN_NOISE:
+            out.append(r)
+    return out
+
+
+def _param_order(item: tuple[str, Any]) -> tuple[int, str]:
+    name = item[0]
+    group = 2 if name.startswith("backend.") else 1 if name.startswith("env.") else 0
+    return group, name
+
+
+def short_params(params: dict[str, Any] | None) -> str:
+    """``tp_size=2 NCCL_PROTO=LL max_batch=8``: prefixes ``env.``/``backend.`` dropped."""
+    if not params:
+        return ""
+    out = []
+    for name, value in sorted(params.items(), key=_param_order):
+        shown = name.split(".", 1)[1] if name.startswith(("env.", "backend.")) else name
+        if isinstance(value, bool):
+            value = "1" if value else "0"
+        out.append(f"{shown}={value}")
+    return " ".join(out)
+
+
+def _fmt_s(seconds: Any) -> str:
+    s = _num(seconds)
+    if s is None:
+        return "-"
+    return f"{s:.0f}s" if s < 600 else f"{s / 60:.0f}m"
+
+
+def _clip(text: Any, width: int) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def format_status(rows: list[TrialRow], width: int | None = None) -> str:
+    """A compact table, one line per trial, then a one-line summary and the best so far."""
+    if not rows:
+        return "no trials yet"
+    if width is None:
+        try:
+            width = os.get_terminal_size().columns
+        except OSError:
+            width = 160
+    width = max(100, width)
+    base = baseline_row(rows)
+    base_value = base.value if base and base.state == COMPLETE else None
+    tainted = outcome.tainted_keys(rows)
+    head = f"{'#':>4} {'state':<8} {'tok/s':>8} {'+-%':>5} {'x base':>6} {'node':<12} {'time':>5}  params / failure"
+    lines = [head, "-" * min(width, len(head) + 40)]
+    launched = [r for r in rows if not r.skipped]  # proposals never launched are not trials
+    for r in launched:
+        value = f"{r.value:.2f}" if r.value is not None else "-"
+        spread = f"{100 * r.spread:.1f}" if r.spread is not None and r.value is not None else "-"
+        ratio = f"{r.value / base_value:.2f}" if r.value is not None and base_value else "-"
+        tags = []
+        if r.is_baseline:
+            tags.append("[baseline]")
+        if r.cached_from is not None:
+            tags.append(f"[cached #{r.cached_from}]")
+        if r.state == COMPLETE and r.config_key in tainted:
+            tags.append(f"[never best: wrong output in #{tainted[r.config_key]}]")
+        detail = " ".join(tags + [short_params(r.params)])
+        if r.state in (FAIL, PRUNED):
+            detail += f"  | {r.failure_kind or r.state.lower()}: {r.failure_reason or ''}"
+        if r.warnings:
+            detail += f"  | warn: {r.warnings[0]}"
+        prefix = (f"{r.number:>4} {r.state:<8} {value:>8} {spread:>5} {ratio:>6} "
+                  f"{_clip(r.node or '-', 12):<12} {_fmt_s(r.durations.get('total_s')):>5}  ")
+        lines.append(prefix + _clip(detail, max(20, width - len(prefix))))
+    counts: dict[str, int] = {}
+    for r in launched:
+        counts[r.state] = counts.get(r.state, 0) + 1
+    counted = sum(1 for r in rows if r.counted)
+    skipped = len(rows) - len(launched)
+    lines.append("")
+    lines.append("trials: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+                 + f"; {counted} count toward the budget"
+                 + (f"; {skipped} proposals never launched (infeasible or duplicate; in --json)" if skipped else ""))
+    best = best_rows(rows, 1)
+    b = best[0] if best else None
+    if b is not None and b.value is not None:
+        ratio = f", {b.value / base_value:.2f}x baseline" if base_value else ""
+        lines.append(f"best: trial {b.number} {b.value:.2f} tok/s{ratio}  {short_params(b.params)}")
+    else:
+        from orchestrator.core.golden_check import disputed
+
+        why = disputed(rows)
+        lines.append(f"best: none: {why}" if why else
+                     "best: none yet (no COMPLETE trial that passed the correctness gate)")
+    return "\n".join(lines)
+
+
+def median(values: Iterable[float]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None

@@ -1,0 +1,828 @@
+"""The search policy: how Optuna's proposals become server launches, and how outcomes go back.
+
+``SearchPolicy`` sits between the study driver and Optuna. The driver asks it for the
+next config (``next()``), launches it (or not), and hands the ``TrialResult`` back
+(``record()``). The policy owns every rule of the study contract that concerns *which*
+config runs:
+
+- the baseline is enqueued as the very first trial (once, if not yet measured), exactly
+  as given: its trial records only the parameters it sets, and nothing is sampled for
+  the others (also when it is re-queued, or launched afresh as the golden reference:
+  ``ensure_baseline_next``);
+- identity: a proposal is normalized (``normalize(space.active(raw))``) and keyed with
+  ``records.config_key``; a config already measured (a counted COMPLETE, config-caused
+  FAIL or PRUNED trial) is answered from the study (``Proposal.cached``) instead of
+  being launched, and an unmeasured config is enqueued so the next ask makes progress
+  (by default the one nearest the best so far: ``fill="neighbor"``);
+- start-up order: while a model-based sampler (TPE, GP) would still be drawing its
+  random start-up trials and the space can be enumerated, the policy picks them itself,
+  each the config most different from everything measured (``startup_order="diverse"``,
+  see ``SearchPolicy._most_diverse``), so every parameter is seen at several levels early;
+- proposals land on configs the study may launch: the study's sampler is wrapped in
+  ``feasible.FeasibleSampler`` (feasible under the space's constraints, no value that
+  ``bans`` stopped); what still gets through (a space too large to enumerate, an
+  enqueued config), or duplicates a trial still in flight, is recorded as an uncounted
+  PRUNED trial with its reason (``skipped``: not a trial for status, report or plots),
+  and the sampler asked again;
+- failure memory, in storage (see ``docs/architecture.md``, "Trial records"): a
+  config-caused FAIL is told to Optuna as COMPLETE with value 0.0 and the infeasible
+  constraint ``1.0`` (``Trial.set_constraint(CONSTRAINT, 1.0)`` before ``study.tell``; so
+  does a proposal the space rules out or a banned value; every other COMPLETE or PRUNED
+  trial gets ``0.0``, a measured config that breaks an outcome constraint ``1.0``), so
+  TPE/GP/NSGA-II treat it as infeasible and it can never be "best"; a blameless failure
+  (``outcome.decide``: ``interrupted``, ``node-lost``, ``env-error``, a first timeout) is
+  an Optuna FAIL (the sampler ignores it) that ``requeue`` puts back once; PRUNED (early
+  stop) is PRUNED with its intermediate value reported first. A trial a dead driver left
+  RUNNING is told FAIL by the next one (``recover_interrupted``); why is stored as a study
+  user attribute (``records.RECOVERED_PREFIX`` + its number) that ``history`` reads as the
+  trial's own. Only Optuna's public API is used;
+- the budget counts launched trials (COMPLETE, config-caused FAIL, PRUNED) only, and
+  the policy stops proposing when it is reached or when every enumerated config has
+  been measured (``budget_reached`` / ``exhausted`` say which).
+
+It never launches anything and never prints; several trials may be in flight at once
+(call ``next()`` several times before ``record()``). Every decision is recomputed from
+the study's trials, so a policy built on a resumed study continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from orchestrator.core.errors import StorageWriteError
+from orchestrator.core.records import (
+    COMPLETE,
+    FAIL,
+    NOT_THE_CONFIGS_FAULT,
+    PRUNED,
+    Config,
+    TrialResult,
+    TrialRow,
+    config_key,
+    recovered_attr,
+)
+from orchestrator.study.bans import banned_values, describe, hit
+from orchestrator.study.feasible import FeasibleSampler
+
+# The study's one Optuna constraint (feasible when <= 0): ``Trial.set_constraint(CONSTRAINT,
+# FEASIBLE or INFEASIBLE)`` on every COMPLETE and PRUNED trial, before ``study.tell``. Its
+# name is "0" because Optuna 5 reads the list format of the studies recorded before (the
+# system attribute ``constraints: [v]``) as the constraint "0": the old and new trials of a
+# resumed study carry the same constraint (the GP sampler requires one set for all trials).
+CONSTRAINT = "0"
+FEASIBLE = 0.0
+INFEASIBLE = 1.0
+
+# Early stop ("clearly worse"), chosen with the replay harness (docs/benchmarks.md):
+# a trial whose first repeat is below DEFAULT_PRUNE_RATIO x the best median so far stops
+# after that repeat and is recorded PRUNED. 0.8 halved the repeats of a study without
+# costing launches and never stopped a config within 2% of the best; 0.9 and 0.95
+# sometimes did on the noisier tables, 0.7 spent ~10% more repeats.
+DEFAULT_PRUNE_RATIO = 0.8
+# How an unmeasured config is picked when the sampler re-proposes a measured one:
+# "neighbor" = an unmeasured config closest (fewest differing params) to the best so far,
+# "random" = uniform among the unmeasured ones. Both seeded. "neighbor" needed fewer
+# launches on the replay tables (docs/benchmarks.md, "Search efficiency").
+FILL_STRATEGIES = ("random", "neighbor")
+DEFAULT_FILL = "neighbor"
+# Who picks the start-up trials of a model-based sampler (the ones TPE/GP draw at random):
+# "diverse" = the policy, from the enumerated space: each one the unmeasured config that
+# differs in the most parameters from its nearest measured config (greedy maximin,
+# seeded tie-break); "sampler" = the sampler's own independent random draws. Random
+# draws over the raw parameter product over-sample configs that normalize onto few rows
+# (every value of a parameter that does not matter there, e.g. NCCL_* at TP=1) and can
+# repeat a level while another is never tried; on small tables that made TPE lose to
+# plain random search. With "diverse" (and start-up sized to the space,
+# ``samplers.default_startup_trials``) the default beat or tied random search on every
+# replay table (docs/benchmarks.md, "Search efficiency"). Spaces too large to enumerate
+# keep the sampler's draws.
+STARTUP_ORDERS = ("diverse", "sampler")
+DEFAULT_STARTUP_ORDER = "diverse"
+MAX_STARTUP_CANDIDATES = 4096  # a larger enumerated space: the most diverse of a seeded sample
+
+# user attributes this module writes besides the TrialResult fields
+ATTR_KEY = "config_key"
+ATTR_COUNTED = "counted"
+ATTR_CACHED_FROM = "cached_from"
+ATTR_BASELINE = "is_baseline"
+ATTR_REQUEUE_OF = "requeue_of"
+ATTR_ENQUEUED_BY = "enqueued_by"
+ATTR_SKIPPED = "skipped"  # "infeasible" | "banned-value" | "in-flight-duplicate" | "deferred": never launched
+_MISSING = object()  # a parameter a normalized config does not have
+
+
+class SpaceLike(Protocol):
+    """What the policy needs from ``orchestrator.config.space.SearchSpace``."""
+
+    def suggest(self, trial: optuna.Trial) -> Config: ...
+    def active(self, config: Config) -> Config: ...
+    def feasible(self, config: Config) -> str | None: ...
+    def enumerate(self) -> list[Config] | None: ...
+    def distributions(self) -> dict[str, Any]: ...
+
+
+@dataclass
+class Proposal:
+    """One config to run (or, when ``cached`` is set, to answer from the study).
+
+    ``config`` is normalized and holds active parameters only; ``raw`` is what the space
+    suggested. With ``cached`` set the caller must not launch: it calls
+    ``record(proposal, proposal.cached)`` right away.
+    """
+
+    trial: optuna.Trial
+    config: Config
+    key: str
+    cached: TrialResult | None = None
+    cached_from: int | None = None
+    raw: Config = field(default_factory=dict)
+    role: str = "sampler"  # sampler, baseline, requeue, fill, startup
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
+
+
+def early_stop(first_samples: list[float], threshold: float | None) -> bool:
+    """The early-stop rule: stop when the median of the first repeat(s) is below ``threshold``.
+
+    ``threshold`` comes from ``SearchPolicy.prune_threshold(ratio)``; None never stops.
+    """
+    if threshold is None or not first_samples:
+        return False
+    s = sorted(first_samples)
+    mid = len(s) // 2
+    median = s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+    return median < threshold
+
+
+@dataclass
+class _State:
+    """One scan of the study's trials."""
+
+    measured: dict[str, FrozenTrial]
+    counted: list[FrozenTrial]
+    waiting: list[FrozenTrial]
+    running: list[FrozenTrial]
+    requeued_keys: set[str]
+    baseline_pending: bool
+
+
+class SearchPolicy:
+    """Turns Optuna proposals into launches under the study contract (module docstring)."""
+
+    def __init__(
+        self,
+        study: optuna.Study,
+        space: SpaceLike,
+        normalize: Callable[[Config], Config],
+        *,
+        baseline: Config | None,
+        budget: int | None,
+        remeasure: bool = False,
+        seed: int = 0,
+        fill: str = DEFAULT_FILL,
+        startup: int = 0,
+        startup_order: str = DEFAULT_STARTUP_ORDER,
+        max_asks: int = 200,
+        max_consecutive_duplicates: int = 200,
+    ) -> None:
+        if fill not in FILL_STRATEGIES:
+            raise ValueError(f"fill must be one of {FILL_STRATEGIES}, not {fill!r}")
+        if startup_order not in STARTUP_ORDERS:
+            raise ValueError(f"startup_order must be one of {STARTUP_ORDERS}, not {startup_order!r}")
+        if startup < 0:
+            raise ValueError(f"startup must be >= 0, not {startup}")
+        if budget is not None and budget < 0:
+            raise ValueError(f"budget must be >= 0 or None, not {budget}")
+        self.study = study
+        self.space = space
+        self.normalize = normalize
+        self.baseline = dict(baseline) if baseline is not None else None
+        self.budget = budget
+        self.remeasure = remeasure
+        self.fill = fill
+        # launches (the baseline included) the policy picks itself before the sampler's
+        # proposals are used: the start-up trials the sampler was built with
+        # (``samplers.startup_trials``; 0 for random, grid, ...), passed by whoever built it
+        self.startup = startup
+        self.startup_order = startup_order
+        self.max_asks = max_asks
+        self.max_consecutive_duplicates = max_consecutive_duplicates
+        self._rng = random.Random(seed)
+        self._in_flight: dict[int, Proposal] = {}
+        self._session_keys: set[str] = set()  # measured by this policy (what remeasure trusts)
+        self._enumerated: dict[str, Config] | None = None
+        self._enum_norm: dict[str, Config] = {}  # key -> normalized config, for the start-up order
+        self._enum_raw: list[tuple[Config, str]] = []  # every feasible raw config and its key
+        self._enum_names: set[str] | None = None
+        self._enumerated_done = False
+        self._baseline_checked = False
+        self._consecutive_dups = 0
+        self._gave_up = False
+        self.baseline_key = self._key_of(self.baseline) if self.baseline is not None else None
+        self._bans_at: tuple[int, dict] = (-1, {})  # (finished trials, bans) cache
+        self._allowed_at: tuple[int, list[Config] | None] = (-1, None)
+        if not isinstance(study.sampler, FeasibleSampler):  # draws land on configs the study may launch
+            study.sampler = FeasibleSampler(study.sampler, self.allowed_configs, seed=seed)
+
+    # ---- identity --------------------------------------------------------------------------
+    def key_of(self, raw: Config) -> tuple[Config, str]:
+        """The normalized active config of a raw config and its key."""
+        config = self.normalize(self.space.active(dict(raw)))
+        return config, config_key(config)
+
+    def _key_of(self, config: Config) -> str:
+        try:
+            return self.key_of(config)[1]
+        except Exception:  # noqa: BLE001 - an already-normalized config may not re-normalize
+            return config_key(config)
+
+    def _enumeration(self) -> dict[str, Config] | None:
+        """key -> one raw config, over every feasible config of the space (None: too large)."""
+        if not self._enumerated_done:
+            self._enumerated_done = True
+            configs = self.space.enumerate()
+            if configs is not None:
+                out: dict[str, Config] = {}
+                for raw in configs:
+                    if self.space.feasible(raw) is not None:
+                        continue
+                    config, key = self.key_of(raw)
+                    self._enum_raw.append((dict(raw), key))
+                    if key not in out:
+                        out[key] = dict(raw)
+                        self._enum_norm[key] = config
+                self._enumerated = out
+        return self._enumerated
+
+    def _raw_for(self, key: str, fallback: Config) -> Config:
+        """Params to enqueue for a config: the enumerated raw config, a stored trial's, or as given."""
+        enum = self._enumeration()
+        if enum and key in enum:
+            return dict(enum[key])
+        for t in self.study.get_trials(deepcopy=False):
+            if t.user_attrs.get(ATTR_KEY) == key and t.params:
+                return dict(t.params)
+        return dict(fallback)
+
+    # ---- reading the study -------------------------------------------------------------------
+    def _scan(self) -> _State:
+        measured: dict[str, FrozenTrial] = {}
+        counted: list[FrozenTrial] = []
+        waiting: list[FrozenTrial] = []
+        running: list[FrozenTrial] = []
+        requeued: set[str] = set()
+        baseline_pending = False
+        for t in self.study.get_trials(deepcopy=False):
+            ua = t.user_attrs
+            if ATTR_REQUEUE_OF in ua:
+                requeued.add(ua[ATTR_REQUEUE_OF])
+            if t.state in (TrialState.WAITING, TrialState.RUNNING):
+                (waiting if t.state == TrialState.WAITING else running).append(t)
+                baseline_pending |= bool(ua.get(ATTR_BASELINE)) or (
+                    self.baseline_key is not None and ua.get(ATTR_REQUEUE_OF) == self.baseline_key)
+                continue
+            outcome = ua.get("outcome")
+            key = ua.get(ATTR_KEY)
+            if not ua.get(ATTR_COUNTED):
+                continue
+            counted.append(t)
+            if key is None or not _is_measurement(ua):
+                continue
+            if self.remeasure and key not in self._session_keys:
+                continue
+            prev = measured.get(key)
+            # a config-caused failure wins over an earlier success: a failed config is never "best"
+            if prev is None or (outcome == FAIL and prev.user_attrs.get("outcome") != FAIL):
+                measured[key] = t
+        return _State(measured, counted, waiting, running, requeued, baseline_pending)
+
+    def _remaining(self, st: _State) -> list[str] | None:
+        """Enumerated keys neither measured nor in flight (None when the space is not enumerable)."""
+        enum = self._enumeration()
+        if enum is None:
+            return None
+        busy = {p.key for p in self._in_flight.values() if p.cached is None}
+        bans = self.bans()
+        return [k for k in enum if k not in st.measured and k not in busy and not hit(self._enum_norm[k], bans)]
+
+    # ---- what may be proposed ------------------------------------------------------------------
+    def _finished(self) -> int:
+        return len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL,
+                                                                  TrialState.PRUNED)))
+
+    def bans(self) -> dict[tuple[str, Any], str]:
+        """Parameter values not proposed any more: they kept crashing servers at start
+        (``orchestrator.study.bans``): {(param, value): why}."""
+        n = self._finished()
+        if self._bans_at[0] != n:
+            from orchestrator.study.history import trial_rows
+
+            self._bans_at = (n, banned_values(trial_rows(self.study)))
+        return self._bans_at[1]
+
+    def allowed_configs(self) -> list[Config] | None:
+        """What the study may launch, as seen by the parameters that decide it: every
+        feasible enumerated config without a banned value, restricted to the parameters
+        of the space's constraints, the pre-screen's and the bans' (``FeasibleSampler``
+        keeps draws inside it). None: not enumerable, or nothing is ever refused."""
+        n = self._finished()
+        if self._allowed_at[0] != n:
+            bans = self.bans()
+            names = {p for c in getattr(self.space, "constraints", ()) for p in getattr(c, "params", ())}
+            names |= set(getattr(self.space, "checked_names", ())) | {name for name, _ in bans}
+            allowed = None
+            if names and self._enumeration() is not None:
+                seen: dict[str, Config] = {}
+                for raw, k in self._enum_raw:
+                    if not hit(self._enum_norm[k], bans):
+                        part = {n: raw[n] for n in sorted(names) if n in raw}
+                        seen.setdefault(repr(sorted(part.items(), key=lambda kv: kv[0])), part)
+                allowed = list(seen.values())
+            self._allowed_at = (n, allowed)
+        return self._allowed_at[1]
+
+    def _launches_in_flight(self) -> int:
+        return sum(1 for p in self._in_flight.values() if p.cached is None)
+
+    # ---- flags --------------------------------------------------------------------------------
+    @property
+    def budget_reached(self) -> bool:
+        """True when counted trials plus launches in flight have reached the budget."""
+        if self.budget is None:
+            return False
+        return len(self._scan().counted) + self._launches_in_flight() >= self.budget
+
+    @property
+    def exhausted(self) -> bool:
+        """True when no unmeasured config is left to launch (every enumerated config measured or in flight).
+
+        For a space that cannot be enumerated: after ``max_consecutive_duplicates`` cached
+        answers in a row, or ``max_asks`` proposals in one ``next()`` that could not run.
+        """
+        if self._gave_up:
+            return True
+        remaining = self._remaining(self._scan())
+        return remaining is not None and not remaining
+
+    # ---- proposing ------------------------------------------------------------------------------
+    def next(self) -> Proposal | None:
+        """The next config to launch, a cached answer, or None (see ``budget_reached``/``exhausted``)."""
+        self._gave_up = False
+        self._ensure_baseline()
+        bad_streak = 0
+        for _ in range(self.max_asks):
+            st = self._scan()
+            if self.budget is not None and len(st.counted) + self._launches_in_flight() >= self.budget:
+                return None
+            remaining = self._remaining(st)
+            if remaining is not None and not remaining:
+                return None
+            if remaining is None and self._consecutive_dups >= self.max_consecutive_duplicates:
+                self._gave_up = True  # not enumerable, and the sampler keeps proposing measured configs
+                return None
+            if remaining and self.startup_order == "diverse" and \
+                    len(st.counted) + self._launches_in_flight() < self.startup:
+                self._enqueue_startup(remaining, st)
+            trial = self.study.ask()
+            role = _role_of(trial.user_attrs)
+            try:
+                is_base = role in ("baseline", "reference") or (
+                    role == "requeue" and self.baseline is not None
+                    and trial.user_attrs.get(ATTR_REQUEUE_OF) == self.baseline_key)  # the baseline, again
+                raw = self._fixed_baseline(trial) if is_base else self.space.suggest(trial)
+            except Exception:
+                # e.g. an enqueued value the space no longer allows: do not leave it RUNNING
+                trial.set_user_attr(ATTR_SKIPPED, "suggest-error")
+                trial.set_user_attr(ATTR_COUNTED, False)
+                self.study.tell(trial, state=TrialState.FAIL)
+                raise
+            reason = self.space.feasible(raw)
+            if reason is not None:
+                self._skip(trial, raw, None, "infeasible", reason, constraint=1.0)
+                bad_streak += 1
+                if bad_streak >= 3:
+                    self._enqueue_fill(remaining)
+                continue
+            config, key = self.key_of(raw)
+            banned = hit(config, self.bans()) if role not in ("baseline", "reference", "requeue") else None
+            if banned is not None:
+                self._skip(trial, raw, (config, key), "banned-value",
+                           f"{describe(banned)} is not proposed any more: {self.bans()[banned]}", constraint=1.0)
+                bad_streak += 1
+                self._enqueue_fill(remaining)
+                continue
+            busy = {p.key: n for n, p in self._in_flight.items() if p.cached is None}
+            if key in busy:
+                self._skip(trial, raw, (config, key), "in-flight-duplicate",
+                           f"same config as trial {busy[key]}, still running", constraint=0.0)
+                bad_streak += 1
+                self._enqueue_fill(remaining)
+                continue
+            source = None if role == "reference" else st.measured.get(key)  # the reference is measured afresh
+            if source is not None:
+                self._enqueue_fill(remaining)
+                self._consecutive_dups += 1
+                cached = TrialResult.from_attrs(source.user_attrs)
+                proposal = Proposal(trial, config, key, cached=cached, cached_from=source.number,
+                                    raw=dict(raw), role=role)
+                self._in_flight[trial.number] = proposal
+                return proposal
+            self._consecutive_dups = 0
+            proposal = Proposal(trial, config, key, raw=dict(raw), role=role)
+            if self.baseline_key is not None and key == self.baseline_key:
+                trial.set_user_attr(ATTR_BASELINE, True)
+            # known before the launch, so a trial a dead driver leaves RUNNING can be re-queued
+            trial.set_user_attr(ATTR_KEY, key)
+            trial.set_user_attr("config", config)
+            self._in_flight[trial.number] = proposal
+            return proposal
+        self._gave_up = True  # every ask was infeasible or a duplicate
+        return None
+
+    def _ensure_baseline(self, force: bool = False, reference: bool = False) -> None:
+        """Enqueue the baseline unless it is measured or already waiting (once per policy;
+        ``force``: check again). ``reference``: enqueue it even when measured, to be
+        measured afresh (the golden reference has to come from a launch of it)."""
+        if self.baseline is None or (self._baseline_checked and not force):
+            return
+        self._baseline_checked = True
+        st = self._scan()
+        if st.baseline_pending or (self.baseline_key in st.measured and not reference):
+            return
+        role = "reference" if self.baseline_key in st.measured else "baseline"
+        self.study.enqueue_trial(self._baseline_params(), user_attrs={ATTR_BASELINE: True, ATTR_ENQUEUED_BY: role})
+
+    def ensure_baseline_next(self) -> None:
+        """Make the baseline the next launch, measured afresh if it already was (the golden
+        reference is captured from a launch of it; docs/architecture.md, "Baseline")."""
+        self._ensure_baseline(force=True, reference=True)
+
+    def _baseline_params(self) -> Config:
+        """The baseline's own settings that are points of the space's distributions: the
+        Optuna params of its trial. A parameter it leaves unset stays unset (the backend's
+        default, or NCCL's own for an NCCL variable): never sampled."""
+        dists = self.space.distributions()
+        return {k: v for k, v in self.space.active(self.baseline or {}).items()
+                if k in dists and _contains(dists[k], v)}
+
+    def _fixed_baseline(self, trial: optuna.Trial) -> Config:
+        """The baseline exactly, whatever the sampler would draw: its trial records only the
+        parameters the baseline sets (a sampler fills nothing in)."""
+        dists = self.space.distributions()
+        for name in self._baseline_params():
+            _suggest(trial, name, dists[name])  # the enqueued fixed value, recorded as the trial's param
+        return dict(self.baseline or {})
+
+    def _enqueue_fill(self, remaining: list[str] | None) -> None:
+        """Enqueue one unmeasured config (seeded) unless a fixed config is already waiting."""
+        if not remaining or self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return
+        enum = self._enumeration()
+        assert enum is not None
+        if self.fill == "neighbor":
+            key = self._nearest_to_best(remaining, enum)
+        else:
+            key = self._rng.choice(remaining)
+        self.study.enqueue_trial(dict(enum[key]), user_attrs={ATTR_ENQUEUED_BY: "fill"})
+
+    def _enqueue_startup(self, remaining: list[str], st: _State) -> None:
+        """Enqueue the most diverse unmeasured config unless a fixed config is already waiting."""
+        if st.waiting:
+            return
+        enum = self._enumeration()
+        assert enum is not None
+        seen = [self._config_of(t) for t in st.measured.values()]
+        seen += [p.config for p in self._in_flight.values() if p.cached is None]
+        key = self._most_diverse(remaining, seen)
+        self.study.enqueue_trial(dict(enum[key]), user_attrs={ATTR_ENQUEUED_BY: "startup"})
+
+    def _config_of(self, t: FrozenTrial) -> Config:
+        key = t.user_attrs.get(ATTR_KEY)
+        return (self._enum_norm.get(key) if key else None) or t.user_attrs.get("config") or dict(t.params)
+
+    def _most_diverse(self, remaining: list[str], seen: list[Config]) -> str:
+        """The unmeasured config farthest from every measured one (greedy maximin design).
+
+        Distance is the number of parameters two normalized configs differ in (one that
+        only one of them has, e.g. NCCL_* next to a TP=1 config, differs); the pick
+        maximizes the distance to the nearest measured or running config, ties broken by
+        the policy's seeded RNG. After the baseline that is its complement (every
+        parameter at another level), then the config that differs most from both, so
+        each parameter's levels are covered early and no region is sampled twice.
+        """
+        if self._enum_names is None:  # the space's parameters, not the baseline's settings outside it
+            self._enum_names = set().union(*self._enum_norm.values())
+        names = self._enum_names
+        if len(remaining) > MAX_STARTUP_CANDIDATES:  # bounded cost on a large space; still seeded
+            remaining = self._rng.sample(remaining, MAX_STARTUP_CANDIDATES)
+
+        def nearest(k: str) -> int:
+            c = self._enum_norm[k]
+            return min((sum(1 for n in names if c.get(n, _MISSING) != o.get(n, _MISSING)) for o in seen),
+                       default=0)
+        scores = {k: nearest(k) for k in remaining}
+        top = max(scores.values())
+        return self._rng.choice([k for k in remaining if scores[k] == top])
+
+    def _nearest_to_best(self, remaining: list[str], enum: dict[str, Config]) -> str:
+        best = self.best()
+        if best is None:
+            return self._rng.choice(remaining)
+        ref = dict(best.params)
+        def dist(k: str) -> int:
+            raw = enum[k]
+            names = set(raw) | set(ref)
+            return sum(1 for n in names if raw.get(n) != ref.get(n))
+        d = {k: dist(k) for k in remaining}
+        m = min(d.values())
+        return self._rng.choice([k for k in remaining if d[k] == m])
+
+    def _skip(self, trial: optuna.Trial, raw: Config, ck: tuple[Config, str] | None, kind: str, reason: str,
+              *, constraint: float) -> None:
+        """Record a proposal that is not launched: uncounted PRUNED with its reason."""
+        if ck is None:
+            try:
+                ck = self.key_of(raw)
+            except Exception:  # noqa: BLE001 - an infeasible raw config may not normalize
+                ck = (dict(raw), config_key(dict(raw)))
+        config, key = ck
+        attrs = TrialResult(outcome=PRUNED, config=config, failure_reason=reason).to_attrs()
+        attrs.update({ATTR_KEY: key, ATTR_COUNTED: False, ATTR_SKIPPED: kind})
+        for name, value in attrs.items():
+            trial.set_user_attr(name, value)
+        trial.set_constraint(CONSTRAINT, constraint)
+        self.study.tell(trial, state=TrialState.PRUNED)
+
+    # ---- recording -------------------------------------------------------------------------------
+    def record(self, proposal: Proposal, result: TrialResult, *, counted: bool = True,
+               blameless: bool | None = None) -> FrozenTrial:
+        """Store ``result`` on the proposal's trial and tell Optuna (encoding: module docstring).
+
+        ``counted`` and ``blameless`` come from ``outcome.decide``; ``blameless`` (default:
+        an ``interrupted``/``node-lost``/``env-error`` failure) means not the config's fault:
+        never counted, never its cached answer, an Optuna FAIL the sampler ignores. A cached
+        answer is never counted. Returns the finished trial.
+        """
+        trial = proposal.trial
+        if blameless is None:
+            blameless = result.outcome == FAIL and result.failure_kind in NOT_THE_CONFIGS_FAULT
+        not_the_config = result.outcome == FAIL and blameless
+        if proposal.cached is not None or not_the_config:
+            counted = False
+        attrs = result.to_attrs()
+        attrs[ATTR_KEY] = proposal.key
+        attrs[ATTR_COUNTED] = bool(counted)
+        if proposal.cached_from is not None:
+            attrs[ATTR_CACHED_FROM] = proposal.cached_from
+        if result.outcome == COMPLETE and _value(result) is None:
+            raise ValueError(f"trial {trial.number}: a COMPLETE result needs a value")
+        try:
+            self._store(trial, result, attrs, not_the_config)
+        except StorageWriteError:  # half recorded: ``recover_interrupted`` may now tell it interrupted
+            self._in_flight.pop(trial.number, None)
+            raise
+        self._in_flight.pop(trial.number, None)
+        if counted and not not_the_config:
+            self._session_keys.add(proposal.key)
+        return self._trial(trial.number)
+
+    def _store(self, trial: optuna.Trial, result: TrialResult, attrs: dict[str, Any], not_the_config: bool) -> None:
+        for name, value in attrs.items():
+            trial.set_user_attr(name, value)
+        if result.outcome == COMPLETE:
+            # a measured config that breaks one of the job's outcome constraints is infeasible
+            trial.set_constraint(CONSTRAINT, INFEASIBLE if result.metrics.get("constraint_violations") else FEASIBLE)
+        elif result.outcome == FAIL and not not_the_config:
+            trial.set_constraint(CONSTRAINT, INFEASIBLE)
+        elif result.outcome == PRUNED:
+            inter = result.metrics.get("intermediate")
+            if inter is None:
+                inter = result.value
+            if inter is not None:
+                step = int(result.metrics.get("repeats") or 1)
+                trial.report(float(inter), step)
+            trial.set_constraint(CONSTRAINT, FEASIBLE)
+        self._tell(trial, result, not_the_config)
+
+    def _tell(self, trial: optuna.Trial | int, result: TrialResult, not_the_config: bool) -> None:
+        """The final state of a recorded trial (encoding: module docstring)."""
+        if result.outcome == COMPLETE:
+            value = _value(result)
+            assert value is not None  # record() and finish_recorded() check it first
+            self.study.tell(trial, float(value))
+        elif result.outcome == FAIL and not not_the_config:
+            self.study.tell(trial, 0.0)
+        elif result.outcome == FAIL:
+            self.study.tell(trial, state=TrialState.FAIL)
+        else:
+            self.study.tell(trial, state=TrialState.PRUNED)
+
+    def finish_recorded(self) -> list[int]:
+        """Trials a dead driver left RUNNING after it had stored their whole record, all but
+        Optuna's final state (a crash between the two, or the journal's last line cut):
+        told as recorded, so a measured trial is kept. Whole means its constraint is set
+        (``record`` sets it after every user attribute: a COMPLETE, config-caused FAIL or
+        PRUNED record); the rest are ``recover_interrupted``'s."""
+        done = []
+        for t in self.pending_running():
+            if not any(k == "constraints" or k.startswith("constraints:") for k in t.system_attrs):
+                continue  # Optuna's keys of a set constraint (a list in studies recorded before Optuna 5)
+            try:
+                result = TrialResult.from_attrs(t.user_attrs)
+            except (TypeError, ValueError):
+                continue
+            if result.outcome == COMPLETE and _value(result) is None:
+                continue
+            self._tell(t.number, result, not_the_config=False)
+            done.append(t.number)
+        return done
+
+    def defer(self, proposal: Proposal, reason: str) -> None:
+        """Put a proposal back without launching it: recorded as not launched (uncounted,
+        ``skipped: deferred``) and re-queued once."""
+        self._skip(proposal.trial, dict(proposal.raw), (proposal.config, proposal.key), "deferred", reason,
+                   constraint=0.0)
+        self._in_flight.pop(proposal.number, None)
+        self.requeue(proposal)
+
+    def requeue(self, what: Proposal | FrozenTrial | Config) -> bool:
+        """Enqueue a config again (after ``interrupted``/``node-lost``), at most once per config.
+
+        Accepts the proposal, the trial, or a (raw or normalized) config. Returns False when
+        this config was already re-queued once.
+        """
+        if isinstance(what, Proposal):
+            key, raw = what.key, dict(what.raw or what.trial.params)
+        elif isinstance(what, FrozenTrial):
+            key = what.user_attrs.get(ATTR_KEY) or self._key_of(dict(what.params))
+            raw = dict(what.params)
+        else:
+            config = dict(what)
+            key = self._known_key(config)
+            raw = self._raw_for(key, config)
+        if key in self._scan().requeued_keys:
+            return False
+        self.study.enqueue_trial(raw, user_attrs={ATTR_REQUEUE_OF: key, ATTR_ENQUEUED_BY: "requeue"})
+        return True
+
+    def _known_key(self, config: Config) -> str:
+        """Key of a config that may already be normalized (then config_key(config) is known)."""
+        direct = config_key(config)
+        enum = self._enumeration() or {}
+        if direct in enum or any(t.user_attrs.get(ATTR_KEY) == direct for t in self.study.get_trials(deepcopy=False)):
+            return direct
+        return self._key_of(config)
+
+    def recover_interrupted(self, reason: str = "the driver died while this trial ran") -> list[int]:
+        """Trials left RUNNING by a dead driver: FAIL ``interrupted`` (uncounted), re-queued once.
+
+        Optuna sets a trial's user attributes only through the ``Trial`` its asking process
+        held, so the record of why (the ``TrialResult`` attributes, ``counted: False``) is
+        a study user attribute, ``records.recovered_attr(number)``, which ``history`` reads
+        as the trial's own; then ``study.tell(number, state=FAIL)``.
+        """
+        from orchestrator.core.outcome import interrupted
+
+        done = []
+        for t in self.pending_running():
+            config = t.user_attrs.get("config") or dict(t.params)
+            attrs = interrupted(TrialResult(outcome=FAIL, config=config, failure_kind="interrupted"), reason).to_attrs()
+            attrs[ATTR_COUNTED] = False
+            attrs[ATTR_KEY] = t.user_attrs.get(ATTR_KEY) or self._key_of(dict(t.params))
+            self.study.set_user_attr(recovered_attr(t.number), attrs)
+            self.study.tell(t.number, state=TrialState.FAIL)
+            self.requeue(t)
+            done.append(t.number)
+        return done
+
+    # ---- queries ---------------------------------------------------------------------------------
+    def counted_trials(self) -> list[FrozenTrial]:
+        """Finished trials that count toward the budget (launched: COMPLETE, config FAIL, PRUNED)."""
+        return self._scan().counted
+
+    def budget_used(self) -> int:
+        """How many counted trials are finished (launches in flight not included)."""
+        return len(self._scan().counted)
+
+    def measured_keys(self) -> set[str]:
+        """Keys of configs that are answered from the study instead of being launched."""
+        return set(self._scan().measured)
+
+    def _rows(self) -> list[TrialRow]:
+        from orchestrator.study.history import trial_rows
+
+        return trial_rows(self.study)
+
+    def best(self) -> FrozenTrial | None:
+        """The best trial by the study's one ranking rule (``history.best_rows`` over
+        ``outcome.rankable``): what export and the report call best, never a failure, a
+        wrong config, a cached duplicate or a config that breaks an outcome constraint."""
+        from orchestrator.study.history import best_rows
+
+        best = best_rows(self._rows(), 1)
+        return self._trial(best[0].number) if best else None
+
+    def baseline_trial(self) -> FrozenTrial | None:
+        """The measured baseline trial (``history.baseline_row``), once there is one."""
+        from orchestrator.study.history import baseline_row
+
+        base = baseline_row(self._rows())
+        if base is None or base.state != COMPLETE or base.value is None:
+            return None
+        return self._trial(base.number)
+
+    def _trial(self, number: int) -> FrozenTrial:
+        trials = self.study.get_trials(deepcopy=False)
+        if number < len(trials) and trials[number].number == number:  # numbered 0, 1, ... in order
+            return trials[number]
+        return next(t for t in trials if t.number == number)
+
+    def baseline_value(self) -> float | None:
+        """Median tok/s of the baseline, once measured."""
+        base = self.baseline_trial()
+        return None if base is None else base.value
+
+    def prune_threshold(self, min_ratio: float = DEFAULT_PRUNE_RATIO) -> float | None:
+        """``min_ratio`` x the best median so far (None before any COMPLETE trial)."""
+        best = self.best()
+        return None if best is None or best.value is None else float(best.value) * min_ratio
+
+    def earlier_timeouts(self, key: str, before: int) -> int:
+        """Launches of the config ``key`` before trial ``before`` that timed out."""
+        from orchestrator.core.outcome import TIMEOUT_KINDS
+
+        return sum(1 for t in self.study.get_trials(deepcopy=False)
+                   if t.number < before and t.user_attrs.get(ATTR_KEY) == key
+                   and t.user_attrs.get("outcome") == FAIL and t.user_attrs.get("failure_kind") in TIMEOUT_KINDS)
+
+    def pending_running(self) -> list[FrozenTrial]:
+        """Trials RUNNING in storage that this policy did not hand out (left by a dead driver)."""
+        return [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                if t.number not in self._in_flight]
+
+    def in_flight(self) -> list[Proposal]:
+        """Proposals handed out and not yet recorded."""
+        return list(self._in_flight.values())
+
+
+def _value(result: TrialResult) -> float | None:
+    """The objective of a COMPLETE result: its value, else its decode tok/s."""
+    return result.value if result.value is not None else result.metrics.get("decode_tok_s")
+
+
+def _is_measurement(ua: dict[str, Any]) -> bool:
+    """A counted trial that measured its config: COMPLETE, config-caused FAIL, or early-stopped."""
+    outcome = ua.get("outcome")
+    if outcome == COMPLETE:
+        return True
+    if outcome == FAIL:
+        return ua.get("failure_kind") not in NOT_THE_CONFIGS_FAULT
+    return outcome == PRUNED and not ua.get(ATTR_SKIPPED)
+
+
+def _suggest(trial: optuna.Trial, name: str, dist) -> Any:
+    """``trial.suggest_*`` for an Optuna distribution (an enqueued value comes back as fixed)."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    if isinstance(dist, CategoricalDistribution):
+        return trial.suggest_categorical(name, list(dist.choices))
+    if isinstance(dist, IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
+
+
+def _contains(dist, value: Any) -> bool:
+    """Whether ``value`` is a point of an Optuna distribution, by its public fields: a
+    categorical choice (``to_internal_repr`` finds it, as Optuna does), or a number in
+    ``[low, high]`` on the ``step`` grid of an int or float distribution."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    try:
+        internal = dist.to_internal_repr(value)
+    except (ValueError, TypeError):
+        return False
+    if isinstance(dist, CategoricalDistribution):
+        return True
+    if not dist.low <= internal <= dist.high:
+        return False
+    if isinstance(dist, IntDistribution):
+        return (internal - dist.low) % dist.step == 0
+    if dist.step is None:
+        return True
+    k = (internal - dist.low) / dist.step
+    return abs(k - round(k)) < 1.0e-8
+
+
+def _role_of(user_attrs: dict[str, Any]) -> str:
+    by = user_attrs.get(ATTR_ENQUEUED_BY)
+    if by in ("baseline", "reference", "requeue", "fill", "startup"):
+        return by
+    return "sampler"

@@ -1,0 +1,735 @@
+"""Search-efficiency replay harness: how many server launches a search needs, measured offline.
+
+A *table* is a CSV with one row per distinct configuration:
+
+    <param columns...>, samples, failure[, baseline][, note]
+
+- every column not in ``RESERVED_COLUMNS`` is a parameter; its values are categorical
+  (typed as int, float or bool when every value of the column parses so). An empty
+  cell means "this parameter does not matter for this row" (inactive, or dropped by
+  normalization, e.g. NCCL_* at tp_size=1): the row answers every value of it;
+- ``samples``: repeated decode tok/s of that config, ``;``-separated (empty when it fails);
+- ``failure``: a config-caused failure kind (``start-crash``, ``wrong-output``, ...) or empty;
+- ``baseline``: ``1`` on the row the study enqueues first (optional);
+- ``note``: free text, ignored.
+
+``run_simulation`` replays the table as the objective for the *real* ``SearchPolicy``
+and ``make_sampler`` on in-memory Optuna studies: for each sampler spec and seed it asks
+for configs until the budget (launches) is spent; a launch of a failing row is a
+config-caused FAIL; a launch of a working row draws one recorded sample per repeat
+(seeded, with replacement, so the noise is the table's own), stopping after the first
+repeat when it is below ``prune_ratio`` x the best median so far (the early-stop rule
+of ``orchestrator.study.policy``). After each launch the study's best trial (chosen on its
+noisy median) is looked up in the table: the first launch at which its *true* median
+(the row's median) is within ``target`` of the table's best is the launch count that
+search needed. ``format_table`` renders the result as markdown.
+
+``table_from_study(study)`` writes a finished study back in this format, so real runs
+become tables. Command line: ``python -m orchestrator.study.replay TABLE.csv --sampler
+tpe,random --seeds 20 --budget 40`` (``add_simulate_args`` builds the flags the
+``ncclsweep simulate`` subcommand shares).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import math
+import random
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+
+from orchestrator.core.correctness import TEXT_DIFFERS
+from orchestrator.core.errors import BadInput, brief
+from orchestrator.core.records import COMPLETE, FAILURE_KINDS, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult, config_key
+from orchestrator.study.policy import (
+    DEFAULT_FILL,
+    DEFAULT_PRUNE_RATIO,
+    DEFAULT_STARTUP_ORDER,
+    FILL_STRATEGIES,
+    STARTUP_ORDERS,
+    SearchPolicy,
+    early_stop,
+)
+from orchestrator.study.samplers import SAMPLER_NAMES, make_sampler, startup_trials
+
+RESERVED_COLUMNS = ("samples", "failure", "baseline", "note")
+CONFIG_FAILURES = tuple(k for k in FAILURE_KINDS if k not in NOT_THE_CONFIGS_FAULT)
+DEFAULT_SAMPLERS = "tpe,random"
+
+
+class TableError(BadInput, ValueError):
+    """A table that cannot be replayed; the message names the file, row and rule (exit 2)."""
+
+
+# ---- tables ---------------------------------------------------------------------------------------
+@dataclass
+class Row:
+    """One distinct configuration of a table."""
+
+    params: dict[str, Any]  # non-empty cells only (typed)
+    samples: list[float]
+    failure: str | None
+    baseline: bool = False
+    line: int = 0
+
+    @property
+    def median(self) -> float | None:
+        return None if self.failure or not self.samples else float(statistics.median(self.samples))
+
+    @property
+    def key(self) -> str:
+        return config_key(self.params)
+
+
+@dataclass
+class Table:
+    """A loaded table: rows, parameter choices and the true best."""
+
+    name: str
+    rows: list[Row]
+    choices: dict[str, list[Any]]  # parameter -> values, in order of first appearance
+    _index: dict[tuple, int] = field(default_factory=dict, repr=False)
+
+    @property
+    def best(self) -> float:
+        return max(r.median for r in self.rows if r.median is not None)
+
+    @property
+    def baseline(self) -> Row | None:
+        return next((r for r in self.rows if r.baseline), None)
+
+    def within(self, target: float) -> list[Row]:
+        """Rows whose true median is within ``target`` (relative) of the best."""
+        floor = (1.0 - target) * self.best
+        return [r for r in self.rows if r.median is not None and r.median >= floor]
+
+    def lookup(self, config: dict[str, Any]) -> Row | None:
+        """The row that answers a full raw config (every parameter set), else None."""
+        idx = self._index.get(tuple(config.get(p) for p in self.choices))
+        return None if idx is None else self.rows[idx]
+
+    def by_key(self) -> dict[str, Row]:
+        return {r.key: r for r in self.rows}
+
+
+def _typed(values: list[str]) -> list[Any]:
+    present = [v for v in values if v != ""]
+    def all_parse(fn) -> bool:
+        try:
+            for v in present:
+                fn(v)
+            return True
+        except ValueError:
+            return False
+    if present and all(v.lower() in ("true", "false") for v in present):
+        return [None if v == "" else v.lower() == "true" for v in values]
+    if present and all_parse(int):
+        return [None if v == "" else int(v) for v in values]
+    if present and all_parse(float):
+        return [None if v == "" else float(v) for v in values]
+    return [None if v == "" else v for v in values]
+
+
+def load_table(path: str | Path) -> Table:
+    """Read and validate a table (see the module docstring for the format)."""
+    import pandas as pd
+
+    path = Path(path)
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, comment="#")
+    except FileNotFoundError:
+        raise TableError(f"{path}: no such table") from None
+    except Exception as exc:  # noqa: BLE001 - any parse problem is one line
+        raise TableError(f"{path}: not a readable CSV table: {exc}") from None
+    return table_from_frame(df, name=path.name)
+
+
+def table_from_frame(df, name: str = "table") -> Table:
+    """Build a ``Table`` from a DataFrame in the CSV format."""
+    df = df.fillna("").astype(str)
+    cols = [c.strip() for c in df.columns]
+    df.columns = cols
+    if "samples" not in cols:
+        raise TableError(f"{name}: needs a 'samples' column (tok/s repeats separated by ';')")
+    params = [c for c in cols if c not in RESERVED_COLUMNS]
+    if not params:
+        raise TableError(f"{name}: needs at least one parameter column besides {', '.join(RESERVED_COLUMNS)}")
+    typed = {p: _typed([v.strip() for v in df[p].tolist()]) for p in params}
+    rows: list[Row] = []
+    for i in range(len(df)):
+        line = i + 2
+        failure = df["failure"].iloc[i].strip() if "failure" in cols else ""
+        if failure and failure not in CONFIG_FAILURES:
+            raise TableError(f"{name}: line {line}: failure must be empty or one of {', '.join(CONFIG_FAILURES)}, "
+                             f"not {brief(failure)}")
+        raw = df["samples"].iloc[i].strip()
+        try:
+            samples = [float(s) for s in raw.split(";") if s.strip()]
+        except ValueError:
+            raise TableError(f"{name}: line {line}: samples must be numbers separated by ';', "
+                             f"not {brief(raw)}") from None
+        if any(not math.isfinite(s) or s <= 0 for s in samples):
+            raise TableError(f"{name}: line {line}: samples must be positive tok/s, not {brief(raw)}")
+        if not failure and not samples:
+            raise TableError(f"{name}: line {line}: a row without a failure needs at least one sample")
+        flag = df["baseline"].iloc[i].strip().lower() if "baseline" in cols else ""
+        row_params = {p: typed[p][i] for p in params if typed[p][i] is not None}
+        if not row_params:
+            raise TableError(f"{name}: line {line}: every parameter cell is empty")
+        rows.append(Row(row_params, samples, failure or None, flag in ("1", "true", "yes"), line))
+    if not rows:
+        raise TableError(f"{name}: no rows")
+    if sum(r.baseline for r in rows) > 1:
+        raise TableError(f"{name}: at most one row may have baseline=1")
+    if all(r.median is None for r in rows):
+        raise TableError(f"{name}: every row fails; nothing to find")
+    choices: dict[str, list[Any]] = {}
+    for p in params:
+        seen: list[Any] = []
+        for v in typed[p]:
+            if v is not None and v not in seen:
+                seen.append(v)
+        choices[p] = seen
+    table = Table(name, rows, choices)
+    for idx, row in enumerate(rows):
+        axes = [[row.params[p]] if p in row.params else choices[p] for p in choices]
+        for combo in itertools.product(*axes):
+            if combo in table._index:
+                other = rows[table._index[combo]]
+                raise TableError(f"{name}: lines {other.line} and {row.line} describe the same configuration "
+                                 f"{dict(zip(choices, combo))}")
+            table._index[combo] = idx
+    return table
+
+
+class TableSpace:
+    """A SearchSpace-like object over a table: every column categorical, rows as feasible configs.
+
+    ``normalize`` maps a raw config to its row's parameters (empty cells dropped), the
+    same way a backend drops settings that cannot matter.
+    """
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        return {p: trial.suggest_categorical(p, vals) for p, vals in self.table.choices.items()}
+
+    def active(self, config: dict[str, Any]) -> dict[str, Any]:
+        return dict(config)
+
+    def feasible(self, config: dict[str, Any]) -> str | None:
+        if self.table.lookup(config) is None:
+            return "no row of the table has this combination"
+        return None
+
+    def enumerate(self) -> list[dict[str, Any]]:
+        out = []
+        for row in self.table.rows:
+            out.append({p: row.params.get(p, vals[0]) for p, vals in self.table.choices.items()})
+        return out
+
+    def size(self) -> int:
+        return len(self.table.rows)
+
+    def distributions(self) -> dict[str, CategoricalDistribution]:
+        return {p: CategoricalDistribution(vals) for p, vals in self.table.choices.items()}
+
+    def normalize(self, config: dict[str, Any]) -> dict[str, Any]:
+        row = self.table.lookup(config)
+        return dict(row.params) if row is not None else dict(config)
+
+
+def table_from_study(study: optuna.Study):
+    """A finished study as a table DataFrame (one row per measured config, samples merged).
+
+    Reads the records user attrs: ``config``, ``outcome``, ``failure_kind``,
+    ``metrics.decode_samples``, ``counted``, ``is_baseline``. Cached answers,
+    never-launched proposals and interrupted trials are left out.
+    """
+    import pandas as pd
+
+    merged: dict[str, dict[str, Any]] = {}
+    for t in study.get_trials(deepcopy=False):
+        ua = t.user_attrs
+        outcome = ua.get("outcome")
+        if not ua.get("counted") or outcome is None or "config" not in ua:
+            continue
+        if outcome == "FAIL" and ua.get("failure_kind") in NOT_THE_CONFIGS_FAULT:
+            continue
+        key = ua.get("config_key") or config_key(ua["config"])
+        entry = merged.setdefault(key, {"config": dict(ua["config"]), "samples": [], "failure": None,
+                                        "baseline": False, "note": []})
+        if outcome == "FAIL":
+            entry["failure"] = entry["failure"] or ua.get("failure_kind")
+        else:
+            samples = (ua.get("metrics") or {}).get("decode_samples") or []
+            if not samples and ua.get("value") is not None:
+                samples = [ua["value"]]
+            entry["samples"].extend(float(s) for s in samples)
+        entry["baseline"] |= bool(ua.get("is_baseline"))
+        entry["note"].append(f"trial {t.number}" + (" stopped early" if outcome == PRUNED else ""))
+    params: list[str] = []
+    for e in merged.values():
+        for p in e["config"]:
+            if p not in params:
+                params.append(p)
+    records = []
+    for e in merged.values():
+        rec = {p: _cell(e["config"].get(p)) for p in params}
+        rec["samples"] = "" if e["failure"] else ";".join(f"{s:.4g}" for s in e["samples"])
+        rec["failure"] = e["failure"] or ""
+        rec["baseline"] = "1" if e["baseline"] else ""
+        rec["note"] = ", ".join(e["note"])
+        records.append(rec)
+    return pd.DataFrame.from_records(records, columns=[*params, "samples", "failure", "baseline", "note"])
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+# ---- the replay ---------------------------------------------------------------------------------
+@dataclass
+class SamplerSpec:
+    """``name[:opt=value[:opt=value...]]``: a sampler and its options, plus policy options."""
+
+    text: str
+    name: str
+    options: dict[str, Any]
+    fill: str | None = None  # None: DEFAULT_FILL, except "random" for the random sampler
+    prune_ratio: float | None = None  # None: the run's setting
+    startup: int | None = None
+    startup_order: str = DEFAULT_STARTUP_ORDER
+
+    @classmethod
+    def parse(cls, text: str) -> "SamplerSpec":
+        parts = text.strip().split(":")
+        name = parts[0].strip().lower()
+        if name not in SAMPLER_NAMES:
+            raise ValueError(f"unknown sampler {brief(name)} in {brief(text)}; allowed: {', '.join(SAMPLER_NAMES)}")
+        spec = cls(text.strip(), name, {})
+        for part in parts[1:]:
+            if "=" not in part:
+                raise ValueError(f"sampler option {brief(part)} in {brief(text)} must look like key=value")
+            k, v = (s.strip() for s in part.split("=", 1))
+            if k == "fill":
+                if v not in FILL_STRATEGIES:
+                    raise ValueError(f"fill must be one of {', '.join(FILL_STRATEGIES)}, not {brief(v)}")
+                spec.fill = v
+            elif k == "prune_ratio":
+                spec.prune_ratio = float(v)
+            elif k in ("startup", "n_startup_trials"):
+                spec.startup = int(v)
+            elif k == "startup_order":
+                if v not in STARTUP_ORDERS:
+                    raise ValueError(f"startup_order must be one of {', '.join(STARTUP_ORDERS)}, not {brief(v)}")
+                spec.startup_order = v
+            else:
+                spec.options[k] = v
+        if spec.fill is None:
+            # "random" is the reference: uniform random search without replacement
+            spec.fill = "random" if name == "random" else DEFAULT_FILL
+        return spec
+
+
+@dataclass
+class Run:
+    """One sampler x seed replay."""
+
+    seed: int
+    launches_to_target: int | None  # None: never within target in the budget
+    repeats_to_target: int | None
+    best_ratio: float  # true median of the final best / table best (0 when nothing completed)
+    launches: int
+    repeats: int
+    pruned: int
+    failed: int
+    cached: int
+    skipped: int  # infeasible or in-flight duplicates: told PRUNED, never launched
+    pruned_good: int = 0  # early-stopped launches of configs that were truly within target
+
+
+@dataclass
+class SamplerResult:
+    spec: str
+    runs: list[Run]
+    wall_s: float
+
+    def _hits(self, attr: str) -> list[float]:
+        return [getattr(r, attr) if getattr(r, attr) is not None else math.inf for r in self.runs]
+
+    @property
+    def median_launches(self) -> float:
+        return _quantile(self._hits("launches_to_target"), 0.5)
+
+    @property
+    def p90_launches(self) -> float:
+        return _quantile(self._hits("launches_to_target"), 0.9)
+
+    @property
+    def median_repeats(self) -> float:
+        return _quantile(self._hits("repeats_to_target"), 0.5)
+
+    def mean_launches(self, budget: int) -> float:
+        """Mean launches to target, a run that never got there counted as ``budget + 1``."""
+        return statistics.fmean(r.launches_to_target if r.launches_to_target is not None else budget + 1
+                                for r in self.runs)
+
+    @property
+    def never(self) -> int:
+        return sum(r.launches_to_target is None for r in self.runs)
+
+    @property
+    def median_best_ratio(self) -> float:
+        return float(statistics.median(r.best_ratio for r in self.runs))
+
+    @property
+    def median_total_repeats(self) -> float:
+        return float(statistics.median(r.repeats for r in self.runs))
+
+    @property
+    def mean_pruned(self) -> float:
+        return statistics.fmean(r.pruned for r in self.runs)
+
+    @property
+    def pruned_good(self) -> int:
+        return sum(r.pruned_good for r in self.runs)
+
+
+@dataclass
+class SimulationResult:
+    table: str
+    n_configs: int
+    n_failing: int
+    n_within: int
+    best: float
+    budget: int
+    seeds: int
+    target: float
+    repeats: int
+    prune_ratio: float | None
+    parallel: int
+    baseline: bool
+    samplers: list[SamplerResult]
+
+    baseline_within: bool = False
+
+    @property
+    def random_expectation(self) -> float:
+        """Expected launches of uniform sampling without replacement to hit one of ``n_within``.
+
+        With the baseline launched first: 1 if it is within target, else 1 + N' / (k + 1)
+        over the N' = N - 1 other configs.
+        """
+        if self.baseline:
+            return 1.0 if self.baseline_within else 1 + self.n_configs / (self.n_within + 1)
+        return (self.n_configs + 1) / (self.n_within + 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for s, res in zip(d["samplers"], self.samplers):
+            s.update(median_launches=res.median_launches, p90_launches=res.p90_launches, never=res.never,
+                     mean_launches=res.mean_launches(self.budget),
+                     median_best_ratio=res.median_best_ratio, median_repeats=res.median_repeats)
+        return json.loads(json.dumps(d, default=str).replace("Infinity", "null"))
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """Nearest-rank quantile (inf stays inf: 'never within the budget')."""
+    s = sorted(values)
+    idx = max(0, math.ceil(q * len(s)) - 1)
+    return s[idx]
+
+
+def _quiet() -> None:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", message=".*GridSampler.*")
+    logging.getLogger("optuna").setLevel(logging.ERROR)
+
+
+def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int, target: float = 0.02,
+                repeats: int = 3, prune_ratio: float | None = DEFAULT_PRUNE_RATIO, parallel: int = 1,
+                use_baseline: bool = True) -> Run:
+    """One replay of ``table`` with one sampler spec and seed (see the module docstring)."""
+    _quiet()
+    if isinstance(spec, str):
+        spec = SamplerSpec.parse(spec)
+    space = TableSpace(table)
+    ratio = spec.prune_ratio if spec.prune_ratio is not None else prune_ratio
+    sampler = make_sampler(spec.name, seed=seed, budget=budget, space_size=space.size(), n_startup_trials=spec.startup,
+                           options=spec.options, search_space=space.distributions())
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    base = table.baseline if use_baseline else None
+    baseline = None
+    if base is not None:
+        baseline = {p: base.params.get(p, vals[0]) for p, vals in table.choices.items()}
+    startup = startup_trials(spec.name, budget=budget, space_size=space.size(), n_startup_trials=spec.startup,
+                             options=spec.options)  # what the sampler was built with
+    fill = spec.fill or ("random" if spec.name == "random" else DEFAULT_FILL)
+    policy = SearchPolicy(study, space, space.normalize, baseline=baseline, budget=budget, seed=seed,
+                          fill=fill, startup=startup, startup_order=spec.startup_order)
+    rng = random.Random(seed * 1_000_003 + 17)
+    rows = table.by_key()
+    floor = (1.0 - target) * table.best
+    launches = reps = pruned = failed = cached = pruned_good = 0
+    hit_l: int | None = None
+    hit_r: int | None = None
+    in_flight: list[Any] = []
+
+    def settle(proposal) -> None:
+        nonlocal reps, pruned, failed, hit_l, hit_r, pruned_good
+        row = rows[proposal.key]
+        threshold = policy.prune_threshold(ratio) if ratio else None
+        result = _replay_trial(row, proposal.config, rng, repeats, threshold)
+        reps += int(result.metrics.get("repeats", 0))
+        pruned += result.outcome == PRUNED
+        if result.outcome == PRUNED and (row.median or 0.0) >= floor:
+            pruned_good += 1
+        failed += result.outcome == "FAIL"
+        policy.record(proposal, result)
+        best = policy.best()
+        if hit_l is None and best is not None:
+            true = rows[best.user_attrs["config_key"]].median
+            if true is not None and true >= floor:
+                hit_l, hit_r = launches, reps
+
+    while True:
+        proposal = policy.next() if len(in_flight) < parallel else None
+        if proposal is None:
+            if not in_flight:
+                break
+            settle(in_flight.pop(0))
+            continue
+        if proposal.cached is not None:
+            cached += 1
+            policy.record(proposal, proposal.cached, counted=False)
+            continue
+        launches += 1
+        in_flight.append(proposal)
+        if len(in_flight) >= parallel:
+            settle(in_flight.pop(0))
+    best = policy.best()
+    ratio_best = 0.0
+    if best is not None:
+        ratio_best = (rows[best.user_attrs["config_key"]].median or 0.0) / table.best
+    skipped = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("skipped"))
+    return Run(seed, hit_l, hit_r, ratio_best, launches, reps, pruned, failed, cached, skipped, pruned_good)
+
+
+def _replay_trial(row: Row, config: dict[str, Any], rng: random.Random, repeats: int,
+                  threshold: float | None) -> TrialResult:
+    """Answer one launch from a table row: a failure, an early stop, or ``repeats`` draws.
+
+    A working row passed the correctness gate where it was measured, a ``wrong-output``
+    row failed it on its text: their verdicts say so, as a real trial's do, so the study's
+    value bans (``orchestrator.study.bans``) learn from them as in a real study."""
+    if row.failure:
+        corr = ({"ok": False, "reason": f"{TEXT_DIFFERS} (replayed from the table)"}
+                if row.failure == "wrong-output" else {})
+        return TrialResult.failed(config, row.failure, "replayed from the table", metrics={"repeats": 0},
+                                  correctness=corr)
+    first = rng.choice(row.samples)
+    if early_stop([first], threshold):
+        return TrialResult(outcome=PRUNED, config=config, value=first, correctness={"ok": True},
+                           metrics={"intermediate": first, "decode_samples": [first], "repeats": 1})
+    samples = [first] + [rng.choice(row.samples) for _ in range(max(0, repeats - 1))]
+    median = float(statistics.median(samples))
+    return TrialResult(outcome=COMPLETE, config=config, value=median, correctness={"ok": True},
+                       metrics={"decode_tok_s": median, "decode_samples": samples, "repeats": len(samples)})
+
+
+def run_simulation(table_path: str | Path | Table, samplers: Sequence[str] | str = DEFAULT_SAMPLERS, *,
+                   seeds: int = 20, budget: int | None = None, target: float = 0.02, repeats: int = 3,
+                   use_pruning: bool = True, prune_ratio: float = DEFAULT_PRUNE_RATIO, parallel: int = 1,
+                   use_baseline: bool = True, first_seed: int = 0,
+                   progress: Any = None) -> SimulationResult:
+    """Replay a table for each sampler spec x seed; see the module docstring.
+
+    ``budget`` defaults to the number of configs in the table (every config once).
+    ``progress`` (a text stream) gets one line per finished sampler.
+    """
+    table = table_path if isinstance(table_path, Table) else load_table(table_path)
+    if isinstance(samplers, str):
+        samplers = [s for s in samplers.split(",") if s.strip()]
+    specs = [SamplerSpec.parse(s) for s in samplers]
+    if not specs:
+        raise ValueError("no sampler given")
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, not {seeds}")
+    if parallel < 1:
+        raise ValueError(f"parallel must be >= 1, not {parallel}")
+    budget = len(table.rows) if budget is None else budget
+    if budget < 1:
+        raise ValueError(f"budget must be >= 1, not {budget}")
+    ratio = prune_ratio if use_pruning else None
+    results = []
+    for spec in specs:
+        t0 = time.perf_counter()
+        runs = [replay_once(table, spec, s, budget=budget, target=target, repeats=repeats, prune_ratio=ratio,
+                            parallel=parallel, use_baseline=use_baseline)
+                for s in range(first_seed, first_seed + seeds)]
+        res = SamplerResult(spec.text, runs, time.perf_counter() - t0)
+        results.append(res)
+        if progress is not None:
+            print(f"  {table.name}: {spec.text}: median {_fmt_n(res.median_launches)} launches "
+                  f"({res.wall_s:.0f}s)", file=progress, flush=True)
+    return SimulationResult(
+        table=table.name, n_configs=len(table.rows), n_failing=sum(r.failure is not None for r in table.rows),
+        n_within=len(table.within(target)), best=table.best, budget=budget, seeds=seeds, target=target,
+        repeats=repeats, prune_ratio=ratio, parallel=parallel,
+        baseline=use_baseline and table.baseline is not None, samplers=results,
+        baseline_within=table.baseline is not None and table.baseline in table.within(target))
+
+
+# ---- output -------------------------------------------------------------------------------------
+def _fmt_n(v: float) -> str:
+    if math.isinf(v):
+        return "never"
+    return f"{v:g}"
+
+
+def format_table(result: SimulationResult | Iterable[SimulationResult]) -> str:
+    """Markdown: one block per table, one row per sampler spec."""
+    results = [result] if isinstance(result, SimulationResult) else list(result)
+    out = []
+    for res in results:
+        pct = f"{res.target * 100:g}%"
+        prune = f"first repeat < {res.prune_ratio:g} x best" if res.prune_ratio else "off"
+        out.append(
+            f"**{res.table}**: {res.n_configs} configs ({res.n_failing} failing), best {res.best:.4g} tok/s, "
+            f"{res.n_within} within {pct}; budget {res.budget} launches, {res.seeds} seeds, {res.repeats} repeats, "
+            f"early stop {prune}, {res.parallel} in flight, baseline first: {'yes' if res.baseline else 'no'}; "
+            f"uniform random order needs {res.random_expectation:.1f} launches on average "
+            f"({res.random_expectation / res.n_configs * 100:.0f}% of the table).")
+        out.append("")
+        out.append(f"| sampler | launches to within {pct}: median | p90 | mean* | never (of {res.seeds}) "
+                   f"| median, % of table | repeats to within {pct}: median | best after {res.budget} "
+                   f"(median, % of best) | repeats used (median) | pruned/run | good configs pruned |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for s in res.samplers:
+            share = "-" if math.isinf(s.median_launches) else f"{s.median_launches / res.n_configs * 100:.0f}%"
+            out.append(f"| {s.spec} | {_fmt_n(s.median_launches)} | {_fmt_n(s.p90_launches)} "
+                       f"| {s.mean_launches(res.budget):.1f} | {s.never} | {share} "
+                       f"| {_fmt_n(s.median_repeats)} | {s.median_best_ratio * 100:.1f}% "
+                       f"| {s.median_total_repeats:g} | {s.mean_pruned:.1f} | {s.pruned_good} |")
+        out.append("")
+        out.append(f"\\* mean launches to within {pct}, a run that never got there counted as budget + 1 "
+                   f"= {res.budget + 1}.")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def format_summary(results: Iterable[SimulationResult]) -> str:
+    """Markdown, one row per table: each sampler's median launches to within target (% of the table)."""
+    results = list(results)
+    specs: list[str] = []
+    for res in results:
+        for s in res.samplers:
+            if s.spec not in specs:
+                specs.append(s.spec)
+    pct = f"{results[0].target * 100:g}%" if results else "2%"
+    out = [f"median launches to within {pct} (% of the table) [mean, never = budget + 1]; "
+           "`never`: not within the budget in most seeds", "",
+           "| table | configs | within | budget | " + " | ".join(specs) + " |",
+           "|---|---:|---:|---:|" + "---:|" * len(specs)]
+    for res in results:
+        cells = []
+        by_spec = {s.spec: s for s in res.samplers}
+        for spec in specs:
+            got = by_spec.get(spec)
+            if got is None:
+                cells.append("")
+            elif math.isinf(got.median_launches):
+                cells.append(f"never [{got.mean_launches(res.budget):.1f}]")
+            else:
+                cells.append(f"{got.median_launches:g} ({got.median_launches / res.n_configs * 100:.0f}%) "
+                             f"[{got.mean_launches(res.budget):.1f}]")
+        out.append(f"| {res.table} | {res.n_configs} | {res.n_within} | {res.budget} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+# ---- command line -------------------------------------------------------------------------------
+def add_simulate_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags of ``ncclsweep simulate`` / ``python -m orchestrator.study.replay``."""
+    parser.add_argument("tables", nargs="+", metavar="TABLE.csv",
+                        help="replay table(s) (format: orchestrator.study.replay)")
+    parser.add_argument("--sampler", default=DEFAULT_SAMPLERS,
+                        help="comma-separated sampler specs name[:opt=value...], names: "
+                             f"{', '.join(SAMPLER_NAMES)}; e.g. tpe,random,tpe:multivariate=false "
+                             f"(default: {DEFAULT_SAMPLERS})")
+    parser.add_argument("--seeds", type=int, default=20, help="seeds per sampler (default 20)")
+    parser.add_argument("--budget", type=int, default=None, help="launches per run (default: the table's size)")
+    parser.add_argument("--target", type=float, default=0.02, help="within this fraction of the best (default 0.02)")
+    parser.add_argument("--repeats", type=int, default=3, help="benchmark repeats per launch (default 3)")
+    parser.add_argument("--no-prune", dest="prune", action="store_false",
+                        help="disable the early stop of clearly worse configs")
+    parser.add_argument("--prune-ratio", type=float, default=DEFAULT_PRUNE_RATIO,
+                        help=f"early stop when the first repeat is below this x best so far (default "
+                             f"{DEFAULT_PRUNE_RATIO})")
+    parser.add_argument("--parallel", type=int, default=1, help="trials in flight at once (default 1)")
+    parser.add_argument("--no-baseline", dest="baseline", action="store_false",
+                        help="do not enqueue the table's baseline row first")
+    parser.add_argument("--summary", action="store_true",
+                        help="one line per table (median launches per sampler) instead of one block per table")
+    parser.add_argument("--json", metavar="FILE", default=None, help="also write every run as JSON")
+    return parser
+
+
+def main_simulate(args: argparse.Namespace, out=None) -> int:
+    """Run the harness for parsed ``add_simulate_args`` flags; print markdown. Returns 0.
+
+    Bad input (a table, a sampler spec, a flag value) raises ``BadInput`` (exit 2).
+    """
+    out = out or sys.stdout
+    if not 0 < args.target < 1:
+        raise BadInput(f"--target must be between 0 and 1 (a fraction, 0.02 = 2%), not {args.target}")
+    if args.repeats < 1:
+        raise BadInput(f"--repeats must be >= 1, not {args.repeats}")
+    results = []
+    for path in args.tables:
+        try:
+            results.append(run_simulation(path, args.sampler, seeds=args.seeds, budget=args.budget,
+                                          target=args.target, repeats=args.repeats, use_pruning=args.prune,
+                                          prune_ratio=args.prune_ratio, parallel=args.parallel,
+                                          use_baseline=args.baseline, progress=sys.stderr))
+        except BadInput:
+            raise
+        except ValueError as exc:  # sampler specs and options, seeds, budget
+            raise BadInput(str(exc)) from None
+    print(format_summary(results) if args.summary else format_table(results), file=out, end="")
+    if args.json:
+        Path(args.json).write_text(json.dumps([r.to_dict() for r in results], indent=1))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = add_simulate_args(argparse.ArgumentParser(
+        prog="python -m orchestrator.study.replay", description="Replay recorded tables to measure search efficiency."))
+    args = parser.parse_args(argv)
+    try:
+        return main_simulate(args)
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

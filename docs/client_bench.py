@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.backends.base import LaunchSpec  # noqa: E402
+from orchestrator.core.launch import LaunchSpec  # noqa: E402
 from orchestrator.node import client  # noqa: E402
 from orchestrator.node.server import ServerProcess, free_port  # noqa: E402
 
@@ -157,14 +157,14 @@ def table(runs: dict, levels: list[int]) -> str:
              "stamp delay ms: median / p99 | client CPU s | context switches | "
              "threads | failures |", "|---" * 11 + "|"]
     for c in levels:
-        for client in CLIENTS:
-            rows = runs[str(c)][client]
+        for kind in CLIENTS:
+            rows = runs[str(c)][kind]
             errs = [r["decode_tok_s"] / r["server_decode_tok_s"] - 1 for r in rows
                     if r.get("server_decode_tok_s") and r.get("decode_tok_s")]
             err = (f"{statistics.median(errs):+.1%} ({max(errs, key=abs):+.1%})" if errs else "-")
             lag50, lag99 = _med(rows, "lag_p50_s", 1e3), _med(rows, "lag_p99_s", 1e3)
             lag = "-" if lag50 is None else f"{lag50:.2f} / {lag99:.1f}"
-            lines.append(f"| {c} | {client} | {f(_med(rows, 'total_tok_s'))} | "
+            lines.append(f"| {c} | {kind} | {f(_med(rows, 'total_tok_s'))} | "
                          f"{f(_med(rows, 'decode_tok_s'), '.1f')} | "
                          f"{err} | {f(_med(rows, 'ttft_s', 1e3), '.1f')} | "
                          f"{lag} | {f(_med(rows, 'cpu_s'), '.2f')} | {f(_med(rows, 'context_switches'))} | "

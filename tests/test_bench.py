@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.backends.base import LaunchSpec
+from orchestrator.core.launch import LaunchSpec
 from orchestrator.node import client
 from orchestrator.node.client import (
     RequestFailed,

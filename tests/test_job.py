@@ -36,7 +36,8 @@ def _in_tmp(tmp_path, monkeypatch):
 
 
 def needs_nccl():
-    return pytest.importorskip("orchestrator.core.nccl", reason="orchestrator/core/nccl.py (NCCL value rules) not written yet")
+    return pytest.importorskip("orchestrator.core.nccl",
+                               reason="orchestrator/core/nccl.py (NCCL value rules) not written yet")
 
 
 def write(job=None, space=None, *, drop=(), job_text=None, space_text=None) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import kill_pids
-from orchestrator.backends.base import LaunchSpec
+from orchestrator.core.launch import LaunchSpec, WatchRules
 from orchestrator.node import client, proctree
 from orchestrator.node.server import (
     ServerExited,
@@ -24,7 +24,6 @@ from orchestrator.node.server import (
     cleanup_recorded,
     free_port,
 )
-from orchestrator.node.treewatch import WatchRules
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -157,7 +156,7 @@ def _owner_script(tmp_path: Path, port: int, pid_dir: Path, *extra: str) -> str:
     return textwrap.dedent(f"""\
         import sys, time
         sys.path.insert(0, {REPO!r})
-        from orchestrator.backends.base import LaunchSpec
+        from orchestrator.core.launch import LaunchSpec
         from orchestrator.node.server import ServerProcess, ServerRegistry
         spec = LaunchSpec(argv=[sys.executable, {FAKE!r}, "--port", "{port}", "--workers", "2",
                                 "--pid-dir", {str(pid_dir)!r}, *{list(extra)!r}], port={port})

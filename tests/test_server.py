@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.backends.base import LaunchSpec
+from orchestrator.core.launch import LaunchSpec
 from orchestrator.core.records import ServerRecord
 from orchestrator.node.server import (
     ReadyTimeout,
@@ -222,7 +222,7 @@ def test_parent_death_signal_kills_server_with_its_parent(tmp_path, stray_pids):
     code = textwrap.dedent(f"""\
         import sys, time
         sys.path.insert(0, {REPO!r})
-        from orchestrator.backends.base import LaunchSpec
+        from orchestrator.core.launch import LaunchSpec
         from orchestrator.node.server import ServerProcess
         sp = ServerProcess(LaunchSpec(argv=["sleep", "1000"], port=1), {str(tmp_path / 's.log')!r})
         sp.start()

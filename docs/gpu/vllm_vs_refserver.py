@@ -26,8 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from orchestrator.backends import get_backend_class
-from orchestrator.backends.base import LaunchSpec
 from orchestrator.core import correctness
+from orchestrator.core.launch import LaunchSpec
 from orchestrator.node import client
 from orchestrator.node.server import ServerProcess, free_port
 

@@ -39,39 +39,15 @@ entry-point group).
 from __future__ import annotations
 
 import abc
-import shlex
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from orchestrator.core.errors import BadInput
+from orchestrator.core.launch import TRANSIENT_PROCESSES, LaunchSpec, WatchRules
 
 Config = dict[str, Any]
 
 # Neutral (backend-independent) parameter names a search space may use.
 NEUTRAL_PARAMS = ("tp_size", "pp_size", "graph_capture", "capture_sizes", "custom_all_reduce")
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    """How to start one server: argv, env delta, where to ask if it is ready."""
-
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    host: str = "127.0.0.1"
-    port: int = 0
-    health_path: str = "/health"
-    ready_status: int = 200
-    model_name: str = ""  # what to put in the OpenAI "model" field
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def shell_line(self) -> str:
-        """One shell-quoted line: env assignments then argv."""
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        cmd = shlex.join(self.argv)
-        return f"{env} {cmd}" if env else cmd
 
 
 class Backend(abc.ABC):
@@ -177,10 +153,8 @@ class Backend(abc.ABC):
     # the server's executable counts)
     ESSENTIAL_PROCESSES: tuple[str, ...] = ()
 
-    def watch_rules(self):
+    def watch_rules(self) -> WatchRules:
         """The rules the trial's ``TreeWatch`` applies to this backend's servers."""
-        from orchestrator.node.treewatch import TRANSIENT_PROCESSES, WatchRules
-
         return WatchRules(fatal_log_patterns=tuple(self.FATAL_LOG_PATTERNS),
                           transient_processes=TRANSIENT_PROCESSES + tuple(self.TRANSIENT_PROCESSES),
                           essential_processes=tuple(self.ESSENTIAL_PROCESSES))

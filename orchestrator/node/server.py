@@ -49,12 +49,13 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from orchestrator.backends.base import LaunchSpec
 from orchestrator.core import files
+from orchestrator.core.files import read_tail
+from orchestrator.core.launch import LaunchSpec, WatchRules
 from orchestrator.core.records import ServerRecord
 from orchestrator.node import proctree
 from orchestrator.node import supervise as supervisor
-from orchestrator.node.treewatch import TreeWatch, WatchRules
+from orchestrator.node.treewatch import TreeWatch
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,6 @@ __all__ = [
     "node_id",
     "free_port",
     "port_in_use",
-    "read_tail",
 ]
 
 _PR_SET_PDEATHSIG = 1
@@ -495,20 +495,6 @@ class ServerProcess:
     def log_tail(self, lines: int = 60) -> str:
         """The last ``lines`` lines of the server log ("" if there is none)."""
         return read_tail(self.log_path, lines)
-
-
-def read_tail(path: Path | str, lines: int = 60, max_bytes: int = 256 * 1024) -> str:
-    """Last ``lines`` lines of a text file, decoded leniently."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            data = fh.read()
-    except OSError:
-        return ""
-    text = data.decode("utf-8", "replace")
-    return "\n".join(text.splitlines()[-lines:]) if lines > 0 else ""
 
 
 # --------------------------------------------------------------------------------------

@@ -33,32 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.core.files import read_tail
+from orchestrator.core.launch import WatchRules
 from orchestrator.node import proctree
-
-# Processes that may come and go in any server's tree without meaning harm.
-TRANSIENT_PROCESSES = (
-    r"torch/_inductor/compile_worker",  # torch.compile's worker pool
-    r"multiprocessing\.resource_tracker",
-)
-
-
-@dataclass(frozen=True)
-class WatchRules:
-    """What a backend knows about its engine's tree and log."""
-
-    fatal_log_patterns: tuple[str, ...] = ()
-    transient_processes: tuple[str, ...] = TRANSIENT_PROCESSES
-    essential_processes: tuple[str, ...] = ()  # patterns on name or command line; () = the generic rule
-    min_age_s: float = 1.0
-
-    def fatal_regex(self) -> re.Pattern | None:
-        return re.compile("|".join(f"(?:{p})" for p in self.fatal_log_patterns)) if self.fatal_log_patterns else None
-
-    def transient_regex(self) -> re.Pattern | None:
-        return re.compile("|".join(f"(?:{p})" for p in self.transient_processes)) if self.transient_processes else None
-
-    def essential_regex(self) -> re.Pattern | None:
-        return re.compile("|".join(f"(?:{p})" for p in self.essential_processes)) if self.essential_processes else None
 
 
 def find_fatal(lines: list[str], fatal: re.Pattern | None) -> int | None:
@@ -195,7 +172,5 @@ class TreeWatch:
             self._found = _Found(f"the server logged a fatal error: {lines[i].strip()[:240]}", lines[i:i + 20])
 
     def _tail(self, n: int) -> list[str]:
-        from orchestrator.node.server import read_tail
-
         return read_tail(self.log_path, n).splitlines()
 

@@ -1,0 +1,63 @@
+"""How to start one server and how to watch it: the values a backend hands the node.
+
+A backend (``orchestrator.backends``) is pure: it turns a config into a ``LaunchSpec``
+(argv, environment delta, where to ask whether it is ready) and says what it knows of its
+engine's process tree and log as ``WatchRules``. The node (``orchestrator.node.server``,
+``orchestrator.node.treewatch``) acts on both. They live here, on the ground floor, so that
+neither side imports the other.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How to start one server: argv, env delta, where to ask if it is ready."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 0
+    health_path: str = "/health"
+    ready_status: int = 200
+    model_name: str = ""  # what to put in the OpenAI "model" field
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def shell_line(self) -> str:
+        """One shell-quoted line: env assignments then argv."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        cmd = shlex.join(self.argv)
+        return f"{env} {cmd}" if env else cmd
+
+
+# Processes that may come and go in any server's tree without meaning harm.
+TRANSIENT_PROCESSES = (
+    r"torch/_inductor/compile_worker",  # torch.compile's worker pool
+    r"multiprocessing\.resource_tracker",
+)
+
+
+@dataclass(frozen=True)
+class WatchRules:
+    """What a backend knows about its engine's tree and log."""
+
+    fatal_log_patterns: tuple[str, ...] = ()
+    transient_processes: tuple[str, ...] = TRANSIENT_PROCESSES
+    essential_processes: tuple[str, ...] = ()  # patterns on name or command line; () = the generic rule
+    min_age_s: float = 1.0
+
+    def fatal_regex(self) -> re.Pattern | None:
+        return re.compile("|".join(f"(?:{p})" for p in self.fatal_log_patterns)) if self.fatal_log_patterns else None
+
+    def transient_regex(self) -> re.Pattern | None:
+        return re.compile("|".join(f"(?:{p})" for p in self.transient_processes)) if self.transient_processes else None
+
+    def essential_regex(self) -> re.Pattern | None:
+        return re.compile("|".join(f"(?:{p})" for p in self.essential_processes)) if self.essential_processes else None

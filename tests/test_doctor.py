@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.core import versions
-from orchestrator.node import doctor
+from orchestrator.node import doctor, nvidia_smi
 
 # ---- captured on nvidia-h200-x2 -------------------------------------------------------------
 
@@ -110,7 +110,7 @@ def quick_versions(monkeypatch):
 # ---- parsers -------------------------------------------------------------------------------------
 
 def test_parse_gpu_query_captured():
-    gpus = doctor.parse_gpu_query(CAPTURED_QUERY)
+    gpus = nvidia_smi.parse_gpu_query(CAPTURED_QUERY)
     assert gpus == [
         {"index": 0, "name": "NVIDIA H200", "bus_id": "00000000:00:06.0", "memory_total_mib": 143771,
          "memory_used_mib": 0, "util_percent": 0, "driver": "580.159.04", "gen_current": 5, "gen_max": 5,
@@ -121,20 +121,20 @@ def test_parse_gpu_query_captured():
 
 
 def test_parse_gpu_query_not_available_cells():
-    gpus = doctor.parse_gpu_query(PCIE_QUERY)
+    gpus = nvidia_smi.parse_gpu_query(PCIE_QUERY)
     assert len(gpus) == 8 and gpus[7]["gen_current"] is None and gpus[7]["gen_max"] == 4
     assert gpus[3]["memory_used_mib"] == 61234 and gpus[3]["util_percent"] == 97
 
 
 def test_parse_topo_captured_nvlink():
-    topo = doctor.parse_topo_matrix(CAPTURED_TOPO)
+    topo = nvidia_smi.parse_topo_matrix(CAPTURED_TOPO)
     assert topo["gpus"] == ["GPU0", "GPU1"]
     assert topo["links"][("GPU0", "GPU1")] == "NV18" and topo["links"][("GPU0", "GPU0")] == "X"
     assert topo["affinity"]["GPU0"]["cpu"] == "0-31"
 
 
 def test_parse_topo_pcie_with_nic():
-    topo = doctor.parse_topo_matrix(PCIE_TOPO)
+    topo = nvidia_smi.parse_topo_matrix(PCIE_TOPO)
     assert len(topo["gpus"]) == 8 and topo["nics"] == ["NIC0"]
     assert topo["links"][("GPU0", "GPU1")] == "PIX"
     assert topo["links"][("GPU0", "GPU2")] == "PXB"
@@ -144,8 +144,8 @@ def test_parse_topo_pcie_with_nic():
 
 
 def test_parse_topo_p2p():
-    assert doctor.parse_topo_p2p(CAPTURED_P2P) == {("GPU0", "GPU1"): "OK", ("GPU1", "GPU0"): "OK"}
-    p2p = doctor.parse_topo_p2p(PCIE_P2P)
+    assert nvidia_smi.parse_topo_p2p(CAPTURED_P2P) == {("GPU0", "GPU1"): "OK", ("GPU1", "GPU0"): "OK"}
+    p2p = nvidia_smi.parse_topo_p2p(PCIE_P2P)
     assert p2p[("GPU0", "GPU3")] == "CNS" and p2p[("GPU1", "GPU2")] == "OK" and len(p2p) == 12
 
 
@@ -157,10 +157,10 @@ def test_parse_lspci_acs():
 
 
 def test_parse_compute_apps_and_cuda():
-    assert doctor.parse_compute_apps(PCIE_APPS) == [
+    assert nvidia_smi.parse_compute_apps(PCIE_APPS) == [
         {"bus_id": "00000000:5D:00.0", "pid": 48213, "name": "/usr/bin/python3", "used_mib": 61220}]
-    assert doctor.parse_compute_apps("") == []
-    assert doctor.parse_cuda_version(CAPTURED_SMI_HEADER) == "13.0"
+    assert nvidia_smi.parse_compute_apps("") == []
+    assert nvidia_smi.parse_cuda_version(CAPTURED_SMI_HEADER) == "13.0"
 
 
 def test_iommu_state(tmp_path):
@@ -175,8 +175,9 @@ def test_iommu_state(tmp_path):
 # ---- judgement -------------------------------------------------------------------------------------
 
 def test_assess_healthy_nvlink_box():
-    lines, warnings = doctor.assess(doctor.parse_gpu_query(CAPTURED_QUERY), [],
-                                    doctor.parse_topo_matrix(CAPTURED_TOPO), doctor.parse_topo_p2p(CAPTURED_P2P),
+    lines, warnings = doctor.assess(nvidia_smi.parse_gpu_query(CAPTURED_QUERY), [],
+                                    nvidia_smi.parse_topo_matrix(CAPTURED_TOPO),
+                                    nvidia_smi.parse_topo_p2p(CAPTURED_P2P),
                                     None, {"groups": 0, "cmdline": []})
     assert warnings == []
     text = "\n".join(lines)
@@ -185,8 +186,8 @@ def test_assess_healthy_nvlink_box():
 
 
 def test_assess_troubled_pcie_box():
-    lines, warnings = doctor.assess(doctor.parse_gpu_query(PCIE_QUERY), doctor.parse_compute_apps(PCIE_APPS),
-                                    doctor.parse_topo_matrix(PCIE_TOPO), doctor.parse_topo_p2p(PCIE_P2P),
+    lines, warnings = doctor.assess(nvidia_smi.parse_gpu_query(PCIE_QUERY), nvidia_smi.parse_compute_apps(PCIE_APPS),
+                                    nvidia_smi.parse_topo_matrix(PCIE_TOPO), nvidia_smi.parse_topo_p2p(PCIE_P2P),
                                     doctor.parse_lspci_acs(PCIE_LSPCI),
                                     {"groups": 112, "cmdline": ["intel_iommu=on"]}, job_gpus=16)
     text = "\n".join(warnings)
@@ -204,7 +205,7 @@ def test_assess_troubled_pcie_box():
 
 
 def test_assess_iommu_passthrough_is_fine():
-    _, warnings = doctor.assess(doctor.parse_gpu_query(CAPTURED_QUERY), [], {}, {("GPU0", "GPU1"): "OK"}, [],
+    _, warnings = doctor.assess(nvidia_smi.parse_gpu_query(CAPTURED_QUERY), [], {}, {("GPU0", "GPU1"): "OK"}, [],
                                 {"groups": 40, "cmdline": ["intel_iommu=on", "iommu=pt"]})
     assert warnings == []
 

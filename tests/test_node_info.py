@@ -11,7 +11,7 @@ import os
 import stat
 from pathlib import Path
 
-from orchestrator.node.trial import node_info
+from orchestrator.node.hwprobe import node_info
 
 TOPO = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi-topo-2xh200.txt"
 

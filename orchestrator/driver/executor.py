@@ -49,6 +49,7 @@ from typing import Any
 
 from orchestrator.core.errors import RuntimeFailure
 from orchestrator.core.records import TrialResult
+from orchestrator.node.hwprobe import node_info
 from orchestrator.node.trial import TrialSpec, run_trial
 
 log = logging.getLogger(__name__)
@@ -127,8 +128,6 @@ class TrialActor:
         return True
 
     def node(self) -> dict[str, Any]:
-        from orchestrator.node.trial import node_info
-
         return node_info()
 
 

@@ -20,9 +20,20 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-GPU_FIELDS = ("index", "name", "pci.bus_id", "memory.total", "memory.used", "utilization.gpu", "driver_version",
-              "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max")
-APP_FIELDS = ("gpu_bus_id", "pid", "process_name", "used_memory")
+from orchestrator.node import nvidia_smi
+from orchestrator.node.nvidia_smi import (
+    APP_FIELDS,
+    CSV,
+    GPU_FIELDS,
+    TOOL,
+    parse_compute_apps,
+    parse_cuda_version,
+    parse_gpu_query,
+    parse_topo_matrix,
+    parse_topo_p2p,
+    strip_ansi,
+)
+
 P2P_STATUS = {"OK": "ok", "CNS": "chipset not supported", "GNS": "GPU not supported",
               "TNS": "topology not supported", "NS": "not supported", "U": "unknown"}
 BUSY_MEMORY_MIB = 1024  # more used than this on an idle GPU means someone is there
@@ -32,114 +43,6 @@ Runner = Callable[[list[str]], "str | None"]
 
 
 # ---- pure parsers -------------------------------------------------------------------------
-
-def _cell(text: str) -> str | None:
-    text = text.strip()
-    return None if not text or text.startswith("[") or text in ("N/A", "Not Supported") else text
-
-
-def _num(text: str | None) -> int | None:
-    if text is None:
-        return None
-    m = re.match(r"-?\d+", text.strip())
-    return int(m.group(0)) if m else None
-
-
-def parse_gpu_query(text: str) -> list[dict[str, Any]]:
-    """``nvidia-smi --query-gpu=<GPU_FIELDS> --format=csv,noheader,nounits`` -> one dict per
-    GPU: index, name, bus_id, memory_total_mib, memory_used_mib, util_percent, driver,
-    gen_current, gen_max, width_current, width_max (None where not reported)."""
-    gpus = []
-    for line in text.splitlines():
-        if not line.strip() or line.lower().startswith("index"):
-            continue
-        cells = [_cell(c) for c in line.split(",")]
-        if len(cells) < len(GPU_FIELDS):
-            continue
-        index, name, bus, mem_total, mem_used, util, driver, gcur, gmax, wcur, wmax = cells[:len(GPU_FIELDS)]
-        gpus.append({"index": _num(index), "name": name, "bus_id": bus, "memory_total_mib": _num(mem_total),
-                     "memory_used_mib": _num(mem_used), "util_percent": _num(util), "driver": driver,
-                     "gen_current": _num(gcur), "gen_max": _num(gmax), "width_current": _num(wcur),
-                     "width_max": _num(wmax)})
-    return gpus
-
-
-def parse_compute_apps(text: str) -> list[dict[str, Any]]:
-    """``nvidia-smi --query-compute-apps=gpu_bus_id,pid,process_name,used_memory
-    --format=csv,noheader,nounits`` -> [{bus_id, pid, name, used_mib}]."""
-    apps = []
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.split(",")]
-        if len(cells) < 4 or not cells[1].isdigit():
-            continue
-        apps.append({"bus_id": cells[0], "pid": int(cells[1]), "name": ",".join(cells[2:-1]).strip(),
-                     "used_mib": _num(cells[-1])})
-    return apps
-
-
-def parse_topo_matrix(text: str) -> dict[str, Any]:
-    """``nvidia-smi topo -m`` -> {"gpus": ["GPU0", ...], "links": {("GPU0","GPU1"): "PIX"},
-    "affinity": {"GPU0": {"cpu": "0-31", "numa": "0"}}, "nics": [...]}. Only GPU-to-GPU
-    links are kept (the NIC columns and the legend are skipped)."""
-    lines = [line.rstrip() for line in text.splitlines()]
-    header_i = next((i for i, line in enumerate(lines) if re.match(r"^\s+GPU0\b", line.replace("\x1b[4m", ""))), None)
-    out: dict[str, Any] = {"gpus": [], "links": {}, "affinity": {}, "nics": []}
-    if header_i is None:
-        return out
-    header = [h.strip() for h in re.split(r"\t+", _strip_ansi(lines[header_i]).strip()) if h.strip()]
-    columns = [h for h in header if re.fullmatch(r"GPU\d+|NIC\d+|mlx\S+", h)]
-    extra = header[len(columns):]
-    for line in lines[header_i + 1:]:
-        clean = _strip_ansi(line)
-        if not clean.strip() or clean.strip().startswith("Legend"):
-            break
-        cells = [c.strip() for c in re.split(r"\t+", clean.strip())]
-        row = cells[0]
-        if not re.fullmatch(r"GPU\d+", row):
-            if re.fullmatch(r"NIC\d+|mlx\S+", row):
-                out["nics"].append(row)
-            continue
-        out["gpus"].append(row)
-        values = cells[1:]
-        for col, value in zip(columns, values):
-            if col.startswith("GPU"):
-                out["links"][(row, col)] = value
-        rest = values[len(columns):]
-        aff = {}
-        for name, value in zip(extra, rest):
-            low = name.lower()
-            if "cpu" in low:
-                aff["cpu"] = value
-            elif "gpu numa" in low:
-                aff["gpu_numa"] = value
-            elif "numa" in low:
-                aff["numa"] = value
-        out["affinity"][row] = aff
-    return out
-
-
-def _strip_ansi(text: str) -> str:
-    return re.sub(r"\x1b\[[0-9;]*m", "", text)
-
-
-def parse_topo_p2p(text: str) -> dict[tuple[str, str], str]:
-    """``nvidia-smi topo -p2p r`` (or ``w``) -> {("GPU0","GPU1"): "OK"|"CNS"|...}."""
-    out: dict[tuple[str, str], str] = {}
-    columns: list[str] = []
-    for line in text.splitlines():
-        clean = _strip_ansi(line).strip()
-        if clean.startswith("Legend"):
-            break
-        cells = clean.split()
-        if cells and all(re.fullmatch(r"GPU\d+", c) for c in cells):
-            columns = cells
-            continue
-        if columns and cells and re.fullmatch(r"GPU\d+", cells[0]):
-            for col, value in zip(columns, cells[1:]):
-                if col != cells[0]:
-                    out[(cells[0], col)] = value
-    return out
-
 
 def parse_lspci_acs(text: str) -> list[dict[str, str]]:
     """``lspci -vvv`` -> the PCIe devices whose ACS control redirects or validates peer
@@ -158,12 +61,6 @@ def parse_lspci_acs(text: str) -> list[dict[str, str]]:
             if any(f"{bit}+" in ctl for bit in ("SrcValid", "ReqRedir", "CmpltRedir")):
                 out.append({"device": device, "acsctl": ctl})
     return out
-
-
-def parse_cuda_version(text: str) -> str | None:
-    """The driver's CUDA version from plain ``nvidia-smi`` output (``CUDA Version: 13.0``)."""
-    m = re.search(r"CUDA Version:\s*([\d.]+)", text)
-    return m.group(1) if m else None
 
 
 def iommu_state(sysfs_root: str | os.PathLike = "/") -> dict[str, Any]:
@@ -268,7 +165,11 @@ def assess(gpus: list[dict], apps: list[dict], topo: dict, p2p: dict, acs: list[
 # ---- gathering ----------------------------------------------------------------------------
 
 def default_runner(argv: list[str]) -> str | None:
-    """stdout of a command, or None when it is missing, fails or takes over 30 s."""
+    """stdout of a command, or None when it is missing, fails or takes over 30 s
+    (nvidia-smi through ``nvidia_smi.call``, the one place that runs it)."""
+    if argv[0] == nvidia_smi.TOOL:
+        reply = nvidia_smi.call(argv[1:])
+        return reply.stdout if reply.ok else None
     if shutil.which(argv[0]) is None:
         return None
     try:
@@ -296,17 +197,17 @@ def run_doctor(job=None, runner: Runner | None = None, sysfs_root: str = "/",
     run = runner or default_runner
     lines: list[str] = []
     warnings: list[str] = []
-    query = run(["nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"])
+    query = run([TOOL, f"--query-gpu={','.join(GPU_FIELDS)}", CSV])
     gpus = parse_gpu_query(query or "")
     if query is None or not gpus:
         lines.append("no NVIDIA GPU found (nvidia-smi is missing or lists no GPU): nothing to check on this "
                      "machine; a CPU job (gpus_per_node: 0) can still run")
     else:
-        apps = parse_compute_apps(run(["nvidia-smi", f"--query-compute-apps={','.join(APP_FIELDS)}",
-                                       "--format=csv,noheader,nounits"]) or "")
-        topo_text = run(["nvidia-smi", "topo", "-m"]) or ""
+        apps = parse_compute_apps(run([TOOL, f"--query-compute-apps={','.join(APP_FIELDS)}",
+                                       CSV]) or "")
+        topo_text = run([TOOL, "topo", "-m"]) or ""
         topo = parse_topo_matrix(topo_text)
-        p2p = parse_topo_p2p(run(["nvidia-smi", "topo", "-p2p", "r"]) or "")
+        p2p = parse_topo_p2p(run([TOOL, "topo", "-p2p", "r"]) or "")
         if not p2p and len(gpus) > 1:
             p2p = _torch_p2p(len(gpus))
         lspci = run(["lspci", "-vvv"])
@@ -317,9 +218,9 @@ def run_doctor(job=None, runner: Runner | None = None, sysfs_root: str = "/",
         warnings += warns
         if topo_text.strip():
             lines.append("nvidia-smi topo -m:")
-            matrix = _strip_ansi(topo_text).split("Legend")[0]
+            matrix = strip_ansi(topo_text).split("Legend")[0]
             lines += ["  " + line for line in matrix.splitlines() if line.strip()][:40]
-        cuda = parse_cuda_version(run(["nvidia-smi"]) or "")
+        cuda = parse_cuda_version(run([TOOL]) or "")
         if cuda:
             lines.append(f"CUDA (driver supports): {cuda}")
     if probe_versions:

@@ -12,13 +12,12 @@ for (``settle_s``). After a teardown, ``usable`` checks that the GPUs still answ
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 
-from orchestrator.node import proctree
+from orchestrator.node import nvidia_smi, proctree
 
 # Memory a GPU may show in use with no process of ours on it (driver reservations)
 # before it counts as held by someone else.
@@ -33,22 +32,11 @@ class GpuUse:
     apps: tuple[tuple[int, int], ...]  # (pid, MiB) of the compute processes nvidia-smi shows
 
 
-def _smi(args: list[str], timeout_s: float = 15.0) -> list[list[str]] | None:
-    try:
-        out = subprocess.run(["nvidia-smi", *args, "--format=csv,noheader,nounits"], capture_output=True,
-                             text=True, timeout=timeout_s)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    return [[c.strip() for c in line.split(",")] for line in out.stdout.splitlines() if line.strip()]
-
-
 def read(visible: list[str] | None = None) -> list[GpuUse] | None:
     """Used memory and compute processes of the GPUs in ``visible`` (indices or UUIDs, as in
     CUDA_VISIBLE_DEVICES; None: all); None where nvidia-smi cannot tell."""
-    gpus = _smi(["--query-gpu=index,uuid,memory.used"])
-    apps = _smi(["--query-compute-apps=gpu_uuid,pid,used_memory"])
+    gpus = nvidia_smi.csv_rows(["--query-gpu=index,uuid,memory.used"])
+    apps = nvidia_smi.csv_rows(["--query-compute-apps=gpu_uuid,pid,used_memory"])
     if gpus is None:
         return None
     by_uuid: dict[str, list[tuple[int, int]]] = {}
@@ -114,15 +102,17 @@ def visible_devices() -> list[str] | None:
 def usable(timeout_s: float = 30.0) -> tuple[bool, str]:
     """A quick device check after teardown: do the GPUs still answer (nvidia-smi), and is
     their memory free again? Falls back to a CUDA smoke test where nvidia-smi is missing."""
-    if shutil.which("nvidia-smi"):
-        cmd = ["nvidia-smi", "--query-gpu=index,memory.used,memory.total", "--format=csv,noheader,nounits"]
-    else:
-        cmd = [sys.executable, "-c", "import torch; [torch.ones(1, device=f'cuda:{i}').sum().item() "
-               "for i in range(torch.cuda.device_count())]"]
+    if nvidia_smi.available():
+        reply = nvidia_smi.call(["--query-gpu=index,memory.used,memory.total", nvidia_smi.CSV], timeout_s)
+        if not reply.ok:
+            return False, reply.why() + (f" for {timeout_s:.0f}s" if reply.status == "hung" else "")
+        return True, reply.stdout.strip().replace("\n", "; ")
+    cmd = [sys.executable, "-c", "import torch; [torch.ones(1, device=f'cuda:{i}').sum().item() "
+           "for i in range(torch.cuda.device_count())]"]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return False, f"{cmd[0]} hung for {timeout_s:.0f}s"
+        return False, f"the CUDA smoke test hung for {timeout_s:.0f}s"
     if out.returncode != 0:
-        return False, (out.stderr.strip().splitlines() or [f"{cmd[0]} failed"])[-1]
+        return False, (out.stderr.strip().splitlines() or ["the CUDA smoke test failed"])[-1]
     return True, out.stdout.strip().replace("\n", "; ")

@@ -1,6 +1,8 @@
-"""Measure the memory bandwidth the decode ceiling is computed from.
+"""What a trial's node is: hostname, the GPUs it was given, their model, driver and links
+(``node_info``, the provenance every export carries), and the memory bandwidth the decode
+ceiling is computed from (``memory_bandwidth``).
 
-Run in a child process (``python -m orchestrator.node.hwprobe cuda``) so the trial worker
+The bandwidth is measured in a child process (``python -m orchestrator.node.hwprobe cuda``) so the trial worker
 never holds a CUDA context (and its memory) while a server runs on the same GPUs.
 Bandwidth = bytes read + bytes written by a large device-to-device copy / time,
 median of several copies after a warm-up.
@@ -9,9 +11,14 @@ median of several copies after a warm-up.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 from functools import lru_cache
+from typing import Any
+
+from orchestrator.node import nvidia_smi
 
 
 def _measure(device: str) -> float:
@@ -39,6 +46,32 @@ def _measure(device: str) -> float:
             times.append(elapsed)
     times.sort()
     return 2 * n_bytes / times[len(times) // 2]
+
+
+def node_info() -> dict[str, Any]:
+    """Which node and GPUs this trial ran on: hostname, the GPUs it was given
+    (CUDA_VISIBLE_DEVICES) and their count, model, driver and links, and inside Ray the
+    node id and IP."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    info: dict[str, Any] = {"hostname": socket.gethostname(), "gpus": visible}
+    try:
+        import ray  # optional here: a process outside Ray has no node id
+
+        if ray.is_initialized():
+            info["node_id"] = ray.get_runtime_context().get_node_id()
+            info["node_ip"] = ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - outside Ray there is no node id
+        pass
+    if visible:
+        ids = [g.strip() for g in visible.split(",") if g.strip()]
+        info["gpu_count"] = len(ids)
+        info["gpu_model"] = nvidia_smi.gpu_name(ids[0] if ids else None)
+        driver, links = nvidia_smi.driver_version(), nvidia_smi.topology(ids)
+        if driver:
+            info["driver_version"] = driver
+        if links:
+            info["topology"] = links
+    return info
 
 
 @lru_cache(maxsize=4)

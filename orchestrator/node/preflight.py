@@ -21,9 +21,10 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 from pathlib import Path
 from typing import Any
+
+from orchestrator.node.nvidia_smi import gpu_count
 
 MODEL_SETTINGS = ("model", "model_path")  # backend settings that may name a local model
 
@@ -40,19 +41,6 @@ def resolve(command: str, env: dict[str, str]) -> str | None:
     if os.sep in command:
         return command if os.path.isfile(command) and os.access(command, os.X_OK) else None
     return shutil.which(command, path=path)
-
-
-def gpu_count(timeout_s: float = 20.0) -> int | None:
-    """GPUs ``nvidia-smi -L`` lists on this node; None when it cannot say (no nvidia-smi)."""
-    if not shutil.which("nvidia-smi"):
-        return None
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    if out.returncode != 0:
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
 def local_model_path(settings: dict[str, Any]) -> str | None:

@@ -11,8 +11,6 @@ logged while it runs (a process group that survived SIGKILL, ...) go into the re
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,6 +22,7 @@ from orchestrator.core import nccl
 from orchestrator.core.errors import StorageWriteError, is_file_write_failure
 from orchestrator.core.records import COMPLETE, PRUNED, Config, TrialResult
 from orchestrator.node import client, gpus
+from orchestrator.node.hwprobe import memory_bandwidth, node_info
 from orchestrator.node.server import (
     ReadyTimeout,
     ServerExited,
@@ -92,8 +91,6 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
     node = node_info()
     backend = get_backend_class(spec.backend_kind)(spec.backend_settings, spec.job_file)
     if spec.measure_bandwidth:
-        from orchestrator.node.hwprobe import memory_bandwidth
-
         node["memory_bandwidth_bytes_s"] = memory_bandwidth(backend.device())
         node["memory_device"] = backend.device()
     log_path = Path(spec.log_dir) / (spec.log_name or f"trial-{spec.number:04d}.log")
@@ -289,63 +286,6 @@ def capture_outputs(base_url: str, model: str, spec: TrialSpec, score_texts: lis
         out["logprobs"] = [client.score_continuation(base_url, model, p, t, spec.bench_timeout_s)
                            for p, t in zip(spec.check_prompts, texts)]
     return out
-
-
-def node_info() -> dict[str, Any]:
-    """Which node and GPUs this trial ran on: hostname, the GPUs it was given
-    (CUDA_VISIBLE_DEVICES) and their count and model, and inside Ray the node id and IP."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    info: dict[str, Any] = {"hostname": socket.gethostname(), "gpus": visible}
-    try:
-        import ray
-
-        if ray.is_initialized():
-            info["node_id"] = ray.get_runtime_context().get_node_id()
-            info["node_ip"] = ray.util.get_node_ip_address()
-    except Exception:  # noqa: BLE001 - outside Ray there is no node id
-        pass
-    if visible:
-        ids = [g.strip() for g in visible.split(",") if g.strip()]
-        info["gpu_count"] = len(ids)
-        info["gpu_model"] = _gpu_model(ids[0] if ids else None)
-        info.update(_driver_and_topology(ids))
-    return info
-
-
-def _driver_and_topology(ids: list[str]) -> dict[str, Any]:
-    """Driver version and the links between the visible GPUs (e.g. "GPU0-GPU1 PIX"), for
-    the provenance every export carries; empty where nvidia-smi is missing."""
-    from orchestrator.node.doctor import parse_topo_matrix
-
-    out: dict[str, Any] = {}
-    try:
-        drv = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
-        if drv.returncode == 0 and drv.stdout.strip():
-            out["driver_version"] = drv.stdout.split()[0]
-        topo = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return out
-    if topo.returncode == 0:
-        links = parse_topo_matrix(topo.stdout).get("links", {})
-        names = {f"GPU{i}" for i in ids if i.isdigit()}
-        pairs = sorted(f"{a}-{b} {kind}" for (a, b), kind in links.items() if a < b and (not names or {a, b} <= names))
-        out["topology"] = ", ".join(pairs) if pairs else "single GPU"
-    return out
-
-
-def _gpu_model(device_id: str | None) -> str | None:
-    """nvidia-smi's name of one visible GPU (index or UUID; any GPU when None)."""
-    for extra in ([f"--id={device_id}"] if device_id else []) + [None]:
-        cmd = ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"] + ([extra] if extra else [])
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        names = [n.strip() for n in out.stdout.splitlines() if n.strip()]
-        if out.returncode == 0 and names:
-            return names[0]
-    return None
 
 
 def _read(path: Path) -> str:

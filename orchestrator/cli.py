@@ -403,7 +403,7 @@ def cmd_cleanup(args) -> int:
     where = load_study_location(args.job)  # the study's records only: no space, no backend needed
     registry_dir = where.report_dir / "servers"
     if where.ray_address:
-        from orchestrator.driver.executor import RayExecutor
+        from orchestrator.driver.ray_executor import RayExecutor
 
         ex = RayExecutor(address=where.ray_address, gpus_per_node=0, cpus_per_trial=1, parallel=1)
         killed = ex.cleanup_orphans(registry_dir)

@@ -24,7 +24,7 @@ import pytest
 from conftest import REPO, write_job
 from orchestrator.config.job import load_job
 from orchestrator.core.errors import RuntimeFailure
-from orchestrator.driver.executor import RayExecutor, probe_address
+from orchestrator.driver.ray_executor import RayExecutor, probe_address
 from orchestrator.driver.run import StudyDriver, open_study
 from orchestrator.study.history import trial_rows
 
@@ -170,7 +170,7 @@ def test_without_an_address_a_fresh_local_ray_never_a_foreign_one(tmp_path, no_l
 def test_token_auth_cluster_without_the_token_says_so(tmp_path, token_head, monkeypatch):
     import os
 
-    from orchestrator.driver.executor import probe_cluster
+    from orchestrator.driver.ray_executor import probe_cluster
 
     address, token = token_head
     job_path = write_job(tmp_path, study="token")

@@ -180,7 +180,7 @@ def test_preflight_checks_command_path_gpus_and_model(tmp_path, monkeypatch):
 
 
 def test_ray_preflight_runs_on_each_matching_node(tmp_path, ray_local):
-    from orchestrator.driver.executor import RayExecutor
+    from orchestrator.driver.ray_executor import RayExecutor
 
     job = load_job(command_job(tmp_path, tmp_path / "bin" / SERVER))
     executor = RayExecutor(address=None, gpus_per_node=0, cpus_per_trial=1)

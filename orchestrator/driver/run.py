@@ -37,8 +37,9 @@ from orchestrator.core.errors import (
     is_file_write_failure,
 )
 from orchestrator.core.records import COMPLETE, FAIL, PRUNED, TrialResult
-from orchestrator.driver.executor import Executor, RayExecutor
+from orchestrator.driver.executor import Executor
 from orchestrator.driver.lock import DriverLock
+from orchestrator.driver.ray_executor import RayExecutor
 from orchestrator.node import preflight
 from orchestrator.node.trial import TrialSpec
 from orchestrator.study import bans as value_bans

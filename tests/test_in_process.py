@@ -8,8 +8,8 @@ import io
 import time
 
 import pytest
-from conftest import write_job
 
+from conftest import write_job
 from orchestrator.config.job import load_job
 from orchestrator.core.records import COMPLETE, FAIL
 from orchestrator.driver.in_process import InProcessExecutor

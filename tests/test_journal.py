@@ -200,7 +200,7 @@ def test_the_repair_is_done_under_optunas_lock(tmp_path, recorded):
     path.write_bytes(recorded + b'{"op_code":2')
     lock = optuna.storages.journal.JournalFileSymlinkLock(str(path))
     assert lock.acquire()
-    code = "import sys; from orchestrator import journal; print('repairing', flush=True); journal.repair(sys.argv[1])"
+    code = "import sys; from orchestrator.study import journal; print('repairing', flush=True); journal.repair(sys.argv[1])"
     child = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONPATH": str(REPO)})
     try:

@@ -28,7 +28,7 @@ from orchestrator.node import client
 
 OLD_DEFAULT = ("Write a detailed, step-by-step explanation of how a ring all-reduce works across "
                "eight GPUs, then summarize its cost in one sentence.")
-PROMPTS = Path(__file__).resolve().parents[2] / "orchestrator" / "prompts" / "decode.jsonl"
+PROMPTS = Path(__file__).resolve().parents[2] / "orchestrator" / "config" / "decode_prompts.jsonl"
 
 
 def configs(draft: str | None) -> dict[str, tuple[list[str], dict[str, str]]]:

@@ -73,7 +73,8 @@ def measure(nodes: int, trials: int, slow_start: float, keep: Path | None) -> di
     from ray.cluster_utils import Cluster
 
     from orchestrator.config.job import load_job
-    from orchestrator.driver.run import StudyDriver, open_study
+    from orchestrator.driver.run import StudyDriver
+    from orchestrator.study.storage import open_study
 
     if ray.is_initialized():
         ray.shutdown()

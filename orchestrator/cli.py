@@ -261,8 +261,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from orchestrator.driver.run import open_study
     from orchestrator.study.history import format_status, trial_rows
+    from orchestrator.study.storage import open_study
 
     job = _load(args.job)
     rows = trial_rows(open_study(job, create=False))
@@ -274,9 +274,9 @@ def cmd_status(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from orchestrator.driver.run import open_study
     from orchestrator.results.export import export
     from orchestrator.study.history import trial_rows
+    from orchestrator.study.storage import open_study
 
     job = _load(args.job)
     if args.top < 1:
@@ -379,8 +379,8 @@ def cmd_prescreen(args) -> int:
     require_device(job, job.backend_obj().device())  # at once, before anything is launched
     measured: dict[int, tuple[dict, float]] = {}
     try:  # a finished study gives "the rest" of a step, for the predicted decode tok/s
-        from orchestrator.driver.run import open_study
         from orchestrator.study.history import trial_rows
+        from orchestrator.study.storage import open_study
 
         for row in trial_rows(open_study(job, create=False)):
             tp = int(row.params.get("tp_size", 1))

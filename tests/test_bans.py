@@ -15,12 +15,13 @@ import pytest
 from conftest import write_job
 from orchestrator.config.job import load_job
 from orchestrator.core.records import TrialResult, TrialRow
-from orchestrator.driver.run import StudyDriver, open_study
+from orchestrator.driver.run import StudyDriver
 from orchestrator.results.report import write_report
 from orchestrator.study import bans
 from orchestrator.study.history import trial_rows
 from orchestrator.study.policy import SearchPolicy
 from orchestrator.study.samplers import make_sampler, startup_trials
+from orchestrator.study.storage import open_study
 
 NCCL_LOGS = Path(__file__).with_name("fixtures") / "nccl"
 LL129 = (NCCL_LOGS / "bad-proto-LL129-2.28.9.log").read_text(errors="replace")

@@ -25,8 +25,9 @@ from conftest import REPO, write_job
 from orchestrator.config.job import load_job
 from orchestrator.core.errors import RuntimeFailure
 from orchestrator.driver.ray_executor import RayExecutor, probe_address
-from orchestrator.driver.run import StudyDriver, open_study
+from orchestrator.driver.run import StudyDriver
 from orchestrator.study.history import trial_rows
+from orchestrator.study.storage import open_study
 
 NODES = 3
 SELECTOR = {"trial_node": 1}

@@ -12,7 +12,7 @@ import pytest
 from orchestrator.cli import main, parse_also
 from orchestrator.core.errors import BadInput
 from orchestrator.results.compare import _also_rows, check_constraints, format_compare, summarize
-from orchestrator.study import history
+from orchestrator.study import history, storage
 
 _HERE = Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("_history_fixture", _HERE / "test_history.py")
@@ -23,7 +23,7 @@ _spec.loader.exec_module(fx)
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory):
     job, _study = fx.build_study(tmp_path_factory.mktemp("compare"))
-    return history.trial_rows(history.load_study(job))
+    return history.trial_rows(storage.load_study(job))
 
 
 def _pick(rows, also):

@@ -21,9 +21,9 @@ from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.core import outcome
 from orchestrator.core.records import TrialResult
-from orchestrator.driver.run import open_study
 from orchestrator.node import preflight
 from orchestrator.study.history import trial_rows
+from orchestrator.study.storage import open_study
 
 SERVER = "run-orchestrator.refserver"  # the name carries the marker the leftover-server guard looks for
 

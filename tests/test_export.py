@@ -14,7 +14,7 @@ import yaml
 from orchestrator.backends.refserver import RefServerBackend
 from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.results.export import export, load_config_file, nccl_tuner_rules
-from orchestrator.study import history
+from orchestrator.study import history, storage
 
 _spec = importlib.util.spec_from_file_location("_history_fixture", Path(__file__).with_name("test_history.py"))
 fx = importlib.util.module_from_spec(_spec)
@@ -131,7 +131,7 @@ def test_nccl_tuner_rule_variants():
 
 def test_nccl_tuner_without_nccl_settings_is_a_comment(tmp_path):
     job = fx.make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
     policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
     cfg = {"tp_size": 1, "graph_capture": True}
     fx.record(study, policy, cfg, fx.ok(cfg, 12.0), baseline=True)
@@ -142,7 +142,7 @@ def test_nccl_tuner_without_nccl_settings_is_a_comment(tmp_path):
 
 def test_no_completed_trial(tmp_path):
     job = fx.make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
     policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
     fx.record(study, policy, fx.BASE, fx.failed(fx.BASE, "start-crash", "exit 1"))
     rows = history.trial_rows(study)

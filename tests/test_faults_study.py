@@ -9,8 +9,9 @@ import pytest
 
 from conftest import write_job
 from orchestrator.config.job import load_job
-from orchestrator.driver.run import StudyDriver, open_study
+from orchestrator.driver.run import StudyDriver
 from orchestrator.study.history import best_rows, trial_rows
+from orchestrator.study.storage import open_study
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.core.records import TrialResult, config_key
-from orchestrator.study import history
+from orchestrator.study import history, storage
 from orchestrator.study.policy import Proposal, SearchPolicy
 
 T0 = 1_700_000_000.0
@@ -99,7 +99,7 @@ def build_study(tmp_path: Path, study_name: str = "demo"):
     """A study with every user-facing outcome; returns (job, study). Best is trial 2 (57 tok/s)."""
     job = make_job(tmp_path, study_name)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage),
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage),
                                 direction="maximize")
     policy = SearchPolicy(study, _Space(), lambda c: dict(c), baseline=None, budget=None)
     record(study, policy, BASE, ok(BASE, 20.0, at=0), baseline=True)                          # 0 baseline
@@ -134,7 +134,7 @@ def build_study(tmp_path: Path, study_name: str = "demo"):
 def built(tmp_path_factory):
     """One study for the module: these tests only read it."""
     job, study = build_study(tmp_path_factory.mktemp("history"))
-    return job, history.trial_rows(history.load_study(job))
+    return job, history.trial_rows(storage.load_study(job))
 
 
 def test_states_come_from_the_outcome_attr(built):
@@ -176,10 +176,10 @@ def test_best_is_never_a_failure_nor_a_wrong_config(built):
 
 def test_best_rows_empty_when_everything_failed(tmp_path):
     job = make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
     policy = SearchPolicy(study, _Space(), lambda c: dict(c), baseline=None, budget=None)
     record(study, policy, BASE, failed(BASE, "start-crash", "exit 1"))
-    rows = history.trial_rows(history.load_study(job))
+    rows = history.trial_rows(storage.load_study(job))
     assert history.best_rows(rows, 3) == []
     assert "best: none yet" in history.format_status(rows)
 
@@ -198,27 +198,27 @@ def test_format_status_is_compact(built):
 def test_storage_opens_like_optuna_dashboard(built):
     """optuna-dashboard takes the journal file path and opens it with JournalFileBackend."""
     job, _rows = built
-    path = history.journal_path(job.storage)
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
-    study = optuna.load_study(study_name="demo", storage=storage)
+    path = storage.journal_path(job.storage)
+    journal = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+    study = optuna.load_study(study_name="demo", storage=journal)
     assert len(study.trials) == 13
-    assert history.dashboard_command(job.storage) == f"optuna-dashboard {path}"
+    assert storage.dashboard_command(job.storage) == f"optuna-dashboard {path}"
     assert {t.state for t in study.trials} >= {TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED}
 
 
 def test_open_storage_rdb_and_errors(tmp_path):
     url = f"sqlite:///{tmp_path / 's.db'}"
-    assert history.storage_for(url) == url
+    assert storage.storage_for(url) == url
     with pytest.raises(BadInput):
-        history.storage_for("not-a-storage")
+        storage.storage_for("not-a-storage")
     missing = SimpleNamespace(study="x", storage=f"journal:{tmp_path / 'none' / 'study.journal'}")
     with pytest.raises(RuntimeFailure, match="no study storage"):
-        history.load_study(missing)
+        storage.load_study(missing)
     assert not (tmp_path / "none").exists()  # reading never creates
     job = make_job(tmp_path)
-    optuna.create_study(study_name="other", storage=history.storage_for(job.storage))
+    optuna.create_study(study_name="other", storage=storage.storage_for(job.storage))
     with pytest.raises(RuntimeFailure, match="no study named 'demo'"):
-        history.load_study(job)
+        storage.load_study(job)
 
 
 def _on(result: TrialResult, hostname: str, node_id: str) -> TrialResult:
@@ -230,7 +230,7 @@ def test_one_machine_resumed_in_a_new_ray_run_stays_one_node(tmp_path):
     """A resumed study gets a new Ray node id on the same host: still one node in status and
     the report. Several Ray nodes of one host running at the same time are told apart."""
     job = make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage),
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage),
                                 direction="maximize")
     policy = SearchPolicy(study, _Space(), lambda c: dict(c), baseline=None, budget=None)
     record(study, policy, BASE, _on(ok(BASE, 20.0, at=0), "gpu1", "run1-aaaa"), baseline=True)
@@ -242,5 +242,5 @@ def test_one_machine_resumed_in_a_new_ray_run_stays_one_node(tmp_path):
     tp1g = {**tp1, "graph_capture": True}
     record(study, policy, tp1, _on(ok(tp1, 10.0, at=4000), "box", "node-one"))
     record(study, policy, tp1g, _on(ok(tp1g, 11.0, at=4010), "box", "node-two"))
-    rows = history.trial_rows(history.load_study(job))
+    rows = history.trial_rows(storage.load_study(job))
     assert [r.node for r in rows] == ["gpu1", "gpu1", "gpu1", "box/node-one", "box/node-two"]

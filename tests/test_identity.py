@@ -17,7 +17,7 @@ import yaml
 from conftest import write_job
 from orchestrator.config.job import load_job
 from orchestrator.core.errors import BadInput
-from orchestrator.driver.run import FINGERPRINT_ATTR, legacy_fingerprint, open_study, space_fingerprint
+from orchestrator.study.storage import FINGERPRINT_ATTR, legacy_fingerprint, open_study, space_fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED = [  # (journal, the job that recorded it)

@@ -16,7 +16,7 @@ import pytest
 from orchestrator.core.records import TrialResult
 from orchestrator.results.importance import effects_given_top, explained_share, knob_effects, span_text
 from orchestrator.results.report import write_report
-from orchestrator.study import history
+from orchestrator.study import history, storage
 from orchestrator.study.policy import SearchPolicy
 
 _HERE = Path(__file__).parent
@@ -42,7 +42,7 @@ def _policy(study):
 def study_job(tmp_path_factory):
     job = fx.make_job(tmp_path_factory.mktemp("importance"), "graphs")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage),
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage),
                                 direction="maximize")
     policy = _policy(study)
     _record(study, policy, EAGER, fx.ok(EAGER, 102.6), baseline=True)
@@ -70,7 +70,7 @@ def test_one_way_share_is_exact():
 
 def test_the_knob_that_doubled_throughput_comes_first(study_job):
     job = study_job
-    effects, notes = knob_effects(history.trial_rows(history.load_study(job)))
+    effects, notes = knob_effects(history.trial_rows(storage.load_study(job)))
     by = {e.name: e for e in effects}
     assert effects[0].name == "graph_capture" and effects[0].share > 0.95 and not effects[0].conditional
     # the stopped-early eager trial counts with its one sample: 2 eager trials, mean of 102.6 and 108.6
@@ -85,7 +85,7 @@ def test_the_knob_that_doubled_throughput_comes_first(study_job):
 
 def test_the_rest_is_rated_among_trials_with_the_best_value_of_the_top_knob(study_job):
     job = study_job
-    rows = history.trial_rows(history.load_study(job))
+    rows = history.trial_rows(storage.load_study(job))
     effects, _ = knob_effects(rows)
     name, value, others, values = effects_given_top(rows, effects, history.best_rows(rows, 1)[0].params)
     assert (name, value, len(values)) == ("graph_capture", True, 4)
@@ -96,7 +96,7 @@ def test_the_rest_is_rated_among_trials_with_the_best_value_of_the_top_knob(stud
 
 def test_a_config_that_failed_the_gate_never_counts(tmp_path):
     job = fx.make_job(tmp_path, "gate")
-    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage),
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage),
                                 direction="maximize")
     policy = _policy(study)
     good = {**G, "capture_sizes": "1,2,4,8", "backend.max_batch": 64}
@@ -107,7 +107,7 @@ def test_a_config_that_failed_the_gate_never_counts(tmp_path):
                                             correctness={"ok": False, "reason": "differs"}))
     _record(study, policy, wrong, fx.ok(wrong, 400.0))  # fast and wrong: not a measurement
     _record(study, policy, {**EAGER, "backend.max_batch": 256}, fx.ok({**EAGER, "backend.max_batch": 256}, 101.0))
-    effects, _ = knob_effects(history.trial_rows(history.load_study(job)))
+    effects, _ = knob_effects(history.trial_rows(storage.load_study(job)))
     by = {e.name: e for e in effects}
     assert by["graph_capture"].counts == {False: 2, True: 1} and by["graph_capture"].means[True] == 190.0
     assert "capture_sizes" not in by  # one value left among the trials that count

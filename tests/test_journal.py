@@ -20,8 +20,9 @@ import pytest
 
 from orchestrator.core.errors import RuntimeFailure
 from orchestrator.study import journal
-from orchestrator.study.history import storage_for, trial_rows
+from orchestrator.study.history import trial_rows
 from orchestrator.study.policy import SearchPolicy
+from orchestrator.study.storage import storage_for
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED = REPO / "tests/data/recorded/cpu-faults/study.journal"
@@ -146,7 +147,7 @@ def test_an_append_after_another_writer_crashed_mid_line_repairs_first(tmp_path,
 FILL = """
 import resource, signal, sys
 from orchestrator.core.errors import StorageWriteError
-from orchestrator.study.history import storage_for
+from orchestrator.study.storage import storage_for
 import optuna
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -200,7 +201,8 @@ def test_the_repair_is_done_under_optunas_lock(tmp_path, recorded):
     path.write_bytes(recorded + b'{"op_code":2')
     lock = optuna.storages.journal.JournalFileSymlinkLock(str(path))
     assert lock.acquire()
-    code = "import sys; from orchestrator.study import journal; print('repairing', flush=True); journal.repair(sys.argv[1])"
+    code = ("import sys; from orchestrator.study import journal; print('repairing', flush=True); "
+            "journal.repair(sys.argv[1])")
     child = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONPATH": str(REPO)})
     try:

@@ -21,9 +21,9 @@ from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.core import outcome
 from orchestrator.core.errors import StorageWriteError
-from orchestrator.driver.run import open_study
 from orchestrator.node.trial import TrialSpec, run_trial
 from orchestrator.study.history import trial_rows
+from orchestrator.study.storage import open_study
 
 pytestmark = pytest.mark.slow
 

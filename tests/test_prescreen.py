@@ -11,8 +11,9 @@ import pytest
 from conftest import write_job
 from orchestrator.config.job import load_job
 from orchestrator.driver.prescreen import dropped_settings, format_prescreen, run_prescreen, setting_key
-from orchestrator.driver.run import StudyDriver, open_study
+from orchestrator.driver.run import StudyDriver
 from orchestrator.study.history import trial_rows
+from orchestrator.study.storage import open_study
 
 SPACE = "params:\n  tp_size: {choices: [1, 2]}\n  env.NCCL_PROTO: {choices: [LL, Simple]}\n"
 

@@ -16,9 +16,10 @@ import pytest
 
 from conftest import kill_pids, write_job
 from orchestrator.config.job import load_job
-from orchestrator.driver.run import StudyDriver, open_study
+from orchestrator.driver.run import StudyDriver
 from orchestrator.node import proctree
 from orchestrator.study.history import trial_rows
+from orchestrator.study.storage import open_study
 
 pytestmark = pytest.mark.slow
 

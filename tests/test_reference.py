@@ -18,8 +18,9 @@ from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.core import golden_check
 from orchestrator.core.correctness import Golden
-from orchestrator.driver.run import GOLDEN_ATTR, StudyDriver, open_study
+from orchestrator.driver.run import StudyDriver
 from orchestrator.study.history import best_rows, trial_rows
+from orchestrator.study.storage import GOLDEN_ATTR, open_study
 
 OUTPUTS = json.loads((Path(__file__).with_name("data") / "reference_outputs.json").read_text())
 

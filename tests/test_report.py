@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.results.compare import summarize
 from orchestrator.results.report import write_report
-from orchestrator.study import history
+from orchestrator.study import storage
 
 _HERE = Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("_history_fixture", _HERE / "test_history.py")
@@ -156,14 +156,14 @@ def test_html_is_self_contained(report):
 def test_storage_still_opens_with_optunas_loader(report):
     """What optuna-dashboard does with the journal file path: the report must not disturb it."""
     job, _ = report
-    backend = optuna.storages.journal.JournalFileBackend(str(history.journal_path(job.storage)))
+    backend = optuna.storages.journal.JournalFileBackend(str(storage.journal_path(job.storage)))
     study = optuna.load_study(study_name=job.study, storage=optuna.storages.JournalStorage(backend))
     assert len(study.trials) == 13
 
 
 def test_report_of_a_study_where_everything_failed(tmp_path):
     job = fx.make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
     policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
     fx.record(study, policy, fx.BASE, fx.failed(fx.BASE, "start-crash", "exit 1"), baseline=True)
     fx.record(study, policy, fx.BEST, fx.ok(fx.BEST, 50.0, at=60))
@@ -178,7 +178,7 @@ def test_report_of_a_study_where_everything_failed(tmp_path):
 
 def test_runners_up_within_the_noise_of_the_best_are_named(tmp_path):
     job = fx.make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
     policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
     near = {**fx.BEST, "env.NCCL_ALGO": "Tree"}
     far = {**fx.BASE, "graph_capture": True}
@@ -200,7 +200,7 @@ def test_a_best_beyond_the_noise_of_the_rest_names_no_runner_up(report):
 
 def test_failures_section_when_trials_were_only_stopped_early(tmp_path):
     job = fx.make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
     policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
     fx.record(study, policy, fx.BASE, fx.ok(fx.BASE, 20.0), baseline=True)
     pruned = fx.TrialResult(outcome="PRUNED", config=dict(fx.BEST), value=5.0, failure_reason="first repeat low",
@@ -228,7 +228,7 @@ def test_ceiling_takes_the_prescreened_latency_of_the_best_setting(tmp_path):
 
 def test_report_of_an_empty_study(tmp_path):
     job = fx.make_job(tmp_path)
-    optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
+    optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
     paths = write_report(job)
     assert {p.name for p in paths} == EXPECTED
     assert "no trials yet" in (job.report_dir / "report.md").read_text()
@@ -254,7 +254,7 @@ def test_html_screenshot_shows_the_plots(report, tmp_path):
 
 def _one_trial_study(tmp_path):
     job = fx.make_job(tmp_path)
-    study = optuna.create_study(study_name=job.study, storage=history.storage_for(job.storage), direction="maximize")
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
     policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
     fx.record(study, policy, fx.BASE, fx.ok(fx.BASE, 20.0), baseline=True)
     job.report_dir.mkdir(parents=True, exist_ok=True)

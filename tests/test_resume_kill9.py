@@ -14,8 +14,8 @@ import pytest
 
 from conftest import study_servers, write_job
 from orchestrator.config.job import load_job
-from orchestrator.driver.run import open_study
 from orchestrator.study.history import trial_rows
+from orchestrator.study.storage import open_study
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,8 @@ from optuna.trial import TrialState
 
 from orchestrator.core.records import COMPLETE, FAIL, PRUNED, TrialResult, config_key
 from orchestrator.study.history import trial_rows
-from orchestrator.study.policy import CONSTRAINT, DEFAULT_PRUNE_RATIO, Proposal, SearchPolicy, early_stop
+from orchestrator.study.policy import DEFAULT_PRUNE_RATIO, Proposal, SearchPolicy, early_stop
+from orchestrator.study.storage import CONSTRAINT
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 

@@ -15,8 +15,9 @@ import pytest
 from conftest import study_servers, write_job
 from orchestrator.config.job import load_job
 from orchestrator.core.errors import CircuitOpen
-from orchestrator.driver.run import StudyDriver, open_study
+from orchestrator.driver.run import StudyDriver
 from orchestrator.study.history import trial_rows
+from orchestrator.study.storage import open_study
 
 pytestmark = pytest.mark.slow
 

@@ -67,7 +67,7 @@ def load(path: str | os.PathLike, *, file: str | None, key: str = "bench.prompts
 def _json_prompt(number: int, line: str, where: str, file: str | None, key: str) -> str:
     try:
         item = json.loads(line)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise BadInput(f"{where}: line {number} is not JSON ({exc.msg}); a JSONL prompt file has one "
                        '{"prompt": "..."} object per line', file=file, key=key) from None
     prompt = item.get("prompt") if isinstance(item, dict) else None

@@ -41,24 +41,6 @@ NOT_THE_CONFIGS_FAULT = ("interrupted", "node-lost", "env-error")
 
 Config = dict[str, Any]
 
-# A trial a dead driver left RUNNING is told FAIL by the next driver. Optuna's public API sets
-# a trial's user attributes only through the ``Trial`` its asking process held, so what they
-# would say (``outcome``, ``failure_kind``, ``failure_reason``, ``counted``, ...) is a study
-# user attribute named ``recovered_attr(number)``, which ``history`` reads as the trial's own.
-RECOVERED_PREFIX = "recovered_trial:"
-
-
-def recovered_attr(number: int) -> str:
-    """The study user attribute holding what a recovered trial's user attributes would say."""
-    return f"{RECOVERED_PREFIX}{number}"
-
-
-def trial_attrs(trial: Any, study_attrs: dict[str, Any]) -> dict[str, Any]:
-    """A finished trial's user attributes as the driver recorded them: its own, and for a
-    trial a dead driver left RUNNING, the record the next driver kept for it."""
-    return {**trial.user_attrs, **(study_attrs.get(recovered_attr(trial.number)) or {})}
-
-
 def config_key(config: Config) -> str:
     """Stable identity of a normalized config (same effective settings -> same key)."""
     blob = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)

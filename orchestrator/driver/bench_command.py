@@ -22,6 +22,7 @@ from orchestrator.core import correctness, nccl
 from orchestrator.core.errors import BadInput, ConfigRejected, NcclsweepError
 from orchestrator.core.records import TrialResult
 from orchestrator.node.trial import TrialSpec, run_trial
+from orchestrator.study.storage import GOLDEN_ATTR, load_study
 
 
 def check_overrides(job, overrides: dict[str, Any], source: str) -> dict[str, Any]:
@@ -59,9 +60,6 @@ def study_golden(job) -> correctness.Golden | None:
     """The golden reference the job's study captured, if the study exists and has one."""
     if not job.correctness.enabled:
         return None
-    from orchestrator.driver.run import GOLDEN_ATTR
-    from orchestrator.study.history import load_study
-
     try:
         data = load_study(job).user_attrs.get(GOLDEN_ATTR)
     except NcclsweepError:

@@ -16,7 +16,6 @@ trials and records them ``interrupted`` (re-queued once): no trial stays RUNNING
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import signal
@@ -31,24 +30,32 @@ from orchestrator.core import correctness, golden_check, logs, outcome
 from orchestrator.core.errors import (
     BadInput,
     CircuitOpen,
-    NcclsweepError,
     RuntimeFailure,
     StorageWriteError,
     is_file_write_failure,
 )
-from orchestrator.core.records import COMPLETE, FAIL, PRUNED, TrialResult
+from orchestrator.core.records import COMPLETE, FAIL, PRUNED, TrialResult, config_key
 from orchestrator.driver.executor import Executor
 from orchestrator.driver.lock import DriverLock
 from orchestrator.driver.ray_executor import RayExecutor
 from orchestrator.node import preflight
 from orchestrator.node.trial import TrialSpec
 from orchestrator.study import bans as value_bans
+from orchestrator.study.storage import (
+    ATTR_BASELINE,
+    ATTR_BASELINE_REPEAT,
+    ATTR_KEY,
+    ATTR_REFERENCE,
+    ATTR_REFERENCE_RUN,
+    GOLDEN_ATTR,
+    OUTVOTED_ATTR,
+    add_uncounted_trial,
+    open_study,
+    storage_for,
+)
 
 log = logging.getLogger(__name__)
 
-GOLDEN_ATTR = "golden"
-FINGERPRINT_ATTR = "space_fingerprint"
-OUTVOTED_ATTR = "outvoted_references"  # trial numbers whose golden reference later trials outvoted
 # Environment failures in a row that stop the study: the node, not the configs, needs fixing.
 ENV_BREAKER = 2
 # Launches outside the search have no Optuna trial number while they run; their log files
@@ -97,72 +104,6 @@ class Launch:
     def label(self) -> str:
         """How the driver's log names it."""
         return {"repeat": "baseline repeat", "reference-config": "reference config"}.get(self.kind, f"#{self.number}")
-
-
-def open_study(job, sampler: optuna.samplers.BaseSampler | None = None, create: bool = True,
-               say=None) -> optuna.Study:
-    """Create or load the job's study; refuse one that exists with a different identity
-    (``check_identity``). ``create=False``: only read an existing one (no write at all)."""
-    from orchestrator.study.history import storage_for
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        storage = storage_for(job.storage, create=create)
-    except NcclsweepError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any storage problem is one line for the user
-        raise RuntimeFailure(f"cannot open storage {job.storage}: {exc}") from None
-    if not create:
-        try:
-            return optuna.load_study(study_name=job.study, storage=storage, sampler=sampler)
-        except KeyError:
-            raise BadInput(f"no study named {job.study!r} in {job.storage} yet; run `ncclsweep run {job.path}` first",
-                           file=str(job.path), key="study") from None
-    study = optuna.create_study(study_name=job.study, storage=storage, sampler=sampler,
-                                direction="maximize", load_if_exists=True)
-    check_identity(job, study, say or log.warning)
-    return study
-
-
-def check_identity(job, study: optuna.Study, say) -> None:
-    """Is this job's study the stored one? Its identity is ``space_fingerprint``: a study
-    without one takes the job's; one stored by an earlier release (``legacy_fingerprint``,
-    which counted where the server is found) is upgraded; one without a finished trial
-    (nothing measured under the old settings) takes the job's, said in one line; any other
-    difference is refused (BadInput)."""
-    fingerprint = space_fingerprint(job)
-    existing = study.user_attrs.get(FINGERPRINT_ATTR)
-    if existing == fingerprint:
-        return
-    if existing is not None and existing != legacy_fingerprint(job):
-        if any(t.state.is_finished() for t in study.get_trials(deepcopy=False)):
-            raise BadInput(
-                f"study {job.study!r} already exists in {job.storage} with a different search space or backend; "
-                f"give this job a new `study:` name (e.g. {job.study}-2) to fork, or delete {job.report_dir} to "
-                "start over", file=str(job.path), key="study")
-        say(f"study {job.study!r} has no finished trial yet: it takes this job's backend settings and space")
-    study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
-    study.set_user_attr("backend", job.backend.kind)
-
-
-def space_fingerprint(job) -> str:
-    """What makes two runs the same study: the backend kind, its settings except where the
-    server is found (``Backend.identity_settings``: a path to the same server is not another
-    study; each trial records the command and version it ran), and the parameters."""
-    return _fingerprint(job, job.backend_obj().identity_settings())
-
-
-def legacy_fingerprint(job) -> str:
-    """The fingerprint earlier versions of ncclsweep stored: every setting, locations included
-    (their studies open unchanged: ``check_identity`` upgrades it)."""
-    return _fingerprint(job, job.backend.settings)
-
-
-def _fingerprint(job, settings: dict) -> str:
-    params = [(p.name, p.kind, list(p.choices or []), p.low, p.high, p.step, p.when) for p in job.space.params]
-    blob = json.dumps({"backend": job.backend.kind, "settings": settings, "params": params},
-                      sort_keys=True, default=str)
-    return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -355,8 +296,6 @@ class StudyDriver:
         """A run refused before anything ran (the golden reference file unusable, the
         pre-screen refused, Ctrl-C at start) leaves no study it created: nothing was measured
         under these settings, and a fixed job must find none to clash with."""
-        from orchestrator.study.history import storage_for
-
         empty, self._empty_study = getattr(self, "_empty_study", None), None
         if empty is None:
             return
@@ -536,7 +475,7 @@ class StudyDriver:
                     continue
                 is_baseline = proposal.key == self.baseline_key
                 if is_baseline:
-                    proposal.trial.set_user_attr("is_baseline", True)
+                    proposal.trial.set_user_attr(ATTR_BASELINE, True)
                 prune = None
                 if job.pruning.enabled and not is_baseline and not need_reference:
                     prune = policy.prune_threshold(job.pruning.min_ratio)
@@ -544,7 +483,7 @@ class StudyDriver:
                                      None if need_reference else (golden.texts if golden else None), prune)
                 if need_reference:
                     spec.check_prompts = list(job.correctness.prompts)
-                    proposal.trial.set_user_attr("is_reference", True)
+                    proposal.trial.set_user_attr(ATTR_REFERENCE, True)
                 ticket = executor.submit(spec)
                 in_flight[ticket] = Launch.of(proposal, reference=need_reference)
                 summary.launched += 1
@@ -726,7 +665,7 @@ class StudyDriver:
             golden.source = "config"
         result = dataclasses.replace(result, correctness={**result.correctness, "ok": why is None, "reference": True,
                                                           **({"reason": why} if why else {})})
-        number = self._store_extra(study, result, config, {"reference_run": True, "is_reference": True})
+        number = self._store_extra(study, result, config, {ATTR_REFERENCE_RUN: True, ATTR_REFERENCE: True})
         if why:
             raise RuntimeFailure(f"stopping: the golden reference is unusable: the reference config "
                                  f"(correctness.reference, trial {number}) {why}; fix it or name another reference")
@@ -745,29 +684,17 @@ class StudyDriver:
     def _store_repeat(self, study: optuna.Study, result: TrialResult) -> None:
         """A baseline repeat is a real measurement of the baseline's config on another node:
         stored as its own (uncounted) trial so the report can compare nodes."""
-        self._store_extra(study, result, self._baseline_config, {"config_key": self.baseline_key,
-                                                                 "baseline_repeat": True})
+        self._store_extra(study, result, self._baseline_config, {ATTR_BASELINE_REPEAT: True}, key=self.baseline_key)
         ok = result.outcome == COMPLETE
         what = f"{result.value:.1f} tok/s" if ok else f"FAIL {result.failure_kind}: {result.failure_reason}"
         self.say(f"  baseline repeat on node {str(result.node.get('node_id'))[:8]} -> {what}")
 
-    def _store_extra(self, study: optuna.Study, result: TrialResult, config: dict, attrs: dict) -> int:
+    def _store_extra(self, study: optuna.Study, result: TrialResult, config: dict, attrs: dict,
+                     key: str | None = None) -> int:
         """A launch outside the search (a baseline repeat, the reference config's run):
         stored as an uncounted trial; returns its number."""
-        from optuna.trial import TrialState, create_trial
-
-        from orchestrator.core.records import config_key
-        from orchestrator.study.policy import CONSTRAINT, FEASIBLE, _contains
-
-        dists = self.job.space.distributions()
-        params = {k: v for k, v in config.items() if k in dists and _contains(dists[k], v)}
-        attrs = {**result.to_attrs(), "config_key": config_key(config), "counted": False, **attrs}
-        ok = result.outcome == COMPLETE
-        study.add_trial(create_trial(
-            state=TrialState.COMPLETE if ok else TrialState.FAIL, value=result.value if ok else None,
-            params=params, distributions={k: dists[k] for k in params}, user_attrs=attrs,
-            constraints={CONSTRAINT: FEASIBLE} if ok else None))
-        return max(t.number for t in study.get_trials(deepcopy=False))
+        return add_uncounted_trial(study, result, config, key or config_key(config), self.job.space.distributions(),
+                                   attrs)
 
     def _announce_bans(self, policy) -> None:
         """Say, once, each parameter value the study stops proposing (``orchestrator.study.bans``)."""
@@ -919,7 +846,7 @@ def vs_baseline_words(best, base) -> str | None:
 
     if base is None or not base.value:
         return None
-    if best.user_attrs.get("config_key") == base.user_attrs.get("config_key"):
+    if best.user_attrs.get(ATTR_KEY) == base.user_attrs.get(ATTR_KEY):
         return "the baseline itself"
     samples = lambda t: (t.user_attrs.get("metrics") or {}).get("decode_samples") or []  # noqa: E731
     iv = verdict.ratio_interval(samples(base), samples(best))

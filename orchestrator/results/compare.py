@@ -69,8 +69,8 @@ def measure_levels(job: Job, config: dict, levels: list[int], label: str, round_
 
 def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = None, say=print,
                 also: list[int] | str | None = None) -> str:
-    from orchestrator.driver.run import open_study
     from orchestrator.study.history import baseline_row, best_rows, trial_rows
+    from orchestrator.study.storage import open_study
 
     rows = trial_rows(open_study(job, create=False))
     base = baseline_row(rows)

@@ -6,19 +6,16 @@ storage encodes outcomes for the sampler's sake (see ``docs/architecture.md``,
 "Trial records"): a config-caused FAIL is an *infeasible COMPLETE* trial with value
 0.0, an interrupted one is an Optuna FAIL. The user-facing outcome is read only from
 the ``outcome`` user attribute (for a trial a dead driver left RUNNING, from the record the
-next driver kept: ``records.trial_attrs``); a trial without one is RUNNING or WAITING while
+next driver kept: ``storage.trial_attrs``); a trial without one is RUNNING or WAITING while
 Optuna says so, and otherwise a FAIL whose reason says that no outcome was recorded. Rows
 are ``records.TrialRow``s (frozen: a consumer never changes what another one reads).
 
-    storage_for(url)         "journal:<path>" -> JournalStorage, else an RDB URL
-    load_study(job)          the job's study, read-only (never creates one)
     trial_rows(study)        one ``records.TrialRow`` per trial
     best_rows(rows, k)       the k best distinct configs that may be called "best"
     baseline_row(rows)       the baseline trial's row
     row_interval(a, b)       b's decode tok/s relative to a's, with its interval (verdict.py)
     ties_with_best(best)     the runners-up within the noise of the best
     format_status(rows)      compact human table for ``ncclsweep status``
-    dashboard_command(url)   the ``optuna-dashboard`` command for a storage URL
 """
 
 from __future__ import annotations
@@ -30,11 +27,9 @@ import os
 import statistics
 from collections.abc import Iterable
 from dataclasses import replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.core import outcome
-from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.core.records import (
     COMPLETE,
     FAIL,
@@ -44,80 +39,27 @@ from orchestrator.core.records import (
     WAITING,
     TrialRow,
     config_key,
-    trial_attrs,
 )
 from orchestrator.core.verdict import WITHIN_NOISE, RatioInterval, ratio_interval, verdict
+from orchestrator.study.storage import (
+    ATTR_BASELINE,
+    ATTR_CACHED_FROM,
+    ATTR_COUNTED,
+    ATTR_ENQUEUED_BY,
+    ATTR_KEY,
+    ATTR_SKIPPED,
+    OUTVOTED_ATTR,
+    trial_attrs,
+)
 
 if TYPE_CHECKING:
     import optuna
     from optuna.trial import FrozenTrial
 
-JOURNAL_PREFIX = "journal:"
 
 
 # the keys of a row in ``status --json`` (``TrialRow.to_json``)
 ROW_KEYS = tuple(f.name for f in dataclasses.fields(TrialRow) if f.name != "n_measurements")
-
-
-class StudyJob(Protocol):
-    """The two job fields this module needs (``orchestrator.config.job.Job`` has them)."""
-
-    study: str
-    storage: str
-
-
-# ---- storage -----------------------------------------------------------------------------------
-def journal_path(url: str) -> Path | None:
-    """The journal file of a ``journal:<path>`` storage URL, else None."""
-    if url.startswith(JOURNAL_PREFIX):
-        return Path(url[len(JOURNAL_PREFIX):])
-    return None
-
-
-def storage_for(url: str, *, create: bool = True):
-    """Open the Optuna storage a job names.
-
-    ``journal:<path>`` is a journal file (``orchestrator.study.journal``): with ``create`` (the
-    driver, the only writer) the file and its folder are made when missing and a partial
-    write a crash left is moved aside before anything is written; without it the file is
-    only read (status/report/export: never created, never changed; a missing one raises
-    ``RuntimeFailure``). Anything of the form ``dialect://...`` is an RDB URL and is returned
-    as the string Optuna accepts.
-    """
-    from orchestrator.study import journal
-
-    path = journal_path(url)
-    if path is not None:
-        if not str(path):
-            raise BadInput("a journal storage URL needs a path: journal:<path>", key="storage")
-        if not create and not path.exists():
-            raise RuntimeFailure(f"no study storage at {path} (run `ncclsweep run` first)")
-        return journal.open_storage(path, writable=create)
-    if "://" in url:
-        return url
-    raise BadInput(f"storage must be 'journal:<path>' or an RDB URL such as sqlite:///study.db, not {url!r}",
-                   key="storage")
-
-
-def dashboard_command(url: str) -> str:
-    """The command that opens this storage in optuna-dashboard (it takes a journal file path)."""
-    import shlex
-
-    path = journal_path(url)
-    return f"optuna-dashboard {shlex.quote(str(path) if path is not None else url)}"
-
-
-def load_study(job: StudyJob):
-    """The job's existing study (``optuna.load_study``); RuntimeFailure when there is none."""
-    import optuna
-
-    storage = storage_for(job.storage, create=False)
-    try:
-        return optuna.load_study(study_name=job.study, storage=storage)
-    except KeyError:
-        raise RuntimeFailure(f"no study named {job.study!r} in {job.storage} (run `ncclsweep run` first)") from None
-    except Exception as exc:  # storage errors are runtime failures for the CLI
-        raise RuntimeFailure(f"cannot open study {job.study!r} in {job.storage}: {exc}") from exc
 
 
 # ---- rows ----------------------------------------------------------------------------------------
@@ -180,7 +122,7 @@ def _row(trial: FrozenTrial, ua: dict[str, Any]) -> TrialRow:
     outcome = ua.get("outcome")
     failure_kind = ua.get("failure_kind")
     failure_reason = ua.get("failure_reason")
-    if optuna_state == RUNNING and "counted" not in ua:
+    if optuna_state == RUNNING and ATTR_COUNTED not in ua:
         state = RUNNING  # its record is being written, or was cut short (the next run recovers it)
     elif outcome in (COMPLETE, FAIL, PRUNED):
         state = outcome
@@ -206,14 +148,14 @@ def _row(trial: FrozenTrial, ua: dict[str, Any]) -> TrialRow:
     params = ua.get("config")
     if params is None:
         params = dict(trial.params)
-    key = ua.get("config_key") or config_key(params)
-    cached_from = ua.get("cached_from")
-    counted = ua.get("counted")
+    key = ua.get(ATTR_KEY) or config_key(params)
+    cached_from = ua.get(ATTR_CACHED_FROM)
+    counted = ua.get(ATTR_COUNTED)
     if counted is None:  # older records: a fresh, finished, not-interrupted trial counts
         counted = (cached_from is None and state in (COMPLETE, FAIL, PRUNED)
                    and failure_kind not in NOT_THE_CONFIGS_FAULT)
-    started = ua.get("started_at") or (None if ua.get("skipped") else trial.datetime_start)
-    ended = ua.get("ended_at") or (None if ua.get("skipped") else trial.datetime_complete)
+    started = ua.get("started_at") or (None if ua.get(ATTR_SKIPPED) else trial.datetime_start)
+    ended = ua.get("ended_at") or (None if ua.get(ATTR_SKIPPED) else trial.datetime_complete)
     nccl = ua.get("nccl") or {}
     return TrialRow(
         number=trial.number,
@@ -232,7 +174,7 @@ def _row(trial: FrozenTrial, ua: dict[str, Any]) -> TrialRow:
         durations=dict(ua.get("timing") or {}),
         cached_from=cached_from,
         counted=bool(counted),
-        is_baseline=bool(ua.get("is_baseline", False)),
+        is_baseline=bool(ua.get(ATTR_BASELINE, False)),
         config_key=key,
         warnings=list(ua.get("warnings") or []),
         nccl=nccl,
@@ -241,8 +183,8 @@ def _row(trial: FrozenTrial, ua: dict[str, Any]) -> TrialRow:
         correctness=ua.get("correctness") or {},
         node_info=node_info,
         optuna_state=optuna_state,
-        skipped=ua.get("skipped"),
-        enqueued_by=ua.get("enqueued_by"),
+        skipped=ua.get(ATTR_SKIPPED),
+        enqueued_by=ua.get(ATTR_ENQUEUED_BY),
         log_tail=ua.get("log_tail") or "",
         server=dict(ua.get("server") or {}),
     )
@@ -253,7 +195,7 @@ def trial_rows(study: optuna.Study) -> list[TrialRow]:
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     study_attrs = getattr(study, "user_attrs", None) or {}
     rows = [_row(t, trial_attrs(t, study_attrs)) for t in trials]
-    outvoted = set(study_attrs.get("outvoted_references") or [])
+    outvoted = set(study_attrs.get(OUTVOTED_ATTR) or [])
     rows = [replace(r, correctness={**r.correctness, "ok": False, "outvoted": True,
                                     "reason": "outvoted as the golden reference"})
             if r.number in outvoted else r for r in rows]  # a golden reference later trials outvoted was wrong

@@ -34,7 +34,7 @@ config runs:
   an Optuna FAIL (the sampler ignores it) that ``requeue`` puts back once; PRUNED (early
   stop) is PRUNED with its intermediate value reported first. A trial a dead driver left
   RUNNING is told FAIL by the next one (``recover_interrupted``); why is stored as a study
-  user attribute (``records.RECOVERED_PREFIX`` + its number) that ``history`` reads as the
+  user attribute (``storage.RECOVERED_PREFIX`` + its number) that ``history`` reads as the
   trial's own. Only Optuna's public API is used;
 - the budget counts launched trials (COMPLETE, config-caused FAIL, PRUNED) only, and
   the policy stops proposing when it is reached or when every enumerated config has
@@ -65,19 +65,23 @@ from orchestrator.core.records import (
     TrialResult,
     TrialRow,
     config_key,
-    recovered_attr,
 )
 from orchestrator.study.bans import banned_values, describe, hit
 from orchestrator.study.feasible import FeasibleSampler
-
-# The study's one Optuna constraint (feasible when <= 0): ``Trial.set_constraint(CONSTRAINT,
-# FEASIBLE or INFEASIBLE)`` on every COMPLETE and PRUNED trial, before ``study.tell``. Its
-# name is "0" because Optuna 5 reads the list format of the studies recorded before (the
-# system attribute ``constraints: [v]``) as the constraint "0": the old and new trials of a
-# resumed study carry the same constraint (the GP sampler requires one set for all trials).
-CONSTRAINT = "0"
-FEASIBLE = 0.0
-INFEASIBLE = 1.0
+from orchestrator.study.storage import (
+    ATTR_BASELINE,
+    ATTR_CACHED_FROM,
+    ATTR_COUNTED,
+    ATTR_ENQUEUED_BY,
+    ATTR_KEY,
+    ATTR_REQUEUE_OF,
+    ATTR_SKIPPED,
+    CONSTRAINT,
+    FEASIBLE,
+    INFEASIBLE,
+    contains,
+    recovered_attr,
+)
 
 # Early stop ("clearly worse"), chosen with the replay harness (docs/benchmarks.md):
 # a trial whose first repeat is below DEFAULT_PRUNE_RATIO x the best median so far stops
@@ -106,14 +110,6 @@ STARTUP_ORDERS = ("diverse", "sampler")
 DEFAULT_STARTUP_ORDER = "diverse"
 MAX_STARTUP_CANDIDATES = 4096  # a larger enumerated space: the most diverse of a seeded sample
 
-# user attributes this module writes besides the TrialResult fields
-ATTR_KEY = "config_key"
-ATTR_COUNTED = "counted"
-ATTR_CACHED_FROM = "cached_from"
-ATTR_BASELINE = "is_baseline"
-ATTR_REQUEUE_OF = "requeue_of"
-ATTR_ENQUEUED_BY = "enqueued_by"
-ATTR_SKIPPED = "skipped"  # "infeasible" | "banned-value" | "in-flight-duplicate" | "deferred": never launched
 _MISSING = object()  # a parameter a normalized config does not have
 
 
@@ -471,7 +467,7 @@ class SearchPolicy:
         default, or NCCL's own for an NCCL variable): never sampled."""
         dists = self.space.distributions()
         return {k: v for k, v in self.space.active(self.baseline or {}).items()
-                if k in dists and _contains(dists[k], v)}
+                if k in dists and contains(dists[k], v)}
 
     def _fixed_baseline(self, trial: optuna.Trial) -> Config:
         """The baseline exactly, whatever the sampler would draw: its trial records only the
@@ -686,7 +682,7 @@ class SearchPolicy:
 
         Optuna sets a trial's user attributes only through the ``Trial`` its asking process
         held, so the record of why (the ``TrialResult`` attributes, ``counted: False``) is
-        a study user attribute, ``records.recovered_attr(number)``, which ``history`` reads
+        a study user attribute, ``storage.recovered_attr(number)``, which ``history`` reads
         as the trial's own; then ``study.tell(number, state=FAIL)``.
         """
         from orchestrator.core.outcome import interrupted
@@ -797,28 +793,6 @@ def _suggest(trial: optuna.Trial, name: str, dist) -> Any:
     if isinstance(dist, IntDistribution):
         return trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
     return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
-
-
-def _contains(dist, value: Any) -> bool:
-    """Whether ``value`` is a point of an Optuna distribution, by its public fields: a
-    categorical choice (``to_internal_repr`` finds it, as Optuna does), or a number in
-    ``[low, high]`` on the ``step`` grid of an int or float distribution."""
-    from optuna.distributions import CategoricalDistribution, IntDistribution
-
-    try:
-        internal = dist.to_internal_repr(value)
-    except (ValueError, TypeError):
-        return False
-    if isinstance(dist, CategoricalDistribution):
-        return True
-    if not dist.low <= internal <= dist.high:
-        return False
-    if isinstance(dist, IntDistribution):
-        return (internal - dist.low) % dist.step == 0
-    if dist.step is None:
-        return True
-    k = (internal - dist.low) / dist.step
-    return abs(k - round(k)) < 1.0e-8
 
 
 def _role_of(user_attrs: dict[str, Any]) -> str:

@@ -63,6 +63,7 @@ from orchestrator.study.policy import (
     early_stop,
 )
 from orchestrator.study.samplers import SAMPLER_NAMES, make_sampler, startup_trials
+from orchestrator.study.storage import ATTR_BASELINE, ATTR_COUNTED, ATTR_KEY, ATTR_SKIPPED
 
 RESERVED_COLUMNS = ("samples", "failure", "baseline", "note")
 CONFIG_FAILURES = tuple(k for k in FAILURE_KINDS if k not in NOT_THE_CONFIGS_FAULT)
@@ -265,11 +266,11 @@ def table_from_study(study: optuna.Study):
     for t in study.get_trials(deepcopy=False):
         ua = t.user_attrs
         outcome = ua.get("outcome")
-        if not ua.get("counted") or outcome is None or "config" not in ua:
+        if not ua.get(ATTR_COUNTED) or outcome is None or "config" not in ua:
             continue
         if outcome == "FAIL" and ua.get("failure_kind") in NOT_THE_CONFIGS_FAULT:
             continue
-        key = ua.get("config_key") or config_key(ua["config"])
+        key = ua.get(ATTR_KEY) or config_key(ua["config"])
         entry = merged.setdefault(key, {"config": dict(ua["config"]), "samples": [], "failure": None,
                                         "baseline": False, "note": []})
         if outcome == "FAIL":
@@ -279,7 +280,7 @@ def table_from_study(study: optuna.Study):
             if not samples and ua.get("value") is not None:
                 samples = [ua["value"]]
             entry["samples"].extend(float(s) for s in samples)
-        entry["baseline"] |= bool(ua.get("is_baseline"))
+        entry["baseline"] |= bool(ua.get(ATTR_BASELINE))
         entry["note"].append(f"trial {t.number}" + (" stopped early" if outcome == PRUNED else ""))
     params: list[str] = []
     for e in merged.values():
@@ -507,7 +508,7 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
         policy.record(proposal, result)
         best = policy.best()
         if hit_l is None and best is not None:
-            true = rows[best.user_attrs["config_key"]].median
+            true = rows[best.user_attrs[ATTR_KEY]].median
             if true is not None and true >= floor:
                 hit_l, hit_r = launches, reps
 
@@ -529,8 +530,8 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
     best = policy.best()
     ratio_best = 0.0
     if best is not None:
-        ratio_best = (rows[best.user_attrs["config_key"]].median or 0.0) / table.best
-    skipped = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("skipped"))
+        ratio_best = (rows[best.user_attrs[ATTR_KEY]].median or 0.0) / table.best
+    skipped = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(ATTR_SKIPPED))
     return Run(seed, hit_l, hit_r, ratio_best, launches, reps, pruned, failed, cached, skipped, pruned_good)
 
 

@@ -227,8 +227,9 @@ def test_a_study_tunes_the_real_llama_server(tmp_path, ray_local):
 
     from conftest import server_processes, write_job
     from orchestrator.config.job import load_job
-    from orchestrator.driver.run import StudyDriver, open_study
+    from orchestrator.driver.run import StudyDriver
     from orchestrator.study.history import trial_rows
+    from orchestrator.study.storage import open_study
 
     model = write_tiny_llama(tmp_path / "tiny.gguf")
     before = {pid for pid, _ in server_processes(REAL)}

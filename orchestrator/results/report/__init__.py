@@ -25,7 +25,7 @@ from orchestrator.results.report.document import render_html, render_markdown
 from orchestrator.results.report.plots import PLOTS, write_plots
 from orchestrator.results.report.sections import ReportJob, build_blocks
 from orchestrator.results.report.trials_csv import trials_frame
-from orchestrator.study import history
+from orchestrator.study import history, storage
 
 __all__ = ["ReportJob", "write_report"]
 
@@ -42,7 +42,7 @@ def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: 
 
     report_dir = Path(out_dir if out_dir is not None else job.report_dir)
     if rows is None:  # before any folder is made: no study, no empty report folder
-        rows = history.trial_rows(study if study is not None else history.load_study(job))
+        rows = history.trial_rows(study if study is not None else storage.load_study(job))
     report_dir.mkdir(parents=True, exist_ok=True)
     backend = resolve_backend(job, backend)
     written: list[Path] = []

@@ -32,7 +32,7 @@ from orchestrator.results.report import document as doc
 from orchestrator.results.report.document import Block, clip
 from orchestrator.results.report.plots import trial_spans
 from orchestrator.study import bans as value_bans
-from orchestrator.study import history
+from orchestrator.study import history, storage
 from orchestrator.study.history import (
     COMPLETE,
     FAIL,
@@ -556,7 +556,7 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
     kind = getattr(getattr(job, "backend", None), "kind", None) or getattr(backend, "kind", None)
     blocks.append(doc.para(f"Study `{getattr(job, 'study', '?')}` in `{getattr(job, 'storage', '?')}`"
                      + (f", backend {kind}" if kind else "")
-                     + f". Open it interactively with `{history.dashboard_command(getattr(job, 'storage', ''))}`."))
+                     + f". Open it interactively with `{storage.dashboard_command(getattr(job, 'storage', ''))}`."))
     blocks += _headline(rows, best, base, compared=load_compare(report_dir / "compare.json") is not None)
     blocks += _summary(rows)
     blocks += [doc.heading(2, "Plots")] + [doc.image(name, alt) for name, alt in (

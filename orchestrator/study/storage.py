@@ -1,0 +1,241 @@
+"""The study's storage, in one place: every Optuna storage call and every stored name.
+
+The driver is the only writer (``open_study``, the search policy's ask/tell, the uncounted
+trials of ``add_uncounted_trial``); ``status``, ``report``, ``export`` and ``compare`` only
+read (``load_study`` never creates or changes anything). What the study stores besides
+Optuna's own fields is named here once: the trial user attributes below (next to the
+``TrialResult`` fields, ``records.TrialResult.to_attrs``) and the study user attributes (the
+golden reference, the study's identity, the outvoted references, the records of trials a
+dead driver left RUNNING). Only Optuna's public API is used.
+
+    storage_for(url)            "journal:<path>" -> JournalStorage (repaired before a write), else an RDB URL
+    open_study(job, sampler)    create or resume the job's study; refuse another study's identity
+    load_study(job)             the job's study, read-only
+    space_fingerprint(job)      what makes two runs the same study
+    add_uncounted_trial(...)    a launch outside the search (a baseline repeat, a reference run)
+    trial_attrs(trial, attrs)   a finished trial's attributes as the driver recorded them
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shlex
+from pathlib import Path
+from typing import Any, Protocol
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState, create_trial
+
+from orchestrator.core.errors import BadInput, NcclsweepError, RuntimeFailure
+from orchestrator.core.records import COMPLETE, TrialResult
+from orchestrator.study import journal
+
+log = logging.getLogger(__name__)
+
+JOURNAL_PREFIX = "journal:"
+
+# ---- names of what the study stores ----------------------------------------------------------
+# trial user attributes written besides the TrialResult fields
+ATTR_KEY = "config_key"  # records.config_key of the normalized config
+ATTR_COUNTED = "counted"  # counts toward the budget (a launch that measured its config)
+ATTR_CACHED_FROM = "cached_from"  # answered from this trial's measurement, not launched
+ATTR_BASELINE = "is_baseline"
+ATTR_REFERENCE = "is_reference"  # the launch that captured the golden reference
+ATTR_REFERENCE_RUN = "reference_run"  # the run of the config correctness.reference names
+ATTR_BASELINE_REPEAT = "baseline_repeat"  # the baseline again on another node
+ATTR_REQUEUE_OF = "requeue_of"  # the config key this enqueued trial re-queues
+ATTR_ENQUEUED_BY = "enqueued_by"  # baseline, reference, requeue, fill, startup
+ATTR_SKIPPED = "skipped"  # "infeasible" | "banned-value" | "in-flight-duplicate" | "deferred": never launched
+# study user attributes
+GOLDEN_ATTR = "golden"  # the golden reference (correctness.Golden.to_dict + its trial)
+FINGERPRINT_ATTR = "space_fingerprint"  # the study's identity
+BACKEND_ATTR = "backend"  # the backend kind, for a reader without the job
+OUTVOTED_ATTR = "outvoted_references"  # trial numbers whose golden reference later trials outvoted
+
+# The study's one Optuna constraint (feasible when <= 0): ``Trial.set_constraint(CONSTRAINT,
+# FEASIBLE or INFEASIBLE)`` on every COMPLETE and PRUNED trial, before ``study.tell``. Its
+# name is "0" because Optuna 5 reads the list format of the studies recorded before (the
+# system attribute ``constraints: [v]``) as the constraint "0": the old and new trials of a
+# resumed study carry the same constraint (the GP sampler requires one set for all trials).
+CONSTRAINT = "0"
+FEASIBLE = 0.0
+INFEASIBLE = 1.0
+
+
+class StudyJob(Protocol):
+    """The two job fields reading a study needs (``orchestrator.config.job.Job`` has them)."""
+
+    study: str
+    storage: str
+
+
+
+# A trial a dead driver left RUNNING is told FAIL by the next driver. Optuna's public API sets
+# a trial's user attributes only through the ``Trial`` its asking process held, so what they
+# would say (``outcome``, ``failure_kind``, ``failure_reason``, ``counted``, ...) is a study
+# user attribute named ``recovered_attr(number)``, which ``history`` reads as the trial's own.
+RECOVERED_PREFIX = "recovered_trial:"
+
+
+def recovered_attr(number: int) -> str:
+    """The study user attribute holding what a recovered trial's user attributes would say."""
+    return f"{RECOVERED_PREFIX}{number}"
+
+
+def trial_attrs(trial: Any, study_attrs: dict[str, Any]) -> dict[str, Any]:
+    """A finished trial's user attributes as the driver recorded them: its own, and for a
+    trial a dead driver left RUNNING, the record the next driver kept for it."""
+    return {**trial.user_attrs, **(study_attrs.get(recovered_attr(trial.number)) or {})}
+
+
+# ---- opening -------------------------------------------------------------------------------
+def journal_path(url: str) -> Path | None:
+    """The journal file of a ``journal:<path>`` storage URL, else None."""
+    if url.startswith(JOURNAL_PREFIX):
+        return Path(url[len(JOURNAL_PREFIX):])
+    return None
+
+
+def storage_for(url: str, *, create: bool = True):
+    """Open the Optuna storage a job names.
+
+    ``journal:<path>`` is a journal file (``orchestrator.study.journal``): with ``create`` (the
+    driver, the only writer) the file and its folder are made when missing and a partial
+    write a crash left is moved aside before anything is written; without it the file is
+    only read (status/report/export: never created, never changed; a missing one raises
+    ``RuntimeFailure``). Anything of the form ``dialect://...`` is an RDB URL and is returned
+    as the string Optuna accepts.
+    """
+    path = journal_path(url)
+    if path is not None:
+        if not str(path):
+            raise BadInput("a journal storage URL needs a path: journal:<path>", key="storage")
+        if not create and not path.exists():
+            raise RuntimeFailure(f"no study storage at {path} (run `ncclsweep run` first)")
+        return journal.open_storage(path, writable=create)
+    if "://" in url:
+        return url
+    raise BadInput(f"storage must be 'journal:<path>' or an RDB URL such as sqlite:///study.db, not {url!r}",
+                   key="storage")
+
+
+def dashboard_command(url: str) -> str:
+    """The command that opens this storage in optuna-dashboard (it takes a journal file path)."""
+    path = journal_path(url)
+    return f"optuna-dashboard {shlex.quote(str(path) if path is not None else url)}"
+
+
+def load_study(job: StudyJob):
+    """The job's existing study (``optuna.load_study``); RuntimeFailure when there is none."""
+    storage = storage_for(job.storage, create=False)
+    try:
+        return optuna.load_study(study_name=job.study, storage=storage)
+    except KeyError:
+        raise RuntimeFailure(f"no study named {job.study!r} in {job.storage} (run `ncclsweep run` first)") from None
+    except Exception as exc:  # storage errors are runtime failures for the CLI
+        raise RuntimeFailure(f"cannot open study {job.study!r} in {job.storage}: {exc}") from exc
+
+
+def open_study(job, sampler: optuna.samplers.BaseSampler | None = None, create: bool = True,
+               say=None) -> optuna.Study:
+    """Create or load the job's study; refuse one that exists with a different identity
+    (``check_identity``). ``create=False``: only read an existing one (no write at all)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        storage = storage_for(job.storage, create=create)
+    except NcclsweepError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any storage problem is one line for the user
+        raise RuntimeFailure(f"cannot open storage {job.storage}: {exc}") from None
+    if not create:
+        try:
+            return optuna.load_study(study_name=job.study, storage=storage, sampler=sampler)
+        except KeyError:
+            raise BadInput(f"no study named {job.study!r} in {job.storage} yet; run `ncclsweep run {job.path}` first",
+                           file=str(job.path), key="study") from None
+    study = optuna.create_study(study_name=job.study, storage=storage, sampler=sampler,
+                                direction="maximize", load_if_exists=True)
+    check_identity(job, study, say or log.warning)
+    return study
+
+
+def check_identity(job, study: optuna.Study, say) -> None:
+    """Is this job's study the stored one? Its identity is ``space_fingerprint``: a study
+    without one takes the job's; one stored by an earlier release (``legacy_fingerprint``,
+    which counted where the server is found) is upgraded; one without a finished trial
+    (nothing measured under the old settings) takes the job's, said in one line; any other
+    difference is refused (BadInput)."""
+    fingerprint = space_fingerprint(job)
+    existing = study.user_attrs.get(FINGERPRINT_ATTR)
+    if existing == fingerprint:
+        return
+    if existing is not None and existing != legacy_fingerprint(job):
+        if any(t.state.is_finished() for t in study.get_trials(deepcopy=False)):
+            raise BadInput(
+                f"study {job.study!r} already exists in {job.storage} with a different search space or backend; "
+                f"give this job a new `study:` name (e.g. {job.study}-2) to fork, or delete {job.report_dir} to "
+                "start over", file=str(job.path), key="study")
+        say(f"study {job.study!r} has no finished trial yet: it takes this job's backend settings and space")
+    study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
+    study.set_user_attr(BACKEND_ATTR, job.backend.kind)
+
+
+def space_fingerprint(job) -> str:
+    """What makes two runs the same study: the backend kind, its settings except where the
+    server is found (``Backend.identity_settings``: a path to the same server is not another
+    study; each trial records the command and version it ran), and the parameters."""
+    return _fingerprint(job, job.backend_obj().identity_settings())
+
+
+def legacy_fingerprint(job) -> str:
+    """The fingerprint earlier versions of ncclsweep stored: every setting, locations included
+    (their studies open unchanged: ``check_identity`` upgrades it)."""
+    return _fingerprint(job, job.backend.settings)
+
+
+def _fingerprint(job, settings: dict) -> str:
+    params = [(p.name, p.kind, list(p.choices or []), p.low, p.high, p.step, p.when) for p in job.space.params]
+    blob = json.dumps({"backend": job.backend.kind, "settings": settings, "params": params},
+                      sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+# ---- writing outside the search ----------------------------------------------------------------
+
+def contains(dist: BaseDistribution, value: Any) -> bool:
+    """Whether ``value`` is a point of an Optuna distribution, by its public fields: a
+    categorical choice (``to_internal_repr`` finds it, as Optuna does), or a number in
+    ``[low, high]`` on the ``step`` grid of an int or float distribution."""
+    try:
+        internal = dist.to_internal_repr(value)
+    except (ValueError, TypeError):
+        return False
+    if isinstance(dist, CategoricalDistribution):
+        return True
+    if not isinstance(dist, (IntDistribution, FloatDistribution)) or not dist.low <= internal <= dist.high:
+        return False
+    if isinstance(dist, IntDistribution):
+        return (internal - dist.low) % dist.step == 0
+    if dist.step is None:
+        return True
+    k = (internal - dist.low) / dist.step
+    return abs(k - round(k)) < 1.0e-8
+
+
+def add_uncounted_trial(study: optuna.Study, result: TrialResult, config: dict[str, Any], key: str,
+                        distributions: dict[str, BaseDistribution], attrs: dict[str, Any]) -> int:
+    """Store a launch outside the search (a baseline repeat, the reference config's run) as a
+    finished, uncounted trial: COMPLETE with its value and feasible, else FAIL. Its params
+    are the config's values that are points of the space (a setting outside the space is in
+    its ``config`` attribute only). Returns its trial number."""
+    params = {k: v for k, v in config.items() if k in distributions and contains(distributions[k], v)}
+    stored = {**result.to_attrs(), ATTR_KEY: key, ATTR_COUNTED: False, **attrs}
+    ok = result.outcome == COMPLETE
+    study.add_trial(create_trial(
+        state=TrialState.COMPLETE if ok else TrialState.FAIL, value=result.value if ok else None,
+        params=params, distributions={k: distributions[k] for k in params}, user_attrs=stored,
+        constraints={CONSTRAINT: FEASIBLE} if ok else None))
+    return max(t.number for t in study.get_trials(deepcopy=False))

@@ -249,6 +249,7 @@ def sample_configs(job, backend, n: int) -> list[tuple[str, dict]]:
 def cmd_run(args) -> int:
     from orchestrator.core.durations import parse_duration
     from orchestrator.driver.run import StudyDriver
+    from orchestrator.study.storage import route_optuna_logs
 
     job = _load(args.job)
     if args.trials is not None and args.trials < 1:
@@ -256,6 +257,7 @@ def cmd_run(args) -> int:
     timeout = parse_duration(args.timeout, key="--timeout") if args.timeout else None
     driver = StudyDriver(job, trials=args.trials, timeout_s=timeout, ray_address=args.ray_address)
     args.logging.log_to_file(Path(job.report_dir) / "driver.log")
+    route_optuna_logs()  # Optuna's warnings through our handlers: driver.log too
     summary = driver.run()
     return 130 if summary.interrupted else 0
 

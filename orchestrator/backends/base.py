@@ -41,7 +41,8 @@ from __future__ import annotations
 import abc
 from typing import Any, ClassVar
 
-from orchestrator.core.errors import BadInput
+from orchestrator.core import nccl
+from orchestrator.core.errors import BadInput, ConfigRejected
 from orchestrator.core.launch import TRANSIENT_PROCESSES, LaunchSpec, WatchRules
 
 Config = dict[str, Any]
@@ -87,9 +88,6 @@ class Backend(abc.ABC):
 
     def check_nccl_env(self, config: Config) -> None:
         """Every ``env.NCCL_*`` value against NCCL's allowed names (ConfigRejected otherwise)."""
-        from orchestrator.core import nccl
-        from orchestrator.core.errors import ConfigRejected
-
         for name, value in config.items():
             if name.startswith("env.NCCL_"):
                 try:
@@ -105,8 +103,6 @@ class Backend(abc.ABC):
         """Effective settings: the backend's defaults filled in (a config that leaves a
         setting at its default equals one that spells it out), NCCL values case-folded,
         NCCL settings dropped at world size 1."""
-        from orchestrator.core import nccl
-
         config = {**self.default_config(), **config}
         out: Config = {}
         world = self.gpus_per_trial(config)

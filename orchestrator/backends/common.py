@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 from orchestrator.backends.flags import did_you_mean
+from orchestrator.core import nccl
 from orchestrator.core.errors import ConfigRejected, brief
 
 
@@ -76,8 +77,6 @@ def server_env(backend, config: dict) -> dict[str, str]:
     """The config's ``env.*`` params as the server's environment delta, NCCL values in
     NCCL's canonical spelling (``NCCL_P2P_LEVEL`` is compared case-sensitively by NCCL:
     ``phb`` would be ignored without a word)."""
-    from orchestrator.core import nccl
-
     return {k: nccl.normalize_value(k, v) if k.startswith("NCCL_") else v for k, v in backend.env_of(config).items()}
 
 

@@ -32,6 +32,8 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.versions import parse_version
+
 TABLES = Path(__file__).with_name("flag_tables")
 DUMPER = Path(__file__).with_name("parser_dump.py")
 DUMP_TIMEOUT_S = 300.0
@@ -80,8 +82,6 @@ class FlagTable:
 
 def bundled_versions(package: str) -> list[str]:
     """Releases of ``package`` with a bundled table, oldest first."""
-    from orchestrator.core.versions import parse_version
-
     found = [p.stem[len(package) + 1:] for p in TABLES.glob(f"{package}-*.json")]
     return sorted(found, key=lambda v: parse_version(v) or (0, 0, 0))
 
@@ -89,8 +89,6 @@ def bundled_versions(package: str) -> list[str]:
 @lru_cache(maxsize=None)
 def bundled(package: str, version: str | None = None) -> FlagTable | None:
     """The bundled table of ``version``'s release (the newest one when None), or None."""
-    from orchestrator.core.versions import parse_version
-
     known = bundled_versions(package)
     if version is not None:
         known = [v for v in known if parse_version(v) == parse_version(version)]

@@ -283,7 +283,7 @@ def _gguf_facts(model: str | None) -> dict[str, Any]:
     """Layers, heads, kv_heads, hidden_size and vocab_size from a GGUF header (needs the
     ``gguf`` package; empty without it or for an unreadable file)."""
     try:
-        from gguf import GGUFReader
+        from gguf import GGUFReader  # optional (the test extra): reads a GGUF file's header
 
         reader = GGUFReader(str(model), "r")
         arch = str(reader.fields["general.architecture"].contents())

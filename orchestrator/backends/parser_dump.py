@@ -32,6 +32,7 @@ import importlib.metadata
 import json
 import re
 import sys
+import typing
 
 
 def describe(parser: argparse.ArgumentParser) -> dict[str, dict]:
@@ -114,11 +115,11 @@ def _vllm_values() -> dict[str, list[str]]:
     """vLLM's built-in load formats and quantization methods: its parser takes any string for
     ``--load-format`` and ``--quantization`` (plugins may register more), and the engine
     refuses the rest. Each read where the release keeps it; a release without it gives none."""
-    import typing
-
     out: dict[str, list[str]] = {}
     try:
-        from vllm.model_executor.model_loader import LoadFormats
+        from vllm.model_executor.model_loader import (
+            LoadFormats,  # runs in the server's own interpreter, where that release is installed
+        )
 
         formats = [str(v) for v in typing.get_args(LoadFormats)]
         if formats:
@@ -126,7 +127,9 @@ def _vllm_values() -> dict[str, list[str]]:
     except Exception:  # noqa: BLE001 - an older or a broken release: the parser's own answer stands
         pass
     try:
-        from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
+        from vllm.model_executor.layers.quantization import (
+            QUANTIZATION_METHODS,  # runs in the server's own interpreter, where that release is installed
+        )
 
         out["--quantization"] = [str(v) for v in QUANTIZATION_METHODS]
     except Exception:  # noqa: BLE001
@@ -135,7 +138,9 @@ def _vllm_values() -> dict[str, list[str]]:
 
 
 def _sglang() -> argparse.ArgumentParser:
-    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.server_args import (
+        ServerArgs,  # runs in the server's own interpreter, where that release is installed
+    )
 
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)

@@ -7,13 +7,17 @@ Tunable: ``tp_size``, ``graph_capture`` + ``capture_sizes`` (CUDA only),
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import sys
 from typing import Any
 
+import orchestrator
 from orchestrator.backends import common
 from orchestrator.backends.base import Backend, Config, LaunchSpec
 from orchestrator.backends.flags import did_you_mean
 from orchestrator.core.errors import ConfigRejected, brief
+from orchestrator.refserver.presets import PRESETS
 
 _SETTINGS = {
     "model": "preset name (tiny, 1b, 8b)",
@@ -38,14 +42,12 @@ class RefServerBackend(Backend):
 
     def __init__(self, settings: dict[str, Any] | None, job_file: str | None = None):
         super().__init__(settings, job_file)
-        import difflib
 
         for key in self.settings:
             if key not in _SETTINGS:
                 near = difflib.get_close_matches(key, _SETTINGS, n=1)
                 hint = f" (did you mean {brief(near[0])}?)" if near else ""
                 raise self.bad(key, f"unknown setting {brief(key)}{hint}; allowed: {', '.join(_SETTINGS)}")
-        from orchestrator.refserver.presets import PRESETS
 
         self.model = str(self.settings.get("model", "tiny"))
         if self.model not in PRESETS:
@@ -80,10 +82,6 @@ class RefServerBackend(Backend):
         return {"model": "tiny", "device": "cpu"}
 
     def dims(self):
-        import dataclasses
-
-        from orchestrator.refserver.presets import PRESETS
-
         base = PRESETS[self.model]
         if not self.dims_override:
             return base
@@ -165,8 +163,6 @@ class RefServerBackend(Backend):
         return self.device_name
 
     def version(self) -> str | None:
-        import orchestrator
-
         return f"refserver {orchestrator.__version__}"
 
     def model_facts(self) -> dict[str, Any]:

@@ -91,6 +91,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.backends import BACKEND_KINDS, get_backend_class
 from orchestrator.config.job_checks import (
     check_baseline,
     check_config,
@@ -101,11 +102,12 @@ from orchestrator.config.job_checks import (
     nccl_value,
     refuse_unsafe,
 )
+from orchestrator.config.sampler_options import OPTIONS as SAMPLER_OPTIONS
+from orchestrator.config.sampler_options import SAMPLER_NAMES
 from orchestrator.config.space import SearchSpace, env_str, space_from_dict
 from orchestrator.config.yaml_input import Section, did_you_mean, display_path, read_yaml_mapping, shown, type_name
+from orchestrator.core.ceiling import parse_bandwidth
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
-from orchestrator.study.samplers import OPTIONS as SAMPLER_OPTIONS
-from orchestrator.study.samplers import SAMPLER_NAMES
 
 JOB_KEYS = ("study", "description", "output_dir", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
             "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
@@ -296,8 +298,6 @@ def job_context(gpus_per_node: int, cpus_per_trial: int, backend) -> dict[str, A
 
 
 def _make_backend(kind: str, settings: Mapping[str, Any], job_file: str | None):
-    from orchestrator.backends import get_backend_class
-
     try:
         cls = get_backend_class(kind)
     except (ImportError, AttributeError) as exc:
@@ -350,7 +350,6 @@ def load_job(path: str | os.PathLike) -> Job:
     backend_sec = top.section("backend", ("kind", "settings"))
     if top.data.get("backend") is None:
         raise top.bad("backend", "must be a mapping like {kind: refserver, settings: {model: tiny}}")
-    from orchestrator.backends import BACKEND_KINDS
 
     kind = backend_sec.raw("kind", _MISSING)
     if kind is _MISSING:
@@ -579,8 +578,6 @@ def _sampler(top: Section) -> SamplerSettings:
 
 def _hardware(top: Section) -> dict[str, float]:
     """Declared memory bandwidth and all-reduce latency (else the ceiling uses measurements)."""
-    from orchestrator.core.ceiling import parse_bandwidth
-
     sec = top.section("hardware", ("memory_bandwidth", "allreduce_latency_us"))
     out: dict[str, float] = {}
     bw = sec.raw("memory_bandwidth", None)

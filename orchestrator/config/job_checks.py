@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator.config.space import CHECK_LIMIT, NAME_RULE, SearchSpace, canonical_value, check_param_name, env_str
 from orchestrator.config.yaml_input import did_you_mean, same, shown
+from orchestrator.core import nccl
 from orchestrator.core.errors import BadInput, ConfigRejected, brief
 
 
@@ -35,7 +36,6 @@ def refuse_unsafe(var: str, value: str, allow_unsafe: bool, file: str | None, ke
     """BadInput for an NCCL value that can corrupt data on PCIe, unless ``allow_unsafe_nccl``."""
     if allow_unsafe:
         return
-    from orchestrator.core import nccl
 
     reason = nccl.unsafe_on_pcie(var, value)
     if reason:

@@ -48,6 +48,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from optuna.distributions import CategoricalDistribution, IntDistribution
+
 from orchestrator.backends.base import NEUTRAL_PARAMS
 from orchestrator.config.expressions import Constraint, ConstraintError, parse_constraint
 from orchestrator.config.yaml_input import (
@@ -59,6 +61,7 @@ from orchestrator.config.yaml_input import (
     scalar,
     shown,
 )
+from orchestrator.core import nccl  # only spaces/jobs with NCCL values need it
 from orchestrator.core.errors import BadInput, brief
 
 Config = dict[str, Any]
@@ -108,8 +111,6 @@ def env_str(value: Any) -> str:
 
 def canonical_nccl(var: str, value: Any) -> str:
     """``nccl.validate_value`` for NCCL_* variables; raises ValueError with its message."""
-    from orchestrator.core import nccl  # only spaces/jobs with NCCL values need it
-
     return nccl.validate_value(var, env_str(value))
 
 
@@ -186,8 +187,6 @@ class Param:
         return f"an integer from {self.low} to {self.high}{step}"
 
     def distribution(self):
-        from optuna.distributions import CategoricalDistribution, IntDistribution
-
         if self.kind == "categorical":
             return CategoricalDistribution(list(self.choices or ()))
         low, high = self._bounds()

@@ -38,6 +38,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, overload
 
+import yaml
+from yaml.events import AliasEvent
+
 from orchestrator.core.durations import parse_duration
 from orchestrator.core.errors import BRIEF_CHARS, BadInput, brief
 
@@ -169,8 +172,6 @@ def load_yaml(text: str, *, file: str | None, key: str | None = None) -> Any:
 def load_yaml_documents(text: str, *, file: str | None, key: str | None = None, single: bool = False) -> list:
     """Every document of a YAML stream (``---`` between them), each read like ``load_yaml``;
     the limits hold for each document; ``single``: more than one is refused."""
-    import yaml
-
     if len(text) > MAX_FILE_BYTES:
         raise BadInput(f"is larger than {MAX_FILE_BYTES // 1_000_000} MB ({MAX_FILE_BYTES} characters)",
                        file=file, key=key)
@@ -196,9 +197,6 @@ def load_yaml_documents(text: str, *, file: str | None, key: str | None = None, 
 
 
 def _make_loader():
-    import yaml
-    from yaml.events import AliasEvent
-
     class DocumentRefused(yaml.composer.ComposerError):
         """A document refused for its size, depth or a recursive alias (not a syntax error)."""
 

@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.records import COMPLETE, PRUNED, TrialResult
+
 # Smallest tolerance (mean |delta logprob| in nats per token) we ever apply: bf16 GEMMs
 # with a different reduction order move per-token logprobs by up to a few 0.01 nats.
 DEFAULT_LOGPROB_FLOOR = 0.05
@@ -149,8 +151,6 @@ def judge(golden: Golden, result):
     """``result`` (a ``TrialResult``) after the gate: a COMPLETE or PRUNED trial whose outputs
     differ from ``golden`` becomes FAIL ``wrong-output`` (its tok/s kept aside as
     ``decode_tok_s_ignored``: measured, never ranked). The verdict goes in ``correctness``."""
-    from orchestrator.core.records import COMPLETE, PRUNED, TrialResult
-
     outputs = result.outputs or {}
     if result.outcome not in (COMPLETE, PRUNED) or not outputs:
         return result

@@ -8,6 +8,7 @@ most once: ``d`` (days), ``h``, ``m``, ``s``, ``ms``. ``parse_duration`` raises
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 from typing import Any
@@ -40,8 +41,6 @@ def parse_duration(value: Any, *, file: str | None = None, key: str | None = Non
 
 def argparse_duration(text: str) -> float:
     """``type=`` for argparse options such as ``--timeout 8h``."""
-    import argparse
-
     seconds = _parse(text)
     if seconds is None or seconds <= 0:
         raise argparse.ArgumentTypeError(f"must be {RULE} (> 0), not {brief(text)}")

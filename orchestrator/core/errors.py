@@ -18,6 +18,7 @@ and at most ``MAX_MESSAGE`` characters, whatever went into it.
 
 import errno
 import os
+import reprlib
 from typing import Any
 
 BRIEF_CHARS = 80  # the longest rendering of a user's value in a message
@@ -25,8 +26,6 @@ MAX_MESSAGE = 2000  # the longest BadInput line; real ones are a few hundred cha
 
 
 def _make_repr():
-    import reprlib
-
     r = reprlib.Repr()
     r.maxlevel, r.maxstring, r.maxother, r.maxlong = 3, BRIEF_CHARS - 10, BRIEF_CHARS - 10, 40
     r.maxlist = r.maxtuple = r.maxset = r.maxfrozenset = r.maxdeque = r.maxarray = 6

@@ -49,6 +49,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from orchestrator.core.correctness import text_differs
+
 # A prompt's output is a cycle when it is one unit of at most this many tokens repeated
 # over at least MIN_CYCLE_UNITS units.
 MAX_CYCLE_TOKENS = 2
@@ -199,8 +201,6 @@ def vindicated(rows: Iterable[Any]) -> bool:
 
 def gate_failures(rows: Iterable[Any]) -> list[Any]:
     """Launched, counted trials whose greedy text differed from the reference's."""
-    from orchestrator.core.correctness import text_differs
-
     return [r for r in rows if r.counted and r.cached_from is None and r.failure_kind == "wrong-output"
             and not (r.correctness or {}).get("reference") and text_differs(r.correctness or {})]
 

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from orchestrator.core.errors import StorageWriteError
+
 PROGRESS = "ncclsweep.progress"
 _CAPTURED = "ncclsweep_trial_warning"  # attribute set on records a trial took with it
 
@@ -85,8 +87,6 @@ def check_driver_log() -> None:
     """StorageWriteError, once, when driver.log could not be written."""
     handler = _driver_log
     if handler is not None and handler.failure is not None and not handler.reported:
-        from orchestrator.core.errors import StorageWriteError
-
         handler.reported = True
         raise StorageWriteError(handler.path.parent, handler.failure, handler.path.name)
 
@@ -132,7 +132,6 @@ class Logging:
         self.file.setFormatter(_Format(stamp=True, names=True))
         self.file.addFilter(_shown)
         logging.getLogger().addHandler(self.file)
-        _route_optuna()
 
     def error_line(self, line: str) -> None:
         """The CLI's final error line, into driver.log when the run had started writing it."""
@@ -163,15 +162,6 @@ def configure(debug: bool = False) -> Logging:
             state._levels[name] = logger.level
             logger.setLevel(level)
     return state
-
-
-def _route_optuna() -> None:
-    """Optuna prints through its own handler; send its warnings through ours (driver.log too)."""
-    import optuna
-
-    optuna.logging.disable_default_handler()
-    optuna.logging.enable_propagation()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 class _Collector(logging.Handler):

@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
+from orchestrator.core import correctness, golden_check
 from orchestrator.core.records import COMPLETE, FAIL, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult, TrialRow
 
 ENV_ERROR = "env-error"
@@ -86,8 +87,6 @@ def environment_cause(result: TrialResult) -> str | None:
 def gate(result: TrialResult, golden) -> TrialResult:
     """The correctness gate: outputs that differ from the golden reference make the trial
     FAIL ``wrong-output`` (its measured tok/s kept as ``decode_tok_s_ignored``)."""
-    from orchestrator.core import correctness
-
     if golden is None or not result.outputs or result.outcome not in (COMPLETE, PRUNED):
         return result
     verdict = correctness.compare(golden, result.outputs)
@@ -170,8 +169,6 @@ def tainted_keys(rows: Iterable[TrialRow]) -> dict[str, int]:
     put its output in question: while the golden reference is disputed
     (``golden_check.disputed``), the reference's own config too, under the first trial that
     disagreed with it."""
-    from orchestrator.core import golden_check
-
     rows = list(rows)
     out: dict[str, int] = {}
     for r in rows:

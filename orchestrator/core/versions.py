@@ -19,9 +19,11 @@ Results are cached per process: a version does not change under a running driver
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import json
 import re
 import subprocess
+import sys
 
 _VERSION = re.compile(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?")
 
@@ -49,8 +51,6 @@ def _run(argv: list[str], timeout_s: float) -> str | None:
 def package_version(package: str, python: str | None = None, timeout_s: float = 60.0) -> str | None:
     """Version of an installed distribution, in this interpreter or in ``python``."""
     if python is None:
-        import importlib.metadata
-
         try:
             return importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
@@ -89,8 +89,6 @@ def torch_versions(python: str | None = None) -> dict[str, str | None]:
             "    pass\n"
             "print(json.dumps(out))\n")
     if python is None:
-        import sys
-
         python = sys.executable
     out = _run([python, "-c", code], 120.0)
     try:

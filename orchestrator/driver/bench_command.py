@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.job_checks import config_mapping, raw_message
 from orchestrator.core import correctness, nccl
 from orchestrator.core.errors import BadInput, ConfigRejected, NcclsweepError
 from orchestrator.core.records import TrialResult
@@ -28,8 +29,6 @@ from orchestrator.study.storage import GOLDEN_ATTR, load_study
 def check_overrides(job, overrides: dict[str, Any], source: str) -> dict[str, Any]:
     """``overrides`` (from ``source``: "--set" or the config file) checked one by one like the
     job's ``baseline:``; BadInput names the pair (``--set tp=2: unknown parameter ...``)."""
-    from orchestrator.config.job_checks import config_mapping, raw_message
-
     out: dict[str, Any] = {}
     for name, value in overrides.items():
         try:

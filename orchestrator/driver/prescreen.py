@@ -31,6 +31,9 @@ from typing import Any
 from orchestrator.core import nccl
 from orchestrator.core.errors import BadInput
 from orchestrator.core.records import config_key
+from orchestrator.node import proctree
+from orchestrator.node.server import free_port
+from orchestrator.refserver.procs import die_with_parent
 
 PARENT_ENV = "NCCLSWEEP_PRESCREEN_PARENT"
 
@@ -38,10 +41,8 @@ PARENT_ENV = "NCCLSWEEP_PRESCREEN_PARENT"
 # ---- the probe (runs in its own processes) ---------------------------------------------------
 
 def _probe(args: argparse.Namespace) -> None:
-    import torch
-    import torch.distributed as dist
-
-    from orchestrator.refserver.procs import die_with_parent
+    import torch  # heavy: imported only where a measurement runs on the device
+    import torch.distributed as dist  # heavy: imported only where a measurement runs on the device
 
     rank, world = args.rank, args.world
     children = []
@@ -131,8 +132,6 @@ def settings_of(job) -> list[dict[str, Any]]:
 def measure_setting(setting: dict[str, Any], *, device: str, message_bytes: int, env: dict[str, str],
                     timeout_s: float = 120.0, iters: int = 400) -> dict[str, Any]:
     """One fresh probe for one setting; a failure is data (kind + reason), not an exception."""
-    from orchestrator.node.server import free_port
-
     env_delta = {**env, **{k[4:]: str(v) for k, v in setting.items() if k.startswith("env.")},
                  **nccl.debug_env()}
     argv = [sys.executable, "-m", "orchestrator.driver.prescreen", "--world", str(setting["tp_size"]),
@@ -167,8 +166,6 @@ def measure_setting(setting: dict[str, Any], *, device: str, message_bytes: int,
 def _kill_group(proc: subprocess.Popen) -> None:
     """End the probe's ranks at once (NCCL processes often hang at exit): its tree and its
     process group (it runs in a session of its own)."""
-    from orchestrator.node import proctree
-
     proctree.end(proctree.tree(proc.pid), 0.0, pgid=proc.pid, kill_wait_s=5.0)
 
 
@@ -178,7 +175,7 @@ def require_device(job, device: str) -> None:
     if device != "cuda":
         return
     try:
-        import torch
+        import torch  # heavy: imported only where a measurement runs on the device
 
         available = torch.cuda.is_available()
     except Exception:  # noqa: BLE001 - no usable torch is no CUDA

@@ -38,11 +38,15 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +54,8 @@ from orchestrator.core.errors import RuntimeFailure
 from orchestrator.core.records import TrialResult
 from orchestrator.driver.executor import Executor
 from orchestrator.node.hwprobe import node_info
+from orchestrator.node.preflight import check_task
+from orchestrator.node.server import ServerRegistry, cleanup_recorded
 from orchestrator.node.trial import TrialSpec, run_trial
 
 log = logging.getLogger(__name__)
@@ -82,10 +88,6 @@ class TrialActor:
 
 
 def _cleanup_task(registry_dir: str) -> list[dict]:
-    from dataclasses import asdict
-
-    from orchestrator.node.server import ServerRegistry, cleanup_recorded
-
     return [asdict(r) for r in cleanup_recorded(ServerRegistry(Path(registry_dir)))]
 
 
@@ -147,11 +149,6 @@ def probe_cluster(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | N
     token-auth cluster answers a driver without the token with lines of ``InvalidAuthToken``.
     So a throw-away process tries first, in its own process group, ended when it runs
     past ``timeout_s`` or as soon as its log says the token was refused."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
     proc = subprocess.Popen([sys.executable, "-c", _PROBE, address], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
     lines: list[str] = []
@@ -205,9 +202,7 @@ def connect_ray(address: str | None, local_num_cpus: int | None = None):
     that happens to run on the host. An explicit address is probed first (``probe_cluster``)
     so a wrong one fails within ``CONNECT_TIMEOUT_S`` with what was tried and what to check.
     """
-    import signal
-
-    import ray
+    import ray  # heavy: imported only when trials run on Ray
 
     if ray.is_initialized():
         return ray
@@ -446,7 +441,7 @@ class RayExecutor(Executor):
         return self._start_actor(candidates[0] if candidates else next(iter(self._node_info)))
 
     def _start_actor(self, node_id: str) -> _Worker:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # heavy
 
         pin = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
         actor = self._actor_cls.options(**self._actor_opts, scheduling_strategy=pin).remote()
@@ -516,7 +511,7 @@ class RayExecutor(Executor):
 
     def cleanup_orphans(self, registry_dir: Path) -> list[Any]:
         """Run the registry cleanup on every alive node, through Ray."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # heavy
 
         task = self._ray.remote(_cleanup_task)
         refs = []
@@ -534,9 +529,7 @@ class RayExecutor(Executor):
 
     def preflight(self, need: dict[str, Any]) -> dict[str, list[str]]:
         """Pre-flight on every matching node, each by a task pinned to it (num_cpus=0)."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        from orchestrator.node.preflight import check_task
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # heavy
 
         task = self._ray.remote(check_task)
         refs = {}

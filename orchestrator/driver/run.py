@@ -26,7 +26,8 @@ from typing import Any, Literal, TextIO
 
 import optuna
 
-from orchestrator.core import correctness, golden_check, logs, outcome
+from orchestrator.config.yaml_input import display_path
+from orchestrator.core import correctness, golden_check, logs, outcome, verdict
 from orchestrator.core.errors import (
     BadInput,
     CircuitOpen,
@@ -37,10 +38,20 @@ from orchestrator.core.errors import (
 from orchestrator.core.records import COMPLETE, FAIL, PRUNED, TrialResult, config_key
 from orchestrator.driver.executor import Executor
 from orchestrator.driver.lock import DriverLock
+from orchestrator.driver.prescreen import (
+    PrescreenedSpace,
+    dropped_settings,
+    format_prescreen,
+    run_prescreen,
+    setting_key,
+)
 from orchestrator.driver.ray_executor import RayExecutor
 from orchestrator.node import preflight
 from orchestrator.node.trial import TrialSpec
 from orchestrator.study import bans as value_bans
+from orchestrator.study.history import trial_rows
+from orchestrator.study.policy import SearchPolicy
+from orchestrator.study.samplers import make_sampler, startup_trials
 from orchestrator.study.storage import (
     ATTR_BASELINE,
     ATTR_BASELINE_REPEAT,
@@ -229,9 +240,6 @@ class StudyDriver:
                               f"`ncclsweep run {self.job.path}` resumes the study")
 
     def _run(self) -> RunSummary:
-        from orchestrator.study.policy import SearchPolicy
-        from orchestrator.study.samplers import make_sampler, startup_trials
-
         job = self.job
         created = [d for d in (self.report_dir, *self.report_dir.parents) if not d.exists()]
         self.report_dir.mkdir(parents=True, exist_ok=True)
@@ -324,13 +332,6 @@ class StudyDriver:
         the baseline's own setting always stays (every result reads as x baseline)."""
         if not self.job.prescreen.enabled:
             return self.job.space
-        from orchestrator.driver.prescreen import (
-            PrescreenedSpace,
-            dropped_settings,
-            format_prescreen,
-            run_prescreen,
-            setting_key,
-        )
 
         stored = self.report_dir / "prescreen.json"
         if stored.exists():
@@ -434,7 +435,6 @@ class StudyDriver:
         if golden is None and job.correctness.enabled and self._reference_config() is not None:
             golden = self._reference_run(study, executor)
         self._held: list[tuple[Any, outcome.Final]] = []  # gate failures held while the reference is unproven
-        from orchestrator.study.history import trial_rows
 
         self._vindicated = golden_check.vindicated(trial_rows(study))  # a config other than the reference's passed
         self._announced: set = set()
@@ -804,8 +804,6 @@ class StudyDriver:
             return (f"stopped: `ncclsweep run {job}` continues the study; `ncclsweep status {job}` shows it "
                     f"so far (results in {_shown_dir(self.report_dir)})")
         if best is None:
-            from orchestrator.study.history import trial_rows
-
             why = golden_check.disputed(trial_rows(self._policy.study)) if getattr(self, "_policy", None) else None
             if why:
                 return (f"no config is called best: {why}; check the baseline's output in the trial logs in "
@@ -832,8 +830,6 @@ def _spread(trial) -> float | None:
 
 
 def _shown_dir(path) -> str:
-    from orchestrator.config.yaml_input import display_path
-
     return display_path(path)
 
 
@@ -842,8 +838,6 @@ def vs_baseline_words(best, base) -> str | None:
     is "beyond noise" only when the two trials' decode samples put its interval off 1.0
     (``verdict.py``, unpaired: repeats within one launch each), else "within noise of the
     baseline"; the baseline's own config is "the baseline itself". None without a baseline."""
-    from orchestrator.core import verdict
-
     if base is None or not base.value:
         return None
     if best.user_attrs.get(ATTR_KEY) == base.user_attrs.get(ATTR_KEY):

@@ -20,7 +20,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.node import nvidia_smi
+from orchestrator.backends import backend_kinds, get_backend_class, shadowed
+from orchestrator.config.job import load_job
+from orchestrator.core import versions
+from orchestrator.node import (
+    nvidia_smi,
+    preflight,  # the checks `ncclsweep run` makes on every node before a launch
+)
 from orchestrator.node.nvidia_smi import (
     APP_FIELDS,
     CSV,
@@ -181,7 +187,7 @@ def default_runner(argv: list[str]) -> str | None:
 
 def _torch_p2p(count: int) -> dict[tuple[str, str], str]:
     try:
-        import torch
+        import torch  # heavy: imported only where a measurement runs on the device
 
         if not torch.cuda.is_available():
             return {}
@@ -236,8 +242,6 @@ def run_doctor(job=None, runner: Runner | None = None, sysfs_root: str = "/",
 
 
 def _version_lines(job) -> list[str]:
-    from orchestrator.core import versions
-
     t = versions.torch_versions()
     out = [f"torch: {t['torch'] or 'not installed'}; its CUDA: {t['cuda'] or '-'}; its NCCL: {t['nccl'] or '-'}"]
     out += _backend_lines()
@@ -246,8 +250,6 @@ def _version_lines(job) -> list[str]:
 
 def _backend_lines() -> list[str]:
     """The release each registered backend finds installed here (asked of the backend)."""
-    from orchestrator.backends import backend_kinds, get_backend_class, shadowed
-
     out = []
     for kind in backend_kinds():
         try:
@@ -277,7 +279,6 @@ def _job_lines(job, warnings: list[str]) -> list[str]:
     env = getattr(job, "env", {}) or {}
     if env:
         out.append("job env: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
-    from orchestrator.node import preflight  # the checks `ncclsweep run` makes on every node before a launch
 
     problems = preflight.node_problems(preflight.needs(job))
     warnings += [f"pre-flight: {p}" for p in problems]
@@ -300,8 +301,6 @@ def main_doctor(job_path: str | None) -> int:
     warnings and on a machine without GPUs. A bad job file raises BadInput (exit 2 in cli)."""
     job = None
     if job_path:
-        from orchestrator.config.job import load_job
-
         job = load_job(job_path)
     lines, warnings = run_doctor(job)
     print(format_report(lines, warnings))

@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from functools import lru_cache
 from typing import Any
 
@@ -22,9 +23,7 @@ from orchestrator.node import nvidia_smi
 
 
 def _measure(device: str) -> float:
-    import time
-
-    import torch
+    import torch  # heavy: imported only where a measurement runs on the device
 
     n_bytes = (1 << 30) if device == "cuda" else (256 << 20)
     src = torch.empty(n_bytes // 4, dtype=torch.float32, device=device).uniform_()

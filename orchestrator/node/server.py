@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import errno
 import http.client
 import json
 import logging
@@ -183,8 +184,6 @@ def port_in_use(host: str, port: int) -> bool:
         try:
             s.bind((host, port))
         except OSError as exc:
-            import errno
-
             return exc.errno == errno.EADDRINUSE
     return False
 

@@ -13,16 +13,18 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator.backends import get_backend_class
 from orchestrator.core import nccl
 from orchestrator.core.errors import StorageWriteError, is_file_write_failure
+from orchestrator.core.logs import capture_warnings
 from orchestrator.core.records import COMPLETE, PRUNED, Config, TrialResult
 from orchestrator.node import client, gpus
 from orchestrator.node.hwprobe import memory_bandwidth, node_info
+from orchestrator.node.preflight import resolve
 from orchestrator.node.server import (
     ReadyTimeout,
     ServerExited,
@@ -75,8 +77,6 @@ class TrialSpec:
 def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
               on_server: Callable[[ServerProcess | None], None] | None = None) -> TrialResult:
     """Run one trial; ``cancel`` set from another thread ends it as interrupted."""
-    from orchestrator.core.logs import capture_warnings
-
     logged: list[str] = []
     with capture_warnings(logged):
         result = _run_trial(spec, cancel or threading.Event(), on_server)
@@ -138,7 +138,6 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         record = proc.start()
         if on_server:
             on_server(proc)
-        from dataclasses import asdict
 
         server_info = asdict(record)
         try:
@@ -222,8 +221,6 @@ def server_identity(backend, launch, env: dict[str, str]) -> dict[str, str | Non
     """Which server this trial ran: the command as it resolved on this node and the release
     the backend reports (where the server is found is not part of a study's identity, so
     each trial keeps it: ``Backend.identity_settings``)."""
-    from orchestrator.node.preflight import resolve
-
     command = launch.argv[0] if launch.argv else None
     return {"command": resolve(command, {**os.environ, **env}) if command else None, "version": backend.version()}
 

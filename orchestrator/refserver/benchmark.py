@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 
+from orchestrator.refserver import procs
 from orchestrator.refserver.procs import free_port
 
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 2
@@ -61,11 +62,9 @@ def start(args: list[str], port: int, timeout_s: float = 60.0, log_path: str | N
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """TERM the server's tree and process group, KILL after ``grace_s``, reap."""
-    from orchestrator.node import proctree
-
-    proctree.end(proctree.tree(proc.pid), grace_s, pgid=proc.pid)
-    proc.wait()
+    """TERM the server's process group (its ranks are in it: started in a session of its own),
+    KILL after ``grace_s``, reap."""
+    procs.end_group(proc, grace_s)
 
 
 def stream_times(port: int, max_tokens: int, prompt: str = PROMPT) -> list[float]:

@@ -19,6 +19,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
+from datetime import timedelta
 
 from orchestrator.refserver import procs
 from orchestrator.refserver.presets import DTYPE_BYTES, PRESETS, ModelDims
@@ -181,7 +182,7 @@ def parse_settings(argv: list[str]) -> Settings:
 
 def check_cuda(s: Settings) -> None:
     """BadFlag unless enough CUDA devices are visible (imports torch)."""
-    import torch
+    import torch  # heavy: imported only where a measurement runs on the device
 
     if not torch.cuda.is_available():
         raise BadFlag("--device: cuda is not available here; allowed: cpu")
@@ -194,10 +195,8 @@ def check_cuda(s: Settings) -> None:
 
 def build_rank(s: Settings, rank: int, master_port: int):
     """Join the process group, build this rank's shard (+ CUDA graphs) and the step channel."""
-    from datetime import timedelta
-
-    import torch
-    import torch.distributed as dist
+    import torch  # heavy: imported only where a measurement runs on the device
+    import torch.distributed as dist  # heavy: imported only where a measurement runs on the device
 
     from orchestrator.refserver.engine import Channel
     from orchestrator.refserver.model import DTYPES, GraphRunner, ShardedLlama

@@ -86,7 +86,7 @@ def fused_choice(device: torch.device, override: bool | None = None) -> tuple[bo
     if os.environ.get("REFSERVER_FUSED") == "0":
         return False, "REFSERVER_FUSED=0"
     try:
-        import triton
+        import triton  # optional: the fused kernels (CUDA, or Triton's CPU interpreter in tests)
 
         importlib.import_module("orchestrator.refserver.fused")  # compiles nothing yet
     except Exception as exc:  # noqa: BLE001 - a missing or broken triton: the torch ops still work

@@ -114,3 +114,25 @@ class Ranks:
 
         if self.procs:
             threading.Thread(target=run, name="rank-watch", daemon=True).start()
+
+
+def end_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """End a process started in its own session (its group id is its pid): SIGTERM to the
+    group, SIGKILL to what is left after ``grace_s``, then reap ``proc``."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            proc.poll()
+            time.sleep(0.05)
+        else:
+            continue
+        break
+    proc.wait()

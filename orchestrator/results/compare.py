@@ -30,10 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.core import files, verdict
 from orchestrator.core.errors import BadInput, RuntimeFailure
+from orchestrator.core.golden_check import disputed
 from orchestrator.core.records import TrialRow
 from orchestrator.node import client
 from orchestrator.node.server import ServerError
 from orchestrator.node.trial import prepare_server
+from orchestrator.study.history import TOP_N, baseline_row, best_rows, ties_with_best, trial_rows
+from orchestrator.study.storage import open_study
 
 if TYPE_CHECKING:
     from orchestrator.config.job import Job
@@ -69,16 +72,11 @@ def measure_levels(job: Job, config: dict, levels: list[int], label: str, round_
 
 def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = None, say=print,
                 also: list[int] | str | None = None) -> str:
-    from orchestrator.study.history import baseline_row, best_rows, trial_rows
-    from orchestrator.study.storage import open_study
-
     rows = trial_rows(open_study(job, create=False))
     base = baseline_row(rows)
     ranked = best_rows(rows, 1)
     best = ranked[0] if ranked else None
     if base is None or best is None:
-        from orchestrator.core.golden_check import disputed
-
         why = disputed(rows)
         if why:
             raise RuntimeFailure(f"nothing to compare: {why}; no config is best while the golden reference is in "
@@ -218,8 +216,6 @@ def _also_rows(rows: list[TrialRow], best: TrialRow, base: TrialRow,
 
     A number the user gives must add a config: one that is the baseline's, the best's or one
     given before in ``--also`` is refused (it would be measured in no extra column)."""
-    from orchestrator.study.history import TOP_N, best_rows, ties_with_best
-
     if not also:
         return []
     every_round = {base.config_key: ("the baseline", base.number), best.config_key: ("the best", best.number)}

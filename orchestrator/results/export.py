@@ -28,10 +28,18 @@ import dataclasses
 import datetime as _dt
 import json
 import re
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Protocol
 
+import yaml
+
+import orchestrator
+from orchestrator.backends import get_backend_class
+from orchestrator.backends.base import Backend
+from orchestrator.config.yaml_input import load_yaml_documents, read_text_bounded
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
+from orchestrator.core.golden_check import disputed
 from orchestrator.core.records import COMPLETE, TrialRow
 from orchestrator.study.history import baseline_row, best_rows, short_params
 
@@ -55,8 +63,6 @@ class ExportJob(Protocol):
 def resolve_backend(job: Any, backend: Any = None):
     """A Backend instance for the job: ``backend`` if given, ``job.backend`` if it already is
     one, else built from ``job.backend.kind``/``settings``. None when it cannot be built."""
-    from orchestrator.backends.base import Backend
-
     if isinstance(backend, Backend):
         return backend
     spec = getattr(job, "backend", None)
@@ -71,8 +77,6 @@ def resolve_backend(job: Any, backend: Any = None):
     if not kind:
         return None
     try:
-        from orchestrator.backends import get_backend_class
-
         path = getattr(job, "path", None)
         return get_backend_class(kind)(dict(getattr(spec, "settings", None) or {}), str(path) if path else None)
     except Exception:  # noqa: BLE001 - provenance then says "unknown"; cmd export refuses
@@ -138,11 +142,8 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
 
 def _tool_version() -> str:
     try:
-        from importlib.metadata import version
-
         return version("ncclsweep")
     except Exception:  # noqa: BLE001 - not installed (running from a checkout)
-        import orchestrator
 
         return getattr(orchestrator, "__version__", "unknown")
 
@@ -190,8 +191,6 @@ def effective_env(job: ExportJob, config: dict[str, Any], backend: Any = None, h
                   port: int = 8000) -> dict[str, str]:
     """The job's fixed env, overridden by the config's env delta (as the trial ran it, less
     the tuner's own NCCL_DEBUG instrumentation)."""
-    from orchestrator.backends.base import Backend
-
     spec = _launch(backend, config, host, port)
     delta = dict(spec.env) if spec is not None else Backend.env_of(config)
     env = {str(k): str(v) for k, v in (getattr(job, "env", None) or {}).items()}
@@ -352,8 +351,6 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
         raise BadInput(f"--top must be a positive integer, not {brief(top)}", key="--top")
     best = best_rows(rows, top)
     if not best:
-        from orchestrator.core.golden_check import disputed
-
         why = disputed(rows)
         if why:
             raise RuntimeFailure(f"nothing to export: {why}; no config is exported as best while the golden "
@@ -364,7 +361,6 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
         docs = [_document(job, row, rows, backend, i + 1, host, port) for i, row in enumerate(best)]
         if fmt == "json":
             return json.dumps(docs[0] if top == 1 else docs, indent=2, default=str) + "\n"
-        import yaml
 
         return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False, allow_unicode=True)
     block = {"env": _env_block, "cmd": _cmd_block, "nccl-tuner": _tuner_block}[fmt]
@@ -397,8 +393,6 @@ def load_config_file(path: str | Path, rank: int = 1) -> dict[str, Any]:
     best; a multi-document YAML file or a JSON list), or a plain flat mapping of params
     (``tp_size: 2``, ``env.NCCL_PROTO: LL``). Raises BadInput naming the file.
     """
-    from orchestrator.config.yaml_input import load_yaml_documents, read_text_bounded
-
     path = Path(path)
     text = read_text_bounded(path, file=str(path), what="config")
     if path.suffix.lower() == ".json":

@@ -45,6 +45,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from orchestrator.core.golden_check import vindicated
 from orchestrator.core.records import TrialRow
 
 START_KINDS = ("start-crash", "nccl-invalid")
@@ -127,8 +128,6 @@ def _gave_wrong_output(row: TrialRow) -> bool:
 
 def wrong_output_values(rows: list[TrialRow]) -> dict[tuple[str, Any], str]:
     """{(param, value): why} for values that gave wrong output (module docstring)."""
-    from orchestrator.core.golden_check import vindicated
-
     if not vindicated(rows):
         return {}
     launched = [r for r in rows if r.cached_from is None and not r.skipped]

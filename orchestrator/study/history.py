@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.core import outcome
+from orchestrator.core.golden_check import disputed
 from orchestrator.core.records import (
     COMPLETE,
     FAIL,
@@ -387,8 +388,6 @@ def format_status(rows: list[TrialRow], width: int | None = None) -> str:
         ratio = f", {b.value / base_value:.2f}x baseline" if base_value else ""
         lines.append(f"best: trial {b.number} {b.value:.2f} tok/s{ratio}  {short_params(b.params)}")
     else:
-        from orchestrator.core.golden_check import disputed
-
         why = disputed(rows)
         lines.append(f"best: none: {why}" if why else
                      "best: none yet (no COMPLETE trial that passed the correctness gate)")

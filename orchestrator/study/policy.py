@@ -53,9 +53,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import optuna
+from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from orchestrator.core.errors import StorageWriteError
+from orchestrator.core.outcome import TIMEOUT_KINDS, interrupted
 from orchestrator.core.records import (
     COMPLETE,
     FAIL,
@@ -68,6 +70,7 @@ from orchestrator.core.records import (
 )
 from orchestrator.study.bans import banned_values, describe, hit
 from orchestrator.study.feasible import FeasibleSampler
+from orchestrator.study.history import baseline_row, best_rows, trial_rows
 from orchestrator.study.storage import (
     ATTR_BASELINE,
     ATTR_CACHED_FROM,
@@ -319,8 +322,6 @@ class SearchPolicy:
         (``orchestrator.study.bans``): {(param, value): why}."""
         n = self._finished()
         if self._bans_at[0] != n:
-            from orchestrator.study.history import trial_rows
-
             self._bans_at = (n, banned_values(trial_rows(self.study)))
         return self._bans_at[1]
 
@@ -685,8 +686,6 @@ class SearchPolicy:
         a study user attribute, ``storage.recovered_attr(number)``, which ``history`` reads
         as the trial's own; then ``study.tell(number, state=FAIL)``.
         """
-        from orchestrator.core.outcome import interrupted
-
         done = []
         for t in self.pending_running():
             config = t.user_attrs.get("config") or dict(t.params)
@@ -713,23 +712,17 @@ class SearchPolicy:
         return set(self._scan().measured)
 
     def _rows(self) -> list[TrialRow]:
-        from orchestrator.study.history import trial_rows
-
         return trial_rows(self.study)
 
     def best(self) -> FrozenTrial | None:
         """The best trial by the study's one ranking rule (``history.best_rows`` over
         ``outcome.rankable``): what export and the report call best, never a failure, a
         wrong config, a cached duplicate or a config that breaks an outcome constraint."""
-        from orchestrator.study.history import best_rows
-
         best = best_rows(self._rows(), 1)
         return self._trial(best[0].number) if best else None
 
     def baseline_trial(self) -> FrozenTrial | None:
         """The measured baseline trial (``history.baseline_row``), once there is one."""
-        from orchestrator.study.history import baseline_row
-
         base = baseline_row(self._rows())
         if base is None or base.state != COMPLETE or base.value is None:
             return None
@@ -753,8 +746,6 @@ class SearchPolicy:
 
     def earlier_timeouts(self, key: str, before: int) -> int:
         """Launches of the config ``key`` before trial ``before`` that timed out."""
-        from orchestrator.core.outcome import TIMEOUT_KINDS
-
         return sum(1 for t in self.study.get_trials(deepcopy=False)
                    if t.number < before and t.user_attrs.get(ATTR_KEY) == key
                    and t.user_attrs.get("outcome") == FAIL and t.user_attrs.get("failure_kind") in TIMEOUT_KINDS)
@@ -786,8 +777,6 @@ def _is_measurement(ua: dict[str, Any]) -> bool:
 
 def _suggest(trial: optuna.Trial, name: str, dist) -> Any:
     """``trial.suggest_*`` for an Optuna distribution (an enqueued value comes back as fixed)."""
-    from optuna.distributions import CategoricalDistribution, IntDistribution
-
     if isinstance(dist, CategoricalDistribution):
         return trial.suggest_categorical(name, list(dist.choices))
     if isinstance(dist, IntDistribution):

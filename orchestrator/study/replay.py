@@ -50,6 +50,7 @@ from typing import Any
 import optuna
 from optuna.distributions import CategoricalDistribution
 
+from orchestrator.config.sampler_options import SAMPLER_NAMES
 from orchestrator.core.correctness import TEXT_DIFFERS
 from orchestrator.core.errors import BadInput, brief
 from orchestrator.core.records import COMPLETE, FAILURE_KINDS, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult, config_key
@@ -62,7 +63,7 @@ from orchestrator.study.policy import (
     SearchPolicy,
     early_stop,
 )
-from orchestrator.study.samplers import SAMPLER_NAMES, make_sampler, startup_trials
+from orchestrator.study.samplers import make_sampler, startup_trials
 from orchestrator.study.storage import ATTR_BASELINE, ATTR_COUNTED, ATTR_KEY, ATTR_SKIPPED
 
 RESERVED_COLUMNS = ("samples", "failure", "baseline", "note")
@@ -145,7 +146,7 @@ def _typed(values: list[str]) -> list[Any]:
 
 def load_table(path: str | Path) -> Table:
     """Read and validate a table (see the module docstring for the format)."""
-    import pandas as pd
+    import pandas as pd  # heavy: imported only when a table is built
 
     path = Path(path)
     try:
@@ -260,7 +261,7 @@ def table_from_study(study: optuna.Study):
     ``metrics.decode_samples``, ``counted``, ``is_baseline``. Cached answers,
     never-launched proposals and interrupted trials are left out.
     """
-    import pandas as pd
+    import pandas as pd  # heavy: imported only when a table is built
 
     merged: dict[str, dict[str, Any]] = {}
     for t in study.get_trials(deepcopy=False):

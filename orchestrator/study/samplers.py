@@ -27,6 +27,7 @@ sampler hands the search policy (``SearchPolicy(startup=...)``), which picks the
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,21 +40,8 @@ from optuna.distributions import (
     IntDistribution,
 )
 
+from orchestrator.config.sampler_options import DEFAULT_SAMPLER, MODEL_BASED, OPTIONS, SAMPLER_NAMES
 from orchestrator.core.errors import brief
-
-SAMPLER_NAMES = ("tpe", "gp", "random", "grid", "bruteforce", "nsga2")
-DEFAULT_SAMPLER = "tpe"
-MODEL_BASED = ("tpe", "gp")  # samplers that draw random start-up trials before modelling
-
-# Options each sampler accepts in ``options`` (the job's ``sampler.options``).
-_TPE_OPTIONS: dict[str, type] = {"multivariate": bool, "group": bool, "constant_liar": bool, "n_ei_candidates": int,
-                                 "n_startup_trials": int}
-_GP_OPTIONS: dict[str, type] = {"deterministic_objective": bool, "n_startup_trials": int}
-_NSGA2_OPTIONS: dict[str, type] = {"population_size": int, "mutation_prob": float, "crossover_prob": float,
-                                   "swapping_prob": float}
-_BRUTEFORCE_OPTIONS: dict[str, type] = {"avoid_premature_stop": bool}
-OPTIONS: dict[str, dict[str, type]] = {"tpe": _TPE_OPTIONS, "gp": _GP_OPTIONS, "random": {}, "grid": {},
-                                       "bruteforce": _BRUTEFORCE_OPTIONS, "nsga2": _NSGA2_OPTIONS}
 
 
 def default_startup_trials(budget: int | None, space_size: int | None = None) -> int:
@@ -111,8 +99,6 @@ def make_sampler(
                 seed=seed, n_startup_trials=n_startup_trials, multivariate=multivariate, group=group,
                 constant_liar=opts.pop("constant_liar", True), **opts)
         if key == "gp":
-            import importlib.util
-
             if importlib.util.find_spec("scipy") is None:
                 raise ValueError("the gp sampler needs scipy (pip install scipy); or use sampler tpe")
             return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials,

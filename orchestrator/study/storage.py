@@ -91,6 +91,14 @@ def trial_attrs(trial: Any, study_attrs: dict[str, Any]) -> dict[str, Any]:
     return {**trial.user_attrs, **(study_attrs.get(recovered_attr(trial.number)) or {})}
 
 
+def route_optuna_logs() -> None:
+    """Optuna prints through its own handler; send its warnings through ours (the CLI's, and
+    driver.log where ``run`` writes one)."""
+    optuna.logging.disable_default_handler()
+    optuna.logging.enable_propagation()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
 # ---- opening -------------------------------------------------------------------------------
 def journal_path(url: str) -> Path | None:
     """The journal file of a ``journal:<path>`` storage URL, else None."""

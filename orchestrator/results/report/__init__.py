@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.records import TrialRow
+from orchestrator.results.export import resolve_backend
 from orchestrator.results.importance import knob_effects
 from orchestrator.results.report.document import render_html, render_markdown
 from orchestrator.results.report.plots import PLOTS, write_plots
@@ -38,8 +39,6 @@ def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: 
     ``bandwidth_bytes_s``/``allreduce_latency_s`` override what the job declares or the trials
     measured; ``study``/``rows`` skip loading the study from ``job.storage``.
     """
-    from orchestrator.results.export import resolve_backend
-
     report_dir = Path(out_dir if out_dir is not None else job.report_dir)
     if rows is None:  # before any folder is made: no study, no empty report folder
         rows = history.trial_rows(study if study is not None else storage.load_study(job))

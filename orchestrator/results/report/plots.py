@@ -46,10 +46,10 @@ def write_plots(rows: list[TrialRow], effects: list[KnobEffect], notes: list[str
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # heavy: imported only when the report draws
 
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: imported only when the report draws
 
     return plt
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from orchestrator.core import outcome
 from orchestrator.core.ceiling import ceiling_for, parse_bandwidth
+from orchestrator.core.golden_check import disputed
 from orchestrator.core.outcome import TIMEOUT_KINDS
 from orchestrator.core.records import NOT_THE_CONFIGS_FAULT, TrialRow
 from orchestrator.core.verdict import FASTER, SLOWER, WITHIN_NOISE, describe, interval_text, ratio_interval, verdict
@@ -107,8 +108,6 @@ def _headline(rows, best, base, compared: bool = False) -> list[Block]:
     if not rows:
         return out + [doc.para("The study has no trials yet.")]
     if not best:
-        from orchestrator.core.golden_check import disputed
-
         why = disputed(rows)
         if why:
             return out + [doc.warn(f"There is no best config: {why}. No config is called best while the golden "

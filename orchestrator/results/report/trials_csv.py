@@ -11,7 +11,7 @@ from orchestrator.core.records import TrialRow
 
 def trials_frame(rows: list[TrialRow]):
     """pandas DataFrame: one row per trial, params/metrics/timings flattened."""
-    import pandas as pd
+    import pandas as pd  # heavy: imported only when a table is built
 
     records = []
     for r in rows:

@@ -1,0 +1,19 @@
+"""The samplers a job may name and the options each takes: the one table both the job's
+validation (``orchestrator.config.job``) and the sampler's construction
+(``orchestrator.study.samplers``) read."""
+
+from __future__ import annotations
+
+SAMPLER_NAMES = ("tpe", "gp", "random", "grid", "bruteforce", "nsga2")
+DEFAULT_SAMPLER = "tpe"
+MODEL_BASED = ("tpe", "gp")  # samplers that draw random start-up trials before modelling
+
+# Options each sampler accepts in ``options`` (the job's ``sampler.options``).
+_TPE_OPTIONS: dict[str, type] = {"multivariate": bool, "group": bool, "constant_liar": bool, "n_ei_candidates": int,
+                                 "n_startup_trials": int}
+_GP_OPTIONS: dict[str, type] = {"deterministic_objective": bool, "n_startup_trials": int}
+_NSGA2_OPTIONS: dict[str, type] = {"population_size": int, "mutation_prob": float, "crossover_prob": float,
+                                   "swapping_prob": float}
+_BRUTEFORCE_OPTIONS: dict[str, type] = {"avoid_premature_stop": bool}
+OPTIONS: dict[str, dict[str, type]] = {"tpe": _TPE_OPTIONS, "gp": _GP_OPTIONS, "random": {}, "grid": {},
+                                       "bruteforce": _BRUTEFORCE_OPTIONS, "nsga2": _NSGA2_OPTIONS}

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core.records import COMPLETE, PRUNED, TrialResult
+from orchestrator.core.records import COMPLETE, PRUNED, FailureKind, TrialResult
 
 # Smallest tolerance (mean |delta logprob| in nats per token) we ever apply: bf16 GEMMs
 # with a different reduction order move per-token logprobs by up to a few 0.01 nats.
@@ -158,7 +158,7 @@ def judge(golden: Golden, result):
     result.correctness = verdict
     if verdict["ok"]:
         return result
-    failed = TrialResult.failed(result.config, "wrong-output", verdict["reason"], metrics=result.metrics,
+    failed = TrialResult.failed(result.config, FailureKind.WRONG_OUTPUT, verdict["reason"], metrics=result.metrics,
                                 timing=result.timing, started_at=result.started_at, ended_at=result.ended_at,
                                 node=result.node, nccl=result.nccl, warnings=result.warnings,
                                 correctness=verdict, server=result.server, log_tail=result.log_tail)

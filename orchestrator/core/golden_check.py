@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from orchestrator.core.correctness import text_differs
+from orchestrator.core.records import FailureKind
 
 # A prompt's output is a cycle when it is one unit of at most this many tokens repeated
 # over at least MIN_CYCLE_UNITS units.
@@ -201,7 +202,7 @@ def vindicated(rows: Iterable[Any]) -> bool:
 
 def gate_failures(rows: Iterable[Any]) -> list[Any]:
     """Launched, counted trials whose greedy text differed from the reference's."""
-    return [r for r in rows if r.counted and r.cached_from is None and r.failure_kind == "wrong-output"
+    return [r for r in rows if r.counted and r.cached_from is None and r.failure_kind == FailureKind.WRONG_OUTPUT
             and not (r.correctness or {}).get("reference") and text_differs(r.correctness or {})]
 
 

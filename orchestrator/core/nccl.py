@@ -46,6 +46,7 @@ from collections import Counter
 from typing import Any
 
 from orchestrator.core.errors import brief
+from orchestrator.core.records import FailureKind
 
 # NCCL's own spellings (src/init.cc ncclFuncStr / ncclAlgoStr / ncclProtoStr).
 FUNCTIONS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
@@ -418,9 +419,9 @@ def _parse_matrix(lines: list[str]) -> dict[str, dict[str, int]]:
 
 
 def classify_failure(log_text: str) -> str | None:
-    """``"nccl-invalid"`` when the log shows NCCL refused a value (ncclInvalidUsage,
+    """``FailureKind.NCCL_INVALID`` when the log shows NCCL refused a value (ncclInvalidUsage,
     "Unrecognized element token", "invalid usage"), else None."""
-    return "nccl-invalid" if any(marker in log_text for marker in _INVALID_MARKERS) else None
+    return FailureKind.NCCL_INVALID if any(marker in log_text for marker in _INVALID_MARKERS) else None
 
 
 def _same_value(name: str, requested: str, printed: str) -> bool:

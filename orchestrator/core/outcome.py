@@ -33,15 +33,18 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from orchestrator.core import correctness, golden_check
-from orchestrator.core.records import COMPLETE, FAIL, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult, TrialRow
+from orchestrator.core.records import (
+    COMPLETE,
+    FAIL,
+    NOT_THE_CONFIGS_FAULT,
+    PRUNED,
+    TIMEOUT_KINDS,
+    WRONG_RESULT_KINDS,
+    FailureKind,
+    TrialResult,
+    TrialRow,
+)
 
-ENV_ERROR = "env-error"
-# Failure kinds that mean "this config computes wrong results": a config with one is never
-# ranked, even if another measurement of it completed.
-WRONG_RESULT_KINDS = ("wrong-output", "nccl-invalid")
-# A timeout can be the machine's (load, a slow disk) as much as the config's: the first one
-# re-queues the config, a second one (the timeout reproduced) bans it.
-TIMEOUT_KINDS = ("start-timeout", "bench-timeout")
 FIRST_TIMEOUT_NOTE = "first timeout of this config: re-queued once to see whether it reproduces"
 
 # Lines in a server's log that put the failure on the node, not the config (lower case),
@@ -58,7 +61,7 @@ ENV_LOG_MARKERS = (
     ("busy or unavailable", "the GPUs are busy (another process, or exclusive compute mode)"),
     ("cudaerrordevicesunavailable", "the GPUs are busy (another process, or exclusive compute mode)"),
 )
-_LOG_KINDS = ("start-crash", "bench-error")  # raw kinds whose log may show an environment cause
+_LOG_KINDS = (FailureKind.START_CRASH, FailureKind.BENCH_ERROR)  # raw kinds whose log may show an environment cause
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class Final:
 
 def interrupted(result: TrialResult, reason: str) -> TrialResult:
     """The same result, as FAIL ``interrupted`` with ``reason``."""
-    return replace(result, outcome=FAIL, failure_kind="interrupted", failure_reason=reason)
+    return replace(result, outcome=FAIL, failure_kind=FailureKind.INTERRUPTED, failure_reason=reason)
 
 
 def environment_cause(result: TrialResult) -> str | None:
@@ -93,8 +96,8 @@ def gate(result: TrialResult, golden) -> TrialResult:
     if verdict["ok"]:
         return replace(result, correctness=verdict)
     metrics = {**result.metrics, "decode_tok_s_ignored": result.value}
-    return replace(result, outcome=FAIL, value=None, failure_kind="wrong-output", failure_reason=verdict["reason"],
-                   correctness=verdict, metrics=metrics)
+    return replace(result, outcome=FAIL, value=None, failure_kind=FailureKind.WRONG_OUTPUT,
+                   failure_reason=verdict["reason"], correctness=verdict, metrics=metrics)
 
 
 def judge_constraints(result: TrialResult, rules, baseline_metrics: dict[str, Any] | None) -> TrialResult:
@@ -127,7 +130,8 @@ def decide(result: TrialResult, *, second_signal: bool = False, golden=None, rul
         result = interrupted(result, "killed by the user (second signal)")
     cause = environment_cause(result)
     if cause:
-        result = replace(result, failure_kind=ENV_ERROR, failure_reason=f"{cause} ({result.failure_reason})")
+        result = replace(result, failure_kind=FailureKind.ENV_ERROR,
+                         failure_reason=f"{cause} ({result.failure_reason})")
     result = gate(result, golden)
     result = judge_constraints(result, rules, baseline_metrics)
     if result.outcome != FAIL:
@@ -146,7 +150,7 @@ def reference_failed(result: TrialResult, reason: str) -> Final:
     user's fix, measures the same baseline again."""
     if result.outcome != FAIL:
         metrics = {**result.metrics, "decode_tok_s_ignored": result.value}
-        result = replace(result, outcome=FAIL, value=None, failure_kind="wrong-output", metrics=metrics,
+        result = replace(result, outcome=FAIL, value=None, failure_kind=FailureKind.WRONG_OUTPUT, metrics=metrics,
                          failure_reason=f"unusable as the golden reference: {reason}")
     result = replace(result, correctness={**result.correctness, "ok": False, "reference": True, "reason": reason})
     return Final(result, counted=False, blameless=True, requeue=False)

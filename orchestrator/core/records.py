@@ -10,6 +10,7 @@ compare and importance.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -22,22 +23,42 @@ PRUNED = "PRUNED"
 RUNNING = "RUNNING"
 WAITING = "WAITING"
 
-# The closed list of failure kinds.
-FAILURE_KINDS = (
-    "start-crash",
-    "start-timeout",
-    "bench-timeout",
-    "bench-error",
-    "wrong-output",
-    "nccl-invalid",
-    "interrupted",
-    "node-lost",
-    "env-error",
-)
-# Kinds that say nothing about the config itself: never cached as its answer, never banned,
-# re-queued once (``orchestrator.core.outcome`` decides; ``env-error``: the node, not the config:
-# server command or Python missing, port taken, GPUs busy or missing).
-NOT_THE_CONFIGS_FAULT = ("interrupted", "node-lost", "env-error")
+
+
+class FailureKind(str, enum.Enum):
+    """The closed list of failure kinds: why a trial is FAIL. A member is its string (stored
+    as such, compared equal to it), so records written before the enum read back unchanged."""
+
+    START_CRASH = "start-crash"  # the server died or said it is dead before it was ready
+    START_TIMEOUT = "start-timeout"  # not ready within timeouts.startup
+    BENCH_TIMEOUT = "bench-timeout"  # the benchmark ran past timeouts.bench
+    BENCH_ERROR = "bench-error"  # the server failed requests or died while measured
+    WRONG_OUTPUT = "wrong-output"  # its output differs from the golden reference
+    NCCL_INVALID = "nccl-invalid"  # NCCL refused one of its settings
+    INTERRUPTED = "interrupted"  # stopped by the user or a dying driver
+    NODE_LOST = "node-lost"  # the worker or node that ran it vanished
+    ENV_ERROR = "env-error"  # the node, not the config: command missing, port taken, GPUs busy
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+FAILURE_KINDS = tuple(kind.value for kind in FailureKind)
+# What each kind means for the study, decided here once (``orchestrator.core.outcome`` applies it):
+# - not the config's fault: never cached as its answer, never banned, re-queued once;
+NOT_THE_CONFIGS_FAULT = (FailureKind.INTERRUPTED, FailureKind.NODE_LOST, FailureKind.ENV_ERROR)
+# - a timeout can be the machine's (load, a slow disk) as much as the config's: the first one
+#   re-queues the config, a second one (the timeout reproduced) is its answer;
+TIMEOUT_KINDS = (FailureKind.START_TIMEOUT, FailureKind.BENCH_TIMEOUT)
+# - the config computes wrong results: never ranked, even if another measurement of it completed;
+WRONG_RESULT_KINDS = (FailureKind.WRONG_OUTPUT, FailureKind.NCCL_INVALID)
+# - it never got past start-up (what value bans learn crashes from);
+START_KINDS = (FailureKind.START_CRASH, FailureKind.NCCL_INVALID)
+# - it got past start-up, so none of its values keeps a server from starting.
+AFTER_START_KINDS = (FailureKind.BENCH_TIMEOUT, FailureKind.BENCH_ERROR, FailureKind.WRONG_OUTPUT)
 
 Config = dict[str, Any]
 

@@ -21,7 +21,7 @@ from typing import Any
 from orchestrator.config.job_checks import config_mapping, raw_message
 from orchestrator.core import correctness, nccl
 from orchestrator.core.errors import BadInput, ConfigRejected, NcclsweepError
-from orchestrator.core.records import TrialResult
+from orchestrator.core.records import FailureKind, TrialResult
 from orchestrator.node.trial import TrialSpec, run_trial
 from orchestrator.study.storage import GOLDEN_ATTR, load_study
 
@@ -98,7 +98,7 @@ def format_result(result: TrialResult) -> str:
     lines = [f"config: {params}"]
     if result.outcome != "COMPLETE":
         lines.append(f"FAIL {result.failure_kind}: {result.failure_reason}")
-        if result.failure_kind == "wrong-output":
+        if result.failure_kind == FailureKind.WRONG_OUTPUT:
             ignored = result.metrics.get("decode_tok_s_ignored")
             if ignored:
                 lines.append(f"(measured {ignored:.1f} tok/s, which does not count: the output is wrong)")

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.errors import RuntimeFailure
-from orchestrator.core.records import TrialResult
+from orchestrator.core.records import FailureKind, TrialResult
 from orchestrator.driver.executor import Executor
 from orchestrator.node.hwprobe import node_info
 from orchestrator.node.preflight import check_task
@@ -496,7 +496,7 @@ class RayExecutor(Executor):
         left = len(self._nodes)
         reason = (f"the worker running this trial on node {host} ({node_id[:8]}) died "
                   f"({type(exc).__name__}: {first[:160]}); continuing on {left} node{'s' if left != 1 else ''}")
-        return TrialResult.failed(flight.spec.config, "node-lost", reason, node={"node_id": node_id, **info},
+        return TrialResult.failed(flight.spec.config, FailureKind.NODE_LOST, reason, node={"node_id": node_id, **info},
                                   started_at=flight.submitted_at, ended_at=time.time())
 
     def running(self) -> dict[int, TrialSpec]:

@@ -35,7 +35,7 @@ from orchestrator.core.errors import (
     StorageWriteError,
     is_file_write_failure,
 )
-from orchestrator.core.records import COMPLETE, FAIL, PRUNED, TrialResult, config_key
+from orchestrator.core.records import COMPLETE, FAIL, PRUNED, FailureKind, TrialResult, config_key
 from orchestrator.driver.executor import Executor
 from orchestrator.driver.lock import DriverLock
 from orchestrator.driver.prescreen import (
@@ -411,7 +411,7 @@ class StudyDriver:
                 if proposal is None:  # a baseline repeat: not a trial of the study yet
                     continue
                 try:
-                    policy.record(proposal, TrialResult.failed(proposal.config, "interrupted", reason))
+                    policy.record(proposal, TrialResult.failed(proposal.config, FailureKind.INTERRUPTED, reason))
                     policy.requeue(proposal)
                     self.say(f"  #{proposal.trial.number} -> interrupted: {reason}; re-queued")
                 except StorageWriteError:  # the stop line says why; the next run recovers it
@@ -556,7 +556,7 @@ class StudyDriver:
                 self._release_held(policy)
             return False
         texts = (r.outputs or {}).get("texts")
-        if r.failure_kind != "wrong-output" or not texts or list(texts) == list(golden.texts):
+        if r.failure_kind != FailureKind.WRONG_OUTPUT or not texts or list(texts) == list(golden.texts):
             return False
         self._held.append((proposal, final))
         self._progress_end(policy, proposal, final.result)
@@ -711,7 +711,7 @@ class StudyDriver:
             raise CircuitOpen("stopping: the GPUs were not usable after a teardown "
                               f"({'; '.join(result.warnings[-1:])}); check nvidia-smi for stuck processes "
                               "and the kernel log (dmesg) for Xid errors, then `ncclsweep run` resumes")
-        if result.outcome == FAIL and result.failure_kind == outcome.ENV_ERROR:
+        if result.outcome == FAIL and result.failure_kind == FailureKind.ENV_ERROR:
             self.consecutive_env_failures += 1
             if self.consecutive_env_failures >= ENV_BREAKER:
                 raise CircuitOpen(
@@ -767,7 +767,7 @@ class StudyDriver:
         else:
             what = f"FAIL {result.failure_kind}: {result.failure_reason}"
             ignored = result.metrics.get("decode_tok_s_ignored")
-            if result.failure_kind == "wrong-output" and ignored:
+            if result.failure_kind == FailureKind.WRONG_OUTPUT and ignored:
                 what = f"FAIL wrong-output (its {ignored:.1f} tok/s do not count): {result.failure_reason}"
         best = policy.best()
         best_s = ""

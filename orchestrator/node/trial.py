@@ -21,7 +21,7 @@ from orchestrator.backends import get_backend_class
 from orchestrator.core import nccl
 from orchestrator.core.errors import StorageWriteError, is_file_write_failure
 from orchestrator.core.logs import capture_warnings
-from orchestrator.core.records import COMPLETE, PRUNED, Config, TrialResult
+from orchestrator.core.records import COMPLETE, PRUNED, Config, FailureKind, TrialResult
 from orchestrator.node import client, gpus
 from orchestrator.node.hwprobe import memory_bandwidth, node_info
 from orchestrator.node.preflight import resolve
@@ -122,15 +122,16 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         return result
 
     def failed(kind: str, reason: str) -> TrialResult:
-        if kind in ("start-crash", "bench-error") and nccl.classify_failure(_read(log_path)) == "nccl-invalid":
-            kind, reason = "nccl-invalid", f"NCCL refused a setting: {reason}"
+        refused = nccl.classify_failure(_read(log_path)) == FailureKind.NCCL_INVALID
+        if kind in (FailureKind.START_CRASH, FailureKind.BENCH_ERROR) and refused:
+            kind, reason = FailureKind.NCCL_INVALID, f"NCCL refused a setting: {reason}"
         return finish(TrialResult.failed(spec.config, kind, reason, **common))
 
     if spec.device_check:  # never start on GPUs that something else holds: not the config's fault
         held = gpus.foreign_use(gpus.visible_devices(), {os.getpid()})
         if held:
-            result = TrialResult.failed(spec.config, "env-error", "the trial's GPUs are not free: " + "; ".join(held),
-                                        **common)
+            result = TrialResult.failed(spec.config, FailureKind.ENV_ERROR,
+                                        "the trial's GPUs are not free: " + "; ".join(held), **common)
             result.ended_at = time.time()
             return result
     try:
@@ -144,19 +145,20 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
             proc.wait_ready(spec.startup_timeout_s)
         except ServerFailed as exc:
             if cancel.is_set():
-                return failed("interrupted", "stopped by the user during start-up")
-            return failed("start-crash", f"{exc.reason} (before the server was ready)")
+                return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
+            return failed(FailureKind.START_CRASH, f"{exc.reason} (before the server was ready)")
         except ServerExited as exc:
             if cancel.is_set():
-                return failed("interrupted", "stopped by the user during start-up")
-            return failed("start-crash", f"server exited with code {exc.returncode} before it was ready")
+                return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
+            return failed(FailureKind.START_CRASH, f"server exited with code {exc.returncode} before it was ready")
         except ReadyTimeout:
             if cancel.is_set():
-                return failed("interrupted", "stopped by the user during start-up")
-            return failed("start-timeout", f"not ready after {spec.startup_timeout_s:.0f}s (health never answered 200)")
+                return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
+            return failed(FailureKind.START_TIMEOUT,
+                          f"not ready after {spec.startup_timeout_s:.0f}s (health never answered 200)")
         timing["launch_s"] = time.monotonic() - t0
         if cancel.is_set():
-            return failed("interrupted", "stopped by the user")
+            return failed(FailureKind.INTERRUPTED, "stopped by the user")
 
         # warm-up + timed repeats; a first repeat below the prune threshold ends it
         t0 = time.monotonic()
@@ -166,7 +168,7 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
                                       deadline=time.monotonic() + spec.bench_timeout_s, prune_below=spec.prune_below)
         if not decode.ok:
             if cancel.is_set():
-                return failed("interrupted", "stopped by the user during the benchmark")
+                return failed(FailureKind.INTERRUPTED, "stopped by the user during the benchmark")
             return _bench_failure(failed, proc, decode, limit_s=spec.bench_timeout_s)
         pruned = decode.pruned
         timing["warmup_s"] = decode.warmup_s
@@ -209,12 +211,13 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
     except Exception as exc:  # noqa: BLE001 - a trial never takes the actor down
         full = write_failure(exc, Path(spec.log_dir).parent)
         if full is not None:  # the study's folder refused a write (disk full): the driver stops the study
-            result = failed("env-error", full.where)
+            result = failed(FailureKind.ENV_ERROR, full.where)
             result.metrics["write_failed"] = full.to_dict()
             return result
         if isinstance(exc, SpawnFailed):  # the command or its interpreter is missing here: not the config's fault
-            return failed("env-error", f"{exc} (on {node.get('hostname')}: is the server installed on this node?)")
-        return failed("bench-error", f"{type(exc).__name__}: {exc}")
+            return failed(FailureKind.ENV_ERROR,
+                          f"{exc} (on {node.get('hostname')}: is the server installed on this node?)")
+        return failed(FailureKind.BENCH_ERROR, f"{type(exc).__name__}: {exc}")
 
 
 def server_identity(backend, launch, env: dict[str, str]) -> dict[str, str | None]:
@@ -241,13 +244,13 @@ def _bench_failure(failed, proc: ServerProcess, decode, error: str | None = None
                    limit_s: float | None = None) -> TrialResult:
     error = error or (decode.error if decode is not None else "benchmark failed")
     if proc.fatal:
-        return failed("bench-error", f"{proc.fatal} during the benchmark ({error})")
+        return failed(FailureKind.BENCH_ERROR, f"{proc.fatal} during the benchmark ({error})")
     if not proc.alive():
-        return failed("bench-error", f"server died during the benchmark ({error})")
+        return failed(FailureKind.BENCH_ERROR, f"server died during the benchmark ({error})")
     if decode is not None and decode.timed_out:
         limit = f" within the {limit_s:g}s limit (timeouts.bench)" if limit_s else ""
-        return failed("bench-timeout", f"benchmark did not finish{limit}: {error}")
-    return failed("bench-error", error)
+        return failed(FailureKind.BENCH_TIMEOUT, f"benchmark did not finish{limit}: {error}")
+    return failed(FailureKind.BENCH_ERROR, error)
 
 
 def prepare_server(backend, config: Config, host: str, job_env: dict[str, str], log_path: Path,

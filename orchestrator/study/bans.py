@@ -46,9 +46,8 @@ import re
 from typing import Any
 
 from orchestrator.core.golden_check import vindicated
-from orchestrator.core.records import TrialRow
+from orchestrator.core.records import AFTER_START_KINDS, START_KINDS, FailureKind, TrialRow
 
-START_KINDS = ("start-crash", "nccl-invalid")
 MAX_CONSISTENT_FAILURES = 2
 _ERROR_LINE = re.compile(r"error|warn|invalid|unrecogni[sz]ed|fault|refus|not supported|exiting|fatal|abort|"
                          r"exception", re.IGNORECASE)
@@ -76,7 +75,7 @@ def implicated(row: TrialRow) -> list[tuple[str, Any]]:
     params = row.params or {}
     text = _error_text(row)
     named = [(k, v) for k, v in params.items() if _named(v, text)]
-    if row.failure_kind == "nccl-invalid" and not any(k.startswith("env.NCCL_") for k, _ in named):
+    if row.failure_kind == FailureKind.NCCL_INVALID and not any(k.startswith("env.NCCL_") for k, _ in named):
         named += [(k, v) for k, v in params.items() if k.startswith("env.NCCL_")]
     return named
 
@@ -85,7 +84,7 @@ def _started(row: TrialRow) -> bool:
     """A launch that got past start-up with its config (so none of its values crashes it)."""
     if row.state in ("COMPLETE", "PRUNED"):
         return True
-    return row.state == "FAIL" and row.failure_kind in ("bench-timeout", "bench-error", "wrong-output")
+    return row.state == "FAIL" and row.failure_kind in AFTER_START_KINDS
 
 
 def banned_values(rows: list[TrialRow]) -> dict[tuple[str, Any], str]:
@@ -122,7 +121,7 @@ def _passed(row: TrialRow) -> bool:
 def _gave_wrong_output(row: TrialRow) -> bool:
     """A counted launch whose output the gate refused (never one against an outvoted reference)."""
     corr = row.correctness or {}
-    return (row.state == "FAIL" and row.failure_kind == "wrong-output" and not corr.get("reference")
+    return (row.state == "FAIL" and row.failure_kind == FailureKind.WRONG_OUTPUT and not corr.get("reference")
             and not corr.get("outvoted_reference"))
 
 

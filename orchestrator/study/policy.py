@@ -64,6 +64,7 @@ from orchestrator.core.records import (
     NOT_THE_CONFIGS_FAULT,
     PRUNED,
     Config,
+    FailureKind,
     TrialResult,
     TrialRow,
     config_key,
@@ -689,7 +690,8 @@ class SearchPolicy:
         done = []
         for t in self.pending_running():
             config = t.user_attrs.get("config") or dict(t.params)
-            attrs = interrupted(TrialResult(outcome=FAIL, config=config, failure_kind="interrupted"), reason).to_attrs()
+            left = TrialResult(outcome=FAIL, config=config, failure_kind=FailureKind.INTERRUPTED)
+            attrs = interrupted(left, reason).to_attrs()
             attrs[ATTR_COUNTED] = False
             attrs[ATTR_KEY] = t.user_attrs.get(ATTR_KEY) or self._key_of(dict(t.params))
             self.study.set_user_attr(recovered_attr(t.number), attrs)

@@ -53,7 +53,15 @@ from optuna.distributions import CategoricalDistribution
 from orchestrator.config.sampler_options import SAMPLER_NAMES
 from orchestrator.core.correctness import TEXT_DIFFERS
 from orchestrator.core.errors import BadInput, brief
-from orchestrator.core.records import COMPLETE, FAILURE_KINDS, NOT_THE_CONFIGS_FAULT, PRUNED, TrialResult, config_key
+from orchestrator.core.records import (
+    COMPLETE,
+    FAILURE_KINDS,
+    NOT_THE_CONFIGS_FAULT,
+    PRUNED,
+    FailureKind,
+    TrialResult,
+    config_key,
+)
 from orchestrator.study.policy import (
     DEFAULT_FILL,
     DEFAULT_PRUNE_RATIO,
@@ -545,7 +553,7 @@ def _replay_trial(row: Row, config: dict[str, Any], rng: random.Random, repeats:
     value bans (``orchestrator.study.bans``) learn from them as in a real study."""
     if row.failure:
         corr = ({"ok": False, "reason": f"{TEXT_DIFFERS} (replayed from the table)"}
-                if row.failure == "wrong-output" else {})
+                if row.failure == FailureKind.WRONG_OUTPUT else {})
         return TrialResult.failed(config, row.failure, "replayed from the table", metrics={"repeats": 0},
                                   correctness=corr)
     first = rng.choice(row.samples)

@@ -8,9 +8,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO, early_stop
 from orchestrator.core.records import COMPLETE, FAIL, PRUNED, TrialResult, config_key
 from orchestrator.study.history import trial_rows
-from orchestrator.study.policy import DEFAULT_PRUNE_RATIO, Proposal, SearchPolicy, early_stop
+from orchestrator.study.policy import Proposal, SearchPolicy
 from orchestrator.study.storage import CONSTRAINT
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -176,7 +177,11 @@ def test_early_stop_rule_and_threshold():
     policy.record(p, ok(p, 40.0))
     assert policy.prune_threshold(0.5) == 20.0
     assert policy.prune_threshold() == pytest.approx(40.0 * DEFAULT_PRUNE_RATIO)
-    assert early_stop([10.0], 20.0) and not early_stop([30.0], 20.0) and not early_stop([1.0], None)
+    assert early_stop({1: 10.0}, {1: 20.0}) and not early_stop({1: 30.0}, {1: 20.0}) and not early_stop({1: 1.0}, None)
+    # a config below the threshold at one level but not at another is measured in full
+    assert early_stop({1: 10.0, 64: 50.0}, {1: 20.0, 64: 60.0})
+    assert not early_stop({1: 10.0, 64: 70.0}, {1: 20.0, 64: 60.0})
+    assert not early_stop({1: 10.0}, {1: 20.0, 64: 60.0})  # a level not measured yet
 
 
 def test_infeasible_proposals_are_pruned_uncounted_with_reason():

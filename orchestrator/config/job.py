@@ -108,6 +108,7 @@ from orchestrator.config.space import SearchSpace, env_str, space_from_dict
 from orchestrator.config.yaml_input import Section, did_you_mean, display_path, read_yaml_mapping, shown, type_name
 from orchestrator.core.ceiling import parse_bandwidth
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
+from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO
 
 JOB_KEYS = ("study", "description", "output_dir", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
             "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
@@ -233,7 +234,7 @@ class Job:
     allow_unsafe_nccl: bool = False
     remeasure: bool = False
     max_consecutive_failures: int = 5
-    pruning: PruningSettings = PruningSettings(True, 0.8)
+    pruning: PruningSettings = PruningSettings(True, DEFAULT_PRUNE_RATIO)
     constraints: tuple[OutcomeConstraint, ...] = ()
     hardware: dict[str, float] = field(default_factory=dict)  # memory_bandwidth_bytes_s, allreduce_latency_s
     prescreen: PrescreenSettings = PrescreenSettings(False, 1.2)
@@ -595,7 +596,7 @@ def _hardware(top: Section) -> dict[str, float]:
 def _pruning(top: Section) -> PruningSettings:
     sec = top.section("pruning", ("enabled", "min_ratio"))
     return PruningSettings(enabled=sec.flag("enabled", True),
-                           min_ratio=sec.number("min_ratio", 0.8, above=0, at_most=1))
+                           min_ratio=sec.number("min_ratio", DEFAULT_PRUNE_RATIO, above=0, at_most=1))
 
 
 def _outcome_constraints(top: Section, bench: BenchSettings) -> tuple[OutcomeConstraint, ...]:

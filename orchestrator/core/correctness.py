@@ -31,8 +31,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core.records import COMPLETE, PRUNED, FailureKind, TrialResult
-
 # Smallest tolerance (mean |delta logprob| in nats per token) we ever apply: bf16 GEMMs
 # with a different reduction order move per-token logprobs by up to a few 0.01 nats.
 DEFAULT_LOGPROB_FLOOR = 0.05
@@ -145,25 +143,6 @@ def text_differs(verdict: dict[str, Any]) -> bool:
     """A gate verdict (``compare``) that failed on the greedy text itself, not only on the
     log-probabilities: the kind of failure that can outvote the reference."""
     return verdict.get("ok") is False and str(verdict.get("reason") or "").startswith(TEXT_DIFFERS)
-
-
-def judge(golden: Golden, result):
-    """``result`` (a ``TrialResult``) after the gate: a COMPLETE or PRUNED trial whose outputs
-    differ from ``golden`` becomes FAIL ``wrong-output`` (its tok/s kept aside as
-    ``decode_tok_s_ignored``: measured, never ranked). The verdict goes in ``correctness``."""
-    outputs = result.outputs or {}
-    if result.outcome not in (COMPLETE, PRUNED) or not outputs:
-        return result
-    verdict = compare(golden, outputs)
-    result.correctness = verdict
-    if verdict["ok"]:
-        return result
-    failed = TrialResult.failed(result.config, FailureKind.WRONG_OUTPUT, verdict["reason"], metrics=result.metrics,
-                                timing=result.timing, started_at=result.started_at, ended_at=result.ended_at,
-                                node=result.node, nccl=result.nccl, warnings=result.warnings,
-                                correctness=verdict, server=result.server, log_tail=result.log_tail)
-    failed.metrics["decode_tok_s_ignored"] = result.value
-    return failed
 
 
 def _at(items: list | None, i: int):

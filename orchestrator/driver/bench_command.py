@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config.job_checks import config_mapping, raw_message
-from orchestrator.core import correctness, nccl
+from orchestrator.core import correctness, nccl, outcome
 from orchestrator.core.errors import BadInput, ConfigRejected, NcclsweepError
 from orchestrator.core.records import FailureKind, TrialResult
 from orchestrator.node.trial import TrialSpec, run_trial
@@ -89,7 +89,7 @@ def bench_config(job, overrides: dict[str, Any], number: int = 0, verify_nccl: b
         spec.reference_texts = list(golden.texts)
     result = run_trial(spec, threading.Event())
     if golden is not None:
-        result = correctness.judge(golden, result)
+        result = outcome.gate(result, golden)
     return result
 
 

@@ -29,7 +29,7 @@ concurrency client").
 ``measure_decode`` repeats single requests after warm-up and reports the median with
 every sample, the spread (cv) and the relative half-width of a distribution-free ~95%
 confidence interval of the median (``rel_ci``), optionally repeating until it is below
-a target. Standard library only.
+a target. The standard library only, and the one early-stop rule (``core.outcome.early_stop``).
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 from urllib.parse import urlsplit
+
+from orchestrator.core.outcome import early_stop
 
 __all__ = [
     "RequestResult",
@@ -533,7 +535,7 @@ def measure_decode(
         out.e2e_samples.append(req.e2e_tok_s or 0.0)
         out.token_counts.append(req.n_tokens)
         out.rel_ci = relative_ci(out.decode_samples)
-        if prune_below is not None and len(out.decode_samples) == 1 and req.decode_tok_s < prune_below:
+        if len(out.decode_samples) == 1 and early_stop({1: req.decode_tok_s}, {1: prune_below}):
             out.pruned = True
             break
     out.bench_s = time.monotonic() - t1

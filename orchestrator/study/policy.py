@@ -57,7 +57,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from orchestrator.core.errors import StorageWriteError
-from orchestrator.core.outcome import TIMEOUT_KINDS, interrupted
+from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO, TIMEOUT_KINDS, interrupted
 from orchestrator.core.records import (
     COMPLETE,
     FAIL,
@@ -87,12 +87,6 @@ from orchestrator.study.storage import (
     recovered_attr,
 )
 
-# Early stop ("clearly worse"), chosen with the replay harness (docs/benchmarks.md):
-# a trial whose first repeat is below DEFAULT_PRUNE_RATIO x the best median so far stops
-# after that repeat and is recorded PRUNED. 0.8 halved the repeats of a study without
-# costing launches and never stopped a config within 2% of the best; 0.9 and 0.95
-# sometimes did on the noisier tables, 0.7 spent ~10% more repeats.
-DEFAULT_PRUNE_RATIO = 0.8
 # How an unmeasured config is picked when the sampler re-proposes a measured one:
 # "neighbor" = an unmeasured config closest (fewest differing params) to the best so far,
 # "random" = uniform among the unmeasured ones. Both seeded. "neighbor" needed fewer
@@ -147,19 +141,6 @@ class Proposal:
     @property
     def number(self) -> int:
         return self.trial.number
-
-
-def early_stop(first_samples: list[float], threshold: float | None) -> bool:
-    """The early-stop rule: stop when the median of the first repeat(s) is below ``threshold``.
-
-    ``threshold`` comes from ``SearchPolicy.prune_threshold(ratio)``; None never stops.
-    """
-    if threshold is None or not first_samples:
-        return False
-    s = sorted(first_samples)
-    mid = len(s) // 2
-    median = s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
-    return median < threshold
 
 
 @dataclass

@@ -53,6 +53,7 @@ from optuna.distributions import CategoricalDistribution
 from orchestrator.config.sampler_options import SAMPLER_NAMES
 from orchestrator.core.correctness import TEXT_DIFFERS
 from orchestrator.core.errors import BadInput, brief
+from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO, early_stop
 from orchestrator.core.records import (
     COMPLETE,
     FAILURE_KINDS,
@@ -64,12 +65,10 @@ from orchestrator.core.records import (
 )
 from orchestrator.study.policy import (
     DEFAULT_FILL,
-    DEFAULT_PRUNE_RATIO,
     DEFAULT_STARTUP_ORDER,
     FILL_STRATEGIES,
     STARTUP_ORDERS,
     SearchPolicy,
-    early_stop,
 )
 from orchestrator.study.samplers import make_sampler, startup_trials
 from orchestrator.study.storage import ATTR_BASELINE, ATTR_COUNTED, ATTR_KEY, ATTR_SKIPPED
@@ -557,7 +556,7 @@ def _replay_trial(row: Row, config: dict[str, Any], rng: random.Random, repeats:
         return TrialResult.failed(config, row.failure, "replayed from the table", metrics={"repeats": 0},
                                   correctness=corr)
     first = rng.choice(row.samples)
-    if early_stop([first], threshold):
+    if early_stop({1: first}, {1: threshold}):
         return TrialResult(outcome=PRUNED, config=config, value=first, correctness={"ok": True},
                            metrics={"intermediate": first, "decode_samples": [first], "repeats": 1})
     samples = [first] + [rng.choice(row.samples) for _ in range(max(0, repeats - 1))]

@@ -256,7 +256,7 @@ def cmd_run(args) -> int:
         raise BadInput(f"--trials must be >= 1, not {args.trials}")
     timeout = parse_duration(args.timeout, key="--timeout") if args.timeout else None
     driver = StudyDriver(job, trials=args.trials, timeout_s=timeout, ray_address=args.ray_address)
-    args.logging.log_to_file(Path(job.report_dir) / "driver.log")
+    args.logging.log_to_file(job.dir.driver_log)
     route_optuna_logs()  # Optuna's warnings through our handlers: driver.log too
     summary = driver.run()
     return 130 if summary.interrupted else 0
@@ -403,7 +403,7 @@ def cmd_cleanup(args) -> int:
     from orchestrator.node.server import ServerRegistry, cleanup_recorded
 
     where = load_study_location(args.job)  # the study's records only: no space, no backend needed
-    registry_dir = where.report_dir / "servers"
+    registry_dir = where.dir.servers
     if where.ray_address:
         from orchestrator.driver.ray_executor import RayExecutor
 

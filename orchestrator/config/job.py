@@ -109,6 +109,7 @@ from orchestrator.config.yaml_input import Section, did_you_mean, display_path, 
 from orchestrator.core.ceiling import parse_bandwidth
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO
+from orchestrator.core.study_dir import StudyDir
 
 JOB_KEYS = ("study", "description", "output_dir", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
             "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
@@ -268,6 +269,11 @@ class Job:
         return job_context(self.gpus_per_node, self.cpus_per_trial, self.backend_obj())
 
     @property
+    def dir(self) -> StudyDir:
+        """The study folder's files (``orchestrator.core.study_dir``)."""
+        return StudyDir(self.report_dir)
+
+    @property
     def journal_path(self) -> Path | None:
         """The journal file when the storage is one."""
         return Path(self.storage[len("journal:"):]) if self.storage.startswith("journal:") else None
@@ -421,6 +427,11 @@ class StudyLocation:
     report_dir: Path
     ray_address: str | None
 
+    @property
+    def dir(self) -> StudyDir:
+        """The study folder's files."""
+        return StudyDir(self.report_dir)
+
 
 def load_study_location(path: str | os.PathLike) -> StudyLocation:
     """The study name, report folder and Ray address of a job, reading nothing else: cleanup
@@ -470,7 +481,7 @@ def _where_stored(top: Section, report_dir: Path, job_path: Path) -> str:
     rule = ("allowed: null (a journal file in the report directory), journal:PATH, a path ending .journal "
             "or .log, or an RDB URL such as sqlite:///path/study.db")
     if value is None:
-        return f"journal:{report_dir / 'study.journal'}"
+        return f"journal:{StudyDir(report_dir).journal}"
     value = value.strip()
     if "://" in value:
         if value.startswith("sqlite:///") and len(value) == len("sqlite:///"):

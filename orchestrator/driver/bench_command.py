@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from orchestrator.config.job_checks import config_mapping, raw_message
@@ -73,10 +72,9 @@ def bench_config(job, overrides: dict[str, Any], number: int = 0, verify_nccl: b
     env = dict(job.env)
     if verify_nccl:  # per-call choices: a separate launch, never a timed trial (TUNING logs every call)
         env.update(nccl.debug_env(tuning=True))
-    report_dir = Path(job.report_dir).resolve()
     spec = TrialSpec(
         number=number, config=config, backend_kind=job.backend.kind, backend_settings=dict(job.backend.settings),
-        job_file=str(job.path), log_dir=str(report_dir / "bench-logs"), registry_dir=str(report_dir / "servers"),
+        job_file=str(job.path), log_dir=str(job.dir.bench_logs), registry_dir=str(job.dir.servers),
         prompt=job.bench.prompt, output_tokens=job.bench.output_tokens, warmup=job.bench.warmup,
         repeats=job.bench.repeats, max_repeats=job.bench.max_repeats, target_rel_ci=job.bench.target_rel_ci,
         startup_timeout_s=job.timeouts.startup_s, bench_timeout_s=job.timeouts.bench_s,

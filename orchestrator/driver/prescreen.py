@@ -25,7 +25,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from orchestrator.core import nccl
@@ -216,7 +215,7 @@ def run_prescreen(job, *, iters: int = 400, measured: dict[int, tuple[dict, floa
             if r["ok"] and r["tp_size"] == tp:
                 r["predicted_tok_s"] = 1.0 / (per_step * r["latency_us"] * 1e-6 + rest)
     data = {"message_bytes": message, "allreduces_per_step": per_step, "device": backend.device(), "rows": rows}
-    out = Path(job.report_dir) / "prescreen.json"
+    out = job.dir.prescreen
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2))
     return data

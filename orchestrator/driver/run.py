@@ -181,8 +181,9 @@ class StudyDriver:
         self.out = out  # None: the progress logger (stderr and driver.log, set up by the CLI)
         self.backend = job.backend_obj()
         self.report_dir = Path(job.report_dir).resolve()
-        self.registry_dir = self.report_dir / "servers"
-        self.log_dir = self.report_dir / "logs"
+        self.dir = job.dir
+        self.registry_dir = self.dir.servers
+        self.log_dir = self.dir.logs
         self.t_start = time.monotonic()
         self.consecutive_failures = 0
         self.consecutive_env_failures = 0
@@ -243,7 +244,7 @@ class StudyDriver:
         job = self.job
         created = [d for d in (self.report_dir, *self.report_dir.parents) if not d.exists()]
         self.report_dir.mkdir(parents=True, exist_ok=True)
-        lock = DriverLock(self.report_dir / "driver.lock")
+        lock = DriverLock(self.dir.lock)
         lock.acquire()
         executor = None
         try:
@@ -333,7 +334,7 @@ class StudyDriver:
         if not self.job.prescreen.enabled:
             return self.job.space
 
-        stored = self.report_dir / "prescreen.json"
+        stored = self.dir.prescreen
         if stored.exists():
             data = json.loads(stored.read_text())
         else:

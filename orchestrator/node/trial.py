@@ -22,6 +22,7 @@ from orchestrator.core import nccl
 from orchestrator.core.errors import StorageWriteError, is_file_write_failure
 from orchestrator.core.logs import capture_warnings
 from orchestrator.core.records import COMPLETE, PRUNED, Config, FailureKind, TrialResult
+from orchestrator.core.study_dir import trial_log_name
 from orchestrator.node import client, gpus
 from orchestrator.node.hwprobe import memory_bandwidth, node_info
 from orchestrator.node.preflight import resolve
@@ -93,7 +94,7 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
     if spec.measure_bandwidth:
         node["memory_bandwidth_bytes_s"] = memory_bandwidth(backend.device())
         node["memory_device"] = backend.device()
-    log_path = Path(spec.log_dir) / (spec.log_name or f"trial-{spec.number:04d}.log")
+    log_path = Path(spec.log_dir) / (spec.log_name or trial_log_name(spec.number))
     proc, launch, env = prepare_server(backend, spec.config, spec.host, spec.env, log_path, spec.registry_dir)
     port = launch.port
     common: dict[str, Any] = dict(started_at=started, node=node, timing=timing)

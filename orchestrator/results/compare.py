@@ -50,9 +50,9 @@ DEFAULT_ROUNDS = 5
 def measure_levels(job: Job, config: dict, levels: list[int], label: str, round_no: int) -> dict[int, dict[str, Any]]:
     """One launch of ``config``; total output tok/s at each concurrency level."""
     backend = job.backend_obj()
-    report_dir = Path(job.report_dir).resolve()
-    log_path = report_dir / "compare-logs" / f"{label}-{round_no}.log"
-    proc, launch, _ = prepare_server(backend, config, "127.0.0.1", dict(job.env), log_path, str(report_dir / "servers"))
+    folder = job.dir
+    log_path = folder.compare_logs / f"{label}-{round_no}.log"
+    proc, launch, _ = prepare_server(backend, config, "127.0.0.1", dict(job.env), log_path, str(folder.servers))
     out: dict[int, dict[str, Any]] = {}
     try:
         proc.start()
@@ -93,7 +93,7 @@ def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = 
         "others": [{"trial": row.number, "label": label, "params": row.params} for label, row in configs[2:]],
         "rounds": [], "failures": [],
     }
-    out = Path(job.report_dir) / "compare.json"
+    out = job.dir.compare
     rules = [(int(rule.concurrency), float(rule.min_ratio)) for rule in getattr(job, "constraints", ()) or ()]
     try:
         for r in range(rounds):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.records import TrialRow
+from orchestrator.core.study_dir import StudyDir
 from orchestrator.results.export import resolve_backend
 from orchestrator.results.importance import knob_effects
 from orchestrator.results.report.document import render_html, render_markdown
@@ -46,7 +47,7 @@ def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: 
     backend = resolve_backend(job, backend)
     written: list[Path] = []
 
-    csv_path = report_dir / "trials.csv"
+    csv_path = StudyDir(report_dir).trials_csv
     trials_frame(rows).to_csv(csv_path, index=False)
     written.append(csv_path)
 
@@ -55,10 +56,10 @@ def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: 
 
     blocks, _summary_dict = build_blocks(job, rows, report_dir, backend, bandwidth_bytes_s, allreduce_latency_s,
                                          importance=(effects, notes))
-    md_path = report_dir / "report.md"
+    md_path = StudyDir(report_dir).report_md
     md_path.write_text(render_markdown(blocks))
-    images = {name: (report_dir / name).read_bytes() for name in PLOTS}
-    html_path = report_dir / "report.html"
+    images = {name: StudyDir(report_dir).plot(name).read_bytes() for name in PLOTS}
+    html_path = StudyDir(report_dir).report_html
     html_path.write_text(render_html(blocks, images, f"ncclsweep report: {getattr(job, 'study', '')}"))
     written += [md_path, html_path]
     return written

@@ -18,6 +18,7 @@ from typing import Any
 
 from orchestrator.core import outcome
 from orchestrator.core.records import TrialRow
+from orchestrator.core.study_dir import StudyDir
 from orchestrator.results.importance import KnobEffect, sort_values
 from orchestrator.results.report.document import clip
 from orchestrator.study import history
@@ -38,11 +39,11 @@ FIG_DPI = 100
 
 def write_plots(rows: list[TrialRow], effects: list[KnobEffect], notes: list[str], report_dir: Path) -> list[Path]:
     """The four plots into ``report_dir``; returns their paths (in ``PLOTS`` order)."""
-    plot_history(rows, report_dir / "history.png")
-    plot_params(rows, report_dir / "params.png")
-    plot_importance(effects, notes, report_dir / "importance.png")
-    plot_timeline(rows, report_dir / "timeline.png")
-    return [report_dir / name for name in PLOTS]
+    plot_history(rows, StudyDir(report_dir).plot("history.png"))
+    plot_params(rows, StudyDir(report_dir).plot("params.png"))
+    plot_importance(effects, notes, StudyDir(report_dir).plot("importance.png"))
+    plot_timeline(rows, StudyDir(report_dir).plot("timeline.png"))
+    return [StudyDir(report_dir).plot(name) for name in PLOTS]
 
 
 def _plt():

@@ -20,6 +20,7 @@ from orchestrator.core.ceiling import ceiling_for, parse_bandwidth
 from orchestrator.core.golden_check import disputed
 from orchestrator.core.outcome import TIMEOUT_KINDS
 from orchestrator.core.records import NOT_THE_CONFIGS_FAULT, TrialRow
+from orchestrator.core.study_dir import StudyDir
 from orchestrator.core.verdict import FASTER, SLOWER, WITHIN_NOISE, describe, interval_text, ratio_interval, verdict
 from orchestrator.results.compare import check_constraints, closing_lines, level_verdicts, per_round, vs_best
 from orchestrator.results.importance import (
@@ -320,7 +321,7 @@ def _resolve_latency(job: ReportJob, best: list[TrialRow], allreduce_latency_s: 
             if src.get("allreduce_latency_us") is not None:
                 return float(src["allreduce_latency_us"]) * 1e-6, "measured"
     if best:
-        return _prescreened_latency(report_dir / "prescreen.json", best[0].params)
+        return _prescreened_latency(StudyDir(report_dir).prescreen, best[0].params)
     return None, ""
 
 
@@ -399,7 +400,7 @@ def _by_conc(mapping: Any) -> dict[str, float]:
 
 
 def _compare(report_dir: Path) -> list[Block]:
-    data = load_compare(report_dir / "compare.json")
+    data = load_compare(StudyDir(report_dir).compare)
     if data is None:
         return []
     out: list[Block] = [doc.heading(2, "Concurrency comparison (total output tok/s)")]
@@ -556,7 +557,7 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
     blocks.append(doc.para(f"Study `{getattr(job, 'study', '?')}` in `{getattr(job, 'storage', '?')}`"
                      + (f", backend {kind}" if kind else "")
                      + f". Open it interactively with `{storage.dashboard_command(getattr(job, 'storage', ''))}`."))
-    blocks += _headline(rows, best, base, compared=load_compare(report_dir / "compare.json") is not None)
+    blocks += _headline(rows, best, base, compared=load_compare(StudyDir(report_dir).compare) is not None)
     blocks += _summary(rows)
     blocks += [doc.heading(2, "Plots")] + [doc.image(name, alt) for name, alt in (
         ("history.png", "Optimization history"), ("params.png", "tok/s per parameter value"),

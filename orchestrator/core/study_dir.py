@@ -1,0 +1,95 @@
+"""The study's folder, named once: where every file of a study lives.
+
+A study's folder (``reports/<study>/`` next to the job file, or the job's ``output_dir`` /
+``report_dir``) holds what the driver writes while it runs and what the morning-after
+commands write from it. Every module finds a path through ``StudyDir`` (a frozen value made
+from the folder), never by spelling a file name itself, so the layout is this one table:
+
+    study.journal       Optuna's journal storage (the default ``storage:``)
+    driver.lock         one driver per study (``driver.lock``)
+    driver.log          the run's progress and warnings
+    servers/            one record per live server (pid, start time, port): what cleanup ends
+    logs/               one log per trial server (trial-NNNN.log)
+    bench-logs/         the servers ``ncclsweep bench`` launched
+    compare-logs/       the servers ``ncclsweep compare`` launched
+    compare.json        the last ``compare``'s rounds
+    prescreen.json      the all-reduce pre-screen's latencies
+    report.md, report.html, trials.csv, *.png      ``ncclsweep report``
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def trial_log_name(number: int) -> str:
+    """The file name of trial ``number``'s server log."""
+    return f"trial-{number:04d}.log"
+
+
+@dataclass(frozen=True)
+class StudyDir:
+    """The files of the study whose folder is ``root`` (module docstring)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def journal(self) -> Path:
+        return self.root / "study.journal"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "driver.lock"
+
+    @property
+    def driver_log(self) -> Path:
+        return self.root / "driver.log"
+
+    @property
+    def servers(self) -> Path:
+        """The server registry folder (``node.server.ServerRegistry``)."""
+        return self.root / "servers"
+
+    @property
+    def logs(self) -> Path:
+        """The trial servers' logs."""
+        return self.root / "logs"
+
+    def trial_log(self, number: int) -> Path:
+        return self.logs / trial_log_name(number)
+
+    @property
+    def bench_logs(self) -> Path:
+        return self.root / "bench-logs"
+
+    @property
+    def compare_logs(self) -> Path:
+        return self.root / "compare-logs"
+
+    @property
+    def compare(self) -> Path:
+        return self.root / "compare.json"
+
+    @property
+    def prescreen(self) -> Path:
+        return self.root / "prescreen.json"
+
+    @property
+    def report_md(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def report_html(self) -> Path:
+        return self.root / "report.html"
+
+    @property
+    def trials_csv(self) -> Path:
+        return self.root / "trials.csv"
+
+    def plot(self, name: str) -> Path:
+        """A report figure (``history.png``, ...)."""
+        return self.root / name

@@ -248,10 +248,10 @@ def _node(i: int, alive: bool = True, **resources) -> dict:
 
 
 def _spec(number: int):
-    from orchestrator.node.trial import TrialSpec
+    from orchestrator.node.spec import BenchPlan, ServerPlan, TrialSpec
 
-    return TrialSpec(number=number, config={"tp_size": 1}, backend_kind="refserver", backend_settings={},
-                     log_dir="/nonexistent", registry_dir="/nonexistent", prompt="x")
+    return TrialSpec(number=number, config={"tp_size": 1}, server=ServerPlan("refserver", {}, None, {}),
+                     bench=BenchPlan(prompts=("x",)), log_dir="/nonexistent", registry_dir="/nonexistent")
 
 
 def _ray_errors():

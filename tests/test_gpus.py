@@ -13,7 +13,8 @@ import pytest
 
 from orchestrator.core.records import NOT_THE_CONFIGS_FAULT
 from orchestrator.node import gpus
-from orchestrator.node.trial import TrialSpec, run_trial
+from orchestrator.node.spec import BenchPlan, ServerPlan, TrialSpec
+from orchestrator.node.trial import run_trial
 
 
 def fake_smi(tmp_path: Path, apps: list[tuple[str, int, int]], used: dict[str, int]) -> Path:
@@ -69,9 +70,10 @@ def test_the_trial_does_not_start_on_held_gpus_and_it_is_not_the_configs_fault(t
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     monkeypatch.setattr(gpus, "foreign_use", lambda v, own, settle_s=0.0, poll_s=1.0:
                         gpus._foreign(gpus.read(v), own))  # no settling wait in the test
-    spec = TrialSpec(number=1, config={"tp_size": 1}, backend_kind="refserver",
-                     backend_settings={"model": "tiny", "device": "cpu"}, log_dir=str(tmp_path / "logs"),
-                     registry_dir=str(tmp_path / "servers"), prompt="hi", device_check=True, measure_bandwidth=False)
+    spec = TrialSpec(number=1, config={"tp_size": 1},
+                     server=ServerPlan("refserver", {"model": "tiny", "device": "cpu"}, None, {}),
+                     bench=BenchPlan(prompts=("hi",)), log_dir=str(tmp_path / "logs"),
+                     registry_dir=str(tmp_path / "servers"), device_check=True, measure_bandwidth=False)
     result = run_trial(spec)
     assert result.outcome == "FAIL" and result.failure_kind == "env-error"
     assert result.failure_kind in NOT_THE_CONFIGS_FAULT

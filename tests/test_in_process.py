@@ -4,7 +4,6 @@ comes back interrupted, and nothing it started outlives it."""
 
 from __future__ import annotations
 
-import io
 import time
 
 import pytest
@@ -13,7 +12,7 @@ from conftest import write_job
 from orchestrator.config.job import load_job
 from orchestrator.core.records import COMPLETE, FAIL
 from orchestrator.driver.in_process import InProcessExecutor
-from orchestrator.driver.run import StudyDriver
+from orchestrator.node.spec import TrialSpec
 
 
 def _results(executor: InProcessExecutor, n: int, limit_s: float = 120.0) -> list:
@@ -27,11 +26,10 @@ def _results(executor: InProcessExecutor, n: int, limit_s: float = 120.0) -> lis
 
 def test_a_trial_comes_back_once_through_wait(tmp_path, no_leftover_servers):
     job = load_job(write_job(tmp_path))
-    driver = StudyDriver(job, out=io.StringIO())
     executor = InProcessExecutor(parallel=2)
     try:
         assert executor.slots == 2
-        tickets = {executor.submit(driver.spec_for(n, job.baseline_config(), None, None)) for n in (1, 2)}
+        tickets = {executor.submit(TrialSpec.from_job(job, n, job.baseline_config())) for n in (1, 2)}
         assert set(executor.running()) == tickets
         got = _results(executor, 2)
         assert {t for t, _ in got} == tickets and all(r.outcome == COMPLETE and r.value > 0 for _, r in got)
@@ -42,11 +40,10 @@ def test_a_trial_comes_back_once_through_wait(tmp_path, no_leftover_servers):
 
 def test_cancel_all_ends_the_server_and_the_trial_is_interrupted(tmp_path, no_leftover_servers):
     job = load_job(write_job(tmp_path, timeouts={"startup": "10m", "bench": "30s", "teardown": "5s"}))
-    driver = StudyDriver(job, out=io.StringIO())
     executor = InProcessExecutor()
     try:
-        ticket = executor.submit(driver.spec_for(7, {**job.baseline_config(), "backend.fault": "hang-on-start"},
-                                                 None, None))
+        hangs = {**job.baseline_config(), "backend.fault": "hang-on-start"}
+        ticket = executor.submit(TrialSpec.from_job(job, 7, hangs))
         log = tmp_path / "reports" / "t" / "logs" / "trial-0007.log"
         deadline = time.monotonic() + 60
         while not (log.exists() and log.read_text().strip()) and time.monotonic() < deadline:

@@ -21,7 +21,8 @@ from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.core import outcome
 from orchestrator.core.errors import StorageWriteError
-from orchestrator.node.trial import TrialSpec, run_trial
+from orchestrator.node.spec import BenchPlan, ServerPlan, TrialSpec
+from orchestrator.node.trial import run_trial
 from orchestrator.study.history import trial_rows
 from orchestrator.study.storage import open_study
 
@@ -131,10 +132,11 @@ def test_a_trial_that_cannot_write_into_the_full_study_folder_is_not_the_configs
         with open(disk / "filler", "wb", buffering=0) as fh, pytest.raises(OSError):
             while True:  # the disk is full
                 fh.write(b"\0" * 4096)
-        spec = TrialSpec(number=0, config={"tp_size": 1}, backend_kind="refserver",
-                         backend_settings={"model": "tiny", "device": "cpu"}, log_dir=str(disk / "logs"),
-                         registry_dir=str(disk / "servers"), prompt="Hello", output_tokens=8, warmup=1, repeats=2,
-                         startup_timeout_s=60, bench_timeout_s=30, teardown_grace_s=5, measure_bandwidth=False)
+        spec = TrialSpec(number=0, config={"tp_size": 1},
+                         server=ServerPlan("refserver", {"model": "tiny", "device": "cpu"}, None, {},
+                                           startup_timeout_s=60, teardown_grace_s=5),
+                         bench=BenchPlan(prompts=("Hello",), output_tokens=8, warmup=1, repeats=2, timeout_s=30),
+                         log_dir=str(disk / "logs"), registry_dir=str(disk / "servers"), measure_bandwidth=False)
         result = run_trial(spec)
         assert (result.outcome, result.failure_kind) == ("FAIL", "env-error"), result.failure_reason
         assert result.failure_reason.startswith(f"cannot write to {disk}") and "No space left" in result.failure_reason

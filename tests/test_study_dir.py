@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import write_job
-
 from orchestrator.config.job import load_job
 from orchestrator.core.study_dir import StudyDir, trial_log_name
 

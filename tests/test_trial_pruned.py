@@ -8,19 +8,23 @@ import pytest
 
 from orchestrator.core import correctness, outcome
 from orchestrator.core.records import FAIL, PRUNED
-from orchestrator.node.trial import TrialSpec, run_trial
+from orchestrator.node.spec import BenchPlan, CheckPlan, ServerPlan, TrialSpec
+from orchestrator.node.trial import run_trial
 
 pytestmark = pytest.mark.slow
 
 PROMPTS = ["The quick brown fox", "Once upon a time"]
 
 
-def _spec(tmp_path, number: int, fault: str, **kw) -> TrialSpec:
-    return TrialSpec(number=number, config={"tp_size": 1, "backend.fault": fault}, backend_kind="refserver",
-                     backend_settings={"model": "tiny", "device": "cpu"}, log_dir=str(tmp_path / "logs"),
-                     registry_dir=str(tmp_path / "servers"), prompt="Hello", output_tokens=16, warmup=1,
-                     repeats=2, startup_timeout_s=60, bench_timeout_s=30, teardown_grace_s=5,
-                     check_prompts=PROMPTS, check_tokens=12, measure_bandwidth=False, **kw)
+def _spec(tmp_path, number: int, fault: str, reference_texts=None, prune_below=None) -> TrialSpec:
+    return TrialSpec(number=number, config={"tp_size": 1, "backend.fault": fault},
+                     server=ServerPlan("refserver", {"model": "tiny", "device": "cpu"}, None, {},
+                                       startup_timeout_s=60, teardown_grace_s=5),
+                     bench=BenchPlan(prompts=("Hello",), output_tokens=16, warmup=1, repeats=2, timeout_s=30),
+                     check=CheckPlan(prompts=tuple(PROMPTS), tokens=12,
+                                     reference_texts=tuple(reference_texts) if reference_texts else None),
+                     log_dir=str(tmp_path / "logs"), registry_dir=str(tmp_path / "servers"),
+                     prune_below={1: prune_below} if prune_below else None, measure_bandwidth=False)
 
 
 def test_a_pruned_wrong_config_fails_the_gate(tmp_path, no_leftover_servers):

@@ -21,7 +21,8 @@ from orchestrator.config.job_checks import config_mapping, raw_message
 from orchestrator.core import correctness, nccl, outcome
 from orchestrator.core.errors import BadInput, ConfigRejected, NcclsweepError
 from orchestrator.core.records import FailureKind, TrialResult
-from orchestrator.node.trial import TrialSpec, run_trial
+from orchestrator.node.spec import TrialSpec, check_plan
+from orchestrator.node.trial import run_trial
 from orchestrator.study.storage import GOLDEN_ATTR, load_study
 
 
@@ -69,22 +70,11 @@ def bench_config(job, overrides: dict[str, Any], number: int = 0, verify_nccl: b
                  golden: correctness.Golden | None = None) -> TrialResult:
     """Measure ``overrides`` on top of the baseline once; with ``golden``, gate its output."""
     config = resolve_config(job, overrides)
-    env = dict(job.env)
-    if verify_nccl:  # per-call choices: a separate launch, never a timed trial (TUNING logs every call)
-        env.update(nccl.debug_env(tuning=True))
-    spec = TrialSpec(
-        number=number, config=config, backend_kind=job.backend.kind, backend_settings=dict(job.backend.settings),
-        job_file=str(job.path), log_dir=str(job.dir.bench_logs), registry_dir=str(job.dir.servers),
-        prompt=job.bench.prompt, output_tokens=job.bench.output_tokens, warmup=job.bench.warmup,
-        repeats=job.bench.repeats, max_repeats=job.bench.max_repeats, target_rel_ci=job.bench.target_rel_ci,
-        startup_timeout_s=job.timeouts.startup_s, bench_timeout_s=job.timeouts.bench_s,
-        teardown_grace_s=job.timeouts.teardown_s, env=env, device_check=False, measure_bandwidth=False,
-        log_name=f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log")
-    if golden is not None:
-        spec.check_prompts = list(golden.prompts)
-        spec.check_tokens = job.correctness.check_tokens
-        spec.check_logprobs = job.correctness.logprobs
-        spec.reference_texts = list(golden.texts)
+    spec = TrialSpec.from_job(
+        job, number, config, check=check_plan(job, golden.texts, prompts=tuple(golden.prompts)) if golden else None,
+        log_dir=job.dir.bench_logs, log_name=f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log",
+        extra_env=nccl.debug_env(tuning=True) if verify_nccl else None,  # per-call choices: never a timed trial
+        device_check=False, measure_bandwidth=False)
     result = run_trial(spec, threading.Event())
     if golden is not None:
         result = outcome.gate(result, golden)

@@ -18,7 +18,7 @@ from typing import Any
 from orchestrator.core.records import TrialResult
 from orchestrator.node.preflight import check_task
 from orchestrator.node.server import ServerRegistry, cleanup_recorded
-from orchestrator.node.trial import TrialSpec
+from orchestrator.node.spec import TrialSpec
 
 
 class Executor(abc.ABC):

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from orchestrator.core.records import TrialResult
 from orchestrator.driver.executor import Executor
 from orchestrator.node.server import ServerProcess
-from orchestrator.node.trial import TrialSpec, run_trial
+from orchestrator.node.spec import TrialSpec
+from orchestrator.node.trial import run_trial
 
 STOP_GRACE_S = 2.0  # SIGTERM grace when cancel_all stops a running server
 

@@ -56,7 +56,8 @@ from orchestrator.driver.executor import Executor
 from orchestrator.node.hwprobe import node_info
 from orchestrator.node.preflight import check_task
 from orchestrator.node.server import ServerRegistry, cleanup_recorded
-from orchestrator.node.trial import TrialSpec, run_trial
+from orchestrator.node.spec import TrialSpec
+from orchestrator.node.trial import run_trial
 
 log = logging.getLogger(__name__)
 

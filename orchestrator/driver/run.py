@@ -47,7 +47,7 @@ from orchestrator.driver.prescreen import (
 )
 from orchestrator.driver.ray_executor import RayExecutor
 from orchestrator.node import preflight
-from orchestrator.node.trial import TrialSpec
+from orchestrator.node.spec import TrialSpec, check_plan
 from orchestrator.study import bans as value_bans
 from orchestrator.study.history import trial_rows
 from orchestrator.study.policy import SearchPolicy
@@ -206,21 +206,11 @@ class StudyDriver:
         return self._executor
 
     def spec_for(self, number: int, config: dict, reference_texts: list[str] | None,
-                 prune_below: float | None) -> TrialSpec:
-        job = self.job
-        corr = job.correctness
-        return TrialSpec(
-            number=number, config=config, backend_kind=job.backend.kind,
-            backend_settings=dict(job.backend.settings), job_file=str(job.path),
-            log_dir=str(self.log_dir), registry_dir=str(self.registry_dir),
-            prompt=job.bench.prompt, output_tokens=job.bench.output_tokens, warmup=job.bench.warmup,
-            repeats=job.bench.repeats, max_repeats=job.bench.max_repeats, target_rel_ci=job.bench.target_rel_ci,
-            startup_timeout_s=job.timeouts.startup_s, bench_timeout_s=job.timeouts.bench_s,
-            teardown_grace_s=job.timeouts.teardown_s, env=dict(job.env),
-            check_prompts=list(corr.prompts) if corr.enabled else [], check_tokens=corr.check_tokens,
-            check_logprobs=corr.logprobs, reference_texts=reference_texts, prune_below=prune_below,
-            concurrency_checks=[c.concurrency for c in job.constraints],
-            device_check=job.gpus_per_node > 0)
+                 prune_below: float | None = None) -> TrialSpec:
+        """Trial ``number``'s spec: the gate's capture scored against ``reference_texts``
+        (None: capture the golden reference itself), the early stop's threshold."""
+        return TrialSpec.from_job(self.job, number, config, check=check_plan(self.job, reference_texts),
+                                  prune_below={1: prune_below} if prune_below is not None else None)
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self) -> RunSummary:
@@ -483,7 +473,6 @@ class StudyDriver:
                 spec = self.spec_for(proposal.trial.number, proposal.config,
                                      None if need_reference else (golden.texts if golden else None), prune)
                 if need_reference:
-                    spec.check_prompts = list(job.correctness.prompts)
                     proposal.trial.set_user_attr(ATTR_REFERENCE, True)
                 ticket = executor.submit(spec)
                 in_flight[ticket] = Launch.of(proposal, reference=need_reference)
@@ -653,8 +642,7 @@ class StudyDriver:
         config = self._reference_config()
         assert config is not None  # called only when the job names a reference config
         launch = Launch.reference_config()
-        spec = self.spec_for(launch.number, config, None, None)
-        spec.check_prompts = list(self.job.correctness.prompts)
+        spec = self.spec_for(launch.number, config, None)
         self.say("capturing the golden reference from correctness.reference: "
                  + " ".join(f"{k}={v}" for k, v in config.items()))
         ticket = executor.submit(spec)

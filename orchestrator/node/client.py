@@ -42,8 +42,9 @@ import socket
 import statistics
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 from orchestrator.core.outcome import early_stop
@@ -765,7 +766,7 @@ def _post_json(base_url: str, body: dict[str, Any], timeout_s: float) -> tuple[i
 def greedy_outputs(
     base_url: str,
     model: str,
-    prompts: list[str],
+    prompts: Sequence[str],
     max_tokens: int,
     timeout_s: float,
     *,

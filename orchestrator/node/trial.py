@@ -13,16 +13,16 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from orchestrator.backends import get_backend_class
 from orchestrator.core import nccl
 from orchestrator.core.errors import StorageWriteError, is_file_write_failure
 from orchestrator.core.logs import capture_warnings
 from orchestrator.core.records import COMPLETE, PRUNED, Config, FailureKind, TrialResult
-from orchestrator.core.study_dir import trial_log_name
 from orchestrator.node import client, gpus
 from orchestrator.node.hwprobe import memory_bandwidth, node_info
 from orchestrator.node.preflight import resolve
@@ -35,44 +35,10 @@ from orchestrator.node.server import (
     SpawnFailed,
     free_port,
 )
+from orchestrator.node.spec import TrialSpec
 
 # Candidates per generated token in the correctness capture (the pick and its runner-up).
 NEAR_TIE_CANDIDATES = 2
-
-
-@dataclass
-class TrialSpec:
-    """Everything an actor needs to run one trial (picklable, no job object)."""
-
-    number: int
-    config: Config
-    backend_kind: str
-    backend_settings: dict[str, Any]
-    log_dir: str
-    registry_dir: str
-    prompt: str
-    output_tokens: int = 64
-    warmup: int = 1
-    repeats: int = 3
-    max_repeats: int | None = None
-    target_rel_ci: float | None = None
-    startup_timeout_s: float = 300.0
-    bench_timeout_s: float = 120.0
-    teardown_grace_s: float = 10.0
-    env: dict[str, str] = field(default_factory=dict)
-    host: str = "127.0.0.1"
-    # correctness: prompts to answer greedily, the reference texts to score (None: this
-    # trial *is* the reference and captures twice for calibration)
-    check_prompts: list[str] = field(default_factory=list)
-    check_tokens: int = 32
-    check_logprobs: bool = True
-    reference_texts: list[str] | None = None
-    prune_below: float | None = None
-    concurrency_checks: list[int] = field(default_factory=list)  # levels the job constrains
-    device_check: bool = False
-    measure_bandwidth: bool = True  # once per worker process: the ceiling's denominator
-    job_file: str | None = None
-    log_name: str | None = None  # the server log's file name in log_dir (default trial-NNNN.log)
 
 
 def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
@@ -90,17 +56,18 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
     started = time.time()
     timing: dict[str, float] = {}
     node = node_info()
-    backend = get_backend_class(spec.backend_kind)(spec.backend_settings, spec.job_file)
+    backend = get_backend_class(spec.server.backend_kind)(dict(spec.server.backend_settings), spec.server.job_file)
     if spec.measure_bandwidth:
         node["memory_bandwidth_bytes_s"] = memory_bandwidth(backend.device())
         node["memory_device"] = backend.device()
-    log_path = Path(spec.log_dir) / (spec.log_name or trial_log_name(spec.number))
-    proc, launch, env = prepare_server(backend, spec.config, spec.host, spec.env, log_path, spec.registry_dir)
+    log_path = spec.log_path
+    proc, launch, env = prepare_server(backend, spec.config, spec.server.host, dict(spec.server.env), log_path,
+                                       spec.registry_dir)
     port = launch.port
     common: dict[str, Any] = dict(started_at=started, node=node, timing=timing)
 
     def finish(result: TrialResult) -> TrialResult:
-        timing["teardown_s"] = proc.stop(spec.teardown_grace_s)
+        timing["teardown_s"] = proc.stop(spec.server.teardown_grace_s)
         if on_server:
             on_server(None)
         log_text = _read(log_path)
@@ -143,7 +110,7 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
 
         server_info = asdict(record)
         try:
-            proc.wait_ready(spec.startup_timeout_s)
+            proc.wait_ready(spec.server.startup_timeout_s)
         except ServerFailed as exc:
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
@@ -156,32 +123,34 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
             return failed(FailureKind.START_TIMEOUT,
-                          f"not ready after {spec.startup_timeout_s:.0f}s (health never answered 200)")
+                          f"not ready after {spec.server.startup_timeout_s:.0f}s (health never answered 200)")
         timing["launch_s"] = time.monotonic() - t0
         if cancel.is_set():
             return failed(FailureKind.INTERRUPTED, "stopped by the user")
 
         # warm-up + timed repeats; a first repeat below the prune threshold ends it
         t0 = time.monotonic()
-        decode = client.measure_decode(launch.base_url, launch.model_name, spec.prompt, spec.output_tokens,
-                                      warmup=spec.warmup, repeats=spec.repeats, max_repeats=spec.max_repeats,
-                                      target_rel_ci=spec.target_rel_ci, timeout_s=spec.bench_timeout_s,
-                                      deadline=time.monotonic() + spec.bench_timeout_s, prune_below=spec.prune_below)
+        plan = spec.bench
+        prune_below = (spec.prune_below or {}).get(1)
+        decode = client.measure_decode(launch.base_url, launch.model_name, plan.prompts[0], plan.output_tokens,
+                                       warmup=plan.warmup, repeats=plan.repeats, max_repeats=plan.max_repeats,
+                                       target_rel_ci=plan.target_rel_ci, timeout_s=plan.timeout_s,
+                                       deadline=time.monotonic() + plan.timeout_s, prune_below=prune_below)
         if not decode.ok:
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during the benchmark")
-            return _bench_failure(failed, proc, decode, limit_s=spec.bench_timeout_s)
+            return _bench_failure(failed, proc, decode, limit_s=spec.bench.timeout_s)
         pruned = decode.pruned
         timing["warmup_s"] = decode.warmup_s
         timing["bench_s"] = decode.bench_s
         metrics = decode.to_metrics()
         warnings = list(decode.warnings)
 
-        if spec.concurrency_checks and not pruned:  # the job's "no worse than x at concurrency c" rules
+        if spec.bench.constraint_levels and not pruned:  # the job's "no worse than x at concurrency c" rules
             metrics["concurrency"] = {}
-            for level in spec.concurrency_checks:
-                got = client.measure_concurrency(launch.base_url, launch.model_name, spec.prompt, spec.output_tokens,
-                                                level, timeout_s=spec.bench_timeout_s)
+            for level in spec.bench.constraint_levels:
+                got = client.measure_concurrency(launch.base_url, launch.model_name, plan.prompts[0],
+                                                 plan.output_tokens, level, timeout_s=plan.timeout_s)
                 if got.get("failures"):
                     return _bench_failure(failed, proc, None, f"concurrency {level}: {got['errors'][:1]}")
                 metrics["concurrency"][str(level)] = got["total_tok_s"]
@@ -190,11 +159,11 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         # pruned trial: a config that is wrong is reported wrong (and banned), not merely slow
         t0 = time.monotonic()
         outputs: dict[str, Any] = {}
-        if spec.check_prompts:
-            outputs = capture_outputs(launch.base_url, launch.model_name, spec, spec.reference_texts)
+        if spec.check.prompts:
+            outputs = capture_outputs(launch.base_url, launch.model_name, spec, spec.check.reference_texts)
             if outputs.get("error"):
                 return _bench_failure(failed, proc, None, outputs["error"])
-            if spec.reference_texts is None:  # this is the reference: capture twice to calibrate
+            if spec.check.reference_texts is None:  # this is the reference: capture twice to calibrate
                 second = capture_outputs(launch.base_url, launch.model_name, spec, outputs["texts"])
                 if second.get("error"):
                     return _bench_failure(failed, proc, None, second["error"])
@@ -203,9 +172,9 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         outcome = PRUNED if pruned else COMPLETE
         reason = None
         if pruned:
-            metrics["pruned_below"] = spec.prune_below
+            metrics["pruned_below"] = prune_below
             reason = (f"first repeat {metrics['decode_tok_s']:.1f} tok/s is below the pruning threshold "
-                      f"{spec.prune_below:.1f} tok/s (a fraction of the best so far)")
+                      f"{prune_below:.1f} tok/s (a fraction of the best so far)")
         result = TrialResult(outcome=outcome, config=spec.config, value=metrics["decode_tok_s"], metrics=metrics,
                              outputs=outputs, server=server_info, warnings=warnings, failure_reason=reason, **common)
         return finish(result)
@@ -271,21 +240,21 @@ def server_env(job_env: dict[str, str], launch_env: dict[str, str]) -> dict[str,
     return {**nccl.debug_env(), **job_env, **launch_env}
 
 
-def capture_outputs(base_url: str, model: str, spec: TrialSpec, score_texts: list[str] | None) -> dict[str, Any]:
+def capture_outputs(base_url: str, model: str, spec: TrialSpec, score_texts: Sequence[str] | None) -> dict[str, Any]:
     """Greedy texts for the check prompts, and log-probabilities of ``score_texts``."""
-    got = client.greedy_outputs(base_url, model, spec.check_prompts, spec.check_tokens, spec.bench_timeout_s,
-                               top_logprobs=NEAR_TIE_CANDIDATES if spec.check_logprobs else None)
+    got = client.greedy_outputs(base_url, model, spec.check.prompts, spec.check.tokens, spec.bench.timeout_s,
+                               top_logprobs=NEAR_TIE_CANDIDATES if spec.check.logprobs else None)
     if any(not g.get("ok", True) for g in got):
         bad = next(g for g in got if not g.get("ok", True))
         return {"error": f"correctness request failed: {bad.get('error')}"}
     out: dict[str, Any] = {"texts": [g["text"] for g in got]}
-    if spec.check_logprobs:  # each generated token and its runner-up: tells a near-tie flip from a wrong model
+    if spec.check.logprobs:  # each generated token and its runner-up: tells a near-tie flip from a wrong model
         out["tokens"] = [g.get("tokens") for g in got]
         out["top"] = [g.get("top") for g in got]
-    if spec.check_logprobs:  # the reference scores its own text; a trial scores the reference's
+    if spec.check.logprobs:  # the reference scores its own text; a trial scores the reference's
         texts = out["texts"] if score_texts is None else score_texts
-        out["logprobs"] = [client.score_continuation(base_url, model, p, t, spec.bench_timeout_s)
-                           for p, t in zip(spec.check_prompts, texts)]
+        out["logprobs"] = [client.score_continuation(base_url, model, p, t, spec.bench.timeout_s)
+                           for p, t in zip(spec.check.prompts, texts)]
     return out
 
 

@@ -1,0 +1,135 @@
+"""What one trial is, as the node receives it: a frozen ``TrialSpec`` built from the job.
+
+An actor on a GPU node runs a trial from this value alone (no job object crosses to it,
+only plain, picklable data). ``TrialSpec.from_job`` is the one place that turns a job's
+settings into a trial's: the driver, ``bench`` and ``compare`` all build specs with it, and
+nothing changes a spec afterwards (``dataclasses.replace`` makes a variant).
+
+The settings are grouped by what uses them: ``ServerPlan`` (how to start and stop the
+server), ``BenchPlan`` (what the benchmark measures), ``CheckPlan`` (what the correctness
+gate needs captured).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.core.records import Config
+from orchestrator.core.study_dir import trial_log_name
+
+if TYPE_CHECKING:
+    from orchestrator.config.job import Job
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    """How to start one server for the trial's config, and how long to give it."""
+
+    backend_kind: str
+    backend_settings: Mapping[str, Any]
+    job_file: str | None
+    env: Mapping[str, str]  # the job's fixed environment (the config's own env.* come from the backend)
+    startup_timeout_s: float = 300.0
+    teardown_grace_s: float = 10.0
+    host: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """What the benchmark measures: greedy fixed-length streamed requests over ``prompts``
+    (one round = every prompt once; ``repeats`` rounds, more up to ``max_repeats`` while the
+    median's interval is wider than ``target_rel_ci``), at ``levels`` of concurrency (1:
+    single-request decode tok/s), within ``timeout_s`` in all."""
+
+    prompts: tuple[str, ...]
+    output_tokens: int = 64
+    warmup: int = 1
+    repeats: int = 3
+    max_repeats: int | None = None
+    target_rel_ci: float | None = None
+    timeout_s: float = 120.0
+    levels: tuple[int, ...] = (1,)
+    constraint_levels: tuple[int, ...] = ()  # total tok/s the job's outcome constraints read
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """What the correctness gate needs from the server: greedy answers to ``prompts``, and the
+    log-probabilities of ``reference_texts`` (None: this launch captures the reference itself,
+    twice, to calibrate the tolerance). No prompts: nothing is captured."""
+
+    prompts: tuple[str, ...] = ()
+    tokens: int = 32
+    logprobs: bool = True
+    reference_texts: tuple[str, ...] | None = None
+
+    @property
+    def captures_reference(self) -> bool:
+        return bool(self.prompts) and self.reference_texts is None
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything an actor needs to run one trial (module docstring)."""
+
+    number: int
+    config: Config
+    server: ServerPlan
+    bench: BenchPlan
+    check: CheckPlan = field(default_factory=CheckPlan)
+    log_dir: str = "."
+    registry_dir: str = "."
+    log_name: str | None = None  # the server log's file name in log_dir (default trial-NNNN.log)
+    prune_below: Mapping[int, float] | None = None  # per level: stop after the first round below it
+    device_check: bool = False  # the GPUs free before, usable after
+    measure_bandwidth: bool = True  # once per worker process: the ceiling's denominator
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.log_dir) / (self.log_name or trial_log_name(self.number))
+
+    @classmethod
+    def from_job(cls, job: Job, number: int, config: Config, *, check: CheckPlan | None = None,
+                 prune_below: Mapping[int, float] | None = None, log_dir: Path | None = None,
+                 log_name: str | None = None, extra_env: Mapping[str, str] | None = None,
+                 device_check: bool | None = None, measure_bandwidth: bool = True) -> TrialSpec:
+        """The spec of trial ``number`` of ``job`` for ``config``.
+
+        Args:
+            check: what the gate needs (``check_plan``); default: capture nothing.
+            prune_below: per-level thresholds of the early stop (``core.outcome.early_stop``).
+            log_dir, log_name: where the server's log goes (default: the study's logs/,
+                ``trial-NNNN.log``).
+            extra_env: variables on top of the job's ``env:`` (``bench --verify-nccl``).
+            device_check: check the GPUs before and after (default: a GPU job does).
+        """
+        bench = job.bench
+        return cls(
+            number=number, config=dict(config),
+            server=ServerPlan(backend_kind=job.backend.kind, backend_settings=dict(job.backend.settings),
+                              job_file=str(job.path), env={**job.env, **(extra_env or {})},
+                              startup_timeout_s=job.timeouts.startup_s, teardown_grace_s=job.timeouts.teardown_s),
+            bench=BenchPlan(prompts=(bench.prompt,), output_tokens=bench.output_tokens, warmup=bench.warmup,
+                            repeats=bench.repeats, max_repeats=bench.max_repeats, target_rel_ci=bench.target_rel_ci,
+                            timeout_s=job.timeouts.bench_s,
+                            constraint_levels=tuple(c.concurrency for c in job.constraints)),
+            check=check or CheckPlan(), log_dir=str(log_dir or job.dir.logs), registry_dir=str(job.dir.servers),
+            log_name=log_name, prune_below=dict(prune_below) if prune_below else None,
+            device_check=job.gpus_per_node > 0 if device_check is None else device_check,
+            measure_bandwidth=measure_bandwidth)
+
+
+def check_plan(job: Job, reference_texts: list[str] | tuple[str, ...] | None, *,
+               prompts: tuple[str, ...] | None = None) -> CheckPlan:
+    """The gate's capture for a trial of ``job``: the job's correctness prompts, answered and
+    scored against ``reference_texts`` (None: capture the reference). Nothing when the job
+    turns correctness off."""
+    corr = job.correctness
+    if not corr.enabled:
+        return CheckPlan()
+    return CheckPlan(prompts=tuple(prompts if prompts is not None else corr.prompts), tokens=corr.check_tokens,
+                     logprobs=corr.logprobs,
+                     reference_texts=tuple(reference_texts) if reference_texts is not None else None)

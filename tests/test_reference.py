@@ -18,6 +18,7 @@ from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.core import golden_check
 from orchestrator.core.correctness import Golden
+from orchestrator.driver.golden import GoldenSource
 from orchestrator.driver.run import StudyDriver
 from orchestrator.study.history import best_rows, trial_rows
 from orchestrator.study.storage import GOLDEN_ATTR, open_study
@@ -141,7 +142,7 @@ def test_a_degenerate_reference_file_is_bad_input(tmp_path):
     from orchestrator.core.errors import BadInput
 
     with pytest.raises(BadInput, match="reference file .* is unusable: its output is not text"):
-        StudyDriver(job, out=io.StringIO())._golden(open_study(job))
+        GoldenSource(job, job.baseline_config(), print).from_file()
 
 
 @pytest.mark.slow

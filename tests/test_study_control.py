@@ -85,10 +85,10 @@ STOPS = [  # (signal, how many, to the whole process group as a terminal hang-up
 
 def test_sigterm_and_sighup_are_handled_like_ctrl_c():
     """Every stop signal gets the study's handler (the end-to-end runs below use SIGINT and SIGHUP)."""
-    from orchestrator.driver.run import _Signals
+    from orchestrator.driver.signals import StopSignals
 
     said = []
-    with _Signals(said.append) as signals:
+    with StopSignals(said.append) as signals:
         for sig in (signal.SIGTERM, signal.SIGHUP):
             assert signal.getsignal(sig) == signals._handle
         os.kill(os.getpid(), signal.SIGTERM)

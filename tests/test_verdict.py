@@ -170,21 +170,19 @@ def test_a_config_against_itself_never_gets_a_verdict():
     assert "within noise: same config" in text and "excludes 1.0" in text and "slower" not in text
 
 
-# ---- the run's final line: study.vs_baseline_words on stored Optuna trials ------------------------------
+# ---- the run's final line: progress.vs_baseline_words on the trials' rows ------------------------------
 def _trial(number: int, samples: list[float], key: str):
     import statistics
 
-    from optuna.distributions import CategoricalDistribution
-    from optuna.trial import TrialState, create_trial
+    from orchestrator.core.records import TrialRow
 
     value = statistics.median(samples)
-    return create_trial(state=TrialState.COMPLETE, value=value, params={"k": key},
-                        distributions={"k": CategoricalDistribution([key])},
-                        user_attrs={"config_key": key, "metrics": {"decode_tok_s": value, "decode_samples": samples}})
+    return TrialRow(number=number, state="COMPLETE", params={"k": key}, value=value, config_key=key, counted=True,
+                    metrics={"decode_tok_s": value, "decode_samples": samples})
 
 
 def test_the_runs_final_line_says_beyond_noise_only_beyond_noise():
-    from orchestrator.driver.run import vs_baseline_words
+    from orchestrator.driver.progress import vs_baseline_words
 
     base = _trial(0, H200_8B["baseline"], "eager")
     best = _trial(3, H200_8B["best"], "graphs")

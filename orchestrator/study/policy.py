@@ -78,6 +78,7 @@ from orchestrator.study.storage import (
     ATTR_COUNTED,
     ATTR_ENQUEUED_BY,
     ATTR_KEY,
+    ATTR_REFERENCE,
     ATTR_REQUEUE_OF,
     ATTR_SKIPPED,
     CONSTRAINT,
@@ -694,19 +695,37 @@ class SearchPolicy:
         """Keys of configs that are answered from the study instead of being launched."""
         return set(self._scan().measured)
 
-    def _rows(self) -> list[TrialRow]:
+    def rows(self) -> list[TrialRow]:
+        """Every trial as the user sees it (``history.trial_rows``)."""
         return trial_rows(self.study)
+
+    def best_row(self) -> TrialRow | None:
+        """The best trial's row (``best``)."""
+        best = best_rows(self.rows(), 1)
+        return best[0] if best else None
+
+    def baseline_row(self) -> TrialRow | None:
+        """The measured baseline's row (``baseline_trial``)."""
+        base = baseline_row(self.rows())
+        return base if base is not None and base.state == COMPLETE and base.value is not None else None
+
+    def mark(self, proposal: Proposal, *, baseline: bool = False, reference: bool = False) -> None:
+        """Mark a launch as the baseline's and/or the golden reference's capture, before it runs."""
+        if baseline:
+            proposal.trial.set_user_attr(ATTR_BASELINE, True)
+        if reference:
+            proposal.trial.set_user_attr(ATTR_REFERENCE, True)
 
     def best(self) -> FrozenTrial | None:
         """The best trial by the study's one ranking rule (``history.best_rows`` over
         ``outcome.rankable``): what export and the report call best, never a failure, a
         wrong config, a cached duplicate or a config that breaks an outcome constraint."""
-        best = best_rows(self._rows(), 1)
+        best = best_rows(self.rows(), 1)
         return self._trial(best[0].number) if best else None
 
     def baseline_trial(self) -> FrozenTrial | None:
         """The measured baseline trial (``history.baseline_row``), once there is one."""
-        base = baseline_row(self._rows())
+        base = baseline_row(self.rows())
         if base is None or base.state != COMPLETE or base.value is None:
             return None
         return self._trial(base.number)

@@ -211,6 +211,39 @@ def _fingerprint(job, settings: dict) -> str:
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
+def forget_study(job: StudyJob, study: optuna.Study, *, journal_made_here: bool) -> None:
+    """Remove a study that holds no trial: its journal when this run made it and it holds
+    nothing else, else the study from its storage."""
+    store = storage_for(job.storage)
+    path = journal_path(job.storage)
+    if journal_made_here and path is not None and optuna.get_all_study_names(store) == [job.study]:
+        path.unlink(missing_ok=True)
+    else:
+        optuna.delete_study(study_name=job.study, storage=store)
+
+
+# ---- the golden reference -----------------------------------------------------------------------
+
+def stored_golden(study: optuna.Study) -> dict[str, Any] | None:
+    """The golden reference the study keeps (``correctness.Golden.to_dict`` + its ``trial``)."""
+    return study.user_attrs.get(GOLDEN_ATTR) or None
+
+
+def store_golden(study: optuna.Study, golden: dict[str, Any], trial: int | None = None) -> None:
+    """Keep the golden reference every later trial is compared with (``trial``: where it came from)."""
+    study.set_user_attr(GOLDEN_ATTR, {**golden, **({"trial": trial} if trial is not None else {})})
+
+
+def outvote_golden(study: optuna.Study) -> int | None:
+    """The golden reference was outvoted: forget it (the next run measures it again) and keep
+    the trial it came from among the outvoted ones. Returns that trial's number."""
+    trial = (stored_golden(study) or {}).get("trial")
+    outvoted = [*study.user_attrs.get(OUTVOTED_ATTR, []), *([trial] if trial is not None else [])]
+    study.set_user_attr(OUTVOTED_ATTR, outvoted)
+    study.set_user_attr(GOLDEN_ATTR, None)
+    return trial
+
+
 # ---- writing outside the search ----------------------------------------------------------------
 
 def contains(dist: BaseDistribution, value: Any) -> bool:

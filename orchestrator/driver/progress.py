@@ -1,0 +1,184 @@
+"""What a run says while it runs: one line per event, and the last line's verdict.
+
+Every line goes through ``Progress.say`` (the ``ncclsweep.progress`` logger, which the CLI
+sends to stderr and the study's ``driver.log``; a test may pass a stream instead). Trials
+are numbered once: ``#N`` is the Optuna trial number everywhere; the budget is counted
+apart ("launch 2 of 8"). A ratio to the baseline is printed with the words of
+``core.verdict``: "faster"/"slower" only beyond the measured noise.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from orchestrator.config.yaml_input import display_path
+from orchestrator.core import golden_check, logs, verdict
+from orchestrator.core.records import COMPLETE, PRUNED, FailureKind, TrialResult, TrialRow
+from orchestrator.study.bans import describe
+
+
+@dataclass
+class RunSummary:
+    """How a ``run`` invocation ended."""
+
+    reason: str  # budget reached, space exhausted, timeout, stopped by signal
+    launched: int = 0
+    best: dict[str, Any] | None = None
+    messages: list[str] = field(default_factory=list)
+
+    @property
+    def interrupted(self) -> bool:
+        """Stopped by a signal: the CLI exits 130."""
+        return self.reason == "stopped by signal"
+
+
+def fmt_s(seconds: float) -> str:
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def spread(row: TrialRow) -> float | None:
+    """Relative spread of a row's median (rel_ci, else cv)."""
+    return row.rel_ci if row.rel_ci is not None else row.cv
+
+
+def vs_baseline_words(best: TrialRow, base: TrialRow | None) -> str | None:
+    """The run's verdict on its best trial against the baseline trial: the ratio is "beyond
+    noise" only when the two trials' decode samples put its interval off 1.0 (``verdict``,
+    unpaired: repeats within one launch each), else "within noise of the baseline"; the
+    baseline's own config is "the baseline itself". None without a baseline."""
+    if base is None or not base.value or best.value is None:
+        return None
+    if best.config_key == base.config_key:
+        return "the baseline itself"
+    iv = verdict.ratio_interval(_samples(base), _samples(best))
+    beyond = verdict.verdict(iv) in (verdict.FASTER, verdict.SLOWER)
+    return (f"{verdict.ratio_text(iv, best.value / base.value)} the baseline, "
+            + ("beyond noise" if beyond else "within noise of the baseline") + f", {verdict.interval_text(iv)}")
+
+
+def _samples(row: TrialRow) -> list[float]:
+    return list((row.metrics or {}).get("decode_samples") or [])
+
+
+class Progress:
+    """The run's lines (module docstring). ``trials``: the budget (None: none); ``timeout_s``
+    and ``timeout_source``: the wall-clock limit and what set it."""
+
+    def __init__(self, job, *, trials: int | None, timeout_s: float | None, timeout_source: str,
+                 out: TextIO | None = None):
+        self.job = job
+        self.trials = trials
+        self.timeout_s = timeout_s
+        self.timeout_source = timeout_source
+        self.out = out  # None: the progress logger
+        self.t_start = time.monotonic()
+        self.finished = 0  # trials finished in this invocation (for the time-to-go estimate)
+        self._announced: set = set()
+
+    def say(self, line: str) -> None:
+        if self.out is not None:
+            print(line, file=self.out, flush=True)
+        else:
+            logs.progress.info(line)
+
+    def elapsed(self) -> str:
+        return fmt_s(time.monotonic() - self.t_start)
+
+    # ---- per trial --------------------------------------------------------------------------
+    def started(self, number: int, config: dict, used: int, is_baseline: bool = False) -> None:
+        """A launch began (``used``: launches counted so far, this one included)."""
+        total = f" of {self.trials}" if self.trials else ""
+        role = ", the baseline" if is_baseline else ""
+        params = " ".join(f"{k}={v}" for k, v in config.items())
+        self.say(f"starting #{number} (launch {used}{total}{role}): {params or '(defaults)'} "
+                 f"(elapsed {self.elapsed()}{self._remaining(used)})")
+
+    def _remaining(self, used: int) -> str:
+        """Time left: trials left x mean trial time so far, and the wall-clock budget if any."""
+        elapsed = time.monotonic() - self.t_start
+        parts = []
+        if self.trials and self.finished:
+            per_trial = elapsed / self.finished
+            parts.append(f"~{fmt_s(per_trial * max(0, self.trials - used + 1))} to go at this pace")
+        if self.timeout_s:
+            parts.append(f"{fmt_s(max(0.0, self.timeout_s - elapsed))} left of {self.timeout_source}")
+        return (", " + ", ".join(parts)) if parts else ""
+
+    def ended(self, number: int, result: TrialResult, best: TrialRow | None, base_value: float | None) -> None:
+        """A trial's final outcome, with the best so far."""
+        if result.outcome == COMPLETE:
+            ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
+            what = f"{result.value:.1f} tok/s{ratio}"
+        elif result.outcome == PRUNED:
+            below = result.metrics.get("pruned_below")
+            limit = (f" < threshold {below:.1f} tok/s ({self.job.pruning.min_ratio:g} x the best so far)"
+                     if below else "")
+            what = f"pruned after the first repeat: {result.value:.1f} tok/s{limit}"
+        else:
+            what = f"FAIL {result.failure_kind}: {result.failure_reason}"
+            ignored = result.metrics.get("decode_tok_s_ignored")
+            if result.failure_kind == FailureKind.WRONG_OUTPUT and ignored:
+                what = f"FAIL wrong-output (its {ignored:.1f} tok/s do not count): {result.failure_reason}"
+        best_s = ""
+        if best is not None and best.value is not None:
+            ratio = f" = {best.value / base_value:.2f}x baseline" if base_value else ""
+            best_s = f" | best #{best.number} {best.value:.1f} tok/s{ratio}"
+        self.say(f"  #{number} -> {what}{best_s} (elapsed {self.elapsed()})")
+
+    def bans(self, bans: dict) -> None:
+        """Say, once, each parameter value the study stops proposing (``study.bans``)."""
+        for pair, why in bans.items():
+            if pair not in self._announced:
+                self._announced.add(pair)
+                self.say(f"  not proposing {describe(pair)} any more: {why}")
+
+    # ---- the end ----------------------------------------------------------------------------
+    @staticmethod
+    def best_summary(best: TrialRow | None, base: TrialRow | None) -> dict[str, Any] | None:
+        """The run's best as plain data (``RunSummary.best``)."""
+        if best is None or best.value is None:
+            return None
+        base_value = base.value if base is not None else None
+        return {"number": best.number, "value": best.value, "config": dict(best.params) or None,
+                "spread": spread(best), "vs_baseline": (best.value / base_value) if base_value else None,
+                "verdict": vs_baseline_words(best, base),
+                "baseline": None if base is None or not base_value else
+                {"number": base.number, "value": base_value, "spread": spread(base)}}
+
+    def final_line(self, summary: RunSummary, counted: int) -> str:
+        best = summary.best
+        head = f"{summary.reason}: {counted} trials counted, {summary.launched} launched this run"
+        if not best:
+            return head + "; no config may be called best yet"
+        params = " ".join(f"{k}={v}" for k, v in (best["config"] or {}).items())
+        return f"{head}; best #{best['number']}: {best['value']:.1f} tok/s with {params or '(defaults)'}"
+
+    def next_steps(self, summary: RunSummary, rows: list[TrialRow] | None) -> str:
+        """The last line: the verdict against the baseline, where the results are, what to run next."""
+        job = self.job.path
+        folder, logs_dir = display_path(self.job.report_dir), display_path(self.job.dir.logs)
+        best = summary.best
+        if summary.interrupted:
+            return (f"stopped: `ncclsweep run {job}` continues the study; `ncclsweep status {job}` shows it "
+                    f"so far (results in {folder})")
+        if best is None:
+            why = golden_check.disputed(rows) if rows is not None else None
+            if why:
+                return (f"no config is called best: {why}; check the baseline's output in the trial logs in "
+                        f"{logs_dir} and `ncclsweep status {job}`; `ncclsweep run {job} --trials N` "
+                        "compares more configs with it")
+            return f"no config passed yet: see `ncclsweep status {job}` and the trial logs in {logs_dir}"
+        base = best.get("baseline")
+        if base is None:
+            said = f"best #{best['number']} {best['value']:.1f} tok/s (no baseline measured to compare with)"
+        elif base["number"] == best["number"]:
+            said = f"the baseline #{base['number']} is the best config found ({best['value']:.1f} tok/s)"
+        else:
+            said = f"best #{best['number']} {best['value']:.1f} tok/s = {best['verdict']}"
+        return (f"{said} | next: `ncclsweep report {job}` (writes {folder}/report.html), "
+                f"`ncclsweep compare {job}`, `ncclsweep export {job} --format env`")

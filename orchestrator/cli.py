@@ -216,12 +216,12 @@ def cmd_validate(args) -> int:
     if args.commands:
         import dataclasses
 
-        from orchestrator.node.trial import server_env
+        from orchestrator.core.launch import server_environment
 
         for label, config in sample_configs(job, backend, 4):
             spec = backend.launch_spec(config, "127.0.0.1", 8000)
             print(f"# {label}")  # the environment every trial server gets: NCCL logging, the job's env:, the config's
-            print(dataclasses.replace(spec, env=server_env(job.env, spec.env)).shell_line())
+            print(dataclasses.replace(spec, env=server_environment(job.env, spec.env, instrumented=True)).shell_line())
     return 0
 
 

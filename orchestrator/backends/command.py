@@ -211,6 +211,6 @@ class CommandBackend(Backend):
             if rendered == "" and _PLACEHOLDER.search(element) and "?" in element:
                 continue  # a switch placeholder whose value is false
             argv.append(rendered)
-        return LaunchSpec(argv=argv, env=common.server_env(self, config), host=host, port=port,
+        return LaunchSpec(argv=argv, env=common.config_env(self, config), host=host, port=port,
                           health_path=self.health_path,
                           ready_status=self.ready_status, model_name=self.model_name)

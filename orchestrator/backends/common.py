@@ -73,7 +73,7 @@ def capture_sizes_of(value: Any) -> list[int]:
     return sizes
 
 
-def server_env(backend, config: dict) -> dict[str, str]:
+def config_env(backend, config: dict) -> dict[str, str]:
     """The config's ``env.*`` params as the server's environment delta, NCCL values in
     NCCL's canonical spelling (``NCCL_P2P_LEVEL`` is compared case-sensitively by NCCL:
     ``phb`` would be ignored without a word)."""

@@ -225,7 +225,7 @@ class LlamaCppBackend(Backend):
         if self.served_model_name:
             argv += ["--alias", self.served_model_name]
         argv += self._flag_words(config) + self.extra_args
-        env = common.server_env(self, config)
+        env = common.config_env(self, config)
         if config.get("graph_capture") is False and self.device_name == "cuda":
             env["GGML_CUDA_DISABLE_GRAPHS"] = "1"
         return LaunchSpec(argv=argv, env=env, host=host, port=port, health_path="/health",

@@ -156,7 +156,7 @@ class RefServerBackend(Backend):
         if self.settings.get("served_model_name"):
             argv += ["--served-model-name", str(self.settings["served_model_name"])]
         argv += self.extra_args
-        return LaunchSpec(argv=argv, env=common.server_env(self, config), host=host, port=port,
+        return LaunchSpec(argv=argv, env=common.config_env(self, config), host=host, port=port,
                           model_name=str(self.settings.get("served_model_name", self.model)))
 
     def device(self) -> str:

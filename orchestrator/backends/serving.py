@@ -247,7 +247,7 @@ class ServingBackend(Backend):
                 continue  # graph_args spelled it, or it cannot matter without graphs
             argv += checker.param_words(name, value, self.job_file)
         argv += self.pass_through()
-        return LaunchSpec(argv=argv, env=common.server_env(self, config), host=host, port=port, health_path="/health",
+        return LaunchSpec(argv=argv, env=common.config_env(self, config), host=host, port=port, health_path="/health",
                           model_name=self.served_model_name or self.model)
 
     def model_facts(self) -> dict[str, Any]:

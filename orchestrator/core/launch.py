@@ -11,7 +11,21 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from orchestrator.core import nccl
+
+
+def server_environment(job_env: Mapping[str, str], launch_env: Mapping[str, str], *,
+                       instrumented: bool) -> dict[str, str]:
+    """The environment a server for a config runs with, on top of the node's: the job's fixed
+    ``env:``, then the config's own variables (``LaunchSpec.env``). A trial's server
+    (``instrumented``) also logs NCCL's start-up (``nccl.debug_env``: what the trial verifies
+    NCCL applied), under both; what ``export`` and ``validate --commands`` print for a user
+    to run leaves that instrumentation out."""
+    base = nccl.debug_env() if instrumented else {}
+    return {**base, **{str(k): str(v) for k, v in job_env.items()}, **{str(k): str(v) for k, v in launch_env.items()}}
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import Any
 from orchestrator.backends import get_backend_class
 from orchestrator.core import nccl
 from orchestrator.core.errors import StorageWriteError, is_file_write_failure
+from orchestrator.core.launch import server_environment
 from orchestrator.core.logs import capture_warnings
 from orchestrator.core.records import COMPLETE, PRUNED, Config, FailureKind, TrialResult
 from orchestrator.node import client, gpus
@@ -227,17 +228,12 @@ def prepare_server(backend, config: Config, host: str, job_env: dict[str, str], 
                    registry_dir: str) -> tuple[ServerProcess, Any, dict[str, str]]:
     """A not-yet-started server for a config: free port, env (NCCL start-up logging on), log file."""
     launch = backend.launch_spec(config, host, free_port(host))
-    env = server_env(job_env, launch.env)
+    env = server_environment(job_env, launch.env, instrumented=True)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     proc = ServerProcess(launch, log_path, registry=ServerRegistry(Path(registry_dir)), base_env={**os.environ, **env},
                          watch=backend.watch_rules())
     return proc, launch, env
 
-
-def server_env(job_env: dict[str, str], launch_env: dict[str, str]) -> dict[str, str]:
-    """A server's environment on top of the node's: NCCL start-up logging, the job's fixed
-    ``env:``, then the config's own variables."""
-    return {**nccl.debug_env(), **job_env, **launch_env}
 
 
 def capture_outputs(base_url: str, model: str, spec: TrialSpec, score_texts: Sequence[str] | None) -> dict[str, Any]:

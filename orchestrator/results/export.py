@@ -40,6 +40,7 @@ from orchestrator.backends.base import Backend
 from orchestrator.config.yaml_input import load_yaml_documents, read_text_bounded
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.golden_check import disputed
+from orchestrator.core.launch import server_environment
 from orchestrator.core.records import COMPLETE, TrialRow
 from orchestrator.study.history import baseline_row, best_rows, short_params
 
@@ -193,9 +194,7 @@ def effective_env(job: ExportJob, config: dict[str, Any], backend: Any = None, h
     the tuner's own NCCL_DEBUG instrumentation)."""
     spec = _launch(backend, config, host, port)
     delta = dict(spec.env) if spec is not None else Backend.env_of(config)
-    env = {str(k): str(v) for k, v in (getattr(job, "env", None) or {}).items()}
-    env.update({str(k): str(v) for k, v in delta.items()})
-    return env
+    return server_environment(getattr(job, "env", None) or {}, delta, instrumented=False)
 
 
 def _non_env(config: dict[str, Any]) -> dict[str, Any]:

@@ -55,7 +55,7 @@ class TinyServerBackend(Backend):
     def launch_spec(self, config, host, port):
         argv = [sys.executable, "-m", "orchestrator.refserver", "--model", "tiny", "--device", "cpu",
                 "--tp", str(config.get("tp_size", 1)), "--host", host, "--port", str(port)]
-        return LaunchSpec(argv=argv, env=common.server_env(self, config), host=host, port=port, model_name="tiny")
+        return LaunchSpec(argv=argv, env=common.config_env(self, config), host=host, port=port, model_name="tiny")
 
 
 class NotABackend:

@@ -1,39 +1,27 @@
-"""The one abstract base every server backend implements.
+"""The one abstract base every server backend implements, and its contract.
 
-Contract (what the trial runner relies on):
+A backend says how to start one kind of server for a configuration; it starts nothing
+itself. Who calls it: the job loader at ``validate`` time (``__init__``,
+``check_config`` for every value of the space, ``normalize``, ``default_config``), the
+search policy (``normalize``: a config's identity), the node's trial runner
+(``launch_spec``, ``watch_rules``, ``device``, ``gpus_per_trial``, ``version``), ``export``
+(``launch_spec`` for the command it prints) and ``doctor`` (``installed_release``,
+``diagnose``). Instances are built per job (and again on each node from plain settings),
+used by one thread at a time, and hold no state a call changes: every method but
+``version`` (which may cache what it detected) is a pure function of the settings and its
+arguments, so the same config gives the same command on every node and in every export.
 
-- ``__init__(settings, job_file)`` receives the job's ``backend.settings`` mapping and
-  validates it strictly, raising ``BadInput`` naming ``backend.settings.<key>``.
-- ``check_config(config)`` raises ``ConfigRejected`` for a configuration this backend
-  cannot express (e.g. ``graph_capture`` on a CPU reference server). It runs at
-  ``validate`` time for every value of the space, never first at 3 a.m.
-- ``launch_spec(config, host, port)`` is pure: it returns the argv and the environment
-  *delta* (``env.*`` params included) that start one server for the config. No side
-  effects, so ``validate --commands`` can print it.
-- ``default_config()`` is the backend's own defaults as a config: the baseline when
-  the job names none. ``default_values()`` (optional; default: ``default_config()``)
-  adds values that mean the same as leaving a parameter out (the reference server's
-  ``backend.fault: none``): a config that carries one does not depart from the server's
-  defaults (``reference.shared_departure``).
-- ``gpus_per_trial(config)`` is TP x PP (x DP where the server has data parallelism):
-  how many GPUs one server needs.
-- ``example_settings()`` (class level) builds the backend anywhere, for the contract test.
-- ``normalize(config)`` maps a config to its effective settings so that two configs
-  with the same effective settings compare equal (NCCL values case-folded; settings
-  that cannot matter dropped, e.g. NCCL_* at world size 1).
-
-Readiness is ``GET health_path`` answering ``ready_status`` while the process lives.
+Required: ``kind`` (class attribute), ``default_config``, ``launch_spec``,
+``example_settings`` (class level: settings that build the backend on any machine, for the
+contract test, tests/backends/test_contract.py). Everything else has a default that fits a
+server of one process tree that answers ``GET /health`` with 200 when ready.
 
 Where the server is found (``LOCATION_SETTINGS``: ``python``, ``executable``) is not part
 of what a study measures: ``identity_settings()`` leaves it out of the study's identity,
 and every trial records the command it resolved and ``version()`` instead.
 
-Optional: ``version()`` (the server's release, for the records), ``installed_release()``
-(class level: the release installed beside ncclsweep, which ``doctor`` lists),
-``diagnose()`` (what ``doctor`` says about this job's server), ``device()``,
-``model_facts()``. A backend is found by its ``kind`` (``orchestrator.backends``:
-built in, or registered by another distribution under the ``ncclsweep.backends``
-entry-point group).
+A backend is found by its ``kind`` (``orchestrator.backends``: built in, or registered by
+another distribution under the ``ncclsweep.backends`` entry-point group).
 """
 
 from __future__ import annotations
@@ -59,6 +47,14 @@ class Backend(abc.ABC):
     LOCATION_SETTINGS: ClassVar[tuple[str, ...]] = ("python", "executable")
 
     def __init__(self, settings: dict[str, Any] | None, job_file: str | None = None):
+        """Take the job's ``backend.settings``; a subclass validates them strictly here.
+
+        Args:
+            settings: the mapping under ``backend.settings`` (None: empty).
+            job_file: the job file, for error messages.
+        Raises:
+            BadInput: a setting is unknown or wrong, naming ``backend.settings.<key>``.
+        """
         self.settings = dict(settings or {})
         self.job_file = job_file
 
@@ -97,12 +93,20 @@ class Backend(abc.ABC):
 
     # ---- the contract -------------------------------------------------------------------
     def gpus_per_trial(self, config: Config) -> int:
+        """GPUs one server for ``config`` needs: TP x PP (x DP where the server has data
+        parallelism). The pre-flight and the space's TP checks compare it with the node's."""
         return int(config.get("tp_size", 1)) * int(config.get("pp_size", 1))
 
     def normalize(self, config: Config) -> Config:
-        """Effective settings: the backend's defaults filled in (a config that leaves a
-        setting at its default equals one that spells it out), NCCL values case-folded,
-        NCCL settings dropped at world size 1."""
+        """A config's effective settings, its identity in the study: two configs that run the
+        same server normalize to the same mapping (``records.config_key``).
+
+        The backend's defaults are filled in (leaving a setting at its default equals spelling
+        it out), NCCL values case-folded, NCCL settings dropped at world size 1 (NCCL never
+        runs a collective there). Pure; a subclass extends it for its own flags.
+        Returns:
+            A new mapping, sorted by name.
+        """
         config = {**self.default_config(), **config}
         out: Config = {}
         world = self.gpus_per_trial(config)
@@ -115,7 +119,14 @@ class Backend(abc.ABC):
         return out
 
     def check_config(self, config: Config) -> None:  # noqa: B027 - optional hook
-        """Raise ConfigRejected for a config this backend cannot express."""
+        """Refuse a config this backend cannot express (``graph_capture`` on a CPU reference
+        server, a flag the installed release does not have). Called at ``validate`` time for
+        every config of the space (or every value applied to the baseline), so a night never
+        meets it first at 3 a.m.
+
+        Raises:
+            ConfigRejected: one line naming the parameter and what the release allows.
+        """
 
     @classmethod
     def example_settings(cls) -> dict[str, Any]:
@@ -126,7 +137,8 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def default_config(self) -> Config:
-        """The backend's own defaults, as a config."""
+        """The server's own defaults as a config (neutral params and ``backend.*`` flags): the
+        baseline when the job names none, and what ``normalize`` fills in."""
 
     def default_values(self) -> Config:
         """What each parameter is when a config leaves it out, as far as the server goes:
@@ -137,7 +149,17 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def launch_spec(self, config: Config, host: str, port: int) -> LaunchSpec:
-        """argv + env delta for one server with this config."""
+        """How to start one server for ``config`` listening on ``host:port``.
+
+        Pure (no process started, nothing written): ``validate --commands`` and ``export``
+        print it, the trial runs it.
+        Args:
+            config: a normalized config the backend accepted (``check_config``).
+        Returns:
+            The argv and the environment *delta* of the config (its ``env.*`` params, NCCL
+            values canonical: ``common.config_env``); where readiness is asked
+            (``health_path``, ``ready_status``) and the OpenAI ``model`` name.
+        """
 
     # What the tree watch (orchestrator/node/treewatch.py) knows of this engine: lines it logs
     # when it is dead though its first process still runs, and helper processes (regular
@@ -156,11 +178,13 @@ class Backend(abc.ABC):
                           essential_processes=tuple(self.ESSENTIAL_PROCESSES))
 
     def device(self) -> str:
-        """Where the server computes: "cuda" for real servers (the memory the ceiling uses)."""
+        """Where the server computes: "cuda" for real servers, "cpu" for the reference server
+        on CPU (whose memory bandwidth the ceiling measures)."""
         return "cuda"
 
     def version(self) -> str | None:
-        """Installed version of the server software, when it can be detected."""
+        """The release of the server this backend would start, when it can be detected (a
+        trial records it; the flag checks read that release's parser). May cache."""
         return None
 
     @classmethod

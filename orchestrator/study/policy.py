@@ -157,7 +157,18 @@ class _State:
 
 
 class SearchPolicy:
-    """Turns Optuna proposals into launches under the study contract (module docstring)."""
+    """Turns Optuna proposals into launches under the study contract (module docstring).
+
+    The seam between the driver and Optuna: the driver (``orchestrator.driver.run``) asks
+    ``next`` for a ``Proposal``, launches it or answers it from the study, and hands the
+    ``TrialResult`` back to ``record``; it reads the study's standing through ``rows``,
+    ``best_row``, ``baseline_row``, ``budget_used``, ``bans`` and ``prune_threshold``. The
+    replay harness (``study.replay``) drives it the same way with recorded results. Not
+    thread-safe: one driver thread calls it (the driver lock keeps one driver per study).
+    Every answer is recomputed from storage, so a policy built on a resumed study continues
+    where the last one stopped; nothing but ``record``, ``defer``, ``requeue``, ``mark`` and
+    the recoveries writes.
+    """
 
     def __init__(
         self,
@@ -354,7 +365,14 @@ class SearchPolicy:
 
     # ---- proposing ------------------------------------------------------------------------------
     def next(self) -> Proposal | None:
-        """The next config to launch, a cached answer, or None (see ``budget_reached``/``exhausted``)."""
+        """The next config to launch.
+
+        Returns:
+            A ``Proposal`` to launch; or one with ``cached`` set, answered from an earlier
+            measurement (``record`` it at once, never launch it); or None: the budget is
+            reached or every config of the space is measured (``exhausted`` says which).
+            Several proposals may be handed out before any is recorded (trials in flight).
+        """
         self._gave_up = False
         self._ensure_baseline()
         bad_streak = 0

@@ -111,6 +111,10 @@ def ray_local(_ray_session):
     return ray
 
 
+TEST_PROMPT = ("Write a detailed, step-by-step explanation of how a ring all-reduce works across eight GPUs, then "
+               "summarize its cost in one sentence.")
+
+
 def write_job(directory: Path, *, study: str = "t", space_text: str | None = None, **sections) -> Path:
     """A CPU job for the tiny reference server in ``directory``; sections override YAML keys."""
     space_text = space_text or textwrap.dedent("""\
@@ -128,7 +132,9 @@ def write_job(directory: Path, *, study: str = "t", space_text: str | None = Non
         "space": "space.yaml",
         "baseline": {"tp_size": 1, "backend.threads": 1},
         "budget": {"trials": 3},
-        "bench": {"output_tokens": 16, "warmup": 1, "repeats": 2, "max_repeats": 2},
+        # one decode prompt (the job's default before the bundled set): these tests are about the study, not
+        # the prompts; tests of the prompt set leave bench.prompt out
+        "bench": {"prompt": TEST_PROMPT, "output_tokens": 16, "warmup": 1, "repeats": 2, "max_repeats": 2},
         "timeouts": {"startup": "60s", "bench": "30s", "teardown": "5s"},
         "correctness": {"check_tokens": 12, "prompts": ["The quick brown fox", "Once upon a time"]},
         "pruning": {"enabled": False},

@@ -19,6 +19,14 @@ Endpoints: ``GET /health`` (503 until ``--ready-after`` seconds passed, then 200
 with ``logprobs`` returning ``tokens``/``token_logprobs``/``text_offset`` like vLLM;
 ``return_token_ids``). An unknown model gets vLLM's 404 error body.
 
+Speculative decoding, like vLLM's (flags): ``--spec-tokens K`` drafts K tokens per step;
+how many are accepted depends on the prompt the way an n-gram drafter's does: on natural
+text of 150 words or more all K, on a one-word prompt none (``accepted_per_step``). A step
+takes ``token_delay x (1 + spec-overhead x K)`` and streams its 1 + accepted tokens as ONE
+chunk (a real speculative server's multi-token chunks), and ``GET /metrics`` counts drafts,
+draft tokens and accepted tokens under vLLM 0.26.0's counter names. Without it ``/metrics``
+has no speculative-decoding counters.
+
 Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
 ``--ready-after S``, ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
 logprobs answered with 400, like a server that does not support them).
@@ -41,7 +49,8 @@ knobs, ignored by real servers' clients): ``token_delay`` (s), ``ttft_delay`` (s
 "<s>" token to echoed prompts, as tokenizers with a BOS token do), ``status`` (answer
 with this HTTP status and an OpenAI-style error body instead), ``stamp`` (append
 "@" and the server's ``time.monotonic()`` when it sends each token to the token's text:
-on one host a client's arrival stamp minus it is the client's own delay).
+on one host a client's arrival stamp minus it is the client's own delay), ``no_usage``
+(never send the usage chunk, even when asked).
 
     python tests/fake_openai_server.py --port 8000 --token-delay 0.01
 """
@@ -72,6 +81,26 @@ def _h(*parts: object) -> int:
 def generate(prompt: str, n: int) -> list[tuple[str, int]]:
     """Deterministic (text, token id) pairs for a prompt: the fake 'greedy' output."""
     return [(f" w{_h(prompt, i) % 1000}", _h(prompt, i) % 32000) for i in range(n)]
+
+
+def accepted_per_step(prompt: str, k: int) -> int:
+    """Draft tokens accepted per step: all K on natural text of 150+ words, fewer on shorter
+    prompts, none on one word (an n-gram drafter finds nothing to copy there)."""
+    words = len(prompt.split())
+    return 0 if words <= 1 else min(k, round(k * min(1.0, words / 150)))
+
+
+def metrics_text(model: str, spec: dict | None) -> str:
+    """``/metrics`` in Prometheus text format (vLLM 0.26.0's names)."""
+    lines = ["# HELP vllm:num_requests_running Number of requests in model execution batches.",
+             "# TYPE vllm:num_requests_running gauge",
+             f'vllm:num_requests_running{{engine="0",model_name="{model}"}} 0.0']
+    if spec is not None:
+        for name, key in (("vllm:spec_decode_num_drafts_total", "drafts"),
+                          ("vllm:spec_decode_num_draft_tokens_total", "draft_tokens"),
+                          ("vllm:spec_decode_num_accepted_tokens_total", "accepted")):
+            lines += [f"# TYPE {name} counter", f'{name}{{engine="0",model_name="{model}"}} {float(spec[key])}']
+    return "\n".join(lines) + "\n"
 
 
 def logprob(prev: str, tok: str) -> float:
@@ -109,6 +138,14 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/health":
             self._json(200 if self._ready() else 503, {} if self._ready() else {"status": "loading"})
+        elif self.path == "/metrics":
+            spec = self.server.spec if self.server.spec_tokens else None  # type: ignore[attr-defined]
+            data = metrics_text(self.server.model, spec).encode()  # type: ignore[attr-defined]
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
         elif self.path == "/v1/models":
             self._json(200, {"object": "list", "data": [{"id": self.server.model, "object": "model"}]})  # type: ignore[attr-defined]
         else:
@@ -208,6 +245,10 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         base = {"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()), "model": body["model"]}
         t_first = time.monotonic() + ttft
+        k = self.server.spec_tokens  # type: ignore[attr-defined]
+        if k and hang_after is None and drop_after is None and malformed_after is None and not stamp:
+            self._stream_speculative(body, base, gen, n, k, delay, t_first, prompt)
+            return
         for i, (text, tok_id) in enumerate(gen):
             if hang_after is not None and i >= int(hang_after):
                 time.sleep(3600)  # keep the connection open, send nothing
@@ -231,12 +272,40 @@ class Handler(BaseHTTPRequestHandler):
             if body.get("return_token_ids"):
                 choice["token_ids"] = [tok_id]
             self._event({**base, "choices": [choice], "usage": None})
-        if (body.get("stream_options") or {}).get("include_usage"):
+        self._finish_stream(body, base, prompt, n)
+
+    def _finish_stream(self, body: dict, base: dict, prompt: str, n: int) -> None:
+        if (body.get("stream_options") or {}).get("include_usage") and not (body.get("fake") or {}).get("no_usage"):
             ptok = len(tokenize(prompt))
             self._event({**base, "choices": [],
                          "usage": {"prompt_tokens": ptok, "completion_tokens": n, "total_tokens": ptok + n}})
         self._event("[DONE]")
         self._chunk(b"")
+
+    def _stream_speculative(self, body: dict, base: dict, gen: list, n: int, k: int, delay: float, t_first: float,
+                            prompt: str) -> None:
+        """Steps of 1 + accepted tokens, each one chunk; the drafts counted for /metrics."""
+        accept = accepted_per_step(prompt, k)
+        step = delay * (1 + self.server.spec_overhead * k)  # type: ignore[attr-defined]
+        i, steps = 0, 0
+        while i < n:
+            wait = t_first + steps * step - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            take = gen[i:i + 1 + accept]
+            i += len(take)
+            steps += 1
+            with self.server.lock:  # type: ignore[attr-defined]
+                spec = self.server.spec  # type: ignore[attr-defined]
+                spec["drafts"] += 1
+                spec["draft_tokens"] += k
+                spec["accepted"] += len(take) - 1
+            choice = {"index": 0, "text": "".join(t for t, _ in take), "logprobs": None,
+                      "finish_reason": "length" if i >= n else None, "stop_reason": None}
+            if body.get("return_token_ids"):
+                choice["token_ids"] = [tok for _, tok in take]
+            self._event({**base, "choices": [choice], "usage": None})
+        self._finish_stream(body, base, prompt, n)
 
 
 class _Server(ThreadingHTTPServer):
@@ -296,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--worker-dies-after", type=float, default=None)
     p.add_argument("--workers-setsid", action="store_true")
     p.add_argument("--say-after", action="append", default=[], metavar="S:TEXT")
+    p.add_argument("--spec-tokens", type=int, default=0, metavar="K")
+    p.add_argument("--spec-overhead", type=float, default=0.1)
     p.add_argument("--helper-after", action="append", default=[], metavar="S:SECONDS")
     a = p.parse_args(argv)
     if a.worker is not None:
@@ -311,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     httpd.token_delay = a.token_delay  # type: ignore[attr-defined]
     httpd.no_logprobs = a.no_logprobs  # type: ignore[attr-defined]
     httpd.ready_at = time.monotonic() + a.ready_after  # type: ignore[attr-defined]
+    httpd.spec_tokens = a.spec_tokens  # type: ignore[attr-defined]
+    httpd.spec_overhead = a.spec_overhead  # type: ignore[attr-defined]
+    httpd.spec = {"drafts": 0, "draft_tokens": 0, "accepted": 0}  # type: ignore[attr-defined]
+    httpd.lock = threading.Lock()  # type: ignore[attr-defined]
     print(f"fake server listening on {a.host}:{a.port}", flush=True)
     threading.current_thread().name = "fake-openai"
     try:

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import REPO, write_job
+from conftest import REPO, TEST_PROMPT, write_job
 from orchestrator.config.job import load_job
 from orchestrator.core.errors import RuntimeFailure
 from orchestrator.driver.ray_executor import RayExecutor, probe_address
@@ -353,7 +353,7 @@ def test_study_spreads_over_nodes_and_survives_losing_one(tmp_path, no_leftover_
         tmp_path, study="cluster", space_text=SPACE, budget={"trials": budget},
         baseline={"tp_size": 1, "backend.threads": 1, "backend.max_batch": 64},
         backend={"kind": "refserver", "settings": {"model": "tiny", "device": "cpu", "fault": "slow-start:3"}},
-        bench={"output_tokens": 16, "warmup": 1, "repeats": 1, "max_repeats": 1},
+        bench={"prompt": TEST_PROMPT, "output_tokens": 16, "warmup": 1, "repeats": 1, "max_repeats": 1},
         sampler={"name": "bruteforce", "seed": 0},
         ray={"address": cluster.address, "parallel": NODES, "node_selector": {"resources": SELECTOR}})
     job = load_job(job_path)

@@ -18,7 +18,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from conftest import REPO, write_job
+from conftest import REPO, TEST_PROMPT, write_job
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.driver.run import StudyDriver
@@ -40,7 +40,7 @@ def constrained(tmp_path_factory, _ray_session):
     tmp = tmp_path_factory.mktemp("compare-e2e")
     job_path = write_job(tmp, study="cmp", space_text="params:\n  backend.max_batch: {choices: [4, 8]}\n",
                          baseline={"backend.max_batch": 8}, budget={"trials": 2},
-                         bench={"output_tokens": 16, "warmup": 1, "repeats": 2, "max_repeats": 2,
+                         bench={"prompt": TEST_PROMPT, "output_tokens": 16, "warmup": 1, "repeats": 2, "max_repeats": 2,
                                 "concurrency": [1, 2]},
                          constraints=[{"concurrency": 2, "min_ratio": 0.5}])
     job = load_job(job_path)

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from conftest import write_job
+from conftest import TEST_PROMPT, write_job
 from orchestrator.config.job import load_job
 from orchestrator.driver.run import StudyDriver
 from orchestrator.study.history import best_rows, trial_rows
@@ -36,7 +36,7 @@ def test_each_fault_gets_its_state_and_the_study_continues(tmp_path, ray_local, 
         tmp_path, study="faults", space_text=SPACE, baseline={"backend.fault": "none"},
         budget={"trials": 7}, sampler={"name": "bruteforce", "seed": 0},
         timeouts={"startup": "20s", "bench": "6s", "teardown": "3s"},  # slow-start:3 on a loaded box
-        bench={"output_tokens": 16, "warmup": 1, "repeats": 2, "max_repeats": 2},
+        bench={"prompt": TEST_PROMPT, "output_tokens": 16, "warmup": 1, "repeats": 2, "max_repeats": 2},
         max_consecutive_failures=10)
     job = load_job(job_path)
     out = io.StringIO()

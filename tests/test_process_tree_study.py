@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kill_pids, write_job
+from conftest import TEST_PROMPT, kill_pids, write_job
 from orchestrator.config.job import load_job
 from orchestrator.driver.run import StudyDriver
 from orchestrator.node import proctree
@@ -60,7 +60,8 @@ def test_kill_9_of_the_driver_leaves_no_process_of_the_tree(tmp_path):
     pid_dir.mkdir()
     job_path = _command_job(tmp_path, "kill9tree", "--workers", "2", "--pid-dir", str(pid_dir),
                             "--token-delay", "0.2", budget={"trials": 1},
-                            bench={"output_tokens": 400, "warmup": 0, "repeats": 1, "max_repeats": 1})
+                            bench={"prompt": TEST_PROMPT, "output_tokens": 400, "warmup": 0, "repeats": 1,
+                                   "max_repeats": 1})
     log_path = tmp_path / "driver.log"
     with open(log_path, "w") as log:
         driver = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", str(job_path)], stdout=log,

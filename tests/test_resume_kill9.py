@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import study_servers, write_job
+from conftest import TEST_PROMPT, study_servers, write_job
 from orchestrator.config.job import load_job
 from orchestrator.study.history import trial_rows
 from orchestrator.study.storage import open_study
@@ -35,7 +35,8 @@ def test_kill_9_mid_trial_then_resume(tmp_path, no_leftover_servers):
     space = "params:\n  tp_size: {choices: [1, 2]}\n  backend.max_batch: {choices: [8, 16]}\n"
     job_path = write_job(tmp_path, study="kill9", budget={"trials": 3}, space_text=space,
                          baseline={"tp_size": 1, "backend.max_batch": 8},
-                         bench={"output_tokens": 200, "warmup": 1, "repeats": 3, "max_repeats": 3})
+                         bench={"prompt": TEST_PROMPT, "output_tokens": 200, "warmup": 1, "repeats": 3,
+                                "max_repeats": 3})
     log_path = tmp_path / "driver1.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "orchestrator", "run", str(job_path)]

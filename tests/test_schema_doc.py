@@ -58,7 +58,7 @@ def test_the_job_schema_names_exactly_the_keys_load_job_accepts(tmp_path):
         assert documented == _accepted(tmp_path, section), section or "top level"
 
 
-SKIP = {"study", "space", "backend.kind", "backend.settings", "bench.prompt", "correctness.prompts",
+SKIP = {"study", "space", "backend.kind", "backend.settings", "bench.prompt", "bench.prompts", "correctness.prompts",
         "output_dir", "report_dir", "storage", "baseline"}  # examples or values computed from others
 
 

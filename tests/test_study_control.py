@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import study_servers, write_job
+from conftest import TEST_PROMPT, study_servers, write_job
 from orchestrator.config.job import load_job
 from orchestrator.core.errors import CircuitOpen
 from orchestrator.driver.run import StudyDriver
@@ -108,7 +108,8 @@ def test_a_signal_stops_the_run_cleanly_and_the_study_resumes(tmp_path, sig, cou
     study = f"sig-{signal.Signals(sig).name.lower()}-{count}"
     job_path = write_job(tmp_path, study=study, budget={"trials": 2}, space_text=space,
                          baseline={"tp_size": 1, "backend.max_batch": 8},
-                         bench={"output_tokens": 300, "warmup": 1, "repeats": 3, "max_repeats": 3},
+                         bench={"prompt": TEST_PROMPT, "output_tokens": 300, "warmup": 1, "repeats": 3,
+                                "max_repeats": 3},
                          timeouts={"startup": "60s", "bench": "120s", "teardown": "5s"})  # TP=2 on a busy box
     log_path = tmp_path / "driver.out"
     driver = _start_driver(job_path, log_path)

@@ -10,7 +10,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from conftest import write_job
+from conftest import TEST_PROMPT, write_job
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.driver.run import StudyDriver
@@ -145,7 +145,7 @@ def test_outcome_constraint_makes_a_config_that_loses_under_load_infeasible(tmp_
     breaks "no worse than 0.9x baseline at concurrency 8" and can never be best."""
     job_path = write_job(tmp_path, study="constrained", space_text="params:\n  backend.max_batch: {choices: [1, 8]}\n",
                          baseline={"backend.max_batch": 8}, budget={"trials": 2},
-                         bench={"output_tokens": 64, "warmup": 1, "repeats": 2, "max_repeats": 2,
+                         bench={"prompt": TEST_PROMPT, "output_tokens": 64, "warmup": 1, "repeats": 2, "max_repeats": 2,
                                 "concurrency": [1, 8]},
                          constraints=[{"concurrency": 8, "min_ratio": 0.9}])
     job = load_job(job_path)

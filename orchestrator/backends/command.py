@@ -9,6 +9,7 @@ Settings::
                "--host", "{host}", "--port", "{port}", "{graph_capture?--graph-capture}",
                "--threads", "{backend.threads}"]
         health_path: /health      # GET this until it answers ready_status (default 200)
+        metrics_path: /metrics    # Prometheus metrics, for speculative decoding's acceptance (default none)
         ready_status: 200
         model_name: tiny          # the OpenAI "model" field (default "")
         defaults: {backend.threads: 2}   # values for placeholders a config may lack
@@ -47,6 +48,7 @@ from orchestrator.core.errors import ConfigRejected, brief
 _SETTINGS = {
     "argv": "the command as a list, with {placeholders}",
     "health_path": "readiness path (default /health)",
+    "metrics_path": "Prometheus metrics path, for speculative decoding's acceptance (default none)",
     "ready_status": "HTTP status that means ready (default 200)",
     "model_name": "the OpenAI 'model' field (default '')",
     "defaults": "values for placeholders a config may lack",
@@ -102,6 +104,9 @@ class CommandBackend(Backend):
         self.health_path = str(self.settings.get("health_path", "/health"))
         if not self.health_path.startswith("/"):
             raise self.bad("health_path", f"must start with '/', not {brief(self.health_path)}")
+        metrics = self.settings.get("metrics_path")
+        if metrics is not None and (not isinstance(metrics, str) or not metrics.startswith("/")):
+            raise self.bad("metrics_path", f"must be a path starting with '/', not {brief(metrics)}")
         status = self.settings.get("ready_status", 200)
         if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
             raise self.bad("ready_status", f"must be an HTTP status code like 200, not {brief(status)}")
@@ -212,5 +217,5 @@ class CommandBackend(Backend):
                 continue  # a switch placeholder whose value is false
             argv.append(rendered)
         return LaunchSpec(argv=argv, env=common.config_env(self, config), host=host, port=port,
-                          health_path=self.health_path,
-                          ready_status=self.ready_status, model_name=self.model_name)
+                          health_path=self.health_path, ready_status=self.ready_status, model_name=self.model_name,
+                          metrics_path=self.settings.get("metrics_path") or None)

@@ -157,7 +157,8 @@ class RefServerBackend(Backend):
             argv += ["--served-model-name", str(self.settings["served_model_name"])]
         argv += self.extra_args
         return LaunchSpec(argv=argv, env=common.config_env(self, config), host=host, port=port,
-                          model_name=str(self.settings.get("served_model_name", self.model)))
+                          model_name=str(self.settings.get("served_model_name", self.model)),
+                          metrics_path=None)  # the reference server has no /metrics (no speculation)
 
     def device(self) -> str:
         return self.device_name

@@ -30,15 +30,24 @@ what ``load_job`` accepts, so keep one key per line with its meaning::
       trials: 8                       # trials launched in total (COMPLETE, FAIL, PRUNED); null: no limit
       timeout: null                   # wall clock of one `run` (8h, 30m); no trial starts after it
     bench:
-      prompt: ...                     # the decode prompt (default: a fixed paragraph request)
+      prompts: null                   # decode prompts: a JSONL file ({"prompt": ...} per line) or a text file
+                                      # (one per line), relative to the job; null: the bundled set of 8
+      prompt: ...                     # one decode prompt instead of a set (not with prompts)
       output_tokens: 64               # tokens per timed request (greedy, fixed length)
       warmup: 1                       # untimed requests first
-      repeats: 3                      # timed requests; the median is the trial's tok/s
+      repeats: 3                      # timed rounds (each prompt once per round); the median is the trial's tok/s
       max_repeats: 3                  # upper bound when target_rel_ci asks for more
       target_rel_ci: null             # repeat until the median's CI half-width / median is below this
       concurrency: [1, 2, 10, 64]     # levels `compare` (and constraints) measure total tok/s at
+    objective:
+      concurrency: [1]                # levels the study tunes for: 1 is single-request decode tok/s, N > 1
+                                      # total output tok/s with N concurrent streams; several: a plan
+      weights: null                   # a traffic mix, e.g. {1: 0.6, 10: 0.3, 64: 0.1}: one objective, the
+                                      # weighted geometric mean of the levels' ratios to the baseline
     timeouts:
       startup: 120s                   # spawn to healthy; longer is FAIL start-timeout
+      stall: 10m                      # tree alive, no log output and not healthy (or a stream silent) this
+                                      # long: FAIL hang
       bench: 60s                      # the whole benchmark of one trial; longer is FAIL bench-timeout
       teardown: 10s                   # SIGTERM grace before SIGKILL of the server's process group
     ray:
@@ -92,6 +101,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends import BACKEND_KINDS, get_backend_class
+from orchestrator.config import prompts as decode_prompts
 from orchestrator.config.job_checks import (
     check_baseline,
     check_config,
@@ -114,12 +124,10 @@ from orchestrator.core.study_dir import StudyDir
 JOB_KEYS = ("study", "description", "output_dir", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
             "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
             "allow_unsafe_nccl", "remeasure", "max_consecutive_failures", "pruning", "constraints", "hardware",
-            "prescreen")
+            "prescreen", "objective")
 STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # and not "." or "..": the name is a folder name
 STUDY_RULE = "match [A-Za-z0-9_.-]+ and not be '.' or '..' (it names a folder: letters, digits, _ . -, no /)"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-DEFAULT_PROMPT = ("Write a detailed, step-by-step explanation of how a ring all-reduce works across "
-                  "eight GPUs, then summarize its cost in one sentence.")
 DEFAULT_CHECK_PROMPTS = (
     "The capital of France is",
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
@@ -145,7 +153,8 @@ class Budget:
 
 @dataclass(frozen=True)
 class BenchSettings:
-    prompt: str
+    prompts: tuple[str, ...]  # the decode prompt set (``orchestrator.config.prompts``)
+    prompts_from: str  # where they came from: "the bundled set", "bench.prompt", or the file
     output_tokens: int
     warmup: int
     repeats: int
@@ -159,6 +168,32 @@ class Timeouts:
     startup_s: float
     bench_s: float
     teardown_s: float
+    stall_s: float = 600.0  # no output and not ready, or a stream silent, this long: FAIL hang
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What the study maximizes: single-request decode at level 1, total tok/s at N > 1;
+    several levels without weights are a multi-objective search (a plan: the best config per
+    level, the Pareto set); with ``weights`` one objective, the weighted geometric mean of the
+    levels' ratios to the baseline."""
+
+    concurrency: tuple[int, ...] = (1,)
+    weights: dict[int, float] | None = None  # normalized to sum 1
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        return self.concurrency
+
+    @property
+    def is_plan(self) -> bool:
+        """More than one level: the answer is a plan, not one number."""
+        return len(self.concurrency) > 1
+
+    @property
+    def multi_objective(self) -> bool:
+        """One Optuna objective per level (several levels, no weights)."""
+        return self.is_plan and self.weights is None
 
 
 @dataclass(frozen=True)
@@ -239,6 +274,7 @@ class Job:
     constraints: tuple[OutcomeConstraint, ...] = ()
     hardware: dict[str, float] = field(default_factory=dict)  # memory_bandwidth_bytes_s, allreduce_latency_s
     prescreen: PrescreenSettings = PrescreenSettings(False, 1.2)
+    objective: Objective = Objective()
     space_path: Path | None = None  # absolute path of the space file
     baseline_given: bool = False  # the job had a `baseline:` (else: backend defaults)
     description: str | None = None
@@ -338,7 +374,8 @@ def load_job(path: str | os.PathLike) -> Job:
     report_dir = _report_dir(top, study, job_path)
     storage = _where_stored(top, report_dir, job_path)
     budget = _budget(top)
-    bench = _bench(top)
+    bench = _bench(top, job_path)
+    objective = _objective(top)
     timeouts = _timeouts(top)
     ray = _ray(top)
     sampler = _sampler(top)
@@ -414,7 +451,8 @@ def load_job(path: str | os.PathLike) -> Job:
                space=space, baseline=baseline, budget=budget, bench=bench, timeouts=timeouts, ray=ray,
                sampler=sampler, correctness=correctness, env=env, allow_unsafe_nccl=allow_unsafe,
                remeasure=remeasure, max_consecutive_failures=max_failures, pruning=pruning,
-               constraints=outcome_constraints, hardware=hardware, prescreen=prescreen, space_path=space_path,
+               constraints=outcome_constraints, hardware=hardware, prescreen=prescreen, objective=objective,
+               space_path=space_path,
                baseline_given=baseline_given, description=description, _backend=backend)
 
 
@@ -511,10 +549,19 @@ def _budget(top: Section) -> Budget:
     return Budget(trials=trials, timeout_s=timeout)
 
 
-def _bench(top: Section) -> BenchSettings:
-    sec = top.section("bench", ("prompt", "output_tokens", "warmup", "repeats", "max_repeats",
+def _bench(top: Section, job_path: Path) -> BenchSettings:
+    sec = top.section("bench", ("prompts", "prompt", "output_tokens", "warmup", "repeats", "max_repeats",
                                 "target_rel_ci", "concurrency"))
-    prompt = sec.text("prompt", DEFAULT_PROMPT)
+    if sec.data.get("prompts") is not None and sec.data.get("prompt") is not None:
+        raise sec.bad("prompt", "give prompts (a file of decode prompts) or prompt (one prompt), not both")
+    file = sec.text("prompts", None, none_ok=True)
+    if file is not None:
+        path = _near_job(job_path, file)
+        prompts, source = decode_prompts.load(path, file=top.file, key="bench.prompts"), display_path(path)
+    elif sec.data.get("prompt") is not None:
+        prompts, source = (sec.text("prompt", None),), "bench.prompt"
+    else:
+        prompts, source = decode_prompts.bundled(), "the bundled set"
     output_tokens = sec.integer("output_tokens", 64, low=2)
     warmup = sec.integer("warmup", 1, low=0)
     repeats = sec.integer("repeats", 3, low=1)
@@ -532,14 +579,48 @@ def _bench(top: Section) -> BenchSettings:
             raise sec.bad(f"concurrency[{i}]", f"must be an integer >= 1, not {shown(c)}")
         if c in conc[:i]:
             raise sec.bad(f"concurrency[{i}]", f"duplicate level {c}; levels must be unique")
-    return BenchSettings(prompt=prompt, output_tokens=output_tokens, warmup=warmup, repeats=repeats,
-                         max_repeats=max_repeats, target_rel_ci=target, concurrency=tuple(conc))
+    return BenchSettings(prompts=prompts, prompts_from=source, output_tokens=output_tokens, warmup=warmup,
+                         repeats=repeats, max_repeats=max_repeats, target_rel_ci=target, concurrency=tuple(conc))
+
+
+def _objective(top: Section) -> Objective:
+    sec = top.section("objective", ("concurrency", "weights"))
+    raw = sec.raw("concurrency", [1])
+    if not isinstance(raw, list) or not raw:
+        raise sec.bad("concurrency", f"must be a non-empty list of levels such as [1, 10, 64], not {shown(raw)}")
+    for i, level in enumerate(raw):
+        if isinstance(level, bool) or not isinstance(level, int) or level < 1:
+            raise sec.bad(f"concurrency[{i}]", f"must be an integer >= 1 (requests in flight), not {shown(level)}")
+        if level in raw[:i]:
+            raise sec.bad(f"concurrency[{i}]", f"duplicate level {level}; levels must be unique")
+    levels = tuple(raw)
+    weights = sec.raw("weights", None)
+    if weights is None:
+        return Objective(concurrency=levels)
+    if not isinstance(weights, Mapping) or not weights:
+        raise sec.bad("weights", f"must map each level to its share of the traffic, e.g. {{1: 0.6, 10: 0.4}}, "
+                                 f"not {shown(weights)}")
+    out: dict[int, float] = {}
+    for key, value in weights.items():
+        level = int(key) if isinstance(key, str) and key.isdigit() else key
+        if level not in levels:
+            raise sec.bad(f"weights.{brief(key)}", f"is not a level of objective.concurrency "
+                                                  f"({', '.join(map(str, levels))})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise sec.bad(f"weights.{level}", f"must be a number > 0 (a share of the traffic), not {shown(value)}")
+        out[level] = float(value)
+    missing = [lv for lv in levels if lv not in out]
+    if missing:
+        raise sec.bad("weights", f"gives no weight to level(s) {', '.join(map(str, missing))}; weigh every level "
+                                 "of objective.concurrency, or drop weights for a plan per level")
+    total = sum(out.values())
+    return Objective(concurrency=levels, weights={lv: out[lv] / total for lv in levels})
 
 
 def _timeouts(top: Section) -> Timeouts:
-    sec = top.section("timeouts", ("startup", "bench", "teardown"))
+    sec = top.section("timeouts", ("startup", "bench", "teardown", "stall"))
     return Timeouts(startup_s=sec.duration("startup", "120s"), bench_s=sec.duration("bench", "60s"),
-                    teardown_s=sec.duration("teardown", "10s"))
+                    teardown_s=sec.duration("teardown", "10s"), stall_s=sec.duration("stall", "10m"))
 
 
 def _ray(top: Section) -> RaySettings:
@@ -696,5 +777,5 @@ def _correctness(top: Section, job_path: Path, allow_unsafe: bool, backend, defa
 __all__ = [
     "Job", "BackendSpec", "Budget", "BenchSettings", "Timeouts", "RaySettings", "SamplerSettings",
     "CorrectnessSettings", "PruningSettings", "PrescreenSettings", "OutcomeConstraint", "load_job", "job_context",
-    "SAMPLER_NAMES", "DEFAULT_CHECK_PROMPTS", "DEFAULT_PROMPT",
+    "SAMPLER_NAMES", "DEFAULT_CHECK_PROMPTS", "Objective",
 ]

@@ -39,10 +39,16 @@ class LaunchSpec:
     health_path: str = "/health"
     ready_status: int = 200
     model_name: str = ""  # what to put in the OpenAI "model" field
+    # Prometheus metrics (speculative decoding's acceptance); None: the server has none
+    metrics_path: str | None = "/metrics"
 
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def metrics_url(self) -> str | None:
+        return f"{self.base_url}{self.metrics_path}" if self.metrics_path else None
 
     def shell_line(self) -> str:
         """One shell-quoted line: env assignments then argv."""

@@ -6,8 +6,9 @@ Definitions (comparable with ``vllm bench serve``):
   include_usage: true``), greedy (``temperature 0``) and of fixed length
   (``ignore_eos``). Each chunk that carries a token (non-empty ``choices[0].text`` or
   ``token_ids``) gets a ``time.monotonic()`` stamp.
-- ``n_tokens`` = ``usage.completion_tokens`` when the server reports it, else the
-  number of token-carrying chunks.
+- ``n_tokens`` = ``usage.completion_tokens``, never the number of chunks: a chunk may
+  carry several tokens (a speculative config streamed 128 tokens in 55 chunks); a stream
+  without usage fails (``NO_USAGE``).
 - TTFT = first token stamp - request start; latency = end of stream ([DONE]) - start.
 - decode tok/s = (n_tokens - 1) / (t_last_token - t_first_token), i.e. 1 / TPOT of
   vLLM's benchmark (TPOT = (latency_to_last_token - TTFT) / (n - 1)).
@@ -63,6 +64,11 @@ __all__ = [
 ]
 
 TIMEOUT = "timeout"  # the error string of a request that ran past its deadline
+# A stream that ends without ``usage.completion_tokens``: its tokens cannot be counted. A chunk
+# may carry several tokens (speculative decoding: 128 tokens in 55 chunks), so counting chunks
+# would overstate TPOT by the mean accepted length; the request fails instead.
+NO_USAGE = ("the stream ended without usage.completion_tokens (the tokens cannot be counted: a chunk may carry "
+            "several); the server must honour stream_options.include_usage")
 
 
 class RequestFailed(Exception):
@@ -304,7 +310,9 @@ class _Stream:
         if res.error is None and expired and not self.done:
             res.error = TIMEOUT
         res.text = "".join(self.pieces)
-        res.n_tokens = self.usage_tokens if self.usage_tokens is not None else len(res.token_times)
+        res.n_tokens = self.usage_tokens if self.usage_tokens is not None else 0
+        if res.error is None and self.done and self.usage_tokens is None and res.token_times:
+            res.error = NO_USAGE
         if res.token_times:
             res.ttft_s = res.token_times[0] - res.t_start
         if res.latency_s is None:
@@ -672,15 +680,16 @@ async def _astream(target: tuple[str, int, bool, bytes], timeout_s: float) -> Re
     return st.result(expired)
 
 
-async def _streams(target: tuple[str, int, bool, bytes], timeout_s: float, width: int,
+async def _streams(targets: Sequence[tuple[str, int, bool, bytes]], timeout_s: float, width: int,
                    n_requests: int) -> tuple[list[RequestResult], float]:
-    """``n_requests`` requests, ``width`` at a time: (results, wall seconds)."""
+    """``n_requests`` requests, ``width`` at a time, the i-th to ``targets[i % len]``:
+    (results, wall seconds)."""
     results: list[RequestResult] = []
     todo = iter(range(n_requests))
 
     async def worker() -> None:
-        for _ in todo:
-            results.append(await _astream(target, timeout_s))
+        for i in todo:
+            results.append(await _astream(targets[i % len(targets)], timeout_s))
 
     t0 = time.monotonic()
     await asyncio.gather(*(worker() for _ in range(min(width, n_requests))))
@@ -715,7 +724,7 @@ def _summary(results: list[RequestResult], concurrency: int, n_requests: int, wa
 def measure_concurrency(
     base_url: str,
     model: str,
-    prompt: str,
+    prompt: str | Sequence[str],
     output_tokens: int,
     concurrency: int,
     *,
@@ -732,14 +741,16 @@ def measure_concurrency(
     The requests are those of ``stream_completion`` (greedy, ``ignore_eos``, usage
     included, ``extra`` merged in), all on one asyncio event loop of the calling thread
     (which must not be running one): one thread stamps every token, however many streams.
+    ``prompt``: one prompt, or a set that the requests go through in turn.
     """
     concurrency = max(1, int(concurrency))
     if n_requests is None:
         n_requests = max(concurrency, min(2 * concurrency, concurrency + 256))
     n_requests = max(1, int(n_requests))
-    body = _completion_body(model, prompt, output_tokens, 0.0, True, extra)
-    target = _request_bytes(base_url, "/v1/completions", body)
-    results, wall = asyncio.run(_streams(target, timeout_s, concurrency, n_requests))
+    prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+    targets = [_request_bytes(base_url, "/v1/completions", _completion_body(model, p, output_tokens, 0.0, True, extra))
+               for p in prompts]
+    results, wall = asyncio.run(_streams(targets, timeout_s, concurrency, n_requests))
     return _summary(results, concurrency, n_requests, wall)
 
 

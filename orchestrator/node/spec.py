@@ -34,6 +34,7 @@ class ServerPlan:
     env: Mapping[str, str]  # the job's fixed environment (the config's own env.* come from the backend)
     startup_timeout_s: float = 300.0
     teardown_grace_s: float = 10.0
+    stall_s: float | None = None  # tree alive, no log output and not ready this long: FAIL hang (timeouts.stall)
     host: str = "127.0.0.1"
 
 
@@ -53,6 +54,7 @@ class BenchPlan:
     timeout_s: float = 120.0
     levels: tuple[int, ...] = (1,)
     constraint_levels: tuple[int, ...] = ()  # total tok/s the job's outcome constraints read
+    stall_s: float | None = None  # a stream silent this long has stalled (timeouts.stall)
 
 
 @dataclass(frozen=True)
@@ -111,11 +113,13 @@ class TrialSpec:
             number=number, config=dict(config),
             server=ServerPlan(backend_kind=job.backend.kind, backend_settings=dict(job.backend.settings),
                               job_file=str(job.path), env={**job.env, **(extra_env or {})},
-                              startup_timeout_s=job.timeouts.startup_s, teardown_grace_s=job.timeouts.teardown_s),
-            bench=BenchPlan(prompts=(bench.prompt,), output_tokens=bench.output_tokens, warmup=bench.warmup,
+                              startup_timeout_s=job.timeouts.startup_s, teardown_grace_s=job.timeouts.teardown_s,
+                              stall_s=job.timeouts.stall_s),
+            bench=BenchPlan(prompts=tuple(bench.prompts), output_tokens=bench.output_tokens, warmup=bench.warmup,
                             repeats=bench.repeats, max_repeats=bench.max_repeats, target_rel_ci=bench.target_rel_ci,
-                            timeout_s=job.timeouts.bench_s,
-                            constraint_levels=tuple(c.concurrency for c in job.constraints)),
+                            timeout_s=job.timeouts.bench_s, levels=tuple(job.objective.concurrency),
+                            constraint_levels=tuple(c.concurrency for c in job.constraints),
+                            stall_s=job.timeouts.stall_s),
             check=check or CheckPlan(), log_dir=str(log_dir or job.dir.logs), registry_dir=str(job.dir.servers),
             log_name=log_name, prune_below=dict(prune_below) if prune_below else None,
             device_check=job.gpus_per_node > 0 if device_check is None else device_check,

@@ -26,6 +26,7 @@ from orchestrator.core.logs import capture_warnings
 from orchestrator.core.records import COMPLETE, PRUNED, Config, FailureKind, TrialResult
 from orchestrator.node import client, gpus
 from orchestrator.node.hwprobe import memory_bandwidth, node_info
+from orchestrator.node.measure import measure
 from orchestrator.node.preflight import resolve
 from orchestrator.node.server import (
     ReadyTimeout,
@@ -129,32 +130,29 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         if cancel.is_set():
             return failed(FailureKind.INTERRUPTED, "stopped by the user")
 
-        # warm-up + timed repeats; a first repeat below the prune threshold ends it
-        t0 = time.monotonic()
+        # warm-up, then rounds over the prompts at every level; a first round below the prune
+        # threshold at every level ends it (node.measure)
         plan = spec.bench
-        prune_below = (spec.prune_below or {}).get(1)
-        decode = client.measure_decode(launch.base_url, launch.model_name, plan.prompts[0], plan.output_tokens,
-                                       warmup=plan.warmup, repeats=plan.repeats, max_repeats=plan.max_repeats,
-                                       target_rel_ci=plan.target_rel_ci, timeout_s=plan.timeout_s,
-                                       deadline=time.monotonic() + plan.timeout_s, prune_below=prune_below)
-        if not decode.ok:
+        got = measure(launch.base_url, launch.model_name, plan, deadline=time.monotonic() + plan.timeout_s,
+                      metrics_url=launch.metrics_url, prune_below=spec.prune_below)
+        if not got.ok:
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during the benchmark")
-            return _bench_failure(failed, proc, decode, limit_s=spec.bench.timeout_s)
-        pruned = decode.pruned
-        timing["warmup_s"] = decode.warmup_s
-        timing["bench_s"] = decode.bench_s
-        metrics = decode.to_metrics()
-        warnings = list(decode.warnings)
+            return _bench_failure(failed, proc, got, limit_s=plan.timeout_s)
+        pruned = got.pruned
+        timing["warmup_s"] = got.warmup_s
+        timing["bench_s"] = got.bench_s
+        metrics = got.to_metrics()
+        warnings = list(got.warnings)
 
-        if spec.bench.constraint_levels and not pruned:  # the job's "no worse than x at concurrency c" rules
+        if plan.constraint_levels and not pruned:  # the job's "no worse than x at concurrency c" rules
             metrics["concurrency"] = {}
-            for level in spec.bench.constraint_levels:
-                got = client.measure_concurrency(launch.base_url, launch.model_name, plan.prompts[0],
-                                                 plan.output_tokens, level, timeout_s=plan.timeout_s)
-                if got.get("failures"):
-                    return _bench_failure(failed, proc, None, f"concurrency {level}: {got['errors'][:1]}")
-                metrics["concurrency"][str(level)] = got["total_tok_s"]
+            for level in plan.constraint_levels:
+                total = client.measure_concurrency(launch.base_url, launch.model_name, plan.prompts,
+                                                   plan.output_tokens, level, timeout_s=plan.timeout_s)
+                if total.get("failures"):
+                    return _bench_failure(failed, proc, None, f"concurrency {level}: {total['errors'][:1]}")
+                metrics["concurrency"][str(level)] = total["total_tok_s"]
 
         # correctness outputs (compared by the driver against the golden reference), also of a
         # pruned trial: a config that is wrong is reported wrong (and banned), not merely slow
@@ -173,10 +171,8 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         outcome = PRUNED if pruned else COMPLETE
         reason = None
         if pruned:
-            metrics["pruned_below"] = prune_below
-            reason = (f"first repeat {metrics['decode_tok_s']:.1f} tok/s is below the pruning threshold "
-                      f"{prune_below:.1f} tok/s (a fraction of the best so far)")
-        result = TrialResult(outcome=outcome, config=spec.config, value=metrics["decode_tok_s"], metrics=metrics,
+            reason = _pruned_reason(got, spec.prune_below or {}, metrics)
+        result = TrialResult(outcome=outcome, config=spec.config, value=got.value, metrics=metrics,
                              outputs=outputs, server=server_info, warnings=warnings, failure_reason=reason, **common)
         return finish(result)
     except Exception as exc:  # noqa: BLE001 - a trial never takes the actor down
@@ -209,6 +205,18 @@ def write_failure(exc: BaseException, folder: Path) -> StorageWriteError | None:
             return StorageWriteError(Path(seen.filename).parent if isinstance(seen.filename, str) else folder, seen)
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def _pruned_reason(got, thresholds, metrics: dict[str, Any]) -> str:
+    """Why a trial stopped after its first round (the thresholds kept in its metrics)."""
+    first = got.first_round()
+    metrics["pruned_below"] = next(iter(thresholds.values()), None)  # the first level's, as progress reads it
+    metrics["pruned_below_levels"] = {str(k): v for k, v in thresholds.items()}
+    unit = {1: "tok/s"}
+    parts = [f"{first[k]:.1f} < {v:.1f} {unit.get(k, 'total tok/s')}" + (f" at concurrency {k}" if k > 1 else "")
+             for k, v in thresholds.items() if first.get(k) is not None]
+    return (f"first round below the pruning threshold at every level ({'; '.join(parts)}; a fraction of the best "
+            "so far)")
 
 
 def _bench_failure(failed, proc: ServerProcess, decode, error: str | None = None,

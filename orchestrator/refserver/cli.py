@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batch", type=int, default=None,
                    help="most requests decoded together; KV-cache slots (default 64)")
     p.add_argument("--max-model-len", type=int, default=None,
-                   help="prompt + output tokens per request (default 1024 cpu, 2048 cuda)")
+                   help="prompt + output tokens per request (default 2048)")
     p.add_argument("--fault", default=None, help=f"inject a fault: {', '.join(FAULTS)}")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     p.add_argument("--threads", type=int, default=None,
@@ -161,7 +161,7 @@ def parse_settings(argv: list[str]) -> Settings:
     max_batch = a.max_batch if a.max_batch is not None else 64
     if max_batch < 1:
         raise BadFlag(f"--max-batch: must be >= 1, got {max_batch}")
-    max_len = a.max_model_len if a.max_model_len is not None else (2048 if gpu else 1024)
+    max_len = a.max_model_len if a.max_model_len is not None else 2048  # the decode prompts are up to ~1500
     if max_len < 2:
         raise BadFlag(f"--max-model-len: must be >= 2, got {max_len}")
     sizes = tuple(s for s in sizes if s <= max_batch) or (max_batch,)

@@ -60,10 +60,10 @@ def measure_levels(job: Job, config: dict, levels: list[int], label: str, round_
             proc.wait_ready(job.timeouts.startup_s)
         except ServerError as exc:
             raise RuntimeFailure(f"compare: the {label} config did not start ({exc}); log: {log_path}") from None
-        client.measure_decode(launch.base_url, launch.model_name, job.bench.prompt, job.bench.output_tokens,
+        client.measure_decode(launch.base_url, launch.model_name, job.bench.prompts[0], job.bench.output_tokens,
                              warmup=max(1, job.bench.warmup), repeats=1, timeout_s=job.timeouts.bench_s)
         for level in levels:
-            out[level] = client.measure_concurrency(launch.base_url, launch.model_name, job.bench.prompt,
+            out[level] = client.measure_concurrency(launch.base_url, launch.model_name, job.bench.prompts,
                                                    job.bench.output_tokens, level, timeout_s=job.timeouts.bench_s)
     finally:
         proc.stop(job.timeouts.teardown_s)

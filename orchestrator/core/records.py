@@ -101,6 +101,9 @@ class TrialResult:
     outputs: dict[str, Any] = field(default_factory=dict)  # greedy texts / logprobs for the gate
     server: dict[str, Any] = field(default_factory=dict)  # ServerRecord as dict, argv, env delta
     log_tail: str = ""
+    # where the start-up's time went: spawn -> first log line -> ready, and the engine's own
+    # phases its log names (weights, compile with cache hit or miss, graph capture, ...)
+    startup_phases: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.outcome not in (COMPLETE, FAIL, PRUNED):
@@ -163,6 +166,13 @@ class TrialRow:
     log_tail: str = ""
     # the server it ran: command (as resolved on its node), version, argv, env, port, log
     server: dict[str, Any] = field(default_factory=dict)
+    # each level of the objective: {"1": {"value", "samples", "rel_ci", "cv", "unit", ...}, "64": {...}}
+    levels: dict[str, Any] = field(default_factory=dict)
+    # speculative decoding at the headline level (from the server's /metrics; None: none reported)
+    acceptance_rate: float | None = None
+    mean_accepted_length: float | None = None
+    # where the start-up's time went (``TrialResult.startup_phases``)
+    startup_phases: dict[str, Any] = field(default_factory=dict)
     # measurements of this row's config that ``history.best_rows`` ranked it by (not a trial field)
     n_measurements: int = 1
 

@@ -188,7 +188,25 @@ def _row(trial: FrozenTrial, ua: dict[str, Any]) -> TrialRow:
         enqueued_by=ua.get(ATTR_ENQUEUED_BY),
         log_tail=ua.get("log_tail") or "",
         server=dict(ua.get("server") or {}),
+        levels=_levels(metrics, value if state == COMPLETE else None),
+        acceptance_rate=_num(metrics.get("acceptance_rate")),
+        mean_accepted_length=_num(metrics.get("mean_accepted_length")),
+        startup_phases=dict(ua.get("startup_phases") or {}),
     )
+
+
+def _levels(metrics: dict[str, Any], value: float | None) -> dict[str, Any]:
+    """The per-level records of a trial; a trial recorded before levels existed measured
+    level 1 only (its decode samples)."""
+    levels = metrics.get("levels")
+    if isinstance(levels, dict) and levels:
+        return {str(k): dict(v) for k, v in levels.items() if isinstance(v, dict)}
+    samples = metrics.get("decode_samples")
+    if samples:
+        return {"1": {"value": _num(metrics.get("decode_tok_s")) if value is None else value,
+                      "samples": list(samples), "rel_ci": _num(metrics.get("rel_ci")), "cv": _num(metrics.get("cv")),
+                      "unit": "decode tok/s"}}
+    return {}
 
 
 def trial_rows(study: optuna.Study) -> list[TrialRow]:

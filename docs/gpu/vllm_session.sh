@@ -19,6 +19,10 @@
 #                              (ROUNDS); the reference server vs vLLM comparison runs on GPU 1 meanwhile
 #   STEP=capture               raw launches (docs/gpu/vllm_capture.py, CONFIGS default base,base-nccl,ngram,draft):
 #                              logs, /metrics before/after, per-prompt streams; the draft is the 1b's first 2 layers
+#   STEP=study JOB=jobs/x.yaml [SECS=480] carry .devwhl the first time: the study (resumes a study a previous
+#                              call left: /tmp survives between back-to-back calls), status --json, report; its folder
+#                              comes back as $OUT/<study>.tgz
+#   STEP=bench JOB=jobs/x.yaml SETS="k=v ..."  one `ncclsweep bench` of a config (no study)
 #   KILL=0 with STEP=tpn: the study alone, no kill -9 of its driver; TPN_S: seconds of new trials
 # Every step writes under $OUT. NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
 # NVSHMEM_DISABLE_NVLS=1 stay set for every process (the jobs' env: repeats them for the servers).
@@ -114,6 +118,21 @@ tp1b)
   cat "$OUT/tp1-export.txt" "$OUT/vs.log"; tail -25 "$OUT/compare.log"
   nvidia-smi --query-gpu=index,memory.used --format=csv; nvidia-smi --query-compute-apps=pid --format=csv,noheader
   tar czf "$OUT/tp1b.tgz" reports/h200-vllm-1b reports/vs-logs ;;
+study)
+  [ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    .devwhl/*.whl 2>/dev/null
+  name=$(basename "$JOB" .yaml); mkdir -p reports
+  [ -d /tmp/keep/$name ] && rm -rf reports/$name && cp -r /tmp/keep/$name reports/
+  run_study "$JOB" ${SECS:-480} > "$OUT/$name.log" 2>&1
+  python3 -m orchestrator status "$JOB" --json > "$OUT/$name-status.json" 2>&1
+  tail -40 "$OUT/$name.log"
+  rm -rf /tmp/keep/$name; mkdir -p /tmp/keep; cp -r reports/$name /tmp/keep/
+  tar czf "$OUT/$name.tgz" reports/$name ;;
+bench)
+  [ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    .devwhl/*.whl 2>/dev/null
+  sets=(); for s in $SETS; do sets+=(--set "$s"); done
+  timeout 500 python3 -m orchestrator bench "$JOB" "${sets[@]}" 2>&1 | grep -v -e WARNING -e token-auth | tee "$OUT/bench-$(basename "$JOB" .yaml).log" ;;
 capture)
   timeout 560 python3 docs/gpu/vllm_capture.py --model $MODEL --draft $MODEL-l2 --out "$OUT/capture" \
     --configs "${CONFIGS:-base,base-nccl,ngram,draft}" --limit "${LIMIT:-300}" 2>&1 | tee "$OUT/capture.log"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+TESTS = REPO / "tests"  # the shared helpers (fake servers), fixtures/ and data/
 
 
 # Every process this test session starts (servers, Ray workers, drivers in subprocesses)

@@ -9,11 +9,10 @@ import io
 import json
 import math
 from contextlib import redirect_stderr
-from pathlib import Path
 
 import pytest
 
-from conftest import write_job
+from conftest import TESTS, write_job
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.core import golden_check
@@ -23,7 +22,7 @@ from orchestrator.driver.run import StudyDriver
 from orchestrator.study.history import best_rows, trial_rows
 from orchestrator.study.storage import GOLDEN_ATTR, open_study
 
-OUTPUTS = json.loads((Path(__file__).with_name("data") / "reference_outputs.json").read_text())
+OUTPUTS = json.loads((TESTS / "data" / "reference_outputs.json").read_text())
 
 
 def golden(name: str, **kw) -> Golden:

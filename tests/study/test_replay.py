@@ -26,7 +26,7 @@ from orchestrator.study.replay import (
     table_from_study,
 )
 
-TABLES = Path(__file__).resolve().parents[1] / "docs" / "tables"
+TABLES = Path(__file__).resolve().parents[2] / "docs" / "tables"
 
 TINY = """tp_size,graph,proto,samples,failure,baseline,note
 1,false,,10;10.2;9.9,,,NCCL does not matter at TP=1

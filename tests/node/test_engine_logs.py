@@ -3,15 +3,14 @@ in a real crash and in no healthy start; NCCL's lines of vLLM's workers parse.""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from conftest import TESTS
 from orchestrator.backends import get_backend_class
 from orchestrator.core import nccl
 from orchestrator.node.treewatch import find_fatal
 
-LOGS = Path(__file__).parent / "fixtures" / "vllm"
+LOGS = TESTS / "fixtures" / "vllm"
 HEALTHY = ["vllm-0.26.0-h200-tp1-eager-serve.log", "vllm-0.26.0-h200-tp1-graphs-serve.log",
            "vllm-0.26.0-h200-tp1-graphs-trial.log", "vllm-0.26.0-2xh200-tp2-eager-p2poff-simple-nccl-info.log",
            "vllm-0.26.0-2xh200-tp2-eager-p2poff-ll-nccl-info.log",

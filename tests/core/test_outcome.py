@@ -22,7 +22,7 @@ from orchestrator.results.export import export
 from orchestrator.study.history import best_rows, trial_rows
 from orchestrator.study.policy import SearchPolicy
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECORDED = sorted(REPO.glob("docs/gpu/*/study.journal")) + [REPO / "tests/data/recorded/cpu-faults/study.journal"]
 
 

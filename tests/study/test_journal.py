@@ -24,7 +24,7 @@ from orchestrator.study.history import trial_rows
 from orchestrator.study.policy import SearchPolicy
 from orchestrator.study.storage import storage_for
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECORDED = REPO / "tests/data/recorded/cpu-faults/study.journal"
 STUDY = "cpu-faults"
 

@@ -8,19 +8,18 @@ Optuna's default evaluator (PED-ANOVA) ranks the slot count first on this study.
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import optuna
 import pytest
 
+from conftest import TESTS
 from orchestrator.core.records import TrialResult
 from orchestrator.results.importance import effects_given_top, explained_share, knob_effects, span_text
 from orchestrator.results.report import write_report
 from orchestrator.study import history, storage
 from orchestrator.study.policy import SearchPolicy
 
-_HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("_history_fixture", _HERE / "test_history.py")
+_spec = importlib.util.spec_from_file_location("_history_fixture", TESTS / "study" / "test_history.py")
 fx = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fx)
 

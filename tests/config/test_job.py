@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import TESTS
 from orchestrator.config.job import DEFAULT_CHECK_PROMPTS, SAMPLER_NAMES, Job, load_job
 from orchestrator.core.durations import argparse_duration, format_duration, parse_duration
 from orchestrator.core.errors import BadInput, ConfigRejected
 
-DATA = Path(__file__).parent / "data" / "jobs"
+DATA = TESTS / "data" / "jobs"
 
 BASE_JOB = {
     "study": "t",

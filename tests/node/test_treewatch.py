@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kill_pids
+from conftest import TESTS, kill_pids
 from orchestrator.core.launch import LaunchSpec, WatchRules
 from orchestrator.node import client, proctree
 from orchestrator.node.server import (
@@ -27,8 +27,8 @@ from orchestrator.node.server import (
 
 pytestmark = pytest.mark.timeout(90)
 
-FAKE = str(Path(__file__).with_name("fake_openai_server.py"))
-REPO = str(Path(__file__).resolve().parents[1])
+FAKE = str(TESTS / "fake_openai_server.py")
+REPO = str(Path(__file__).resolve().parents[2])
 VLLM_FATAL = (r"WorkerProc hit an exception", r"EngineCore failed to start")
 
 

@@ -25,7 +25,7 @@ from orchestrator.study.storage import open_study
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GLM5 = REPO / "jobs" / "glm5-vllm-8xpcie.yaml"
 
 

@@ -332,7 +332,7 @@ def test_with_the_real_search_space_and_backend_normalize():
     from orchestrator.config.space import load_space
     from orchestrator.study.samplers import make_sampler
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     space = load_space(root / "search_spaces" / "sglang-pcie.yaml",
                        {"gpus_per_node": 4, "cpus_per_trial": 1, "heads": 8, "kv_heads": 4, "layers": 4})
     backend = get_backend_class("sglang")({"model": "m"}, "job.yaml")

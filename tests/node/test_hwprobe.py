@@ -11,9 +11,10 @@ import os
 import stat
 from pathlib import Path
 
+from conftest import TESTS
 from orchestrator.node.hwprobe import node_info
 
-TOPO = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi-topo-2xh200.txt"
+TOPO = TESTS / "fixtures" / "nvidia-smi-topo-2xh200.txt"
 
 
 def fake_nvidia_smi(directory: Path) -> None:

@@ -19,7 +19,7 @@ from orchestrator.config.job import load_job
 from orchestrator.core.errors import BadInput
 from orchestrator.study.storage import FINGERPRINT_ATTR, legacy_fingerprint, open_study, space_fingerprint
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECORDED = [  # (journal, the job that recorded it)
     ("docs/gpu/h200-vllm-1b/study.journal", "jobs/h200-vllm-1b.yaml"),
     ("docs/gpu/h200x2-vllm-1b-tp2-p2p/study.journal", "jobs/h200x2-vllm-1b-tp2-p2p.yaml"),

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from pathlib import Path
 
 import pytest
 
+from conftest import TESTS
 from orchestrator.cli import main, parse_also
 from orchestrator.core.errors import BadInput
 from orchestrator.results.compare import _also_rows, check_constraints, format_compare, summarize
 from orchestrator.study import history, storage
 
-_HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("_history_fixture", _HERE / "test_history.py")
+_spec = importlib.util.spec_from_file_location("_history_fixture", TESTS / "study" / "test_history.py")
 fx = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fx)
 
@@ -73,7 +72,7 @@ def test_also_parsing(capsys):
     assert parse_also(None) is None and parse_also("ties") == "ties" and parse_also("4, 6") == [4, 6]
     with pytest.raises(BadInput, match="comma-separated trial numbers or 'ties'"):
         parse_also("best")
-    assert main(["compare", str(_HERE.parent / "jobs" / "demo.yaml"), "--also", "x"]) == 2
+    assert main(["compare", str(TESTS.parent / "jobs" / "demo.yaml"), "--also", "x"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--also takes comma-separated trial numbers or 'ties', not 'x'" in err[0]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kill_pids, write_job
+from conftest import TESTS, kill_pids, write_job
 from orchestrator.config.job import load_job
 from orchestrator.driver.run import StudyDriver
 from orchestrator.node import proctree
@@ -23,7 +23,7 @@ from orchestrator.study.storage import open_study
 
 pytestmark = pytest.mark.slow
 
-FAKE = str(Path(__file__).with_name("fake_openai_server.py"))
+FAKE = str(TESTS / "fake_openai_server.py")
 
 
 def _command_job(tmp_path: Path, study: str, *fake_args: str, **sections) -> Path:

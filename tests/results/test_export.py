@@ -5,18 +5,18 @@ from __future__ import annotations
 import importlib.util
 import json
 import shlex
-from pathlib import Path
 
 import optuna
 import pytest
 import yaml
 
+from conftest import TESTS
 from orchestrator.backends.refserver import RefServerBackend
 from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.results.export import export, load_config_file, nccl_tuner_rules
 from orchestrator.study import history, storage
 
-_spec = importlib.util.spec_from_file_location("_history_fixture", Path(__file__).with_name("test_history.py"))
+_spec = importlib.util.spec_from_file_location("_history_fixture", TESTS / "study" / "test_history.py")
 fx = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fx)
 

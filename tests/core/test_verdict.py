@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 
+from conftest import TESTS
 from orchestrator.core import verdict as v
 from orchestrator.core.verdict import describe, ratio_interval, t_quantile
 
-DATA = Path(__file__).parent / "data" / "verdict"
+DATA = TESTS / "data" / "verdict"
 
 # Published two-sided table values (e.g. NIST/SEMATECH e-Handbook, Table of t critical values),
 # 3-4 decimals: (p, df, t).

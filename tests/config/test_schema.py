@@ -15,7 +15,7 @@ from orchestrator.config.schema import BEGIN, END, job_keys, render
 from orchestrator.core.durations import parse_duration
 from orchestrator.core.errors import BadInput
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "guide.md"
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TESTS
 from orchestrator.core.launch import LaunchSpec
 from orchestrator.core.records import ServerRecord
 from orchestrator.node.server import (
@@ -28,8 +29,8 @@ from orchestrator.node.server import (
 
 pytestmark = pytest.mark.timeout(60)
 
-FAKE = str(Path(__file__).with_name("fake_openai_server.py"))
-REPO = str(Path(__file__).resolve().parents[1])
+FAKE = str(TESTS / "fake_openai_server.py")
+REPO = str(Path(__file__).resolve().parents[2])
 
 
 def _alive(pid: int) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from conftest import write_job
+from conftest import TESTS, write_job
 from orchestrator.config.job import load_job
 from orchestrator.core.records import TrialResult, TrialRow
 from orchestrator.driver.run import StudyDriver
@@ -23,7 +23,7 @@ from orchestrator.study.policy import SearchPolicy
 from orchestrator.study.samplers import make_sampler, startup_trials
 from orchestrator.study.storage import open_study
 
-NCCL_LOGS = Path(__file__).with_name("fixtures") / "nccl"
+NCCL_LOGS = TESTS / "fixtures" / "nccl"
 LL129 = (NCCL_LOGS / "bad-proto-LL129-2.28.9.log").read_text(errors="replace")
 
 
@@ -64,7 +64,7 @@ def test_a_start_crash_the_log_does_not_attribute_bans_nothing():
 def test_the_default_vllm_space_proposes_only_feasible_layouts():
     """The motivating job's space (TP x PP == 8): two seeds, 48 proposals each, TPE as
     configured; not one infeasible layout is proposed (they used to be 31-40 PRUNED rows)."""
-    job = load_job(str(Path(__file__).resolve().parents[1] / "jobs" / "glm5-vllm-8xpcie.yaml"))
+    job = load_job(str(Path(__file__).resolve().parents[2] / "jobs" / "glm5-vllm-8xpcie.yaml"))
     for seed in (0, 1):
         sampler = make_sampler("tpe", seed=seed, budget=48, space_size=job.space.size(),
                                search_space=job.space.distributions())
@@ -232,7 +232,7 @@ def test_on_the_672_config_phantom_ll128_runs_at_most_twice(tmp_path, seed):
     crashes at start for them: LL128 never ran there, and is counted apart. Over seeds 0-29 it
     ran a third time once, seed 19, where its first two configs both ran Ring before any
     correct config had: Ring is not banned for that, the third launch tells them apart.)"""
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     space = (repo / "search_spaces" / "vllm-pcie.yaml").read_text()
     for old, new in (("[LL, Simple]", "[LL, Simple, LL128]"), ("[Ring, Tree]", "[Ring, Tree, NVLS, PAT]")):
         assert old in space

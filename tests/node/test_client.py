@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TESTS
 from orchestrator.core.launch import LaunchSpec
 from orchestrator.node import client
 from orchestrator.node.client import (
@@ -29,12 +30,12 @@ from orchestrator.node.client import (
 )
 from orchestrator.node.server import ServerProcess, free_port
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(TESTS))
 import fake_openai_server as fake_model  # its deterministic "model", for expectations
 
 pytestmark = pytest.mark.timeout(60)
 
-FAKE = str(Path(__file__).with_name("fake_openai_server.py"))
+FAKE = str(TESTS / "fake_openai_server.py")
 MODEL = "fake"
 
 

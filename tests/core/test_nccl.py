@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import pytest
 
+from conftest import TESTS
 from orchestrator.core import nccl
 
-FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
+FIXTURES = TESTS / "fixtures" / "nccl"
 
 
 def log(name: str) -> str:
@@ -286,9 +286,8 @@ def test_debug_env():
 
 def test_parses_the_reference_servers_own_world_size_1_log():
     """A real server log (not a probe): version, the env NCCL took, one rank, no warnings."""
-    from pathlib import Path
 
-    text = (Path(__file__).parent / "fixtures" / "nccl" / "refserver-1b-ws1-graphs-h200-2.28.9.log").read_text()
+    text = (FIXTURES / "refserver-1b-ws1-graphs-h200-2.28.9.log").read_text()
     parsed = nccl.parse_log(text)
     assert parsed["version"].startswith("2.28.9")
     assert parsed["env_applied"].get("NCCL_NVLS_ENABLE") == "0"
@@ -299,9 +298,8 @@ def test_parses_the_reference_servers_own_world_size_1_log():
 
 def test_parses_a_tp2_server_log_with_p2p_disabled():
     """The issue-10 study's best trial: what NCCL took, and that traffic went through SHM."""
-    from pathlib import Path
 
-    text = (Path(__file__).parent / "fixtures" / "nccl" /
+    text = (FIXTURES /
             "refserver-1b-tp2-p2p-disabled-tree-ll-2xh200-2.28.9.log").read_text()
     parsed = nccl.parse_log(text)
     assert parsed["nranks"] == 2 and parsed["transports"] == ["SHM/direct/direct"]
@@ -314,9 +312,8 @@ def test_parses_a_tp2_server_log_with_p2p_disabled():
 
 def test_parses_a_tp2_server_log_with_ll128_over_nvlink():
     """The LL128 study (allow_unsafe_nccl): NCCL took LL128, the matrix enables only it, NVLink P2P."""
-    from pathlib import Path
 
-    text = (Path(__file__).parent / "fixtures" / "nccl" /
+    text = (FIXTURES /
             "refserver-1b-tp2-ll128-nvlink-2xh200-2.28.9.log").read_text()
     parsed = nccl.parse_log(text)
     assert parsed["nranks"] == 2 and parsed["transports"] == ["P2P/CUMEM"]

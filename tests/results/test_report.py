@@ -8,18 +8,17 @@ import importlib.util
 import json
 import re
 import shutil
-from pathlib import Path
 
 import optuna
 import pandas as pd
 import pytest
 
+from conftest import TESTS
 from orchestrator.results.compare import summarize
 from orchestrator.results.report import write_report
 from orchestrator.study import storage
 
-_HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("_history_fixture", _HERE / "test_history.py")
+_spec = importlib.util.spec_from_file_location("_history_fixture", TESTS / "study" / "test_history.py")
 fx = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fx)
 
@@ -237,7 +236,7 @@ def test_report_of_an_empty_study(tmp_path):
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs chromium (apt-get install -y chromium)")
 def test_html_screenshot_shows_the_plots(report, tmp_path):
     job, _ = report
-    spec = importlib.util.spec_from_file_location("check_report_html", _HERE.parent / "docs" / "check_report_html.py")
+    spec = importlib.util.spec_from_file_location("check_report_html", TESTS.parent / "docs" / "check_report_html.py")
     check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check)
     result = check.check_report_html(job.report_dir / "report.html", tmp_path / "shot.png")
@@ -277,7 +276,7 @@ def test_a_compare_of_the_baseline_with_itself_warns_of_nothing(tmp_path):
     itself. 8 real rounds on the loaded CPU box (single launches up to 2x apart): no SLOWER
     warning, no verdict, the intervals shown as the noise between launches."""
     job, study = _one_trial_study(tmp_path)
-    rounds = json.loads((_HERE / "data" / "verdict" / "self-compare-cpu-8-rounds.json").read_text())["rounds"]
+    rounds = json.loads((TESTS / "data" / "verdict" / "self-compare-cpu-8-rounds.json").read_text())["rounds"]
     data = summarize({"concurrency": [1, 2, 10], "baseline_trial": 0, "best_trial": 0, "same_config": True,
                       "rounds_planned": 8, "complete": True, "others": [], "rounds": rounds, "failures": []})
     (job.report_dir / "compare.json").write_text(json.dumps(data))

@@ -1,68 +1,19 @@
-"""Jobs: the happy path, defaults, and bad input named by file and key path (plus durations)."""
+"""Jobs: the happy path, defaults, and bad input named by file and key path (the checks across
+job, space and backend: test_job_checks.py)."""
 
 from __future__ import annotations
 
-import argparse
 import pickle
 from pathlib import Path
 
 import pytest
-import yaml
+from job_files import BASE_SPACE, bad, in_tmp, needs_nccl, write  # noqa: F401 - in_tmp: autouse, each test in a tmp dir
 
 from conftest import TESTS
 from orchestrator.config.job import DEFAULT_CHECK_PROMPTS, SAMPLER_NAMES, Job, load_job
-from orchestrator.core.durations import argparse_duration, format_duration, parse_duration
-from orchestrator.core.errors import BadInput, ConfigRejected
+from orchestrator.core.errors import BadInput
 
 DATA = TESTS / "data" / "jobs"
-
-BASE_JOB = {
-    "study": "t",
-    "backend": {"kind": "refserver", "settings": {"model": "tiny", "device": "cpu"}},
-    "gpus_per_node": 0,
-    "cpus_per_trial": 2,
-    "space": "space.yaml",
-    "budget": {"trials": 4},
-    "env": {},
-}
-BASE_SPACE = {
-    "params": {"tp_size": {"choices": [1, 2]}, "backend.threads": {"choices": [1, 2]}},
-    "constraints": ["tp_size <= gpus_per_node", "heads % tp_size == 0"],
-}
-
-
-@pytest.fixture(autouse=True)
-def _in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # relative report dirs land here; messages show short paths
-
-
-def needs_nccl():
-    return pytest.importorskip("orchestrator.core.nccl",
-                               reason="orchestrator/core/nccl.py (NCCL value rules) not written yet")
-
-
-def write(job=None, space=None, *, drop=(), job_text=None, space_text=None) -> str:
-    data = {**BASE_JOB, **(job or {})}
-    for key in drop:
-        data.pop(key)
-    Path("job.yaml").write_text(job_text if job_text is not None else yaml.safe_dump(data, sort_keys=False))
-    Path("space.yaml").write_text(space_text if space_text is not None
-                                  else yaml.safe_dump(space or BASE_SPACE, sort_keys=False))
-    return "job.yaml"
-
-
-def bad(key, *words, file="job.yaml", **kwargs) -> str:
-    path = write(**kwargs)
-    with pytest.raises(BadInput) as info:
-        load_job(path)
-    exc, msg = info.value, str(info.value)
-    assert exc.file == file, msg
-    assert exc.key == key, msg
-    assert msg.startswith(f"{file}: {key}: "), msg
-    for word in words:
-        assert word in msg, msg
-    assert not Path("reports").exists()  # nothing written, even on failure
-    return msg
 
 
 # ---- happy path ----------------------------------------------------------------------------
@@ -174,22 +125,6 @@ def test_journal_storage_spellings(tmp_path):
     assert job.storage == f"journal:{(tmp_path / 'x' / 'y.log').resolve()}"
 
 
-def test_reference_config_merged_onto_defaults():
-    job = load_job(write({"correctness": {"reference": {"tp_size": 1, "backend.threads": 1}}}))
-    assert job.correctness.reference_kind == "config"
-    assert job.correctness.reference == {"tp_size": 1, "graph_capture": False, "backend.threads": 1}
-
-
-def test_gpu_job_tp_fits(tmp_path):
-    job = load_job(write({"gpus_per_node": 2, "backend": {"kind": "refserver",
-                                                          "settings": {"model": "tiny", "device": "cuda"}}},
-                         space={"params": {"tp_size": [1, 2], "graph_capture": [False, True],
-                                           "capture_sizes": {"choices": ["1,2,4,8"],
-                                                             "when": {"graph_capture": True}}}}))
-    assert job.context()["gpus_per_node"] == 2 and not job.context()["cpu_job"]
-    assert job.space.size() == 4
-
-
 # ---- bad input: at least fifteen cases, each naming file and key path ----------------------
 
 def test_bad_unknown_top_key_did_you_mean():
@@ -231,22 +166,6 @@ def test_bad_empty_choices():
     bad("params.tp_size.choices", "non-empty list", file="space.yaml", space={"params": {"tp_size": {"choices": []}}})
 
 
-def test_bad_tp_larger_than_gpus():
-    msg = bad("params.tp_size", "tp_size=4", "gpus_per_node: 2", "job.yaml", "allowed: tp_size x pp_size <= 2",
-              file="space.yaml",
-              job={"gpus_per_node": 2,
-                   "backend": {"kind": "refserver", "settings": {"model": "tiny", "device": "cuda"}}},
-              space={"params": {"tp_size": [1, 2, 4]}})
-    assert "needs 4 GPUs" in msg
-
-
-def test_bad_baseline_tp_larger_than_gpus():
-    bad("baseline.tp_size", "gpus_per_node: 1",
-        job={"gpus_per_node": 1, "baseline": {"tp_size": 2},
-             "backend": {"kind": "refserver", "settings": {"model": "tiny", "device": "cuda"}}},
-        space={"params": {"backend.threads": [1, 2]}})
-
-
 def test_bad_missing_space_file():
     bad("space", "search space file not found", "'nope.yaml'", job={"space": "nope.yaml"})
 
@@ -286,16 +205,6 @@ def test_bad_sampler_option():
         job={"sampler": {"name": "tpe", "options": {"multivariat": True}}})
 
 
-def test_bad_unsafe_nccl_without_opt_in():
-    needs_nccl()
-    space = {"params": {"tp_size": [1, 2], "env.NCCL_PROTO": ["LL", "LL128"]}}
-    msg = bad("params.env.NCCL_PROTO.choices[1]", "LL128", "allow_unsafe_nccl: true", "job.yaml",
-              file="space.yaml", space=space)
-    assert "unsafe" in msg
-    assert load_job(write({"allow_unsafe_nccl": True}, space)).space.size() == 4
-    bad("env.NCCL_PROTO", "LL128", "allow_unsafe_nccl", job={"env": {"NCCL_PROTO": "LL128"}})
-
-
 def test_bad_constraint_expression():
     bad("constraints[1]", "cannot parse", "allowed:", file="space.yaml",
         space={**BASE_SPACE, "constraints": ["tp_size <= gpus_per_node", "tp_size =< 2"]})
@@ -316,29 +225,10 @@ def test_bad_backend_setting():
         job={"backend": {"kind": "refserver", "settings": {"modle": "tiny"}}})
 
 
-def test_bad_baseline_key_not_in_space():
-    bad("baseline.tp", "unknown parameter 'tp' (did you mean 'tp_size'?)",
-        "the space's params: tp_size, backend.threads", job={"baseline": {"tp": 2}})
-    bad("baseline.NCCL_PROTO", "did you mean 'env.NCCL_PROTO'", job={"baseline": {"NCCL_PROTO": "LL"}})
-
-
-def test_bad_baseline_value_not_in_space():
-    bad("baseline.backend.threads", "8 is not in the space", "space.yaml params.backend.threads", "one of 1, 2",
-        job={"baseline": {"backend.threads": 8}})
-
-
 def test_bad_dead_choice_cpu_job():
     # CPU job: gpus_per_node in the context is cpus_per_trial (1 here), so TP=2 can never run.
     bad("constraints[0]", "dead choice", "tp_size=2", "gpus_per_node=1", file="space.yaml",
         job={"cpus_per_trial": 1})
-
-
-def test_bad_config_the_backend_cannot_express():
-    err = bad("params.graph_capture", "graph_capture=true needs device cuda", file="space.yaml",
-              space={"params": {"tp_size": [1, 2], "graph_capture": [False, True]}})
-    assert "graph_capture" in err
-    with pytest.raises(ConfigRejected):
-        load_job(write(space={"params": {"tp_size": [1, 2], "graph_capture": [False, True]}}))
 
 
 def test_bad_study_name_and_storage():
@@ -370,37 +260,5 @@ def test_bad_bench_values():
     bad("pruning.min_ratio", "must be a number > 0 and <= 1", job={"pruning": {"min_ratio": 1.5}})
 
 
-# ---- durations -----------------------------------------------------------------------------
-
-@pytest.mark.parametrize("text,seconds", [
-    ("90s", 90), ("5m", 300), ("8h", 28800), ("1h30m", 5400), ("2d", 172800), ("500ms", 0.5),
-    ("90", 90), (90, 90), (1.5, 1.5), ("1.5h", 5400), (" 1h 30m ", 5400), ("1m30s", 90), ("1H", 3600),
-])
-def test_parse_duration(text, seconds):
-    assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["", "abc", "5x", "30m1h", "5m5m", "-5s", "h", True, None, [1], "1h30", "0"])
-def test_parse_duration_rejects(text):
-    with pytest.raises(BadInput) as info:
-        parse_duration(text, file="f.yaml", key="budget.timeout")
-    assert str(info.value).startswith("f.yaml: budget.timeout: must be a duration")
-
-
-def test_duration_helpers():
-    assert parse_duration(0, allow_zero=True) == 0
-    assert argparse_duration("8h") == 28800
-    with pytest.raises(argparse.ArgumentTypeError):
-        argparse_duration("soon")
-    assert [format_duration(s) for s in (5400, 90, 0.25, 3600, 86400 + 60, None)] == \
-        ["1h30m", "1m30s", "0.25s", "1h", "1d0h1m", "-"]
-
-
-def test_large_space_checks_each_value_against_baseline():
-    # Over 2000 configs: not enumerated at load, but every value is still checked with the backend.
-    space = {"params": {"tp_size": [1, 2], "backend.max_batch": {"type": "int", "low": 1, "high": 5000},
-                        "graph_capture": [False, True]}}
-    bad("params.graph_capture", "needs device cuda", file="space.yaml", space=space)
-    space["params"]["graph_capture"] = [False]
-    job = load_job(write(space=space))
-    assert job.space.size(limit=2000) is None and job.space.size() == 2 * 5000

@@ -1,5 +1,6 @@
 """orchestrator.core.nccl: value rules, PCIe safety, and parsing real NCCL 2.28.9 logs
-(tests/fixtures/nccl/, see its README for where each came from)."""
+(tests/fixtures/nccl/, see its README for where each came from) and the NCCL lines of real
+vLLM workers (tests/fixtures/vllm/)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from conftest import TESTS
 from orchestrator.core import nccl
 
 FIXTURES = TESTS / "fixtures" / "nccl"
+LOGS = TESTS / "fixtures" / "vllm"  # real vLLM logs: NCCL's lines of its workers
 
 
 def log(name: str) -> str:
@@ -348,3 +350,26 @@ def test_parses_a_tp4_server_trial_and_its_verification_launch():
     decode = [c for c in verify["per_call"] if c[0] == "AllReduce" and c[1] == 4096]
     assert decode and all(c[2:] == ["RING", "LL"] for c in decode)
     assert verify["per_call_count"] > 800  # graph capture and warm-up of every batch size
+
+
+@pytest.mark.parametrize("name,proto", [("vllm-0.26.0-2xh200-tp2-eager-p2poff-simple-nccl-info.log", "Simple"),
+                                        ("vllm-0.26.0-2xh200-tp2-eager-p2poff-ll-nccl-info.log", "LL")])
+def test_nccl_lines_of_vllm_workers_parse(name, proto):
+    info = nccl.parse_log((LOGS / name).read_text(errors="replace"))
+    assert info["version"] == "2.28.9" and info["nranks"] == 2
+    assert info["env_applied"]["NCCL_PROTO"] == proto and info["env_applied"]["NCCL_P2P_DISABLE"] == "1"
+    assert info["transports"] == ["SHM/direct/direct"]
+    assert not nccl.verify_applied({"NCCL_PROTO": proto, "NCCL_P2P_DISABLE": "1"}, info)
+
+
+def test_a_tp1_server_shows_no_nccl_and_that_is_no_warning():
+    info = nccl.parse_log((LOGS / "vllm-0.26.0-h200-tp1-graphs-trial.log").read_text(errors="replace"))
+    assert info["version"] is None and info["transports"] == []
+
+
+def test_a_tp2_graphs_trial_of_vllm_took_the_settings():
+    log = LOGS / "vllm-0.26.0-2xh200-tp2-graphs-p2poff-simple-ring-trial.log"
+    info = nccl.parse_log(log.read_text(errors="replace"))
+    assert info["nranks"] == 2 and info["transports"] == ["SHM/direct/direct"]
+    assert not nccl.verify_applied({"NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": "1"}, info)
+

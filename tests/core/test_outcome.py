@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -144,3 +147,21 @@ def test_where_the_old_rules_disagreed_the_driver_now_agrees_with_export():
     assert best_rows(rows, 1)[0].params == {"x": "b"}
     assert policy.best().number == best_rows(rows, 1)[0].number == 3
     assert policy.prune_threshold(0.8) == pytest.approx(64.0)
+
+
+def test_a_taken_port_in_a_real_server_log_is_env_error():
+    """The reference server refuses a port another process holds; that is the node's fault."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "orchestrator.refserver", "--model", "tiny", "--port", str(port)],
+                             capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    raw = TrialResult.failed({"tp_size": 1}, "start-crash", "server exited with code 2 before it was ready",
+                             log_tail=out.stdout + out.stderr, nccl={"version": "2.28.9"}, warnings=["w"],
+                             server={"port": port})
+    final = outcome.decide(raw)
+    assert final.result.failure_kind == "env-error" and "port was taken" in final.result.failure_reason
+    assert final.blameless and not final.counted and final.requeue
+    assert (final.result.nccl, final.result.warnings, final.result.server) == (raw.nccl, raw.warnings, raw.server)

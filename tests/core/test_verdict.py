@@ -170,31 +170,3 @@ def test_a_config_against_itself_never_gets_a_verdict():
     assert "within noise: same config" in text and "excludes 1.0" in text and "slower" not in text
 
 
-# ---- the run's final line: progress.vs_baseline_words on the trials' rows ------------------------------
-def _trial(number: int, samples: list[float], key: str):
-    import statistics
-
-    from orchestrator.core.records import TrialRow
-
-    value = statistics.median(samples)
-    return TrialRow(number=number, state="COMPLETE", params={"k": key}, value=value, config_key=key, counted=True,
-                    metrics={"decode_tok_s": value, "decode_samples": samples})
-
-
-def test_the_runs_final_line_says_beyond_noise_only_beyond_noise():
-    from orchestrator.driver.progress import vs_baseline_words
-
-    base = _trial(0, H200_8B["baseline"], "eager")
-    best = _trial(3, H200_8B["best"], "graphs")
-    words = vs_baseline_words(best, base)
-    assert words.startswith("1.89x the baseline, beyond noise, 95% CI 1.") and "within" not in words
-    # a best 0.4% above a baseline whose repeats overlap it: the ratio is stated, no verdict
-    near = _trial(4, H200_8B["graphs_1_8"], "graphs-1-8")
-    words = vs_baseline_words(best, near)
-    assert words.startswith("1.004x the baseline, within noise of the baseline, 95% CI 0.99") and "beyond" not in words
-    # the baseline itself, and no baseline
-    assert vs_baseline_words(base, base) == "the baseline itself"
-    assert vs_baseline_words(best, None) is None
-    # one repeat each: no interval, no verdict
-    words = vs_baseline_words(_trial(5, [190.0], "x"), _trial(0, [100.0], "y"))
-    assert words == "1.90x the baseline, within noise of the baseline, no interval: needs 2 samples of each"

@@ -1,21 +1,28 @@
 """The votes on the golden reference, on plain values: gate failures are held while nothing
 but the reference's own config has passed; two different configs that agree with each other
 and not with the reference, and share no departure from the baseline but values that are
-defaults, outvote it; a pass from another config confirms it and releases what was held."""
+defaults, outvote it; a pass from another config confirms it and releases what was held. A
+reference file whose output is degenerate is bad input, before any launch."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
+import pytest
+
+from conftest import TESTS, write_job
+from orchestrator.config.job import load_job
 from orchestrator.core.correctness import Golden
 from orchestrator.core.outcome import Final
 from orchestrator.core.records import COMPLETE, FAIL, FailureKind, TrialResult
-from orchestrator.driver.golden import GateVotes, Launched
+from orchestrator.driver.golden import GateVotes, GoldenSource, Launched
 
 REFERENCE = ["garbage one", "garbage two"]
 RIGHT = ["the right text", "and more of it"]
 BASELINE = {"tp_size": 1, "backend.threads": 1, "backend.fault": "garbage"}
 DEFAULTS = {"backend.fault": "none", "tp_size": 1}
+OUTPUTS = json.loads((TESTS / "data" / "reference_outputs.json").read_text())  # real servers' outputs
 
 
 @dataclass(frozen=True)
@@ -109,3 +116,14 @@ def test_a_resumed_study_whose_reference_was_confirmed_holds_nothing():
     votes = GateVotes(BASELINE, DEFAULTS, reference_key="key-0", confirmed=True)
     a = {"backend.threads": 2}
     assert votes.consider(trial(1, a), Handle(1), wrong(a), golden()).decision == "record"
+
+
+def test_a_degenerate_reference_file_is_bad_input(tmp_path):
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps({"prompts": ["a", "b", "c"], "texts": OUTPUTS["gpu-1b-before-fix"]["texts"]}))
+    job_path = write_job(tmp_path, study="reffile", correctness={"reference": str(ref), "prompts": ["a", "b", "c"]})
+    job = load_job(job_path)
+    from orchestrator.core.errors import BadInput
+
+    with pytest.raises(BadInput, match="reference file .* is unusable: its output is not text"):
+        GoldenSource(job, job.baseline_config(), print).from_file()

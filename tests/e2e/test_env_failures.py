@@ -7,41 +7,19 @@ real processes (the reference server behind a wrapper script), real Optuna journ
 from __future__ import annotations
 
 import io
-import socket
-import subprocess
 import sys
 from contextlib import redirect_stderr
 from pathlib import Path
 
 import pytest
 import yaml
+from wrapped_server import SERVER, command_job, wrapper
 
 from conftest import write_job
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
-from orchestrator.core import outcome
-from orchestrator.core.records import TrialResult
-from orchestrator.node import preflight
 from orchestrator.study.history import trial_rows
 from orchestrator.study.storage import open_study
-
-SERVER = "run-orchestrator.refserver"  # the name carries the marker the leftover-server guard looks for
-
-
-def wrapper(directory: Path, interpreter: str = sys.executable) -> Path:
-    """An executable script that runs the reference server with ``interpreter``."""
-    exe = directory / "bin" / SERVER
-    exe.parent.mkdir(parents=True, exist_ok=True)
-    exe.write_text(f"#!{interpreter}\nimport runpy\nrunpy.run_module('orchestrator.refserver', run_name='__main__')\n")
-    exe.chmod(0o755)
-    return exe
-
-
-def command_job(directory: Path, exe: Path, **sections) -> Path:
-    argv = [str(exe), "--model", "tiny", "--device", "cpu", "--tp", "{tp_size}", "--threads", "{backend.threads}",
-            "--served-model-name", "tiny", "--host", "{host}", "--port", "{port}"]
-    return write_job(directory, study="env", backend={"kind": "command", "settings": {
-        "argv": argv, "model_name": "tiny", "model_facts": {"heads": 8, "kv_heads": 4}}}, **sections)
 
 
 def run_cli(*argv: str) -> tuple[int, str]:
@@ -145,51 +123,3 @@ def test_a_command_that_cannot_execute_is_env_error_twice_then_stops_and_bans_no
     no_config_banned(job)
 
 
-def test_a_taken_port_in_a_real_server_log_is_env_error():
-    """The reference server refuses a port another process holds; that is the node's fault."""
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
-        out = subprocess.run([sys.executable, "-m", "orchestrator.refserver", "--model", "tiny", "--port", str(port)],
-                             capture_output=True, text=True, timeout=120)
-    assert out.returncode != 0
-    raw = TrialResult.failed({"tp_size": 1}, "start-crash", "server exited with code 2 before it was ready",
-                             log_tail=out.stdout + out.stderr, nccl={"version": "2.28.9"}, warnings=["w"],
-                             server={"port": port})
-    final = outcome.decide(raw)
-    assert final.result.failure_kind == "env-error" and "port was taken" in final.result.failure_reason
-    assert final.blameless and not final.counted and final.requeue
-    assert (final.result.nccl, final.result.warnings, final.result.server) == (raw.nccl, raw.warnings, raw.server)
-
-
-def test_preflight_checks_command_path_gpus_and_model(tmp_path, monkeypatch):
-    job = load_job(command_job(tmp_path, tmp_path / "bin" / SERVER))
-    need = preflight.needs(job)
-    assert need["command"] == str(tmp_path / "bin" / SERVER) and need["gpus"] == 0
-    assert "not found on this node's PATH" in preflight.node_problems(need)[0]
-    wrapper(tmp_path)
-    assert preflight.node_problems(need) == []
-    # a bare command resolves on the PATH of the job's env:, not the driver's
-    bare = {**need, "command": SERVER}
-    assert preflight.node_problems(bare)
-    assert preflight.node_problems({**bare, "env": {"PATH": str(tmp_path / "bin")}}) == []
-    assert "does not exist" in preflight.node_problems({**need, "model": str(tmp_path / "m.gguf")})[0]
-    monkeypatch.setattr(preflight, "gpu_count", lambda: 2)  # a node whose nvidia-smi lists 2 GPUs
-    assert preflight.node_problems({**need, "gpus": 8}) == ["the job needs 8 GPUs per node; nvidia-smi lists 2 here"]
-
-
-def test_ray_preflight_runs_on_each_matching_node(tmp_path, ray_local):
-    from orchestrator.driver.ray_executor import RayExecutor
-
-    job = load_job(command_job(tmp_path, tmp_path / "bin" / SERVER))
-    executor = RayExecutor(address=None, gpus_per_node=0, cpus_per_trial=1)
-    try:
-        got = executor.preflight(preflight.needs(job))
-        assert len(got) == len(executor.nodes()) == 1
-        (problems,) = got.values()
-        assert problems and "not found on this node's PATH" in problems[0]
-        wrapper(tmp_path)
-        assert list(executor.preflight(preflight.needs(job)).values()) == [[]]
-    finally:
-        executor.shutdown()

@@ -19,10 +19,6 @@ import pytest
 from conftest import write_job
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
-from orchestrator.core import outcome
-from orchestrator.core.errors import StorageWriteError
-from orchestrator.node.spec import BenchPlan, ServerPlan, TrialSpec
-from orchestrator.node.trial import run_trial
 from orchestrator.study.history import trial_rows
 from orchestrator.study.storage import open_study
 
@@ -121,30 +117,3 @@ def test_a_full_disk_stops_the_run_with_one_line_and_the_study_resumes(tmp_path,
         shutil.rmtree(disk, ignore_errors=True)
 
 
-def test_a_trial_that_cannot_write_into_the_full_study_folder_is_not_the_configs_fault(tmp_path, no_leftover_servers):
-    """The server's log and record live in the study's folder: a full disk there fails the
-    trial as env-error (never banned) with the folder named, and the driver stops on it."""
-    disk = tmp_path / "disk"
-    _mount_tmpfs(disk, "64k")
-    try:
-        (disk / "logs").mkdir()
-        (disk / "servers").mkdir()
-        with open(disk / "filler", "wb", buffering=0) as fh, pytest.raises(OSError):
-            while True:  # the disk is full
-                fh.write(b"\0" * 4096)
-        spec = TrialSpec(number=0, config={"tp_size": 1},
-                         server=ServerPlan("refserver", {"model": "tiny", "device": "cpu"}, None, {},
-                                           startup_timeout_s=60, teardown_grace_s=5),
-                         bench=BenchPlan(prompts=("Hello",), output_tokens=8, warmup=1, repeats=2, timeout_s=30),
-                         log_dir=str(disk / "logs"), registry_dir=str(disk / "servers"), measure_bandwidth=False)
-        result = run_trial(spec)
-        assert (result.outcome, result.failure_kind) == ("FAIL", "env-error"), result.failure_reason
-        assert result.failure_reason.startswith(f"cannot write to {disk}") and "No space left" in result.failure_reason
-        final = outcome.decide(result)
-        assert final.blameless and not final.counted
-        stop = StorageWriteError.from_dict(result.metrics["write_failed"])
-        assert stop.where == result.failure_reason and stop.hint == "free space there"
-    finally:
-        done = subprocess.run(["umount", str(disk)], capture_output=True, text=True)
-        if done.returncode != 0:
-            subprocess.run(["umount", "-l", str(disk)], capture_output=True)

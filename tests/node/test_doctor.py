@@ -1,103 +1,24 @@
-"""``ncclsweep doctor``: the parsers on real and hand-written tool output, the judgement, and
-the no-GPU path.
-
-CAPTURED_* texts are real output of a 2 x H200 NVLink machine (driver 580.159.04), taken on
-2026-11-30 with the commands run_doctor runs (see tests/fixtures/nccl/README.md). PCIE_*
-texts are hand-written in the same formats for an 8-GPU PCIe box with the problems doctor
-must catch (mixed models, a busy GPU, a narrowed link, P2P refused by the chipset, ACS on);
-they are not captured output.
-"""
+"""``ncclsweep doctor``: its judgement of a machine from real and hand-written tool output
+(tests/node/smi_outputs.py), the ACS and IOMMU readers, the no-GPU path, and `doctor JOB`'s
+pre-flight."""
 
 from __future__ import annotations
 
 import pytest
+from smi_outputs import (
+    CAPTURED_P2P,
+    CAPTURED_QUERY,
+    CAPTURED_SMI_HEADER,
+    CAPTURED_TOPO,
+    PCIE_APPS,
+    PCIE_LSPCI,
+    PCIE_P2P,
+    PCIE_QUERY,
+    PCIE_TOPO,
+)
 
 from orchestrator.core import versions
 from orchestrator.node import doctor, nvidia_smi
-
-# ---- captured on nvidia-h200-x2 -------------------------------------------------------------
-
-CAPTURED_QUERY = """\
-0, NVIDIA H200, 00000000:00:06.0, 143771, 0, 0, 580.159.04, 5, 5, 16, 16
-1, NVIDIA H200, 00000000:00:07.0, 143771, 0, 0, 580.159.04, 5, 5, 16, 16
-"""
-CAPTURED_TOPO = (
-    "\t\x1b[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
-    "GPU0\t X \tNV18\t0-31\t0\t\tN/A\n"
-    "GPU1\tNV18\t X \t0-31\t0\t\tN/A\n"
-    "\n"
-    "Legend:\n"
-    "\n"
-    "  X    = Self\n"
-    "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n"
-    "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node\n"
-    "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n"
-    "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n"
-    "  PIX  = Connection traversing at most a single PCIe bridge\n"
-    "  NV#  = Connection traversing a bonded set of # NVLinks\n"
-)
-CAPTURED_P2P = (
-    " \t\x1b[4mGPU0\tGPU1\t\x1b[0m\n"
-    " GPU0\tX\tOK\t\n"
-    " GPU1\tOK\tX\t\n"
-    "\n"
-    "Legend:\n\n  X    = Self\n  OK   = Status Ok\n  CNS  = Chipset not supported\n"
-    "  GNS  = GPU not supported\n  TNS  = Topology not supported\n  NS   = Not supported\n  U    = Unknown\n"
-)
-CAPTURED_SMI_HEADER = """\
-+-----------------------------------------------------------------------------------------+
-| NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |
-+-----------------------------------------+------------------------+----------------------+
-"""
-
-# ---- hand-written: an 8-GPU PCIe box with trouble ------------------------------------------------
-
-PCIE_QUERY = """\
-0, NVIDIA RTX PRO 6000 Blackwell Server Edition, 00000000:18:00.0, 97887, 3, 0, 580.95.05, 5, 5, 16, 16
-1, NVIDIA RTX PRO 6000 Blackwell Server Edition, 00000000:2A:00.0, 97887, 3, 0, 580.95.05, 1, 5, 16, 16
-2, NVIDIA RTX PRO 6000 Blackwell Server Edition, 00000000:3A:00.0, 97887, 3, 0, 580.95.05, 5, 5, 8, 16
-3, NVIDIA RTX PRO 6000 Blackwell Server Edition, 00000000:5D:00.0, 97887, 61234, 97, 580.95.05, 5, 5, 16, 16
-4, NVIDIA RTX PRO 6000 Blackwell Server Edition, 00000000:9A:00.0, 97887, 3, 0, 580.95.05, 5, 5, 16, 16
-5, NVIDIA RTX PRO 6000 Blackwell Server Edition, 00000000:AB:00.0, 97887, 3, 0, 580.95.05, 5, 5, 16, 16
-6, NVIDIA RTX PRO 6000 Blackwell Server Edition, 00000000:BA:00.0, 97887, 3, 0, 580.95.05, 5, 5, 16, 16
-7, NVIDIA RTX 6000 Ada Generation, 00000000:DB:00.0, 49140, 3, 0, 580.95.05, [N/A], 4, 16, 16
-"""
-PCIE_APPS = "00000000:5D:00.0, 48213, /usr/bin/python3, 61220\n"
-PCIE_TOPO = (
-    "\t\x1b[4mGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
-    "GPU0\t X \tPIX\tPXB\tPXB\tSYS\tSYS\tSYS\tSYS\tNODE\t0-31,64-95\t0\t\tN/A\n"
-    "GPU1\tPIX\t X \tPXB\tPXB\tSYS\tSYS\tSYS\tSYS\tNODE\t0-31,64-95\t0\t\tN/A\n"
-    "GPU2\tPXB\tPXB\t X \tPIX\tSYS\tSYS\tSYS\tSYS\tNODE\t0-31,64-95\t0\t\tN/A\n"
-    "GPU3\tPXB\tPXB\tPIX\t X \tSYS\tSYS\tSYS\tSYS\tNODE\t0-31,64-95\t0\t\tN/A\n"
-    "GPU4\tSYS\tSYS\tSYS\tSYS\t X \tPIX\tPXB\tPXB\tSYS\t32-63,96-127\t1\t\tN/A\n"
-    "GPU5\tSYS\tSYS\tSYS\tSYS\tPIX\t X \tPXB\tPXB\tSYS\t32-63,96-127\t1\t\tN/A\n"
-    "GPU6\tSYS\tSYS\tSYS\tSYS\tPXB\tPXB\t X \tPIX\tSYS\t32-63,96-127\t1\t\tN/A\n"
-    "GPU7\tSYS\tSYS\tSYS\tSYS\tPXB\tPXB\tPIX\t X \tSYS\t32-63,96-127\t1\t\tN/A\n"
-    "NIC0\tNODE\tNODE\tNODE\tNODE\tSYS\tSYS\tSYS\tSYS\t X \t\t\t\t\n"
-    "\n"
-    "Legend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes\n"
-    "\nNIC Legend:\n\n  NIC0: mlx5_0\n"
-)
-PCIE_P2P = (
-    " \t\x1b[4mGPU0\tGPU1\tGPU2\tGPU3\x1b[0m\n"
-    " GPU0\tX\tOK\tOK\tCNS\t\n"
-    " GPU1\tOK\tX\tOK\tCNS\t\n"
-    " GPU2\tOK\tOK\tX\tCNS\t\n"
-    " GPU3\tCNS\tCNS\tCNS\tX\t\n"
-    "\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n  CNS  = Chipset not supported\n"
-)
-PCIE_LSPCI = """\
-15:01.0 PCI bridge: Broadcom / LSI PEX890xx PCIe Gen 5 Switch (rev b0) (prog-if 00 [Normal decode])
-\tCapabilities: [168 v1] Access Control Services
-\t\tACSCap:\tSrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl+ DirectTrans+
-\t\tACSCtl:\tSrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-
-15:02.0 PCI bridge: Broadcom / LSI PEX890xx PCIe Gen 5 Switch (rev b0) (prog-if 00 [Normal decode])
-\tCapabilities: [168 v1] Access Control Services
-\t\tACSCap:\tSrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl+ DirectTrans+
-\t\tACSCtl:\tSrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-
-18:00.0 3D controller: NVIDIA Corporation Device 2bb5 (rev a1)
-\tSubsystem: NVIDIA Corporation Device 204e
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -107,46 +28,7 @@ def quick_versions(monkeypatch):
                                                                           "nccl": "2.28.9"})
 
 
-# ---- parsers -------------------------------------------------------------------------------------
-
-def test_parse_gpu_query_captured():
-    gpus = nvidia_smi.parse_gpu_query(CAPTURED_QUERY)
-    assert gpus == [
-        {"index": 0, "name": "NVIDIA H200", "bus_id": "00000000:00:06.0", "memory_total_mib": 143771,
-         "memory_used_mib": 0, "util_percent": 0, "driver": "580.159.04", "gen_current": 5, "gen_max": 5,
-         "width_current": 16, "width_max": 16},
-        {"index": 1, "name": "NVIDIA H200", "bus_id": "00000000:00:07.0", "memory_total_mib": 143771,
-         "memory_used_mib": 0, "util_percent": 0, "driver": "580.159.04", "gen_current": 5, "gen_max": 5,
-         "width_current": 16, "width_max": 16}]
-
-
-def test_parse_gpu_query_not_available_cells():
-    gpus = nvidia_smi.parse_gpu_query(PCIE_QUERY)
-    assert len(gpus) == 8 and gpus[7]["gen_current"] is None and gpus[7]["gen_max"] == 4
-    assert gpus[3]["memory_used_mib"] == 61234 and gpus[3]["util_percent"] == 97
-
-
-def test_parse_topo_captured_nvlink():
-    topo = nvidia_smi.parse_topo_matrix(CAPTURED_TOPO)
-    assert topo["gpus"] == ["GPU0", "GPU1"]
-    assert topo["links"][("GPU0", "GPU1")] == "NV18" and topo["links"][("GPU0", "GPU0")] == "X"
-    assert topo["affinity"]["GPU0"]["cpu"] == "0-31"
-
-
-def test_parse_topo_pcie_with_nic():
-    topo = nvidia_smi.parse_topo_matrix(PCIE_TOPO)
-    assert len(topo["gpus"]) == 8 and topo["nics"] == ["NIC0"]
-    assert topo["links"][("GPU0", "GPU1")] == "PIX"
-    assert topo["links"][("GPU0", "GPU2")] == "PXB"
-    assert topo["links"][("GPU3", "GPU4")] == "SYS"
-    assert ("GPU0", "NIC0") not in topo["links"]
-    assert topo["affinity"]["GPU4"]["cpu"] == "32-63,96-127" and topo["affinity"]["GPU4"]["numa"] == "1"
-
-
-def test_parse_topo_p2p():
-    assert nvidia_smi.parse_topo_p2p(CAPTURED_P2P) == {("GPU0", "GPU1"): "OK", ("GPU1", "GPU0"): "OK"}
-    p2p = nvidia_smi.parse_topo_p2p(PCIE_P2P)
-    assert p2p[("GPU0", "GPU3")] == "CNS" and p2p[("GPU1", "GPU2")] == "OK" and len(p2p) == 12
+# ---- readers -------------------------------------------------------------------------------------
 
 
 def test_parse_lspci_acs():
@@ -154,13 +36,6 @@ def test_parse_lspci_acs():
     assert len(acs) == 1 and acs[0]["device"].startswith("15:01.0 PCI bridge")
     assert "ReqRedir+" in acs[0]["acsctl"]
     assert doctor.parse_lspci_acs("00:00.0 Host bridge: Intel\n") == []
-
-
-def test_parse_compute_apps_and_cuda():
-    assert nvidia_smi.parse_compute_apps(PCIE_APPS) == [
-        {"bus_id": "00000000:5D:00.0", "pid": 48213, "name": "/usr/bin/python3", "used_mib": 61220}]
-    assert nvidia_smi.parse_compute_apps("") == []
-    assert nvidia_smi.parse_cuda_version(CAPTURED_SMI_HEADER) == "13.0"
 
 
 def test_iommu_state(tmp_path):

@@ -12,10 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+from tree_servers import fake_spec, gone, worker_pids
 
-from conftest import TESTS
+from conftest import TESTS, kill_pids
 from orchestrator.core.launch import LaunchSpec
 from orchestrator.core.records import ServerRecord
+from orchestrator.node import proctree
 from orchestrator.node.server import (
     ReadyTimeout,
     ServerExited,
@@ -336,3 +338,65 @@ def test_ports_and_start_times():
     mine = process_start_time(os.getpid())
     assert isinstance(mine, float) and mine > 0
     assert process_start_time(2**22 + 12345) is None
+
+
+@pytest.mark.timeout(90)  # a tree of three processes to start, kill and clean up
+def test_cleanup_ends_recorded_descendants_that_left_the_group(tmp_path):
+    """The registry keeps the tree the supervisor saw: cleanup needs nothing else."""
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    reg = ServerRegistry(tmp_path / "reg")
+    sp = ServerProcess(fake_spec(free_port(), "--workers", "2", "--pid-dir", str(pid_dir), "--workers-setsid"),
+                       tmp_path / "s.log", reg, supervise=True)
+    sp.start()
+    workers = worker_pids(pid_dir, 2)
+    try:
+        deadline = time.monotonic() + 10
+        while len(reg.tree(sp.record)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert {m.pid for m in reg.tree(sp.record)} >= {sp.pid, *workers}
+        # a driver that died: nobody calls stop(); its supervisor is gone too
+        sp.watch.end()
+        os.kill(sp.supervisor_pid, signal.SIGKILL)
+        os.kill(sp.pid, signal.SIGKILL)
+        sp.proc.wait(5)
+        assert all(proctree.alive(w) for w in workers)  # in sessions of their own: not in the group
+        killed = cleanup_recorded(reg, grace_s=0.5)
+        assert [r.pid for r in killed] == [sp.pid]
+        assert gone(workers, 5) and reg.records() == []
+    finally:
+        kill_pids(workers)
+        sp._owner_fd = None
+
+
+@pytest.mark.timeout(90)  # a tree of three processes to start, kill and clean up
+def test_cleanup_command_needs_only_the_study(tmp_path):
+    """`ncclsweep cleanup JOB` with the job's space file gone and an unknown backend kind:
+    the recorded tree (a worker in a session of its own included) is ended."""
+    from conftest import write_job
+
+    job_path = write_job(tmp_path, study="orphans")
+    (tmp_path / "space.yaml").unlink()
+    job_path.write_text(job_path.read_text().replace("kind: refserver", "kind: gone-backend"))
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    reg = ServerRegistry(tmp_path / "reports" / "orphans" / "servers")
+    sp = ServerProcess(fake_spec(free_port(), "--workers", "1", "--pid-dir", str(pid_dir), "--workers-setsid"),
+                       tmp_path / "s.log", reg)
+    sp.start()
+    (worker,) = worker_pids(pid_dir, 1)
+    try:
+        deadline = time.monotonic() + 10
+        while len(reg.tree(sp.record)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        sp.watch.end()
+        os.kill(sp.supervisor_pid, signal.SIGKILL)  # as after a kill -9 of the whole node's study
+        out = subprocess.run([sys.executable, "-m", "orchestrator", "cleanup", str(job_path)], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert f"ended server pid {sp.pid}" in out.stdout and "1 server(s) ended" in out.stdout
+        assert gone([sp.pid, worker], 5)
+    finally:
+        sp._owner_fd = None
+        kill_pids((sp.pid, worker))
+        sp.proc.wait(5)

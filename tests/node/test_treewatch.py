@@ -1,70 +1,43 @@
-"""Real engines are process trees: a failure anywhere in the tree is seen within seconds,
-and nothing of the tree outlives its owner (real processes throughout)."""
+"""The tree watch: real engines are process trees, and a failure anywhere in the tree (a
+worker that exits, an engine's fatal log line) is seen within seconds, not at the start-up
+timeout (real processes: the multi-process fake server); the fatal lines are found in a
+real vLLM crash and in no healthy start (real engine logs, tests/fixtures/vllm/)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from tree_servers import fake_spec, gone, worker_pids
 
-from conftest import TESTS, kill_pids
-from orchestrator.core.launch import LaunchSpec, WatchRules
-from orchestrator.node import client, proctree
+from conftest import TESTS
+from orchestrator.backends import get_backend_class
+from orchestrator.core import nccl
+from orchestrator.core.launch import WatchRules
+from orchestrator.node import client
 from orchestrator.node.server import (
     ServerExited,
     ServerFailed,
     ServerProcess,
-    ServerRegistry,
-    cleanup_recorded,
     free_port,
 )
+from orchestrator.node.treewatch import find_fatal
 
 pytestmark = pytest.mark.timeout(90)
 
-FAKE = str(TESTS / "fake_openai_server.py")
-REPO = str(Path(__file__).resolve().parents[2])
 VLLM_FATAL = (r"WorkerProc hit an exception", r"EngineCore failed to start")
-
-
-def _spec(port: int, *args: str) -> LaunchSpec:
-    return LaunchSpec(argv=[sys.executable, FAKE, "--port", str(port), *args], host="127.0.0.1", port=port,
-                      model_name="fake")
-
-
-def _pids(pid_dir: Path, n: int, timeout: float = 20.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        files = sorted(pid_dir.glob("worker-*.pid"))
-        if len(files) == n and all(f.read_text().strip() for f in files):
-            return [int(f.read_text()) for f in files]
-        time.sleep(0.05)
-    raise AssertionError(f"{n} workers did not start")
-
-
-def _gone(pids: list[int], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not any(proctree.alive(p) for p in pids):
-            return True
-        time.sleep(0.1)
-    return not any(proctree.alive(p) for p in pids)
 
 
 def _tree_server(tmp_path: Path, servers: list, workers: int, *args: str, watch: WatchRules | None = None):
     """A started server whose tree has ``workers`` workers; returns it and the workers' pids."""
     pid_dir = tmp_path / f"pids-{len(servers)}"
     pid_dir.mkdir()
-    sp = ServerProcess(_spec(free_port(), "--workers", str(workers), "--pid-dir", str(pid_dir), *args),
+    sp = ServerProcess(fake_spec(free_port(), "--workers", str(workers), "--pid-dir", str(pid_dir), *args),
                        tmp_path / f"s{len(servers)}.log", watch=watch)
     servers.append(sp)
     sp.start()
-    return sp, _pids(pid_dir, workers)
+    return sp, worker_pids(pid_dir, workers)
 
 
 @pytest.fixture
@@ -89,7 +62,7 @@ def test_a_worker_that_dies_while_the_front_waits_fails_the_start_within_seconds
     assert f"pid {workers[0]}" in info.value.reason and "exited while" in info.value.reason
     assert "exiting with code 1" in info.value.log_tail
     sp.stop(1.0)
-    assert _gone(workers, 5) and not sp.alive()
+    assert gone(workers, 5) and not sp.alive()
 
 
 def test_an_engines_fatal_line_fails_the_start_and_the_server_is_ended(tmp_path, servers):
@@ -103,7 +76,7 @@ def test_an_engines_fatal_line_fails_the_start_and_the_server_is_ended(tmp_path,
     assert time.monotonic() - t0 < startup_timeout / 5  # at the fatal line, not at the timeout
     assert "WorkerProc hit an exception" in info.value.reason
     # the watch ends the server itself (so a benchmark waiting on it returns at once)
-    assert _gone([sp.pid, *workers], 10)
+    assert gone([sp.pid, *workers], 10)
 
 
 def test_a_worker_dying_during_the_benchmark_ends_the_request_at_once(tmp_path, servers):
@@ -120,13 +93,13 @@ def test_a_worker_dying_during_the_benchmark_ends_the_request_at_once(tmp_path, 
 
 def test_short_lived_tools_and_transient_helpers_are_no_failure(tmp_path, servers):
     port = free_port()
-    sp = ServerProcess(_spec(port, "--ready-after", "4", "--helper-after", "0.2:2.0"), tmp_path / "s.log",
+    sp = ServerProcess(fake_spec(port, "--ready-after", "4", "--helper-after", "0.2:2.0"), tmp_path / "s.log",
                        watch=WatchRules(transient_processes=("fake-helper",)))
     servers.append(sp)
     sp.start()
     assert sp.wait_ready(30) >= 3.5 and sp.fatal is None
     # the same helper, not declared transient: it is a member of the tree, and its exit is fatal
-    other = ServerProcess(_spec(free_port(), "--ready-after", "6", "--helper-after", "0.2:2.0"), tmp_path / "o.log")
+    other = ServerProcess(fake_spec(free_port(), "--ready-after", "6", "--helper-after", "0.2:2.0"), tmp_path / "o.log")
     servers.append(other)
     other.start()
     with pytest.raises(ServerFailed, match="fake-helper"):
@@ -145,105 +118,63 @@ def test_with_essential_processes_named_only_they_count(tmp_path, servers):
 
 
 def test_the_first_process_exiting_is_still_reported_as_such(tmp_path, servers):
-    sp = ServerProcess(_spec(free_port(), "--crash-on-start", "4"), tmp_path / "s.log")
+    sp = ServerProcess(fake_spec(free_port(), "--crash-on-start", "4"), tmp_path / "s.log")
     servers.append(sp)
     sp.start()
     with pytest.raises(ServerExited):
         sp.wait_ready(30)
 
 
-def _owner_script(tmp_path: Path, port: int, pid_dir: Path, *extra: str) -> str:
-    return textwrap.dedent(f"""\
-        import sys, time
-        sys.path.insert(0, {REPO!r})
-        from orchestrator.core.launch import LaunchSpec
-        from orchestrator.node.server import ServerProcess, ServerRegistry
-        spec = LaunchSpec(argv=[sys.executable, {FAKE!r}, "--port", "{port}", "--workers", "2",
-                                "--pid-dir", {str(pid_dir)!r}, *{list(extra)!r}], port={port})
-        sp = ServerProcess(spec, {str(tmp_path / 's.log')!r}, ServerRegistry({str(tmp_path / 'reg')!r}))
-        sp.start()
-        print(sp.pid, flush=True)
-        time.sleep(1000)
-        """)
+LOGS = TESTS / "fixtures" / "vllm"
 
 
-@pytest.mark.parametrize("setsid", [False, True], ids=["same-group", "left-the-group"])
-def test_the_whole_tree_dies_within_seconds_of_a_kill_9_of_its_owner(tmp_path, setsid):
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
-    extra = ("--workers-setsid",) if setsid else ()
-    owner = subprocess.Popen([sys.executable, "-c", _owner_script(tmp_path, free_port(), pid_dir, *extra)],
-                             stdout=subprocess.PIPE, text=True)
-    workers: list[int] = []
-    try:
-        front = int(owner.stdout.readline())
-        workers = _pids(pid_dir, 2)
-        time.sleep(1.5)  # the supervisor has seen the whole tree
-        owner.send_signal(signal.SIGKILL)
-        owner.wait(5)
-        t0 = time.monotonic()
-        assert _gone([front, *workers], 20), "a process of the tree outlived its owner by 20 s"
-        print(f"tree gone {time.monotonic() - t0:.2f} s after kill -9 of its owner")
-    finally:
-        owner.kill()
-        kill_pids(workers)
+HEALTHY = ["vllm-0.26.0-h200-tp1-eager-serve.log", "vllm-0.26.0-h200-tp1-graphs-serve.log",
+           "vllm-0.26.0-h200-tp1-graphs-trial.log", "vllm-0.26.0-2xh200-tp2-eager-p2poff-simple-nccl-info.log",
+           "vllm-0.26.0-2xh200-tp2-eager-p2poff-ll-nccl-info.log",
+           "vllm-0.26.0-2xh200-tp2-graphs-p2poff-simple-ring-trial.log"]
 
 
-def test_cleanup_ends_recorded_descendants_that_left_the_group(tmp_path):
-    """The registry keeps the tree the supervisor saw: cleanup needs nothing else."""
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
-    reg = ServerRegistry(tmp_path / "reg")
-    sp = ServerProcess(_spec(free_port(), "--workers", "2", "--pid-dir", str(pid_dir), "--workers-setsid"),
-                       tmp_path / "s.log", reg, supervise=True)
-    sp.start()
-    workers = _pids(pid_dir, 2)
-    try:
-        deadline = time.monotonic() + 10
-        while len(reg.tree(sp.record)) < 3 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert {m.pid for m in reg.tree(sp.record)} >= {sp.pid, *workers}
-        # a driver that died: nobody calls stop(); its supervisor is gone too
-        sp.watch.end()
-        os.kill(sp.supervisor_pid, signal.SIGKILL)
-        os.kill(sp.pid, signal.SIGKILL)
-        sp.proc.wait(5)
-        assert all(proctree.alive(w) for w in workers)  # in sessions of their own: not in the group
-        killed = cleanup_recorded(reg, grace_s=0.5)
-        assert [r.pid for r in killed] == [sp.pid]
-        assert _gone(workers, 5) and reg.records() == []
-    finally:
-        kill_pids(workers)
-        sp._owner_fd = None
+CRASH = "vllm-0.26.0-2xh200-tp2-graphs-p2poff-crash-illegal-address.log"
 
 
-def test_cleanup_command_needs_only_the_study(tmp_path):
-    """`ncclsweep cleanup JOB` with the job's space file gone and an unknown backend kind:
-    the recorded tree (a worker in a session of its own included) is ended."""
-    from conftest import write_job
+def _lines(name: str) -> list[str]:
+    return (LOGS / name).read_text(errors="replace").splitlines()
 
-    job_path = write_job(tmp_path, study="orphans")
-    (tmp_path / "space.yaml").unlink()
-    job_path.write_text(job_path.read_text().replace("kind: refserver", "kind: gone-backend"))
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
-    reg = ServerRegistry(tmp_path / "reports" / "orphans" / "servers")
-    sp = ServerProcess(_spec(free_port(), "--workers", "1", "--pid-dir", str(pid_dir), "--workers-setsid"),
-                       tmp_path / "s.log", reg)
-    sp.start()
-    (worker,) = _pids(pid_dir, 1)
-    try:
-        deadline = time.monotonic() + 10
-        while len(reg.tree(sp.record)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        sp.watch.end()
-        os.kill(sp.supervisor_pid, signal.SIGKILL)  # as after a kill -9 of the whole node's study
-        out = subprocess.run([sys.executable, "-m", "orchestrator", "cleanup", str(job_path)], capture_output=True,
-                             text=True, timeout=60)
-        assert out.returncode == 0, out.stderr
-        assert f"ended server pid {sp.pid}" in out.stdout and "1 server(s) ended" in out.stdout
-        assert _gone([sp.pid, worker], 5)
-    finally:
-        sp._owner_fd = None
-        kill_pids((sp.pid, worker))
-        sp.proc.wait(5)
+
+@pytest.fixture(scope="module")
+def vllm_fatal():
+    return get_backend_class("vllm")({"model": "/models/m", "version": "0.26.0"}).watch_rules().fatal_regex()
+
+
+def test_the_worker_crash_is_found_at_its_first_line(vllm_fatal):
+    lines = _lines(CRASH)
+    i = find_fatal(lines, vllm_fatal)
+    assert i is not None and "WorkerProc hit an exception" in lines[i]
+    assert "21:19:29" in lines[i]  # the moment the workers died, not the end of the log
+    later = [j for j, line in enumerate(lines) if "EngineCore failed to start" in line]
+    assert later and later[0] > i
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_healthy_starts_have_no_fatal_line(name, vllm_fatal):
+    """What the watch reads: the log until the study tears the server down (vLLM logs an
+    EngineDeadError while it shuts down on our SIGTERM; the watch has stopped by then)."""
+    lines = _lines(name)
+    teardown = next((i for i, line in enumerate(lines) if "[shutdown]" in line), len(lines))
+    assert find_fatal(lines[:teardown], vllm_fatal) is None
+
+
+def test_nccl_algo_tree_for_every_collective_kills_vllms_workers(vllm_fatal):
+    """Seen on 2x H200: NCCL_ALGO=Tree applies to every collective, and NCCL has no Tree
+    AllGather (vLLM gathers logits with one at TP > 1): NCCL refuses (invalid usage), the
+    workers die while the API server stays up. The watch sees the worker's line; the trial is
+    the config's fault (nccl-invalid), not a crash to retry. Tuning the all-reduce alone is
+    NCCL_ALGO=allreduce:tree."""
+    name = "vllm-0.26.0-2xh200-tp2-graphs-p2poff-tree-ll-allgather-refused.log"
+    text = (LOGS / name).read_text(errors="replace")
+    lines = text.splitlines()
+    i = find_fatal(lines, vllm_fatal)
+    assert i is not None and "WorkerProc hit an exception" in lines[i]
+    assert nccl.classify_failure(text) == "nccl-invalid"
+    refusal = [ln for ln in lines if "no algorithm/protocol available for function AllGather" in ln]
+    assert refusal and "NCCL_ALGO was set to Tree" in refusal[0]

@@ -1,6 +1,8 @@
-"""The reference server as a real process: HTTP shapes, TP=1 vs TP=2, batching, bad requests.
+"""The reference server's HTTP API (api.py): request parsing in-process (every bad request a
+400 or 404 naming the field), and a real server process: HTTP shapes, TP=1 vs TP=2,
+batching, bad requests, a client that disconnects.
 
-One TP=1 and one TP=2 server (tiny model, max-batch 4) are shared by the whole module.
+One TP=1 and one TP=2 server (tiny model, max-batch 4) are shared by the server tests.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ import time
 import pytest
 from refserver_helpers import TINY, RefServer, get, greedy, post, stream
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+from orchestrator.refserver.api import ApiError, App, parse_completion
+from orchestrator.refserver.presets import BOS_ID
+
+SERVER, SERVER_TIMEOUT = pytest.mark.slow, pytest.mark.timeout(120)  # the tests of the real server processes
 
 PROMPTS = ["The quick brown fox", "Tensor parallel decode, step by step:", "a"]
 
@@ -40,6 +45,8 @@ def tp1(servers):
     return servers[0]
 
 
+@SERVER
+@SERVER_TIMEOUT
 def test_health_models_info(servers):
     s1, s2 = servers
     assert get(s1.port, "/health") == (200, b"")
@@ -53,6 +60,8 @@ def test_health_models_info(servers):
     assert "ready on http://127.0.0.1:" in s1.log()
 
 
+@SERVER
+@SERVER_TIMEOUT
 def test_completion_shape(tp1):
     body = greedy(tp1.port, "Hello", n=5)
     assert set(body) >= {"id", "object", "created", "model", "choices", "usage"}
@@ -64,6 +73,8 @@ def test_completion_shape(tp1):
     assert body["usage"] == {"prompt_tokens": 6, "completion_tokens": 5, "total_tokens": 11}
 
 
+@SERVER
+@SERVER_TIMEOUT
 def test_stream_shape_and_done(tp1):
     n = 6
     events = stream(tp1.port, {"prompt": "Hello", "max_tokens": n, "temperature": 0,
@@ -85,6 +96,8 @@ def test_stream_shape_and_done(tp1):
     assert plain[-1] == "[DONE]" and all(e["choices"] for e in plain[:-1])
 
 
+@SERVER
+@SERVER_TIMEOUT
 def test_tp1_and_tp2_give_identical_greedy_text(servers):
     s1, s2 = servers
     long_prompt = "A prompt longer than one step message holds. " * 4  # 2nd broadcast
@@ -94,6 +107,8 @@ def test_tp1_and_tp2_give_identical_greedy_text(servers):
         assert a == b, prompt
 
 
+@SERVER
+@SERVER_TIMEOUT
 def test_echo_logprobs_scores_a_text(servers):
     s1, s2 = servers
     text = "The reference text to score."
@@ -122,6 +137,8 @@ def test_echo_logprobs_scores_a_text(servers):
     assert b3["choices"][0]["text"].startswith(text)
 
 
+@SERVER
+@SERVER_TIMEOUT
 def test_logprobs_while_generating_and_streaming(tp1):
     st, body = post(tp1.port, {"prompt": "Hi", "max_tokens": 3, "temperature": 0,
                                "logprobs": 1, "ignore_eos": True})
@@ -136,6 +153,8 @@ def test_logprobs_while_generating_and_streaming(tp1):
         pytest.approx(lp["token_logprobs"], abs=1e-4)
 
 
+@SERVER
+@SERVER_TIMEOUT
 def test_concurrent_requests_are_batched(tp1):
     prompts = [f"request number {i}: " for i in range(8)]
     alone = [greedy(tp1.port, p, n=48)["choices"][0]["text"] for p in prompts[:2]]
@@ -159,6 +178,8 @@ def test_concurrent_requests_are_batched(tp1):
     assert stats["max_running"] == 4  # --max-batch 4: the other 4 waited in the queue
 
 
+@SERVER
+@SERVER_TIMEOUT
 def test_bad_requests_get_400_and_server_keeps_serving(servers):
     for s in servers:
         for raw in (b"{not json", b"[1, 2]", json.dumps({"prompt": "x", "max_tokens": 0}).encode(),
@@ -175,12 +196,16 @@ def test_bad_requests_get_400_and_server_keeps_serving(servers):
         assert get(s.port, "/health")[0] == 200
 
 
+@SERVER
+@SERVER_TIMEOUT
 def test_sampling_with_a_seed_is_reproducible(tp1):
     req = {"prompt": "Once", "max_tokens": 16, "temperature": 1.0, "seed": 7, "ignore_eos": True}
     a = post(tp1.port, req)[1]["choices"][0]["text"]
     assert post(tp1.port, req)[1]["choices"][0]["text"] == a
 
 
+@SERVER
+@SERVER_TIMEOUT
 def test_client_disconnect_mid_stream_frees_the_slot(tp1):
     conn = http.client.HTTPConnection("127.0.0.1", tp1.port, timeout=30)
     conn.request("POST", "/v1/completions", json.dumps(
@@ -197,6 +222,8 @@ def test_client_disconnect_mid_stream_frees_the_slot(tp1):
         assert greedy(tp1.port, "after", n=4)["usage"]["completion_tokens"] == 4
 
 
+@SERVER
+@SERVER_TIMEOUT
 def test_greedy_capture_returns_each_token_with_its_runner_up(servers):
     """What the correctness gate's near-tie rule reads: the generated pieces, and per piece
     the server's top candidates with the pick first and a runner-up below it."""
@@ -211,3 +238,41 @@ def test_greedy_capture_returns_each_token_with_its_runner_up(servers):
     # TP=2 (another summation order) picks the same tokens
     other = client.greedy_outputs(f"http://127.0.0.1:{s2.port}", "tiny", PROMPTS[:2], 8, 10, top_logprobs=2)
     assert [g["tokens"] for g in other] == [g["tokens"] for g in got]
+
+
+APP = App(model_name="tiny", vocab=512, max_len=64, info={})
+
+
+@pytest.mark.parametrize("body, status, needle", [
+    ([1, 2], 400, "JSON object"),
+    ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+    ({"prompt": "x", "max_tokens": -1, "echo": True}, 400, "max_tokens"),
+    ({"prompt": "x", "max_tokens": "5"}, 400, "max_tokens"),
+    ({"prompt": "x", "max_tokens": True}, 400, "max_tokens"),
+    ({"prompt": 5}, 400, "prompt"),
+    ({"prompt": []}, 400, "prompt"),
+    ({"prompt": [1, 600]}, 400, "vocab"),
+    ({"prompt": "x", "temperature": -1}, 400, "temperature"),
+    ({"prompt": "x", "stream": "yes"}, 400, "stream"),
+    ({"prompt": "x", "logprobs": 50}, 400, "logprobs"),
+    ({"prompt": "x", "n": 2}, 400, "n must be 1"),
+    ({"prompt": "x", "stream_options": {"include_usage": 1}}, 400, "include_usage"),
+    ({"prompt": "x", "max_tokens": 100}, 400, "maximum context length"),
+    ({"prompt": "x", "model": "other"}, 404, "does not exist"),
+])
+def test_bad_requests(body, status, needle):
+    with pytest.raises(ApiError) as info:
+        parse_completion(body, APP)
+    assert info.value.status == status and needle in info.value.message
+
+
+def test_good_requests():
+    req, opts = parse_completion({"prompt": "Hi", "max_tokens": 3, "temperature": 0,
+                                  "model": "tiny", "unknown_field": {"x": 1}}, APP)
+    assert req.prompt == [BOS_ID, 72, 105] and req.max_tokens == 3 and not opts["stream"]
+    req, opts = parse_completion({"prompt": [5, 6], "max_tokens": 0, "echo": True,
+                                  "logprobs": 1}, APP)
+    assert req.prompt == [5, 6] and req.prompt_logprobs and opts["echo"]
+    req, _ = parse_completion({"prompt": ["Hi"]}, APP)
+    assert req.max_tokens == 16 and req.temperature == 1.0
+    json.dumps(opts)

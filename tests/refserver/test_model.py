@@ -1,8 +1,13 @@
-"""Reference server parts in-process (no server): presets, tokenizer, model, request parsing.
+"""One tensor-parallel shard of the reference server's model (model.py), in-process:
+deterministic weights, prefill against token-by-token decode, batched decode, a summation
+order change that keeps every greedy token and a shard-order bug (the garbage fault) that
+does not, the fused kernels chosen only on CUDA, the KV buckets. On a CUDA GPU, real servers
+with NCCL and CUDA graphs: graph replay matches eager, garbage does not, batches through
+graphs (skipped without a GPU).
 
-Tensor parallelism is simulated here with one thread per rank and a barrier all-reduce,
-so "TP=2 computes the same greedy tokens as TP=1" is checked in milliseconds; the real
-multi-process check is in test_refserver_server.py.
+Tensor parallelism is simulated in-process with one thread per rank and a barrier
+all-reduce, so "TP=2 computes the same greedy tokens as TP=1" is checked in milliseconds;
+the real multi-process check is in test_api.py.
 """
 
 from __future__ import annotations
@@ -14,15 +19,14 @@ import sys
 import threading
 
 import pytest
+from refserver_helpers import NCCL_ENV, TINY, RefServer, get, on_cuda, post, tp_max
+from refserver_helpers import greedy as http_greedy
 
-from orchestrator.refserver.presets import BOS_ID, EOS_ID, PRESETS, ModelDims
+from orchestrator.refserver.presets import BOS_ID, PRESETS
 
 torch = pytest.importorskip("torch")
 
-from orchestrator.refserver.api import ApiError, App, parse_completion  # noqa: E402
-from orchestrator.refserver.cli import BadFlag, Fault, parse_settings  # noqa: E402
 from orchestrator.refserver.model import ShardedLlama, fused_choice, kv_buckets  # noqa: E402
-from orchestrator.refserver.tokenizer import ByteTokenizer  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -32,75 +36,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-# ---- presets -----------------------------------------------------------------------------
-
-
-def test_presets_module_does_not_import_torch():
-    code = ("import sys, orchestrator.refserver.presets as p; "
-            "assert 'torch' not in sys.modules; print(sorted(p.PRESETS))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
-    assert out.strip() == "['1b', '8b', 'tiny']"
-
-
-def test_preset_sizes_match_the_llama_models():
-    assert PRESETS["1b"].param_count() == pytest.approx(1.236e9, rel=0.01)  # Llama-3.2-1B
-    assert PRESETS["8b"].param_count() == pytest.approx(8.03e9, rel=0.01)  # Llama-3-8B
-    tiny = PRESETS["tiny"]
-    assert tiny.param_count() < 5e6
-    assert tiny.allreduces_per_step() == 2 * tiny.layers == 8
-    assert (tiny.heads, tiny.kv_heads) == (8, 4)
-
-
-def test_weight_bytes_counts_layers_and_head_not_the_whole_embedding():
-    d = PRESETS["8b"]
-    bf16 = d.weight_bytes(2)
-    assert bf16 == pytest.approx(2 * (d.param_count() - d.vocab * d.hidden), rel=1e-3)
-    assert d.weight_bytes(4) == 2 * bf16
-    assert d.kv_bytes_per_token(2) == 2 * 32 * 8 * 128 * 2
-    facts = d.model_facts("bfloat16")
-    assert facts["bytes_per_token"] == bf16 and facts["allreduces_per_step"] == 64
-    assert facts["hidden_size"] == 4096 and facts["dtype_bytes"] == 2
-
-
-def test_tp_rules():
-    tiny = PRESETS["tiny"]
-    assert tiny.allowed_tp(8) == [1, 2, 4]
-    assert tiny.tp_error(2) is None
-    assert "heads" in tiny.tp_error(3)
-    assert PRESETS["8b"].allowed_tp(8) == [1, 2, 4, 8]
-
-
-def test_dims_override_and_validation():
-    d = PRESETS["tiny"].with_overrides(layers=2, hidden=None)
-    assert isinstance(d, ModelDims) and d.layers == 2 and d.hidden == 256
-    assert "--kv-heads" in PRESETS["tiny"].with_overrides(kv_heads=3).dims_error()
-    assert "--vocab" in PRESETS["tiny"].with_overrides(vocab=100).dims_error()
-
-
-# ---- tokenizer ---------------------------------------------------------------------------
-
-
-def test_tokenizer_round_trips_printable_ascii():
-    tok = ByteTokenizer(512)
-    text = "".join(chr(c) for c in range(32, 127)) + "\nline two\t."
-    ids = tok.encode(text)
-    assert ids[0] == BOS_ID and all(i < 256 for i in ids[1:])
-    assert tok.decode(ids) == text
-    assert tok.decode(tok.encode(text, add_bos=False)) == text
-
-
-def test_tokenizer_high_ids_are_printable_and_deterministic():
-    tok = ByteTokenizer(128256)
-    pieces = [tok.piece(i) for i in range(EOS_ID + 1, 128256, 997)]
-    assert all(p.startswith(" ") and p[1:].isalpha() and p.isprintable() for p in pieces)
-    assert tok.piece(EOS_ID) == "" and tok.piece(BOS_ID) == ""
-    assert ByteTokenizer(128256).piece(300) == tok.piece(300)
-    assert tok.piece(7) == "<0x07>"
-    with pytest.raises(ValueError):
-        tok.piece(128256)
 
 
 # ---- model -------------------------------------------------------------------------------
@@ -259,62 +194,77 @@ def test_kv_buckets():
     assert kv_buckets(100) == [100]
 
 
-# ---- flags and requests -------------------------------------------------------------------
+# ---- the CUDA path: real servers with NCCL and CUDA graphs (skipped without a GPU) ------------
+
+CUDA_PROMPTS = ["The quick brown fox", "Tensor parallel decode, step by step:", "a"]
 
 
-def test_fault_parse():
-    assert Fault.parse("crash-after:3") == Fault("crash-after", 3)
-    assert Fault.parse("slow-start") == Fault("slow-start", 8)
-    assert Fault.parse("slow-start:1.5") == Fault("slow-start", 1.5)
-    assert Fault.parse("hang-in-decode") == Fault("hang-in-decode", 4)
-    assert Fault.parse("garbage") == Fault("garbage", None)
-    for bad in ("crash-after", "crash-after:0", "garbage:2", "nope", "slow-start:x"):
-        with pytest.raises(BadFlag, match="--fault"):
-            Fault.parse(bad)
+@pytest.fixture(scope="module")
+def cuda_servers(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("refserver-gpu")
+    tp = str(tp_max())
+    common = [*TINY, "--device", "cuda", "--dtype", "float32", "--max-batch", "16"]
+    eager = RefServer([*common, "--tp", "1"], logs, "eager", env=NCCL_ENV)
+    graph = RefServer([*common, "--tp", tp, "--graph-capture", "--capture-sizes", "1,2,4,8"],
+                      logs, "graph", env=NCCL_ENV)
+    garbage = RefServer([*common, "--tp", tp, "--graph-capture", "--fault", "garbage"],
+                        logs, "garbage", env=NCCL_ENV)
+    try:
+        for s in (eager, graph, garbage):
+            s.start()
+        for s in (eager, graph, garbage):
+            s.wait_healthy(180)
+        yield eager, graph, garbage
+    finally:
+        for s in (eager, graph, garbage):
+            s.stop()
 
 
-def test_settings_defaults_and_overrides():
-    s = parse_settings(["--model", "tiny", "--tp", "2", "--layers", "2", "--port", "9000"])
-    assert (s.tp, s.dims.layers, s.dims.hidden, s.dtype, s.device) == (2, 2, 256, "float32", "cpu")
-    assert s.model_name == "tiny" and s.max_batch == 64
-    s = parse_settings(["--served-model-name", "m", "--capture-sizes", "8,1,4,64",
-                        "--max-batch", "16"])
-    assert s.model_name == "m" and s.capture_sizes == (1, 4, 8)
+@on_cuda
+def test_nccl_initialises_and_logs_the_environment(cuda_servers):
+    _, graph, _ = cuda_servers
+    log = graph.log()
+    assert "NCCL version" in log
+    assert "NCCL_PROTO set by environment to Simple" in log
+    assert "captured" in log and "CUDA graphs" in log
+    info = json.loads(get(graph.port, "/info")[1])
+    assert info["graph_capture"] and info["nccl_env"]["NCCL_PROTO"] == "Simple"
 
 
-APP = App(model_name="tiny", vocab=512, max_len=64, info={})
+@on_cuda
+def test_graph_replay_matches_eager_and_garbage_does_not(cuda_servers):
+    eager, graph, garbage = cuda_servers
+    for prompt in CUDA_PROMPTS:
+        want = http_greedy(eager.port, prompt, n=32)["choices"][0]["text"]
+        assert http_greedy(graph.port, prompt, n=32)["choices"][0]["text"] == want, prompt
+        assert http_greedy(garbage.port, prompt, n=32)["choices"][0]["text"] != want, prompt
 
 
-@pytest.mark.parametrize("body, status, needle", [
-    ([1, 2], 400, "JSON object"),
-    ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
-    ({"prompt": "x", "max_tokens": -1, "echo": True}, 400, "max_tokens"),
-    ({"prompt": "x", "max_tokens": "5"}, 400, "max_tokens"),
-    ({"prompt": "x", "max_tokens": True}, 400, "max_tokens"),
-    ({"prompt": 5}, 400, "prompt"),
-    ({"prompt": []}, 400, "prompt"),
-    ({"prompt": [1, 600]}, 400, "vocab"),
-    ({"prompt": "x", "temperature": -1}, 400, "temperature"),
-    ({"prompt": "x", "stream": "yes"}, 400, "stream"),
-    ({"prompt": "x", "logprobs": 50}, 400, "logprobs"),
-    ({"prompt": "x", "n": 2}, 400, "n must be 1"),
-    ({"prompt": "x", "stream_options": {"include_usage": 1}}, 400, "include_usage"),
-    ({"prompt": "x", "max_tokens": 100}, 400, "maximum context length"),
-    ({"prompt": "x", "model": "other"}, 404, "does not exist"),
-])
-def test_bad_requests(body, status, needle):
-    with pytest.raises(ApiError) as info:
-        parse_completion(body, APP)
-    assert info.value.status == status and needle in info.value.message
+@on_cuda
+def test_echo_logprobs_agree_between_eager_and_graph(cuda_servers):
+    eager, graph, _ = cuda_servers
+    req = {"prompt": "The reference text to score.", "max_tokens": 0, "echo": True,
+           "logprobs": 1}
+    a = post(eager.port, req)[1]["choices"][0]["logprobs"]["token_logprobs"][1:]
+    b = post(graph.port, req)[1]["choices"][0]["logprobs"]["token_logprobs"][1:]
+    assert a == pytest.approx(b, abs=1e-3)
 
 
-def test_good_requests():
-    req, opts = parse_completion({"prompt": "Hi", "max_tokens": 3, "temperature": 0,
-                                  "model": "tiny", "unknown_field": {"x": 1}}, APP)
-    assert req.prompt == [BOS_ID, 72, 105] and req.max_tokens == 3 and not opts["stream"]
-    req, opts = parse_completion({"prompt": [5, 6], "max_tokens": 0, "echo": True,
-                                  "logprobs": 1}, APP)
-    assert req.prompt == [5, 6] and req.prompt_logprobs and opts["echo"]
-    req, _ = parse_completion({"prompt": ["Hi"]}, APP)
-    assert req.max_tokens == 16 and req.temperature == 1.0
-    json.dumps(opts)
+@on_cuda
+@pytest.mark.parametrize("concurrency", [3, 12])  # padded to a captured size / above them
+def test_concurrent_batches_through_graphs(cuda_servers, concurrency):
+    eager, graph, _ = cuda_servers
+    prompts = [f"request {i}" for i in range(concurrency)]
+    out: dict[int, str] = {}
+
+    def run(i):
+        out[i] = http_greedy(graph.port, prompts[i], n=16)["choices"][0]["text"]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sorted(out) == list(range(concurrency))
+    for i in (0, concurrency - 1):
+        assert out[i] == http_greedy(eager.port, prompts[i], n=16)["choices"][0]["text"]

@@ -1,22 +1,17 @@
 """compare: which trials ``--also`` adds, and how the table shows them (no servers here; the
-end-to-end run with real servers is in test_study_e2e.py)."""
+end-to-end run with real servers is in tests/e2e/test_study_e2e.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import pytest
+import recorded_study as fx  # a real journal study with every outcome
 
-from conftest import TESTS
-from orchestrator.cli import main, parse_also
+from orchestrator.cli import main
 from orchestrator.core.errors import BadInput
 from orchestrator.results.compare import _also_rows, check_constraints, format_compare, summarize
 from orchestrator.study import history, storage
-
-_spec = importlib.util.spec_from_file_location("_history_fixture", TESTS / "study" / "test_history.py")
-fx = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fx)
 
 
 @pytest.fixture(scope="module")
@@ -66,15 +61,6 @@ def test_compare_also_the_baseline_is_one_line_before_any_launch(tmp_path, capsy
 def test_also_refuses_a_trial_that_is_not_a_ranked_measurement(rows, number):
     with pytest.raises(BadInput, match=rf"trial {number} is not a measured, ranked trial.*ranked trials: "):
         _pick(rows, [number])
-
-
-def test_also_parsing(capsys):
-    assert parse_also(None) is None and parse_also("ties") == "ties" and parse_also("4, 6") == [4, 6]
-    with pytest.raises(BadInput, match="comma-separated trial numbers or 'ties'"):
-        parse_also("best")
-    assert main(["compare", str(TESTS.parent / "jobs" / "demo.yaml"), "--also", "x"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--also takes comma-separated trial numbers or 'ties', not 'x'" in err[0]
 
 
 def _rounds(per_config: dict[str, dict[int, list[float]]]) -> list[dict]:

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shlex
 
 import optuna
 import pytest
+import recorded_study as fx  # a real journal study with every outcome
 import yaml
 
-from conftest import TESTS
 from orchestrator.backends.refserver import RefServerBackend
 from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.results.export import export, load_config_file, nccl_tuner_rules
 from orchestrator.study import history, storage
-
-_spec = importlib.util.spec_from_file_location("_history_fixture", TESTS / "study" / "test_history.py")
-fx = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fx)
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +127,7 @@ def test_nccl_tuner_rule_variants():
 def test_nccl_tuner_without_nccl_settings_is_a_comment(tmp_path):
     job = fx.make_job(tmp_path)
     study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
-    policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
+    policy = fx.SearchPolicy(study, fx.Space(), lambda c: dict(c), baseline=None, budget=None)
     cfg = {"tp_size": 1, "graph_capture": True}
     fx.record(study, policy, cfg, fx.ok(cfg, 12.0), baseline=True)
     text = export(job, history.trial_rows(study), "nccl-tuner")
@@ -143,7 +138,7 @@ def test_nccl_tuner_without_nccl_settings_is_a_comment(tmp_path):
 def test_no_completed_trial(tmp_path):
     job = fx.make_job(tmp_path)
     study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
-    policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
+    policy = fx.SearchPolicy(study, fx.Space(), lambda c: dict(c), baseline=None, budget=None)
     fx.record(study, policy, fx.BASE, fx.failed(fx.BASE, "start-crash", "exit 1"))
     rows = history.trial_rows(study)
     for fmt in ("env", "yaml", "json", "cmd", "nccl-tuner"):

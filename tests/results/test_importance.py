@@ -7,21 +7,15 @@ Optuna's default evaluator (PED-ANOVA) ranks the slot count first on this study.
 
 from __future__ import annotations
 
-import importlib.util
-
 import optuna
 import pytest
+import recorded_study as fx  # a real journal study with every outcome
 
-from conftest import TESTS
 from orchestrator.core.records import TrialResult
 from orchestrator.results.importance import effects_given_top, explained_share, knob_effects, span_text
 from orchestrator.results.report import write_report
 from orchestrator.study import history, storage
 from orchestrator.study.policy import SearchPolicy
-
-_spec = importlib.util.spec_from_file_location("_history_fixture", TESTS / "study" / "test_history.py")
-fx = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fx)
 
 CHOICES = {"graph_capture": [False, True], "capture_sizes": ["1,2,4,8", "1,2,4,8,16,32,64"],
            "backend.max_batch": [64, 256], "tp_size": [1]}
@@ -34,7 +28,7 @@ def _record(study, policy, config, result, baseline=False):
 
 
 def _policy(study):
-    return SearchPolicy(study, fx._Space(CHOICES), lambda c: dict(c), baseline=None, budget=None)
+    return SearchPolicy(study, fx.Space(CHOICES), lambda c: dict(c), baseline=None, budget=None)
 
 
 @pytest.fixture(scope="module")

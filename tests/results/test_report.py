@@ -12,15 +12,12 @@ import shutil
 import optuna
 import pandas as pd
 import pytest
+import recorded_study as fx  # a real journal study with every outcome
 
 from conftest import TESTS
 from orchestrator.results.compare import summarize
 from orchestrator.results.report import write_report
 from orchestrator.study import storage
-
-_spec = importlib.util.spec_from_file_location("_history_fixture", TESTS / "study" / "test_history.py")
-fx = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fx)
 
 EXPECTED = {"trials.csv", "history.png", "params.png", "importance.png", "timeline.png", "report.md", "report.html"}
 
@@ -163,7 +160,7 @@ def test_storage_still_opens_with_optunas_loader(report):
 def test_report_of_a_study_where_everything_failed(tmp_path):
     job = fx.make_job(tmp_path)
     study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
-    policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
+    policy = fx.SearchPolicy(study, fx.Space(), lambda c: dict(c), baseline=None, budget=None)
     fx.record(study, policy, fx.BASE, fx.failed(fx.BASE, "start-crash", "exit 1"), baseline=True)
     fx.record(study, policy, fx.BEST, fx.ok(fx.BEST, 50.0, at=60))
     paths = write_report(job, study=study)
@@ -178,7 +175,7 @@ def test_report_of_a_study_where_everything_failed(tmp_path):
 def test_runners_up_within_the_noise_of_the_best_are_named(tmp_path):
     job = fx.make_job(tmp_path)
     study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
-    policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
+    policy = fx.SearchPolicy(study, fx.Space(), lambda c: dict(c), baseline=None, budget=None)
     near = {**fx.BEST, "env.NCCL_ALGO": "Tree"}
     far = {**fx.BASE, "graph_capture": True}
     fx.record(study, policy, fx.BASE, fx.ok(fx.BASE, 20.0), baseline=True)
@@ -200,7 +197,7 @@ def test_a_best_beyond_the_noise_of_the_rest_names_no_runner_up(report):
 def test_failures_section_when_trials_were_only_stopped_early(tmp_path):
     job = fx.make_job(tmp_path)
     study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
-    policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
+    policy = fx.SearchPolicy(study, fx.Space(), lambda c: dict(c), baseline=None, budget=None)
     fx.record(study, policy, fx.BASE, fx.ok(fx.BASE, 20.0), baseline=True)
     pruned = fx.TrialResult(outcome="PRUNED", config=dict(fx.BEST), value=5.0, failure_reason="first repeat low",
                             metrics={"decode_tok_s": 5.0, "repeats": 1}, started_at=fx.T0 + 70,
@@ -254,7 +251,7 @@ def test_html_screenshot_shows_the_plots(report, tmp_path):
 def _one_trial_study(tmp_path):
     job = fx.make_job(tmp_path)
     study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
-    policy = fx.SearchPolicy(study, fx._Space(), lambda c: dict(c), baseline=None, budget=None)
+    policy = fx.SearchPolicy(study, fx.Space(), lambda c: dict(c), baseline=None, budget=None)
     fx.record(study, policy, fx.BASE, fx.ok(fx.BASE, 20.0), baseline=True)
     job.report_dir.mkdir(parents=True, exist_ok=True)
     return job, study

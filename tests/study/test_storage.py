@@ -1,22 +1,28 @@
-"""A study's identity: where the server is found is not part of it (a full path set as the
-pre-flight advises opens the same study); studies recorded by earlier versions, whose
-fingerprint counted every setting, open unchanged and are upgraded; a study without a
-finished trial takes the job's new settings; a different model or space with finished
-trials is refused (exit 2). Real journals: the GPU studies under docs/gpu and the CPU study
-under tests/data/recorded, opened through ``open_study`` as ``ncclsweep run`` does."""
+"""Study storage: a journal file opens as optuna-dashboard opens it, an RDB URL passes, and
+reading never creates a study or a folder. A study's identity: where the server is found is
+not part of it (a full path set as the pre-flight advises opens the same study); studies
+recorded by earlier versions, whose fingerprint counted every setting, open unchanged and
+are upgraded; a study without a finished trial takes the job's new settings; a different
+model or space with finished trials is refused (exit 2). Real journals: the GPU studies
+under docs/gpu and the CPU study under tests/data/recorded, opened through ``open_study`` as
+``ncclsweep run`` does."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import optuna
 import pytest
 import yaml
+from optuna.trial import TrialState
+from recorded_study import build_study, make_job
 
 from conftest import write_job
 from orchestrator.config.job import load_job
-from orchestrator.core.errors import BadInput
+from orchestrator.core.errors import BadInput, RuntimeFailure
+from orchestrator.study import history, storage
 from orchestrator.study.storage import FINGERPRINT_ATTR, legacy_fingerprint, open_study, space_fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,3 +105,36 @@ def test_reading_a_study_writes_nothing(tmp_path):
     before = job.journal_path.read_bytes()
     open_study(job, create=False)
     assert job.journal_path.read_bytes() == before
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One study for the module: these tests only read it."""
+    job, study = build_study(tmp_path_factory.mktemp("history"))
+    return job, history.trial_rows(storage.load_study(job))
+
+
+def test_storage_opens_like_optuna_dashboard(built):
+    """optuna-dashboard takes the journal file path and opens it with JournalFileBackend."""
+    job, _rows = built
+    path = storage.journal_path(job.storage)
+    journal = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+    study = optuna.load_study(study_name="demo", storage=journal)
+    assert len(study.trials) == 13
+    assert storage.dashboard_command(job.storage) == f"optuna-dashboard {path}"
+    assert {t.state for t in study.trials} >= {TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED}
+
+
+def test_open_storage_rdb_and_errors(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    assert storage.storage_for(url) == url
+    with pytest.raises(BadInput):
+        storage.storage_for("not-a-storage")
+    missing = SimpleNamespace(study="x", storage=f"journal:{tmp_path / 'none' / 'study.journal'}")
+    with pytest.raises(RuntimeFailure, match="no study storage"):
+        storage.load_study(missing)
+    assert not (tmp_path / "none").exists()  # reading never creates
+    job = make_job(tmp_path)
+    optuna.create_study(study_name="other", storage=storage.storage_for(job.storage))
+    with pytest.raises(RuntimeFailure, match="no study named 'demo'"):
+        storage.load_study(job)

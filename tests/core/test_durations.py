@@ -3,11 +3,9 @@ with the key path and the forms allowed, formatted back for the user."""
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
-from orchestrator.core.durations import argparse_duration, format_duration, parse_duration
+from orchestrator.core.durations import format_duration, parse_duration
 from orchestrator.core.errors import BadInput
 
 
@@ -28,8 +26,5 @@ def test_parse_duration_rejects(text):
 
 def test_duration_helpers():
     assert parse_duration(0, allow_zero=True) == 0
-    assert argparse_duration("8h") == 28800
-    with pytest.raises(argparse.ArgumentTypeError):
-        argparse_duration("soon")
     assert [format_duration(s) for s in (5400, 90, 0.25, 3600, 86400 + 60, None)] == \
         ["1h30m", "1m30s", "0.25s", "1h", "1d0h1m", "-"]

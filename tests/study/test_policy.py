@@ -89,7 +89,7 @@ def test_baseline_is_the_first_trial_and_marked():
     assert p.config == normalize(BASELINE) and p.role == "baseline"
     assert p.trial.user_attrs["is_baseline"] is True
     policy.record(p, ok(p))
-    assert policy.baseline_value() == value_of(p.config)
+    assert policy.baseline_trial().value == value_of(p.config)
 
 
 def test_complete_result_stored_as_user_attrs_and_constraint():
@@ -115,7 +115,7 @@ def test_config_failure_is_infeasible_complete_never_best_and_never_relaunched()
     assert frozen.constraints == {CONSTRAINT: 1.0}
     assert frozen.user_attrs["outcome"] == FAIL and frozen.user_attrs["counted"] is True
     assert policy.best() is None
-    assert p.key in policy.measured_keys()
+    assert [r.number for r in policy.rows() if r.config_key == p.key and r.counted] == [p.number]  # its answer
     # the sampler proposes the failed config again: answered from the study, not launched
     study.enqueue_trial(dict(p.trial.params))
     again = policy.next()
@@ -147,7 +147,7 @@ def test_interrupted_is_optuna_fail_uncounted_and_requeued_once():
     frozen = policy.record(p, TrialResult.failed(p.config, "interrupted", "driver killed"))
     assert frozen.state == TrialState.FAIL
     assert frozen.user_attrs["counted"] is False and frozen.user_attrs["outcome"] == FAIL
-    assert p.key not in policy.measured_keys() and policy.budget_used() == 0
+    assert not [r for r in policy.rows() if r.config_key == p.key and r.counted] and policy.budget_used() == 0
     assert policy.requeue(p.config) is True  # a normalized config works (values case-folded)
     assert policy.requeue(p) is False  # at most once
     again = policy.next()
@@ -166,7 +166,10 @@ def test_pruned_reports_intermediate_first():
     frozen = policy.record(q, res)
     assert frozen.state == TrialState.PRUNED and frozen.intermediate_values == {1: 20.0}
     assert frozen.user_attrs["counted"] is True and frozen.user_attrs["outcome"] == PRUNED
-    assert q.key in policy.measured_keys()  # clearly worse: not launched again
+    study.enqueue_trial(dict(q.trial.params))  # clearly worse: not launched again, answered from the study
+    again = policy.next()
+    assert again.cached is not None and again.cached_from == q.number and again.cached.outcome == PRUNED
+    policy.record(again, again.cached, counted=False)
     assert policy.best().value == 50.0
 
 
@@ -230,7 +233,7 @@ def test_budget_counts_launches_not_cached_answers():
     policy.record(dup, dup.cached, counted=False)
     drive(policy)
     assert policy.budget_used() == 3 and policy.budget_reached and not policy.exhausted
-    assert len(policy.counted_trials()) == 3
+    assert len([r for r in policy.rows() if r.counted]) == 3
     assert policy.next() is None
 
 

@@ -8,10 +8,9 @@ import json
 
 import pytest
 
-from conftest import write_job
+from conftest import run_in_process, write_job
 from orchestrator.config.job import load_job
 from orchestrator.driver.prescreen import dropped_settings, format_prescreen, run_prescreen, setting_key
-from orchestrator.driver.run import StudyDriver
 from orchestrator.study.history import trial_rows
 from orchestrator.study.storage import open_study
 
@@ -49,10 +48,10 @@ def test_probe_measures_each_setting_in_fresh_processes(tmp_path):
 
 
 @pytest.mark.slow
-def test_study_never_launches_a_dropped_setting(tmp_path, ray_local, no_leftover_servers):
+def test_study_never_launches_a_dropped_setting(tmp_path, no_leftover_servers):
     job = load_job(write_job(tmp_path, study="psstudy", space_text=SPACE, baseline={"tp_size": 1},
                              budget={"trials": 3}, prescreen={"enabled": True, "keep_within": 1.0}))
-    StudyDriver(job, out=io.StringIO()).run()
+    run_in_process(job, out=io.StringIO())
     data = json.loads((tmp_path / "reports" / "psstudy" / "prescreen.json").read_text())
     fastest = min(data["rows"], key=lambda r: r["latency_us"])["env.NCCL_PROTO"]
     rows = trial_rows(open_study(job, create=False))

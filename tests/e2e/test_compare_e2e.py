@@ -1,4 +1,4 @@
-"""compare end to end with real parts: a study of the reference server on CPU (Ray, Optuna
+"""compare end to end with real parts: a study of the reference server on CPU (Optuna
 journal), then ``ncclsweep compare`` relaunching real servers: on a job with outcome
 constraints it completes and writes compare.json; killed mid-way, the finished launches are
 on disk."""
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import os
 import re
 import signal
@@ -18,10 +17,9 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from conftest import REPO, write_job
+from conftest import REPO, run_in_process, write_job
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
-from orchestrator.driver.run import StudyDriver
 from orchestrator.study.history import best_rows, trial_rows
 from orchestrator.study.storage import open_study
 
@@ -29,14 +27,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def constrained(tmp_path_factory, _ray_session):
+def constrained(tmp_path_factory):
     """A finished two-trial study of a job with ``constraints:`` (best >= 0.5x baseline at
-    concurrency 2); returns (job path, report dir)."""
-    import ray
-
-    if not ray.is_initialized():
-        ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level=logging.WARNING,
-                 log_to_driver=False)
+    concurrency 2), run on this host without Ray; returns (job path, report dir)."""
     tmp = tmp_path_factory.mktemp("compare-e2e")
     job_path = write_job(tmp, study="cmp", space_text="params:\n  backend.max_batch: {choices: [4, 8]}\n",
                          baseline={"backend.max_batch": 8}, budget={"trials": 2},
@@ -46,7 +39,7 @@ def constrained(tmp_path_factory, _ray_session):
     job = load_job(job_path)
     assert job.constraints and not isinstance(job.constraints[0], dict)  # the dataclass compare once subscripted
     out = io.StringIO()
-    StudyDriver(job, out=out).run()
+    run_in_process(job, out=out)
     rows = trial_rows(open_study(job, create=False))
     assert best_rows(rows, 1), rows
     # the run's last line states the best's ratio with its interval, "beyond noise" only beyond it

@@ -7,9 +7,8 @@ import io
 
 import pytest
 
-from conftest import write_job
+from conftest import run_in_process, write_job
 from orchestrator.config.job import load_job
-from orchestrator.driver.run import StudyDriver
 from orchestrator.study.history import best_rows, trial_rows
 from orchestrator.study.storage import open_study
 
@@ -31,7 +30,7 @@ EXPECTED = {
 }
 
 
-def test_each_fault_gets_its_state_and_the_study_continues(tmp_path, ray_local, no_leftover_servers):
+def test_each_fault_gets_its_state_and_the_study_continues(tmp_path, no_leftover_servers):
     job_path = write_job(
         tmp_path, study="faults", space_text=SPACE, baseline={"backend.fault": "none"},
         budget={"trials": 7}, sampler={"name": "bruteforce", "seed": 0},
@@ -40,7 +39,7 @@ def test_each_fault_gets_its_state_and_the_study_continues(tmp_path, ray_local, 
         max_consecutive_failures=10)
     job = load_job(job_path)
     out = io.StringIO()
-    StudyDriver(job, out=out).run()
+    run_in_process(job, out=out)
     rows = [r for r in trial_rows(open_study(job, create=False)) if r.counted]
     got = {r.params["backend.fault"]: (r.state, r.failure_kind) for r in rows}
     assert got == EXPECTED, out.getvalue()
@@ -61,5 +60,5 @@ def test_each_fault_gets_its_state_and_the_study_continues(tmp_path, ray_local, 
         assert "re-queued once" in runs[0].failure_reason
     # failed configs are never best, and a bigger budget proposes nothing new: space exhausted
     assert {b.params["backend.fault"] for b in best_rows(rows, 5)} <= {"none", "slow-start:3"}
-    summary = StudyDriver(job, trials=9, out=io.StringIO()).run()
+    summary = run_in_process(job, trials=9, out=io.StringIO())
     assert summary.reason == "space exhausted" and summary.launched == 0

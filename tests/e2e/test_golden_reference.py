@@ -1,7 +1,8 @@
-"""The golden reference in studies of real reference servers (through `ncclsweep run`, real
-Ray, real journals): an unusable or outvoted reference stops the study at once with one line
-naming the cause, never moving to another trial; a reference config the job names gates the
-study; a disputed reference crowns no config; nothing wrong is exported."""
+"""The golden reference in studies of real reference servers (through `ncclsweep run` on real
+Ray, and a reference config through the driver in this process; real journals): an unusable
+or outvoted reference stops the study at once with one line naming the cause, never moving
+to another trial; a reference config the job names gates the study; a disputed reference
+crowns no config; nothing wrong is exported."""
 
 from __future__ import annotations
 
@@ -10,10 +11,9 @@ from contextlib import redirect_stderr
 
 import pytest
 
-from conftest import write_job
+from conftest import run_in_process, write_job
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
-from orchestrator.driver.run import StudyDriver
 from orchestrator.study.history import best_rows, trial_rows
 from orchestrator.study.storage import GOLDEN_ATTR, open_study
 
@@ -68,8 +68,7 @@ def test_a_crashing_baseline_stops_at_once_and_is_measured_again_next_run(tmp_pa
 
 
 @pytest.mark.slow
-def test_a_reference_config_the_job_names_is_captured_first_and_gates_the_study(tmp_path, ray_local,
-                                                                              no_leftover_servers):
+def test_a_reference_config_the_job_names_is_captured_first_and_gates_the_study(tmp_path, no_leftover_servers):
     """correctness.reference: a config (here 2 threads, the baseline 1): one launch of it
     captures the golden reference before anything else; it is not a trial of the study."""
     job_path = write_job(tmp_path, study="refconfig", budget={"trials": 2},
@@ -77,7 +76,7 @@ def test_a_reference_config_the_job_names_is_captured_first_and_gates_the_study(
                                       "prompts": ["The quick brown fox", "Once upon a time"]})
     job = load_job(job_path)
     out = io.StringIO()
-    StudyDriver(job, out=out).run()
+    run_in_process(job, out=out)
     study = open_study(job, create=False)
     rows = trial_rows(study)
     ref = [r for r in rows if not r.counted and r.cached_from is None]

@@ -1,6 +1,7 @@
-"""Issue acceptance, end to end (real driver, real Ray, real multi-process servers through the
-command backend): a worker that dies while the front stays up fails the trial in seconds,
-not after the start-up timeout; a kill -9 of the driver leaves nothing of the tree."""
+"""Issue acceptance, end to end (a real driver, real multi-process servers through the command
+backend): a worker that dies while the front stays up fails the trial in seconds, not after
+the start-up timeout (the driver's trials in this process); a kill -9 of `ncclsweep run`
+(real Ray) leaves nothing of the tree."""
 
 from __future__ import annotations
 
@@ -14,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TESTS, kill_pids, write_job
+from conftest import TESTS, kill_pids, run_in_process, write_job
 from orchestrator.config.job import load_job
-from orchestrator.driver.run import StudyDriver
 from orchestrator.node import proctree
 from orchestrator.study.history import trial_rows
 from orchestrator.study.storage import open_study
@@ -37,14 +37,14 @@ def _worker_pids(pid_dir: Path) -> list[int]:
     return [int(p.read_text()) for p in sorted(pid_dir.glob("worker-*.pid")) if p.read_text().strip()]
 
 
-def test_a_dead_worker_ends_the_trial_long_before_the_startup_timeout(tmp_path, ray_local):
+def test_a_dead_worker_ends_the_trial_long_before_the_startup_timeout(tmp_path):
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     job = load_job(_command_job(tmp_path, "deadworker", "--ready-after", "600", "--workers", "2",
                                 "--pid-dir", str(pid_dir), "--worker-dies-after", "2",
                                 budget={"trials": 1}, timeouts={"startup": "150s", "bench": "30s", "teardown": "5s"}))
     t0 = time.monotonic()
-    StudyDriver(job, out=io.StringIO()).run()
+    run_in_process(job, out=io.StringIO())
     took = time.monotonic() - t0
     (row,) = [r for r in trial_rows(open_study(job, create=False)) if r.counted]
     assert row.state == "FAIL" and row.failure_kind == "start-crash", row

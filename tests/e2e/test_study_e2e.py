@@ -1,5 +1,6 @@
-"""End to end with real parts: job YAML -> Optuna journal -> Ray actor -> reference server
--> decode tok/s; resume; status; export."""
+"""End to end with real parts: job YAML -> Optuna journal -> trial (the driver's executor in
+this process) -> reference server -> decode tok/s; resume; status; export; compare; bench of
+an exported config; `run` (real Ray) refusing a changed space."""
 
 from __future__ import annotations
 
@@ -10,10 +11,9 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from conftest import write_job
+from conftest import run_in_process, write_job
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
-from orchestrator.driver.run import StudyDriver
 from orchestrator.study.history import best_rows, trial_rows
 from orchestrator.study.storage import open_study
 
@@ -27,11 +27,11 @@ def run_cli(*argv: str) -> tuple[int, str]:
     return code, buf.getvalue()
 
 
-def test_short_study_runs_resumes_and_exports(tmp_path, ray_local, no_leftover_servers):
+def test_short_study_runs_resumes_and_exports(tmp_path, no_leftover_servers):
     job_path = write_job(tmp_path, study="e2e")
     job = load_job(job_path)
     out = io.StringIO()
-    summary = StudyDriver(job, out=out).run()
+    summary = run_in_process(job, out=out)
     log = out.getvalue()
     assert summary.reason == "budget reached", log
     rows = trial_rows(open_study(job, create=False))
@@ -52,7 +52,7 @@ def test_short_study_runs_resumes_and_exports(tmp_path, ray_local, no_leftover_s
 
     # run again with a larger budget: continues the same study, nothing re-measured
     before = {r.number: r.value for r in counted}
-    StudyDriver(job, trials=4, out=io.StringIO()).run()
+    run_in_process(job, trials=4, out=io.StringIO())
     rows = trial_rows(open_study(job, create=False))
     counted = [r for r in rows if r.counted]
     assert len(counted) == 4
@@ -60,7 +60,7 @@ def test_short_study_runs_resumes_and_exports(tmp_path, ray_local, no_leftover_s
     assert len({r.config_key for r in counted}) == 4  # the space's 4 configs, each once
 
     # and again: the space is exhausted, nothing launched
-    summary = StudyDriver(job, trials=6, out=io.StringIO()).run()
+    summary = run_in_process(job, trials=6, out=io.StringIO())
     assert summary.reason == "space exhausted" and summary.launched == 0
 
     code, text = run_cli("status", str(job_path), "--json")
@@ -97,7 +97,7 @@ def test_short_study_runs_resumes_and_exports(tmp_path, ray_local, no_leftover_s
 def test_export_round_trips_into_bench_and_a_changed_space_is_refused(tmp_path, ray_local, no_leftover_servers):
     job_path = write_job(tmp_path, study="roundtrip", budget={"trials": 2})
     job = load_job(job_path)
-    StudyDriver(job, out=io.StringIO()).run()
+    run_in_process(job, out=io.StringIO())
     rows = trial_rows(open_study(job, create=False))
     best = max((r for r in rows if r.state == "COMPLETE"), key=lambda r: r.value)
     for fmt in ("yaml", "json"):
@@ -118,7 +118,7 @@ def test_export_round_trips_into_bench_and_a_changed_space_is_refused(tmp_path, 
     assert code == 2
 
 
-def test_command_backend_runs_the_reference_server_end_to_end(tmp_path, ray_local, no_leftover_servers):
+def test_command_backend_runs_the_reference_server_end_to_end(tmp_path, no_leftover_servers):
     """Any server from an argv template: the reference server launched as a user would."""
     import yaml
 
@@ -131,7 +131,7 @@ def test_command_backend_runs_the_reference_server_end_to_end(tmp_path, ray_loca
                          baseline={"tp_size": 1}, budget={"trials": 2})
     assert yaml.safe_load(job_path.read_text())["backend"]["kind"] == "command"
     job = load_job(job_path)
-    StudyDriver(job, out=io.StringIO()).run()
+    run_in_process(job, out=io.StringIO())
     rows = [r for r in trial_rows(open_study(job, create=False)) if r.counted]
     assert sorted(r.params["tp_size"] for r in rows) == [1, 2]
     assert all(r.state == "COMPLETE" and r.value > 0 for r in rows)
@@ -139,8 +139,7 @@ def test_command_backend_runs_the_reference_server_end_to_end(tmp_path, ray_loca
     assert "orchestrator.refserver" in log.splitlines()[0]  # the template's argv was run
 
 
-def test_outcome_constraint_makes_a_config_that_loses_under_load_infeasible(tmp_path, ray_local,
-                                                                             no_leftover_servers):
+def test_outcome_constraint_makes_a_config_that_loses_under_load_infeasible(tmp_path, no_leftover_servers):
     """max_batch=1 serializes 8 concurrent requests: whatever its single-request speed, it
     breaks "no worse than 0.9x baseline at concurrency 8" and can never be best."""
     job_path = write_job(tmp_path, study="constrained", space_text="params:\n  backend.max_batch: {choices: [1, 8]}\n",
@@ -149,7 +148,7 @@ def test_outcome_constraint_makes_a_config_that_loses_under_load_infeasible(tmp_
                                 "concurrency": [1, 8]},
                          constraints=[{"concurrency": 8, "min_ratio": 0.9}])
     job = load_job(job_path)
-    StudyDriver(job, out=io.StringIO()).run()
+    run_in_process(job, out=io.StringIO())
     rows = [r for r in trial_rows(open_study(job, create=False)) if r.counted]
     by_batch = {r.params["backend.max_batch"]: r for r in rows}
     assert set(by_batch) == {1, 8} and all(r.state == "COMPLETE" for r in rows)

@@ -9,9 +9,8 @@ import io
 
 import pytest
 
-from conftest import write_job
+from conftest import run_in_process, write_job
 from orchestrator.config.job import load_job
-from orchestrator.driver.run import StudyDriver
 from orchestrator.results.report import write_report
 from orchestrator.study import bans
 from orchestrator.study.history import trial_rows
@@ -19,7 +18,7 @@ from orchestrator.study.storage import open_study
 
 
 @pytest.mark.slow
-def test_two_always_crashing_values_are_each_launched_at_most_twice(tmp_path, ray_local, no_leftover_servers):
+def test_two_always_crashing_values_are_each_launched_at_most_twice(tmp_path, no_leftover_servers):
     """Acceptance: a preset the reference server does not know and its crash-on-start fault
     crash every server that carries them, and the logs say so; each is launched at most
     twice, then the study stops proposing it, says so, and the report lists it."""
@@ -36,7 +35,7 @@ def test_two_always_crashing_values_are_each_launched_at_most_twice(tmp_path, ra
                          sampler={"name": "tpe", "seed": 0})
     job = load_job(job_path)
     out = io.StringIO()
-    summary = StudyDriver(job, out=out).run()
+    summary = run_in_process(job, out=out)
     log = out.getvalue()
     rows = [r for r in trial_rows(open_study(job, create=False)) if r.cached_from is None and not r.skipped]
     unknown = [r for r in rows if r.params["backend.preset"] == "tinyy"]
@@ -58,7 +57,7 @@ def test_two_always_crashing_values_are_each_launched_at_most_twice(tmp_path, ra
 
 
 @pytest.mark.slow
-def test_a_value_that_always_gives_wrong_output_is_launched_at_most_twice(tmp_path, ray_local, no_leftover_servers):
+def test_a_value_that_always_gives_wrong_output_is_launched_at_most_twice(tmp_path, no_leftover_servers):
     """Acceptance (issue 28, item 6), real servers: `backend.fault: garbage` gives wrong output
     with every thread count. Three of the six configs carry it and the budget would launch all
     six; after two wrong launches (once a correct config other than the baseline passed) it is
@@ -69,7 +68,7 @@ def test_a_value_that_always_gives_wrong_output_is_launched_at_most_twice(tmp_pa
                          sampler={"name": "tpe", "seed": 0})
     job = load_job(job_path)
     out = io.StringIO()
-    summary = StudyDriver(job, out=out).run()
+    summary = run_in_process(job, out=out)
     log = out.getvalue()
     rows = [r for r in trial_rows(open_study(job, create=False)) if r.cached_from is None and not r.skipped]
     garbage = [r for r in rows if r.params["backend.fault"] == "garbage"]

@@ -1,5 +1,5 @@
-"""Shared fixtures: a real local Ray instance, job files in tmp dirs, and a guard that no
-server process outlives a test."""
+"""Shared fixtures: a real local Ray instance, job files in tmp dirs, a study run on this
+host without Ray, and a guard that no server process outlives a test."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+TESTS = REPO / "tests"  # the shared helpers (fake servers), fixtures/ and data/
 
 
 # Every process this test session starts (servers, Ray workers, drivers in subprocesses)
@@ -145,6 +146,21 @@ def write_job(directory: Path, *, study: str = "t", space_text: str | None = Non
     path = directory / "job.yaml"
     path.write_text(yaml.safe_dump(job, sort_keys=False))
     return path
+
+
+def run_in_process(job, **driver_args):
+    """``StudyDriver(job, ...).run()`` with its trials in threads of this process
+    (``InProcessExecutor``: as many slots as the job's ``ray.parallel``, else one, as a
+    one-node Ray gives), shut down whatever happens: the driver's tests that are not about
+    Ray. ``driver_args``: ``trials``, ``timeout_s``, ``out``."""
+    from orchestrator.driver.in_process import InProcessExecutor
+    from orchestrator.driver.run import StudyDriver
+
+    executor = InProcessExecutor(parallel=job.ray.parallel or 1)
+    try:
+        return StudyDriver(job, executor=executor, **driver_args).run()
+    finally:
+        executor.shutdown()
 
 
 def study_servers(report_dir: Path) -> list[tuple[int, str]]:

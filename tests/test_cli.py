@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_job
+from conftest import TESTS, write_job
+from orchestrator.cli import main, parse_also
+from orchestrator.core.errors import BadInput
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -168,3 +170,12 @@ def test_prescreen_of_a_gpu_job_without_cuda_is_refused_at_once(tmp_path):
     assert res.returncode == 2, res.stderr  # refused before any probe (it used to spend ~50 s and exit 0)
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "no CUDA device" in lines[0] and "h200-refserver-1b.yaml" in lines[0]
+
+
+def test_also_parsing(capsys):
+    assert parse_also(None) is None and parse_also("ties") == "ties" and parse_also("4, 6") == [4, 6]
+    with pytest.raises(BadInput, match="comma-separated trial numbers or 'ties'"):
+        parse_also("best")
+    assert main(["compare", str(TESTS.parent / "jobs" / "demo.yaml"), "--also", "x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--also takes comma-separated trial numbers or 'ties', not 'x'" in err[0]

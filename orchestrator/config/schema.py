@@ -21,9 +21,6 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from orchestrator import backends
 from orchestrator.backends.base import NEUTRAL_PARAMS
@@ -49,9 +46,6 @@ class Key:
     default: str  # as the schema writes it ("" for a section)
     meaning: str
     section: bool = False
-
-    def parsed_default(self) -> Any:
-        return yaml.safe_load(self.default) if self.default else None
 
 
 def _schema_block(doc: str) -> str:

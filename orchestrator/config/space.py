@@ -41,7 +41,6 @@ GPU space still loads for a CPU job. See ``orchestrator.config.job.Job.context``
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -356,10 +355,6 @@ class SearchSpace:
         """Number of distinct feasible configs; None when larger than ``limit``."""
         configs = self.enumerate(limit)
         return None if configs is None else len(configs)
-
-    def upper_bound(self) -> int:
-        """Product of the parameter sizes (an upper bound on ``size()``, never None)."""
-        return math.prod(p.count() for p in self.params) if self.params else 1
 
     # -- load-time checks
     def check(self) -> None:

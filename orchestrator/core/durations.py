@@ -2,13 +2,11 @@
 
 A plain number (``90``, ``1.5``, ``"90"``) is seconds. Units, largest first, each at
 most once: ``d`` (days), ``h``, ``m``, ``s``, ``ms``. ``parse_duration`` raises
-``BadInput`` (so the job loader and the CLI report it the same way);
-``argparse_duration`` is the same rule for an ``argparse`` ``type=``.
+``BadInput`` (so the job loader and the CLI report it the same way).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
 from typing import Any
@@ -36,14 +34,6 @@ def parse_duration(value: Any, *, file: str | None = None, key: str | None = Non
     if seconds < 0 or (seconds == 0 and not allow_zero):
         need = ">= 0" if allow_zero else "> 0"
         raise BadInput(f"must be a duration {need}, not {brief(value)}", file=file, key=key)
-    return seconds
-
-
-def argparse_duration(text: str) -> float:
-    """``type=`` for argparse options such as ``--timeout 8h``."""
-    seconds = _parse(text)
-    if seconds is None or seconds <= 0:
-        raise argparse.ArgumentTypeError(f"must be {RULE} (> 0), not {brief(text)}")
     return seconds
 
 

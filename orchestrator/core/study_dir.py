@@ -59,9 +59,6 @@ class StudyDir:
         """The trial servers' logs."""
         return self.root / "logs"
 
-    def trial_log(self, number: int) -> Path:
-        return self.logs / trial_log_name(number)
-
     @property
     def bench_logs(self) -> Path:
         return self.root / "bench-logs"

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import errno
 import http.client
 import json
 import logging
@@ -73,7 +72,6 @@ __all__ = [
     "cleanup_recorded",
     "node_id",
     "free_port",
-    "port_in_use",
 ]
 
 _PR_SET_PDEATHSIG = 1
@@ -167,25 +165,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-def port_in_use(host: str, port: int) -> bool:
-    """True if something accepts connections on host:port, or the port cannot be bound."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        try:
-            if s.connect_ex((host, port)) == 0:
-                return True
-        except OSError:
-            pass
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            return exc.errno == errno.EADDRINUSE
-    return False
 
 
 # --------------------------------------------------------------------------------------

@@ -68,10 +68,6 @@ class CheckPlan:
     logprobs: bool = True
     reference_texts: tuple[str, ...] | None = None
 
-    @property
-    def captures_reference(self) -> bool:
-        return bool(self.prompts) and self.reference_texts is None
-
 
 @dataclass(frozen=True)
 class TrialSpec:

@@ -24,8 +24,6 @@ import dataclasses
 import datetime as _dt
 import math
 import os
-import statistics
-from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -243,11 +241,6 @@ def _hosts_with_concurrent_nodes(rows: list[TrialRow]) -> set[str]:
     return out
 
 
-def failed_correctness(row: TrialRow) -> bool:
-    """This row shows its config computes wrong results (``outcome.failed_correctness``)."""
-    return outcome.failed_correctness(row)
-
-
 def best_rows(rows: list[TrialRow], k: int = 1) -> list[TrialRow]:
     """The k best distinct configs, best first.
 
@@ -411,7 +404,3 @@ def format_status(rows: list[TrialRow], width: int | None = None) -> str:
                      "best: none yet (no COMPLETE trial that passed the correctness gate)")
     return "\n".join(lines)
 
-
-def median(values: Iterable[float]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None

@@ -701,17 +701,9 @@ class SearchPolicy:
         return done
 
     # ---- queries ---------------------------------------------------------------------------------
-    def counted_trials(self) -> list[FrozenTrial]:
-        """Finished trials that count toward the budget (launched: COMPLETE, config FAIL, PRUNED)."""
-        return self._scan().counted
-
     def budget_used(self) -> int:
         """How many counted trials are finished (launches in flight not included)."""
         return len(self._scan().counted)
-
-    def measured_keys(self) -> set[str]:
-        """Keys of configs that are answered from the study instead of being launched."""
-        return set(self._scan().measured)
 
     def rows(self) -> list[TrialRow]:
         """Every trial as the user sees it (``history.trial_rows``)."""
@@ -753,11 +745,6 @@ class SearchPolicy:
         if number < len(trials) and trials[number].number == number:  # numbered 0, 1, ... in order
             return trials[number]
         return next(t for t in trials if t.number == number)
-
-    def baseline_value(self) -> float | None:
-        """Median tok/s of the baseline, once measured."""
-        base = self.baseline_trial()
-        return None if base is None else base.value
 
     def prune_threshold(self, min_ratio: float = DEFAULT_PRUNE_RATIO) -> float | None:
         """``min_ratio`` x the best median so far (None before any COMPLETE trial)."""

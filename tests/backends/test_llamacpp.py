@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 from launch import checked_argv
 
+from conftest import run_in_process
 from orchestrator.backends import get_backend_class
 from orchestrator.backends.llamacpp import LlamaCppBackend
 from orchestrator.core.errors import BadInput, ConfigRejected
@@ -216,8 +217,8 @@ def test_the_real_llama_server_serves_a_tiny_gguf(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(REAL is None, reason="no llama-server on PATH (or LLAMA_SERVER): the real server is not tested")
-def test_a_study_tunes_the_real_llama_server(tmp_path, ray_local):
-    """The whole path: job -> Ray actor -> llama-server per trial -> decode tok/s and the
+def test_a_study_tunes_the_real_llama_server(tmp_path):
+    """The whole path: job -> trial thread -> llama-server per trial -> decode tok/s and the
     correctness gate -> teardown, with nothing left running."""
     pytest.importorskip("gguf")
     import io
@@ -227,7 +228,6 @@ def test_a_study_tunes_the_real_llama_server(tmp_path, ray_local):
 
     from conftest import server_processes, write_job
     from orchestrator.config.job import load_job
-    from orchestrator.driver.run import StudyDriver
     from orchestrator.study.history import trial_rows
     from orchestrator.study.storage import open_study
 
@@ -241,7 +241,7 @@ def test_a_study_tunes_the_real_llama_server(tmp_path, ray_local):
         baseline={"backend.threads": 1}, budget={"trials": 2},
         correctness={"check_tokens": 8, "logprobs": False, "prompts": ["the cat", "a b c"]}))
     out = io.StringIO()
-    summary = StudyDriver(job, out=out).run()
+    summary = run_in_process(job, out=out)
     deadline = time.monotonic() + 10
     while (left := [(p, c) for p, c in server_processes(REAL) if p not in before]) and time.monotonic() < deadline:
         time.sleep(0.2)

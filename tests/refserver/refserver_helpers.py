@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 TINY = ["--model", "tiny", "--max-model-len", "256"]
 
 
@@ -167,3 +169,38 @@ def greedy(port: int, prompt, n: int = 24) -> dict:
                                "ignore_eos": True})
     assert status == 200, body
     return body
+
+
+FAULT_BASE = [*TINY, "--max-batch", "4", "--threads", "1"]  # small servers for the fault tests
+
+
+def port_closed(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+# The CUDA path (skipped without a GPU). float32 is used where outputs are compared: TF32 is
+# off for matmuls by default, so a summation-order change (TP, graph padding) keeps every
+# greedy token as on CPU. In bf16 greedy text across configurations may part after a dozen
+# tokens (see docs/benchmarks.md).
+NCCL_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV", "NCCL_PROTO": "Simple",
+            "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+            "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def cuda_devices() -> int:
+    torch = pytest.importorskip("torch")
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def tp_max() -> int:
+    return min(2, cuda_devices())
+
+
+def on_cuda(test):
+    """A test of the server's CUDA path: marked gpu and slow, 240 s, skipped without a CUDA GPU."""
+    for mark in (pytest.mark.gpu, pytest.mark.slow, pytest.mark.timeout(240),
+                 pytest.mark.skipif(cuda_devices() == 0, reason="needs a CUDA GPU")):
+        test = mark(test)
+    return test
+

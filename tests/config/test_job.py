@@ -1,0 +1,264 @@
+"""Jobs: the happy path, defaults, and bad input named by file and key path (the checks across
+job, space and backend: test_job_checks.py)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+from job_files import BASE_SPACE, bad, in_tmp, needs_nccl, write  # noqa: F401 - in_tmp: autouse, each test in a tmp dir
+
+from conftest import TESTS
+from orchestrator.config.job import DEFAULT_CHECK_PROMPTS, SAMPLER_NAMES, Job, load_job
+from orchestrator.core.errors import BadInput
+
+DATA = TESTS / "data" / "jobs"
+
+
+# ---- happy path ----------------------------------------------------------------------------
+
+def test_demo_like_job_loads_with_defaults(tmp_path):
+    needs_nccl()
+    job = load_job(DATA / "cpu-demo.yaml")
+    assert isinstance(job, Job)
+    assert job.study == "test-cpu-demo"
+    assert job.backend.kind == "refserver" and job.backend.settings == {"model": "tiny", "device": "cpu"}
+    assert job.report_dir == (DATA / "reports" / "test-cpu-demo").resolve()  # next to the job file
+    assert job.storage == f"journal:{job.report_dir / 'study.journal'}"
+    assert job.journal_path == job.report_dir / "study.journal"
+    assert job.space_path == (DATA / "cpu-space.yaml").resolve()
+    assert job.space.names == ("tp_size", "backend.threads", "backend.dtype", "env.NCCL_PROTO")
+    assert job.space.size() == 2 + 2 * 2 * 2  # TP 1: threads; TP 2: threads x dtype x proto
+    assert job.baseline_given and job.baseline["tp_size"] == 1 and job.baseline["backend.threads"] == 1
+    assert job.budget.trials == 8 and job.budget.timeout_s == 300
+    assert job.bench.output_tokens == 32 and job.bench.repeats == 3 and job.bench.max_repeats == 3
+    assert job.bench.concurrency == (1, 2, 10, 64) and job.bench.target_rel_ci is None
+    assert (job.timeouts.startup_s, job.timeouts.bench_s, job.timeouts.teardown_s) == (120, 60, 10)
+    assert job.ray.address is None and job.ray.parallel is None  # one trial per matching node
+    assert job.ray.node_selector == {"gpu_model": None, "resources": {}}
+    assert job.sampler.name == "tpe" and job.sampler.seed == 0 and job.sampler.n_startup_trials is None
+    assert job.correctness.enabled and job.correctness.reference == "baseline"
+    assert job.correctness.reference_kind == "baseline"
+    assert job.correctness.prompts == DEFAULT_CHECK_PROMPTS and job.correctness.check_tokens == 32
+    assert job.env == {"NCCL_NVLS_ENABLE": "0"}
+    assert not job.allow_unsafe_nccl and not job.remeasure and job.max_consecutive_failures == 5
+    assert job.pruning.enabled and job.pruning.min_ratio == 0.8 and job.constraints == ()
+    ctx = job.context()
+    assert ctx["gpus_per_node"] == 2 and ctx["gpus"] == 0 and ctx["cpu_job"] and ctx["heads"] == 8
+    backend = job.backend_obj()
+    assert backend is job.backend_obj() and backend.kind == "refserver"
+    assert not (tmp_path / "reports").exists()
+
+
+def test_job_pickles_and_rebuilds_backend():
+    write()
+    job = load_job("job.yaml")
+    again = pickle.loads(pickle.dumps(job))
+    assert again.space.enumerate() == job.space.enumerate()
+    assert again.backend_obj().kind == "refserver" and again == job
+
+
+def test_full_job_with_every_section(tmp_path):
+    Path("ref.json").write_text('{"texts": []}')
+    path = write({
+        "storage": "sqlite:///study.db", "report_dir": "out/r1",
+        "baseline": {"tp_size": 2, "backend.threads": 2},
+        "budget": {"timeout": "1h30m"},
+        "bench": {"prompt": "Hi", "output_tokens": 16, "warmup": 0, "repeats": 2, "max_repeats": 5,
+                  "target_rel_ci": 0.05, "concurrency": [1, 4]},
+        "timeouts": {"startup": 30, "bench": "2m", "teardown": "5s"},
+        "ray": {"address": "auto", "parallel": 2, "node_selector": {"gpu_model": "H200", "resources": {"box": 1}}},
+        "sampler": {"name": "random", "seed": None, "n_startup_trials": 3},
+        "correctness": {"reference": "ref.json", "prompts": ["a"], "check_tokens": 8, "logprobs": False},
+        "env": {"OMP_PROC_BIND": True, "MY_FLAG": 3},
+        "remeasure": True, "max_consecutive_failures": 2,
+        "pruning": {"enabled": False, "min_ratio": 0.5},
+        "constraints": [{"concurrency": 4, "min_ratio": 0.9}],
+    })
+    job = load_job(path)
+    assert job.storage == f"sqlite:///{(tmp_path / 'study.db').resolve()}"  # relative to the job file
+    assert job.report_dir == (tmp_path / "out" / "r1").resolve()
+    assert job.baseline == {"tp_size": 2, "graph_capture": False, "backend.threads": 2}
+    assert job.budget.trials is None and job.budget.timeout_s == 5400
+    assert job.bench.max_repeats == 5 and job.bench.concurrency == (1, 4)
+    assert job.timeouts.startup_s == 30 and job.timeouts.bench_s == 120
+    assert job.ray.node_selector["resources"] == {"box": 1}
+    assert job.sampler.seed is None
+    assert job.correctness.reference == str((tmp_path / "ref.json").resolve())
+    assert job.correctness.reference_kind == "file"
+    assert job.env == {"OMP_PROC_BIND": "1", "MY_FLAG": "3"}
+    assert job.constraints[0].concurrency == 4 and job.constraints[0].min_ratio == 0.9
+
+
+def test_output_folder_is_anchored_at_the_job_file_from_any_directory(tmp_path, monkeypatch):
+    """Every path of a job is relative to the job file: the same study from any directory."""
+    jobs = tmp_path / "project" / "jobs"
+    jobs.mkdir(parents=True)
+    monkeypatch.chdir(jobs)
+    write({"study": "s"})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    cases = [({}, jobs / "reports" / "s"),
+             ({"output_dir": "../out"}, tmp_path / "project" / "out" / "s"),
+             ({"report_dir": "../r/here"}, tmp_path / "project" / "r" / "here")]
+    for extra, want in cases:
+        monkeypatch.chdir(jobs)
+        write({"study": "s", **extra})
+        for cwd in (jobs, elsewhere, tmp_path):
+            monkeypatch.chdir(cwd)
+            job = load_job(jobs / "job.yaml")
+            assert job.report_dir == want.resolve(), (extra, cwd)
+            assert job.storage == f"journal:{want.resolve() / 'study.journal'}"
+    monkeypatch.chdir(jobs)
+    write({"storage": "sqlite:///db/s.db", "study": "s"})
+    monkeypatch.chdir(elsewhere)
+    assert load_job(jobs / "job.yaml").storage == f"sqlite:///{(jobs / 'db' / 's.db').resolve()}"
+    monkeypatch.chdir(jobs)
+    bad("report_dir", "not both", job={"output_dir": "out", "report_dir": "out/s"})
+
+
+def test_journal_storage_spellings(tmp_path):
+    job = load_job(write({"storage": "runs/s.journal"}))
+    assert job.storage == f"journal:{(tmp_path / 'runs' / 's.journal').resolve()}"
+    job = load_job(write({"storage": "journal:x/y.log"}))
+    assert job.storage == f"journal:{(tmp_path / 'x' / 'y.log').resolve()}"
+
+
+# ---- bad input: at least fifteen cases, each naming file and key path ----------------------
+
+def test_bad_unknown_top_key_did_you_mean():
+    bad("budgte", "unknown key 'budgte'", "did you mean 'budget'", "allowed: study", job={"budgte": {"trials": 1}})
+
+
+def test_bad_unknown_nested_key():
+    bad("bench.repeat", "did you mean 'repeats'", "allowed: prompt", job={"bench": {"repeat": 3}})
+
+
+def test_bad_wrong_type_int():
+    bad("gpus_per_node", "must be an integer >= 0", "'two' (a string)", job={"gpus_per_node": "two"})
+
+
+def test_bad_wrong_type_bool_is_not_int():
+    bad("cpus_per_trial", "must be an integer >= 1", "True (a boolean)", job={"cpus_per_trial": True})
+
+
+def test_bad_wrong_type_section():
+    bad("timeouts", "must be a mapping with keys startup, bench, teardown", "[1] (a list)", job={"timeouts": [1]})
+
+
+def test_bad_missing_required_key():
+    bad("space", "missing required key 'space'", drop=("space",))
+
+
+def test_bad_unknown_nccl_value_in_env():
+    needs_nccl()
+    bad("env.NCCL_PROTO", "Fast", job={"env": {"NCCL_PROTO": "Fast"}})
+
+
+def test_bad_unknown_nccl_value_in_space():
+    needs_nccl()
+    bad("params.env.NCCL_ALGO.choices[1]", "Hypercube", file="space.yaml",
+        space={"params": {"tp_size": [1, 2], "env.NCCL_ALGO": ["Ring", "Hypercube"]}})
+
+
+def test_bad_empty_choices():
+    bad("params.tp_size.choices", "non-empty list", file="space.yaml", space={"params": {"tp_size": {"choices": []}}})
+
+
+def test_bad_missing_space_file():
+    bad("space", "search space file not found", "'nope.yaml'", job={"space": "nope.yaml"})
+
+
+def test_bad_missing_job_file(tmp_path):
+    with pytest.raises(BadInput) as info:
+        load_job("missing.yaml")
+    assert info.value.file == "missing.yaml" and str(info.value).startswith("missing.yaml: job file not found")
+
+
+def test_bad_not_yaml_not_mapping_empty_duplicate():
+    for text, words in [("study: [t\n", "not valid YAML at line"), ("- a\n- b\n", "must be a YAML mapping"),
+                        ("", "is empty"), ("study: a\nstudy: b\n", "duplicate key 'study'")]:
+        Path("job.yaml").write_text(text)
+        with pytest.raises(BadInput) as info:
+            load_job("job.yaml")
+        assert info.value.file == "job.yaml" and words in str(info.value), str(info.value)
+
+
+def test_bad_duration():
+    bad("timeouts.startup", "must be a duration", "'2 minutes'", "90s, 5m, 8h, 1h30m",
+        job={"timeouts": {"startup": "2 minutes"}})
+
+
+def test_bad_budget():
+    bad("budget", "at least one of trials", job={"budget": {}})
+    bad("budget.trials", "must be an integer >= 1", job={"budget": {"trials": 0}})
+
+
+def test_bad_unknown_sampler():
+    msg = bad("sampler.name", "unknown sampler 'tpee'", "did you mean 'tpe'", job={"sampler": {"name": "tpee"}})
+    assert "allowed: " + ", ".join(SAMPLER_NAMES) in msg
+
+
+def test_bad_sampler_option():
+    bad("sampler.options.multivariat", "did you mean 'multivariate'",
+        job={"sampler": {"name": "tpe", "options": {"multivariat": True}}})
+
+
+def test_bad_constraint_expression():
+    bad("constraints[1]", "cannot parse", "allowed:", file="space.yaml",
+        space={**BASE_SPACE, "constraints": ["tp_size <= gpus_per_node", "tp_size =< 2"]})
+
+
+def test_bad_unknown_name_in_constraint():
+    bad("constraints[0]", "unknown name 'head'", "did you mean 'heads'", file="space.yaml",
+        space={**BASE_SPACE, "constraints": ["head % tp_size == 0"]})
+
+
+def test_bad_unknown_backend_kind():
+    bad("backend.kind", "unknown backend 'vlm'", "did you mean 'vllm'", "refserver",
+        job={"backend": {"kind": "vlm"}})
+
+
+def test_bad_backend_setting():
+    bad("backend.settings.modle", "did you mean 'model'",
+        job={"backend": {"kind": "refserver", "settings": {"modle": "tiny"}}})
+
+
+def test_bad_dead_choice_cpu_job():
+    # CPU job: gpus_per_node in the context is cpus_per_trial (1 here), so TP=2 can never run.
+    bad("constraints[0]", "dead choice", "tp_size=2", "gpus_per_node=1", file="space.yaml",
+        job={"cpus_per_trial": 1})
+
+
+def test_bad_study_name_and_storage():
+    bad("study", "must match [A-Za-z0-9_.-]+", "'my study!'", job={"study": "my study!"})
+    for name in ("..", ".", "a/b"):  # a study name is a folder name: never a path out of the output folder
+        bad("study", "not be '.' or '..'", repr(name), job={"study": name})
+    bad("storage", "not a storage: 'studies'", "sqlite:///", job={"storage": "studies"})
+
+
+def test_bad_env_conflicts_with_space():
+    bad("env.OMP_NUM_THREADS", "also tuned by space.yaml params.env.OMP_NUM_THREADS",
+        job={"env": {"OMP_NUM_THREADS": 1}},
+        space={"params": {"tp_size": [1, 2], "env.OMP_NUM_THREADS": [1, 2]}})
+
+
+def test_bad_outcome_constraint_level():
+    bad("constraints[0].concurrency", "3 is not a measured level", "1, 2, 10, 64",
+        job={"constraints": [{"concurrency": 3, "min_ratio": 0.9}]})
+
+
+def test_bad_reference_file():
+    bad("correctness.reference", "reference file not found", "baseline",
+        job={"correctness": {"reference": "golden.json"}})
+
+
+def test_bad_bench_values():
+    bad("bench.max_repeats", "must be >= repeats (5)", job={"bench": {"repeats": 5, "max_repeats": 2}})
+    bad("bench.concurrency[1]", "must be an integer >= 1", job={"bench": {"concurrency": [1, 0]}})
+    bad("pruning.min_ratio", "must be a number > 0 and <= 1", job={"pruning": {"min_ratio": 1.5}})
+
+
+
+

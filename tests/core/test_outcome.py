@@ -1,0 +1,167 @@
+"""One outcome funnel and one ranking rule: ``outcome.decide`` keeps every field of a result
+through every step, and on recorded studies (real GPU journals under docs/gpu, and a CPU
+study with failures, constraint violations and cached answers) the driver's best equals
+the exported best, and importance rates only what may be ranked (or was stopped early)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import optuna
+import pytest
+
+from orchestrator.config.job import OutcomeConstraint
+from orchestrator.core import outcome
+from orchestrator.core.correctness import Golden
+from orchestrator.core.records import TrialResult, TrialRow
+from orchestrator.results import importance
+from orchestrator.results.export import export
+from orchestrator.study.history import best_rows, trial_rows
+from orchestrator.study.policy import SearchPolicy
+
+REPO = Path(__file__).resolve().parents[2]
+RECORDED = sorted(REPO.glob("docs/gpu/*/study.journal")) + [REPO / "tests/data/recorded/cpu-faults/study.journal"]
+
+
+def result(**kw) -> TrialResult:
+    base = dict(outcome="COMPLETE", config={"tp_size": 2}, value=50.0, metrics={"decode_tok_s": 50.0},
+                nccl={"version": "2.28.9", "env_applied": {"NCCL_PROTO": "LL"}}, warnings=["a warning"],
+                server={"pid": 123, "argv": ["x"]}, log_tail="tail", node={"hostname": "h"},
+                outputs={"texts": ["a b c", "d e f"]})
+    base.update(kw)
+    return TrialResult(**base)
+
+
+KEPT = ("nccl", "warnings", "server", "log_tail", "node", "config")
+
+
+def test_second_signal_interrupt_keeps_nccl_warnings_and_server():
+    raw = result(outcome="FAIL", value=None, failure_kind="bench-error", failure_reason="killed")
+    final = outcome.decide(raw, second_signal=True)
+    assert final.result.failure_kind == "interrupted" and final.blameless and final.requeue and not final.counted
+    assert all(getattr(final.result, f) == getattr(raw, f) for f in KEPT)
+
+
+def test_gate_and_constraints_are_replacements_of_the_result():
+    golden = Golden(prompts=["p", "q"], texts=["a b c", "X Y Z"])
+    final = outcome.decide(result(), golden=golden)
+    r = final.result
+    assert r.outcome == "FAIL" and r.failure_kind == "wrong-output" and "prompt 1" in r.failure_reason
+    assert r.metrics["decode_tok_s_ignored"] == 50.0 and final.counted and not final.blameless
+    assert all(getattr(r, f) == getattr(result(), f) for f in KEPT)
+    rules = (OutcomeConstraint(concurrency=4, min_ratio=0.9),)
+    got = outcome.decide(result(metrics={"concurrency": {"4": 80.0}}), rules=rules,
+                         baseline_metrics={"concurrency": {"4": 100.0}}).result
+    assert got.outcome == "COMPLETE" and "0.80x the baseline" in got.metrics["constraint_violations"][0]
+    assert got.nccl == result().nccl and got.warnings[0] == "a warning" and got.warnings[1].startswith("infeasible")
+
+
+def test_a_timeout_is_the_configs_fault_only_once_it_reproduces():
+    raw = result(outcome="FAIL", value=None, failure_kind="start-timeout", failure_reason="not ready after 60s")
+    first = outcome.decide(raw, earlier_timeouts=0)
+    assert first.blameless and first.requeue and not first.counted and "re-queued once" in first.result.failure_reason
+    again = outcome.decide(raw, earlier_timeouts=1)
+    assert again.counted and not again.blameless and not again.requeue
+    crash = outcome.decide(result(outcome="FAIL", value=None, failure_kind="start-crash", failure_reason="exit 1"))
+    assert crash.counted and not crash.blameless
+
+
+def test_rankable_excludes_failures_wrong_configs_violations_and_cached_duplicates():
+    def row(n, **kw):
+        r = {"number": n, "state": "COMPLETE", "value": 10.0 + n, "counted": True, "cached_from": None,
+             "config_key": f"k{n}", "metrics": {}, "correctness": {}, "failure_kind": None, "is_baseline": n == 0,
+             "params": {}}
+        r.update(kw)
+        return TrialRow(**r)
+    rows = [row(0), row(1), row(2, config_key="k1", state="FAIL", failure_kind="wrong-output", value=None),
+            row(3, metrics={"constraint_violations": ["x"]}), row(4, cached_from=0, counted=False, config_key="k0"),
+            row(5, counted=False), row(6, state="PRUNED")]
+    assert [r.number for r in outcome.rankable(rows)] == [0]
+    assert [r.number for r in best_rows(rows, 5)] == [0]
+
+
+@pytest.mark.parametrize("journal", RECORDED, ids=lambda p: p.parent.name)
+def test_the_drivers_best_is_the_exported_best_on_recorded_studies(journal, tmp_path):
+    copy = tmp_path / "study.journal"
+    shutil.copy(journal, copy)
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(copy)))
+    (name,) = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+    study = optuna.load_study(study_name=name, storage=storage)
+    rows = trial_rows(study)
+    policy = SearchPolicy(study, space=SimpleNamespace(), normalize=dict, baseline=None, budget=None)
+    driver_best = policy.best()
+    exported = best_rows(rows, 1)
+    assert (driver_best is None) == (not exported)
+    if driver_best is None:
+        return
+    assert driver_best.number == exported[0].number
+    job = SimpleNamespace(study=name, storage=f"journal:{copy}", env={},
+                          backend=SimpleNamespace(kind="refserver", settings={"model": "tiny"}))
+    doc = json.loads(export(job, rows, "json"))
+    assert doc["provenance"]["trial"] == driver_best.number
+    assert policy.prune_threshold(0.8) == pytest.approx(0.8 * exported[0].value)
+    ranked = {r.number for r in outcome.rankable(rows)}
+    rated = [p for p in importance.measured_points(rows)]
+    assert len([p for p in rated if not p[2]]) == len(ranked)  # importance rates the ranked trials (+ early stops)
+
+
+def test_the_recorded_cpu_study_has_the_cases_the_rules_disagreed_on():
+    """The recorded CPU study holds each case: config failures, a wrong output, cached
+    answers and constraint violations; none of them is best."""
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(RECORDED[-1])))
+    rows = trial_rows(optuna.load_study(study_name="cpu-faults", storage=storage))
+    kinds = {r.failure_kind for r in rows if r.state == "FAIL"}
+    assert {"start-crash", "wrong-output"} <= kinds
+    assert any(r.cached_from is not None for r in rows)
+    violators = [r for r in rows if (r.metrics or {}).get("constraint_violations")]
+    assert violators and max(r.value for r in violators) > best_rows(rows, 1)[0].value  # faster, never best
+
+
+def test_where_the_old_rules_disagreed_the_driver_now_agrees_with_export():
+    """A config measured twice (100, then 60: its lower median is 60) and a baseline repeat
+    on another node (uncounted) used to win the driver's best-so-far, and so set the
+    pruning threshold, while export chose another config."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState, create_trial
+
+    study = optuna.create_study(direction="maximize")
+    dist = {"x": CategoricalDistribution(["a", "b", "base"])}
+
+    def add(x, value, **attrs):
+        ua = {"outcome": "COMPLETE", "value": value, "config": {"x": x}, "config_key": x, "counted": True, **attrs}
+        study.add_trial(create_trial(state=TrialState.COMPLETE, value=value, params={"x": x}, distributions=dist,
+                                     user_attrs=ua, system_attrs={"constraints": [0.0]}))
+    add("base", 50.0, is_baseline=True)
+    add("a", 100.0)
+    add("a", 60.0)
+    add("b", 80.0)
+    add("base", 200.0, counted=False, baseline_repeat=True)
+    policy = SearchPolicy(study, space=SimpleNamespace(), normalize=dict, baseline=None, budget=None)
+    rows = trial_rows(study)
+    assert best_rows(rows, 1)[0].params == {"x": "b"}
+    assert policy.best().number == best_rows(rows, 1)[0].number == 3
+    assert policy.prune_threshold(0.8) == pytest.approx(64.0)
+
+
+def test_a_taken_port_in_a_real_server_log_is_env_error():
+    """The reference server refuses a port another process holds; that is the node's fault."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "orchestrator.refserver", "--model", "tiny", "--port", str(port)],
+                             capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    raw = TrialResult.failed({"tp_size": 1}, "start-crash", "server exited with code 2 before it was ready",
+                             log_tail=out.stdout + out.stderr, nccl={"version": "2.28.9"}, warnings=["w"],
+                             server={"port": port})
+    final = outcome.decide(raw)
+    assert final.result.failure_kind == "env-error" and "port was taken" in final.result.failure_reason
+    assert final.blameless and not final.counted and final.requeue
+    assert (final.result.nccl, final.result.warnings, final.result.server) == (raw.nccl, raw.warnings, raw.server)

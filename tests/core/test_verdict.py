@@ -1,0 +1,172 @@
+"""verdict: Student-t quantiles without scipy, paired and unpaired ratio intervals on sample sets
+measured by this project, and the rule that a config against itself never gets a verdict."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from conftest import TESTS
+from orchestrator.core import verdict as v
+from orchestrator.core.verdict import describe, ratio_interval, t_quantile
+
+DATA = TESTS / "data" / "verdict"
+
+# Published two-sided table values (e.g. NIST/SEMATECH e-Handbook, Table of t critical values),
+# 3-4 decimals: (p, df, t).
+TABLE = [
+    (0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 3, 3.182), (0.975, 4, 2.776), (0.975, 5, 2.571),
+    (0.975, 6, 2.447), (0.975, 7, 2.365), (0.975, 8, 2.306), (0.975, 9, 2.262), (0.975, 10, 2.228),
+    (0.975, 15, 2.131), (0.975, 20, 2.086), (0.975, 30, 2.042), (0.975, 60, 2.000), (0.975, 120, 1.980),
+    (0.95, 1, 6.314), (0.95, 4, 2.132), (0.95, 5, 2.015), (0.95, 10, 1.812), (0.95, 30, 1.697),
+    (0.995, 1, 63.657), (0.995, 3, 5.841), (0.995, 10, 3.169), (0.995, 30, 2.750),
+    (0.9, 2, 1.886), (0.9, 10, 1.372),
+]
+
+
+@pytest.mark.parametrize("p,df,t", TABLE)
+def test_t_quantiles_match_the_published_table(p, df, t):
+    assert t_quantile(p, df) == pytest.approx(t, abs=6e-4)
+    assert t_quantile(1 - p, df) == pytest.approx(-t, abs=6e-4)  # symmetric
+
+
+def _t_cdf_by_integration(x: float, df: float, steps: int = 20000) -> float:
+    """P(T <= x) by Simpson's rule on the density: independent of the incomplete beta."""
+    logc = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    pdf = lambda t: math.exp(logc - (df + 1) / 2 * math.log1p(t * t / df))  # noqa: E731
+    h = x / steps
+    area = pdf(0) + pdf(x) + sum((4 if i % 2 else 2) * pdf(i * h) for i in range(1, steps))
+    return 0.5 + area * h / 3
+
+
+@pytest.mark.parametrize("df", [1.3, 2.5, 3.7, 7.2, 18.9])  # Welch's degrees of freedom are fractional
+@pytest.mark.parametrize("p", [0.9, 0.975, 0.995])
+def test_fractional_degrees_of_freedom_agree_with_numerical_integration(df, p):
+    assert _t_cdf_by_integration(t_quantile(p, df), df) == pytest.approx(p, abs=1e-7)
+
+
+def test_quantiles_between_integer_df_and_the_normal_limit():
+    assert t_quantile(0.975, 3) > t_quantile(0.975, 3.5) > t_quantile(0.975, 4)
+    assert t_quantile(0.975, 1e9) == pytest.approx(1.959964, abs=1e-6)
+    assert t_quantile(0.5, 3) == 0.0
+    for bad in ((0.0, 3), (1.0, 3), (0.9, 0)):
+        with pytest.raises(ValueError):
+            t_quantile(*bad)
+
+
+def _samples(text: str) -> list[float]:
+    return [float(x) for x in text.split(";")]
+
+
+# decode_samples of the H200 8b study (docs/gpu/h200-refserver-8b/trials.csv): 5 repeats each.
+H200_8B = {
+    "baseline": _samples("95.0141;91.6813;102.56;107.847;112.509"),      # trial 0: eager
+    "best": _samples("193.257;193.232;193.597;194.538;194.523"),        # trial 3: graphs 1..64, 64 slots
+    "graphs_1_8": _samples("194.184;191.081;191.821;192.747;193.586"),  # trial 4: graphs 1,2,4,8
+}
+
+
+def test_unpaired_interval_on_a_studys_trials():
+    iv = ratio_interval(H200_8B["baseline"], H200_8B["best"])
+    assert not iv.paired and iv.n == 5 and iv.bounded
+    assert 1.5 < iv.lo < iv.ratio < iv.hi < 2.5
+    assert iv.ratio == pytest.approx(1.90, abs=0.01)  # geometric means: 193.83 / 101.65
+    assert v.verdict(iv) == v.FASTER
+    assert describe(iv) == f"1.91x faster (95% CI {iv.lo:.2f}-{iv.hi:.2f}x)"
+    # the reverse reads as slower, with the reciprocal interval
+    rev = ratio_interval(H200_8B["best"], H200_8B["baseline"])
+    assert v.verdict(rev) == v.SLOWER and rev.lo == pytest.approx(1 / iv.hi) and rev.hi == pytest.approx(1 / iv.lo)
+    # two graph configs 0.4% apart with overlapping repeats: no verdict
+    tie = ratio_interval(H200_8B["best"], H200_8B["graphs_1_8"])
+    assert tie.lo < 1.0 < tie.hi and v.verdict(tie) == v.WITHIN_NOISE
+    assert describe(tie).startswith("0.994x, within noise (95% CI 0.98")  # three decimals: a narrow interval
+
+
+def test_welch_interval_widens_with_the_noisier_side_and_fewer_samples():
+    quiet = ratio_interval(H200_8B["best"], H200_8B["graphs_1_8"])
+    noisy = ratio_interval(H200_8B["baseline"], H200_8B["baseline"][::-1])  # same samples: ratio 1
+    assert noisy.ratio == pytest.approx(1.0) and noisy.lo < 0.9 and noisy.hi > 1.1
+    assert (quiet.hi - quiet.lo) < (noisy.hi - noisy.lo)
+    three = ratio_interval(H200_8B["baseline"][:3], H200_8B["best"][:3])
+    full = ratio_interval(H200_8B["baseline"], H200_8B["best"])
+    assert math.log(three.hi / three.lo) > math.log(full.hi / full.lo)
+
+
+def _compare_rounds(name: str) -> dict:
+    return json.loads((DATA / name).read_text())
+
+
+def _paired(data: dict, level: str) -> tuple[list[float], list[float]]:
+    per = {}
+    for r in data["rounds"]:
+        per.setdefault(r["config"], {})[r["round"]] = r["levels"][level]["total_tok_s"]
+    rounds = sorted(per["baseline"])
+    return [per["baseline"][i] for i in rounds], [per["best"][i] for i in rounds]
+
+
+def test_paired_interval_on_a_config_against_itself():
+    """8 interleaved rounds of one config against itself on the shared 2-core CPU box: single
+    launches differ by up to 2x (by over 25% at every concurrency), their ratio's interval
+    contains 1.0 at every concurrency, and the verdict is never faster/slower."""
+    data = _compare_rounds("self-compare-cpu-8-rounds.json")
+    for level in ("1", "2", "10"):
+        a, b = _paired(data, level)
+        assert len(a) == 8 and max(max(x / y, y / x) for x, y in zip(a, b)) > 1.25  # noisy launches
+        iv = ratio_interval(a, b, paired=True)
+        assert iv.paired and iv.n == 8 and iv.lo < 1.0 < iv.hi, (level, iv)
+        assert v.verdict(iv) == v.WITHIN_NOISE
+        assert v.verdict(iv, same_config=True) == v.SAME_CONFIG
+        assert describe(iv, same_config=True).startswith(f"{iv.ratio:.2f}x, within noise: same config (95% CI ")
+
+
+def test_paired_interval_on_a_real_difference():
+    """TP=2 (baseline) against TP=1 (best) of the reference server on CPU, 5 interleaved rounds:
+    TP=1 is faster at every concurrency, beyond the noise of the rounds."""
+    data = _compare_rounds("compare-tp2-vs-tp1-cpu-5-rounds.json")
+    for level in ("1", "2", "10"):
+        a, b = _paired(data, level)
+        iv = ratio_interval(a, b, paired=True)
+        assert iv.n == 5 and iv.lo > 1.0, (level, iv)
+        assert v.verdict(iv) == v.FASTER
+        assert describe(iv).startswith(f"{iv.ratio:.2f}x faster (95% CI ")
+        # the same numbers unpaired: the interval ignores what each round shares
+        assert ratio_interval(a, b).ratio == pytest.approx(iv.ratio)
+
+
+def test_pairing_removes_what_a_round_shares():
+    """Rounds drifting 20% (the machine got loaded) with a steady 5% win: the paired interval
+    sees the win, the unpaired one is swamped by the drift."""
+    drift = [100.0, 120.0, 90.0, 110.0, 80.0]
+    a = [d * (1 + e) for d, e in zip(drift, (0.004, -0.003, 0.002, -0.004, 0.001))]
+    b = [d * 1.05 * (1 + e) for d, e in zip(drift, (-0.002, 0.003, 0.001, 0.004, -0.003))]
+    assert v.verdict(ratio_interval(a, b, paired=True)) == v.FASTER
+    assert v.verdict(ratio_interval(a, b)) == v.WITHIN_NOISE
+
+
+def test_too_few_samples_give_no_interval_and_no_verdict():
+    one = ratio_interval([100.0], [130.0], paired=True)
+    assert one.ratio == pytest.approx(1.3) and not one.bounded and one.n == 1
+    assert v.verdict(one) == v.WITHIN_NOISE
+    assert describe(one) == "1.30x, within noise (no interval: needs 2 rounds)"
+    assert (describe(ratio_interval([100.0, 101.0], [130.0]))
+            == "1.29x, within noise (no interval: needs 2 samples of each)")
+    # a failed measurement (None, 0) drops its round; nothing measured is no verdict at all
+    dropped = ratio_interval([100.0, None, 101.0, 99.0], [110.0, 200.0, 0.0, 109.0], paired=True)
+    assert dropped.n == 2
+    empty = ratio_interval([], [130.0])
+    assert empty.ratio is None and v.verdict(empty) == v.NOT_MEASURED and describe(empty) == "n/a (not measured)"
+    with pytest.raises(ValueError, match="one a and one b per round"):
+        ratio_interval([1.0, 2.0], [1.0], paired=True)
+
+
+def test_a_config_against_itself_never_gets_a_verdict():
+    """Even when its interval excludes 1.0 (the launches were noisier than the rounds show)."""
+    iv = ratio_interval([100.0, 101.0, 100.5, 99.8], [90.0, 90.5, 91.0, 90.2], paired=True)
+    assert v.verdict(iv) == v.SLOWER
+    assert v.verdict(iv, same_config=True) == v.SAME_CONFIG
+    text = describe(iv, same_config=True)
+    assert "within noise: same config" in text and "excludes 1.0" in text and "slower" not in text
+
+

@@ -1,0 +1,98 @@
+"""Stopping `ncclsweep run` the ways a night can go: Ctrl-C once (the running trial finishes),
+twice (it is killed), SIGHUP to the whole process group (the ssh session dropped); the
+driver exits 130, leaves no trial RUNNING and no server behind, and the next `run` resumes
+the study. A real driver process, real Ray, real reference servers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import TEST_PROMPT, study_servers, write_job
+from orchestrator.config.job import load_job
+from orchestrator.study.history import trial_rows
+from orchestrator.study.storage import open_study
+
+pytestmark = pytest.mark.slow
+
+
+def _start_driver(job_path, log_path):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    log = open(log_path, "w")
+    return subprocess.Popen([sys.executable, "-m", "orchestrator", "run", str(job_path)], stdout=log,
+                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _wait_text(path, text, timeout_s=120):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if text in path.read_text():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} never appeared in {path}:\n{path.read_text()}")
+
+
+STOPS = [  # (signal, how many, to the whole process group as a terminal hang-up does)
+    (signal.SIGINT, 1, False), (signal.SIGINT, 2, False),
+    (signal.SIGHUP, 1, True),  # the ssh session dropped: the terminal's group gets SIGHUP
+]
+
+
+@pytest.mark.parametrize("sig,count,group", STOPS, ids=["int-once", "int-twice", "hup-group"])
+def test_a_signal_stops_the_run_cleanly_and_the_study_resumes(tmp_path, sig, count, group, no_leftover_servers):
+    """Ctrl-C, SIGTERM and SIGHUP mid-trial: once finishes the trial, twice kills it; the
+    driver exits 130, leaves no trial RUNNING and no server, and `run` continues the study."""
+    # one intra-op thread per rank: oversubscribed OpenMP threads stall on a loaded 2-core box
+    space = "params:\n  tp_size: {choices: [1, 2]}\n  backend.max_batch: {choices: [8, 16]}\n"
+    study = f"sig-{signal.Signals(sig).name.lower()}-{count}"
+    job_path = write_job(tmp_path, study=study, budget={"trials": 2}, space_text=space,
+                         baseline={"tp_size": 1, "backend.max_batch": 8},
+                         bench={"prompt": TEST_PROMPT, "output_tokens": 300, "warmup": 1, "repeats": 3,
+                                "max_repeats": 3},
+                         timeouts={"startup": "60s", "bench": "120s", "teardown": "5s"})  # TP=2 on a busy box
+    log_path = tmp_path / "driver.out"
+    driver = _start_driver(job_path, log_path)
+    try:
+        _wait_text(log_path, "starting #0")
+        time.sleep(2.5)  # the server is up, the benchmark running
+        for _ in range(count):
+            if group:
+                os.killpg(driver.pid, sig)  # the driver's session: Ray's local services are in it too
+            else:
+                os.kill(driver.pid, sig)
+            time.sleep(0.5)
+        assert driver.wait(90) == 130, log_path.read_text()
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    text = log_path.read_text()
+    name = signal.Signals(sig).name
+    assert f"{name}: stopping after the running trial" in text
+    rows = trial_rows(open_study(load_job(job_path), create=False))
+    assert "RUNNING" not in [r.state for r in rows]
+    if count == 1:
+        assert [r.state for r in rows] == ["COMPLETE"] and "stopped by signal" in text
+    else:
+        assert f"{name}: killing the running trial now" in text
+        assert rows[0].state == "FAIL" and rows[0].failure_kind == "interrupted" and not rows[0].counted
+    assert "`ncclsweep run" in text.strip().splitlines()[-1]  # the last line says how to continue
+    # driver.log in the study's folder has what the terminal showed
+    logged = (tmp_path / "reports" / study / "driver.log").read_text()
+    assert f"{name}: stopping after the running trial" in logged and "starting #0" in logged
+    assert not study_servers(tmp_path / "reports")
+    if count == 1 and not group:
+        return  # the same state as the SIGHUP case below, which resumes
+    # resumable: the next run completes the budget (the interrupted config re-queued and measured)
+    rerun = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(job_path)], capture_output=True,
+                           text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    counted = [r for r in trial_rows(open_study(load_job(job_path), create=False)) if r.counted]
+    assert len(counted) == 2 and all(r.state == "COMPLETE" for r in counted), \
+        [(r.state, r.failure_kind, r.failure_reason) for r in counted]
+    assert not study_servers(tmp_path / "reports")

@@ -1,0 +1,338 @@
+"""The streaming client and decode metrics against a real HTTP server process
+(tests/fake_openai_server.py, started with ServerProcess and torn down in finally)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import statistics
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from conftest import TESTS
+from orchestrator.core.launch import LaunchSpec
+from orchestrator.node import client
+from orchestrator.node.client import (
+    RequestFailed,
+    greedy_outputs,
+    measure_concurrency,
+    measure_decode,
+    median_ci,
+    relative_ci,
+    score_continuation,
+    stream_completion,
+)
+from orchestrator.node.server import ServerProcess, free_port
+
+sys.path.insert(0, str(TESTS))
+import fake_openai_server as fake_model  # its deterministic "model", for expectations
+
+pytestmark = pytest.mark.timeout(60)
+
+FAKE = str(TESTS / "fake_openai_server.py")
+MODEL = "fake"
+
+
+def _start_fake(tmp_dir: Path, *args: str) -> ServerProcess:
+    port = free_port()
+    spec = LaunchSpec(argv=[sys.executable, FAKE, "--port", str(port), "--model", MODEL, *args],
+                      host="127.0.0.1", port=port, model_name=MODEL)
+    sp = ServerProcess(spec, tmp_dir / f"fake-{port}.log")
+    sp.start()
+    try:
+        sp.wait_ready(30, poll_s=0.05)
+    except BaseException:
+        sp.stop(grace_s=0.2)
+        raise
+    return sp
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    sp = _start_fake(tmp_path_factory.mktemp("fake"), "--token-delay", "0.01")
+    try:
+        yield sp.spec.base_url
+    finally:
+        sp.stop(grace_s=1.0)
+
+
+def _dead_url() -> str:
+    return f"http://127.0.0.1:{free_port()}"
+
+
+# --------------------------------------------------------------------------------------
+def test_stream_parses_vllm_chunks(url):
+    r = stream_completion(url, MODEL, "Hello there", 20, 10, extra={"fake": {"token_delay": 0.002}})
+    assert r.ok and r.error is None
+    assert r.n_tokens == 20 and len(r.token_times) == 20
+    assert r.text == "".join(t for t, _ in fake_model.generate("Hello there", 20))
+    assert r.finish_reason == "length" and r.prompt_tokens == 2
+    assert r.token_times == sorted(r.token_times) and r.t_start <= r.token_times[0]
+    assert r.ttft_s == pytest.approx(r.token_times[0] - r.t_start)
+    assert r.latency_s >= r.token_times[-1] - r.t_start
+    # the formula, exactly
+    assert r.decode_tok_s == pytest.approx(19 / (r.token_times[-1] - r.token_times[0]))
+    assert r.tpot_s == pytest.approx(1 / r.decode_tok_s)
+    assert r.e2e_tok_s == pytest.approx(20 / r.latency_s)
+
+
+def test_decode_rate_matches_the_servers_token_delay(url):
+    # 50 tokens, one every 10 ms -> 100 tok/s; TTFT delayed 150 ms must not count
+    res = measure_decode(url, MODEL, "Measure me", 50, warmup=1, repeats=3, timeout_s=10,
+                         extra={"fake": {"ttft_delay": 0.15}})
+    assert res.ok, res.error
+    assert res.repeats == 3 and len(res.decode_samples) == 3 and len(res.ttft_samples) == 3
+    assert res.decode_tok_s == pytest.approx(100, rel=0.3)
+    assert res.decode_tok_s == statistics.median(res.decode_samples)
+    assert res.ttft_s >= 0.15
+    assert res.e2e_tok_s < res.decode_tok_s  # TTFT is inside end-to-end
+    assert res.token_counts == [50, 50, 50] and res.warnings == []
+    m = res.to_metrics()
+    assert set(m) == {"decode_tok_s", "decode_samples", "ttft_s", "ttft_samples", "e2e_tok_s",
+                      "cv", "rel_ci", "repeats", "output_tokens"}
+    assert m["output_tokens"] == 50 and m["repeats"] == 3 and m["cv"] >= 0 and m["rel_ci"] >= 0
+
+
+def test_hanging_stream_times_out_within_the_deadline(url):
+    deadline = 1.0
+    t0 = time.monotonic()
+    r = stream_completion(url, MODEL, "hang", 50, deadline, extra={"fake": {"hang_after": 5, "token_delay": 0.001}})
+    elapsed = time.monotonic() - t0
+    assert not r.ok and r.error == "timeout" and r.timed_out
+    assert elapsed >= deadline  # the deadline ended it (the server never would: it hangs)
+    # a stream that trickles (each token well within the deadline) is cut at the deadline too:
+    # the deadline is the whole request's, not one read's
+    tokens, delay = 50, 0.1
+    t0 = time.monotonic()
+    slow = stream_completion(url, MODEL, "slow", tokens, deadline, extra={"fake": {"token_delay": delay}})
+    assert not slow.ok and slow.timed_out
+    assert time.monotonic() - t0 < tokens * delay  # before the stream would have ended
+    assert len(r.token_times) == 5  # what did arrive is kept
+
+
+@pytest.mark.parametrize(
+    "model, knobs, expect",
+    [
+        ("nope", {}, "HTTP 404: The model `nope` does not exist."),
+        (MODEL, {"drop_after": 3}, "stream ended without [DONE]"),
+        (MODEL, {"malformed_after": 2}, "malformed chunk"),
+    ],
+)
+def test_failed_requests_are_data(url, model, knobs, expect):
+    r = stream_completion(url, model, "x", 10, 5, extra={"fake": {**knobs, "token_delay": 0.001}})
+    assert not r.ok and expect in r.error and "\n" not in r.error
+    assert not r.timed_out
+
+
+def test_connection_refused_is_data():
+    r = stream_completion(_dead_url(), MODEL, "x", 10, 5)
+    assert not r.ok and r.error == "connection refused"
+
+
+def test_measure_decode_reports_timeouts_and_errors(url):
+    res = measure_decode(url, MODEL, "p", 20, warmup=0, repeats=3, timeout_s=0.5,
+                         extra={"fake": {"hang_after": 2, "token_delay": 0.001}})
+    assert not res.ok and res.timed_out and res.request_error == "timeout"
+    assert "request 1 failed: timeout" in res.error and res.failed_request is not None
+    res = measure_decode(url, "nope", "p", 20, warmup=1, repeats=3, timeout_s=5)
+    assert not res.ok and not res.timed_out and "warm-up request 1 failed: HTTP 404" in res.error
+
+
+def test_measure_decode_deadline(url):
+    res = measure_decode(url, MODEL, "p", 20, warmup=0, repeats=5, timeout_s=30,
+                         deadline=time.monotonic() + 0.3, extra={"fake": {"token_delay": 0.02}})
+    assert not res.ok and res.timed_out
+
+
+def test_measure_decode_adaptive_repeats(url):
+    fast = {"fake": {"token_delay": 0.002}}
+    res = measure_decode(url, MODEL, "p", 10, warmup=0, repeats=3, max_repeats=6, target_rel_ci=0.0,
+                         timeout_s=10, extra=fast)
+    assert res.ok and res.repeats == 6 and len(res.decode_samples) == 6  # target unreachable: capped
+    assert any("above target" in w for w in res.warnings)
+    res = measure_decode(url, MODEL, "p", 10, warmup=0, repeats=3, max_repeats=6, target_rel_ci=10.0,
+                         timeout_s=10, extra=fast)
+    assert res.ok and res.repeats == 3  # reached at once
+    res = measure_decode(url, MODEL, "p", 10, warmup=0, repeats=2, timeout_s=10, extra=fast)
+    assert res.ok and res.repeats == 2  # no target: exactly `repeats`
+
+
+def test_concurrency_totals(url):
+    out = measure_concurrency(url, MODEL, "c", 20, concurrency=4, n_requests=8, timeout_s=10)
+    assert out["failures"] == 0 and out["ok_requests"] == 8 and out["n_requests"] == 8
+    assert out["total_tokens"] == 160
+    assert out["total_tok_s"] == pytest.approx(160 / out["wall_s"])
+    # 4 streams at ~100 tok/s each: clearly more than one stream could do
+    assert out["total_tok_s"] > 150
+    assert out["decode_tok_s"] == pytest.approx(100, rel=0.4)
+    assert out["tpot_s"] == pytest.approx(1 / out["decode_tok_s"])
+    assert out["ttft_s"] is not None
+    bad = measure_concurrency(url, "nope", "c", 5, concurrency=2, timeout_s=5)
+    assert bad["n_requests"] == 4 and bad["failures"] == 4 and bad["total_tokens"] == 0
+    assert bad["errors"] and "HTTP 404" in bad["errors"][0]
+
+
+# --------------------------------------------------------------------------------------
+# measure_concurrency: every stream on one asyncio event loop
+def _sockets() -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:  # closed meanwhile (the fake server's tree watch reads /proc)
+            pass
+    return n
+
+
+@pytest.fixture
+def leaves_nothing():
+    """The test leaves no thread or socket open, and no ResourceWarning."""
+    gc.collect()
+    before = threading.active_count(), _sockets()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        yield
+        gc.collect()
+    assert (threading.active_count(), _sockets()) == before
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+def test_asyncio_stream_parses_like_the_sync_client(url, leaves_nothing):
+    extra = {"fake": {"token_delay": 0.002}, "return_token_ids": True}
+    sync = stream_completion(url, MODEL, "Hello there", 12, 10, extra=extra)
+    body = client._completion_body(MODEL, "Hello there", 12, 0.0, True, extra)
+    r = asyncio.run(client._astream(client._request_bytes(url, "/v1/completions", body), 10))
+    assert r.ok and sync.ok and r.error is None
+    # 12 tokens: ignore_eos was sent (the fake stops at 8 without); prompt_tokens comes only
+    # from the usage chunk, sent only for stream_options.include_usage
+    assert r.n_tokens == 12 and r.prompt_tokens == 2
+    assert (r.text, r.n_tokens, r.finish_reason, r.prompt_tokens) == (sync.text, sync.n_tokens,
+                                                                       sync.finish_reason, sync.prompt_tokens)
+    assert len(r.token_times) == 12 and r.token_times == sorted(r.token_times) and r.t_start <= r.token_times[0]
+    assert r.decode_tok_s == pytest.approx(11 / (r.token_times[-1] - r.token_times[0]))
+    assert r.ttft_s == pytest.approx(r.token_times[0] - r.t_start) and r.latency_s >= r.token_times[-1] - r.t_start
+
+
+def test_concurrency_64_streams_match_the_token_delay(url, leaves_nothing):
+    base = threading.active_count()
+    peak, stop = [base], threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.02):
+            peak[0] = max(peak[0], threading.active_count())
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        out = measure_concurrency(url, MODEL, "c64", 50, concurrency=64, n_requests=64, timeout_s=30,
+                                  extra={"fake": {"token_delay": 0.02}})
+    finally:
+        stop.set()
+        sampler.join()
+    assert peak[0] == base + 1  # the sampler: the 64 streams ran on this thread
+    assert out["failures"] == 0 and out["ok_requests"] == 64 and out["errors"] == []
+    assert out["total_tokens"] == 64 * 50
+    assert out["tpot_s"] == pytest.approx(0.02, rel=0.2) and out["decode_tok_s"] == pytest.approx(50, rel=0.2)
+    assert out["total_tok_s"] == pytest.approx(3200 / out["wall_s"])
+    # one wave: each stream's 50 tokens take >= 49 x 20 ms, so at most 3200 / 0.98 s
+    assert 1600 < out["total_tok_s"] <= 3200 / 0.98
+    stream_s = 50 * 0.02  # one stream's 50 tokens at the fake's 20 ms
+    assert 0 < out["ttft_s"] < stream_s  # the first token, not a whole stream
+
+
+@pytest.mark.parametrize("knobs, expect", [
+    ({"status": 500}, "HTTP 500: fake failure 500"),
+    ({"malformed_after": 2}, "malformed chunk"),
+    ({"drop_after": 3}, "stream ended without [DONE]"),
+])
+def test_concurrency_failures_are_data(url, leaves_nothing, knobs, expect):
+    extra = {"fake": {**knobs, "token_delay": 0.001}}
+    out = measure_concurrency(url, MODEL, "f", 10, concurrency=16, timeout_s=5, extra=extra)
+    assert out["n_requests"] == 32 and out["failures"] == 32 and out["ok_requests"] == 0
+    assert out["timeouts"] == 0 and out["total_tokens"] == 0 and out["total_tok_s"] == 0
+    assert out["tpot_s"] is None and out["decode_tok_s"] is None and out["ttft_s"] is None
+    # the same one line as the synchronous client's
+    assert out["errors"] == [stream_completion(url, MODEL, "f", 10, 5, extra=extra).error]
+    assert expect in out["errors"][0] and "\n" not in out["errors"][0]
+
+
+def test_concurrency_hanging_streams_time_out(url, leaves_nothing):
+    n, deadline = 64, 1.0
+    t0 = time.monotonic()
+    out = measure_concurrency(url, MODEL, "h", 50, concurrency=n, n_requests=n, timeout_s=deadline,
+                              extra={"fake": {"hang_after": 3, "token_delay": 0.001}})
+    # the 64 deadlines ran at once: far less than one after another
+    assert time.monotonic() - t0 < n * deadline / 4
+    assert out["failures"] == 64 and out["timeouts"] == 64 and out["errors"] == ["timeout"]
+
+
+def test_concurrency_server_gone(tmp_path, leaves_nothing):
+    out = measure_concurrency(_dead_url(), MODEL, "x", 10, concurrency=64, timeout_s=5)
+    assert out["n_requests"] == 128 and out["failures"] == 128 and out["errors"] == ["connection refused"]
+    # killed while 16 streams of ~1 s are in flight: those and the 32 after them fail
+    sp = _start_fake(tmp_path, "--token-delay", "0.02")
+    killer = threading.Timer(0.5, sp.stop, kwargs={"grace_s": 0.0})
+    killer.start()
+    deadline = 5
+    try:
+        t0 = time.monotonic()
+        out = measure_concurrency(sp.spec.base_url, MODEL, "x", 50, concurrency=16, n_requests=48, timeout_s=deadline)
+        elapsed = time.monotonic() - t0
+    finally:
+        killer.join()
+        sp.stop(grace_s=0.0)
+    # failed as the server went, not timed out: before the requests' deadline
+    assert out["failures"] == 48 and out["ok_requests"] == 0 and out["timeouts"] == 0 and elapsed < deadline
+    assert 2 <= len(out["errors"]) <= 5 and "connection refused" in out["errors"]
+    assert all("\n" not in e for e in out["errors"])
+
+
+def test_greedy_outputs(url):
+    prompts = ["one", "two two"]
+    outs = greedy_outputs(url, MODEL, prompts, 6, 10, extra={"return_token_ids": True})
+    assert [o["ok"] for o in outs] == [True, True]
+    for o, p in zip(outs, prompts):
+        gen = fake_model.generate(p, 6)
+        assert o["prompt"] == p and o["text"] == "".join(t for t, _ in gen)
+        assert o["token_ids"] == [i for _, i in gen] and o["n_tokens"] == 6
+        assert o["finish_reason"] == "length"
+    plain = greedy_outputs(url, MODEL, prompts, 6, 10)
+    assert [o["text"] for o in plain] == [o["text"] for o in outs]
+    assert all(o["token_ids"] is None for o in plain)
+    failed = greedy_outputs(_dead_url(), MODEL, ["x"], 4, 5)
+    assert failed[0]["ok"] is False and failed[0]["error"] == "connection refused"
+
+
+@pytest.mark.parametrize("bos", [False, True])
+def test_score_continuation(url, bos):
+    prompt, cont = "The capital of France is", " Paris, of course"
+    lps = score_continuation(url, MODEL, prompt, cont, 10, extra={"fake": {"bos": bos}})
+    toks = fake_model.tokenize(prompt + cont)
+    expected = [fake_model.logprob(toks[i - 1], toks[i]) for i in range(len(fake_model.tokenize(prompt)), len(toks))]
+    assert len(expected) == 3 and lps == pytest.approx(expected)
+
+
+def test_score_continuation_unsupported_or_unreachable(tmp_path):
+    sp = _start_fake(tmp_path, "--no-logprobs")
+    try:
+        assert score_continuation(sp.spec.base_url, MODEL, "a", " b", 10) is None
+    finally:
+        sp.stop(grace_s=1.0)
+    with pytest.raises(RequestFailed):
+        score_continuation(_dead_url(), MODEL, "a", " b", 5)
+
+
+def test_median_ci_order_statistics():
+    assert median_ci([3.0]) is None and relative_ci([3.0]) is None
+    assert median_ci([5, 1, 3, 2, 4]) == (1, 5)  # n < 6: min..max
+    assert median_ci(list(range(1, 10))) == (2, 8)  # n = 9: x(2)..x(8), 96.1 %
+    assert median_ci(list(range(1, 21))) == (6, 15)  # n = 20: x(6)..x(15), 95.9 %
+    assert relative_ci([10.0] * 8) == 0.0
+    assert relative_ci([9.0, 10.0, 11.0]) == pytest.approx(0.1)
+    assert client.TIMEOUT == "timeout"

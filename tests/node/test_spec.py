@@ -1,0 +1,64 @@
+"""What one trial is as its node receives it (node/spec.py): ``TrialSpec.from_job`` turns a real
+job's sections into the server's, the benchmark's and the gate's plans in one place; the spec
+is plain data that crosses to a worker (pickled) and is never changed afterwards; the gate's
+plan follows the job's correctness section."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import pytest
+
+from conftest import write_job
+from orchestrator.config.job import load_job
+from orchestrator.node.spec import CheckPlan, TrialSpec, check_plan
+
+
+@pytest.fixture
+def job(tmp_path):
+    return load_job(write_job(tmp_path, env={"OMP_NUM_THREADS": "1"},
+                              bench={"output_tokens": 24, "warmup": 2, "repeats": 3, "max_repeats": 5,
+                                     "target_rel_ci": 0.02, "concurrency": [1, 8]},
+                              timeouts={"startup": "90s", "bench": "45s", "teardown": "7s"},
+                              constraints=[{"concurrency": 8, "min_ratio": 0.9}]))
+
+
+def test_the_spec_carries_the_jobs_settings(job):
+    config = {"tp_size": 2, "backend.threads": 1}
+    spec = TrialSpec.from_job(job, 12, config, extra_env={"NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"})
+    assert (spec.number, spec.config) == (12, config) and spec.config is not config
+    server = spec.server
+    assert (server.backend_kind, dict(server.backend_settings)) == ("refserver", {"model": "tiny", "device": "cpu"})
+    assert dict(server.env) == {"OMP_NUM_THREADS": "1", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"}
+    assert (server.startup_timeout_s, server.teardown_grace_s, server.job_file) == (90, 7, str(job.path))
+    bench = spec.bench
+    assert bench.prompts == (job.bench.prompt,) and (bench.output_tokens, bench.warmup) == (24, 2)
+    assert (bench.repeats, bench.max_repeats, bench.target_rel_ci, bench.timeout_s) == (3, 5, 0.02, 45)
+    assert bench.constraint_levels == (8,)  # what the outcome constraint reads, measured by the trial
+    assert spec.log_path == job.dir.logs / "trial-0012.log" and spec.registry_dir == str(job.dir.servers)
+    assert spec.check == CheckPlan() and spec.prune_below is None
+    assert spec.device_check is False  # a CPU job: no GPUs to check
+
+
+def test_the_spec_is_plain_data_never_changed(job, tmp_path):
+    spec = TrialSpec.from_job(job, 3, {"tp_size": 1}, prune_below={1: 40.0}, log_dir=tmp_path / "bench-logs",
+                              log_name="bench-1.log", device_check=True)
+    assert pickle.loads(pickle.dumps(spec)) == spec  # what crosses to a Ray actor
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.number = 4  # type: ignore[misc]
+    variant = dataclasses.replace(spec, number=4)
+    assert (variant.number, spec.number) == (4, 3)
+    assert spec.log_path == tmp_path / "bench-logs" / "bench-1.log" and spec.device_check
+    assert dict(spec.prune_below) == {1: 40.0}
+
+
+def test_the_gate_captures_what_the_correctness_section_says(job, tmp_path):
+    capture = check_plan(job, None)  # the reference itself
+    assert capture.prompts == tuple(job.correctness.prompts) and capture.reference_texts is None
+    assert (capture.tokens, capture.logprobs) == (job.correctness.check_tokens, job.correctness.logprobs)
+    gate = check_plan(job, ["fox text", "time text"])
+    assert gate.reference_texts == ("fox text", "time text") and gate.prompts == capture.prompts
+    assert check_plan(job, None, prompts=("only this",)).prompts == ("only this",)
+    off = load_job(write_job(tmp_path, study="off", correctness={"enabled": False}))
+    assert check_plan(off, ["x"]) == CheckPlan()  # nothing captured, nothing compared

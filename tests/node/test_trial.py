@@ -1,0 +1,87 @@
+"""run_trial with real reference servers: a trial stopped early for speed still answers the
+correctness prompts, so a config that is wrong is reported wrong (and banned), not merely
+slow (on a loaded box the demo's garbage config was pruned before its check and the gate
+never saw it); a trial that cannot write into its study folder (a full tmpfs) is env-error,
+never the config's fault."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from orchestrator.core import correctness, outcome
+from orchestrator.core.errors import StorageWriteError
+from orchestrator.core.records import FAIL, PRUNED
+from orchestrator.node.spec import BenchPlan, CheckPlan, ServerPlan, TrialSpec
+from orchestrator.node.trial import run_trial
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = ["The quick brown fox", "Once upon a time"]
+
+
+def _spec(tmp_path, number: int, fault: str, reference_texts=None, prune_below=None) -> TrialSpec:
+    return TrialSpec(number=number, config={"tp_size": 1, "backend.fault": fault},
+                     server=ServerPlan("refserver", {"model": "tiny", "device": "cpu"}, None, {},
+                                       startup_timeout_s=60, teardown_grace_s=5),
+                     bench=BenchPlan(prompts=("Hello",), output_tokens=16, warmup=1, repeats=2, timeout_s=30),
+                     check=CheckPlan(prompts=tuple(PROMPTS), tokens=12,
+                                     reference_texts=tuple(reference_texts) if reference_texts else None),
+                     log_dir=str(tmp_path / "logs"), registry_dir=str(tmp_path / "servers"),
+                     prune_below={1: prune_below} if prune_below else None, measure_bandwidth=False)
+
+
+def test_a_pruned_wrong_config_fails_the_gate(tmp_path, no_leftover_servers):
+    ref = run_trial(_spec(tmp_path, 0, "none"))
+    golden, why = correctness.calibrate(PROMPTS, ref.outputs["first"], ref.outputs["second"])
+    assert golden is not None, why
+    # a threshold no CPU server reaches: the first repeat prunes the trial
+    slow = run_trial(_spec(tmp_path, 1, "garbage", reference_texts=golden.texts, prune_below=1e9))
+    assert slow.outcome == PRUNED and slow.outputs, slow.failure_reason
+    final = outcome.decide(slow, golden=golden).result
+    assert final.outcome == FAIL and final.failure_kind == "wrong-output", final
+    # a pruned config whose output is right stays PRUNED
+    fine = run_trial(_spec(tmp_path, 2, "none", reference_texts=golden.texts, prune_below=1e9))
+    assert outcome.decide(fine, golden=golden).result.outcome == PRUNED
+
+
+def _mount_tmpfs(where: Path, size: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs (the full disk) needs root")
+    where.mkdir(parents=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+
+
+def test_a_trial_that_cannot_write_into_the_full_study_folder_is_not_the_configs_fault(tmp_path, no_leftover_servers):
+    """The server's log and record live in the study's folder: a full disk there fails the
+    trial as env-error (never banned) with the folder named, and the driver stops on it."""
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "64k")
+    try:
+        (disk / "logs").mkdir()
+        (disk / "servers").mkdir()
+        with open(disk / "filler", "wb", buffering=0) as fh, pytest.raises(OSError):
+            while True:  # the disk is full
+                fh.write(b"\0" * 4096)
+        spec = TrialSpec(number=0, config={"tp_size": 1},
+                         server=ServerPlan("refserver", {"model": "tiny", "device": "cpu"}, None, {},
+                                           startup_timeout_s=60, teardown_grace_s=5),
+                         bench=BenchPlan(prompts=("Hello",), output_tokens=8, warmup=1, repeats=2, timeout_s=30),
+                         log_dir=str(disk / "logs"), registry_dir=str(disk / "servers"), measure_bandwidth=False)
+        result = run_trial(spec)
+        assert (result.outcome, result.failure_kind) == ("FAIL", "env-error"), result.failure_reason
+        assert result.failure_reason.startswith(f"cannot write to {disk}") and "No space left" in result.failure_reason
+        final = outcome.decide(result)
+        assert final.blameless and not final.counted
+        stop = StorageWriteError.from_dict(result.metrics["write_failed"])
+        assert stop.where == result.failure_reason and stop.hint == "free space there"
+    finally:
+        done = subprocess.run(["umount", str(disk)], capture_output=True, text=True)
+        if done.returncode != 0:
+            subprocess.run(["umount", "-l", str(disk)], capture_output=True)

@@ -1,0 +1,119 @@
+"""importance: which knobs mattered, read from a real journal study shaped like the H200 8b one.
+
+The study: eager (no capture sizes) vs CUDA graphs with capture sizes and slot count, graphs
+~1.9x faster, every graph config within 1% of the others, one eager config stopped early.
+Optuna's default evaluator (PED-ANOVA) ranks the slot count first on this study.
+"""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+import recorded_study as fx  # a real journal study with every outcome
+
+from orchestrator.core.records import TrialResult
+from orchestrator.results.importance import effects_given_top, explained_share, knob_effects, span_text
+from orchestrator.results.report import write_report
+from orchestrator.study import history, storage
+from orchestrator.study.policy import SearchPolicy
+
+CHOICES = {"graph_capture": [False, True], "capture_sizes": ["1,2,4,8", "1,2,4,8,16,32,64"],
+           "backend.max_batch": [64, 256], "tp_size": [1]}
+EAGER = {"graph_capture": False, "backend.max_batch": 64, "tp_size": 1}
+G = {"graph_capture": True, "tp_size": 1}
+
+
+def _record(study, policy, config, result, baseline=False):
+    fx.record(study, policy, config, result, baseline=baseline, choices=CHOICES)
+
+
+def _policy(study):
+    return SearchPolicy(study, fx.Space(CHOICES), lambda c: dict(c), baseline=None, budget=None)
+
+
+@pytest.fixture(scope="module")
+def study_job(tmp_path_factory):
+    job = fx.make_job(tmp_path_factory.mktemp("importance"), "graphs")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage),
+                                direction="maximize")
+    policy = _policy(study)
+    _record(study, policy, EAGER, fx.ok(EAGER, 102.6), baseline=True)
+    graphs = [({**G, "capture_sizes": "1,2,4,8,16,32,64", "backend.max_batch": 256}, 192.4),
+              ({**G, "capture_sizes": "1,2,4,8,16,32,64", "backend.max_batch": 64}, 193.6),
+              ({**G, "capture_sizes": "1,2,4,8", "backend.max_batch": 64}, 192.7),
+              ({**G, "capture_sizes": "1,2,4,8", "backend.max_batch": 256}, 193.0)]
+    for config, value in graphs:
+        _record(study, policy, config, fx.ok(config, value))
+    eager256 = {**EAGER, "backend.max_batch": 256}
+    _record(study, policy, eager256, TrialResult(outcome="PRUNED", config=eager256, value=None,
+                                                 failure_reason="first repeat below 0.5x best",
+                                                 metrics={"decode_tok_s": 108.6, "repeats": 1}))
+    return job
+
+
+def test_one_way_share_is_exact():
+    assert explained_share([1, 1, 3, 3], ["a", "a", "b", "b"]) == pytest.approx(1.0)
+    assert explained_share([1, 3, 1, 3], ["a", "a", "b", "b"]) == pytest.approx(0.0)
+    # groups 1,2 | 4,5: between 2*(1.5-3)^2 + 2*(4.5-3)^2 = 9, total 2.25+1+1+4... = 10
+    assert explained_share([1, 2, 4, 5], ["x", "x", "y", "y"]) == pytest.approx(9 / 10)
+    assert explained_share([7, 7, 7], ["a", "b", "a"]) == 0.0
+    assert span_text([102.6, 193.6]) == "tok/s 102.6-193.6, a 47.0% range"
+
+
+def test_the_knob_that_doubled_throughput_comes_first(study_job):
+    job = study_job
+    effects, notes = knob_effects(history.trial_rows(storage.load_study(job)))
+    by = {e.name: e for e in effects}
+    assert effects[0].name == "graph_capture" and effects[0].share > 0.95 and not effects[0].conditional
+    # the stopped-early eager trial counts with its one sample: 2 eager trials, mean of 102.6 and 108.6
+    assert by["graph_capture"].counts == {False: 2, True: 4}
+    assert by["graph_capture"].means[False] == pytest.approx(105.6)
+    assert by["backend.max_batch"].share < 0.05
+    # capture sizes apply only with graphs: rated among those 4 trials, listed after the rest
+    assert by["capture_sizes"].conditional and by["capture_sizes"].trials == 4 and effects[-1].name == "capture_sizes"
+    assert "tp_size" in " ".join(n for n in notes if n.startswith("not rated"))
+    assert "1 of the 6 trials was stopped early" in " ".join(notes)
+
+
+def test_the_rest_is_rated_among_trials_with_the_best_value_of_the_top_knob(study_job):
+    job = study_job
+    rows = history.trial_rows(storage.load_study(job))
+    effects, _ = knob_effects(rows)
+    name, value, others, values = effects_given_top(rows, effects, history.best_rows(rows, 1)[0].params)
+    assert (name, value, len(values)) == ("graph_capture", True, 4)
+    assert {e.name for e in others} == {"backend.max_batch", "capture_sizes"}
+    assert all(not e.conditional and e.trials == 4 for e in others)
+    assert max(values) / min(values) < 1.01
+
+
+def test_a_config_that_failed_the_gate_never_counts(tmp_path):
+    job = fx.make_job(tmp_path, "gate")
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage),
+                                direction="maximize")
+    policy = _policy(study)
+    good = {**G, "capture_sizes": "1,2,4,8", "backend.max_batch": 64}
+    wrong = {**G, "capture_sizes": "1,2,4,8,16,32,64", "backend.max_batch": 64}
+    _record(study, policy, EAGER, fx.ok(EAGER, 100.0), baseline=True)
+    _record(study, policy, good, fx.ok(good, 190.0))
+    _record(study, policy, wrong, fx.failed(wrong, "wrong-output", "greedy output differs",
+                                            correctness={"ok": False, "reason": "differs"}))
+    _record(study, policy, wrong, fx.ok(wrong, 400.0))  # fast and wrong: not a measurement
+    _record(study, policy, {**EAGER, "backend.max_batch": 256}, fx.ok({**EAGER, "backend.max_batch": 256}, 101.0))
+    effects, _ = knob_effects(history.trial_rows(storage.load_study(job)))
+    by = {e.name: e for e in effects}
+    assert by["graph_capture"].counts == {False: 2, True: 1} and by["graph_capture"].means[True] == 190.0
+    assert "capture_sizes" not in by  # one value left among the trials that count
+
+
+def test_report_shows_the_tables(study_job):
+    job = study_job
+    write_report(job)
+    md = (job.report_dir / "report.md").read_text()
+    section = md.split("## Which knobs mattered", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    assert lines[0].startswith("| Parameter | Explains")
+    assert lines[1].startswith("| graph_capture | 100% | 0: 105.6 (2), 1: 192.9 (4) | all 6 |")
+    assert "| capture_sizes |" in section and "| 4 where it applies |" in section
+    assert "Among the 4 trials with graph_capture=1, as in the best config (tok/s 192.4-193.6" in section
+    assert "tok/s 102.6-193.6, a 47.0% range" in section

@@ -1,0 +1,105 @@
+"""history: rows as the user sees them, read from a real Optuna journal study
+(tests/recorded_study.py: every user-facing outcome recorded through the driver's own
+storage encoding)."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+from recorded_study import BASE, BEST, GARBAGE, Space, build_study, failed, make_job, ok, record
+
+from orchestrator.core.records import TrialResult, config_key
+from orchestrator.study import history, storage
+from orchestrator.study.policy import SearchPolicy
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One study for the module: these tests only read it."""
+    job, study = build_study(tmp_path_factory.mktemp("history"))
+    return job, history.trial_rows(storage.load_study(job))
+
+
+def test_states_come_from_the_outcome_attr(built):
+    _job, rows = built
+    states = {r.number: r.state for r in rows}
+    assert states == {0: "COMPLETE", 1: "COMPLETE", 2: "COMPLETE", 3: "FAIL", 4: "FAIL", 5: "FAIL", 6: "PRUNED",
+                      7: "COMPLETE", 8: "COMPLETE", 9: "COMPLETE", 10: "COMPLETE", 11: "RUNNING", 12: "WAITING"}
+    by = {r.number: r for r in rows}
+    # storage says COMPLETE for the config-caused failure, the row says FAIL and has no value
+    assert by[3].optuna_state == "COMPLETE" and by[3].value is None
+    assert by[3].failure_kind == "wrong-output" and "differs" in by[3].failure_reason
+    assert by[5].optuna_state == "FAIL" and by[5].failure_kind == "interrupted" and not by[5].counted
+    assert by[6].value is None and by[6].failure_reason.startswith("first repeat")
+    assert by[2].value == 57.0 and by[2].spread == 0.01 and by[2].node == "nodeA"
+    assert by[2].params == BEST and by[2].durations["launch_s"] == 20.0
+    assert by[2].started_at.startswith("2023-11-14T22:15") and by[2].ended_at > by[2].started_at
+    assert by[7].cached_from == 2 and by[7].counted is False
+    assert by[0].is_baseline and by[0].nccl_summary.startswith("NCCL 2.21.5")
+    assert by[9].warnings and by[11].value is None
+    assert list(history.ROW_KEYS) == list(rows[0].to_json())
+    json.dumps([r.to_json() for r in rows])  # status --json prints them
+
+
+def test_best_is_never_a_failure_nor_a_wrong_config(built):
+    _job, rows = built
+    best = history.best_rows(rows, 10)
+    numbers = [r.number for r in best]
+    assert numbers[0] == 2
+    assert 3 not in numbers and 10 not in numbers  # the garbage config, even when it "completed" at 90
+    assert 7 not in numbers  # a cached answer repeats trial 2, it is not a second config
+    assert all(r.state == "COMPLETE" for r in best)
+    assert len({r.config_key for r in best}) == len(best)
+    # the baseline config was measured twice (20 on nodeA, 15 on nodeB): the baseline trial represents it
+    base = next(r for r in best if r.config_key == config_key(BASE))
+    assert base.n_measurements == 2 and base.number == 0 and base.value == 20.0
+    assert history.baseline_row(rows).number == 0
+    assert [r.number for r in history.baseline_repeats(rows)] == [0, 8]
+
+
+def test_best_rows_empty_when_everything_failed(tmp_path):
+    job = make_job(tmp_path)
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
+    policy = SearchPolicy(study, Space(), lambda c: dict(c), baseline=None, budget=None)
+    record(study, policy, BASE, failed(BASE, "start-crash", "exit 1"))
+    rows = history.trial_rows(storage.load_study(job))
+    assert history.best_rows(rows, 3) == []
+    assert "best: none yet" in history.format_status(rows)
+
+
+def test_format_status_is_compact(built):
+    _job, rows = built
+    text = history.format_status(rows, width=160)
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["#", "state", "tok/s"]
+    assert any(line.split()[:2] == ["3", "FAIL"] and "wrong-output" in line for line in lines)
+    assert any("[cached #2]" in line for line in lines)
+    assert "best: trial 2 57.00 tok/s, 2.85x baseline" in text
+    assert max(len(line) for line in lines) <= 160
+
+
+def _on(result: TrialResult, hostname: str, node_id: str) -> TrialResult:
+    result.node = {**result.node, "hostname": hostname, "node_id": node_id}
+    return result
+
+
+def test_one_machine_resumed_in_a_new_ray_run_stays_one_node(tmp_path):
+    """A resumed study gets a new Ray node id on the same host: still one node in status and
+    the report. Several Ray nodes of one host running at the same time are told apart."""
+    job = make_job(tmp_path)
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage),
+                                direction="maximize")
+    policy = SearchPolicy(study, Space(), lambda c: dict(c), baseline=None, budget=None)
+    record(study, policy, BASE, _on(ok(BASE, 20.0, at=0), "gpu1", "run1-aaaa"), baseline=True)
+    record(study, policy, BEST, _on(ok(BEST, 57.0, at=70), "gpu1", "run1-aaaa"))
+    # second run of the driver, an hour later: same host, new Ray node id
+    record(study, policy, GARBAGE, _on(ok(GARBAGE, 30.0, at=3600), "gpu1", "run2-bbbb"))
+    # a local 2-node test cluster on host "box": both nodes busy at the same time
+    tp1 = {"tp_size": 1, "graph_capture": False, "backend.max_batch": 8}
+    tp1g = {**tp1, "graph_capture": True}
+    record(study, policy, tp1, _on(ok(tp1, 10.0, at=4000), "box", "node-one"))
+    record(study, policy, tp1g, _on(ok(tp1g, 11.0, at=4010), "box", "node-two"))
+    rows = history.trial_rows(storage.load_study(job))
+    assert [r.node for r in rows] == ["gpu1", "gpu1", "gpu1", "box/node-one", "box/node-two"]

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from launch import checked_argv
-from test_installed_flags import install_vllm
 
 from orchestrator.backends import known_flags
 from orchestrator.backends.llamacpp import LlamaCppBackend
@@ -317,15 +316,44 @@ def venv(tmp_path, monkeypatch):
         cached.cache_clear()
 
 
+SERVE = """
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+
+class ServeSubcommand:
+    def subparser_init(self, subparsers):
+        parser = subparsers.add_parser("serve")
+        parser.add_argument("model_tag", nargs="?")
+        for flag in ("--host", "--port", "--tensor-parallel-size", "--served-model-name", "--speculative-config"):
+            parser.add_argument(flag)
+        return parser
+"""
+# as vLLM keeps them (vllm/config/speculative.py): a Literal nesting Literals
+SPECULATIVE = """from typing import Literal
+
+EagleModelTypes = Literal['eagle', 'eagle3', 'mtp']
+SpeculativeMethod = Literal['ngram', 'draft_model', 'tree_walk', EagleModelTypes]
+"""
+
+
+def install_vllm(site: Path, version: str) -> None:
+    """A vLLM release in ``site`` with the interface the real one has: its metadata, the
+    ``serve`` parser built as ``vllm serve`` builds it (``ServeSubcommand().subparser_init``,
+    a ``FlexibleArgumentParser``), and ``vllm.config.speculative.SpeculativeMethod``."""
+    files = {"vllm/__init__.py": "", "vllm/utils/__init__.py": "", "vllm/entrypoints/__init__.py": "",
+             "vllm/entrypoints/cli/__init__.py": "", "vllm/config/__init__.py": "",
+             "vllm/utils/argparse_utils.py": "import argparse\n\n\nclass FlexibleArgumentParser("
+                                             "argparse.ArgumentParser):\n    pass\n",
+             "vllm/entrypoints/cli/serve.py": SERVE, "vllm/config/speculative.py": SPECULATIVE,
+             f"vllm-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"}
+    for name, text in files.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(text)
+
+
 def test_the_installed_releases_speculative_methods_decide(venv):
     python, site = venv
-    install_vllm(site, "0.40.0", flag="--speculative-config")
-    (site / "vllm" / "config").mkdir()
-    (site / "vllm" / "config" / "__init__.py").write_text("")
-    # as vLLM keeps them: a Literal nesting Literals (vllm/config/speculative.py)
-    (site / "vllm" / "config" / "speculative.py").write_text(
-        "from typing import Literal\n\nEagleModelTypes = Literal['eagle', 'eagle3', 'mtp']\n"
-        "SpeculativeMethod = Literal['ngram', 'draft_model', 'tree_walk', EagleModelTypes]\n")
+    install_vllm(site, "0.40.0")
     b = VllmBackend({"model": "m", "python": python}, "jobs/x.yaml")
     assert b.version() == "0.40.0"
     b.check_config({"speculative.method": "tree_walk", "speculative.num_tokens": 3, "speculative.model": "/d"})

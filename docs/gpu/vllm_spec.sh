@@ -6,6 +6,8 @@
 #   STEP=study  carry .devwhl  the study jobs/h200-vllm-1b-spec.yaml: {none, ngram, draft_model} x
 #                              {2, 4} drafted tokens, decode timed on the bundled prompt set, acceptance
 #                              from vLLM's /metrics; then status --json, the report and the export
+#                              (5 launches: if a call's 10 minutes end first, run it again: the study
+#                              continues where it stopped)
 #   STEP=short  carry .devwhl  the same 5 configs, each launched once by `ncclsweep bench` with decode
 #                              timed on ONE short prompt: PROMPTS=hello (jobs/h200-vllm-1b-spec-hello.yaml)
 #                              and/or old (the same job with the 24-word prompt the benchmark used before

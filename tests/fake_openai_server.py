@@ -25,7 +25,9 @@ text of 150 words or more all K, on a one-word prompt none (``accepted_per_step`
 takes ``token_delay x (1 + spec-overhead x K)`` and streams its 1 + accepted tokens as ONE
 chunk (a real speculative server's multi-token chunks), and ``GET /metrics`` counts drafts,
 draft tokens and accepted tokens under vLLM 0.26.0's counter names. Without it ``/metrics``
-has no speculative-decoding counters.
+has no speculative-decoding counters. ``--spec-corrupt`` (with ``--spec-tokens``) is a broken
+verifier: every token after the first is a draft the target would not have chosen, so the
+greedy text (streamed or not) differs from the same server without speculation.
 
 Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
 ``--ready-after S``, ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
@@ -81,6 +83,12 @@ def _h(*parts: object) -> int:
 def generate(prompt: str, n: int) -> list[tuple[str, int]]:
     """Deterministic (text, token id) pairs for a prompt: the fake 'greedy' output."""
     return [(f" w{_h(prompt, i) % 1000}", _h(prompt, i) % 32000) for i in range(n)]
+
+
+def corrupted(gen: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """What a broken speculative verifier returns: the first token, then drafts the target
+    would not have chosen (other words, other ids)."""
+    return gen[:1] + [(f" d{_h('draft', text) % 1000}", (tok + 1) % 32000) for text, tok in gen[1:]]
 
 
 def accepted_per_step(prompt: str, k: int) -> int:
@@ -184,6 +192,10 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
 
+    def _generate(self, prompt: str, n: int) -> list[tuple[str, int]]:
+        gen = generate(prompt, n)
+        return corrupted(gen) if self.server.spec_tokens and self.server.spec_corrupt else gen  # type: ignore[attr-defined]
+
     def _n_tokens(self, body: dict) -> int:
         n = int(body.get("max_tokens") or 16)
         if not body.get("ignore_eos", False):
@@ -193,7 +205,7 @@ class Handler(BaseHTTPRequestHandler):
     def _complete(self, body: dict) -> None:
         prompt = str(body.get("prompt", ""))
         n = self._n_tokens(body)
-        gen = generate(prompt, n)
+        gen = self._generate(prompt, n)
         text = "".join(t for t, _ in gen)
         choice: dict = {"index": 0, "text": text, "logprobs": None,
                         "finish_reason": "length" if n == body.get("max_tokens") else "stop"}
@@ -236,7 +248,7 @@ class Handler(BaseHTTPRequestHandler):
         stamp = bool(fake.get("stamp"))
         prompt = str(body.get("prompt", ""))
         n = self._n_tokens(body)
-        gen = generate(prompt, n)
+        gen = self._generate(prompt, n)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -367,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--say-after", action="append", default=[], metavar="S:TEXT")
     p.add_argument("--spec-tokens", type=int, default=0, metavar="K")
     p.add_argument("--spec-overhead", type=float, default=0.1)
+    p.add_argument("--spec-corrupt", action="store_true")
     p.add_argument("--helper-after", action="append", default=[], metavar="S:SECONDS")
     a = p.parse_args(argv)
     if a.worker is not None:
@@ -384,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     httpd.ready_at = time.monotonic() + a.ready_after  # type: ignore[attr-defined]
     httpd.spec_tokens = a.spec_tokens  # type: ignore[attr-defined]
     httpd.spec_overhead = a.spec_overhead  # type: ignore[attr-defined]
+    httpd.spec_corrupt = a.spec_corrupt  # type: ignore[attr-defined]
     httpd.spec = {"drafts": 0, "draft_tokens": 0, "accepted": 0}  # type: ignore[attr-defined]
     httpd.lock = threading.Lock()  # type: ignore[attr-defined]
     print(f"fake server listening on {a.host}:{a.port}", flush=True)

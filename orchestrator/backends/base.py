@@ -29,14 +29,16 @@ from __future__ import annotations
 import abc
 from typing import Any, ClassVar
 
+from orchestrator.backends import speculative
 from orchestrator.core import nccl
 from orchestrator.core.errors import BadInput, ConfigRejected
 from orchestrator.core.launch import TRANSIENT_PROCESSES, LaunchSpec, WatchRules
 
 Config = dict[str, Any]
 
-# Neutral (backend-independent) parameter names a search space may use.
-NEUTRAL_PARAMS = ("tp_size", "pp_size", "graph_capture", "capture_sizes", "custom_all_reduce")
+# Neutral (backend-independent) parameter names a search space may use; the speculative ones
+# are described in orchestrator.backends.speculative.
+NEUTRAL_PARAMS = ("tp_size", "pp_size", "graph_capture", "capture_sizes", "custom_all_reduce", *speculative.PARAMS)
 
 
 class Backend(abc.ABC):

@@ -110,45 +110,83 @@ def positive_int(config: dict, name: str, job_file: str | None, default: int = 1
 
 _DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "float8": 1}
 FACT_KEYS = ("layers", "heads", "kv_heads", "hidden_size", "dtype_bytes", "bytes_per_token",
-             "allreduces_per_step", "vocab_size")
+             "allreduces_per_step", "vocab_size", "moe", "experts")
+# config.json keys that count a mixture-of-experts model's routed experts (DeepSeek and GLM:
+# n_routed_experts; Qwen-MoE: num_experts; Mixtral: num_local_experts; ERNIE: moe_num_experts)
+_EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
+
+
+def _checkpoint_config(model: str | None) -> dict[str, Any] | None:
+    """A local Hugging Face checkpoint's ``config.json`` (its ``text_config`` merged in, for
+    multimodal ones); None for a model id, a GGUF file or an unreadable config."""
+    if not model:
+        return None
+    path = Path(model).expanduser()
+    cfg_path = path / "config.json" if path.is_dir() else None
+    if cfg_path is None or not cfg_path.is_file():
+        return None
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    if isinstance(cfg.get("text_config"), dict):
+        cfg = {**cfg, **cfg["text_config"]}
+    return cfg
+
+
+def _count(cfg: dict[str, Any], names: tuple[str, ...]) -> int | None:
+    for name in names:
+        if isinstance(cfg.get(name), int) and not isinstance(cfg.get(name), bool):
+            return cfg[name]
+    return None
 
 
 def facts_from_checkpoint(model: str | None) -> dict[str, Any]:
     """Layers, heads, kv_heads, hidden_size, dtype_bytes and vocab_size from a local
-    Hugging Face checkpoint's ``config.json`` (``text_config`` for multimodal ones);
-    empty for a model id, a GGUF file or an unreadable config."""
-    if not model:
+    Hugging Face checkpoint's ``config.json`` (``text_config`` for multimodal ones), and for a
+    mixture-of-experts model ``moe: true`` with its routed ``experts``; empty for a model id,
+    a GGUF file or an unreadable config."""
+    cfg = _checkpoint_config(model)
+    if cfg is None:
         return {}
-    path = Path(model).expanduser()
-    cfg_path = path / "config.json" if path.is_dir() else None
-    if cfg_path is None or not cfg_path.is_file():
-        return {}
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except (OSError, ValueError):
-        return {}
-    if isinstance(cfg.get("text_config"), dict):
-        cfg = {**cfg, **cfg["text_config"]}
     out: dict[str, Any] = {}
     for key, names in (("layers", ("num_hidden_layers", "n_layer", "num_layers")),
                        ("heads", ("num_attention_heads", "n_head")),
                        ("kv_heads", ("num_key_value_heads",)),
                        ("hidden_size", ("hidden_size", "n_embd", "d_model")),
                        ("vocab_size", ("vocab_size",))):
-        for name in names:
-            if isinstance(cfg.get(name), int) and not isinstance(cfg.get(name), bool):
-                out[key] = cfg[name]
-                break
+        found = _count(cfg, names)
+        if found is not None:
+            out[key] = found
     if "heads" in out and "kv_heads" not in out:
         out["kv_heads"] = out["heads"]
     dtype = cfg.get("torch_dtype") or cfg.get("dtype")
     if isinstance(dtype, str) and dtype in _DTYPE_BYTES:
         out["dtype_bytes"] = _DTYPE_BYTES[dtype]
+    experts = _count(cfg, _EXPERT_KEYS)
+    if experts and experts > 1:
+        out.update(moe=True, experts=experts)
     return out
 
 
+def is_moe(backend: Any, model: str | None) -> bool | None:
+    """Whether the model is a mixture of experts: ``settings.model_facts.moe`` when given, else
+    what a readable checkpoint's ``config.json`` says (no expert count: dense); None unknown."""
+    declared = (getattr(backend, "facts", None) or {}).get("moe")
+    if isinstance(declared, bool):
+        return declared
+    cfg = _checkpoint_config(model)
+    if cfg is None:
+        return None
+    experts = _count(cfg, _EXPERT_KEYS)
+    return bool(experts and experts > 1)
+
+
 def model_facts_setting(backend) -> dict[str, Any]:
-    """``settings.model_facts``: numbers the report and constraints use (checked)."""
+    """``settings.model_facts``: numbers the report and constraints use (checked); ``moe`` is
+    a boolean."""
     facts = backend.settings.get("model_facts") or {}
     if not isinstance(facts, dict):
         raise backend.bad("model_facts", f"must be a mapping like {{layers: 78, heads: 64}}, not {brief(facts)}")
@@ -156,6 +194,10 @@ def model_facts_setting(backend) -> dict[str, Any]:
         if key not in FACT_KEYS:
             raise backend.bad(f"model_facts.{key}", f"unknown fact {brief(key)}{did_you_mean(str(key), FACT_KEYS)}; "
                                                     f"allowed: {', '.join(FACT_KEYS)}")
+        if key == "moe":  # a mixture-of-experts model (true) or a dense one (false)
+            if not isinstance(value, bool):
+                raise backend.bad("model_facts.moe", f"must be true or false, not {brief(value)}")
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise backend.bad(f"model_facts.{key}", f"must be a positive number, not {brief(value)}")
     return dict(facts)

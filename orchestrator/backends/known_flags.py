@@ -12,8 +12,10 @@ the reason, so a night of trials does not retry it; delete the file to retry.
 data), used only when no release is installed where the job is validated, e.g. a job
 written on a laptop for a GPU box (``settings.version``). Bundled now: vLLM 0.33.0 and
 0.26.0, SGLang 0.5.23; each file's ``how`` says how it was made. A flag's ``choices`` are
-the values the release accepts where it says (``--load-format``, ``--quantization``: see
-``parser_dump``); a flag without them takes any value. To add one, dump the
+the values the release accepts where it says (``--load-format``, ``--quantization``,
+``--moe-backend``, ``--all2all-backend``: see ``parser_dump``); a flag without them takes any
+value. ``config_choices`` hold the values of keys inside a JSON-valued flag (vLLM's
+speculative methods, ``--speculative-config.method``). To add one, dump the
 release where it imports (a GPU box, or the wheel unpacked on a private ``PYTHONPATH``)::
 
     python -m orchestrator.backends.known_flags vllm --python /venv/bin/python --write
@@ -57,10 +59,14 @@ class FlagTable:
     version: str
     source: str
     raw: dict[str, dict] = field(repr=False, compare=False)
+    # the values a key inside a JSON-valued flag takes, by "--flag.key" (vLLM's
+    # "--speculative-config.method": its SpeculativeMethod); absent: not recorded
+    config_choices: dict[str, tuple[str, ...]] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any], origin: str) -> FlagTable:
-        return cls(str(doc["package"]), str(doc["version"]), origin, dict(doc["flags"]))
+        choices = {str(k): tuple(map(str, v)) for k, v in (doc.get("config_choices") or {}).items()}
+        return cls(str(doc["package"]), str(doc["version"]), origin, dict(doc["flags"]), choices)
 
     @cached_property
     def flags(self) -> dict[str, FlagInfo]:

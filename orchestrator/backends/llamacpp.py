@@ -13,6 +13,8 @@ both 1              ``--split-mode none`` (one GPU). GPUs per trial = TP x PP; l
                     backend captures graphs by default); ``capture_sizes`` has no
                     llama.cpp equivalent and is refused
 ``custom_all_reduce`` refused; tune ``env.GGML_CUDA_ALLREDUCE`` (nccl, internal, none)
+``speculative.*``   refused (llama-server's ``--model-draft``/``--draft-max`` go in
+                    ``extra_args``)
 ``backend.<flag>``  ``--flag value``: ``n_gpu_layers`` (``-ngl``: a count, auto or all),
                     ``flash_attn`` (on, off, auto; true/false), ``threads``,
                     ``batch_size``, ``ubatch_size``, ``parallel`` (slots), ``ctx_size``,
@@ -45,7 +47,7 @@ import re
 import shutil
 from typing import Any
 
-from orchestrator.backends import common
+from orchestrator.backends import common, speculative
 from orchestrator.backends.base import Backend, Config, LaunchSpec
 from orchestrator.backends.flags import FlagChecker
 from orchestrator.backends.known_flags import FlagTable
@@ -160,6 +162,8 @@ class LlamaCppBackend(Backend):
                                      key=name)
             if config[name] and self.device_name == "cpu":
                 raise ConfigRejected("graph_capture=true needs device cuda", file=file, key=name)
+        speculative.refuse(config, "the llamacpp backend", file,
+                           "llama-server's own --model-draft and --draft-max go in backend.settings.extra_args")
         self._check_values(config)
         self._flag_words(config)
         self.check_nccl_env(config)

@@ -7,13 +7,16 @@ installed), so it imports nothing but the standard library and the server::
     /venv/bin/python parser_dump.py DIST MODULE:CALLABLE   # CALLABLE(parser) adds the flags
 
 Output: ``{"package", "version", "source", "flags": {flag: {"kind", ["negative"],
-["deprecated"], ["replacement"], ["choices"]}}}`` with kind ``switch`` (no value),
-``value`` (one) or ``list`` (one or more); ``negative`` is the spelling that sets a switch
-false (vLLM's ``--enable-x``/``--disable-x`` pairs, argparse's ``--no-x``); ``choices``
-the values the flag accepts, as strings, where the release says (the parser's own
-``choices``; for vLLM, whose parser takes any string for ``--load-format`` and
-``--quantization``, the release's built-in load formats and quantization methods). Only
-long options are listed; a spelling the parser hides (``--no-enable-x``) is never listed.
+["deprecated"], ["replacement"], ["choices"]}}, ["config_choices"]}`` with kind ``switch``
+(no value), ``value`` (one) or ``list`` (one or more); ``negative`` is the spelling that sets
+a switch false (vLLM's ``--enable-x``/``--disable-x`` pairs, argparse's ``--no-x``);
+``choices`` the values the flag accepts, as strings, where the release says (the parser's
+own ``choices``; for vLLM, whose parser takes any string for ``--load-format``,
+``--quantization``, ``--moe-backend`` and ``--all2all-backend``, the release's built-in load
+formats, quantization methods, MoE kernel backends and all2all backends). ``config_choices``:
+the values of keys inside a JSON-valued flag, by ``--flag.key`` (vLLM: the speculative
+methods of ``--speculative-config``, its ``SpeculativeMethod``). Only long options are
+listed; a spelling the parser hides (``--no-enable-x``) is never listed.
 
 Recipes build the parser the way the server's own command line does:
 
@@ -112,10 +115,19 @@ def _vllm() -> argparse.ArgumentParser:
 
 
 def _vllm_values() -> dict[str, list[str]]:
-    """vLLM's built-in load formats and quantization methods: its parser takes any string for
-    ``--load-format`` and ``--quantization`` (plugins may register more), and the engine
+    """vLLM's built-in load formats, quantization methods, MoE kernel backends and all2all
+    backends: its parser takes any string for ``--load-format``, ``--quantization``,
+    ``--moe-backend`` and ``--all2all-backend`` (plugins may register more), and the engine
     refuses the rest. Each read where the release keeps it; a release without it gives none."""
     out: dict[str, list[str]] = {}
+    for flag, module, name in (("--moe-backend", "vllm.config.kernel", "MoEBackend"),
+                               ("--all2all-backend", "vllm.config.parallel", "All2AllBackend")):
+        try:
+            values = [str(v) for v in typing.get_args(getattr(importlib.import_module(module), name))]
+        except Exception:  # noqa: BLE001 - a release without it: the parser's own answer stands
+            values = []
+        if values:
+            out[flag] = values
     try:
         from vllm.model_executor.model_loader import (
             LoadFormats,  # runs in the server's own interpreter, where that release is installed
@@ -135,6 +147,20 @@ def _vllm_values() -> dict[str, list[str]]:
     except Exception:  # noqa: BLE001
         pass
     return out
+
+
+def _vllm_config_values() -> dict[str, list[str]]:
+    """The speculative methods ``--speculative-config``'s ``method`` takes: the release's
+    ``SpeculativeMethod`` literal (in ``vllm.config.speculative`` in 0.26.0 and 0.33.0; looked
+    for in ``vllm.config`` too); none where the release has no such literal."""
+    for module in ("vllm.config.speculative", "vllm.config"):
+        try:
+            methods = [str(v) for v in typing.get_args(importlib.import_module(module).SpeculativeMethod)]
+        except Exception:  # noqa: BLE001 - an older or a broken release: nothing recorded
+            continue
+        if methods:
+            return {"--speculative-config.method": methods}
+    return {}
 
 
 def _sglang() -> argparse.ArgumentParser:
@@ -161,12 +187,15 @@ def dump(recipe: str, target: str | None = None) -> dict:
         parser = argparse.ArgumentParser()
         parser = getattr(importlib.import_module(module), attr)(parser) or parser
     flags = describe(parser)
+    out: dict = {}
     if target is None and recipe == "vllm":
         for flag, values in _vllm_values().items():
             if flag in flags and "choices" not in flags[flag]:
                 flags[flag]["choices"] = values
+        if "--speculative-config" in flags:
+            out["config_choices"] = _vllm_config_values()
     return {"package": package, "version": importlib.metadata.version(package), "source": source,
-            "flags": flags}
+            "flags": flags, **out}
 
 
 if __name__ == "__main__":

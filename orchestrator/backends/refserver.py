@@ -2,7 +2,8 @@
 
 The default target: runs on CPU (gloo) or CUDA (NCCL), so a study can run anywhere.
 Tunable: ``tp_size``, ``graph_capture`` + ``capture_sizes`` (CUDA only),
-``backend.threads``, ``backend.dtype``, ``backend.max_batch`` and any ``env.*``.
+``backend.threads``, ``backend.dtype``, ``backend.max_batch`` and any ``env.*``. It has
+no speculative decoding: ``speculative.*`` params (but ``speculative.method: none``) are refused.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from typing import Any
 
 import orchestrator
-from orchestrator.backends import common
+from orchestrator.backends import common, speculative
 from orchestrator.backends.base import Backend, Config, LaunchSpec
 from orchestrator.backends.flags import did_you_mean
 from orchestrator.core.errors import ConfigRejected, brief
@@ -115,6 +116,7 @@ class RefServerBackend(Backend):
         if "custom_all_reduce" in config:
             raise ConfigRejected("the reference server has no custom all-reduce; drop custom_all_reduce",
                                  file=self.job_file, key="custom_all_reduce")
+        speculative.refuse(config, "the reference server", self.job_file)
         self.check_nccl_env(config)
         for flag, value in self.backend_flags_of(config).items():
             if flag not in _FLAGS:

@@ -16,12 +16,15 @@ bundled table ("assumed"); a release with neither is checked by its spellings on
 
 Params: ``tp_size`` -> ``TP_FLAG N`` (always), ``pp_size`` -> ``PP_FLAG N``,
 ``custom_all_reduce: false`` -> ``--disable-custom-all-reduce``, ``graph_capture`` and
-``capture_sizes`` -> ``graph_args`` (the subclass), ``backend.<flag>`` -> flags
+``capture_sizes`` -> ``graph_args`` (the subclass), the ``speculative.*`` params ->
+``speculative_args`` (the subclass; checked against ``speculative_methods()``, the release's,
+by ``orchestrator.backends.speculative``), ``backend.<flag>`` -> flags
 (``orchestrator.backends.flags``), ``env.*`` -> the server's environment.
 
 Subclass contract: the class attributes below, ``command()`` (argv up to the model),
-``graph_args(config)``; optionally ``check_engine(config)``, ``normalize_engine(out)``,
-``read_settings()``, ``pass_through()``.
+``graph_args(config)``; optionally ``speculative_methods()`` with ``speculative_args(config)``
+(without them the speculative params are refused), ``check_engine(config)``,
+``normalize_engine(out)``, ``read_settings()``, ``pass_through()``.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 import sys
 from typing import Any, ClassVar
 
-from orchestrator.backends import common, known_flags
+from orchestrator.backends import common, known_flags, speculative
 from orchestrator.backends.base import Backend, Config, LaunchSpec
 from orchestrator.backends.flags import FlagChecker, Spelling
 from orchestrator.core import versions
@@ -38,7 +41,8 @@ from orchestrator.core.errors import brief
 SHARED_SETTINGS = {
     "served_model_name": "name in the OpenAI API (default: model)",
     "extra_args": "list of extra command-line arguments, passed through",
-    "model_facts": "layers, heads, kv_heads, hidden_size, dtype_bytes, bytes_per_token, allreduces_per_step",
+    "model_facts": "layers, heads, kv_heads, hidden_size, dtype_bytes, bytes_per_token, allreduces_per_step, "
+                   "moe (true/false), experts",
     "version": "release to build flags for (default: the installed one)",
 }
 HINTS = {"model_path": "model", "model_name": "served_model_name"}
@@ -79,7 +83,7 @@ class ServingBackend(Backend):
         self._checker: FlagChecker | None = None
         self.flag_note = ""
         self.read_settings()
-        problem = self.flags().extra_problem(self.extra_args)
+        problem = self.flags().extra_problem(self.pass_through())  # what reaches the command line as is
         if problem:
             raise self.bad("extra_args", problem)
         self.check_model_format()
@@ -99,6 +103,16 @@ class ServingBackend(Backend):
     def graph_args(self, config: Config) -> list[str]:
         """argv for ``graph_capture``/``capture_sizes`` (and HANDLED params)."""
         raise NotImplementedError
+
+    def speculative_methods(self) -> speculative.Methods | None:
+        """What the release can do with speculative decoding; None: nothing the tuner can
+        set (every ``speculative.*`` param is refused)."""
+        return None
+
+    def speculative_args(self, config: Config) -> list[str]:
+        """argv for the ``speculative.*`` params of a normalized, checked config (nothing
+        without a method: ``speculative.method: none`` is the baseline's server)."""
+        return []
 
     def check_engine(self, config: Config) -> None:
         """ConfigRejected for what only this server refuses."""
@@ -205,6 +219,11 @@ class ServingBackend(Backend):
 
     def check_config(self, config: Config) -> None:
         common.check_neutral(config, self.job_file)
+        methods = self.speculative_methods()
+        if methods is None:
+            speculative.refuse(config, self.flags().release, self.job_file)
+        else:
+            speculative.check(config, methods, self.job_file)
         self.check_engine(config)
         checker = self.flags()
         for name, value in sorted(self.backend_flags_of(config).items()):
@@ -212,11 +231,19 @@ class ServingBackend(Backend):
                 checker.param_words(name, value, self.job_file)
         self.check_nccl_env(config)
 
+    def default_values(self) -> Config:
+        # no speculative decoding is what a config without the params runs
+        return {**super().default_values(), speculative.METHOD: speculative.NONE}
+
     def normalize(self, config: Config) -> Config:
         """Defaults filled in; settings that cannot matter dropped: graph settings without
-        graphs, custom all-reduce at tp_size 1; capture sizes in one spelling."""
+        graphs, custom all-reduce at tp_size 1, speculative settings without a method (and
+        those its method ignores: ``speculative.normalize``); capture sizes in one spelling."""
         out = super().normalize(config)
         out.setdefault("pp_size", 1)
+        methods = self.speculative_methods()
+        if methods is not None:
+            speculative.normalize(out, methods)
         self.normalize_engine(out)
         if not out["graph_capture"]:
             for name in self.GRAPH_ONLY:
@@ -238,6 +265,7 @@ class ServingBackend(Backend):
         if self.served_model_name:
             argv += ["--served-model-name", self.served_model_name]
         argv += self.graph_args(config)
+        argv += self.speculative_args(config)
         if config.get("custom_all_reduce") is False:
             argv.append("--disable-custom-all-reduce")
         checker = self.flags()

@@ -15,7 +15,24 @@ What it shares with vLLM (settings, release, flags, the head of the command line
 ``backend.<flag>``  ``--flag``; e.g. ``backend.enable_torch_compile: true`` ->
                     ``--enable-torch-compile``, ``backend.cuda_graph_max_bs: 16`` (spelled
                     for the release, below), ``backend.torch_compile_max_bs``
+``speculative.*``   ``--speculative-algorithm A`` (ngram: NGRAM, mtp: NEXTN, eagle: EAGLE,
+                    eagle3: EAGLE3, draft_model: STANDALONE; the release's own names, as
+                    it spells them, also), ``--speculative-draft-model-path DRAFT``, and K
+                    drafted tokens as a chain: ``--speculative-num-steps K
+                    --speculative-eagle-topk 1 --speculative-num-draft-tokens K+1`` (SGLang
+                    counts the verified token among the draft tokens and forces K+1 at top-k
+                    1: server_args.py); NGRAM: ``--speculative-num-draft-tokens K+1`` alone;
+                    ``prompt_lookup_max``/``_min``: ``--speculative-ngram-{max,min}-match-
+                    window-size`` where the release has them (0.5.23 has not: refused). A
+                    speculative config also gets ``--enable-metrics``: SGLang serves
+                    ``/metrics`` (its ``sglang:spec_accept_length``) only with it
 ==================  ==========================================================
+
+Methods needing ``speculative.model``: EAGLE, EAGLE3, STANDALONE and the release's others;
+NEXTN takes one optionally (the target's own MTP layers otherwise), NGRAM ignores it. Tree
+drafting (top-k > 1) is not tuned: ``--speculative-eagle-topk`` is the backend's.
+MoE knobs are SGLang's own flags: ``backend.ep_size``, ``backend.moe_a2a_backend``,
+``backend.moe_runner_backend`` (values checked against the release's choices).
 
 Readiness is ``GET /health`` answering 200 (``/v1/models`` answers before warm-up ends).
 
@@ -50,10 +67,11 @@ from __future__ import annotations
 
 import sys
 
-from orchestrator.backends import common
+from orchestrator.backends import common, speculative
 from orchestrator.backends.base import Config
 from orchestrator.backends.flags import Spelling
 from orchestrator.backends.serving import ServingBackend
+from orchestrator.core.errors import ConfigRejected
 
 PER_PHASE_SINCE = (0, 5, 14)  # --cuda-graph-max-bs-decode & co. (the old spellings are gone since 0.5.20)
 
@@ -69,6 +87,11 @@ _NO_GRAPHS = [
     Spelling(None, PER_PHASE_SINCE, ("--disable-cuda-graph",)),
     Spelling(PER_PHASE_SINCE, None, ("--disable-decode-cuda-graph", "--disable-prefill-cuda-graph")),
 ]
+# the neutral speculative methods as --speculative-algorithm spells them (server_args.py)
+ALGORITHMS = {"ngram": "NGRAM", "mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "draft_model": "STANDALONE"}
+_NEUTRAL_OF = {algorithm: method for method, algorithm in ALGORITHMS.items()}
+_WINDOW = {speculative.LOOKUP_MAX: "--speculative-ngram-max-match-window-size",
+           speculative.LOOKUP_MIN: "--speculative-ngram-min-match-window-size"}
 
 
 class SglangBackend(ServingBackend):
@@ -97,6 +120,12 @@ class SglangBackend(ServingBackend):
         "--disable-decode-cuda-graph": "graph_capture", "--disable-prefill-cuda-graph": "graph_capture",
         "--cuda-graph-bs": "capture_sizes", "--cuda-graph-bs-decode": "capture_sizes",
         "--disable-custom-all-reduce": "custom_all_reduce", "--served-model-name": "settings.served_model_name",
+        "--speculative-algorithm": speculative.METHOD, "--speculative-draft-model-path": speculative.MODEL,
+        "--speculative-draft-model": speculative.MODEL, "--speculative-num-steps": speculative.NUM_TOKENS,
+        "--speculative-num-draft-tokens": speculative.NUM_TOKENS,
+        "--speculative-eagle-topk": f"{speculative.NUM_TOKENS} (a chain: top-k 1)",
+        _WINDOW[speculative.LOOKUP_MAX]: speculative.LOOKUP_MAX,
+        _WINDOW[speculative.LOOKUP_MIN]: speculative.LOOKUP_MIN,
     }
     SPELLINGS = {
         "cuda_graph_max_bs": _MAX_BS, "cuda_graph_max_bs_decode": _MAX_BS,
@@ -116,8 +145,66 @@ class SglangBackend(ServingBackend):
     def command(self) -> list[str]:
         return [self.python or sys.executable, "-m", "sglang.launch_server", "--model-path", self.model]
 
+    # ---- speculative decoding -----------------------------------------------------------------
+    def speculative_methods(self) -> speculative.Methods:
+        """The neutral methods the release's --speculative-algorithm has (all five where its
+        parser records no choices: ``assumed``), their SGLang spellings, and its own others."""
+        checker = self.flags()
+        info = checker.table.flags.get("--speculative-algorithm") if checker.table is not None else None
+        choices = info.choices if info is not None else None
+        neutral = [m for m, a in ALGORITHMS.items() if choices is None or a in choices]
+        names = (*neutral, *(ALGORITHMS[m] for m in neutral), *(c for c in choices or () if c not in _NEUTRAL_OF))
+        window = checker.table is None or checker.table.knows(_WINDOW[speculative.LOOKUP_MAX])
+        return speculative.Methods(
+            names=names, model_free=frozenset({"ngram", "NGRAM", "mtp", "NEXTN"}),
+            ignore_model=frozenset({"ngram", "NGRAM"}), lookup=frozenset({"ngram", "NGRAM"} if window else ()),
+            release=checker.release,
+            source=f"{checker.table.source} (--speculative-algorithm)" if choices and checker.table is not None
+            else "the release records no --speculative-algorithm choices: EAGLE, EAGLE3, NEXTN, STANDALONE and NGRAM "
+                 "are assumed", assumed=choices is None)
+
+    def speculative_args(self, config: Config) -> list[str]:
+        spec = speculative.of(config)
+        if spec is None:
+            return []
+        algorithm = ALGORITHMS.get(spec.method, spec.method)
+        words = ["--speculative-algorithm", algorithm]
+        if spec.model is not None:
+            words += ["--speculative-draft-model-path", spec.model]
+        if algorithm != "NGRAM":
+            words += ["--speculative-num-steps", str(spec.num_tokens), "--speculative-eagle-topk", "1"]
+        words += ["--speculative-num-draft-tokens", str(spec.num_tokens + 1)]
+        for name, value in ((speculative.LOOKUP_MAX, spec.lookup_max), (speculative.LOOKUP_MIN, spec.lookup_min)):
+            if value is not None:
+                words += [_WINDOW[name], str(value)]
+        table = self.flags().table
+        if "--enable-metrics" not in self.extra_args and (table is None or table.knows("--enable-metrics")):
+            words.append("--enable-metrics")  # /metrics, where the acceptance gauges are
+        return words
+
+    def check_engine(self, config: Config) -> None:
+        method = speculative.method_of(config)
+        given = [name for name in _WINDOW if name in config]
+        if given and method in ("ngram", "NGRAM") and not self.speculative_methods().lookup:
+            raise ConfigRejected(f"{self.flags().release} has no {_WINDOW[given[0]]} (its n-gram drafter is tuned with "
+                                 f"backend.speculative_ngram_max_trie_depth and the bfs breadths); drop {given[0]}",
+                                 file=self.job_file, key=given[0])
+
+    def diagnose(self) -> tuple[list[str], list[str]]:
+        lines, warnings = super().diagnose()
+        methods = self.speculative_methods()
+        lines.append(f"speculative methods: {', '.join(methods.names)} ({methods.source})")
+        if methods.assumed:
+            warnings.append(f"{methods.release}'s parser records no --speculative-algorithm choices: "
+                            f"speculative.method is checked against EAGLE, EAGLE3, NEXTN, STANDALONE and NGRAM")
+        return lines, warnings
+
     def normalize_engine(self, out: Config) -> None:
-        """The max-batch aliases folded into one name."""
+        """The max-batch aliases folded into one name; a method in SGLang's spelling into the
+        neutral one (EAGLE and eagle run the same server)."""
+        method = out.get(speculative.METHOD)
+        if method in _NEUTRAL_OF:
+            out[speculative.METHOD] = _NEUTRAL_OF[method]
         if "backend.cuda_graph_max_bs_decode" in out:
             out["backend.cuda_graph_max_bs"] = out.pop("backend.cuda_graph_max_bs_decode")
 

@@ -15,7 +15,32 @@ What it shares with SGLang (settings, release, flags, the head of the command li
                     all-reduce off by itself on PCIe-only boxes for TP > 2 (it needs
                     NVLink or at most two GPUs), so there it cannot change anything.
 ``backend.data_parallel_size``  replicas: GPUs per trial = TP x PP x DP
+``speculative.*``   ``--speculative-config '{"method": M, "num_speculative_tokens": K,
+                    "model": DRAFT, "prompt_lookup_max": N, "prompt_lookup_min": N}'``
+                    (only what the method uses); method ``none``: no flag at all
 ==================  ==========================================================
+
+Speculative methods are the release's own (its ``SpeculativeMethod``: read from the installed
+release's ``vllm.config.speculative``, else the bundled table's ``config_choices``; 0.26.0 has
+medusa and mlp_speculator, 0.33.0 no longer); a release whose list is unknown takes the
+neutral set (ngram, mtp, eagle, eagle3, draft_model) and ``doctor`` warns. Read in both
+releases' ``SpeculativeConfig.__post_init__``: ngram, ngram_gpu, suffix and
+extract_hidden_states need no draft model and ignore one; mtp (and its deprecated aliases
+``*_mtp``) and dspark use the target's own weights unless given a model; every other method
+needs ``speculative.model``; ``prompt_lookup_*`` are ngram's and ngram_gpu's.
+Your own ``--speculative-config`` keys (``settings.speculative_config``, or
+``--speculative-config JSON`` / ``-sc JSON`` / ``--speculative-config.key=V`` in
+``extra_args``; e.g. ``{draft_tensor_parallel_size: 1}``) are merged into the one the backend
+sends, as ``--compilation-config`` is, when a config speculates; the keys the params set are
+refused there with the param that sets them, as are ``--spec-method``, ``--spec-model`` and
+``--spec-tokens`` (0.26.0's shorthands).
+
+MoE knobs are vLLM's own flags: ``backend.enable_expert_parallel`` (true/false; false,
+vLLM's default, is dropped), ``backend.all2all_backend`` (dropped without expert parallelism:
+it is the experts' all-to-all) and ``backend.moe_backend`` (the MoE kernels), their values
+checked against the release's (bundled tables: 0.26.0, 0.33.0); on a model known to be dense
+(``model_facts.moe: false``, or a readable config.json without experts) they are refused:
+they could not change the server.
 
 Your own ``--compilation-config`` keys (``settings.compilation_config`` as a mapping, or
 ``--compilation-config JSON`` / ``-cc JSON`` / ``--compilation-config.a.b=V`` in
@@ -62,7 +87,7 @@ import json
 import shutil
 from typing import Any
 
-from orchestrator.backends import common
+from orchestrator.backends import common, speculative
 from orchestrator.backends.base import Config
 from orchestrator.backends.flags import Spelling, vstr
 from orchestrator.backends.serving import ServingBackend
@@ -80,6 +105,18 @@ TUNED_KEYS = {"cudagraph_mode": _GRAPH_PARAMS, "full_cuda_graph": _GRAPH_PARAMS,
               "cudagraph_capture_sizes": "capture_sizes",
               "max_cudagraph_capture_size": "backend.max_cudagraph_capture_size"}
 _CC = ("--compilation-config", "-cc")
+_SC = ("--speculative-config", "-sc")
+# --speculative-config keys the backend sets, and what tunes them
+SPEC_TUNED_KEYS = {"method": speculative.METHOD, "num_speculative_tokens": speculative.NUM_TOKENS,
+                   "model": speculative.MODEL, "prompt_lookup_max": speculative.LOOKUP_MAX,
+                   "prompt_lookup_min": speculative.LOOKUP_MIN}
+# what SpeculativeConfig.__post_init__ does without a model (0.26.0, 0.33.0): these draft from the
+# context or the target's own layers ...
+_MODEL_FREE = {"ngram", "ngram_gpu", "suffix", "extract_hidden_states", "mtp", "dspark"}
+# ... and of them these ignore a model; the n-gram window is these two's
+_IGNORE_MODEL = frozenset({"ngram", "ngram_gpu", "suffix", "extract_hidden_states"})
+_LOOKUP = frozenset({"ngram", "ngram_gpu"})
+_MOE_FLAGS = ("backend.enable_expert_parallel", "backend.all2all_backend", "backend.moe_backend")
 
 _MAX_CAPTURE = [
     Spelling(None, (0, 9, 0), None, "no flag for the largest captured batch before vLLM 0.9.0"),
@@ -113,6 +150,8 @@ class VllmBackend(ServingBackend):
         "executable": "the vllm command (default: vllm)",
         "compilation_config": "your own --compilation-config keys (e.g. {pass_config: {fuse_allreduce_rms: false}}), "
                               "merged with the graph keys the tuner sets",
+        "speculative_config": "your own --speculative-config keys (e.g. {draft_tensor_parallel_size: 1}), merged "
+                              "with the keys the speculative.* params set, sent when a config speculates",
     }
     TP_FLAG = "--tensor-parallel-size"
     PP_FLAG = "--pipeline-parallel-size"
@@ -123,7 +162,9 @@ class VllmBackend(ServingBackend):
         "--cudagraph-capture-sizes": "capture_sizes", "--disable-custom-all-reduce": "custom_all_reduce",
         "--enable-custom-all-reduce": "custom_all_reduce", "--no-disable-custom-all-reduce": "custom_all_reduce",
         "--served-model-name": "settings.served_model_name", "--model": "settings.model", "-tp": "tp_size",
-        "-pp": "pp_size",
+        "-pp": "pp_size", "--speculative-config": "the speculative.* params (your own keys: "
+        "settings.speculative_config)", "-sc": "the speculative.* params", "--spec-method": speculative.METHOD,
+        "--spec-model": speculative.MODEL, "--spec-tokens": speculative.NUM_TOKENS,
     }
     SPELLINGS = {
         "max_cudagraph_capture_size": _MAX_CAPTURE,
@@ -149,25 +190,32 @@ class VllmBackend(ServingBackend):
     # ---- settings and release ----------------------------------------------------------------
     def read_settings(self) -> None:
         self.executable = common.str_setting(self, "executable", "vllm")
-        self.compilation, self.passed = self._split_compilation()
+        self.compilation, rest = self._split_json_flag(
+            list(self.extra_args), "compilation_config", _CC, TUNED_KEYS,
+            '{"pass_config": {"fuse_allreduce_rms": false}}', "{pass_config: {fuse_allreduce_rms: false}}")
+        self.speculation, self.passed = self._split_json_flag(
+            rest, "speculative_config", _SC, SPEC_TUNED_KEYS, '{"draft_tensor_parallel_size": 1}',
+            "{draft_tensor_parallel_size: 1}")
 
-    def _split_compilation(self) -> tuple[dict[str, Any], list[str]]:
-        """The user's --compilation-config keys (settings and extra_args, merged) and the
-        extra arguments without them."""
+    def _split_json_flag(self, extra: list[str], setting: str, names: tuple[str, str], tuned: dict[str, str],
+                         example: str, example_yaml: str) -> tuple[dict[str, Any], list[str]]:
+        """The user's keys of one JSON-valued flag (``settings.<setting>`` and ``extra_args``:
+        ``--flag JSON``, ``--flag=JSON``, ``-x JSON``, ``--flag.a.b=V``, merged) and the extra
+        arguments without them; a key the tuner sets (``tuned``) is refused with its param."""
+        flag = names[0]
         merged: dict[str, Any] = {}
-        given = self.settings.get("compilation_config")
+        given = self.settings.get(setting)
         if given is not None:
             if not isinstance(given, dict):
-                raise self.bad("compilation_config", f"must be a mapping like {{pass_config: {{fuse_allreduce_rms: "
-                                                     f"false}}}}, not {brief(given)}")
-            _merge(merged, given, "", self.bad, "compilation_config")
+                raise self.bad(setting, f"must be a mapping like {example_yaml}, not {brief(given)}")
+            _merge(merged, given, "", self.bad, setting, flag)
         rest: list[str] = []
-        args = list(self.extra_args)
+        args = list(extra)
         while args:
             arg = args.pop(0)
             name, eq, value = arg.partition("=")
             head, dot, path = name.partition(".")
-            if head.replace("_", "-") not in _CC:
+            if head.replace("_", "-") not in names:
                 rest.append(arg)
                 continue
             if not eq:
@@ -188,14 +236,13 @@ class VllmBackend(ServingBackend):
                 except ValueError:
                     part = None
                 if not isinstance(part, dict):
-                    raise self.bad("extra_args", f"{head} takes a JSON object like '{{\"pass_config\": "
-                                                 f"{{\"fuse_allreduce_rms\": false}}}}', not {brief(value)}")
-            _merge(merged, part, "", self.bad, "extra_args")
+                    raise self.bad("extra_args", f"{head} takes a JSON object like '{example}', not {brief(value)}")
+            _merge(merged, part, "", self.bad, "extra_args", flag)
         for key in merged:
-            if key in TUNED_KEYS:
-                where = "compilation_config" if given and key in given else "extra_args"
-                raise self.bad(where, f"--compilation-config key {brief(key)} is set by the tuner from "
-                                      f"{TUNED_KEYS[key]}; tune or fix that instead")
+            if key in tuned:
+                where = setting if given and key in given else "extra_args"
+                raise self.bad(where, f"{flag} key {brief(key)} is set by the tuner from {tuned[key]}; tune or fix "
+                                      f"that instead")
         return merged, rest
 
     def pass_through(self) -> list[str]:
@@ -225,9 +272,57 @@ class VllmBackend(ServingBackend):
         mode = config.get("backend.cudagraph_mode")
         return self.default_mode() if mode is None else str(mode).upper()
 
+    # ---- speculative decoding -----------------------------------------------------------------
+    def speculative_methods(self) -> speculative.Methods | None:
+        """The release's methods: its table's ``--speculative-config.method`` values (the installed
+        parser's dump, else the bundled table), else the neutral set, assumed; None for a release
+        whose flags are known and have no ``--speculative-config``."""
+        checker = self.flags()
+        table = checker.table
+        if table is not None and not table.knows("--speculative-config"):
+            return None
+        names = table.config_choices.get("--speculative-config.method") if table is not None else None
+        free = _MODEL_FREE | {n for n in names or () if n.endswith("_mtp")}  # deprecated aliases of mtp
+        return speculative.Methods(
+            names=tuple(names or speculative.NEUTRAL_METHODS), model_free=frozenset(free),
+            ignore_model=_IGNORE_MODEL, lookup=_LOOKUP, release=checker.release,
+            source=f"{table.source} (--speculative-config.method)" if names and table is not None else
+            "not recorded for this release: the neutral set is assumed", assumed=not names)
+
+    def speculative_args(self, config: Config) -> list[str]:
+        """One ``--speculative-config``: the params' keys and the user's own (disjoint: the
+        user's tuned keys were refused)."""
+        spec = speculative.of(config)
+        if spec is None:
+            return []
+        tuned: dict[str, Any] = {"method": spec.method, "num_speculative_tokens": spec.num_tokens}
+        for key, value in (("model", spec.model), ("prompt_lookup_max", spec.lookup_max),
+                           ("prompt_lookup_min", spec.lookup_min)):
+            if value is not None:
+                tuned[key] = value
+        return ["--speculative-config", json.dumps({**self.speculation, **tuned}, sort_keys=True)]
+
+    def diagnose(self) -> tuple[list[str], list[str]]:
+        lines, warnings = super().diagnose()
+        methods = self.speculative_methods()
+        if methods is None:
+            lines.append(f"speculative decoding: {self.flags().release} has no --speculative-config")
+        else:
+            lines.append(f"speculative methods: {', '.join(methods.names)} ({methods.source})")
+            if methods.assumed:
+                warnings.append(f"the speculative methods of {methods.release} are not known here: speculative.method "
+                                f"is checked against the neutral set ({', '.join(speculative.NEUTRAL_METHODS)})")
+        return lines, warnings
+
     # ---- the differences ---------------------------------------------------------------------
     def check_engine(self, config: Config) -> None:
         file = self.job_file
+        moe = [name for name in _MOE_FLAGS if name in config]
+        if moe and common.is_moe(self, self.model) is False:
+            raise ConfigRejected(f"{self.model} is a dense model (model_facts.moe false, or its config.json counts no "
+                                 f"experts): {moe[0]} cannot change its server; drop it, or set "
+                                 f"backend.settings.model_facts.moe: true if the model has experts", file=file,
+                                 key=moe[0])
         graphs = config.get("graph_capture", True)
         release = self.effective_release()
         if "backend.cudagraph_mode" in config and graphs:
@@ -256,7 +351,13 @@ class VllmBackend(ServingBackend):
                                      key="backend.max_cudagraph_capture_size")
 
     def normalize_engine(self, out: Config) -> None:
-        """The release's default mode spelled out; mode NONE captures nothing."""
+        """The release's default mode spelled out; mode NONE captures nothing; expert
+        parallelism off is vLLM's default, and the experts' all-to-all backend only matters
+        with it on."""
+        if out.get("backend.enable_expert_parallel") is False:
+            del out["backend.enable_expert_parallel"]
+        if out.get("backend.enable_expert_parallel") is not True:
+            out.pop("backend.all2all_backend", None)
         if out["graph_capture"]:
             out["backend.cudagraph_mode"] = self._mode(out)
             if out["backend.cudagraph_mode"] == "NONE":
@@ -290,15 +391,14 @@ class VllmBackend(ServingBackend):
         return words
 
 
-def _merge(into: dict[str, Any], part: dict[str, Any], prefix: str, bad, setting: str) -> None:
+def _merge(into: dict[str, Any], part: dict[str, Any], prefix: str, bad, setting: str, flag: str) -> None:
     """Deep-merge ``part`` into ``into``; one key given twice with two values is BadInput."""
     for key, value in part.items():
         here = f"{prefix}{key}"
         if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value, f"{here}.", bad, setting)
+            _merge(into[key], value, f"{here}.", bad, setting, flag)
         elif key in into and into[key] != value:
-            raise bad(setting, f"--compilation-config key {brief(here)} is given twice: {brief(into[key])} and "
-                               f"{brief(value)}")
+            raise bad(setting, f"{flag} key {brief(here)} is given twice: {brief(into[key])} and {brief(value)}")
         else:
             into[key] = value
 

@@ -152,10 +152,23 @@ def check_space_configs(space: SearchSpace, baseline: dict, backend, job_file: s
                 config.setdefault(parent, allowed[0])
                 if not any(same(config[parent], a) for a in allowed):
                     config[parent] = allowed[0]
-            config = space.active(config)
+            config = _complete(space, space.active(config))
             if space.feasible(config) is not None:
                 continue
             _reject_in_space(backend, space.active({**baseline, **config}), {p.name: v}, space, job_file)
+
+
+def _complete(space: SearchSpace, config: dict) -> dict:
+    """``config`` with every conditional parameter its values make active, and it lacks, at its
+    first value: a config of the space always has them (``speculative.method: ngram`` brings its
+    ``speculative.num_tokens``)."""
+    config = dict(config)
+    while True:
+        missing = [space.param(n) for n in space.active_names(config) if n not in config and space.param(n).when]
+        if not missing:
+            return config
+        for param in missing:
+            config[param.name] = (param.choices or (None,))[0] if param.kind == "categorical" else param.low
 
 
 def _reject_in_space(backend, full: dict, shown_config: dict, space: SearchSpace, job_file: str) -> None:

@@ -12,6 +12,13 @@ all-reduces of a step, which on PCIe run one after another with a fixed latency 
 The motivating case: 157 all-reduces x 135 us = 21 ms of a 50.5 ms eager step. The
 ceiling ignores kernel launch gaps and compute, so real servers stay below it; the
 report states the best config's fraction of it.
+
+It is the ceiling of ONE token per step. Speculative decoding verifies several drafted
+tokens in one target step, which reads the weights once: a step yields the mean accepted
+length L of tokens (1 + accepted drafts per step, the server's own counters), so its ceiling
+is L times the one-token ceiling (``speculative_ceiling``; optimistic: the drafting itself
+is not counted). A speculative config above the one-token ceiling is explained by L, not an
+impossible measurement.
 """
 
 from __future__ import annotations
@@ -87,3 +94,13 @@ def ceiling_for(facts: dict[str, Any], bandwidth_bytes_s: float | None, tp: int 
                allreduces_per_step=allreduces, allreduce_latency_s=allreduce_latency_s,
                comm_known=tp <= 1 or allreduce_latency_s is not None)
     return out
+
+
+def speculative_ceiling(ceiling: dict[str, Any], mean_accepted_length: float) -> dict[str, float]:
+    """The ceiling when each weight pass yields ``mean_accepted_length`` tokens (speculative
+    decoding; see the module docstring): ``tokens_per_pass`` and ``speculative_ceiling_tok_s``.
+    Raises ValueError for a length below 1 (a step always yields the target's own token)."""
+    length = float(mean_accepted_length)
+    if not math.isfinite(length) or length < 1.0:
+        raise ValueError(f"a mean accepted length is at least 1 token per step, not {brief(mean_accepted_length)}")
+    return {"tokens_per_pass": length, "speculative_ceiling_tok_s": ceiling["ceiling_tok_s"] * length}

@@ -106,6 +106,11 @@ def format_result(result: TrialResult) -> str:
                    if drift is not None else "")
         lines.append(f"correctness: passed the study's gate (greedy text matches the golden reference on "
                      f"{verdict.get('text_matches')} prompts{drift_s})")
+    if m.get("acceptance_rate") is not None or m.get("mean_accepted_length") is not None:
+        rate, length = m.get("acceptance_rate"), m.get("mean_accepted_length")
+        lines.append("speculative decoding: " + ", ".join(
+            ([f"{100 * rate:.1f}% of drafted tokens accepted"] if rate is not None else [])
+            + ([f"{length:.2f} tokens per target step"] if length is not None else [])))
     if m.get("ttft_s") is not None:
         lines.append(f"ttft: {1000 * m['ttft_s']:.1f} ms   end-to-end: {m.get('e2e_tok_s', 0):.1f} tok/s")
     t = result.timing

@@ -10,7 +10,9 @@ this machine for the local executor and ``ncclsweep doctor JOB``):
 - the node has the GPUs the job needs (``nvidia-smi -L``). A node where no NVIDIA tool
   answers is not judged: a CPU machine that declares logical GPUs to Ray (tests) and a
   node without nvidia-smi cannot be counted, and the trial's own checks still run;
-- a local model path the backend names exists (a Hugging Face id is not a path).
+- a local model path the backend names exists (a Hugging Face id is not a path), and so does
+  every local draft model a config may name (``speculative.model``: the space's choices and
+  the baseline's).
 
 ``needs(job)`` says what to check (plain data, sent to each node); ``node_problems(needs)``
 runs the checks where it is called and returns one line per problem.
@@ -24,9 +26,11 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from orchestrator.backends import speculative
 from orchestrator.node.nvidia_smi import gpu_count
 
 MODEL_SETTINGS = ("model", "model_path")  # backend settings that may name a local model
+_LOCAL = ("/", "./", "../", "~")  # how a filesystem path begins (a Hub id does not)
 
 
 def server_command(job) -> list[str]:
@@ -47,9 +51,19 @@ def local_model_path(settings: dict[str, Any]) -> str | None:
     """A model setting that is a filesystem path (absolute, ./, ../ or ~), else None."""
     for key in MODEL_SETTINGS:
         value = settings.get(key)
-        if isinstance(value, str) and value.startswith(("/", "./", "../", "~")):
+        if isinstance(value, str) and value.startswith(_LOCAL):
             return value
     return None
+
+
+def draft_models(job) -> list[str]:
+    """The local draft-model paths the job's configs may name: every choice of the space's
+    ``speculative.model`` and the baseline's, each once."""
+    values: list[Any] = []
+    if speculative.MODEL in job.space:
+        values += list(job.space.param(speculative.MODEL).values(10_000) or ())
+    values.append((job.baseline or {}).get(speculative.MODEL))
+    return [v for v in dict.fromkeys(values) if isinstance(v, str) and v.startswith(_LOCAL)]
 
 
 def needs(job) -> dict[str, Any]:
@@ -57,7 +71,7 @@ def needs(job) -> dict[str, Any]:
     argv = server_command(job)
     return {"command": argv[0] if argv else None, "env": dict(job.env),
             "gpus": int(getattr(job, "gpus_per_node", 0) or 0),
-            "model": local_model_path(dict(job.backend.settings))}
+            "model": local_model_path(dict(job.backend.settings)), "draft_models": draft_models(job)}
 
 
 def node_problems(need: dict[str, Any]) -> list[str]:
@@ -74,6 +88,9 @@ def node_problems(need: dict[str, Any]) -> list[str]:
     model = need.get("model")
     if model and not Path(os.path.expanduser(model)).exists():
         problems.append(f"the model path {model!r} does not exist on this node")
+    for draft in need.get("draft_models") or ():
+        if not Path(os.path.expanduser(draft)).exists():
+            problems.append(f"the draft model path {draft!r} (speculative.model) does not exist on this node")
     return problems
 
 

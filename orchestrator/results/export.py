@@ -19,7 +19,9 @@ commented out (an env file or a first-match rules file cannot hold alternatives)
 
 Provenance of every export: backend kind and version, NCCL/CUDA/driver versions, GPU
 model and topology (from the trial's ``nccl`` and ``node`` records when present), model
-path, study, storage, trial number, measured value and spread, the baseline and ratio.
+path, study, storage, trial number, measured value and spread, the baseline and ratio, and
+for a speculative config what the server counted: ``acceptance_rate`` and
+``mean_accepted_length`` (None for a config that reported none).
 """
 
 from __future__ import annotations
@@ -126,6 +128,8 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
         "baseline_trial": base.number if base else None,
         "baseline_tok_s": base_value,
         "x_baseline": (row.value / base_value) if base_value and row.value is not None else None,
+        "acceptance_rate": row.acceptance_rate,
+        "mean_accepted_length": row.mean_accepted_length,
         "backend": {"kind": _backend_kind(job, backend), "version": _safe_version(backend)},
         "model": _model_of(backend, job),
         "nccl_version": _first(nccl.get("version"), nccl.get("nccl_version"), node.get("nccl_version")),
@@ -175,7 +179,17 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
         f"driver {_one_line(prov['driver_version'])}",
         f"# GPU: {_one_line(prov['gpu_model'])} (devices {_one_line(prov['gpus'])}); "
         f"topology: {_one_line(prov['topology'], 100)}",
-    ]
+    ] + _speculation_comment(prov)
+
+
+def _speculation_comment(prov: dict[str, Any]) -> list[str]:
+    """What speculative decoding achieved in the measurement, where the server counted it."""
+    rate, length = prov.get("acceptance_rate"), prov.get("mean_accepted_length")
+    if rate is None and length is None:
+        return []
+    parts = ([f"{100 * rate:.1f}% of drafted tokens accepted"] if rate is not None else []) + (
+        [f"{length:.2f} tokens per target step"] if length is not None else [])
+    return [f"# speculative decoding: {', '.join(parts)} (the server's counters over the benchmark prompts)"]
 
 
 # ---- environment & command --------------------------------------------------------------------------

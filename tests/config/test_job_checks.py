@@ -6,7 +6,12 @@ every value applied to the baseline). Bad input names file and key path."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+import yaml
 from job_files import bad, in_tmp, needs_nccl, write  # noqa: F401 - in_tmp: autouse, each test in a tmp dir
 
 from orchestrator.config.job import load_job
@@ -82,3 +87,102 @@ def test_large_space_checks_each_value_against_baseline():
     space["params"]["graph_capture"] = [False]
     job = load_job(write(space=space))
     assert job.space.size(limit=2000) is None and job.space.size() == 2 * 5000
+
+
+# A job's speculative configs are checked at validate time like every other config: each config
+# of a small space, and on a large one every value with the parameters it brings
+# (``speculative.method: ngram`` with its ``speculative.num_tokens``); what the release cannot do
+# is one line naming the space file and the parameter, exit code 2. The shipped speculative jobs
+# and spaces validate.
+REPO = Path(__file__).resolve().parents[2]
+LARGE = {  # 4 x 4 x 4 x 4 x 2 x 3 configs before the speculative ones: past the per-config check limit
+    "backend.max_num_seqs": [8, 16, 32, 64], "backend.max_num_batched_tokens": [1024, 2048, 4096, 8192],
+    "backend.gpu_memory_utilization": [0.5, 0.6, 0.7, 0.8], "backend.block_size": [8, 16, 32, 64],
+    "graph_capture": [False, True], "backend.max_model_len": [1024, 2048, 4096]}
+
+
+def vllm_job(tmp_path: Path, params: dict, large: bool = False) -> Path:
+    (tmp_path / "draft").mkdir(exist_ok=True)
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump({"params": {**(LARGE if large else {}), **params}}))
+    job = {"study": "spec", "report_dir": str(tmp_path / "reports"),
+           "backend": {"kind": "vllm", "settings": {"model": str(tmp_path), "version": "0.26.0"}},
+           "gpus_per_node": 1, "space": "space.yaml"}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def validate(job: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestrator", "validate", str(job)], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+
+
+GOOD = {"speculative.method": {"choices": ["none", "ngram", "draft_model"]},
+        "speculative.num_tokens": {"choices": [2, 4], "when": {"speculative.method": ["ngram", "draft_model"]}},
+        "speculative.model": {"choices": ["DRAFT"], "when": {"speculative.method": "draft_model"}}}
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_a_good_speculative_space_validates(tmp_path, large):
+    params = {**GOOD, "speculative.model": {**GOOD["speculative.model"], "choices": [str(tmp_path / "draft")]}}
+    job = load_job(vllm_job(tmp_path, params, large=large))
+    assert (job.space.size() is None or job.space.size() > 2000) == large
+    if not large:
+        assert job.space.size() == 5  # none, ngram x 2, draft_model x 2
+
+
+@pytest.mark.parametrize("large", [False, True])
+@pytest.mark.parametrize("params, key, says", [
+    ({"speculative.method": {"choices": ["none", "draft_model"]},
+      "speculative.num_tokens": {"choices": [2], "when": {"speculative.method": "draft_model"}}},
+     "params.speculative.method", "draft_model needs speculative.model"),
+    ({"speculative.method": {"choices": ["none", "medusa2"]},
+      "speculative.num_tokens": {"choices": [2], "when": {"speculative.method": "medusa2"}}},
+     "params.speculative.method", "'medusa2' is not a speculative method of vLLM 0.26.0"),
+    ({"speculative.method": {"choices": ["none", "ngram"]},
+      "speculative.num_tokens": {"choices": [0, 2], "when": {"speculative.method": "ngram"}}},
+     "params.speculative.num_tokens", "must be an integer >= 1, not 0"),
+    ({"speculative.method": {"choices": ["none", "ngram"]}}, "params.speculative.method",
+     "ngram needs speculative.num_tokens"),
+])
+def test_what_the_release_cannot_do_is_one_line_exit_2(tmp_path, params, key, says, large):
+    res = validate(vllm_job(tmp_path, params, large=large))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert f"space.yaml: {key}: " in lines[0] and says in lines[0], lines[0]
+
+
+def test_a_server_without_speculation_refuses_the_params(tmp_path):
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump({"params": {
+        "speculative.method": {"choices": ["none", "ngram"]},
+        "speculative.num_tokens": {"choices": [2], "when": {"speculative.method": "ngram"}}}}))
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"study": "s", "report_dir": str(tmp_path / "r"), "space": "space.yaml",
+                                   "backend": {"kind": "refserver", "settings": {"model": "tiny", "device": "cpu"}}}))
+    res = validate(job)
+    assert res.returncode == 2 and "the reference server has no speculative decoding" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("job, space", [
+    ("jobs/h200-vllm-1b-spec.yaml", None),
+    ("jobs/h200-vllm-1b-spec-hello.yaml", None),
+    ("jobs/glm5-vllm-8xpcie.yaml", "search_spaces/vllm-pcie-spec.yaml"),
+])
+def test_the_shipped_speculative_jobs_validate(tmp_path, job, space):
+    path = REPO / job
+    if space:  # the motivating job with the space its comment names
+        data = yaml.safe_load(path.read_text())
+        data.update(space=str(REPO / space), report_dir=str(tmp_path / "r"))
+        data.pop("output_dir", None)
+        path = tmp_path / "glm5-spec.yaml"
+        path.write_text(yaml.safe_dump(data))
+    loaded = load_job(path)
+    methods = set(loaded.space.param("speculative.method").choices)
+    assert "none" in methods and methods & {"ngram", "mtp", "draft_model"}
+    backend = loaded.backend_obj()
+    configs = loaded.space.enumerate() or []
+    speculating = [c for c in configs if c.get("speculative.method") not in (None, "none")]
+    assert configs and speculating or loaded.space.size() is None
+    for config in speculating[:50]:
+        argv = backend.launch_spec(backend.normalize({**backend.default_config(), **config}), "h", 1).argv
+        assert argv.count("--speculative-config") == 1

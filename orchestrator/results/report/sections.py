@@ -15,8 +15,9 @@ import statistics
 from pathlib import Path
 from typing import Any, Protocol
 
+from orchestrator.backends import speculative
 from orchestrator.core import outcome
-from orchestrator.core.ceiling import ceiling_for, parse_bandwidth
+from orchestrator.core.ceiling import ceiling_for, parse_bandwidth, speculative_ceiling
 from orchestrator.core.golden_check import disputed
 from orchestrator.core.outcome import TIMEOUT_KINDS
 from orchestrator.core.records import NOT_THE_CONFIGS_FAULT, TrialRow
@@ -191,19 +192,38 @@ def _idle_gaps(spans) -> dict[str, float]:
     return out
 
 
+def _acceptance(r: TrialRow) -> str:
+    """A speculative trial's acceptance as the server counted it: drafted tokens accepted and
+    tokens per target step; "-" for a trial that reported none."""
+    parts = []
+    if r.acceptance_rate is not None:
+        parts.append(f"{100 * r.acceptance_rate:.0f}% accepted")
+    if r.mean_accepted_length is not None:
+        parts.append(f"{r.mean_accepted_length:.2f} tokens/step")
+    return ", ".join(parts) or "-"
+
+
 def _top_table(rows, best, base) -> list[Block]:
     if not best:
         return []
     base_v = base.value if base and base.state == COMPLETE else None
+    speculating = any(r.acceptance_rate is not None or r.mean_accepted_length is not None for r in best)
     table = []
     for i, r in enumerate(best, 1):
         table.append([i, r.number, _tok(r.value), _pct(r.spread), _ratio(r.value, base_v),
-                      _noise_words(base, r) if base_v else "-", r.n_measurements,
-                      f"`{short_params(r.params)}`"
-                      + (" (baseline)" if base and r.config_key == base.config_key else "")])
-    return [doc.heading(2, f"Top {len(best)} configs"),
-            doc.table(["Rank", "Trial", "tok/s", "Spread", "x baseline", "vs baseline", "Measured", "Config"], table)
-            ] + _ties_with_best(best)
+                      _noise_words(base, r) if base_v else "-", r.n_measurements]
+                     + ([_acceptance(r)] if speculating else [])
+                     + [f"`{short_params(r.params)}`"
+                        + (" (baseline)" if base and r.config_key == base.config_key else "")])
+    headers = ["Rank", "Trial", "tok/s", "Spread", "x baseline", "vs baseline", "Measured"]
+    out = [doc.heading(2, f"Top {len(best)} configs"),
+           doc.table(headers + (["Speculation"] if speculating else []) + ["Config"], table)]
+    if speculating:
+        out.append(doc.para("Speculation: the share of drafted tokens the target model accepted and the tokens each "
+                            "target step yielded (mean accepted length), from the server's own counters over the "
+                            "benchmark's prompts. Greedy speculative decoding is lossless by design; the correctness "
+                            "gate checks it like any other config."))
+    return out + _ties_with_best(best)
 
 
 def _ties_with_best(best: list[TrialRow]) -> list[Block]:
@@ -379,9 +399,36 @@ def _ceiling(job: ReportJob, rows: list[TrialRow], best: list[TrialRow], backend
         lines.append(f"Communication: {c['allreduces_per_step']} all-reduces per step at unknown latency: not "
                      "included, so this ceiling is optimistic.")
     lines.append(f"**The best config reaches {100 * frac:.0f}% of the ceiling** ({b.value:.2f} tok/s).")
-    if frac > 1.05:
-        lines.append("It exceeds the ceiling: the declared bandwidth or the model facts are wrong.")
+    lines += _speculation_lines(b, c, frac)
     return out + [doc.items(lines)], c
+
+
+def _speculation_lines(b: TrialRow, c: dict[str, Any], frac: float) -> list[str]:
+    """The ceiling above is one token per weight pass; a speculative best is measured against
+    its own tokens per pass (``ceiling.speculative_ceiling``), and only a best beyond that, or a
+    best that does not speculate, is called impossible."""
+    speculates = speculative.uses(b.params) or b.mean_accepted_length is not None
+    if not speculates:
+        return ["It exceeds the ceiling: the declared bandwidth or the model facts are wrong."] if frac > 1.05 else []
+    if b.mean_accepted_length is None or b.mean_accepted_length < 1.0:
+        return ["The best config speculates: a target step verifies several drafted tokens while reading the weights "
+                "once, so the one-token ceiling does not bound it. The server reported no acceptance counters, so its "
+                "tokens per weight pass are unknown" + (" (it is above the one-token ceiling: speculation explains "
+                                                         "that)." if frac > 1.05 else ".")]
+    spec = speculative_ceiling(c, b.mean_accepted_length)
+    c.update(spec)
+    reach = b.value / spec["speculative_ceiling_tok_s"] if b.value is not None else 0.0
+    c["best_fraction_speculative"] = reach
+    accepted = f", {100 * b.acceptance_rate:.0f}% of drafted tokens accepted" if b.acceptance_rate is not None else ""
+    out = [f"The best config speculates ({speculative.method_of(b.params)}): **{spec['tokens_per_pass']:.2f} tokens "
+           f"per weight pass** (mean accepted length{accepted}), so its ceiling is {spec['tokens_per_pass']:.2f} x "
+           f"{c['ceiling_tok_s']:.2f} = **{spec['speculative_ceiling_tok_s']:.2f} tok/s**, of which it reaches "
+           f"{100 * reach:.0f}% (drafting is not counted: the ceiling is optimistic)."]
+    if frac > 1.05 and reach <= 1.05:
+        out.append("Above the one-token ceiling, and explained: speculation yields several tokens per weight pass.")
+    elif reach > 1.05:
+        out.append("It exceeds even the speculative ceiling: the declared bandwidth or the model facts are wrong.")
+    return out
 
 
 def load_compare(path: Path) -> dict[str, Any] | None:

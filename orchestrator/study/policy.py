@@ -32,10 +32,16 @@ config runs:
   TPE/GP/NSGA-II treat it as infeasible and it can never be "best"; a blameless failure
   (``outcome.decide``: ``interrupted``, ``node-lost``, ``env-error``, a first timeout) is
   an Optuna FAIL (the sampler ignores it) that ``requeue`` puts back once; PRUNED (early
-  stop) is PRUNED with its intermediate value reported first. A trial a dead driver left
+  stop) is PRUNED with its intermediate value reported first (for a single objective). A trial a dead driver left
   RUNNING is told FAIL by the next one (``recover_interrupted``); why is stored as a study
   user attribute (``storage.RECOVERED_PREFIX`` + its number) that ``history`` reads as the
   trial's own. Only Optuna's public API is used;
+- the objective (``study.objective``): what Optuna is told of a COMPLETE trial is one value
+  (the default single level, or the weighted mix of several) or one per level (a plan: a
+  multi-objective study, one ``maximize`` direction per level); a config-caused failure is
+  0.0 at every level; "best" is per level where the policy needs it (the early stop's
+  thresholds, ``prune_thresholds``, and the neighbor fill, which starts from the bests of
+  every level);
 - the budget counts launched trials (COMPLETE, config-caused FAIL, PRUNED) only, and
   the policy stops proposing when it is reached or when every enumerated config has
   been measured (``budget_reached`` / ``exhausted`` say which).
@@ -56,6 +62,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from orchestrator.config.job import Objective
 from orchestrator.core.errors import StorageWriteError
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO, TIMEOUT_KINDS, interrupted
 from orchestrator.core.records import (
@@ -69,9 +76,11 @@ from orchestrator.core.records import (
     TrialRow,
     config_key,
 )
+from orchestrator.study import objective as objectives
 from orchestrator.study.bans import banned_values, describe, hit
 from orchestrator.study.feasible import FeasibleSampler
 from orchestrator.study.history import baseline_row, best_rows, trial_rows
+from orchestrator.study.plan import best_at, best_for_mix, prune_thresholds
 from orchestrator.study.storage import (
     ATTR_BASELINE,
     ATTR_CACHED_FROM,
@@ -185,6 +194,7 @@ class SearchPolicy:
         startup_order: str = DEFAULT_STARTUP_ORDER,
         max_asks: int = 200,
         max_consecutive_duplicates: int = 200,
+        objective: Objective | None = None,
     ) -> None:
         if fill not in FILL_STRATEGIES:
             raise ValueError(f"fill must be one of {FILL_STRATEGIES}, not {fill!r}")
@@ -201,6 +211,8 @@ class SearchPolicy:
         self.budget = budget
         self.remeasure = remeasure
         self.fill = fill
+        self.objective = objectives.of(objective)  # what Optuna is told (study.objective)
+        self.levels = objectives.levels(self.objective)
         # launches (the baseline included) the policy picks itself before the sampler's
         # proposals are used: the start-up trials the sampler was built with
         # (``samplers.startup_trials``; 0 for random, grid, ...), passed by whoever built it
@@ -531,14 +543,13 @@ class SearchPolicy:
         return self._rng.choice([k for k in remaining if scores[k] == top])
 
     def _nearest_to_best(self, remaining: list[str], enum: dict[str, Config]) -> str:
-        best = self.best()
-        if best is None:
+        refs = [dict(t.params) for t in self._bests()]
+        if not refs:
             return self._rng.choice(remaining)
-        ref = dict(best.params)
-        def dist(k: str) -> int:
+
+        def dist(k: str) -> int:  # to the nearest of the bests (one per level for a plan)
             raw = enum[k]
-            names = set(raw) | set(ref)
-            return sum(1 for n in names if raw.get(n) != ref.get(n))
+            return min(sum(1 for n in set(raw) | set(ref) if raw.get(n) != ref.get(n)) for ref in refs)
         d = {k: dist(k) for k in remaining}
         m = min(d.values())
         return self._rng.choice([k for k in remaining if d[k] == m])
@@ -580,8 +591,8 @@ class SearchPolicy:
         attrs[ATTR_COUNTED] = bool(counted)
         if proposal.cached_from is not None:
             attrs[ATTR_CACHED_FROM] = proposal.cached_from
-        if result.outcome == COMPLETE and _value(result) is None:
-            raise ValueError(f"trial {trial.number}: a COMPLETE result needs a value")
+        if result.outcome == COMPLETE and not objectives.has_values(self.objective, result):
+            raise ValueError(f"trial {trial.number}: a COMPLETE result needs a value (at every level of the objective)")
         try:
             self._store(trial, result, attrs, not_the_config)
         except StorageWriteError:  # half recorded: ``recover_interrupted`` may now tell it interrupted
@@ -601,9 +612,7 @@ class SearchPolicy:
         elif result.outcome == FAIL and not not_the_config:
             trial.set_constraint(CONSTRAINT, INFEASIBLE)
         elif result.outcome == PRUNED:
-            inter = result.metrics.get("intermediate")
-            if inter is None:
-                inter = result.value
+            inter = objectives.intermediate(self.objective, result)  # None for a plan: Optuna takes none there
             if inter is not None:
                 step = int(result.metrics.get("repeats") or 1)
                 trial.report(float(inter), step)
@@ -612,12 +621,10 @@ class SearchPolicy:
 
     def _tell(self, trial: optuna.Trial | int, result: TrialResult, not_the_config: bool) -> None:
         """The final state of a recorded trial (encoding: module docstring)."""
-        if result.outcome == COMPLETE:
-            value = _value(result)
-            assert value is not None  # record() and finish_recorded() check it first
-            self.study.tell(trial, float(value))
+        if result.outcome == COMPLETE:  # record() and finish_recorded() check the values first
+            self.study.tell(trial, self.told_values(result))
         elif result.outcome == FAIL and not not_the_config:
-            self.study.tell(trial, 0.0)
+            self.study.tell(trial, objectives.failed_values(self.objective))
         elif result.outcome == FAIL:
             self.study.tell(trial, state=TrialState.FAIL)
         else:
@@ -637,7 +644,7 @@ class SearchPolicy:
                 result = TrialResult.from_attrs(t.user_attrs)
             except (TypeError, ValueError):
                 continue
-            if result.outcome == COMPLETE and _value(result) is None:
+            if result.outcome == COMPLETE and not objectives.has_values(self.objective, result):
                 continue
             self._tell(t.number, result, not_the_config=False)
             done.append(t.number)
@@ -755,14 +762,39 @@ class SearchPolicy:
         return next(t for t in trials if t.number == number)
 
     def baseline_value(self) -> float | None:
-        """Median tok/s of the baseline, once measured."""
-        base = self.baseline_trial()
+        """Median tok/s of the baseline (its first level's), once measured."""
+        base = self.baseline_row()
         return None if base is None else base.value
 
     def prune_threshold(self, min_ratio: float = DEFAULT_PRUNE_RATIO) -> float | None:
         """``min_ratio`` x the best median so far (None before any COMPLETE trial)."""
-        best = self.best()
+        best = self.best_row()
         return None if best is None or best.value is None else float(best.value) * min_ratio
+
+    def prune_thresholds(self, min_ratio: float = DEFAULT_PRUNE_RATIO) -> dict[int, float] | None:
+        """Per level of the objective, ``min_ratio`` x the best median so far there (the early
+        stop, ``core.outcome.early_stop``, stops a trial below it at every level); None before
+        any COMPLETE trial. For the default objective: ``{1: prune_threshold(min_ratio)}``."""
+        return prune_thresholds(self.rows(), self.levels, min_ratio)
+
+    def told_values(self, result: TrialResult) -> list[float]:
+        """What Optuna is told for a COMPLETE result (``objective.told_values``)."""
+        return objectives.told_values(self.objective, result)
+
+    def _bests(self) -> list[FrozenTrial]:
+        """The best trial at each level of the objective (and for the mix), distinct: where
+        the neighbor fill looks next."""
+        rows = self.rows()
+        if not self.objective.is_plan:
+            picked = best_rows(rows, 1)
+        else:
+            picked = [r for lv in self.levels for r in best_at(rows, lv)]
+            if self.objective.weights:
+                picked += best_for_mix(rows, self.objective.weights)
+        seen: dict[str, FrozenTrial] = {}
+        for r in picked:
+            seen.setdefault(r.config_key, self._trial(r.number))
+        return list(seen.values())
 
     def earlier_timeouts(self, key: str, before: int) -> int:
         """Launches of the config ``key`` before trial ``before`` that timed out."""
@@ -778,11 +810,6 @@ class SearchPolicy:
     def in_flight(self) -> list[Proposal]:
         """Proposals handed out and not yet recorded."""
         return list(self._in_flight.values())
-
-
-def _value(result: TrialResult) -> float | None:
-    """The objective of a COMPLETE result: its value, else its decode tok/s."""
-    return result.value if result.value is not None else result.metrics.get("decode_tok_s")
 
 
 def _is_measurement(ua: dict[str, Any]) -> bool:

@@ -166,9 +166,9 @@ def choose(job: Any, level: int | None = None, mix: bool = False) -> Choice:
         return Choice()
     if obj.weights:
         return Choice(weights=dict(obj.weights),
-                      chosen_by="default for a weighted objective: the mix (--concurrency N exports one level)")
-    return Choice(level=levels[0], chosen_by=f"default for a plan: its lowest level, {levels[0]} (--concurrency N "
-                                             f"exports another: {', '.join(map(str, levels))})")
+                      chosen_by="the default for a weighted objective, the mix; --concurrency N exports one level")
+    return Choice(level=levels[0], chosen_by=f"the default for a plan, its lowest level; --concurrency N exports "
+                                             f"another of {', '.join(map(str, levels))}")
 
 
 def _objective_provenance(choice: Choice, row: TrialRow, base: TrialRow | None) -> dict[str, Any]:

@@ -116,7 +116,7 @@ def told_values(objective: Objective | None, result: TrialResult) -> list[float]
     the objective needs was not measured."""
     obj = of(objective)
     if not obj.is_plan:
-        value = result.value if result.value is not None else _num(result.metrics.get("decode_tok_s"))
+        value = _single(obj, result)
         if value is None:
             raise ValueError("a COMPLETE result needs a value")
         return [float(value)]
@@ -130,6 +130,16 @@ def told_values(objective: Objective | None, result: TrialResult) -> list[float]
         assert mixed is not None  # every weighted level has a positive value
         return [mixed]
     return [float(values[lv]) for lv in levels(obj)]  # type: ignore[arg-type]
+
+
+def _single(obj: Objective, result: TrialResult) -> float | None:
+    """The one level's value: its median where the trial recorded levels (a trial may measure
+    more levels than the objective tells, as the replay harness's do), else the result's value."""
+    recorded = level_values(result.metrics, None) if result.metrics.get("levels") else {}
+    value = recorded.get(obj.concurrency[0])
+    if value is None:
+        value = result.value if result.value is not None else _num(result.metrics.get("decode_tok_s"))
+    return value
 
 
 def has_values(objective: Objective | None, result: TrialResult) -> bool:
@@ -155,5 +165,8 @@ def intermediate(objective: Objective | None, result: TrialResult) -> float | No
         return None
     if obj.weights:
         return mix_value(level_values(result.metrics, None), obj.weights)
+    recorded = level_values(result.metrics, None) if result.metrics.get("levels") else {}
+    if obj.concurrency[0] in recorded and min(recorded) != obj.concurrency[0]:
+        return recorded[obj.concurrency[0]]  # the trial measured lower levels too: the objective's own
     inter = result.metrics.get("intermediate")
     return _num(inter) if inter is not None else result.value

@@ -25,7 +25,7 @@ whose best is ``history.best_rows``' best.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator.config.job import Objective
@@ -151,12 +151,15 @@ def prune_thresholds(rows: list[TrialRow], levels: tuple[int, ...] | list[int],
 # ---- the plan -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Comparison:
-    """``row`` against ``other`` (the baseline, a level's best) at one level or for the mix."""
+    """``row`` against ``other`` (the baseline, a level's best) at one level or for the mix:
+    ``point`` the ratio of their medians (what the plan's numbers show), ``interval`` the
+    interval of the ratio from their samples (``core.verdict``), which alone decides the verdict."""
 
     row: TrialRow
     other: TrialRow
     interval: RatioInterval
     same_config: bool
+    point: float | None = None
 
     @property
     def verdict(self) -> str:
@@ -169,17 +172,21 @@ class Comparison:
     @property
     def text(self) -> str:
         """'4.58x faster (95% CI 4.10-5.11x)', '0.98x, within noise (...)', '..., same config'."""
-        return verdict.describe(self.interval, same_config=self.same_config)
+        shown = replace(self.interval, ratio=self.point) if self.point is not None and self.interval.ratio else \
+            self.interval
+        return verdict.describe(shown, same_config=self.same_config)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.interval.to_dict(), "trial": self.row.number, "against": self.other.number,
-                "verdict": self.verdict, "text": self.text}
+        return {**self.interval.to_dict(), "point": self.point, "trial": self.row.number,
+                "against": self.other.number, "verdict": self.verdict, "text": self.text}
 
 
 def _compare(row: TrialRow | None, other: TrialRow | None, level: int) -> Comparison | None:
     if row is None or other is None:
         return None
-    return Comparison(row, other, level_interval(other, row, level), row.config_key == other.config_key)
+    a, b = level_value(other, level), level_value(row, level)
+    return Comparison(row, other, level_interval(other, row, level), row.config_key == other.config_key,
+                      point=b / a if a and b is not None else None)
 
 
 @dataclass(frozen=True)
@@ -283,9 +290,11 @@ def build_plan(rows: list[TrialRow], objective: Objective | None) -> Plan:
         mix = got[0] if got else None
         if mix is not None:
             mix_val = mix_of(mix, obj.weights)
+            base_mix = mix_of(base, obj.weights) if base is not None else None
             if base is not None:
                 mix_vs = Comparison(mix, base, mix_interval(base, mix, obj.weights),
-                                    mix.config_key == base.config_key)
+                                    mix.config_key == base.config_key,
+                                    point=mix_val / base_mix if mix_val is not None and base_mix else None)
     return Plan(levels=levels, weights=dict(obj.weights) if obj.weights else None, baseline=base, anchor=anchor,
                 per_level=tuple(per_level), pareto=tuple(pareto(rows, levels)), mix=mix, mix_vs_baseline=mix_vs,
                 mix_value=mix_val, _by_level={lp.level: lp for lp in per_level})

@@ -116,6 +116,14 @@ DEFAULT_FILL = "neighbor"
 # keep the sampler's draws.
 STARTUP_ORDERS = ("diverse", "sampler")
 DEFAULT_STARTUP_ORDER = "diverse"
+# A plan (one objective per level) after the start-up: "levels" = every other launch is the
+# unmeasured config nearest to one level's best so far (the levels in turn), the sampler's
+# proposal the others; "sampler" = the sampler proposes every launch. Each level's best is
+# a local search of its own: one parameter changed from the best at that level is where the
+# next best at that level usually is; Optuna's multi-objective TPE alone spreads its draws
+# over the whole front (docs/benchmarks.md, "Plans").
+PLAN_STEPS = ("levels", "sampler")
+DEFAULT_PLAN_STEP = "levels"
 MAX_STARTUP_CANDIDATES = 4096  # a larger enumerated space: the most diverse of a seeded sample
 
 _MISSING = object()  # a parameter a normalized config does not have
@@ -195,11 +203,14 @@ class SearchPolicy:
         max_asks: int = 200,
         max_consecutive_duplicates: int = 200,
         objective: Objective | None = None,
+        plan_step: str = DEFAULT_PLAN_STEP,
     ) -> None:
         if fill not in FILL_STRATEGIES:
             raise ValueError(f"fill must be one of {FILL_STRATEGIES}, not {fill!r}")
         if startup_order not in STARTUP_ORDERS:
             raise ValueError(f"startup_order must be one of {STARTUP_ORDERS}, not {startup_order!r}")
+        if plan_step not in PLAN_STEPS:
+            raise ValueError(f"plan_step must be one of {PLAN_STEPS}, not {plan_step!r}")
         if startup < 0:
             raise ValueError(f"startup must be >= 0, not {startup}")
         if budget is not None and budget < 0:
@@ -213,6 +224,7 @@ class SearchPolicy:
         self.fill = fill
         self.objective = objectives.of(objective)  # what Optuna is told (study.objective)
         self.levels = objectives.levels(self.objective)
+        self.plan_step = plan_step
         # launches (the baseline included) the policy picks itself before the sampler's
         # proposals are used: the start-up trials the sampler was built with
         # (``samplers.startup_trials``; 0 for random, grid, ...), passed by whoever built it
@@ -398,9 +410,11 @@ class SearchPolicy:
             if remaining is None and self._consecutive_dups >= self.max_consecutive_duplicates:
                 self._gave_up = True  # not enumerable, and the sampler keeps proposing measured configs
                 return None
-            if remaining and self.startup_order == "diverse" and \
-                    len(st.counted) + self._launches_in_flight() < self.startup:
+            launched = len(st.counted) + self._launches_in_flight()
+            if remaining and self.startup_order == "diverse" and launched < self.startup:
                 self._enqueue_startup(remaining, st)
+            elif remaining and self.objective.multi_objective and self.plan_step == "levels":
+                self._enqueue_level_step(remaining, st, launched - max(self.startup, 1))
             trial = self.study.ask()
             role = _role_of(trial.user_attrs)
             try:
@@ -514,6 +528,19 @@ class SearchPolicy:
         key = self._most_diverse(remaining, seen)
         self.study.enqueue_trial(dict(enum[key]), user_attrs={ATTR_ENQUEUED_BY: "startup"})
 
+    def _enqueue_level_step(self, remaining: list[str], st: _State, step: int) -> None:
+        """A plan's even steps after the start-up: the unmeasured config nearest to one level's
+        best so far, the levels in turn (``PLAN_STEPS``); odd steps are the sampler's."""
+        if step < 0 or step % 2 or st.waiting:
+            return
+        level = self.levels[(step // 2) % len(self.levels)]
+        best = best_at(self.rows(), level)
+        enum = self._enumeration()
+        if not best or enum is None:
+            return
+        key = self._nearest(remaining, enum, [dict(self._trial(best[0].number).params)])
+        self.study.enqueue_trial(dict(enum[key]), user_attrs={ATTR_ENQUEUED_BY: "fill"})
+
     def _config_of(self, t: FrozenTrial) -> Config:
         key = t.user_attrs.get(ATTR_KEY)
         return (self._enum_norm.get(key) if key else None) or t.user_attrs.get("config") or dict(t.params)
@@ -543,7 +570,11 @@ class SearchPolicy:
         return self._rng.choice([k for k in remaining if scores[k] == top])
 
     def _nearest_to_best(self, remaining: list[str], enum: dict[str, Config]) -> str:
-        refs = [dict(t.params) for t in self._bests()]
+        return self._nearest(remaining, enum, [dict(t.params) for t in self._bests()])
+
+    def _nearest(self, remaining: list[str], enum: dict[str, Config], refs: list[Config]) -> str:
+        """The unmeasured config with the fewest parameters differing from the nearest of
+        ``refs`` (seeded tie-break); any when there is no reference yet."""
         if not refs:
             return self._rng.choice(remaining)
 
@@ -786,7 +817,7 @@ class SearchPolicy:
         the neighbor fill looks next."""
         rows = self.rows()
         if not self.objective.is_plan:
-            picked = best_rows(rows, 1)
+            picked = best_at(rows, self.levels[0])  # the default objective: history.best_rows' best
         else:
             picked = [r for lv in self.levels for r in best_at(rows, lv)]
             if self.objective.weights:

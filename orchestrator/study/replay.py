@@ -81,8 +81,10 @@ from orchestrator.study import objective as objectives
 from orchestrator.study.plan import best_at, prune_thresholds
 from orchestrator.study.policy import (
     DEFAULT_FILL,
+    DEFAULT_PLAN_STEP,
     DEFAULT_STARTUP_ORDER,
     FILL_STRATEGIES,
+    PLAN_STEPS,
     STARTUP_ORDERS,
     SearchPolicy,
 )
@@ -393,6 +395,7 @@ class SamplerSpec:
     prune_ratio: float | None = None  # None: the run's setting
     startup: int | None = None
     startup_order: str = DEFAULT_STARTUP_ORDER
+    plan_step: str | None = None  # None: DEFAULT_PLAN_STEP, except "sampler" for the random sampler
     levels: tuple[int, ...] | None = None  # a plan table: the levels the search is told (None: all)
     weights: tuple[float, ...] | None = None  # a plan table: the traffic mix, in level order
 
@@ -441,6 +444,10 @@ class SamplerSpec:
                 if v not in STARTUP_ORDERS:
                     raise ValueError(f"startup_order must be one of {', '.join(STARTUP_ORDERS)}, not {brief(v)}")
                 spec.startup_order = v
+            elif k == "plan_step":
+                if v not in PLAN_STEPS:
+                    raise ValueError(f"plan_step must be one of {', '.join(PLAN_STEPS)}, not {brief(v)}")
+                spec.plan_step = v
             elif k == "levels":
                 try:
                     spec.levels = tuple(int(x) for x in v.split("+"))
@@ -598,7 +605,8 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
                              options=spec.options)  # what the sampler was built with
     fill = spec.fill or ("random" if spec.name == "random" else DEFAULT_FILL)
     policy = SearchPolicy(study, space, space.normalize, baseline=baseline, budget=budget, seed=seed,
-                          fill=fill, startup=startup, startup_order=spec.startup_order, objective=objective)
+                          fill=fill, startup=startup, startup_order=spec.startup_order, objective=objective,
+                          plan_step=spec.plan_step or ("sampler" if spec.name == "random" else DEFAULT_PLAN_STEP))
     rng = random.Random(seed * 1_000_003 + 17)
     rows = table.by_key()
     floor = (1.0 - target) * table.best

@@ -31,6 +31,7 @@ a night, start to end:
   ncclsweep report JOB.yaml        report.md / report.html beside the study
   ncclsweep compare JOB.yaml       baseline vs best at several concurrencies
   ncclsweep export JOB.yaml --format env     the best config, ready to deploy
+                                   (a plan: --concurrency N for the best at N, --mix)
 
 exit codes: 0 success, 1 runtime failure, 2 bad input, 130 stopped by a signal.
 docs/guide.md walks through tuning your own server."""
@@ -86,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("job")
     s.add_argument("--format", required=True, choices=["env", "yaml", "json", "cmd", "nccl-tuner"])
     s.add_argument("--top", type=int, default=1)
+    which = s.add_mutually_exclusive_group()
+    which.add_argument("--concurrency", type=int, metavar="N",
+                       help="the best at level N of the job's objective (objective.concurrency)")
+    which.add_argument("--mix", action="store_true", help="the best for the job's traffic mix (objective.weights)")
     s.add_argument("-o", "--output", help="write to this file instead of stdout")
 
     s = command("report", "write the study's report (markdown, html, csv, plots) into its folder")
@@ -98,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "default 5: the per-round ratios give the confidence interval a verdict needs")
     s.add_argument("--also", metavar="TRIALS", help="more trials measured in every round: comma-separated "
                    "numbers, or 'ties' (the runners-up within the noise of the best)")
+    s.add_argument("--plan", action="store_true", help="the plan's configs (the best at each level of the "
+                   "objective, the mix's) and the baseline, interleaved, at every level as a trial measures them")
 
     s = command("bench", "measure one configuration once, no study")
     s.add_argument("job")
@@ -270,6 +277,11 @@ def cmd_status(args) -> int:
     rows = trial_rows(open_study(job, create=False))
     if args.json:
         print(json.dumps([r.to_json() for r in rows], indent=2, default=str))
+    elif job.objective.is_plan:
+        from orchestrator.study.plan import build_plan, format_plan
+
+        print(format_status(rows, levels=job.objective.concurrency))
+        print(format_plan(build_plan(rows, job.objective)))
     else:
         print(format_status(rows))
     return 0
@@ -284,7 +296,7 @@ def cmd_export(args) -> int:
     if args.top < 1:
         raise BadInput(f"--top must be >= 1, not {args.top}")
     rows = trial_rows(open_study(job, create=False))
-    text = export(job, rows, args.format, top=args.top)
+    text = export(job, rows, args.format, top=args.top, level=args.concurrency, mix=args.mix)
     if args.output:
         Path(args.output).write_text(text)
     else:
@@ -321,6 +333,14 @@ def cmd_compare(args) -> int:
     from orchestrator.results.compare import run_compare
 
     job = _load(args.job)
+    if args.plan:
+        from orchestrator.results.compare import run_compare_plan
+
+        if args.concurrency or args.also:
+            raise BadInput("compare --plan measures the plan's configs at the objective's levels; it takes no "
+                           "--concurrency or --also")
+        print(run_compare_plan(job, rounds=args.rounds))
+        return 0
     levels = None
     if args.concurrency:
         try:

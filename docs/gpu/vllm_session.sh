@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # A real vLLM 0.26.0 on a lent GPU machine (2x H200 or more), in back-to-back runs of one warm machine
 # (a call carries at most 64 MiB; /tmp survives while the machine stays warm: an idle one goes back
-# after 30 s). Here, once:  bash docs/gpu/vllm_parts.sh   (.vp1/ .. .vp4/, ~60 MiB each)
+# after 30 s). Here, once:  bash docs/gpu/vllm_parts.sh   (.vp1/ .. .vp5/, ~50 MiB each)
 #                          bash ../shared/tools/device-wheels.sh   (.devwhl/: Ray + Optuna)
 # Then on the GPU machine, one step per run, carrying what the step names:
 #   STEP=part1   carry .vp1    part 1; exports the reference server's `1b` as a Hugging Face checkpoint
 #   STEP=part2   carry .vp2
 #   STEP=part3   carry .vp3
-#   STEP=install carry .vp4    part 4, reassembles the tar, installs vLLM into /tmp/vsite
+#   STEP=part4   carry .vp4
+#   STEP=install carry .vp5    part 5, reassembles the tar, installs vLLM into /tmp/vsite
 #   STEP=tp1     carry .devwhl the TP=1 study on GPU 0 (then the exported command launched by hand and
 #                              asked for a completion), and the reference server vs vLLM comparison on GPU 1
 #   STEP=tpn JOB=jobs/h200x2-vllm-1b-tp2-nop2p.yaml   a TP>1 study: the driver is killed (kill -9) once the
@@ -58,10 +59,10 @@ part1)
     --device cuda 2>&1 | tee "$log"
   python3 -m orchestrator.refserver.export_hf --model 1b --layers 2 --out $MODEL-l2 --device cuda 2>&1 | tee -a "$log"
   ls -la $MODEL | tee -a "$log" ;;
-part2|part3)
+part2|part3|part4)
   cp .vp${STEP#part}/part /tmp/vw/$STEP && ls -la /tmp/vw ;;
 install)
-  cp .vp4/part /tmp/vw/part4 && mkdir -p /tmp/vw/w && cat /tmp/vw/part1 /tmp/vw/part2 /tmp/vw/part3 /tmp/vw/part4 \
+  cp .vp5/part /tmp/vw/part5 && mkdir -p /tmp/vw/w && cat /tmp/vw/part[1-5] \
     | tar -x -C /tmp/vw/w && python3 -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/vsite \
     /tmp/vw/w/*.whl 2>&1 | tail -3 | tee "$log"
   rm -rf /tmp/vw

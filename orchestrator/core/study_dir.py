@@ -13,6 +13,7 @@ from the folder), never by spelling a file name itself, so the layout is this on
     bench-logs/         the servers ``ncclsweep bench`` launched
     compare-logs/       the servers ``ncclsweep compare`` launched
     compare.json        the last ``compare``'s rounds
+    compare-plan.json   the last ``compare --plan``'s rounds (the plan's configs at every level)
     prescreen.json      the all-reduce pre-screen's latencies
     report.md, report.html, trials.csv, *.png      ``ncclsweep report``
 """
@@ -70,6 +71,10 @@ class StudyDir:
     @property
     def compare(self) -> Path:
         return self.root / "compare.json"
+
+    @property
+    def compare_plan(self) -> Path:
+        return self.root / "compare-plan.json"
 
     @property
     def prescreen(self) -> Path:

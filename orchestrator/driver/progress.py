@@ -16,7 +16,9 @@ from typing import Any, TextIO
 from orchestrator.config.yaml_input import display_path
 from orchestrator.core import golden_check, logs, verdict
 from orchestrator.core.records import COMPLETE, PRUNED, FailureKind, TrialResult, TrialRow
+from orchestrator.study import objective as objectives
 from orchestrator.study.bans import describe
+from orchestrator.study.plan import Plan, fmt, level_value
 
 
 @dataclass
@@ -109,8 +111,13 @@ class Progress:
             parts.append(f"{fmt_s(max(0.0, self.timeout_s - elapsed))} left of {self.timeout_source}")
         return (", " + ", ".join(parts)) if parts else ""
 
-    def ended(self, number: int, result: TrialResult, best: TrialRow | None, base_value: float | None) -> None:
-        """A trial's final outcome, with the best so far."""
+    def ended(self, number: int, result: TrialResult, best: TrialRow | None, base_value: float | None,
+              plan: Plan | None = None) -> None:
+        """A trial's final outcome, with the best so far (with a ``plan``: at every level)."""
+        if plan is not None and result.outcome in (COMPLETE, PRUNED):
+            self.say(f"  #{number} -> {self._levels_said(result, plan)}{self._plan_bests(plan)} "
+                     f"(elapsed {self.elapsed()})")
+            return
         if result.outcome == COMPLETE:
             ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
             what = f"{result.value:.1f} tok/s{ratio}"
@@ -130,6 +137,26 @@ class Progress:
             best_s = f" | best #{best.number} {best.value:.1f} tok/s{ratio}"
         self.say(f"  #{number} -> {what}{best_s} (elapsed {self.elapsed()})")
 
+    @staticmethod
+    def _levels_said(result: TrialResult, plan: Plan) -> str:
+        """'1: 433.9 decode tok/s (4.58x baseline), 10: 692.0 total tok/s (0.88x)' of a trial."""
+        values = objectives.level_values(result.metrics, None)
+        parts = []
+        for i, level in enumerate(plan.levels):
+            got = values.get(level)
+            base = level_value(plan.baseline, level) if plan.baseline is not None else None
+            ratio = f" ({got / base:.2f}x{' baseline' if i == 0 else ''})" if got and base else ""
+            parts.append(f"{level}: {fmt(got)} {objectives.unit(level)}{ratio}")
+        said = ", ".join(parts)
+        if result.outcome == PRUNED:
+            return f"pruned after the first round: {result.failure_reason or said}"
+        return said
+
+    @staticmethod
+    def _plan_bests(plan: Plan) -> str:
+        bests = [f"at {lp.level} #{lp.best.number}" for lp in plan.per_level if lp.best is not None]
+        return f" | best {', '.join(bests)}" if bests else ""
+
     def bans(self, bans: dict) -> None:
         """Say, once, each parameter value the study stops proposing (``study.bans``)."""
         for pair, why in bans.items():
@@ -139,22 +166,30 @@ class Progress:
 
     # ---- the end ----------------------------------------------------------------------------
     @staticmethod
-    def best_summary(best: TrialRow | None, base: TrialRow | None) -> dict[str, Any] | None:
-        """The run's best as plain data (``RunSummary.best``)."""
+    def best_summary(best: TrialRow | None, base: TrialRow | None, plan: Plan | None = None) -> dict[str, Any] | None:
+        """The run's best as plain data (``RunSummary.best``); with a ``plan`` (several
+        levels), the plan too (``Plan.to_dict``, under ``plan``)."""
         if best is None or best.value is None:
             return None
         base_value = base.value if base is not None else None
-        return {"number": best.number, "value": best.value, "config": dict(best.params) or None,
-                "spread": spread(best), "vs_baseline": (best.value / base_value) if base_value else None,
-                "verdict": vs_baseline_words(best, base),
-                "baseline": None if base is None or not base_value else
-                {"number": base.number, "value": base_value, "spread": spread(base)}}
+        out = {"number": best.number, "value": best.value, "config": dict(best.params) or None,
+               "spread": spread(best), "vs_baseline": (best.value / base_value) if base_value else None,
+               "verdict": vs_baseline_words(best, base),
+               "baseline": None if base is None or not base_value else
+               {"number": base.number, "value": base_value, "spread": spread(base)}}
+        if plan is not None:
+            out["plan"] = plan.to_dict()
+        return out
 
     def final_line(self, summary: RunSummary, counted: int) -> str:
         best = summary.best
         head = f"{summary.reason}: {counted} trials counted, {summary.launched} launched this run"
         if not best:
             return head + "; no config may be called best yet"
+        if best.get("plan"):
+            bests = [f"at {lp['level']} #{lp['best_trial']}" for lp in best["plan"]["per_level"]
+                     if lp["best_trial"] is not None]
+            return f"{head}; plan: best {', '.join(bests)}"
         params = " ".join(f"{k}={v}" for k, v in (best["config"] or {}).items())
         return f"{head}; best #{best['number']}: {best['value']:.1f} tok/s with {params or '(defaults)'}"
 
@@ -173,6 +208,10 @@ class Progress:
                         f"{logs_dir} and `ncclsweep status {job}`; `ncclsweep run {job} --trials N` "
                         "compares more configs with it")
             return f"no config passed yet: see `ncclsweep status {job}` and the trial logs in {logs_dir}"
+        if best.get("plan"):
+            return (f"{plan_said(best['plan'])} | next: `ncclsweep report {job}` (writes {folder}/report.html), "
+                    f"`ncclsweep compare {job} --plan`, `ncclsweep export {job} --concurrency N --format env`"
+                    + (" (or --mix)" if best["plan"].get("weights") else ""))
         base = best.get("baseline")
         if base is None:
             said = f"best #{best['number']} {best['value']:.1f} tok/s (no baseline measured to compare with)"
@@ -182,3 +221,31 @@ class Progress:
             said = f"best #{best['number']} {best['value']:.1f} tok/s = {best['verdict']}"
         return (f"{said} | next: `ncclsweep report {job}` (writes {folder}/report.html), "
                 f"`ncclsweep compare {job}`, `ncclsweep export {job} --format env`")
+
+
+def plan_said(plan: dict[str, Any]) -> str:
+    """The last line's verdict of a plan (``Plan.to_dict``): per level the best, its number and
+    its ratio to the baseline (beyond noise or not, ``core.verdict``), and what the best at the
+    lowest level loses where another config is best; with weights, the best for the mix."""
+    parts = []
+    first = plan["levels"][0]
+    losses = []
+    for lp in plan["per_level"]:
+        if lp["best_trial"] is None:
+            parts.append(f"at {lp['level']} none yet")
+            continue
+        vs = lp["vs_baseline"]
+        ratio = f" = {vs['text']} than the baseline" if vs and vs["verdict"] != "same config" else \
+            (" (the baseline)" if vs else "")
+        parts.append(f"at {lp['level']} #{lp['best_trial']} {fmt(lp['best_value'])} {lp['unit']}{ratio}")
+        lose = lp["anchor_vs_best"]
+        if lose and lose["verdict"] != "same config":
+            losses.append(f"{fmt(lp['anchor_value'])} at {lp['level']} ({lose['text']})")
+    said = "plan: " + "; ".join(parts)
+    if losses and plan.get("anchor_trial") is not None:
+        said += f"; the best at {first} (#{plan['anchor_trial']}) does " + ", ".join(losses)
+    mix = plan.get("mix")
+    if mix:
+        vs = mix.get("vs_baseline")
+        said += f"; best for the mix #{mix['trial']}" + (f" = {vs['text']} than the baseline" if vs else "")
+    return said

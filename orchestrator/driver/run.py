@@ -20,6 +20,7 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -45,7 +46,9 @@ from orchestrator.driver.ray_executor import RayExecutor
 from orchestrator.driver.signals import StopSignals
 from orchestrator.node import preflight
 from orchestrator.node.spec import TrialSpec, check_plan
+from orchestrator.study import objective as objectives
 from orchestrator.study import storage
+from orchestrator.study.plan import build_plan
 from orchestrator.study.policy import Proposal, SearchPolicy
 from orchestrator.study.samplers import make_sampler, startup_trials
 from orchestrator.study.storage import ATTR_BASELINE_REPEAT, ATTR_REFERENCE, ATTR_REFERENCE_RUN, open_study
@@ -163,11 +166,11 @@ class StudyDriver:
         return self._executor
 
     def spec_for(self, number: int, config: dict, reference_texts: list[str] | None,
-                 prune_below: float | None = None) -> TrialSpec:
+                 prune_below: Mapping[int, float] | None = None) -> TrialSpec:
         """Trial ``number``'s spec: the gate's capture scored against ``reference_texts``
-        (None: capture the golden reference itself), the early stop's threshold."""
+        (None: capture the golden reference itself), the early stop's thresholds per level."""
         return TrialSpec.from_job(self.job, number, config, check=check_plan(self.job, reference_texts),
-                                  prune_below={1: prune_below} if prune_below is not None else None)
+                                  prune_below=prune_below)
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self) -> RunSummary:
@@ -204,7 +207,8 @@ class StudyDriver:
             self.golden_source = GoldenSource(job, self.baseline_config, self.say)
             policy = self.policy = SearchPolicy(study, self._space(self.baseline_config), self.backend.normalize,
                                                 baseline=self.baseline_config, budget=self.trials,
-                                                remeasure=job.remeasure, seed=job.sampler.seed, startup=startup)
+                                                remeasure=job.remeasure, seed=job.sampler.seed, startup=startup,
+                                                objective=job.objective)
             self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config
             self.say(f"study {job.study!r} of {job.path}: results in {display_path(self.report_dir)}")
             self._recover(executor, policy)
@@ -368,7 +372,7 @@ class StudyDriver:
                 continue
             is_baseline = proposal.key == self.baseline_key
             policy.mark(proposal, baseline=is_baseline, reference=need_reference)
-            prune = (policy.prune_threshold(job.pruning.min_ratio)
+            prune = (policy.prune_thresholds(job.pruning.min_ratio)  # per level: early_stop needs every one
                      if job.pruning.enabled and not is_baseline and not need_reference else None)
             spec = self.spec_for(proposal.number, proposal.config,
                                  None if need_reference else (run.golden.texts if run.golden else None), prune)
@@ -451,7 +455,8 @@ class StudyDriver:
 
     def _said_end(self, policy: SearchPolicy, proposal: Proposal, result: TrialResult) -> None:
         base = policy.baseline_row()
-        self.progress.ended(proposal.number, result, policy.best_row(), base.value if base else None)
+        plan = build_plan(policy.rows(), self.job.objective) if self.job.objective.is_plan else None
+        self.progress.ended(proposal.number, result, policy.best_row(), base.value if base else None, plan=plan)
 
     def _finish(self, run: _Loop, proposal: Proposal, result: TrialResult) -> outcome.Final | None:
         """A trial's result decided and recorded, or held by the votes (None)."""
@@ -589,8 +594,11 @@ class StudyDriver:
     def _store_extra(self, study: optuna.Study, result: TrialResult, config: dict, attrs: dict,
                      key: str | None = None) -> int:
         """A launch outside the search, stored as an uncounted trial; returns its number."""
+        values = None
+        if result.outcome == COMPLETE and self.policy is not None and objectives.has_values(self.job.objective, result):
+            values = self.policy.told_values(result)  # what the objective tells Optuna (one per level for a plan)
         return storage.add_uncounted_trial(study, result, config, key or config_key(config),
-                                           self.job.space.distributions(), attrs)
+                                           self.job.space.distributions(), attrs, values=values)
 
     # ---- circuit breakers and the end -------------------------------------------------------
     def _breaker(self, final: outcome.Final) -> None:
@@ -624,4 +632,5 @@ class StudyDriver:
     def _best_summary(self) -> dict[str, Any] | None:
         if self.policy is None:
             return None
-        return self.progress.best_summary(self.policy.best_row(), self.policy.baseline_row())
+        plan = build_plan(self.policy.rows(), self.job.objective) if self.job.objective.is_plan else None
+        return self.progress.best_summary(self.policy.best_row(), self.policy.baseline_row(), plan=plan)

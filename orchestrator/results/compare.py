@@ -18,6 +18,13 @@ and ``complete`` says whether all rounds ran. The report renders it.
 noise of the best): configs that single-request decode cannot rank may still differ under
 load, e.g. by how many requests they batch. Each is shown against the best, with the same
 rule.
+
+``run_compare_plan`` (``compare --plan``) relaunches a plan's configs (``study.plan``: the
+best at each level of the objective, the mix's) with the baseline in the same interleaved
+rounds, each launch measured at every level the way a trial is (``node.measure``: level 1
+is single-request decode tok/s, not total tok/s), into ``compare-plan.json``; at each level
+where the plan picks another config than the best at the lowest level, the paired interval
+says whether it wins there beyond noise.
 """
 
 from __future__ import annotations
@@ -33,9 +40,12 @@ from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.core.golden_check import disputed
 from orchestrator.core.records import TrialRow
 from orchestrator.node import client
+from orchestrator.node.measure import measure
 from orchestrator.node.server import ServerError
+from orchestrator.node.spec import TrialSpec
 from orchestrator.node.trial import prepare_server
 from orchestrator.study.history import TOP_N, baseline_row, best_rows, ties_with_best, trial_rows
+from orchestrator.study.plan import build_plan
 from orchestrator.study.storage import open_study
 
 if TYPE_CHECKING:
@@ -337,3 +347,158 @@ def _med(values: list[float]) -> float | None:
 
 def _fmt(v: float | None) -> str:
     return f"{v:.1f} tok/s" if v else "failed"
+
+
+# ---- compare --plan: the plan's configs at every level ------------------------------------------
+def measure_plan_launch(job: Job, config: dict, label: str, round_no: int) -> dict[str, Any]:
+    """One launch of ``config``, measured as a trial measures it (``node.measure``: level 1
+    decode tok/s per request, level N total tok/s of N streams, every level of the objective,
+    the job's rounds): {"levels": {level: median}, "samples": {level: [...]}} or {"error": ...}."""
+    backend = job.backend_obj()
+    folder = job.dir
+    log_path = folder.compare_logs / f"plan-{label}-{round_no}.log"
+    bench = TrialSpec.from_job(job, 0, config).bench
+    proc, launch, _ = prepare_server(backend, config, "127.0.0.1", dict(job.env), log_path, str(folder.servers))
+    try:
+        proc.start()
+        try:
+            proc.wait_ready(job.timeouts.startup_s)
+        except ServerError as exc:
+            raise RuntimeFailure(f"compare: the {label} config did not start ({exc}); log: {log_path}") from None
+        got = measure(launch.base_url, launch.model_name, bench, deadline=time.monotonic() + bench.timeout_s,
+                      metrics_url=launch.metrics_url)
+    finally:
+        proc.stop(job.timeouts.teardown_s)
+    if not got.ok:
+        return {"error": got.error or "the benchmark failed"}
+    return {"levels": {str(k): v.value for k, v in got.levels.items()},
+            "samples": {str(k): list(v.samples) for k, v in got.levels.items()}}
+
+
+def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
+    """Relaunch the baseline and the plan's configs (the best at each level of the objective,
+    the mix's best) in interleaved rounds, each launch measured at every level as a trial is;
+    ``compare-plan.json`` is rewritten after every launch (as ``compare.json``). Returns the
+    table (``format_compare_plan``)."""
+    rows = trial_rows(open_study(job, create=False))
+    plan = build_plan(rows, job.objective)
+    base = plan.baseline
+    if base is None or not plan.found:
+        why = disputed(rows)
+        if why:
+            raise RuntimeFailure(f"nothing to compare: {why}; no config is best while the golden reference is in "
+                                 "question")
+        raise RuntimeFailure("compare --plan needs a completed baseline and a plan; run the study first")
+    others = [r for r in plan.configs if r.config_key != base.config_key]
+    if not others:
+        raise RuntimeFailure(f"the baseline (trial {base.number}) is the plan's config at every level: nothing to "
+                             "compare it with")
+    rounds = max(1, DEFAULT_ROUNDS if rounds is None else rounds)
+    configs = [("baseline", base)] + [(f"trial-{r.number}", r) for r in others]
+    data: dict[str, Any] = {
+        "plan": True, "concurrency": list(plan.levels), "rounds_planned": rounds, "complete": False,
+        "baseline_trial": base.number, "anchor_trial": plan.anchor.number if plan.anchor else None,
+        "configs": [{"label": label, "trial": row.number, "params": row.params, "roles": plan.roles(row)}
+                    for label, row in configs],
+        "rounds": [], "failures": [],
+    }
+    out = job.dir.compare_plan
+    try:
+        for r in range(rounds):
+            for label, row in (configs if r % 2 == 0 else configs[::-1]):
+                t0 = time.monotonic()
+                res = measure_plan_launch(job, row.params, label, r)
+                if res.get("error"):
+                    data["failures"].append(f"{label} round {r}: {res['error']}")
+                data["rounds"].append({"round": r, "config": label, "trial": row.number,
+                                       "seconds": time.monotonic() - t0, "levels": res.get("levels") or {},
+                                       "samples": res.get("samples") or {}})
+                summarize_plan(data)
+                write_json_atomic(out, data)
+                say(f"compare --plan round {r + 1}/{rounds}: {label} (trial #{row.number}) measured")
+        data["complete"] = True
+    except BaseException as exc:  # Ctrl-C included: record why the rounds stopped, then re-raise
+        data["stopped"] = f"{type(exc).__name__}: {exc}".rstrip(": ")
+        summarize_plan(data)
+        write_json_atomic(out, data)
+        raise
+    summarize_plan(data)
+    write_json_atomic(out, data)
+    return format_compare_plan(data)
+
+
+def summarize_plan(data: dict[str, Any]) -> dict[str, Any]:
+    """Fill the derived fields of a ``compare --plan`` file from its rounds: per config and
+    level the median and the paired interval against the baseline; per level, each config
+    against the anchor (the best at the lowest level), the claim a plan makes."""
+    levels = data["concurrency"]
+    labels = [c["label"] for c in data["configs"]]
+    anchor = next((c["label"] for c in data["configs"] if c["trial"] == data.get("anchor_trial")), None)
+    for c in data["configs"]:
+        label = c["label"]
+        c["median"] = {str(lv): _med([v for v in per_round(data, label, lv).values() if v]) for lv in levels}
+        c["vs_baseline"], c["vs_anchor"] = {}, {}
+        for lv in levels:
+            same = label == "baseline"
+            iv = paired_interval(data, "baseline", label, lv)
+            c["vs_baseline"][str(lv)] = {**iv.to_dict(), "verdict": verdict.verdict(iv, same_config=same),
+                                        "text": verdict.describe(iv, same_config=same)}
+            if anchor is not None:
+                same = label == anchor
+                iv = paired_interval(data, anchor, label, lv)
+                c["vs_anchor"][str(lv)] = {**iv.to_dict(), "verdict": verdict.verdict(iv, same_config=same),
+                                          "text": verdict.describe(iv, same_config=same)}
+    by_round: dict[int, set[str]] = {}
+    for r in data.get("rounds") or []:
+        by_round.setdefault(int(r["round"]), set()).add(r["config"])
+    data["rounds_done"] = sum(1 for got in by_round.values() if set(labels) <= got)
+    return data
+
+
+def plan_closing_lines(data: dict[str, Any]) -> list[str]:
+    """What the relaunched rounds establish about the plan: at each level where the plan picks
+    another config than the best at the lowest level, whether it beats that one beyond noise."""
+    anchor = next((c for c in data["configs"] if c["trial"] == data.get("anchor_trial")), None)
+    if anchor is None:
+        return []
+    lines = []
+    for lv in data["concurrency"]:
+        picked = next((c for c in data["configs"] if f"best at {lv}" in c.get("roles", [])), None)
+        if picked is None or picked is anchor:
+            continue
+        v = (picked.get("vs_anchor") or {}).get(str(lv)) or {}
+        lines.append(f"At concurrency {lv} the plan's config (trial #{picked['trial']}) against the best at "
+                     f"{data['concurrency'][0]} (trial #{anchor['trial']}): {v.get('text', 'n/a')}.")
+    return lines
+
+
+def format_compare_plan(data: dict[str, Any]) -> str:
+    """The ``compare --plan`` table: levels as rows, the baseline and each plan config as columns."""
+    configs = data["configs"]
+    head = ["Concurrency"] + [column(c) for c in configs]
+    lines = [f"The plan's configs relaunched in {data.get('rounds_done', 0)} interleaved round(s), each launch "
+             "measured as a trial is (1: decode tok/s per request; N: total tok/s of N streams); the median of the "
+             "rounds, and the ratio to the baseline measured side by side in each round (geometric mean) with its "
+             "95% confidence interval", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for lv in data["concurrency"]:
+        cells = []
+        for c in configs:
+            med = (c.get("median") or {}).get(str(lv))
+            vs = (c.get("vs_baseline") or {}).get(str(lv)) or {}
+            cells.append("failed" if not med else f"{med:.1f}" + ("" if c["label"] == "baseline" else
+                                                                   f"; {vs.get('text', '')}"))
+        lines.append(f"| {lv} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines += plan_closing_lines(data)
+    for f in data.get("failures", []):
+        lines.append(f"Failed: {f}")
+    if not data.get("complete", True):
+        lines.append(f"Stopped after {data.get('rounds_done', 0)} of {data.get('rounds_planned')} rounds"
+                     + (f" ({data['stopped']})" if data.get("stopped") else "") + ".")
+    return "\n".join(lines)
+
+
+def column(config: dict[str, Any]) -> str:
+    """A ``compare --plan`` column's name: 'trial-3 (best at 1)', 'baseline'."""
+    roles = ", ".join(config.get("roles") or [])
+    return f"{config['label']} ({roles})" if roles else config["label"]

@@ -22,6 +22,13 @@ model and topology (from the trial's ``nccl`` and ``node`` records when present)
 path, study, storage, trial number, measured value and spread, the baseline and ratio, and
 for a speculative config what the server counted: ``acceptance_rate`` and
 ``mean_accepted_length`` (None for a config that reported none).
+
+Which config is "best" (``choose``): for a job of one level, today's best (``history.best_rows``);
+``level=N`` (``--concurrency N``), the best at level N of the objective (``study.plan``);
+``mix=True`` (``--mix``), the best for the job's weighted traffic mix; a plan exported with
+neither, the mix's best when the job has weights, else the best at its lowest level. Whenever
+a level or the mix decided, the provenance says which (``objective``), and the line formats
+name it in their header.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import dataclasses
 import datetime as _dt
 import json
 import re
+from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,7 +52,9 @@ from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.golden_check import disputed
 from orchestrator.core.launch import server_environment
 from orchestrator.core.records import COMPLETE, TrialRow
+from orchestrator.study import objective as objectives
 from orchestrator.study.history import baseline_row, best_rows, short_params
+from orchestrator.study.plan import best_at, best_for_mix, level_spread, level_value, mix_interval, mix_of
 
 FORMATS = ("env", "yaml", "json", "cmd", "nccl-tuner")
 EXPORT_VERSION = 1
@@ -109,12 +119,92 @@ def _safe_version(backend: Any) -> str | None:
         return None
 
 
+@dataclass(frozen=True)
+class Choice:
+    """What "best" means for this export (module docstring): ``level`` (a level of the
+    objective) or ``mix``, and what chose it; neither: the job's one number, as always."""
+
+    level: int | None = None
+    weights: dict[int, float] | None = None  # the mix
+    chosen_by: str = ""  # "--concurrency 10", "--mix", or why the default
+
+    @property
+    def named(self) -> bool:
+        return self.level is not None or self.weights is not None
+
+    def rank(self, rows: list[TrialRow], k: int) -> list[TrialRow]:
+        if self.weights is not None:
+            return best_for_mix(rows, self.weights, k)
+        if self.level is not None:
+            return best_at(rows, self.level, k)
+        return best_rows(rows, k)
+
+    def describe(self) -> str:
+        if self.weights is not None:
+            return "the traffic mix " + ", ".join(f"{lv}: {w:g}" for lv, w in self.weights.items())
+        if self.level == 1:
+            return "concurrency 1 (single-request decode tok/s)"
+        return f"concurrency {self.level} (total tok/s with {self.level} concurrent streams)"
+
+
+def choose(job: Any, level: int | None = None, mix: bool = False) -> Choice:
+    """Which best to export for ``--concurrency`` / ``--mix`` (module docstring); BadInput
+    for a level the objective lacks, or ``--mix`` without weights."""
+    obj = objectives.of(getattr(job, "objective", None))
+    levels = objectives.levels(obj)
+    if level is not None and mix:
+        raise BadInput("--concurrency and --mix each choose the config to export: give one of them", key="--mix")
+    if level is not None:
+        if level not in levels:
+            raise BadInput(f"{brief(level)} is not a level of the study's objective (objective.concurrency: "
+                           f"{', '.join(map(str, levels))})", key="--concurrency")
+        return Choice(level=level, chosen_by=f"--concurrency {level}")
+    if mix:
+        if not obj.weights:
+            raise BadInput("the job's objective has no traffic mix (objective.weights, e.g. {1: 0.6, 10: 0.4}); "
+                           "export one level with --concurrency N", key="--mix")
+        return Choice(weights=dict(obj.weights), chosen_by="--mix")
+    if not obj.is_plan:
+        return Choice()
+    if obj.weights:
+        return Choice(weights=dict(obj.weights),
+                      chosen_by="the default for a weighted objective, the mix; --concurrency N exports one level")
+    return Choice(level=levels[0], chosen_by=f"the default for a plan, its lowest level; --concurrency N exports "
+                                             f"another of {', '.join(map(str, levels))}")
+
+
+def _objective_provenance(choice: Choice, row: TrialRow, base: TrialRow | None) -> dict[str, Any]:
+    """What the chosen level (or mix) measured for this config, against the baseline."""
+    if choice.weights is not None:
+        value = mix_of(row, choice.weights)
+        base_value = mix_of(base, choice.weights) if base is not None else None
+        iv = mix_interval(base, row, choice.weights) if base is not None else None
+        out: dict[str, Any] = {"mix": {str(k): v for k, v in choice.weights.items()}, "level": None,
+                               "unit": "weighted geometric mean of the levels' tok/s", "spread": None}
+    else:
+        assert choice.level is not None
+        value = level_value(row, choice.level)
+        base_value = level_value(base, choice.level) if base is not None else None
+        iv = None
+        out = {"mix": None, "level": choice.level, "unit": objectives.unit(choice.level),
+               "spread": level_spread(row, choice.level)}
+    out.update(value=value, baseline_value=base_value,
+               x_baseline=(value / base_value) if value is not None and base_value else None,
+               chosen_by=choice.chosen_by)
+    if iv is not None:
+        out["x_baseline_interval"] = [iv.lo, iv.hi]
+    return out
+
+
 def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any = None,
-               rank: int = 1) -> dict[str, Any]:
-    """Where a config came from and what it measured (JSON-able)."""
+               rank: int = 1, choice: Choice | None = None) -> dict[str, Any]:
+    """Where a config came from and what it measured (JSON-able); with a named ``choice``
+    (a level, the mix), what it measured there (``objective``)."""
     node, nccl = row.node_info or {}, row.nccl or {}
     base = baseline_row(rows)
     base_value = base.value if base and base.state == COMPLETE else None
+    extra = {"objective": _objective_provenance(choice, row, base if base_value else None)} \
+        if choice is not None and choice.named else {}
     return {
         "study": getattr(job, "study", None),
         "storage": getattr(job, "storage", None),
@@ -142,6 +232,7 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
         "measured_at": row.ended_at,
         "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "ncclsweep_version": _tool_version(),
+        **extra,
     }
 
 
@@ -168,8 +259,17 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
     ratio = (f", {prov['x_baseline']:.2f}x baseline trial {prov['baseline_trial']} "
              f"({prov['baseline_tok_s']:.2f} tok/s)" if prov.get("x_baseline") else "")
     be = prov["backend"]
+    chosen = []
+    obj = prov.get("objective")
+    if obj:
+        what = (f"level {obj['level']}" if obj["level"] is not None else
+                "the traffic mix " + ", ".join(f"{k}: {v:g}" for k, v in obj["mix"].items()))
+        got = f"{obj['value']:.3f} {obj['unit']}" if obj["value"] is not None else "not measured"
+        vs = f", {obj['x_baseline']:.2f}x the baseline" if obj.get("x_baseline") else ""
+        chosen = [f"# chosen for {what} ({obj['chosen_by']}): {got}{vs}"]
     return [
         f"# ncclsweep {prov['ncclsweep_version']} export ({fmt}), rank {prov['rank']} of {total}",
+        *chosen,
         f"# study {prov['study']}, trial {prov['trial']}, measured {prov['measured_at'] or 'unknown'}"
         f" on {prov['node'] or 'unknown node'}",
         f"# value: {value:.3f} tok/s single-request decode{spread}{ratio}",
@@ -340,29 +440,32 @@ _TUNER_PREAMBLE = [
 
 # ---- the entry point ----------------------------------------------------------------------------------
 def _document(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any, rank: int, host: str,
-              port: int) -> dict[str, Any]:
+              port: int, choice: Choice | None = None) -> dict[str, Any]:
     return {
         "ncclsweep_export": EXPORT_VERSION,
         "rank": rank,
         "config": dict(row.params),
         "env": effective_env(job, row.params, backend, host, port),
-        "provenance": provenance(job, row, rows, backend, rank),
+        "provenance": provenance(job, row, rows, backend, rank, choice),
     }
 
 
 def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, backend: Any = None,
-           host: str = "0.0.0.0", port: int = 8000) -> str:
+           host: str = "0.0.0.0", port: int = 8000, level: int | None = None, mix: bool = False) -> str:
     """Render the ``top`` best configs in ``fmt`` (see module docstring); text ends with a newline.
 
-    Raises BadInput for an unknown format or ``top < 1``, RuntimeFailure when no trial
-    completed, when the golden reference is disputed (``reference.disputed``: no config is
-    then best, the baseline included), or when ``cmd`` cannot be built.
+    ``level``/``mix``: the best at that level of the objective, or for its traffic mix
+    (``choose``). Raises BadInput for an unknown format, ``top < 1``, a level the objective
+    lacks or a mix without weights; RuntimeFailure when no trial completed, when the golden
+    reference is disputed (``reference.disputed``: no config is then best, the baseline
+    included), or when ``cmd`` cannot be built.
     """
     if fmt not in FORMATS:
         raise BadInput(f"format must be one of {', '.join(FORMATS)}, not {brief(fmt)}", key="--format")
     if not isinstance(top, int) or top < 1:
         raise BadInput(f"--top must be a positive integer, not {brief(top)}", key="--top")
-    best = best_rows(rows, top)
+    choice = choose(job, level, mix)
+    best = choice.rank(rows, top)
     if not best:
         why = disputed(rows)
         if why:
@@ -371,7 +474,7 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
         raise RuntimeFailure("no completed trial to export")
     backend = resolve_backend(job, backend)
     if fmt in ("yaml", "json"):
-        docs = [_document(job, row, rows, backend, i + 1, host, port) for i, row in enumerate(best)]
+        docs = [_document(job, row, rows, backend, i + 1, host, port, choice) for i, row in enumerate(best)]
         if fmt == "json":
             return json.dumps(docs[0] if top == 1 else docs, indent=2, default=str) + "\n"
 
@@ -381,7 +484,7 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
     if len(best) < top:
         out.append(f"# only {len(best)} distinct completed config(s) to export (asked for {top})")
     for i, row in enumerate(best):
-        prov = provenance(job, row, rows, backend, i + 1)
+        prov = provenance(job, row, rows, backend, i + 1, choice)
         header = _comment_header(fmt, prov, len(best))
         body = block(job, row, backend, host, port)
         if len(best) > 1:

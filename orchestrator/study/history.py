@@ -24,6 +24,7 @@ import dataclasses
 import datetime as _dt
 import math
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -241,7 +242,8 @@ def _hosts_with_concurrent_nodes(rows: list[TrialRow]) -> set[str]:
     return out
 
 
-def best_rows(rows: list[TrialRow], k: int = 1) -> list[TrialRow]:
+def best_rows(rows: list[TrialRow], k: int = 1,
+              value: Callable[[TrialRow], float | None] | None = None) -> list[TrialRow]:
     """The k best distinct configs, best first.
 
     Only rows ``outcome.rankable`` allows (COMPLETE, launched and counted, no constraint
@@ -249,20 +251,24 @@ def best_rows(rows: list[TrialRow], k: int = 1) -> list[TrialRow]:
     measured more than once is represented by its lower-median measurement
     (``n_measurements`` says how many), so one lucky run does not win; the baseline's config
     by the baseline trial, the reference every "x baseline" is computed against.
+    ``value`` ranks by another number of a row (a concurrency level's median, the traffic
+    mix: ``study.plan``); rows without it are not ranked. Default: ``TrialRow.value``.
     """
+    score = value or (lambda r: r.value)
     groups: dict[str, list[TrialRow]] = {}
     for r in outcome.rankable(rows):
-        groups.setdefault(r.config_key, []).append(r)
+        if score(r) is not None:
+            groups.setdefault(r.config_key, []).append(r)
     base = baseline_row(rows)
     reps = []
     for members in groups.values():
-        members = sorted(members, key=lambda r: (r.value or 0.0, -r.number))
+        members = sorted(members, key=lambda r: (score(r) or 0.0, -r.number))
         if base is not None and any(r.number == base.number for r in members):
             rep = base  # the baseline config is represented by the baseline trial, the study's reference
         else:
             rep = members[(len(members) - 1) // 2]  # lower median: no lucky winner
         reps.append(replace(rep, n_measurements=len(members)))
-    reps.sort(key=lambda r: (-(r.value or 0.0), r.number))  # ranked rows all have a value
+    reps.sort(key=lambda r: (-(score(r) or 0.0), r.number))  # ranked rows all have a value
     return reps[: max(0, int(k))]
 
 
@@ -349,8 +355,18 @@ def _clip(text: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def format_status(rows: list[TrialRow], width: int | None = None) -> str:
-    """A compact table, one line per trial, then a one-line summary and the best so far."""
+def _level_cell(row: TrialRow, level: int) -> str:
+    rec = (row.levels or {}).get(str(level)) or {}
+    value = _num(rec.get("value")) if isinstance(rec, dict) else None
+    if value is None or row.state not in (COMPLETE, PRUNED):
+        return "-"
+    return f"{value:.1f}" if value < 100_000 else f"{value:.0f}"
+
+
+def format_status(rows: list[TrialRow], width: int | None = None, levels: Iterable[int] | None = None) -> str:
+    """A compact table, one line per trial, then a one-line summary and the best so far.
+    ``levels`` (a plan's objective): a column per level (its median: decode tok/s at 1,
+    total tok/s above) instead of the one tok/s column."""
     if not rows:
         return "no trials yet"
     if width is None:
@@ -362,7 +378,10 @@ def format_status(rows: list[TrialRow], width: int | None = None) -> str:
     base = baseline_row(rows)
     base_value = base.value if base and base.state == COMPLETE else None
     tainted = outcome.tainted_keys(rows)
-    head = f"{'#':>4} {'state':<8} {'tok/s':>8} {'+-%':>5} {'x base':>6} {'node':<12} {'time':>5}  params / failure"
+    shown_levels = sorted(levels or ())
+    shown_levels = shown_levels if len(shown_levels) > 1 else []
+    columns = "".join(f" {'@' + str(lv):>9}" for lv in shown_levels) if shown_levels else f" {'tok/s':>8}"
+    head = f"{'#':>4} {'state':<8}{columns} {'+-%':>5} {'x base':>6} {'node':<12} {'time':>5}  params / failure"
     lines = [head, "-" * min(width, len(head) + 40)]
     launched = [r for r in rows if not r.skipped]  # proposals never launched are not trials
     for r in launched:
@@ -381,7 +400,8 @@ def format_status(rows: list[TrialRow], width: int | None = None) -> str:
             detail += f"  | {r.failure_kind or r.state.lower()}: {r.failure_reason or ''}"
         if r.warnings:
             detail += f"  | warn: {r.warnings[0]}"
-        prefix = (f"{r.number:>4} {r.state:<8} {value:>8} {spread:>5} {ratio:>6} "
+        cells = "".join(f" {_level_cell(r, lv):>9}" for lv in shown_levels) if shown_levels else f" {value:>8}"
+        prefix = (f"{r.number:>4} {r.state:<8}{cells} {spread:>5} {ratio:>6} "
                   f"{_clip(r.node or '-', 12):<12} {_fmt_s(r.durations.get('total_s')):>5}  ")
         lines.append(prefix + _clip(detail, max(20, width - len(prefix))))
     counts: dict[str, int] = {}

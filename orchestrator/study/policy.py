@@ -32,10 +32,16 @@ config runs:
   TPE/GP/NSGA-II treat it as infeasible and it can never be "best"; a blameless failure
   (``outcome.decide``: ``interrupted``, ``node-lost``, ``env-error``, a first timeout) is
   an Optuna FAIL (the sampler ignores it) that ``requeue`` puts back once; PRUNED (early
-  stop) is PRUNED with its intermediate value reported first. A trial a dead driver left
+  stop) is PRUNED with its intermediate value reported first (for a single objective). A trial a dead driver left
   RUNNING is told FAIL by the next one (``recover_interrupted``); why is stored as a study
   user attribute (``storage.RECOVERED_PREFIX`` + its number) that ``history`` reads as the
   trial's own. Only Optuna's public API is used;
+- the objective (``study.objective``): what Optuna is told of a COMPLETE trial is one value
+  (the default single level, or the weighted mix of several) or one per level (a plan: a
+  multi-objective study, one ``maximize`` direction per level); a config-caused failure is
+  0.0 at every level; "best" is per level where the policy needs it (the early stop's
+  thresholds, ``prune_thresholds``, and the neighbor fill, which starts from the bests of
+  every level);
 - the budget counts launched trials (COMPLETE, config-caused FAIL, PRUNED) only, and
   the policy stops proposing when it is reached or when every enumerated config has
   been measured (``budget_reached`` / ``exhausted`` say which).
@@ -56,6 +62,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from orchestrator.config.job import Objective
 from orchestrator.core.errors import StorageWriteError
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO, TIMEOUT_KINDS, interrupted
 from orchestrator.core.records import (
@@ -69,9 +76,11 @@ from orchestrator.core.records import (
     TrialRow,
     config_key,
 )
+from orchestrator.study import objective as objectives
 from orchestrator.study.bans import banned_values, describe, hit
 from orchestrator.study.feasible import FeasibleSampler
 from orchestrator.study.history import baseline_row, best_rows, trial_rows
+from orchestrator.study.plan import best_at, best_for_mix, prune_thresholds
 from orchestrator.study.storage import (
     ATTR_BASELINE,
     ATTR_CACHED_FROM,
@@ -107,6 +116,14 @@ DEFAULT_FILL = "neighbor"
 # keep the sampler's draws.
 STARTUP_ORDERS = ("diverse", "sampler")
 DEFAULT_STARTUP_ORDER = "diverse"
+# A plan (one objective per level) after the start-up: "levels" = every other launch is the
+# unmeasured config nearest to one level's best so far (the levels in turn), the sampler's
+# proposal the others; "sampler" = the sampler proposes every launch. Each level's best is
+# a local search of its own: one parameter changed from the best at that level is where the
+# next best at that level usually is; Optuna's multi-objective TPE alone spreads its draws
+# over the whole front (docs/benchmarks.md, "Plans").
+PLAN_STEPS = ("levels", "sampler")
+DEFAULT_PLAN_STEP = "levels"
 MAX_STARTUP_CANDIDATES = 4096  # a larger enumerated space: the most diverse of a seeded sample
 
 _MISSING = object()  # a parameter a normalized config does not have
@@ -185,11 +202,15 @@ class SearchPolicy:
         startup_order: str = DEFAULT_STARTUP_ORDER,
         max_asks: int = 200,
         max_consecutive_duplicates: int = 200,
+        objective: Objective | None = None,
+        plan_step: str = DEFAULT_PLAN_STEP,
     ) -> None:
         if fill not in FILL_STRATEGIES:
             raise ValueError(f"fill must be one of {FILL_STRATEGIES}, not {fill!r}")
         if startup_order not in STARTUP_ORDERS:
             raise ValueError(f"startup_order must be one of {STARTUP_ORDERS}, not {startup_order!r}")
+        if plan_step not in PLAN_STEPS:
+            raise ValueError(f"plan_step must be one of {PLAN_STEPS}, not {plan_step!r}")
         if startup < 0:
             raise ValueError(f"startup must be >= 0, not {startup}")
         if budget is not None and budget < 0:
@@ -201,6 +222,9 @@ class SearchPolicy:
         self.budget = budget
         self.remeasure = remeasure
         self.fill = fill
+        self.objective = objectives.of(objective)  # what Optuna is told (study.objective)
+        self.levels = objectives.levels(self.objective)
+        self.plan_step = plan_step
         # launches (the baseline included) the policy picks itself before the sampler's
         # proposals are used: the start-up trials the sampler was built with
         # (``samplers.startup_trials``; 0 for random, grid, ...), passed by whoever built it
@@ -386,9 +410,11 @@ class SearchPolicy:
             if remaining is None and self._consecutive_dups >= self.max_consecutive_duplicates:
                 self._gave_up = True  # not enumerable, and the sampler keeps proposing measured configs
                 return None
-            if remaining and self.startup_order == "diverse" and \
-                    len(st.counted) + self._launches_in_flight() < self.startup:
+            launched = len(st.counted) + self._launches_in_flight()
+            if remaining and self.startup_order == "diverse" and launched < self.startup:
                 self._enqueue_startup(remaining, st)
+            elif remaining and self.objective.multi_objective and self.plan_step == "levels":
+                self._enqueue_level_step(remaining, st, launched - max(self.startup, 1))
             trial = self.study.ask()
             role = _role_of(trial.user_attrs)
             try:
@@ -502,6 +528,19 @@ class SearchPolicy:
         key = self._most_diverse(remaining, seen)
         self.study.enqueue_trial(dict(enum[key]), user_attrs={ATTR_ENQUEUED_BY: "startup"})
 
+    def _enqueue_level_step(self, remaining: list[str], st: _State, step: int) -> None:
+        """A plan's even steps after the start-up: the unmeasured config nearest to one level's
+        best so far, the levels in turn (``PLAN_STEPS``); odd steps are the sampler's."""
+        if step < 0 or step % 2 or st.waiting:
+            return
+        level = self.levels[(step // 2) % len(self.levels)]
+        best = best_at(self.rows(), level)
+        enum = self._enumeration()
+        if not best or enum is None:
+            return
+        key = self._nearest(remaining, enum, [dict(self._trial(best[0].number).params)])
+        self.study.enqueue_trial(dict(enum[key]), user_attrs={ATTR_ENQUEUED_BY: "fill"})
+
     def _config_of(self, t: FrozenTrial) -> Config:
         key = t.user_attrs.get(ATTR_KEY)
         return (self._enum_norm.get(key) if key else None) or t.user_attrs.get("config") or dict(t.params)
@@ -531,14 +570,17 @@ class SearchPolicy:
         return self._rng.choice([k for k in remaining if scores[k] == top])
 
     def _nearest_to_best(self, remaining: list[str], enum: dict[str, Config]) -> str:
-        best = self.best()
-        if best is None:
+        return self._nearest(remaining, enum, [dict(t.params) for t in self._bests()])
+
+    def _nearest(self, remaining: list[str], enum: dict[str, Config], refs: list[Config]) -> str:
+        """The unmeasured config with the fewest parameters differing from the nearest of
+        ``refs`` (seeded tie-break); any when there is no reference yet."""
+        if not refs:
             return self._rng.choice(remaining)
-        ref = dict(best.params)
-        def dist(k: str) -> int:
+
+        def dist(k: str) -> int:  # to the nearest of the bests (one per level for a plan)
             raw = enum[k]
-            names = set(raw) | set(ref)
-            return sum(1 for n in names if raw.get(n) != ref.get(n))
+            return min(sum(1 for n in set(raw) | set(ref) if raw.get(n) != ref.get(n)) for ref in refs)
         d = {k: dist(k) for k in remaining}
         m = min(d.values())
         return self._rng.choice([k for k in remaining if d[k] == m])
@@ -580,8 +622,8 @@ class SearchPolicy:
         attrs[ATTR_COUNTED] = bool(counted)
         if proposal.cached_from is not None:
             attrs[ATTR_CACHED_FROM] = proposal.cached_from
-        if result.outcome == COMPLETE and _value(result) is None:
-            raise ValueError(f"trial {trial.number}: a COMPLETE result needs a value")
+        if result.outcome == COMPLETE and not objectives.has_values(self.objective, result):
+            raise ValueError(f"trial {trial.number}: a COMPLETE result needs a value (at every level of the objective)")
         try:
             self._store(trial, result, attrs, not_the_config)
         except StorageWriteError:  # half recorded: ``recover_interrupted`` may now tell it interrupted
@@ -601,9 +643,7 @@ class SearchPolicy:
         elif result.outcome == FAIL and not not_the_config:
             trial.set_constraint(CONSTRAINT, INFEASIBLE)
         elif result.outcome == PRUNED:
-            inter = result.metrics.get("intermediate")
-            if inter is None:
-                inter = result.value
+            inter = objectives.intermediate(self.objective, result)  # None for a plan: Optuna takes none there
             if inter is not None:
                 step = int(result.metrics.get("repeats") or 1)
                 trial.report(float(inter), step)
@@ -612,12 +652,10 @@ class SearchPolicy:
 
     def _tell(self, trial: optuna.Trial | int, result: TrialResult, not_the_config: bool) -> None:
         """The final state of a recorded trial (encoding: module docstring)."""
-        if result.outcome == COMPLETE:
-            value = _value(result)
-            assert value is not None  # record() and finish_recorded() check it first
-            self.study.tell(trial, float(value))
+        if result.outcome == COMPLETE:  # record() and finish_recorded() check the values first
+            self.study.tell(trial, self.told_values(result))
         elif result.outcome == FAIL and not not_the_config:
-            self.study.tell(trial, 0.0)
+            self.study.tell(trial, objectives.failed_values(self.objective))
         elif result.outcome == FAIL:
             self.study.tell(trial, state=TrialState.FAIL)
         else:
@@ -637,7 +675,7 @@ class SearchPolicy:
                 result = TrialResult.from_attrs(t.user_attrs)
             except (TypeError, ValueError):
                 continue
-            if result.outcome == COMPLETE and _value(result) is None:
+            if result.outcome == COMPLETE and not objectives.has_values(self.objective, result):
                 continue
             self._tell(t.number, result, not_the_config=False)
             done.append(t.number)
@@ -748,8 +786,33 @@ class SearchPolicy:
 
     def prune_threshold(self, min_ratio: float = DEFAULT_PRUNE_RATIO) -> float | None:
         """``min_ratio`` x the best median so far (None before any COMPLETE trial)."""
-        best = self.best()
+        best = self.best_row()
         return None if best is None or best.value is None else float(best.value) * min_ratio
+
+    def prune_thresholds(self, min_ratio: float = DEFAULT_PRUNE_RATIO) -> dict[int, float] | None:
+        """Per level of the objective, ``min_ratio`` x the best median so far there (the early
+        stop, ``core.outcome.early_stop``, stops a trial below it at every level); None before
+        any COMPLETE trial. For the default objective: ``{1: prune_threshold(min_ratio)}``."""
+        return prune_thresholds(self.rows(), self.levels, min_ratio)
+
+    def told_values(self, result: TrialResult) -> list[float]:
+        """What Optuna is told for a COMPLETE result (``objective.told_values``)."""
+        return objectives.told_values(self.objective, result)
+
+    def _bests(self) -> list[FrozenTrial]:
+        """The best trial at each level of the objective (and for the mix), distinct: where
+        the neighbor fill looks next."""
+        rows = self.rows()
+        if not self.objective.is_plan:
+            picked = best_at(rows, self.levels[0])  # the default objective: history.best_rows' best
+        else:
+            picked = [r for lv in self.levels for r in best_at(rows, lv)]
+            if self.objective.weights:
+                picked += best_for_mix(rows, self.objective.weights)
+        seen: dict[str, FrozenTrial] = {}
+        for r in picked:
+            seen.setdefault(r.config_key, self._trial(r.number))
+        return list(seen.values())
 
     def earlier_timeouts(self, key: str, before: int) -> int:
         """Launches of the config ``key`` before trial ``before`` that timed out."""
@@ -765,11 +828,6 @@ class SearchPolicy:
     def in_flight(self) -> list[Proposal]:
         """Proposals handed out and not yet recorded."""
         return list(self._in_flight.values())
-
-
-def _value(result: TrialResult) -> float | None:
-    """The objective of a COMPLETE result: its value, else its decode tok/s."""
-    return result.value if result.value is not None else result.metrics.get("decode_tok_s")
 
 
 def _is_measurement(ua: dict[str, Any]) -> bool:

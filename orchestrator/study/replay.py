@@ -9,6 +9,10 @@ A *table* is a CSV with one row per distinct configuration:
   cell means "this parameter does not matter for this row" (inactive, or dropped by
   normalization, e.g. NCCL_* at tp_size=1): the row answers every value of it;
 - ``samples``: repeated decode tok/s of that config, ``;``-separated (empty when it fails);
+  or, for a table over concurrency levels (a *plan* table), one column per level instead,
+  ``samples@1``, ``samples@10``, ``samples@64``: that level's repeated samples (level 1
+  single-request decode tok/s, level N total tok/s with N streams), every level filled on a
+  working row;
 - ``failure``: a config-caused failure kind (``start-crash``, ``wrong-output``, ...) or empty;
 - ``baseline``: ``1`` on the row the study enqueues first (optional);
 - ``note``: free text, ignored.
@@ -24,10 +28,19 @@ noisy median) is looked up in the table: the first launch at which its *true* me
 (the row's median) is within ``target`` of the table's best is the launch count that
 search needed. ``format_table`` renders the result as markdown.
 
+A plan table replays a study over its levels: each launch measures every level (one sample
+per level and repeat; the early stop needs every level below its threshold, as
+``node.measure`` does), the sampler spec's ``levels=`` option names what the search is told
+(default: every level of the table, a multi-objective study; ``levels=1``: single-level
+search, which still measures every level, so its plan can be read; ``weights=0.6+0.3+0.1``:
+the traffic mix, weights in level order), and the launch count is the first launch at which
+the plan's best at *every* level (``study.plan``, on noisy medians) has a true median within
+``target`` of that level's best.
+
 ``table_from_study(study)`` writes a finished study back in this format, so real runs
-become tables. Command line: ``python -m orchestrator.study.replay TABLE.csv --sampler
-tpe,random --seeds 20 --budget 40`` (``add_simulate_args`` builds the flags the
-``ncclsweep simulate`` subcommand shares).
+become tables (a plan study with one ``samples@N`` column per level). Command line:
+``python -m orchestrator.study.replay TABLE.csv --sampler tpe,random --seeds 20 --budget 40``
+(``add_simulate_args`` builds the flags the ``ncclsweep simulate`` subcommand shares).
 """
 
 from __future__ import annotations
@@ -50,6 +63,7 @@ from typing import Any
 import optuna
 from optuna.distributions import CategoricalDistribution
 
+from orchestrator.config.job import Objective
 from orchestrator.config.sampler_options import SAMPLER_NAMES
 from orchestrator.core.correctness import TEXT_DIFFERS
 from orchestrator.core.errors import BadInput, brief
@@ -63,10 +77,14 @@ from orchestrator.core.records import (
     TrialResult,
     config_key,
 )
+from orchestrator.study import objective as objectives
+from orchestrator.study.plan import best_at, prune_thresholds
 from orchestrator.study.policy import (
     DEFAULT_FILL,
+    DEFAULT_PLAN_STEP,
     DEFAULT_STARTUP_ORDER,
     FILL_STRATEGIES,
+    PLAN_STEPS,
     STARTUP_ORDERS,
     SearchPolicy,
 )
@@ -74,6 +92,7 @@ from orchestrator.study.samplers import make_sampler, startup_trials
 from orchestrator.study.storage import ATTR_BASELINE, ATTR_COUNTED, ATTR_KEY, ATTR_SKIPPED
 
 RESERVED_COLUMNS = ("samples", "failure", "baseline", "note")
+LEVEL_PREFIX = "samples@"  # a plan table's per-level sample columns: samples@1, samples@10, ...
 CONFIG_FAILURES = tuple(k for k in FAILURE_KINDS if k not in NOT_THE_CONFIGS_FAULT)
 DEFAULT_SAMPLERS = "tpe,random"
 
@@ -88,14 +107,22 @@ class Row:
     """One distinct configuration of a table."""
 
     params: dict[str, Any]  # non-empty cells only (typed)
-    samples: list[float]
+    samples: list[float]  # the first level's (a plan table: its lowest level's)
     failure: str | None
     baseline: bool = False
     line: int = 0
+    levels: dict[int, list[float]] = field(default_factory=dict)  # a plan table: level -> samples
 
     @property
     def median(self) -> float | None:
         return None if self.failure or not self.samples else float(statistics.median(self.samples))
+
+    def median_at(self, level: int) -> float | None:
+        """The true median at ``level`` (a table of one level: ``median``)."""
+        if not self.levels:
+            return self.median
+        got = self.levels.get(level) or []
+        return None if self.failure or not got else float(statistics.median(got))
 
     @property
     def key(self) -> str:
@@ -110,10 +137,18 @@ class Table:
     rows: list[Row]
     choices: dict[str, list[Any]]  # parameter -> values, in order of first appearance
     _index: dict[tuple, int] = field(default_factory=dict, repr=False)
+    levels: tuple[int, ...] = ()  # a plan table's levels, ascending; () for a table of one level
 
     @property
     def best(self) -> float:
         return max(r.median for r in self.rows if r.median is not None)
+
+    def best_at(self, level: int) -> float:
+        return max(m for r in self.rows if (m := r.median_at(level)) is not None)
+
+    @property
+    def is_plan(self) -> bool:
+        return len(self.levels) > 1
 
     @property
     def baseline(self) -> Row | None:
@@ -170,9 +205,16 @@ def table_from_frame(df, name: str = "table") -> Table:
     df = df.fillna("").astype(str)
     cols = [c.strip() for c in df.columns]
     df.columns = cols
-    if "samples" not in cols:
-        raise TableError(f"{name}: needs a 'samples' column (tok/s repeats separated by ';')")
-    params = [c for c in cols if c not in RESERVED_COLUMNS]
+    level_cols = {c: _level_of(c, name) for c in cols if c.startswith(LEVEL_PREFIX)}
+    if "samples" in cols and level_cols:
+        raise TableError(f"{name}: a table has either a 'samples' column or one {LEVEL_PREFIX}N column per level, "
+                         "not both")
+    if "samples" not in cols and not level_cols:
+        raise TableError(f"{name}: needs a 'samples' column (tok/s repeats separated by ';'), or one "
+                         f"{LEVEL_PREFIX}N column per concurrency level")
+    levels = tuple(sorted(level_cols.values()))
+    sample_cols = {lv: c for c, lv in level_cols.items()} if level_cols else {1: "samples"}
+    params = [c for c in cols if c not in RESERVED_COLUMNS and c not in level_cols]
     if not params:
         raise TableError(f"{name}: needs at least one parameter column besides {', '.join(RESERVED_COLUMNS)}")
     typed = {p: _typed([v.strip() for v in df[p].tolist()]) for p in params}
@@ -183,21 +225,18 @@ def table_from_frame(df, name: str = "table") -> Table:
         if failure and failure not in CONFIG_FAILURES:
             raise TableError(f"{name}: line {line}: failure must be empty or one of {', '.join(CONFIG_FAILURES)}, "
                              f"not {brief(failure)}")
-        raw = df["samples"].iloc[i].strip()
-        try:
-            samples = [float(s) for s in raw.split(";") if s.strip()]
-        except ValueError:
-            raise TableError(f"{name}: line {line}: samples must be numbers separated by ';', "
-                             f"not {brief(raw)}") from None
-        if any(not math.isfinite(s) or s <= 0 for s in samples):
-            raise TableError(f"{name}: line {line}: samples must be positive tok/s, not {brief(raw)}")
-        if not failure and not samples:
-            raise TableError(f"{name}: line {line}: a row without a failure needs at least one sample")
+        per_level = {lv: _samples(df[col].iloc[i].strip(), name, line, col) for lv, col in sample_cols.items()}
+        for lv, got in per_level.items():
+            if not failure and not got:
+                what = "at least one sample" if not levels else f"samples at every level ({sample_cols[lv]} is empty)"
+                raise TableError(f"{name}: line {line}: a row without a failure needs {what}")
+        samples = per_level[min(per_level)]
         flag = df["baseline"].iloc[i].strip().lower() if "baseline" in cols else ""
         row_params = {p: typed[p][i] for p in params if typed[p][i] is not None}
         if not row_params:
             raise TableError(f"{name}: line {line}: every parameter cell is empty")
-        rows.append(Row(row_params, samples, failure or None, flag in ("1", "true", "yes"), line))
+        rows.append(Row(row_params, samples, failure or None, flag in ("1", "true", "yes"), line,
+                        levels=per_level if levels else {}))
     if not rows:
         raise TableError(f"{name}: no rows")
     if sum(r.baseline for r in rows) > 1:
@@ -211,7 +250,7 @@ def table_from_frame(df, name: str = "table") -> Table:
             if v is not None and v not in seen:
                 seen.append(v)
         choices[p] = seen
-    table = Table(name, rows, choices)
+    table = Table(name, rows, choices, levels=levels if len(levels) > 1 else ())
     for idx, row in enumerate(rows):
         axes = [[row.params[p]] if p in row.params else choices[p] for p in choices]
         for combo in itertools.product(*axes):
@@ -221,6 +260,25 @@ def table_from_frame(df, name: str = "table") -> Table:
                                  f"{dict(zip(choices, combo))}")
             table._index[combo] = idx
     return table
+
+
+def _level_of(column: str, name: str) -> int:
+    tail = column[len(LEVEL_PREFIX):]
+    if not tail.isdigit() or int(tail) < 1:
+        raise TableError(f"{name}: column {brief(column)}: a level column is {LEVEL_PREFIX}N with N >= 1 "
+                         "(requests in flight), e.g. samples@10")
+    return int(tail)
+
+
+def _samples(raw: str, name: str, line: int, column: str) -> list[float]:
+    try:
+        samples = [float(s) for s in raw.split(";") if s.strip()]
+    except ValueError:
+        raise TableError(f"{name}: line {line}: {column} must be numbers separated by ';', "
+                         f"not {brief(raw)}") from None
+    if any(not math.isfinite(s) or s <= 0 for s in samples):
+        raise TableError(f"{name}: line {line}: {column} must be positive tok/s, not {brief(raw)}")
+    return samples
 
 
 class TableSpace:
@@ -288,6 +346,10 @@ def table_from_study(study: optuna.Study):
             if not samples and ua.get("value") is not None:
                 samples = [ua["value"]]
             entry["samples"].extend(float(s) for s in samples)
+            for lv, rec in ((ua.get("metrics") or {}).get("levels") or {}).items():
+                if isinstance(rec, dict):
+                    entry.setdefault("levels", {}).setdefault(int(lv), []).extend(
+                        float(x) for x in rec.get("samples") or [])
         entry["baseline"] |= bool(ua.get(ATTR_BASELINE))
         entry["note"].append(f"trial {t.number}" + (" stopped early" if outcome == PRUNED else ""))
     params: list[str] = []
@@ -295,15 +357,22 @@ def table_from_study(study: optuna.Study):
         for p in e["config"]:
             if p not in params:
                 params.append(p)
+    levels = sorted({lv for e in merged.values() for lv in e.get("levels", {})})
+    sample_cols = [f"{LEVEL_PREFIX}{lv}" for lv in levels] if len(levels) > 1 else ["samples"]
     records = []
     for e in merged.values():
         rec = {p: _cell(e["config"].get(p)) for p in params}
-        rec["samples"] = "" if e["failure"] else ";".join(f"{s:.4g}" for s in e["samples"])
+        if len(levels) > 1:  # a plan study: one column per level
+            for lv in levels:
+                got = e.get("levels", {}).get(lv) or []
+                rec[f"{LEVEL_PREFIX}{lv}"] = "" if e["failure"] else ";".join(f"{s:.4g}" for s in got)
+        else:
+            rec["samples"] = "" if e["failure"] else ";".join(f"{s:.4g}" for s in e["samples"])
         rec["failure"] = e["failure"] or ""
         rec["baseline"] = "1" if e["baseline"] else ""
         rec["note"] = ", ".join(e["note"])
         records.append(rec)
-    return pd.DataFrame.from_records(records, columns=[*params, "samples", "failure", "baseline", "note"])
+    return pd.DataFrame.from_records(records, columns=[*params, *sample_cols, "failure", "baseline", "note"])
 
 
 def _cell(value: Any) -> str:
@@ -326,6 +395,31 @@ class SamplerSpec:
     prune_ratio: float | None = None  # None: the run's setting
     startup: int | None = None
     startup_order: str = DEFAULT_STARTUP_ORDER
+    plan_step: str | None = None  # None: DEFAULT_PLAN_STEP, except "sampler" for the random sampler
+    levels: tuple[int, ...] | None = None  # a plan table: the levels the search is told (None: all)
+    weights: tuple[float, ...] | None = None  # a plan table: the traffic mix, in level order
+
+    def objective(self, table: Table) -> Objective:
+        """What the search is told on ``table`` (module docstring); ValueError for a level the
+        table lacks or weights that do not match the levels."""
+        if not table.is_plan:
+            if self.levels not in (None, (1,)) or self.weights:
+                raise ValueError(f"{brief(self.text)}: levels/weights need a table with {LEVEL_PREFIX}N columns; "
+                                 f"{table.name} has one level")
+            return Objective()
+        levels = self.levels or table.levels
+        bad = [lv for lv in levels if lv not in table.levels]
+        if bad:
+            raise ValueError(f"{brief(self.text)}: level(s) {', '.join(map(str, bad))} not in {table.name} "
+                             f"(levels {', '.join(map(str, table.levels))})")
+        if self.weights is None:
+            return Objective(concurrency=tuple(sorted(levels)))
+        if len(self.weights) != len(levels) or any(w <= 0 for w in self.weights):
+            raise ValueError(f"{brief(self.text)}: weights must be {len(levels)} positive numbers, one per level "
+                             f"({', '.join(map(str, sorted(levels)))})")
+        total = sum(self.weights)
+        return Objective(concurrency=tuple(sorted(levels)),
+                         weights={lv: w / total for lv, w in zip(sorted(levels), self.weights)})
 
     @classmethod
     def parse(cls, text: str) -> "SamplerSpec":
@@ -350,6 +444,20 @@ class SamplerSpec:
                 if v not in STARTUP_ORDERS:
                     raise ValueError(f"startup_order must be one of {', '.join(STARTUP_ORDERS)}, not {brief(v)}")
                 spec.startup_order = v
+            elif k == "plan_step":
+                if v not in PLAN_STEPS:
+                    raise ValueError(f"plan_step must be one of {', '.join(PLAN_STEPS)}, not {brief(v)}")
+                spec.plan_step = v
+            elif k == "levels":
+                try:
+                    spec.levels = tuple(int(x) for x in v.split("+"))
+                except ValueError:
+                    raise ValueError(f"levels must look like 1+10+64, not {brief(v)}") from None
+            elif k == "weights":
+                try:
+                    spec.weights = tuple(float(x) for x in v.split("+"))
+                except ValueError:
+                    raise ValueError(f"weights must look like 0.6+0.3+0.1 (in level order), not {brief(v)}") from None
             else:
                 spec.options[k] = v
         if spec.fill is None:
@@ -439,6 +547,8 @@ class SimulationResult:
     samplers: list[SamplerResult]
 
     baseline_within: bool = False
+    levels: tuple[int, ...] = ()  # a plan table's levels (the target: within at every level)
+    level_bests: dict[int, float] = field(default_factory=dict)
 
     @property
     def random_expectation(self) -> float:
@@ -485,7 +595,8 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
     ratio = spec.prune_ratio if spec.prune_ratio is not None else prune_ratio
     sampler = make_sampler(spec.name, seed=seed, budget=budget, space_size=space.size(), n_startup_trials=spec.startup,
                            options=spec.options, search_space=space.distributions())
-    study = optuna.create_study(direction="maximize", sampler=sampler)
+    objective = spec.objective(table)
+    study = optuna.create_study(directions=objectives.directions(objective), sampler=sampler)  # type: ignore[arg-type]
     base = table.baseline if use_baseline else None
     baseline = None
     if base is not None:
@@ -494,28 +605,51 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
                              options=spec.options)  # what the sampler was built with
     fill = spec.fill or ("random" if spec.name == "random" else DEFAULT_FILL)
     policy = SearchPolicy(study, space, space.normalize, baseline=baseline, budget=budget, seed=seed,
-                          fill=fill, startup=startup, startup_order=spec.startup_order)
+                          fill=fill, startup=startup, startup_order=spec.startup_order, objective=objective,
+                          plan_step=spec.plan_step or ("sampler" if spec.name == "random" else DEFAULT_PLAN_STEP))
     rng = random.Random(seed * 1_000_003 + 17)
     rows = table.by_key()
     floor = (1.0 - target) * table.best
+    floors = {lv: (1.0 - target) * table.best_at(lv) for lv in table.levels}
     launches = reps = pruned = failed = cached = pruned_good = 0
     hit_l: int | None = None
     hit_r: int | None = None
     in_flight: list[Any] = []
 
+    def within(study_rows) -> bool:
+        """The plan's best at every level of the table is truly within target there."""
+        for lv, lv_floor in floors.items():
+            best = best_at(study_rows, lv)
+            true = rows[best[0].config_key].median_at(lv) if best else None
+            if true is None or true < lv_floor:
+                return False
+        return True
+
     def settle(proposal) -> None:
         nonlocal reps, pruned, failed, hit_l, hit_r, pruned_good
         row = rows[proposal.key]
-        threshold = policy.prune_threshold(ratio) if ratio else None
-        result = _replay_trial(row, proposal.config, rng, repeats, threshold)
+        if table.is_plan:  # every level is measured whatever the search is told: thresholds at every level
+            result = _replay_levels(row, proposal.config, rng, repeats,
+                                    prune_thresholds(policy.rows(), table.levels, ratio) if ratio else None)
+            good = all((row.median_at(lv) or 0.0) >= f for lv, f in floors.items())
+        else:
+            threshold = policy.prune_threshold(ratio) if ratio else None
+            result = _replay_trial(row, proposal.config, rng, repeats, threshold)
+            good = (row.median or 0.0) >= floor
         reps += int(result.metrics.get("repeats", 0))
         pruned += result.outcome == PRUNED
-        if result.outcome == PRUNED and (row.median or 0.0) >= floor:
+        if result.outcome == PRUNED and good:
             pruned_good += 1
         failed += result.outcome == "FAIL"
         policy.record(proposal, result)
+        if hit_l is not None:
+            return
+        if table.is_plan:
+            if within(policy.rows()):
+                hit_l, hit_r = launches, reps
+            return
         best = policy.best()
-        if hit_l is None and best is not None:
+        if best is not None:
             true = rows[best.user_attrs[ATTR_KEY]].median
             if true is not None and true >= floor:
                 hit_l, hit_r = launches, reps
@@ -535,10 +669,16 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
         in_flight.append(proposal)
         if len(in_flight) >= parallel:
             settle(in_flight.pop(0))
-    best = policy.best()
     ratio_best = 0.0
-    if best is not None:
-        ratio_best = (rows[best.user_attrs[ATTR_KEY]].median or 0.0) / table.best
+    if table.is_plan:  # the worst level's: the plan's best there against the level's best
+        final = policy.rows()
+        picks = {lv: best_at(final, lv) for lv in table.levels}
+        ratio_best = min(((rows[picks[lv][0].config_key].median_at(lv) or 0.0) / table.best_at(lv)
+                          if picks[lv] else 0.0) for lv in table.levels)
+    else:
+        best = policy.best()
+        if best is not None:
+            ratio_best = (rows[best.user_attrs[ATTR_KEY]].median or 0.0) / table.best
     skipped = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(ATTR_SKIPPED))
     return Run(seed, hit_l, hit_r, ratio_best, launches, reps, pruned, failed, cached, skipped, pruned_good)
 
@@ -563,6 +703,34 @@ def _replay_trial(row: Row, config: dict[str, Any], rng: random.Random, repeats:
     median = float(statistics.median(samples))
     return TrialResult(outcome=COMPLETE, config=config, value=median, correctness={"ok": True},
                        metrics={"decode_tok_s": median, "decode_samples": samples, "repeats": len(samples)})
+
+
+def _replay_levels(row: Row, config: dict[str, Any], rng: random.Random, repeats: int,
+                   thresholds: dict[int, float] | None) -> TrialResult:
+    """A launch of a plan table's row: a failure, an early stop (the first repeat below its
+    threshold at every level: ``core.outcome.early_stop``, as ``node.measure`` stops), or
+    ``repeats`` draws at every level, recorded as a trial records its levels."""
+    if row.failure:
+        return _replay_trial(row, config, rng, repeats, None)
+    levels = sorted(row.levels)
+    first = {lv: rng.choice(row.levels[lv]) for lv in levels}
+
+    def record(samples: dict[int, list[float]]) -> dict[str, Any]:
+        return {str(lv): {"value": float(statistics.median(got)), "samples": list(got),
+                          "unit": objectives.unit(lv)} for lv, got in samples.items()}
+
+    if early_stop(first, thresholds):
+        levels_rec = record({lv: [v] for lv, v in first.items()})
+        return TrialResult(outcome=PRUNED, config=config, value=first[levels[0]], correctness={"ok": True},
+                           metrics={"levels": levels_rec, "decode_samples": [first[1]] if 1 in first else [],
+                                    "intermediate": first[levels[0]], "repeats": 1})
+    samples = {lv: [first[lv]] + [rng.choice(row.levels[lv]) for _ in range(max(0, repeats - 1))] for lv in levels}
+    levels_rec = record(samples)
+    value = levels_rec[str(levels[0])]["value"]
+    metrics: dict[str, Any] = {"levels": levels_rec, "repeats": repeats}
+    if 1 in samples:
+        metrics.update(decode_tok_s=levels_rec["1"]["value"], decode_samples=samples[1])
+    return TrialResult(outcome=COMPLETE, config=config, value=value, correctness={"ok": True}, metrics=metrics)
 
 
 def run_simulation(table_path: str | Path | Table, samplers: Sequence[str] | str = DEFAULT_SAMPLERS, *,
@@ -605,7 +773,8 @@ def run_simulation(table_path: str | Path | Table, samplers: Sequence[str] | str
         n_within=len(table.within(target)), best=table.best, budget=budget, seeds=seeds, target=target,
         repeats=repeats, prune_ratio=ratio, parallel=parallel,
         baseline=use_baseline and table.baseline is not None, samplers=results,
-        baseline_within=table.baseline is not None and table.baseline in table.within(target))
+        baseline_within=table.baseline is not None and table.baseline in table.within(target),
+        levels=table.levels, level_bests={lv: table.best_at(lv) for lv in table.levels})
 
 
 # ---- output -------------------------------------------------------------------------------------
@@ -622,16 +791,28 @@ def format_table(result: SimulationResult | Iterable[SimulationResult]) -> str:
     for res in results:
         pct = f"{res.target * 100:g}%"
         prune = f"first repeat < {res.prune_ratio:g} x best" if res.prune_ratio else "off"
-        out.append(
-            f"**{res.table}**: {res.n_configs} configs ({res.n_failing} failing), best {res.best:.4g} tok/s, "
-            f"{res.n_within} within {pct}; budget {res.budget} launches, {res.seeds} seeds, {res.repeats} repeats, "
-            f"early stop {prune}, {res.parallel} in flight, baseline first: {'yes' if res.baseline else 'no'}; "
-            f"uniform random order needs {res.random_expectation:.1f} launches on average "
-            f"({res.random_expectation / res.n_configs * 100:.0f}% of the table).")
+        if res.levels:
+            bests = ", ".join(f"{res.level_bests[lv]:.4g} at {lv}" for lv in res.levels)
+            out.append(
+                f"**{res.table}**: {res.n_configs} configs ({res.n_failing} failing) over concurrency "
+                f"{', '.join(map(str, res.levels))}, best {bests}; target: the plan's best within {pct} at every "
+                f"level; budget {res.budget} launches, {res.seeds} seeds, {res.repeats} repeats, early stop "
+                f"{'first repeat below the threshold at every level' if res.prune_ratio else 'off'}"
+                f"{f' ({res.prune_ratio:g} x best there)' if res.prune_ratio else ''}, {res.parallel} in flight, "
+                f"baseline first: {'yes' if res.baseline else 'no'}.")
+        else:
+            out.append(
+                f"**{res.table}**: {res.n_configs} configs ({res.n_failing} failing), best {res.best:.4g} tok/s, "
+                f"{res.n_within} within {pct}; budget {res.budget} launches, {res.seeds} seeds, {res.repeats} "
+                f"repeats, early stop {prune}, {res.parallel} in flight, baseline first: "
+                f"{'yes' if res.baseline else 'no'}; uniform random order needs {res.random_expectation:.1f} "
+                f"launches on average ({res.random_expectation / res.n_configs * 100:.0f}% of the table).")
         out.append("")
-        out.append(f"| sampler | launches to within {pct}: median | p90 | mean* | never (of {res.seeds}) "
+        every = " at every level" if res.levels else ""
+        out.append(f"| sampler | launches to within {pct}{every}: median | p90 | mean* | never (of {res.seeds}) "
                    f"| median, % of table | repeats to within {pct}: median | best after {res.budget} "
-                   f"(median, % of best) | repeats used (median) | pruned/run | good configs pruned |")
+                   f"(median, % of best{', worst level' if res.levels else ''}) | repeats used (median) "
+                   f"| pruned/run | good configs pruned |")
         out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for s in res.samplers:
             share = "-" if math.isinf(s.median_launches) else f"{s.median_launches / res.n_configs * 100:.0f}%"
@@ -671,7 +852,8 @@ def format_summary(results: Iterable[SimulationResult]) -> str:
             else:
                 cells.append(f"{got.median_launches:g} ({got.median_launches / res.n_configs * 100:.0f}%) "
                              f"[{got.mean_launches(res.budget):.1f}]")
-        out.append(f"| {res.table} | {res.n_configs} | {res.n_within} | {res.budget} | " + " | ".join(cells) + " |")
+        name = f"{res.table} (every level of {', '.join(map(str, res.levels))})" if res.levels else res.table
+        out.append(f"| {name} | {res.n_configs} | {res.n_within} | {res.budget} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 

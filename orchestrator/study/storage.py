@@ -32,6 +32,7 @@ from optuna.trial import TrialState, create_trial
 from orchestrator.core.errors import BadInput, NcclsweepError, RuntimeFailure
 from orchestrator.core.records import COMPLETE, TrialResult
 from orchestrator.study import journal
+from orchestrator.study import objective as objectives
 
 log = logging.getLogger(__name__)
 
@@ -164,10 +165,34 @@ def open_study(job, sampler: optuna.samplers.BaseSampler | None = None, create: 
         except KeyError:
             raise BadInput(f"no study named {job.study!r} in {job.storage} yet; run `ncclsweep run {job.path}` first",
                            file=str(job.path), key="study") from None
-    study = optuna.create_study(study_name=job.study, storage=storage, sampler=sampler,
-                                direction="maximize", load_if_exists=True)
+    wanted = objectives.directions(getattr(job, "objective", None))
+    try:
+        study = optuna.load_study(study_name=job.study, storage=storage, sampler=sampler)
+    except KeyError:
+        study = None
+    if study is not None and [d.name.lower() for d in study.directions] != wanted:
+        _other_directions(job, study, storage, wanted, say or log.warning)
+        study = None
+    if study is None:  # (load_if_exists: Optuna would keep a stored study's directions whatever these say)
+        study = optuna.create_study(study_name=job.study, storage=storage, sampler=sampler,
+                                    directions=wanted, load_if_exists=True)  # type: ignore[arg-type]
     check_identity(job, study, say or log.warning)
     return study
+
+
+def _other_directions(job, study: optuna.Study, storage, wanted: list[str], say) -> None:
+    """A stored study with as many objectives as another ``objective:`` has (a plan of
+    several levels against one): refused once a trial finished (its values mean something
+    else); one without a finished trial is made again with the job's (nothing was measured)."""
+    if any(t.state.is_finished() for t in study.get_trials(deepcopy=False)):
+        raise BadInput(
+            f"study {job.study!r} already exists in {job.storage} with another objective (its trials tell "
+            f"{len(study.directions)} value(s) each; this job's objective, {objectives.describe(job.objective)}, "
+            f"tells {len(wanted)}); give this job a new `study:` name (e.g. {job.study}-2) or delete "
+            f"{job.report_dir} to start over", file=str(job.path), key="objective")
+    say(f"study {job.study!r} has no finished trial yet: it takes this job's objective "
+        f"({objectives.describe(job.objective)})")
+    optuna.delete_study(study_name=job.study, storage=storage)
 
 
 def check_identity(job, study: optuna.Study, say) -> None:
@@ -182,10 +207,13 @@ def check_identity(job, study: optuna.Study, say) -> None:
         return
     if existing is not None and existing != legacy_fingerprint(job):
         if any(t.state.is_finished() for t in study.get_trials(deepcopy=False)):
+            objective = getattr(job, "objective", None)
+            tuned = f" (or objective: this job tunes {objectives.describe(objective)})" \
+                if objectives.identity(objective) else ""
             raise BadInput(
-                f"study {job.study!r} already exists in {job.storage} with a different search space or backend; "
-                f"give this job a new `study:` name (e.g. {job.study}-2) to fork, or delete {job.report_dir} to "
-                "start over", file=str(job.path), key="study")
+                f"study {job.study!r} already exists in {job.storage} with a different search space or backend"
+                f"{tuned}; give this job a new `study:` name (e.g. {job.study}-2) to fork, or delete "
+                f"{job.report_dir} to start over", file=str(job.path), key="study")
         say(f"study {job.study!r} has no finished trial yet: it takes this job's backend settings and space")
     study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
     study.set_user_attr(BACKEND_ATTR, job.backend.kind)
@@ -206,8 +234,11 @@ def legacy_fingerprint(job) -> str:
 
 def _fingerprint(job, settings: dict) -> str:
     params = [(p.name, p.kind, list(p.choices or []), p.low, p.high, p.step, p.when) for p in job.space.params]
-    blob = json.dumps({"backend": job.backend.kind, "settings": settings, "params": params},
-                      sort_keys=True, default=str)
+    what: dict[str, Any] = {"backend": job.backend.kind, "settings": settings, "params": params}
+    objective = objectives.identity(getattr(job, "objective", None))
+    if objective is not None:  # the default objective leaves the identity as studies recorded before it have it
+        what["objective"] = objective
+    blob = json.dumps(what, sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
@@ -267,16 +298,19 @@ def contains(dist: BaseDistribution, value: Any) -> bool:
 
 
 def add_uncounted_trial(study: optuna.Study, result: TrialResult, config: dict[str, Any], key: str,
-                        distributions: dict[str, BaseDistribution], attrs: dict[str, Any]) -> int:
+                        distributions: dict[str, BaseDistribution], attrs: dict[str, Any],
+                        values: list[float] | None = None) -> int:
     """Store a launch outside the search (a baseline repeat, the reference config's run) as a
-    finished, uncounted trial: COMPLETE with its value and feasible, else FAIL. Its params
-    are the config's values that are points of the space (a setting outside the space is in
-    its ``config`` attribute only). Returns its trial number."""
+    finished, uncounted trial: COMPLETE with its value (``values``: what the objective tells
+    Optuna, ``objective.told_values``; default the result's value) and feasible, else FAIL.
+    Its params are the config's values that are points of the space (a setting outside the
+    space is in its ``config`` attribute only). Returns its trial number."""
     params = {k: v for k, v in config.items() if k in distributions and contains(distributions[k], v)}
     stored = {**result.to_attrs(), ATTR_KEY: key, ATTR_COUNTED: False, **attrs}
     ok = result.outcome == COMPLETE
     study.add_trial(create_trial(
-        state=TrialState.COMPLETE if ok else TrialState.FAIL, value=result.value if ok else None,
+        state=TrialState.COMPLETE if ok else TrialState.FAIL,
+        values=(values if values is not None else [result.value]) if ok else None,  # type: ignore[list-item]
         params=params, distributions={k: distributions[k] for k in params}, user_attrs=stored,
         constraints={CONSTRAINT: FEASIBLE} if ok else None))
     return max(t.number for t in study.get_trials(deepcopy=False))

@@ -4,10 +4,14 @@ decode samples of the H200 8b study), and no verdict without two samples a side.
 
 from __future__ import annotations
 
+import io
 import statistics
 
-from orchestrator.core.records import TrialRow
-from orchestrator.driver.progress import vs_baseline_words
+from conftest import write_job
+from orchestrator.config.job import Objective, load_job
+from orchestrator.core.records import COMPLETE, PRUNED, TrialResult, TrialRow, config_key
+from orchestrator.driver.progress import Progress, RunSummary, plan_said, vs_baseline_words
+from orchestrator.study.plan import build_plan
 
 
 def _samples(text: str) -> list[float]:
@@ -43,3 +47,70 @@ def test_the_runs_final_line_says_beyond_noise_only_beyond_noise():
     # one repeat each: no interval, no verdict
     words = vs_baseline_words(_trial(5, [190.0], "x"), _trial(0, [100.0], "y"))
     assert words == "1.90x the baseline, within noise of the baseline, no interval: needs 2 samples of each"
+
+
+# What a run of a plan says (driver/progress.py): each trial's line gives every level with its
+# ratio to the baseline and the best at each level so far; the last line gives the plan (per
+# level the best, its verdict against the baseline, what the best at the lowest level loses
+# elsewhere, the mix) and the commands that act on it; a job of one level keeps its lines.
+EAGER, SMALL, LARGE = {"capture": "none"}, {"capture": "8"}, {"capture": "64"}
+
+
+def row(number: int, params: dict, levels: dict[int, list[float]], baseline: bool = False) -> TrialRow:
+    recs = {str(lv): {"value": statistics.median(s), "samples": list(s)} for lv, s in levels.items()}
+    return TrialRow(number=number, state=COMPLETE, params=params, value=recs["1"]["value"], counted=True,
+                    is_baseline=baseline, config_key=config_key(params), levels=recs,
+                    metrics={"decode_samples": levels[1], "levels": recs})
+
+
+ROWS = [row(0, EAGER, {1: [94.7, 95.0, 94.1], 10: [788, 701, 750]}, baseline=True),
+        row(1, SMALL, {1: [413, 433.9, 440], 10: [692, 685, 690]}),
+        row(2, LARGE, {1: [363.8, 360, 365], 10: [3438, 3874, 3600]})]
+
+
+def progress(tmp_path, **objective):
+    job = load_job(write_job(tmp_path, objective=objective) if objective else write_job(tmp_path))
+    out = io.StringIO()
+    return job, Progress(job, trials=4, timeout_s=None, timeout_source="-", out=out), out
+
+
+def test_the_last_line_of_a_plan(tmp_path):
+    job, p, _ = progress(tmp_path, concurrency=[1, 10], weights={1: 0.5, 10: 0.5})
+    plan = build_plan(ROWS, job.objective)
+    best = p.best_summary(ROWS[1], ROWS[0], plan=plan)
+    said = plan_said(best["plan"])
+    assert said.startswith("plan: at 1 #1 433.9 decode tok/s = 4.58x faster (95% CI ")
+    assert "; at 10 #2 3600.0 total tok/s = 4.80x faster (95% CI " in said
+    assert "the best at 1 (#1) does 690.0 at 10 (0.19x slower (95% CI 0.16-0.22x))" in said
+    assert "; best for the mix #2 = " in said and said.endswith("than the baseline")
+    line = p.next_steps(RunSummary("budget reached", best=best), ROWS)
+    assert line.startswith(said + " | next: `ncclsweep report ")
+    assert "--plan`" in line and "--concurrency N --format env` (or --mix)" in line
+    assert p.final_line(RunSummary("budget reached", launched=3, best=best), 3) == \
+        "budget reached: 3 trials counted, 3 launched this run; plan: best at 1 #1, at 10 #2"
+
+
+def test_each_trial_of_a_plan_says_every_level(tmp_path):
+    job, p, out = progress(tmp_path, concurrency=[1, 10])
+    plan = build_plan(ROWS, job.objective)
+    recs = {"1": {"value": 200.0, "samples": [200.0]}, "10": {"value": 1500.0, "samples": [1500.0]}}
+    p.ended(3, TrialResult(outcome=COMPLETE, config={}, value=200.0, metrics={"levels": recs}), ROWS[1], 94.7,
+            plan=plan)
+    p.ended(4, TrialResult(outcome=PRUNED, config={}, value=50.0, metrics={"levels": recs},
+                           failure_reason="first round below the pruning threshold at every level (...)"),
+            ROWS[1], 94.7, plan=plan)
+    first, second = out.getvalue().splitlines()
+    assert first.startswith("  #3 -> 1: 200.0 decode tok/s (2.11x baseline), 10: 1500.0 total tok/s (2.00x) | "
+                            "best at 1 #1, at 10 #2 (elapsed ")
+    assert second.startswith("  #4 -> pruned after the first round: first round below the pruning threshold at "
+                             "every level (...) | best at 1 #1")
+
+
+def test_a_job_of_one_level_keeps_its_lines(tmp_path):
+    job, p, out = progress(tmp_path)
+    assert job.objective == Objective()
+    best = p.best_summary(ROWS[1], ROWS[0])
+    assert "plan" not in best
+    line = p.next_steps(RunSummary("budget reached", best=best), ROWS)
+    assert line.startswith("best #1 433.9 tok/s = 4.58") and "x the baseline, beyond noise" in line
+    assert "--plan" not in line and "--concurrency" not in line

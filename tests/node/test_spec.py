@@ -33,7 +33,7 @@ def test_the_spec_carries_the_jobs_settings(job):
     assert dict(server.env) == {"OMP_NUM_THREADS": "1", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"}
     assert (server.startup_timeout_s, server.teardown_grace_s, server.job_file) == (90, 7, str(job.path))
     bench = spec.bench
-    assert bench.prompts == (job.bench.prompt,) and (bench.output_tokens, bench.warmup) == (24, 2)
+    assert bench.prompts == job.bench.prompts and (bench.output_tokens, bench.warmup) == (24, 2)
     assert (bench.repeats, bench.max_repeats, bench.target_rel_ci, bench.timeout_s) == (3, 5, 0.02, 45)
     assert bench.constraint_levels == (8,)  # what the outcome constraint reads, measured by the trial
     assert spec.log_path == job.dir.logs / "trial-0012.log" and spec.registry_dir == str(job.dir.servers)

@@ -5,7 +5,8 @@
 
     trials.csv      one row per trial (``report.trials_csv``)
     history.png, params.png, importance.png, timeline.png    the plots (``report.plots``)
-    report.md       headline, top configs, failures by kind, NCCL warnings, ceiling,
+    pareto.png      a plan only (objective over several levels): the Pareto plot
+    report.md       headline, the plan (several levels), top configs, failures by kind, NCCL warnings, ceiling,
                     concurrency comparison (from ``compare.json`` when present), by node
                     (``report.sections``)
     report.html     the same content, self-contained (plots embedded as base64 PNG)
@@ -24,10 +25,11 @@ from orchestrator.core.study_dir import StudyDir
 from orchestrator.results.export import resolve_backend
 from orchestrator.results.importance import knob_effects
 from orchestrator.results.report.document import render_html, render_markdown
-from orchestrator.results.report.plots import PLOTS, write_plots
+from orchestrator.results.report.plots import write_plots
 from orchestrator.results.report.sections import ReportJob, build_blocks
 from orchestrator.results.report.trials_csv import trials_frame
 from orchestrator.study import history, storage
+from orchestrator.study.plan import build_plan
 
 __all__ = ["ReportJob", "write_report"]
 
@@ -52,13 +54,16 @@ def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: 
     written.append(csv_path)
 
     effects, notes = knob_effects(rows)
-    written += write_plots(rows, effects, notes, report_dir)
+    objective = getattr(job, "objective", None)
+    plan = build_plan(rows, objective) if objective is not None and objective.is_plan else None
+    plots = write_plots(rows, effects, notes, report_dir, plan=plan)
+    written += plots
 
     blocks, _summary_dict = build_blocks(job, rows, report_dir, backend, bandwidth_bytes_s, allreduce_latency_s,
-                                         importance=(effects, notes))
+                                         importance=(effects, notes), plan=plan)
     md_path = StudyDir(report_dir).report_md
     md_path.write_text(render_markdown(blocks))
-    images = {name: StudyDir(report_dir).plot(name).read_bytes() for name in PLOTS}
+    images = {path.name: path.read_bytes() for path in plots}
     html_path = StudyDir(report_dir).report_html
     html_path.write_text(render_html(blocks, images, f"ncclsweep report: {getattr(job, 'study', '')}"))
     written += [md_path, html_path]

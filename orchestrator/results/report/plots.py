@@ -5,6 +5,9 @@
     importance.png  which knobs mattered: share of the tok/s variance per parameter (importance.py)
     timeline.png    start/stop of every trial per node, split into launch/bench/check/
                     teardown, so overhead and idle gaps show
+    pareto.png      a plan only (several concurrency levels): each measured config at the
+                    lowest level against every other level, the Pareto set joined, each
+                    level's best and the baseline marked
 
 ``trial_spans`` (a launched trial's start and end) is also what the report's summary
 counts busy and idle time from.
@@ -22,9 +25,12 @@ from orchestrator.core.study_dir import StudyDir
 from orchestrator.results.importance import KnobEffect, sort_values
 from orchestrator.results.report.document import clip
 from orchestrator.study import history
+from orchestrator.study import objective as objectives
 from orchestrator.study.history import COMPLETE, FAIL, PRUNED, baseline_row, parse_iso
+from orchestrator.study.plan import Plan, level_value
 
 PLOTS = ("history.png", "params.png", "importance.png", "timeline.png")
+PLAN_PLOT = "pareto.png"
 
 STATE_COLORS = {"COMPLETE": "#1f77b4", "FAIL": "#d62728", "PRUNED": "#7f7f7f", "RUNNING": "#ff7f0e",
                 "WAITING": "#bcbd22"}
@@ -37,13 +43,59 @@ IMPORTANCE_COLOR = "#4c72b0"  # used by no other plot: the screenshot check can 
 FIG_DPI = 100
 
 
-def write_plots(rows: list[TrialRow], effects: list[KnobEffect], notes: list[str], report_dir: Path) -> list[Path]:
-    """The four plots into ``report_dir``; returns their paths (in ``PLOTS`` order)."""
+def write_plots(rows: list[TrialRow], effects: list[KnobEffect], notes: list[str], report_dir: Path,
+                plan: Plan | None = None) -> list[Path]:
+    """The four plots into ``report_dir``, and with a ``plan`` of several levels the Pareto
+    plot; returns their paths (in ``PLOTS`` order, then ``PLAN_PLOT``)."""
     plot_history(rows, StudyDir(report_dir).plot("history.png"))
     plot_params(rows, StudyDir(report_dir).plot("params.png"))
     plot_importance(effects, notes, StudyDir(report_dir).plot("importance.png"))
     plot_timeline(rows, StudyDir(report_dir).plot("timeline.png"))
-    return [StudyDir(report_dir).plot(name) for name in PLOTS]
+    out = [StudyDir(report_dir).plot(name) for name in PLOTS]
+    if plan is not None and len(plan.levels) > 1:
+        plot_pareto(rows, plan, StudyDir(report_dir).plot(PLAN_PLOT))
+        out.append(StudyDir(report_dir).plot(PLAN_PLOT))
+    return out
+
+
+def plot_pareto(rows: list[TrialRow], plan: Plan, path: Path) -> None:
+    """One panel per level above the lowest: every ranked config's median at the lowest level
+    (x) against its median there (y); the Pareto set joined, each level's best and the
+    baseline marked. Where the best at the lowest level is not the best above, the panel shows
+    what one number would give away."""
+    plt = _plt()
+    first, others = plan.levels[0], plan.levels[1:]
+    ranked = [r for r in outcome.rankable(rows) if r.cached_from is None]
+    fig, axes = plt.subplots(1, len(others), figsize=(4.2 * len(others) + 1.0, 4.0), squeeze=False)
+    front = {r.config_key for r in plan.pareto}
+    for ax, level in zip(axes[0], others):
+        pts = [(level_value(r, first), level_value(r, level), r) for r in ranked]
+        pts = [(x, y, r) for x, y, r in pts if x is not None and y is not None]
+        rest = [(x, y) for x, y, r in pts if r.config_key not in front]
+        if rest:
+            ax.scatter(*zip(*rest), s=30, color=OTHER_COLOR, edgecolors="none", label="measured configs")
+        line = sorted((level_value(r, first) or 0.0, level_value(r, level) or 0.0) for r in plan.pareto)
+        if line:
+            ax.plot(*zip(*line), marker="o", color=STATE_COLORS[COMPLETE], linewidth=1.0, linestyle="--",
+                    label="Pareto set",
+                    zorder=3)
+        for row, colour, label in ((plan.anchor, BEST_COLOR, f"best at {first}"),
+                                   (plan.at(level).best, "#d62728", f"best at {level}"),
+                                   (plan.baseline, BASELINE_COLOR, "baseline")):
+            if row is None or level_value(row, first) is None or level_value(row, level) is None:
+                continue
+            ax.scatter([level_value(row, first)], [level_value(row, level)], s=110, facecolors="none",
+                       edgecolors=colour, linewidths=2, label=f"{label} (#{row.number})", zorder=4)
+        ax.set_xlabel(f"{objectives.unit(first)} at concurrency {first}")
+        ax.set_ylabel(f"{objectives.unit(level)} at concurrency {level}")
+        ax.set_title(f"concurrency {first} vs {level}")
+        ax.grid(alpha=0.3)
+        if pts:
+            ax.legend(fontsize=7, frameon=False, loc="best")
+        else:
+            ax.text(0.5, 0.5, "nothing measured at both levels yet", ha="center", transform=ax.transAxes)
+    fig.tight_layout()
+    _save(fig, path)
 
 
 def _plt():

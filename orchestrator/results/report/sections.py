@@ -1,7 +1,9 @@
 """What the report says: its sections, built as blocks (``report.document``) from the rows.
 
 ``build_blocks`` is the whole report: headline (best vs baseline, beyond the noise of
-repeats or not), summary (counts, where the time went), the plots, the top configs and the
+repeats or not), the plan (an objective over several concurrency levels: per level the best
+config, its ratio to the baseline and the best-at-1's there, the Pareto set and plot, the mix,
+``compare --plan``'s relaunched rounds), summary (counts, where the time went), the plots, the top configs and the
 runners-up within noise, which knobs mattered, the concurrency comparison (from
 ``compare.json`` when present), the ceiling, failures by kind, NCCL verification, and by
 node. Only rows ``outcome.rankable`` allows are ranked; a config that failed the
@@ -23,7 +25,15 @@ from orchestrator.core.outcome import TIMEOUT_KINDS
 from orchestrator.core.records import NOT_THE_CONFIGS_FAULT, TrialRow
 from orchestrator.core.study_dir import StudyDir
 from orchestrator.core.verdict import FASTER, SLOWER, WITHIN_NOISE, describe, interval_text, ratio_interval, verdict
-from orchestrator.results.compare import check_constraints, closing_lines, level_verdicts, per_round, vs_best
+from orchestrator.results.compare import (
+    check_constraints,
+    closing_lines,
+    column,
+    level_verdicts,
+    per_round,
+    plan_closing_lines,
+    vs_best,
+)
 from orchestrator.results.importance import (
     KnobEffect,
     effects_given_top,
@@ -46,6 +56,7 @@ from orchestrator.study.history import (
     best_rows,
     short_params,
 )
+from orchestrator.study.plan import Plan, fmt, level_value
 
 
 class ReportJob(Protocol):
@@ -591,10 +602,86 @@ def _fmt_value(v: Any) -> str:
     return str(int(v)) if isinstance(v, bool) else str(v)
 
 
+def _plan(plan: Plan, report_dir: Path) -> list[Block]:
+    """The plan (``study.plan``): the motivating case's table shape, levels as rows (the
+    baseline, the best at the lowest level, the best at this level, their ratios with
+    verdicts beyond noise), then the Pareto set and plot, the mix and ``compare --plan``."""
+    first = plan.levels[0]
+    out: list[Block] = [doc.heading(2, "Plan: the best config per concurrency level")]
+    if not plan.found:
+        return out + [doc.warn("No config may be called best at any level yet.")]
+    anchor = plan.anchor
+    out.append(doc.para(
+        f"Level 1 is single-request decode tok/s, a level N > 1 total output tok/s with N concurrent streams; every "
+        f"trial measured every level. The best at {first} (trial {anchor.number if anchor else '-'}) is what a "
+        "study of one number would deploy; the last column says what it gives away where another config is best. "
+        "Verdicts are beyond the noise of each level's samples (repeats within one launch); `ncclsweep compare "
+        "JOB --plan` relaunches the plan's configs side by side for the stronger claim."))
+    table = []
+    for lp in plan.per_level:
+        table.append([str(lp.level), lp.unit, fmt(lp.baseline_value), fmt(lp.anchor_value),
+                      f"{fmt(lp.best_value)} (trial {lp.best.number})" if lp.best else "-",
+                      lp.anchor_vs_baseline.text if lp.anchor_vs_baseline else "-",
+                      lp.vs_baseline.text if lp.vs_baseline else "-",
+                      lp.anchor_vs_best.text if lp.anchor_vs_best else "-"])
+    base = f"baseline (trial {plan.baseline.number})" if plan.baseline else "baseline (not measured)"
+    out.append(doc.table(["Concurrency", "Unit", base, f"best at {first}", "best at this level",
+                          f"best at {first} vs baseline", "best here vs baseline", f"best at {first} vs best here"],
+                         table))
+    configs = [[str(r.number), ", ".join(plan.roles(r)), short_params(r.params) or "(defaults)"] for r in plan.configs]
+    out.append(doc.table(["Trial", "Picked as", "Config"], configs))
+    if plan.pareto:
+        out.append(doc.para(f"Pareto set ({len(plan.pareto)} config(s) no other config matches or beats at every "
+                            "level, on medians):"))
+        out.append(doc.table(["Trial"] + [f"at {lv}" for lv in plan.levels] + ["Config"],
+                             [[str(r.number)] + [fmt(level_value(r, lv)) for lv in plan.levels]
+                              + [short_params(r.params) or "(defaults)"] for r in plan.pareto]))
+    if plan.weights:
+        mix = ", ".join(f"{lv}: {w:g}" for lv, w in plan.weights.items())
+        if plan.mix is None:
+            out.append(doc.para(f"Best for the traffic mix ({mix}): none yet."))
+        else:
+            vs = f" = {plan.mix_vs_baseline.text} than the baseline" if plan.mix_vs_baseline else ""
+            out.append(doc.para(f"Best for the traffic mix ({mix}): trial {plan.mix.number}{vs} (the weighted "
+                                "geometric mean of its ratios to the baseline; interval from the levels' intervals)."))
+    if len(plan.levels) > 1:
+        out.append(doc.image("pareto.png", "Pareto plot: each level against the lowest"))
+    out += _compare_plan(report_dir)
+    return out
+
+
+def _compare_plan(report_dir: Path) -> list[Block]:
+    """``compare --plan``'s relaunched rounds (``compare-plan.json``), when run."""
+    data = load_compare(StudyDir(report_dir).compare_plan)
+    if not data or not data.get("configs"):
+        return []
+    configs = data["configs"]
+    head = ["Concurrency"] + [column(c) for c in configs]
+    table = []
+    for lv in data.get("concurrency") or []:
+        cells = []
+        for c in configs:
+            med = (c.get("median") or {}).get(str(lv))
+            vs = (c.get("vs_baseline") or {}).get(str(lv)) or {}
+            cells.append("failed" if not med else f"{med:.1f}" + ("" if c["label"] == "baseline" else
+                                                                   f"; {vs.get('text', '')}"))
+        table.append([str(lv)] + cells)
+    out: list[Block] = [doc.heading(3, "The plan relaunched (`compare --plan`)"),
+                        doc.para(f"{data.get('rounds_done', 0)} interleaved round(s) of fresh launches; ratios to the "
+                                 "baseline paired by round."), doc.table(head, table)]
+    out += [doc.para(line) for line in plan_closing_lines(data)]
+    if not data.get("complete", True):
+        out.append(doc.warn(f"compare --plan stopped after {data.get('rounds_done', 0)} of "
+                            f"{data.get('rounds_planned')} rounds."))
+    return out
+
+
 def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend: Any = None,
                  bandwidth_bytes_s: float | None = None, allreduce_latency_s: float | None = None,
-                 importance: tuple[list[KnobEffect], list[str]] | None = None) -> tuple[list[Block], dict]:
-    """The report's content (blocks) and a summary dict (best, baseline, ceiling, ...)."""
+                 importance: tuple[list[KnobEffect], list[str]] | None = None,
+                 plan: Plan | None = None) -> tuple[list[Block], dict]:
+    """The report's content (blocks) and a summary dict (best, baseline, ceiling, ...);
+    ``plan``: the study's plan (an objective over several levels), as its own section."""
     best = best_rows(rows, TOP_N)
     base = baseline_row(rows)
     effects, notes = importance if importance is not None else knob_effects(rows)
@@ -605,6 +692,8 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
                      + (f", backend {kind}" if kind else "")
                      + f". Open it interactively with `{storage.dashboard_command(getattr(job, 'storage', ''))}`."))
     blocks += _headline(rows, best, base, compared=load_compare(StudyDir(report_dir).compare) is not None)
+    if plan is not None:
+        blocks += _plan(plan, Path(report_dir))
     blocks += _summary(rows)
     blocks += [doc.heading(2, "Plots")] + [doc.image(name, alt) for name, alt in (
         ("history.png", "Optimization history"), ("params.png", "tok/s per parameter value"),
@@ -621,5 +710,6 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
     blocks += _by_node(rows)
     blocks += [doc.para("Files: `trials.csv` (one row per trial), the PNG plots, `report.md`, `report.html`.")]
     summary = {"best": best[0] if best else None, "baseline": base, "ceiling": ceiling,
-               "importance": {e.name: e.share for e in effects if not e.conditional}}
+               "importance": {e.name: e.share for e in effects if not e.conditional},
+               "plan": plan.to_dict() if plan is not None else None}
     return blocks, summary

@@ -1,0 +1,172 @@
+"""What the study tells Optuna about a trial, for the job's ``objective:`` (one rule, one place).
+
+A job's ``objective`` (``config.job.Objective``) names the concurrency levels the study tunes
+for. Every trial measures every level (``node.measure``: level 1 single-request decode tok/s,
+level N total output tok/s with N streams); what Optuna is told depends on the objective:
+
+- one level (the default ``[1]``): that level's median, one direction: exactly the study of
+  before objectives existed (``TrialResult.value``);
+- several levels, no weights (a *plan*): one value per level, one ``maximize`` direction
+  each (``directions``): Optuna's multi-objective samplers (TPE, NSGA-II, random) through its
+  public API;
+- several levels with ``weights`` (a traffic mix): one value, the weighted geometric mean
+  of the levels' medians (``mix_value``). Dividing by the baseline's own weighted mean would
+  make it the weighted geometric mean of the ratios to the baseline, but that divisor is one
+  constant for the whole study, so both order every pair of configs the same way; the value
+  told needs no baseline, and a trial that ends before the baseline (or after a baseline that
+  failed) is told on the same scale as every other. The plan (``study.plan``) shows the
+  ratio to the baseline.
+
+A config-caused failure is ``0.0`` at every level (with the infeasible constraint set by the
+policy); an early-stopped trial is Optuna PRUNED, with an intermediate value only where
+Optuna allows one (single objective: ``Trial.report`` is not supported for several).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from orchestrator.config.job import Objective
+from orchestrator.core.records import TrialResult
+
+DEFAULT = Objective()
+
+
+def of(objective: Objective | None) -> Objective:
+    """The objective, the default (single-request decode) for None."""
+    return objective if objective is not None else DEFAULT
+
+
+def levels(objective: Objective | None) -> tuple[int, ...]:
+    """The levels in ascending order (the order every trial measures them in)."""
+    return tuple(sorted(of(objective).concurrency))
+
+
+def directions(objective: Objective | None) -> list[str]:
+    """Optuna's study directions: one per level for a plan without weights, else one."""
+    obj = of(objective)
+    return ["maximize"] * (len(obj.concurrency) if obj.multi_objective else 1)
+
+
+def identity(objective: Objective | None) -> dict[str, Any] | None:
+    """What of the objective makes a study another study (None for the default: a study
+    recorded before objectives existed keeps its identity)."""
+    obj = of(objective)
+    if tuple(obj.concurrency) == DEFAULT.concurrency and obj.weights is None:
+        return None
+    return {"concurrency": sorted(obj.concurrency),
+            "weights": {str(k): round(v, 12) for k, v in sorted(obj.weights.items())} if obj.weights else None}
+
+
+def describe(objective: Objective | None) -> str:
+    """'concurrency 1, 10, 64 (a plan)' / '... weighted 0.6/0.3/0.1' / 'concurrency 1'."""
+    obj = of(objective)
+    text = "concurrency " + ", ".join(map(str, levels(obj)))
+    if obj.weights:
+        return text + " weighted " + "/".join(f"{obj.weights[lv]:g}" for lv in levels(obj))
+    return text + (" (a plan)" if obj.is_plan else "")
+
+
+def unit(level: int) -> str:
+    """What a level's number is (``node.measure``'s definition)."""
+    return "decode tok/s" if level == 1 else "total tok/s"
+
+
+def _num(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(out) or math.isinf(out) else out
+
+
+def level_values(metrics: Mapping[str, Any] | None, value: float | None = None) -> dict[int, float | None]:
+    """Each measured level's median from a trial's metrics (``metrics["levels"]``); a trial
+    recorded before levels existed measured level 1 only (its ``value`` or decode tok/s)."""
+    metrics = metrics or {}
+    recorded = metrics.get("levels")
+    if isinstance(recorded, Mapping) and recorded:
+        out: dict[int, float | None] = {}
+        for key, rec in recorded.items():
+            try:
+                level = int(key)
+            except (TypeError, ValueError):
+                continue
+            out[level] = _num(rec.get("value")) if isinstance(rec, Mapping) else _num(rec)
+        return out
+    one = value if value is not None else _num(metrics.get("decode_tok_s"))
+    return {1: one} if one is not None else {}
+
+
+def mix_value(values: Mapping[int, float | None], weights: Mapping[int, float]) -> float | None:
+    """The weighted geometric mean of the levels' values (None when a weighted level has none)."""
+    total = 0.0
+    for level, w in weights.items():
+        v = values.get(level)
+        if v is None or v <= 0:
+            return None
+        total += w * math.log(v)
+    return math.exp(total / sum(weights.values()))
+
+
+def told_values(objective: Objective | None, result: TrialResult) -> list[float]:
+    """What Optuna is told for a COMPLETE result (module docstring); ValueError when a level
+    the objective needs was not measured."""
+    obj = of(objective)
+    if not obj.is_plan:
+        value = _single(obj, result)
+        if value is None:
+            raise ValueError("a COMPLETE result needs a value")
+        return [float(value)]
+    values = level_values(result.metrics, None)
+    missing = [lv for lv in levels(obj) if values.get(lv) is None]
+    if missing:
+        raise ValueError(f"a COMPLETE result needs a value at every level of the objective; "
+                         f"level(s) {', '.join(map(str, missing))} missing")
+    if obj.weights:
+        mixed = mix_value(values, obj.weights)
+        assert mixed is not None  # every weighted level has a positive value
+        return [mixed]
+    return [float(values[lv]) for lv in levels(obj)]  # type: ignore[arg-type]
+
+
+def _single(obj: Objective, result: TrialResult) -> float | None:
+    """The one level's value: its median where the trial recorded levels (a trial may measure
+    more levels than the objective tells, as the replay harness's do), else the result's value."""
+    recorded = level_values(result.metrics, None) if result.metrics.get("levels") else {}
+    value = recorded.get(obj.concurrency[0])
+    if value is None:
+        value = result.value if result.value is not None else _num(result.metrics.get("decode_tok_s"))
+    return value
+
+
+def has_values(objective: Objective | None, result: TrialResult) -> bool:
+    """Whether ``told_values`` can be computed for this COMPLETE result."""
+    try:
+        told_values(objective, result)
+    except ValueError:
+        return False
+    return True
+
+
+def failed_values(objective: Objective | None) -> list[float]:
+    """A config-caused failure: 0.0 at every level (with the infeasible constraint)."""
+    return [0.0] * len(directions(objective))
+
+
+def intermediate(objective: Objective | None, result: TrialResult) -> float | None:
+    """The value reported for an early-stopped trial before it is told PRUNED: its first
+    round, on the objective's scale; None for a plan (Optuna takes no intermediate value
+    for several objectives) or when nothing was measured."""
+    obj = of(objective)
+    if obj.multi_objective:
+        return None
+    if obj.weights:
+        return mix_value(level_values(result.metrics, None), obj.weights)
+    recorded = level_values(result.metrics, None) if result.metrics.get("levels") else {}
+    if obj.concurrency[0] in recorded and min(recorded) != obj.concurrency[0]:
+        return recorded[obj.concurrency[0]]  # the trial measured lower levels too: the objective's own
+    inter = result.metrics.get("intermediate")
+    return _num(inter) if inter is not None else result.value

@@ -1,0 +1,336 @@
+"""The answer of a study over several concurrency levels: a plan, not one number.
+
+The best configuration depends on how many requests are in flight (CUDA graphs captured up
+to 8 win for one request and are no faster than eager at 10). A study whose objective has
+several levels (``objective.concurrency``) answers, from its rows (``history.trial_rows``):
+
+- per level: the best config there (ranked like ``history.best_rows``: only what
+  ``outcome.rankable`` allows, a config measured twice by its lower median), its ratio to
+  the baseline at that level with its interval and verdict (``core.verdict``: "faster" only
+  beyond the noise of the samples, per level), and how the *anchor* (the best at the lowest
+  level, what a single-request study would crown) does there, against the baseline and
+  against that level's best;
+- the Pareto set across levels (configs no other config beats or ties at every level, on
+  medians);
+- with ``objective.weights``, the best for the traffic mix (``objective.mix_value``) and its
+  ratio to the baseline (the weighted geometric mean of the levels' ratios), with an
+  interval combined from the levels' intervals.
+
+``build_plan(rows, objective)`` is what the run's last line (``driver.progress``),
+``status``, the report, ``export --concurrency N | --mix`` and ``compare --plan`` read;
+``format_plan`` is the text ``status`` prints. A single-level job has a plan of one level
+whose best is ``history.best_rows``' best.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from orchestrator.config.job import Objective
+from orchestrator.core import verdict
+from orchestrator.core.records import TrialRow
+from orchestrator.core.verdict import RatioInterval, ratio_interval
+from orchestrator.study import objective as objectives
+from orchestrator.study.history import baseline_row, best_rows
+
+
+# ---- one row at one level ---------------------------------------------------------------------
+def level_record(row: TrialRow, level: int) -> dict[str, Any]:
+    """The row's record of ``level`` (``TrialRow.levels``), {} when it did not measure it."""
+    rec = (row.levels or {}).get(str(level))
+    return rec if isinstance(rec, dict) else {}
+
+
+def level_value(row: TrialRow, level: int) -> float | None:
+    """The row's median at ``level`` (None when not measured)."""
+    value = level_record(row, level).get("value")
+    try:
+        out = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def level_samples(row: TrialRow, level: int) -> list[float]:
+    """Every sample of the row at ``level`` (level 1: one per request; N: one per round)."""
+    out = []
+    for v in level_record(row, level).get("samples") or []:
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(x):
+            out.append(x)
+    return out
+
+
+def level_spread(row: TrialRow, level: int) -> float | None:
+    """The relative spread of the row's median at ``level`` (rel_ci, else cv)."""
+    rec = level_record(row, level)
+    for key in ("rel_ci", "cv"):
+        if isinstance(rec.get(key), (int, float)):
+            return float(rec[key])
+    return None
+
+
+def mix_of(row: TrialRow, weights: dict[int, float]) -> float | None:
+    """The row's weighted geometric mean over the weighted levels (``objective.mix_value``)."""
+    return objectives.mix_value({lv: level_value(row, lv) for lv in weights}, weights)
+
+
+def best_at(rows: list[TrialRow], level: int, k: int = 1) -> list[TrialRow]:
+    """The k best distinct configs at ``level`` (``history.best_rows`` by that level's median)."""
+    return best_rows(rows, k, value=lambda r: level_value(r, level))
+
+
+def best_for_mix(rows: list[TrialRow], weights: dict[int, float], k: int = 1) -> list[TrialRow]:
+    """The k best distinct configs for the traffic mix."""
+    return best_rows(rows, k, value=lambda r: mix_of(r, weights))
+
+
+def level_interval(a: TrialRow, b: TrialRow, level: int) -> RatioInterval:
+    """b's median relative to a's at ``level``, with the unpaired interval of their samples."""
+    return ratio_interval(level_samples(a, level), level_samples(b, level))
+
+
+def mix_interval(a: TrialRow, b: TrialRow, weights: dict[int, float]) -> RatioInterval:
+    """b relative to a for the mix: the weighted geometric mean of the levels' ratios, its
+    interval the levels' log half-widths combined in quadrature with their weights (the
+    levels are measured apart, so their errors add as independent ones); unbounded when a
+    level's interval is."""
+    total = sum(weights.values())
+    centre, var, n, bounded = 0.0, 0.0, None, True
+    for level, w in weights.items():
+        iv = level_interval(a, b, level)
+        if iv.ratio is None:
+            return RatioInterval(None, None, None, 0, False)
+        share = w / total
+        centre += share * math.log(iv.ratio)
+        n = iv.n if n is None else min(n, iv.n)
+        if iv.bounded:
+            half = (math.log(iv.hi) - math.log(iv.lo)) / 2  # type: ignore[arg-type]
+            var += (share * half) ** 2
+        else:
+            bounded = False
+    if not bounded:
+        return RatioInterval(math.exp(centre), None, None, n or 0, False)
+    half = math.sqrt(var)
+    return RatioInterval(math.exp(centre), math.exp(centre - half), math.exp(centre + half), n or 0, False)
+
+
+def pareto(rows: list[TrialRow], levels: tuple[int, ...] | list[int]) -> list[TrialRow]:
+    """The distinct rankable configs that no other one matches or beats at every level (on
+    medians), best at the lowest level first."""
+    levels = sorted(levels)
+    ranked = [r for r in best_at(rows, levels[0], len(rows))
+              if all(level_value(r, lv) is not None for lv in levels)]
+    point = {r.number: [level_value(r, lv) or 0.0 for lv in levels] for r in ranked}
+
+    def dominates(a: list[float], b: list[float]) -> bool:
+        return all(x >= y for x, y in zip(a, b)) and any(x > y for x, y in zip(a, b))
+
+    return [r for r in ranked if not any(dominates(point[o.number], point[r.number]) for o in ranked if o is not r)]
+
+
+def prune_thresholds(rows: list[TrialRow], levels: tuple[int, ...] | list[int],
+                     min_ratio: float) -> dict[int, float] | None:
+    """Per level, ``min_ratio`` x the best median so far there: the early stop's thresholds
+    (``core.outcome.early_stop`` stops a trial below them at every level); None before any
+    config may be ranked."""
+    out = {}
+    for level in levels:
+        best = best_at(rows, level)
+        value = level_value(best[0], level) if best else None
+        if value is not None:
+            out[level] = value * min_ratio
+    return out or None
+
+
+# ---- the plan -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Comparison:
+    """``row`` against ``other`` (the baseline, a level's best) at one level or for the mix:
+    ``point`` the ratio of their medians (what the plan's numbers show), ``interval`` the
+    interval of the ratio from their samples (``core.verdict``), which alone decides the verdict."""
+
+    row: TrialRow
+    other: TrialRow
+    interval: RatioInterval
+    same_config: bool
+    point: float | None = None
+
+    @property
+    def verdict(self) -> str:
+        return verdict.verdict(self.interval, same_config=self.same_config)
+
+    @property
+    def beyond_noise(self) -> bool:
+        return self.verdict in (verdict.FASTER, verdict.SLOWER)
+
+    @property
+    def text(self) -> str:
+        """'4.58x faster (95% CI 4.10-5.11x)', '0.98x, within noise (...)', '..., same config'."""
+        shown = replace(self.interval, ratio=self.point) if self.point is not None and self.interval.ratio else \
+            self.interval
+        return verdict.describe(shown, same_config=self.same_config)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.interval.to_dict(), "point": self.point, "trial": self.row.number,
+                "against": self.other.number, "verdict": self.verdict, "text": self.text}
+
+
+def _compare(row: TrialRow | None, other: TrialRow | None, level: int) -> Comparison | None:
+    if row is None or other is None:
+        return None
+    a, b = level_value(other, level), level_value(row, level)
+    return Comparison(row, other, level_interval(other, row, level), row.config_key == other.config_key,
+                      point=b / a if a and b is not None else None)
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    """One level of the plan (module docstring)."""
+
+    level: int
+    best: TrialRow | None  # the best config at this level
+    baseline_value: float | None
+    best_value: float | None
+    vs_baseline: Comparison | None  # the best here against the baseline here
+    anchor_value: float | None  # the anchor (the best at the lowest level) here
+    anchor_vs_baseline: Comparison | None
+    anchor_vs_best: Comparison | None  # the anchor against the best here (< 1: what one number would lose)
+
+    @property
+    def unit(self) -> str:
+        return objectives.unit(self.level)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"level": self.level, "unit": self.unit, "best_trial": self.best.number if self.best else None,
+                "best_config": dict(self.best.params) if self.best else None, "best_value": self.best_value,
+                "baseline_value": self.baseline_value, "anchor_value": self.anchor_value,
+                "vs_baseline": self.vs_baseline.to_dict() if self.vs_baseline else None,
+                "anchor_vs_baseline": self.anchor_vs_baseline.to_dict() if self.anchor_vs_baseline else None,
+                "anchor_vs_best": self.anchor_vs_best.to_dict() if self.anchor_vs_best else None}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Per level the best config, the Pareto set, and with weights the best for the mix."""
+
+    levels: tuple[int, ...]
+    weights: dict[int, float] | None
+    baseline: TrialRow | None
+    anchor: TrialRow | None  # the best at the lowest level
+    per_level: tuple[LevelPlan, ...] = ()
+    pareto: tuple[TrialRow, ...] = ()
+    mix: TrialRow | None = None
+    mix_vs_baseline: Comparison | None = None
+    mix_value: float | None = None
+    _by_level: dict[int, LevelPlan] = field(default_factory=dict, repr=False, compare=False)
+
+    def at(self, level: int) -> LevelPlan:
+        return self._by_level[level]
+
+    @property
+    def found(self) -> bool:
+        """Some level has a best (a config passed and was measured)."""
+        return any(lp.best is not None for lp in self.per_level)
+
+    @property
+    def configs(self) -> list[TrialRow]:
+        """The plan's distinct configs: each level's best, then the mix's (first trial of each)."""
+        out: list[TrialRow] = []
+        for row in [lp.best for lp in self.per_level] + [self.mix]:
+            if row is not None and row.config_key not in {r.config_key for r in out}:
+                out.append(row)
+        return out
+
+    def roles(self, row: TrialRow) -> list[str]:
+        """What the plan picks this config for: 'best at 1', 'best at 64', 'the mix'."""
+        out = [f"best at {lp.level}" for lp in self.per_level if lp.best is not None
+               and lp.best.config_key == row.config_key]
+        if self.mix is not None and self.mix.config_key == row.config_key:
+            out.append("the mix")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"levels": list(self.levels), "weights": {str(k): v for k, v in (self.weights or {}).items()} or None,
+                "baseline_trial": self.baseline.number if self.baseline else None,
+                "anchor_trial": self.anchor.number if self.anchor else None,
+                "per_level": [lp.to_dict() for lp in self.per_level],
+                "pareto": [{"trial": r.number, "config": dict(r.params),
+                            "values": {str(lv): level_value(r, lv) for lv in self.levels}} for r in self.pareto],
+                "mix": None if self.mix is None else {
+                    "trial": self.mix.number, "config": dict(self.mix.params), "value": self.mix_value,
+                    "vs_baseline": self.mix_vs_baseline.to_dict() if self.mix_vs_baseline else None}}
+
+
+def build_plan(rows: list[TrialRow], objective: Objective | None) -> Plan:
+    """The plan of a study's rows for its objective (module docstring)."""
+    obj = objectives.of(objective)
+    levels = objectives.levels(obj)
+    base = baseline_row(rows)
+    base = base if base is not None and base.state == "COMPLETE" and base.value is not None else None
+    anchor_rows = best_at(rows, levels[0])
+    anchor = anchor_rows[0] if anchor_rows else None
+    per_level = []
+    for level in levels:
+        got = best_at(rows, level)
+        best = got[0] if got else None
+        per_level.append(LevelPlan(
+            level=level, best=best, baseline_value=level_value(base, level) if base else None,
+            best_value=level_value(best, level) if best else None, vs_baseline=_compare(best, base, level),
+            anchor_value=level_value(anchor, level) if anchor else None,
+            anchor_vs_baseline=_compare(anchor, base, level), anchor_vs_best=_compare(anchor, best, level)))
+    mix = mix_vs = mix_val = None
+    if obj.weights:
+        got = best_for_mix(rows, obj.weights)
+        mix = got[0] if got else None
+        if mix is not None:
+            mix_val = mix_of(mix, obj.weights)
+            base_mix = mix_of(base, obj.weights) if base is not None else None
+            if base is not None:
+                mix_vs = Comparison(mix, base, mix_interval(base, mix, obj.weights),
+                                    mix.config_key == base.config_key,
+                                    point=mix_val / base_mix if mix_val is not None and base_mix else None)
+    return Plan(levels=levels, weights=dict(obj.weights) if obj.weights else None, baseline=base, anchor=anchor,
+                per_level=tuple(per_level), pareto=tuple(pareto(rows, levels)), mix=mix, mix_vs_baseline=mix_vs,
+                mix_value=mix_val, _by_level={lp.level: lp for lp in per_level})
+
+
+# ---- text ---------------------------------------------------------------------------------------
+def fmt(value: float | None) -> str:
+    """A level's number as the plan prints it."""
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if value < 10_000 else f"{value:.0f}"
+
+
+def format_plan(plan: Plan) -> str:
+    """The plan as ``status`` prints it: one line per level, then the Pareto set and the mix."""
+    levels = ", ".join(map(str, plan.levels))
+    if not plan.found:
+        return f"plan over concurrency {levels}: no config may be called best yet"
+    anchor = plan.anchor
+    first = plan.levels[0]
+    base = f"baseline #{plan.baseline.number}" if plan.baseline else "no baseline measured"
+    head = f"plan over concurrency {levels} ({base}; the best at {first} is #{anchor.number if anchor else '-'}):"
+    table = [["level", "unit", "baseline", f"best at {first}", "best here", "best here vs baseline",
+              f"best at {first} vs best here"]]
+    for lp in plan.per_level:
+        table.append([str(lp.level), lp.unit, fmt(lp.baseline_value), fmt(lp.anchor_value),
+                      f"#{lp.best.number} {fmt(lp.best_value)}" if lp.best else "-",
+                      lp.vs_baseline.text if lp.vs_baseline else "-",
+                      lp.anchor_vs_best.text if lp.anchor_vs_best else "-"])
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    lines = [head] + ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
+    if plan.pareto:
+        lines.append("pareto set (medians at " + "/".join(map(str, plan.levels)) + "): " + ", ".join(
+            f"#{r.number} " + "/".join(fmt(level_value(r, lv)) for lv in plan.levels) for r in plan.pareto))
+    if plan.weights:
+        mix = (f"#{plan.mix.number}" + (f", {plan.mix_vs_baseline.text} the baseline" if plan.mix_vs_baseline
+                                         else "") if plan.mix else "none yet")
+        lines.append("best for the mix (" + ", ".join(f"{lv}: {w:g}" for lv, w in plan.weights.items()) + f"): {mix}")
+    return "\n".join(lines)

@@ -1,0 +1,136 @@
+"""The plan (study/plan.py): per level the best config with its ratio to the baseline and
+verdict beyond noise, how the best at the lowest level does at the others, the Pareto set and
+the best for a traffic mix; on issue 24's own measured table (one H200, vLLM 0.26.0, the `1b`
+checkpoint: eager, graphs captured up to 8, up to 64) and on rows a study records."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from orchestrator.config.job import Objective
+from orchestrator.core.records import COMPLETE, FAIL, TrialRow, config_key
+from orchestrator.core.verdict import FASTER, SAME_CONFIG, SLOWER, WITHIN_NOISE
+from orchestrator.study.history import best_rows
+from orchestrator.study.plan import (
+    best_at,
+    best_for_mix,
+    build_plan,
+    format_plan,
+    level_value,
+    mix_interval,
+    mix_of,
+    pareto,
+    prune_thresholds,
+)
+
+
+def row(number: int, params: dict, levels: dict[int, list[float]], *, baseline: bool = False,
+        state: str = COMPLETE, **kw) -> TrialRow:
+    """A trial's row as ``history.trial_rows`` gives it: every level's samples and median."""
+    recs = {str(lv): {"value": statistics.median(s), "samples": list(s), "unit": "decode tok/s" if lv == 1
+                      else "total tok/s"} for lv, s in levels.items()}
+    first = recs[str(min(levels))]["value"] if state == COMPLETE else None
+    metrics = {"decode_samples": list(levels[1]), "decode_tok_s": first} if 1 in levels else {}
+    return TrialRow(number=number, state=state, params=params, value=first, counted=True, is_baseline=baseline,
+                    config_key=config_key(params), levels=recs, metrics={**metrics, "levels": recs}, **kw)
+
+
+EAGER = {"graph_capture": False}
+UP_TO_8 = {"graph_capture": True, "capture_sizes": "1,2,4,8"}
+UP_TO_64 = {"graph_capture": True, "capture_sizes": "1,2,4,8,16,32,64"}
+PLAN = Objective(concurrency=(1, 10, 64))
+
+
+def issue_table() -> list[TrialRow]:
+    """Issue 24's measurements, two rounds each at 10 and 64; level 1 as reported (eager and
+    up to 64: the median; up to 8: its range 413-567 and median)."""
+    return [row(0, EAGER, {1: [94.7, 94.7], 10: [788, 701], 64: [4500, 3514]}, baseline=True),
+            row(1, UP_TO_8, {1: [413, 433.9, 567], 10: [692, 685], 64: [3789, 3542]}),
+            row(2, UP_TO_64, {1: [363.8, 363.8], 10: [3438, 3874], 64: [13757, 15673]})]
+
+
+def test_the_issues_table_is_a_plan_not_one_number():
+    plan = build_plan(issue_table(), PLAN)
+    assert plan.anchor.number == 1  # single-request decode crowns "captured up to 8"
+    assert [plan.at(lv).best.number for lv in (1, 10, 64)] == [1, 2, 2]
+    # ... which is no faster than eager at 10 and 64: within noise of the baseline there, never "faster"
+    for lv in (10, 64):
+        assert plan.at(lv).anchor_vs_baseline.verdict == WITHIN_NOISE
+        assert plan.at(lv).anchor_vs_best.verdict == SLOWER  # and the plan's config there beats it beyond noise
+        assert plan.at(lv).vs_baseline.verdict == FASTER
+    assert plan.at(1).anchor_vs_best.verdict == SAME_CONFIG
+    assert plan.at(1).vs_baseline.verdict == FASTER and plan.at(1).vs_baseline.interval.lo > 3
+    assert [r.number for r in plan.pareto] == [1, 2]  # eager is dominated; both graph configs are on the front
+    assert plan.baseline.number == 0 and plan.at(10).baseline_value == pytest.approx((788 + 701) / 2)
+    assert [r.number for r in plan.configs] == [1, 2]
+    assert plan.roles(plan.configs[1]) == ["best at 10", "best at 64"]
+
+
+def test_format_plan_is_the_status_table():
+    text = format_plan(build_plan(issue_table(), PLAN))
+    lines = text.splitlines()
+    assert lines[0].startswith("plan over concurrency 1, 10, 64 (baseline #0; the best at 1 is #1)")
+    by_level = {line.split()[0]: line for line in lines[2:5]}
+    assert "#2 3656.0" in by_level["10"] and "slower" in by_level["10"] and "faster" in by_level["10"]
+    assert "same config" in by_level["1"]
+    assert lines[5] == "pareto set (medians at 1/10/64): #1 433.9/688.5/3665.5, #2 363.8/3656.0/14715"
+
+
+def test_the_mix_ranks_by_the_weighted_geometric_mean_of_the_ratios():
+    rows = issue_table()
+    single = {1: 1.0}
+    mostly_one = {1: 0.9, 10: 0.05, 64: 0.05}
+    mostly_load = {1: 0.2, 10: 0.4, 64: 0.4}
+    assert best_for_mix(rows, single)[0].number == 1
+    assert best_for_mix(rows, mostly_one)[0].number == 1
+    assert best_for_mix(rows, mostly_load)[0].number == 2
+    base, best = rows[0], rows[2]
+    expect = 1.0
+    for lv, w in mostly_load.items():
+        expect *= (level_value(best, lv) / level_value(base, lv)) ** w
+    assert mix_of(best, mostly_load) / mix_of(base, mostly_load) == pytest.approx(expect)
+    iv = mix_interval(base, best, mostly_load)
+    assert iv.bounded and iv.lo < iv.ratio < iv.hi
+    plan = build_plan(rows, Objective(concurrency=(1, 10, 64), weights=mostly_load))
+    assert plan.mix.number == 2 and plan.mix_vs_baseline.verdict == FASTER
+    assert "best for the mix (1: 0.2, 10: 0.4, 64: 0.4): #2" in format_plan(plan)
+
+
+def test_a_config_never_best_is_not_in_the_plan_at_any_level():
+    rows = issue_table()
+    wrong = row(3, {"graph_capture": True, "capture_sizes": "64"}, {1: [900, 910], 10: [9000, 9100],
+                                                                    64: [30000, 31000]},
+                correctness={"ok": False, "reason": "text differs"})
+    failed = row(4, {"graph_capture": True, "capture_sizes": "32"}, {1: [500, 510], 10: [5000, 5100],
+                                                                     64: [20000, 21000]}, state=FAIL)
+    cached = row(5, UP_TO_64, {1: [999, 999], 10: [9999, 9999], 64: [99999, 99999]}, cached_from=2)
+    plan = build_plan(rows + [wrong, failed, cached], PLAN)
+    assert {plan.at(lv).best.number for lv in (1, 10, 64)} == {1, 2}
+    assert 3 not in {r.number for r in plan.pareto}
+
+
+def test_a_config_measured_twice_is_ranked_by_its_lower_median_at_each_level():
+    rows = issue_table() + [row(3, UP_TO_64, {1: [360, 362], 10: [3000, 3100], 64: [20000, 21000]})]
+    got = best_at(rows, 64)[0]
+    assert got.number == 2 and got.n_measurements == 2  # the lucky 20000+ does not win alone
+    at10 = best_at(rows, 10)[0]  # there trial 3 is the lower one, and still the best config at 10
+    assert at10.number == 3 and at10.n_measurements == 2
+
+
+def test_a_single_level_plan_is_todays_best_and_threshold():
+    rows = issue_table()
+    plan = build_plan(rows, Objective())
+    assert plan.levels == (1,) and plan.at(1).best.number == best_rows(rows, 1)[0].number
+    assert prune_thresholds(rows, (1,), 0.8) == {1: pytest.approx(0.8 * best_rows(rows, 1)[0].value)}
+    assert prune_thresholds(rows, (1, 10, 64), 0.5) == {1: pytest.approx(433.9 / 2), 10: pytest.approx(3656 / 2),
+                                                       64: pytest.approx(14715 / 2)}
+    assert prune_thresholds([], (1,), 0.8) is None
+
+
+def test_nothing_ranked_is_no_plan():
+    plan = build_plan([row(0, EAGER, {1: [1.0]}, baseline=True, state=FAIL)], PLAN)
+    assert not plan.found and plan.baseline is None
+    assert format_plan(plan) == "plan over concurrency 1, 10, 64: no config may be called best yet"
+    assert pareto([], (1, 10)) == []

@@ -23,7 +23,8 @@ _spec = importlib.util.spec_from_file_location("_history_fixture", _HERE / "test
 fx = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fx)
 
-EXPECTED = {"trials.csv", "history.png", "params.png", "importance.png", "timeline.png", "report.md", "report.html"}
+EXPECTED = {"trials.csv", "history.png", "params.png", "importance.png", "timeline.png", "startup.png", "report.md",
+            "report.html"}
 
 def _rounds(per_config: dict[str, dict[str, list[float]]]) -> list[dict]:
     """compare.json's rounds from {label: {concurrency: [tok/s per round]}}, alternating order."""

@@ -11,6 +11,11 @@ A *table* is a CSV with one row per distinct configuration:
 - ``samples``: repeated decode tok/s of that config, ``;``-separated (empty when it fails);
 - ``failure``: a config-caused failure kind (``start-crash``, ``wrong-output``, ...) or empty;
 - ``baseline``: ``1`` on the row the study enqueues first (optional);
+- ``startup_s``: seconds that config's server takes to start with warm engine caches, or to
+  fail at start (optional; a table without it counts launches only);
+- ``compile_s``: seconds a cold compile adds to the first launch of the row's compile key
+  (its parameters but the NCCL variables: ``study.cost.compile_key``) in a run; later launches
+  of the key load it (optional; empty or 0: nothing is compiled);
 - ``note``: free text, ignored.
 
 ``run_simulation`` replays the table as the objective for the *real* ``SearchPolicy``
@@ -22,7 +27,13 @@ repeat when it is below ``prune_ratio`` x the best median so far (the early-stop
 of ``orchestrator.study.policy``). After each launch the study's best trial (chosen on its
 noisy median) is looked up in the table: the first launch at which its *true* median
 (the row's median) is within ``target`` of the table's best is the launch count that
-search needed. ``format_table`` renders the result as markdown.
+search needed. With start-up costs in the table, each launch also costs time: its
+``startup_s``, ``LAUNCH_OVERHEAD_S`` (warm-up, correctness capture, teardown) and
+``REPEAT_S`` per benchmark repeat it ran (a failure at start runs none); the launches up to
+that one, summed, are the hours that search needed, and the replayed trials carry those
+durations, so a cost-aware policy (``SearchPolicy(cost_aware=True)``, the default; spec
+option ``cost=off`` turns it off) learns them as it would in a study. ``format_table``
+renders the result as markdown.
 
 ``table_from_study(study)`` writes a finished study back in this format, so real runs
 become tables. Command line: ``python -m orchestrator.study.replay TABLE.csv --sampler
@@ -55,6 +66,7 @@ from orchestrator.core.correctness import TEXT_DIFFERS
 from orchestrator.core.errors import BadInput, brief
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO, early_stop
 from orchestrator.core.records import (
+    AFTER_START_KINDS,
     COMPLETE,
     FAILURE_KINDS,
     NOT_THE_CONFIGS_FAULT,
@@ -63,7 +75,9 @@ from orchestrator.core.records import (
     TrialResult,
     config_key,
 )
+from orchestrator.study.cost import compile_key
 from orchestrator.study.policy import (
+    DEFAULT_COST_AWARE,
     DEFAULT_FILL,
     DEFAULT_STARTUP_ORDER,
     FILL_STRATEGIES,
@@ -73,7 +87,12 @@ from orchestrator.study.policy import (
 from orchestrator.study.samplers import make_sampler, startup_trials
 from orchestrator.study.storage import ATTR_BASELINE, ATTR_COUNTED, ATTR_KEY, ATTR_SKIPPED
 
-RESERVED_COLUMNS = ("samples", "failure", "baseline", "note")
+RESERVED_COLUMNS = ("samples", "failure", "baseline", "startup_s", "compile_s", "note")
+# What a launch costs besides its start-up, where a table gives start-up costs: warm-up,
+# correctness capture and teardown, and one benchmark repeat (a round of the prompts at a
+# GLM-5-like 20-60 tok/s, 64 tokens each). The start-up dominates either way (200-450 s).
+LAUNCH_OVERHEAD_S = 30.0
+REPEAT_S = 15.0
 CONFIG_FAILURES = tuple(k for k in FAILURE_KINDS if k not in NOT_THE_CONFIGS_FAULT)
 DEFAULT_SAMPLERS = "tpe,random"
 
@@ -92,6 +111,8 @@ class Row:
     failure: str | None
     baseline: bool = False
     line: int = 0
+    startup_s: float | None = None  # seconds to start (or to fail at start); None: the table has none
+    compile_s: float = 0.0  # seconds a cold compile adds to the first launch of its compile key
 
     @property
     def median(self) -> float | None:
@@ -118,6 +139,11 @@ class Table:
     @property
     def baseline(self) -> Row | None:
         return next((r for r in self.rows if r.baseline), None)
+
+    @property
+    def has_costs(self) -> bool:
+        """Every row says what its start-up costs (hours can be counted)."""
+        return all(r.startup_s is not None for r in self.rows)
 
     def within(self, target: float) -> list[Row]:
         """Rows whose true median is within ``target`` (relative) of the best."""
@@ -197,7 +223,9 @@ def table_from_frame(df, name: str = "table") -> Table:
         row_params = {p: typed[p][i] for p in params if typed[p][i] is not None}
         if not row_params:
             raise TableError(f"{name}: line {line}: every parameter cell is empty")
-        rows.append(Row(row_params, samples, failure or None, flag in ("1", "true", "yes"), line))
+        startup = _seconds_cell(df, "startup_s", i, name, line)
+        compile_s = _seconds_cell(df, "compile_s", i, name, line) or 0.0
+        rows.append(Row(row_params, samples, failure or None, flag in ("1", "true", "yes"), line, startup, compile_s))
     if not rows:
         raise TableError(f"{name}: no rows")
     if sum(r.baseline for r in rows) > 1:
@@ -221,6 +249,27 @@ def table_from_frame(df, name: str = "table") -> Table:
                                  f"{dict(zip(choices, combo))}")
             table._index[combo] = idx
     return table
+
+
+def _seconds_cell(df, column: str, i: int, name: str, line: int) -> float | None:
+    raw = df[column].iloc[i].strip() if column in df.columns else ""
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value < 0:
+        raise TableError(f"{name}: line {line}: {column} must be seconds (a number >= 0) or empty, not {brief(raw)}")
+    return value
+
+
+def launch_seconds(row: Row, repeats: int, *, cold: bool = False) -> float | None:
+    """What one launch of ``row`` costs when it ran ``repeats`` benchmark repeats, ``cold``:
+    the first of its compile key in the run (module docstring)."""
+    if row.startup_s is None:
+        return None
+    return row.startup_s + (row.compile_s if cold else 0.0) + LAUNCH_OVERHEAD_S + REPEAT_S * repeats
 
 
 class TableSpace:
@@ -265,8 +314,9 @@ def table_from_study(study: optuna.Study):
     """A finished study as a table DataFrame (one row per measured config, samples merged).
 
     Reads the records user attrs: ``config``, ``outcome``, ``failure_kind``,
-    ``metrics.decode_samples``, ``counted``, ``is_baseline``. Cached answers,
-    never-launched proposals and interrupted trials are left out.
+    ``metrics.decode_samples``, ``counted``, ``is_baseline``, ``startup_phases`` (the
+    ``startup_s`` column: the median of its launches' spawn -> ready, or -> the failure).
+    Cached answers, never-launched proposals and interrupted trials are left out.
     """
     import pandas as pd  # heavy: imported only when a table is built
 
@@ -280,7 +330,11 @@ def table_from_study(study: optuna.Study):
             continue
         key = ua.get(ATTR_KEY) or config_key(ua["config"])
         entry = merged.setdefault(key, {"config": dict(ua["config"]), "samples": [], "failure": None,
-                                        "baseline": False, "note": []})
+                                        "baseline": False, "note": [], "startup": []})
+        phases = ua.get("startup_phases") or {}
+        started = phases.get("ready_s", phases.get("ended_s"))
+        if isinstance(started, (int, float)):
+            entry["startup"].append(float(started))
         if outcome == "FAIL":
             entry["failure"] = entry["failure"] or ua.get("failure_kind")
         else:
@@ -301,9 +355,12 @@ def table_from_study(study: optuna.Study):
         rec["samples"] = "" if e["failure"] else ";".join(f"{s:.4g}" for s in e["samples"])
         rec["failure"] = e["failure"] or ""
         rec["baseline"] = "1" if e["baseline"] else ""
+        rec["startup_s"] = f"{statistics.median(e['startup']):.1f}" if e["startup"] else ""
         rec["note"] = ", ".join(e["note"])
         records.append(rec)
-    return pd.DataFrame.from_records(records, columns=[*params, "samples", "failure", "baseline", "note"])
+    columns = [*params, "samples", "failure", "baseline", *(["startup_s"] if any(r["startup_s"] for r in records)
+                                                           else []), "note"]
+    return pd.DataFrame.from_records(records, columns=columns)
 
 
 def _cell(value: Any) -> str:
@@ -326,6 +383,7 @@ class SamplerSpec:
     prune_ratio: float | None = None  # None: the run's setting
     startup: int | None = None
     startup_order: str = DEFAULT_STARTUP_ORDER
+    cost: bool = DEFAULT_COST_AWARE  # the policy's cost-aware tie-breaks (``cost=off``: ties by the RNG only)
 
     @classmethod
     def parse(cls, text: str) -> "SamplerSpec":
@@ -350,6 +408,10 @@ class SamplerSpec:
                 if v not in STARTUP_ORDERS:
                     raise ValueError(f"startup_order must be one of {', '.join(STARTUP_ORDERS)}, not {brief(v)}")
                 spec.startup_order = v
+            elif k == "cost":
+                if v not in ("on", "off"):
+                    raise ValueError(f"cost must be on or off, not {brief(v)}")
+                spec.cost = v == "on"
             else:
                 spec.options[k] = v
         if spec.fill is None:
@@ -373,6 +435,8 @@ class Run:
     cached: int
     skipped: int  # infeasible or in-flight duplicates: told PRUNED, never launched
     pruned_good: int = 0  # early-stopped launches of configs that were truly within target
+    hours_to_target: float | None = None  # launch hours up to the one that got within target
+    hours: float | None = None  # launch hours of the whole run (None: the table has no start-up costs)
 
 
 @dataclass
@@ -395,6 +459,22 @@ class SamplerResult:
     @property
     def median_repeats(self) -> float:
         return _quantile(self._hits("repeats_to_target"), 0.5)
+
+    @property
+    def median_hours(self) -> float | None:
+        """Median launch hours to within target (inf: never; None: the table has no costs)."""
+        if any(r.hours is None for r in self.runs):
+            return None
+        return _quantile(self._hits("hours_to_target"), 0.5)
+
+    @property
+    def mean_hours(self) -> float | None:
+        """Mean launch hours to within target, a run that never got there counted with the
+        hours of its whole budget."""
+        if any(r.hours is None for r in self.runs):
+            return None
+        return statistics.fmean(r.hours_to_target if r.hours_to_target is not None else r.hours  # type: ignore[misc]
+                                for r in self.runs)
 
     def mean_launches(self, budget: int) -> float:
         """Mean launches to target, a run that never got there counted as ``budget + 1``."""
@@ -439,6 +519,7 @@ class SimulationResult:
     samplers: list[SamplerResult]
 
     baseline_within: bool = False
+    has_costs: bool = False  # the table gives start-up costs: hours are counted
 
     @property
     def random_expectation(self) -> float:
@@ -455,7 +536,8 @@ class SimulationResult:
         d = asdict(self)
         for s, res in zip(d["samplers"], self.samplers):
             s.update(median_launches=res.median_launches, p90_launches=res.p90_launches, never=res.never,
-                     mean_launches=res.mean_launches(self.budget),
+                     mean_launches=res.mean_launches(self.budget), median_hours=res.median_hours,
+                     mean_hours=res.mean_hours,
                      median_best_ratio=res.median_best_ratio, median_repeats=res.median_repeats)
         return json.loads(json.dumps(d, default=str).replace("Infinity", "null"))
 
@@ -494,21 +576,29 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
                              options=spec.options)  # what the sampler was built with
     fill = spec.fill or ("random" if spec.name == "random" else DEFAULT_FILL)
     policy = SearchPolicy(study, space, space.normalize, baseline=baseline, budget=budget, seed=seed,
-                          fill=fill, startup=startup, startup_order=spec.startup_order)
+                          fill=fill, startup=startup, startup_order=spec.startup_order, cost_aware=spec.cost)
     rng = random.Random(seed * 1_000_003 + 17)
     rows = table.by_key()
     floor = (1.0 - target) * table.best
     launches = reps = pruned = failed = cached = pruned_good = 0
+    seconds = 0.0
     hit_l: int | None = None
     hit_r: int | None = None
+    hit_h: float | None = None
     in_flight: list[Any] = []
 
+    compiled: set[str] = set()  # compile keys a launch of this run got past start-up with (warm caches)
+
     def settle(proposal) -> None:
-        nonlocal reps, pruned, failed, hit_l, hit_r, pruned_good
+        nonlocal reps, pruned, failed, hit_l, hit_r, hit_h, pruned_good, seconds
         row = rows[proposal.key]
         threshold = policy.prune_threshold(ratio) if ratio else None
-        result = _replay_trial(row, proposal.config, rng, repeats, threshold)
+        key = compile_key(row.params)
+        result = _replay_trial(row, proposal.config, rng, repeats, threshold, cold=key not in compiled)
+        if row.failure is None or row.failure in AFTER_START_KINDS:
+            compiled.add(key)
         reps += int(result.metrics.get("repeats", 0))
+        seconds += result.timing.get("total_s", 0.0)
         pruned += result.outcome == PRUNED
         if result.outcome == PRUNED and (row.median or 0.0) >= floor:
             pruned_good += 1
@@ -519,6 +609,7 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
             true = rows[best.user_attrs[ATTR_KEY]].median
             if true is not None and true >= floor:
                 hit_l, hit_r = launches, reps
+                hit_h = seconds / 3600 if table.has_costs else None
 
     while True:
         proposal = policy.next() if len(in_flight) < parallel else None
@@ -540,11 +631,12 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
     if best is not None:
         ratio_best = (rows[best.user_attrs[ATTR_KEY]].median or 0.0) / table.best
     skipped = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(ATTR_SKIPPED))
-    return Run(seed, hit_l, hit_r, ratio_best, launches, reps, pruned, failed, cached, skipped, pruned_good)
+    return Run(seed, hit_l, hit_r, ratio_best, launches, reps, pruned, failed, cached, skipped, pruned_good,
+               hit_h, seconds / 3600 if table.has_costs else None)
 
 
 def _replay_trial(row: Row, config: dict[str, Any], rng: random.Random, repeats: int,
-                  threshold: float | None) -> TrialResult:
+                  threshold: float | None, *, cold: bool = False) -> TrialResult:
     """Answer one launch from a table row: a failure, an early stop, or ``repeats`` draws.
 
     A working row passed the correctness gate where it was measured, a ``wrong-output``
@@ -553,16 +645,32 @@ def _replay_trial(row: Row, config: dict[str, Any], rng: random.Random, repeats:
     if row.failure:
         corr = ({"ok": False, "reason": f"{TEXT_DIFFERS} (replayed from the table)"}
                 if row.failure == FailureKind.WRONG_OUTPUT else {})
+        ran = repeats if row.failure in AFTER_START_KINDS else 0  # a failure after start ran its benchmark
+        started = row.failure in AFTER_START_KINDS
         return TrialResult.failed(config, row.failure, "replayed from the table", metrics={"repeats": 0},
-                                  correctness=corr)
+                                  correctness=corr, **_costs(row, ran, started=started, cold=cold and started))
     first = rng.choice(row.samples)
     if early_stop({1: first}, {1: threshold}):
         return TrialResult(outcome=PRUNED, config=config, value=first, correctness={"ok": True},
-                           metrics={"intermediate": first, "decode_samples": [first], "repeats": 1})
+                           metrics={"intermediate": first, "decode_samples": [first], "repeats": 1},
+                           **_costs(row, 1, started=True, cold=cold))
     samples = [first] + [rng.choice(row.samples) for _ in range(max(0, repeats - 1))]
     median = float(statistics.median(samples))
     return TrialResult(outcome=COMPLETE, config=config, value=median, correctness={"ok": True},
-                       metrics={"decode_tok_s": median, "decode_samples": samples, "repeats": len(samples)})
+                       metrics={"decode_tok_s": median, "decode_samples": samples, "repeats": len(samples)},
+                       **_costs(row, len(samples), started=True, cold=cold))
+
+
+def _costs(row: Row, repeats: int, *, started: bool, cold: bool) -> dict[str, Any]:
+    """The durations a replayed launch records (none when the table has no start-up costs)."""
+    total = launch_seconds(row, repeats, cold=cold)
+    if total is None:
+        return {}
+    start = row.startup_s + (row.compile_s if cold else 0.0)  # type: ignore[operator]
+    phases: dict[str, Any] = {"ready_s": start} if started else {"ended_s": start}
+    if row.compile_s and started:
+        phases["compile_cache"] = "miss" if cold else "hit"
+    return {"timing": {"total_s": total}, "startup_phases": phases}
 
 
 def run_simulation(table_path: str | Path | Table, samplers: Sequence[str] | str = DEFAULT_SAMPLERS, *,
@@ -605,7 +713,8 @@ def run_simulation(table_path: str | Path | Table, samplers: Sequence[str] | str
         n_within=len(table.within(target)), best=table.best, budget=budget, seeds=seeds, target=target,
         repeats=repeats, prune_ratio=ratio, parallel=parallel,
         baseline=use_baseline and table.baseline is not None, samplers=results,
-        baseline_within=table.baseline is not None and table.baseline in table.within(target))
+        baseline_within=table.baseline is not None and table.baseline in table.within(target),
+        has_costs=table.has_costs)
 
 
 # ---- output -------------------------------------------------------------------------------------
@@ -613,6 +722,12 @@ def _fmt_n(v: float) -> str:
     if math.isinf(v):
         return "never"
     return f"{v:g}"
+
+
+def _fmt_h(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return "never" if math.isinf(v) else f"{v:.2f}"
 
 
 def format_table(result: SimulationResult | Iterable[SimulationResult]) -> str:
@@ -629,19 +744,25 @@ def format_table(result: SimulationResult | Iterable[SimulationResult]) -> str:
             f"uniform random order needs {res.random_expectation:.1f} launches on average "
             f"({res.random_expectation / res.n_configs * 100:.0f}% of the table).")
         out.append("")
+        hours = (f" | hours to within {pct}: median | mean**" if res.has_costs else "")
         out.append(f"| sampler | launches to within {pct}: median | p90 | mean* | never (of {res.seeds}) "
                    f"| median, % of table | repeats to within {pct}: median | best after {res.budget} "
-                   f"(median, % of best) | repeats used (median) | pruned/run | good configs pruned |")
-        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                   f"(median, % of best) | repeats used (median) | pruned/run | good configs pruned{hours} |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if res.has_costs else ""))
         for s in res.samplers:
             share = "-" if math.isinf(s.median_launches) else f"{s.median_launches / res.n_configs * 100:.0f}%"
+            cells = f" | {_fmt_h(s.median_hours)} | {_fmt_h(s.mean_hours)}" if res.has_costs else ""
             out.append(f"| {s.spec} | {_fmt_n(s.median_launches)} | {_fmt_n(s.p90_launches)} "
                        f"| {s.mean_launches(res.budget):.1f} | {s.never} | {share} "
                        f"| {_fmt_n(s.median_repeats)} | {s.median_best_ratio * 100:.1f}% "
-                       f"| {s.median_total_repeats:g} | {s.mean_pruned:.1f} | {s.pruned_good} |")
+                       f"| {s.median_total_repeats:g} | {s.mean_pruned:.1f} | {s.pruned_good}{cells} |")
         out.append("")
         out.append(f"\\* mean launches to within {pct}, a run that never got there counted as budget + 1 "
                    f"= {res.budget + 1}.")
+        if res.has_costs:
+            out.append(f"\\*\\* mean launch hours to within {pct} (start-up from the table's startup_s, plus "
+                       f"{LAUNCH_OVERHEAD_S:g} s per launch and {REPEAT_S:g} s per benchmark repeat), a run that "
+                       "never got there counted with the hours of its whole budget.")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
@@ -670,7 +791,8 @@ def format_summary(results: Iterable[SimulationResult]) -> str:
                 cells.append(f"never [{got.mean_launches(res.budget):.1f}]")
             else:
                 cells.append(f"{got.median_launches:g} ({got.median_launches / res.n_configs * 100:.0f}%) "
-                             f"[{got.mean_launches(res.budget):.1f}]")
+                             f"[{got.mean_launches(res.budget):.1f}]"
+                             + (f", {_fmt_h(got.median_hours)} h" if res.has_costs else ""))
         out.append(f"| {res.table} | {res.n_configs} | {res.n_within} | {res.budget} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 

@@ -5,6 +5,7 @@
 
     trials.csv      one row per trial (``report.trials_csv``)
     history.png, params.png, importance.png, timeline.png    the plots (``report.plots``)
+    startup.png     each trial's start-up phases, stacked (``report.startup``)
     report.md       headline, top configs, failures by kind, NCCL warnings, ceiling,
                     concurrency comparison (from ``compare.json`` when present), by node
                     (``report.sections``)
@@ -26,6 +27,7 @@ from orchestrator.results.importance import knob_effects
 from orchestrator.results.report.document import render_html, render_markdown
 from orchestrator.results.report.plots import PLOTS, write_plots
 from orchestrator.results.report.sections import ReportJob, build_blocks
+from orchestrator.results.report.startup import STARTUP_PLOT, plot_startup
 from orchestrator.results.report.trials_csv import trials_frame
 from orchestrator.study import history, storage
 
@@ -53,12 +55,13 @@ def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: 
 
     effects, notes = knob_effects(rows)
     written += write_plots(rows, effects, notes, report_dir)
+    written.append(plot_startup(rows, StudyDir(report_dir).plot(STARTUP_PLOT)))
 
     blocks, _summary_dict = build_blocks(job, rows, report_dir, backend, bandwidth_bytes_s, allreduce_latency_s,
                                          importance=(effects, notes))
     md_path = StudyDir(report_dir).report_md
     md_path.write_text(render_markdown(blocks))
-    images = {name: StudyDir(report_dir).plot(name).read_bytes() for name in PLOTS}
+    images = {name: StudyDir(report_dir).plot(name).read_bytes() for name in (*PLOTS, STARTUP_PLOT)}
     html_path = StudyDir(report_dir).report_html
     html_path.write_text(render_html(blocks, images, f"ncclsweep report: {getattr(job, 'study', '')}"))
     written += [md_path, html_path]

@@ -1,6 +1,6 @@
 """Regenerate the synthetic replay tables of this folder (deterministic: fixed seeds).
 
-    python docs/tables/generate.py                       # motivating-case.csv, h200-graphs-small.csv
+    python docs/tables/generate.py                       # motivating-case{,-startup}.csv, h200-graphs-small.csv
     python docs/tables/generate.py --variants 20 --out /tmp/variants   # sensitivity tables
     python docs/tables/generate.py --slices --out /tmp/slices          # small slices (< 24 configs)
 
@@ -146,6 +146,58 @@ def variant(seed: int) -> CaseModel:
     )
 
 
+# ---- GLM-5-like start-up costs of the motivating case (issue 26) -------------------------------
+# Community figures: GLM-5 on 8x RTX PRO 6000 (PCIe) starts in 7-8 minutes, about 208 s of it
+# CUDA-graph capture; an 11-minute cold vLLM start elsewhere split into torch.compile 166 s,
+# profiling and warm-up 131 s, weights 63 s, graphs ~90 s. Everything else is assumed:
+# S1: a start with vLLM's default graphs (the "full" rows: FULL_AND_PIECEWISE, the published
+#     "CUDA graphs" runs) takes 450 s (7.5 min), 208 s of it graph capture.
+# S2: the rest of it: process start, imports and NCCL init 60 s (before any weight), weights 63 s
+#     (the cold split's figure), torch.compile from a warm cache 30 s (every trial of a node keeps
+#     its compile cache, issue 26; a cold compile, 166 s, is paid once per compile key and is
+#     left out), profiling, KV cache and warm-up 450 - 208 - 60 - 63 - 30 = 89 s.
+# S3: "piecewise" captures the piecewise graphs only: 76% of the default capture (the share of
+#     the piecewise pass in the H200 `1b` capture of tests/fixtures/vllm: 19 sizes in ~0.47 s of
+#     ~0.62 s), 158 s.
+# S4: "eager" compiles and captures nothing: 60 + 63 + 89 = 212 s.
+# S5: TP x PP = 8 in every row (A7): the weights per GPU are the same, each pipeline stage
+#     captures its own layers' graphs at the same sizes in parallel; each pipeline boundary adds
+#     5 s (its send/recv communicators and a stage process): PP - 1 boundaries.
+# S7: the first launch of a compile key (TP, graph mode: NCCL variables never change what vLLM
+#     compiles) in a night compiles cold: 166 s (the cold split's torch.compile) instead of 30 s,
+#     136 s more (compile_s); eager compiles nothing.
+# S6: failures end early: NVLS is refused at communicator creation (A9): 60 s; TP=1 (PP=8) runs
+#     out of memory when the KV cache is profiled after the weights (A8): 60 + 63 (+ 30 compile
+#     with graphs) + boundaries; LL128 (A10) starts in full (the gate fails after the benchmark).
+GLM5_PROCESS_NCCL_S, GLM5_WEIGHTS_S, GLM5_COMPILE_WARM_S, GLM5_PROFILE_S = 60.0, 63.0, 30.0, 89.0
+GLM5_CAPTURE_S = {"eager": 0.0, "piecewise": 158.0, "full": 208.0}  # S3: 0.76 x 208
+GLM5_PP_BOUNDARY_S = 5.0
+GLM5_COMPILE_COLD_S = 166.0  # S7
+
+
+def glm5_startup_s(tp: int, mode: str, failure: str) -> float:
+    """Seconds a launch of the motivating case takes to start, or to fail at start (S1-S6)."""
+    compile_s = 0.0 if mode == "eager" else GLM5_COMPILE_WARM_S
+    boundaries = GLM5_PP_BOUNDARY_S * (8 // tp - 1)
+    if failure == "nccl-invalid":
+        return GLM5_PROCESS_NCCL_S
+    if failure == "start-crash":
+        return GLM5_PROCESS_NCCL_S + GLM5_WEIGHTS_S + compile_s + boundaries
+    return GLM5_PROCESS_NCCL_S + GLM5_WEIGHTS_S + compile_s + GLM5_PROFILE_S + GLM5_CAPTURE_S[mode] + boundaries
+
+
+def with_startup(rows: list[dict]) -> list[dict]:
+    """The motivating case's rows with a startup_s column (GLM-5-like, S1-S6)."""
+    out = []
+    for r in rows:
+        cost = glm5_startup_s(int(r["tp_size"]), r["graph_mode"], r["failure"])
+        compiles = r["graph_mode"] != "eager" and r["failure"] not in ("nccl-invalid", "start-crash")
+        cold = GLM5_COMPILE_COLD_S - GLM5_COMPILE_WARM_S if compiles else 0.0
+        row = {k: v for k, v in r.items() if k != "note"}
+        out.append({**row, "startup_s": f"{cost:g}", "compile_s": f"{cold:g}" if cold else "", "note": r["note"]})
+    return out
+
+
 # ---- small: reference server, one H200, graph capture -----------------------------------------
 # Anchors (docs/benchmarks.md, "CUDA path, checked once on 2x H200"; one run each, `8b` preset,
 # bf16, 128 tokens): --tp 1 eager 48.8 tok/s (samples 57, 49, 38); --tp 1 --graph-capture
@@ -222,4 +274,5 @@ if __name__ == "__main__":
             write(args.out / f"variant-{i:02d}.csv", motivating_rows(variant(1000 + i), seed=2000 + i))
     else:
         write(args.out / "motivating-case.csv", motivating_rows())
+        write(args.out / "motivating-case-startup.csv", with_startup(motivating_rows()))
         write(args.out / "h200-graphs-small.csv", h200_rows())

@@ -62,6 +62,7 @@ from orchestrator.config.yaml_input import (
 )
 from orchestrator.core import nccl  # only spaces/jobs with NCCL values need it
 from orchestrator.core.errors import BadInput, brief
+from orchestrator.core.launch import CACHE_VARIABLES
 
 Config = dict[str, Any]
 
@@ -84,6 +85,9 @@ def check_param_name(name: Any) -> str | None:
     if name in NEUTRAL_PARAMS:
         return None
     if name.startswith("env."):
+        if name[4:] in CACHE_VARIABLES:
+            return (f"{brief(name)}: where engines cache compiled code is the node's (or the job's env:), the same "
+                    "for every trial, so that a config compiled once is loaded next time; not a parameter")
         if _ENV_VAR.fullmatch(name[4:]):
             return None
         return f"{brief(name)}: the variable after env. must be upper-case letters, digits and _ ({NAME_RULE})"

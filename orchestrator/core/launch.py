@@ -16,6 +16,22 @@ from dataclasses import dataclass, field
 
 from orchestrator.core import nccl
 
+# Where engines keep what they compile (vLLM's torch.compile cache under VLLM_CACHE_ROOT, by default
+# $XDG_CACHE_HOME/vllm or ~/.cache/vllm; Triton's kernels; torch inductor's; SGLang's and FlashInfer's
+# JIT caches under ~/.cache; NVIDIA's PTX cache). A compile cache is keyed by the compile-relevant
+# settings, so a second launch that differs only in NCCL variables loads the compiled graphs instead
+# of compiling again (one H200: ready 165 s -> 54 s, docs/benchmarks.md). The rule: every trial of a
+# node runs with the node's own values of these, or the job's fixed ``env:`` ones, the same for every
+# trial; ncclsweep never sets them per trial (no fresh home or temporary cache per trial), and a
+# search space may not vary them (``config.space.check_param_name``).
+CACHE_VARIABLES = ("HOME", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
+                   "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "FLASHINFER_WORKSPACE_BASE")
+
+
+def cache_locations(environ: Mapping[str, str]) -> dict[str, str]:
+    """The cache variables a server's environment sets (what its record shows)."""
+    return {name: str(environ[name]) for name in CACHE_VARIABLES if environ.get(name)}
+
 
 def server_environment(job_env: Mapping[str, str], launch_env: Mapping[str, str], *,
                        instrumented: bool) -> dict[str, str]:
@@ -23,9 +39,11 @@ def server_environment(job_env: Mapping[str, str], launch_env: Mapping[str, str]
     ``env:``, then the config's own variables (``LaunchSpec.env``). A trial's server
     (``instrumented``) also logs NCCL's start-up (``nccl.debug_env``: what the trial verifies
     NCCL applied), under both; what ``export`` and ``validate --commands`` print for a user
-    to run leaves that instrumentation out."""
+    to run leaves that instrumentation out. The engines' cache locations (``CACHE_VARIABLES``)
+    are never a config's: the node's or the job's, the same for every trial."""
     base = nccl.debug_env() if instrumented else {}
-    return {**base, **{str(k): str(v) for k, v in job_env.items()}, **{str(k): str(v) for k, v in launch_env.items()}}
+    own = {str(k): str(v) for k, v in launch_env.items() if str(k) not in CACHE_VARIABLES}
+    return {**base, **{str(k): str(v) for k, v in job_env.items()}, **own}
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ class FailureKind(str, enum.Enum):
 
     START_CRASH = "start-crash"  # the server died or said it is dead before it was ready
     START_TIMEOUT = "start-timeout"  # not ready within timeouts.startup
+    HANG = "hang"  # tree alive but silent (no log output, not ready; or a stream stopped) for timeouts.stall
     BENCH_TIMEOUT = "bench-timeout"  # the benchmark ran past timeouts.bench
     BENCH_ERROR = "bench-error"  # the server failed requests or died while measured
     WRONG_OUTPUT = "wrong-output"  # its output differs from the golden reference
@@ -51,8 +52,9 @@ FAILURE_KINDS = tuple(kind.value for kind in FailureKind)
 # - not the config's fault: never cached as its answer, never banned, re-queued once;
 NOT_THE_CONFIGS_FAULT = (FailureKind.INTERRUPTED, FailureKind.NODE_LOST, FailureKind.ENV_ERROR)
 # - a timeout can be the machine's (load, a slow disk) as much as the config's: the first one
-#   re-queues the config, a second one (the timeout reproduced) is its answer;
-TIMEOUT_KINDS = (FailureKind.START_TIMEOUT, FailureKind.BENCH_TIMEOUT)
+#   re-queues the config, a second one (the timeout reproduced) is its answer; a stall (``hang``:
+#   silent for ``timeouts.stall``) is a timeout of its own and follows the same rule;
+TIMEOUT_KINDS = (FailureKind.START_TIMEOUT, FailureKind.BENCH_TIMEOUT, FailureKind.HANG)
 # - the config computes wrong results: never ranked, even if another measurement of it completed;
 WRONG_RESULT_KINDS = (FailureKind.WRONG_OUTPUT, FailureKind.NCCL_INVALID)
 # - it never got past start-up (what value bans learn crashes from);

@@ -10,6 +10,7 @@ apart ("launch 2 of 8"). A ratio to the baseline is printed with the words of
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -80,6 +81,9 @@ class Progress:
         self.out = out  # None: the progress logger
         self.t_start = time.monotonic()
         self.finished = 0  # trials finished in this invocation (for the time-to-go estimate)
+        # seconds the next N launches should take by the study's measured launch costs (the driver
+        # sets it: ``SearchPolicy.expected_seconds`` over its slots); None: the pace of this run
+        self.expected_left: Callable[[int], float | None] | None = None
         self._announced: set = set()
 
     def say(self, line: str) -> None:
@@ -101,12 +105,17 @@ class Progress:
                  f"(elapsed {self.elapsed()}{self._remaining(used)})")
 
     def _remaining(self, used: int) -> str:
-        """Time left: trials left x mean trial time so far, and the wall-clock budget if any."""
+        """Time left: the launches left at the study's measured cost per config (``study.cost``),
+        else x the mean trial time of this run so far; and the wall-clock budget if any."""
         elapsed = time.monotonic() - self.t_start
         parts = []
-        if self.trials and self.finished:
+        left = max(0, self.trials - used + 1) if self.trials else 0
+        expected = self.expected_left(left) if left and self.expected_left is not None else None
+        if expected is not None:
+            parts.append(f"~{fmt_s(expected)} to go by the measured launch costs")
+        elif self.trials and self.finished:
             per_trial = elapsed / self.finished
-            parts.append(f"~{fmt_s(per_trial * max(0, self.trials - used + 1))} to go at this pace")
+            parts.append(f"~{fmt_s(per_trial * left)} to go at this pace")
         if self.timeout_s:
             parts.append(f"{fmt_s(max(0.0, self.timeout_s - elapsed))} left of {self.timeout_source}")
         return (", " + ", ".join(parts)) if parts else ""

@@ -20,7 +20,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -35,9 +35,11 @@ from orchestrator.driver.executor import Executor
 from orchestrator.driver.golden import GateVotes, GoldenSource, Launched
 from orchestrator.driver.lock import DriverLock
 from orchestrator.driver.prescreen import (
+    LATE_RATIO,
     PrescreenedSpace,
     dropped_settings,
     format_prescreen,
+    late_settings,
     run_prescreen,
     setting_key,
 )
@@ -152,6 +154,7 @@ class StudyDriver:
         self.golden_source = GoldenSource(job, {}, self.say)
         self.votes: GateVotes | None = None
         self.policy: SearchPolicy | None = None
+        self._late: Callable[[dict], bool] | None = None  # the pre-screen's prior: settings tried late
         self.consecutive_failures = 0
         self.consecutive_env_failures = 0
         self._repeat_no = 0
@@ -205,10 +208,13 @@ class StudyDriver:
             self._empty_study = (study, new_journal) if not study.get_trials(deepcopy=False) else None
             self.baseline_config = job.baseline_config()  # exactly the job's baseline: nothing sampled
             self.golden_source = GoldenSource(job, self.baseline_config, self.say)
-            policy = self.policy = SearchPolicy(study, self._space(self.baseline_config), self.backend.normalize,
+            space = self._space(self.baseline_config)
+            policy = self.policy = SearchPolicy(study, space, self.backend.normalize,
                                                 baseline=self.baseline_config, budget=self.trials,
                                                 remeasure=job.remeasure, seed=job.sampler.seed, startup=startup,
-                                                objective=job.objective)
+                                                objective=job.objective, late=self._late)
+            self.progress.expected_left = lambda n: (None if (s := policy.expected_seconds(n)) is None
+                                                     else s / max(1, executor.slots))
             self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config
             self.say(f"study {job.study!r} of {job.path}: results in {display_path(self.report_dir)}")
             self._recover(executor, policy)
@@ -297,6 +303,10 @@ class StudyDriver:
         dropped.pop(setting_key(baseline) or "", None)
         if dropped:
             self.say(f"pre-screen: {len(dropped)} NCCL setting(s) dropped before launch")
+        late = late_settings(data) - set(dropped)
+        if late:
+            self.say(f"pre-screen: {len(late)} NCCL setting(s) over {LATE_RATIO:g}x the fastest all-reduce tried late")
+            self._late = lambda config: setting_key(config) in late
         return PrescreenedSpace(self.job.space, dropped, self.backend.normalize)
 
     # ---- the loop ---------------------------------------------------------------------------

@@ -17,7 +17,10 @@ Definitions (comparable with ``vllm bench serve``):
 A failed request (refused, HTTP error, timeout, malformed chunk, stream ended without
 ``[DONE]``) is data: ``RequestResult(ok=False, error="one line")``, never an exception.
 Every request has an overall deadline (``timeout_s``), so a server that stops streaming
-mid-request yields ``error="timeout"`` within ``timeout_s`` plus a little slack.
+mid-request yields ``error="timeout"`` within ``timeout_s`` plus a little slack; with a
+stall limit (``stall_s``, the job's ``timeouts.stall``) a read that waits longer than it,
+before the deadline, ends the request as ``stalled`` (``RequestResult.stalled``): the
+stream stopped, and the trial says ``hang`` instead of waiting out its deadline.
 
 Two clients, one chunk parser (``_Stream``): single requests (``stream_completion``,
 ``measure_decode``) use a lean blocking ``http.client`` connection whose deadline is
@@ -64,6 +67,7 @@ __all__ = [
 ]
 
 TIMEOUT = "timeout"  # the error string of a request that ran past its deadline
+STALLED = "stalled"  # how the error of a request whose stream went silent for the stall limit begins
 # A stream that ends without ``usage.completion_tokens``: its tokens cannot be counted. A chunk
 # may carry several tokens (speculative decoding: 128 tokens in 55 chunks), so counting chunks
 # would overstate TPOT by the mean accepted length; the request fails instead.
@@ -91,10 +95,11 @@ class _Call:
     """One HTTP request with an overall deadline: per-operation socket timeouts plus a
     watchdog that shuts the socket down at the deadline (unblocks a stuck read)."""
 
-    def __init__(self, base_url: str, timeout_s: float):
+    def __init__(self, base_url: str, timeout_s: float, stall_s: float | None = None):
         parts = urlsplit(base_url if "://" in base_url else f"http://{base_url}")
         self.prefix = parts.path.rstrip("/")
         self.deadline = time.monotonic() + max(0.0, timeout_s)
+        self.stall_s = stall_s  # one read waits at most this long (None: until the deadline)
         self.expired = False
         cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         self.conn = cls(parts.hostname or "127.0.0.1", parts.port, timeout=max(0.01, timeout_s))
@@ -126,7 +131,11 @@ class _Call:
             raise TimeoutError("deadline")
         sock = self.conn.sock
         if sock is not None:
-            sock.settimeout(left)
+            sock.settimeout(min(left, self.stall_s) if self.stall_s else left)
+
+    def stalled(self, exc: BaseException) -> bool:
+        """``exc`` is a read that waited the stall limit with the deadline still ahead."""
+        return bool(self.stall_s) and isinstance(exc, TimeoutError) and not self.timed_out()
 
     def post(self, path: str, body: dict[str, Any]) -> http.client.HTTPResponse:
         data = json.dumps(body).encode()
@@ -164,6 +173,10 @@ def _http_error(status: int, body: bytes) -> str:
     return _one_line(f"HTTP {status}: {msg}")
 
 
+def _stalled_error(stall_s: float | None) -> str:
+    return f"{STALLED}: no data for {stall_s:g}s (timeouts.stall)"
+
+
 def _classify(exc: BaseException, timed_out: bool) -> str:
     """One line for a failed request's exception (``timed_out``: its deadline passed)."""
     if timed_out or isinstance(exc, (TimeoutError, socket.timeout, asyncio.TimeoutError)):
@@ -199,6 +212,11 @@ class RequestResult:
     @property
     def timed_out(self) -> bool:
         return not self.ok and self.error == TIMEOUT
+
+    @property
+    def stalled(self) -> bool:
+        """The stream went silent for the stall limit before its deadline."""
+        return not self.ok and (self.error or "").startswith(STALLED)
 
     @property
     def tpot_s(self) -> float | None:
@@ -335,11 +353,13 @@ def stream_completion(
     temperature: float = 0.0,
     ignore_eos: bool = True,
     extra: dict[str, Any] | None = None,
+    stall_s: float | None = None,
 ) -> RequestResult:
-    """Stream one completion and time its tokens; never raises for a failed request."""
+    """Stream one completion and time its tokens; never raises for a failed request.
+    ``stall_s``: a read that waits longer ends it as stalled (module docstring)."""
     body = _completion_body(model, prompt, max_tokens, temperature, ignore_eos, extra)
     st = _Stream(time.monotonic())
-    call = _Call(base_url, timeout_s)
+    call = _Call(base_url, timeout_s, stall_s)
     try:
         resp = call.post("/v1/completions", body)
         if resp.status != 200:
@@ -351,7 +371,7 @@ def stream_completion(
                     break
             st.ended(call.timed_out())
     except Exception as exc:  # noqa: BLE001 - a failed request is data
-        st.res.error = _classify(exc, call.timed_out())
+        st.res.error = _stalled_error(stall_s) if call.stalled(exc) else _classify(exc, call.timed_out())
     finally:
         call.close()
     return st.result(call.expired)
@@ -636,15 +656,30 @@ class _Body:
         return piece
 
 
-async def _exchange(target: tuple[str, int, bool, bytes], st: _Stream) -> None:
+class _Stalled(Exception):
+    """A read of a stream waited longer than the stall limit (its deadline still ahead)."""
+
+
+async def _within(awaitable, stall_s: float | None):
+    """``await awaitable``, but at most ``stall_s`` (None: as long as it takes)."""
+    if not stall_s:
+        return await awaitable
+    try:
+        return await asyncio.wait_for(awaitable, stall_s)
+    except asyncio.TimeoutError:
+        raise _Stalled() from None
+
+
+async def _exchange(target: tuple[str, int, bool, bytes], st: _Stream, stall_s: float | None = None) -> None:
     """Send the request, feed ``st`` each ``data:`` line, stamped when the read that
-    completed it returned (the synchronous client stamps when ``readline`` returns)."""
+    completed it returned (the synchronous client stamps when ``readline`` returns); a read
+    that waits longer than ``stall_s`` raises ``_Stalled``."""
     host, port, tls, request = target
     reader, writer = await asyncio.open_connection(host, port, ssl=True if tls else None)
     try:
         writer.write(request)
         await writer.drain()
-        status, headers = await _response_head(reader)
+        status, headers = await _within(_response_head(reader), stall_s)
         body = _Body(reader, headers)
         if status != 200:
             raw = b""
@@ -653,7 +688,7 @@ async def _exchange(target: tuple[str, int, bool, bytes], st: _Stream) -> None:
             st.res.error = _http_error(status, raw[:4096])
             return
         tail = b""
-        while piece := await body.read():
+        while piece := await _within(body.read(), stall_s):
             now = time.monotonic()
             *lines, tail = (tail + piece).split(b"\n")
             for line in lines:
@@ -667,21 +702,24 @@ async def _exchange(target: tuple[str, int, bool, bytes], st: _Stream) -> None:
         writer.close()
 
 
-async def _astream(target: tuple[str, int, bool, bytes], timeout_s: float) -> RequestResult:
+async def _astream(target: tuple[str, int, bool, bytes], timeout_s: float,
+                   stall_s: float | None = None) -> RequestResult:
     """One streamed completion on the running loop; its deadline cancels it where it waits."""
     st = _Stream(time.monotonic())
     expired = False
     try:
-        await asyncio.wait_for(_exchange(target, st), max(0.0, timeout_s))
+        await asyncio.wait_for(_exchange(target, st, stall_s), max(0.0, timeout_s))
     except asyncio.TimeoutError:
         expired = True
+    except _Stalled:
+        st.res.error = _stalled_error(stall_s)
     except Exception as exc:  # noqa: BLE001 - a failed request is data
         st.res.error = _classify(exc, False)
     return st.result(expired)
 
 
 async def _streams(targets: Sequence[tuple[str, int, bool, bytes]], timeout_s: float, width: int,
-                   n_requests: int) -> tuple[list[RequestResult], float]:
+                   n_requests: int, stall_s: float | None = None) -> tuple[list[RequestResult], float]:
     """``n_requests`` requests, ``width`` at a time, the i-th to ``targets[i % len]``:
     (results, wall seconds)."""
     results: list[RequestResult] = []
@@ -689,7 +727,7 @@ async def _streams(targets: Sequence[tuple[str, int, bool, bytes]], timeout_s: f
 
     async def worker() -> None:
         for i in todo:
-            results.append(await _astream(targets[i % len(targets)], timeout_s))
+            results.append(await _astream(targets[i % len(targets)], timeout_s, stall_s))
 
     t0 = time.monotonic()
     await asyncio.gather(*(worker() for _ in range(min(width, n_requests))))
@@ -711,6 +749,7 @@ def _summary(results: list[RequestResult], concurrency: int, n_requests: int, wa
         "ok_requests": len(good),
         "failures": len(bad),
         "timeouts": sum(1 for r in bad if r.timed_out),
+        "stalls": sum(1 for r in bad if r.stalled),
         "errors": errors,
         "total_tokens": total,
         "wall_s": wall,
@@ -731,10 +770,12 @@ def measure_concurrency(
     n_requests: int | None = None,
     timeout_s: float,
     extra: dict[str, Any] | None = None,
+    stall_s: float | None = None,
 ) -> dict[str, Any]:
     """``concurrency`` simultaneous streams until ``n_requests`` are done.
 
-    ``timeout_s`` bounds each request. Returns total output tok/s (tokens of successful
+    ``timeout_s`` bounds each request; a read of one that waits longer than ``stall_s`` ends
+    it as stalled (counted in ``stalls``). Returns total output tok/s (tokens of successful
     requests / wall time), per-request medians of TPOT, decode tok/s (1/TPOT) and TTFT,
     and the failure count with up to five distinct errors.
 
@@ -750,7 +791,7 @@ def measure_concurrency(
     prompts = [prompt] if isinstance(prompt, str) else list(prompt)
     targets = [_request_bytes(base_url, "/v1/completions", _completion_body(model, p, output_tokens, 0.0, True, extra))
                for p in prompts]
-    results, wall = asyncio.run(_streams(targets, timeout_s, concurrency, n_requests))
+    results, wall = asyncio.run(_streams(targets, timeout_s, concurrency, n_requests, stall_s))
     return _summary(results, concurrency, n_requests, wall)
 
 

@@ -16,8 +16,9 @@ total output tok/s with N concurrent streams), the prompts and the rounds. ``mea
 4. ``repeats`` rounds, more up to ``max_repeats`` while level 1's median interval is wider
    than ``target_rel_ci``, never past the deadline.
 
-A failed request fails the measurement (``ok=False``, ``timed_out`` when it was a timeout):
-the trial says ``bench-error``/``bench-timeout``. The median of a level is over its samples
+A failed request fails the measurement (``ok=False``, ``timed_out`` when it was a timeout,
+``stalled`` when its stream went silent for ``plan.stall_s``): the trial says
+``bench-error``/``bench-timeout``/``hang``. The median of a level is over its samples
 (prompts and rounds), every sample kept in the record.
 """
 
@@ -38,6 +39,7 @@ from orchestrator.node.client import RequestResult, relative_ci
 from orchestrator.node.spec import BenchPlan
 
 METRICS_TIMEOUT_S = 5.0
+STALLED_MARK = "streams stalled"  # in a concurrent round's error: some of its streams went silent
 
 
 @dataclass
@@ -87,6 +89,7 @@ class Measurement:
     ok: bool = False
     error: str | None = None
     timed_out: bool = False
+    stalled: bool = False  # a stream went silent for the stall limit (``timeouts.stall``)
     failed_request: RequestResult | None = None
     pruned: bool = False
     levels: dict[int, Level] = field(default_factory=dict)
@@ -155,8 +158,9 @@ def measure(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
     def left() -> float:
         return min(plan.timeout_s, deadline - time.monotonic())
 
-    def fail(err: str, timed_out: bool, req: RequestResult | None = None) -> Measurement:
+    def fail(err: str, timed_out: bool, req: RequestResult | None = None, stalled: bool = False) -> Measurement:
         out.ok, out.error, out.timed_out, out.failed_request = False, err, timed_out, req
+        out.stalled = stalled or (req is not None and req.stalled)
         return out
 
     t0 = time.monotonic()
@@ -164,7 +168,7 @@ def measure(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
         if left() <= 0:
             return fail(f"benchmark deadline reached during warm-up ({i} of {plan.warmup})", True)
         req = client.stream_completion(base_url, model, plan.prompts[i % len(plan.prompts)], plan.output_tokens,
-                                       left())
+                                       left(), stall_s=plan.stall_s)
         if not req.ok:
             return fail(f"warm-up request {i + 1} failed: {req.error}", req.timed_out, req)
     out.warmup_s = time.monotonic() - t0
@@ -191,7 +195,8 @@ def measure(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
                 if rnd >= plan.repeats and error[1] and deadline - time.monotonic() <= 0:
                     out.warnings.append(f"adaptive round {rnd + 1} cut by the benchmark deadline")
                     break
-                return fail(f"concurrency {level}: {error[0]}" if level > 1 else error[0], error[1], error[2])
+                return fail(f"concurrency {level}: {error[0]}" if level > 1 else error[0], error[1], error[2],
+                            stalled=STALLED_MARK in error[0])
             got.spec_after = read_metrics(metrics_url)
         else:
             out.rounds = rnd + 1
@@ -222,7 +227,7 @@ def _decode_round(base_url: str, model: str, plan: BenchPlan, got: Level,
         budget = left()
         if budget <= 0:
             return f"benchmark deadline reached after {len(got.samples)} requests", True, None
-        req = client.stream_completion(base_url, model, prompt, plan.output_tokens, budget)
+        req = client.stream_completion(base_url, model, prompt, plan.output_tokens, budget, stall_s=plan.stall_s)
         if not req.ok:
             return f"request {len(got.samples) + 1} failed: {req.error}", req.timed_out, req
         if req.decode_tok_s is None:
@@ -242,10 +247,11 @@ def _concurrent_round(base_url: str, model: str, plan: BenchPlan, got: Level,
     if budget <= 0:
         return "benchmark deadline reached", True, None
     summary = client.measure_concurrency(base_url, model, plan.prompts, plan.output_tokens, got.level,
-                                         timeout_s=budget)
+                                         timeout_s=budget, stall_s=plan.stall_s)
     if summary.get("failures"):
         timed_out = summary.get("timeouts", 0) > 0
-        return f"{summary['failures']} of {summary['n_requests']} requests failed: {summary['errors'][:1]}", \
+        stalled = f" ({summary['stalls']} {STALLED_MARK})" if summary.get("stalls") else ""
+        return f"{summary['failures']} of {summary['n_requests']} requests failed{stalled}: {summary['errors'][:1]}", \
             timed_out, None
     if summary.get("total_tok_s") is None:
         return "no token arrived", False, None

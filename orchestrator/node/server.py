@@ -28,6 +28,7 @@ Exceptions (only raised by ``ServerProcess.start`` / ``wait_ready``)::
     ├── SpawnFailed          the argv could not be executed at all (or not recorded)
     ├── ServerExited         the first process exited before it was ready (returncode, log tail)
     ├── ServerFailed         another process of the tree died, or the engine logged a fatal error
+    ├── ServerStalled        the tree alive, not ready, and its log silent for the stall limit
     └── ReadyTimeout         still not ready after the timeout (log tail)
 """
 
@@ -64,6 +65,7 @@ __all__ = [
     "SpawnFailed",
     "ServerExited",
     "ServerFailed",
+    "ServerStalled",
     "ReadyTimeout",
     "ServerProcess",
     "ServerRegistry",
@@ -116,6 +118,15 @@ class ServerFailed(ServerError):
     def __init__(self, reason: str, log_tail: str = ""):
         self.reason = reason
         super().__init__(reason, log_tail=log_tail)
+
+
+class ServerStalled(ServerError):
+    """The server's tree is alive but it is not ready and has written nothing to its log for
+    ``stall_s`` (a deadlocked start-up: GPUs busy, no progress): ``timeouts.stall``."""
+
+    def __init__(self, stall_s: float, log_tail: str = ""):
+        self.stall_s = stall_s
+        super().__init__(f"no log output for {stall_s:.0f} s and not ready", log_tail=log_tail)
 
 
 class ReadyTimeout(ServerError):
@@ -280,6 +291,7 @@ class ServerProcess:
         self.record: ServerRecord | None = None
         self.watch: TreeWatch | None = None
         self.started_at: float | None = None  # time.monotonic() at spawn
+        self._output_offset: int | None = None  # the log's size before the server wrote to it
         self.supervisor_pid: int | None = None
         self._owner_fd: int | None = None
         self._stopped = False
@@ -308,6 +320,19 @@ class ServerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     @property
+    def first_output_s(self) -> float | None:
+        """Seconds from spawn to the server's first log output (None: none yet, or unwatched)."""
+        first = self.watch.first_output if self.watch is not None else None
+        return None if first is None or self.started_at is None else first - self.started_at
+
+    def silent_s(self) -> float | None:
+        """Seconds since the server last wrote to its log (since spawn before it wrote
+        anything); None when its log is not watched."""
+        if self.watch is None or self.started_at is None:
+            return None
+        return time.monotonic() - (self.watch.last_output or self.started_at)
+
+    @property
     def fatal(self) -> str | None:
         """Why the tree watch took the server for dead (None while it has not)."""
         return self.watch.fatal if self.watch is not None else None
@@ -326,6 +351,7 @@ class ServerProcess:
             preexec = _parent_death_preexec(os.getpid())
         with open(self.log_path, "ab", buffering=0) as logf:
             logf.write(f"# ncclsweep: {self.spec.shell_line()}\n".encode())
+            self._output_offset = logf.tell()
             try:
                 self.proc = subprocess.Popen(
                     list(self.spec.argv),
@@ -369,7 +395,7 @@ class ServerProcess:
                 except OSError as exc:  # the parent-death signal and cleanup remain
                     log.warning("could not start the supervisor of server pid %d: %s", pid, exc)
             self.watch = TreeWatch(pid, start_time, self.log_path, self.rules,
-                                   on_fatal=self._stop_now).begin()
+                                   on_fatal=self._stop_now, offset=self._output_offset).begin()
         log.debug("started server pid=%d pgid=%d: %s", pid, pgid, self.spec.shell_line())
         return self.record
 
@@ -397,11 +423,13 @@ class ServerProcess:
         if rc is not None:
             raise ServerExited(rc, self.log_tail())
 
-    def wait_ready(self, timeout_s: float, poll_s: float = 0.25) -> float:
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.25, *, stall_s: float | None = None) -> float:
         """Poll health, the first process and the tree watch until ready; return seconds waited.
 
         Raises ``ServerExited`` as soon as the first process exits, ``ServerFailed`` as
-        soon as the tree watch finds the server dead, ``ReadyTimeout`` after ``timeout_s``.
+        soon as the tree watch finds the server dead, ``ServerStalled`` once the log has been
+        silent for ``stall_s`` (None: never) while the server is not ready, ``ReadyTimeout``
+        after ``timeout_s``.
         """
         if self.proc is None:
             raise ServerError("server not started")
@@ -417,6 +445,10 @@ class ServerProcess:
             if ok:
                 self._raise_if_dead()  # something else answered on our port, or it died meanwhile
                 return time.monotonic() - t0
+            silent = self.silent_s() if stall_s is not None else None
+            if silent is not None and silent >= stall_s:  # type: ignore[operator]
+                self._raise_if_dead()  # a tree that died is a crash, not a stall
+                raise ServerStalled(float(stall_s), self.log_tail())  # type: ignore[arg-type]
             remaining = deadline - time.monotonic()
             try:  # returns at once when the process exits
                 self.proc.wait(timeout=max(0.0, min(poll_s, remaining)))

@@ -22,6 +22,11 @@ around it) and ``on_fatal`` is called once, after a short grace so the engine ca
 printing its traceback; the server's owner ends the server there, which also ends a
 benchmark waiting on it. ``seen`` keeps every member ever seen, so teardown can end the
 ones that left the process group.
+
+The watch also notes when the log last grew (``first_output``, ``last_output``: any bytes,
+a progress bar's carriage-return updates included): a start-up that deadlocks (GPUs busy, no
+progress) writes nothing, and ``ServerProcess.wait_ready`` ends it as stalled after
+``timeouts.stall`` of silence instead of after the whole start-up timeout.
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ class TreeWatch:
     """One server's watcher thread (see the module docstring)."""
 
     def __init__(self, pid: int, start: float, log_path: Path | str, rules: WatchRules | None = None, *,
-                 on_fatal: Callable[[], None] | None = None, poll_s: float = 0.5, grace_s: float = 1.0):
+                 on_fatal: Callable[[], None] | None = None, poll_s: float = 0.5, grace_s: float = 1.0,
+                 offset: int | None = None):
         self.pid, self.start = pid, start
         self.log_path = Path(log_path)
         self.rules = rules or WatchRules()
@@ -72,6 +78,9 @@ class TreeWatch:
         self._transient_re = self.rules.transient_regex()
         self._essential_re = self.rules.essential_regex()
         self._exe = ""
+        self._begin_offset = offset  # where the server's own output starts (after the node's launch line)
+        self.first_output: float | None = None  # time.monotonic() when the log first grew
+        self.last_output: float | None = None  # ... and when it last did
 
     # ---- results ---------------------------------------------------------------------------
     @property
@@ -85,7 +94,7 @@ class TreeWatch:
 
     # ---- thread --------------------------------------------------------------------------------
     def begin(self) -> "TreeWatch":
-        self._offset = self._log_size()
+        self._offset = self._log_size() if self._begin_offset is None else self._begin_offset
         self._thread = threading.Thread(target=self._run, name=f"treewatch-{self.pid}", daemon=True)
         self._thread.start()
         return self
@@ -158,6 +167,11 @@ class TreeWatch:
         except OSError:
             return []
         self._offset += len(data)
+        if data:
+            now = time.monotonic()
+            self.last_output = now
+            if self.first_output is None:
+                self.first_output = now
         text = self._partial + data.decode("utf-8", "replace")
         lines = text.split("\n")
         self._partial = lines.pop()

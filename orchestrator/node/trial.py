@@ -1,5 +1,6 @@
 """One trial's whole lifecycle, in one place: launch, ready, warm-up, benchmark,
-correctness outputs, NCCL verification, teardown.
+correctness outputs, NCCL verification, teardown; where its start-up time went
+(``node.startup``: the ``startup_phases`` record, on every trial that spawned a server).
 
 ``run_trial(spec)`` never raises for anything the server does: every outcome becomes a
 ``TrialResult`` (COMPLETE, FAIL with a kind from the closed list, or PRUNED). It runs
@@ -21,10 +22,10 @@ from typing import Any
 from orchestrator.backends import get_backend_class
 from orchestrator.core import nccl
 from orchestrator.core.errors import StorageWriteError, is_file_write_failure
-from orchestrator.core.launch import server_environment
+from orchestrator.core.launch import cache_locations, server_environment
 from orchestrator.core.logs import capture_warnings
 from orchestrator.core.records import COMPLETE, PRUNED, Config, FailureKind, TrialResult
-from orchestrator.node import client, gpus
+from orchestrator.node import client, gpus, startup
 from orchestrator.node.hwprobe import memory_bandwidth, node_info
 from orchestrator.node.measure import measure
 from orchestrator.node.preflight import resolve
@@ -34,6 +35,7 @@ from orchestrator.node.server import (
     ServerFailed,
     ServerProcess,
     ServerRegistry,
+    ServerStalled,
     SpawnFailed,
     free_port,
 )
@@ -41,6 +43,7 @@ from orchestrator.node.spec import TrialSpec
 
 # Candidates per generated token in the correctness capture (the pick and its runner-up).
 NEAR_TIE_CANDIDATES = 2
+BENCHMARK_PHASE = "benchmark"  # where a stream that stopped was (``startup_phases.stalled_in``)
 
 
 def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
@@ -68,12 +71,22 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
     port = launch.port
     common: dict[str, Any] = dict(started_at=started, node=node, timing=timing)
 
-    def finish(result: TrialResult) -> TrialResult:
+    def finish(result: TrialResult, stalled_in: str | None = None) -> TrialResult:
+        spawned = proc.started_at is not None
+        ended_s = time.monotonic() - proc.started_at if spawned else None  # type: ignore[operator]
         timing["teardown_s"] = proc.stop(spec.server.teardown_grace_s)
         if on_server:
             on_server(None)
         log_text = _read(log_path)
         result.log_tail = _tail(log_text, 60)
+        if spawned:  # where the start-up's time went (spawn -> first line -> ready, the engine's phases)
+            result.startup_phases = startup.parse(log_text, first_line_s=proc.first_output_s,
+                                                  ready_s=timing.get("launch_s"),
+                                                  ended_s=None if "launch_s" in timing else ended_s)
+            if stalled_in is not None:
+                result.startup_phases["stalled_in"] = stalled_in
+            # the engines' caches it ran with: the node's, the same for every trial (core.launch)
+            result.startup_phases["caches"] = cache_locations({**os.environ, **env})
         result.nccl = nccl.parse_log(log_text)
         requested = {k: v for k, v in env.items() if k.startswith("NCCL_") and not k.startswith("NCCL_DEBUG")}
         if result.nccl.get("version") or (backend.device() == "cuda" and node.get("gpus")
@@ -91,11 +104,11 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         timing["total_s"] = result.ended_at - started
         return result
 
-    def failed(kind: str, reason: str) -> TrialResult:
+    def failed(kind: str, reason: str, stalled_in: str | None = None) -> TrialResult:
         refused = nccl.classify_failure(_read(log_path)) == FailureKind.NCCL_INVALID
-        if kind in (FailureKind.START_CRASH, FailureKind.BENCH_ERROR) and refused:
+        if kind in (FailureKind.START_CRASH, FailureKind.BENCH_ERROR, FailureKind.HANG) and refused:
             kind, reason = FailureKind.NCCL_INVALID, f"NCCL refused a setting: {reason}"
-        return finish(TrialResult.failed(spec.config, kind, reason, **common))
+        return finish(TrialResult.failed(spec.config, kind, reason, **common), stalled_in)
 
     if spec.device_check:  # never start on GPUs that something else holds: not the config's fault
         held = gpus.foreign_use(gpus.visible_devices(), {os.getpid()})
@@ -112,7 +125,13 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
 
         server_info = asdict(record)
         try:
-            proc.wait_ready(spec.server.startup_timeout_s)
+            proc.wait_ready(spec.server.startup_timeout_s, stall_s=spec.server.stall_s)
+        except ServerStalled as exc:
+            if cancel.is_set():
+                return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
+            phase = startup.last_phase(_read(log_path))
+            return failed(FailureKind.HANG, f"{exc} (timeouts.stall; its process tree was alive; stalled in: {phase})",
+                          stalled_in=phase)
         except ServerFailed as exc:
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
@@ -149,9 +168,11 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
             metrics["concurrency"] = {}
             for level in plan.constraint_levels:
                 total = client.measure_concurrency(launch.base_url, launch.model_name, plan.prompts,
-                                                   plan.output_tokens, level, timeout_s=plan.timeout_s)
+                                                   plan.output_tokens, level, timeout_s=plan.timeout_s,
+                                                   stall_s=plan.stall_s)
                 if total.get("failures"):
-                    return _bench_failure(failed, proc, None, f"concurrency {level}: {total['errors'][:1]}")
+                    return _bench_failure(failed, proc, None, f"concurrency {level}: {total['errors'][:1]}",
+                                          stalled=bool(total.get("stalls")))
                 metrics["concurrency"][str(level)] = total["total_tok_s"]
 
         # correctness outputs (compared by the driver against the golden reference), also of a
@@ -220,12 +241,15 @@ def _pruned_reason(got, thresholds, metrics: dict[str, Any]) -> str:
 
 
 def _bench_failure(failed, proc: ServerProcess, decode, error: str | None = None,
-                   limit_s: float | None = None) -> TrialResult:
+                   limit_s: float | None = None, stalled: bool = False) -> TrialResult:
     error = error or (decode.error if decode is not None else "benchmark failed")
     if proc.fatal:
         return failed(FailureKind.BENCH_ERROR, f"{proc.fatal} during the benchmark ({error})")
     if not proc.alive():
         return failed(FailureKind.BENCH_ERROR, f"server died during the benchmark ({error})")
+    if stalled or (decode is not None and decode.stalled):
+        return failed(FailureKind.HANG, f"a stream of the benchmark stopped: {error} (timeouts.stall; the server "
+                      "was alive)", stalled_in=BENCHMARK_PHASE)
     if decode is not None and decode.timed_out:
         limit = f" within the {limit_s:g}s limit (timeouts.bench)" if limit_s else ""
         return failed(FailureKind.BENCH_TIMEOUT, f"benchmark did not finish{limit}: {error}")

@@ -34,6 +34,14 @@ Wrong output has no log line to name its cause, so a value is judged by what pas
   reference's outvote rule judges them). Failures that were not the config's fault
   (blameless, uncounted, against an outvoted reference) never count.
 
+A stall (``hang``: the tree alive and silent for ``timeouts.stall``, e.g. ``NCCL_P2P_LEVEL``
+set too high on a PCIe box) has no log line either, so it is judged like wrong output
+(``hang_values``): a value is cleared by a launch with it that did not hang (it got past
+start-up, or through its benchmark), and banned once two counted ``hang`` launches of
+different configs carried it and it is the only value never cleared that they share. A
+config's first hang is blameless (re-queued once, like a first timeout) and never counts;
+its second is the config's answer, so a value that hangs twice in two configs is banned.
+
 ``banned_values(rows)`` -> {(param, value): reason}; ``hit(config, bans)`` says which ban
 a (normalized) config carries. The search policy leaves such configs out of what it
 proposes (``orchestrator.study.feasible``); the driver says so in a progress line, the report
@@ -84,6 +92,8 @@ def _started(row: TrialRow) -> bool:
     """A launch that got past start-up with its config (so none of its values crashes it)."""
     if row.state in ("COMPLETE", "PRUNED"):
         return True
+    if row.state == "FAIL" and row.failure_kind == FailureKind.HANG:  # a stream that stopped: it had started
+        return (row.startup_phases or {}).get("ready_s") is not None
     return row.state == "FAIL" and row.failure_kind in AFTER_START_KINDS
 
 
@@ -109,6 +119,8 @@ def banned_values(rows: list[TrialRow]) -> dict[tuple[str, Any], str]:
                          f"{', '.join(str(r.number) for r in rows_)})")
     for pair, why in wrong_output_values(rows).items():
         out.setdefault(pair, why)
+    for pair, why in hang_values(rows).items():
+        out.setdefault(pair, why)
     return out
 
 
@@ -132,20 +144,40 @@ def wrong_output_values(rows: list[TrialRow]) -> dict[tuple[str, Any], str]:
     launched = [r for r in rows if r.cached_from is None and not r.skipped]
     cleared = {_key(k, v) for r in launched if _passed(r) for k, v in (r.params or {}).items()}
     wrong = [r for r in launched if r.counted and _gave_wrong_output(r)]
-    suspects = {r.number: {_key(k, v) for k, v in (r.params or {}).items()} - cleared for r in wrong}
+    return _shared_suspects(wrong, cleared, "gave wrong output", "passed the correctness gate")
+
+
+def _hung(row: TrialRow) -> bool:
+    return row.state == "FAIL" and row.failure_kind == FailureKind.HANG
+
+
+def hang_values(rows: list[TrialRow]) -> dict[tuple[str, Any], str]:
+    """{(param, value): why} for values that hung servers (module docstring)."""
+    launched = [r for r in rows if r.cached_from is None and not r.skipped]
+    cleared = {_key(k, v) for r in launched if _started(r) and not _hung(r) for k, v in (r.params or {}).items()}
+    hung = [r for r in launched if r.counted and _hung(r)]
+    return _shared_suspects(hung, cleared, "hung twice (silent for timeouts.stall)",
+                            "got past start-up without hanging")
+
+
+def _shared_suspects(failed: list[TrialRow], cleared: set[tuple[str, Any]], what: str,
+                     other: str) -> dict[tuple[str, Any], str]:
+    """Values that two failed launches of different configs carry and that are the only ones
+    never cleared the two share (the rule of wrong output and of stalls)."""
+    suspects = {r.number: {_key(k, v) for k, v in (r.params or {}).items()} - cleared for r in failed}
     out: dict[tuple[str, Any], str] = {}
-    for i, a in enumerate(wrong):
-        for b in wrong[i + 1:]:
+    for i, a in enumerate(failed):
+        for b in failed[i + 1:]:
             common = suspects[a.number] & suspects[b.number]
             if a.config_key == b.config_key or len(common) != 1:
                 continue
             pair = next(iter(common))
             if pair in out:
                 continue
-            rows_ = [r for r in wrong if pair in suspects[r.number]]
-            out[pair] = (f"{len(rows_)} launches of different configs with it gave wrong output (trials "
-                         f"{', '.join(str(r.number) for r in rows_)}), none with it passed the correctness gate, and "
-                         f"every other value trials {a.number} and {b.number} share did (wrong-output: "
+            rows_ = [r for r in failed if pair in suspects[r.number]]
+            out[pair] = (f"{len(rows_)} launches of different configs with it {what} (trials "
+                         f"{', '.join(str(r.number) for r in rows_)}), none with it {other}, and every other "
+                         f"value trials {a.number} and {b.number} share did ({a.failure_kind}: "
                          f"{(a.failure_reason or '')[:100]})")
     return out
 

@@ -381,7 +381,8 @@ def format_status(rows: list[TrialRow], width: int | None = None, levels: Iterab
     shown_levels = sorted(levels or ())
     shown_levels = shown_levels if len(shown_levels) > 1 else []
     columns = "".join(f" {'@' + str(lv):>9}" for lv in shown_levels) if shown_levels else f" {'tok/s':>8}"
-    head = f"{'#':>4} {'state':<8}{columns} {'+-%':>5} {'x base':>6} {'node':<12} {'time':>5}  params / failure"
+    head = (f"{'#':>4} {'state':<8}{columns} {'+-%':>5} {'x base':>6} {'node':<12} {'time':>5} {'start':>5}  "
+            "params / failure")
     lines = [head, "-" * min(width, len(head) + 40)]
     launched = [r for r in rows if not r.skipped]  # proposals never launched are not trials
     for r in launched:
@@ -395,14 +396,18 @@ def format_status(rows: list[TrialRow], width: int | None = None, levels: Iterab
             tags.append(f"[cached #{r.cached_from}]")
         if r.state == COMPLETE and r.config_key in tainted:
             tags.append(f"[never best: wrong output in #{tainted[r.config_key]}]")
+        if (r.startup_phases or {}).get("compile_cache"):
+            tags.append(f"[compile {r.startup_phases['compile_cache']}]")
         detail = " ".join(tags + [short_params(r.params)])
         if r.state in (FAIL, PRUNED):
             detail += f"  | {r.failure_kind or r.state.lower()}: {r.failure_reason or ''}"
         if r.warnings:
             detail += f"  | warn: {r.warnings[0]}"
         cells = "".join(f" {_level_cell(r, lv):>9}" for lv in shown_levels) if shown_levels else f" {value:>8}"
+        phases = r.startup_phases or {}
+        start = _fmt_s(phases.get("ready_s", phases.get("ended_s")))  # spawn -> ready (or -> a failed start's end)
         prefix = (f"{r.number:>4} {r.state:<8}{cells} {spread:>5} {ratio:>6} "
-                  f"{_clip(r.node or '-', 12):<12} {_fmt_s(r.durations.get('total_s')):>5}  ")
+                  f"{_clip(r.node or '-', 12):<12} {_fmt_s(r.durations.get('total_s')):>5} {start:>5}  ")
         lines.append(prefix + _clip(detail, max(20, width - len(prefix))))
     counts: dict[str, int] = {}
     for r in launched:

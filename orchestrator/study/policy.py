@@ -18,6 +18,13 @@ config runs:
   random start-up trials and the space can be enumerated, the policy picks them itself,
   each the config most different from everything measured (``startup_order="diverse"``,
   see ``SearchPolicy._most_diverse``), so every parameter is seen at several levels early;
+- launch cost, in the policy's own choices only (the start-up order and the fill, never a
+  sampler's proposal): among equally promising candidates (the same diversity, the same
+  distance to the best), those a prior puts last (``late``: the pre-screen's settings more
+  than ``driver.prescreen.LATE_RATIO`` x slower than the fastest all-reduce) are left out
+  while others remain, and the cheapest to launch is taken (``cost_aware``:
+  ``study.cost.LaunchCost`` learned from the study's launches that got past start-up), the
+  seeded RNG breaking what is still tied;
 - proposals land on configs the study may launch: the study's sampler is wrapped in
   ``feasible.FeasibleSampler`` (feasible under the space's constraints, no value that
   ``bans`` stopped); what still gets through (a space too large to enumerate, an
@@ -78,6 +85,7 @@ from orchestrator.core.records import (
 )
 from orchestrator.study import objective as objectives
 from orchestrator.study.bans import banned_values, describe, hit
+from orchestrator.study.cost import LaunchCost
 from orchestrator.study.feasible import FeasibleSampler
 from orchestrator.study.history import baseline_row, best_rows, trial_rows
 from orchestrator.study.plan import best_at, best_for_mix, prune_thresholds
@@ -125,6 +133,11 @@ DEFAULT_STARTUP_ORDER = "diverse"
 PLAN_STEPS = ("levels", "sampler")
 DEFAULT_PLAN_STEP = "levels"
 MAX_STARTUP_CANDIDATES = 4096  # a larger enumerated space: the most diverse of a seeded sample
+# At equal promise the cheaper launch first (``study.cost``): on the motivating table with GLM-5-like
+# start-up costs it needed fewer hours to within 2% of the best and no more launches
+# (docs/benchmarks.md, "Hours to the best"). False: ties broken by the seeded RNG alone, as before.
+DEFAULT_COST_AWARE = True
+COST_RESOLUTION_S = 1.0  # predicted costs closer than this are equal
 
 _MISSING = object()  # a parameter a normalized config does not have
 
@@ -200,6 +213,8 @@ class SearchPolicy:
         fill: str = DEFAULT_FILL,
         startup: int = 0,
         startup_order: str = DEFAULT_STARTUP_ORDER,
+        cost_aware: bool = DEFAULT_COST_AWARE,
+        late: Callable[[Config], bool] | None = None,
         max_asks: int = 200,
         max_consecutive_duplicates: int = 200,
         objective: Objective | None = None,
@@ -230,6 +245,9 @@ class SearchPolicy:
         # (``samplers.startup_trials``; 0 for random, grid, ...), passed by whoever built it
         self.startup = startup
         self.startup_order = startup_order
+        self.cost_aware = cost_aware
+        # a prior that puts a (normalized) config last among equals (the pre-screen's slow settings)
+        self.late = late
         self.max_asks = max_asks
         self.max_consecutive_duplicates = max_consecutive_duplicates
         self._rng = random.Random(seed)
@@ -245,6 +263,7 @@ class SearchPolicy:
         self._gave_up = False
         self.baseline_key = self._key_of(self.baseline) if self.baseline is not None else None
         self._bans_at: tuple[int, dict] = (-1, {})  # (finished trials, bans) cache
+        self._cost_at: tuple[int, LaunchCost] = (-1, LaunchCost())
         self._allowed_at: tuple[int, list[Config] | None] = (-1, None)
         if not isinstance(study.sampler, FeasibleSampler):  # draws land on configs the study may launch
             study.sampler = FeasibleSampler(study.sampler, self.allowed_configs, seed=seed)
@@ -342,6 +361,25 @@ class SearchPolicy:
         if self._bans_at[0] != n:
             self._bans_at = (n, banned_values(trial_rows(self.study)))
         return self._bans_at[1]
+
+    def launch_cost(self) -> LaunchCost:
+        """What a launch that starts costs, learned from the study's trials (``study.cost``)."""
+        n = self._finished()
+        if self._cost_at[0] != n:
+            self._cost_at = (n, LaunchCost.fit(trial_rows(self.study), started_only=True))
+        return self._cost_at[1]
+
+    def expected_seconds(self, launches: int) -> float | None:
+        """Seconds the next ``launches`` launches should take by the study's measured costs
+        (failures with what they took), over the configs still to launch; None before any."""
+        model = LaunchCost.fit(self.rows())
+        return model.expected_left(self.unmeasured_configs(), launches)
+
+    def unmeasured_configs(self) -> list[Config] | None:
+        """The normalized configs still to launch (neither measured, in flight nor banned);
+        None when the space is not enumerable."""
+        remaining = self._remaining(self._scan())
+        return None if remaining is None else [self._enum_norm[k] for k in remaining]
 
     def allowed_configs(self) -> list[Config] | None:
         """What the study may launch, as seen by the parameters that decide it: every
@@ -512,7 +550,7 @@ class SearchPolicy:
         enum = self._enumeration()
         assert enum is not None
         if self.fill == "neighbor":
-            key = self._nearest_to_best(remaining, enum)
+            key = self._nearest_to_best(self._not_late(remaining), enum)
         else:
             key = self._rng.choice(remaining)
         self.study.enqueue_trial(dict(enum[key]), user_attrs={ATTR_ENQUEUED_BY: "fill"})
@@ -525,7 +563,7 @@ class SearchPolicy:
         assert enum is not None
         seen = [self._config_of(t) for t in st.measured.values()]
         seen += [p.config for p in self._in_flight.values() if p.cached is None]
-        key = self._most_diverse(remaining, seen)
+        key = self._most_diverse(self._not_late(remaining), seen)
         self.study.enqueue_trial(dict(enum[key]), user_attrs={ATTR_ENQUEUED_BY: "startup"})
 
     def _enqueue_level_step(self, remaining: list[str], st: _State, step: int) -> None:
@@ -538,7 +576,7 @@ class SearchPolicy:
         enum = self._enumeration()
         if not best or enum is None:
             return
-        key = self._nearest(remaining, enum, [dict(self._trial(best[0].number).params)])
+        key = self._nearest(self._not_late(remaining), enum, [dict(self._trial(best[0].number).params)])
         self.study.enqueue_trial(dict(enum[key]), user_attrs={ATTR_ENQUEUED_BY: "fill"})
 
     def _config_of(self, t: FrozenTrial) -> Config:
@@ -569,6 +607,24 @@ class SearchPolicy:
         top = max(scores.values())
         return self._rng.choice([k for k in remaining if scores[k] == top])
 
+    def _not_late(self, keys: list[str]) -> list[str]:
+        """The candidates the prior does not put last (all of them when it puts every one last)."""
+        if self.late is None:
+            return keys
+        early = [k for k in keys if not self.late(self._enum_norm[k])]
+        return early or keys
+
+    def _cheapest(self, keys: list[str]) -> list[str]:
+        """Of equally promising candidates, the cheapest to launch (module docstring)."""
+        if not self.cost_aware or len(keys) < 2:
+            return keys
+        model = self.launch_cost()
+        costs = {k: model.predict(self._enum_norm[k]) for k in keys}
+        if any(c is None for c in costs.values()):
+            return keys
+        low = min(costs.values())  # type: ignore[type-var]
+        return [k for k in keys if costs[k] < low + COST_RESOLUTION_S]  # type: ignore[operator]
+
     def _nearest_to_best(self, remaining: list[str], enum: dict[str, Config]) -> str:
         return self._nearest(remaining, enum, [dict(t.params) for t in self._bests()])
 
@@ -576,14 +632,14 @@ class SearchPolicy:
         """The unmeasured config with the fewest parameters differing from the nearest of
         ``refs`` (seeded tie-break); any when there is no reference yet."""
         if not refs:
-            return self._rng.choice(remaining)
+            return self._rng.choice(self._cheapest(remaining))
 
         def dist(k: str) -> int:  # to the nearest of the bests (one per level for a plan)
             raw = enum[k]
             return min(sum(1 for n in set(raw) | set(ref) if raw.get(n) != ref.get(n)) for ref in refs)
         d = {k: dist(k) for k in remaining}
         m = min(d.values())
-        return self._rng.choice([k for k in remaining if d[k] == m])
+        return self._rng.choice(self._cheapest([k for k in remaining if d[k] == m]))
 
     def _skip(self, trial: optuna.Trial, raw: Config, ck: tuple[Config, str] | None, kind: str, reason: str,
               *, constraint: float) -> None:

@@ -15,6 +15,11 @@ A *table* is a CSV with one row per distinct configuration:
   working row;
 - ``failure``: a config-caused failure kind (``start-crash``, ``wrong-output``, ...) or empty;
 - ``baseline``: ``1`` on the row the study enqueues first (optional);
+- ``startup_s``: seconds that config's server takes to start with warm engine caches, or to
+  fail at start (optional; a table without it counts launches only);
+- ``compile_s``: seconds a cold compile adds to the first launch of the row's compile key
+  (its parameters but the NCCL variables: ``study.cost.compile_key``) in a run; later launches
+  of the key load it (optional; empty or 0: nothing is compiled);
 - ``note``: free text, ignored.
 
 ``run_simulation`` replays the table as the objective for the *real* ``SearchPolicy``
@@ -26,7 +31,13 @@ repeat when it is below ``prune_ratio`` x the best median so far (the early-stop
 of ``orchestrator.study.policy``). After each launch the study's best trial (chosen on its
 noisy median) is looked up in the table: the first launch at which its *true* median
 (the row's median) is within ``target`` of the table's best is the launch count that
-search needed. ``format_table`` renders the result as markdown.
+search needed. With start-up costs in the table, each launch also costs time: its
+``startup_s``, ``LAUNCH_OVERHEAD_S`` (warm-up, correctness capture, teardown) and
+``REPEAT_S`` per benchmark repeat it ran (a failure at start runs none); the launches up to
+that one, summed, are the hours that search needed, and the replayed trials carry those
+durations, so a cost-aware policy (``SearchPolicy(cost_aware=True)``, the default; spec
+option ``cost=off`` turns it off) learns them as it would in a study. ``format_table``
+renders the result as markdown.
 
 A plan table replays a study over its levels: each launch measures every level (one sample
 per level and repeat; the early stop needs every level below its threshold, as
@@ -69,6 +80,7 @@ from orchestrator.core.correctness import TEXT_DIFFERS
 from orchestrator.core.errors import BadInput, brief
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO, early_stop
 from orchestrator.core.records import (
+    AFTER_START_KINDS,
     COMPLETE,
     FAILURE_KINDS,
     NOT_THE_CONFIGS_FAULT,
@@ -78,8 +90,10 @@ from orchestrator.core.records import (
     config_key,
 )
 from orchestrator.study import objective as objectives
+from orchestrator.study.cost import compile_key
 from orchestrator.study.plan import best_at, prune_thresholds
 from orchestrator.study.policy import (
+    DEFAULT_COST_AWARE,
     DEFAULT_FILL,
     DEFAULT_PLAN_STEP,
     DEFAULT_STARTUP_ORDER,
@@ -91,8 +105,13 @@ from orchestrator.study.policy import (
 from orchestrator.study.samplers import make_sampler, startup_trials
 from orchestrator.study.storage import ATTR_BASELINE, ATTR_COUNTED, ATTR_KEY, ATTR_SKIPPED
 
-RESERVED_COLUMNS = ("samples", "failure", "baseline", "note")
 LEVEL_PREFIX = "samples@"  # a plan table's per-level sample columns: samples@1, samples@10, ...
+RESERVED_COLUMNS = ("samples", "failure", "baseline", "startup_s", "compile_s", "note")
+# What a launch costs besides its start-up, where a table gives start-up costs: warm-up,
+# correctness capture and teardown, and one benchmark repeat (a round of the prompts at a
+# GLM-5-like 20-60 tok/s, 64 tokens each). The start-up dominates either way (200-450 s).
+LAUNCH_OVERHEAD_S = 30.0
+REPEAT_S = 15.0
 CONFIG_FAILURES = tuple(k for k in FAILURE_KINDS if k not in NOT_THE_CONFIGS_FAULT)
 DEFAULT_SAMPLERS = "tpe,random"
 
@@ -112,6 +131,8 @@ class Row:
     baseline: bool = False
     line: int = 0
     levels: dict[int, list[float]] = field(default_factory=dict)  # a plan table: level -> samples
+    startup_s: float | None = None  # seconds to start (or to fail at start); None: the table has none
+    compile_s: float = 0.0  # seconds a cold compile adds to the first launch of its compile key
 
     @property
     def median(self) -> float | None:
@@ -153,6 +174,11 @@ class Table:
     @property
     def baseline(self) -> Row | None:
         return next((r for r in self.rows if r.baseline), None)
+
+    @property
+    def has_costs(self) -> bool:
+        """Every row says what its start-up costs (hours can be counted)."""
+        return all(r.startup_s is not None for r in self.rows)
 
     def within(self, target: float) -> list[Row]:
         """Rows whose true median is within ``target`` (relative) of the best."""
@@ -235,8 +261,10 @@ def table_from_frame(df, name: str = "table") -> Table:
         row_params = {p: typed[p][i] for p in params if typed[p][i] is not None}
         if not row_params:
             raise TableError(f"{name}: line {line}: every parameter cell is empty")
+        startup = _seconds_cell(df, "startup_s", i, name, line)
+        compile_s = _seconds_cell(df, "compile_s", i, name, line) or 0.0
         rows.append(Row(row_params, samples, failure or None, flag in ("1", "true", "yes"), line,
-                        levels=per_level if levels else {}))
+                        levels=per_level if levels else {}, startup_s=startup, compile_s=compile_s))
     if not rows:
         raise TableError(f"{name}: no rows")
     if sum(r.baseline for r in rows) > 1:
@@ -279,6 +307,25 @@ def _samples(raw: str, name: str, line: int, column: str) -> list[float]:
     if any(not math.isfinite(s) or s <= 0 for s in samples):
         raise TableError(f"{name}: line {line}: {column} must be positive tok/s, not {brief(raw)}")
     return samples
+def _seconds_cell(df, column: str, i: int, name: str, line: int) -> float | None:
+    raw = df[column].iloc[i].strip() if column in df.columns else ""
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value < 0:
+        raise TableError(f"{name}: line {line}: {column} must be seconds (a number >= 0) or empty, not {brief(raw)}")
+    return value
+
+
+def launch_seconds(row: Row, repeats: int, *, cold: bool = False) -> float | None:
+    """What one launch of ``row`` costs when it ran ``repeats`` benchmark repeats, ``cold``:
+    the first of its compile key in the run (module docstring)."""
+    if row.startup_s is None:
+        return None
+    return row.startup_s + (row.compile_s if cold else 0.0) + LAUNCH_OVERHEAD_S + REPEAT_S * repeats
 
 
 class TableSpace:
@@ -323,8 +370,9 @@ def table_from_study(study: optuna.Study):
     """A finished study as a table DataFrame (one row per measured config, samples merged).
 
     Reads the records user attrs: ``config``, ``outcome``, ``failure_kind``,
-    ``metrics.decode_samples``, ``counted``, ``is_baseline``. Cached answers,
-    never-launched proposals and interrupted trials are left out.
+    ``metrics.decode_samples``, ``counted``, ``is_baseline``, ``startup_phases`` (the
+    ``startup_s`` column: the median of its launches' spawn -> ready, or -> the failure).
+    Cached answers, never-launched proposals and interrupted trials are left out.
     """
     import pandas as pd  # heavy: imported only when a table is built
 
@@ -338,7 +386,11 @@ def table_from_study(study: optuna.Study):
             continue
         key = ua.get(ATTR_KEY) or config_key(ua["config"])
         entry = merged.setdefault(key, {"config": dict(ua["config"]), "samples": [], "failure": None,
-                                        "baseline": False, "note": []})
+                                        "baseline": False, "note": [], "startup": []})
+        phases = ua.get("startup_phases") or {}
+        started = phases.get("ready_s", phases.get("ended_s"))
+        if isinstance(started, (int, float)):
+            entry["startup"].append(float(started))
         if outcome == "FAIL":
             entry["failure"] = entry["failure"] or ua.get("failure_kind")
         else:
@@ -370,9 +422,12 @@ def table_from_study(study: optuna.Study):
             rec["samples"] = "" if e["failure"] else ";".join(f"{s:.4g}" for s in e["samples"])
         rec["failure"] = e["failure"] or ""
         rec["baseline"] = "1" if e["baseline"] else ""
+        rec["startup_s"] = f"{statistics.median(e['startup']):.1f}" if e["startup"] else ""
         rec["note"] = ", ".join(e["note"])
         records.append(rec)
-    return pd.DataFrame.from_records(records, columns=[*params, *sample_cols, "failure", "baseline", "note"])
+    columns = [*params, *sample_cols, "failure", "baseline",
+               *(["startup_s"] if any(r["startup_s"] for r in records) else []), "note"]
+    return pd.DataFrame.from_records(records, columns=columns)
 
 
 def _cell(value: Any) -> str:
@@ -420,6 +475,7 @@ class SamplerSpec:
         total = sum(self.weights)
         return Objective(concurrency=tuple(sorted(levels)),
                          weights={lv: w / total for lv, w in zip(sorted(levels), self.weights)})
+    cost: bool = DEFAULT_COST_AWARE  # the policy's cost-aware tie-breaks (``cost=off``: ties by the RNG only)
 
     @classmethod
     def parse(cls, text: str) -> "SamplerSpec":
@@ -458,6 +514,10 @@ class SamplerSpec:
                     spec.weights = tuple(float(x) for x in v.split("+"))
                 except ValueError:
                     raise ValueError(f"weights must look like 0.6+0.3+0.1 (in level order), not {brief(v)}") from None
+            elif k == "cost":
+                if v not in ("on", "off"):
+                    raise ValueError(f"cost must be on or off, not {brief(v)}")
+                spec.cost = v == "on"
             else:
                 spec.options[k] = v
         if spec.fill is None:
@@ -481,6 +541,8 @@ class Run:
     cached: int
     skipped: int  # infeasible or in-flight duplicates: told PRUNED, never launched
     pruned_good: int = 0  # early-stopped launches of configs that were truly within target
+    hours_to_target: float | None = None  # launch hours up to the one that got within target
+    hours: float | None = None  # launch hours of the whole run (None: the table has no start-up costs)
 
 
 @dataclass
@@ -503,6 +565,22 @@ class SamplerResult:
     @property
     def median_repeats(self) -> float:
         return _quantile(self._hits("repeats_to_target"), 0.5)
+
+    @property
+    def median_hours(self) -> float | None:
+        """Median launch hours to within target (inf: never; None: the table has no costs)."""
+        if any(r.hours is None for r in self.runs):
+            return None
+        return _quantile(self._hits("hours_to_target"), 0.5)
+
+    @property
+    def mean_hours(self) -> float | None:
+        """Mean launch hours to within target, a run that never got there counted with the
+        hours of its whole budget."""
+        if any(r.hours is None for r in self.runs):
+            return None
+        return statistics.fmean(r.hours_to_target if r.hours_to_target is not None else r.hours  # type: ignore[misc]
+                                for r in self.runs)
 
     def mean_launches(self, budget: int) -> float:
         """Mean launches to target, a run that never got there counted as ``budget + 1``."""
@@ -549,6 +627,7 @@ class SimulationResult:
     baseline_within: bool = False
     levels: tuple[int, ...] = ()  # a plan table's levels (the target: within at every level)
     level_bests: dict[int, float] = field(default_factory=dict)
+    has_costs: bool = False  # the table gives start-up costs: hours are counted
 
     @property
     def random_expectation(self) -> float:
@@ -565,7 +644,8 @@ class SimulationResult:
         d = asdict(self)
         for s, res in zip(d["samplers"], self.samplers):
             s.update(median_launches=res.median_launches, p90_launches=res.p90_launches, never=res.never,
-                     mean_launches=res.mean_launches(self.budget),
+                     mean_launches=res.mean_launches(self.budget), median_hours=res.median_hours,
+                     mean_hours=res.mean_hours,
                      median_best_ratio=res.median_best_ratio, median_repeats=res.median_repeats)
         return json.loads(json.dumps(d, default=str).replace("Infinity", "null"))
 
@@ -606,14 +686,17 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
     fill = spec.fill or ("random" if spec.name == "random" else DEFAULT_FILL)
     policy = SearchPolicy(study, space, space.normalize, baseline=baseline, budget=budget, seed=seed,
                           fill=fill, startup=startup, startup_order=spec.startup_order, objective=objective,
-                          plan_step=spec.plan_step or ("sampler" if spec.name == "random" else DEFAULT_PLAN_STEP))
+                          plan_step=spec.plan_step or ("sampler" if spec.name == "random" else DEFAULT_PLAN_STEP),
+                          cost_aware=spec.cost)
     rng = random.Random(seed * 1_000_003 + 17)
     rows = table.by_key()
     floor = (1.0 - target) * table.best
     floors = {lv: (1.0 - target) * table.best_at(lv) for lv in table.levels}
     launches = reps = pruned = failed = cached = pruned_good = 0
+    seconds = 0.0
     hit_l: int | None = None
     hit_r: int | None = None
+    hit_h: float | None = None
     in_flight: list[Any] = []
 
     def within(study_rows) -> bool:
@@ -624,19 +707,26 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
             if true is None or true < lv_floor:
                 return False
         return True
+    compiled: set[str] = set()  # compile keys a launch of this run got past start-up with (warm caches)
 
     def settle(proposal) -> None:
-        nonlocal reps, pruned, failed, hit_l, hit_r, pruned_good
+        nonlocal reps, pruned, failed, hit_l, hit_r, hit_h, pruned_good, seconds
         row = rows[proposal.key]
+        key = compile_key(row.params)
+        cold = key not in compiled
         if table.is_plan:  # every level is measured whatever the search is told: thresholds at every level
             result = _replay_levels(row, proposal.config, rng, repeats,
-                                    prune_thresholds(policy.rows(), table.levels, ratio) if ratio else None)
+                                    prune_thresholds(policy.rows(), table.levels, ratio) if ratio else None,
+                                    cold=cold)
             good = all((row.median_at(lv) or 0.0) >= f for lv, f in floors.items())
         else:
             threshold = policy.prune_threshold(ratio) if ratio else None
-            result = _replay_trial(row, proposal.config, rng, repeats, threshold)
+            result = _replay_trial(row, proposal.config, rng, repeats, threshold, cold=cold)
             good = (row.median or 0.0) >= floor
+        if row.failure is None or row.failure in AFTER_START_KINDS:
+            compiled.add(key)
         reps += int(result.metrics.get("repeats", 0))
+        seconds += result.timing.get("total_s", 0.0)
         pruned += result.outcome == PRUNED
         if result.outcome == PRUNED and good:
             pruned_good += 1
@@ -653,6 +743,7 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
             true = rows[best.user_attrs[ATTR_KEY]].median
             if true is not None and true >= floor:
                 hit_l, hit_r = launches, reps
+                hit_h = seconds / 3600 if table.has_costs else None
 
     while True:
         proposal = policy.next() if len(in_flight) < parallel else None
@@ -680,11 +771,12 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
         if best is not None:
             ratio_best = (rows[best.user_attrs[ATTR_KEY]].median or 0.0) / table.best
     skipped = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(ATTR_SKIPPED))
-    return Run(seed, hit_l, hit_r, ratio_best, launches, reps, pruned, failed, cached, skipped, pruned_good)
+    return Run(seed, hit_l, hit_r, ratio_best, launches, reps, pruned, failed, cached, skipped, pruned_good,
+               hit_h, seconds / 3600 if table.has_costs else None)
 
 
 def _replay_trial(row: Row, config: dict[str, Any], rng: random.Random, repeats: int,
-                  threshold: float | None) -> TrialResult:
+                  threshold: float | None, *, cold: bool = False) -> TrialResult:
     """Answer one launch from a table row: a failure, an early stop, or ``repeats`` draws.
 
     A working row passed the correctness gate where it was measured, a ``wrong-output``
@@ -693,25 +785,41 @@ def _replay_trial(row: Row, config: dict[str, Any], rng: random.Random, repeats:
     if row.failure:
         corr = ({"ok": False, "reason": f"{TEXT_DIFFERS} (replayed from the table)"}
                 if row.failure == FailureKind.WRONG_OUTPUT else {})
+        ran = repeats if row.failure in AFTER_START_KINDS else 0  # a failure after start ran its benchmark
+        started = row.failure in AFTER_START_KINDS
         return TrialResult.failed(config, row.failure, "replayed from the table", metrics={"repeats": 0},
-                                  correctness=corr)
+                                  correctness=corr, **_costs(row, ran, started=started, cold=cold and started))
     first = rng.choice(row.samples)
     if early_stop({1: first}, {1: threshold}):
         return TrialResult(outcome=PRUNED, config=config, value=first, correctness={"ok": True},
-                           metrics={"intermediate": first, "decode_samples": [first], "repeats": 1})
+                           metrics={"intermediate": first, "decode_samples": [first], "repeats": 1},
+                           **_costs(row, 1, started=True, cold=cold))
     samples = [first] + [rng.choice(row.samples) for _ in range(max(0, repeats - 1))]
     median = float(statistics.median(samples))
     return TrialResult(outcome=COMPLETE, config=config, value=median, correctness={"ok": True},
-                       metrics={"decode_tok_s": median, "decode_samples": samples, "repeats": len(samples)})
+                       metrics={"decode_tok_s": median, "decode_samples": samples, "repeats": len(samples)},
+                       **_costs(row, len(samples), started=True, cold=cold))
+
+
+def _costs(row: Row, repeats: int, *, started: bool, cold: bool) -> dict[str, Any]:
+    """The durations a replayed launch records (none when the table has no start-up costs)."""
+    total = launch_seconds(row, repeats, cold=cold)
+    if total is None:
+        return {}
+    start = row.startup_s + (row.compile_s if cold else 0.0)  # type: ignore[operator]
+    phases: dict[str, Any] = {"ready_s": start} if started else {"ended_s": start}
+    if row.compile_s and started:
+        phases["compile_cache"] = "miss" if cold else "hit"
+    return {"timing": {"total_s": total}, "startup_phases": phases}
 
 
 def _replay_levels(row: Row, config: dict[str, Any], rng: random.Random, repeats: int,
-                   thresholds: dict[int, float] | None) -> TrialResult:
+                   thresholds: dict[int, float] | None, *, cold: bool = False) -> TrialResult:
     """A launch of a plan table's row: a failure, an early stop (the first repeat below its
     threshold at every level: ``core.outcome.early_stop``, as ``node.measure`` stops), or
     ``repeats`` draws at every level, recorded as a trial records its levels."""
     if row.failure:
-        return _replay_trial(row, config, rng, repeats, None)
+        return _replay_trial(row, config, rng, repeats, None, cold=cold)
     levels = sorted(row.levels)
     first = {lv: rng.choice(row.levels[lv]) for lv in levels}
 
@@ -723,14 +831,16 @@ def _replay_levels(row: Row, config: dict[str, Any], rng: random.Random, repeats
         levels_rec = record({lv: [v] for lv, v in first.items()})
         return TrialResult(outcome=PRUNED, config=config, value=first[levels[0]], correctness={"ok": True},
                            metrics={"levels": levels_rec, "decode_samples": [first[1]] if 1 in first else [],
-                                    "intermediate": first[levels[0]], "repeats": 1})
+                                    "intermediate": first[levels[0]], "repeats": 1},
+                           **_costs(row, 1, started=True, cold=cold))
     samples = {lv: [first[lv]] + [rng.choice(row.levels[lv]) for _ in range(max(0, repeats - 1))] for lv in levels}
     levels_rec = record(samples)
     value = levels_rec[str(levels[0])]["value"]
     metrics: dict[str, Any] = {"levels": levels_rec, "repeats": repeats}
     if 1 in samples:
         metrics.update(decode_tok_s=levels_rec["1"]["value"], decode_samples=samples[1])
-    return TrialResult(outcome=COMPLETE, config=config, value=value, correctness={"ok": True}, metrics=metrics)
+    return TrialResult(outcome=COMPLETE, config=config, value=value, correctness={"ok": True}, metrics=metrics,
+                       **_costs(row, repeats, started=True, cold=cold))
 
 
 def run_simulation(table_path: str | Path | Table, samplers: Sequence[str] | str = DEFAULT_SAMPLERS, *,
@@ -774,7 +884,7 @@ def run_simulation(table_path: str | Path | Table, samplers: Sequence[str] | str
         repeats=repeats, prune_ratio=ratio, parallel=parallel,
         baseline=use_baseline and table.baseline is not None, samplers=results,
         baseline_within=table.baseline is not None and table.baseline in table.within(target),
-        levels=table.levels, level_bests={lv: table.best_at(lv) for lv in table.levels})
+        levels=table.levels, level_bests={lv: table.best_at(lv) for lv in table.levels}, has_costs=table.has_costs)
 
 
 # ---- output -------------------------------------------------------------------------------------
@@ -782,6 +892,12 @@ def _fmt_n(v: float) -> str:
     if math.isinf(v):
         return "never"
     return f"{v:g}"
+
+
+def _fmt_h(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return "never" if math.isinf(v) else f"{v:.2f}"
 
 
 def format_table(result: SimulationResult | Iterable[SimulationResult]) -> str:
@@ -809,20 +925,26 @@ def format_table(result: SimulationResult | Iterable[SimulationResult]) -> str:
                 f"launches on average ({res.random_expectation / res.n_configs * 100:.0f}% of the table).")
         out.append("")
         every = " at every level" if res.levels else ""
+        hours = (f" | hours to within {pct}: median | mean**" if res.has_costs else "")
         out.append(f"| sampler | launches to within {pct}{every}: median | p90 | mean* | never (of {res.seeds}) "
                    f"| median, % of table | repeats to within {pct}: median | best after {res.budget} "
                    f"(median, % of best{', worst level' if res.levels else ''}) | repeats used (median) "
-                   f"| pruned/run | good configs pruned |")
-        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                   f"| pruned/run | good configs pruned{hours} |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if res.has_costs else ""))
         for s in res.samplers:
             share = "-" if math.isinf(s.median_launches) else f"{s.median_launches / res.n_configs * 100:.0f}%"
+            cells = f" | {_fmt_h(s.median_hours)} | {_fmt_h(s.mean_hours)}" if res.has_costs else ""
             out.append(f"| {s.spec} | {_fmt_n(s.median_launches)} | {_fmt_n(s.p90_launches)} "
                        f"| {s.mean_launches(res.budget):.1f} | {s.never} | {share} "
                        f"| {_fmt_n(s.median_repeats)} | {s.median_best_ratio * 100:.1f}% "
-                       f"| {s.median_total_repeats:g} | {s.mean_pruned:.1f} | {s.pruned_good} |")
+                       f"| {s.median_total_repeats:g} | {s.mean_pruned:.1f} | {s.pruned_good}{cells} |")
         out.append("")
         out.append(f"\\* mean launches to within {pct}, a run that never got there counted as budget + 1 "
                    f"= {res.budget + 1}.")
+        if res.has_costs:
+            out.append(f"\\*\\* mean launch hours to within {pct} (start-up from the table's startup_s, plus "
+                       f"{LAUNCH_OVERHEAD_S:g} s per launch and {REPEAT_S:g} s per benchmark repeat), a run that "
+                       "never got there counted with the hours of its whole budget.")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
@@ -851,7 +973,8 @@ def format_summary(results: Iterable[SimulationResult]) -> str:
                 cells.append(f"never [{got.mean_launches(res.budget):.1f}]")
             else:
                 cells.append(f"{got.median_launches:g} ({got.median_launches / res.n_configs * 100:.0f}%) "
-                             f"[{got.mean_launches(res.budget):.1f}]")
+                             f"[{got.mean_launches(res.budget):.1f}]"
+                             + (f", {_fmt_h(got.median_hours)} h" if res.has_costs else ""))
         name = f"{res.table} (every level of {', '.join(map(str, res.levels))})" if res.levels else res.table
         out.append(f"| {name} | {res.n_configs} | {res.n_within} | {res.budget} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"

@@ -6,6 +6,7 @@
     trials.csv      one row per trial (``report.trials_csv``)
     history.png, params.png, importance.png, timeline.png    the plots (``report.plots``)
     pareto.png      a plan only (objective over several levels): the Pareto plot
+    startup.png     each trial's start-up phases, stacked (``report.startup``)
     report.md       headline, the plan (several levels), top configs, failures by kind, NCCL warnings, ceiling,
                     concurrency comparison (from ``compare.json`` when present), by node
                     (``report.sections``)
@@ -27,6 +28,7 @@ from orchestrator.results.importance import knob_effects
 from orchestrator.results.report.document import render_html, render_markdown
 from orchestrator.results.report.plots import write_plots
 from orchestrator.results.report.sections import ReportJob, build_blocks
+from orchestrator.results.report.startup import STARTUP_PLOT, plot_startup
 from orchestrator.results.report.trials_csv import trials_frame
 from orchestrator.study import history, storage
 from orchestrator.study.plan import build_plan
@@ -57,6 +59,7 @@ def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: 
     objective = getattr(job, "objective", None)
     plan = build_plan(rows, objective) if objective is not None and objective.is_plan else None
     plots = write_plots(rows, effects, notes, report_dir, plan=plan)
+    plots.append(plot_startup(rows, StudyDir(report_dir).plot(STARTUP_PLOT)))
     written += plots
 
     blocks, _summary_dict = build_blocks(job, rows, report_dir, backend, bandwidth_bytes_s, allreduce_latency_s,

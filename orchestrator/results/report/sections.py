@@ -44,6 +44,7 @@ from orchestrator.results.importance import (
 from orchestrator.results.report import document as doc
 from orchestrator.results.report.document import Block, clip
 from orchestrator.results.report.plots import trial_spans
+from orchestrator.results.report.startup import startup_blocks
 from orchestrator.study import bans as value_bans
 from orchestrator.study import history, storage
 from orchestrator.study.history import (
@@ -271,7 +272,7 @@ def _failures(rows) -> list[Block]:
         out.append(doc.para("No trial failed; the trials below were stopped early."))
     for kind, members in sorted(kinds.items()):
         fault = (" (not the config's fault)" if kind in NOT_THE_CONFIGS_FAULT else
-                 " (a first timeout is re-queued once)" if kind in TIMEOUT_KINDS else "")
+                 " (a first timeout or stall is re-queued once)" if kind in TIMEOUT_KINDS else "")
         out.append(doc.heading(3, f"{kind}: {len(members)} trial(s){fault}"))
         out.append(doc.table(["Trial", "Node", "Config", "Reason"],
                           [[r.number, r.node or "-", f"`{short_params(r.params)}`",
@@ -698,6 +699,7 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
     blocks += [doc.heading(2, "Plots")] + [doc.image(name, alt) for name, alt in (
         ("history.png", "Optimization history"), ("params.png", "tok/s per parameter value"),
         ("importance.png", "Parameter importance"), ("timeline.png", "Trial timeline per node"))]
+    blocks += startup_blocks(rows)
     blocks += _top_table(rows, best, base)
     given = effects_given_top(rows, effects, best[0].params) if best else None
     blocks += _importance_blocks(effects, notes, given, [v for _, v, _ in measured_points(rows)])

@@ -16,7 +16,8 @@ from orchestrator.results.compare import summarize
 from orchestrator.results.report import write_report
 from orchestrator.study import storage
 
-EXPECTED = {"trials.csv", "history.png", "params.png", "importance.png", "timeline.png", "report.md", "report.html"}
+EXPECTED = {"trials.csv", "history.png", "params.png", "importance.png", "timeline.png", "startup.png", "report.md",
+            "report.html"}
 
 
 def rounds(per_config: dict[str, dict[str, list[float]]]) -> list[dict]:

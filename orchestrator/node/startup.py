@@ -1,0 +1,271 @@
+"""Where a server's start-up time went, read from its own log: the ``startup_phases`` record.
+
+A launch costs minutes on a large model (GLM-5 on 8 PCIe GPUs starts in 7-8 minutes, about
+208 s of it CUDA-graph capture), and an engine says in its log what took the time. ``parse``
+turns a trial's server log, and the two times the trial measured itself (spawn -> first log
+line, spawn -> healthy or -> the failure), into one record (``TrialResult.startup_phases``):
+
+- ``first_line_s``, ``ready_s`` (or ``ended_s`` for a start that failed): measured by the node
+  for any backend, so every trial has spawn -> first log line -> healthy;
+- what the engine reports itself (``ENGINES``): vLLM's ``Loading weights took``, ``Model
+  loading took``, ``torch.compile took`` with the compile cache's hit or miss (``Directly
+  load the compiled graph`` / ``Compiling a graph``) and its directory, ``Graph capturing
+  finished in``, ``init engine (profile, create kv cache, warmup model) took``; SGLang's
+  ``Init torch distributed ends. elapsed=``, ``Load weight end. elapsed=``, ``Capture ...
+  cuda graph end. Time elapsed:`` (or ``elapsed=``); the reference server's ``weights built
+  in`` and ``captured ... in``. A value printed by several ranks is the slowest rank's; one
+  printed twice by one process (a draft model's weights and compile) is their sum;
+- ``segments``: consecutive parts of the start-up that add up to ``ready_s`` (the report's
+  stacked bar): process start (spawn -> first line), the engine's phases, and ``other``
+  (the rest: imports, engine and API processes, whatever the log does not name);
+- ``last_phase``: the last phase whose first line the log shows (markers in order per engine;
+  ``process start`` before any output, ``start-up`` after it when no marker matched): where a
+  start that stalls or fails was.
+
+Real vLLM 0.26.0 logs in tests/fixtures/vllm/ are parsed in tests/node/test_startup.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+HEADER = "# ncclsweep:"  # the launch line the node writes first: not the server's output
+PROCESS_START = "process start"  # spawn -> first log line
+STARTING = "start-up"  # output seen, no phase marker yet
+OTHER = "other"  # the part of a start-up the log does not name
+# the compile cache of a trial, from its log: every compiled graph loaded, every one compiled, or both
+CACHE_HIT, CACHE_MISS, CACHE_PARTIAL = "hit", "miss", "partial"
+
+
+@dataclass(frozen=True)
+class Reported:
+    """A duration the engine prints: ``pattern``'s group 1 in seconds, kept as ``key``."""
+
+    key: str
+    pattern: re.Pattern
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What one engine's log says about its start-up."""
+
+    name: str
+    detect: re.Pattern  # a line only this engine writes
+    markers: tuple[tuple[str, re.Pattern], ...]  # (phase, its first line), in start-up order
+    reported: tuple[Reported, ...]
+    # the segments the engine's numbers give, in order: (name, keys, minus): the first of ``keys``
+    # found, less the ``minus`` ones (parts of a total that have segments of their own)
+    segments: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]
+    process: re.Pattern | None = None  # a line's process (per-rank values), group 1
+
+
+def _re(text: str) -> re.Pattern:
+    return re.compile(text, re.IGNORECASE)
+
+
+VLLM = Engine(
+    name="vllm",
+    detect=_re(r"^\((?:APIServer|EngineCore\w*|Worker\w*|VllmWorker\w*) pid=\d+\)|vLLM API server version"),
+    markers=(
+        ("engine init", _re(r"Initializing a V1 LLM engine|Initializing an LLM engine")),
+        ("NCCL init", _re(r"NCCL INFO|distributed_init_method|world_size=\d+ rank=\d+")),
+        ("weights", _re(r"Loading model from scratch|Starting to load model|Loading safetensors|Loading weights")),
+        ("torch.compile", _re(r"Using cache directory: .*torch\.compile|Dynamo bytecode transform|Compiling a graph|"
+                              r"Directly load the compiled")),
+        ("profile and KV cache", _re(r"Initial profiling/warmup run|Available KV cache memory|GPU KV cache size")),
+        ("graph capture", _re(r"Capturing CUDA graphs")),
+        ("warm-up", _re(r"Graph capturing finished")),
+        ("API server start", _re(r"init engine \(profile")),
+        ("ready", _re(r"Application startup complete")),
+    ),
+    reported=(
+        Reported("weights_s", _re(r"Loading weights took ([\d.]+) s")),
+        Reported("model_load_s", _re(r"Model loading took [\d.]+ \w+(?: memory)? and ([\d.]+) s")),
+        Reported("compile_s", _re(r"torch\.compile took ([\d.]+) s in total")),
+        Reported("graph_capture_s", _re(r"Graph capturing finished in ([\d.]+) s")),
+        Reported("init_engine_s", _re(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")),
+    ),
+    segments=(
+        ("weights", ("model_load_s", "weights_s"), ()),  # the whole load (weights_s is a part of it)
+        ("torch.compile", ("compile_s",), ()),
+        ("graph capture", ("graph_capture_s",), ()),
+        # init engine contains the compile and the capture
+        ("profile, KV cache, warm-up", ("init_engine_s",), ("compile_s", "graph_capture_s")),
+    ),
+    process=re.compile(r"^\((\w+ pid=\d+)\)"),
+)
+
+SGLANG = Engine(
+    name="sglang",
+    detect=_re(r"sglang|The server is fired up and ready to roll|Load weight begin"),
+    markers=(
+        ("NCCL init", _re(r"Init torch distributed begin")),
+        ("weights", _re(r"Load weight begin")),
+        ("KV cache", _re(r"Load weight end|KV Cache is allocated|Memory pool end")),
+        ("graph capture", _re(r"Capture .*cuda graph begin")),
+        ("warm-up", _re(r"Capture .*cuda graph end")),
+        ("ready", _re(r"The server is fired up and ready to roll")),
+    ),
+    reported=(
+        Reported("nccl_init_s", _re(r"Init torch distributed ends\. elapsed=([\d.]+) s")),
+        Reported("weights_s", _re(r"Load weight end\. elapsed=([\d.]+) s")),
+        Reported("graph_capture_s", _re(r"Capture .*cuda graph end\.? (?:Time elapsed: |elapsed=)([\d.]+) s")),
+    ),
+    segments=(
+        ("NCCL init", ("nccl_init_s",), ()),
+        ("weights", ("weights_s",), ()),
+        ("graph capture", ("graph_capture_s",), ()),
+    ),
+    process=re.compile(r"^\[[\d-]+ [\d:]+ ((?:DP\d+ )?(?:PP\d+ )?TP\d+(?: EP\d+)?)\]"),
+)
+
+REFSERVER = Engine(
+    name="refserver",
+    detect=_re(r"^\[refserver rank\d+\]"),
+    markers=(
+        ("NCCL init and weights", _re(r"\] starting ")),
+        ("graph capture and warm-up", _re(r"\] weights built in ")),
+        ("ready", _re(r"\] ready on ")),
+    ),
+    reported=(
+        Reported("weights_s", _re(r"weights built in ([\d.]+)s")),
+        Reported("graph_capture_s", _re(r"captured \d+ CUDA graphs .* in ([\d.]+)s")),
+    ),
+    segments=(("weights", ("weights_s",), ()), ("graph capture", ("graph_capture_s",), ())),
+    process=re.compile(r"^\[refserver (rank\d+)\]"),
+)
+
+ENGINES = (VLLM, SGLANG, REFSERVER)
+
+_COMPILE_HIT = _re(r"Directly load the compiled graph|Directly load AOT compilation")
+_COMPILE_MISS = _re(r"Compiling a graph for")
+_CACHE_DIR = _re(r"Using cache directory: (\S*?torch_compile_cache/[0-9a-f]+)")
+
+
+def output_lines(text: str) -> list[str]:
+    """The server's own lines (the node's launch line left out)."""
+    return [ln for ln in text.splitlines() if not ln.startswith(HEADER)]
+
+
+def engine_of(lines: Iterable[str]) -> Engine | None:
+    """The engine whose lines these are (None: none this module knows)."""
+    lines = list(lines)
+    for engine in ENGINES:
+        if any(engine.detect.search(ln) for ln in lines):
+            return engine
+    return None
+
+
+def last_phase(text: str) -> str:
+    """The last phase whose first line the log shows (module docstring)."""
+    lines = output_lines(text)
+    if not any(ln.strip() for ln in lines):
+        return PROCESS_START
+    engine = engine_of(lines)
+    reached = -1
+    if engine is not None:
+        for ln in lines:
+            for i, (_, pattern) in enumerate(engine.markers):
+                if i > reached and pattern.search(ln):
+                    reached = i
+    return engine.markers[reached][0] if engine is not None and reached >= 0 else STARTING
+
+
+def _reported(engine: Engine, lines: list[str]) -> dict[str, float]:
+    """The engine's own durations: per process the sum of what it printed, then the slowest process."""
+    per: dict[str, dict[str, float]] = {}
+    for ln in lines:
+        proc = engine.process.search(ln) if engine.process is not None else None
+        who = proc.group(1) if proc else ""
+        for rep in engine.reported:
+            m = rep.pattern.search(ln)
+            if m:
+                mine = per.setdefault(rep.key, {})
+                mine[who] = mine.get(who, 0.0) + float(m.group(1))
+    return {key: max(values.values()) for key, values in per.items()}
+
+
+def compile_cache(lines: list[str]) -> dict[str, str]:
+    """vLLM's torch.compile cache as the log shows it: ``compile_cache`` hit / miss / partial
+    (some graphs loaded, others compiled) and ``compile_cache_dir`` (the directory keyed by the
+    config's compile-relevant settings). Empty when nothing was compiled (eager)."""
+    hit = any(_COMPILE_HIT.search(ln) for ln in lines)
+    miss = any(_COMPILE_MISS.search(ln) for ln in lines)
+    out: dict[str, str] = {}
+    if hit or miss:
+        out["compile_cache"] = CACHE_PARTIAL if hit and miss else CACHE_HIT if hit else CACHE_MISS
+    where = next((m.group(1) for ln in lines if (m := _CACHE_DIR.search(ln))), None)
+    if where:
+        out["compile_cache_dir"] = where
+    return out
+
+
+def _segments(engine: Engine | None, found: dict[str, float], first_line_s: float | None,
+              total_s: float | None) -> list[list[Any]]:
+    """Consecutive parts of the start-up (module docstring); they add up to ``total_s`` when known."""
+    out: list[list[Any]] = []
+    if first_line_s is not None:
+        out.append([PROCESS_START, round(first_line_s, 3)])
+    for name, keys, minus in engine.segments if engine is not None else ():
+        key = next((k for k in keys if k in found), None)
+        if key is None:
+            continue
+        seconds = found[key] - sum(found.get(k, 0.0) for k in minus)
+        if seconds > 0:
+            out.append([name, round(seconds, 3)])
+    if total_s is not None:
+        rest = total_s - sum(s for _, s in out)
+        name = OTHER if len(out) > 1 or first_line_s is None else STARTING
+        if rest > 0:
+            out.append([name, round(rest, 3)])
+    return out
+
+
+def parse(text: str, *, first_line_s: float | None = None, ready_s: float | None = None,
+          ended_s: float | None = None) -> dict[str, Any]:
+    """The ``startup_phases`` record of one server log (module docstring).
+
+    ``first_line_s``: spawn -> the first line of output (measured by the node); ``ready_s``:
+    spawn -> healthy; ``ended_s``: spawn -> the end of a start that never got healthy (the
+    segments then add up to it). Durations the engine printed after it was ready (a
+    benchmark's lines) never are phases: only the log up to its ready line is read."""
+    lines = output_lines(text)
+    engine = engine_of(lines)
+    if engine is not None:
+        ready = engine.markers[-1][1]
+        end = next((i for i, ln in enumerate(lines) if ready.search(ln)), None)
+        if end is not None:
+            lines = lines[:end + 1]
+    record: dict[str, Any] = {}
+    if engine is not None:
+        record["engine"] = engine.name
+    if first_line_s is not None:
+        record["first_line_s"] = round(first_line_s, 3)
+    if ready_s is not None:
+        record["ready_s"] = round(ready_s, 3)
+    elif ended_s is not None:
+        record["ended_s"] = round(ended_s, 3)
+    found = _reported(engine, lines) if engine is not None else {}
+    record.update({k: round(v, 3) for k, v in found.items()})
+    record.update(compile_cache(lines))
+    record["segments"] = _segments(engine, found, first_line_s, ready_s if ready_s is not None else ended_s)
+    record["last_phase"] = last_phase(text)
+    return record
+
+
+def summary(phases: dict[str, Any]) -> str:
+    """One short line: ``ready 165s: weights 2s, torch.compile 13s (cache miss), ...``."""
+    if not phases:
+        return ""
+    total = phases.get("ready_s")
+    head = f"ready {total:.0f}s" if total is not None else (
+        f"ended {phases['ended_s']:.0f}s in {phases.get('last_phase', '?')}" if phases.get("ended_s") is not None
+        else "start-up")
+    parts = []
+    for name, seconds in phases.get("segments") or []:
+        note = f" (cache {phases['compile_cache']})" if name == "torch.compile" and phases.get("compile_cache") else ""
+        parts.append(f"{name} {seconds:.0f}s{note}")
+    return head + (": " + ", ".join(parts) if parts else "")

@@ -1,0 +1,81 @@
+"""Issue 26's acceptance, end to end (real driver, real Ray, real servers): a start-up that
+hangs silently ends as ``hang`` in the stall limit, not the start-up timeout, twice (the first
+is re-queued once, the second is the config's answer), and nothing of its tree is left; a
+stream that stops mid-benchmark is a ``hang`` too, in its own phase."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from conftest import write_job
+from orchestrator.config.job import load_job
+from orchestrator.core.outcome import FIRST_TIMEOUT_NOTE
+from orchestrator.driver.run import StudyDriver
+from orchestrator.node import proctree
+from orchestrator.node.server import ServerRegistry
+from orchestrator.study.history import trial_rows
+from orchestrator.study.storage import open_study
+
+pytestmark = pytest.mark.slow
+
+FAKE = str(Path(__file__).resolve().parents[1] / "fake_openai_server.py")
+
+
+def test_a_start_that_hangs_silently_is_a_hang_in_the_stall_limit(tmp_path, ray_local):
+    """The command backend's test server prints its lines, starts two workers, then says
+    nothing and never turns healthy (a deadlocked start: NCCL_P2P_LEVEL too high on a PCIe
+    box). timeouts.startup 30m, timeouts.stall 60s: both launches end as hang after about the
+    stall, far below the start-up timeout, and the run ends."""
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    argv = ["{python}", FAKE, "--host", "{host}", "--port", "{port}", "--model", "fake", "--ready-after", "100000",
+            "--workers", "2", "--pid-dir", str(pid_dir)]
+    job = load_job(write_job(tmp_path, study="hang", space_text="params:\n  tp_size: {choices: [1]}\n",
+                             backend={"kind": "command", "settings": {"argv": argv, "model_name": "fake"}},
+                             baseline={"tp_size": 1}, correctness={"enabled": False}, budget={"trials": 1},
+                             timeouts={"startup": "30m", "stall": "60s", "bench": "30s", "teardown": "5s"}))
+    assert (job.timeouts.startup_s, job.timeouts.stall_s) == (1800, 60)
+    out = io.StringIO()
+    summary = StudyDriver(job, out=out).run()
+    assert summary.reason == "space exhausted", out.getvalue()  # the one config has its answer: hang
+    rows = [r for r in trial_rows(open_study(job, create=False)) if not r.skipped]
+    assert [(r.state, r.failure_kind) for r in rows] == [("FAIL", "hang"), ("FAIL", "hang")], out.getvalue()
+    first, second = rows
+    assert not first.counted and FIRST_TIMEOUT_NOTE in first.failure_reason  # re-queued once, like a first timeout
+    assert second.counted  # the second is the config's answer
+    for r in rows:
+        assert "no log output for 60 s and not ready" in r.failure_reason and "stalled in: start-up" in r.failure_reason
+        phases = r.startup_phases
+        assert phases["stalled_in"] == "start-up" and phases["last_phase"] == "start-up"
+        assert phases["first_line_s"] < phases["ended_s"]  # it printed, then went silent
+        # ended by the stall, not by the start-up timeout: what "within minutes" means
+        assert job.timeouts.stall_s <= r.durations["total_s"] < job.timeouts.startup_s / 10
+    assert out.getvalue().count("FAIL hang") == 2 and "stalled in: start-up" in out.getvalue()
+    workers = [int(p.read_text()) for p in pid_dir.glob("worker-*.pid") if p.read_text().strip()]
+    assert len(workers) >= 2 and not any(proctree.alive(p) for p in workers)  # nothing of either tree is left
+    assert ServerRegistry(job.dir.servers).records() == []
+
+
+def test_a_stream_that_stops_in_the_benchmark_is_a_hang_in_its_phase(tmp_path, ray_local, no_leftover_servers):
+    """The reference server stops decoding after 4 tokens (fault hang-in-decode), health still
+    200: the warm-up stream goes silent, and the trial ends after the stall limit as hang in
+    the benchmark, not after timeouts.bench."""
+    job = load_job(write_job(tmp_path, study="stream",
+                             backend={"kind": "refserver", "settings": {"model": "tiny", "device": "cpu",
+                                                                        "fault": "hang-in-decode"}},
+                             space_text="params:\n  tp_size: {choices: [1]}\n", baseline={"tp_size": 1},
+                             correctness={"enabled": False}, budget={"trials": 1},
+                             timeouts={"startup": "60s", "stall": "3s", "bench": "10m", "teardown": "5s"}))
+    out = io.StringIO()
+    StudyDriver(job, out=out).run()
+    rows = [r for r in trial_rows(open_study(job, create=False)) if not r.skipped]
+    assert [r.failure_kind for r in rows] == ["hang", "hang"], out.getvalue()
+    for r in rows:
+        assert r.startup_phases["stalled_in"] == "benchmark" and r.startup_phases["ready_s"] > 0
+        assert "a stream of the benchmark stopped: warm-up request 1 failed: stalled" in r.failure_reason
+        assert r.durations["total_s"] < job.timeouts.bench_s / 10
+    assert rows[1].counted and not rows[0].counted
+

@@ -1,0 +1,139 @@
+"""The start-up phase parser (orchestrator/node/startup.py) on real vLLM 0.26.0 logs
+(tests/fixtures/vllm/, README there), SGLang's log lines and the reference server's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.node import startup
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
+
+
+def _log(name: str) -> str:
+    return (FIXTURES / name).read_text(errors="replace")
+
+
+def test_a_cold_start_compiles_and_a_start_that_differs_only_in_nccl_loads_the_compiled_graphs():
+    """The capture of 2026-12-01: the same config twice on one machine, the second with only
+    NCCL_PROTO/NCCL_ALGO set: the same cache directory, miss then hit."""
+    cold = startup.parse(_log("vllm-0.26.0-h200-tp1-graphs-cold-compile-miss.log"), first_line_s=2.0, ready_s=165.0)
+    warm = startup.parse(_log("vllm-0.26.0-h200-tp1-graphs-nccl-only-compile-hit.log"), first_line_s=2.0,
+                         ready_s=54.0)
+    assert cold["engine"] == warm["engine"] == "vllm"
+    assert (cold["compile_cache"], warm["compile_cache"]) == ("miss", "hit")
+    assert cold["compile_cache_dir"] == warm["compile_cache_dir"]
+    assert cold["compile_cache_dir"].endswith("torch_compile_cache/f0f977201c")
+    assert (cold["compile_s"], warm["compile_s"]) == (12.83, 2.42)  # "torch.compile took ... in total"
+    assert cold["weights_s"] == 0.33 and cold["model_load_s"] == 1.87
+    assert cold["graph_capture_s"] == 1.0 and cold["init_engine_s"] == 111.08
+    segments = dict(cold["segments"])
+    assert segments["process start"] == 2.0 and segments["weights"] == 1.87
+    assert segments["torch.compile"] == 12.83 and segments["graph capture"] == 1.0
+    # init engine (111.08 s) contains the compile and the capture
+    assert segments["profile, KV cache, warm-up"] == pytest.approx(111.08 - 12.83 - 1.0)
+    for phases, ready in ((cold, 165.0), (warm, 54.0)):  # the stacked bar is the whole start-up
+        assert sum(s for _, s in phases["segments"]) == pytest.approx(ready)
+        assert phases["segments"][-1][0] == "other" and phases["ready_s"] == ready
+    assert cold["last_phase"] == "ready"
+
+
+def test_eager_compiles_nothing_and_tp2_takes_the_slowest_rank():
+    eager = startup.parse(_log("vllm-0.26.0-h200-tp1-eager-warm.log"))
+    assert "compile_cache" not in eager and "compile_s" not in eager and "graph_capture_s" not in eager
+    assert [name for name, _ in eager["segments"]] == ["weights", "profile, KV cache, warm-up"]
+    tp2 = startup.parse(_log("vllm-0.26.0-2xh200-tp2-eager-p2poff-simple-nccl-info.log"))
+    # Worker_TP0 1.120962 s, Worker_TP1 1.164011 s: the slower rank gates the start
+    assert tp2["model_load_s"] == pytest.approx(1.164, abs=1e-3)
+
+
+def test_a_draft_model_adds_its_load_and_its_compile():
+    spec = startup.parse(_log("vllm-0.26.0-h200-tp1-draft-model-spec.log"))
+    assert spec["weights_s"] == pytest.approx(0.39 + 0.13)  # target, then drafter, one process
+    assert spec["compile_s"] == pytest.approx(13.57 + 4.66)  # backbone, then draft_model
+    assert spec["compile_cache"] == "miss"
+
+
+def test_the_last_phase_a_failed_start_reached():
+    crash = _log("vllm-0.26.0-2xh200-tp2-graphs-p2poff-crash-illegal-address.log")
+    assert startup.last_phase(crash) == "torch.compile"
+    refused = _log("vllm-0.26.0-2xh200-tp2-graphs-p2poff-tree-ll-allgather-refused.log")
+    assert startup.last_phase(refused) == "profile and KV cache"
+    assert startup.parse(refused)["compile_cache"] == "hit"  # TP0 loaded its graphs from the cache
+
+
+@pytest.mark.parametrize("text, phase", [
+    ("", "process start"),
+    ("# ncclsweep: python -m server --port 1\n", "process start"),  # only the node's launch line
+    ("# ncclsweep: python -m server\nloading the model\n", "start-up"),  # output, no engine marker
+    ("(APIServer pid=1) INFO 12-01 20:57:53 [api_utils.py:345] version 0.26.0\n"
+     "(EngineCore pid=2) INFO 12-01 20:58:24 [core.py:116] Initializing a V1 LLM engine (v0.26.0) with config\n"
+     "(EngineCore pid=2) INFO 12-01 20:58:25 [parallel_state.py:1615] world_size=2 rank=0 local_rank=0 "
+     "distributed_init_method=tcp://127.0.0.1:1 backend=nccl\n", "NCCL init"),
+])
+def test_last_phase_before_and_after_the_first_line(text, phase):
+    assert startup.last_phase(text) == phase
+
+
+def test_any_backend_gets_spawn_to_first_line_to_ready():
+    phases = startup.parse("# ncclsweep: ./server --port 9\nlistening\n", first_line_s=0.5, ready_s=3.0)
+    assert "engine" not in phases
+    assert phases["segments"] == [["process start", 0.5], ["start-up", 2.5]]
+    failed = startup.parse("# ncclsweep: ./server\nhello\n", first_line_s=0.4, ended_s=61.0)
+    assert failed["ended_s"] == 61.0 and "ready_s" not in failed
+    assert sum(s for _, s in failed["segments"]) == pytest.approx(61.0)
+
+
+# SGLang's own log lines (its scheduler's and model runner's format strings; no real SGLang log is
+# kept here): a TP=2 start with a weights load per rank and a CUDA-graph capture
+SGLANG = """\
+[2026-02-26 05:20:01] server_args=ServerArgs(model_path='/models/m', tp_size=2)
+[2026-02-26 05:20:20 TP0] Init torch distributed begin.
+[2026-02-26 05:20:24 TP0] Init torch distributed ends. elapsed=3.50 s, mem usage=0.10 GB
+[2026-02-26 05:20:24 TP1] Init torch distributed ends. elapsed=3.70 s, mem usage=0.10 GB
+[2026-02-26 05:20:25 TP0] Load weight begin. avail mem=194.04 GB
+[2026-02-26 05:24:09 TP0] Load weight end. elapsed=228.09 s, type=GlmMoeDsaForCausalLM, avail mem=104.4 GB
+[2026-02-26 05:24:09 TP1] Load weight end. elapsed=229.10 s, type=GlmMoeDsaForCausalLM, avail mem=104.4 GB
+[2026-02-26 05:24:10 TP0] KV Cache is allocated. #tokens: 39078, K size: 4.77 GB, V size: 4.77 GB
+[2026-02-26 05:24:11 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=94.1 GB
+[2026-02-26 05:27:39 TP0] Capture cuda graph end. Time elapsed: 208.30 s. mem usage=1.91 GB. avail mem=92.2 GB.
+[2026-02-26 05:27:45] INFO:     Application startup complete.
+[2026-02-26 05:27:46] The server is fired up and ready to roll!
+"""
+
+
+def test_sglang_phases():
+    phases = startup.parse(SGLANG, first_line_s=20.0, ready_s=470.0)
+    assert phases["engine"] == "sglang"
+    assert phases["nccl_init_s"] == 3.7 and phases["weights_s"] == 229.1 and phases["graph_capture_s"] == 208.3
+    assert [name for name, _ in phases["segments"]] == ["process start", "NCCL init", "weights", "graph capture",
+                                                        "other"]
+    assert sum(s for _, s in phases["segments"]) == pytest.approx(470.0)
+    stuck = SGLANG.split("[2026-02-26 05:27:39")[0]  # the capture never ended
+    assert startup.last_phase(stuck) == "graph capture"
+
+
+def test_the_reference_servers_own_lines():
+    log = ("# ncclsweep: python -m orchestrator.refserver --port 1\n"
+           "[refserver rank0] starting tiny: tp=1 device=cpu dtype=float32 max_batch=8 graph_capture=False\n"
+           "[refserver rank0] weights built in 0.4s (3.1M params, float32, tp=1, threads=1); KV cache 0.01 GiB\n"
+           "[refserver rank0] ready on http://127.0.0.1:1\n")
+    phases = startup.parse(log, first_line_s=1.5, ready_s=2.5)
+    assert phases["engine"] == "refserver" and phases["weights_s"] == 0.4
+    assert [name for name, _ in phases["segments"]] == ["process start", "weights", "other"]
+    assert startup.last_phase(log) == "ready"
+
+
+def test_what_the_engine_prints_after_it_is_ready_is_no_phase():
+    log = _log("vllm-0.26.0-h200-tp1-graphs-nccl-only-compile-hit.log")
+    later = log + "(EngineCore pid=1291) INFO 12-01 21:05:00 [monitor.py:53] torch.compile took 99.00 s in total\n"
+    assert startup.parse(later)["compile_s"] == 2.42
+
+
+def test_summary_line():
+    phases = startup.parse(_log("vllm-0.26.0-h200-tp1-graphs-cold-compile-miss.log"), first_line_s=2.0,
+                           ready_s=165.0)
+    line = startup.summary(phases)
+    assert line.startswith("ready 165s: process start 2s, weights 2s, torch.compile 13s (cache miss)")

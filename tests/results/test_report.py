@@ -146,3 +146,18 @@ def test_a_plan_without_weights_names_no_mix(tmp_path):
     md = (job.report_dir / "report.md").read_text()
     assert "## Plan: the best config per concurrency level" in md and "traffic mix" not in md
     assert "compare --plan`)" not in md  # not run: no relaunched section
+
+
+def test_a_plan_whose_bests_differ_says_so_before_its_single_level_headline(tmp_path):
+    """The headline ranks by the lowest level; a plan whose levels have different bests warns
+    at once that the load decides, naming each level's best, so nobody deploys the level-1 best
+    for a busy server by reading the first paragraph alone."""
+    job = load_job(write_job(tmp_path, study="plan", space_text=SPACE, objective={"concurrency": [1, 10, 64]}))
+    write_report(job, rows=ROWS, bandwidth_bytes_s=4.8e12, allreduce_latency_s=0.0)
+    md = (job.report_dir / "report.md").read_text()
+    lead = md.split("## Headline", 1)[1].split("## Plan", 1)[0]
+    assert "The best config depends on the load: at 1 trial 1, " in lead
+    assert "; at 10 trial 2, " in lead and "; at 64 trial 2, " in lead and "--concurrency N" in lead
+    one_best = [ROWS[0], ROWS[2]]  # eager and the large capture: the large one is best at every level
+    write_report(job, rows=one_best, bandwidth_bytes_s=4.8e12, allreduce_latency_s=0.0)
+    assert "depends on the load" not in (job.report_dir / "report.md").read_text()

@@ -603,6 +603,21 @@ def _fmt_value(v: Any) -> str:
     return str(int(v)) if isinstance(v, bool) else str(v)
 
 
+def _plan_lead(plan: Plan) -> list[Block]:
+    """A plan whose levels have different bests says so before anything else: the headline's
+    best is the best at the lowest level, and deploying it alone gives the other levels away."""
+    bests = {lp.level: lp for lp in plan.per_level if lp.best is not None}
+    if len({lp.best.config_key for lp in bests.values()}) < 2:  # type: ignore[union-attr]
+        return []
+    parts = []
+    for level, lp in bests.items():
+        vs = f", {lp.vs_baseline.text} than the baseline" if lp.vs_baseline is not None else ""
+        parts.append(f"at {level} trial {lp.best.number}{vs}")  # type: ignore[union-attr]
+    return [doc.warn("The best config depends on the load: " + "; ".join(parts) + ". The headline's best is "
+                     "the best at the lowest level; the Plan section below says what it gives away at the "
+                     "others (`ncclsweep export JOB --concurrency N` exports the best at N).")]
+
+
 def _plan(plan: Plan, report_dir: Path) -> list[Block]:
     """The plan (``study.plan``): the motivating case's table shape, levels as rows (the
     baseline, the best at the lowest level, the best at this level, their ratios with
@@ -693,6 +708,8 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
                      + (f", backend {kind}" if kind else "")
                      + f". Open it interactively with `{storage.dashboard_command(getattr(job, 'storage', ''))}`."))
     blocks += _headline(rows, best, base, compared=load_compare(StudyDir(report_dir).compare) is not None)
+    if plan is not None:
+        blocks += _plan_lead(plan)
     if plan is not None:
         blocks += _plan(plan, Path(report_dir))
     blocks += _summary(rows)

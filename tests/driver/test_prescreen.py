@@ -10,7 +10,7 @@ import pytest
 
 from conftest import run_in_process, write_job
 from orchestrator.config.job import load_job
-from orchestrator.driver.prescreen import dropped_settings, format_prescreen, run_prescreen, setting_key
+from orchestrator.driver.prescreen import dropped_settings, format_prescreen, late_settings, run_prescreen, setting_key
 from orchestrator.study.history import trial_rows
 from orchestrator.study.storage import open_study
 
@@ -30,6 +30,21 @@ def test_drop_rule_keeps_the_fastest_and_drops_failures():
     assert "30.0 us" in dropped[setting_key({"tp_size": 2, "env.NCCL_PROTO": "LL128"})]
     assert "nccl-invalid" in dropped[setting_key({"tp_size": 4, "env.NCCL_PROTO": "LL"})]
     assert setting_key({"tp_size": 1, "env.NCCL_PROTO": "LL"}) is None  # NCCL idle at TP=1
+
+
+def test_a_setting_twice_as_slow_is_tried_late_not_dropped():
+    """The prior the pre-screen gives the search: over 2x the fastest all-reduce at its TP is
+    late (kept, with the drop rule off), at 2x or under is not, and each TP has its own fastest."""
+    data = {"rows": [
+        {"tp_size": 2, "env.NCCL_PROTO": "LL", "ok": True, "latency_us": 10.0},
+        {"tp_size": 2, "env.NCCL_PROTO": "Simple", "ok": True, "latency_us": 20.0},
+        {"tp_size": 2, "env.NCCL_ALGO": "Tree", "ok": True, "latency_us": 25.0},
+        {"tp_size": 4, "env.NCCL_PROTO": "Simple", "ok": True, "latency_us": 40.0},
+        {"tp_size": 4, "env.NCCL_PROTO": "LL", "ok": False, "kind": "nccl-invalid", "reason": "invalid usage"},
+    ]}
+    late = late_settings(data)
+    assert late == {setting_key({"tp_size": 2, "env.NCCL_ALGO": "Tree"})}
+    assert not dropped_settings(data, keep_within=3.0).keys() & late  # a looser drop rule keeps it: tried late
 
 
 @pytest.mark.slow

@@ -659,3 +659,44 @@ def test_a_complete_result_missing_a_level_is_refused(table):
                       metrics={"levels": {"1": {"value": 100.0, "samples": [100.0]}}})
     with pytest.raises(ValueError, match="at every level"):
         policy.record(p, bad)
+
+
+def test_a_late_setting_is_tried_after_every_other_not_dropped():
+    """The pre-screen's prior (``late``): a setting whose all-reduce was 2x slower is left out of
+    the policy's own start-up choices while others remain, and still launched in the end."""
+    def late(config):
+        return config.get("env.NCCL_PROTO") == "ll"
+
+    study, policy = make(startup=DISTINCT, late=late)
+    launched = drive(policy)
+    keys = [config_key(p.config) for p in launched]
+    assert len(set(keys)) == DISTINCT  # every feasible config once: the late ones are not dropped
+    order = [late(p.config) for p in launched]
+    assert order.count(True) == 2 and order == sorted(order)  # both LL configs after every other
+
+
+def timed(proposal):
+    """A launch that cost 100 s with graphs and 20 s without (its spawn -> healthy and total)."""
+    result = ok(proposal)
+    seconds = 100.0 if proposal.config["graph"] else 20.0
+    result.timing = {"total_s": seconds}
+    result.startup_phases = {"ready_s": seconds - 5}
+    return result
+
+
+def test_the_eta_is_the_measured_cost_of_what_is_left():
+    """``expected_seconds``: after measuring configs with and without graphs, the next launches
+    are priced by what each remaining config's parameters cost so far, not by one average."""
+    study, policy = make()
+    assert policy.expected_seconds(1) is None  # nothing measured: no estimate
+    for _ in range(3):
+        p = policy.next()
+        policy.record(p, timed(p) if p.cached is None else p.cached, counted=p.cached is None)
+    left = policy.unmeasured_configs()
+    assert left and len(left) < DISTINCT
+    one, all_left = policy.expected_seconds(1), policy.expected_seconds(len(left))
+    assert one is not None and all_left is not None and all_left > one
+    graphs = sum(1 for c in left if c["graph"])
+    # between every remaining launch at the cheap price and every one at the dear price
+    assert 20.0 * len(left) <= all_left <= 100.0 * len(left)
+    assert graphs == 0 or all_left > 20.0 * len(left)

@@ -35,8 +35,8 @@ search needed. With start-up costs in the table, each launch also costs time: it
 ``startup_s``, ``LAUNCH_OVERHEAD_S`` (warm-up, correctness capture, teardown) and
 ``REPEAT_S`` per benchmark repeat it ran (a failure at start runs none); the launches up to
 that one, summed, are the hours that search needed, and the replayed trials carry those
-durations, so a cost-aware policy (``SearchPolicy(cost_aware=True)``, the default; spec
-option ``cost=off`` turns it off) learns them as it would in a study. ``format_table``
+durations, so a cost-aware policy (``SearchPolicy(cost_aware=True)``: spec option ``cost=on``;
+``cost=off`` is the default) learns them as it would in a study. ``format_table``
 renders the result as markdown.
 
 A plan table replays a study over its levels: each launch measures every level (one sample
@@ -475,7 +475,7 @@ class SamplerSpec:
         total = sum(self.weights)
         return Objective(concurrency=tuple(sorted(levels)),
                          weights={lv: w / total for lv, w in zip(sorted(levels), self.weights)})
-    cost: bool = DEFAULT_COST_AWARE  # the policy's cost-aware tie-breaks (``cost=off``: ties by the RNG only)
+    cost: bool = DEFAULT_COST_AWARE  # the policy's cost-aware tie-breaks (``cost=on``; off: ties by the RNG only)
 
     @classmethod
     def parse(cls, text: str) -> "SamplerSpec":

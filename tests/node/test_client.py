@@ -336,3 +336,29 @@ def test_median_ci_order_statistics():
     assert relative_ci([10.0] * 8) == 0.0
     assert relative_ci([9.0, 10.0, 11.0]) == pytest.approx(0.1)
     assert client.TIMEOUT == "timeout"
+
+
+# ---- a stalled stream ends in the stall limit, not the request's whole deadline ----
+def test_a_stream_that_stops_is_stalled_before_its_deadline(url):
+    deadline_s = 30.0
+    r = stream_completion(url, MODEL, "hang", 50, deadline_s, stall_s=0.5,
+                          extra={"fake": {"hang_after": 3, "token_delay": 0.001}})
+    assert not r.ok and r.stalled and not r.timed_out
+    assert r.error.startswith("stalled: no data for 0.5s")
+    assert len(r.token_times) == 3  # what came before the stop was read
+    assert r.latency_s < deadline_s / 10  # ended by the stall limit, far before the deadline
+
+
+def test_a_slow_but_steady_stream_is_not_stalled(url):
+    """Each token arrives within the stall limit: slow is not stalled."""
+    r = stream_completion(url, MODEL, "steady", 10, 30.0, stall_s=0.5, extra={"fake": {"token_delay": 0.1}})
+    assert r.ok and r.n_tokens == 10
+
+
+def test_concurrent_streams_that_stop_are_counted_as_stalls(url, leaves_nothing):
+    deadline_s = 30.0
+    got = measure_concurrency(url, MODEL, "hang", 20, 3, n_requests=3, timeout_s=deadline_s, stall_s=0.5,
+                              extra={"fake": {"hang_after": 2, "token_delay": 0.001}})
+    assert got["failures"] == 3 and got["stalls"] == 3 and got["timeouts"] == 0
+    assert got["wall_s"] < deadline_s / 10
+    assert got["errors"][0].startswith("stalled")

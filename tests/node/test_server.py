@@ -17,12 +17,13 @@ from tree_servers import fake_spec, gone, worker_pids
 from conftest import TESTS, kill_pids
 from orchestrator.core.launch import LaunchSpec
 from orchestrator.core.records import ServerRecord
-from orchestrator.node import proctree
+from orchestrator.node import proctree, startup
 from orchestrator.node.server import (
     ReadyTimeout,
     ServerExited,
     ServerProcess,
     ServerRegistry,
+    ServerStalled,
     cleanup_recorded,
     free_port,
     process_start_time,
@@ -403,3 +404,79 @@ def test_cleanup_command_needs_only_the_study(tmp_path):
         sp._owner_fd = None
         kill_pids((sp.pid, worker))
         sp.proc.wait(5)
+
+
+# ---- a stalled start-up: the log watch of a starting server (node/server.py, node/treewatch.py) ----
+STALL_START_TIMEOUT_S = 60.0  # far above every stall limit below: reaching it would be the bug
+# prints one line, starts a child that sleeps too (a tree, like an engine's), then nothing: a deadlock
+SILENT = textwrap.dedent("""\
+    import subprocess, sys, time
+    print("starting the engine", flush=True)
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    time.sleep(600)
+    """)
+# a progress bar (carriage returns, no newline) for a while, then healthy
+PROGRESS_THEN_READY = textwrap.dedent("""\
+    import http.server, sys, time
+    port = int(sys.argv[1])
+    for i in range(20):  # 5 s of progress bar, no newline: longer than the stall limit of the test
+        sys.stdout.write(f"\\rCapturing CUDA graphs: {i + 1}/20"); sys.stdout.flush(); time.sleep(0.25)
+    print(flush=True)
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+        def log_message(self, *a):
+            pass
+    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+    """)
+
+
+def _script_server(tmp_path: Path, script: str) -> ServerProcess:
+    port = free_port()
+    spec = LaunchSpec(argv=[sys.executable, "-c", script, str(port)], port=port)
+    return ServerProcess(spec, tmp_path / "server.log")
+
+
+def test_a_silent_start_is_a_stall_and_its_tree_ends(tmp_path):
+    """A start-up that stalls ends at the stall limit, not the whole start-up timeout, and
+    the whole tree it left goes."""
+    proc = _script_server(tmp_path, SILENT)
+    proc.start()
+    try:
+        with pytest.raises(ServerStalled, match="no log output for 2 s and not ready") as got:
+            proc.wait_ready(STALL_START_TIMEOUT_S, poll_s=0.1, stall_s=2.0)
+        assert got.value.stall_s == 2.0
+        assert proc.alive()  # the tree was alive: a stall, not a crash
+        assert proc.silent_s() >= 2.0
+        assert proc.first_output_s is not None and proc.first_output_s < proc.silent_s()  # it did print its line
+        assert startup.last_phase(proc.log_path.read_text()) == "start-up"
+        members = proctree.tree(proc.pid, proctree.start_time(proc.pid))
+        assert len(members) >= 2  # the server and its child
+    finally:
+        proc.stop(grace_s=1.0)
+    assert not [m for m in members if proctree.alive(m.pid, m.start)]
+
+
+def test_a_progress_bar_is_output_not_a_stall(tmp_path):
+    """tqdm redraws a line with carriage returns: the log grows, so a start that captures
+    graphs for longer than the stall limit without a newline is not stalled."""
+    proc = _script_server(tmp_path, PROGRESS_THEN_READY)
+    proc.start()
+    try:
+        proc.wait_ready(STALL_START_TIMEOUT_S, poll_s=0.1, stall_s=1.5)  # no ServerStalled: the bar is output
+        out = proc.log_path.read_bytes().split(b"\n# ncclsweep:")[-1]
+        bar = out[out.index(b"\rCapturing"):]
+        assert bar.count(b"\r") == 20 and b"20/20" in bar and bar.count(b"\n") == 1  # redrawn, no newline until done
+    finally:
+        proc.stop(grace_s=1.0)
+
+
+def test_without_a_stall_limit_silence_is_only_the_timeout(tmp_path):
+    """No stall limit (timeouts.stall unset): a silent start runs to the start-up timeout."""
+    proc = _script_server(tmp_path, SILENT)
+    proc.start()
+    try:
+        with pytest.raises(ReadyTimeout):
+            proc.wait_ready(2.0, poll_s=0.1)
+    finally:
+        proc.stop(grace_s=1.0)

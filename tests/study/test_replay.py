@@ -16,6 +16,8 @@ from orchestrator.config.job import Objective
 from orchestrator.core.errors import BadInput
 from orchestrator.study.policy import SearchPolicy
 from orchestrator.study.replay import (
+    LAUNCH_OVERHEAD_S,
+    REPEAT_S,
     SamplerSpec,
     TableError,
     TableSpace,
@@ -372,3 +374,32 @@ def test_the_plan_tables_in_docs_load_and_the_synthetic_ones_regenerate(tmp_path
     subprocess.run([sys.executable, str(copy / "generate_plan.py")], check=True, timeout=120)
     for name in ("plan-h200-vllm-graphs.csv", "plan-pcie-8gpu.csv"):
         assert (copy / name).read_bytes() == (TABLES / name).read_bytes(), name
+
+
+COSTLY = """tp_size,graph,env.NCCL_PROTO,samples,failure,baseline,startup_s,compile_s,note
+2,false,LL,10;10;10,,1,100,0,
+2,true,LL,20;20;20,,,300,50,compiles once per graph setting
+2,true,Simple,21;21;21,,,300,50,same compile key as the LL row: NCCL only
+2,false,Simple,9;9;9,start-crash,,40,0,
+"""
+
+
+def test_a_replay_with_start_up_costs_counts_the_hours_each_launch_took(tmp_path):
+    """Hours are the launches' own costs: start-up, the first cold compile of a compile key
+    (NCCL variables are not part of it), the fixed overhead and the repeats run; a start that
+    crashed runs no repeat. With no pruning every config runs 3 repeats; the budget is the table."""
+    table = load_table(write(tmp_path, COSTLY))
+    assert table.has_costs
+    run = replay_once(table, "tpe", 0, budget=4, prune_ratio=None)
+    per_run = 3 * REPEAT_S + LAUNCH_OVERHEAD_S
+    want = (100 + per_run) + (300 + 50 + per_run) + (300 + per_run) + (40 + LAUNCH_OVERHEAD_S)  # one cold compile
+    assert run.launches == 4 and run.hours == pytest.approx(want / 3600)
+    assert run.hours_to_target is not None and run.hours_to_target <= run.hours
+    text = format_table(run_simulation(table, "tpe", seeds=1, budget=4, use_pruning=False))
+    assert "hours to within 2%: median" in text
+
+
+def test_a_bad_start_up_cell_is_one_line(tmp_path):
+    bad = COSTLY.replace("2,true,LL,20;20;20,,,300,", "2,true,LL,20;20;20,,,soon,")
+    with pytest.raises(TableError, match="line 3: startup_s must be seconds"):
+        load_table(write(tmp_path, bad))

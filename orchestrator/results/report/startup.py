@@ -10,6 +10,7 @@ was. ``startup_blocks(rows)`` is the section, ``plot_startup(rows, path)`` its s
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from orchestrator.core.records import FAIL, FailureKind, TrialRow
@@ -49,14 +50,18 @@ def startup_blocks(rows: list[TrialRow]) -> list[Block]:
     if not mine:
         return out + [doc.para("No trial recorded its start-up phases (studies before issue 26 did not).")]
     starts = [s for r in mine if (s := start_seconds(r)) is not None]
-    totals = [float(t) for r in mine if isinstance(t := (r.durations or {}).get("total_s"), (int, float))]
-    share = (f" of the {sum(totals) / 60:.1f} min the trials ran ({100 * sum(starts) / sum(totals):.0f}%)"
-             if totals and sum(totals) > 0 else "")
+    # the share: start-ups over the wall time of the same trials (a row without one of them is left out)
+    paired = [(s, float(t)) for r in mine if (s := start_seconds(r)) is not None
+              and isinstance(t := (r.durations or {}).get("total_s"), (int, float))]
+    ran = sum(t for _, t in paired)
+    share = (f" of the {ran / 60:.1f} min the trials ran ({100 * sum(s for s, _ in paired) / ran:.0f}%)"
+             if ran > 0 else "")
     caches = [_cache(r) for r in mine if _cache(r) != "-"]
     cache = (f"; torch.compile cache: {caches.count('hit')} hit, {caches.count('miss')} miss"
              + (f", {caches.count('partial')} partial" if "partial" in caches else "") if caches else "")
-    out.append(doc.para(f"Starting servers took {sum(starts) / 60:.1f} min{share} over {len(starts)} launches "
-                        f"(median {sorted(starts)[len(starts) // 2]:.0f}s from spawn to ready or failure){cache}. "
+    median = f" (median {statistics.median(starts):.0f}s from spawn to ready or failure)" if starts else ""
+    out.append(doc.para(f"Starting servers took {sum(starts) / 60:.1f} min{share} over {len(starts)} launches"
+                        f"{median}{cache}. "
                         "Every trial of a node keeps the engines' caches (vLLM's torch.compile cache, Triton's, "
                         "torch inductor's), so a config that differs from a measured one only in what does not "
                         "compile (NCCL variables) loads its graphs instead of compiling them."))

@@ -18,6 +18,8 @@ NAMED_OTHERWISE = {
     "backends/base.py": "backends/test_contract.py",  # the Backend contract, on every registered backend
     "refserver/cli.py": "refserver/test_refserver_cli.py",  # tests/test_cli.py is the tuner's cli.py
     "results/report/__init__.py": "results/test_report.py",  # write_report, the report package's one function
+    # pytest imports test files by basename (rootdir mode, no packages): node/test_startup.py has it
+    "results/report/startup.py": "results/report/test_report_startup.py",
 }
 # test files at the top of tests/: the CLI, and the rules of the house itself
 TOP_LEVEL = {"test_cli.py", "test_layers.py", "test_mirror.py", "test_test_hygiene.py"}
@@ -56,3 +58,16 @@ def test_every_test_file_of_a_package_names_one_of_its_modules():
                    and t.relative_to(TESTS).as_posix() not in wanted | TOP_LEVEL)
     assert not stray, "test files that name no module where they are (scenarios go to tests/e2e/):\n" + \
         "\n".join(stray)
+
+
+def test_no_two_test_files_share_a_basename():
+    """pytest imports test files by their basename (no packages under tests/): two files with one
+    name make the second fail to collect ("import file mismatch"), and only in a full run."""
+    seen: dict[str, str] = {}
+    clashes = []
+    for t in sorted(TESTS.rglob("test_*.py")):
+        rel = str(t.relative_to(TESTS))
+        if t.name in seen:
+            clashes.append(f"{seen[t.name]} and {rel}")
+        seen.setdefault(t.name, rel)
+    assert not clashes, "test files with one basename:\n" + "\n".join(clashes)

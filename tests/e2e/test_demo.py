@@ -1,11 +1,15 @@
 """The demo (`ncclsweep run jobs/demo.yaml`, README Quickstart line 1) shows what the tool
 is for, on a 2-core CPU box (a few minutes there): the baseline is beaten, a fast config
 with wrong output is refused by the correctness gate, the study ends on its trial budget
-(not its 15-minute timeout), and the last line gives the ratio and what to run next. Run
-on a copy of the job, so reports/demo is left alone."""
+(not its 15-minute timeout), and the last line gives the ratio and what to run next; every
+trial records where its start-up went (issue 26: spawn -> first log line -> ready, the
+reference server's weights line, the node's caches, the same on every trial), which
+``status --json`` shows and the report draws. Run on a copy of the job, so reports/demo is
+left alone."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -15,6 +19,9 @@ import time
 import pytest
 
 from conftest import REPO, study_servers
+from orchestrator.config.job import load_job
+from orchestrator.study.history import trial_rows
+from orchestrator.study.storage import open_study
 
 pytestmark = pytest.mark.slow
 
@@ -39,6 +46,32 @@ def test_the_demo_beats_its_baseline_and_shows_the_gate(tmp_path, no_leftover_se
     assert "`ncclsweep report jobs/demo.yaml`" in last and "compare" in last and "export" in last
     assert (tmp_path / "reports" / "demo" / "driver.log").exists()  # output_dir: ../reports, next to jobs/
     assert not study_servers(tmp_path / "reports")
+    assert_start_ups_recorded(tmp_path)
+
+
+def assert_start_ups_recorded(tmp_path) -> None:
+    job = load_job(tmp_path / "jobs" / "demo.yaml")
+    rows = [r for r in trial_rows(open_study(job, create=False)) if not r.skipped and r.cached_from is None]
+    assert rows
+    for r in rows:
+        p = r.startup_phases
+        assert p["engine"] == "refserver" and p["caches"]["HOME"], r
+        if r.state in ("COMPLETE", "PRUNED"):
+            assert 0 < p["first_line_s"] < p["ready_s"]
+            assert p["ready_s"] == pytest.approx(r.durations["launch_s"], abs=1e-3)
+            assert sum(s for _, s in p["segments"]) == pytest.approx(p["ready_s"], abs=0.01)
+            assert [name for name, _ in p["segments"]][:2] == ["process start", "weights"]
+            assert p["last_phase"] == "ready"
+    assert len({json.dumps(r.startup_phases["caches"], sort_keys=True) for r in rows}) == 1  # one set for every trial
+    status = subprocess.run([sys.executable, "-m", "orchestrator", "status", "jobs/demo.yaml", "--json"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    shown = [t for t in json.loads(status.stdout) if t.get("startup_phases")]
+    assert {t["number"] for t in shown} >= {r.number for r in rows}
+    report = subprocess.run([sys.executable, "-m", "orchestrator", "report", "jobs/demo.yaml"],
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    md = (job.report_dir / "report.md").read_text()
+    assert "## Start-up" in md and "Starting servers took" in md and (job.report_dir / "startup.png").stat().st_size
 
 
 

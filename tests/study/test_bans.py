@@ -179,3 +179,31 @@ def test_on_the_672_config_phantom_ll128_runs_at_most_twice(tmp_path, seed):
     assert rode_along <= 2 * bans.MAX_CONSISTENT_FAILURES  # each crashing value stops after 2 launches
     assert set(bans.banned_values(rows)) == {("env.NCCL_PROTO", "LL128"), ("env.NCCL_ALGO", "NVLS"),
                                              ("env.NCCL_ALGO", "PAT")}
+
+
+# ---- values that hang servers --------------------------------------------------------------------
+
+def hung(number, params, counted=True, ready_s=None):
+    """A launch that ended FAIL hang: silent at start-up (no ready_s) or in its benchmark."""
+    phases = {"ended_s": 61.0, "stalled_in": "start-up"} if ready_s is None else {"ready_s": ready_s,
+                                                                                   "stalled_in": "benchmark"}
+    return TrialRow(number=number, params=params, state="FAIL", failure_kind="hang", counted=counted,
+                    cached_from=None, failure_reason="no log output for 60 s and not ready (timeouts.stall)",
+                    startup_phases=phases, config_key=str(sorted(params.items())))
+
+
+def test_a_value_that_hangs_two_configs_and_never_got_past_start_is_banned():
+    """NCCL_P2P_LEVEL=SYS deadlocks the start on this PCIe box: two counted hangs of different
+    configs that share only it ban it; a first (blameless, uncounted) hang never counts; a launch
+    with the value that started without hanging clears it."""
+    base = {"tp_size": 2, "env.NCCL_PROTO": "Simple"}
+    rows = [launched(0, base, correctness={"ok": True, "reference": True}),
+            hung(1, {**base, "env.NCCL_P2P_LEVEL": "SYS"}, counted=False),  # the config's first: re-queued
+            hung(2, {**base, "env.NCCL_P2P_LEVEL": "SYS"}),  # its second: the config's answer
+            hung(3, {**base, "env.NCCL_PROTO": "LL", "env.NCCL_P2P_LEVEL": "SYS"})]
+    got = bans.banned_values(rows)
+    assert list(got) == [("env.NCCL_P2P_LEVEL", "SYS")] and "hung twice" in got[("env.NCCL_P2P_LEVEL", "SYS")]
+    assert bans.banned_values(rows[:3]) == {}  # one counted hang: not yet consistent
+    assert bans.banned_values([*rows[:3], hung(3, rows[2].params)]) == {}  # the same config twice
+    cleared = [*rows, launched(4, {**base, "tp_size": 4, "env.NCCL_P2P_LEVEL": "SYS"})]  # it started once
+    assert bans.banned_values(cleared) == {}

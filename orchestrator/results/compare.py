@@ -32,6 +32,8 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,26 +59,34 @@ if TYPE_CHECKING:
 DEFAULT_ROUNDS = 5
 
 
-def measure_levels(job: Job, config: dict, levels: list[int], label: str, round_no: int) -> dict[int, dict[str, Any]]:
-    """One launch of ``config``; total output tok/s at each concurrency level."""
-    backend = job.backend_obj()
+@contextmanager
+def launched(job: Job, config: dict, label: str, log_name: str) -> Iterator[Any]:
+    """A server of ``config`` started and healthy for one measurement (its launch spec), stopped
+    after it; a start that fails is one RuntimeFailure naming the config and its log."""
     folder = job.dir
-    log_path = folder.compare_logs / f"{label}-{round_no}.log"
-    proc, launch, _ = prepare_server(backend, config, "127.0.0.1", dict(job.env), log_path, str(folder.servers))
-    out: dict[int, dict[str, Any]] = {}
+    log_path = folder.compare_logs / log_name
+    proc, launch, _ = prepare_server(job.backend_obj(), config, "127.0.0.1", dict(job.env), log_path,
+                                     str(folder.servers))
     try:
         proc.start()
         try:
             proc.wait_ready(job.timeouts.startup_s)
         except ServerError as exc:
             raise RuntimeFailure(f"compare: the {label} config did not start ({exc}); log: {log_path}") from None
+        yield launch
+    finally:
+        proc.stop(job.timeouts.teardown_s)
+
+
+def measure_levels(job: Job, config: dict, levels: list[int], label: str, round_no: int) -> dict[int, dict[str, Any]]:
+    """One launch of ``config``; total output tok/s at each concurrency level."""
+    out: dict[int, dict[str, Any]] = {}
+    with launched(job, config, label, f"{label}-{round_no}.log") as launch:
         client.measure_decode(launch.base_url, launch.model_name, job.bench.prompts[0], job.bench.output_tokens,
                              warmup=max(1, job.bench.warmup), repeats=1, timeout_s=job.timeouts.bench_s)
         for level in levels:
             out[level] = client.measure_concurrency(launch.base_url, launch.model_name, job.bench.prompts,
                                                    job.bench.output_tokens, level, timeout_s=job.timeouts.bench_s)
-    finally:
-        proc.stop(job.timeouts.teardown_s)
     return out
 
 
@@ -354,21 +364,10 @@ def measure_plan_launch(job: Job, config: dict, label: str, round_no: int) -> di
     """One launch of ``config``, measured as a trial measures it (``node.measure``: level 1
     decode tok/s per request, level N total tok/s of N streams, every level of the objective,
     the job's rounds): {"levels": {level: median}, "samples": {level: [...]}} or {"error": ...}."""
-    backend = job.backend_obj()
-    folder = job.dir
-    log_path = folder.compare_logs / f"plan-{label}-{round_no}.log"
     bench = TrialSpec.from_job(job, 0, config).bench
-    proc, launch, _ = prepare_server(backend, config, "127.0.0.1", dict(job.env), log_path, str(folder.servers))
-    try:
-        proc.start()
-        try:
-            proc.wait_ready(job.timeouts.startup_s)
-        except ServerError as exc:
-            raise RuntimeFailure(f"compare: the {label} config did not start ({exc}); log: {log_path}") from None
+    with launched(job, config, label, f"plan-{label}-{round_no}.log") as launch:
         got = measure(launch.base_url, launch.model_name, bench, deadline=time.monotonic() + bench.timeout_s,
                       metrics_url=launch.metrics_url)
-    finally:
-        proc.stop(job.timeouts.teardown_s)
     if not got.ok:
         return {"error": got.error or "the benchmark failed"}
     return {"levels": {str(k): v.value for k, v in got.levels.items()},
@@ -472,6 +471,21 @@ def plan_closing_lines(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def plan_table_rows(data: dict[str, Any]) -> list[list[str]]:
+    """The relaunched plan's rows, one per level: the level, then per config (the baseline and
+    each plan config, as ``column`` heads them) its median and its ratio to the baseline."""
+    rows = []
+    for lv in data.get("concurrency") or []:
+        cells = [str(lv)]
+        for c in data["configs"]:
+            med = (c.get("median") or {}).get(str(lv))
+            vs = (c.get("vs_baseline") or {}).get(str(lv)) or {}
+            cells.append("failed" if not med else f"{med:.1f}" + ("" if c["label"] == "baseline" else
+                                                                   f"; {vs.get('text', '')}"))
+        rows.append(cells)
+    return rows
+
+
 def format_compare_plan(data: dict[str, Any]) -> str:
     """The ``compare --plan`` table: levels as rows, the baseline and each plan config as columns."""
     configs = data["configs"]
@@ -480,14 +494,8 @@ def format_compare_plan(data: dict[str, Any]) -> str:
              "measured as a trial is (1: decode tok/s per request; N: total tok/s of N streams); the median of the "
              "rounds, and the ratio to the baseline measured side by side in each round (geometric mean) with its "
              "95% confidence interval", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for lv in data["concurrency"]:
-        cells = []
-        for c in configs:
-            med = (c.get("median") or {}).get(str(lv))
-            vs = (c.get("vs_baseline") or {}).get(str(lv)) or {}
-            cells.append("failed" if not med else f"{med:.1f}" + ("" if c["label"] == "baseline" else
-                                                                   f"; {vs.get('text', '')}"))
-        lines.append(f"| {lv} | " + " | ".join(cells) + " |")
+    for row in plan_table_rows(data):
+        lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     lines += plan_closing_lines(data)
     for f in data.get("failures", []):

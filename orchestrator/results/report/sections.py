@@ -32,6 +32,7 @@ from orchestrator.results.compare import (
     level_verdicts,
     per_round,
     plan_closing_lines,
+    plan_table_rows,
     vs_best,
 )
 from orchestrator.results.importance import (
@@ -673,15 +674,7 @@ def _compare_plan(report_dir: Path) -> list[Block]:
         return []
     configs = data["configs"]
     head = ["Concurrency"] + [column(c) for c in configs]
-    table = []
-    for lv in data.get("concurrency") or []:
-        cells = []
-        for c in configs:
-            med = (c.get("median") or {}).get(str(lv))
-            vs = (c.get("vs_baseline") or {}).get(str(lv)) or {}
-            cells.append("failed" if not med else f"{med:.1f}" + ("" if c["label"] == "baseline" else
-                                                                   f"; {vs.get('text', '')}"))
-        table.append([str(lv)] + cells)
+    table = plan_table_rows(data)
     out: list[Block] = [doc.heading(3, "The plan relaunched (`compare --plan`)"),
                         doc.para(f"{data.get('rounds_done', 0)} interleaved round(s) of fresh launches; ratios to the "
                                  "baseline paired by round."), doc.table(head, table)]

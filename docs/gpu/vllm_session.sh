@@ -21,8 +21,9 @@
 #   STEP=capture               raw launches (docs/gpu/vllm_capture.py, CONFIGS default base,base-nccl,ngram,draft):
 #                              logs, /metrics before/after, per-prompt streams; the draft is the 1b's first 2 layers
 #   STEP=study JOB=jobs/x.yaml [SECS=480] carry .devwhl the first time: the study (resumes a study a previous
-#                              call left: /tmp survives between back-to-back calls), status --json, report; its folder
-#                              comes back as $OUT/<study>.tgz
+#                              call left: /tmp survives between back-to-back calls; on a fresh machine, the journal
+#                              kept in docs/gpu/<study>/ if any), status --json, report; its folder comes back as
+#                              $OUT/<study>.tgz
 #   STEP=bench JOB=jobs/x.yaml SETS="k=v ..."  one `ncclsweep bench` of a config (no study)
 #   KILL=0 with STEP=tpn: the study alone, no kill -9 of its driver; TPN_S: seconds of new trials
 # Every step writes under $OUT. NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
@@ -124,6 +125,9 @@ study)
     .devwhl/*.whl 2>/dev/null
   name=$(basename "$JOB" .yaml); mkdir -p reports
   [ -d /tmp/keep/$name ] && rm -rf reports/$name && cp -r /tmp/keep/$name reports/
+  # a fresh machine: continue the study kept in docs/gpu/<study>/ (its journal), if there is one
+  [ -d /tmp/keep/$name ] || { [ -f docs/gpu/$name/study.journal ] && mkdir -p reports/$name &&
+    cp docs/gpu/$name/study.journal reports/$name/; }
   run_study "$JOB" ${SECS:-480} > "$OUT/$name.log" 2>&1
   python3 -m orchestrator status "$JOB" --json > "$OUT/$name-status.json" 2>&1
   tail -40 "$OUT/$name.log"

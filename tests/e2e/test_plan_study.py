@@ -27,7 +27,7 @@ from orchestrator.study.storage import open_study
 pytestmark = pytest.mark.slow
 
 SERVER = str(Path(__file__).with_name("load_server.py"))
-SPACE = 'params:\n  env.LOAD_MODE: {choices: [solo, batch]}\n  env.LOAD_OVERHEAD_MS: {choices: ["0", "3"]}\n'
+SPACE = 'params:\n  env.LOAD_MODE: {choices: [solo, batch]}\n  env.LOAD_OVERHEAD_MS: {choices: ["0", "8"]}\n'
 SOLO = {"env.LOAD_MODE": "solo", "env.LOAD_OVERHEAD_MS": "0"}
 BATCH = {"env.LOAD_MODE": "batch", "env.LOAD_OVERHEAD_MS": "0"}
 
@@ -36,7 +36,7 @@ def plan_job(tmp_path: Path) -> Path:
     argv = ["{python}", SERVER, "--host", "{host}", "--port", "{port}", "--model", "load", "--step-ms", "4"]
     return write_job(tmp_path, study="plan", space_text=SPACE,
                      backend={"kind": "command", "settings": {"argv": argv, "model_name": "load"}},
-                     baseline={"env.LOAD_MODE": "solo", "env.LOAD_OVERHEAD_MS": "3"},
+                     baseline={"env.LOAD_MODE": "solo", "env.LOAD_OVERHEAD_MS": "8"},
                      objective={"concurrency": [1, 8]}, budget={"trials": 4},
                      bench={"prompt": "Explain how a ring all-reduce works across eight GPUs.", "output_tokens": 24,
                             "warmup": 1, "repeats": 3, "max_repeats": 3},

@@ -68,7 +68,7 @@ def test_a_stream_that_stops_in_the_benchmark_is_a_hang_in_its_phase(tmp_path, r
                                                                         "fault": "hang-in-decode"}},
                              space_text="params:\n  tp_size: {choices: [1]}\n", baseline={"tp_size": 1},
                              correctness={"enabled": False}, budget={"trials": 1},
-                             timeouts={"startup": "60s", "stall": "3s", "bench": "10m", "teardown": "5s"}))
+                             timeouts={"startup": "60s", "stall": "20s", "bench": "10m", "teardown": "5s"}))
     out = io.StringIO()
     StudyDriver(job, out=out).run()
     rows = [r for r in trial_rows(open_study(job, create=False)) if not r.skipped]

@@ -182,3 +182,27 @@ def pytest_collection_modifyitems(items):
     """The end-to-end tests (marked slow) first, in their own order: run in parallel
     (``-n 3``), the long ones start at once instead of being the last and lonely ones."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+FAKE_OPENAI = TESTS / "fake_openai_server.py"
+
+
+def start_fake_openai(directory: Path, *args: str, model: str = "fake"):
+    """tests/fake_openai_server.py started (with ``args``) and healthy on a free port, its log in
+    ``directory``; the caller stops it. A start that fails stops what it started."""
+    import sys
+
+    from orchestrator.core.launch import LaunchSpec
+    from orchestrator.node.server import ServerProcess, free_port
+
+    port = free_port()
+    spec = LaunchSpec(argv=[sys.executable, str(FAKE_OPENAI), "--port", str(port), "--model", model, *args],
+                      host="127.0.0.1", port=port, model_name=model)
+    sp = ServerProcess(spec, directory / f"fake-{port}.log")
+    sp.start()
+    try:
+        sp.wait_ready(30, poll_s=0.05)
+    except BaseException:
+        sp.stop(grace_s=0.2)
+        raise
+    return sp

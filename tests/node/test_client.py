@@ -11,12 +11,10 @@ import sys
 import threading
 import time
 import warnings
-from pathlib import Path
 
 import pytest
 
-from conftest import TESTS
-from orchestrator.core.launch import LaunchSpec
+from conftest import TESTS, start_fake_openai
 from orchestrator.node import client
 from orchestrator.node.client import (
     RequestFailed,
@@ -28,34 +26,19 @@ from orchestrator.node.client import (
     score_continuation,
     stream_completion,
 )
-from orchestrator.node.server import ServerProcess, free_port
+from orchestrator.node.server import free_port
 
 sys.path.insert(0, str(TESTS))
 import fake_openai_server as fake_model  # its deterministic "model", for expectations
 
 pytestmark = pytest.mark.timeout(60)
 
-FAKE = str(TESTS / "fake_openai_server.py")
 MODEL = "fake"
-
-
-def _start_fake(tmp_dir: Path, *args: str) -> ServerProcess:
-    port = free_port()
-    spec = LaunchSpec(argv=[sys.executable, FAKE, "--port", str(port), "--model", MODEL, *args],
-                      host="127.0.0.1", port=port, model_name=MODEL)
-    sp = ServerProcess(spec, tmp_dir / f"fake-{port}.log")
-    sp.start()
-    try:
-        sp.wait_ready(30, poll_s=0.05)
-    except BaseException:
-        sp.stop(grace_s=0.2)
-        raise
-    return sp
 
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
-    sp = _start_fake(tmp_path_factory.mktemp("fake"), "--token-delay", "0.01")
+    sp = start_fake_openai(tmp_path_factory.mktemp("fake"), "--token-delay", "0.01")
     try:
         yield sp.spec.base_url
     finally:
@@ -276,7 +259,7 @@ def test_concurrency_server_gone(tmp_path, leaves_nothing):
     out = measure_concurrency(_dead_url(), MODEL, "x", 10, concurrency=64, timeout_s=5)
     assert out["n_requests"] == 128 and out["failures"] == 128 and out["errors"] == ["connection refused"]
     # killed while 16 streams of ~1 s are in flight: those and the 32 after them fail
-    sp = _start_fake(tmp_path, "--token-delay", "0.02")
+    sp = start_fake_openai(tmp_path, "--token-delay", "0.02")
     killer = threading.Timer(0.5, sp.stop, kwargs={"grace_s": 0.0})
     killer.start()
     deadline = 5
@@ -319,7 +302,7 @@ def test_score_continuation(url, bos):
 
 
 def test_score_continuation_unsupported_or_unreachable(tmp_path):
-    sp = _start_fake(tmp_path, "--no-logprobs")
+    sp = start_fake_openai(tmp_path, "--no-logprobs")
     try:
         assert score_continuation(sp.spec.base_url, MODEL, "a", " b", 10) is None
     finally:

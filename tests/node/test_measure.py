@@ -5,46 +5,25 @@ the one early-stop rule across levels."""
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
+import fake_openai_server as fake  # the stand-in's own rules, for expectations
 import pytest
 
-from orchestrator.core.launch import LaunchSpec
+from conftest import start_fake_openai
 from orchestrator.node import client
 from orchestrator.node.measure import measure
-from orchestrator.node.server import ServerProcess, free_port
 from orchestrator.node.spec import BenchPlan
 
-HERE = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(HERE))
-import fake_openai_server as fake  # noqa: E402 - the stand-in's own rules, for expectations
-
-FAKE = str(HERE / "fake_openai_server.py")
 MODEL = "fake"
 NATURAL = " ".join(["the harbor town woke slowly on the first cold morning of the year"] * 14)  # 182 words
 SHORT = "Hello"
 pytestmark = pytest.mark.timeout(120)
 
 
-def start(tmp_path: Path, *args: str) -> ServerProcess:
-    port = free_port()
-    spec = LaunchSpec(argv=[sys.executable, FAKE, "--port", str(port), "--model", MODEL, *args],
-                      host="127.0.0.1", port=port, model_name=MODEL)
-    sp = ServerProcess(spec, tmp_path / f"fake-{port}.log")
-    sp.start()
-    try:
-        sp.wait_ready(30, poll_s=0.05)
-    except BaseException:
-        sp.stop(grace_s=0.2)
-        raise
-    return sp
-
-
 @pytest.fixture
 def server(tmp_path, request):
-    sp = start(tmp_path, *getattr(request, "param", ("--token-delay", "0.004")))
+    sp = start_fake_openai(tmp_path, *getattr(request, "param", ("--token-delay", "0.004")))
     try:
         yield sp.spec
     finally:

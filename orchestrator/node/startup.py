@@ -17,7 +17,9 @@ line, spawn -> healthy or -> the failure), into one record (``TrialResult.startu
   printed twice by one process (a draft model's weights and compile) is their sum;
 - ``segments``: consecutive parts of the start-up that add up to ``ready_s`` (the report's
   stacked bar): process start (spawn -> first line), the engine's phases, and ``other``
-  (the rest: imports, engine and API processes, whatever the log does not name);
+  (the rest: imports, engine and API processes, whatever the log does not name). The node
+  sees the first line when it reads it, the engine times its phases on its own clock: on a
+  loaded box the two overlap, and a phase is cut where the total ends, never past it;
 - ``last_phase``: the last phase whose first line the log shows (markers in order per engine;
   ``process start`` before any output, ``start-up`` after it when no marker matched): where a
   start that stalls or fails was.
@@ -208,12 +210,14 @@ def _segments(engine: Engine | None, found: dict[str, float], first_line_s: floa
     """Consecutive parts of the start-up (module docstring); they add up to ``total_s`` when known."""
     out: list[list[Any]] = []
     if first_line_s is not None:
-        out.append([PROCESS_START, round(first_line_s, 3)])
+        out.append([PROCESS_START, round(min(first_line_s, total_s if total_s is not None else first_line_s), 3)])
     for name, keys, minus in engine.segments if engine is not None else ():
         key = next((k for k in keys if k in found), None)
         if key is None:
             continue
         seconds = found[key] - sum(found.get(k, 0.0) for k in minus)
+        if total_s is not None:  # the engine's clock and the node's overlap: never past the total
+            seconds = min(seconds, total_s - sum(s for _, s in out))
         if seconds > 0:
             out.append([name, round(seconds, 3)])
     if total_s is not None:

@@ -126,6 +126,20 @@ def test_the_reference_servers_own_lines():
     assert startup.last_phase(log) == "ready"
 
 
+def test_segments_never_add_up_past_the_start_up_when_the_engine_and_the_node_overlap():
+    """On a loaded box the node reads the first line late while the server already times its
+    weights: spawn -> first line plus the weights can pass spawn -> ready (seen in CI: 1.764 s
+    of segments for a 1.655 s start). The bar still adds up to the start-up."""
+    log = ("[refserver rank0] starting tiny: tp=1 device=cpu dtype=float32 max_batch=8 graph_capture=False\n"
+           "[refserver rank0] weights built in 0.9s (3.1M params, float32, tp=1, threads=1); KV cache 0.01 GiB\n"
+           "[refserver rank0] ready on http://127.0.0.1:1\n")
+    phases = startup.parse(log, first_line_s=1.2, ready_s=1.655)
+    assert sum(s for _, s in phases["segments"]) == pytest.approx(1.655)
+    assert phases["segments"] == [["process start", 1.2], ["weights", 0.455]]
+    failed = startup.parse(log.splitlines()[0], first_line_s=3.0, ended_s=2.0)  # read after the end was timed
+    assert failed["segments"] == [["process start", 2.0]]
+
+
 def test_what_the_engine_prints_after_it_is_ready_is_no_phase():
     log = _log("vllm-0.26.0-h200-tp1-graphs-nccl-only-compile-hit.log")
     later = log + "(EngineCore pid=1291) INFO 12-01 21:05:00 [monitor.py:53] torch.compile took 99.00 s in total\n"

@@ -10,11 +10,10 @@ setting runs in fresh processes (NCCL reads its environment once per process).
 predicts decode tok/s where a measured trial gives "the rest" of a step
 (1 / (all-reduces per step x latency + rest)), and writes ``prescreen.json`` into the
 report folder. ``dropped_settings`` names those to skip before any server launch: failed,
-or slower than ``keep_within`` x the fastest at the same TP. ``late_settings`` is a prior for
-the ones kept: a setting more than ``LATE_RATIO`` x slower than the fastest at its TP is tried
-late, not dropped (the search policy leaves it out of its own start-up and fill choices while
-others remain; with the default ``keep_within`` 1.2 none is kept that slow, with
-``keep_within: 4`` the settings between 2x and 4x are).
+or slower than ``keep_within`` x the fastest at the same TP (default 4: ``config.job``). ``late_settings``
+is a prior for the ones kept: a setting ``LATE_RATIO`` (2) x slower than the fastest at its TP
+or more is tried late, not dropped (the search policy leaves it out of its own start-up and
+fill choices while others remain), so with the defaults the settings from 2x to 4x are.
 
 The probe itself: ``python -m orchestrator.driver.prescreen --world N --device cuda --bytes B``
 prints one JSON line from rank 0 (median microseconds per all-reduce, every sample).
@@ -39,7 +38,7 @@ from orchestrator.node.server import free_port
 from orchestrator.refserver.procs import die_with_parent
 
 PARENT_ENV = "NCCLSWEEP_PRESCREEN_PARENT"
-LATE_RATIO = 2.0  # a kept setting this much slower than the fastest all-reduce at its TP is tried late
+LATE_RATIO = 2.0  # a kept setting this much slower than the fastest all-reduce at its TP, or more, is tried late
 
 
 # ---- the probe (runs in its own processes) ---------------------------------------------------
@@ -244,14 +243,14 @@ def dropped_settings(data: dict[str, Any], keep_within: float) -> dict[str, str]
 
 
 def late_settings(data: dict[str, Any], ratio: float = LATE_RATIO) -> set[str]:
-    """config_key(setting) of the measured settings more than ``ratio`` x slower than the
-    fastest at the same TP: tried late by the search, not dropped."""
+    """config_key(setting) of the measured settings ``ratio`` x slower than the fastest at the
+    same TP, or more: tried late by the search, not dropped."""
     best: dict[int, float] = {}
     for r in data["rows"]:
         if r["ok"]:
             best[r["tp_size"]] = min(best.get(r["tp_size"], float("inf")), r["latency_us"])
     return {config_key({k: v for k, v in r.items() if k == "tp_size" or k.startswith("env.NCCL_")})
-            for r in data["rows"] if r["ok"] and r["latency_us"] > ratio * best[r["tp_size"]]}
+            for r in data["rows"] if r["ok"] and r["latency_us"] >= ratio * best[r["tp_size"]]}
 
 
 def setting_key(config: dict[str, Any]) -> str | None:

@@ -305,7 +305,8 @@ class StudyDriver:
             self.say(f"pre-screen: {len(dropped)} NCCL setting(s) dropped before launch")
         late = late_settings(data) - set(dropped)
         if late:
-            self.say(f"pre-screen: {len(late)} NCCL setting(s) over {LATE_RATIO:g}x the fastest all-reduce tried late")
+            self.say(f"pre-screen: {len(late)} NCCL setting(s) {LATE_RATIO:g}x the fastest all-reduce or slower, "
+                     "tried late")
             self._late = lambda config: setting_key(config) in late
         return PrescreenedSpace(self.job.space, dropped, self.backend.normalize)
 

@@ -2,9 +2,10 @@
 
 On the motivating box a launch is the night's unit of cost (GLM-5 on 8 PCIe GPUs starts in
 7-8 minutes, ~208 s of it CUDA-graph capture; eager starts skip capture and compile), so the
-search spends launches where they pay: at equal promise the cheaper launch first
-(``SearchPolicy``'s own choices: the start-up order and the fill), and the run's time-to-go
-is the measured cost of what is left (``driver.progress``).
+search spends launches where they pay: among candidates its own choices rank equal (the
+start-up order and the fill), ``SearchPolicy`` launches the one with the most expected decode
+(``study.promise``) per expected second of launch (this), and the run's time-to-go is the
+measured cost of what is left (``driver.progress``).
 
 The model (``LaunchCost.fit``), simple on purpose:
 
@@ -16,13 +17,10 @@ The model (``LaunchCost.fit``), simple on purpose:
   choices (``started_only``) only launches that got past start-up teach the model, else the
   values that make a server fail early look cheapest and "cheaper first" spends launches on
   failures (measured: docs/benchmarks.md, "Hours to the best");
-- additive in the parameters: cost = the study's median + one effect per parameter value
-  (a parameter a config does not have, e.g. capture sizes with graphs off, is its own value
-  ``UNSET``). The effects are fitted by backfitting with medians (``SWEEPS`` passes: each
-  parameter's effect is the median of what the others leave), so two parameters that move
-  together (graphs off and no capture sizes) share one saving instead of counting it twice,
-  and one slow outlier moves a median less than a mean; an effect seen in n trials is
-  shrunk by n / (n + 1), so one trial is half believed;
+- additive in the parameters (``study.additive``): cost = the study's median + one effect per
+  parameter value, backfitted with medians, so two parameters that move together (graphs off
+  and no capture sizes) share one saving instead of counting it twice, one slow outlier moves
+  a median less than a mean, and one trial is half believed;
 - the compile cache: every trial of a node keeps the engines' caches (``core.launch``), so the
   first launch of a *compile key* (a config's parameters without its NCCL variables, which
   never change what an engine compiles: vLLM loaded a config's compiled graphs for an
@@ -31,8 +29,7 @@ The model (``LaunchCost.fit``), simple on purpose:
   (``FIRST_COMPILE``), learned like the others once a key has launched twice; a config
   whose key a launch of the study already had is predicted warm;
 - a value no trial had yet: interpolated between the measured values of an ordered
-  parameter (numbers, booleans, and comma lists such as capture sizes by their length:
-  capturing more sizes costs more; TP sizes), never extrapolated past them, else no effect;
+  parameter (capturing more sizes costs more; TP sizes), never extrapolated past them;
 - no measured trial: no prediction (``predict`` returns None and nothing is reordered).
 """
 
@@ -44,11 +41,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.core.records import AFTER_START_KINDS, FAIL, NOT_THE_CONFIGS_FAULT, Config, TrialRow
+from orchestrator.study import additive
 
-UNSET = "(unset)"  # the value of a parameter a config does not have
 FIRST_COMPILE = "(first launch of its compile key)"  # the model's cache parameter: True / False
-SWEEPS = 3  # backfitting passes over the parameters
-SHRINK = 1.0  # an effect seen in n trials is shrunk by n / (n + SHRINK)
 
 
 def got_past_start(row: TrialRow) -> bool:
@@ -76,33 +71,10 @@ def trial_cost(row: TrialRow, *, started_only: bool = False) -> float | None:
     return value if value is not None and value > 0 else None
 
 
-def ordinal(value: Any) -> float | None:
-    """Where a parameter value lies on its own scale (None: an unordered value)."""
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            return float(text)
-        except ValueError:
-            pass
-        parts = [p for p in text.split(",") if p.strip()]
-        if len(parts) > 1 and all(p.strip().lstrip("-").replace(".", "", 1).isdigit() for p in parts):
-            return float(len(parts))
-    return None
-
-
 def compile_key(config: Mapping[str, Any]) -> str:
     """What an engine's compile cache is keyed by, as far as the config says: every parameter
     but the NCCL variables (module docstring)."""
     return repr(sorted((k, repr(v)) for k, v in config.items() if not k.startswith("env.NCCL_")))
-
-
-def _value(config: Mapping[str, Any], name: str) -> Any:
-    v = config.get(name, UNSET)
-    return v if isinstance(v, (str, int, float, bool)) or v is None else repr(v)
 
 
 @dataclass(frozen=True)
@@ -131,45 +103,19 @@ class LaunchCost:
                 compiled.add(key)
         if not data:
             return cls(compiled=frozenset(compiled))
-        median = float(statistics.median(c for _, c in data))
-        names = sorted({n for cfg, _ in data for n in cfg})
-        varied = [n for n in names if len({repr(_value(cfg, n)) for cfg, _ in data}) > 1]
-        effects: dict[str, dict[Any, float]] = {n: {} for n in varied}
-        for _ in range(SWEEPS):
-            for name in varied:
-                groups: dict[Any, list[float]] = {}
-                for cfg, cost in data:
-                    others = sum(effects[o].get(_value(cfg, o), 0.0) for o in varied if o != name)
-                    groups.setdefault(_value(cfg, name), []).append(cost - median - others)
-                effects[name] = {v: statistics.median(g) * len(g) / (len(g) + SHRINK) for v, g in groups.items()}
+        median, effects = additive.fit(data)
         return cls(median, effects, len(data), frozenset(compiled))
 
     def effect(self, name: str, value: Any) -> float:
         """Seconds a parameter value adds to (or saves from) the median launch."""
-        known = self.effects.get(name)
-        if not known:
-            return 0.0
-        if value in known:
-            return known[value]
-        x = ordinal(value)
-        points = sorted((o, e) for v, e in known.items() if (o := ordinal(v)) is not None)
-        if x is None or not points:
-            return 0.0
-        if x <= points[0][0]:
-            return points[0][1]
-        if x >= points[-1][0]:
-            return points[-1][1]
-        for (x0, e0), (x1, e1) in zip(points, points[1:]):
-            if x0 <= x <= x1:
-                return e0 if x1 == x0 else e0 + (e1 - e0) * (x - x0) / (x1 - x0)
-        return 0.0
+        return additive.effect(self.effects, name, value)
 
     def predict(self, config: Mapping[str, Any]) -> float | None:
         """Expected seconds of one launch of a (normalized) config; None before any trial."""
         if self.median is None:
             return None
         config = {**config, FIRST_COMPILE: compile_key(config) not in self.compiled}
-        return max(0.0, self.median + sum(self.effect(n, _value(config, n)) for n in self.effects))
+        return max(0.0, additive.predict(self.median, self.effects, config))
 
     def expected_left(self, configs: Iterable[Config] | None, launches: int) -> float | None:
         """Seconds the next ``launches`` launches should take: their number x the mean

@@ -21,10 +21,11 @@ config runs:
 - launch cost, in the policy's own choices only (the start-up order and the fill, never a
   sampler's proposal): among equally promising candidates (the same diversity, the same
   distance to the best), those a prior puts last (``late``: the pre-screen's settings more
-  than ``driver.prescreen.LATE_RATIO`` x slower than the fastest all-reduce) are left out
-  while others remain, and with ``cost_aware`` (off by default: ``DEFAULT_COST_AWARE``) the
-  cheapest to launch is taken (``study.cost.LaunchCost`` learned from the study's launches that
-  got past start-up), the seeded RNG breaking what is still tied;
+  than ``driver.prescreen.LATE_RATIO`` x slower than the fastest all-reduce, or more) are left out
+  while others remain, and with ``cost_aware`` (on by default: ``DEFAULT_COST_AWARE``) the one
+  with the most expected decode per expected second of launch is taken (``study.promise`` over
+  ``study.cost``, both learned from the study's launches), the seeded RNG breaking what is
+  still tied;
 - proposals land on configs the study may launch: the study's sampler is wrapped in
   ``feasible.FeasibleSampler`` (feasible under the space's constraints, no value that
   ``bans`` stopped); what still gets through (a space too large to enumerate, an
@@ -60,6 +61,7 @@ the study's trials, so a policy built on a resumed study continues where it stop
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -89,6 +91,7 @@ from orchestrator.study.cost import LaunchCost
 from orchestrator.study.feasible import FeasibleSampler
 from orchestrator.study.history import baseline_row, best_rows, trial_rows
 from orchestrator.study.plan import best_at, best_for_mix, prune_thresholds
+from orchestrator.study.promise import ValueModel
 from orchestrator.study.storage import (
     ATTR_BASELINE,
     ATTR_CACHED_FROM,
@@ -133,14 +136,15 @@ DEFAULT_STARTUP_ORDER = "diverse"
 PLAN_STEPS = ("levels", "sampler")
 DEFAULT_PLAN_STEP = "levels"
 MAX_STARTUP_CANDIDATES = 4096  # a larger enumerated space: the most diverse of a seeded sample
-# At equal promise the cheaper launch first (``study.cost``; ``cost_aware=True``, the replay's
-# ``tpe:cost=on``). Off by default: on the motivating table with GLM-5-like start-up costs it did
-# not earn its place (100 seeds: median 1.27 h vs 1.34 h to within 2% of the best, mean 1.32 vs
-# 1.33 h, median launches 13 vs 12; docs/benchmarks.md, "Hours to the best"): the best configs
-# are the dearest to start, so cheaper-first among ties mostly delays them. False: ties broken by
-# the seeded RNG alone. The measured costs still give the study's ETA either way.
-DEFAULT_COST_AWARE = False
-COST_RESOLUTION_S = 1.0  # predicted costs closer than this are equal
+# Launch cost in the policy's own choices (the start-up order and the fill; ``cost_aware``, the
+# replay's ``tpe:cost=on|off``): among candidates its rule ranks equal, the one with the most
+# expected decode per expected second of launch (``study.promise`` over ``study.cost``; what is
+# still tied, the seeded RNG). On: on the motivating table with GLM-5-like start-up costs it
+# reached within 2% of the best in fewer hours and fewer launches than ties broken at random
+# (docs/benchmarks.md, "Hours to the best"), while "the cheaper first" alone did not: the best
+# configs there are the dearest to start. Without measured costs nothing changes.
+DEFAULT_COST_AWARE = True
+WORTH_RESOLUTION = 1e-6  # expected decode per second equal up to rounding: a tie
 
 _MISSING = object()  # a parameter a normalized config does not have
 
@@ -267,6 +271,7 @@ class SearchPolicy:
         self.baseline_key = self._key_of(self.baseline) if self.baseline is not None else None
         self._bans_at: tuple[int, dict] = (-1, {})  # (finished trials, bans) cache
         self._cost_at: tuple[int, LaunchCost] = (-1, LaunchCost())
+        self._value_at: tuple[int, ValueModel] = (-1, ValueModel())
         self._allowed_at: tuple[int, list[Config] | None] = (-1, None)
         if not isinstance(study.sampler, FeasibleSampler):  # draws land on configs the study may launch
             study.sampler = FeasibleSampler(study.sampler, self.allowed_configs, seed=seed)
@@ -371,6 +376,13 @@ class SearchPolicy:
         if self._cost_at[0] != n:
             self._cost_at = (n, LaunchCost.fit(trial_rows(self.study), started_only=True))
         return self._cost_at[1]
+
+    def value_model(self) -> ValueModel:
+        """What a launch should measure, learned from the study's trials (``study.promise``)."""
+        n = self._finished()
+        if self._value_at[0] != n:
+            self._value_at = (n, ValueModel.fit(trial_rows(self.study), self.objective))
+        return self._value_at[1]
 
     def expected_seconds(self, launches: int) -> float | None:
         """Seconds the next ``launches`` launches should take by the study's measured costs
@@ -608,7 +620,7 @@ class SearchPolicy:
                        default=0)
         scores = {k: nearest(k) for k in remaining}
         top = max(scores.values())
-        return self._rng.choice(self._cheapest([k for k in remaining if scores[k] == top]))
+        return self._rng.choice(self._most_worth_launching([k for k in remaining if scores[k] == top]))
 
     def _not_late(self, keys: list[str]) -> list[str]:
         """The candidates the prior does not put last (all of them when it puts every one last)."""
@@ -617,16 +629,20 @@ class SearchPolicy:
         early = [k for k in keys if not self.late(self._enum_norm[k])]
         return early or keys
 
-    def _cheapest(self, keys: list[str]) -> list[str]:
-        """Of equally promising candidates, the cheapest to launch (module docstring)."""
+    def _most_worth_launching(self, keys: list[str]) -> list[str]:
+        """Of candidates the policy's rule ranks equal, those with the most expected decode per
+        expected second of launch (``DEFAULT_COST_AWARE``); all of them when either is unknown."""
         if not self.cost_aware or len(keys) < 2:
             return keys
-        model = self.launch_cost()
-        costs = {k: model.predict(self._enum_norm[k]) for k in keys}
-        if any(c is None for c in costs.values()):
-            return keys
-        low = min(costs.values())  # type: ignore[type-var]
-        return [k for k in keys if costs[k] < low + COST_RESOLUTION_S]  # type: ignore[operator]
+        cost, value = self.launch_cost(), self.value_model()
+        worth: dict[str, float] = {}
+        for k in keys:
+            seconds, expected = cost.predict(self._enum_norm[k]), value.predict(self._enum_norm[k])
+            if seconds is None or expected is None:
+                return keys
+            worth[k] = math.log(expected) - math.log(max(seconds, 1.0))
+        top = max(worth.values())
+        return [k for k in keys if worth[k] >= top - math.log1p(WORTH_RESOLUTION)]
 
     def _nearest_to_best(self, remaining: list[str], enum: dict[str, Config]) -> str:
         return self._nearest(remaining, enum, [dict(t.params) for t in self._bests()])
@@ -635,14 +651,14 @@ class SearchPolicy:
         """The unmeasured config with the fewest parameters differing from the nearest of
         ``refs`` (seeded tie-break); any when there is no reference yet."""
         if not refs:
-            return self._rng.choice(self._cheapest(remaining))
+            return self._rng.choice(self._most_worth_launching(remaining))
 
         def dist(k: str) -> int:  # to the nearest of the bests (one per level for a plan)
             raw = enum[k]
             return min(sum(1 for n in set(raw) | set(ref) if raw.get(n) != ref.get(n)) for ref in refs)
         d = {k: dist(k) for k in remaining}
         m = min(d.values())
-        return self._rng.choice(self._cheapest([k for k in remaining if d[k] == m]))
+        return self._rng.choice(self._most_worth_launching([k for k in remaining if d[k] == m]))
 
     def _skip(self, trial: optuna.Trial, raw: Config, ck: tuple[Config, str] | None, kind: str, reason: str,
               *, constraint: float) -> None:

@@ -35,8 +35,8 @@ search needed. With start-up costs in the table, each launch also costs time: it
 ``startup_s``, ``LAUNCH_OVERHEAD_S`` (warm-up, correctness capture, teardown) and
 ``REPEAT_S`` per benchmark repeat it ran (a failure at start runs none); the launches up to
 that one, summed, are the hours that search needed, and the replayed trials carry those
-durations, so a cost-aware policy (``SearchPolicy(cost_aware=True)``: spec option ``cost=on``;
-``cost=off`` is the default) learns them as it would in a study. ``format_table``
+durations, so the policy's cost-aware choices (``SearchPolicy(cost_aware=True)``, the default;
+spec option ``cost=off`` breaks its ties at random instead) learn them as in a study. ``format_table``
 renders the result as markdown.
 
 A plan table replays a study over its levels: each launch measures every level (one sample
@@ -475,7 +475,7 @@ class SamplerSpec:
         total = sum(self.weights)
         return Objective(concurrency=tuple(sorted(levels)),
                          weights={lv: w / total for lv, w in zip(sorted(levels), self.weights)})
-    cost: bool = DEFAULT_COST_AWARE  # the policy's cost-aware tie-breaks (``cost=on``; off: ties by the RNG only)
+    cost: bool = DEFAULT_COST_AWARE  # the policy's value-per-cost tie-breaks (``cost=off``: ties by the RNG only)
 
     @classmethod
     def parse(cls, text: str) -> "SamplerSpec":
@@ -556,22 +556,22 @@ class SamplerResult:
 
     @property
     def median_launches(self) -> float:
-        return _quantile(self._hits("launches_to_target"), 0.5)
+        return nearest_rank(self._hits("launches_to_target"), 0.5)
 
     @property
     def p90_launches(self) -> float:
-        return _quantile(self._hits("launches_to_target"), 0.9)
+        return nearest_rank(self._hits("launches_to_target"), 0.9)
 
     @property
     def median_repeats(self) -> float:
-        return _quantile(self._hits("repeats_to_target"), 0.5)
+        return nearest_rank(self._hits("repeats_to_target"), 0.5)
 
     @property
     def median_hours(self) -> float | None:
         """Median launch hours to within target (inf: never; None: the table has no costs)."""
         if any(r.hours is None for r in self.runs):
             return None
-        return _quantile(self._hits("hours_to_target"), 0.5)
+        return nearest_rank(self._hits("hours_to_target"), 0.5)
 
     @property
     def mean_hours(self) -> float | None:
@@ -650,7 +650,7 @@ class SimulationResult:
         return json.loads(json.dumps(d, default=str).replace("Infinity", "null"))
 
 
-def _quantile(values: list[float], q: float) -> float:
+def nearest_rank(values: list[float], q: float) -> float:
     """Nearest-rank quantile (inf stays inf: 'never within the budget')."""
     s = sorted(values)
     idx = max(0, math.ceil(q * len(s)) - 1)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.core.records import COMPLETE, FAIL, FailureKind, TrialRow
-from orchestrator.study.cost import FIRST_COMPILE, LaunchCost, compile_key, got_past_start, ordinal, trial_cost
+from orchestrator.study.additive import ordinal
+from orchestrator.study.cost import FIRST_COMPILE, LaunchCost, compile_key, got_past_start, trial_cost
 
 
 def row(number: int, params: dict, seconds: float | None, *, state: str = COMPLETE, kind: str | None = None,

@@ -700,3 +700,67 @@ def test_the_eta_is_the_measured_cost_of_what_is_left():
     # between every remaining launch at the cheap price and every one at the dear price
     assert 20.0 * len(left) <= all_left <= 100.0 * len(left)
     assert graphs == 0 or all_left > 20.0 * len(left)
+
+
+class AlwaysTheBaseline(optuna.samplers.BaseSampler):
+    """A sampler that proposes the baseline every time: every launch after it is the policy's own fill."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def infer_relative_search_space(self, study, trial):
+        return {}
+
+    def sample_relative(self, study, trial, search_space):
+        return {}
+
+    def sample_independent(self, study, trial, name, distribution):
+        return self.config[name]
+
+
+def costed(proposal, value, seconds):
+    result = ok(proposal, value)
+    result.timing = {"total_s": seconds}
+    result.startup_phases = {"ready_s": seconds - 5}
+    return result
+
+
+def fill_order_after_three_launches(seed, **kw):
+    """Baseline (a0, b0, c0) 10 tok/s in 100 s; (a0, b0, c1) 10 tok/s in 400 s (c1: a dear value,
+    like a graph mode that captures); (a1, b0, c0) 20 tok/s in 100 s, the best. Every config at
+    one parameter from it is then equally near; returns the fill's next launches."""
+    base = {"a": "a0", "b": "b0", "c": "c0"}
+    study = optuna.create_study(direction="maximize", sampler=AlwaysTheBaseline(base))
+    policy = SearchPolicy(study, Grid3Space(), dict, baseline=base, budget=None, seed=seed, **kw)
+    for params, value, seconds in [(base, 10.0, 100.0), ({"a": "a0", "b": "b0", "c": "c1"}, 10.0, 400.0),
+                                   ({"a": "a1", "b": "b0", "c": "c0"}, 20.0, 100.0)]:
+        if params != base:
+            study.enqueue_trial(params)
+        p = policy.next()
+        assert p.config == params
+        policy.record(p, costed(p, value, seconds))
+    order = []
+    while len(order) < 5:
+        p = policy.next()
+        if p.cached is not None:
+            policy.record(p, p.cached, counted=False)
+            continue
+        assert p.role == "fill"
+        order.append((p.config["a"], p.config["b"], p.config["c"]))
+        policy.record(p, costed(p, 20.0, 400.0 if p.config["c"] == "c1" else 100.0))
+    return order
+
+
+def test_among_equally_near_configs_the_fill_launches_the_most_decode_per_second_first():
+    """Issue 26, cost-aware search: of the configs one parameter from the best, the one that
+    should measure like the best at a quarter of the launch cost goes first ((a1, b1, c0) or
+    (a1, b2, c0)); the dear value (c1) comes after both, and an untried a2 (expected to
+    measure like a typical config, not like the best) after them too. Ties broken at random
+    (``cost_aware=False``) launch the dear one or a2 first for some seed."""
+    cheap_and_good = {("a1", "b1", "c0"), ("a1", "b2", "c0")}
+    for seed in range(6):
+        order = fill_order_after_three_launches(seed)
+        assert set(order[:2]) == cheap_and_good, (seed, order)
+        assert order.index(("a1", "b0", "c1")) > 1 and order.index(("a2", "b0", "c0")) > 1
+    blind = [fill_order_after_three_launches(seed, cost_aware=False)[0] for seed in range(6)]
+    assert any(first not in cheap_and_good for first in blind), blind

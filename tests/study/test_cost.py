@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.core.records import COMPLETE, FAIL, FailureKind, TrialRow
-from orchestrator.study.additive import ordinal
 from orchestrator.study.cost import FIRST_COMPILE, LaunchCost, compile_key, got_past_start, trial_cost
 
 
@@ -196,14 +195,6 @@ def test_an_unmeasured_value_is_interpolated_never_extrapolated():
     assert model.effect("never-fitted", 3) == 0.0
     small, mid, big = (model.predict({"tp": t, "capture": "1,2"}) for t in (2, 4, 8))
     assert small < mid < big
-
-
-def test_ordinal_places_numbers_booleans_and_size_lists():
-    """What can be interpolated: numbers (also as text), booleans, comma lists by length."""
-    assert [ordinal(v) for v in (True, False, 4, 2.5, "8", " 16 ", "1,2,4", "1, 2, 4, 8")] == \
-           [1.0, 0.0, 4.0, 2.5, 8.0, 16.0, 3.0, 4.0]
-    for unordered in ("Ring", "1,x", "FULL_AND_PIECEWISE", None, ["1", "2"]):
-        assert ordinal(unordered) is None, unordered
 
 
 def test_expected_left_is_the_launches_times_the_mean_prediction():

@@ -20,8 +20,8 @@ config runs:
   see ``SearchPolicy._most_diverse``), so every parameter is seen at several levels early;
 - launch cost, in the policy's own choices only (the start-up order and the fill, never a
   sampler's proposal): among equally promising candidates (the same diversity, the same
-  distance to the best), those a prior puts last (``late``: the pre-screen's settings more
-  than ``driver.prescreen.LATE_RATIO`` x slower than the fastest all-reduce, or more) are left out
+  distance to the best), those a prior puts last (``late``: the pre-screen's settings
+  ``driver.prescreen.LATE_RATIO`` x slower than the fastest all-reduce or more) are left out
   while others remain, and with ``cost_aware`` (on by default: ``DEFAULT_COST_AWARE``) the one
   with the most expected decode per expected second of launch is taken (``study.promise`` over
   ``study.cost``, both learned from the study's launches), the seeded RNG breaking what is

@@ -9,9 +9,9 @@ among equally good candidates by its rule, the most decode per second of launch)
 The model (``ValueModel.fit``), simple on purpose and additive like the cost model
 (``study.additive``), in the logarithm of the value, so an effect is a ratio (graphs on: x2):
 
-- a launched trial's value: its median (single objective; a PRUNED trial's first repeat,
-  what the early stop saw), or for a plan the geometric mean of its levels (the job's
-  traffic mix where it gives weights);
+- a launched trial's value: its median at the one level the study optimizes (a PRUNED
+  trial's first repeat, what the early stop saw), or for a plan the geometric mean of its
+  levels (the job's traffic mix where it gives weights);
 - a config-caused failure (crash, refused NCCL variable, wrong output, hang) is worth
   ``FAILURE_RATIO`` x the median of what worked: the values it carried are pulled down as a
   slow config's would be, never to minus infinity (one failure is evidence, not a proof);
@@ -34,7 +34,7 @@ from orchestrator.config.job import Objective
 from orchestrator.core.records import COMPLETE, FAIL, NOT_THE_CONFIGS_FAULT, PRUNED, TrialRow
 from orchestrator.study import additive
 from orchestrator.study import objective as objectives
-from orchestrator.study.plan import mix_of
+from orchestrator.study.plan import level_value, mix_of
 
 # A config-caused failure counts as this fraction of the median working value. Replayed on the
 # motivating table (200 seeds, median hours to within 2% of the best): 0.1 and 0.03 gave
@@ -46,11 +46,12 @@ FAILURE_RATIO = 0.1
 def row_value(row: TrialRow, objective: Objective | None = None) -> float | None:
     """What one measured trial brought back (module docstring), None when nothing."""
     obj = objectives.of(objective)
-    if obj.concurrency and len(obj.concurrency) > 1:
+    if len(obj.concurrency) > 1:
         weights = dict(obj.weights or {}) or {lv: 1.0 / len(obj.concurrency) for lv in obj.concurrency}
         value = mix_of(row, weights)
-    else:
-        value = row.value
+    else:  # the one level the study optimizes, as Optuna is told it (``objective._single``)
+        value = level_value(row, obj.concurrency[0])
+        value = row.value if value is None else value
     return float(value) if value is not None and math.isfinite(value) and value > 0 else None
 
 

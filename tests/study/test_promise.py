@@ -67,3 +67,5 @@ def test_a_plan_weighs_every_level():
     assert plan.predict({"g": "large"}) > plan.predict({"g": "small"})
     single = ValueModel.fit(rows)
     assert single.predict({"g": "large"}) < single.predict({"g": "small"})
+    at_64 = ValueModel.fit(rows, Objective(concurrency=(64,)))  # one level, not level 1: that level's median
+    assert at_64.predict({"g": "large"}) > at_64.predict({"g": "small"})

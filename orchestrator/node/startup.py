@@ -210,7 +210,8 @@ def _segments(engine: Engine | None, found: dict[str, float], first_line_s: floa
     """Consecutive parts of the start-up (module docstring); they add up to ``total_s`` when known."""
     out: list[list[Any]] = []
     if first_line_s is not None:
-        out.append([PROCESS_START, round(min(first_line_s, total_s if total_s is not None else first_line_s), 3)])
+        first = first_line_s if total_s is None else min(first_line_s, total_s)  # never past the total
+        out.append([PROCESS_START, round(first, 3)])
     for name, keys, minus in engine.segments if engine is not None else ():
         key = next((k for k in keys if k in found), None)
         if key is None:

@@ -179,3 +179,10 @@ def test_also_parsing(capsys):
     assert main(["compare", str(TESTS.parent / "jobs" / "demo.yaml"), "--also", "x"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--also takes comma-separated trial numbers or 'ties', not 'x'" in err[0]
+
+
+@pytest.mark.parametrize("job", sorted(p.name for p in (REPO / "jobs").glob("*.yaml")))
+def test_every_shipped_job_validates(job, capsys):
+    # the examples the README and the guide point at: a user's first `validate` of one is exit 0
+    assert main(["validate", str(REPO / "jobs" / job)]) == 0, capsys.readouterr().err
+    assert f"jobs/{job}: ok" in capsys.readouterr().out

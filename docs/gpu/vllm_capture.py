@@ -53,6 +53,44 @@ def get(url: str, timeout: float = 5.0) -> tuple[int, str]:
         return 0, str(exc)
 
 
+def end_group(proc: subprocess.Popen) -> None:
+    """End a server started in its own session: TERM to its group, 20 s, then KILL; reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(20)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def launch_only(name: str, model: str, extra: list[str], out: Path, port: int, limit_s: float, probe) -> dict:
+    """One launch like ``launch``'s, with ``probe(base_url)`` as its only work (its answer in ``result``)."""
+    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", "127.0.0.1",
+            "--port", str(port), "--served-model-name", "m", "--max-model-len", "2048",
+            "--gpu-memory-utilization", "0.5", "--max-num-seqs", "64", *extra]
+    log = open(out / f"{name}.log", "w")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    rec: dict = {"config": name, "argv": argv}
+    try:
+        base = f"http://127.0.0.1:{port}"
+        while time.monotonic() - t0 < limit_s and proc.poll() is None:
+            if get(base + "/health", 2)[0] == 200:
+                rec["ready_s"] = round(time.monotonic() - t0, 1)
+                rec["result"] = probe(base)
+                break
+            time.sleep(0.5)
+        return rec
+    finally:
+        end_group(proc)
+        log.close()
+
+
 def launch(name: str, model: str, extra: list[str], env_extra: dict[str, str], out: Path, port: int,
            limit_s: float) -> dict:
     argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", "127.0.0.1",
@@ -96,16 +134,7 @@ def launch(name: str, model: str, extra: list[str], env_extra: dict[str, str], o
         (out / f"{name}-metrics-after.txt").write_text(get(base + "/metrics")[1])
         return rec
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        end_group(proc)
         log.close()
         rec["total_s"] = round(time.monotonic() - t0, 1)
 

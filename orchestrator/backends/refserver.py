@@ -33,7 +33,8 @@ _SETTINGS = {
 }
 _FLAGS = {"threads": int, "dtype": str, "max_batch": int, "fault": str}
 # ``backend.fault`` lets a test space mix healthy and broken servers; "none" = healthy.
-FAULTS = ("none", "crash-on-start", "hang-on-start", "hang-in-decode", "garbage", "slow-start", "crash-after")
+FAULTS = ("none", "crash-on-start", "hang-on-start", "hang-in-decode", "garbage", "slow-start", "crash-after",
+          "misscored-prompts")
 _DTYPES = ("float32", "bfloat16", "float16")
 DIMS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")  # the dimensions the server takes as flags
 

@@ -438,6 +438,13 @@ def _same_value(name: str, requested: str, printed: str) -> bool:
     return requested.strip() == printed.strip()
 
 
+def is_verification_warning(text: str) -> bool:
+    """A trial warning ``verify_applied`` wrote (each names NCCL or an NCCL_ variable), told from
+    a trial's other warnings (the benchmark's, the correctness gate's), which the report lists
+    apart."""
+    return "NCCL" in text
+
+
 def verify_applied(requested_env: dict[str, Any], parsed: dict[str, Any]) -> list[str]:
     """Warnings for requested NCCL settings that NCCL's log does not show it took: no
     ``set by environment`` line, a different value, NCCL's printed enable matrix differing

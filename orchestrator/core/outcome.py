@@ -108,12 +108,14 @@ def environment_cause(result: TrialResult) -> str | None:
 
 def gate(result: TrialResult, golden) -> TrialResult:
     """The correctness gate: outputs that differ from the golden reference make the trial
-    FAIL ``wrong-output`` (its measured tok/s kept as ``decode_tok_s_ignored``)."""
+    FAIL ``wrong-output`` (its measured tok/s kept as ``decode_tok_s_ignored``); a pass that
+    comes with a warning (a server that disowns its own scores) keeps the warning on the trial."""
     if golden is None or not result.outputs or result.outcome not in (COMPLETE, PRUNED):
         return result
     verdict = correctness.compare(golden, result.outputs)
     if verdict["ok"]:
-        return replace(result, correctness=verdict)
+        warned = [*result.warnings, verdict["warning"]] if verdict.get("warning") else result.warnings
+        return replace(result, correctness=verdict, warnings=warned)
     metrics = {**result.metrics, "decode_tok_s_ignored": result.value}
     return replace(result, outcome=FAIL, value=None, failure_kind=FailureKind.WRONG_OUTPUT,
                    failure_reason=verdict["reason"], correctness=verdict, metrics=metrics)

@@ -165,6 +165,7 @@ class TrialRow:
     optuna_state: str = ""  # the storage's state (COMPLETE for a config-caused FAIL)
     skipped: str | None = None  # a proposal recorded, never launched: "infeasible", "banned-value", ...
     enqueued_by: str | None = None
+    run: str | None = None  # the `run` that recorded it (its start time); None: recorded before runs were
     log_tail: str = ""
     # the server it ran: command (as resolved on its node), version, argv, env, port, log
     server: dict[str, Any] = field(default_factory=dict)

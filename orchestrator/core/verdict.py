@@ -30,6 +30,7 @@ against published table values and an independent numerical integration.
     ratio_interval(a, b, paired=..., confidence=0.95) -> RatioInterval   (b relative to a)
     verdict(interval, same_config=False)  -> FASTER | SLOWER | WITHIN_NOISE | SAME_CONFIG | NOT_MEASURED
     describe(interval, same_config=False) -> "1.31x faster (95% CI 1.22-1.41x)"
+    median_ratio_text(interval, medians)  -> "1.30x by medians (1.13x by geometric means)" where it must
     t_quantile(p, df)                     -> the p-quantile of Student's t with df degrees of freedom
 """
 
@@ -240,6 +241,17 @@ def ratio_text(interval: RatioInterval, value: float | None = None) -> str:
     three decimals where the interval is narrow."""
     value = interval.ratio if value is None else value
     return f"{value:.{_digits(interval)}f}x" if value is not None else "n/a"
+
+
+def median_ratio_text(interval: RatioInterval, medians: float) -> str:
+    """A ratio of medians (a trial's value is its median) shown beside ``interval``, which is of
+    the geometric-mean ratio: "1.89x", or, where the medians' ratio lies outside the interval
+    (samples spread unevenly, in two clusters say), "1.30x by medians (1.13x by geometric
+    means)": never a point estimate printed beside an interval that excludes it."""
+    text = ratio_text(interval, medians)
+    if interval.bounded and interval.ratio is not None and not interval.lo <= medians <= interval.hi:  # type: ignore[operator]
+        text += f" by medians ({ratio_text(interval)} by geometric means)"
+    return text
 
 
 def describe(interval: RatioInterval, *, same_config: bool = False) -> str:

@@ -53,15 +53,18 @@ def vs_baseline_words(best: TrialRow, base: TrialRow | None) -> str | None:
     """The run's verdict on its best trial against the baseline trial: the ratio is "beyond
     noise" only when the two trials' decode samples put its interval off 1.0 (``verdict``,
     unpaired: repeats within one launch each), else "within noise of the baseline"; the
-    baseline's own config is "the baseline itself". None without a baseline."""
+    baseline's own config is "the baseline itself". None without a baseline. The ratio is of
+    the medians, named beside the geometric means' where the interval excludes it
+    (``verdict.median_ratio_text``)."""
     if base is None or not base.value or best.value is None:
         return None
     if best.config_key == base.config_key:
         return "the baseline itself"
     iv = verdict.ratio_interval(_samples(base), _samples(best))
     beyond = verdict.verdict(iv) in (verdict.FASTER, verdict.SLOWER)
-    return (f"{verdict.ratio_text(iv, best.value / base.value)} the baseline, "
-            + ("beyond noise" if beyond else "within noise of the baseline") + f", {verdict.interval_text(iv)}")
+    ratio = verdict.median_ratio_text(iv, best.value / base.value)
+    return (f"{ratio} the baseline, " + ("beyond noise" if beyond else "within noise of the baseline")
+            + f", {verdict.interval_text(iv)}")
 
 
 def _samples(row: TrialRow) -> list[float]:

@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
@@ -212,7 +213,8 @@ class StudyDriver:
             policy = self.policy = SearchPolicy(study, space, self.backend.normalize,
                                                 baseline=self.baseline_config, budget=self.trials,
                                                 remeasure=job.remeasure, seed=job.sampler.seed, startup=startup,
-                                                objective=job.objective, late=self._late)
+                                                objective=job.objective, late=self._late,
+                                                run=datetime.now(timezone.utc).isoformat(timespec="seconds"))
             self.progress.expected_left = lambda n: (None if (s := policy.expected_seconds(n)) is None
                                                      else s / max(1, executor.slots))
             self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config

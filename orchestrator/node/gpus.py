@@ -99,9 +99,16 @@ def visible_devices() -> list[str] | None:
     return [g.strip() for g in text.split(",") if g.strip()]
 
 
+# A fresh interpreter importing torch on a loaded host takes tens of seconds (over 30 s seen on
+# a 2-core box running three test workers and Ray): the smoke test's own allowance for it, on
+# top of the time its CUDA work may take. A GPU that hangs is not told by a slow import.
+SMOKE_IMPORT_ALLOWANCE_S = 90.0
+
+
 def usable(timeout_s: float = 30.0) -> tuple[bool, str]:
-    """A quick device check after teardown: do the GPUs still answer (nvidia-smi), and is
-    their memory free again? Falls back to a CUDA smoke test where nvidia-smi is missing."""
+    """A quick device check after teardown: do the GPUs still answer (nvidia-smi, ``timeout_s``),
+    and is their memory free again? Falls back to a CUDA smoke test where nvidia-smi is missing
+    (``timeout_s`` plus ``SMOKE_IMPORT_ALLOWANCE_S`` for its interpreter and torch to start)."""
     if nvidia_smi.available():
         reply = nvidia_smi.call(["--query-gpu=index,memory.used,memory.total", nvidia_smi.CSV], timeout_s)
         if not reply.ok:
@@ -109,10 +116,11 @@ def usable(timeout_s: float = 30.0) -> tuple[bool, str]:
         return True, reply.stdout.strip().replace("\n", "; ")
     cmd = [sys.executable, "-c", "import torch; [torch.ones(1, device=f'cuda:{i}').sum().item() "
            "for i in range(torch.cuda.device_count())]"]
+    limit = timeout_s + SMOKE_IMPORT_ALLOWANCE_S
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:
-        return False, f"the CUDA smoke test hung for {timeout_s:.0f}s"
+        return False, f"the CUDA smoke test hung for {limit:.0f}s"
     if out.returncode != 0:
         return False, (out.stderr.strip().splitlines() or ["the CUDA smoke test failed"])[-1]
     return True, out.stdout.strip().replace("\n", "; ")

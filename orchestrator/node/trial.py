@@ -122,6 +122,8 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         record = proc.start()
         if on_server:
             on_server(proc)
+        if cancel.is_set():  # cancelled between the spawn and the line above: nobody could stop it yet
+            return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
 
         server_info = asdict(record)
         try:

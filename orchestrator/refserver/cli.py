@@ -26,7 +26,7 @@ from orchestrator.refserver.presets import DTYPE_BYTES, PRESETS, ModelDims
 from orchestrator.refserver.procs import log
 
 FAULTS = ("crash-on-start", "hang-on-start", "hang-in-decode", "garbage", "slow-start",
-          "crash-after")
+          "crash-after", "misscored-prompts")
 FAULT_DEFAULT_N = {"hang-in-decode": 4, "slow-start": 8}  # tokens before the hang / seconds
 FAULT_NEEDS_N = ("crash-after",)
 DEFAULT_CAPTURE_SIZES = "1,2,4,8"
@@ -308,7 +308,8 @@ def serve(s: Settings, argv: list[str]) -> int:
 
         model, graphs, channel = build_rank(s, 0, master_port)
         hang_after = int(s.fault.n or 0) if s.fault and s.fault.kind == "hang-in-decode" else None
-        engine = Engine(model, graphs, channel, max_batch=s.max_batch, hang_after=hang_after)
+        engine = Engine(model, graphs, channel, max_batch=s.max_batch, hang_after=hang_after,
+                        misscore_prompts=bool(s.fault and s.fault.kind == "misscored-prompts"))
         engine.warmup()
         app.engine = engine
     except BaseException:  # noqa: BLE001 - any start-up failure ends every rank with one line

@@ -93,8 +93,12 @@ class Engine:
     """Scheduler + sampler on rank 0 (see module docstring)."""
 
     def __init__(self, model: ShardedLlama, graphs: GraphRunner | None, channel: Channel, *,
-                 max_batch: int, hang_after: int | None = None):
+                 max_batch: int, hang_after: int | None = None, misscore_prompts: bool = False):
         self.model, self.graphs, self.channel = model, graphs, channel
+        # fault misscored-prompts: echo scoring reads each prompt token's log-probability one
+        # position late (a reporting bug: generation stays right), as a server whose scoring
+        # pass is not the model that generates (vLLM 0.26.0 with a draft model) looks
+        self.misscore_prompts = misscore_prompts
         self.max_batch = max_batch
         self.max_len = model.max_len
         self.hang_after = hang_after
@@ -217,8 +221,9 @@ class Engine:
         lsm = torch.log_softmax(self.model.logits(hidden), dim=-1).cpu()
         entries: list[LogprobEntry | None] = [None]
         k = r.logprobs or 0
+        late = 1 if self.misscore_prompts else 0
         for t in range(1, len(r.prompt)):
-            entries.append(_entry(lsm[t - 1], r.prompt[t], k))
+            entries.append(_entry(lsm[t - 1 + late], r.prompt[t], k))
         return entries
 
     def _sample_and_emit(self, reqs: list[Request], logits: torch.Tensor) -> None:

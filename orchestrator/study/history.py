@@ -24,6 +24,7 @@ import dataclasses
 import datetime as _dt
 import math
 import os
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -47,8 +48,10 @@ from orchestrator.study.storage import (
     ATTR_COUNTED,
     ATTR_ENQUEUED_BY,
     ATTR_KEY,
+    ATTR_RUN,
     ATTR_SKIPPED,
     OUTVOTED_ATTR,
+    recovered_attr,
     trial_attrs,
 )
 
@@ -185,6 +188,7 @@ def _row(trial: FrozenTrial, ua: dict[str, Any]) -> TrialRow:
         optuna_state=optuna_state,
         skipped=ua.get(ATTR_SKIPPED),
         enqueued_by=ua.get(ATTR_ENQUEUED_BY),
+        run=ua.get(ATTR_RUN),
         log_tail=ua.get("log_tail") or "",
         server=dict(ua.get("server") or {}),
         levels=_levels(metrics, value if state == COMPLETE else None),
@@ -208,17 +212,40 @@ def _levels(metrics: dict[str, Any], value: float | None) -> dict[str, Any]:
     return {}
 
 
+# Rows of finished trials, per study object: Optuna refuses to change a finished trial, so its
+# row changes only with the record a later driver keeps for it (``storage.recovered_attr``).
+# The search policy reads the rows at every proposal; building them was a third of a replay.
+_FINISHED_ROWS: weakref.WeakKeyDictionary[Any, dict[int, tuple[Any, TrialRow]]] = weakref.WeakKeyDictionary()
+_FINISHED = ("COMPLETE", "FAIL", "PRUNED")
+
+
 def trial_rows(study: optuna.Study) -> list[TrialRow]:
     """One row per trial, in trial-number order, with the user-facing state (``TrialRow``)."""
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     study_attrs = getattr(study, "user_attrs", None) or {}
-    rows = [_row(t, trial_attrs(t, study_attrs)) for t in trials]
+    try:
+        cache = _FINISHED_ROWS.setdefault(study, {})
+    except TypeError:  # not weakly referenceable: no cache
+        cache = {}
+    rows = [_finished_row(t, study_attrs, cache) for t in trials]
     outvoted = set(study_attrs.get(OUTVOTED_ATTR) or [])
     rows = [replace(r, correctness={**r.correctness, "ok": False, "outvoted": True,
                                     "reason": "outvoted as the golden reference"})
             if r.number in outvoted else r for r in rows]  # a golden reference later trials outvoted was wrong
     hosts = _hosts_with_concurrent_nodes(rows)
     return [replace(r, node=f"{r.node}/{r.node_id[:8]}") if r.node in hosts and r.node_id else r for r in rows]
+
+
+def _finished_row(trial: FrozenTrial, study_attrs: dict[str, Any], cache: dict[int, tuple[Any, TrialRow]]) -> TrialRow:
+    """The trial's row, from ``cache`` where the trial had finished when it was built and its
+    kept record (a recovered trial's) is the same."""
+    if trial.state.name not in _FINISHED:
+        return _row(trial, trial_attrs(trial, study_attrs))
+    key = (trial.state, trial.datetime_complete, repr(study_attrs.get(recovered_attr(trial.number))))
+    hit = cache.get(trial.number)
+    if hit is None or hit[0] != key:
+        hit = cache[trial.number] = (key, _row(trial, trial_attrs(trial, study_attrs)))
+    return hit[1]
 
 
 def _hosts_with_concurrent_nodes(rows: list[TrialRow]) -> set[str]:

@@ -100,6 +100,7 @@ from orchestrator.study.storage import (
     ATTR_KEY,
     ATTR_REFERENCE,
     ATTR_REQUEUE_OF,
+    ATTR_RUN,
     ATTR_SKIPPED,
     CONSTRAINT,
     FEASIBLE,
@@ -226,6 +227,7 @@ class SearchPolicy:
         max_consecutive_duplicates: int = 200,
         objective: Objective | None = None,
         plan_step: str = DEFAULT_PLAN_STEP,
+        run: str | None = None,
     ) -> None:
         if fill not in FILL_STRATEGIES:
             raise ValueError(f"fill must be one of {FILL_STRATEGIES}, not {fill!r}")
@@ -238,6 +240,7 @@ class SearchPolicy:
         if budget is not None and budget < 0:
             raise ValueError(f"budget must be >= 0 or None, not {budget}")
         self.study = study
+        self.run = run  # the driver's run that records results (its start): stored on every record
         self.space = space
         self.normalize = normalize
         self.baseline = dict(baseline) if baseline is not None else None
@@ -269,6 +272,7 @@ class SearchPolicy:
         self._consecutive_dups = 0
         self._gave_up = False
         self.baseline_key = self._key_of(self.baseline) if self.baseline is not None else None
+        self._finished_rows_at: tuple[int, list[TrialRow]] = (-1, [])  # (finished trials, rows) for the three below
         self._bans_at: tuple[int, dict] = (-1, {})  # (finished trials, bans) cache
         self._cost_at: tuple[int, LaunchCost] = (-1, LaunchCost())
         self._value_at: tuple[int, ValueModel] = (-1, ValueModel())
@@ -362,26 +366,33 @@ class SearchPolicy:
         return len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL,
                                                                   TrialState.PRUNED)))
 
+    def _rows_when_finished(self, n: int) -> list[TrialRow]:
+        """The study's rows as of its ``n``-th finished trial: what bans, costs and the value model
+        learn from (finished trials only), built once for all three (the replay's largest cost)."""
+        if self._finished_rows_at[0] != n:
+            self._finished_rows_at = (n, trial_rows(self.study))
+        return self._finished_rows_at[1]
+
     def bans(self) -> dict[tuple[str, Any], str]:
         """Parameter values not proposed any more: they kept crashing servers at start
         (``orchestrator.study.bans``): {(param, value): why}."""
         n = self._finished()
         if self._bans_at[0] != n:
-            self._bans_at = (n, banned_values(trial_rows(self.study)))
+            self._bans_at = (n, banned_values(self._rows_when_finished(n)))
         return self._bans_at[1]
 
     def launch_cost(self) -> LaunchCost:
         """What a launch that starts costs, learned from the study's trials (``study.cost``)."""
         n = self._finished()
         if self._cost_at[0] != n:
-            self._cost_at = (n, LaunchCost.fit(trial_rows(self.study), started_only=True))
+            self._cost_at = (n, LaunchCost.fit(self._rows_when_finished(n), started_only=True))
         return self._cost_at[1]
 
     def value_model(self) -> ValueModel:
         """What a launch should measure, learned from the study's trials (``study.promise``)."""
         n = self._finished()
         if self._value_at[0] != n:
-            self._value_at = (n, ValueModel.fit(trial_rows(self.study), self.objective))
+            self._value_at = (n, ValueModel.fit(self._rows_when_finished(n), self.objective))
         return self._value_at[1]
 
     def expected_seconds(self, launches: int) -> float | None:
@@ -694,6 +705,8 @@ class SearchPolicy:
             counted = False
         attrs = result.to_attrs()
         attrs[ATTR_KEY] = proposal.key
+        if self.run:
+            attrs[ATTR_RUN] = self.run
         attrs[ATTR_COUNTED] = bool(counted)
         if proposal.cached_from is not None:
             attrs[ATTR_CACHED_FROM] = proposal.cached_from

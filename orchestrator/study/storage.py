@@ -49,6 +49,7 @@ ATTR_REFERENCE_RUN = "reference_run"  # the run of the config correctness.refere
 ATTR_BASELINE_REPEAT = "baseline_repeat"  # the baseline again on another node
 ATTR_REQUEUE_OF = "requeue_of"  # the config key this enqueued trial re-queues
 ATTR_ENQUEUED_BY = "enqueued_by"  # baseline, reference, requeue, fill, startup
+ATTR_RUN = "run"  # the `run` that recorded it (that run's start, ISO 8601): reports count time within runs
 ATTR_SKIPPED = "skipped"  # "infeasible" | "banned-value" | "in-flight-duplicate" | "deferred": never launched
 # study user attributes
 GOLDEN_ATTR = "golden"  # the golden reference (correctness.Golden.to_dict + its trial)

@@ -107,3 +107,59 @@ def test_the_golden_keeps_the_reference_tokens():
     golden, why = correctness.calibrate(["a", "b"], first, dict(first))
     assert why is None and golden.tokens == REF["tokens"]
     assert correctness.Golden.from_dict(golden.to_dict()).tokens == REF["tokens"]
+
+
+# ---- a server whose scores are not its model's (vLLM 0.26.0 with a draft model) -------------------
+DISOWN_REF = dict(texts=[" kanoba jipeda", " tobufi"], logprobs=[[-0.9, -0.2], [-0.1]],
+                  tokens=[[" kanoba", " jipeda"], [" tobufi"]], generated=[[-0.9, -0.2], [-0.1]])
+
+
+def _disowning_trial(scores, generated, texts=None, tokens=None):
+    """A trial's capture: ``scores`` of the reference text (echo), and its own generation whose
+    picks had ``generated`` log-probabilities (each the best of two candidates)."""
+    tokens = tokens or [[" kanoba", " jipeda"], [" tobufi"]]
+    top = [[{tok: lp, " riside": lp - 5.0} for tok, lp in zip(toks, gen)] for toks, gen in zip(tokens, generated)]
+    return {"texts": texts or DISOWN_REF["texts"], "logprobs": scores, "tokens": tokens, "top": top}
+
+
+def test_a_server_that_disowns_its_scores_passes_with_a_warning():
+    # greedy tokens and their generated log-probabilities as the reference's; echo scores 25 nats/token off
+    golden = correctness.Golden(prompts=["a", "b"], tolerance=0.1, **DISOWN_REF)
+    verdict = correctness.compare(golden, _disowning_trial([[-25.9, -25.2], [-0.1]], [[-0.92, -0.21], [-0.1]]))
+    assert verdict["ok"], verdict["reason"]
+    assert verdict["disowned_scores"] == {"prompts": [0], "generation_drift": pytest.approx(0.015)}
+    assert "not its model's" in verdict["warning"] and "prompt 0" in verdict["warning"]
+
+
+@pytest.mark.parametrize("case", ["its generation drifts too", "its text differs", "its tokens differ",
+                                  "no generation log-probabilities in the reference",
+                                  "no candidates from the trial"])
+def test_a_score_drift_is_wrong_output_unless_the_server_disowns_its_scores(case):
+    ref, scores, generated = dict(DISOWN_REF), [[-25.9, -25.2], [-0.1]], [[-0.92, -0.21], [-0.1]]
+    texts, tokens = None, None
+    if case == "its generation drifts too":  # a broken model: both of its channels say so
+        generated = [[-6.0, -7.0], [-0.1]]
+    elif case == "its text differs":
+        texts = [" kanoba riside", " tobufi"]
+    elif case == "its tokens differ":  # the same text, split otherwise
+        tokens = [[" kan", "oba jipeda"], [" tobufi"]]
+    elif case == "no generation log-probabilities in the reference":  # a golden captured before they were kept
+        ref["generated"] = []
+    golden = correctness.Golden(prompts=["a", "b"], tolerance=0.1, **ref)
+    trial = _disowning_trial(scores, generated, texts, tokens)
+    if case == "no candidates from the trial":
+        trial["top"] = [None, None]
+    verdict = correctness.compare(golden, trial)
+    assert not verdict["ok"] and "warning" not in verdict
+    assert ("differs" if case == "its text differs" else "drift by 25 nats/token on prompt 0") in verdict["reason"]
+
+
+def test_calibration_keeps_the_generated_log_probabilities_and_their_noise():
+    first = _disowning_trial([[-0.9, -0.2], [-0.1]], [[-0.9, -0.2], [-0.1]])
+    second = _disowning_trial([[-0.9, -0.2], [-0.1]], [[-0.9, -0.2], [-0.14]])
+    golden, why = correctness.calibrate(["a", "b"], first, second, floor=0.05)
+    assert why is None
+    assert golden.generated == [[-0.9, -0.2], [-0.1]]
+    # the generation pass disagreed with itself by 0.04 nats/token on prompt 1: 5x that is the tolerance
+    assert golden.self_drift == pytest.approx(0.04) and golden.tolerance == pytest.approx(0.2)
+    assert correctness.Golden.from_dict(golden.to_dict()).generated == golden.generated

@@ -170,3 +170,13 @@ def test_a_config_against_itself_never_gets_a_verdict():
     assert "within noise: same config" in text and "excludes 1.0" in text and "slower" not in text
 
 
+
+
+def test_a_ratio_of_medians_outside_its_interval_is_named_beside_the_interval_ratio():
+    iv = v.ratio_interval([100.0, 101.0, 99.0, 100.5], [110.0, 111.0, 109.0, 110.5])
+    # inside: the medians' ratio alone (three decimals: a narrow interval)
+    assert v.median_ratio_text(iv, 1.10) == "1.100x"
+    # outside (two clusters of samples): both ratios, so no point estimate sits beside an interval excluding it
+    text = v.median_ratio_text(iv, 1.30)
+    assert text.startswith("1.300x by medians (") and text.endswith("x by geometric means)")
+    assert v.median_ratio_text(v.ratio_interval([100.0], [130.0]), 1.30) == "1.30x"  # no interval

@@ -44,6 +44,14 @@ def test_the_runs_final_line_says_beyond_noise_only_beyond_noise():
     # the baseline itself, and no baseline
     assert vs_baseline_words(base, base) == "the baseline itself"
     assert vs_baseline_words(best, None) is None
+    # two clusters of samples (a real vLLM on one H200, docs/gpu/h200-vllm-1b-cache: prefix caching on vs
+    # off, 16 samples each): the medians' 1.30x lies outside the interval of the geometric-mean ratio, so
+    # the line names both instead of printing "1.30x ... 95% CI 1.00-1.27x"
+    on = _trial(0, _samples("602;628;611;483;477;572;407;417;422;427;418;402;418;602;440;407"), "on")
+    off = _trial(1, _samples("447;410;405;405;543;631;629;636;566;585;579;562;575;565;649;516"), "off")
+    words = vs_baseline_words(off, on)
+    assert words.startswith("1.30x by medians (1.13x by geometric means) the baseline, within noise"), words
+    assert words.endswith("95% CI 1.00-1.27x")
     # one repeat each: no interval, no verdict
     words = vs_baseline_words(_trial(5, [190.0], "x"), _trial(0, [100.0], "y"))
     assert words == "1.90x the baseline, within noise of the baseline, no interval: needs 2 samples of each"

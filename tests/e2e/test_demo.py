@@ -63,6 +63,7 @@ def assert_start_ups_recorded(tmp_path) -> None:
             assert [name for name, _ in p["segments"]][:2] == ["process start", "weights"]
             assert p["last_phase"] == "ready"
     assert len({json.dumps(r.startup_phases["caches"], sort_keys=True) for r in rows}) == 1  # one set for every trial
+    assert len({r.run for r in rows}) == 1 and rows[0].run  # one run recorded them all: the report's wall clock
     status = subprocess.run([sys.executable, "-m", "orchestrator", "status", "jobs/demo.yaml", "--json"],
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
     shown = [t for t in json.loads(status.stdout) if t.get("startup_phases")]

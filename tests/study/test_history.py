@@ -103,3 +103,21 @@ def test_one_machine_resumed_in_a_new_ray_run_stays_one_node(tmp_path):
     record(study, policy, tp1g, _on(ok(tp1g, 11.0, at=4010), "box", "node-two"))
     rows = history.trial_rows(storage.load_study(job))
     assert [r.node for r in rows] == ["gpu1", "gpu1", "gpu1", "box/node-one", "box/node-two"]
+
+
+def test_rows_read_again_follow_the_record_a_later_driver_keeps(tmp_path):
+    # rows of finished trials are built once per study object (the policy reads them at every
+    # proposal); a record kept for a trial afterwards (storage.recovered_attr) still shows
+    job = make_job(tmp_path)
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
+    policy = SearchPolicy(study, Space(), lambda c: dict(c), baseline=None, budget=None)
+    record(study, policy, BASE, ok(BASE, 20.0), baseline=True)
+    first = history.trial_rows(study)
+    assert history.trial_rows(study)[0] is first[0]  # built once
+    study.set_user_attr(storage.recovered_attr(0), {"outcome": "FAIL", "failure_kind": "interrupted",
+                                                    "failure_reason": "kept by the next driver"})
+    again = history.trial_rows(study)[0]
+    assert again.state == "FAIL" and again.failure_reason == "kept by the next driver"
+    # another study object on the same storage builds its own rows
+    other = optuna.load_study(study_name=job.study, storage=storage.storage_for(job.storage))
+    assert history.trial_rows(other)[0] == again and history.trial_rows(other)[0] is not again

@@ -21,10 +21,20 @@ from orchestrator.backends import speculative
 from orchestrator.core import outcome
 from orchestrator.core.ceiling import ceiling_for, parse_bandwidth, speculative_ceiling
 from orchestrator.core.golden_check import disputed
+from orchestrator.core.nccl import is_verification_warning
 from orchestrator.core.outcome import TIMEOUT_KINDS
 from orchestrator.core.records import NOT_THE_CONFIGS_FAULT, TrialRow
 from orchestrator.core.study_dir import StudyDir
-from orchestrator.core.verdict import FASTER, SLOWER, WITHIN_NOISE, describe, interval_text, ratio_interval, verdict
+from orchestrator.core.verdict import (
+    FASTER,
+    SLOWER,
+    WITHIN_NOISE,
+    describe,
+    interval_text,
+    median_ratio_text,
+    ratio_interval,
+    verdict,
+)
 from orchestrator.results.compare import (
     check_constraints,
     closing_lines,
@@ -148,7 +158,7 @@ def _headline(rows, best, base, compared: bool = False) -> list[Block]:
         else:
             noise = f"Too few repeats to tell whether this exceeds noise ({interval_text(iv)})."
         out.append(doc.para(f"**Best: trial {b.number}, {b.value:.2f} tok/s ({_pct(b.spread)}), "
-                      f"{ratio:.2f}x the baseline** (trial {base.number}, {base.value:.2f} tok/s, "
+                      f"{median_ratio_text(iv, ratio)} the baseline** (trial {base.number}, {base.value:.2f} tok/s, "
                       f"{_pct(base.spread)}). {noise}"))
     else:
         why = (f"{base.state}" + (f" ({base.failure_kind}: {clip(base.failure_reason, 120)})"
@@ -160,8 +170,12 @@ def _headline(rows, best, base, compared: bool = False) -> list[Block]:
         out.append(doc.para(f"Changed from the baseline: {_diff_vs(b.params, base.params)}"))
     if b.n_measurements > 1:
         out.append(doc.para(f"Measured in {b.n_measurements} trials; the median measurement is shown."))
-    if b.warnings:
-        out.append(doc.warn("the best config's NCCL settings could not be verified: " + "; ".join(b.warnings)))
+    nccl_said = [w for w in b.warnings if is_verification_warning(w)]
+    if nccl_said:
+        out.append(doc.warn("the best config's NCCL settings could not be verified: " + "; ".join(nccl_said)))
+    other = [w for w in b.warnings if not is_verification_warning(w)]
+    if other:
+        out.append(doc.warn("the best config's trial warned: " + "; ".join(other)))
     return out
 
 
@@ -178,18 +192,36 @@ def _summary(rows) -> list[Block]:
              + (f"; {skipped} proposals never launched (infeasible or duplicate; not trials)" if skipped else "")]
     spans = trial_spans(rows)
     if spans:
-        wall = max(s["end"] for s in spans) - min(s["start"] for s in spans)
+        runs = _by_run(spans)
+        wall = sum(max(s["end"] for s in run) - min(s["start"] for s in run) for run in runs)
         busy = sum(s["end"] - s["start"] for s in spans)
         launch = sum(float((s["row"].durations or {}).get("launch_s") or 0) for s in spans)
         teardown = sum(float((s["row"].durations or {}).get("teardown_s") or 0) for s in spans)
         bench = sum(float((s["row"].durations or {}).get("bench_s") or 0) for s in spans)
-        items.append(f"wall clock {wall / 60:.1f} min; trials busy {busy / 60:.1f} min; "
+        over = f" over {len(runs)} runs of `ncclsweep run`" if len(runs) > 1 else ""
+        items.append(f"wall clock {wall / 60:.1f} min{over}; trials busy {busy / 60:.1f} min; "
                      f"server start {launch / 60:.1f} min, teardown {teardown / 60:.1f} min, "
                      f"benchmark {bench / 60:.1f} min ({100 * bench / busy if busy else 0:.0f}% of trial time)")
-        gaps = _idle_gaps(spans)
+        gaps: dict[str, float] = {}
+        for run in runs:
+            for node, idle in _idle_gaps(run).items():
+                gaps[node] = gaps.get(node, 0.0) + idle
         if gaps:
             items.append("idle between trials: " + ", ".join(f"{n} {g:.0f}s" for n, g in sorted(gaps.items())))
     return [doc.heading(2, "Summary"), doc.items(items)]
+
+
+def _by_run(spans) -> list[list[dict[str, Any]]]:
+    """The spans grouped by the `run` that recorded them: the time between two runs (a night
+    between a study and its resumption) is neither wall clock nor idle time. A trial recorded
+    without its run (before runs were stored) is a group of its own, unless no trial has one
+    (an older study: one group, as before)."""
+    if not any(s["row"].run for s in spans):
+        return [spans]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for s in spans:
+        groups.setdefault(s["row"].run or f"#{s['row'].number}", []).append(s)
+    return list(groups.values())
 
 
 def _idle_gaps(spans) -> dict[str, float]:
@@ -302,20 +334,32 @@ def _failures(rows) -> list[Block]:
 
 
 def _nccl_warnings(rows, best) -> list[Block]:
-    flagged = [r for r in rows if r.warnings]
+    """The NCCL settings the logs did not confirm (``nccl.is_verification_warning``), then, under
+    their own heading where there are any, every other warning a trial recorded (the
+    benchmark's, the correctness gate's)."""
     out: list[Block] = [doc.heading(2, "NCCL verification")]
-    if not flagged:
+    nccl_rows = _warning_rows(rows, best, is_verification_warning)
+    if nccl_rows:
+        out.append(doc.table(["Trial", "State", "Warning"], nccl_rows))
+    else:
         versions = sorted({str(r.nccl.get("version")) for r in rows if (r.nccl or {}).get("version")})
         seen = f" (NCCL {', '.join(versions)})" if versions else ""
-        return out + [doc.para("No warnings: every requested NCCL setting was confirmed in the logs where NCCL "
-                               f"ran{seen}.")]
+        out.append(doc.para("No warnings: every requested NCCL setting was confirmed in the logs where NCCL "
+                            f"ran{seen}."))
+    other = _warning_rows(rows, best, lambda w: not is_verification_warning(w))
+    if other:
+        out += [doc.heading(2, "Other trial warnings"), doc.table(["Trial", "State", "Warning"], other)]
+    return out
+
+
+def _warning_rows(rows, best, keep) -> list[list[str]]:
+    """One table row per warning ``keep`` accepts: trial (the best config tagged), state, warning."""
     best_keys = {b.config_key for b in best[:1]}
     table = []
-    for r in flagged:
+    for r in rows:
         tag = " **(best config)**" if r.config_key in best_keys else ""
-        for w in r.warnings:
-            table.append([f"{r.number}{tag}", r.state, clip(w, 300)])
-    return out + [doc.table(["Trial", "State", "Warning"], table)]
+        table += [[f"{r.number}{tag}", r.state, clip(w, 300)] for w in r.warnings if keep(w)]
+    return table
 
 
 def _resolve_bandwidth(job: ReportJob, rows: list[TrialRow], best: list[TrialRow],

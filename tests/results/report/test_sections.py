@@ -5,6 +5,8 @@ best, verdicts only beyond noise, and compare files interrupted or from older ve
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -174,8 +176,10 @@ def test_a_compare_of_the_baseline_with_itself_warns_of_nothing(tmp_path):
 
 def test_an_interrupted_compare_shows_its_finished_rounds(tmp_path):
     job, study = one_trial_study(tmp_path)
-    data = {**COMPARE, "rounds": [r for r in ROUNDS if r["round"] < 2] + [ROUNDS[6]], "complete": False,
-            "stopped": "KeyboardInterrupt", "rounds_planned": 5}
+    # a deep copy: summarize fills COMPARE's "others" in place, and the module's report fixture writes
+    # COMPARE as it is when it runs (with -n 4 it ran after this test and showed these 2 rounds' figures)
+    data = {**copy.deepcopy(COMPARE), "rounds": [r for r in ROUNDS if r["round"] < 2] + [ROUNDS[6]],
+            "complete": False, "stopped": "KeyboardInterrupt", "rounds_planned": 5}
     (job.report_dir / "compare.json").write_text(json.dumps(summarize(data)))
     write_report(job, study=study)
     comp = section((job.report_dir / "report.md").read_text(), "Concurrency comparison")
@@ -266,3 +270,36 @@ def test_a_speculative_best_without_counters_is_not_called_impossible(tmp_path):
     ceiling = section(md, "Ceiling")
     assert "tokens per weight pass are unknown" in ceiling and "speculation explains that" in ceiling
     assert "wrong" not in ceiling
+
+
+def test_a_gate_warning_is_not_called_an_nccl_one(tmp_path):
+    # the best passed the gate with a server that disowns its scores (vLLM 0.26.0 with a draft model)
+    gate = ("this config's server scores text with log-probabilities that are not its model's: they drift 27.2 "
+            "nats/token from the reference's on prompt 1")
+    nccl_said = "requested NCCL_PROTO=LL but NCCL reports NCCL_PROTO=Simple"
+    md, _ = spec_report(tmp_path, row(1, 700.0, NGRAM, warnings=[gate, nccl_said]))
+    head = section(md, "Headline")
+    assert f"NCCL settings could not be verified: {nccl_said}" in head and "trial warned: this config's" in head
+    assert nccl_said in section(md, "NCCL verification") and gate not in section(md, "NCCL verification")
+    assert gate in section(md, "Other trial warnings")
+    md, _ = spec_report(tmp_path, row(1, 700.0, NGRAM))
+    assert "Other trial warnings" not in md and "No warnings" in section(md, "NCCL verification")
+
+
+def test_the_night_between_two_runs_is_neither_wall_clock_nor_idle(tmp_path):
+    # a study resumed the next morning: each run's trials 100 s long, 20 s apart; 6 h between the runs
+    def ran(number: int, start: str, end: str, run: str | None, **kw) -> TrialRow:
+        return row(number, 500.0 + number, {"k": number}, node="vm", run=run, started_at=f"2026-12-02T{start}+00:00",
+                   ended_at=f"2026-12-02T{end}+00:00", **kw)
+    rows = [ran(0, "00:00:00", "00:01:40", "night", is_baseline=True), ran(1, "00:02:00", "00:03:40", "night"),
+            ran(2, "06:00:00", "06:01:40", "morning"), ran(3, "06:02:00", "06:03:40", "morning")]
+    job = SimpleNamespace(study="s", storage=f"journal:{tmp_path}/study.journal", report_dir=tmp_path,
+                          backend=SimpleNamespace(kind="command", settings={}), env={})
+    md = doc.render_markdown(build_blocks(job, rows, tmp_path, backend=backend())[0])
+    summary = section(md, "Summary")
+    assert "wall clock 7.3 min over 2 runs of `ncclsweep run`; trials busy 6.7 min" in summary, summary
+    assert "idle between trials: vm 40s" in summary
+    # trials recorded before runs were stored: one span from the first start to the last end, as before
+    old = [dataclasses.replace(r, run=None) for r in rows]
+    md = doc.render_markdown(build_blocks(job, old, tmp_path, backend=backend())[0])
+    assert "wall clock 363.7 min; trials busy 6.7 min" in section(md, "Summary")

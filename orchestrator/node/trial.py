@@ -123,7 +123,7 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         if on_server:
             on_server(proc)
         if cancel.is_set():  # cancelled between the spawn and the line above: nobody could stop it yet
-            return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
+            return failed(FailureKind.INTERRUPTED, "stopped by the user as its server was spawned")
 
         server_info = asdict(record)
         try:

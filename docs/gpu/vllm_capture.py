@@ -53,6 +53,13 @@ def get(url: str, timeout: float = 5.0) -> tuple[int, str]:
         return 0, str(exc)
 
 
+def serve_argv(model: str, port: int, extra: list[str]) -> list[str]:
+    """The `vllm serve` command line every capture launches (TP=1, served as "m"), with ``extra``."""
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", "127.0.0.1",
+            "--port", str(port), "--served-model-name", "m", "--max-model-len", "2048",
+            "--gpu-memory-utilization", "0.5", "--max-num-seqs", "64", *extra]
+
+
 def end_group(proc: subprocess.Popen) -> None:
     """End a server started in its own session: TERM to its group, 20 s, then KILL; reap it."""
     try:
@@ -69,9 +76,7 @@ def end_group(proc: subprocess.Popen) -> None:
 
 def launch_only(name: str, model: str, extra: list[str], out: Path, port: int, limit_s: float, probe) -> dict:
     """One launch like ``launch``'s, with ``probe(base_url)`` as its only work (its answer in ``result``)."""
-    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", "127.0.0.1",
-            "--port", str(port), "--served-model-name", "m", "--max-model-len", "2048",
-            "--gpu-memory-utilization", "0.5", "--max-num-seqs", "64", *extra]
+    argv = serve_argv(model, port, extra)
     log = open(out / f"{name}.log", "w")
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -93,9 +98,7 @@ def launch_only(name: str, model: str, extra: list[str], out: Path, port: int, l
 
 def launch(name: str, model: str, extra: list[str], env_extra: dict[str, str], out: Path, port: int,
            limit_s: float) -> dict:
-    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", "127.0.0.1",
-            "--port", str(port), "--served-model-name", "m", "--max-model-len", "2048",
-            "--gpu-memory-utilization", "0.5", "--max-num-seqs", "64", *extra]
+    argv = serve_argv(model, port, extra)
     env = {**os.environ, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV", **env_extra}
     log = open(out / f"{name}.log", "w")
     log.write("# " + " ".join(argv) + "\n# env: " + json.dumps(env_extra) + "\n")

@@ -272,7 +272,6 @@ class SearchPolicy:
         self._consecutive_dups = 0
         self._gave_up = False
         self.baseline_key = self._key_of(self.baseline) if self.baseline is not None else None
-        self._finished_rows_at: tuple[int, list[TrialRow]] = (-1, [])  # (finished trials, rows) for the three below
         self._bans_at: tuple[int, dict] = (-1, {})  # (finished trials, bans) cache
         self._cost_at: tuple[int, LaunchCost] = (-1, LaunchCost())
         self._value_at: tuple[int, ValueModel] = (-1, ValueModel())
@@ -366,33 +365,26 @@ class SearchPolicy:
         return len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL,
                                                                   TrialState.PRUNED)))
 
-    def _rows_when_finished(self, n: int) -> list[TrialRow]:
-        """The study's rows as of its ``n``-th finished trial: what bans, costs and the value model
-        learn from (finished trials only), built once for all three (the replay's largest cost)."""
-        if self._finished_rows_at[0] != n:
-            self._finished_rows_at = (n, trial_rows(self.study))
-        return self._finished_rows_at[1]
-
     def bans(self) -> dict[tuple[str, Any], str]:
         """Parameter values not proposed any more: they kept crashing servers at start
         (``orchestrator.study.bans``): {(param, value): why}."""
         n = self._finished()
         if self._bans_at[0] != n:
-            self._bans_at = (n, banned_values(self._rows_when_finished(n)))
+            self._bans_at = (n, banned_values(trial_rows(self.study)))
         return self._bans_at[1]
 
     def launch_cost(self) -> LaunchCost:
         """What a launch that starts costs, learned from the study's trials (``study.cost``)."""
         n = self._finished()
         if self._cost_at[0] != n:
-            self._cost_at = (n, LaunchCost.fit(self._rows_when_finished(n), started_only=True))
+            self._cost_at = (n, LaunchCost.fit(trial_rows(self.study), started_only=True))
         return self._cost_at[1]
 
     def value_model(self) -> ValueModel:
         """What a launch should measure, learned from the study's trials (``study.promise``)."""
         n = self._finished()
         if self._value_at[0] != n:
-            self._value_at = (n, ValueModel.fit(self._rows_when_finished(n), self.objective))
+            self._value_at = (n, ValueModel.fit(trial_rows(self.study), self.objective))
         return self._value_at[1]
 
     def expected_seconds(self, launches: int) -> float | None:

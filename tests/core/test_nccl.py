@@ -373,3 +373,23 @@ def test_a_tp2_graphs_trial_of_vllm_took_the_settings():
     assert info["nranks"] == 2 and info["transports"] == ["SHM/direct/direct"]
     assert not nccl.verify_applied({"NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": "1"}, info)
 
+
+
+def test_every_kind_of_verification_warning_is_told_from_a_trials_other_warnings():
+    # the report lists verify_applied's warnings under "NCCL verification" and the rest apart
+    # (nccl.is_verification_warning): each of its kinds, from the real logs above, is one of them
+    matrix = nccl.parse_log(log("startup-only-2xh200-2.28.9.log"))
+    matrix["env_applied"]["NCCL_PROTO"] = "Simple"
+    per_call = nccl.parse_log(log("ll-ring-2xh200-nvlink-2.28.9.log"))
+    per_call["env_applied"]["NCCL_ALGO"] = "Tree"
+    per_call.pop("enabled_matrix")
+    lowercase = nccl.parse_log(log("p2p-level-lowercase-2xh200-2.28.9.log"))
+    kinds = [nccl.verify_applied({"NCCL_PROTO": "LL"}, nccl.parse_log(log("bad-proto-LL129-2.28.9.log"))),
+             nccl.verify_applied({"NCCL_P2P_LEVEL": "phb"}, lowercase),
+             nccl.verify_applied({"NCCL_PROTO": "Simple"}, matrix),
+             nccl.verify_applied({"NCCL_PROTO": "LL", "NCCL_ALGO": "Tree"}, per_call),
+             nccl.verify_applied({"NCCL_PROTO": "LL"}, nccl.parse_log("no nccl here"))]
+    assert all(kinds) and all(nccl.is_verification_warning(w) for warns in kinds for w in warns)
+    others = ["rel_ci 0.212 above target 0.05 after 3 rounds", "GPUs not usable after teardown: nvidia-smi hung",
+              "this config's server scores text with log-probabilities that are not its model's: they drift 27.2"]
+    assert not any(nccl.is_verification_warning(w) for w in others)

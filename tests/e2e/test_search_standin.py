@@ -42,7 +42,7 @@ def first_optimal_launch(tmp_path: Path, seed: int) -> tuple[int | None, list]:
                                                  "defaults": {"backend.capture": "none"}}},
         baseline={"backend.layout": "tp8", "backend.graphs": "eager", "backend.proto": "Simple",
                   "backend.algo": "Ring", "backend.p2p": "direct"},
-        bench={"prompt": "Write a detailed explanation of a ring all-reduce.", "output_tokens": 32, "warmup": 1,
+        bench={"prompt": "Write a detailed explanation of a ring all-reduce.", "output_tokens": 64, "warmup": 1,
                "repeats": 2, "max_repeats": 2},
         pruning={"enabled": True}, sampler={"seed": seed}))
     out = io.StringIO()

@@ -443,8 +443,8 @@ def test_the_motivating_space_regenerates_and_has_the_properties_it_stands_for(t
     assert wrong and all(r.failure == "wrong-output" and r.startup_s > 200 for r in wrong)
     working = [r for r in t.rows if not r.failure]
     assert {(r.noise, r.launch_noise) for r in working} == {(0.01, 0.005)}
-    assert t.has_costs and all(300 < r.startup_s + LAUNCH_OVERHEAD_S < 600 for r in working if r.params["tp_size"] == 8
-                               and r.params["graph_capture"])
+    tp8_graphs = [r.startup_s for r in working if r.params["tp_size"] == 8 and r.params["graph_capture"]]
+    assert t.has_costs and max(tp8_graphs) == 450.0  # GLM-5 on 8 PCIe GPUs: 7.5 minutes with vLLM's default graphs
     assert t.baseline.params["graph_capture"] is False and t.baseline.median == pytest.approx(20.0, rel=0.01)
 
 

@@ -31,9 +31,11 @@ def log(name: str) -> str:
     ("NCCL_ALGO", "TREE,ring", "Tree,Ring"),
     ("NCCL_ALGO", "collnetdirect", "CollNetDirect"),
     ("NCCL_ALGO", "nvlstree,pat", "NVLSTree,PAT"),
-    ("NCCL_ALGO", "allreduce:tree;broadcast:ring", "AllReduce:Tree;Broadcast:Ring"),
-    ("NCCL_ALGO", "ring;allreduce:^ring", "Ring;AllReduce:^Ring"),
-    ("NCCL_PROTO", "LL,Simple;allreduce:^LL", "LL,Simple;AllReduce:^LL"),
+    # per collective: NCCL's documented spelling, lower-case prefixes (src/graph/tuning.cc)
+    ("NCCL_ALGO", "allreduce:tree;broadcast:ring", "allreduce:Tree;broadcast:Ring"),
+    ("NCCL_ALGO", "ring;AllReduce:^ring", "Ring;allreduce:^Ring"),
+    ("NCCL_PROTO", "LL,Simple;allreduce:^LL", "LL,Simple;allreduce:^LL"),  # as written: unchanged
+    ("NCCL_PROTO", "allreduce:LL;ALLGATHER:simple", "allreduce:LL;allgather:Simple"),
     ("NCCL_P2P_LEVEL", "phb", "PHB"),
     ("NCCL_P2P_LEVEL", "3", "3"),
     ("NCCL_P2P_DISABLE", True, "1"),
@@ -78,7 +80,7 @@ def test_validate_value_refuses_with_rule_and_value(name, value, needle):
 
 
 def test_per_collective_form_needs_nccl_2_24():
-    assert nccl.validate_value("NCCL_ALGO", "allreduce:ring", nccl_version="2.24.3") == "AllReduce:Ring"
+    assert nccl.validate_value("NCCL_ALGO", "allreduce:ring", nccl_version="2.24.3") == "allreduce:Ring"
     with pytest.raises(ValueError, match="needs NCCL >= 2.24"):
         nccl.validate_value("NCCL_ALGO", "allreduce:ring", nccl_version="2.23.4")
     assert nccl.validate_value("NCCL_ALGO", "Ring", nccl_version="2.21.5") == "Ring"

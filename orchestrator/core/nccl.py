@@ -357,7 +357,7 @@ def p2p_level(env: dict[str, str], cpu_vendor: str | None = None, gpu_count: int
         return default, f"{why}; NCCL_P2P_LEVEL={given} is not a level NCCL recognises, so it is ignored"
     if (cpu_vendor or "").lower().startswith(("amd", "authenticamd")) and 0 < gpu_count <= 2:
         return "SYS", "NCCL's default on an AMD CPU with at most two GPUs"
-    return DEFAULT_P2P_LEVEL, "NCCL's default (no P2P across a CPU's root ports)"
+    return DEFAULT_P2P_LEVEL, "NCCL's default: no P2P across a CPU's root ports"
 
 
 def nccl_path(smi_link: str) -> str | None:

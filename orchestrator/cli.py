@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("validate", "validate a job and its space; writes nothing")
     s.add_argument("job")
-    s.add_argument("--commands", action="store_true", help="print the env and argv of a few sampled configs and of each param value")
+    s.add_argument("--commands", action="store_true",
+                   help="print the env and argv of a few sampled configs and of each param value")
 
     s = command("run", "create or resume the job's study")
     s.add_argument("job")

@@ -161,8 +161,9 @@ def check(config: Mapping[str, Any], paths: Paths, job_file: str | None) -> None
                                  file=job_file, key=f"env.{var}")
     if MAX_SIZE in config and paths.paths[value].max_size is None:
         sized = [p.value for p in paths.paths.values() if p.max_size]
-        why = (f"only {', '.join(sized)} take a size limit there" if sized
-               else paths.no_size or f"{paths.release} has no setting for it")
+        why = "; ".join(part for part in (
+            f"only {', '.join(sized)} {'takes' if len(sized) == 1 else 'take'} one there" if sized else "",
+            paths.no_size or ("" if sized else f"{paths.release} has no setting for it")) if part)
         raise ConfigRejected(f"{BACKEND}={value} has no size limit {paths.release} lets you set ({why}); "
                              f"drop {MAX_SIZE}", file=job_file, key=MAX_SIZE)
 

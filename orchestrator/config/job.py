@@ -88,6 +88,8 @@ what ``load_job`` accepts, so keep one key per line with its meaning::
       enabled: false                  # time NCCL all-reduces per setting and drop slow ones before launches
       keep_within: 4                  # drop settings slower than this factor of the fastest at the same TP
                                       # (2x and slower are kept and tried late)
+      rounds: 2                       # probe launches per setting, in alternating order (a size's verdict
+                                      # must hold in every launch)
 
 Durations (``timeout``, ``timeouts.*``) are parsed by ``orchestrator.core.durations``.
 Every path in a job is relative to the job file, so a job means the same study from any
@@ -253,6 +255,7 @@ DEFAULT_KEEP_WITHIN = 4.0
 class PrescreenSettings:
     enabled: bool  # measure all-reduce latency per NCCL setting before the study
     keep_within: float  # drop settings slower than keep_within x the fastest at the same TP
+    rounds: int = 2  # probe launches per setting (driver.prescreen.merge_rounds)
 
 
 @dataclass(frozen=True)
@@ -402,9 +405,10 @@ def load_job(path: str | os.PathLike) -> Job:
     max_failures = top.integer("max_consecutive_failures", 5, low=1)
     pruning = _pruning(top)
     hardware = _hardware(top)
-    prescreen_sec = top.section("prescreen", ("enabled", "keep_within"))
+    prescreen_sec = top.section("prescreen", ("enabled", "keep_within", "rounds"))
     keep_within = prescreen_sec.number("keep_within", DEFAULT_KEEP_WITHIN, above=1.0 - 1e-9)
-    prescreen = PrescreenSettings(enabled=prescreen_sec.flag("enabled", False), keep_within=keep_within)
+    prescreen = PrescreenSettings(enabled=prescreen_sec.flag("enabled", False), keep_within=keep_within,
+                                  rounds=prescreen_sec.integer("rounds", 2, low=1))
     outcome_constraints = _outcome_constraints(top, bench)
     env = _env(top, allow_unsafe)
 

@@ -19,7 +19,10 @@ the engines' custom all-reduce is; elsewhere the table says why not. ``crossover
 per TP, the sizes where the fastest path changes (the custom path against NCCL's best among
 them).
 
-``run_prescreen(job)`` measures each distinct (tp_size, NCCL env) of the job's space,
+``run_prescreen(job)`` measures each distinct (tp_size, NCCL env) of the job's space in two
+rounds, the second in the other order (``merge_rounds``: a size's interval spans both launches,
+so a path is clearly faster there only if it was in both: each setting runs in its own launch,
+and on a busy host launches drift by more than their own intervals say),
 predicts decode tok/s where a measured trial gives "the rest" of a step
 (1 / (all-reduces per step x latency + rest)), and writes ``prescreen.json`` (everything) and
 ``prescreen-sweep.csv`` (the table: one line per setting and size) into the report folder.
@@ -58,6 +61,11 @@ from orchestrator.refserver.procs import die_with_parent
 from orchestrator.study import objective as objectives
 
 PARENT_ENV = "NCCLSWEEP_PRESCREEN_PARENT"
+# A path is clearly faster at a size when its median's interval lies below the other's and it
+# is this much faster: each setting runs in its own probe launch, and launches differ by more than
+# their in-launch intervals say on a busy host (two gloo launches of one path on the 2-core test
+# box: 10-40% apart at some sizes, disjoint intervals)
+CLEAR_MARGIN = 1.10
 LATE_RATIO = 2.0  # a kept setting this much slower than the fastest all-reduce at its TP, or more, is tried late
 
 
@@ -255,7 +263,7 @@ def measure_setting(setting: dict[str, Any], *, device: str, message_bytes: int 
     warnings = nccl.verify_applied(requested, parsed) if parsed.get("version") else []
     chosen = {nbytes: (algo, proto) for coll, nbytes, algo, proto in parsed.get("per_call") or []
               if coll == "AllReduce"}
-    sweep = [{"bytes": point["bytes"], "latency_us": point["latency_us"],
+    sweep = [{"bytes": point["bytes"], "latency_us": point["latency_us"], "ci_us": median_interval(point["samples_us"]),
               **({"algo": chosen[point["bytes"]][0], "proto": chosen[point["bytes"]][1]}
                  if point["bytes"] in chosen else {})}
              for point in sorted(result.get("sweep") or [], key=lambda point: point["bytes"])]
@@ -264,10 +272,46 @@ def measure_setting(setting: dict[str, Any], *, device: str, message_bytes: int 
             "nccl_version": parsed.get("version"), "transports": parsed.get("transports"), "warnings": warnings}
 
 
+def median_interval(samples: list[float]) -> list[float]:
+    """A 95% interval of the median of ``samples`` from their order statistics (distribution-free):
+    the ranks n/2 -+ 0.98 sqrt(n); the whole range for fewer than 6 samples."""
+    ordered = sorted(samples)
+    n = len(ordered)
+    if n < 6:
+        return [ordered[0], ordered[-1]] if ordered else [0.0, 0.0]
+    half = 0.98 * math.sqrt(n)
+    return [ordered[max(0, int(n / 2 - half))], ordered[min(n - 1, math.ceil(n / 2 + half))]]
+
+
 def sweep_iters(iters: int) -> int:
     """Samples of a size that no objective level uses: enough for a median (the crossovers
     are read where latencies differ by more than the noise), an eighth of the decode sizes'."""
     return max(10, iters // 8)
+
+
+def merge_rounds(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row from a setting's probe launches: failed if any failed (the first failure), else
+    each size's median the median of the launches' medians and its interval the union of theirs,
+    so launches that disagree leave their sizes within the noise; every sample kept."""
+    failed = [r for r in runs if not r["ok"]]
+    if failed or len(runs) == 1:
+        return failed[0] if failed else runs[0]
+    by_size: dict[int, list[dict[str, Any]]] = {}
+    for run in runs:
+        for point in run["sweep"]:
+            by_size.setdefault(point["bytes"], []).append(point)
+    sweep = []
+    for size, points in sorted(by_size.items()):
+        merged = {"bytes": size, "latency_us": statistics.median(p["latency_us"] for p in points),
+                  "ci_us": [min(p["ci_us"][0] for p in points), max(p["ci_us"][1] for p in points)],
+                  "rounds_us": [p["latency_us"] for p in points]}
+        merged.update({k: points[0][k] for k in ("algo", "proto") if k in points[0]})
+        sweep.append(merged)
+    first = runs[0]
+    return {**first, "latency_us": statistics.median(r["latency_us"] for r in runs),
+            "samples_us": [x for r in runs for x in r["samples_us"]], "seconds": sum(r["seconds"] for r in runs),
+            "rounds": len(runs), "sweep": sweep,
+            "warnings": list(dict.fromkeys(w for r in runs for w in r.get("warnings") or []))}
 
 
 def custom_runnable(device: str) -> str | None:
@@ -303,8 +347,10 @@ def require_device(job, device: str) -> None:
 
 
 def run_prescreen(job, *, iters: int = 400, measured: dict[int, tuple[dict, float]] | None = None,
-                  say=print) -> dict[str, Any]:
-    """Measure every setting of the job's space over the sweep; predict decode tok/s where possible.
+                  say=print, rounds: int | None = None) -> dict[str, Any]:
+    """Measure every setting of the job's space over the sweep, ``rounds`` times (default the
+    job's ``prescreen.rounds``) in alternating order (``merge_rounds``); predict decode tok/s
+    where possible.
 
     ``measured`` maps tp_size -> (a measured config, its decode tok/s): the step time left
     after its all-reduces is "the rest" the prediction adds to the others' latencies.
@@ -320,25 +366,30 @@ def run_prescreen(job, *, iters: int = 400, measured: dict[int, tuple[dict, floa
     message = leading[0]
     sizes = [*leading, *(b for b in sweep_sizes(decode, element) if b not in leading)]
     per_step = int(facts.get("allreduces_per_step", 0))
-    rows = []
-    for setting in settings_of(job):
-        row = measure_setting(setting, device=device, message_bytes=sizes, env=dict(job.env),
-                              timeout_s=job.timeouts.startup_s, iters=iters, full=len(leading))
-        rows.append(row)
-        label = " ".join(f"{k}={v}" for k, v in setting.items())
-        say(f"prescreen {label}: " + (f"{row['latency_us']:.1f} us per all-reduce of {message} B, {len(sizes)} sizes"
-                                       if row["ok"] else f"{row['kind']}: {row['reason']}"))
-    custom = []
+    rounds = rounds or job.prescreen.rounds
     why_not = custom_runnable(device)
-    for tp in sorted({r["tp_size"] for r in rows}):
-        if why_not:
-            custom.append({"tp_size": tp, "ok": False, "kind": "not-runnable", "reason": why_not})
-            continue
-        row = measure_setting({"tp_size": tp}, device=device, message_bytes=sizes, env=dict(job.env),
-                              timeout_s=job.timeouts.startup_s, iters=iters, custom=True, full=len(leading))
-        custom.append(row)
-        say(f"prescreen custom all-reduce at tp_size={tp}: " + (f"{row['latency_us']:.1f} us" if row["ok"]
-                                                                 else f"{row['kind']}: {row['reason']}"))
+    settings = settings_of(job)
+    tps = sorted({int(setting["tp_size"]) for setting in settings})
+    probes = [(setting, False) for setting in settings] + ([] if why_not else [({"tp_size": tp}, True) for tp in tps])
+    results: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(probes))}
+    for turn in range(max(1, rounds)):  # each round in the other order: a drift of the host hits every path
+        order = range(len(probes)) if turn % 2 == 0 else reversed(range(len(probes)))
+        for i in order:
+            setting, custom_path = probes[i]
+            if results[i] and not results[i][-1]["ok"]:
+                continue  # failed once: a failure is the row (a second launch would fail the same)
+            row = measure_setting(setting, device=device, message_bytes=sizes, env=dict(job.env),
+                                  timeout_s=job.timeouts.startup_s, iters=iters, custom=custom_path, full=len(leading))
+            results[i].append(row)
+            label = "custom all-reduce at tp_size=" + str(setting["tp_size"]) if custom_path else \
+                " ".join(f"{k}={v}" for k, v in setting.items())
+            say(f"prescreen {label} (round {turn + 1} of {rounds}): "
+                + (f"{row['latency_us']:.1f} us per all-reduce of {message} B, {len(sizes)} sizes" if row["ok"]
+                   else f"{row['kind']}: {row['reason']}"))
+    rows = [merge_rounds(results[i]) for i, (_, custom_path) in enumerate(probes) if not custom_path]
+    custom = [merge_rounds(results[i]) for i, (_, custom_path) in enumerate(probes) if custom_path]
+    if why_not:
+        custom = [{"tp_size": tp, "ok": False, "kind": "not-runnable", "reason": why_not} for tp in tps]
     for tp, (config, tok_s) in (measured or {}).items():
         same = [r for r in rows if r["ok"] and r["tp_size"] == tp
                 and all(r.get(k) == v for k, v in config.items() if k.startswith("env.NCCL_"))]
@@ -372,48 +423,64 @@ def label_of(row: dict[str, Any]) -> str:
 def _paths(data: dict[str, Any], tp: int) -> list[tuple[str, dict[int, float]]]:
     """(label, {bytes: latency_us}) of every measured path at ``tp``: the NCCL settings, then the
     custom path."""
-    out = []
-    for row in data.get("rows") or []:
-        if row.get("ok") and row["tp_size"] == tp:
-            points = {p["bytes"]: p["latency_us"] for p in row.get("sweep") or []} or {row["bytes"]: row["latency_us"]}
-            out.append((label_of(row), points))
-    for row in data.get("custom") or []:
-        if row.get("ok") and row["tp_size"] == tp:
-            out.append(("custom", {p["bytes"]: p["latency_us"] for p in row.get("sweep") or []}))
+    return [(label, {b: lat for b, (lat, _, _) in points.items()}) for label, points in _measured(data, tp)]
+
+
+def _measured(data: dict[str, Any], tp: int) -> list[tuple[str, dict[int, tuple[float, float, float]]]]:
+    """(label, {bytes: (median, the median's 95% interval low, high)}) of every path at ``tp``;
+    a point without an interval (a file written before) has the median at both ends."""
+    def points(row: dict[str, Any]) -> dict[int, tuple[float, float, float]]:
+        sweep = row.get("sweep") or [{"bytes": row["bytes"], "latency_us": row["latency_us"]}]
+        return {p["bytes"]: (p["latency_us"], *(p.get("ci_us") or (p["latency_us"], p["latency_us"])))
+                for p in sweep}
+    out = [(label_of(r), points(r)) for r in data.get("rows") or [] if r.get("ok") and r["tp_size"] == tp]
+    out += [("custom", points(r)) for r in data.get("custom") or [] if r.get("ok") and r["tp_size"] == tp]
     return out
 
 
-def winners(data: dict[str, Any], tp: int, *, nccl_only: bool = False) -> list[tuple[int, str, float]]:
-    """(bytes, the fastest path's label, its latency) at every size measured at ``tp``."""
-    paths = [(label, points) for label, points in _paths(data, tp) if not (nccl_only and label == "custom")]
-    sizes = sorted({b for _, points in paths for b in points})
+def winners(data: dict[str, Any], tp: int, *, nccl_only: bool = False) -> list[tuple[int, str, float, bool]]:
+    """(bytes, the fastest path's label, its latency, clear) at every size measured at ``tp``;
+    ``clear``: it beats every other path there (``_beats``; else they are within the noise of
+    each other at that size)."""
+    paths = [(label, points) for label, points in _measured(data, tp) if not (nccl_only and label == "custom")]
     out = []
-    for size in sizes:
-        here = [(points[size], label) for label, points in paths if size in points]
-        latency, label = min(here)
-        out.append((size, label, latency))
+    for size in sorted({b for _, points in paths for b in points}):
+        here = sorted((points[size], label) for label, points in paths if size in points)
+        (latency, _, hi), label = here[0]
+        out.append((size, label, latency, all(_beats(here[0][0], other) for other, _ in here[1:])))
     return out
 
 
 def crossovers(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Where the fastest path changes, per TP: ``below`` wins up to ``bytes`` (interpolated
-    where the two latencies meet, on a log scale of size), ``above`` past it; and separately
-    the custom path against NCCL's fastest at each size (``custom: true``)."""
+    """Where the fastest path changes beyond the noise, per TP: between two sizes where
+    different paths are clearly fastest (sizes where they are within the noise of each other
+    say nothing), ``below`` wins up to ``bytes`` (interpolated where the two latencies meet, on a
+    log scale of size), ``above`` past it; and separately the custom path against NCCL's fastest
+    at each size (``custom: true``)."""
     out: list[dict[str, Any]] = []
     for tp in sorted({r["tp_size"] for r in data.get("rows") or [] if r.get("ok")}):
-        paths = dict(_paths(data, tp))
-        series = [("all", winners(data, tp))]
-        if "custom" in paths:
-            best_nccl = {b: lat for b, _, lat in winners(data, tp, nccl_only=True)}
-            series.append(("custom", [(b, "custom" if paths["custom"].get(b, float("inf")) < best_nccl[b] else "NCCL",
-                                       0.0) for b in sorted(best_nccl) if b in paths["custom"]]))
-        for kind, won in series:
-            for (b1, l1, _), (b2, l2, _) in zip(won, won[1:]):
-                if l1 == l2:
+        measured = dict(_measured(data, tp))
+        paths = {label: {b: p[0] for b, p in points.items()} for label, points in measured.items()}
+        series = [("all", [(b, label) for b, label, _, clear in winners(data, tp) if clear])]
+        if "custom" in measured:
+            custom = measured["custom"]
+            won = []
+            for b, _, _, _ in winners(data, tp, nccl_only=True):
+                best = min((points[b] for label, points in measured.items() if label != "custom" and b in points),
+                           default=None)
+                if best is None or b not in custom:
                     continue
-                at = _meet(paths, kind, l1, l2, b1, b2, data, tp)
-                out.append({"tp_size": tp, "below": l1, "above": l2, "bytes": at, "between": [b1, b2],
-                            "custom": kind == "custom"})
+                if _beats(custom[b], best):
+                    won.append((b, "custom"))
+                elif _beats(best, custom[b]):
+                    won.append((b, "NCCL"))
+            series.append(("custom", won))
+        for kind, clear in series:
+            for (b1, l1), (b2, l2) in zip(clear, clear[1:]):
+                if l1 != l2:
+                    out.append({"tp_size": tp, "below": l1, "above": l2, "bytes": _meet(paths, kind, l1, l2, b1, b2,
+                                                                                        data, tp),
+                                "between": [b1, b2], "custom": kind == "custom"})
     return out
 
 
@@ -421,7 +488,7 @@ def _meet(paths: dict[str, dict[int, float]], kind: str, a: str, b: str, b1: int
     """The size between ``b1`` and ``b2`` where path ``a``'s latency meets ``b``'s (linear in
     log size); the geometric middle where the latencies do not say."""
     if kind == "custom":
-        best = {s: lat for s, _, lat in winners(data, tp, nccl_only=True)}
+        best = {s: lat for s, _, lat, _ in winners(data, tp, nccl_only=True)}
         la = {s: paths["custom"][s] for s in (b1, b2)} if a == "custom" else {s: best[s] for s in (b1, b2)}
         lb = {s: paths["custom"][s] for s in (b1, b2)} if b == "custom" else {s: best[s] for s in (b1, b2)}
     else:
@@ -519,8 +586,16 @@ def format_prescreen(data: dict[str, Any]) -> str:
     for tp in sorted({r["tp_size"] for r in data["rows"] if r["ok"]}):
         won = winners(data, tp)
         if len(won) > 1:
-            lines += ["", f"Fastest path per size at tp_size={tp} (sweep of {len(won)} sizes):",
-                      "  " + ", ".join(f"{_kb(b)} {label}" for b, label, _ in won)]
+            lines += ["", f"Fastest path per size at tp_size={tp} (sweep of {len(won)} sizes; 'within noise': no "
+                          f"path clearly fastest):"]
+            runs: list[list] = []
+            for b, label, _, clear in won:
+                name = label if clear else "within noise"
+                if runs and runs[-1][2] == name:
+                    runs[-1][1] = b
+                else:
+                    runs.append([b, b, name])
+            lines += [f"  {_kb(lo)}{'' if lo == hi else '-' + _kb(hi)}: {name}" for lo, hi, name in runs]
     for c in data.get("crossovers") or []:
         what = "custom all-reduce against NCCL's fastest" if c["custom"] else "crossover"
         lines.append(f"tp_size={c['tp_size']} {what}: {c['below']} up to about {_kb(c['bytes'])}, {c['above']} "
@@ -529,20 +604,39 @@ def format_prescreen(data: dict[str, Any]) -> str:
 
 
 def sweep_csv(data: dict[str, Any]) -> str:
-    """The sweep's table: ``tp_size,setting,bytes,latency_us,algo,proto,fastest`` (algo and proto
-    as NCCL logged its choice, where it did; fastest: 1 on the fastest path at that size)."""
-    lines = ["tp_size,setting,bytes,latency_us,algo,proto,fastest"]
-    best = {(tp, b): label for tp in {r["tp_size"] for r in data["rows"] if r["ok"]}
-            for b, label, _ in winners(data, tp)}
+    """The sweep's table: ``tp_size,setting,bytes,latency_us,ci_lo_us,ci_hi_us,algo,proto,fastest``
+    (the median's 95% interval; algo and proto as NCCL logged its choice, where it did; fastest:
+    ``1`` clearly fastest at that size, ``tie`` within the noise of the fastest, else ``0``)."""
+    lines = ["tp_size,setting,bytes,latency_us,ci_lo_us,ci_hi_us,algo,proto,fastest"]
     for row in [*data["rows"], *({**c, "custom": True} for c in data.get("custom") or [])]:
         if not row.get("ok"):
             continue
         label = label_of(row)
         for p in row.get("sweep") or []:
-            fastest = int(best.get((row["tp_size"], p["bytes"])) == label)
-            lines.append(f"{row['tp_size']},{label},{p['bytes']},{p['latency_us']:.3f},{p.get('algo', '')},"
-                         f"{p.get('proto', '')},{fastest}")
+            lo, hi = p.get("ci_us") or (p["latency_us"], p["latency_us"])
+            rank = standing(data, row["tp_size"], p["bytes"], label)
+            lines.append(f"{row['tp_size']},{label},{p['bytes']},{p['latency_us']:.3f},{lo:.3f},{hi:.3f},"
+                         f"{p.get('algo', '')},{p.get('proto', '')},{rank}")
     return "\n".join(lines) + "\n"
+
+
+def standing(data: dict[str, Any], tp: int, size: int, label: str) -> str:
+    """``1``: path ``label`` is clearly fastest at ``size``; ``tie``: within the noise of the
+    fastest there (its interval reaches the fastest's); ``0``: slower beyond the noise."""
+    measured = {name: points[size] for name, points in _measured(data, tp) if size in points}
+    if label not in measured:
+        return "0"
+    best = min(measured.values())
+    mine = measured[label]
+    if mine == best:
+        return "1" if all(_beats(best, p) for name, p in measured.items() if name != label) else "tie"
+    return "0" if _beats(best, mine) else "tie"
+
+
+def _beats(a: tuple[float, float, float], b: tuple[float, float, float]) -> bool:
+    """Whether the point (median, low, high) ``a`` is clearly faster than ``b``: intervals apart
+    and ``CLEAR_MARGIN`` faster."""
+    return a[2] < b[1] and a[0] * CLEAR_MARGIN <= b[0]
 
 
 def _kb(nbytes: int) -> str:

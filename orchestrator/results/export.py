@@ -456,8 +456,9 @@ def tuner_sweep_rules(config: dict[str, Any], sweep: dict[str, Any]) -> tuple[li
     """Rules per measured size range from the pre-screen's sweep (``prescreen.json``), for the
     winner ``config``: its TP (nRanks) and channels; among the swept settings at that TP whose
     other NCCL variables are the winner's (P2P, channels: what moves latency besides the
-    protocol and algorithm), the fastest at each size, spelled by the algorithm and protocol it
-    pins for all-reduce or, where it pins none, the one NCCL logged at that size. Bins end at
+    protocol and algorithm), the fastest at each size (the winner's own setting where it is within
+    the noise of the fastest), spelled by the algorithm and protocol it pins for all-reduce or,
+    where it pins none, the one NCCL logged at that size. Bins end at
     each measured size and at every 16 KB up to 512 KB (each bin takes the measured size
     nearest its end, on a log scale), so none there is wider than 16 KB; past the largest
     measured size there is no rule (NCCL's own choice). None: the sweep has nothing at this TP."""
@@ -475,9 +476,14 @@ def tuner_sweep_rules(config: dict[str, Any], sweep: dict[str, Any]) -> tuple[li
                      f"({' '.join(f'{k[4:]}={v}' for k, v in others.items()) or 'none'}); every swept one is used")
     best: dict[int, tuple[float, str, str] | None] = {}
     for size in sorted({p["bytes"] for r in rows for p in r["sweep"]}):
-        here = [(p["latency_us"], i, r, p) for i, r in enumerate(rows) for p in r["sweep"] if p["bytes"] == size]
+        here = sorted(((p["latency_us"], i, r, p) for i, r in enumerate(rows) for p in r["sweep"]
+                       if p["bytes"] == size), key=lambda h: (h[0], h[1]))
+        # within 10% of the fastest (the pre-screen's CLEAR_MARGIN: less is launch noise), the winner's own setting
+        top = here[0][0] if here else 0.0
+        own = [h for h in here if h[0] < top * 1.10 and all(
+            str(h[2].get(k, "")) == str(config.get(k, "")) for k in ("env.NCCL_ALGO", "env.NCCL_PROTO"))]
         best[size] = None
-        for latency, _, r, p in sorted(here, key=lambda h: (h[0], h[1]))[:1]:
+        for latency, _, r, p in (own or here)[:1]:
             algo = _allreduce_choice(r.get("env.NCCL_ALGO"), _TUNER_ALGOS, "NCCL_ALGO")[0] or \
                 _allreduce_choice(p.get("algo"), _TUNER_ALGOS, "NCCL_ALGO")[0]
             proto = _allreduce_choice(r.get("env.NCCL_PROTO"), _TUNER_PROTOS, "NCCL_PROTO")[0] or \

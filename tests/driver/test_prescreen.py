@@ -18,6 +18,7 @@ from orchestrator.driver.prescreen import (
     late_settings,
     run_prescreen,
     setting_key,
+    sweep_csv,
     sweep_sizes,
 )
 from orchestrator.study.history import trial_rows
@@ -70,7 +71,7 @@ def test_a_setting_twice_as_slow_is_tried_late_not_dropped(tmp_path):
 def test_probe_measures_each_setting_in_fresh_processes(tmp_path):
     job = load_job(write_job(tmp_path, study="ps", space_text=SPACE, baseline={"tp_size": 1}))
     data = run_prescreen(job, iters=30, measured={2: ({"tp_size": 2, "env.NCCL_PROTO": "LL"}, 50.0)},
-                         say=lambda _: None)
+                         say=lambda _: None, rounds=1)  # one launch per setting (two: test_export's sweep)
     rows = data["rows"]
     assert sorted(r["env.NCCL_PROTO"] for r in rows) == ["LL", "Simple"]
     assert all(r["ok"] and r["latency_us"] > 0 and len(r["samples_us"]) == 30 for r in rows)
@@ -93,7 +94,7 @@ def test_probe_measures_each_setting_in_fresh_processes(tmp_path):
 @pytest.mark.slow
 def test_study_never_launches_a_dropped_setting(tmp_path, no_leftover_servers):
     job = load_job(write_job(tmp_path, study="psstudy", space_text=SPACE, baseline={"tp_size": 1},
-                             budget={"trials": 3}, prescreen={"enabled": True, "keep_within": 1.0}))
+                             budget={"trials": 3}, prescreen={"enabled": True, "keep_within": 1.0, "rounds": 1}))
     run_in_process(job, out=io.StringIO())
     data = json.loads((tmp_path / "reports" / "psstudy" / "prescreen.json").read_text())
     fastest = min(data["rows"], key=lambda r: r["latency_us"])["env.NCCL_PROTO"]
@@ -137,6 +138,21 @@ def test_crossovers_between_nccl_settings_and_with_the_custom_path():
     assert 16 * kb < custom_cross["bytes"] < 64 * kb
     text = format_prescreen({**data, "allreduces_per_step": 0, "device": "cuda", "crossovers": found})
     assert "custom all-reduce against NCCL's fastest: custom up to about" in text
+
+
+def test_sizes_within_the_noise_make_no_crossover():
+    """Two settings whose intervals overlap everywhere (gloo ignores NCCL's variables: two
+    settings are one path) cross nowhere, however their medians order; the table says tie."""
+    kb = 1024
+    a = sweep_row({"env.NCCL_PROTO": "LL"}, {4 * kb: 10.0, 8 * kb: 12.0, 16 * kb: 10.0})
+    b = sweep_row({"env.NCCL_PROTO": "Simple"}, {4 * kb: 11.0, 8 * kb: 11.0, 16 * kb: 11.0})
+    for row in (a, b):
+        for p in row["sweep"]:
+            p["ci_us"] = [p["latency_us"] - 3.0, p["latency_us"] + 3.0]
+    data = {"rows": [a, b], "custom": [], "decode_sizes": {"1": 4 * kb}, "message_bytes": 4 * kb}
+    assert crossovers(data) == []
+    assert "4 KB-16 KB: within noise" in format_prescreen({**data, "allreduces_per_step": 0, "device": "cpu"})
+    assert {line.rsplit(",", 1)[1] for line in sweep_csv(data).splitlines()[1:]} == {"tie"}
 
 
 def test_the_prior_is_judged_at_the_objectives_decode_sizes():

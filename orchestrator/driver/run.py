@@ -147,8 +147,7 @@ class StudyDriver:
         self.backend = job.backend_obj()
         self.report_dir = Path(job.report_dir).resolve()
         self.dir = job.dir
-        self.progress = Progress(job, trials=self.trials, timeout_s=self.timeout_s, out=out,
-                                 timeout_source="--timeout" if timeout_s is not None else "the job's budget.timeout")
+        self.progress = Progress(job, trials=self.trials, timeout_s=self.timeout_s, out=out)
         self.say = self.progress.say
         self.baseline_config: dict[str, Any] = {}
         self.baseline_key: str | None = None
@@ -223,7 +222,8 @@ class StudyDriver:
             if self.trials is not None and policy.budget_used() >= self.trials:
                 self.say(f"budget reached: {policy.budget_used()} of {self.trials} trials already ran")
                 summary = RunSummary("budget reached", best=self._best_summary())
-                self.say(self.progress.next_steps(summary, policy.rows()))
+                for line in self.progress.next_steps(summary, policy.rows()):
+                    self.say(line)
                 return summary
             return self._loop(study, policy, executor)
         except BaseException:
@@ -324,11 +324,13 @@ class StudyDriver:
                 self.progress.bans(policy.bans())
                 self._trials(run)
             finally:
+                self.progress.idle()
                 self._stop_in_flight(run)
         self._release_held()
         run.summary.best = self._best_summary()
         self.say(self.progress.final_line(run.summary, policy.budget_used()))
-        self.say(self.progress.next_steps(run.summary, policy.rows()))
+        for line in self.progress.next_steps(run.summary, policy.rows()):
+            self.say(line)
         return run.summary
 
     def _trials(self, run: _Loop) -> None:
@@ -350,6 +352,9 @@ class StudyDriver:
                 return
             for ticket, result in run.executor.wait(0.5):
                 self._collect(run, run.in_flight.pop(ticket), result)
+                self.progress.counted = run.policy.budget_used()
+            self.progress.running([(run.in_flight[t].label, phase) for t, phase in run.executor.phases().items()
+                                   if t in run.in_flight])
 
     def _start_repeats(self, run: _Loop) -> None:
         """The baseline once on every other matching node: are the nodes comparable?"""
@@ -391,7 +396,7 @@ class StudyDriver:
                                  None if need_reference else (run.golden.texts if run.golden else None), prune)
             run.in_flight[run.executor.submit(spec)] = Launch.of(proposal, reference=need_reference)
             run.summary.launched += 1
-            self.progress.started(proposal.number, proposal.config, policy.budget_used() + len(run.in_flight),
+            self.progress.started(proposal.number, proposal.config, run.summary.launched, policy.budget_used(),
                                   is_baseline)
             if need_reference:
                 return

@@ -16,6 +16,9 @@ total output tok/s with N concurrent streams), the prompts and the rounds. ``mea
 4. ``repeats`` rounds, more up to ``max_repeats`` while level 1's median interval is wider
    than ``target_rel_ci``, never past the deadline.
 
+``progress`` (optional) is told ``(level, requests done, requests planned)`` as a level
+starts and after each request (level 1) or batch (level N): the trial's live status line.
+
 A failed request fails the measurement (``ok=False``, ``timed_out`` when it was a timeout,
 ``stalled`` when its stream went silent for ``plan.stall_s``): the trial says
 ``bench-error``/``bench-timeout``/``hang``. The median of a level is over its samples
@@ -24,11 +27,12 @@ A failed request fails the measurement (``ok=False``, ``timed_out`` when it was 
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,13 +151,24 @@ def read_metrics(url: str | None) -> dict[str, float] | None:
 
 
 def measure(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metrics_url: str | None = None,
-            prune_below: Mapping[int, float] | None = None) -> Measurement:
+            prune_below: Mapping[int, float] | None = None,
+            progress: Callable[[int, int, int], None] | None = None) -> Measurement:
     """Measure every level of ``plan`` (module docstring); never raises for what the server does."""
     out = Measurement(prompts=len(plan.prompts), output_tokens=plan.output_tokens)
     levels = sorted(plan.levels)
     out.levels = {level: Level(level) for level in levels}
     adaptive = plan.max_repeats is not None and plan.target_rel_ci is not None
     cap = max(plan.repeats, int(plan.max_repeats or plan.repeats)) if adaptive else plan.repeats
+    done = dict.fromkeys(levels, 0)  # requests done per level
+    per_round = {level: len(plan.prompts) if level == 1 else 0 for level in levels}  # level N: known after a batch
+    rounds_planned = plan.repeats
+
+    def tell(level: int, n: int = 0) -> None:
+        done[level] += n
+        if level > 1 and n and not per_round[level]:
+            per_round[level] = n
+        if progress is not None:
+            progress(level, done[level], per_round[level] * rounds_planned)
 
     def left() -> float:
         return min(plan.timeout_s, deadline - time.monotonic())
@@ -184,13 +199,16 @@ def measure(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
                 out.warnings.append(f"stopped adaptive rounds at {rnd}: benchmark deadline (rel_ci {one.rel_ci})")
                 break
         started = time.monotonic()
+        rounds_planned = max(plan.repeats, rnd + 1)
         for level in levels:
             got = out.levels[level]
             before = read_metrics(metrics_url)
             if got.spec_before is None:
                 got.spec_before = before
-            error = (_decode_round(base_url, model, plan, got, left) if level == 1
-                     else _concurrent_round(base_url, model, plan, got, left))
+            tell(level)
+            counted = functools.partial(tell, level)
+            error = (_decode_round(base_url, model, plan, got, left, counted) if level == 1
+                     else _concurrent_round(base_url, model, plan, got, left, counted))
             if error is not None:
                 if rnd >= plan.repeats and error[1] and deadline - time.monotonic() <= 0:
                     out.warnings.append(f"adaptive round {rnd + 1} cut by the benchmark deadline")
@@ -220,8 +238,8 @@ def measure(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
     return out
 
 
-def _decode_round(base_url: str, model: str, plan: BenchPlan, got: Level,
-                  left) -> tuple[str, bool, RequestResult | None] | None:
+def _decode_round(base_url: str, model: str, plan: BenchPlan, got: Level, left,
+                  on_done: Callable[[int], None]) -> tuple[str, bool, RequestResult | None] | None:
     """Every prompt once as a single streamed request; (error, timed out, request) or None."""
     for prompt in plan.prompts:
         budget = left()
@@ -237,11 +255,12 @@ def _decode_round(base_url: str, model: str, plan: BenchPlan, got: Level,
         got.ttft_samples.append(req.ttft_s if req.ttft_s is not None else float("nan"))
         got.e2e_samples.append(req.e2e_tok_s or 0.0)
         got.token_counts.append(req.n_tokens)
+        on_done(1)
     return None
 
 
-def _concurrent_round(base_url: str, model: str, plan: BenchPlan, got: Level,
-                      left) -> tuple[str, bool, RequestResult | None] | None:
+def _concurrent_round(base_url: str, model: str, plan: BenchPlan, got: Level, left,
+                      on_done: Callable[[int], None]) -> tuple[str, bool, RequestResult | None] | None:
     """One batch of ``got.level`` concurrent streams through the prompts."""
     budget = left()
     if budget <= 0:
@@ -260,4 +279,5 @@ def _concurrent_round(base_url: str, model: str, plan: BenchPlan, got: Level,
         got.ttft_samples.append(float(summary["ttft_s"]))
     if summary.get("decode_tok_s") is not None:
         got.stream_decode.append(float(summary["decode_tok_s"]))
+    on_done(int(summary.get("n_requests") or 0))
     return None

@@ -10,7 +10,7 @@ import statistics
 from conftest import write_job
 from orchestrator.config.job import Objective, load_job
 from orchestrator.core.records import COMPLETE, PRUNED, TrialResult, TrialRow, config_key
-from orchestrator.driver.progress import Progress, RunSummary, plan_said, vs_baseline_words
+from orchestrator.driver.progress import Progress, RunSummary, plan_lines, vs_baseline_words
 from orchestrator.study.plan import build_plan
 
 
@@ -79,21 +79,23 @@ ROWS = [row(0, EAGER, {1: [94.7, 95.0, 94.1], 10: [788, 701, 750]}, baseline=Tru
 def progress(tmp_path, **objective):
     job = load_job(write_job(tmp_path, objective=objective) if objective else write_job(tmp_path))
     out = io.StringIO()
-    return job, Progress(job, trials=4, timeout_s=None, timeout_source="-", out=out), out
+    return job, Progress(job, trials=4, timeout_s=None, out=out), out
 
 
 def test_the_last_line_of_a_plan(tmp_path):
     job, p, _ = progress(tmp_path, concurrency=[1, 10], weights={1: 0.5, 10: 0.5})
     plan = build_plan(ROWS, job.objective)
     best = p.best_summary(ROWS[1], ROWS[0], plan=plan)
-    said = plan_said(best["plan"])
-    assert said.startswith("plan: at 1 #1 433.9 decode tok/s = 4.58x faster (95% CI ")
-    assert "; at 10 #2 3600.0 total tok/s = 4.80x faster (95% CI " in said
-    assert "the best at 1 (#1) does 690.0 at 10 (0.19x slower (95% CI 0.16-0.22x))" in said
-    assert "; best for the mix #2 = " in said and said.endswith("than the baseline")
-    line = p.next_steps(RunSummary("budget reached", best=best), ROWS)
-    assert line.startswith(said + " | next: `ncclsweep report ")
-    assert "--plan`" in line and "--concurrency N --format env` (or --mix)" in line
+    said = plan_lines(best["plan"])
+    assert said[0].startswith("plan: at 1 #1 433.9 decode tok/s = 4.58x faster (95% CI ")
+    assert said[1].startswith("plan: at 10 #2 3600.0 total tok/s = 4.80x faster (95% CI ")
+    assert said[2] == "plan: the best at 1 (#1) does 690.0 at 10 (0.19x slower (95% CI 0.16-0.22x))"
+    assert said[3].startswith("plan: best for the mix #2 = ") and said[3].endswith("than the baseline")
+    lines = p.next_steps(RunSummary("budget reached", best=best), ROWS)
+    assert lines[:4] == said and lines[4].startswith("next: `ncclsweep report ")
+    assert lines[5:] == [f"next: `ncclsweep compare {job.path} --plan`",
+                         f"next: `ncclsweep export {job.path} --concurrency N --format cmd` (or --mix)"]
+    assert all(len(line) <= 120 for line in said)
     assert p.final_line(RunSummary("budget reached", launched=3, best=best), 3) == \
         "budget reached: 3 trials counted, 3 launched this run; plan: best at 1 #1, at 10 #2"
 
@@ -119,6 +121,8 @@ def test_a_job_of_one_level_keeps_its_lines(tmp_path):
     assert job.objective == Objective()
     best = p.best_summary(ROWS[1], ROWS[0])
     assert "plan" not in best
-    line = p.next_steps(RunSummary("budget reached", best=best), ROWS)
-    assert line.startswith("best #1 433.9 tok/s = 4.58") and "x the baseline, beyond noise" in line
-    assert "--plan" not in line and "--concurrency" not in line
+    lines = p.next_steps(RunSummary("budget reached", best=best), ROWS)
+    assert lines[0].startswith("best #1 433.9 tok/s = 4.58") and "x the baseline, beyond noise" in lines[0]
+    assert lines[1] == "  #1 config: capture=8"
+    assert [line.split("`")[1].split()[1] for line in lines[2:]] == ["report", "compare", "export"]
+    assert not any("--plan" in line or "--concurrency" in line for line in lines)

@@ -11,7 +11,7 @@ bottom, redrawn in place (``status``; every other line is printed above it, and 
 marked ``EVENT``, the phase changes it shows, are left to it); where stderr is not a
 terminal (a pipe, a file, ``nohup``) there is no status line and those events are plain
 lines. No line is wider than the terminal, or ``LOG_WIDTH`` in a log (stderr that is no
-terminal, ``driver.log`` with its time stamp): a longer one wraps, its continuation
+terminal; ``driver.log``, after its time stamp): a longer one wraps, its continuation
 indented. The status line is drawn with a carriage return and an erase-line code (what
 pip does); tqdm's bars would add a monitor thread and their own width rules for a line
 that is text anyway.
@@ -193,7 +193,7 @@ def check_driver_log() -> None:
 
 class _Format(logging.Formatter):
     """Progress lines as they are; other records as ``warning: message`` (name with --debug);
-    with ``width``, lines wrapped to it (``fit``)."""
+    with ``width``, the message wrapped to it (``fit``), the time stamp before its first line."""
 
     def __init__(self, stamp: bool, names: bool, width: int | None = None):
         super().__init__("%(asctime)s %(message)s" if stamp else "%(message)s", "%Y-%m-%d %H:%M:%S")
@@ -206,8 +206,11 @@ class _Format(logging.Formatter):
             where = f" ({record.name})" if self.names else ""
             record = logging.makeLogRecord({**record.__dict__, "msg": f"{level}{where}: {record.getMessage()}",
                                             "args": None})
-        text = super().format(record)
-        return "\n".join(fit(text, self.width)) if self.width else text
+        if not self.width:
+            return super().format(record)
+        lines = fit(record.getMessage(), self.width)  # the message fits; the time stamp comes before it
+        record = logging.makeLogRecord({**record.__dict__, "msg": lines[0], "args": None})
+        return "\n".join([super().format(record), *lines[1:]])
 
 
 def _shown(record: logging.LogRecord) -> bool:

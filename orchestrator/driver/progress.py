@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from orchestrator.config.yaml_input import display_path
 from orchestrator.core import golden_check, logs, verdict
+from orchestrator.core.pace import fmt_s
 from orchestrator.core.records import COMPLETE, PRUNED, FailureKind, TrialResult, TrialRow
 from orchestrator.node.phases import MEASURING, TrialPhase
 from orchestrator.study import objective as objectives
@@ -43,13 +44,6 @@ class RunSummary:
     def interrupted(self) -> bool:
         """Stopped by a signal: the CLI exits 130."""
         return self.reason == "stopped by signal"
-
-
-def fmt_s(seconds: float) -> str:
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
 def spread(row: TrialRow) -> float | None:
@@ -249,8 +243,11 @@ class Progress:
         if best is None or best.value is None:
             return None
         base_value = base.value if base is not None else None
+        iv = (verdict.ratio_interval(_samples(base), _samples(best))
+              if base is not None and base_value and best.config_key != base.config_key else None)
         out = {"number": best.number, "value": best.value, "config": dict(best.params) or None,
                "spread": spread(best), "vs_baseline": (best.value / base_value) if base_value else None,
+               "interval": {"lo": iv.lo, "hi": iv.hi, "confidence": iv.confidence} if iv and iv.bounded else None,
                "verdict": vs_baseline_words(best, base),
                "baseline": None if base is None or not base_value else
                {"number": base.number, "value": base_value, "spread": spread(base)}}

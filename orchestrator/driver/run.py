@@ -647,6 +647,22 @@ class StudyDriver:
                 f"{result.failure_kind}: {result.failure_reason}); look at the trial logs in {self.dir.logs} "
                 f"and `ncclsweep status {self.job.path}`; the study resumes with `ncclsweep run`")
 
+    def counted(self) -> int | None:
+        """The study's counted trials now (None: no study opened, or it cannot be read)."""
+        try:
+            return self.policy.budget_used() if self.policy is not None else None
+        except Exception:
+            log.debug("could not count the trials", exc_info=True)
+            return None
+
+    def best_now(self) -> dict[str, Any] | None:
+        """The best so far as ``RunSummary.best`` holds it (None: none, or it cannot be read)."""
+        try:
+            return self._best_summary()
+        except Exception:
+            log.debug("could not read the best trial", exc_info=True)
+            return None
+
     def _best_summary(self) -> dict[str, Any] | None:
         if self.policy is None:
             return None

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import REPO, study_servers
+from conftest import REPO, run_end, study_servers
 from orchestrator.config.job import load_job
 from orchestrator.study.history import trial_rows
 from orchestrator.study.storage import open_study
@@ -40,10 +40,12 @@ def test_the_demo_beats_its_baseline_and_shows_the_gate(tmp_path, no_leftover_se
     ends = [ln for ln in lines if ln.startswith(("budget reached:", "space exhausted:", "timeout:"))]
     assert ends and ends[-1].startswith(("budget reached: 8 trials counted", "space exhausted:")), ends  # not timeout
     assert any("FAIL wrong-output" in ln and "do not count" in ln for ln in lines), run.stderr
-    last = lines[-1]
-    ratio = re.search(r"best #\d+ [0-9.]+ tok/s = ([0-9.]+)x the baseline, (beyond noise|within noise)", last)
-    assert ratio and float(ratio.group(1)) > 1.0, last  # "beyond noise" on a box that is not overloaded
-    assert "`ncclsweep report jobs/demo.yaml`" in last and "compare" in last and "export" in last
+    verdict, *rest = run_end(lines)
+    ratio = re.search(r"best #\d+ [0-9.]+ tok/s = ([0-9.]+)x the baseline, (beyond noise|within noise)", verdict)
+    assert ratio and float(ratio.group(1)) > 1.0, verdict  # "beyond noise" on a box that is not overloaded
+    assert [ln.split("`")[1] for ln in rest if ln.startswith("next: ")] == [
+        "ncclsweep report jobs/demo.yaml", "ncclsweep compare jobs/demo.yaml",
+        "ncclsweep export jobs/demo.yaml --format cmd"]
     assert (tmp_path / "reports" / "demo" / "driver.log").exists()  # output_dir: ../reports, next to jobs/
     assert not study_servers(tmp_path / "reports")
     assert_start_ups_recorded(tmp_path)

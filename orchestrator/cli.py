@@ -217,7 +217,10 @@ def _load(path: str):
 
 
 def cmd_validate(args) -> int:
+    from orchestrator.config.job_checks import check_sampler_installed
+
     job = _load(args.job)
+    check_sampler_installed(job)  # what `run` refuses before it starts, with the same line
     backend = job.backend_obj()
     size = job.space.size()
     print(f"{args.job}: ok — study {job.study!r}, backend {job.backend.kind}, "

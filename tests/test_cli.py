@@ -186,3 +186,22 @@ def test_every_shipped_job_validates(job, capsys):
     # the examples the README and the guide point at: a user's first `validate` of one is exit 0
     assert main(["validate", str(REPO / "jobs" / job)]) == 0, capsys.readouterr().err
     assert f"jobs/{job}: ok" in capsys.readouterr().out
+
+
+def test_validate_refuses_a_sampler_whose_package_is_missing_with_the_line_run_gives(tmp_path):
+    """`sampler: {name: gp}` on a machine without scipy: `validate` says what `run` says (exit 2,
+    one line), not "ok". scipy is made absent in the child process (None in sys.modules: not
+    installed, as far as an import or a package lookup can tell)."""
+    job = write_job(tmp_path, sampler={"name": "gp", "seed": 0})
+
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        code = ("import sys; sys.modules['scipy'] = None\n"
+                "from orchestrator.cli import main\n"
+                f"sys.exit(main({list(argv)!r}))")
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+    validate, run = cli("validate", str(job)), cli("run", str(job))
+    assert validate.returncode == run.returncode == 2, (validate.stderr, run.stderr)
+    assert validate.stderr == run.stderr == (f"ncclsweep: error: {job}: sampler: the gp sampler needs scipy (pip "
+                                             "install scipy); or use sampler tpe\n")
+    assert not validate.stdout and not (tmp_path / "reports").exists()  # no "ok", nothing created

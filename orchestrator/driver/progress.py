@@ -274,8 +274,8 @@ class Progress:
         folder, logs_dir = display_path(self.job.report_dir), display_path(self.job.dir.logs)
         best = summary.best
         if summary.interrupted:
-            return [f"stopped: `ncclsweep run {job}` continues the study; `ncclsweep status {job}` shows it "
-                    f"so far (results in {folder})"]
+            return [f"stopped: `ncclsweep status {job}` shows the study so far (results in {folder})",
+                    f"next: `ncclsweep run {job}` continues it"]
         if best is None:
             why = golden_check.disputed(rows) if rows is not None else None
             if why:

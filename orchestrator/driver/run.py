@@ -28,6 +28,7 @@ from typing import Any, Literal, TextIO
 
 import optuna
 
+from orchestrator.config.job_checks import check_sampler_installed
 from orchestrator.config.yaml_input import display_path
 from orchestrator.core import correctness, golden_check, logs, outcome
 from orchestrator.core.errors import BadInput, CircuitOpen, RuntimeFailure, StorageWriteError, is_file_write_failure
@@ -194,6 +195,7 @@ class StudyDriver:
 
     def _run(self) -> RunSummary:
         job = self.job
+        check_sampler_installed(job)  # at once: nothing started, nothing created
         created = [d for d in (self.report_dir, *self.report_dir.parents) if not d.exists()]
         self.report_dir.mkdir(parents=True, exist_ok=True)
         lock = DriverLock(self.dir.lock)

@@ -36,11 +36,17 @@ CHECKING = "correctness check"
 STOPPING = "stopping"
 
 
-def startup_phase(last_phase: str) -> str:
-    """The trial's phase for a start-up phase of ``node.startup`` (``last_phase``)."""
+READY = "ready"  # the engines' last start-up marker (``node.startup``): the trial says what follows
+
+
+def startup_phase(last_phase: str) -> str | None:
+    """The trial's phase for a start-up phase of ``node.startup`` (``last_phase``); None for
+    the engine's ready line (nothing new until the trial warms up)."""
     if last_phase == startup.PROCESS_START:
         return LAUNCHING
-    if last_phase in (startup.STARTING, "ready"):
+    if last_phase == READY:
+        return None
+    if last_phase == startup.STARTING:
         return STARTING
     return f"{STARTING}: {last_phase}"
 
@@ -109,7 +115,7 @@ class PhaseReporter:
                 return
             self._tracker.feed(lines)
             name = startup_phase(self._tracker.phase)
-            if self._current is not None and self._current.name == name:
+            if name is None or (self._current is not None and self._current.name == name):
                 return
             self._current = TrialPhase(self.number, name, self.started, time.time())
             self._send(self._current)

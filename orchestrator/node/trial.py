@@ -69,7 +69,9 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
     node = node_info()
     backend = get_backend_class(spec.server.backend_kind)(dict(spec.server.backend_settings), spec.server.job_file)
     if spec.measure_bandwidth:
-        node["memory_bandwidth_bytes_s"] = memory_bandwidth(backend.device())
+        measured = memory_bandwidth(backend.device())
+        node["memory_bandwidth_bytes_s"] = measured["bytes_s"]
+        node["memory_bandwidth_load"] = measured["load"]
         node["memory_device"] = backend.device()
     log_path = spec.log_path
     proc, launch, env = prepare_server(backend, spec.config, spec.server.host, dict(spec.server.env), log_path,
@@ -162,9 +164,13 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
         # threshold at every level ends it (node.measure)
         plan = spec.bench
         report.phase(phases.WARMING_UP)
+        t0 = time.monotonic()
         got = measure(launch.base_url, launch.model_name, plan, deadline=time.monotonic() + plan.timeout_s,
                       metrics_url=launch.metrics_url, prune_below=spec.prune_below, progress=report.measuring)
-        if not got.ok:
+        if not got.ok:  # the time it ran is still the benchmark's (the report's timeline draws it so)
+            if got.warmup_s:
+                timing["warmup_s"] = got.warmup_s
+            timing["bench_s"] = time.monotonic() - t0 - got.warmup_s
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during the benchmark")
             return _bench_failure(failed, proc, got, limit_s=plan.timeout_s)

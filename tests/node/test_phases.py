@@ -48,6 +48,15 @@ def test_the_reporter_says_each_phase_and_survives_its_sink():
     assert said[-1].key == said[-2].key and said[-1].since == said[-2].since  # a request done is no new phase
     assert all(p.number == 7 and p.trial_started == said[0].trial_started for p in said)
 
+    ready: list[phases.TrialPhase] = []
+    refserver = phases.PhaseReporter(9, ready.append)
+    refserver.phase(phases.LAUNCHING)
+    refserver.server_output(["[refserver rank0] starting tiny"])
+    refserver.server_output(["[refserver rank0] weights built in 1.0s"])
+    refserver.server_output(["[refserver rank0] ready on http://127.0.0.1:1"])  # no phase of its own
+    assert [p.text() for p in ready] == ["launching", "starting: NCCL init and weights",
+                                         "starting: graph capture and warm-up"]
+
     def broken(_phase):
         raise ConnectionError("the relay is gone")
 

@@ -58,6 +58,7 @@ def test_html_escapes_what_it_shows_and_embeds_the_images(tmp_path):
     assert "<p><strong>Best: trial 2</strong>, <code>tp_size=2</code> &lt;not a tag&gt;</p>" in page
     assert '<p class="warn"><strong>Warning:</strong> SLOWER at concurrency 10</p>' in page
     assert "<pre>Traceback (most recent call last):\n  &lt;frame&gt;\n</pre>" in page
+    assert "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap;overflow-wrap:anywhere}" in page  # tails wrap
     assert page.count('<div class="plots">') == 1  # consecutive images: one gallery
     (src,) = re.findall(r'<img alt="History" src="data:image/png;base64,([^"]+)" width="(\d+)" height="(\d+)">', page)
     assert base64.b64decode(src[0]) == png and (src[1], src[2]) == ("30", "20")  # shown at its natural size

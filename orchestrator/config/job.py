@@ -52,7 +52,7 @@ shown, an example for those three, whose meaning ends "(required)").
       bench: 60s                      # the whole benchmark of one trial; longer is FAIL bench-timeout
       teardown: 10s                   # SIGTERM grace before SIGKILL of the server's process group
     ray:
-      address: null                   # an existing cluster (HOST:6379, ray://...); null: a fresh local Ray
+      address: null                   # an existing cluster (HOST:PORT, ray://...); null: a fresh local Ray
       parallel: null                  # trials at once; null: one per matching node
       node_selector:
         gpu_model: null               # only nodes with this GPU model (e.g. H200)

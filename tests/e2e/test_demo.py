@@ -40,6 +40,10 @@ def test_the_demo_beats_its_baseline_and_shows_the_gate(tmp_path, no_leftover_se
     ends = [ln for ln in lines if ln.startswith(("budget reached:", "space exhausted:", "timeout:"))]
     assert ends and ends[-1].startswith(("budget reached: 8 trials counted", "space exhausted:")), ends  # not timeout
     assert any("FAIL wrong-output" in ln and "do not count" in ln for ln in lines), run.stderr
+    # every launch counted once, in order, whatever its outcome (a held wrong output included: issue 39)
+    launches = [int(m.group(1)) for ln in lines if (m := re.match(r"starting #\d+ \(this run's launch (\d+)", ln))]
+    assert launches == list(range(1, len(launches) + 1)) and len(launches) >= 4, launches
+    assert all(len(ln) <= 120 for ln in lines), max(lines, key=len)  # stderr is no terminal here: a log's width
     verdict, *rest = run_end(lines)
     ratio = re.search(r"best #\d+ [0-9.]+ tok/s = ([0-9.]+)x the baseline, (beyond noise|within noise)", verdict)
     assert ratio and float(ratio.group(1)) > 1.0, verdict  # "beyond noise" on a box that is not overloaded

@@ -3,6 +3,7 @@ nothing written, and `validate --commands` printing runnable lines."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import sys
@@ -205,3 +206,34 @@ def test_validate_refuses_a_sampler_whose_package_is_missing_with_the_line_run_g
     assert validate.stderr == run.stderr == (f"ncclsweep: error: {job}: sampler: the gp sampler needs scipy (pip "
                                              "install scipy); or use sampler tpe\n")
     assert not validate.stdout and not (tmp_path / "reports").exists()  # no "ok", nothing created
+
+
+def _doc_commands(text: str) -> list[list[str]]:
+    """Every `ncclsweep ...` command in ``text``'s code blocks and inline code (comments cut)."""
+    found = []
+    for block in re.findall(r"```(?:bash)?\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            line = line.split("  #")[0].split(" # ")[0].strip()
+            found += [shlex.split(part.strip()) for part in line.split("&&") if part.strip().startswith("ncclsweep ")]
+    for inline in re.findall(r"`(ncclsweep [^`]+)`", text):
+        if "JOB" not in inline and "..." not in inline and "[" not in inline:
+            found.append(shlex.split(inline))
+    return found
+
+
+def test_the_commands_the_quickstart_and_the_cpu_path_name_are_commands_of_this_cli():
+    """Issue 39, item 9: what the README's Quickstart and the guide's path without GPUs tell a
+    new user to type parses as the CLI parses it, and names a job that is there."""
+    from orchestrator.cli import build_parser
+
+    readme = (REPO / "README.md").read_text()
+    quickstart = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    guide = (REPO / "docs" / "guide.md").read_text()
+    cpu_path = guide.split("## 6. Trying it without GPUs", 1)[1].split("\n## ", 1)[0]
+    commands = _doc_commands(quickstart) + _doc_commands(cpu_path)
+    named = {tuple(argv[1:3]) for argv in commands}
+    assert {("run", "jobs/demo.yaml"), ("run", "jobs/demo-plan.yaml"), ("compare", "jobs/demo-plan.yaml"),
+            ("export", "jobs/demo-plan.yaml")} <= named, named
+    for argv in commands:
+        args = build_parser().parse_args(argv[1:])
+        assert (REPO / args.job).is_file(), argv

@@ -165,8 +165,8 @@ class Progress:
                 self._phase_keys[label] = phase.key
                 self.event(f"  {label} {phase.text()} ({into} into the trial)")
             shown.append(f"{label} {phase.text()} ({into})")
-        for label in set(self._phase_keys) - {label for label, _ in phases}:
-            del self._phase_keys[label]
+        for gone in set(self._phase_keys) - {label for label, _ in phases}:
+            del self._phase_keys[gone]
         if self.out is not None:
             return
         if not shown:

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import io
 import statistics
+import time
+
+import pytest
 
 from conftest import write_job
 from orchestrator.config.job import Objective, load_job
 from orchestrator.core.records import COMPLETE, PRUNED, TrialResult, TrialRow, config_key
 from orchestrator.driver.progress import Progress, RunSummary, plan_lines, vs_baseline_words
+from orchestrator.node.phases import TrialPhase
 from orchestrator.study.plan import build_plan
 
 
@@ -126,3 +130,36 @@ def test_a_job_of_one_level_keeps_its_lines(tmp_path):
     assert lines[1] == "  #1 config: capture=8"
     assert [line.split("`")[1].split()[1] for line in lines[2:]] == ["report", "compare", "export"]
     assert not any("--plan" in line or "--concurrency" in line for line in lines)
+
+
+# While trials run (issue 39): a phase change is one event line (a request done is none); the
+# time to go comes from the study's launch costs, else this run's pace, else a first trial's
+# requests; the start line counts this run's launches and the budget apart.
+def _phase(name: str, started_ago: float, since_ago: float, **kw) -> TrialPhase:
+    now = time.time()
+    return TrialPhase(0, name, now - started_ago, now - since_ago, **kw)
+
+
+def test_each_phase_change_is_one_event_line(tmp_path):
+    _, p, out = progress(tmp_path)
+    p.started(0, {"tp_size": 2, "backend.threads": 1}, launch=1, counted=0, is_baseline=True)
+    p.running([("#0", _phase("launching", 1, 1))])
+    p.running([("#0", _phase("measuring", 30, 5, level=1, done=3, total=16))])
+    p.running([("#0", _phase("measuring", 31, 5, level=1, done=4, total=16))])  # one more request: no line
+    p.running([("#0", _phase("measuring", 40, 1, level=8, done=0, total=0))])
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "starting #0 (this run's launch 1, the baseline; budget 0/4 used) elapsed 0s"
+    assert lines[1] == "  #0 config: tp_size=2 backend.threads=1"
+    assert lines[2:] == ["  #0 launching (1s into the trial)",
+                         "  #0 measuring level 1: 3/16 requests (30s into the trial)",
+                         "  #0 measuring level 8 (40s into the trial)"]
+
+
+def test_the_time_to_go_before_anything_finished_comes_from_the_first_trials_requests(tmp_path):
+    _, p, _ = progress(tmp_path)  # a budget of 4 trials, nothing finished, no launch costs measured
+    assert p._to_go(4, [_phase("starting: weights", 20, 5)]) is None  # nothing to go by yet
+    # 40 s in, 4 of 16 requests done in the last 8 s: 24 s more here, then 3 launches of ~64 s each
+    to_go = p._to_go(4, [_phase("measuring", 40, 8, level=1, done=4, total=16)])
+    assert to_go == pytest.approx(24 + 3 * 64, abs=1)
+    p.expected_left = lambda n: 100.0 * n  # the study's measured launch costs win
+    assert p._to_go(4, [_phase("measuring", 40, 8, level=1, done=4, total=16)]) == pytest.approx(360, abs=1)

@@ -52,7 +52,42 @@ def test_the_demo_beats_its_baseline_and_shows_the_gate(tmp_path, no_leftover_se
         "ncclsweep export jobs/demo.yaml --format cmd"]
     assert (tmp_path / "reports" / "demo" / "driver.log").exists()  # output_dir: ../reports, next to jobs/
     assert not study_servers(tmp_path / "reports")
+    assert shape(readme_example()) == shape(lines[-len(readme_example()):]), lines[-8:]  # the README's, in format
     assert_start_ups_recorded(tmp_path)
+    assert_the_readme_commands_do_what_it_says(tmp_path)
+
+
+def readme_example() -> list[str]:
+    """The lines the README's Quickstart says the demo ends with."""
+    quickstart = (REPO / "README.md").read_text().split("## Quickstart", 1)[1]
+    block = re.search(r"ends with lines like these[^`]*```\n(.*?)```", quickstart, re.S)
+    assert block, "the README shows how the demo ends"
+    return block.group(1).strip("\n").splitlines()
+
+
+def shape(lines: list[str]) -> list[str]:
+    """Lines with what changes from run to run (numbers, a config, how the run ended, the
+    verdict's side of the noise) left out: the format the README promises."""
+    out = []
+    for line in lines:
+        line = re.sub(r"^(budget reached|space exhausted|timeout):", "END:", line)
+        line = re.sub(r"(#\d+ config: ).*", r"\1...", line)
+        line = re.sub(r"beyond noise|within noise of the baseline", "VERDICT", line)
+        out.append(re.sub(r"\d+(\.\d+)?", "N", line))
+    return out
+
+
+def assert_the_readme_commands_do_what_it_says(tmp_path) -> None:
+    """After the run, what the Quickstart names: the files it promises are there, and the
+    exports it shows print a config."""
+    folder = tmp_path / "reports" / "demo"
+    for name in ("study.journal", "driver.log", "report.md", "report.html", "trials.csv", "history.png",
+                 "params.png", "importance.png", "timeline.png"):
+        assert (folder / name).is_file(), name
+    for fmt, what in (("env", "="), ("cmd", "orchestrator.refserver")):
+        export = subprocess.run([sys.executable, "-m", "orchestrator", "export", "jobs/demo.yaml", "--format", fmt],
+                                capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert export.returncode == 0 and what in export.stdout, export.stderr
 
 
 def assert_start_ups_recorded(tmp_path) -> None:

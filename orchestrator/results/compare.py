@@ -39,6 +39,7 @@ import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,9 +48,8 @@ from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.core.golden_check import disputed
 from orchestrator.core.pace import Pace
 from orchestrator.core.records import TrialRow
-from orchestrator.node import client
 from orchestrator.node.measure import measure
-from orchestrator.node.phases import LAUNCHING, MEASURING, WARMING_UP, PhaseReporter, TrialPhase
+from orchestrator.node.phases import LAUNCHING, WARMING_UP, PhaseReporter, TrialPhase
 from orchestrator.node.server import ServerError
 from orchestrator.node.spec import TrialSpec
 from orchestrator.node.trial import prepare_server
@@ -100,12 +100,13 @@ class Said:
 
 
 def _figures(levels: dict[Any, Any]) -> str:
-    """'1: 139.8, 10: 812.0 total tok/s' of one launch (``failed`` where a level failed)."""
+    """'1: 139.8 decode tok/s, 10: 812.0 total tok/s' of one launch (``failed`` where a level failed)."""
     parts = []
-    for level, got in levels.items():
-        value = got.get("total_tok_s") if isinstance(got, dict) else got
-        parts.append(f"{level}: {value:.1f}" if value else f"{level}: failed")
-    return ", ".join(parts) + " total tok/s"
+    for level, got in sorted(levels.items()):
+        rec = got if isinstance(got, dict) else {"value": got}
+        value = None if rec.get("failures") else rec.get("value", rec.get("total_tok_s"))
+        parts.append(f"{level}: {value:.1f} {rec.get('unit') or 'total tok/s'}" if value else f"{level}: failed")
+    return ", ".join(parts)
 
 
 @contextmanager
@@ -132,19 +133,20 @@ def launched(job: Job, config: dict, label: str, log_name: str, report: PhaseRep
 
 def measure_levels(job: Job, config: dict, levels: list[int], label: str, round_no: int,
                    report: PhaseReporter | None = None) -> dict[int, dict[str, Any]]:
-    """One launch of ``config``; total output tok/s at each concurrency level (each step told
-    to ``report``)."""
-    out: dict[int, dict[str, Any]] = {}
+    """One launch of ``config``, measured as a trial measures it (``node.measure``, one round: level 1
+    decode tok/s over the prompts, level N total tok/s of N sustained streams): each level's record
+    (``LevelResult.to_record``), or ``{"failures": 1, "errors": [...]}`` at the level that failed.
+    Each step is told to ``report`` (the status line)."""
+    bench = replace(TrialSpec.from_job(job, 0, config).bench, levels=tuple(sorted(levels)), constraint_levels=(),
+                    repeats=1, max_repeats=None, target_rel_ci=None, warmup=max(1, job.bench.warmup))
     with launched(job, config, label, f"{label}-{round_no}.log", report) as launch:
         if report is not None:
             report.phase(WARMING_UP)
-        client.measure_decode(launch.base_url, launch.model_name, job.bench.prompts[0], job.bench.output_tokens,
-                             warmup=max(1, job.bench.warmup), repeats=1, timeout_s=job.timeouts.bench_s)
-        for level in levels:
-            if report is not None:
-                report.phase(MEASURING, level=level)
-            out[level] = client.measure_concurrency(launch.base_url, launch.model_name, job.bench.prompts,
-                                                   job.bench.output_tokens, level, timeout_s=job.timeouts.bench_s)
+        got = measure(launch.base_url, launch.model_name, bench, deadline=time.monotonic() + bench.timeout_s,
+                      metrics_url=launch.metrics_url, progress=report.measuring if report else None)
+    out: dict[int, dict[str, Any]] = {lv: rec.to_record() for lv, rec in got.measurement.levels.items()}
+    if not got.ok:
+        out[got.failed_level or min(levels)] = {"failures": 1, "errors": [got.error or "the benchmark failed"]}
     return out
 
 
@@ -216,7 +218,7 @@ def per_round(data: dict[str, Any], label: str, level: Any) -> dict[int, float |
     for rnd in data.get("rounds") or []:
         if isinstance(rnd, dict) and rnd.get("config") == label:
             m = (rnd.get("levels") or {}).get(str(level))
-            v = m.get("total_tok_s") if isinstance(m, dict) else m
+            v = (m.get("value", m.get("total_tok_s")) if not m.get("failures") else None) if isinstance(m, dict) else m
             out[int(rnd.get("round", len(out)))] = float(v) if v else None
     return out
 
@@ -436,8 +438,9 @@ def measure_plan_launch(job: Job, config: dict, label: str, round_no: int,
                       metrics_url=launch.metrics_url, progress=report.measuring if report else None)
     if not got.ok:
         return {"error": got.error or "the benchmark failed"}
-    return {"levels": {str(k): v.value for k, v in got.levels.items()},
-            "samples": {str(k): list(v.samples) for k, v in got.levels.items()}}
+    levels = got.measurement.levels
+    return {"levels": {str(k): v.value for k, v in levels.items()},
+            "samples": {str(k): list(v.samples) for k, v in levels.items()}}
 
 
 def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:

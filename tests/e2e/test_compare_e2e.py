@@ -59,8 +59,8 @@ def test_compare_on_a_job_with_constraints_completes_and_writes_compare_json(con
     assert code == 0, table
     # as it runs: each launch's figures and the time to go, each round's verdict so far (issue 39)
     said = [line for line in table.splitlines() if line.startswith(("compare ", "  at "))]
-    launch = re.compile(r"compare round (\d)/2: (baseline|best) \(trial #\d+\): 1: [\d.]+, 2: [\d.]+ total tok/s "
-                        r"\((~(\d+m)?\d+s to go|the last launch)\)")
+    launch = re.compile(r"compare round (\d)/2: (baseline|best) \(trial #\d+\): 1: [\d.]+ decode tok/s, "
+                        r"2: [\d.]+ total tok/s \((~(\d+m)?\d+s to go|the last launch)\)")
     launches = [launch.fullmatch(line) for line in said if line.startswith("compare round")]
     assert len(launches) == 4 and all(launches), said
     for r in (1, 2):

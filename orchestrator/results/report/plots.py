@@ -136,7 +136,7 @@ def history_points(rows: list[TrialRow]) -> dict[str, list[tuple[int, float]]]:
         if r.state == COMPLETE and r.value is not None:
             out[COMPLETE if r.number in eligible else "never best"].append((r.number, r.value))
         elif r.state == PRUNED:
-            out[PRUNED].append((r.number, (r.metrics or {}).get("decode_tok_s") or 0.0))
+            out[PRUNED].append((r.number, r.measured or 0.0))
         elif r.state == FAIL:
             out["refused" if r.failure_kind == "wrong-output" else FAIL].append((r.number, 0.0))
     return out

@@ -208,16 +208,23 @@ def test_validate_refuses_a_sampler_whose_package_is_missing_with_the_line_run_g
     assert not validate.stdout and not (tmp_path / "reports").exists()  # no "ok", nothing created
 
 
+SHELL_OPERATORS = {">", ">>", "|", "2>&1", "&&", ";", "&"}
+
+
 def _doc_commands(text: str) -> list[list[str]]:
-    """Every `ncclsweep ...` command in ``text``'s code blocks and inline code (comments cut)."""
+    """Every `ncclsweep ...` command in ``text``'s code blocks and inline code (comments and
+    what the shell does with its output cut)."""
+    lines = [ln for block in re.findall(r"```(?:bash)?\n(.*?)```", text, re.S) for ln in block.splitlines()]
+    lines += [inline for inline in re.findall(r"`(ncclsweep [^`]+)`", text)
+              if "JOB" not in inline and "..." not in inline and "[" not in inline]
     found = []
-    for block in re.findall(r"```(?:bash)?\n(.*?)```", text, re.S):
-        for line in block.splitlines():
-            line = line.split("  #")[0].split(" # ")[0].strip()
-            found += [shlex.split(part.strip()) for part in line.split("&&") if part.strip().startswith("ncclsweep ")]
-    for inline in re.findall(r"`(ncclsweep [^`]+)`", text):
-        if "JOB" not in inline and "..." not in inline and "[" not in inline:
-            found.append(shlex.split(inline))
+    for line in lines:
+        words = shlex.split(line.split("  #")[0].split(" # ")[0])
+        while "ncclsweep" in words:
+            words = words[words.index("ncclsweep"):]
+            end = next((i for i, w in enumerate(words) if w in SHELL_OPERATORS), len(words))
+            found.append(words[:end])
+            words = words[end:]
     return found
 
 

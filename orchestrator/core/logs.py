@@ -34,6 +34,7 @@ import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from orchestrator.core.errors import StorageWriteError
 
@@ -60,10 +61,11 @@ def fit(text: str, width: int) -> list[str]:
     return out
 
 
-def clip(text: str, width: int) -> str:
-    """One line of at most ``width`` characters, cut with an ellipsis."""
-    line = " ".join(text.split())
-    return line if len(line) <= width else line[:max(0, width - 1)] + "…"
+def clip(text: Any, width: int = 160) -> str:
+    """``text`` on one line, at most ``width`` characters (``...`` when cut): a status line, a
+    cell of the report."""
+    line = " ".join(str(text or "").split())
+    return line if len(line) <= width else line[:max(0, width - 3)] + "..."
 
 
 def _stderr_is_terminal() -> bool:
@@ -134,11 +136,6 @@ def status(text: str) -> None:
     a terminal or logging is not configured (module docstring)."""
     if _terminal is not None:
         _terminal.show(text)
-
-
-def live_terminal() -> bool:
-    """Whether a status line is drawn: logging configured and stderr a terminal."""
-    return _terminal is not None and _stderr_is_terminal()
 
 
 class _DriverLog(logging.FileHandler):

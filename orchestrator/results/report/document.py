@@ -52,12 +52,6 @@ def image(name: str, alt: str) -> Block:
     return ("img", name, alt)
 
 
-def clip(text: Any, width: int = 160) -> str:
-    """``text`` on one line, at most ``width`` characters (``...`` when cut)."""
-    text = " ".join(str(text or "").split())
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
 def _md_cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 

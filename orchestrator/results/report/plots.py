@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core import outcome
+from orchestrator.core.logs import clip
 from orchestrator.core.records import TrialRow
 from orchestrator.core.study_dir import StudyDir
 from orchestrator.results.importance import KnobEffect, sort_values
-from orchestrator.results.report.document import clip
 from orchestrator.study import history
 from orchestrator.study import objective as objectives
 from orchestrator.study.history import COMPLETE, FAIL, PRUNED, baseline_row, parse_iso

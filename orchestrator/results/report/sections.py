@@ -21,6 +21,7 @@ from orchestrator.backends import speculative
 from orchestrator.core import outcome
 from orchestrator.core.ceiling import ceiling_for, parse_bandwidth, speculative_ceiling
 from orchestrator.core.golden_check import disputed
+from orchestrator.core.logs import clip
 from orchestrator.core.nccl import is_verification_warning
 from orchestrator.core.outcome import TIMEOUT_KINDS
 from orchestrator.core.records import NOT_THE_CONFIGS_FAULT, TrialRow
@@ -53,7 +54,7 @@ from orchestrator.results.importance import (
     span_text,
 )
 from orchestrator.results.report import document as doc
-from orchestrator.results.report.document import Block, clip
+from orchestrator.results.report.document import Block
 from orchestrator.results.report.plots import trial_spans
 from orchestrator.results.report.startup import startup_blocks
 from orchestrator.study import bans as value_bans

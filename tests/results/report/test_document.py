@@ -9,6 +9,7 @@ import re
 import pytest
 from written_report import write_demo_report
 
+from orchestrator.core.logs import clip
 from orchestrator.results.report import document
 
 
@@ -66,9 +67,9 @@ def test_html_escapes_what_it_shows_and_embeds_the_images(tmp_path):
 
 
 def test_clip_keeps_one_line_of_bounded_width():
-    assert document.clip("a\n  b\tc") == "a b c"
-    assert document.clip("x" * 500, 20) == "x" * 17 + "..." and len(document.clip("x" * 500)) == 160
-    assert document.clip(None) == ""
+    assert clip("a\n  b\tc") == "a b c"
+    assert clip("x" * 500, 20) == "x" * 17 + "..." and len(clip("x" * 500)) == 160
+    assert clip(None) == ""
 
 
 def _a_png(tmp_path) -> bytes:

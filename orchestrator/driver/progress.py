@@ -186,8 +186,8 @@ class Progress:
               plan: Plan | None = None) -> None:
         """A trial's final outcome, with the best so far (with a ``plan``: at every level)."""
         if plan is not None and result.outcome in (COMPLETE, PRUNED):
-            self.say(f"  #{number} -> {self._levels_said(result, plan)}{self._plan_bests(plan)} "
-                     f"(elapsed {self.elapsed()})")
+            head, tail = f"  #{number} -> ", f"{self._plan_bests(plan)} (elapsed {self.elapsed()})"
+            self.say(head + logs.clip(self._levels_said(result, plan), logs.LOG_WIDTH - len(head) - len(tail)) + tail)
             return
         if result.outcome == COMPLETE:
             ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
@@ -220,8 +220,9 @@ class Progress:
             ratio = f" ({got / base:.2f}x{' baseline' if i == 0 else ''})" if got and base else ""
             parts.append(f"{level}: {fmt(got)} {objectives.unit(level)}{ratio}")
         said = ", ".join(parts)
-        if result.outcome == PRUNED:
-            return f"pruned after the first round: {result.failure_reason or said}"
+        if result.outcome == PRUNED:  # its reason says after which round and below what
+            return f"pruned: {result.failure_reason}" if result.failure_reason else \
+                f"pruned after the first round: {said}"
         return said
 
     @staticmethod

@@ -192,8 +192,8 @@ def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = 
                 summarize(data, rules)
                 write_json_atomic(out, data)
                 said.measured(_figures(res))
-            said.round_done(r, rounds, [f"at {c}: best {v['text']} than the baseline" if not data["same_config"]
-                                        else f"at {c}: {v['text']}" for c, v in level_verdicts(data).items()])
+            said.round_done(r, rounds, [f"at {c}: best vs the baseline {v['text']}"
+                                        for c, v in level_verdicts(data).items()])
         data["complete"] = True
     except BaseException as exc:  # Ctrl-C included: record why the rounds stopped, then re-raise
         logs.status("")
@@ -509,8 +509,8 @@ def _plan_figures(res: dict[str, Any]) -> str:
 
 def _plan_round_lines(data: dict[str, Any]) -> list[str]:
     """Each plan config against the baseline at each level, so far."""
-    return [f"{c['label']} at {lv}: {(c.get('vs_baseline') or {}).get(str(lv), {}).get('text', 'n/a')} than the "
-            "baseline" for c in data["configs"] if c["label"] != "baseline" for lv in data["concurrency"]]
+    return [f"at {lv}: {c['label']} vs the baseline {(c.get('vs_baseline') or {}).get(str(lv), {}).get('text', 'n/a')}"
+            for c in data["configs"] if c["label"] != "baseline" for lv in data["concurrency"]]
 
 
 def summarize_plan(data: dict[str, Any]) -> dict[str, Any]:

@@ -116,8 +116,8 @@ def test_each_trial_of_a_plan_says_every_level(tmp_path):
     first, second = out.getvalue().splitlines()
     assert first.startswith("  #3 -> 1: 200.0 decode tok/s (2.11x baseline), 10: 1500.0 total tok/s (2.00x) | "
                             "best at 1 #1, at 10 #2 (elapsed ")
-    assert second.startswith("  #4 -> pruned after the first round: first round below the pruning threshold at "
-                             "every level (...) | best at 1 #1")
+    assert second.startswith("  #4 -> pruned: first round below the pruning threshold at every level (...) | "
+                             "best at 1 #1")
 
 
 def test_a_job_of_one_level_keeps_its_lines(tmp_path):

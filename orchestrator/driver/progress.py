@@ -151,7 +151,8 @@ class Progress:
         paced = [p for p in running if p.name == MEASURING and p.done and p.total]
         if not paced:
             return None
-        level_left = max((now - p.since) / p.done * (p.total - p.done) for p in paced)  # type: ignore[operator]
+        level_left = max((p.level_s + now - p.since) / p.done * (p.total - p.done)  # type: ignore[operator]
+                         for p in paced)
         per_launch = into + level_left
         return level_left + per_launch * max(0, left - len(running)) / max(1, len(running))
 

@@ -60,8 +60,9 @@ class TrialPhase:
     trial_started: float  # when the trial began
     since: float  # when this phase began
     level: int | None = None  # measuring: the concurrency level
-    done: int | None = None  # measuring: requests done at this level ...
-    total: int | None = None  # ... of this many planned
+    done: int | None = None  # measuring: requests done at this level over its rounds ...
+    total: int | None = None  # ... of this many planned (its rounds x a round's requests)
+    level_s: float = 0.0  # measuring: seconds this level was measured before ``since`` (earlier rounds)
 
     @property
     def key(self) -> tuple[str, int | None]:
@@ -83,13 +84,16 @@ class PhaseReporter:
     """A trial's reports to a sink (None: nobody listens); never raises (module docstring).
     Thread-safe: the server's log watcher reports start-up phases from its own thread."""
 
-    def __init__(self, number: int, sink: PhaseSink | None):
+    def __init__(self, number: int, sink: PhaseSink | None, rounds: int = 1):
         self.number = number
         self.sink = sink
+        self.rounds = max(1, rounds)  # the rounds each level is measured (``BenchPlan.repeats``)
         self.started = time.time()
         self._current: TrialPhase | None = None
         self._starting = False  # start-up phases are read from the log only while the server starts
         self._tracker = startup.PhaseTracker()
+        self._rounds: dict[int, int] = {}  # level -> rounds begun
+        self._level_s: dict[int, float] = {}  # level -> seconds measured in its earlier stints
         self._lock = threading.Lock()
 
     @property
@@ -100,12 +104,19 @@ class PhaseReporter:
               total: int | None = None) -> None:
         """The trial entered ``name`` (or its count moved on)."""
         with self._lock:
-            self._starting = name == LAUNCHING or name.startswith(STARTING)
-            now = time.time()
-            old = self._current
-            since = old.since if old is not None and old.key == (name, level) else now
-            self._current = TrialPhase(self.number, name, self.started, since, level, done, total)
-            self._send(self._current)
+            self._enter(name, level, done, total)
+
+    def _enter(self, name: str, level: int | None, done: int | None, total: int | None) -> None:
+        self._starting = name == LAUNCHING or name.startswith(STARTING)
+        now = time.time()
+        old = self._current
+        same = old is not None and old.key == (name, level)
+        if old is not None and not same and old.name == MEASURING and old.level is not None:
+            self._level_s[old.level] = old.level_s + now - old.since  # leaving a level: its time kept
+        level_s = self._level_s.get(level, 0.0) if name == MEASURING and level is not None else 0.0
+        since = old.since if same and old is not None else now
+        self._current = TrialPhase(self.number, name, self.started, since, level, done, total, level_s)
+        self._send(self._current)
 
     def server_output(self, lines: Iterable[str]) -> None:
         """New lines of the server's log: a start-up phase it names is reported (only while
@@ -121,8 +132,13 @@ class PhaseReporter:
             self._send(self._current)
 
     def measuring(self, level: int, done: int, total: int) -> None:
-        """``node.measure``'s progress: ``done`` of ``total`` requests at ``level``."""
-        self.phase(MEASURING, level=level, done=done, total=total)
+        """``node.measure``'s progress: ``done`` of a round's ``total`` requests at ``level`` (0
+        as a round begins); said over the level's rounds (its requests done of all it plans)."""
+        with self._lock:
+            if done == 0:
+                self._rounds[level] = self._rounds.get(level, 0) + 1
+            begun = max(1, self._rounds.get(level, 1))
+            self._enter(MEASURING, level, (begun - 1) * total + done, max(self.rounds, begun) * total)
 
     def _send(self, phase: TrialPhase) -> None:
         if self.sink is None:

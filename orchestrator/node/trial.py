@@ -57,7 +57,7 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
     logged: list[str] = []
     with capture_warnings(logged):
         result = _run_trial(spec, cancel or threading.Event(), on_server,
-                            phases.PhaseReporter(spec.number, on_phase))
+                            phases.PhaseReporter(spec.number, on_phase, rounds=spec.bench.repeats))
     result.warnings.extend(w for w in logged if w not in result.warnings)
     return result
 

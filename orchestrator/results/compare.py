@@ -70,17 +70,18 @@ class Said:
     """What a compare says while it runs (module docstring): a line per launch and per round
     through ``say``, and the launch in progress on the terminal's status line."""
 
-    def __init__(self, say, launches: int, head: str):
+    def __init__(self, say, launches: int, head: str, rounds: int = 1):
         self.say = say
         self.pace = Pace(launches, "launch")
         self.head = head  # "compare" or "compare --plan"
+        self.rounds = rounds  # the rounds each launch measures a level (the status line's counts)
         self.now = ""  # "round 2/5: best (trial #4)"
 
     def launching(self, now: str) -> PhaseReporter:
         """A launch begins; its phases (the server's start-up, then the measurement) go to the
         status line."""
         self.now = now
-        return PhaseReporter(0, self._show)
+        return PhaseReporter(0, self._show, rounds=self.rounds)
 
     def _show(self, phase: TrialPhase) -> None:
         logs.status(f"{self.head} {self.now} {phase.text()} | launch {self.pace.done + 1} of {self.pace.total}, "
@@ -471,7 +472,7 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
         "rounds": [], "failures": [],
     }
     out = job.dir.compare_plan
-    said = Said(say, rounds * len(configs), "compare --plan")
+    said = Said(say, rounds * len(configs), "compare --plan", rounds=job.bench.repeats)
     try:
         for r in range(rounds):
             for label, row in (configs if r % 2 == 0 else configs[::-1]):

@@ -26,6 +26,7 @@ from orchestrator.study.storage import open_study
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.timeout(600)  # the run's own limit below: on a busy 2-core box the demo took 229-319 s
 def test_the_demo_beats_its_baseline_and_shows_the_gate(tmp_path, no_leftover_servers):
     (tmp_path / "jobs").mkdir()
     (tmp_path / "search_spaces").mkdir()

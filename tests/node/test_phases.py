@@ -45,6 +45,11 @@ def test_the_reporter_says_each_phase_and_survives_its_sink():
     reporter.measuring(1, 5, 16)
     assert [p.text() for p in said] == ["launching", "starting: weights", "warming up",
                                         "measuring level 1: 0/16 requests", "measuring level 1: 5/16 requests"]
+    over: list[phases.TrialPhase] = []
+    rounds = phases.PhaseReporter(7, over.append, rounds=3)
+    for done in (0, 8, 0, 3):  # two rounds of 8 begun at level 1: 8 + 3 of the 3 x 8 planned
+        rounds.measuring(1, done, 8)
+    assert over[-1].text() == "measuring level 1: 11/24 requests"
     assert said[-1].key == said[-2].key and said[-1].since == said[-2].since  # a request done is no new phase
     assert all(p.number == 7 and p.trial_started == said[0].trial_started for p in said)
 
@@ -90,7 +95,10 @@ def test_a_trial_reports_every_step_in_order(tmp_path, no_leftover_servers):
         "launching", "starting: NCCL init and weights", "starting: graph capture and warm-up", "warming up",
         "measuring", "correctness check", "stopping"], names
     one = [(p.done, p.total) for p in said if p.level == 1]
-    assert one == [(0, 3), (1, 3), (2, 3), (3, 3)] * 2, one  # each round's requests, told as it begins too
+    assert one == [(0, 6), (1, 6), (2, 6), (3, 6), (3, 6), (4, 6), (5, 6), (6, 6)], one  # over both rounds
     two = [(p.done, p.total) for p in said if p.level == 2]
-    assert two[0][0] == 0 and two[-1][0] == two[-1][1] > 0, two  # 2 streams' requests, done one by one
+    assert two[0] == (0, two[0][1]) and two[-1][0] == two[-1][1] > 0, two  # 2 streams' requests, over both rounds
+    second = next(p for p in said if p.level == 1 and p.done == 3 and said.index(p) > said.index(
+        next(q for q in said if q.level == 2)))  # level 1's second round, after level 2's first
+    assert second.level_s > 0  # the time of its first round is kept: the pace is the level's own
     assert all(p.number == 3 for p in said)

@@ -6,7 +6,9 @@ correctness outputs, NCCL verification, teardown; where its start-up time went
 ``TrialResult`` (COMPLETE, FAIL with a kind from the closed list, or PRUNED). It runs
 inside a Ray actor on the node that owns the GPUs, or in-process for ``bench``. Warnings
 logged while it runs (a process group that survived SIGKILL, ...) go into the result's
-``warnings``: an actor's log records reach no handler of the driver.
+``warnings``: an actor's log records reach no handler of the driver. Each step is reported
+to ``on_phase`` as it begins (``node.phases``: the start-up phases read from the server's
+log as it writes it, then warming up, measuring, the correctness check, stopping).
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from orchestrator.core.errors import StorageWriteError, is_file_write_failure
 from orchestrator.core.launch import cache_locations, server_environment
 from orchestrator.core.logs import capture_warnings
 from orchestrator.core.records import COMPLETE, PRUNED, Config, FailureKind, TrialResult
-from orchestrator.node import client, gpus, startup
+from orchestrator.node import client, gpus, phases, startup
+from orchestrator.node.hostload import HostSampler
 from orchestrator.node.hwprobe import memory_bandwidth, node_info
-from orchestrator.node.measure import measure
+from orchestrator.node.measure import PACE_FACTOR, Benchmark, measure, with_host
 from orchestrator.node.preflight import resolve
 from orchestrator.node.server import (
     ReadyTimeout,
@@ -47,33 +50,40 @@ BENCHMARK_PHASE = "benchmark"  # where a stream that stopped was (``startup_phas
 
 
 def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
-              on_server: Callable[[ServerProcess | None], None] | None = None) -> TrialResult:
-    """Run one trial; ``cancel`` set from another thread ends it as interrupted."""
+              on_server: Callable[[ServerProcess | None], None] | None = None,
+              on_phase: phases.PhaseSink | None = None) -> TrialResult:
+    """Run one trial; ``cancel`` set from another thread ends it as interrupted; each phase
+    is reported to ``on_phase`` (a sink that fails loses the report, never the trial)."""
     logged: list[str] = []
     with capture_warnings(logged):
-        result = _run_trial(spec, cancel or threading.Event(), on_server)
+        result = _run_trial(spec, cancel or threading.Event(), on_server,
+                            phases.PhaseReporter(spec.number, on_phase, rounds=spec.bench.repeats))
     result.warnings.extend(w for w in logged if w not in result.warnings)
     return result
 
 
-def _run_trial(spec: TrialSpec, cancel: threading.Event,
-               on_server: Callable[[ServerProcess | None], None] | None) -> TrialResult:
+def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[ServerProcess | None], None] | None,
+               report: phases.PhaseReporter) -> TrialResult:
+    report.phase(phases.LAUNCHING)
     started = time.time()
     timing: dict[str, float] = {}
     node = node_info()
     backend = get_backend_class(spec.server.backend_kind)(dict(spec.server.backend_settings), spec.server.job_file)
     if spec.measure_bandwidth:
-        node["memory_bandwidth_bytes_s"] = memory_bandwidth(backend.device())
+        measured = memory_bandwidth(backend.device())
+        node["memory_bandwidth_bytes_s"] = measured["bytes_s"]
+        node["memory_bandwidth_load"] = measured["load"]
         node["memory_device"] = backend.device()
     log_path = spec.log_path
     proc, launch, env = prepare_server(backend, spec.config, spec.server.host, dict(spec.server.env), log_path,
-                                       spec.registry_dir)
+                                       spec.registry_dir, on_output=report.server_output)
     port = launch.port
     common: dict[str, Any] = dict(started_at=started, node=node, timing=timing)
 
     def finish(result: TrialResult, stalled_in: str | None = None) -> TrialResult:
         spawned = proc.started_at is not None
         ended_s = time.monotonic() - proc.started_at if spawned else None  # type: ignore[operator]
+        report.phase(phases.STOPPING)
         timing["teardown_s"] = proc.stop(spec.server.teardown_grace_s)
         if on_server:
             on_server(None)
@@ -93,6 +103,8 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
                                           and backend.gpus_per_trial(spec.config) > 1):
             # NCCL ran (or should have): did it take what was asked? (gloo on CPU has no NCCL)
             result.warnings.extend(nccl.verify_applied(requested, result.nccl))
+        # the engine may turn the requested all-reduce path off and only log it (vLLM, SGLang)
+        result.warnings.extend(backend.allreduce_warnings(spec.config, log_text))
         result.server.update(argv=launch.argv, env=env, port=port, log=str(log_path),
                              **server_identity(backend, launch, env))
         if spec.device_check:
@@ -104,11 +116,13 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         timing["total_s"] = result.ended_at - started
         return result
 
-    def failed(kind: str, reason: str, stalled_in: str | None = None) -> TrialResult:
+    def failed(kind: str, reason: str, stalled_in: str | None = None, got: Benchmark | None = None) -> TrialResult:
         refused = nccl.classify_failure(_read(log_path)) == FailureKind.NCCL_INVALID
         if kind in (FailureKind.START_CRASH, FailureKind.BENCH_ERROR, FailureKind.HANG) and refused:
             kind, reason = FailureKind.NCCL_INVALID, f"NCCL refused a setting: {reason}"
-        return finish(TrialResult.failed(spec.config, kind, reason, **common), stalled_in)
+        # what the finished levels measured stays on the record (fast at 1, failed at 10)
+        kept = got.measurement if got is not None and got.measurement.levels else None
+        return finish(TrialResult.failed(spec.config, kind, reason, measurement=kept, **common), stalled_in)
 
     if spec.device_check:  # never start on GPUs that something else holds: not the config's fault
         held = gpus.foreign_use(gpus.visible_devices(), {os.getpid()})
@@ -151,52 +165,52 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         if cancel.is_set():
             return failed(FailureKind.INTERRUPTED, "stopped by the user")
 
-        # warm-up, then rounds over the prompts at every level; a first round below the prune
-        # threshold at every level ends it (node.measure)
+        # warm-up, then rounds over the prompts at every level (the objective's, then the outcome
+        # constraints'); a first round below the prune threshold at every level ends it (node.measure);
+        # the host's load beside it (a busy host's timeout is not the config's)
         plan = spec.bench
-        got = measure(launch.base_url, launch.model_name, plan, deadline=time.monotonic() + plan.timeout_s,
-                      metrics_url=launch.metrics_url, prune_below=spec.prune_below)
-        if not got.ok:
+        report.phase(phases.WARMING_UP)
+        host = HostSampler(record.pgid)
+        got = with_host(measure(launch.base_url, launch.model_name, plan, deadline=time.monotonic() + plan.timeout_s,
+                                metrics_url=launch.metrics_url, prune_below=spec.prune_below,
+                                progress=report.measuring),
+                        host.finish())
+        if not got.ok:  # the time it ran is still the benchmark's (the report's timeline draws it so)
+            if got.measurement.warmup_s:
+                timing["warmup_s"] = got.measurement.warmup_s
+            if got.measurement.bench_s:
+                timing["bench_s"] = got.measurement.bench_s
             if cancel.is_set():
-                return failed(FailureKind.INTERRUPTED, "stopped by the user during the benchmark")
-            return _bench_failure(failed, proc, got, limit_s=plan.timeout_s)
+                return failed(FailureKind.INTERRUPTED, "stopped by the user during the benchmark", got=got)
+            return _bench_failure(failed, proc, got)
         pruned = got.pruned
-        timing["warmup_s"] = got.warmup_s
-        timing["bench_s"] = got.bench_s
-        metrics = got.to_metrics()
+        timing["warmup_s"] = got.measurement.warmup_s
+        timing["bench_s"] = got.measurement.bench_s
+        metrics: dict[str, Any] = {}
         warnings = list(got.warnings)
-
-        if plan.constraint_levels and not pruned:  # the job's "no worse than x at concurrency c" rules
-            metrics["concurrency"] = {}
-            for level in plan.constraint_levels:
-                total = client.measure_concurrency(launch.base_url, launch.model_name, plan.prompts,
-                                                   plan.output_tokens, level, timeout_s=plan.timeout_s,
-                                                   stall_s=plan.stall_s)
-                if total.get("failures"):
-                    return _bench_failure(failed, proc, None, f"concurrency {level}: {total['errors'][:1]}",
-                                          stalled=bool(total.get("stalls")))
-                metrics["concurrency"][str(level)] = total["total_tok_s"]
 
         # correctness outputs (compared by the driver against the golden reference), also of a
         # pruned trial: a config that is wrong is reported wrong (and banned), not merely slow
         t0 = time.monotonic()
         outputs: dict[str, Any] = {}
         if spec.check.prompts:
+            report.phase(phases.CHECKING)
             outputs = capture_outputs(launch.base_url, launch.model_name, spec, spec.check.reference_texts)
             if outputs.get("error"):
-                return _bench_failure(failed, proc, None, outputs["error"])
+                return _bench_failure(failed, proc, got, outputs["error"])
             if spec.check.reference_texts is None:  # this is the reference: capture twice to calibrate
                 second = capture_outputs(launch.base_url, launch.model_name, spec, outputs["texts"])
                 if second.get("error"):
-                    return _bench_failure(failed, proc, None, second["error"])
+                    return _bench_failure(failed, proc, got, second["error"])
                 outputs = {"reference": True, "first": outputs, "second": second}
         timing["check_s"] = time.monotonic() - t0
         outcome = PRUNED if pruned else COMPLETE
         reason = None
         if pruned:
-            reason = _pruned_reason(got, spec.prune_below or {}, metrics)
+            reason = _pruned_reason(got.first_round(len(plan.prompts)), spec.prune_below or {}, metrics)
         result = TrialResult(outcome=outcome, config=spec.config, value=got.value, metrics=metrics,
-                             outputs=outputs, server=server_info, warnings=warnings, failure_reason=reason, **common)
+                             measurement=got.measurement, outputs=outputs, server=server_info, warnings=warnings,
+                             failure_reason=reason, **common)
         return finish(result)
     except Exception as exc:  # noqa: BLE001 - a trial never takes the actor down
         full = write_failure(exc, Path(spec.log_dir).parent)
@@ -230,9 +244,8 @@ def write_failure(exc: BaseException, folder: Path) -> StorageWriteError | None:
     return None
 
 
-def _pruned_reason(got, thresholds, metrics: dict[str, Any]) -> str:
+def _pruned_reason(first: dict[int, float | None], thresholds, metrics: dict[str, Any]) -> str:
     """Why a trial stopped after its first round (the thresholds kept in its metrics)."""
-    first = got.first_round()
     metrics["pruned_below"] = next(iter(thresholds.values()), None)  # the first level's, as progress reads it
     metrics["pruned_below_levels"] = {str(k): v for k, v in thresholds.items()}
     unit = {1: "tok/s"}
@@ -242,30 +255,37 @@ def _pruned_reason(got, thresholds, metrics: dict[str, Any]) -> str:
             "so far)")
 
 
-def _bench_failure(failed, proc: ServerProcess, decode, error: str | None = None,
-                   limit_s: float | None = None, stalled: bool = False) -> TrialResult:
-    error = error or (decode.error if decode is not None else "benchmark failed")
+def _bench_failure(failed, proc: ServerProcess, got: Benchmark, error: str | None = None) -> TrialResult:
+    """The failure of a benchmark (``error``: a later step's, else the benchmark's own), with what
+    its finished levels measured and, for a timeout, how busy the host was."""
+    from_bench = error is None
+    error = error or got.error or "benchmark failed"
     if proc.fatal:
-        return failed(FailureKind.BENCH_ERROR, f"{proc.fatal} during the benchmark ({error})")
+        return failed(FailureKind.BENCH_ERROR, f"{proc.fatal} during the benchmark ({error})", got=got)
     if not proc.alive():
-        return failed(FailureKind.BENCH_ERROR, f"server died during the benchmark ({error})")
-    if stalled or (decode is not None and decode.stalled):
+        return failed(FailureKind.BENCH_ERROR, f"server died during the benchmark ({error})", got=got)
+    if from_bench and got.stalled:
         return failed(FailureKind.HANG, f"a stream of the benchmark stopped: {error} (timeouts.stall; the server "
-                      "was alive)", stalled_in=BENCHMARK_PHASE)
-    if decode is not None and decode.timed_out:
-        limit = f" within the {limit_s:g}s limit (timeouts.bench)" if limit_s else ""
-        return failed(FailureKind.BENCH_TIMEOUT, f"benchmark did not finish{limit}: {error}")
-    return failed(FailureKind.BENCH_ERROR, error)
+                      "was alive)", stalled_in=BENCHMARK_PHASE, got=got)
+    if from_bench and got.timed_out:
+        limit = (f" within its {got.limit_s:.0f}s limit (the larger of timeouts.bench and {PACE_FACTOR:g}x what "
+                 "its own pace predicted)") if got.limit_s else ""
+        host = got.measurement.host
+        busy = f"; the host was busy: {host.describe()}" if host is not None and host.busy else ""
+        return failed(FailureKind.BENCH_TIMEOUT, f"benchmark did not finish{limit}: {error}{busy}", got=got)
+    return failed(FailureKind.BENCH_ERROR, error, got=got)
 
 
 def prepare_server(backend, config: Config, host: str, job_env: dict[str, str], log_path: Path,
-                   registry_dir: str) -> tuple[ServerProcess, Any, dict[str, str]]:
-    """A not-yet-started server for a config: free port, env (NCCL start-up logging on), log file."""
+                   registry_dir: str, on_output: Callable[[list[str]], None] | None = None,
+                   ) -> tuple[ServerProcess, Any, dict[str, str]]:
+    """A not-yet-started server for a config: free port, env (NCCL start-up logging on), log
+    file; ``on_output`` is handed the log's new lines while it runs (``ServerProcess``)."""
     launch = backend.launch_spec(config, host, free_port(host))
     env = server_environment(job_env, launch.env, instrumented=True)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     proc = ServerProcess(launch, log_path, registry=ServerRegistry(Path(registry_dir)), base_env={**os.environ, **env},
-                         watch=backend.watch_rules())
+                         watch=backend.watch_rules(), on_output=on_output)
     return proc, launch, env
 
 

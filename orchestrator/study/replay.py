@@ -812,7 +812,7 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
             good = (row.median or 0.0) >= floor
         if row.failure is None or row.failure in AFTER_START_KINDS:
             compiled.add(key)
-        reps += int(result.metrics.get("repeats", 0))
+        reps += result.measurement.rounds if result.measurement is not None else 0
         seconds += result.timing.get("total_s", 0.0)
         if first_opt is None and proposal.key in optimal:
             first_opt, opt_h = number, (seconds / 3600 if table.has_costs else None)

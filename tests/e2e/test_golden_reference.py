@@ -11,7 +11,7 @@ from contextlib import redirect_stderr
 
 import pytest
 
-from conftest import run_in_process, write_job
+from conftest import run_end, run_in_process, write_job
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.study.history import best_rows, trial_rows
@@ -185,14 +185,14 @@ def test_a_study_that_ends_with_its_reference_disputed_calls_no_config_best(tmp_
     wrong = [r for r in rows if r.state == "FAIL"]
     assert [(r.failure_kind, r.counted, r.params["backend.fault"]) for r in wrong] == [("wrong-output", True,
                                                                                          "garbage")], err
-    last = err.strip().splitlines()[-1]
-    assert last.startswith(f"no config is called best: trial {wrong[0].number} failed the correctness gate"), last
+    said = run_end(err.strip().splitlines())[0]
+    assert said.startswith(f"no config is called best: trial {wrong[0].number} failed the correctness gate"), said
     code, out = run_cli("export", str(job_path), "--format", "env")
     assert code == 1 and "nothing to export" in out and "golden reference (trial 0)" in out, out
     code, err = run_cli("run", str(job_path), "--trials", "4")
     assert code == 0, err
     rows = trial_rows(open_study(load_job(job_path), create=False))
     assert any(r.correctness.get("ok") and not r.is_baseline for r in rows), err
-    last = err.strip().splitlines()[-1]
-    assert "| next:" in last and "no config is called best" not in last, last
+    end = run_end(err.strip().splitlines())
+    assert any(line.startswith("next: ") for line in end) and "no config is called best" not in end[0], end
     assert run_cli("export", str(job_path), "--format", "env")[0] == 0

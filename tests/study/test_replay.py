@@ -103,10 +103,10 @@ def test_replayed_trial_draws_samples_fails_and_stops_early(tiny):
     rng = random.Random(0)
     best, slow, broken = t.rows[4], t.rows[0], t.rows[6]
     res = _replay_trial(best, best.params, rng, 3, threshold=None)
-    assert res.outcome == "COMPLETE" and res.metrics["repeats"] == 3
-    assert set(res.metrics["decode_samples"]) <= set(best.samples)
+    assert res.outcome == "COMPLETE" and res.measurement.rounds == 3
+    assert set(res.measurement.levels[1].samples) <= set(best.samples)
     res = _replay_trial(slow, slow.params, rng, 3, threshold=18.0)
-    assert res.outcome == "PRUNED" and res.metrics["repeats"] == 1 and res.metrics["intermediate"] < 18
+    assert res.outcome == "PRUNED" and res.measurement.rounds == 1 and res.metrics["intermediate"] < 18
     res = _replay_trial(broken, broken.params, rng, 3, threshold=None)
     assert res.outcome == "FAIL" and res.failure_kind == "wrong-output"
 
@@ -464,11 +464,11 @@ def test_a_launch_multiplies_its_samples_by_one_factor_and_each_sample_has_its_o
     launches = [_replay_trial(row, row.params, rng, 5, None, noise=Noise(sample_cv=0.0, launch_cv=0.05))
                 for _ in range(40)]
     for res in launches:  # no per-sample noise: one launch's samples are equal
-        assert len(set(res.metrics["decode_samples"])) == 1
+        assert len(set(res.measurement.levels[1].samples)) == 1
     medians = [res.value / row.median for res in launches]
     assert 0.02 < statistics.stdev(medians) < 0.08  # launch to launch: about the 5% asked for
     res = _replay_trial(row, row.params, rng, 200, None, noise=Noise(sample_cv=0.01, launch_cv=0.0))
-    samples = res.metrics["decode_samples"]
+    samples = res.measurement.levels[1].samples
     assert statistics.mean(samples) == pytest.approx(row.median, rel=0.005)
     assert 0.007 < statistics.stdev(samples) / row.median < 0.013
 
@@ -478,8 +478,8 @@ def test_without_noise_columns_a_replay_draws_the_recorded_samples_as_before(tin
     assert row.noise is None and row.launch_noise == 0.0
     a = _replay_trial(row, row.params, random.Random(3), 3, None)
     b = _replay_trial(row, row.params, random.Random(3), 3, None, noise=Noise())
-    assert a.metrics["decode_samples"] == b.metrics["decode_samples"]
-    assert set(a.metrics["decode_samples"]) <= set(row.samples)
+    assert a.measurement.levels[1].samples == b.measurement.levels[1].samples
+    assert set(a.measurement.levels[1].samples) <= set(row.samples)
 
 
 def test_a_failing_rows_log_is_what_its_replayed_failure_says(tmp_path):

@@ -8,8 +8,8 @@ import importlib.util
 
 SAMPLER_NAMES = ("model", "tpe", "gp", "random", "grid", "bruteforce", "nsga2")
 # the per-value model leads (orchestrator.study.strategies.value_led): on the motivating space an
-# optimal config at launch 14 (median, 20 seeds) against 34 for TPE, and no worse at the median on
-# any shipped table (docs/benchmarks.md, "Search strategies")
+# optimal config at launch 9 (median, 20 seeds) against 34 for TPE, and no worse at the median on
+# any shipped table at 20 seeds (docs/benchmarks.md, "Search strategies")
 DEFAULT_SAMPLER = "model"
 # samplers that draw random start-up trials before modelling ("model": the TPE it falls back on
 # where the space is too large to enumerate)

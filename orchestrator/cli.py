@@ -277,18 +277,26 @@ def cmd_status(args) -> int:
     rows = trial_rows(open_study(job, create=False))
     if args.json:
         print(json.dumps([r.to_json() for r in rows], indent=2, default=str))
-    elif job.objective.is_plan:
-        from orchestrator.study.plan import build_plan, format_plan
+        return 0
+    from orchestrator.study import race
+    from orchestrator.study.launches import load_note
+    from orchestrator.study.plan import build_plan, format_plan, format_verdict
 
+    plan = build_plan(rows, job.objective)
+    if job.objective.is_plan:
         print(format_status(rows, levels=job.objective.concurrency))
-        print(format_plan(build_plan(rows, job.objective)))
+        print(format_plan(plan))
     else:
         print(format_status(rows))
+        print(format_verdict(plan))
+    for line in (race.said(race.outcomes(rows, job.objective), race.trial_numbers(rows)), load_note(rows)):
+        if line:
+            print(line)
     return 0
 
 
 def cmd_export(args) -> int:
-    from orchestrator.results.export import export
+    from orchestrator.results.export import export, notes
     from orchestrator.study.history import trial_rows
     from orchestrator.study.storage import open_study
 
@@ -297,6 +305,8 @@ def cmd_export(args) -> int:
         raise BadInput(f"--top must be >= 1, not {args.top}")
     rows = trial_rows(open_study(job, create=False))
     text = export(job, rows, args.format, top=args.top, level=args.concurrency, mix=args.mix)
+    for line in notes(job, rows, level=args.concurrency, mix=args.mix):
+        print(f"export: {line}", file=sys.stderr)
     if args.output:
         Path(args.output).write_text(text)
     else:

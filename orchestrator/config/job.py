@@ -28,7 +28,12 @@ what ``load_job`` accepts, so keep one key per line with its meaning::
                                       # the backend's defaults; null: the backend's defaults
     budget:
       trials: 8                       # trials launched in total (COMPLETE, FAIL, PRUNED); null: no limit
-      timeout: null                   # wall clock of one `run` (8h, 30m); no trial starts after it
+      timeout: null                   # wall clock of one `run` (8h, 30m); no trial starts after it (the search
+                                      # stops early enough to leave the race its expected time)
+      confirm: 8                      # launches of the finalists' race at the end: the incumbent and every config
+                                      # within launch noise of it relaunched in interleaved rounds; 0: no race
+      relaunch: 0.2                   # share of the search's launch time spent relaunching the baseline and the
+                                      # incumbent (the launch noise every verdict carries); 0: none
     bench:
       prompts: null                   # decode prompts: a JSONL file ({"prompt": ...} per line) or a text file
                                       # (one per line), relative to the job; null: the bundled set of 8
@@ -149,10 +154,23 @@ class BackendSpec:
     settings: dict[str, Any]  # handed to the backend class, which validates it
 
 
+# The finalists' race (``study.race``): eight launches, two finalists four more each. At an H200's
+# launch noise at one stream (1-3%) that separates configs 5% apart, at a loaded CPU box's (~8%)
+# configs 20% apart; a launch of a 1B model on vLLM costs about a minute, of GLM-5 on the PCIe box
+# 7-8 (an hour of an 8-hour night). docs/benchmarks.md, "Racing the finalists".
+DEFAULT_CONFIRM = 8
+# Relaunches of the baseline and the incumbent during the search (``study.relaunch``): a fifth of
+# the search's launch time, ~8 relaunches on a night of 40 launches, so the launch noise rests on
+# ~8 degrees of freedom before the race adds its own (a t quantile of 2.3, not 12.7 at one).
+DEFAULT_RELAUNCH = 0.2
+
+
 @dataclass(frozen=True)
 class Budget:
     trials: int | None  # trials launched in total (COMPLETE + FAIL + PRUNED); None: no limit
     timeout_s: float | None  # wall clock of one `run`; None: no limit
+    confirm: int = DEFAULT_CONFIRM  # launches of the finalists' race (``study.race``); 0: none
+    relaunch: float = DEFAULT_RELAUNCH  # share of the search's launch time for relaunches (``study.relaunch``)
 
 
 @dataclass(frozen=True)
@@ -553,13 +571,21 @@ def _where_stored(top: Section, report_dir: Path, job_path: Path) -> str:
 def _budget(top: Section) -> Budget:
     if "budget" not in top.data:
         return Budget(trials=8, timeout_s=None)
-    sec = top.section("budget", ("trials", "timeout"))
-    if not sec.data or all(v is None for v in sec.data.values()):
+    sec = top.section("budget", ("trials", "timeout", "confirm", "relaunch"))
+    confirm = sec.integer("confirm", DEFAULT_CONFIRM, low=0)
+    relaunch = sec.number("relaunch", DEFAULT_RELAUNCH, at_most=1)
+    if relaunch < 0:
+        raise sec.bad("relaunch", f"must be a number >= 0 and <= 1 (a share of the search's launch time), "
+                                  f"not {brief(relaunch)}")
+    limits = {k: v for k, v in sec.data.items() if k in ("trials", "timeout")}
+    if not limits and set(sec.data) - {"trials", "timeout"}:
+        return Budget(trials=8, timeout_s=None, confirm=confirm, relaunch=relaunch)  # the limits' defaults
+    if not limits or all(v is None for v in limits.values()):
         raise top.bad("budget", "needs at least one of trials (an integer >= 1) and timeout (a duration "
                                 "such as 8h), e.g. {trials: 8}")
     trials = sec.integer("trials", None, low=1, none_ok=True)
     timeout = sec.duration("timeout", None, none_ok=True)
-    return Budget(trials=trials, timeout_s=timeout)
+    return Budget(trials=trials, timeout_s=timeout, confirm=confirm, relaunch=relaunch)
 
 
 def _bench(top: Section, job_path: Path) -> BenchSettings:
@@ -792,5 +818,5 @@ def _correctness(top: Section, job_path: Path, allow_unsafe: bool, backend, defa
 __all__ = [
     "Job", "BackendSpec", "Budget", "BenchSettings", "Timeouts", "RaySettings", "SamplerSettings",
     "CorrectnessSettings", "PruningSettings", "PrescreenSettings", "OutcomeConstraint", "load_job", "job_context",
-    "SAMPLER_NAMES", "DEFAULT_CHECK_PROMPTS", "Objective",
+    "SAMPLER_NAMES", "DEFAULT_CHECK_PROMPTS", "Objective", "DEFAULT_CONFIRM", "DEFAULT_RELAUNCH",
 ]

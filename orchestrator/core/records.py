@@ -189,7 +189,12 @@ class TrialRow:
     mean_accepted_length: float | None = None
     # where the start-up's time went (``TrialResult.startup_phases``)
     startup_phases: dict[str, Any] = field(default_factory=dict)
-    # measurements of this row's config that ``history.best_rows`` ranked it by (not a trial field)
+    # a launch outside the search: "relaunch" (the baseline or the incumbent again during the search:
+    # launch noise), "race" (the finalists' race at the end), "compare" (a launch `compare` made),
+    # "repeat" (the baseline on another node); None: a trial of the search
+    launch_role: str | None = None
+    race: dict[str, Any] = field(default_factory=dict)  # a race launch: its race, round and finalists
+    # launches of this row's config that ``history.best_rows`` ranked it by (not a trial field)
     n_measurements: int = 1
     measurement: Measurement | None = None  # the whole record (levels, rounds, the host's load)
 

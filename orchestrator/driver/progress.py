@@ -4,7 +4,10 @@ Every line goes through ``Progress.say`` (the ``ncclsweep.progress`` logger, whi
 sends to stderr and the study's ``driver.log``; a test may pass a stream instead). Trials
 are numbered once: ``#N`` is the Optuna trial number everywhere; the budget is counted
 apart ("launch 2 of 8"). A ratio to the baseline is printed with the words of
-``core.verdict``: "faster"/"slower" only beyond the measured noise.
+``core.verdict``: "faster"/"slower" only beyond the launch noise (``study.launches``: every
+figure is the median over a config's launches, every interval over launches). Relaunches
+(``study.relaunch``) and the finalists' race (``study.race``) say what they launch, why, what it
+costs and what each round decided.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from typing import Any, TextIO
 from orchestrator.config.yaml_input import display_path
 from orchestrator.core import golden_check, logs, verdict
 from orchestrator.core.records import COMPLETE, PRUNED, FailureKind, TrialResult, TrialRow
-from orchestrator.study import history
 from orchestrator.study import objective as objectives
+from orchestrator.study import race as races
 from orchestrator.study.bans import describe
-from orchestrator.study.plan import Plan, fmt, level_value
+from orchestrator.study.cost import LaunchCost
+from orchestrator.study.launches import Evidence, load_note
+from orchestrator.study.plan import Plan, fmt, launches_text, level_value, noise_text
 
 
 @dataclass
@@ -50,26 +55,22 @@ def spread(row: TrialRow) -> float | None:
     return row.rel_ci if row.rel_ci is not None else row.cv
 
 
-def vs_baseline_words(best: TrialRow, base: TrialRow | None) -> str | None:
-    """The run's verdict on its best trial against the baseline trial: the ratio is "beyond
-    noise" only when the two trials' decode samples put its interval off 1.0 (``verdict``,
-    unpaired: repeats within one launch each), else "within noise of the baseline"; the
-    baseline's own config is "the baseline itself". None without a baseline. The ratio is of
-    the medians, named beside the geometric means' where the interval excludes it
-    (``verdict.median_ratio_text``)."""
+def vs_baseline_words(best: TrialRow, base: TrialRow | None, evidence: Evidence, level: int = 1) -> str | None:
+    """The run's verdict on its best config against the baseline at ``level``, over their launches
+    (``launches.Evidence``): "beyond noise" only when the interval is off 1.0, else "within noise
+    of the baseline"; the baseline's own config is "the baseline itself". None without a baseline.
+    The ratio is of the figures (medians over launches), named beside the geometric means' where
+    the interval excludes it (``verdict.median_ratio_text``)."""
     if base is None or not base.value or best.value is None:
         return None
     if best.config_key == base.config_key:
         return "the baseline itself"
-    iv = verdict.ratio_interval(_samples(base), _samples(best))
+    iv = evidence.interval(base.config_key, best.config_key, level)
     beyond = verdict.verdict(iv) in (verdict.FASTER, verdict.SLOWER)
-    ratio = verdict.median_ratio_text(iv, best.value / base.value)
+    a, b = evidence.median(base.config_key, level), evidence.median(best.config_key, level)
+    ratio = verdict.median_ratio_text(iv, b / a) if a and b else verdict.ratio_text(iv)
     return (f"{ratio} the baseline, " + ("beyond noise" if beyond else "within noise of the baseline")
             + f", {verdict.interval_text(iv)}")
-
-
-def _samples(row: TrialRow) -> list[float]:
-    return history.decode_samples(row)
 
 
 class Progress:
@@ -177,19 +178,104 @@ class Progress:
                 self._announced.add(pair)
                 self.say(f"  not proposing {describe(pair)} any more: {why}")
 
+    # ---- relaunches and the race ---------------------------------------------------------------
+    def relaunching(self, shown: str, why: str, nth: int) -> None:
+        """A relaunch (``study.relaunch``) began."""
+        self.say(f"relaunching {why} {shown} (its {_ordinal(nth)} launch: the launch noise every verdict carries) "
+                 f"(elapsed {self.elapsed()})")
+
+    def launch_back(self, kind: str, shown: str, result: TrialResult, rows: list[TrialRow],
+                    objective: Any) -> None:
+        """A relaunch or race launch is back: its figures and the launch noise at each level now."""
+        levels = objectives.levels(objective)
+        what = "relaunch" if kind == "relaunch" else "race launch"
+        if result.outcome != COMPLETE:
+            self.say(f"  {what} of {shown} -> FAIL {result.failure_kind}: {result.failure_reason} "
+                     f"(elapsed {self.elapsed()})")
+            return
+        values = objectives.level_values(result)
+        ev = Evidence(rows)
+        got = ", ".join(f"{lv}: {fmt(values.get(lv))} {objectives.unit(lv)}" for lv in levels)
+        noise = "; ".join(f"at {lv} {noise_text(ev.noise(lv))}" for lv in levels)
+        self.say(f"  {what} of {shown} -> {got}; launch noise {noise} (elapsed {self.elapsed()})")
+
+    def race_planned(self, state: races.RaceState, rows: list[TrialRow], cost: LaunchCost | None) -> None:
+        """The race's plan: per contest its finalists, the budget, each finalist's cost per launch."""
+        numbers = races.trial_numbers(rows)
+        plan = state.plan
+        parts = []
+        for c in plan.contests:
+            where = "for the mix" if c.weights is not None else f"at {c.level}"
+            names = [f"#{numbers.get(k, '?')}" for k in c.finalists]
+            if len(names) == 1:
+                parts.append(f"{where} {names[0]} (no config within launch noise of it)")
+            else:
+                extra = f" ({c.left_out} more within noise left out)" if c.left_out else ""
+                parts.append(f"{where} {names[0]} and {', '.join(names[1:])} within launch noise of it{extra}")
+        costs = []
+        for key in state.contenders():
+            row = plan.configs.get(key)
+            per = cost.predict(row.params) if cost is not None and row is not None else None
+            if per is not None:
+                costs.append(f"#{numbers.get(key, '?')} {fmt_s(per)}")
+        total = state.expected_seconds(cost)
+        said_cost = (f"; a launch costs {', '.join(costs)} by the measured launch costs" if costs else "") + (
+            f", ~{fmt_s(total)} in all" if total else "")
+        left = plan.budget - state.launched
+        head = "racing the finalists" if state.launched == 0 else \
+            f"continuing the race of the finalists ({state.launched} launch(es) done, round {state.round + 1})"
+        self.say(f"{head}: {'; '.join(parts)}; up to {left} launch(es) in interleaved rounds (budget.confirm "
+                 f"{plan.budget}), judged at {100 * plan.confidence:g}% after each round{said_cost}")
+
+    def racing(self, shown: str, state: races.RaceState, flying: int, expected_s: float | None) -> None:
+        """A race launch began."""
+        n = state.launched + flying
+        togo = f", ~{fmt_s(expected_s)} to go by the measured launch costs" if expected_s else ""
+        self.say(f"racing {shown} (race launch {n} of {state.plan.budget}, round {state.round + 1}) "
+                 f"(elapsed {self.elapsed()}{togo})")
+
+    def race_round(self, state: races.RaceState, rows: list[TrialRow]) -> None:
+        """After a whole round: who left which contest."""
+        numbers = races.trial_numbers(rows)
+        gone = [f"#{numbers.get(k, '?')} out {'of the mix' if c == races.MIX else f'at {c}'}"
+                for c, k, r in state.eliminated if r == state.rounds_done - 1]
+        still = [f"{'the mix' if c.weights is not None else f'at {c.level}'}: "
+                 + ", ".join(f"#{numbers.get(k, '?')}" for k in state.alive.get(c.name, ()))
+                 for c in state.undecided()]
+        said = "; ".join(gone) if gone else "nobody out yet"
+        self.say(f"  race after round {state.rounds_done}: {said}"
+                 + (f"; still in contention {' | '.join(still)}" if still else "; every contest decided"))
+
+    def race_over(self, state: races.RaceState, rows: list[TrialRow], objective: Any) -> None:
+        """How the race ended, per contest."""
+        said = races.said(races.outcomes(rows, objective), races.trial_numbers(rows))
+        if said:
+            self.say(f"race over: {said}" if state.over() else f"race stopped: {said}")
+
     # ---- the end ----------------------------------------------------------------------------
     @staticmethod
-    def best_summary(best: TrialRow | None, base: TrialRow | None, plan: Plan | None = None) -> dict[str, Any] | None:
-        """The run's best as plain data (``RunSummary.best``); with a ``plan`` (several
-        levels), the plan too (``Plan.to_dict``, under ``plan``)."""
+    def best_summary(best: TrialRow | None, base: TrialRow | None, plan: Plan | None = None,
+                     rows: list[TrialRow] | None = None, objective: Any = None) -> dict[str, Any] | None:
+        """The run's best as plain data (``RunSummary.best``): its figure over its launches, the
+        verdict against the baseline over launches, where a fresh launch should measure, the race;
+        with a ``plan`` (several levels), the plan too (``Plan.to_dict``, under ``plan``)."""
         if best is None or best.value is None:
             return None
-        base_value = base.value if base is not None else None
-        out = {"number": best.number, "value": best.value, "config": dict(best.params) or None,
-               "spread": spread(best), "vs_baseline": (best.value / base_value) if base_value else None,
-               "verdict": vs_baseline_words(best, base),
+        rows = list(rows or [r for r in (best, base) if r is not None])
+        level = objectives.levels(objective)[0]
+        ev = Evidence(rows)
+        value = ev.median(best.config_key, level) or best.value
+        base_value = (ev.median(base.config_key, level) or base.value) if base is not None else None
+        out = {"number": best.number, "value": value, "config": dict(best.params) or None,
+               "spread": spread(best), "vs_baseline": (value / base_value) if base_value else None,
+               "launches": ev.count(best.config_key, level), "fresh": ev.fresh(best.config_key, level),
+               "noise": ev.noise(level).to_dict(), "noise_text": ev.noise(level).text(),
+               "verdict": vs_baseline_words(best, base, ev, level),
+               "race": races.said(races.outcomes(rows, objective), races.trial_numbers(rows)),
+               "load": load_note(rows),
                "baseline": None if base is None or not base_value else
-               {"number": base.number, "value": base_value, "spread": spread(base)}}
+               {"number": base.number, "value": base_value, "spread": spread(base),
+                "launches": ev.count(base.config_key, level)}}
         if plan is not None:
             out["plan"] = plan.to_dict()
         return out
@@ -221,19 +307,25 @@ class Progress:
                         f"{logs_dir} and `ncclsweep status {job}`; `ncclsweep run {job} --trials N` "
                         "compares more configs with it")
             return f"no config passed yet: see `ncclsweep status {job}` and the trial logs in {logs_dir}"
+        extra = "".join(f" | {best[k]}" for k in ("race", "load") if best.get(k))
         if best.get("plan"):
-            return (f"{plan_said(best['plan'])} | next: `ncclsweep report {job}` (writes {folder}/report.html), "
+            return (f"{plan_said(best['plan'])}{extra} | next: `ncclsweep report {job}` (writes {folder}/report.html), "
                     f"`ncclsweep compare {job} --plan`, `ncclsweep export {job} --concurrency N --format env`"
                     + (" (or --mix)" if best["plan"].get("weights") else ""))
         base = best.get("baseline")
+        figure = f"{best['value']:.1f} tok/s (median of {launches_text(best.get('launches') or 1)})"
         if base is None:
-            said = f"best #{best['number']} {best['value']:.1f} tok/s (no baseline measured to compare with)"
+            said = f"best #{best['number']} {figure} (no baseline measured to compare with)"
         elif base["number"] == best["number"]:
-            said = f"the baseline #{base['number']} is the best config found ({best['value']:.1f} tok/s)"
+            said = f"the baseline #{base['number']} is the best config found ({figure})"
         else:
-            said = f"best #{best['number']} {best['value']:.1f} tok/s = {best['verdict']}"
-        return (f"{said} | next: `ncclsweep report {job}` (writes {folder}/report.html), "
+            said = f"best #{best['number']} {figure} = {best['verdict']}"
+        return (f"{said}{extra} | next: `ncclsweep report {job}` (writes {folder}/report.html), "
                 f"`ncclsweep compare {job}`, `ncclsweep export {job} --format env`")
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def plan_said(plan: dict[str, Any]) -> str:
@@ -250,7 +342,9 @@ def plan_said(plan: dict[str, Any]) -> str:
         vs = lp["vs_baseline"]
         ratio = f" = {vs['text']} than the baseline" if vs and vs["verdict"] != "same config" else \
             (" (the baseline)" if vs else "")
-        parts.append(f"at {lp['level']} #{lp['best_trial']} {fmt(lp['best_value'])} {lp['unit']}{ratio}")
+        n = lp.get("best_launches") or 1
+        parts.append(f"at {lp['level']} #{lp['best_trial']} {fmt(lp['best_value'])} {lp['unit']} "
+                     f"({launches_text(n)}){ratio}")
         lose = lp["anchor_vs_best"]
         if lose and lose["verdict"] != "same config":
             losses.append(f"{fmt(lp['anchor_value'])} at {lp['level']} ({lose['text']})")

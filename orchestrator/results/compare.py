@@ -14,6 +14,13 @@ launches of one config.
 whole JSON document): a compare that is interrupted or crashes keeps every finished launch,
 and ``complete`` says whether all rounds ran. The report renders it.
 
+Every launch is evidence: each launch that measured every level of the study's objective is also
+recorded in the study, an uncounted trial of its config (``launch_role`` "compare",
+``record_launch``), so the study's figures (medians over launches), its launch noise and every
+verdict the last line, ``status``, ``report`` and ``export`` print include it; compare closes with
+the study's verdict over every launch (``study_lines``). Compare's own intervals are paired by
+round: each round relaunches every config, so they are over launches already.
+
 ``also`` adds other trials' configs to every round (``"ties"``: the runners-up within the
 noise of the best): configs that single-request decode cannot rank may still differ under
 load, e.g. by how many requests they batch. Each is shown against the best, with the same
@@ -29,6 +36,7 @@ says whether it wins there beyond noise.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import time
@@ -41,14 +49,17 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.core import files, verdict
 from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.core.golden_check import disputed
-from orchestrator.core.records import TrialRow
-from orchestrator.node.measure import measure
+from orchestrator.core.records import COMPLETE, TrialResult, TrialRow
+from orchestrator.node.hostload import HostSampler
+from orchestrator.node.measure import Benchmark, measure
 from orchestrator.node.server import ServerError
 from orchestrator.node.spec import TrialSpec
 from orchestrator.node.trial import prepare_server
+from orchestrator.study import objective as objectives
 from orchestrator.study.history import TOP_N, baseline_row, best_rows, ties_with_best, trial_rows
+from orchestrator.study.launches import Evidence
 from orchestrator.study.plan import build_plan
-from orchestrator.study.storage import open_study
+from orchestrator.study.storage import ATTR_LAUNCH_ROLE, add_uncounted_trial, open_study
 
 if TYPE_CHECKING:
     from orchestrator.config.job import Job
@@ -61,35 +72,76 @@ DEFAULT_ROUNDS = 5
 
 @contextmanager
 def launched(job: Job, config: dict, label: str, log_name: str) -> Iterator[Any]:
-    """A server of ``config`` started and healthy for one measurement (its launch spec), stopped
-    after it; a start that fails is one RuntimeFailure naming the config and its log."""
+    """A server of ``config`` started and healthy for one measurement (its launch spec and the
+    server's process group), stopped after it; a start that fails is one RuntimeFailure naming the
+    config and its log."""
     folder = job.dir
     log_path = folder.compare_logs / log_name
     proc, launch, _ = prepare_server(job.backend_obj(), config, "127.0.0.1", dict(job.env), log_path,
                                      str(folder.servers))
     try:
-        proc.start()
+        record = proc.start()
         try:
             proc.wait_ready(job.timeouts.startup_s)
         except ServerError as exc:
             raise RuntimeFailure(f"compare: the {label} config did not start ({exc}); log: {log_path}") from None
-        yield launch
+        yield launch, record.pgid
     finally:
         proc.stop(job.timeouts.teardown_s)
 
 
-def measure_levels(job: Job, config: dict, levels: list[int], label: str, round_no: int) -> dict[int, dict[str, Any]]:
-    """One launch of ``config``, measured as a trial measures it (``node.measure``, one round: level 1
-    decode tok/s over the prompts, level N total tok/s of N sustained streams): each level's record
-    (``LevelResult.to_record``), or ``{"failures": 1, "errors": [...]}`` at the level that failed."""
+def measure_levels(job: Job, row: TrialRow, levels: list[int], label: str,
+                   round_no: int) -> dict[int, dict[str, Any]]:
+    """One launch of ``row``'s config, measured as a trial measures it (``node.measure``, one round:
+    level 1 decode tok/s over the prompts, level N total tok/s of N sustained streams), recorded in
+    the study (``record_launch``): each level's record (``LevelResult.to_record``), or
+    ``{"failures": 1, "errors": [...]}`` at the level that failed."""
+    config = row.params
     bench = replace(TrialSpec.from_job(job, 0, config).bench, levels=tuple(sorted(levels)), constraint_levels=(),
                     repeats=1, max_repeats=None, target_rel_ci=None, warmup=max(1, job.bench.warmup))
-    with launched(job, config, label, f"{label}-{round_no}.log") as launch:
+    started = time.time()
+    with launched(job, config, label, f"{label}-{round_no}.log") as (launch, pgid):
+        host = HostSampler(pgid)
         got = measure(launch.base_url, launch.model_name, bench, deadline=time.monotonic() + bench.timeout_s,
                       metrics_url=launch.metrics_url)
+        got = dataclasses.replace(got, measurement=dataclasses.replace(got.measurement, host=host.finish()))
+    record_launch(job, row, got, started)
     out: dict[int, dict[str, Any]] = {lv: rec.to_record() for lv, rec in got.measurement.levels.items()}
     if not got.ok:
         out[got.failed_level or min(levels)] = {"failures": 1, "errors": [got.error or "the benchmark failed"]}
+    return out
+
+
+def record_launch(job: Job, row: TrialRow, got: Benchmark, started: float) -> int | None:
+    """A compare launch into the study as evidence (module docstring): an uncounted trial of the
+    config, when it measured every level of the objective (what Optuna is told of it); its number,
+    or None when not recorded (a failed benchmark, a level of the objective not measured)."""
+    if not got.ok or got.measurement is None:
+        return None
+    first = objectives.levels(job.objective)[0]
+    result = TrialResult(outcome=COMPLETE, config=dict(row.params),
+                         value=got.measurement.value_at(first) or got.measurement.value, measurement=got.measurement,
+                         started_at=started, ended_at=time.time(), timing={"total_s": time.time() - started})
+    if not objectives.has_values(job.objective, result):
+        return None
+    study = open_study(job)
+    return add_uncounted_trial(study, result, dict(row.params), row.config_key, job.space.distributions(),
+                               {ATTR_LAUNCH_ROLE: "compare"}, values=objectives.told_values(job.objective, result))
+
+
+def study_lines(job: Job) -> list[str]:
+    """The study's verdict over every launch after compare's (the best against the baseline at each
+    level of the objective), as its last line, ``report`` and ``export`` now say it."""
+    rows = trial_rows(open_study(job, create=False))
+    plan = build_plan(rows, job.objective)
+    out = []
+    for lp in plan.per_level:
+        if lp.best is None or lp.vs_baseline is None:
+            continue
+        where = f" at {lp.level}" if plan.levels != (1,) else ""
+        out.append(f"The study's verdict{where} over every launch (compare's included): best #{lp.best.number} "
+                   f"{lp.best_value:.1f} {lp.unit} (median of {lp.best_launches}) = {lp.vs_baseline.text} the "
+                   "baseline.")
     return out
 
 
@@ -122,7 +174,7 @@ def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = 
         for r in range(rounds):
             for label, row in (configs if r % 2 == 0 else configs[::-1]):
                 t0 = time.monotonic()
-                res = measure_levels(job, row.params, levels, label, r)
+                res = measure_levels(job, row, levels, label, r)
                 for level, m in res.items():
                     if m.get("failures"):
                         data["failures"].append(f"{label} round {r} c={level}: {m['failures']} failed requests "
@@ -141,7 +193,7 @@ def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = 
         raise
     summarize(data, rules)
     write_json_atomic(out, data)
-    return format_compare(data)
+    return "\n".join([format_compare(data), *study_lines(job)])
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -244,7 +296,8 @@ def _also_rows(rows: list[TrialRow], best: TrialRow, base: TrialRow,
     every_round = {base.config_key: ("the baseline", base.number), best.config_key: ("the best", best.number)}
     picked: list[TrialRow] = []
     if isinstance(also, str):  # "ties" (parse_also gives no other string)
-        picked = [r for r in ties_with_best(best_rows(rows, TOP_N)) if r.config_key not in every_round]
+        picked = [r for r in ties_with_best(best_rows(rows, TOP_N), Evidence(rows), _level(rows))
+                  if r.config_key not in every_round]
     else:
         ranked = {r.number: r for r in best_rows(rows, len(rows))}
         by_key = {r.config_key: r for r in ranked.values()}
@@ -271,6 +324,12 @@ def _also_rows(rows: list[TrialRow], best: TrialRow, base: TrialRow,
         if r.config_key not in {o.config_key for o in out}:
             out.append(r)
     return out
+
+
+def _level(rows: list[TrialRow]) -> int:
+    """The level a job of one level is judged at: its trials' headline."""
+    head = next((r.headline for r in rows if r.headline is not None), None)
+    return head.level if head is not None else 1
 
 
 # ---- the table ---------------------------------------------------------------------------------------
@@ -363,14 +422,20 @@ def _fmt(v: float | None) -> str:
 
 
 # ---- compare --plan: the plan's configs at every level ------------------------------------------
-def measure_plan_launch(job: Job, config: dict, label: str, round_no: int) -> dict[str, Any]:
-    """One launch of ``config``, measured as a trial measures it (``node.measure``: level 1
+def measure_plan_launch(job: Job, row: TrialRow, label: str, round_no: int) -> dict[str, Any]:
+    """One launch of ``row``'s config, measured as a trial measures it (``node.measure``: level 1
     decode tok/s per request, level N total tok/s of N streams, every level of the objective,
-    the job's rounds): {"levels": {level: median}, "samples": {level: [...]}} or {"error": ...}."""
+    the job's rounds), recorded in the study (``record_launch``): {"levels": {level: median},
+    "samples": {level: [...]}} or {"error": ...}."""
+    config = row.params
     bench = TrialSpec.from_job(job, 0, config).bench
-    with launched(job, config, label, f"plan-{label}-{round_no}.log") as launch:
+    started = time.time()
+    with launched(job, config, label, f"plan-{label}-{round_no}.log") as (launch, pgid):
+        host = HostSampler(pgid)
         got = measure(launch.base_url, launch.model_name, bench, deadline=time.monotonic() + bench.timeout_s,
                       metrics_url=launch.metrics_url)
+        got = dataclasses.replace(got, measurement=dataclasses.replace(got.measurement, host=host.finish()))
+    record_launch(job, row, got, started)
     if not got.ok:
         return {"error": got.error or "the benchmark failed"}
     levels = got.measurement.levels
@@ -410,7 +475,7 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
         for r in range(rounds):
             for label, row in (configs if r % 2 == 0 else configs[::-1]):
                 t0 = time.monotonic()
-                res = measure_plan_launch(job, row.params, label, r)
+                res = measure_plan_launch(job, row, label, r)
                 if res.get("error"):
                     data["failures"].append(f"{label} round {r}: {res['error']}")
                 data["rounds"].append({"round": r, "config": label, "trial": row.number,
@@ -427,7 +492,7 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
         raise
     summarize_plan(data)
     write_json_atomic(out, data)
-    return format_compare_plan(data)
+    return "\n".join([format_compare_plan(data), *study_lines(job)])
 
 
 def summarize_plan(data: dict[str, Any]) -> dict[str, Any]:

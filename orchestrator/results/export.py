@@ -19,9 +19,17 @@ commented out (an env file or a first-match rules file cannot hold alternatives)
 
 Provenance of every export: backend kind and version, NCCL/CUDA/driver versions, GPU
 model and topology (from the trial's ``nccl`` and ``node`` records when present), model
-path, study, storage, trial number, measured value and spread, the baseline and ratio, and
-for a speculative config what the server counted: ``acceptance_rate`` and
-``mean_accepted_length`` (None for a config that reported none).
+path, study, storage, trial number, the figure and its ratio to the baseline, and for a
+speculative config what the server counted: ``acceptance_rate`` and ``mean_accepted_length``
+(None for a config that reported none).
+
+The figure (``figure``, ``value_tok_s``) is the median over every launch of the config
+(``study.launches``: its trials, the study's relaunches and race launches, the launches
+``compare`` made), with their count, where a fresh launch should measure (95%, from the study's
+launch noise), and the verdict against the baseline over launches. Where that verdict is not
+beyond noise (``compare``'s fresh launches can make it so), where the race of the finalists could
+not break a tie (``study.race``: which configs tied), the header says so in a line of its own and
+``notes`` gives the lines the command line prints.
 
 Which config is "best" (``choose``): for a job of one level, today's best (``history.best_rows``);
 ``level=N`` (``--concurrency N``), the best at level N of the objective (``study.plan``);
@@ -37,6 +45,7 @@ import dataclasses
 import datetime as _dt
 import json
 import re
+import statistics
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -48,13 +57,16 @@ import orchestrator
 from orchestrator.backends import get_backend_class
 from orchestrator.backends.base import Backend
 from orchestrator.config.yaml_input import load_yaml_documents, read_text_bounded
+from orchestrator.core import verdict
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.golden_check import disputed
 from orchestrator.core.launch import server_environment
 from orchestrator.core.records import COMPLETE, TrialRow
 from orchestrator.study import objective as objectives
+from orchestrator.study import race as races
 from orchestrator.study.history import baseline_row, best_rows, short_params
-from orchestrator.study.plan import best_at, best_for_mix, level_spread, level_value, mix_interval, mix_of
+from orchestrator.study.launches import MIX, Evidence
+from orchestrator.study.plan import best_at, best_for_mix
 
 FORMATS = ("env", "yaml", "json", "cmd", "nccl-tuner")
 EXPORT_VERSION = 1
@@ -173,26 +185,109 @@ def choose(job: Any, level: int | None = None, mix: bool = False) -> Choice:
                                              f"another of {', '.join(map(str, levels))}")
 
 
-def _objective_provenance(choice: Choice, row: TrialRow, base: TrialRow | None) -> dict[str, Any]:
-    """What the chosen level (or mix) measured for this config, against the baseline."""
+def _objective_provenance(choice: Choice, figure: dict[str, Any]) -> dict[str, Any]:
+    """What the chosen level (or mix) measured for this config, against the baseline (``figure``)."""
+    vs = figure.get("vs_baseline") or {}
+    out: dict[str, Any] = {"mix": {str(k): v for k, v in choice.weights.items()} if choice.weights else None,
+                           "level": choice.level, "unit": figure["unit"], "spread": figure.get("spread"),
+                           "value": figure["value"], "launches": figure["launches"],
+                           "baseline_value": figure.get("baseline_value"), "x_baseline": vs.get("point"),
+                           "chosen_by": choice.chosen_by}
+    if vs.get("lo") is not None:
+        out["x_baseline_interval"] = [vs["lo"], vs["hi"]]
+    return out
+
+
+def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | None = None) -> dict[str, Any]:
+    """The exported figure of ``row``'s config (module docstring): its median over launches at the
+    chosen level (the objective's for a job of one level) or for the mix, their count, where a
+    fresh launch should measure, the launch noise, the verdict against the baseline over launches,
+    how many of those launches ``compare`` made, and how the race of the finalists ended for it."""
+    choice = choice or Choice()
+    obj = objectives.of(getattr(job, "objective", None))
+    ev = Evidence(rows)
+    key = row.config_key
+    base = baseline_row(rows)
+    base = base if base is not None and base.state == COMPLETE and base.value is not None else None
     if choice.weights is not None:
-        value = mix_of(row, choice.weights)
-        base_value = mix_of(base, choice.weights) if base is not None else None
-        iv = mix_interval(base, row, choice.weights) if base is not None else None
-        out: dict[str, Any] = {"mix": {str(k): v for k, v in choice.weights.items()}, "level": None,
-                               "unit": "weighted geometric mean of the levels' tok/s", "spread": None}
+        weights = choice.weights
+        values, noise = ev.mix_values(key, weights), ev.mix_noise(weights)
+        fresh = ev.mix_fresh(key, weights)
+        base_value = ev.mix_median(base.config_key, weights) if base is not None else None
+        iv = ev.mix_interval(base.config_key, key, weights) if base is not None else None
+        unit, contest = "weighted geometric mean of the levels' tok/s", MIX
     else:
-        assert choice.level is not None
-        value = level_value(row, choice.level)
-        base_value = level_value(base, choice.level) if base is not None else None
-        iv = None
-        out = {"mix": None, "level": choice.level, "unit": objectives.unit(choice.level),
-               "spread": level_spread(row, choice.level)}
-    out.update(value=value, baseline_value=base_value,
-               x_baseline=(value / base_value) if value is not None and base_value else None,
-               chosen_by=choice.chosen_by)
-    if iv is not None:
-        out["x_baseline_interval"] = [iv.lo, iv.hi]
+        level = choice.level if choice.level is not None else objectives.levels(obj)[0]
+        values, noise, fresh = ev.values(key, level), ev.noise(level), ev.fresh(key, level)
+        base_value = ev.median(base.config_key, level) if base is not None else None
+        iv = ev.interval(base.config_key, key, level) if base is not None else None
+        unit, contest = objectives.unit(level), str(level)
+        if choice.level is None and level == 1:
+            unit = "tok/s single-request decode"
+    value = statistics.median(values) if values else row.value
+    out: dict[str, Any] = {
+        "value": value, "unit": unit, "launches": len(values), "launch_values": values,
+        "fresh_launch_95": list(fresh) if fresh else None, "launch_noise": noise.to_dict(),
+        "spread": _spread(row, choice.level),
+        "baseline_trial": base.number if base is not None else None, "baseline_value": base_value,
+        "compare_launches": sum(1 for r in ev.launches(key) if r.launch_role == "compare"),
+        "race_launches": sum(1 for r in ev.launches(key) if r.launch_role == races.RACE)}
+    if base is not None and iv is not None:
+        same = base.config_key == key
+        word = verdict.verdict(iv, same_config=same)
+        out["vs_baseline"] = {**iv.to_dict(), "point": value / base_value if value and base_value else None,
+                              "verdict": word, "beyond_noise": word in (verdict.FASTER, verdict.SLOWER),
+                              "same_config": same,
+                              "text": verdict.describe(replace_ratio(iv, value / base_value if value and base_value
+                                                                    else None), same_config=same),
+                              "compare_launches": sum(1 for r in ev.launches(base.config_key)
+                                                      if r.launch_role == "compare")}
+    numbers = {r.config_key: r.number for r in sorted(rows, key=lambda r: (not r.counted, r.number))[::-1]}
+    for o in races.outcomes(rows, getattr(job, "objective", None)):
+        if o.contest.name == contest and key in o.contest.finalists:
+            out["race"] = {"decided": not o.tied or o.winner != key, "winner_trial": numbers.get(o.winner or ""),
+                           "tied_trials": [numbers.get(k) for k in o.tied] if o.winner == key else [],
+                           "finalists": [numbers.get(k) for k in o.contest.finalists], "launches": o.launches,
+                           "rounds": o.rounds, "confidence": o.confidence, "finished": o.finished}
+    return out
+
+
+def _spread(row: TrialRow, level: int | None) -> float | None:
+    """The relative spread of the trial's own median (at ``level``)."""
+    got = row.at(level) if level is not None else None
+    return got.spread if got is not None else row.spread
+
+
+def replace_ratio(iv: verdict.RatioInterval, point: float | None) -> verdict.RatioInterval:
+    """The interval shown with the ratio of the figures (medians) as its point."""
+    return dataclasses.replace(iv, ratio=point) if point is not None and iv.ratio is not None else iv
+
+
+def notes(job: Any, rows: list[TrialRow], level: int | None = None, mix: bool = False) -> list[str]:
+    """What the command line says beside an export: the exported config within noise of the
+    baseline (with how many fresh launches by ``compare``), a tie the race could not break."""
+    choice = choose(job, level, mix)
+    best = choice.rank(rows, 1)
+    if not best:
+        return []
+    fig = figure_of(job, rows, best[0], choice)
+    return _warning_lines(fig, best[0].number)
+
+
+def _warning_lines(fig: dict[str, Any], trial: int, *, said: bool = False) -> list[str]:
+    """The export's warnings (``said``: the verdict's text is on a line above)."""
+    out = []
+    vs = fig.get("vs_baseline") or {}
+    if vs and not vs.get("same_config") and not vs.get("beyond_noise"):
+        fresh = vs.get("compare_launches", 0) + fig.get("compare_launches", 0)
+        by = f" ({fresh} of the launches fresh from `ncclsweep compare`)" if fresh else ""
+        what = "" if said else f": {vs['text']}"
+        out.append(f"trial {trial} is WITHIN NOISE of the baseline{what}{by}: it is not shown to beat the baseline")
+    race = fig.get("race") or {}
+    if race.get("tied_trials"):
+        tied = ", ".join(f"trial {n}" for n in race["tied_trials"])
+        out.append(f"TIE: the race of the finalists ({race['launches']} launches) could not tell trial {trial} from "
+                   f"{tied}; any of them is as good on this evidence")
     return out
 
 
@@ -202,22 +297,24 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
     (a level, the mix), what it measured there (``objective``)."""
     node, nccl = row.node_info or {}, row.nccl or {}
     base = baseline_row(rows)
-    base_value = base.value if base and base.state == COMPLETE else None
-    extra = {"objective": _objective_provenance(choice, row, base if base_value else None)} \
-        if choice is not None and choice.named else {}
+    headline = figure_of(job, rows, row)
+    fig = figure_of(job, rows, row, choice) if choice is not None and choice.named else headline
+    base_value = headline.get("baseline_value")
+    extra = {"objective": _objective_provenance(choice, fig)} if choice is not None and choice.named else {}
     return {
         "study": getattr(job, "study", None),
         "storage": getattr(job, "storage", None),
         "trial": row.number,
         "rank": rank,
-        "value_tok_s": row.value,
+        "value_tok_s": headline["value"],
         "spread": row.spread,
         "cv": row.cv,
         "rel_ci": row.rel_ci,
-        "measurements": row.n_measurements,
+        "measurements": headline["launches"],
+        "figure": fig,
         "baseline_trial": base.number if base else None,
         "baseline_tok_s": base_value,
-        "x_baseline": (row.value / base_value) if base_value and row.value is not None else None,
+        "x_baseline": (headline["value"] / base_value) if base_value and headline["value"] is not None else None,
         "acceptance_rate": row.acceptance_rate,
         "mean_accepted_length": row.mean_accepted_length,
         "backend": {"kind": _backend_kind(job, backend), "version": _safe_version(backend)},
@@ -254,25 +351,21 @@ def _one_line(value: Any, width: int = 160) -> str:
 
 
 def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
-    value = prov["value_tok_s"]
-    spread = f" (+-{100 * prov['spread']:.1f}%)" if prov.get("spread") is not None else ""
-    ratio = (f", {prov['x_baseline']:.2f}x baseline trial {prov['baseline_trial']} "
-             f"({prov['baseline_tok_s']:.2f} tok/s)" if prov.get("x_baseline") else "")
+    fig = prov["figure"]
     be = prov["backend"]
     chosen = []
     obj = prov.get("objective")
     if obj:
         what = (f"level {obj['level']}" if obj["level"] is not None else
                 "the traffic mix " + ", ".join(f"{k}: {v:g}" for k, v in obj["mix"].items()))
-        got = f"{obj['value']:.3f} {obj['unit']}" if obj["value"] is not None else "not measured"
-        vs = f", {obj['x_baseline']:.2f}x the baseline" if obj.get("x_baseline") else ""
-        chosen = [f"# chosen for {what} ({obj['chosen_by']}): {got}{vs}"]
+        chosen = [f"# chosen for {what} ({obj['chosen_by']})"]
     return [
         f"# ncclsweep {prov['ncclsweep_version']} export ({fmt}), rank {prov['rank']} of {total}",
         *chosen,
         f"# study {prov['study']}, trial {prov['trial']}, measured {prov['measured_at'] or 'unknown'}"
         f" on {prov['node'] or 'unknown node'}",
-        f"# value: {value:.3f} tok/s single-request decode{spread}{ratio}",
+        *figure_lines(fig),
+        *[f"# {line}" for line in _warning_lines(fig, prov["trial"], said=True)],
         f"# backend: {be['kind'] or 'unknown'} {be['version'] or '(version unknown)'}; "
         f"model: {_one_line(prov['model'])}",
         f"# NCCL {_one_line(prov['nccl_version'])}; CUDA {_one_line(prov['cuda_version'])}; "
@@ -280,6 +373,28 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
         f"# GPU: {_one_line(prov['gpu_model'])} (devices {_one_line(prov['gpus'])}); "
         f"topology: {_one_line(prov['topology'], 100)}",
     ] + _speculation_comment(prov)
+
+
+def figure_lines(fig: dict[str, Any]) -> list[str]:
+    """The header's figure: its value over launches, where a fresh launch should measure, and its
+    verdict against the baseline over launches (each one comment line)."""
+    value = fig.get("value")
+    n = fig.get("launches") or 0
+    got = f"{value:.3f} {fig['unit']}" if value is not None else "not measured"
+    spread = f" (+-{100 * fig['spread']:.1f}% within its trial)" if fig.get("spread") is not None else ""
+    lines = [f"# value: {got}, the median of {n} launch{'' if n == 1 else 'es'}{spread}"]
+    fresh = fig.get("fresh_launch_95")
+    noise = fig.get("launch_noise") or {}
+    if fresh:
+        lines.append(f"# a fresh launch should measure {fresh[0]:.3f}-{fresh[1]:.3f} (95%; launch noise "
+                     f"+-{100 * (noise.get('relative') or 0.0):.1f}% from {noise.get('launches')} launches)")
+    else:
+        lines.append("# no range for a fresh launch yet: the launch noise is not measured")
+    vs = fig.get("vs_baseline")
+    if vs and fig.get("baseline_value"):
+        what = "the baseline itself" if vs.get("same_config") else vs["text"]
+        lines.append(f"# vs baseline trial {fig['baseline_trial']} ({fig['baseline_value']:.2f}): {what}")
+    return lines
 
 
 def _speculation_comment(prov: dict[str, Any]) -> list[str]:

@@ -90,6 +90,7 @@ from orchestrator.study.bans import banned_values, describe, hit
 from orchestrator.study.cost import LaunchCost
 from orchestrator.study.feasible import FeasibleSampler
 from orchestrator.study.history import baseline_row, best_rows, trial_rows
+from orchestrator.study.launches import Evidence
 from orchestrator.study.plan import best_at, best_for_mix, prune_thresholds
 from orchestrator.study.promise import ValueModel
 from orchestrator.study.storage import (
@@ -865,9 +866,13 @@ class SearchPolicy:
         return next(t for t in trials if t.number == number)
 
     def prune_threshold(self, min_ratio: float = DEFAULT_PRUNE_RATIO) -> float | None:
-        """``min_ratio`` x the best median so far (None before any COMPLETE trial)."""
+        """``min_ratio`` x the best figure so far, the median over its launches (None before any
+        COMPLETE trial)."""
         best = self.best_row()
-        return None if best is None or best.value is None else float(best.value) * min_ratio
+        if best is None or best.value is None:
+            return None
+        level = best.headline.level if best.headline is not None else 1
+        return float(Evidence(self.rows()).median(best.config_key, level) or best.value) * min_ratio
 
     def prune_thresholds(self, min_ratio: float = DEFAULT_PRUNE_RATIO) -> dict[int, float] | None:
         """Per level of the objective, ``min_ratio`` x the best median so far there (the early

@@ -145,9 +145,11 @@ def test_the_recorded_cpu_study_has_the_cases_the_rules_disagreed_on():
 
 
 def test_where_the_old_rules_disagreed_the_driver_now_agrees_with_export():
-    """A config measured twice (100, then 60: its lower median is 60) and a baseline repeat
-    on another node (uncounted) used to win the driver's best-so-far, and so set the
-    pruning threshold, while export chose another config."""
+    """A config measured twice (100, then 60) and a baseline repeat on another node (uncounted)
+    used to win the driver's best-so-far, and so set the pruning threshold, while export chose
+    another config. One rule now: every launch of a config is evidence (a repeat on another node
+    measures that node: not one), its figure the median of its launches (100 and 60: 80, above b's
+    79), represented by its lower trial; the threshold is min_ratio x that figure."""
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import TrialState, create_trial
 
@@ -161,12 +163,12 @@ def test_where_the_old_rules_disagreed_the_driver_now_agrees_with_export():
     add("base", 50.0, is_baseline=True)
     add("a", 100.0)
     add("a", 60.0)
-    add("b", 80.0)
+    add("b", 79.0)
     add("base", 200.0, counted=False, baseline_repeat=True)
     policy = SearchPolicy(study, space=SimpleNamespace(), normalize=dict, baseline=None, budget=None)
     rows = trial_rows(study)
-    assert best_rows(rows, 1)[0].params == {"x": "b"}
-    assert policy.best().number == best_rows(rows, 1)[0].number == 3
+    assert best_rows(rows, 1)[0].params == {"x": "a"} and best_rows(rows, 1)[0].n_measurements == 2
+    assert policy.best().number == best_rows(rows, 1)[0].number == 2
     assert policy.prune_threshold(0.8) == pytest.approx(64.0)
 
 

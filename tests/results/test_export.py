@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import statistics
+from dataclasses import replace
 from types import SimpleNamespace
 
 import optuna
@@ -40,7 +41,9 @@ def test_env(built):
     assert env == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_NVLS_ENABLE": "0"}
     comments = [line for line in text.splitlines() if line.startswith("#")]
     blob = "\n".join(comments)
-    for needle in ("study demo, trial 2", "57.000 tok/s", "+-1.0%", "2.85x baseline", "refserver",
+    for needle in ("study demo, trial 2", "# value: 57.000 tok/s single-request decode, the median of 1 launch",
+                   "+-1.0%", "# vs baseline trial 0 (17.50): 3.26x, within noise (no interval: launch noise not",
+                   "# trial 2 is WITHIN NOISE of the baseline: it is not shown to beat the baseline", "refserver",
                    "NCCL 2.21.5", "CUDA 12.4", "driver 550.54.15", "NVIDIA H200", "model: tiny",
                    "graph_capture=1 tp_size=2 max_batch=8"):
         assert needle in blob, needle
@@ -68,7 +71,9 @@ def test_yaml_json_round_trip(built, tmp_path, fmt):
     doc = json.loads(text) if fmt == "json" else yaml.safe_load(text)
     prov = doc["provenance"]
     assert prov["trial"] == 2 and prov["study"] == "demo" and prov["value_tok_s"] == 57.0
-    assert prov["spread"] == pytest.approx(0.01) and prov["x_baseline"] == pytest.approx(2.85)
+    # the figures are medians over launches: the baseline's config was launched twice (20 and 15 tok/s)
+    assert prov["spread"] == pytest.approx(0.01) and prov["x_baseline"] == pytest.approx(57 / 17.5)
+    assert prov["figure"]["launches"] == 1 and prov["figure"]["vs_baseline"]["verdict"] == "within noise"
     assert prov["backend"] == {"kind": "refserver", "version": "refserver 0.1.0"}
     assert prov["nccl_version"] == "2.21.5" and prov["cuda_version"] == "12.4"
     assert prov["driver_version"] == "550.54.15" and prov["gpu_model"] == "NVIDIA H200" and prov["model"] == "tiny"
@@ -254,7 +259,7 @@ def test_export_concurrency_n_is_the_best_at_that_level_in_every_format(jobs):
     for level in (10, 64):
         text = export(plan, ROWS, "env", level=level)
         assert env_of(text)["NCCL_PROTO"] == "Simple"
-        assert f"# chosen for level {level} (--concurrency {level}):" in text and "total tok/s" in text
+        assert f"# chosen for level {level} (--concurrency {level})" in text and " total tok/s, the median of " in text
         assert "study plan, trial 2" in text
     for fmt in FORMATS:
         text = export(plan, ROWS, fmt, level=10)
@@ -282,12 +287,18 @@ def test_without_an_option_a_plan_names_the_level_it_chose(jobs):
     text = export(plan, ROWS, "env")
     assert env_of(text)["NCCL_PROTO"] == "LL"
     assert "# chosen for level 1 (the default for a plan, its lowest level; --concurrency N exports another of " \
-           "1, 10, 64): 433.900 decode tok/s, 4.58x the baseline" in text
+           "1, 10, 64)\n" in text and "# value: 433.900 decode tok/s, the median of 1 launch" in text
+    assert "# vs baseline trial 0 (94.70): 4.58x, within noise (no interval: launch noise not measured" in text
     text = export(mix, ROWS, "json")
     obj = json.loads(text)["provenance"]["objective"]
     assert obj["mix"] == {"1": 0.2, "10": 0.4, "64": 0.4} and obj["level"] is None
     assert json.loads(text)["config"] == LARGE and obj["chosen_by"].startswith("the default for a weighted objective")
-    assert obj["x_baseline_interval"][0] < obj["x_baseline"] < obj["x_baseline_interval"][1]
+    assert "x_baseline_interval" not in obj  # one launch each: no launch noise, no interval
+    relaunched = ROWS + [replace(row(3 + i, params, {1: [v * 1.01] * 3, 10: [v * 8.02] * 3, 64: [v * 40.3] * 3}),
+                                 counted=False, launch_role="relaunch")
+                         for i, (params, v) in enumerate([(EAGER, 95.0), (EAGER, 94.2), (LARGE, 362.0)])]
+    obj = json.loads(export(mix, relaunched, "json"))["provenance"]["objective"]
+    assert obj["launches"] == 2 and obj["x_baseline_interval"][0] < obj["x_baseline"] < obj["x_baseline_interval"][1]
     assert env_of(export(mix, ROWS, "env", mix=True))["NCCL_PROTO"] == "Simple"
     # one level: today's export, nothing named
     plain = export(one, ROWS, "json")

@@ -36,6 +36,13 @@ streamed requests after the N-th are F times slower: a server that degrades mid-
 ``--fail-above N`` (a stream that would make more than N in flight is answered HTTP 500: a
 config that breaks under load).
 
+Launch noise (flags): ``--launch-noise F`` makes the whole launch fast or slow by F, decided at
+start and kept for its life (every token delay divided by 1 + F or by 1 - F): what a relaunch of
+a real engine can do (clocks, where the workers land, fresh or warm caches). Each launch is fast
+or slow at random, or, with ``--launch-noise-seed S --launch-noise-counter FILE``, as the n-th draw
+of a sequence seeded by S (the counter file counts the launches that share it), so a study of
+such launches is the same study again. The log's first line says which (``launch: fast``).
+
 Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
 ``--ready-after S``, ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
 logprobs answered with 400, like a server that does not support them).
@@ -69,6 +76,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import signal
 import sys
@@ -399,6 +407,27 @@ def _start_tree(a: argparse.Namespace) -> None:
         threading.Timer(float(after), lambda h=helper: subprocess.run(h)).start()
 
 
+def _launch_speed(a: argparse.Namespace) -> float:
+    """This launch's speed for its whole life (module docstring, "Launch noise"): 1 + F or 1 - F."""
+    if not a.launch_noise:
+        return 1.0
+    if a.launch_noise_seed is not None and a.launch_noise_counter:
+        import fcntl
+        import random
+
+        with open(a.launch_noise_counter, "a+") as f:  # the n-th launch sharing the counter, under a lock
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.seek(0)
+            n = len(f.read())
+            f.write(".")
+        fast = random.Random(a.launch_noise_seed * 1_000_003 + n).random() < 0.5
+    else:
+        fast = int.from_bytes(os.urandom(1), "big") < 128
+    print(f"launch: {'fast' if fast else 'slow'} (x{1 + a.launch_noise if fast else 1 - a.launch_noise:.2f})",
+          flush=True)
+    return 1.0 + a.launch_noise if fast else 1.0 - a.launch_noise
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1")
@@ -424,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stream-cost", type=float, default=0.0)
     p.add_argument("--slow-after", default=None, metavar="N:F")
     p.add_argument("--fail-above", type=int, default=None, metavar="N")
+    p.add_argument("--launch-noise", type=float, default=0.0, metavar="F")
+    p.add_argument("--launch-noise-seed", type=int, default=None, metavar="S")
+    p.add_argument("--launch-noise-counter", default=None, metavar="FILE")
     a = p.parse_args(argv)
     if a.worker is not None:
         return _worker(a.worker, a.pid_dir, a.worker_dies_after)
@@ -435,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     _start_tree(a)
     httpd = _Server((a.host, a.port), Handler)
     httpd.model = a.model  # type: ignore[attr-defined]
-    httpd.token_delay = a.token_delay  # type: ignore[attr-defined]
+    httpd.token_delay = a.token_delay / _launch_speed(a)  # type: ignore[attr-defined]
     httpd.no_logprobs = a.no_logprobs  # type: ignore[attr-defined]
     httpd.ready_at = time.monotonic() + a.ready_after  # type: ignore[attr-defined]
     httpd.spec_tokens = a.spec_tokens  # type: ignore[attr-defined]

@@ -34,6 +34,7 @@ class RunSummary:
 
     reason: str  # budget reached, space exhausted, timeout, stopped by signal
     launched: int = 0
+    relaunched: int = 0  # relaunches and race launches this run (uncounted trials)
     best: dict[str, Any] | None = None
     messages: list[str] = field(default_factory=list)
 
@@ -214,18 +215,17 @@ class Progress:
                 parts.append(f"{where} {names[0]} and {', '.join(names[1:])} within launch noise of it{extra}")
         costs = []
         for key in state.contenders():
-            row = plan.configs.get(key)
-            per = cost.predict(row.params) if cost is not None and row is not None else None
+            per = state.launch_seconds(key, cost)
             if per is not None:
                 costs.append(f"#{numbers.get(key, '?')} {fmt_s(per)}")
         total = state.expected_seconds(cost)
-        said_cost = (f"; a launch costs {', '.join(costs)} by the measured launch costs" if costs else "") + (
+        said_cost = (f"; a launch costs {', '.join(costs)} (each finalist's own launches)" if costs else "") + (
             f", ~{fmt_s(total)} in all" if total else "")
         left = plan.budget - state.launched
         head = "racing the finalists" if state.launched == 0 else \
             f"continuing the race of the finalists ({state.launched} launch(es) done, round {state.round + 1})"
         self.say(f"{head}: {'; '.join(parts)}; up to {left} launch(es) in interleaved rounds (budget.confirm "
-                 f"{plan.budget}), judged at {100 * plan.confidence:g}% after each round{said_cost}")
+                 f"{plan.budget}), judged at {verdict.confidence_text(plan.confidence)} after each round{said_cost}")
 
     def racing(self, shown: str, state: races.RaceState, flying: int, expected_s: float | None) -> None:
         """A race launch began."""
@@ -283,6 +283,8 @@ class Progress:
     def final_line(self, summary: RunSummary, counted: int) -> str:
         best = summary.best
         head = f"{summary.reason}: {counted} trials counted, {summary.launched} launched this run"
+        if summary.relaunched:
+            head += f" (and {summary.relaunched} relaunches and race launches)"
         if not best:
             return head + "; no config may be called best yet"
         if best.get("plan"):

@@ -436,6 +436,7 @@ class StudyDriver:
             attrs[ATTR_RACE] = launch.record
         self._store_extra(run.study, result, launch.config, attrs, key=launch.key)
         self.progress.finished += 1
+        run.summary.relaunched += 1
         rows = run.policy.rows()
         self.progress.launch_back(launch.kind, launch.shown, result, rows, self.job.objective)
 
@@ -490,7 +491,7 @@ class StudyDriver:
             row = state.plan.configs.get(key)
             if row is None:
                 return
-            expected = cost.predict(row.params) if cost is not None else None
+            expected = state.launch_seconds(key, cost)
             if run.deadline is not None and expected is not None and time.monotonic() + expected > run.deadline:
                 self.say("the race stops here: its next launch would end past the time budget")
                 run.search_over = True

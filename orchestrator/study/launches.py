@@ -17,7 +17,8 @@ the report compares the nodes with it. A config whose output was ever wrong has 
   once, on logs), and for a traffic mix the same over each launch's weighted geometric mean;
 - the interval of one config against another over their launches (``verdict.launch_interval``):
   a config measured on one launch gets the study's launch noise in it, and two finalists of a
-  race are judged at the race's confidence (``RACE_LOOKS``: a race looks at them after every round);
+  race are judged at the race's confidence (``RACE_LOOKS``: a race looks at them after every round)
+  and by their launches' ranks too (``verdict.launch_interval``'s ``robust``);
 - where a fresh launch of a config should measure (``verdict.launch_range``).
 
     measured_launches(rows)     config key -> its launches, in trial order
@@ -134,13 +135,15 @@ class Evidence:
 
     def interval(self, a: str, b: str, level: int) -> RatioInterval:
         """Config ``b`` relative to config ``a`` at ``level`` over their launches."""
-        return launch_interval(self.values(a, level), self.values(b, level), self.noise(level),
-                               looks=self.looks(str(level), a, b))
+        looks = self.looks(str(level), a, b)
+        return launch_interval(self.values(a, level), self.values(b, level), self.noise(level), looks=looks,
+                               robust=looks > 1)
 
     def mix_interval(self, a: str, b: str, weights: Mapping[int, float]) -> RatioInterval:
         """Config ``b`` relative to config ``a`` for the traffic mix, over their launches."""
+        looks = self.looks(MIX, a, b)
         return launch_interval(self.mix_values(a, weights), self.mix_values(b, weights), self.mix_noise(weights),
-                               looks=self.looks(MIX, a, b))
+                               looks=looks, robust=looks > 1)
 
     def fresh(self, key: str, level: int) -> tuple[float, float] | None:
         """Where a fresh launch of the config should measure at ``level`` (95%); None while the

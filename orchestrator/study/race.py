@@ -52,6 +52,7 @@ The default budget, ``DEFAULT_CONFIRM`` (``config.job``), says why it is eight l
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,7 +61,7 @@ from orchestrator.config.job import DEFAULT_CONFIRM, Objective
 from orchestrator.core.records import TrialRow
 from orchestrator.core.verdict import DEFAULT_CONFIDENCE, SLOWER, RatioInterval, looked_confidence, verdict
 from orchestrator.study import objective as objectives
-from orchestrator.study.cost import LaunchCost
+from orchestrator.study.cost import LaunchCost, trial_cost
 from orchestrator.study.launches import MIX, RACE_LOOKS, Evidence
 from orchestrator.study.plan import best_at, best_for_mix
 
@@ -230,21 +231,28 @@ class RaceState:
         flying = list(in_flight)
         return not flying and self.next() is None
 
+    def launch_seconds(self, key: str, cost: LaunchCost | None) -> float | None:
+        """What one launch of finalist ``key`` costs: the median of its own launches' costs (every
+        finalist was launched), else the model's prediction (``study.cost``)."""
+        rows = self.evidence.launches(key) if self.evidence is not None else []
+        own = [c for r in rows if (c := trial_cost(r)) is not None]
+        if own:
+            return statistics.median(own)
+        row = self.plan.configs.get(key)
+        return cost.predict(row.params) if cost is not None and row is not None else None
+
     def expected_seconds(self, cost: LaunchCost | None) -> float | None:
-        """Seconds the launches still allowed should take (each finalist's own predicted cost, in
-        the rounds' order); None before any launch cost is known."""
-        if cost is None or cost.median is None:
-            return None
+        """Seconds the launches still allowed should take (each finalist's own cost, in the rounds'
+        order); None when no cost is known."""
         left = self.plan.budget - self.launched
         order = self.contenders()
         if left <= 0 or not order:
             return 0.0
         pending = [k for k in order if k not in self.this_round] + order * (left // len(order) + 1)
-        total = 0.0
-        for key in pending[:left]:
-            row = self.plan.configs.get(key)
-            total += (cost.predict(row.params) if row is not None else None) or cost.median
-        return total
+        costs = [self.launch_seconds(k, cost) for k in pending[:left]]
+        if any(c is None for c in costs):
+            return None
+        return float(sum(costs))  # type: ignore[arg-type]
 
 
 def race_rows(rows: Sequence[TrialRow], race_id: int | None = None) -> list[TrialRow]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 import pytest
 
@@ -180,3 +181,63 @@ def test_a_ratio_of_medians_outside_its_interval_is_named_beside_the_interval_ra
     text = v.median_ratio_text(iv, 1.30)
     assert text.startswith("1.300x by medians (") and text.endswith("x by geometric means)")
     assert v.median_ratio_text(v.ratio_interval([100.0], [130.0]), 1.30) == "1.30x"  # no interval
+
+
+# ---- over launches (issue 34): the unit of evidence is a launch -------------------------------------
+def test_the_launch_noise_is_pooled_over_configs_launched_more_than_once():
+    noise = v.pooled_noise([[100.0, 110.0], [50.0], [200.0, 190.0, 210.0]])
+    logs = [[math.log(100), math.log(110)], [math.log(200), math.log(190), math.log(210)]]
+    ss = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in logs)
+    assert noise.df == 3 and noise.configs == 2 and noise.launches == 5  # the single launch adds nothing
+    assert noise.sd == pytest.approx(math.sqrt(ss / 3)) and noise.known
+    assert not v.pooled_noise([[1.0], [2.0]]).known
+    assert v.pooled_noise([[1.0], [2.0]]).text() == "launch noise not measured yet (no config launched twice)"
+    one_pair = v.pooled_noise([[100.0, 100.1]])  # one pair in one state looks like no noise: not trusted
+    assert one_pair.df == 1 and not one_pair.known and "not measured well enough" in one_pair.text()
+
+
+def test_a_config_launched_once_gets_the_studys_launch_noise_and_says_so():
+    noise = v.LaunchNoise(sd=0.02, df=6, configs=3, launches=9)
+    iv = v.launch_interval([100.0, 102.0, 98.0], [130.0], noise)
+    half = v.t_quantile(0.975, 6) * 0.02 * math.sqrt(1 / 3 + 1)
+    assert iv.ratio == pytest.approx(130.0 / math.exp(statistics.fmean(map(math.log, [100, 102, 98]))))
+    assert iv.hi / iv.ratio == pytest.approx(math.exp(half)) and iv.launches == (3, 1)
+    assert v.verdict(iv) == v.FASTER
+    assert v.interval_text(iv).endswith(", 3 vs 1 launches (one launch: the study's launch noise +-2.0%)")
+    both = v.launch_interval([100.0, 102.0], [130.0, 129.0], noise)
+    assert v.interval_text(both).endswith(", 2 vs 2 launches, launch noise +-2.0%")
+    assert v.launch_interval([100.0], [130.0], v.LaunchNoise()).bounded is False
+    assert v.describe(v.launch_interval([100.0], [130.0], v.LaunchNoise())) == \
+        "1.30x, within noise (no interval: launch noise not measured yet (no config launched twice))"
+
+
+def test_a_comparison_judged_again_and_again_is_held_to_more_confidence():
+    noise = v.LaunchNoise(sd=0.03, df=10, configs=2, launches=12)
+    once = v.launch_interval([100.0] * 3, [106.0] * 3, noise)
+    four = v.launch_interval([100.0] * 3, [106.0] * 3, noise, looks=4)
+    assert four.confidence == pytest.approx(0.9875) and four.lo < once.lo and four.hi > once.hi
+    assert v.interval_text(four).startswith("98.75% CI ")
+
+
+def test_ranks_keep_launches_of_one_state_from_looking_noiseless():
+    """Launches fast or slow for their whole life: four of one config all slow and four of another all
+    fast agree so well that a t interval is sure; by ranks four against four cannot say it at 98.75%,
+    five against five can when every launch of one is above every launch of the other."""
+    noise = v.pooled_noise([[65.0, 65.2, 64.9, 65.1], [128.0, 128.4, 127.8, 128.1]])
+    slow, fast = [65.0, 65.2, 64.9, 65.1], [128.0, 128.4, 127.8, 128.1]
+    assert v.verdict(v.launch_interval(slow, fast, noise, looks=4)) == v.FASTER
+    assert v.verdict(v.launch_interval(slow, fast, noise, looks=4, robust=True)) == v.WITHIN_NOISE
+    five = v.launch_interval(slow + [65.3], fast + [128.2], noise, looks=4, robust=True)
+    assert v.verdict(five) == v.FASTER
+    assert v.rank_shift_interval([0.0, 0.1, 0.2, 0.3, 0.4], [1.0, 1.1, 1.2, 1.3, 1.4], 0.9875) == \
+        pytest.approx((0.6, 1.4))  # the extreme pairwise differences: P(U = 0) = 1/252 <= 0.625%
+    assert v.rank_shift_interval([0.0] * 4, [1.0] * 4, 0.9875) is None  # 1/70 > 0.625%
+
+
+def test_where_a_fresh_launch_should_measure():
+    noise = v.LaunchNoise(sd=0.05, df=8, configs=3, launches=11)
+    lo, hi = v.launch_range([100.0, 104.0, 98.0], noise)
+    centre = math.exp(statistics.fmean(map(math.log, [100, 104, 98])))
+    half = v.t_quantile(0.975, 8) * 0.05 * math.sqrt(1 + 1 / 3)
+    assert lo == pytest.approx(centre * math.exp(-half)) and hi == pytest.approx(centre * math.exp(half))
+    assert v.launch_range([100.0], v.LaunchNoise()) is None

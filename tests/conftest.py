@@ -143,7 +143,8 @@ def write_job(directory: Path, *, study: str = "t", space_text: str | None = Non
     job.update(sections)
     # these tests are about the study, not the launch noise: no relaunches and no race of the finalists
     # unless a test asks for them (every one costs launches; tests of them set budget.confirm/relaunch)
-    job["budget"] = {"confirm": 0, "relaunch": 0, **(job["budget"] or {})}
+    if isinstance(job.get("budget"), dict):
+        job["budget"] = {"confirm": 0, "relaunch": 0, **job["budget"]}
     import yaml
 
     path = directory / "job.yaml"

@@ -42,6 +42,8 @@ a real engine can do (clocks, where the workers land, fresh or warm caches). Eac
 or slow at random, or, with ``--launch-noise-seed S --launch-noise-counter FILE``, as the n-th draw
 of a sequence seeded by S (the counter file counts the launches that share it), so a study of
 such launches is the same study again. The log's first line says which (``launch: fast``).
+``--speed-file PATH``: where that file exists at start, the launch's speed is multiplied by the
+number it holds (a machine that changed between a study and a later ``compare``).
 
 Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
 ``--ready-after S``, ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
@@ -408,7 +410,17 @@ def _start_tree(a: argparse.Namespace) -> None:
 
 
 def _launch_speed(a: argparse.Namespace) -> float:
-    """This launch's speed for its whole life (module docstring, "Launch noise"): 1 + F or 1 - F."""
+    """This launch's speed for its whole life (module docstring, "Launch noise"): 1 + F or 1 - F,
+    times the speed file's factor."""
+    factor = 1.0
+    if a.speed_file and os.path.exists(a.speed_file):
+        with open(a.speed_file) as f:
+            factor = float(f.read().strip())
+        print(f"launch: speed x{factor:g} (from {a.speed_file})", flush=True)
+    return factor * _noise_speed(a)
+
+
+def _noise_speed(a: argparse.Namespace) -> float:
     if not a.launch_noise:
         return 1.0
     if a.launch_noise_seed is not None and a.launch_noise_counter:
@@ -456,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--launch-noise", type=float, default=0.0, metavar="F")
     p.add_argument("--launch-noise-seed", type=int, default=None, metavar="S")
     p.add_argument("--launch-noise-counter", default=None, metavar="FILE")
+    p.add_argument("--speed-file", default=None, metavar="PATH")
     a = p.parse_args(argv)
     if a.worker is not None:
         return _worker(a.worker, a.pid_dir, a.worker_dies_after)

@@ -62,11 +62,13 @@ SAME_CONFIG = "same config"
 NOT_MEASURED = "not measured"
 
 DEFAULT_CONFIDENCE = 0.95
-# Degrees of freedom the launch noise needs before it is trusted: one is a single pair of launches,
-# and launches can fall in two states (fast and slow) for their whole life, so one pair that
-# happened to fall in the same state says the noise is nil. Two, and a study's first verdict waits
-# for a third launch of some config (the relaunches and the race give them).
-MIN_NOISE_DF = 2
+# Degrees of freedom the launch noise needs before it is trusted. Launches can fall in two states
+# (fast and slow) for their whole life, and a pair of launches in the same state says the noise is
+# nil: with even odds, every degree of freedom halves the chance that all of them did. At six (1 in
+# 64) a server fast or slow by 35% crowned the slower of two configs 5% apart beyond noise in 1 of
+# 200 replayed studies, at four in 3 (docs/benchmarks.md, "Racing the finalists"); the relaunches
+# during the search provide them (``study.relaunch``), ~6 launches of a night.
+MIN_NOISE_DF = 6
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ from orchestrator.core.records import COMPLETE, TrialRow
 from orchestrator.study import objective as objectives
 from orchestrator.study import race as races
 from orchestrator.study.history import baseline_row, best_rows, short_params
-from orchestrator.study.launches import MIX, Evidence
+from orchestrator.study.launches import MIX, Evidence, mix_figure
 from orchestrator.study.plan import best_at, best_for_mix
 
 FORMATS = ("env", "yaml", "json", "cmd", "nccl-tuner")
@@ -231,6 +231,9 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
         "spread": _spread(row, choice.level),
         "baseline_trial": base.number if base is not None else None, "baseline_value": base_value,
         "compare_launches": sum(1 for r in ev.launches(key) if r.launch_role == "compare"),
+        "compare_values": _compare_values(ev, key, choice, level_of(choice, obj)),
+        "baseline_compare_values": _compare_values(ev, base.config_key, choice, level_of(choice, obj))
+        if base is not None else [],
         "race_launches": sum(1 for r in ev.launches(key) if r.launch_role == races.RACE)}
     if base is not None and iv is not None:
         same = base.config_key == key
@@ -250,6 +253,21 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
                            "finalists": [numbers.get(k) for k in o.contest.finalists], "launches": o.launches,
                            "rounds": o.rounds, "confidence": o.confidence, "finished": o.finished}
     return out
+
+
+def level_of(choice: Choice, objective: Any) -> int | None:
+    """The level a figure is of (None: the mix)."""
+    if choice.weights is not None:
+        return None
+    return choice.level if choice.level is not None else objectives.levels(objective)[0]
+
+
+def _compare_values(ev: Evidence, key: str, choice: Choice, level: int | None) -> list[float]:
+    """The figures of the launches ``compare`` made of a config."""
+    launches = [r for r in ev.launches(key) if r.launch_role == "compare"]
+    if level is None:
+        return [v for r in launches if (v := mix_figure(r, choice.weights or {})) is not None]
+    return [v for r in launches if (got := r.at(level)) is not None and (v := got.value) is not None]
 
 
 def _spread(row: TrialRow, level: int | None) -> float | None:
@@ -394,6 +412,13 @@ def figure_lines(fig: dict[str, Any]) -> list[str]:
     if vs and fig.get("baseline_value"):
         what = "the baseline itself" if vs.get("same_config") else vs["text"]
         lines.append(f"# vs baseline trial {fig['baseline_trial']} ({fig['baseline_value']:.2f}): {what}")
+    fresh_values = fig.get("compare_values") or []
+    if fresh_values:
+        base_values = fig.get("baseline_compare_values") or []
+        shown = ", ".join(f"{v:.2f}" for v in fresh_values)
+        beside = f" (the baseline: {', '.join(f'{v:.2f}' for v in base_values)})" if base_values and \
+            not (vs or {}).get("same_config") else ""
+        lines.append(f"# `ncclsweep compare` launched it {len(fresh_values)} time(s): {shown}{beside}")
     return lines
 
 

@@ -6,8 +6,9 @@ once shows it; the search launches each config once. So the study relaunches the
 verdicts need most, on a schedule interleaved with the search (a machine that drifts over the
 night shows in the spread instead of in one verdict):
 
-- the baseline, as soon as it and one other config are measured: until some config was launched
-  twice there is no launch noise, so no verdict (the first relaunch);
+- the baseline, as soon as it and one other config are measured, then the configs below with the
+  fewest launches, one at a time, until the launch noise is known (``verdict.MIN_NOISE_DF``: until
+  then no verdict has anything to rest on, and the race would have to take every config);
 - then whichever of the baseline and the incumbents (the best at each level of the objective, and
   the best for the mix) has the fewest launches (the baseline first on a tie), whenever the seconds
   that relaunches took, this one's expected seconds included, stay within ``share`` of the
@@ -32,7 +33,7 @@ from orchestrator.core.records import COMPLETE, TrialRow
 from orchestrator.study import objective as objectives
 from orchestrator.study.cost import LaunchCost, trial_cost
 from orchestrator.study.history import baseline_row
-from orchestrator.study.launches import measured_launches
+from orchestrator.study.launches import Evidence, measured_launches
 from orchestrator.study.plan import best_at, best_for_mix
 
 RELAUNCH = "relaunch"  # the ``launch_role`` of a relaunch
@@ -76,6 +77,12 @@ def candidates(rows: Sequence[TrialRow], objective: Objective | None) -> list[tu
     return unique
 
 
+def _noise_known(rows: Sequence[TrialRow], objective: Objective | None) -> bool:
+    """The launch noise is known at every level of the objective (``verdict.MIN_NOISE_DF``)."""
+    ev = Evidence(rows)
+    return all(ev.noise(level).known for level in objectives.levels(objective))
+
+
 def next_relaunch(rows: Sequence[TrialRow], objective: Objective | None, share: float,
                   cost: LaunchCost | None = None, in_flight: Iterable[str] = ()) -> Relaunch | None:
     """The relaunch due now (module docstring), or None. ``in_flight``: config keys of relaunches
@@ -92,11 +99,8 @@ def next_relaunch(rows: Sequence[TrialRow], objective: Objective | None, share: 
              for row, _ in choices}
     row, why = min(choices, key=lambda c: count[c[0].config_key])  # min keeps the first (the baseline) on a tie
     expected = cost.predict(row.params) if cost is not None else None
-    first = not any(len(v) > 1 for v in launches.values()) and not pending
-    if first:
-        return Relaunch(row.config_key, row, why, count[row.config_key], expected)
-    if pending and not any(len(v) > 1 for v in launches.values()):
-        return None  # the first relaunch is still running
+    if not _noise_known(rows, objective):  # until there is a launch noise, a verdict has nothing to rest on
+        return None if pending else Relaunch(row.config_key, row, why, count[row.config_key], expected)
     spent = sum(trial_cost(r) or 0.0 for r in rows if r.launch_role == RELAUNCH)
     spent += sum((cost.predict(c.params) if cost is not None else None) or 0.0
                  for c, _ in choices for k in pending if k == c.config_key)

@@ -193,6 +193,21 @@ def test_bad_duration():
 def test_bad_budget():
     bad("budget", "at least one of trials", job={"budget": {}})
     bad("budget.trials", "must be an integer >= 1", job={"budget": {"trials": 0}})
+    bad("budget.confirm", "must be an integer >= 0", job={"budget": {"trials": 3, "confirm": -1}})
+    bad("budget.relaunch", "must be a number <= 1", job={"budget": {"trials": 3, "relaunch": 1.5}})
+    bad("budget.relaunch", "must be a number >= 0 and <= 1", job={"budget": {"trials": 3, "relaunch": -0.1}})
+
+
+def test_the_race_and_the_relaunches_have_their_defaults_and_can_be_turned_off(tmp_path):
+    from orchestrator.config.job import DEFAULT_CONFIRM, DEFAULT_RELAUNCH
+
+    job = load_job(DATA / "cpu-demo.yaml")
+    assert (job.budget.confirm, job.budget.relaunch) == (DEFAULT_CONFIRM, DEFAULT_RELAUNCH) == (8, 0.2)
+    (tmp_path / "space.yaml").write_text("params:\n  backend.threads: [1, 2]\n")
+    (tmp_path / "job.yaml").write_text("study: s\nbackend: {kind: refserver, settings: {model: tiny, device: cpu}}\n"
+                                       "space: space.yaml\nbudget: {confirm: 0, relaunch: 0}\n")
+    off = load_job(tmp_path / "job.yaml")
+    assert (off.budget.trials, off.budget.confirm, off.budget.relaunch) == (8, 0, 0.0)  # the limits keep theirs
 
 
 def test_bad_unknown_sampler():

@@ -189,7 +189,10 @@ def test_the_launch_noise_is_pooled_over_configs_launched_more_than_once():
     logs = [[math.log(100), math.log(110)], [math.log(200), math.log(190), math.log(210)]]
     ss = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in logs)
     assert noise.df == 3 and noise.configs == 2 and noise.launches == 5  # the single launch adds nothing
-    assert noise.sd == pytest.approx(math.sqrt(ss / 3)) and noise.known
+    assert noise.sd == pytest.approx(math.sqrt(ss / 3))
+    assert not noise.known and "a verdict needs 8" in noise.text()  # three degrees of freedom: not trusted yet
+    six = v.pooled_noise([[100.0, 101.0, 99.0, 100.5], [50.0, 50.5, 49.5, 50.2]])
+    assert six.df == 6 and six.known and six.text().startswith("launch noise +-0.")
     assert not v.pooled_noise([[1.0], [2.0]]).known
     assert v.pooled_noise([[1.0], [2.0]]).text() == "launch noise not measured yet (no config launched twice)"
     one_pair = v.pooled_noise([[100.0, 100.1]])  # one pair in one state looks like no noise: not trusted

@@ -296,9 +296,10 @@ def test_without_an_option_a_plan_names_the_level_it_chose(jobs):
     assert "x_baseline_interval" not in obj  # one launch each: no launch noise, no interval
     relaunched = ROWS + [replace(row(3 + i, params, {1: [v * 1.01] * 3, 10: [v * 8.02] * 3, 64: [v * 40.3] * 3}),
                                  counted=False, launch_role="relaunch")
-                         for i, (params, v) in enumerate([(EAGER, 95.0), (EAGER, 94.2), (LARGE, 362.0)])]
+                         for i, (params, v) in enumerate([(EAGER, 95.0), (EAGER, 94.2), (LARGE, 362.0), (LARGE, 364.0),
+                                                          (SMALL, 430.0), (SMALL, 428.0), (EAGER, 94.6)])]
     obj = json.loads(export(mix, relaunched, "json"))["provenance"]["objective"]
-    assert obj["launches"] == 2 and obj["x_baseline_interval"][0] < obj["x_baseline"] < obj["x_baseline_interval"][1]
+    assert obj["launches"] == 3 and obj["x_baseline_interval"][0] < obj["x_baseline"] < obj["x_baseline_interval"][1]
     assert env_of(export(mix, ROWS, "env", mix=True))["NCCL_PROTO"] == "Simple"
     # one level: today's export, nothing named
     plain = export(one, ROWS, "json")

@@ -21,3 +21,12 @@ def launch(number: int, key: str, figures: dict[int, float] | float, *, role: st
                    counted=role is None, is_baseline=baseline, measurement=m, durations={"total_s": cost},
                    launch_role=role, race=race or {}, **kw)
     return replace(row, n_measurements=1)
+
+
+def noise_rows(first: int, figures: list[float] | None = None, key: str = "ref",
+               levels: tuple[int, ...] = (1,), role: str = "compare") -> list[TrialRow]:
+    """Seven launches of one more config outside the search (uncounted: never ranked; ``compare``'s
+    by default, which no relaunch share counts): six degrees of freedom of launch noise
+    (``verdict.MIN_NOISE_DF``), about +-1% by default."""
+    figures = figures or [100.0, 101.0, 99.0, 100.5, 99.5, 100.8, 99.2]
+    return [launch(first + i, key, {lv: v for lv in levels}, role=role) for i, v in enumerate(figures)]

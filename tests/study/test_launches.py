@@ -5,10 +5,11 @@ launches that ran under very different load said so."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 
 import pytest
-from launch_rows import launch
+from launch_rows import launch, noise_rows
 
 from orchestrator.core.measurement import HostLoad
 from orchestrator.core.verdict import FASTER, WITHIN_NOISE, verdict
@@ -28,9 +29,11 @@ def test_every_launch_of_a_config_is_evidence_and_nothing_else_is():
     ev = Evidence(rows)
     assert ev.median("b", 1) == 120.0 and ev.count("a", 1) == 2 and ev.values("w", 1) == []
     noise = ev.noise(1)
-    assert noise.df == 3 and noise.configs == 2 and noise.launches == 5 and noise.known
+    assert noise.df == 3 and noise.configs == 2 and noise.launches == 5 and not noise.known  # too few: no verdict
+    assert not ev.interval("a", "b", 1).bounded and ev.fresh("b", 1) is None
+    ev = Evidence(rows + noise_rows(20))  # the study's relaunches of another config: six more degrees of freedom
     iv = ev.interval("a", "b", 1)
-    assert iv.launches == (2, 3) and verdict(iv) == FASTER
+    assert ev.noise(1).df == 9 and iv.launches == (2, 3) and verdict(iv) == FASTER
     lo, hi = ev.fresh("b", 1)
     assert lo < ev.median("b", 1) < hi
 
@@ -38,12 +41,15 @@ def test_every_launch_of_a_config_is_evidence_and_nothing_else_is():
 def test_the_noise_and_the_figures_are_per_level_and_for_the_mix():
     rows = [launch(0, "a", {1: 100.0, 8: 800.0}, baseline=True), launch(1, "a", {1: 101.0, 8: 640.0}, role="relaunch"),
             launch(2, "b", {1: 90.0, 8: 1600.0}), launch(3, "b", {1: 91.0, 8: 1300.0}, role="race"),
-            launch(4, "a", {1: 99.0, 8: 720.0}, role="race")]
+            launch(4, "a", {1: 99.0, 8: 720.0}, role="race"), launch(5, "b", {1: 90.5, 8: 1450.0}, role="race"),
+            launch(6, "a", {1: 100.5, 8: 760.0}, role="race"), launch(7, "b", {1: 89.5, 8: 1500.0}, role="race")]
     ev = Evidence(rows)
-    assert ev.noise(1).relative < 0.02 < 0.1 < ev.noise(8).relative  # a busier level spreads more
+    assert ev.noise(8).df == 6
+    assert ev.noise(1).relative < 0.02 < 0.05 < ev.noise(8).relative  # a busier level spreads more
     weights = {1: 0.5, 8: 0.5}
-    assert ev.mix_median("a", weights) == pytest.approx((99.0 * 720.0) ** 0.5)  # the median launch's
-    assert ev.mix_interval("a", "b", weights).launches == (3, 2)
+    each = [(100.0 * 800.0) ** 0.5, (101.0 * 640.0) ** 0.5, (99.0 * 720.0) ** 0.5, (100.5 * 760.0) ** 0.5]
+    assert ev.mix_median("a", weights) == pytest.approx(statistics.median(each))  # each launch's mix, their median
+    assert ev.mix_interval("a", "b", weights).launches == (4, 4)
     assert verdict(ev.interval("a", "b", 8)) == FASTER and verdict(ev.interval("b", "a", 1)) == FASTER
 
 

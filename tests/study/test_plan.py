@@ -61,7 +61,9 @@ def issue_table(relaunched: bool = True) -> list[TrialRow]:
         rows += [relaunch(3, EAGER, {1: [97.1, 97.0], 10: [690, 700], 64: [3500, 3700]}),
                  relaunch(4, UP_TO_8, {1: [440, 425, 450], 10: [740, 735], 64: [3300, 3500]}),
                  relaunch(5, UP_TO_64, {1: [370, 371], 10: [3300, 3500], 64: [13000, 13400]}),
-                 relaunch(6, EAGER, {1: [93.0, 93.5], 10: [800, 790], 64: [4500, 4700]})]
+                 relaunch(6, EAGER, {1: [93.0, 93.5], 10: [800, 790], 64: [4500, 4700]}),
+                 relaunch(7, UP_TO_8, {1: [430, 445, 438], 10: [690, 700], 64: [3900, 3700]}),
+                 relaunch(8, UP_TO_64, {1: [366, 368], 10: [3700, 3600], 64: [14800, 15400]})]
     return rows
 
 
@@ -90,10 +92,10 @@ def test_the_issues_table_is_a_plan_not_one_number():
     # each figure is the median over the config's launches, and a fresh launch's range brackets it
     assert plan.baseline.number == 0
     assert plan.at(10).baseline_value == pytest.approx(statistics.median([(788 + 701) / 2, 695, 795]))
-    assert plan.at(1).best_launches == 2 and plan.at(1).best_value == pytest.approx((433.9 + 440) / 2)
+    assert plan.at(1).best_launches == 3 and plan.at(1).best_value == pytest.approx(438.0)  # the median of 433.9, 440, 438
     lo, hi = plan.at(1).best_fresh
-    assert lo < plan.at(1).best_value < hi and plan.at(1).noise.known and plan.at(1).noise.df == 4
-    assert ", 3 vs 2 launches, launch noise +-1.7%)" in plan.at(1).vs_baseline.text  # over launches, with the noise
+    assert lo < plan.at(1).best_value < hi and plan.at(1).noise.known and plan.at(1).noise.df == 6
+    assert ", 3 vs 3 launches, launch noise +-1.4%)" in plan.at(1).vs_baseline.text  # over launches, with the noise
     assert [r.number for r in plan.configs] == [1, 2]
     assert plan.roles(plan.configs[1]) == ["best at 10", "best at 64"]
 
@@ -103,10 +105,10 @@ def test_format_plan_is_the_status_table():
     lines = text.splitlines()
     assert lines[0].startswith("plan over concurrency 1, 10, 64 (baseline #0; the best at 1 is #1)")
     by_level = {line.split()[0]: line for line in lines[2:5]}
-    assert "#2 3528.0 (2 launches)" in by_level["10"] and "slower" in by_level["10"] and "faster" in by_level["10"]
+    assert "#2 3650.0 (3 launches)" in by_level["10"] and "slower" in by_level["10"] and "faster" in by_level["10"]
     assert "same config" in by_level["1"]
     assert lines[5].startswith("launch noise: at 1 +-") and "; at 64 +-" in lines[5]
-    assert lines[6] == "pareto set (medians at 1/10/64): #1 436.9/713.0/3532.8, #2 367.1/3528.0/13958"
+    assert lines[6] == "pareto set (medians at 1/10/64): #1 438.0/695.0/3665.5, #2 367.0/3650.0/14715"
 
 
 def test_the_mix_ranks_by_the_weighted_geometric_mean_of_the_ratios():
@@ -124,8 +126,8 @@ def test_the_mix_ranks_by_the_weighted_geometric_mean_of_the_ratios():
     assert mix_of(best, mostly_load) / mix_of(base, mostly_load) == pytest.approx(expect)
     plan = build_plan(rows, Objective(concurrency=(1, 10, 64), weights=mostly_load))
     iv = plan.mix_vs_baseline.interval  # over launches: each launch's weighted geometric mean
-    assert iv.bounded and iv.lo < iv.ratio < iv.hi and iv.launches == (3, 2)
-    assert plan.mix.number == 2 and plan.mix_vs_baseline.verdict == FASTER and plan.mix_launches == 2
+    assert iv.bounded and iv.lo < iv.ratio < iv.hi and iv.launches == (3, 3)
+    assert plan.mix.number == 2 and plan.mix_vs_baseline.verdict == FASTER and plan.mix_launches == 3
     assert "best for the mix (1: 0.2, 10: 0.4, 64: 0.4): #2" in format_plan(plan)
 
 

@@ -5,7 +5,7 @@ stored race launches, so a stopped race continues where it was, nothing launched
 
 from __future__ import annotations
 
-from launch_rows import launch
+from launch_rows import launch, noise_rows
 
 from orchestrator.config.job import Objective
 from orchestrator.study.race import MAX_FINALISTS, RACE, outcomes, plan_race, race_state, said, trial_numbers
@@ -14,7 +14,8 @@ from orchestrator.study.race import MAX_FINALISTS, RACE, outcomes, plan_race, ra
 def search(noise: float = 0.0) -> list:
     """A finished search: the baseline and a close rival (each relaunched once), a slow config."""
     return [launch(0, "base", 100.0, baseline=True), launch(1, "fast", 104.0), launch(2, "slow", 40.0),
-            launch(3, "base", 101.0 + noise, role="relaunch"), launch(4, "fast", 103.0, role="relaunch")]
+            launch(3, "base", 101.0 + noise, role="relaunch"), launch(4, "fast", 103.0, role="relaunch")] + \
+        noise_rows(5, [100.0, 104.0, 97.0, 102.0, 98.0, 103.0, 96.0])  # the launch noise known: +-3%
 
 
 def race(rows: list, budget: int, figures: dict[str, list[float]], race_id: int = 3,
@@ -35,7 +36,7 @@ def test_the_finalists_are_the_incumbent_and_the_configs_within_noise_of_it():
     [contest] = plan.contests
     assert contest.finalists == ("fast", "base")  # the incumbent first; 40 tok/s is beyond noise of it
     assert plan.order == ("fast", "base") and plan.looks == 4  # 8 launches over 2 finalists
-    unknown = plan_race(search()[:3], None, 8, race_id=3)  # no launch noise yet: no config is beyond it
+    unknown = plan_race(search()[:5], None, 8, race_id=3)  # no launch noise yet: no config is beyond it
     assert len(unknown.contests[0].finalists) == 3
     many = [launch(0, "base", 100.0, baseline=True)] + [launch(n, f"c{n}", 100.0 + n) for n in range(1, 8)]
     capped = plan_race(many, None, 8, race_id=8).contests[0]
@@ -46,13 +47,14 @@ def test_the_finalists_are_the_incumbent_and_the_configs_within_noise_of_it():
 def test_rounds_interleave_and_a_clear_loser_leaves_after_enough_launches():
     rows = race(search(), 8, {"fast": [130.0, 131.0, 129.5, 130.5], "base": [100.5, 99.8, 100.2, 100.1]})
     raced = [(r.config_key, r.race["round"]) for r in rows if r.launch_role == RACE]
-    assert raced == [("fast", 0), ("base", 0), ("fast", 1), ("base", 1), ("fast", 2), ("base", 2),
-                     ("fast", 3), ("base", 3)]  # A B A B ...: drift falls on both alike
+    # A B A B ...: drift falls on both alike; decided once each has five launches (every one of fast's above
+    # every one of base's), two launches of the budget left unspent
+    assert raced == [("fast", 0), ("base", 0), ("fast", 1), ("base", 1), ("fast", 2), ("base", 2)]
     state = race_state(rows, None, 8, 3)
-    assert state.over() and state.rounds_done == 4
+    assert state.over() and state.rounds_done == 3 and state.eliminated == [("1", "base", 2)]
     [o] = outcomes(rows, None)
-    assert o.decided and o.winner == "fast" and not o.tied and o.launches == 8
-    assert said([o], trial_numbers(rows)) == "raced (8 launches, 4 round(s)): at 1 #1 decided beyond noise over #0"
+    assert o.decided and o.winner == "fast" and not o.tied and o.launches == 6
+    assert said([o], trial_numbers(rows)) == "raced (6 launches, 3 round(s)): at 1 #1 decided beyond noise over #0"
 
 
 def test_a_tie_the_budget_cannot_break_is_a_tie():
@@ -65,7 +67,7 @@ def test_a_tie_the_budget_cannot_break_is_a_tie():
 def test_a_stopped_race_continues_where_it_was_nothing_launched_twice():
     figures = {"fast": [130.0, 131.0, 129.5, 130.5], "base": [100.5, 99.8, 100.2, 100.1]}
     whole = race(search(), 8, figures)
-    stopped = whole[:5 + 3]  # the driver died after the race's third launch (its fourth never stored)
+    stopped = whole[:12 + 3]  # the driver died after the race's third launch (its fourth never stored)
     state = race_state(stopped, None, 8, 3)
     assert state.launched == 3 and state.round == 1 and state.next() == "base"  # round 2's second launch
     assert state.next(["base"]) is None  # in flight: nothing else may start in this round

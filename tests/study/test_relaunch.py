@@ -4,7 +4,7 @@ the search's launch time, by each config's measured cost; none once the share is
 
 from __future__ import annotations
 
-from launch_rows import launch
+from launch_rows import launch, noise_rows
 
 from orchestrator.config.job import Objective
 from orchestrator.study.cost import LaunchCost
@@ -20,9 +20,21 @@ def test_the_first_relaunch_is_the_baselines_once_a_second_config_is_measured():
     assert next_relaunch(rows, None, 0.2, in_flight=["base"]) is None  # the first one is still running
 
 
+def test_relaunches_follow_one_another_until_the_launch_noise_is_known():
+    rows = [launch(0, "base", 100.0, baseline=True), launch(1, "b", 150.0)]
+    order = []
+    for n in range(2, 20):  # whatever their share: until then no verdict has anything to rest on
+        due = next_relaunch(rows, None, 0.2)
+        if due is None:
+            break
+        order.append(due.key)
+        rows.append(launch(n, due.key, 100.0 + n % 3 if due.key == "base" else 150.0 - n % 3, role="relaunch"))
+    assert order == ["base", "b", "base", "b", "base", "b"]  # the fewest launches first: 6 degrees of freedom
+
+
 def test_later_relaunches_keep_within_their_share_of_the_search_time():
     rows = [launch(0, "base", 100.0, baseline=True), launch(1, "b", 150.0),
-            launch(2, "base", 101.0, role="relaunch")]
+            launch(2, "base", 101.0, role="relaunch")] + noise_rows(30)  # the launch noise is known
     # 120 s of search, 60 s of relaunches: a second relaunch (60 s more) is over a fifth
     assert next_relaunch(rows, None, 0.2) is None
     more = rows + [launch(n, f"c{n}", 90.0) for n in range(3, 12)]  # 660 s of search: 132 s allowed
@@ -36,6 +48,7 @@ def test_an_expensive_incumbent_is_relaunched_less_often():
     cheap = [launch(0, "base", 100.0, baseline=True, cost=30.0), launch(1, "b", 150.0, cost=480.0),
              launch(2, "base", 101.0, role="relaunch", cost=30.0)]
     cheap += [launch(n, f"c{n}", 90.0, cost=30.0) for n in range(3, 12)]  # 780 s of search, 156 s allowed
+    cheap += noise_rows(30)
     model = LaunchCost.fit(cheap)
     assert model.predict({"k": "b"}) > 200
     assert next_relaunch(cheap, None, 0.2, model) is None  # b's 8 minutes do not fit; 30 s of base would

@@ -25,6 +25,8 @@
 #                              kept in docs/gpu/<study>/ if any), status --json, report; its folder comes back as
 #                              $OUT/<study>.tgz
 #   STEP=bench JOB=jobs/x.yaml SETS="k=v ..."  one `ncclsweep bench` of a config (no study)
+#   STEP=relaunch JOB=jobs/x.yaml [N=3] [LEVEL=1]  after STEP=study: the exported config at LEVEL launched N
+#                              more times (docs/gpu/relaunch.sh), each figure against the export's range
 #   KILL=0 with STEP=tpn: the study alone, no kill -9 of its driver; TPN_S: seconds of new trials
 # Every step writes under $OUT. NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
 # NVSHMEM_DISABLE_NVLS=1 stay set for every process (the jobs' env: repeats them for the servers).
@@ -53,6 +55,8 @@ hand_launch() {  # the exported command of the TP=1 study, launched by hand on G
   mkdir -p reports/h200-vllm-1b; cp /tmp/hand.log reports/h200-vllm-1b/
 }
 case "$STEP" in
+relaunch)
+  OUT=$OUT bash docs/gpu/relaunch.sh "$JOB" "${N:-3}" "${LEVEL:-1}" 2>&1 | tee "$log" ;;
 part1)
   mkdir -p /tmp/vw && cp .vp1/part /tmp/vw/part1
   { nvidia-smi topo -m; nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv; } | tee "$OUT/topo.txt"

@@ -21,9 +21,15 @@ from the samples themselves, never from a fixed threshold:
   divided by the launches less one per config); the interval of b/a is Student's t with that sd and
   its degrees of freedom, half-width ``t * sd * sqrt(1/na + 1/nb)``. A config measured on one launch
   gets the study's launch noise in its interval (the text says so); while no config was launched
-  twice there is no interval and so no verdict. ``looks``: a comparison judged again after every
+  twice there is no interval and so no verdict. ``robust`` (the study's verdicts): the interval is
+  also held to the distribution-free one of the launches' ranks (Hodges-Lehmann, exact Mann-Whitney:
+  ``rank_shift_interval``), the union of the two, wherever the launches are enough to bound it:
+  launches that fall in two states (fast or slow for their whole life, or a machine that changed
+  between the study and ``compare``) pool into a noise the t interval underweights, the ranks do
+  not. ``looks``: a comparison judged again after every
   round of a race is judged at 1 - (1 - confidence) / looks (Bonferroni), so that looking again and
-  again is no road to a verdict. ``launch_range`` is where a fresh launch of a config should measure
+  again is no road to a verdict, and ``raced`` finalists get no interval until their ranks can bound
+  one. ``launch_range`` is where a fresh launch of a config should measure
   (a prediction interval: ``t * sd * sqrt(1 + 1/n)`` about the geometric mean of its launches).
 
 Both work on logs, so the interval of b/a is the exponent of an interval of a difference,
@@ -291,10 +297,13 @@ def looked_confidence(confidence: float, looks: int) -> float:
 
 
 def launch_interval(a_values: Sequence[float | None], b_values: Sequence[float | None], noise: LaunchNoise, *,
-                    looks: int = 1, robust: bool = False, confidence: float = DEFAULT_CONFIDENCE) -> RatioInterval:
+                    looks: int = 1, robust: bool = False, raced: bool = False,
+                    confidence: float = DEFAULT_CONFIDENCE) -> RatioInterval:
     """b/a over launches (module docstring): ``a_values``/``b_values`` one figure per launch; the
     ratio is of their geometric means; unbounded while ``noise`` is unknown. ``robust``: also
-    held to the distribution-free interval of the launches (the union of the two)."""
+    held to the distribution-free interval of the launches (the union of the two) wherever the
+    launches are enough to bound one; ``raced`` (two finalists of a race): where they are not,
+    there is no interval."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), not {confidence}")
     conf = looked_confidence(confidence, looks)
@@ -308,11 +317,11 @@ def launch_interval(a_values: Sequence[float | None], b_values: Sequence[float |
         return RatioInterval(math.exp(centre), None, None, n, False, conf, counts, noise)
     half = t_quantile(0.5 + conf / 2.0, noise.df) * noise.sd * math.sqrt(1.0 / len(xa) + 1.0 / len(xb))  # type: ignore[operator]
     lo, hi = centre - half, centre + half
-    if robust:
-        ranks = rank_shift_interval(xa, xb, conf)
-        if ranks is None:
-            return RatioInterval(math.exp(centre), None, None, n, False, conf, counts, noise)
+    ranks = rank_shift_interval(xa, xb, conf) if robust or raced else None
+    if ranks is not None:
         lo, hi = min(lo, ranks[0]), max(hi, ranks[1])
+    elif raced:
+        return RatioInterval(math.exp(centre), None, None, n, False, conf, counts, noise)
     return RatioInterval(math.exp(centre), math.exp(lo), math.exp(hi), n, False, conf, counts, noise)
 
 
@@ -338,19 +347,24 @@ def _mann_whitney_counts(n: int, m: int) -> list[int]:
 def rank_shift_interval(xa: Sequence[float], xb: Sequence[float], confidence: float) -> tuple[float, float] | None:
     """The distribution-free ``confidence`` interval of the shift b - a (Hodges-Lehmann): the
     k-th smallest and largest of the pairwise differences, k from the exact Mann-Whitney
-    distribution; None when so few values cannot bound it at that confidence."""
+    distribution (past 20 x 20 launches its normal approximation, with a continuity correction);
+    None when so few values cannot bound it at that confidence."""
     n, m = len(xa), len(xb)
-    if n == 0 or m == 0 or n * m > 400:  # past 20 x 20 launches the t interval alone is fine
-        return None if n == 0 or m == 0 else (-math.inf, math.inf)
-    counts = _mann_whitney_counts(n, m)
-    total = sum(counts)
+    if n == 0 or m == 0:
+        return None
     tail = (1.0 - confidence) / 2.0
-    k, cum = 0, 0
-    for c in counts:
-        cum += c
-        if cum / total > tail:
-            break
-        k += 1
+    if n * m > 400:
+        sd = math.sqrt(n * m * (n + m + 1) / 12.0)
+        k = max(0, math.floor(n * m / 2.0 - statistics.NormalDist().inv_cdf(1.0 - tail) * sd - 0.5) + 1)
+    else:
+        counts = _mann_whitney_counts(n, m)
+        total = sum(counts)
+        k, cum = 0, 0
+        for c in counts:
+            cum += c
+            if cum / total > tail:
+                break
+            k += 1
     if k == 0:
         return None
     diffs = sorted(b - a for a in xa for b in xb)

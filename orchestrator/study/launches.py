@@ -16,9 +16,11 @@ the report compares the nodes with it. A config whose output was ever wrong has 
 - per level, the launch noise (``verdict.pooled_noise`` over every config launched more than
   once, on logs), and for a traffic mix the same over each launch's weighted geometric mean;
 - the interval of one config against another over their launches (``verdict.launch_interval``):
-  a config measured on one launch gets the study's launch noise in it, and two finalists of a
-  race are judged at the race's confidence (``RACE_LOOKS``: a race looks at them after every round)
-  and by their launches' ranks too (``verdict.launch_interval``'s ``robust``);
+  a config measured on one launch gets the study's launch noise in it; every one is held to the
+  launches' ranks too wherever they can bound an interval (``verdict.launch_interval``'s
+  ``robust``: launches in two states, or fresh launches on a machine that changed, are not
+  averaged into a verdict), and two finalists of a race are judged at the race's confidence
+  (``RACE_LOOKS``: a race looks at them after every round), by their ranks or not at all;
 - where a fresh launch of a config should measure (``verdict.launch_range``).
 
     measured_launches(rows)     config key -> its launches, in trial order
@@ -137,13 +139,13 @@ class Evidence:
         """Config ``b`` relative to config ``a`` at ``level`` over their launches."""
         looks = self.looks(str(level), a, b)
         return launch_interval(self.values(a, level), self.values(b, level), self.noise(level), looks=looks,
-                               robust=looks > 1)
+                               robust=True, raced=looks > 1)
 
     def mix_interval(self, a: str, b: str, weights: Mapping[int, float]) -> RatioInterval:
         """Config ``b`` relative to config ``a`` for the traffic mix, over their launches."""
         looks = self.looks(MIX, a, b)
         return launch_interval(self.mix_values(a, weights), self.mix_values(b, weights), self.mix_noise(weights),
-                               looks=looks, robust=looks > 1)
+                               looks=looks, robust=True, raced=looks > 1)
 
     def fresh(self, key: str, level: int) -> tuple[float, float] | None:
         """Where a fresh launch of the config should measure at ``level`` (95%); None while the

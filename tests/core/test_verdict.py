@@ -229,12 +229,29 @@ def test_ranks_keep_launches_of_one_state_from_looking_noiseless():
     noise = v.pooled_noise([[65.0, 65.2, 64.9, 65.1], [128.0, 128.4, 127.8, 128.1]])
     slow, fast = [65.0, 65.2, 64.9, 65.1], [128.0, 128.4, 127.8, 128.1]
     assert v.verdict(v.launch_interval(slow, fast, noise, looks=4)) == v.FASTER
-    assert v.verdict(v.launch_interval(slow, fast, noise, looks=4, robust=True)) == v.WITHIN_NOISE
-    five = v.launch_interval(slow + [65.3], fast + [128.2], noise, looks=4, robust=True)
+    assert v.verdict(v.launch_interval(slow, fast, noise, looks=4, raced=True)) == v.WITHIN_NOISE
+    five = v.launch_interval(slow + [65.3], fast + [128.2], noise, looks=4, raced=True)
     assert v.verdict(five) == v.FASTER
+    # outside a race the ranks hold where they can bound an interval, and leave it to t where they cannot
+    assert v.verdict(v.launch_interval(slow, fast, noise, looks=4, robust=True)) == v.FASTER
     assert v.rank_shift_interval([0.0, 0.1, 0.2, 0.3, 0.4], [1.0, 1.1, 1.2, 1.3, 1.4], 0.9875) == \
         pytest.approx((0.6, 1.4))  # the extreme pairwise differences: P(U = 0) = 1/252 <= 0.625%
     assert v.rank_shift_interval([0.0] * 4, [1.0] * 4, 0.9875) is None  # 1/70 > 0.625%
+
+
+def test_launches_of_a_machine_that_changed_are_not_averaged_into_a_verdict():
+    """Four launches of the best at 1.5x the baseline, then three fresh ones (``compare``) on a machine
+    where it is no faster: the t interval over the pooled noise still excludes 1.0, the ranks do not."""
+    base = [66.2, 66.7, 66.6, 65.3, 66.6, 66.6, 66.3]
+    best = [100.2, 98.9, 99.9, 99.9, 66.5, 66.5, 66.5]
+    noise = v.pooled_noise([base, best])
+    assert v.verdict(v.launch_interval(base, best, noise)) == v.FASTER
+    robust = v.launch_interval(base, best, noise, robust=True)
+    assert v.verdict(robust) == v.WITHIN_NOISE and robust.lo < 1.0 < robust.hi
+    # many launches: the ranks' normal approximation, as wide as the exact count at 20 x 20
+    xa, xb = [0.01 * i for i in range(20)], [0.05 + 0.01 * i for i in range(21)]
+    lo, hi = v.rank_shift_interval(xa, xb, 0.95)
+    assert lo < 0.05 < hi and (lo, hi) == pytest.approx(v.rank_shift_interval(xa, xb[:20], 0.95), abs=0.011)
 
 
 def test_where_a_fresh_launch_should_measure():

@@ -17,7 +17,8 @@ carries), and when the search is over (its budget spent, its space exhausted, or
 only what the race needs) it races the finalists (``study.race``: the incumbent and every config
 within launch noise of it, relaunched in interleaved rounds until the order is decided or
 ``budget.confirm`` launches are spent). Both are uncounted trials of the study; a run that
-finds its search's budget spent continues the race a stopped run left. A write into the study's folder
+finds its search's budget spent continues the relaunches (until the launch noise is known) and
+the race a stopped run left. A write into the study's folder
 that fails (disk full, quota, read-only) stops the run with one line naming the folder and
 the cause; what was recorded before stays readable and resumable.
 """
@@ -62,7 +63,7 @@ from orchestrator.study import storage
 from orchestrator.study.plan import build_plan
 from orchestrator.study.policy import Proposal, SearchPolicy
 from orchestrator.study.race import RACE, RaceState, race_state
-from orchestrator.study.relaunch import RELAUNCH, next_relaunch
+from orchestrator.study.relaunch import RELAUNCH, launches_to_know_noise, next_relaunch
 from orchestrator.study.samplers import make_sampler, startup_trials
 from orchestrator.study.storage import (
     ATTR_BASELINE_REPEAT,
@@ -253,11 +254,14 @@ class StudyDriver:
             self._recover(executor, policy)
             if self.trials is not None and policy.budget_used() >= self.trials:
                 self.say(f"budget reached: {policy.budget_used()} of {self.trials} trials already ran")
-                if self._race_state(policy) is None:
+                if self._noise_relaunch_due(policy):
+                    self.say("the launch noise is not known yet: relaunching until it is")
+                elif self._race_state(policy) is None:
                     summary = RunSummary("budget reached", best=self._best_summary())
                     self.say(self.progress.next_steps(summary, policy.rows()))
                     return summary
-                self.say("the race of the finalists is not over: continuing it")
+                else:
+                    self.say("the race of the finalists is not over: continuing it")
             return self._loop(study, policy, executor)
         except BaseException:
             self._forget_unlaunched()
@@ -402,18 +406,29 @@ class StudyDriver:
         """The baseline or the incumbent again, when the schedule of ``study.relaunch`` says so:
         the launch noise every verdict carries, measured as the search goes."""
         policy, share = run.policy, self.job.budget.relaunch
-        if share <= 0 or run.need_reference or run.search_over or policy.budget_reached or policy.exhausted:
+        if share <= 0 or run.need_reference or run.search_over:
             return
+        over = policy.budget_reached or policy.exhausted  # then only the relaunches that make the noise known
         while len(run.in_flight) < run.executor.slots:
+            if over and run.flying("search"):
+                return
             rows = policy.rows()
             due = next_relaunch(rows, self.job.objective, share, policy.launch_cost(),
-                                in_flight=[launch.key for launch in run.flying("relaunch") if launch.key])
+                                in_flight=[launch.key for launch in run.flying("relaunch") if launch.key],
+                                search_over=over)
             if due is None:
                 return
             launch = Launch("relaunch", self._extra_number(run, rows), key=due.key, config=dict(due.row.params),
                             shown=f"#{due.row.number}")
             self._submit_extra(run, launch)
             self.progress.relaunching(launch.shown, due.why, due.launches + 1)
+
+    def _noise_relaunch_due(self, policy: SearchPolicy) -> bool:
+        """A search that is over left the launch noise unknown (a run stopped during its relaunches)."""
+        if self.job.budget.relaunch <= 0:
+            return False
+        return next_relaunch(policy.rows(), self.job.objective, self.job.budget.relaunch, policy.launch_cost(),
+                             search_over=True) is not None
 
     def _submit_extra(self, run: _Loop, launch: Launch) -> None:
         assert launch.config is not None  # relaunches and race launches carry their config
@@ -504,11 +519,16 @@ class StudyDriver:
 
     def _expected_left(self, policy: SearchPolicy, executor: Executor, launches: int) -> float | None:
         """Seconds the rest of the run should take by the measured launch costs: the search's
-        launches left, the relaunches their share adds, and the race."""
+        launches left, the relaunches (their share, or the ones the launch noise still needs if
+        more), and the race."""
         search = policy.expected_seconds(launches)
         if search is None:
             return None
-        total = search * (1.0 + self.job.budget.relaunch) + (self._race_seconds(policy) or 0.0)
+        relaunch = 0.0
+        if self.job.budget.relaunch > 0:
+            needed = launches_to_know_noise(policy.rows(), self.job.objective) * (policy.launch_cost().median or 0.0)
+            relaunch = max(search * self.job.budget.relaunch, needed)
+        total = search + relaunch + (self._race_seconds(policy) or 0.0)
         return total / max(1, executor.slots)
 
     def _race_seconds(self, policy: SearchPolicy) -> float | None:

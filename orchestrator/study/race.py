@@ -17,7 +17,8 @@ The rules:
 
 - finalists (``plan_race``): per contest, the incumbent (``history.best_rows``' best there: the
   median over its launches) and every other rankable config whose interval against it over launches
-  does not lie below 1.0 (or has none: the launch noise unknown), the best ``MAX_FINALISTS`` by
+  does not lie below 1.0 at 1 - 5% / budget (generous: a config a race could still crown is not
+  left out by a single 95% look; none: the launch noise unknown), the best ``MAX_FINALISTS`` by
   their medians; a contest where no config comes near the incumbent is decided without a launch.
 - rounds: round r launches every config in contention once; a launch that fails counts (a config
   that no longer starts is not raced for ever) and, failing, adds no evidence.
@@ -59,7 +60,14 @@ from typing import Any
 
 from orchestrator.config.job import DEFAULT_CONFIRM, Objective
 from orchestrator.core.records import TrialRow
-from orchestrator.core.verdict import DEFAULT_CONFIDENCE, SLOWER, RatioInterval, looked_confidence, verdict
+from orchestrator.core.verdict import (
+    DEFAULT_CONFIDENCE,
+    SLOWER,
+    RatioInterval,
+    launch_interval,
+    looked_confidence,
+    verdict,
+)
 from orchestrator.study import objective as objectives
 from orchestrator.study.cost import LaunchCost, trial_cost
 from orchestrator.study.launches import MIX, RACE_LOOKS, Evidence
@@ -100,6 +108,14 @@ class Contest:
         if self.weights is not None:
             return ev.mix_interval(a, b, self.weights)
         return ev.interval(a, b, self.level or 1)
+
+    def screen(self, ev: Evidence, a: str, b: str, looks: int) -> RatioInterval:
+        """b against a as the finalists are chosen: over launches, held to ``looks`` looks."""
+        if self.weights is not None:
+            return launch_interval(ev.mix_values(a, self.weights), ev.mix_values(b, self.weights),
+                                   ev.mix_noise(self.weights), looks=looks)
+        level = self.level or 1
+        return launch_interval(ev.values(a, level), ev.values(b, level), ev.noise(level), looks=looks)
 
     def launches(self, ev: Evidence, key: str) -> int:
         return len(ev.mix_values(key, self.weights)) if self.weights is not None else ev.count(key, self.level or 1)
@@ -161,8 +177,8 @@ def plan_race(rows: Sequence[TrialRow], objective: Objective | None, budget: int
             continue
         incumbent = ranked[0]
         probe = Contest(name, (), level, weights)
-        near = [r for r in ranked[1:]
-                if verdict(probe.interval(ev, incumbent.config_key, r.config_key)) != SLOWER]
+        near = [r for r in ranked[1:]  # generous: only a config beyond noise at the race's strictest stays out
+                if verdict(probe.screen(ev, incumbent.config_key, r.config_key, max(1, budget))) != SLOWER]
         picked = [incumbent] + near[: MAX_FINALISTS - 1]
         contests.append(Contest(name, tuple(r.config_key for r in picked), level, weights,
                                 left_out=max(0, len(near) - (MAX_FINALISTS - 1))))

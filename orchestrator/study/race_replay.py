@@ -119,13 +119,13 @@ def replay_verdicts(table: Table, seed: int, *, budget: int | None = None, confi
     launches = 0
     while True:
         rows = policy.rows()
-        if not policy.budget_reached and not policy.exhausted:
-            due = next_relaunch(rows, objective, relaunch, policy.launch_cost())
-            if due is not None:
-                store(due.key, _launch(rows_by_key[due.key], due.row.params, rng, noise, repeats),
-                      {ATTR_LAUNCH_ROLE: RELAUNCH})
-                launches += 1
-                continue
+        over = policy.budget_reached or policy.exhausted
+        due = next_relaunch(rows, objective, relaunch, policy.launch_cost(), search_over=over)
+        if due is not None:
+            store(due.key, _launch(rows_by_key[due.key], due.row.params, rng, noise, repeats),
+                  {ATTR_LAUNCH_ROLE: RELAUNCH})
+            launches += 1
+            continue
         proposal = policy.next()
         if proposal is None:
             break

@@ -6,11 +6,12 @@ once shows it; the search launches each config once. So the study relaunches the
 verdicts need most, on a schedule interleaved with the search (a machine that drifts over the
 night shows in the spread instead of in one verdict):
 
-- the baseline, as soon as it and one other config are measured, then the configs below with the
-  fewest launches, one at a time, until the launch noise is known (``verdict.MIN_NOISE_DF``: until
-  then no verdict has anything to rest on, and the race would have to take every config);
-- then whichever of the baseline and the incumbents (the best at each level of the objective, and
-  the best for the mix) has the fewest launches (the baseline first on a tie), whenever the seconds
+- the baseline, as soon as it and one other config are measured, then, until the launch noise is
+  known (``verdict.MIN_NOISE_DF``: until then no verdict has anything to rest on, and the race would
+  have to take every config), a relaunch after every launch of the search, and back to back once
+  the search is over (``search_over``);
+- each time, whichever of the baseline and the incumbents (the best at each level of the objective,
+  and the best for the mix) has the fewest launches (the cheaper first on a tie); later, whenever the seconds
   that relaunches took, this one's expected seconds included, stay within ``share`` of the
   seconds the search's own launches took (``budget.relaunch``; ``config.job.DEFAULT_RELAUNCH`` says why a fifth).
 
@@ -19,7 +20,8 @@ per config), so an incumbent that takes 8 minutes to start is relaunched a quart
 baseline that takes 2. A relaunch is a trial of its own (``launch_role`` "relaunch"): uncounted,
 no new config, not part of ``budget.trials``.
 
-    next_relaunch(rows, objective, share, cost, in_flight) -> Relaunch | None
+    next_relaunch(rows, objective, share, cost, in_flight, search_over) -> Relaunch | None
+    launches_to_know_noise(rows, objective) -> int   relaunches the launch noise still needs (the ETA)
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from orchestrator.config.job import Objective
 from orchestrator.core import outcome
 from orchestrator.core.records import COMPLETE, TrialRow
+from orchestrator.core.verdict import MIN_NOISE_DF
 from orchestrator.study import objective as objectives
 from orchestrator.study.cost import LaunchCost, trial_cost
 from orchestrator.study.history import baseline_row
@@ -79,14 +82,23 @@ def candidates(rows: Sequence[TrialRow], objective: Objective | None) -> list[tu
 
 def _noise_known(rows: Sequence[TrialRow], objective: Objective | None) -> bool:
     """The launch noise is known at every level of the objective (``verdict.MIN_NOISE_DF``)."""
+    return launches_to_know_noise(rows, objective) == 0
+
+
+def launches_to_know_noise(rows: Sequence[TrialRow], objective: Objective | None) -> int:
+    """Relaunches still needed before the launch noise is known at every level: each relaunch of a
+    measured config adds one degree of freedom (``verdict.MIN_NOISE_DF``)."""
     ev = Evidence(rows)
-    return all(ev.noise(level).known for level in objectives.levels(objective))
+    return max(0, max(MIN_NOISE_DF - ev.noise(level).df for level in objectives.levels(objective)))
 
 
 def next_relaunch(rows: Sequence[TrialRow], objective: Objective | None, share: float,
-                  cost: LaunchCost | None = None, in_flight: Iterable[str] = ()) -> Relaunch | None:
+                  cost: LaunchCost | None = None, in_flight: Iterable[str] = (),
+                  search_over: bool = False) -> Relaunch | None:
     """The relaunch due now (module docstring), or None. ``in_flight``: config keys of relaunches
-    still running (counted as launches, their expected seconds as spent)."""
+    still running (counted as launches, their expected seconds as spent); ``search_over``: no
+    search launch comes any more (the relaunches that make the launch noise known follow each
+    other)."""
     if share <= 0:
         return None
     pending = list(in_flight)
@@ -97,10 +109,18 @@ def next_relaunch(rows: Sequence[TrialRow], objective: Objective | None, share: 
     launches = measured_launches(rows)
     count = {row.config_key: len(launches.get(row.config_key, ())) + pending.count(row.config_key)
              for row, _ in choices}
-    row, why = min(choices, key=lambda c: count[c[0].config_key])  # min keeps the first (the baseline) on a tie
+    def price(row: TrialRow) -> float:
+        return (cost.predict(row.params) if cost is not None else None) or 0.0
+
+    row, why = min(choices, key=lambda c: (count[c[0].config_key], price(c[0])))  # min keeps the first on a tie
     expected = cost.predict(row.params) if cost is not None else None
     if not _noise_known(rows, objective):  # until there is a launch noise, a verdict has nothing to rest on
-        return None if pending else Relaunch(row.config_key, row, why, count[row.config_key], expected)
+        latest = max(rows, key=lambda r: r.number)
+        if pending or (latest.launch_role == RELAUNCH and not search_over):
+            return None  # one at a time, and between two launches of the search while it goes on
+        return Relaunch(row.config_key, row, why, count[row.config_key], expected)
+    if search_over:
+        return None  # the noise is known: the race relaunches from here
     spent = sum(trial_cost(r) or 0.0 for r in rows if r.launch_role == RELAUNCH)
     spent += sum((cost.predict(c.params) if cost is not None else None) or 0.0
                  for c, _ in choices for k in pending if k == c.config_key)

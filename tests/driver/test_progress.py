@@ -134,5 +134,19 @@ def test_a_job_of_one_level_keeps_its_lines(tmp_path):
     best = p.best_summary(ROWS[1], ROWS[0], rows=ROWS, objective=job.objective)
     assert "plan" not in best and best["launches"] == 3
     line = p.next_steps(RunSummary("budget reached", best=best), ROWS)
-    assert line.startswith("best #1 433.9 tok/s (median of 3 launches) = 4.5") and "x the baseline, beyond noise" in line
+    assert line.startswith("best #1 433.9 tok/s (median of 3 launches) = 4.5")
+    assert "x the baseline, beyond noise" in line
     assert "--plan" not in line and "--concurrency" not in line
+
+
+def test_launches_under_very_different_load_are_said_in_the_last_line(tmp_path):
+    from orchestrator.core.measurement import HostLoad
+
+    job, p, _ = progress(tmp_path)
+    busy = HostLoad(cpus=2, wall_s=10.0, host_cpu_s=19.0, server_cpu_s=0.5, client_cpu_s=0.5)
+    quiet = HostLoad(cpus=2, wall_s=10.0, host_cpu_s=4.0, server_cpu_s=3.0, client_cpu_s=0.8)
+    rows = [replace(r, measurement=replace(r.measurement, host=busy if r.number == 1 else quiet)) for r in ROWS]
+    best = p.best_summary(rows[1], rows[0], rows=rows, objective=job.objective)
+    line = p.next_steps(RunSummary("budget reached", best=best), rows)
+    assert " | the launches ran under very different load: 1 while other work took at least half the host's " \
+           "CPUs (up to 1.8 of 2: #1), 8 on a quiet host" in line

@@ -92,7 +92,8 @@ def test_the_issues_table_is_a_plan_not_one_number():
     # each figure is the median over the config's launches, and a fresh launch's range brackets it
     assert plan.baseline.number == 0
     assert plan.at(10).baseline_value == pytest.approx(statistics.median([(788 + 701) / 2, 695, 795]))
-    assert plan.at(1).best_launches == 3 and plan.at(1).best_value == pytest.approx(438.0)  # the median of 433.9, 440, 438
+    assert plan.at(1).best_launches == 3
+    assert plan.at(1).best_value == pytest.approx(438.0)  # the median of 433.9, 440, 438
     lo, hi = plan.at(1).best_fresh
     assert lo < plan.at(1).best_value < hi and plan.at(1).noise.known and plan.at(1).noise.df == 6
     assert ", 3 vs 3 launches, launch noise +-1.4%)" in plan.at(1).vs_baseline.text  # over launches, with the noise

@@ -20,16 +20,24 @@ def test_the_first_relaunch_is_the_baselines_once_a_second_config_is_measured():
     assert next_relaunch(rows, None, 0.2, in_flight=["base"]) is None  # the first one is still running
 
 
-def test_relaunches_follow_one_another_until_the_launch_noise_is_known():
-    rows = [launch(0, "base", 100.0, baseline=True), launch(1, "b", 150.0)]
+def test_relaunches_go_on_until_the_launch_noise_is_known():
+    rows = [launch(0, "base", 100.0, baseline=True, cost=20.0), launch(1, "b", 150.0, cost=10.0),
+            launch(2, "base", 101.0, role="relaunch", cost=20.0)]
+    # whatever their share, until then no verdict has anything to rest on: one after every search launch
+    assert next_relaunch(rows, None, 0.2) is None  # the last launch was a relaunch: the search's turn
+    rows.append(launch(3, "c", 90.0, cost=10.0))
+    model = LaunchCost.fit(rows)
+    assert next_relaunch(rows, None, 0.2, model).key == "b"  # the fewest launches first
     order = []
-    for n in range(2, 20):  # whatever their share: until then no verdict has anything to rest on
-        due = next_relaunch(rows, None, 0.2)
+    for n in range(4, 20):  # once the search is over, back to back
+        due = next_relaunch(rows, None, 0.2, LaunchCost.fit(rows), search_over=True)
         if due is None:
             break
         order.append(due.key)
-        rows.append(launch(n, due.key, 100.0 + n % 3 if due.key == "base" else 150.0 - n % 3, role="relaunch"))
-    assert order == ["base", "b", "base", "b", "base", "b"]  # the fewest launches first: 6 degrees of freedom
+        value = 100.0 + n % 3 if due.key == "base" else 150.0 - n % 3
+        rows.append(launch(n, due.key, value, role="relaunch", cost=20.0 if due.key == "base" else 10.0))
+    assert order == ["b", "b", "base", "b", "base"]  # fewest launches, the cheaper on a tie: 6 degrees of freedom
+    assert next_relaunch(rows, None, 1.0, search_over=True) is None  # known: the race relaunches from here
 
 
 def test_later_relaunches_keep_within_their_share_of_the_search_time():

@@ -26,7 +26,6 @@ from orchestrator.results.report import write_report
 from orchestrator.results.report.sections import build_blocks
 from orchestrator.study import storage
 
-
 DISTS = {k: optuna.distributions.CategoricalDistribution(v) for k, v in fx.CHOICES.items()}
 
 

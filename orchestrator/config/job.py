@@ -12,10 +12,11 @@ The schema (every key but ``study``, ``backend`` and ``space`` is optional; defa
 shown). ``orchestrator.config.schema`` renders it into docs/guide.md, and a test holds it to
 what ``load_job`` accepts, so keep one key per line with its meaning::
 
-    study: demo                       # the study's name: a folder name ([A-Za-z0-9_.-]+, not . or ..)
+    study: demo                       # the study's name: a folder name ([A-Za-z0-9_.-]+, not . or .., <= 255)
     description: null                 # free text, shown in the report
     output_dir: null                  # the folder the study's folder goes in; null: reports/ next to the job file
     report_dir: null                  # the study's folder itself (storage, logs, report); null: <output_dir>/<study>
+                                      # (not /, nor a folder that holds other files when the study starts)
     storage: null                     # null: journal:<report_dir>/study.journal; or journal:PATH, a PATH
                                       # ending .journal/.log, or an RDB URL such as sqlite:///study.db
     backend:
@@ -115,7 +116,7 @@ from orchestrator.config.job_checks import (
 )
 from orchestrator.config.sampler_options import OPTIONS as SAMPLER_OPTIONS
 from orchestrator.config.sampler_options import SAMPLER_NAMES
-from orchestrator.config.space import SearchSpace, env_str, space_from_dict
+from orchestrator.config.space import SearchSpace, env_str, env_value, space_from_dict
 from orchestrator.config.yaml_input import Section, did_you_mean, display_path, read_yaml_mapping, shown, type_name
 from orchestrator.core.ceiling import parse_bandwidth
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
@@ -127,7 +128,11 @@ JOB_KEYS = ("study", "description", "output_dir", "storage", "report_dir", "back
             "allow_unsafe_nccl", "remeasure", "max_consecutive_failures", "pruning", "constraints", "hardware",
             "prescreen", "objective")
 STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # and not "." or "..": the name is a folder name
-STUDY_RULE = "match [A-Za-z0-9_.-]+ and not be '.' or '..' (it names a folder: letters, digits, _ . -, no /)"
+NAME_MAX = 255  # the longest file or folder name Linux file systems allow (bytes)
+PATH_MAX = 4096  # the longest path; the study's files add up to this much below its folder:
+FOLDER_ROOM = 64  # compare-logs/.trial-0001.log.XXXXXXXX.tmp and the like
+STUDY_RULE = (f"match [A-Za-z0-9_.-]+, be at most {NAME_MAX} characters and not be '.' or '..' (it names a "
+              "folder: letters, digits, _ . -, no /)")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DEFAULT_CHECK_PROMPTS = (
     "The capital of France is",
@@ -382,6 +387,7 @@ def load_job(path: str | os.PathLike) -> Job:
     cpus = top.integer("cpus_per_trial", 2, low=1)
     report_dir = _report_dir(top, study, job_path)
     storage = _where_stored(top, report_dir, job_path)
+    _check_folder_is_the_studys(top, report_dir, storage)
     budget = _budget(top)
     bench = _bench(top, job_path)
     objective = _objective(top)
@@ -498,8 +504,9 @@ def load_study_location(path: str | os.PathLike) -> StudyLocation:
 
 def _study_name(top: Section) -> str:
     study = top.text("study", None)
-    if not STUDY_NAME.fullmatch(study) or study in (".", ".."):
-        raise top.bad("study", f"must {STUDY_RULE}, not {brief(study)}")
+    if not STUDY_NAME.fullmatch(study) or study in (".", "..") or len(study) > NAME_MAX:
+        shown_name = brief(study) if len(study) <= NAME_MAX else f"{brief(study)} ({len(study)} characters)"
+        raise top.bad("study", f"must {STUDY_RULE}, not {shown_name}")
     return study
 
 
@@ -512,15 +519,47 @@ def _near_job(job_path: Path, value: str) -> Path:
 
 def _report_dir(top: Section, study: str, job_path: Path) -> Path:
     """The study's folder: ``report_dir``, else ``<output_dir>/<study>``, else
-    ``reports/<study>`` next to the job file (never the current directory)."""
+    ``reports/<study>`` next to the job file (never the current directory); never the root of
+    the file system, and a path the file system can hold with the study's files in it."""
     report_dir = top.text("report_dir", None, none_ok=True)
     output_dir = top.text("output_dir", None, none_ok=True)
     if report_dir is not None and output_dir is not None:
         raise top.bad("report_dir", "give output_dir (the folder the study's folder goes in) or report_dir "
                                     "(the study's folder itself), not both")
+    key = "report_dir" if report_dir is not None else "output_dir"
     if report_dir is not None:
-        return _near_job(job_path, report_dir)
-    return _near_job(job_path, output_dir if output_dir is not None else "reports") / study
+        folder = _near_job(job_path, report_dir)
+    else:
+        parent = _near_job(job_path, output_dir if output_dir is not None else "reports")
+        if parent == Path(parent.anchor):
+            raise top.bad(key, f"{brief(output_dir)} is the root of the file system, not a folder to fill: name a "
+                               "folder of your own (the study's folder goes in it), e.g. output_dir: reports")
+        folder = parent / study
+    if folder == Path(folder.anchor):
+        raise top.bad(key, f"{brief(report_dir)} is the root of the file system, not a folder to fill: give the "
+                           "study a folder of its own, e.g. report_dir: reports/<study>")
+    too_long = [part for part in folder.parts if len(os.fsencode(part)) > NAME_MAX]
+    if too_long or len(os.fsencode(str(folder))) > PATH_MAX - FOLDER_ROOM:
+        what = (f"its folder name {brief(too_long[0])} is longer than the {NAME_MAX} bytes a file system allows"
+                if too_long else f"the study's folder {brief(str(folder))} is too long a path for its files "
+                                 f"(at most {PATH_MAX - FOLDER_ROOM} bytes)")
+        raise top.bad(key if report_dir is not None or output_dir is not None else "study", what)
+    return folder
+
+
+def _check_folder_is_the_studys(top: Section, report_dir: Path, storage: str) -> None:
+    """A new study gets a folder of its own: refuse one that already holds files of something
+    else (``StudyDir.foreign_entries``: a home folder, a source tree, ``/tmp``), before anything
+    is written into it."""
+    stored = storage.split(":", 1)[1] if storage.startswith("journal:") else (
+        storage[len("sqlite:///"):] if storage.startswith("sqlite:///") else None)
+    foreign = StudyDir(report_dir).foreign_entries(Path(stored) if stored else None)
+    if foreign:
+        key = "report_dir" if "report_dir" in top.data else ("output_dir" if "output_dir" in top.data else "study")
+        shown_names = ", ".join(brief(name) for name in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise top.bad(key, f"the study's folder {report_dir} already holds {len(foreign)} entries that are not a "
+                           f"study's ({shown_names}); give the study a folder of its own (a new or empty one, or "
+                           "output_dir: FOLDER, which puts it in FOLDER/<study>)")
 
 
 def _where_stored(top: Section, report_dir: Path, job_path: Path) -> str:
@@ -735,7 +774,10 @@ def _env(top: Section, allow_unsafe: bool) -> dict[str, str]:
             raise top.bad(key, f"not an environment variable name: {brief(var)} (letters, digits, _)")
         if value is None or isinstance(value, (list, dict)) or (isinstance(value, float) and value != value):
             raise top.bad(key, f"must be a string, number or boolean, not {shown(value)}")
-        text = env_str(value)
+        try:
+            text = env_value(value)
+        except ValueError as exc:
+            raise top.bad(key, f"{brief(env_str(value))}: {exc}") from None
         if var.startswith("NCCL_"):
             text = nccl_value(var, value, top.file, key)
             refuse_unsafe(var, text, allow_unsafe, top.file, key, top.file)

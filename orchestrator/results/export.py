@@ -50,7 +50,7 @@ from orchestrator.backends.base import Backend
 from orchestrator.config.yaml_input import load_yaml_documents, read_text_bounded
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.golden_check import disputed
-from orchestrator.core.launch import server_environment
+from orchestrator.core.launch import env_value_problem, server_environment
 from orchestrator.core.records import COMPLETE, TrialRow
 from orchestrator.study import objective as objectives
 from orchestrator.study.history import baseline_row, best_rows, short_params
@@ -244,16 +244,29 @@ def _tool_version() -> str:
         return getattr(orchestrator, "__version__", "unknown")
 
 
+# what a comment line may not hold: anything that ends a line (for a shell, an env file or a
+# reader's editor) or moves the cursor; every other character of a study's strings is shown as is
+_NOT_IN_A_LINE = re.compile("[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
+
+
 def _one_line(value: Any, width: int = 160) -> str:
+    """``value`` on one physical line (its lines joined with " | "), at most ``width`` characters."""
     if value is None:
         return "unknown"
     if isinstance(value, (list, tuple)):
         value = ", ".join(str(v) for v in value)
-    text = " | ".join(part.strip() for part in str(value).splitlines() if part.strip())
+    text = " | ".join(part.strip() for part in _NOT_IN_A_LINE.split(str(value)) if part.strip())
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def _comment(text: str) -> str:
+    """One comment line, whatever ``text`` holds: a study's strings (a version, a path, a host
+    name) never become a live line of an exported file."""
+    return "# " + _one_line(text, width=10_000)
+
+
 def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
+    """The provenance of one exported config, as comment lines (each one physical line)."""
     value = prov["value_tok_s"]
     spread = f" (+-{100 * prov['spread']:.1f}%)" if prov.get("spread") is not None else ""
     ratio = (f", {prov['x_baseline']:.2f}x baseline trial {prov['baseline_trial']} "
@@ -266,20 +279,22 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
                 "the traffic mix " + ", ".join(f"{k}: {v:g}" for k, v in obj["mix"].items()))
         got = f"{obj['value']:.3f} {obj['unit']}" if obj["value"] is not None else "not measured"
         vs = f", {obj['x_baseline']:.2f}x the baseline" if obj.get("x_baseline") else ""
-        chosen = [f"# chosen for {what} ({obj['chosen_by']}): {got}{vs}"]
-    return [
-        f"# ncclsweep {prov['ncclsweep_version']} export ({fmt}), rank {prov['rank']} of {total}",
+        chosen = [f"chosen for {what} ({_one_line(obj['chosen_by'])}): {got}{vs}"]
+    lines = [
+        f"ncclsweep {_one_line(prov['ncclsweep_version'])} export ({fmt}), rank {prov['rank']} of {total}",
         *chosen,
-        f"# study {prov['study']}, trial {prov['trial']}, measured {prov['measured_at'] or 'unknown'}"
-        f" on {prov['node'] or 'unknown node'}",
-        f"# value: {value:.3f} tok/s single-request decode{spread}{ratio}",
-        f"# backend: {be['kind'] or 'unknown'} {be['version'] or '(version unknown)'}; "
+        f"study {_one_line(prov['study'])}, trial {prov['trial']}, measured {_one_line(prov['measured_at'])}"
+        f" on {_one_line(prov['node'] or 'unknown node')}",
+        f"value: {value:.3f} tok/s single-request decode{spread}{ratio}",
+        f"backend: {_one_line(be['kind'])} {_one_line(be['version'] or '(version unknown)')}; "
         f"model: {_one_line(prov['model'])}",
-        f"# NCCL {_one_line(prov['nccl_version'])}; CUDA {_one_line(prov['cuda_version'])}; "
+        f"NCCL {_one_line(prov['nccl_version'])}; CUDA {_one_line(prov['cuda_version'])}; "
         f"driver {_one_line(prov['driver_version'])}",
-        f"# GPU: {_one_line(prov['gpu_model'])} (devices {_one_line(prov['gpus'])}); "
+        f"GPU: {_one_line(prov['gpu_model'])} (devices {_one_line(prov['gpus'])}); "
         f"topology: {_one_line(prov['topology'], 100)}",
-    ] + _speculation_comment(prov)
+        *_speculation_comment(prov),
+    ]
+    return [_comment(line) for line in lines]
 
 
 def _speculation_comment(prov: dict[str, Any]) -> list[str]:
@@ -289,7 +304,7 @@ def _speculation_comment(prov: dict[str, Any]) -> list[str]:
         return []
     parts = ([f"{100 * rate:.1f}% of drafted tokens accepted"] if rate is not None else []) + (
         [f"{length:.2f} tokens per target step"] if length is not None else [])
-    return [f"# speculative decoding: {', '.join(parts)} (the server's counters over the benchmark prompts)"]
+    return [f"speculative decoding: {', '.join(parts)} (the server's counters over the benchmark prompts)"]
 
 
 # ---- environment & command --------------------------------------------------------------------------
@@ -315,29 +330,47 @@ def _non_env(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if not k.startswith("env.")}
 
 
+def _env_lines(env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(``KEY=VALUE`` lines, comments on what could not be one): a name that is not an
+    environment variable's, or a value that is not one line, is left out and said so."""
+    lines, skipped = [], []
+    for key, value in sorted(env.items()):
+        problem = None if _ENV_NAME.fullmatch(key) else "not an environment variable name"
+        problem = problem or env_value_problem(value)
+        if problem:
+            skipped.append(_comment(f"skipped {brief(key)}: {problem}"))
+        else:
+            lines.append(f"{key}={value}")
+    return lines, skipped
+
+
 def _env_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
     env = effective_env(job, row.params, backend, host, port)
     lines = []
     rest = _non_env(row.params)
     if rest:
-        lines.append(f"# not environment settings (they are in the launch command, --format cmd): {short_params(rest)}")
-    for key, value in sorted(env.items()):
-        if not _ENV_NAME.fullmatch(key) or "\n" in value or "\r" in value:
-            lines.append(f"# skipped {brief(key)}: not expressible in an env file")
-            continue
-        lines.append(f"{key}={value}")
+        lines.append(_comment(f"not environment settings (they are in the launch command, --format cmd): "
+                              f"{short_params(rest)}"))
+    assignments, skipped = _env_lines(env)
+    lines += skipped + assignments
     if not env:
         lines.append("# (this config sets no environment variables)")
     return lines
 
 
 def _cmd_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
+    """The launch line: env assignments, then the argv, every word shell-quoted (a value spanning
+    lines stays inside its quotes); a variable that cannot be assigned on a shell line is left
+    out and said so."""
     spec = _launch(backend, row.params, host, port)
     if spec is None:
         raise RuntimeFailure(f"cannot build the launch command: backend {brief(_backend_kind(job, backend))} "
                              "is not available")
     env = effective_env(job, row.params, backend, host, port)
-    return [dataclasses.replace(spec, env=env).shell_line()]
+    skipped = [_comment(f"skipped {brief(key)}: not an environment variable name")
+               for key in sorted(env) if not _ENV_NAME.fullmatch(key)]
+    env = {k: v for k, v in env.items() if _ENV_NAME.fullmatch(k)}
+    return skipped + [dataclasses.replace(spec, env=env).shell_line()]
 
 
 # ---- NCCL tuner plugin rules ------------------------------------------------------------------------
@@ -427,7 +460,7 @@ def nccl_tuner_rules(config: dict[str, Any], nccl: dict[str, Any] | None = None)
 
 def _tuner_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
     rules, notes = nccl_tuner_rules(row.params, row.nccl)
-    return [f"# {n}" for n in notes] + rules
+    return [_comment(n) for n in notes] + rules
 
 
 _TUNER_PREAMBLE = [
@@ -480,7 +513,7 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
 
         return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False, allow_unicode=True)
     block = {"env": _env_block, "cmd": _cmd_block, "nccl-tuner": _tuner_block}[fmt]
-    out: list[str] = list(_TUNER_PREAMBLE) if fmt == "nccl-tuner" else []
+    out = _preamble(fmt, job, best[0], host, port)
     if len(best) < top:
         out.append(f"# only {len(best)} distinct completed config(s) to export (asked for {top})")
     for i, row in enumerate(best):
@@ -491,11 +524,42 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
             tag = "active" if i == 0 else "alternative: uncomment to use it instead of 1"
             out.append(f"# ===== {i + 1} of {len(best)}: trial {row.number} ({tag}) =====")
         out.extend(header)
-        out.extend(body if i == 0 else [line if line.startswith("#") else f"# {line}" for line in body])
+        out.extend(body if i == 0 else _commented_out(body))
         out.append("")
     if fmt == "nccl-tuner":
         out = [line if len(line) < _TUNER_MAX_LINE else line[: _TUNER_MAX_LINE - 4] + "..." for line in out]
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _preamble(fmt: str, job: ExportJob, first: TrialRow, host: str, port: int) -> list[str]:
+    """What the file is, in its first lines: the launch command is the whole deploy (a shell
+    script, and where it listens); the env file its environment half, naming what the command
+    carries besides; the tuner rules, their format."""
+    if fmt == "nccl-tuner":
+        return list(_TUNER_PREAMBLE)
+    job_file = _one_line(getattr(job, "path", None) or "JOB")
+    if fmt == "cmd":
+        everywhere = " (every network interface of this machine)" if host in ("0.0.0.0", "::") else ""
+        return ["#!/bin/sh",
+                _comment(f"the deploy artifact: the server's environment and launch command, as trial {first.number} "
+                         f"ran it; run it with sh (it starts the server in the foreground)"),
+                _comment(f"the server listens on {_one_line(host)}:{port}{everywhere}; "
+                         f"`ncclsweep export {job_file} --format cmd --host H --port P` writes it for another "
+                         "address")]
+    rest = short_params(_non_env(first.params))
+    carries = f" ({rest} and the server's flags)" if rest else " (the server's flags)"
+    return [_comment(f"the environment half of trial {first.number}'s config, for docker run --env-file or "
+                     f"systemd EnvironmentFile (not a shell script: nothing in it is expanded); the launch command "
+                     f"carries the rest{carries}: `ncclsweep export {job_file} --format cmd`")]
+
+
+def _commented_out(body: list[str]) -> list[str]:
+    """An alternative: every physical line of it a comment (a quoted value of a launch line may
+    span lines; each of them is commented)."""
+    out: list[str] = []
+    for text in body:  # a comment of ours is one line already; a live line may span several
+        out += [text] if text.startswith("#") else [f"# {line}" for line in text.split("\n")]
+    return out
 
 
 # ---- reading a config back ------------------------------------------------------------------------

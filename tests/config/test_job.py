@@ -262,3 +262,46 @@ def test_bad_bench_values():
 
 
 
+
+
+# ---- the study's folder is the study's (issue 38) -----------------------------------------------
+
+def test_a_study_name_longer_than_a_folder_name_is_refused_at_validate(tmp_path, capsys):
+    from orchestrator.cli import main
+
+    bad("study", "at most 255 characters", "(300 characters)", job={"study": "s" * 300})
+    write({"study": "s" * 300})
+    assert main(["validate", "job.yaml"]) == 2  # what run gave as "internal error: OSError: [Errno 36]"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "job.yaml: study: must match" in err[0], err
+    assert load_job(write({"study": "s" * 255})).study == "s" * 255  # the longest a folder name may be
+    bad("report_dir", "longer than the 255 bytes", job={"report_dir": "r/" + "x" * 256})
+
+
+def test_the_root_of_the_file_system_is_no_study_folder():
+    bad("report_dir", "'/' is the root of the file system", "a folder of its own", job={"report_dir": "/"})
+    bad("output_dir", "'/' is the root of the file system", job={"output_dir": "/"})
+    bad("report_dir", "the root of the file system", job={"report_dir": "/../.."})
+
+
+def test_a_new_study_is_not_started_among_other_files(tmp_path):
+    """A folder that holds someone else's files (here: the job's own folder, a home folder's
+    kind of content) is refused for a new study, naming what it holds; an empty folder, a study's
+    own folder (whatever was put beside it later) and output_dir's folder of studies are fine."""
+    (tmp_path / "notes.txt").write_text("mine")
+    bad("report_dir", f"the study's folder {tmp_path} already holds 3 entries that are not a study's",
+        "'job.yaml', 'notes.txt', 'space.yaml'", "a folder of its own", job={"report_dir": "."})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml", "notes.txt", "space.yaml"]  # nothing written
+    (tmp_path / "empty").mkdir()
+    assert load_job(write({"report_dir": "empty"})).report_dir == tmp_path / "empty"
+    study = tmp_path / "study"
+    (study / "logs").mkdir(parents=True)
+    (study / "study.journal").write_text("")
+    (study / "best.env").write_text("X=1\n")  # an export the user kept beside the study
+    assert load_job(write({"report_dir": "study"})).report_dir == study
+    (tmp_path / "out" / "other-study").mkdir(parents=True)
+    assert load_job(write({"output_dir": "out"})).report_dir == tmp_path / "out" / "t"
+    db = tmp_path / "db"
+    db.mkdir()
+    (db / "s.db").write_text("")  # a study stored in sqlite in its own folder
+    assert load_job(write({"report_dir": "db", "storage": "sqlite:///db/s.db"})).report_dir == db

@@ -306,3 +306,163 @@ def test_a_level_the_objective_lacks_or_a_mix_without_weights_is_refused(jobs):
         choose(plan, 10, True)
     with pytest.raises(BadInput, match="not a level"):
         export(one, ROWS, "env", level=10)  # a single-level job measured level 1 only
+
+
+# Issue 38: an exported file runs nothing but what it says, whatever the study's strings hold.
+# Every string a study holds (settings, params, env values, the version, paths, what its records
+# say of the node and NCCL) is made hostile: command substitution, backticks, `;`, quotes and line
+# breaks that would each create a file named PWNED if a shell ran them. The `cmd` and `nccl-tuner`
+# exports are executed by a real shell in a sandbox whose server is a stand-in that records what it
+# was given; the `env` export is read as docker reads it, one KEY=VALUE per line.
+PWN = "touch PWNED"
+HOSTILE = [f"$({PWN})", f"`{PWN}`", f"x; {PWN}", "it's \"quoted\" \\", f"a\n{PWN}\n#", f"'; {PWN}; echo '",
+           f"#\r{PWN}\u2028{PWN}"]
+ONE_LINE = [h for h in HOSTILE if "\n" not in h and "\r" not in h and "\u2028" not in h]
+STAND_IN = """#!{python}
+import json, os, sys
+with open({record!r}, "w") as fh:
+    json.dump({{"argv": sys.argv[1:], "env": {{k: v for k, v in os.environ.items() if k.startswith("H_")}}}}, fh)
+"""
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """A real job (the command backend) and a real journal study, hostile everywhere it can be."""
+    import sys
+
+    root = tmp_path_factory.mktemp("hostile")
+    sandbox = root / "sandbox"
+    (sandbox / "bin").mkdir(parents=True)
+    server = sandbox / "bin" / "server"
+    server.write_text(STAND_IN.format(python=sys.executable, record=str(sandbox / "record.json")))
+    server.chmod(0o755)
+    space = {"params": {"tp_size": {"choices": [1]}, "backend.mode": {"choices": HOSTILE},
+                        "env.H_TUNED": {"choices": ONE_LINE}}}
+    settings = {"argv": ["{python}", "--note", *HOSTILE, "--mode", "{backend.mode}", "--host", "{host}",
+                         "--port", "{port}"],
+                "python": str(server), "version": f"1.0\n{PWN} #", "model_name": f"m\n{PWN}",
+                "health_path": f"/h$({PWN})", "defaults": {"backend.mode": "plain"}}
+    path = write_job(root, study="hostile", space_text=yaml.safe_dump(space),
+                     report_dir=str(root / f"reports $({PWN}) `{PWN}`;{PWN}\n#"),
+                     backend={"kind": "command", "settings": settings},
+                     env={f"H_{i}": v for i, v in enumerate(ONE_LINE)}, baseline=None)
+    job = load_job(path)
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
+    policy = fx.SearchPolicy(study, fx.Space(), lambda c: dict(c), baseline=None, budget=None)
+    choices = {"tp_size": [1], "backend.mode": HOSTILE, "env.H_TUNED": ONE_LINE}
+    for i, mode in enumerate([HOSTILE[4], HOSTILE[6], HOSTILE[0]]):  # the first two hold line breaks
+        config = {"tp_size": 1, "backend.mode": mode, "env.H_TUNED": ONE_LINE[i]}
+        nccl = {"version": f"2.21\n{PWN}", "topology": HOSTILE, "transports": f"`{PWN}`"}
+        fx.record(study, policy, config, fx.ok(config, 100.0 - i, on=f"node\n{PWN}\r#", nccl=nccl),
+                  baseline=i == 2, choices=choices)
+    return job, history.trial_rows(study), sandbox
+
+
+def test_a_hostile_study_name_is_refused_at_validate(tmp_path):
+    for name in (f"a$({PWN})", "a;b", "a\nb", "x" * 300):
+        with pytest.raises(BadInput, match="study"):
+            load_job(write_job(tmp_path, study=name))
+
+
+def test_an_env_value_with_a_line_break_is_refused_at_validate(tmp_path):
+    with pytest.raises(BadInput, match=r"env\.H: .*must be one line"):
+        load_job(write_job(tmp_path, env={"H": f"a\n{PWN}"}))
+    space = yaml.safe_dump({"params": {"env.H": {"choices": ["ok", f"a\r{PWN}"]}}})
+    with pytest.raises(BadInput, match=r"params\.env\.H\.choices\[1\]: .*must be one line"):
+        load_job(write_job(tmp_path, space_text=space, baseline=None))
+    with pytest.raises(BadInput, match=r"baseline\.env\.H: .*must be one line"):
+        load_job(write_job(tmp_path, space_text=yaml.safe_dump({"params": {"env.H": {"choices": ["ok"]}}}),
+                           baseline={"env.H": f"a\n{PWN}"}))
+
+
+@pytest.mark.parametrize("fmt", ["cmd", "nccl-tuner"])
+@pytest.mark.parametrize("top", [1, 3])
+def test_an_executed_export_runs_nothing_but_what_it_says(hostile, fmt, top):
+    import subprocess
+
+    job, rows, sandbox = hostile
+    text = export(job, rows, fmt, top=top)
+    script = sandbox / f"export-{fmt}-{top}.sh"
+    script.write_text(text)
+    record = sandbox / "record.json"
+    record.unlink(missing_ok=True)
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    subprocess.run(["sh", str(script)], cwd=sandbox, capture_output=True, env={"PATH": "/usr/bin:/bin"}, timeout=60)
+    assert not list(sandbox.rglob("PWNED")), text  # no hostile string ran
+    if fmt == "nccl-tuner":
+        assert not record.exists()
+        lines = [ln for ln in text.splitlines() if ln]
+        assert all(ln.startswith("#") for ln in lines), text  # nothing to tune: every line a comment
+        return
+    ran = json.loads(record.read_text())  # the one command ran, with exactly the words it says
+    spec = job.backend_obj().launch_spec(rows[0].params, "0.0.0.0", 8000)
+    assert ran["argv"] == spec.argv[1:] and spec.argv[0] == str(sandbox / "bin" / "server")
+    assert ran["argv"][ran["argv"].index("--mode") + 1] == HOSTILE[4]  # a value spanning lines, kept whole
+    assert ran["env"] == {**{f"H_{i}": v for i, v in enumerate(ONE_LINE)}, "H_TUNED": ONE_LINE[0]}
+
+
+@pytest.mark.parametrize("top", [1, 3])
+def test_every_line_of_the_env_export_is_a_comment_or_one_assignment(hostile, top):
+    import re
+
+    job, rows, _ = hostile
+    text = export(job, rows, "env", top=top)
+    lines = text.split("\n")
+    assert lines[0].startswith("# the environment half of trial ") and "--format cmd" in lines[0]
+    assignments = {}
+    for line in lines:  # split as a shell or docker splits: at \n only; and no other line break in a line
+        assert not re.search("[\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029\x00]", line), repr(line)
+        if line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key), repr(line)
+            assert key not in assignments, "an alternative's line is live"
+            assignments[key] = value
+    assert assignments == {**{f"H_{i}": v for i, v in enumerate(ONE_LINE)}, "H_TUNED": ONE_LINE[0]}
+
+
+BREAKS = "[\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029\x00]"
+
+
+def test_every_comment_of_the_tuner_rules_is_one_line(hostile):
+    import re
+
+    job, rows, _ = hostile
+    text = export(job, rows, "nccl-tuner", top=3)
+    assert any("1.0 | touch PWNED #" in ln for ln in text.split("\n"))  # the version, shown, on its one line
+    assert all(ln.startswith("#") and not re.search(BREAKS, ln) for ln in text.split("\n") if ln)
+
+
+def test_a_commented_alternative_launch_line_is_commented_on_every_line(hostile):
+    """The provenance is one comment line per field; an alternative launch line whose quoted
+    value spans lines has each of its lines commented, and uncommented it is its config's
+    command, word for word."""
+    import re
+
+    job, rows, _ = hostile
+    text = export(job, rows, "cmd", top=3)
+    blocks = re.split(r"^# ===== \d of 3: trial \d+ .*$\n", text, flags=re.M)
+    assert len(blocks) == 4
+    for i, block in enumerate(blocks[1:]):
+        lines = block.rstrip("\n").split("\n")
+        start = next(n for n, ln in enumerate(lines) if ln.startswith(("H_0=", "# H_0=")))  # the launch line
+        header, shell = lines[:start], lines[start:]
+        assert "# backend: command 1.0 | touch PWNED #; model: unknown" in header
+        assert not any(re.search(BREAKS, ln) for ln in header)
+        if i:  # an alternative: every physical line commented
+            assert all(ln.startswith("# ") for ln in shell), [ln for ln in shell if not ln.startswith("# ")]
+            shell = [ln[2:] for ln in shell]
+        spec = job.backend_obj().launch_spec(rows[i].params, "0.0.0.0", 8000)
+        words = shlex.split("\n".join(shell))
+        assert words[-len(spec.argv):] == spec.argv
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_the_documents_carry_the_hostile_strings_as_data(hostile, fmt, tmp_path):
+    job, rows, _ = hostile
+    text = export(job, rows, fmt, top=3)
+    path = tmp_path / f"best.{fmt}"
+    path.write_text(text)
+    docs = json.loads(text) if fmt == "json" else list(yaml.safe_load_all(text))
+    assert [load_config_file(path, rank=i + 1) for i in range(3)] == [r.params for r in rows[:3]]
+    assert docs[0]["provenance"]["backend"]["version"] == f"1.0\n{PWN} #"
+    assert docs[0]["provenance"]["storage"] == job.storage

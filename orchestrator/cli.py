@@ -14,10 +14,9 @@ import json
 import signal
 import sys
 import traceback
-from pathlib import Path
 from typing import Any
 
-from orchestrator.core.errors import BadInput, NcclsweepError
+from orchestrator.core.errors import BadInput, NcclsweepError, StorageWriteError
 
 DESCRIPTION = ("Unattended tuning of LLM inference servers (vLLM, SGLang, any command, or the embedded "
                "reference server): NCCL variables, tensor-parallel size, CUDA graphs and server flags, "
@@ -159,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
     _signals_like_ctrl_c()
     parser = build_parser()
+    stdout, sys.stdout = sys.stdout, _Output(sys.stdout)
     try:
         if not [a for a in argv if a != "--debug"]:
             parser.print_help(sys.stderr)  # no command: a usage error, so exit 2 (--help: stdout, 0)
@@ -167,8 +167,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             raise BadInput("a command is required (see ncclsweep --help)")
         args.logging = state
-        return int(_COMMANDS[args.command](args) or 0)
+        code = int(_COMMANDS[args.command](args) or 0)
+        sys.stdout.flush()  # a full disk under `status --json > FILE` is said here, not at exit
+        return code
     except NcclsweepError as exc:
+        if isinstance(exc, _OutputFailed):
+            _drop_output(stdout)
         if debug:
             traceback.print_exc()
         _say_error(state, f"ncclsweep: error: {exc}")
@@ -177,9 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         _say_error(state, "ncclsweep: interrupted")
         return 130
     except BrokenPipeError:  # output piped into `head` and the like: not an error
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_output(stdout)
         return 0
     except Exception as exc:  # noqa: BLE001 - last resort: one line, traceback only with --debug
         if debug:
@@ -188,12 +190,69 @@ def main(argv: list[str] | None = None) -> int:
                           "(rerun with --debug for the traceback)")
         return 1
     finally:
+        sys.stdout = stdout
         state.close()
         for sig, handler in old.items():
             try:
                 signal.signal(sig, handler)
             except (ValueError, OSError, TypeError):
                 pass
+
+
+class _OutputFailed(StorageWriteError):
+    """Standard output refused a write (``status --json > FILE`` on a full disk)."""
+
+
+def _output_failure(exc: OSError) -> _OutputFailed:
+    """The one line for a refused write to standard output, naming its file where it is one."""
+    import os
+
+    try:
+        target = os.readlink(f"/proc/self/fd/{sys.__stdout__.fileno()}") if sys.__stdout__ else ""
+    except (OSError, ValueError):
+        target = ""
+    folder, name = (os.path.dirname(target), os.path.basename(target)) if target.startswith("/") else \
+        ("standard output", None)
+    return _OutputFailed(folder, exc, name=name)
+
+
+class _Output:
+    """``sys.stdout`` while a command runs: a write or flush the file system refuses is the one
+    line every refused write gives (``StorageWriteError``), not an internal error; a closed pipe
+    stays ``BrokenPipeError`` (not an error: ``| head``)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _output_failure(exc) from exc
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _output_failure(exc) from exc
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _drop_output(stream) -> None:
+    """What is left in standard output's buffer goes nowhere: the interpreter's exit would try
+    the write again and print a second error."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _say_error(state, line: str) -> None:
@@ -298,7 +357,9 @@ def cmd_export(args) -> int:
     rows = trial_rows(open_study(job, create=False))
     text = export(job, rows, args.format, top=args.top, level=args.concurrency, mix=args.mix)
     if args.output:
-        Path(args.output).write_text(text)
+        from orchestrator.core.files import write_whole
+
+        write_whole(args.output, text)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0

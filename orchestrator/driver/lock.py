@@ -19,7 +19,7 @@ import os
 import socket
 from pathlib import Path
 
-from orchestrator.core.errors import StudyLocked
+from orchestrator.core.errors import StorageWriteError, StudyLocked
 from orchestrator.node.server import process_start_time
 
 
@@ -39,6 +39,14 @@ class DriverLock:
             return None
 
     def acquire(self) -> None:
+        """Take the lock, or ``StudyLocked`` naming its live owner; ``StorageWriteError`` when the
+        study's folder refuses the lock file (a full disk: the one line every write gives)."""
+        try:
+            self._acquire()
+        except OSError as exc:
+            raise StorageWriteError(self.path.parent, exc, name=self.path.name) from exc
+
+    def _acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(5):
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -58,8 +66,13 @@ class DriverLock:
                 continue
             pid = os.getpid()
             me = {"host": socket.gethostname(), "pid": pid, "start_time": process_start_time(pid)}
-            os.ftruncate(fd, 0)
-            os.write(fd, json.dumps(me).encode())
+            try:
+                os.ftruncate(fd, 0)
+                os.write(fd, json.dumps(me).encode())
+            except OSError:
+                self._fd = fd
+                self.release()  # an owner line cut short names nobody: no lock file stays behind
+                raise
             self._fd = fd
             return
         raise StudyLocked(f"could not take the study lock {self.path}")

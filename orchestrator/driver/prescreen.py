@@ -30,7 +30,7 @@ import sys
 import time
 from typing import Any
 
-from orchestrator.core import nccl
+from orchestrator.core import files, nccl
 from orchestrator.core.errors import BadInput
 from orchestrator.core.records import config_key
 from orchestrator.node import proctree
@@ -219,9 +219,7 @@ def run_prescreen(job, *, iters: int = 400, measured: dict[int, tuple[dict, floa
             if r["ok"] and r["tp_size"] == tp:
                 r["predicted_tok_s"] = 1.0 / (per_step * r["latency_us"] * 1e-6 + rest)
     data = {"message_bytes": message, "allreduces_per_step": per_step, "device": backend.device(), "rows": rows}
-    out = job.dir.prescreen
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=2))
+    files.write_whole(job.dir.prescreen, json.dumps(data, indent=2))
     return data
 
 

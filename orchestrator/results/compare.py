@@ -143,7 +143,7 @@ def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Write ``path`` so that it is always either the old or the new whole document."""
-    files.write_text(path, json.dumps(data, indent=2))
+    files.write_whole(path, json.dumps(data, indent=2))
 
 
 # ---- what the rounds say ---------------------------------------------------------------------------

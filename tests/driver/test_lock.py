@@ -53,3 +53,19 @@ def test_a_driver_killed_with_sigkill_frees_the_lock_at_once(tmp_path):
     with DriverLock(tmp_path / "driver.lock") as lock:
         assert lock.held
     assert not (tmp_path / "driver.lock").exists()
+
+
+def test_a_full_disk_refuses_the_lock_in_one_line_and_leaves_no_lock_file(tmp_path):
+    """The owner line cannot be written (a full tmpfs): the one line every refused write gives,
+    and no empty lock file naming nobody is left behind."""
+    from conftest import fill_disk, mounted_tmpfs
+    from orchestrator.core.errors import StorageWriteError
+
+    with mounted_tmpfs(tmp_path / "disk", "64k") as disk:
+        (disk / "study").mkdir()
+        fill_disk(disk)
+        with pytest.raises(StorageWriteError) as info:
+            DriverLock(disk / "study" / "driver.lock").acquire()
+        assert str(info.value).startswith(f"cannot write to {disk / 'study'}: No space left on device "
+                                          "(writing driver.lock); free space there")
+        assert list((disk / "study").iterdir()) == []

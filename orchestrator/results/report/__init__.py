@@ -12,8 +12,10 @@
                     (``report.sections``)
     report.html     the same content, self-contained (plots embedded as base64 PNG)
 
-The report is built once as a list of blocks (``report.document``) and rendered to
-Markdown and to HTML, so the two always say the same thing.
+Every file is written whole or not at all (``core.files.write_whole``): a full disk leaves the
+previous report as it was and says so in one line. The report is built once as a list of
+blocks (``report.document``) and rendered to Markdown and to HTML, so the two always say the
+same thing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core import files
 from orchestrator.core.records import TrialRow
 from orchestrator.core.study_dir import StudyDir
 from orchestrator.results.export import resolve_backend
@@ -52,7 +55,7 @@ def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: 
     written: list[Path] = []
 
     csv_path = StudyDir(report_dir).trials_csv
-    trials_frame(rows).to_csv(csv_path, index=False)
+    files.write_whole(csv_path, trials_frame(rows).to_csv(index=False))
     written.append(csv_path)
 
     effects, notes = knob_effects(rows)
@@ -65,9 +68,9 @@ def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: 
     blocks, _summary_dict = build_blocks(job, rows, report_dir, backend, bandwidth_bytes_s, allreduce_latency_s,
                                          importance=(effects, notes), plan=plan)
     md_path = StudyDir(report_dir).report_md
-    md_path.write_text(render_markdown(blocks))
+    files.write_whole(md_path, render_markdown(blocks))
     images = {path.name: path.read_bytes() for path in plots}
     html_path = StudyDir(report_dir).report_html
-    html_path.write_text(render_html(blocks, images, f"ncclsweep report: {getattr(job, 'study', '')}"))
+    files.write_whole(html_path, render_html(blocks, images, f"ncclsweep report: {getattr(job, 'study', '')}"))
     written += [md_path, html_path]
     return written

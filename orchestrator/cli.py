@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the best at level N of the job's objective (objective.concurrency)")
     which.add_argument("--mix", action="store_true", help="the best for the job's traffic mix (objective.weights)")
     s.add_argument("-o", "--output", help="write to this file instead of stdout")
+    s.add_argument("--host", default="0.0.0.0", help="the address the exported server listens on (cmd; default "
+                   "0.0.0.0: every network interface of the machine)")
+    s.add_argument("--port", type=int, default=8000, help="the port the exported server listens on (cmd; "
+                   "default 8000)")
 
     s = command("report", "write the study's report (markdown, html, csv, plots) into its folder")
     s.add_argument("job")
@@ -354,8 +358,13 @@ def cmd_export(args) -> int:
     job = _load(args.job)
     if args.top < 1:
         raise BadInput(f"--top must be >= 1, not {args.top}")
+    if not 1 <= args.port <= 65535:
+        raise BadInput(f"--port must be 1-65535, not {args.port}")
+    if not args.host.strip() or any(c.isspace() for c in args.host):
+        raise BadInput(f"--host must be an address such as 127.0.0.1 or 0.0.0.0, not {args.host!r}")
     rows = trial_rows(open_study(job, create=False))
-    text = export(job, rows, args.format, top=args.top, level=args.concurrency, mix=args.mix)
+    text = export(job, rows, args.format, top=args.top, level=args.concurrency, mix=args.mix, host=args.host,
+                  port=args.port)
     if args.output:
         from orchestrator.core.files import write_whole
 

@@ -5,17 +5,24 @@ COMPLETE, counted, never a config that failed the correctness gate) as
 
 - ``env``        KEY=VALUE lines for ``docker run --env-file`` and systemd ``EnvironmentFile``:
                  the job's fixed ``env`` plus the config's environment delta (what the
-                 backend's ``launch_spec`` sets). Settings that are not environment variables
-                 (``tp_size``, ``graph_capture``, backend flags) are listed in a comment.
+                 backend's ``launch_spec`` sets). Its first line says it is the environment
+                 half and names what the launch command carries besides (``tp_size``,
+                 ``graph_capture``, backend flags).
 - ``yaml``/``json`` one document per config: ``config`` (the exact flat config, readable
                  back by ``load_config_file`` for ``ncclsweep bench --config``), ``env`` and
                  ``provenance``. ``--top K``: K YAML documents, or a JSON list of K objects.
-- ``cmd``        the full shell-quoted launch command (env assignments, then argv).
+- ``cmd``        the deploy artifact: a ``sh`` script of the full shell-quoted launch command
+                 (env assignments, then argv), its header saying the address it listens on
+                 (``host``/``port``, default 0.0.0.0:8000: every interface).
 - ``nccl-tuner`` a rules file for NCCL's example tuner plugin (see ``nccl_tuner_rules``).
 
 Line formats (env, cmd, nccl-tuner) carry provenance in ``#`` comments; with ``--top K``
 they hold K numbered blocks of which only the first is active and the others are
-commented out (an env file or a first-match rules file cannot hold alternatives).
+commented out (an env file or a first-match rules file cannot hold alternatives). Whatever
+a study's strings hold (a version, a path, a host name, a param value), every physical line
+is a comment or what the format says: a comment is one line (``_comment``), every line of
+a commented alternative is commented, an env line is one ``KEY=VALUE`` (a name or value that
+cannot be one is left out, and said so), and a launch line's words are shell-quoted.
 
 Provenance of every export: backend kind and version, NCCL/CUDA/driver versions, GPU
 model and topology (from the trial's ``nccl`` and ``node`` records when present), model

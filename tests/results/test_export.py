@@ -466,3 +466,32 @@ def test_the_documents_carry_the_hostile_strings_as_data(hostile, fmt, tmp_path)
     assert [load_config_file(path, rank=i + 1) for i in range(3)] == [r.params for r in rows[:3]]
     assert docs[0]["provenance"]["backend"]["version"] == f"1.0\n{PWN} #"
     assert docs[0]["provenance"]["storage"] == job.storage
+
+
+def test_the_cmd_export_says_where_it_listens_and_takes_host_and_port(tmp_path, capsys):
+    """`export --format cmd` is a sh script whose header says the address it binds (0.0.0.0:8000
+    by default: every interface); --host/--port write it for another address."""
+    from orchestrator.cli import main
+
+    job_path = write_job(tmp_path, study="where")
+    job = load_job(job_path)
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
+    policy = fx.SearchPolicy(study, fx.Space(), lambda c: dict(c), baseline=None, budget=None)
+    config = {"tp_size": 1, "backend.threads": 1}
+    fx.record(study, policy, config, fx.ok(config, 20.0), baseline=True,
+              choices={"tp_size": [1], "backend.threads": [1]})
+    assert main(["export", str(job_path), "--format", "cmd"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "#!/bin/sh" and "the deploy artifact" in lines[1]
+    assert lines[2].startswith("# the server listens on 0.0.0.0:8000 (every network interface of this machine)")
+    argv = shlex.split([ln for ln in lines if ln and not ln.startswith("#")][0])
+    assert argv[argv.index("--host") + 1] == "0.0.0.0" and argv[argv.index("--port") + 1] == "8000"
+    assert main(["export", str(job_path), "--format", "cmd", "--host", "127.0.0.1", "--port", "9001"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("# the server listens on 127.0.0.1:9001;")
+    argv = shlex.split([ln for ln in lines if ln and not ln.startswith("#")][0])
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "9001"
+    for bad_args in (["--port", "0"], ["--port", "70000"], ["--host", "a b"], ["--host", ""]):
+        assert main(["export", str(job_path), "--format", "cmd", *bad_args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and ("--port must be 1-65535" in err[0] or "--host must be an address" in err[0]), err

@@ -30,7 +30,9 @@ verifier: every token after the first is a draft the target would not have chose
 greedy text (streamed or not) differs from the same server without speculation.
 
 Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
-``--ready-after S``, ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
+``--ready-after S``, ``--warming S`` (``/health`` 200 at once, but completions answered
+``503`` with ``Retry-After: 1`` for S seconds: a server warming up behind a healthy health
+check, or a proxy in front of one), ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
 logprobs answered with 400, like a server that does not support them).
 
 A process tree like a real engine's (flags): ``--workers N`` starts N worker processes
@@ -123,9 +125,11 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     # ---- helpers ----------------------------------------------------------------------
-    def _json(self, status: int, obj: object) -> None:
+    def _json(self, status: int, obj: object, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(obj).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -171,6 +175,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if not self._ready():
             self._json(503, {"error": {"message": "server is starting", "code": 503}})
+            return
+        if time.monotonic() < self.server.serving_at:  # type: ignore[attr-defined]
+            self._json(503, {"error": {"message": "warming up", "code": 503}}, {"Retry-After": "1"})
             return
         model = body.get("model")
         if model != self.server.model:  # type: ignore[attr-defined]
@@ -367,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="fake")
     p.add_argument("--token-delay", type=float, default=0.01)
     p.add_argument("--ready-after", type=float, default=0.0)
+    p.add_argument("--warming", type=float, default=0.0)
     p.add_argument("--crash-on-start", type=int, default=None, metavar="CODE")
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--no-logprobs", action="store_true")
@@ -395,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     httpd.token_delay = a.token_delay  # type: ignore[attr-defined]
     httpd.no_logprobs = a.no_logprobs  # type: ignore[attr-defined]
     httpd.ready_at = time.monotonic() + a.ready_after  # type: ignore[attr-defined]
+    httpd.serving_at = time.monotonic() + a.warming  # type: ignore[attr-defined]
     httpd.spec_tokens = a.spec_tokens  # type: ignore[attr-defined]
     httpd.spec_overhead = a.spec_overhead  # type: ignore[attr-defined]
     httpd.spec_corrupt = a.spec_corrupt  # type: ignore[attr-defined]

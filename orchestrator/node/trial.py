@@ -30,6 +30,7 @@ from orchestrator.node.hwprobe import memory_bandwidth, node_info
 from orchestrator.node.measure import measure
 from orchestrator.node.preflight import resolve
 from orchestrator.node.server import (
+    PortTaken,
     ReadyTimeout,
     ServerExited,
     ServerFailed,
@@ -128,6 +129,8 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         server_info = asdict(record)
         try:
             proc.wait_ready(spec.server.startup_timeout_s, stall_s=spec.server.stall_s)
+            # healthy is not yet serving: a 503 (warming up) waits, within what is left of the start-up budget
+            proc.wait_serving(spec.server.startup_timeout_s - (time.monotonic() - t0))
         except ServerStalled as exc:
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
@@ -141,12 +144,17 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         except ServerExited as exc:
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
+            foreign = proc.foreign_listener()  # it died because another process holds its port
+            if foreign is not None:
+                return failed(FailureKind.ENV_ERROR, str(PortTaken(launch.host, port, foreign)))
             return failed(FailureKind.START_CRASH, f"server exited with code {exc.returncode} before it was ready")
-        except ReadyTimeout:
+        except ReadyTimeout as exc:
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
             return failed(FailureKind.START_TIMEOUT,
-                          f"not ready after {spec.server.startup_timeout_s:.0f}s (health never answered 200)")
+                          f"not ready after {spec.server.startup_timeout_s:.0f}s ({exc.why})")
+        except PortTaken as exc:  # another process answers on the port: not the config's fault
+            return failed(FailureKind.ENV_ERROR, str(exc))
         timing["launch_s"] = time.monotonic() - t0
         if cancel.is_set():
             return failed(FailureKind.INTERRUPTED, "stopped by the user")
@@ -191,6 +199,10 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
                     return _bench_failure(failed, proc, None, second["error"])
                 outputs = {"reference": True, "first": outputs, "second": second}
         timing["check_s"] = time.monotonic() - t0
+        try:  # what was measured was this server: the port is still its tree's
+            proc.raise_if_port_taken()
+        except PortTaken as exc:
+            return failed(FailureKind.ENV_ERROR, f"{exc}, found after the benchmark")
         outcome = PRUNED if pruned else COMPLETE
         reason = None
         if pruned:

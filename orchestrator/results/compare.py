@@ -69,8 +69,10 @@ def launched(job: Job, config: dict, label: str, log_name: str) -> Iterator[Any]
                                      str(folder.servers))
     try:
         proc.start()
+        started = time.monotonic()
         try:
             proc.wait_ready(job.timeouts.startup_s)
+            proc.wait_serving(job.timeouts.startup_s - (time.monotonic() - started))
         except ServerError as exc:
             raise RuntimeFailure(f"compare: the {label} config did not start ({exc}); log: {log_path}") from None
         yield launch

@@ -283,6 +283,12 @@ def cmd_validate(args) -> int:
     print(f"{args.job}: ok — study {job.study!r}, backend {job.backend.kind}, "
           f"{len(job.space.params)} params, {size if size is not None else 'unbounded'} configs, "
           f"storage {job.storage}")
+    from orchestrator.config.prompts import degenerate
+
+    problem = degenerate(job.bench.prompts)
+    if problem:  # said before anything is launched (run says it again)
+        print(f"{args.job}: warning: the decode prompts ({job.bench.prompts_from}) would misrank configs: {problem}",
+              file=sys.stderr)
     if args.commands:
         import dataclasses
 

@@ -106,6 +106,8 @@ class TrialResult:
     # where the start-up's time went: spawn -> first log line -> ready, and the engine's own
     # phases its log names (weights, compile with cache hit or miss, graph capture, ...)
     startup_phases: dict[str, Any] = field(default_factory=dict)
+    # the decode prompts it was measured on (``config.prompts.fingerprint``: hash, count, lengths)
+    prompt_set: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.outcome not in (COMPLETE, FAIL, PRUNED):
@@ -176,6 +178,8 @@ class TrialRow:
     mean_accepted_length: float | None = None
     # where the start-up's time went (``TrialResult.startup_phases``)
     startup_phases: dict[str, Any] = field(default_factory=dict)
+    # the decode prompts it was measured on (``TrialResult.prompt_set``; empty: recorded before)
+    prompt_set: dict[str, Any] = field(default_factory=dict)
     # measurements of this row's config that ``history.best_rows`` ranked it by (not a trial field)
     n_measurements: int = 1
 

@@ -28,6 +28,7 @@ from typing import Any, Literal, TextIO
 
 import optuna
 
+from orchestrator.config import prompts as decode_prompts
 from orchestrator.config.yaml_input import display_path
 from orchestrator.core import correctness, golden_check, logs, outcome
 from orchestrator.core.errors import BadInput, CircuitOpen, RuntimeFailure, StorageWriteError, is_file_write_failure
@@ -160,6 +161,7 @@ class StudyDriver:
         self.consecutive_env_failures = 0
         self._repeat_no = 0
         self._empty_study: tuple[optuna.Study, bool] | None = None  # a study this run created, still empty
+        self.prompt_set = storage.prompt_fingerprint(job) or {}  # what every trial is measured on
 
     def make_executor(self) -> Executor:
         if self._executor is None:
@@ -219,6 +221,7 @@ class StudyDriver:
                                                      else s / max(1, executor.slots))
             self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config
             self.say(f"study {job.study!r} of {job.path}: results in {display_path(self.report_dir)}")
+            self._warn_degenerate_prompts()
             self._recover(executor, policy)
             if self.trials is not None and policy.budget_used() >= self.trials:
                 self.say(f"budget reached: {policy.budget_used()} of {self.trials} trials already ran")
@@ -396,8 +399,19 @@ class StudyDriver:
             if need_reference:
                 return
 
+    def _warn_degenerate_prompts(self) -> None:
+        """A prompt set that would flatter a config is said before anything is launched."""
+        bench = self.job.bench
+        problem = decode_prompts.degenerate(bench.prompts)
+        if problem:
+            log.warning("the decode prompts (%s) would misrank configs: %s; measure on your own traffic "
+                        "(bench.prompts: FILE) or the bundled set (leave bench.prompts out)", bench.prompts_from,
+                        problem)
+
     def _collect(self, run: _Loop, launch: Launch, result: TrialResult) -> None:
-        """A launch is back: store it as what it was (a repeat, the reference, a trial)."""
+        """A launch is back: store it as what it was (a repeat, the reference, a trial), with the
+        prompt set it was measured on."""
+        result = dataclasses.replace(result, prompt_set=dict(self.prompt_set))
         for text in result.warnings:  # the trial's warnings (its actor's logged ones included) into driver.log
             log.warning("%s: %s", launch.label, text)
         if launch.kind == "repeat":

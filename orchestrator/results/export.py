@@ -26,7 +26,9 @@ cannot be one is left out, and said so), and a launch line's words are shell-quo
 
 Provenance of every export: backend kind and version, NCCL/CUDA/driver versions, GPU
 model and topology (from the trial's ``nccl`` and ``node`` records when present), model
-path, study, storage, trial number, measured value and spread, the baseline and ratio, and
+path, study, storage, trial number, measured value and spread, the decode prompts it was
+measured on (``prompts``: hash, count, lengths; None for a trial recorded before), the baseline
+and ratio, and
 for a speculative config what the server counted: ``acceptance_rate`` and
 ``mean_accepted_length`` (None for a config that reported none).
 
@@ -54,6 +56,7 @@ import yaml
 import orchestrator
 from orchestrator.backends import get_backend_class
 from orchestrator.backends.base import Backend
+from orchestrator.config import prompts as decode_prompts
 from orchestrator.config.yaml_input import load_yaml_documents, read_text_bounded
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.golden_check import disputed
@@ -225,6 +228,7 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
         "baseline_trial": base.number if base else None,
         "baseline_tok_s": base_value,
         "x_baseline": (row.value / base_value) if base_value and row.value is not None else None,
+        "prompts": row.prompt_set or None,  # the decode prompts the figures were measured on
         "acceptance_rate": row.acceptance_rate,
         "mean_accepted_length": row.mean_accepted_length,
         "backend": {"kind": _backend_kind(job, backend), "version": _safe_version(backend)},
@@ -293,6 +297,7 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
         f"study {_one_line(prov['study'])}, trial {prov['trial']}, measured {_one_line(prov['measured_at'])}"
         f" on {_one_line(prov['node'] or 'unknown node')}",
         f"value: {value:.3f} tok/s single-request decode{spread}{ratio}",
+        f"measured on the decode prompts: {decode_prompts.describe(prov.get('prompts'))}",
         f"backend: {_one_line(be['kind'])} {_one_line(be['version'] or '(version unknown)')}; "
         f"model: {_one_line(prov['model'])}",
         f"NCCL {_one_line(prov['nccl_version'])}; CUDA {_one_line(prov['cuda_version'])}; "

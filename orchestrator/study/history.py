@@ -195,6 +195,7 @@ def _row(trial: FrozenTrial, ua: dict[str, Any]) -> TrialRow:
         acceptance_rate=_num(metrics.get("acceptance_rate")),
         mean_accepted_length=_num(metrics.get("mean_accepted_length")),
         startup_phases=dict(ua.get("startup_phases") or {}),
+        prompt_set=dict(ua.get("prompt_set") or {}),
     )
 
 

@@ -283,12 +283,8 @@ def cmd_validate(args) -> int:
     print(f"{args.job}: ok — study {job.study!r}, backend {job.backend.kind}, "
           f"{len(job.space.params)} params, {size if size is not None else 'unbounded'} configs, "
           f"storage {job.storage}")
-    from orchestrator.config.prompts import degenerate
-
-    problem = degenerate(job.bench.prompts)
-    if problem:  # said before anything is launched (run says it again)
-        print(f"{args.job}: warning: the decode prompts ({job.bench.prompts_from}) would misrank configs: {problem}",
-              file=sys.stderr)
+    for advice in job.advice:  # valid, but likely not meant (run says it again before it launches anything)
+        print(f"{args.job}: warning: {advice}", file=sys.stderr)
     if args.commands:
         import dataclasses
 

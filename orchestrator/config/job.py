@@ -48,7 +48,7 @@ what ``load_job`` accepts, so keep one key per line with its meaning::
     timeouts:
       startup: 120s                   # spawn to healthy; longer is FAIL start-timeout
       stall: 10m                      # tree alive, no log output and not healthy (or a stream silent) this
-                                      # long: FAIL hang
+                                      # long: FAIL hang (a start only when below startup: validate says so)
       bench: 60s                      # the whole benchmark of one trial; longer is FAIL bench-timeout
       teardown: 10s                   # SIGTERM grace before SIGKILL of the server's process group
     ray:
@@ -119,6 +119,7 @@ from orchestrator.config.sampler_options import SAMPLER_NAMES
 from orchestrator.config.space import SearchSpace, env_str, env_value, space_from_dict
 from orchestrator.config.yaml_input import Section, did_you_mean, display_path, read_yaml_mapping, shown, type_name
 from orchestrator.core.ceiling import parse_bandwidth
+from orchestrator.core.durations import format_duration
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO
 from orchestrator.core.study_dir import StudyDir
@@ -292,6 +293,9 @@ class Job:
     space_path: Path | None = None  # absolute path of the space file
     baseline_given: bool = False  # the job had a `baseline:` (else: backend defaults)
     description: str | None = None
+    # what is valid but likely not what the user meant, said by validate and before run launches
+    # anything (``advice``): a prompt set that would misrank configs, a stall limit no start can reach
+    advice: tuple[str, ...] = ()
     _backend: Any = field(default=None, compare=False, repr=False)
 
     def baseline_config(self) -> dict[str, Any]:
@@ -392,6 +396,7 @@ def load_job(path: str | os.PathLike) -> Job:
     bench = _bench(top, job_path)
     objective = _objective(top)
     timeouts = _timeouts(top)
+    advice = _advice(top, bench, timeouts)
     ray = _ray(top)
     sampler = _sampler(top)
     allow_unsafe = top.flag("allow_unsafe_nccl", False)
@@ -468,7 +473,7 @@ def load_job(path: str | os.PathLike) -> Job:
                remeasure=remeasure, max_consecutive_failures=max_failures, pruning=pruning,
                constraints=outcome_constraints, hardware=hardware, prescreen=prescreen, objective=objective,
                space_path=space_path,
-               baseline_given=baseline_given, description=description, _backend=backend)
+               baseline_given=baseline_given, description=description, advice=advice, _backend=backend)
 
 
 @dataclass(frozen=True)
@@ -669,6 +674,22 @@ def _timeouts(top: Section) -> Timeouts:
     sec = top.section("timeouts", ("startup", "bench", "teardown", "stall"))
     return Timeouts(startup_s=sec.duration("startup", "120s"), bench_s=sec.duration("bench", "60s"),
                     teardown_s=sec.duration("teardown", "10s"), stall_s=sec.duration("stall", "10m"))
+
+
+def _advice(top: Section, bench: BenchSettings, timeouts: Timeouts) -> tuple[str, ...]:
+    """What the job allows but likely does not mean (``Job.advice``), one line each."""
+    out = []
+    problem = decode_prompts.degenerate(bench.prompts)
+    if problem:
+        out.append(f"the decode prompts ({bench.prompts_from}) would misrank configs: {problem}; measure on your own "
+                   "traffic (bench.prompts: FILE) or the bundled set (leave bench.prompts out)")
+    given = (top.data.get("timeouts") or {}) if isinstance(top.data.get("timeouts"), Mapping) else {}
+    if "stall" in given and timeouts.stall_s > timeouts.startup_s:  # the default stall (10m) guards streams only
+        out.append(f"timeouts.stall ({format_duration(timeouts.stall_s)}) is longer than timeouts.startup "
+                   f"({format_duration(timeouts.startup_s)}): a start that hangs ends at the start-up limit as "
+                   "start-timeout, never as hang; the stall still ends a benchmark stream silent that long (set it "
+                   "below timeouts.startup for a silent start to end as hang, sooner)")
+    return tuple(out)
 
 
 def _ray(top: Section) -> RaySettings:

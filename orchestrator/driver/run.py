@@ -28,7 +28,6 @@ from typing import Any, Literal, TextIO
 
 import optuna
 
-from orchestrator.config import prompts as decode_prompts
 from orchestrator.config.yaml_input import display_path
 from orchestrator.core import correctness, golden_check, logs, outcome
 from orchestrator.core.errors import BadInput, CircuitOpen, RuntimeFailure, StorageWriteError, is_file_write_failure
@@ -221,7 +220,7 @@ class StudyDriver:
                                                      else s / max(1, executor.slots))
             self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config
             self.say(f"study {job.study!r} of {job.path}: results in {display_path(self.report_dir)}")
-            self._warn_degenerate_prompts()
+            self._warn_advice()
             self._recover(executor, policy)
             if self.trials is not None and policy.budget_used() >= self.trials:
                 self.say(f"budget reached: {policy.budget_used()} of {self.trials} trials already ran")
@@ -399,14 +398,10 @@ class StudyDriver:
             if need_reference:
                 return
 
-    def _warn_degenerate_prompts(self) -> None:
-        """A prompt set that would flatter a config is said before anything is launched."""
-        bench = self.job.bench
-        problem = decode_prompts.degenerate(bench.prompts)
-        if problem:
-            log.warning("the decode prompts (%s) would misrank configs: %s; measure on your own traffic "
-                        "(bench.prompts: FILE) or the bundled set (leave bench.prompts out)", bench.prompts_from,
-                        problem)
+    def _warn_advice(self) -> None:
+        """What the job allows but likely does not mean (``Job.advice``), said before anything is launched."""
+        for advice in getattr(self.job, "advice", ()):
+            log.warning("%s", advice)
 
     def _collect(self, run: _Loop, launch: Launch, result: TrialResult) -> None:
         """A launch is back: store it as what it was (a repeat, the reference, a trial), with the

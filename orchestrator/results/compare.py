@@ -380,7 +380,14 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
     """Relaunch the baseline and the plan's configs (the best at each level of the objective,
     the mix's best) in interleaved rounds, each launch measured at every level as a trial is;
     ``compare-plan.json`` is rewritten after every launch (as ``compare.json``). Returns the
-    table (``format_compare_plan``)."""
+    table (``format_compare_plan``). A job of one level has no plan: BadInput, before anything
+    is read or launched."""
+    if not job.objective.is_plan:
+        levels = ", ".join(map(str, job.objective.concurrency))
+        raise BadInput(f"compare --plan compares the best configs of several levels, and this job's objective has "
+                       f"one (objective.concurrency: {levels}); use `ncclsweep compare {job.path} --concurrency "
+                       f"1,2,10` for the baseline against the best at several concurrencies",
+                       file=str(job.path), key="objective.concurrency")
     rows = trial_rows(open_study(job, create=False))
     plan = build_plan(rows, job.objective)
     base = plan.baseline

@@ -305,3 +305,20 @@ def test_a_new_study_is_not_started_among_other_files(tmp_path):
     db.mkdir()
     (db / "s.db").write_text("")  # a study stored in sqlite in its own folder
     assert load_job(write({"report_dir": "db", "storage": "sqlite:///db/s.db"})).report_dir == db
+
+
+def test_a_stall_limit_no_start_can_reach_is_said_by_validate(capsys):
+    """timeouts.stall written longer than timeouts.startup is valid (it still ends a silent
+    benchmark stream) but can never end a start: validate says so (exit 0); the default stall
+    (10m, over the default 2m start) and a stall below the start say nothing."""
+    from orchestrator.cli import main
+
+    write({"timeouts": {"startup": "5m", "stall": "15m"}})
+    assert main(["validate", "job.yaml"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["job.yaml: warning: timeouts.stall (15m) is longer than timeouts.startup (5m): a start that hangs "
+                   "ends at the start-up limit as start-timeout, never as hang; the stall still ends a benchmark "
+                   "stream silent that long (set it below timeouts.startup for a silent start to end as hang, "
+                   "sooner)"], err
+    for timeouts in ({}, {"startup": "30m", "stall": "5m"}, {"startup": "60s"}):
+        assert load_job(write({"timeouts": timeouts})).advice == ()

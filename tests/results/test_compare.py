@@ -57,6 +57,22 @@ def test_compare_also_the_baseline_is_one_line_before_any_launch(tmp_path, capsy
     assert not (tmp_path / "reports" / "demo" / "compare.json").exists()  # nothing measured, nothing written
 
 
+def test_compare_plan_of_a_single_level_study_refuses_before_any_launch(tmp_path, capsys):
+    """A study of one level has no plan to compare: one line (exit 2) saying what to run, and
+    nothing launched or written (it used to start relaunching the baseline)."""
+    from conftest import write_job
+
+    fx.build_study(tmp_path)
+    job = write_job(tmp_path, study="demo")
+    assert main(["compare", str(job), "--plan"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"ncclsweep: error: {job}: objective.concurrency: compare --plan compares the best configs of "
+                   "several levels, and this job's objective has one (objective.concurrency: 1); use `ncclsweep "
+                   f"compare {job} --concurrency 1,2,10` for the baseline against the best at several concurrencies"]
+    assert not (tmp_path / "reports" / "demo" / "compare-plan.json").exists()
+    assert not (tmp_path / "reports" / "demo" / "compare-logs").exists()  # no server launched
+
+
 @pytest.mark.parametrize("number", [3, 6, 11, 99])  # wrong output, stopped early, running, absent
 def test_also_refuses_a_trial_that_is_not_a_ranked_measurement(rows, number):
     with pytest.raises(BadInput, match=rf"trial {number} is not a measured, ranked trial.*ranked trials: "):

@@ -340,8 +340,12 @@ def cmd_status(args) -> int:
 
     job = _load(args.job)
     rows = trial_rows(open_study(job, create=False))
+    orphaned = _orphaned_trials(job, rows)
     if args.json:
         print(json.dumps([r.to_json() for r in rows], indent=2, default=str))
+        if orphaned:
+            print(orphaned, file=sys.stderr)
+        return 0
     elif job.objective.is_plan:
         from orchestrator.study.plan import build_plan, format_plan
 
@@ -349,7 +353,28 @@ def cmd_status(args) -> int:
         print(format_plan(build_plan(rows, job.objective)))
     else:
         print(format_status(rows))
+    if orphaned:
+        print(orphaned)
     return 0
+
+
+def _orphaned_trials(job, rows) -> str | None:
+    """The line for RUNNING trials no live driver runs (it was killed: nothing recorded how they
+    ended), from the study's lock: ``driver.lock.holder``; None when a driver runs them."""
+    from orchestrator.driver.lock import DriverLock, holder
+
+    running = [r.number for r in rows if r.state == "RUNNING" and not r.skipped]
+    if not running or holder(job.dir.lock) is not None:
+        return None
+    owner = DriverLock(job.dir.lock).owner() or {}
+    who = (f" (its driver, pid {owner.get('pid')} on {owner.get('host')}, is gone)"
+           if owner.get("pid") else " (its driver is gone)")
+    trials = ", ".join(f"#{n}" for n in running)
+    one = len(running) == 1
+    it, they, its = ("it", "it", "its config") if one else ("they", "them", "their configs")
+    return (f"note: {trials} {'is' if one else 'are'} RUNNING, but no driver runs the study{who}: it was stopped "
+            f"before it recorded how {it} ended; `ncclsweep run {job.path}` records {they} as interrupted and "
+            f"measures {its} again")
 
 
 def cmd_export(args) -> int:

@@ -23,6 +23,25 @@ from orchestrator.core.errors import StorageWriteError, StudyLocked
 from orchestrator.node.server import process_start_time
 
 
+def holder(path: Path) -> dict | None:
+    """The owner line of the live driver that holds the lock at ``path`` ({} when it holds it
+    without one yet), None when no driver holds it (none ever ran, it ended, or it was killed:
+    the kernel released its lock). Reads only: never creates the file nor keeps a lock."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return DriverLock(path).owner() or {}
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 class DriverLock:
     def __init__(self, path: Path):
         self.path = Path(path)

@@ -30,6 +30,7 @@ verifier: every token after the first is a draft the target would not have chose
 greedy text (streamed or not) differs from the same server without speculation.
 
 Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
+``--exit-after N`` (exit 0 as request N + 1 arrives: N answered, then gone),
 ``--ready-after S``, ``--warming S`` (``/health`` 200 at once, but completions answered
 ``503`` with ``Retry-After: 1`` for S seconds: a server warming up behind a healthy health
 check, or a proxy in front of one), ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
@@ -123,6 +124,18 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, fmt: str, *args: object) -> None:  # quiet; errors still go to stderr
         pass
+
+    def parse_request(self) -> bool:  # a request arrived (its line was read; not a closing keep-alive read)
+        server = self.server
+        with server.lock:  # type: ignore[attr-defined]
+            server.requests += 1  # type: ignore[attr-defined]
+            last = server.requests == server.exit_at  # type: ignore[attr-defined]
+        if last:  # --exit-after: a clean exit 0 as this request arrives (its connection closes unanswered)
+            print(f"fake server: exiting (0) at request {server.requests}", flush=True)  # type: ignore[attr-defined]
+            import os
+
+            os._exit(0)
+        return super().parse_request()
 
     # ---- helpers ----------------------------------------------------------------------
     def _json(self, status: int, obj: object, headers: dict[str, str] | None = None) -> None:
@@ -375,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--token-delay", type=float, default=0.01)
     p.add_argument("--ready-after", type=float, default=0.0)
     p.add_argument("--warming", type=float, default=0.0)
+    p.add_argument("--exit-after", type=int, default=0, metavar="N")
     p.add_argument("--crash-on-start", type=int, default=None, metavar="CODE")
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--no-logprobs", action="store_true")
@@ -404,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     httpd.no_logprobs = a.no_logprobs  # type: ignore[attr-defined]
     httpd.ready_at = time.monotonic() + a.ready_after  # type: ignore[attr-defined]
     httpd.serving_at = time.monotonic() + a.warming  # type: ignore[attr-defined]
+    httpd.requests, httpd.exit_at = 0, a.exit_after + 1 if a.exit_after else 0  # type: ignore[attr-defined]
     httpd.spec_tokens = a.spec_tokens  # type: ignore[attr-defined]
     httpd.spec_overhead = a.spec_overhead  # type: ignore[attr-defined]
     httpd.spec_corrupt = a.spec_corrupt  # type: ignore[attr-defined]

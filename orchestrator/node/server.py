@@ -114,18 +114,22 @@ class SpawnFailed(ServerError):
     """The server's argv could not be executed (missing binary, bad cwd, ...)."""
 
 
+def exit_text(returncode: int | None) -> str:
+    """How a process ended: ``exit code N`` or ``killed by SIGKILL``."""
+    if returncode is not None and returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
 class ServerExited(ServerError):
     """The server process exited before it became ready."""
 
     def __init__(self, returncode: int | None, log_tail: str = ""):
         self.returncode = returncode
-        if returncode is not None and returncode < 0:
-            try:
-                how = f"killed by {signal.Signals(-returncode).name}"
-            except ValueError:
-                how = f"killed by signal {-returncode}"
-        else:
-            how = f"exit code {returncode}"
+        how = exit_text(returncode)
         last = _last_line(log_tail)
         msg = f"server exited before it was ready ({how})"
         super().__init__(f"{msg}: {last}" if last else msg, log_tail=log_tail)
@@ -360,6 +364,17 @@ class ServerProcess:
     def alive(self) -> bool:
         """True while the first process runs (not exited, not reaped)."""
         return self.proc is not None and self.proc.poll() is None
+
+    def exited(self, within_s: float = 0.0) -> int | None:
+        """The first process's return code once it has exited, waiting up to ``within_s`` for it
+        (a stream that ended because its server is exiting ends a moment before the exit does);
+        None while it runs."""
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout=max(0.0, within_s))
+        except subprocess.TimeoutExpired:
+            return None
 
     @property
     def first_output_s(self) -> float | None:

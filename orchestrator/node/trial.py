@@ -38,6 +38,7 @@ from orchestrator.node.server import (
     ServerRegistry,
     ServerStalled,
     SpawnFailed,
+    exit_text,
     free_port,
 )
 from orchestrator.node.spec import TrialSpec
@@ -45,6 +46,7 @@ from orchestrator.node.spec import TrialSpec
 # Candidates per generated token in the correctness capture (the pick and its runner-up).
 NEAR_TIE_CANDIDATES = 2
 BENCHMARK_PHASE = "benchmark"  # where a stream that stopped was (``startup_phases.stalled_in``)
+EXIT_GRACE_S = 2.0  # how long a server whose stream broke is given to finish exiting, to say it exited
 
 
 def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
@@ -259,8 +261,10 @@ def _bench_failure(failed, proc: ServerProcess, decode, error: str | None = None
     error = error or (decode.error if decode is not None else "benchmark failed")
     if proc.fatal:
         return failed(FailureKind.BENCH_ERROR, f"{proc.fatal} during the benchmark ({error})")
-    if not proc.alive():
-        return failed(FailureKind.BENCH_ERROR, f"server died during the benchmark ({error})")
+    waited = stalled or (decode is not None and (decode.stalled or decode.timed_out))  # it was alive then
+    returncode = proc.exited(within_s=0.0 if waited else EXIT_GRACE_S)
+    if returncode is not None:  # what ended the stream: the server exited (a clean exit 0 too)
+        return failed(FailureKind.BENCH_ERROR, f"server exited during the benchmark ({exit_text(returncode)}): {error}")
     if stalled or (decode is not None and decode.stalled):
         return failed(FailureKind.HANG, f"a stream of the benchmark stopped: {error} (timeouts.stall; the server "
                       "was alive)", stalled_in=BENCHMARK_PHASE)

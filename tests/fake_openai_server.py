@@ -31,7 +31,8 @@ greedy text (streamed or not) differs from the same server without speculation.
 
 Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
 ``--exit-after N`` (exit 0 as request N + 1 arrives: N answered, then gone),
-``--ready-after S``, ``--warming S`` (``/health`` 200 at once, but completions answered
+``--crash-above N`` (exit 1 when more than N completions are in flight: a config that
+crashes only under load), ``--ready-after S``, ``--warming S`` (``/health`` 200 at once, but completions answered
 ``503`` with ``Retry-After: 1`` for S seconds: a server warming up behind a healthy health
 check, or a proxy in front of one), ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
 logprobs answered with 400, like a server that does not support them).
@@ -177,6 +178,21 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
+        with self.server.lock:  # type: ignore[attr-defined]
+            self.server.active += 1  # type: ignore[attr-defined]
+            crowd = self.server.active  # type: ignore[attr-defined]
+        try:
+            if self.server.crash_above and crowd > self.server.crash_above:  # type: ignore[attr-defined]
+                print(f"fake server: {crowd} requests at once: crashing", flush=True)
+                import os
+
+                os._exit(1)
+            self._post()
+        finally:
+            with self.server.lock:  # type: ignore[attr-defined]
+                self.server.active -= 1  # type: ignore[attr-defined]
+
+    def _post(self) -> None:
         try:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
@@ -389,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ready-after", type=float, default=0.0)
     p.add_argument("--warming", type=float, default=0.0)
     p.add_argument("--exit-after", type=int, default=0, metavar="N")
+    p.add_argument("--crash-above", type=int, default=0, metavar="N")
     p.add_argument("--crash-on-start", type=int, default=None, metavar="CODE")
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--no-logprobs", action="store_true")
@@ -419,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     httpd.ready_at = time.monotonic() + a.ready_after  # type: ignore[attr-defined]
     httpd.serving_at = time.monotonic() + a.warming  # type: ignore[attr-defined]
     httpd.requests, httpd.exit_at = 0, a.exit_after + 1 if a.exit_after else 0  # type: ignore[attr-defined]
+    httpd.active, httpd.crash_above = 0, a.crash_above  # type: ignore[attr-defined]
     httpd.spec_tokens = a.spec_tokens  # type: ignore[attr-defined]
     httpd.spec_overhead = a.spec_overhead  # type: ignore[attr-defined]
     httpd.spec_corrupt = a.spec_corrupt  # type: ignore[attr-defined]

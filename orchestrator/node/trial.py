@@ -169,7 +169,7 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         if not got.ok:
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during the benchmark")
-            return _bench_failure(failed, proc, got, limit_s=plan.timeout_s)
+            return _keep_measured(_bench_failure(failed, proc, got, limit_s=plan.timeout_s), got)
         pruned = got.pruned
         timing["warmup_s"] = got.warmup_s
         timing["bench_s"] = got.bench_s
@@ -242,6 +242,16 @@ def write_failure(exc: BaseException, folder: Path) -> StorageWriteError | None:
             return StorageWriteError(Path(seen.filename).parent if isinstance(seen.filename, str) else folder, seen)
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def _keep_measured(result: TrialResult, got) -> TrialResult:
+    """A benchmark that failed at one level keeps the levels it finished (a config fast at 1 and
+    crashing at 10 is both, in its record); none finished: nothing added."""
+    metrics = got.to_metrics()
+    finished = {level: record for level, record in metrics["levels"].items() if record["samples"]}
+    if finished:
+        result.metrics.update({**metrics, "levels": finished})
+    return result
 
 
 def _pruned_reason(got, thresholds, metrics: dict[str, Any]) -> str:

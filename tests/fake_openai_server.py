@@ -29,6 +29,13 @@ has no speculative-decoding counters. ``--spec-corrupt`` (with ``--spec-tokens``
 verifier: every token after the first is a draft the target would not have chosen, so the
 greedy text (streamed or not) differs from the same server without speculation.
 
+Load (flags): ``--ttft-delay S`` (every stream's first token S late), ``--stream-cost S``
+(each token of a stream takes S more per other stream in flight, as a batch slows each of its
+sequences: total tok/s at N streams is N / (delay + S x (N - 1))), ``--slow-after N:F`` (the
+streamed requests after the N-th are F times slower: a server that degrades mid-benchmark),
+``--fail-above N`` (a stream that would make more than N in flight is answered HTTP 500: a
+config that breaks under load).
+
 Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
 ``--exit-after N`` (exit 0 as request N + 1 arrives: N answered, then gone),
 ``--crash-above N`` (exit 1 when more than N completions are in flight: a config that
@@ -276,8 +283,36 @@ class Handler(BaseHTTPRequestHandler):
 
     def _stream(self, body: dict) -> None:
         fake = body.get("fake") or {}
-        delay = float(fake.get("token_delay", self.server.token_delay))  # type: ignore[attr-defined]
-        ttft = float(fake.get("ttft_delay", 0.0))
+        srv = self.server
+        delay = float(fake.get("token_delay", srv.token_delay))  # type: ignore[attr-defined]
+        ttft = float(fake.get("ttft_delay", srv.ttft_delay))  # type: ignore[attr-defined]
+        with srv.lock:  # type: ignore[attr-defined]
+            limit = srv.fail_above  # type: ignore[attr-defined]
+            if limit is not None and srv.in_flight >= limit:  # type: ignore[attr-defined]
+                refused = True
+            else:
+                refused = False
+                srv.streamed += 1  # type: ignore[attr-defined]
+            slow_n, slow_f = srv.slow_after  # type: ignore[attr-defined]
+            if slow_n is not None and srv.streamed > slow_n:  # type: ignore[attr-defined]
+                delay *= slow_f
+            if not refused:
+                srv.in_flight += 1  # type: ignore[attr-defined]
+        if refused:
+            self._json(500, {"error": {"message": f"more than {limit} streams at once", "code": 500}})
+            return
+        try:
+            self._stream_tokens(body, fake, delay, ttft)
+        finally:
+            with srv.lock:  # type: ignore[attr-defined]
+                srv.in_flight -= 1  # type: ignore[attr-defined]
+
+    def _token_delay(self, delay: float) -> float:
+        """One token's delay now: the base, plus ``--stream-cost`` per other stream in flight."""
+        cost = self.server.stream_cost  # type: ignore[attr-defined]
+        return delay + cost * max(0, self.server.in_flight - 1) if cost else delay  # type: ignore[attr-defined]
+
+    def _stream_tokens(self, body: dict, fake: dict, delay: float, ttft: float) -> None:
         hang_after = fake.get("hang_after")
         drop_after = fake.get("drop_after")
         malformed_after = fake.get("malformed_after")
@@ -308,7 +343,11 @@ class Handler(BaseHTTPRequestHandler):
                 self._chunk(b"data: [DONE]\n\n")
                 self._chunk(b"")
                 return
-            wait = t_first + i * delay - time.monotonic()
+            if self.server.stream_cost:  # type: ignore[attr-defined]
+                due = t_first if i == 0 else due + self._token_delay(delay)  # noqa: F821 - set at i == 0
+            else:
+                due = t_first + i * delay
+            wait = due - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
             last = i == n - 1
@@ -420,6 +459,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spec-overhead", type=float, default=0.1)
     p.add_argument("--spec-corrupt", action="store_true")
     p.add_argument("--helper-after", action="append", default=[], metavar="S:SECONDS")
+    p.add_argument("--ttft-delay", type=float, default=0.0)
+    p.add_argument("--stream-cost", type=float, default=0.0)
+    p.add_argument("--slow-after", default=None, metavar="N:F")
+    p.add_argument("--fail-above", type=int, default=None, metavar="N")
     a = p.parse_args(argv)
     if a.worker is not None:
         return _worker(a.worker, a.pid_dir, a.worker_dies_after)
@@ -442,6 +485,13 @@ def main(argv: list[str] | None = None) -> int:
     httpd.spec_corrupt = a.spec_corrupt  # type: ignore[attr-defined]
     httpd.spec = {"drafts": 0, "draft_tokens": 0, "accepted": 0}  # type: ignore[attr-defined]
     httpd.lock = threading.Lock()  # type: ignore[attr-defined]
+    httpd.ttft_delay = a.ttft_delay  # type: ignore[attr-defined]
+    httpd.stream_cost = a.stream_cost  # type: ignore[attr-defined]
+    httpd.in_flight = 0  # type: ignore[attr-defined]
+    httpd.fail_above = a.fail_above  # type: ignore[attr-defined]
+    httpd.streamed = 0  # type: ignore[attr-defined]
+    n, _, f = (a.slow_after or ":").partition(":")
+    httpd.slow_after = (int(n), float(f)) if n else (None, 1.0)  # type: ignore[attr-defined]
     print(f"fake server listening on {a.host}:{a.port}", flush=True)
     threading.current_thread().name = "fake-openai"
     try:

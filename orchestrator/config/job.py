@@ -38,7 +38,10 @@ what ``load_job`` accepts, so keep one key per line with its meaning::
       warmup: 1                       # untimed requests first
       repeats: 3                      # timed rounds (each prompt once per round); the median is the trial's tok/s
       max_repeats: 3                  # upper bound when target_rel_ci asks for more
-      target_rel_ci: null             # repeat until the median's CI half-width / median is below this
+      target_rel_ci: null             # more rounds of a level (any level) while its median's CI half-width /
+                                      # median is above this
+      waves: 3                        # at a level N > 1, each of the N streams sends this many requests back to
+                                      # back; the sample is the steady state between the first and the last wave
       concurrency: [1, 2, 10, 64]     # levels `compare` (and constraints) measure total tok/s at
     objective:
       concurrency: [1]                # levels the study tunes for: 1 is single-request decode tok/s, N > 1
@@ -168,6 +171,7 @@ class BenchSettings:
     max_repeats: int
     target_rel_ci: float | None
     concurrency: tuple[int, ...]
+    waves: int = 3  # requests each stream sends back to back at a level N > 1 (``node.measure``)
 
 
 @dataclass(frozen=True)
@@ -604,7 +608,7 @@ def _budget(top: Section) -> Budget:
 
 def _bench(top: Section, job_path: Path) -> BenchSettings:
     sec = top.section("bench", ("prompts", "prompt", "output_tokens", "warmup", "repeats", "max_repeats",
-                                "target_rel_ci", "concurrency"))
+                                "target_rel_ci", "waves", "concurrency"))
     if sec.data.get("prompts") is not None and sec.data.get("prompt") is not None:
         raise sec.bad("prompt", "give prompts (a file of decode prompts) or prompt (one prompt), not both")
     file = sec.text("prompts", None, none_ok=True)
@@ -622,6 +626,7 @@ def _bench(top: Section, job_path: Path) -> BenchSettings:
     if max_repeats < repeats:
         raise sec.bad("max_repeats", f"must be >= repeats ({repeats}), not {max_repeats}")
     target = sec.number("target_rel_ci", None, above=0, at_most=1, none_ok=True)
+    waves = sec.integer("waves", 3, low=1)
     conc = sec.raw("concurrency", list(DEFAULT_CONCURRENCY))
     if conc is None:
         conc = []
@@ -633,7 +638,8 @@ def _bench(top: Section, job_path: Path) -> BenchSettings:
         if c in conc[:i]:
             raise sec.bad(f"concurrency[{i}]", f"duplicate level {c}; levels must be unique")
     return BenchSettings(prompts=prompts, prompts_from=source, output_tokens=output_tokens, warmup=warmup,
-                         repeats=repeats, max_repeats=max_repeats, target_rel_ci=target, concurrency=tuple(conc))
+                         repeats=repeats, max_repeats=max_repeats, target_rel_ci=target, concurrency=tuple(conc),
+                         waves=waves)
 
 
 def _objective(top: Section) -> Objective:

@@ -15,9 +15,10 @@ into the *final* outcome the study records, in this order, each step a
 4. the job's outcome constraints: a COMPLETE trial below ``min_ratio`` x the baseline at
    a constrained concurrency stays COMPLETE but carries ``constraint_violations``;
 5. what the failure means for the study (``Final``): a failure that is not the config's
-   fault (``interrupted``, ``node-lost``, ``env-error``) and the *first* timeout of a
-   config are blameless: not counted, never the config's cached answer, never banned,
-   told to Optuna as FAIL (the sampler ignores it) and re-queued once. Every other
+   fault (``interrupted``, ``node-lost``, ``env-error``), a timeout while other work took
+   half the host's CPUs (``busy_host``) and the *first* timeout of a config are blameless:
+   not counted, never the config's cached answer, never banned, told to Optuna as FAIL
+   (the sampler ignores it) and re-queued once. Every other
    failure is the config's: counted, cached, banned.
 
 ``rankable(rows)`` is the one rule for which trials may be ranked (the driver's best so
@@ -34,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.core import correctness, golden_check
+from orchestrator.core.measurement import Measurement
 from orchestrator.core.records import (
     COMPLETE,
     FAIL,
@@ -53,6 +55,7 @@ from orchestrator.core.records import (
 # tables, 0.7 spent ~10% more repeats. (The job's ``pruning.min_ratio`` sets it per study.)
 DEFAULT_PRUNE_RATIO = 0.8
 FIRST_TIMEOUT_NOTE = "first timeout of this config: re-queued once to see whether it reproduces"
+BUSY_HOST_NOTE = "a timeout on a busy host says more about its neighbours than about the config: re-queued"
 
 # Lines in a server's log that put the failure on the node, not the config (lower case),
 # and what the user should fix. Out-of-memory is not here: a config (batch size, memory
@@ -98,6 +101,13 @@ def interrupted(result: TrialResult, reason: str) -> TrialResult:
     return replace(result, outcome=FAIL, failure_kind=FailureKind.INTERRUPTED, failure_reason=reason)
 
 
+def busy_host(result: TrialResult) -> bool:
+    """Other work took at least half the host's CPUs while the trial was measured
+    (``core.measurement.HostLoad.busy``)."""
+    host = result.measurement.host if result.measurement is not None else None
+    return host is not None and host.busy
+
+
 def environment_cause(result: TrialResult) -> str | None:
     """What in the log puts this failure on the node (None: nothing does)."""
     if result.outcome != FAIL or result.failure_kind not in _LOG_KINDS:
@@ -121,17 +131,15 @@ def gate(result: TrialResult, golden) -> TrialResult:
                    failure_reason=verdict["reason"], correctness=verdict, metrics=metrics)
 
 
-def judge_constraints(result: TrialResult, rules, baseline_metrics: dict[str, Any] | None) -> TrialResult:
+def judge_constraints(result: TrialResult, rules, baseline: Measurement | None) -> TrialResult:
     """The job's outcome constraints ("no worse than 0.9 x baseline at concurrency 64"): a
     config that breaks one stays COMPLETE (it was measured) but is infeasible: the sampler
     learns it, and it is never ranked or exported as best."""
-    if not rules or result.outcome != COMPLETE:
+    if not rules or result.outcome != COMPLETE or result.measurement is None or baseline is None:
         return result
-    levels = result.metrics.get("concurrency") or {}
-    base_levels = (baseline_metrics or {}).get("concurrency") or {}
     violations = []
     for rule in rules:
-        got, ref = levels.get(str(rule.concurrency)), base_levels.get(str(rule.concurrency))
+        got, ref = result.measurement.value_at(rule.concurrency), baseline.value_at(rule.concurrency)
         if got and ref and got < rule.min_ratio * ref:
             violations.append(f"total {got:.1f} tok/s at concurrency {rule.concurrency} is "
                               f"{got / ref:.2f}x the baseline's {ref:.1f} (the job asks >= {rule.min_ratio:g}x)")
@@ -142,9 +150,10 @@ def judge_constraints(result: TrialResult, rules, baseline_metrics: dict[str, An
 
 
 def decide(result: TrialResult, *, second_signal: bool = False, golden=None, rules=(),
-           baseline_metrics: dict[str, Any] | None = None, earlier_timeouts: int = 0) -> Final:
+           baseline: Measurement | None = None, earlier_timeouts: int = 0) -> Final:
     """The final outcome of a launched trial (steps in the module docstring).
 
+    ``baseline``: the baseline's measurement (the outcome constraints' reference);
     ``earlier_timeouts``: how many earlier launches of the same config timed out (0: a
     timeout now is the first and is not yet the config's fault)."""
     if second_signal and result.outcome == FAIL:
@@ -154,10 +163,13 @@ def decide(result: TrialResult, *, second_signal: bool = False, golden=None, rul
         result = replace(result, failure_kind=FailureKind.ENV_ERROR,
                          failure_reason=f"{cause} ({result.failure_reason})")
     result = gate(result, golden)
-    result = judge_constraints(result, rules, baseline_metrics)
+    result = judge_constraints(result, rules, baseline)
     if result.outcome != FAIL:
         return Final(result, counted=True, blameless=False, requeue=False)
     if result.failure_kind in NOT_THE_CONFIGS_FAULT:
+        return Final(result, counted=False, blameless=True, requeue=True)
+    if result.failure_kind in TIMEOUT_KINDS and busy_host(result):
+        result = replace(result, failure_reason=f"{result.failure_reason} ({BUSY_HOST_NOTE})")
         return Final(result, counted=False, blameless=True, requeue=True)
     if result.failure_kind in TIMEOUT_KINDS and earlier_timeouts == 0:
         result = replace(result, failure_reason=f"{result.failure_reason} ({FIRST_TIMEOUT_NOTE})")

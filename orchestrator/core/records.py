@@ -13,8 +13,11 @@ import dataclasses
 import enum
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from orchestrator.core.measurement import LevelResult, Measurement, outcome_metrics
 
 # Outcomes as the user sees them (storage may record a FAIL as an infeasible COMPLETE).
 COMPLETE = "COMPLETE"
@@ -89,10 +92,12 @@ class TrialResult:
 
     outcome: str
     config: Config
-    value: float | None = None  # median single-request decode tok/s
+    value: float | None = None  # the headline level's median (level 1: decode tok/s)
     failure_kind: str | None = None
     failure_reason: str | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)  # samples, ttft, e2e, cv, ...
+    # what the outcome added (constraint violations, a wrong config's ignored value, pruning
+    # thresholds, ...): the measurement itself is ``measurement``, stored merged into ``metrics``
+    metrics: dict[str, Any] = field(default_factory=dict)
     timing: dict[str, float] = field(default_factory=dict)  # launch_s, ready_s, warmup_s, bench_s, teardown_s
     started_at: float | None = None  # unix time
     ended_at: float | None = None
@@ -108,8 +113,12 @@ class TrialResult:
     startup_phases: dict[str, Any] = field(default_factory=dict)
     # the decode prompts it was measured on (``config.prompts.fingerprint``: hash, count, lengths)
     prompt_set: dict[str, Any] = field(default_factory=dict)
+    measurement: Measurement | None = None  # what the benchmark found (``core.measurement``)
 
     def __post_init__(self) -> None:
+        if self.measurement is None:  # a record read back, or written by hand: its measurement typed
+            self.measurement = Measurement.from_record(self.metrics)
+        self.metrics = outcome_metrics(self.metrics)
         if self.outcome not in (COMPLETE, FAIL, PRUNED):
             raise ValueError(f"outcome must be COMPLETE, FAIL or PRUNED, not {self.outcome!r}")
         if self.outcome == FAIL and self.failure_kind not in FAILURE_KINDS:
@@ -120,8 +129,11 @@ class TrialResult:
         return cls(outcome=FAIL, config=config, failure_kind=kind, failure_reason=reason, **kw)
 
     def to_attrs(self) -> dict[str, Any]:
-        """Flat dict for ``trial.set_user_attr`` (JSON values only)."""
-        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+        """Flat dict for ``trial.set_user_attr`` (JSON values only); the measurement is stored
+        merged into ``metrics`` (``Measurement.to_record``), where every version kept it."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "measurement"}
+        data["metrics"] = {**(self.measurement.to_record() if self.measurement else {}), **self.metrics}
+        return json.loads(json.dumps(data, default=str))
 
     @classmethod
     def from_attrs(cls, attrs: dict[str, Any]) -> "TrialResult":
@@ -161,7 +173,7 @@ class TrialRow:
     warnings: list[str] = field(default_factory=list)
     nccl: dict[str, Any] = field(default_factory=dict)  # parsed NCCL start-up info
     nccl_summary: str = ""
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)  # the outcome's keys (``TrialResult.metrics``)
     correctness: dict[str, Any] = field(default_factory=dict)
     node_info: dict[str, Any] = field(default_factory=dict)
     optuna_state: str = ""  # the storage's state (COMPLETE for a config-caused FAIL)
@@ -171,8 +183,9 @@ class TrialRow:
     log_tail: str = ""
     # the server it ran: command (as resolved on its node), version, argv, env, port, log
     server: dict[str, Any] = field(default_factory=dict)
-    # each level of the objective: {"1": {"value", "samples", "rel_ci", "cv", "unit", ...}, "64": {...}}
-    levels: dict[str, Any] = field(default_factory=dict)
+    # each measured level, typed (``core.measurement.LevelResult``); a row written by hand may give
+    # stored records ({"1": {"value", "samples", ...}}): they are read like stored ones
+    levels: Mapping[int, LevelResult] = field(default_factory=dict)
     # speculative decoding at the headline level (from the server's /metrics; None: none reported)
     acceptance_rate: float | None = None
     mean_accepted_length: float | None = None
@@ -182,8 +195,43 @@ class TrialRow:
     prompt_set: dict[str, Any] = field(default_factory=dict)
     # measurements of this row's config that ``history.best_rows`` ranked it by (not a trial field)
     n_measurements: int = 1
+    measurement: Measurement | None = None  # the whole record (levels, rounds, the host's load)
+
+    def __post_init__(self) -> None:
+        got = self.measurement
+        if got is None:
+            given = {str(k): (v.to_record() if isinstance(v, LevelResult) else v)
+                     for k, v in (self.levels or {}).items()}
+            got = Measurement.from_record({**self.metrics, "levels": given} if given else self.metrics,
+                                          self.value if self.state == COMPLETE else None)
+        object.__setattr__(self, "measurement", got)
+        object.__setattr__(self, "levels", dict(got.levels) if got is not None else {})
+        object.__setattr__(self, "metrics", outcome_metrics(self.metrics))
+
+    @property
+    def headline(self) -> LevelResult | None:
+        """Level 1 where measured, else the lowest level measured."""
+        return self.measurement.headline if self.measurement is not None else None
+
+    def at(self, level: int) -> LevelResult | None:
+        """This row's record of ``level`` (None: not measured)."""
+        return self.levels.get(level)
+
+    @property
+    def measured(self) -> float | None:
+        """The headline level's median whatever the state: a pruned trial's first round, what a
+        wrong config measured (``value`` is a COMPLETE trial's only)."""
+        head = self.headline
+        return head.value if head is not None else None
 
     def to_json(self) -> dict[str, Any]:
-        """The row as ``status --json`` prints it: every field but ``n_measurements``, in order."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "n_measurements"}
+        """The row as ``status --json`` prints it: every field but ``n_measurements``, in order;
+        ``levels`` as stored ({"1": {"value", "samples", "ttft": {"p50", ...}, ...}})."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in ("n_measurements", "measurement")}
+        out["levels"] = {str(k): v.to_record() for k, v in self.levels.items()}
+        got = self.measurement
+        out["rounds"] = got.rounds if got is not None else 0
+        out["host"] = got.host.to_record() if got is not None and got.host is not None else None
+        return out
 

@@ -20,6 +20,7 @@ from typing import Any
 from orchestrator.config.job_checks import config_mapping, raw_message
 from orchestrator.core import correctness, nccl, outcome
 from orchestrator.core.errors import BadInput, ConfigRejected, NcclsweepError
+from orchestrator.core.measurement import level_text
 from orchestrator.core.records import FailureKind, TrialResult
 from orchestrator.node.spec import TrialSpec, check_plan
 from orchestrator.node.trial import run_trial
@@ -95,10 +96,14 @@ def format_result(result: TrialResult) -> str:
         if result.server.get("log"):
             lines.append(f"server log: {result.server['log']}")
         return "\n".join(lines)
-    m = result.metrics
-    samples = ", ".join(f"{s:.1f}" for s in m.get("decode_samples", []))
-    lines.append(f"decode: {m['decode_tok_s']:.1f} tok/s (median of {m.get('repeats')}: {samples}; "
-                 f"cv {100 * (m.get('cv') or 0):.1f}%)")
+    got = result.measurement
+    levels = got.levels if got is not None else {}
+    one = levels.get(1)
+    if one is not None and one.value is not None:
+        samples = ", ".join(f"{s:.1f}" for s in one.samples)
+        lines.append(f"decode: {one.value:.1f} tok/s (median of {len(one.samples)}: {samples}; "
+                     f"cv {100 * (one.cv or 0):.1f}%)")
+    lines.extend(f"level {level_text(lv)}" for lv in levels.values())
     verdict = result.correctness
     if verdict:
         drift = verdict.get("max_drift")
@@ -106,13 +111,16 @@ def format_result(result: TrialResult) -> str:
                    if drift is not None else "")
         lines.append(f"correctness: passed the study's gate (greedy text matches the golden reference on "
                      f"{verdict.get('text_matches')} prompts{drift_s})")
-    if m.get("acceptance_rate") is not None or m.get("mean_accepted_length") is not None:
-        rate, length = m.get("acceptance_rate"), m.get("mean_accepted_length")
+    head = got.headline if got is not None else None
+    if head is not None and (head.acceptance_rate is not None or head.mean_accepted_length is not None):
+        rate, length = head.acceptance_rate, head.mean_accepted_length
         lines.append("speculative decoding: " + ", ".join(
             ([f"{100 * rate:.1f}% of drafted tokens accepted"] if rate is not None else [])
             + ([f"{length:.2f} tokens per target step"] if length is not None else [])))
-    if m.get("ttft_s") is not None:
-        lines.append(f"ttft: {1000 * m['ttft_s']:.1f} ms   end-to-end: {m.get('e2e_tok_s', 0):.1f} tok/s")
+    if one is not None and one.ttft is not None:
+        lines.append(f"ttft: {1000 * one.ttft.p50:.1f} ms   end-to-end: {one.e2e_tok_s or 0:.1f} tok/s")
+    if got is not None and got.host is not None and got.host.describe():
+        lines.append(f"host: {got.host.describe()} while measured")
     t = result.timing
     lines.append("time: " + ", ".join(f"{k[:-2]} {v:.2f}s" for k, v in t.items()))
     if result.nccl.get("version"):

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from orchestrator.config.yaml_input import display_path
 from orchestrator.core import golden_check, logs, verdict
 from orchestrator.core.records import COMPLETE, PRUNED, FailureKind, TrialResult, TrialRow
+from orchestrator.study import history
 from orchestrator.study import objective as objectives
 from orchestrator.study.bans import describe
 from orchestrator.study.plan import Plan, fmt, level_value
@@ -68,7 +69,7 @@ def vs_baseline_words(best: TrialRow, base: TrialRow | None) -> str | None:
 
 
 def _samples(row: TrialRow) -> list[float]:
-    return list((row.metrics or {}).get("decode_samples") or [])
+    return history.decode_samples(row)
 
 
 class Progress:
@@ -152,7 +153,7 @@ class Progress:
     @staticmethod
     def _levels_said(result: TrialResult, plan: Plan) -> str:
         """'1: 433.9 decode tok/s (4.58x baseline), 10: 692.0 total tok/s (0.88x)' of a trial."""
-        values = objectives.level_values(result.metrics, None)
+        values = objectives.level_values(result)
         parts = []
         for i, level in enumerate(plan.levels):
             got = values.get(level)

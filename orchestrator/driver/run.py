@@ -462,7 +462,7 @@ class StudyDriver:
                 golden: correctness.Golden | None) -> outcome.Final:
         base = run.policy.baseline_row()
         return outcome.decide(result, second_signal=run.signals.kill_now, golden=golden, rules=self.job.constraints,
-                              baseline_metrics=dict(base.metrics or {}) if base else None,
+                              baseline=base.measurement if base else None,
                               earlier_timeouts=run.policy.earlier_timeouts(proposal.key, proposal.number))
 
     def _record(self, policy: SearchPolicy, proposal: Proposal, final: outcome.Final) -> None:

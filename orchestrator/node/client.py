@@ -22,18 +22,17 @@ stall limit (``stall_s``, the job's ``timeouts.stall``) a read that waits longer
 before the deadline, ends the request as ``stalled`` (``RequestResult.stalled``): the
 stream stopped, and the trial says ``hang`` instead of waiting out its deadline.
 
-Two clients, one chunk parser (``_Stream``): single requests (``stream_completion``,
-``measure_decode``) use a lean blocking ``http.client`` connection whose deadline is
-socket timeouts plus a watchdog that shuts the socket down; ``measure_concurrency`` runs
+Two clients, one chunk parser (``_Stream``): single requests (``stream_completion``) use a
+lean blocking ``http.client`` connection whose deadline is socket timeouts plus a watchdog
+that shuts the socket down; ``run_streams`` (and ``measure_concurrency``, its summary) runs
 every stream on one asyncio event loop (asyncio streams, HTTP/1.1 and chunked transfer
 decoding here), so one thread stamps all token times at any concurrency, where a thread
 per stream had hundreds of threads contending for the GIL (docs/benchmarks.md, "The
 concurrency client").
 
-``measure_decode`` repeats single requests after warm-up and reports the median with
-every sample, the spread (cv) and the relative half-width of a distribution-free ~95%
-confidence interval of the median (``rel_ci``), optionally repeating until it is below
-a target. The standard library only, and the one early-stop rule (``core.outcome.early_stop``).
+What is measured with these requests (levels, rounds, windows, percentiles) is
+``node.measure``'s, the one producer of a measurement; ``median_ci`` and ``relative_ci`` are
+re-exported from ``core.measurement``. The standard library only.
 """
 
 from __future__ import annotations
@@ -41,24 +40,22 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
-import math
 import socket
 import statistics
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from orchestrator.core.outcome import early_stop
+from orchestrator.core.measurement import median_ci, relative_ci
 
 __all__ = [
     "RequestResult",
-    "DecodeResult",
     "RequestFailed",
     "stream_completion",
-    "measure_decode",
+    "run_streams",
     "measure_concurrency",
     "greedy_outputs",
     "score_continuation",
@@ -378,216 +375,6 @@ def stream_completion(
 
 
 # --------------------------------------------------------------------------------------
-# Statistics
-# --------------------------------------------------------------------------------------
-def median_ci(samples: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
-    """Distribution-free confidence interval of the median from order statistics.
-
-    [x_(k), x_(n-k+1)] covers the median with probability 1 - 2 P(Bin(n, 1/2) <= k-1);
-    the narrowest such interval with coverage >= ``confidence`` is returned, or
-    [min, max] when even that falls short (n < 6 for 95%). None for fewer than 2 samples.
-    """
-    xs = sorted(float(x) for x in samples)
-    n = len(xs)
-    if n < 2:
-        return None
-    best = 1
-    tail = 0.0  # P(Bin(n, 1/2) <= k-1)
-    for k in range(1, n // 2 + 1):
-        tail += math.comb(n, k - 1) / 2.0**n
-        if 1.0 - 2.0 * tail >= confidence:
-            best = k
-        else:
-            break
-    return xs[best - 1], xs[n - best]
-
-
-def relative_ci(samples: list[float], confidence: float = 0.95) -> float | None:
-    """Half-width of ``median_ci`` divided by the median (None when undefined)."""
-    ci = median_ci(samples, confidence)
-    if ci is None:
-        return None
-    med = statistics.median(samples)
-    if med == 0:
-        return None
-    return (ci[1] - ci[0]) / 2.0 / abs(med)
-
-
-def _cv(samples: list[float]) -> float | None:
-    if len(samples) < 2:
-        return 0.0 if samples else None
-    med = statistics.median(samples)
-    return statistics.stdev(samples) / med if med else None
-
-
-def _median(samples: list[float]) -> float | None:
-    return statistics.median(samples) if samples else None
-
-
-# --------------------------------------------------------------------------------------
-# Single-request decode
-# --------------------------------------------------------------------------------------
-@dataclass
-class DecodeResult:
-    """Single-request decode measurement: medians with every sample kept."""
-
-    ok: bool
-    error: str | None = None
-    timed_out: bool = False  # the failure was a request (or the deadline) timing out
-    request_error: str | None = None  # the failing request's own error string
-    decode_tok_s: float | None = None
-    decode_samples: list[float] = field(default_factory=list)
-    ttft_s: float | None = None
-    ttft_samples: list[float] = field(default_factory=list)
-    e2e_tok_s: float | None = None
-    e2e_samples: list[float] = field(default_factory=list)
-    token_counts: list[int] = field(default_factory=list)
-    cv: float | None = None
-    rel_ci: float | None = None
-    repeats: int = 0
-    output_tokens: int = 0
-    warmup_s: float = 0.0
-    bench_s: float = 0.0
-    warnings: list[str] = field(default_factory=list)
-    failed_request: RequestResult | None = None
-    pruned: bool = False  # stopped after the first repeat (below prune_below)
-
-    def to_metrics(self) -> dict[str, Any]:
-        """The ``TrialResult.metrics`` keys (see docs/architecture.md)."""
-        return {
-            "decode_tok_s": self.decode_tok_s,
-            "decode_samples": list(self.decode_samples),
-            "ttft_s": self.ttft_s,
-            "ttft_samples": list(self.ttft_samples),
-            "e2e_tok_s": self.e2e_tok_s,
-            "cv": self.cv,
-            "rel_ci": self.rel_ci,
-            "repeats": self.repeats,
-            "output_tokens": self.output_tokens,
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def measure_decode(
-    base_url: str,
-    model: str,
-    prompt: str,
-    output_tokens: int,
-    *,
-    warmup: int,
-    repeats: int,
-    max_repeats: int | None = None,
-    target_rel_ci: float | None = None,
-    timeout_s: float,
-    deadline: float | None = None,
-    extra: dict[str, Any] | None = None,
-    prune_below: float | None = None,
-) -> DecodeResult:
-    """Warm up, then time ``repeats`` sequential single requests (more, up to
-    ``max_repeats``, while ``rel_ci`` > ``target_rel_ci``).
-
-    ``prune_below``: stop after the first timed request when it is below this tok/s
-    (``pruned=True``): a clearly worse config costs one repeat, a good one gets all.
-
-    ``timeout_s`` bounds each request; ``deadline`` (a ``time.monotonic()`` value) bounds
-    the whole measurement: reaching it before ``repeats`` samples is a timeout failure,
-    reaching it during the adaptive extra repeats just stops them. Any failed request
-    fails the result (``ok=False``; ``timed_out`` when it was a timeout).
-    """
-    out = DecodeResult(ok=False, output_tokens=int(output_tokens))
-    repeats = max(1, int(repeats))
-    adaptive = max_repeats is not None and target_rel_ci is not None
-    cap = max(repeats, int(max_repeats)) if adaptive else repeats  # type: ignore[arg-type]
-
-    def budget() -> float:
-        if deadline is None:
-            return timeout_s
-        return min(timeout_s, deadline - time.monotonic())
-
-    def fail(err: str, timed_out: bool, req: RequestResult | None = None) -> DecodeResult:
-        out.ok = False
-        out.error = err
-        out.timed_out = timed_out
-        out.failed_request = req
-        out.request_error = req.error if req is not None else None
-        return out
-
-    def one() -> RequestResult | None:
-        left = budget()
-        if left <= 0:
-            return None
-        return stream_completion(base_url, model, prompt, output_tokens, left, extra=extra)
-
-    t0 = time.monotonic()
-    for i in range(max(0, int(warmup))):
-        req = one()
-        if req is None:
-            return fail(f"benchmark deadline reached during warm-up ({i} of {warmup})", True)
-        if not req.ok:
-            return fail(f"warm-up request {i + 1} failed: {req.error}", req.timed_out, req)
-    out.warmup_s = time.monotonic() - t0
-
-    t1 = time.monotonic()
-    longest = 0.0
-    while len(out.decode_samples) < cap:
-        n = len(out.decode_samples)
-        if n >= repeats:
-            if out.rel_ci is not None and out.rel_ci <= target_rel_ci:  # type: ignore[operator]
-                break
-            if deadline is not None and deadline - time.monotonic() < 1.5 * longest:
-                out.warnings.append(
-                    f"stopped adaptive repeats at {n}: benchmark deadline (rel_ci {out.rel_ci})"
-                )
-                break
-        req = one()
-        if req is None:
-            if n >= repeats:
-                break
-            return fail(f"benchmark deadline reached after {n} of {repeats} requests", True)
-        if not req.ok:
-            if n >= repeats and req.timed_out and deadline is not None and deadline - time.monotonic() <= 0:
-                out.warnings.append(f"adaptive repeat {n + 1} cut by the benchmark deadline")
-                break
-            return fail(f"request {n + 1} failed: {req.error}", req.timed_out, req)
-        if req.decode_tok_s is None:
-            return fail(
-                f"request {n + 1}: decode rate not measurable ({req.n_tokens} tokens in "
-                f"{len(req.token_times)} streamed chunks)",
-                False,
-                req,
-            )
-        longest = max(longest, req.latency_s or 0.0)
-        out.decode_samples.append(req.decode_tok_s)
-        out.ttft_samples.append(req.ttft_s if req.ttft_s is not None else float("nan"))
-        out.e2e_samples.append(req.e2e_tok_s or 0.0)
-        out.token_counts.append(req.n_tokens)
-        out.rel_ci = relative_ci(out.decode_samples)
-        if len(out.decode_samples) == 1 and early_stop({1: req.decode_tok_s}, {1: prune_below}):
-            out.pruned = True
-            break
-    out.bench_s = time.monotonic() - t1
-
-    out.repeats = len(out.decode_samples)
-    out.decode_tok_s = _median(out.decode_samples)
-    out.ttft_s = _median(out.ttft_samples)
-    out.e2e_tok_s = _median(out.e2e_samples)
-    out.cv = _cv(out.decode_samples)
-    out.rel_ci = relative_ci(out.decode_samples)
-    short = [c for c in out.token_counts if c != output_tokens]
-    if short:
-        out.warnings.append(
-            f"{len(short)} of {out.repeats} requests returned {sorted(set(short))} tokens, not "
-            f"{output_tokens} (does the server honour ignore_eos?)"
-        )
-    if adaptive and out.rel_ci is not None and out.rel_ci > target_rel_ci:  # type: ignore[operator]
-        out.warnings.append(f"rel_ci {out.rel_ci:.3f} above target {target_rel_ci} after {out.repeats} repeats")
-    out.ok = True
-    return out
-
-
-# --------------------------------------------------------------------------------------
 # Concurrency: every stream on one asyncio event loop
 # --------------------------------------------------------------------------------------
 def _request_bytes(base_url: str, path: str, body: dict[str, Any]) -> tuple[str, int, bool, bytes]:
@@ -719,19 +506,29 @@ async def _astream(target: tuple[str, int, bool, bytes], timeout_s: float,
 
 
 async def _streams(targets: Sequence[tuple[str, int, bool, bytes]], timeout_s: float, width: int,
-                   n_requests: int, stall_s: float | None = None) -> tuple[list[RequestResult], float]:
-    """``n_requests`` requests, ``width`` at a time, the i-th to ``targets[i % len]``:
-    (results, wall seconds)."""
-    results: list[RequestResult] = []
+                   n_requests: int, stall_s: float | None = None,
+                   on_done: Callable[[RequestResult], None] | None = None,
+                   ) -> tuple[list[tuple[int, RequestResult]], float]:
+    """``n_requests`` requests, ``width`` streams at a time, each stream sending its next request
+    as soon as its last one ended (a closed loop, as ``vllm bench serve --max-concurrency``); the
+    i-th request goes to ``targets[i % len]``: ([(stream, result)], wall seconds)."""
+    results: list[tuple[int, RequestResult]] = []
     todo = iter(range(n_requests))
 
-    async def worker() -> None:
+    async def worker(stream: int) -> None:
         for i in todo:
-            results.append(await _astream(targets[i % len(targets)], timeout_s, stall_s))
+            res = await _astream(targets[i % len(targets)], timeout_s, stall_s)
+            results.append((stream, res))
+            if on_done is not None:
+                on_done(res)
 
     t0 = time.monotonic()
-    await asyncio.gather(*(worker() for _ in range(min(width, n_requests))))
+    await asyncio.gather(*(worker(k) for k in range(min(width, n_requests))))
     return results, time.monotonic() - t0
+
+
+def _median(samples: list[float]) -> float | None:
+    return statistics.median(samples) if samples else None
 
 
 def _summary(results: list[RequestResult], concurrency: int, n_requests: int, wall: float) -> dict[str, Any]:
@@ -758,6 +555,21 @@ def _summary(results: list[RequestResult], concurrency: int, n_requests: int, wa
         "decode_tok_s": (1.0 / tpot) if (tpot := _median(tpots)) is not None else None,
         "ttft_s": _median([r.ttft_s for r in good if r.ttft_s is not None]),
     }
+
+
+def run_streams(base_url: str, model: str, prompts: Sequence[str], output_tokens: int, concurrency: int,
+                n_requests: int, *, timeout_s: float, stall_s: float | None = None,
+                extra: dict[str, Any] | None = None,
+                on_done: Callable[[RequestResult], None] | None = None,
+                ) -> tuple[list[tuple[int, RequestResult]], float]:
+    """``n_requests`` streamed completions, ``concurrency`` streams at a time in a closed loop, all
+    on one asyncio event loop of the calling thread (which must not be running one), through
+    ``prompts`` in turn: ([(stream index, RequestResult)], wall seconds). ``on_done`` is called with
+    each finished request (on that loop: keep it quick)."""
+    targets = [_request_bytes(base_url, "/v1/completions", _completion_body(model, p, output_tokens, 0.0, True, extra))
+               for p in prompts]
+    return asyncio.run(_streams(targets, timeout_s, max(1, int(concurrency)), max(1, int(n_requests)), stall_s,
+                                on_done))
 
 
 def measure_concurrency(
@@ -789,10 +601,9 @@ def measure_concurrency(
         n_requests = max(concurrency, min(2 * concurrency, concurrency + 256))
     n_requests = max(1, int(n_requests))
     prompts = [prompt] if isinstance(prompt, str) else list(prompt)
-    targets = [_request_bytes(base_url, "/v1/completions", _completion_body(model, p, output_tokens, 0.0, True, extra))
-               for p in prompts]
-    results, wall = asyncio.run(_streams(targets, timeout_s, concurrency, n_requests, stall_s))
-    return _summary(results, concurrency, n_requests, wall)
+    streamed, wall = run_streams(base_url, model, prompts, output_tokens, concurrency, n_requests, timeout_s=timeout_s,
+                                 stall_s=stall_s, extra=extra)
+    return _summary([res for _, res in streamed], concurrency, n_requests, wall)
 
 
 # --------------------------------------------------------------------------------------

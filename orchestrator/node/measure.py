@@ -1,25 +1,34 @@
-"""What a trial measures once its server is healthy: each level of the objective, over the
-prompt set, in rounds, with every sample kept.
+"""What a trial measures once its server is healthy: each level, over the prompt set, in rounds,
+every sample kept; the one producer of a ``core.measurement.Measurement``.
 
-A ``BenchPlan`` (``node.spec``) names the levels (1: single-request decode tok/s; N > 1:
-total output tok/s with N concurrent streams), the prompts and the rounds. ``measure`` runs:
+A ``BenchPlan`` (``node.spec``) names the levels (the objective's, then those the job's outcome
+constraints read), the prompts and the rounds. ``measure`` runs:
 
 1. warm-up: ``warmup`` single requests (through the prompts, untimed);
-2. rounds: in each, every level in ascending order (the cheapest first): level 1 streams
-   every prompt once (one decode tok/s sample per request: (n - 1) / (t_last - t_first),
-   tokens from ``usage.completion_tokens``); level N runs one batch of N concurrent
-   streams through the prompts (one total tok/s sample per round). The server's ``/metrics``
-   is read around each level (``core.prometheus``): what speculative decoding accepted there;
-3. after the first round, the one early-stop rule (``core.outcome.early_stop``): stop when
-   every level is below its threshold (a config that could still be best at one level is
-   measured in full);
-4. ``repeats`` rounds, more up to ``max_repeats`` while level 1's median interval is wider
-   than ``target_rel_ci``, never past the deadline.
+2. rounds: in each, every level in ascending order (the cheapest first). Level 1 streams every
+   prompt once (a decode tok/s sample per request). Level N sustains N streams, each sending
+   ``plan.waves`` requests back to back through the prompts, and takes one total tok/s sample
+   per round from the steady-state window (``core.measurement.steady_window``: the tokens that
+   arrived while all N streams were in flight, so the ramp and the tail are not in it). Every
+   request's TTFT, TPOT, inter-chunk gaps and end-to-end latency go into the level's
+   percentiles. ``/metrics`` is read around each level (what speculative decoding accepted);
+3. after the first round, the one early-stop rule (``core.outcome.early_stop``) over the
+   objective's levels: stop when every one is below its threshold; the constraint levels are
+   measured only when the trial goes on;
+4. ``repeats`` rounds; then, while a level's median interval is wider than ``target_rel_ci``,
+   more rounds of that level alone, up to ``max_repeats`` (every level is measured to the same
+   precision, not level 1 alone).
 
-A failed request fails the measurement (``ok=False``, ``timed_out`` when it was a timeout,
-``stalled`` when its stream went silent for ``plan.stall_s``): the trial says
-``bench-error``/``bench-timeout``/``hang``. The median of a level is over its samples
-(prompts and rounds), every sample kept in the record.
+Time: a benchmark is judged by its progress, not by one wall-clock figure. A stream silent for
+``plan.stall_s`` has stalled (``hang``); the whole benchmark's limit is the larger of
+``plan.timeout_s`` (``timeouts.bench``) and ``PACE_FACTOR`` x what the rounds should take at the
+pace this server has shown (its warm-up, then each level's measured rounds), re-estimated as it
+goes: a machine that is busy with other work slows the warm-up too, and the limit grows with it.
+Adaptive rounds stop at the limit with a warning; the required rounds fail as a timeout.
+
+A failed request fails the benchmark (``ok=False``; ``timed_out``, ``stalled``), but what the
+finished levels measured is kept (``Benchmark.measurement``): a config that fails only at 10
+streams still says what it did at 1.
 """
 
 from __future__ import annotations
@@ -28,111 +37,104 @@ import statistics
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator.core import prometheus
+from orchestrator.core.measurement import (
+    Latency,
+    LevelResult,
+    Measurement,
+    StreamedRequest,
+    relative_ci,
+    steady_window,
+)
 from orchestrator.core.outcome import early_stop
 from orchestrator.node import client
-from orchestrator.node.client import RequestResult, relative_ci
+from orchestrator.node.client import RequestResult
 from orchestrator.node.spec import BenchPlan
 
 METRICS_TIMEOUT_S = 5.0
 STALLED_MARK = "streams stalled"  # in a concurrent round's error: some of its streams went silent
+# The benchmark's limit is this many times what its rounds should take at the measured pace:
+# generous enough that noise and a busier machine never decide it, tight enough that a server
+# that slows down by an order of magnitude mid-benchmark is a timeout, not an hour.
+PACE_FACTOR = 4.0
+
+Progress = Callable[[int, int, int], None]  # (level, requests done, requests of this level's round)
 
 
 @dataclass
-class Level:
-    """One level's samples: decode tok/s per request at level 1, total tok/s per round above."""
+class _Level:
+    """One level's samples while it is measured (``freeze`` makes the record)."""
 
     level: int
     samples: list[float] = field(default_factory=list)
-    ttft_samples: list[float] = field(default_factory=list)
-    e2e_samples: list[float] = field(default_factory=list)  # level 1: end-to-end tok/s per request
-    token_counts: list[int] = field(default_factory=list)  # level 1: tokens per request
-    stream_decode: list[float] = field(default_factory=list)  # level N: median decode tok/s of a stream, per round
+    latency: dict[str, list[float]] = field(default_factory=lambda: {"ttft": [], "tpot": [], "itl": [], "e2e": []})
+    e2e_tok_s: list[float] = field(default_factory=list)
+    token_counts: list[int] = field(default_factory=list)
+    stream_decode: list[float] = field(default_factory=list)
+    windows: list[float] = field(default_factory=list)
+    round_s: float | None = None  # the last round of this level, in seconds
     spec_before: dict[str, float] | None = None
     spec_after: dict[str, float] | None = None
-    acceptance: dict[str, Any] | None = None
 
-    @property
-    def value(self) -> float | None:
-        return statistics.median(self.samples) if self.samples else None
+    def add(self, req: RequestResult) -> None:
+        """One finished request's latencies."""
+        lat = self.latency
+        if req.ttft_s is not None:
+            lat["ttft"].append(req.ttft_s)
+        if req.tpot_s is not None:
+            lat["tpot"].append(req.tpot_s)
+        lat["itl"].extend(b - a for a, b in zip(req.token_times, req.token_times[1:]))
+        if req.latency_s is not None:
+            lat["e2e"].append(req.latency_s)
+        self.token_counts.append(req.n_tokens)
 
     @property
     def rel_ci(self) -> float | None:
         return relative_ci(self.samples)
 
-    @property
-    def cv(self) -> float | None:
-        if len(self.samples) < 2:
-            return 0.0 if self.samples else None
-        med = statistics.median(self.samples)
-        return statistics.stdev(self.samples) / med if med else None
-
-    def to_record(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"value": self.value, "samples": list(self.samples), "rel_ci": self.rel_ci,
-                               "cv": self.cv, "unit": "decode tok/s" if self.level == 1 else "total tok/s"}
-        if self.stream_decode:
-            out["stream_decode_tok_s"] = statistics.median(self.stream_decode)
-        if self.acceptance:
-            out["acceptance_rate"] = self.acceptance.get("acceptance_rate")
-            out["mean_accepted_length"] = self.acceptance.get("mean_accepted_length")
-        return out
+    def freeze(self) -> LevelResult:
+        acceptance = prometheus.acceptance(self.spec_before, self.spec_after) or {}
+        return LevelResult(
+            self.level, samples=tuple(self.samples), **{k: Latency.of(v) for k, v in self.latency.items()},
+            e2e_tok_s=statistics.median(self.e2e_tok_s) if self.e2e_tok_s else None,
+            stream_decode_tok_s=statistics.median(self.stream_decode) if self.stream_decode else None,
+            requests=len(self.token_counts), window_s=statistics.median(self.windows) if self.windows else None,
+            acceptance_rate=acceptance.get("acceptance_rate"),
+            mean_accepted_length=acceptance.get("mean_accepted_length"))
 
 
 @dataclass
-class Measurement:
-    """What ``measure`` found (module docstring)."""
+class Benchmark:
+    """What ``measure`` found: the measurement (also of a failed benchmark: its finished levels)
+    and how it ended."""
 
     ok: bool = False
     error: str | None = None
     timed_out: bool = False
     stalled: bool = False  # a stream went silent for the stall limit (``timeouts.stall``)
     failed_request: RequestResult | None = None
+    failed_level: int | None = None
     pruned: bool = False
-    levels: dict[int, Level] = field(default_factory=dict)
-    rounds: int = 0
-    prompts: int = 0
-    output_tokens: int = 0
-    warmup_s: float = 0.0
-    bench_s: float = 0.0
+    limit_s: float | None = None  # the benchmark's limit when it ended (module docstring)
+    measurement: Measurement = field(default_factory=Measurement)
     warnings: list[str] = field(default_factory=list)
 
     @property
     def value(self) -> float | None:
-        """The first level's median: the trial's headline number."""
-        first = next(iter(self.levels.values()), None)
-        return first.value if first is not None else None
+        """The headline level's median (level 1 where measured)."""
+        return self.measurement.value
 
-    def first_round(self) -> dict[int, float | None]:
-        """Each level's median of the first round (what the early stop reads)."""
+    def first_round(self, prompts: int) -> dict[int, float | None]:
+        """Each level's median over its first round (what the early stop reads)."""
         out: dict[int, float | None] = {}
-        for level, got in self.levels.items():
-            n = self.prompts if level == 1 else 1
-            out[level] = statistics.median(got.samples[:n]) if got.samples[:n] else None
+        for level, got in self.measurement.levels.items():
+            first = got.samples[:prompts if level == 1 else 1]
+            out[level] = statistics.median(first) if first else None
         return out
-
-    def to_metrics(self) -> dict[str, Any]:
-        """The ``TrialResult.metrics`` keys (docs/architecture.md, "Trial records"): level 1's
-        under the names decode has always had, every level under ``levels``."""
-        out: dict[str, Any] = {"levels": {str(k): v.to_record() for k, v in self.levels.items()},
-                               "repeats": self.rounds, "prompts": self.prompts, "output_tokens": self.output_tokens}
-        one = self.levels.get(1)
-        if one is not None:
-            out.update(decode_tok_s=one.value, decode_samples=list(one.samples),
-                       ttft_s=_median(one.ttft_samples), ttft_samples=list(one.ttft_samples),
-                       e2e_tok_s=_median(one.e2e_samples), cv=one.cv, rel_ci=one.rel_ci)
-        headline = one if one is not None else next(iter(self.levels.values()), None)
-        if headline is not None and headline.acceptance:
-            out["acceptance_rate"] = headline.acceptance.get("acceptance_rate")
-            out["mean_accepted_length"] = headline.acceptance.get("mean_accepted_length")
-        return out
-
-
-def _median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
 
 
 def read_metrics(url: str | None) -> dict[str, float] | None:
@@ -146,87 +148,150 @@ def read_metrics(url: str | None) -> dict[str, float] | None:
         return None
 
 
+class _Pace:
+    """The benchmark's limit from the pace its warm-up showed (module docstring): set once, so a
+    server that slows down after it runs out of time instead of moving its own limit."""
+
+    def __init__(self, plan: BenchPlan, levels: list[int], floor: float, t0: float):
+        self.plan, self.levels, self.floor, self.t0 = plan, levels, floor, t0
+        self.per_request: float | None = None  # a single request's seconds, as the warm-up took
+
+    def observe(self, seconds: float | None) -> None:
+        """A warm-up request (or, with no warm-up, the first timed one) took ``seconds``."""
+        if seconds:
+            self.per_request = max(self.per_request or 0.0, seconds)  # the slower: generous
+
+    def estimate(self) -> float | None:
+        """Seconds the required rounds should take at that pace (a wave at level N as N single
+        requests: the most a batch can slow each of its streams)."""
+        if self.per_request is None:
+            return None
+        plan = self.plan
+        per_round = sum(len(plan.prompts) if lv == 1 else plan.waves * lv for lv in self.levels)
+        return self.per_request * per_round * plan.repeats
+
+    def deadline(self) -> float:
+        """The monotonic time the benchmark may run until."""
+        guess = self.estimate()
+        return max(self.floor, self.t0 + PACE_FACTOR * guess) if guess is not None else self.floor
+
+
 def measure(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metrics_url: str | None = None,
-            prune_below: Mapping[int, float] | None = None) -> Measurement:
-    """Measure every level of ``plan`` (module docstring); never raises for what the server does."""
-    out = Measurement(prompts=len(plan.prompts), output_tokens=plan.output_tokens)
-    levels = sorted(plan.levels)
-    out.levels = {level: Level(level) for level in levels}
+            prune_below: Mapping[int, float] | None = None, progress: Progress | None = None) -> Benchmark:
+    """Measure every level of ``plan`` (module docstring); never raises for what the server does.
+    ``deadline``: the benchmark's limit at least (``timeouts.bench`` from its start); the pace
+    measured may extend it."""
+    out = Benchmark()
+    objective = sorted(plan.levels)
+    extra_levels = sorted(set(plan.constraint_levels) - set(objective))
+    acc = {level: _Level(level) for level in objective + extra_levels}
     adaptive = plan.max_repeats is not None and plan.target_rel_ci is not None
     cap = max(plan.repeats, int(plan.max_repeats or plan.repeats)) if adaptive else plan.repeats
+    t0 = time.monotonic()
+    pace = _Pace(plan, objective + extra_levels, deadline, t0)
+    warmup_s = bench_s = 0.0
+    rounds_done = 0
 
     def left() -> float:
-        return min(plan.timeout_s, deadline - time.monotonic())
+        return pace.deadline() - time.monotonic()
 
-    def fail(err: str, timed_out: bool, req: RequestResult | None = None, stalled: bool = False) -> Measurement:
-        out.ok, out.error, out.timed_out, out.failed_request = False, err, timed_out, req
+    def frozen() -> Measurement:
+        return Measurement(levels={lv: a.freeze() for lv, a in acc.items() if a.samples}, rounds=rounds_done,
+                           prompts=len(plan.prompts), output_tokens=plan.output_tokens, warmup_s=warmup_s,
+                           bench_s=bench_s)
+
+    def fail(err: str, timed_out: bool, req: RequestResult | None = None, stalled: bool = False,
+             level: int | None = None) -> Benchmark:
+        out.ok, out.error, out.timed_out, out.failed_request, out.failed_level = False, err, timed_out, req, level
         out.stalled = stalled or (req is not None and req.stalled)
+        out.limit_s = pace.deadline() - t0
+        out.measurement = frozen()
         return out
 
-    t0 = time.monotonic()
     for i in range(plan.warmup):
         if left() <= 0:
-            return fail(f"benchmark deadline reached during warm-up ({i} of {plan.warmup})", True)
+            return fail(f"benchmark limit reached during warm-up ({i} of {plan.warmup})", True)
         req = client.stream_completion(base_url, model, plan.prompts[i % len(plan.prompts)], plan.output_tokens,
                                        left(), stall_s=plan.stall_s)
         if not req.ok:
             return fail(f"warm-up request {i + 1} failed: {req.error}", req.timed_out, req)
-    out.warmup_s = time.monotonic() - t0
-
+        pace.observe(req.latency_s)
+    warmup_s = time.monotonic() - t0
     t1 = time.monotonic()
-    longest_round = 0.0
     for rnd in range(cap):
-        if rnd >= plan.repeats:
-            one = out.levels.get(1)
-            if one is None or one.rel_ci is None or one.rel_ci <= plan.target_rel_ci:  # type: ignore[operator]
+        if rnd < plan.repeats:
+            todo = objective + extra_levels
+        else:  # adaptive rounds: only the levels whose interval is still too wide
+            todo = [lv for lv in objective + extra_levels
+                    if acc[lv].rel_ci is not None and acc[lv].rel_ci > plan.target_rel_ci]  # type: ignore[operator]
+            if not todo:
                 break
-            if deadline - time.monotonic() < 1.5 * longest_round:
-                out.warnings.append(f"stopped adaptive rounds at {rnd}: benchmark deadline (rel_ci {one.rel_ci})")
+            longest = sum(acc[lv].round_s or 0.0 for lv in todo)
+            if pace.deadline() - time.monotonic() < 1.5 * longest:
+                out.warnings.append(f"stopped adaptive rounds at {rnd}: the benchmark's limit (rel_ci "
+                                    + ", ".join(f"{acc[lv].rel_ci:.3f} at {lv}" for lv in todo) + ")")
                 break
-        started = time.monotonic()
-        for level in levels:
-            got = out.levels[level]
+        for level in todo:
+            if rnd == 0 and level in extra_levels and early_stop(_first(acc, objective, plan), prune_below):
+                break  # the constraint levels wait for a trial that goes on
+            got = acc[level]
             before = read_metrics(metrics_url)
             if got.spec_before is None:
                 got.spec_before = before
-            error = (_decode_round(base_url, model, plan, got, left) if level == 1
-                     else _concurrent_round(base_url, model, plan, got, left))
+            started = time.monotonic()
+            error = (_decode_round(base_url, model, plan, got, left, progress, pace) if level == 1
+                     else _sustained_round(base_url, model, plan, got, left, progress, pace))
             if error is not None:
-                if rnd >= plan.repeats and error[1] and deadline - time.monotonic() <= 0:
-                    out.warnings.append(f"adaptive round {rnd + 1} cut by the benchmark deadline")
-                    break
+                if rnd >= plan.repeats and error[1] and pace.deadline() - time.monotonic() <= 0:
+                    out.warnings.append(f"adaptive round {rnd + 1} at {level} cut by the benchmark's limit")
+                    bench_s = time.monotonic() - t1
+                    return _finish(out, plan, acc, frozen, adaptive)
+                bench_s = time.monotonic() - t1
                 return fail(f"concurrency {level}: {error[0]}" if level > 1 else error[0], error[1], error[2],
-                            stalled=STALLED_MARK in error[0])
+                            stalled=STALLED_MARK in error[0], level=level)
+            got.round_s = time.monotonic() - started
             got.spec_after = read_metrics(metrics_url)
-        else:
-            out.rounds = rnd + 1
-            longest_round = max(longest_round, time.monotonic() - started)
-            if rnd == 0 and early_stop(out.first_round(), prune_below):
-                out.pruned = True
-                break
-            continue
-        break
-    out.bench_s = time.monotonic() - t1
-    for got in out.levels.values():
-        got.acceptance = prometheus.acceptance(got.spec_before, got.spec_after)
-    short = sorted({c for c in (out.levels[1].token_counts if 1 in out.levels else []) if c != plan.output_tokens})
+        rounds_done = rnd + 1
+        if rnd == 0 and early_stop(_first(acc, objective, plan), prune_below):
+            out.pruned = True
+            break
+    bench_s = time.monotonic() - t1
+    return _finish(out, plan, acc, frozen, adaptive)
+
+
+def _finish(out: Benchmark, plan: BenchPlan, acc: dict[int, _Level], frozen: Callable[[], Measurement],
+            adaptive: bool) -> Benchmark:
+    short = sorted({c for c in (acc[1].token_counts if 1 in acc else []) if c != plan.output_tokens})
     if short:
         out.warnings.append(f"requests returned {short} tokens, not {plan.output_tokens} (does the server honour "
                             "ignore_eos?)")
-    one = out.levels.get(1)
-    if adaptive and one is not None and one.rel_ci is not None and one.rel_ci > plan.target_rel_ci:  # type: ignore[operator]
-        out.warnings.append(f"rel_ci {one.rel_ci:.3f} above target {plan.target_rel_ci} after {out.rounds} rounds")
+    if adaptive:
+        for level, got in acc.items():
+            if got.rel_ci is not None and got.rel_ci > plan.target_rel_ci:  # type: ignore[operator]
+                rounds = len(got.samples) if level > 1 else len(got.samples) // max(1, len(plan.prompts))
+                out.warnings.append(f"rel_ci {got.rel_ci:.3f} at {level} above the target {plan.target_rel_ci} after "
+                                    f"{rounds} rounds")
     out.ok = True
+    out.measurement = frozen()
     return out
 
 
-def _decode_round(base_url: str, model: str, plan: BenchPlan, got: Level,
-                  left) -> tuple[str, bool, RequestResult | None] | None:
+def _first(acc: dict[int, _Level], objective: list[int], plan: BenchPlan) -> dict[int, float | None]:
+    """Each objective level's median over its first round."""
+    out: dict[int, float | None] = {}
+    for level in objective:
+        first = acc[level].samples[:len(plan.prompts) if level == 1 else 1]
+        out[level] = statistics.median(first) if first else None
+    return out
+
+
+def _decode_round(base_url: str, model: str, plan: BenchPlan, got: _Level, left, progress: Progress | None,
+                  pace: _Pace) -> tuple[str, bool, RequestResult | None] | None:
     """Every prompt once as a single streamed request; (error, timed out, request) or None."""
-    for prompt in plan.prompts:
+    for i, prompt in enumerate(plan.prompts):
         budget = left()
         if budget <= 0:
-            return f"benchmark deadline reached after {len(got.samples)} requests", True, None
+            return f"benchmark limit reached after {len(got.samples)} requests", True, None
         req = client.stream_completion(base_url, model, prompt, plan.output_tokens, budget, stall_s=plan.stall_s)
         if not req.ok:
             return f"request {len(got.samples) + 1} failed: {req.error}", req.timed_out, req
@@ -234,30 +299,68 @@ def _decode_round(base_url: str, model: str, plan: BenchPlan, got: Level,
             return (f"request {len(got.samples) + 1}: decode rate not measurable ({req.n_tokens} tokens in "
                     f"{len(req.token_times)} streamed chunks)"), False, req
         got.samples.append(req.decode_tok_s)
-        got.ttft_samples.append(req.ttft_s if req.ttft_s is not None else float("nan"))
-        got.e2e_samples.append(req.e2e_tok_s or 0.0)
-        got.token_counts.append(req.n_tokens)
+        got.add(req)
+        if pace.per_request is None:  # no warm-up: the first request sets the pace
+            pace.observe(req.latency_s)
+        if req.e2e_tok_s is not None:
+            got.e2e_tok_s.append(req.e2e_tok_s)
+        if progress is not None:
+            _tell(progress, 1, i + 1, len(plan.prompts))
     return None
 
 
-def _concurrent_round(base_url: str, model: str, plan: BenchPlan, got: Level,
-                      left) -> tuple[str, bool, RequestResult | None] | None:
-    """One batch of ``got.level`` concurrent streams through the prompts."""
+def _sustained_round(base_url: str, model: str, plan: BenchPlan, got: _Level, left, progress: Progress | None,
+                     pace: _Pace) -> tuple[str, bool, RequestResult | None] | None:
+    """``got.level`` streams, ``plan.waves`` requests each, back to back: one steady-state sample."""
     budget = left()
     if budget <= 0:
-        return "benchmark deadline reached", True, None
-    summary = client.measure_concurrency(base_url, model, plan.prompts, plan.output_tokens, got.level,
-                                         timeout_s=budget, stall_s=plan.stall_s)
-    if summary.get("failures"):
-        timed_out = summary.get("timeouts", 0) > 0
-        stalled = f" ({summary['stalls']} {STALLED_MARK})" if summary.get("stalls") else ""
-        return f"{summary['failures']} of {summary['n_requests']} requests failed{stalled}: {summary['errors'][:1]}", \
-            timed_out, None
-    if summary.get("total_tok_s") is None:
-        return "no token arrived", False, None
-    got.samples.append(float(summary["total_tok_s"]))
-    if summary.get("ttft_s") is not None:
-        got.ttft_samples.append(float(summary["ttft_s"]))
-    if summary.get("decode_tok_s") is not None:
-        got.stream_decode.append(float(summary["decode_tok_s"]))
+        return "benchmark limit reached", True, None
+    total = got.level * max(1, plan.waves)
+    done = [0]
+
+    def one_done(_: RequestResult) -> None:
+        done[0] += 1
+        if progress is not None:
+            _tell(progress, got.level, done[0], total)
+
+    streamed, wall = client.run_streams(base_url, model, plan.prompts, plan.output_tokens, got.level, total,
+                                        timeout_s=budget, stall_s=plan.stall_s, on_done=one_done)
+    results = [req for _, req in streamed]
+    bad = [r for r in results if not r.ok]
+    if bad:
+        stalls = sum(1 for r in bad if r.stalled)
+        errors = list(dict.fromkeys(r.error or "?" for r in bad))[:1]
+        marked = f" ({stalls} {STALLED_MARK})" if stalls else ""
+        return f"{len(bad)} of {total} requests failed{marked}: {errors}", any(r.timed_out for r in bad), None
+    window = steady_window([StreamedRequest(stream, r.t_start, r.t_start + (r.latency_s or 0.0),
+                                            tuple(r.token_times), r.n_tokens) for stream, r in streamed])
+    if window is not None and window[1] > 0 and window[0] > 0:
+        got.samples.append(window[0] / window[1])
+        got.windows.append(window[1])
+    else:  # no steady state to cut out (one wave): the whole round's tokens over its wall time
+        tokens = sum(r.n_tokens for r in results)
+        if not tokens or wall <= 0:
+            return "no token arrived", False, None
+        got.samples.append(tokens / wall)
+    for req in results:
+        got.add(req)
+    if pace.per_request is None:  # no warm-up: its fastest request sets the pace (generous: it ran among N)
+        pace.observe(min((r.latency_s for r in results if r.latency_s), default=None))
+    decode = [r.decode_tok_s for r in results if r.decode_tok_s]
+    if decode:
+        got.stream_decode.append(statistics.median(decode))
     return None
+
+
+def _tell(progress: Progress, level: int, done: int, total: int) -> None:
+    """Report progress; a failing reporter never fails the measurement."""
+    try:
+        progress(level, done, total)
+    except Exception:  # noqa: BLE001 - progress is for the eye only
+        pass
+
+
+def with_host(bench: Benchmark, host: Any) -> Benchmark:
+    """The same benchmark with the host's load during it recorded in its measurement."""
+    bench.measurement = replace(bench.measurement, host=host)
+    return bench

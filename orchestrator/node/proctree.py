@@ -10,7 +10,7 @@ time, so a reused pid is never mistaken for ours:
 - ``alive(pid, start)``: it runs (not a zombie) and, if given, started at ``start``;
 - ``tree(pid)``: the process and its descendants, as ``Member``s;
 - ``group(pgid)``: the live members of a process group (workers re-parented to init
-  when their parent died stay in the group);
+  when their parent died stay in the group); ``cpu_seconds(pgid)``: the CPU they used;
 - ``end(members, grace_s)``: TERM, wait, KILL, wait: bounded, never raises;
 - ``listeners(host, port)``: the processes a TCP connection to ``host:port`` may reach.
 """
@@ -141,6 +141,22 @@ def listeners(host: str, port: int) -> list[Member | int | None]:
             member = None
         out.append(member if member is not None else pid)
     return out
+
+
+def cpu_seconds(pgid: int) -> float | None:
+    """CPU seconds (user + system, with the reaped children each counts) the live members of
+    process group ``pgid`` have used; None when the group has no member."""
+    total, seen = 0.0, False
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) != pgid:
+                continue
+            t = proc.cpu_times()
+        except (ProcessLookupError, PermissionError, OSError, psutil.Error):
+            continue
+        total += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+        seen = True
+    return total if seen else None
 
 
 def _signal(member: Member, sig: int) -> None:

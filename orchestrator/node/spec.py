@@ -40,10 +40,11 @@ class ServerPlan:
 
 @dataclass(frozen=True)
 class BenchPlan:
-    """What the benchmark measures: greedy fixed-length streamed requests over ``prompts``
-    (one round = every prompt once; ``repeats`` rounds, more up to ``max_repeats`` while the
-    median's interval is wider than ``target_rel_ci``), at ``levels`` of concurrency (1:
-    single-request decode tok/s), within ``timeout_s`` in all."""
+    """What the benchmark measures (``node.measure``): greedy fixed-length streamed requests over
+    ``prompts`` at ``levels`` of concurrency (1: single-request decode tok/s, one round = every
+    prompt once; N: N streams of ``waves`` requests each, one steady-state sample a round), then
+    the ``constraint_levels``; ``repeats`` rounds, more of a level up to ``max_repeats`` while its
+    median's interval is wider than ``target_rel_ci``; ``timeout_s`` the benchmark's least limit."""
 
     prompts: tuple[str, ...]
     output_tokens: int = 64
@@ -55,6 +56,7 @@ class BenchPlan:
     levels: tuple[int, ...] = (1,)
     constraint_levels: tuple[int, ...] = ()  # total tok/s the job's outcome constraints read
     stall_s: float | None = None  # a stream silent this long has stalled (timeouts.stall)
+    waves: int = 3
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ class TrialSpec:
                             repeats=bench.repeats, max_repeats=bench.max_repeats, target_rel_ci=bench.target_rel_ci,
                             timeout_s=job.timeouts.bench_s, levels=tuple(job.objective.concurrency),
                             constraint_levels=tuple(c.concurrency for c in job.constraints),
-                            stall_s=job.timeouts.stall_s),
+                            stall_s=job.timeouts.stall_s, waves=bench.waves),
             check=check or CheckPlan(), log_dir=str(log_dir or job.dir.logs), registry_dir=str(job.dir.servers),
             log_name=log_name, prune_below=dict(prune_below) if prune_below else None,
             device_check=job.gpus_per_node > 0 if device_check is None else device_check,

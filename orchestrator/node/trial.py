@@ -26,8 +26,9 @@ from orchestrator.core.launch import cache_locations, server_environment
 from orchestrator.core.logs import capture_warnings
 from orchestrator.core.records import COMPLETE, PRUNED, Config, FailureKind, TrialResult
 from orchestrator.node import client, gpus, startup
+from orchestrator.node.hostload import HostSampler
 from orchestrator.node.hwprobe import memory_bandwidth, node_info
-from orchestrator.node.measure import measure
+from orchestrator.node.measure import PACE_FACTOR, Benchmark, Progress, measure, with_host
 from orchestrator.node.preflight import resolve
 from orchestrator.node.server import (
     PortTaken,
@@ -50,17 +51,20 @@ EXIT_GRACE_S = 2.0  # how long a server whose stream broke is given to finish ex
 
 
 def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
-              on_server: Callable[[ServerProcess | None], None] | None = None) -> TrialResult:
-    """Run one trial; ``cancel`` set from another thread ends it as interrupted."""
+              on_server: Callable[[ServerProcess | None], None] | None = None,
+              progress: Progress | None = None) -> TrialResult:
+    """Run one trial; ``cancel`` set from another thread ends it as interrupted; ``progress`` is
+    told (level, requests done, requests in the round) as the benchmark goes."""
     logged: list[str] = []
     with capture_warnings(logged):
-        result = _run_trial(spec, cancel or threading.Event(), on_server)
+        result = _run_trial(spec, cancel or threading.Event(), on_server, progress)
     result.warnings.extend(w for w in logged if w not in result.warnings)
     return result
 
 
 def _run_trial(spec: TrialSpec, cancel: threading.Event,
-               on_server: Callable[[ServerProcess | None], None] | None) -> TrialResult:
+               on_server: Callable[[ServerProcess | None], None] | None,
+               progress: Progress | None) -> TrialResult:
     started = time.time()
     timing: dict[str, float] = {}
     node = node_info()
@@ -107,11 +111,13 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         timing["total_s"] = result.ended_at - started
         return result
 
-    def failed(kind: str, reason: str, stalled_in: str | None = None) -> TrialResult:
+    def failed(kind: str, reason: str, stalled_in: str | None = None, got: Benchmark | None = None) -> TrialResult:
         refused = nccl.classify_failure(_read(log_path)) == FailureKind.NCCL_INVALID
         if kind in (FailureKind.START_CRASH, FailureKind.BENCH_ERROR, FailureKind.HANG) and refused:
             kind, reason = FailureKind.NCCL_INVALID, f"NCCL refused a setting: {reason}"
-        return finish(TrialResult.failed(spec.config, kind, reason, **common), stalled_in)
+        # what the finished levels measured stays on the record (fast at 1, failed at 10)
+        kept = got.measurement if got is not None and got.measurement.levels else None
+        return finish(TrialResult.failed(spec.config, kind, reason, measurement=kept, **common), stalled_in)
 
     if spec.device_check:  # never start on GPUs that something else holds: not the config's fault
         held = gpus.foreign_use(gpus.visible_devices(), {os.getpid()})
@@ -161,31 +167,23 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         if cancel.is_set():
             return failed(FailureKind.INTERRUPTED, "stopped by the user")
 
-        # warm-up, then rounds over the prompts at every level; a first round below the prune
-        # threshold at every level ends it (node.measure)
+        # warm-up, then rounds over the prompts at every level (the objective's, then the outcome
+        # constraints'); a first round below the prune threshold at every level ends it (node.measure);
+        # the host's load beside it (a busy host's timeout is not the config's)
         plan = spec.bench
-        got = measure(launch.base_url, launch.model_name, plan, deadline=time.monotonic() + plan.timeout_s,
-                      metrics_url=launch.metrics_url, prune_below=spec.prune_below)
+        host = HostSampler(record.pgid)
+        got = with_host(measure(launch.base_url, launch.model_name, plan, deadline=time.monotonic() + plan.timeout_s,
+                                metrics_url=launch.metrics_url, prune_below=spec.prune_below, progress=progress),
+                        host.finish())
         if not got.ok:
             if cancel.is_set():
-                return failed(FailureKind.INTERRUPTED, "stopped by the user during the benchmark")
-            return _keep_measured(_bench_failure(failed, proc, got, limit_s=plan.timeout_s), got)
+                return failed(FailureKind.INTERRUPTED, "stopped by the user during the benchmark", got=got)
+            return _bench_failure(failed, proc, got)
         pruned = got.pruned
-        timing["warmup_s"] = got.warmup_s
-        timing["bench_s"] = got.bench_s
-        metrics = got.to_metrics()
+        timing["warmup_s"] = got.measurement.warmup_s
+        timing["bench_s"] = got.measurement.bench_s
+        metrics: dict[str, Any] = {}
         warnings = list(got.warnings)
-
-        if plan.constraint_levels and not pruned:  # the job's "no worse than x at concurrency c" rules
-            metrics["concurrency"] = {}
-            for level in plan.constraint_levels:
-                total = client.measure_concurrency(launch.base_url, launch.model_name, plan.prompts,
-                                                   plan.output_tokens, level, timeout_s=plan.timeout_s,
-                                                   stall_s=plan.stall_s)
-                if total.get("failures"):
-                    return _bench_failure(failed, proc, None, f"concurrency {level}: {total['errors'][:1]}",
-                                          stalled=bool(total.get("stalls")))
-                metrics["concurrency"][str(level)] = total["total_tok_s"]
 
         # correctness outputs (compared by the driver against the golden reference), also of a
         # pruned trial: a config that is wrong is reported wrong (and banned), not merely slow
@@ -194,11 +192,11 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         if spec.check.prompts:
             outputs = capture_outputs(launch.base_url, launch.model_name, spec, spec.check.reference_texts)
             if outputs.get("error"):
-                return _bench_failure(failed, proc, None, outputs["error"])
+                return _bench_failure(failed, proc, got, outputs["error"])
             if spec.check.reference_texts is None:  # this is the reference: capture twice to calibrate
                 second = capture_outputs(launch.base_url, launch.model_name, spec, outputs["texts"])
                 if second.get("error"):
-                    return _bench_failure(failed, proc, None, second["error"])
+                    return _bench_failure(failed, proc, got, second["error"])
                 outputs = {"reference": True, "first": outputs, "second": second}
         timing["check_s"] = time.monotonic() - t0
         try:  # what was measured was this server: the port is still its tree's
@@ -208,9 +206,10 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         outcome = PRUNED if pruned else COMPLETE
         reason = None
         if pruned:
-            reason = _pruned_reason(got, spec.prune_below or {}, metrics)
+            reason = _pruned_reason(got.first_round(len(plan.prompts)), spec.prune_below or {}, metrics)
         result = TrialResult(outcome=outcome, config=spec.config, value=got.value, metrics=metrics,
-                             outputs=outputs, server=server_info, warnings=warnings, failure_reason=reason, **common)
+                             measurement=got.measurement, outputs=outputs, server=server_info, warnings=warnings,
+                             failure_reason=reason, **common)
         return finish(result)
     except Exception as exc:  # noqa: BLE001 - a trial never takes the actor down
         full = write_failure(exc, Path(spec.log_dir).parent)
@@ -244,19 +243,8 @@ def write_failure(exc: BaseException, folder: Path) -> StorageWriteError | None:
     return None
 
 
-def _keep_measured(result: TrialResult, got) -> TrialResult:
-    """A benchmark that failed at one level keeps the levels it finished (a config fast at 1 and
-    crashing at 10 is both, in its record); none finished: nothing added."""
-    metrics = got.to_metrics()
-    finished = {level: record for level, record in metrics["levels"].items() if record["samples"]}
-    if finished:
-        result.metrics.update({**metrics, "levels": finished})
-    return result
-
-
-def _pruned_reason(got, thresholds, metrics: dict[str, Any]) -> str:
+def _pruned_reason(first: dict[int, float | None], thresholds, metrics: dict[str, Any]) -> str:
     """Why a trial stopped after its first round (the thresholds kept in its metrics)."""
-    first = got.first_round()
     metrics["pruned_below"] = next(iter(thresholds.values()), None)  # the first level's, as progress reads it
     metrics["pruned_below_levels"] = {str(k): v for k, v in thresholds.items()}
     unit = {1: "tok/s"}
@@ -266,22 +254,28 @@ def _pruned_reason(got, thresholds, metrics: dict[str, Any]) -> str:
             "so far)")
 
 
-def _bench_failure(failed, proc: ServerProcess, decode, error: str | None = None,
-                   limit_s: float | None = None, stalled: bool = False) -> TrialResult:
-    error = error or (decode.error if decode is not None else "benchmark failed")
+def _bench_failure(failed, proc: ServerProcess, got: Benchmark, error: str | None = None) -> TrialResult:
+    """The failure of a benchmark (``error``: a later step's, else the benchmark's own), with what
+    its finished levels measured and, for a timeout, how busy the host was."""
+    from_bench = error is None
+    error = error or got.error or "benchmark failed"
     if proc.fatal:
-        return failed(FailureKind.BENCH_ERROR, f"{proc.fatal} during the benchmark ({error})")
-    waited = stalled or (decode is not None and (decode.stalled or decode.timed_out))  # it was alive then
+        return failed(FailureKind.BENCH_ERROR, f"{proc.fatal} during the benchmark ({error})", got=got)
+    waited = from_bench and (got.stalled or got.timed_out)  # it was alive when the stream stopped
     returncode = proc.exited(within_s=0.0 if waited else EXIT_GRACE_S)
     if returncode is not None:  # what ended the stream: the server exited (a clean exit 0 too)
-        return failed(FailureKind.BENCH_ERROR, f"server exited during the benchmark ({exit_text(returncode)}): {error}")
-    if stalled or (decode is not None and decode.stalled):
+        return failed(FailureKind.BENCH_ERROR, f"server exited during the benchmark ({exit_text(returncode)}): "
+                      f"{error}", got=got)
+    if from_bench and got.stalled:
         return failed(FailureKind.HANG, f"a stream of the benchmark stopped: {error} (timeouts.stall; the server "
-                      "was alive)", stalled_in=BENCHMARK_PHASE)
-    if decode is not None and decode.timed_out:
-        limit = f" within the {limit_s:g}s limit (timeouts.bench)" if limit_s else ""
-        return failed(FailureKind.BENCH_TIMEOUT, f"benchmark did not finish{limit}: {error}")
-    return failed(FailureKind.BENCH_ERROR, error)
+                      "was alive)", stalled_in=BENCHMARK_PHASE, got=got)
+    if from_bench and got.timed_out:
+        limit = (f" within its {got.limit_s:.0f}s limit (the larger of timeouts.bench and {PACE_FACTOR:g}x what "
+                 "its own pace predicted)") if got.limit_s else ""
+        host = got.measurement.host
+        busy = f"; the host was busy: {host.describe()}" if host is not None and host.busy else ""
+        return failed(FailureKind.BENCH_TIMEOUT, f"benchmark did not finish{limit}: {error}{busy}", got=got)
+    return failed(FailureKind.BENCH_ERROR, error, got=got)
 
 
 def prepare_server(backend, config: Config, host: str, job_env: dict[str, str], log_path: Path,

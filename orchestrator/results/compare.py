@@ -34,6 +34,7 @@ import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +42,6 @@ from orchestrator.core import files, verdict
 from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.core.golden_check import disputed
 from orchestrator.core.records import TrialRow
-from orchestrator.node import client
 from orchestrator.node.measure import measure
 from orchestrator.node.server import ServerError
 from orchestrator.node.spec import TrialSpec
@@ -81,14 +81,17 @@ def launched(job: Job, config: dict, label: str, log_name: str) -> Iterator[Any]
 
 
 def measure_levels(job: Job, config: dict, levels: list[int], label: str, round_no: int) -> dict[int, dict[str, Any]]:
-    """One launch of ``config``; total output tok/s at each concurrency level."""
-    out: dict[int, dict[str, Any]] = {}
+    """One launch of ``config``, measured as a trial measures it (``node.measure``, one round: level 1
+    decode tok/s over the prompts, level N total tok/s of N sustained streams): each level's record
+    (``LevelResult.to_record``), or ``{"failures": 1, "errors": [...]}`` at the level that failed."""
+    bench = replace(TrialSpec.from_job(job, 0, config).bench, levels=tuple(sorted(levels)), constraint_levels=(),
+                    repeats=1, max_repeats=None, target_rel_ci=None, warmup=max(1, job.bench.warmup))
     with launched(job, config, label, f"{label}-{round_no}.log") as launch:
-        client.measure_decode(launch.base_url, launch.model_name, job.bench.prompts[0], job.bench.output_tokens,
-                             warmup=max(1, job.bench.warmup), repeats=1, timeout_s=job.timeouts.bench_s)
-        for level in levels:
-            out[level] = client.measure_concurrency(launch.base_url, launch.model_name, job.bench.prompts,
-                                                   job.bench.output_tokens, level, timeout_s=job.timeouts.bench_s)
+        got = measure(launch.base_url, launch.model_name, bench, deadline=time.monotonic() + bench.timeout_s,
+                      metrics_url=launch.metrics_url)
+    out: dict[int, dict[str, Any]] = {lv: rec.to_record() for lv, rec in got.measurement.levels.items()}
+    if not got.ok:
+        out[got.failed_level or min(levels)] = {"failures": 1, "errors": [got.error or "the benchmark failed"]}
     return out
 
 
@@ -155,7 +158,7 @@ def per_round(data: dict[str, Any], label: str, level: Any) -> dict[int, float |
     for rnd in data.get("rounds") or []:
         if isinstance(rnd, dict) and rnd.get("config") == label:
             m = (rnd.get("levels") or {}).get(str(level))
-            v = m.get("total_tok_s") if isinstance(m, dict) else m
+            v = (m.get("value", m.get("total_tok_s")) if not m.get("failures") else None) if isinstance(m, dict) else m
             out[int(rnd.get("round", len(out)))] = float(v) if v else None
     return out
 
@@ -372,8 +375,9 @@ def measure_plan_launch(job: Job, config: dict, label: str, round_no: int) -> di
                       metrics_url=launch.metrics_url)
     if not got.ok:
         return {"error": got.error or "the benchmark failed"}
-    return {"levels": {str(k): v.value for k, v in got.levels.items()},
-            "samples": {str(k): list(v.samples) for k, v in got.levels.items()}}
+    levels = got.measurement.levels
+    return {"levels": {str(k): v.value for k, v in levels.items()},
+            "samples": {str(k): list(v.samples) for k, v in levels.items()}}
 
 
 def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:

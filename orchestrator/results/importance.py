@@ -49,7 +49,7 @@ def measured_points(rows: list[TrialRow]) -> list[tuple[dict[str, Any], float, b
     points = [(r.params, float(r.value), False) for r in outcome.rankable(rows) if r.value is not None]
     tainted = outcome.tainted_keys(rows)
     for r in rows:
-        first = (r.metrics or {}).get("decode_tok_s")
+        first = r.measured
         if (r.state == PRUNED and r.counted and r.cached_from is None and first
                 and r.config_key not in tainted):
             points.append((r.params, float(first), True))

@@ -27,7 +27,6 @@ study.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import logging
 import math
@@ -39,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.core import outcome
 from orchestrator.core.golden_check import disputed
+from orchestrator.core.measurement import Measurement
 from orchestrator.core.records import (
     COMPLETE,
     FAIL,
@@ -73,7 +73,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # the keys of a row in ``status --json`` (``TrialRow.to_json``)
-ROW_KEYS = tuple(f.name for f in dataclasses.fields(TrialRow) if f.name != "n_measurements")
+ROW_KEYS = tuple(TrialRow(number=0, state="COMPLETE").to_json())  # what `status --json` prints, in order
 
 
 # ---- rows ----------------------------------------------------------------------------------------
@@ -150,12 +150,16 @@ def _row(trial: FrozenTrial, ua: dict[str, Any]) -> TrialRow:
         failure_reason = failure_reason or f"no outcome recorded (storage state {optuna_state})"
 
     metrics = ua.get("metrics") or {}
+    measured = Measurement.from_record(metrics)
     value = None
     if state == COMPLETE:
         value = _num(ua.get("value"))
-        if value is None:
-            value = _num(metrics.get("decode_tok_s"))
-    cv, rel_ci = _num(metrics.get("cv")), _num(metrics.get("rel_ci"))
+        if value is None and measured is not None:
+            value = measured.value
+    if value is not None and (measured is None or not measured.levels):  # a record of only a value
+        measured = Measurement.from_record(metrics, value)
+    head = measured.headline if measured is not None else None
+    cv, rel_ci = (head.cv, head.rel_ci) if head is not None else (None, None)
     node_info = ua.get("node") or {}
     if not isinstance(node_info, dict):
         node_info = {"hostname": str(node_info)}
@@ -202,9 +206,9 @@ def _row(trial: FrozenTrial, ua: dict[str, Any]) -> TrialRow:
         run=ua.get(ATTR_RUN),
         log_tail=ua.get("log_tail") or "",
         server=dict(ua.get("server") or {}),
-        levels=_levels(metrics, value if state == COMPLETE else None),
-        acceptance_rate=_num(metrics.get("acceptance_rate")),
-        mean_accepted_length=_num(metrics.get("mean_accepted_length")),
+        measurement=measured,
+        acceptance_rate=head.acceptance_rate if head is not None else None,
+        mean_accepted_length=head.mean_accepted_length if head is not None else None,
         startup_phases=dict(ua.get("startup_phases") or {}),
         prompt_set=dict(ua.get("prompt_set") or {}),
     )
@@ -259,21 +263,7 @@ def _checked(trial: FrozenTrial, ua: dict[str, Any], row: TrialRow) -> TrialRow:
                     "of every figure", trial.number, damage)
     return replace(row, state=FAIL, value=None, counted=False, failure_kind=None,
                    failure_reason=f"its record was changed after it was written ({damage}): left out of every figure",
-                   levels={}, acceptance_rate=None, mean_accepted_length=None)
-
-
-def _levels(metrics: dict[str, Any], value: float | None) -> dict[str, Any]:
-    """The per-level records of a trial; a trial recorded before levels existed measured
-    level 1 only (its decode samples)."""
-    levels = metrics.get("levels")
-    if isinstance(levels, dict) and levels:
-        return {str(k): dict(v) for k, v in levels.items() if isinstance(v, dict)}
-    samples = metrics.get("decode_samples")
-    if samples:
-        return {"1": {"value": _num(metrics.get("decode_tok_s")) if value is None else value,
-                      "samples": list(samples), "rel_ci": _num(metrics.get("rel_ci")), "cv": _num(metrics.get("cv")),
-                      "unit": "decode tok/s"}}
-    return {}
+                   measurement=Measurement(), levels={}, acceptance_rate=None, mean_accepted_length=None)
 
 
 # Rows of finished trials, per study object: Optuna refuses to change a finished trial, so its
@@ -387,8 +377,8 @@ def baseline_repeats(rows: list[TrialRow]) -> list[TrialRow]:
 
 def decode_samples(row: TrialRow) -> list[float]:
     """The trial's single-request decode samples (every timed repeat), [] when none were kept."""
-    samples = (row.metrics or {}).get("decode_samples") or []
-    return [float(v) for v in samples if _num(v) is not None]
+    one = row.at(1)
+    return list(one.samples) if one is not None else []
 
 
 def row_interval(a: TrialRow, b: TrialRow) -> RatioInterval:
@@ -448,8 +438,8 @@ def _clip(text: Any, width: int) -> str:
 
 
 def _level_cell(row: TrialRow, level: int) -> str:
-    rec = (row.levels or {}).get(str(level)) or {}
-    value = _num(rec.get("value")) if isinstance(rec, dict) else None
+    got = row.at(level)
+    value = got.value if got is not None else None
     if value is None or row.state not in (COMPLETE, PRUNED):
         return "-"
     return f"{value:.1f}" if value < 100_000 else f"{value:.0f}"

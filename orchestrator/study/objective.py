@@ -82,22 +82,9 @@ def _num(value: Any) -> float | None:
     return None if math.isnan(out) or math.isinf(out) else out
 
 
-def level_values(metrics: Mapping[str, Any] | None, value: float | None = None) -> dict[int, float | None]:
-    """Each measured level's median from a trial's metrics (``metrics["levels"]``); a trial
-    recorded before levels existed measured level 1 only (its ``value`` or decode tok/s)."""
-    metrics = metrics or {}
-    recorded = metrics.get("levels")
-    if isinstance(recorded, Mapping) and recorded:
-        out: dict[int, float | None] = {}
-        for key, rec in recorded.items():
-            try:
-                level = int(key)
-            except (TypeError, ValueError):
-                continue
-            out[level] = _num(rec.get("value")) if isinstance(rec, Mapping) else _num(rec)
-        return out
-    one = value if value is not None else _num(metrics.get("decode_tok_s"))
-    return {1: one} if one is not None else {}
+def level_values(result: TrialResult) -> dict[int, float | None]:
+    """Each measured level's median (``TrialResult.measurement``); {} when nothing was measured."""
+    return result.measurement.values() if result.measurement is not None else {}
 
 
 def mix_value(values: Mapping[int, float | None], weights: Mapping[int, float]) -> float | None:
@@ -120,7 +107,7 @@ def told_values(objective: Objective | None, result: TrialResult) -> list[float]
         if value is None:
             raise ValueError("a COMPLETE result needs a value")
         return [float(value)]
-    values = level_values(result.metrics, None)
+    values = level_values(result)
     missing = [lv for lv in levels(obj) if values.get(lv) is None]
     if missing:
         raise ValueError(f"a COMPLETE result needs a value at every level of the objective; "
@@ -135,11 +122,8 @@ def told_values(objective: Objective | None, result: TrialResult) -> list[float]
 def _single(obj: Objective, result: TrialResult) -> float | None:
     """The one level's value: its median where the trial recorded levels (a trial may measure
     more levels than the objective tells, as the replay harness's do), else the result's value."""
-    recorded = level_values(result.metrics, None) if result.metrics.get("levels") else {}
-    value = recorded.get(obj.concurrency[0])
-    if value is None:
-        value = result.value if result.value is not None else _num(result.metrics.get("decode_tok_s"))
-    return value
+    value = level_values(result).get(obj.concurrency[0])
+    return value if value is not None else result.value
 
 
 def has_values(objective: Objective | None, result: TrialResult) -> bool:
@@ -164,8 +148,8 @@ def intermediate(objective: Objective | None, result: TrialResult) -> float | No
     if obj.multi_objective:
         return None
     if obj.weights:
-        return mix_value(level_values(result.metrics, None), obj.weights)
-    recorded = level_values(result.metrics, None) if result.metrics.get("levels") else {}
+        return mix_value(level_values(result), obj.weights)
+    recorded = level_values(result)
     if obj.concurrency[0] in recorded and min(recorded) != obj.concurrency[0]:
         return recorded[obj.concurrency[0]]  # the trial measured lower levels too: the objective's own
     inter = result.metrics.get("intermediate")

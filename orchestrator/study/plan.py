@@ -37,42 +37,22 @@ from orchestrator.study.history import baseline_row, best_rows
 
 
 # ---- one row at one level ---------------------------------------------------------------------
-def level_record(row: TrialRow, level: int) -> dict[str, Any]:
-    """The row's record of ``level`` (``TrialRow.levels``), {} when it did not measure it."""
-    rec = (row.levels or {}).get(str(level))
-    return rec if isinstance(rec, dict) else {}
-
-
 def level_value(row: TrialRow, level: int) -> float | None:
     """The row's median at ``level`` (None when not measured)."""
-    value = level_record(row, level).get("value")
-    try:
-        out = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
+    got = row.at(level)
+    return got.value if got is not None else None
 
 
 def level_samples(row: TrialRow, level: int) -> list[float]:
     """Every sample of the row at ``level`` (level 1: one per request; N: one per round)."""
-    out = []
-    for v in level_record(row, level).get("samples") or []:
-        try:
-            x = float(v)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(x):
-            out.append(x)
-    return out
+    got = row.at(level)
+    return list(got.samples) if got is not None else []
 
 
 def level_spread(row: TrialRow, level: int) -> float | None:
     """The relative spread of the row's median at ``level`` (rel_ci, else cv)."""
-    rec = level_record(row, level)
-    for key in ("rel_ci", "cv"):
-        if isinstance(rec.get(key), (int, float)):
-            return float(rec[key])
-    return None
+    got = row.at(level)
+    return got.spread if got is not None else None
 
 
 def mix_of(row: TrialRow, weights: dict[int, float]) -> float | None:

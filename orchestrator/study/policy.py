@@ -725,7 +725,7 @@ class SearchPolicy:
         elif result.outcome == PRUNED:
             inter = objectives.intermediate(self.objective, result)  # None for a plan: Optuna takes none there
             if inter is not None:
-                step = int(result.metrics.get("repeats") or 1)
+                step = (result.measurement.rounds if result.measurement is not None else 0) or 1
                 trial.report(float(inter), step)
             trial.set_constraint(CONSTRAINT, FEASIBLE)
         self._tell(trial, result, not_the_config)

@@ -726,7 +726,7 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
             good = (row.median or 0.0) >= floor
         if row.failure is None or row.failure in AFTER_START_KINDS:
             compiled.add(key)
-        reps += int(result.metrics.get("repeats", 0))
+        reps += result.measurement.rounds if result.measurement is not None else 0
         seconds += result.timing.get("total_s", 0.0)
         pruned += result.outcome == PRUNED
         if result.outcome == PRUNED and good:

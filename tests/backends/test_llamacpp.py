@@ -187,11 +187,15 @@ def test_the_real_llama_server_serves_a_tiny_gguf(tmp_path):
     streams greedy tokens the benchmark can time, answers the same twice, and leaves
     nothing behind."""
     pytest.importorskip("gguf")
+    import time
+
     import psutil
     from tiny_gguf import write_tiny_llama
 
     from orchestrator.node import client
+    from orchestrator.node.measure import measure
     from orchestrator.node.server import ServerProcess, free_port
+    from orchestrator.node.spec import BenchPlan
 
     model = write_tiny_llama(tmp_path / "tiny.gguf")
     b = LlamaCppBackend({"model": str(model), "executable": REAL, "device": "cpu", "served_model_name": "tiny"},
@@ -201,13 +205,14 @@ def test_the_real_llama_server_serves_a_tiny_gguf(tmp_path):
     spec = b.launch_spec(config, "127.0.0.1", free_port())
     with ServerProcess(spec, tmp_path / "server.log") as server:
         server.wait_ready(120)
-        decode = client.measure_decode(spec.base_url, spec.model_name, "hello world", 16, warmup=1, repeats=2,
-                                      timeout_s=60)
+        decode = measure(spec.base_url, spec.model_name, BenchPlan(prompts=("hello world",), output_tokens=16,
+                                                                   warmup=1, repeats=2, timeout_s=60),
+                         deadline=time.monotonic() + 60).measurement
         outputs = [client.greedy_outputs(spec.base_url, spec.model_name, ["the cat", "a b c"], 8, 60)
                    for _ in range(2)]
         pid = server.pid
     log = (tmp_path / "server.log").read_text()
-    assert decode.decode_tok_s and decode.decode_tok_s > 0, log[-2000:]
+    assert decode.value and decode.value > 0, log[-2000:]
     assert all(item["ok"] and item["text"] for item in outputs[0]), outputs
     assert [i["text"] for i in outputs[0]] == [i["text"] for i in outputs[1]]  # greedy: the same twice
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -19,6 +19,7 @@ import pytest
 from orchestrator.config.job import OutcomeConstraint
 from orchestrator.core import outcome
 from orchestrator.core.correctness import Golden
+from orchestrator.core.measurement import HostLoad, LevelResult, Measurement
 from orchestrator.core.records import TrialResult, TrialRow
 from orchestrator.results import importance
 from orchestrator.results.export import export
@@ -56,8 +57,9 @@ def test_gate_and_constraints_are_replacements_of_the_result():
     assert r.metrics["decode_tok_s_ignored"] == 50.0 and final.counted and not final.blameless
     assert all(getattr(r, f) == getattr(result(), f) for f in KEPT)
     rules = (OutcomeConstraint(concurrency=4, min_ratio=0.9),)
-    got = outcome.decide(result(metrics={"concurrency": {"4": 80.0}}), rules=rules,
-                         baseline_metrics={"concurrency": {"4": 100.0}}).result
+    base = Measurement(levels={1: LevelResult(1, samples=(50.0,)), 4: LevelResult(4, samples=(100.0,))})
+    mine = Measurement(levels={1: LevelResult(1, samples=(50.0,)), 4: LevelResult(4, samples=(80.0,))})
+    got = outcome.decide(result(measurement=mine), rules=rules, baseline=base).result
     assert got.outcome == "COMPLETE" and "0.80x the baseline" in got.metrics["constraint_violations"][0]
     assert got.nccl == result().nccl and got.warnings[0] == "a warning" and got.warnings[1].startswith("infeasible")
 
@@ -70,6 +72,25 @@ def test_a_timeout_is_the_configs_fault_only_once_it_reproduces():
     assert again.counted and not again.blameless and not again.requeue
     crash = outcome.decide(result(outcome="FAIL", value=None, failure_kind="start-crash", failure_reason="exit 1"))
     assert crash.counted and not crash.blameless
+
+
+def test_a_timeout_on_a_busy_host_is_never_the_configs():
+    """Other work took 1.8 of the host's 2 CPUs while the benchmark ran: its timeout says as much
+    about the neighbours as about the config, even when it reproduced."""
+    busy = HostLoad(load_start=5.1, load_end=6.0, cpus=2, wall_s=60.0, host_cpu_s=118.0, server_cpu_s=8.0,
+                    client_cpu_s=2.0)
+    quiet = HostLoad(load_start=1.0, load_end=1.1, cpus=2, wall_s=60.0, host_cpu_s=70.0, server_cpu_s=60.0,
+                     client_cpu_s=4.0)
+    assert busy.busy and busy.others_cpus == pytest.approx(1.8) and not quiet.busy
+    for host, blameless in ((busy, True), (quiet, False)):
+        raw = result(outcome="FAIL", value=None, failure_kind="bench-timeout", failure_reason="did not finish",
+                     measurement=Measurement(levels={1: LevelResult(1, samples=(9.0,))}, host=host))
+        final = outcome.decide(raw, earlier_timeouts=1)
+        assert final.blameless is blameless and final.requeue is blameless and final.counted is not blameless
+        assert ("busy host" in final.result.failure_reason) is blameless
+    crash = result(outcome="FAIL", value=None, failure_kind="bench-error", failure_reason="HTTP 500",
+                   measurement=Measurement(levels={1: LevelResult(1, samples=(9.0,))}, host=busy))
+    assert outcome.decide(crash).counted  # only a timeout: an error is the config's on any host
 
 
 def test_rankable_excludes_failures_wrong_configs_violations_and_cached_duplicates():

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-import statistics
 import sys
 import threading
 import time
@@ -20,7 +19,6 @@ from orchestrator.node.client import (
     RequestFailed,
     greedy_outputs,
     measure_concurrency,
-    measure_decode,
     median_ci,
     relative_ci,
     score_continuation,
@@ -65,23 +63,6 @@ def test_stream_parses_vllm_chunks(url):
     assert r.e2e_tok_s == pytest.approx(20 / r.latency_s)
 
 
-def test_decode_rate_matches_the_servers_token_delay(url):
-    # 50 tokens, one every 10 ms -> 100 tok/s; TTFT delayed 150 ms must not count
-    res = measure_decode(url, MODEL, "Measure me", 50, warmup=1, repeats=3, timeout_s=10,
-                         extra={"fake": {"ttft_delay": 0.15}})
-    assert res.ok, res.error
-    assert res.repeats == 3 and len(res.decode_samples) == 3 and len(res.ttft_samples) == 3
-    assert res.decode_tok_s == pytest.approx(100, rel=0.3)
-    assert res.decode_tok_s == statistics.median(res.decode_samples)
-    assert res.ttft_s >= 0.15
-    assert res.e2e_tok_s < res.decode_tok_s  # TTFT is inside end-to-end
-    assert res.token_counts == [50, 50, 50] and res.warnings == []
-    m = res.to_metrics()
-    assert set(m) == {"decode_tok_s", "decode_samples", "ttft_s", "ttft_samples", "e2e_tok_s",
-                      "cv", "rel_ci", "repeats", "output_tokens"}
-    assert m["output_tokens"] == 50 and m["repeats"] == 3 and m["cv"] >= 0 and m["rel_ci"] >= 0
-
-
 def test_hanging_stream_times_out_within_the_deadline(url):
     deadline = 1.0
     t0 = time.monotonic()
@@ -116,34 +97,6 @@ def test_failed_requests_are_data(url, model, knobs, expect):
 def test_connection_refused_is_data():
     r = stream_completion(_dead_url(), MODEL, "x", 10, 5)
     assert not r.ok and r.error == "connection refused"
-
-
-def test_measure_decode_reports_timeouts_and_errors(url):
-    res = measure_decode(url, MODEL, "p", 20, warmup=0, repeats=3, timeout_s=0.5,
-                         extra={"fake": {"hang_after": 2, "token_delay": 0.001}})
-    assert not res.ok and res.timed_out and res.request_error == "timeout"
-    assert "request 1 failed: timeout" in res.error and res.failed_request is not None
-    res = measure_decode(url, "nope", "p", 20, warmup=1, repeats=3, timeout_s=5)
-    assert not res.ok and not res.timed_out and "warm-up request 1 failed: HTTP 404" in res.error
-
-
-def test_measure_decode_deadline(url):
-    res = measure_decode(url, MODEL, "p", 20, warmup=0, repeats=5, timeout_s=30,
-                         deadline=time.monotonic() + 0.3, extra={"fake": {"token_delay": 0.02}})
-    assert not res.ok and res.timed_out
-
-
-def test_measure_decode_adaptive_repeats(url):
-    fast = {"fake": {"token_delay": 0.002}}
-    res = measure_decode(url, MODEL, "p", 10, warmup=0, repeats=3, max_repeats=6, target_rel_ci=0.0,
-                         timeout_s=10, extra=fast)
-    assert res.ok and res.repeats == 6 and len(res.decode_samples) == 6  # target unreachable: capped
-    assert any("above target" in w for w in res.warnings)
-    res = measure_decode(url, MODEL, "p", 10, warmup=0, repeats=3, max_repeats=6, target_rel_ci=10.0,
-                         timeout_s=10, extra=fast)
-    assert res.ok and res.repeats == 3  # reached at once
-    res = measure_decode(url, MODEL, "p", 10, warmup=0, repeats=2, timeout_s=10, extra=fast)
-    assert res.ok and res.repeats == 2  # no target: exactly `repeats`
 
 
 def test_concurrency_totals(url):

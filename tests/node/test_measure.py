@@ -1,7 +1,8 @@
 """What a trial measures, against a real HTTP server (tests/fake_openai_server.py, which
 streams like vLLM and, with --spec-tokens, speculates like it): every level over the prompt
-set in rounds, tokens counted from usage (never chunks), acceptance read from /metrics, and
-the one early-stop rule across levels."""
+set in rounds, level N from its steady state, latency percentiles per level, tokens counted
+from usage (never chunks), acceptance read from /metrics, every level to a precision, the
+one early-stop rule across levels, and a limit set by the server's own pace."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import fake_openai_server as fake  # the stand-in's own rules, for expectations
 import pytest
 
 from conftest import start_fake_openai
+from orchestrator.core.measurement import Measurement
 from orchestrator.node import client
-from orchestrator.node.measure import measure
+from orchestrator.node.measure import PACE_FACTOR, measure
 from orchestrator.node.spec import BenchPlan
 
 MODEL = "fake"
@@ -38,24 +40,91 @@ def plan(**kw) -> BenchPlan:
 
 def test_every_level_over_the_prompts_in_rounds(server):
     got = measure(server.base_url, MODEL, plan(levels=(4, 1)), deadline=time.monotonic() + 60)
-    assert got.ok and got.rounds == 2 and not got.pruned
-    one, four = got.levels[1], got.levels[4]
-    assert len(one.samples) == 2 * 3 and len(four.samples) == 2  # a sample per request; per round at 4
-    assert list(got.levels) == [1, 4]  # the cheapest level first
-    assert all(c == 12 for c in one.token_counts)
-    metrics = got.to_metrics()
-    assert metrics["decode_samples"] == one.samples and metrics["repeats"] == 2 and metrics["prompts"] == 3
-    assert metrics["levels"]["4"]["samples"] == four.samples and metrics["levels"]["4"]["unit"] == "total tok/s"
+    m = got.measurement
+    assert got.ok and m.rounds == 2 and not got.pruned
+    one, four = m.levels[1], m.levels[4]
+    assert len(one.samples) == 2 * 3 and len(four.samples) == 2  # a sample per request; per window at 4
+    assert list(m.levels) == [1, 4] and one.requests == 6 and four.requests == 2 * 4 * 3  # 3 waves of 4 streams
+    assert one.unit == "decode tok/s" and four.unit == "total tok/s"
     # 4 streams at once move more tokens per second than one
     assert four.value > one.value
-    assert "acceptance_rate" not in metrics  # no speculation: nothing recorded, and no error
+    assert one.acceptance_rate is None  # no speculation: nothing recorded, and no error
+    # stored and read back: the same record (what every reader of the study gets)
+    back = Measurement.from_record(m.to_record())
+    assert back == m
+    stored = m.to_record()
+    assert stored["decode_samples"] == list(one.samples) and stored["repeats"] == 2 and stored["prompts"] == 3
 
 
 def test_a_level_above_one_alone(server):
     got = measure(server.base_url, MODEL, plan(levels=(8,)), deadline=time.monotonic() + 60)
-    metrics = got.to_metrics()
-    assert got.ok and "decode_tok_s" not in metrics and len(metrics["levels"]["8"]["samples"]) == 2
-    assert got.value == got.levels[8].value
+    m = got.measurement
+    assert got.ok and 1 not in m.levels and len(m.levels[8].samples) == 2
+    assert "decode_tok_s" not in m.to_record() and got.value == m.levels[8].value
+
+
+def test_the_decode_rate_and_latencies_are_the_servers(tmp_path):
+    """50 tokens, one every 10 ms: 100 decode tok/s; a first token 150 ms late is in TTFT and
+    end-to-end latency, never in the decode rate."""
+    sp = start_fake_openai(tmp_path, "--token-delay", "0.01", "--ttft-delay", "0.15")
+    try:
+        got = measure(sp.spec.base_url, MODEL, plan(output_tokens=50, repeats=1), deadline=time.monotonic() + 60)
+    finally:
+        sp.stop(grace_s=1.0)
+    one = got.measurement.levels[1]
+    assert got.ok and one.value == pytest.approx(100, rel=0.3)
+    assert one.ttft.p50 >= 0.15 and one.ttft.n == 3
+    assert one.tpot.p50 == pytest.approx(0.01, rel=0.3) and one.itl.p50 == pytest.approx(0.01, rel=0.3)
+    assert one.e2e.p50 >= 0.15 + 49 * 0.01 * 0.9
+    assert one.e2e_tok_s < one.value  # TTFT is inside end-to-end
+    for lat in (one.ttft, one.tpot, one.itl, one.e2e):
+        assert lat.p50 <= lat.p90 <= lat.p99
+
+
+def test_a_level_above_one_is_its_steady_state(tmp_path):
+    """A server whose streams slow each other (each token 2 ms more per other stream): at 4
+    streams the steady state is 4 / (10 + 3 x 2 ms) = 250 tok/s. The window keeps the ramp and
+    the tail out: the whole round's tokens over its wall time is lower."""
+    sp = start_fake_openai(tmp_path, "--token-delay", "0.01", "--stream-cost", "0.002", "--ttft-delay", "0.05")
+    try:
+        got = measure(sp.spec.base_url, MODEL, plan(levels=(4,), output_tokens=30, repeats=2),
+                      deadline=time.monotonic() + 60)
+        streamed, wall = client.run_streams(sp.spec.base_url, MODEL, ("x",), 30, 4, 12, timeout_s=30)
+    finally:
+        sp.stop(grace_s=1.0)
+    four = got.measurement.levels[4]
+    assert got.ok and four.value == pytest.approx(4 / 0.016, rel=0.15)
+    whole_round = sum(r.n_tokens for _, r in streamed) / wall
+    assert four.value > whole_round
+    assert four.window_s is not None and four.window_s < wall
+    assert four.tpot.p50 == pytest.approx(0.016, rel=0.2)  # each stream's own pace among 3 others
+    assert four.ttft.p50 >= 0.05 and four.requests == 2 * 12
+
+
+def test_every_level_is_measured_to_the_target_precision(server):
+    """More rounds of each level (not level 1 alone) while its interval is wider than the target;
+    an unreachable target stops at max_repeats with a warning per level."""
+    never = measure(server.base_url, MODEL, plan(levels=(1, 4), repeats=2, max_repeats=4, target_rel_ci=1e-9),
+                    deadline=time.monotonic() + 60)
+    m = never.measurement
+    assert never.ok and len(m.levels[4].samples) == 4 and len(m.levels[1].samples) == 4 * 3
+    assert sum("above the target" in w for w in never.warnings) == 2
+    at_once = measure(server.base_url, MODEL, plan(levels=(1, 4), repeats=2, max_repeats=4, target_rel_ci=10.0),
+                      deadline=time.monotonic() + 60)
+    assert at_once.ok and len(at_once.measurement.levels[4].samples) == 2  # reached at once
+
+
+def test_a_failure_at_one_level_keeps_what_the_others_measured(tmp_path):
+    """A server that refuses more than 2 streams at once (a config that breaks under load): level 1
+    was measured first and stays on the record; the failure names the level."""
+    sp = start_fake_openai(tmp_path, "--token-delay", "0.002", "--fail-above", "2")
+    try:
+        broken = measure(sp.spec.base_url, MODEL, plan(levels=(1, 4), repeats=1), deadline=time.monotonic() + 60)
+    finally:
+        sp.stop(grace_s=1.0)
+    assert not broken.ok and broken.failed_level == 4 and not broken.timed_out
+    assert broken.error.startswith("concurrency 4:") and "HTTP 500" in broken.error
+    assert set(broken.measurement.levels) == {1} and len(broken.measurement.levels[1].samples) == 3
 
 
 @pytest.mark.parametrize("server", [("--token-delay", "0.004", "--spec-tokens", "4")], indirect=True)
@@ -67,10 +136,11 @@ def test_speculative_chunks_counted_from_usage_and_acceptance_from_metrics(serve
     assert req.n_tokens == 40 and len(req.token_times) == 8  # 40 tokens in 8 chunks of 1 + 4
     # tok/s from tokens: 5 tokens a step; a chunk count would give a fifth of it
     step = 0.004 * (1 + 0.1 * 4)
-    assert got.levels[1].value == pytest.approx(5 / step, rel=0.35)
-    metrics = got.to_metrics()
-    assert metrics["acceptance_rate"] == pytest.approx(fake.accepted_per_step(NATURAL, 4) / 4)
-    assert metrics["mean_accepted_length"] == pytest.approx(1 + fake.accepted_per_step(NATURAL, 4), rel=0.05)
+    one = got.measurement.levels[1]
+    assert one.value == pytest.approx(5 / step, rel=0.35)
+    assert one.acceptance_rate == pytest.approx(fake.accepted_per_step(NATURAL, 4) / 4)
+    assert one.mean_accepted_length == pytest.approx(1 + fake.accepted_per_step(NATURAL, 4), rel=0.05)
+    assert got.measurement.to_record()["acceptance_rate"] == one.acceptance_rate  # where readers found it
 
 
 @pytest.mark.parametrize("server", [("--token-delay", "0.004", "--spec-tokens", "4")], indirect=True)
@@ -80,11 +150,11 @@ def test_the_prompt_decides_what_speculation_is_worth(server):
     def on(prompt: str):
         p = BenchPlan(prompts=(prompt,), output_tokens=40, warmup=0, repeats=3, timeout_s=30)
         return measure(server.base_url, MODEL, p, deadline=time.monotonic() + 60, metrics_url=server.metrics_url)
-    natural, short = on(NATURAL), on(SHORT)
+    natural, short = on(NATURAL).measurement.levels[1], on(SHORT).measurement.levels[1]
     plain = 1 / 0.004  # the same server without speculation: one token a step of 4 ms
-    assert natural.levels[1].value > 2 * plain and short.levels[1].value < plain
-    assert natural.to_metrics()["acceptance_rate"] > 0.9
-    assert "acceptance_rate" not in short.to_metrics() or short.to_metrics()["acceptance_rate"] == 0.0
+    assert natural.value > 2 * plain and short.value < plain
+    assert natural.acceptance_rate > 0.9
+    assert not short.acceptance_rate
 
 
 def test_a_stream_without_usage_fails_the_measurement(server):
@@ -93,17 +163,35 @@ def test_a_stream_without_usage_fails_the_measurement(server):
 
 
 def test_early_stop_needs_every_level_below_its_threshold(server):
-    fast = measure(server.base_url, MODEL, plan(levels=(1, 4)), deadline=time.monotonic() + 60)
+    fast = measure(server.base_url, MODEL, plan(levels=(1, 4)), deadline=time.monotonic() + 60).measurement
     v1, v4 = fast.levels[1].value, fast.levels[4].value
-    below_both = measure(server.base_url, MODEL, plan(levels=(1, 4)), deadline=time.monotonic() + 60,
-                         prune_below={1: 10 * v1, 4: 10 * v4})
-    assert below_both.pruned and below_both.rounds == 1 and len(below_both.levels[1].samples) == 3
-    best_at_four = measure(server.base_url, MODEL, plan(levels=(1, 4)), deadline=time.monotonic() + 60,
-                           prune_below={1: 10 * v1, 4: v4 / 10})
-    assert not best_at_four.pruned and best_at_four.rounds == 2
+    below_both = measure(server.base_url, MODEL, plan(levels=(1, 4), constraint_levels=(2,)),
+                         deadline=time.monotonic() + 60, prune_below={1: 10 * v1, 4: 10 * v4})
+    m = below_both.measurement
+    assert below_both.pruned and m.rounds == 1 and len(m.levels[1].samples) == 3
+    assert 2 not in m.levels  # the outcome constraints' level waits for a trial that goes on
+    best_at_four = measure(server.base_url, MODEL, plan(levels=(1, 4), constraint_levels=(2,)),
+                           deadline=time.monotonic() + 60, prune_below={1: 10 * v1, 4: v4 / 10})
+    assert not best_at_four.pruned and best_at_four.measurement.rounds == 2
+    assert len(best_at_four.measurement.levels[2].samples) == 2  # measured like the others
 
 
-def test_the_deadline_fails_the_measurement_as_a_timeout(server):
-    got = measure(server.base_url, MODEL, plan(output_tokens=200, repeats=5), deadline=time.monotonic() + 1.0)
-    error = got.error or ""
-    assert not got.ok and got.timed_out and ("deadline" in error or "timeout" in error)
+def test_a_slow_server_is_judged_by_its_own_pace(tmp_path):
+    """A uniformly slow server finishes past the fixed limit (its warm-up set the pace); one that
+    becomes 30x slower mid-benchmark is a timeout, with the limit it ran out of."""
+    slow = start_fake_openai(tmp_path, "--token-delay", "0.01")
+    degrading = start_fake_openai(tmp_path, "--token-delay", "0.002", "--slow-after", "3:30")
+    try:
+        steady = measure(slow.spec.base_url, MODEL, plan(output_tokens=20, repeats=3),
+                         deadline=time.monotonic() + 0.5)  # 9 requests of 0.2 s: past the 0.5 s floor
+        worse = measure(degrading.spec.base_url, MODEL, plan(output_tokens=20, repeats=3),
+                        deadline=time.monotonic() + 0.5)
+    finally:
+        slow.stop(grace_s=1.0)
+        degrading.stop(grace_s=1.0)
+    assert steady.ok, steady.error
+    assert steady.measurement.bench_s > 0.5
+    assert not worse.ok and worse.timed_out and worse.limit_s is not None
+    # its limit is the warm-up's pace x PACE_FACTOR (9 requests), not what the slowed server took
+    warm = worse.measurement.warmup_s
+    assert worse.limit_s == pytest.approx(max(0.5, PACE_FACTOR * warm * 9), rel=0.3)

@@ -68,7 +68,7 @@ def test_yaml_json_round_trip(built, tmp_path, fmt):
     doc = json.loads(text) if fmt == "json" else yaml.safe_load(text)
     prov = doc["provenance"]
     assert prov["trial"] == 2 and prov["study"] == "demo" and prov["value_tok_s"] == 57.0
-    assert prov["spread"] == 0.01 and prov["x_baseline"] == pytest.approx(2.85)
+    assert prov["spread"] == pytest.approx(0.01) and prov["x_baseline"] == pytest.approx(2.85)
     assert prov["backend"] == {"kind": "refserver", "version": "refserver 0.1.0"}
     assert prov["nccl_version"] == "2.21.5" and prov["cuda_version"] == "12.4"
     assert prov["driver_version"] == "550.54.15" and prov["gpu_model"] == "NVIDIA H200" and prov["model"] == "tiny"

@@ -33,7 +33,7 @@ def test_states_come_from_the_outcome_attr(built):
     assert by[3].failure_kind == "wrong-output" and "differs" in by[3].failure_reason
     assert by[5].optuna_state == "FAIL" and by[5].failure_kind == "interrupted" and not by[5].counted
     assert by[6].value is None and by[6].failure_reason.startswith("first repeat")
-    assert by[2].value == 57.0 and by[2].spread == 0.01 and by[2].node == "nodeA"
+    assert by[2].value == 57.0 and by[2].spread == pytest.approx(0.01) and by[2].node == "nodeA"
     assert by[2].params == BEST and by[2].durations["launch_s"] == 20.0
     assert by[2].started_at.startswith("2023-11-14T22:15") and by[2].ended_at > by[2].started_at
     assert by[7].cached_from == 2 and by[7].counted is False

@@ -56,7 +56,7 @@ def test_one_level_is_told_its_value_a_plan_one_value_per_level_a_mix_one_weight
     assert mixed == pytest.approx(math.exp(0.5 * math.log(400) + 0.25 * math.log(3500) + 0.25 * math.log(14000)))
     # the same order as the weighted geometric mean of the ratios to any baseline: a constant factor apart
     base = levels_result({1: 100.0, 10: 800.0, 64: 4000.0})
-    ratio_mix = math.exp(sum(w * math.log(res.metrics["levels"][str(lv)]["value"] / v)
+    ratio_mix = math.exp(sum(w * math.log(res.measurement.value_at(lv) / v)
                              for lv, w, v in ((1, 0.5, 100.0), (10, 0.25, 800.0), (64, 0.25, 4000.0))))
     assert mixed / objectives.told_values(MIX, base)[0] == pytest.approx(ratio_mix)
     assert objectives.failed_values(PLAN) == [0.0, 0.0, 0.0] and objectives.failed_values(MIX) == [0.0]

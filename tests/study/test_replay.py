@@ -99,10 +99,10 @@ def test_replayed_trial_draws_samples_fails_and_stops_early(tiny):
     rng = random.Random(0)
     best, slow, broken = t.rows[4], t.rows[0], t.rows[6]
     res = _replay_trial(best, best.params, rng, 3, threshold=None)
-    assert res.outcome == "COMPLETE" and res.metrics["repeats"] == 3
-    assert set(res.metrics["decode_samples"]) <= set(best.samples)
+    assert res.outcome == "COMPLETE" and res.measurement.rounds == 3
+    assert set(res.measurement.levels[1].samples) <= set(best.samples)
     res = _replay_trial(slow, slow.params, rng, 3, threshold=18.0)
-    assert res.outcome == "PRUNED" and res.metrics["repeats"] == 1 and res.metrics["intermediate"] < 18
+    assert res.outcome == "PRUNED" and res.measurement.rounds == 1 and res.metrics["intermediate"] < 18
     res = _replay_trial(broken, broken.params, rng, 3, threshold=None)
     assert res.outcome == "FAIL" and res.failure_kind == "wrong-output"
 

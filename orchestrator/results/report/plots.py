@@ -138,7 +138,7 @@ def plot_history(rows: list[TrialRow], path: Path) -> None:
         ax.scatter(*zip(*cached), marker="o", facecolors="none", edgecolors=STATE_COLORS[COMPLETE], s=36,
                    label="answered from cache", zorder=3)
     for state, marker in ((COMPLETE, "o"), (PRUNED, "v"), (FAIL, "x")):
-        pts = [(r.number, r.value if state == COMPLETE else (r.metrics or {}).get("decode_tok_s") or 0.0)
+        pts = [(r.number, r.value if state == COMPLETE else r.measured or 0.0)
                for r in rows if r.state == state and r.cached_from is None]
         if state == COMPLETE:
             bad = [(n, v) for n, v in pts if n not in eligible]

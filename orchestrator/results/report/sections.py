@@ -319,7 +319,7 @@ def _failures(rows) -> list[Block]:
         out.append(doc.heading(3, f"pruned: {len(pruned)} trial(s) (stopped early as clearly worse)"))
         out.append(doc.table(["Trial", "Config", "First sample tok/s", "Reason"],
                           [[r.number, f"`{short_params(r.params)}`",
-                            _tok((r.metrics or {}).get("decode_tok_s")), clip(r.failure_reason or "", 200)]
+                            _tok(r.measured), clip(r.failure_reason or "", 200)]
                            for r in pruned]))
     banned = value_bans.banned_values(rows)
     if banned:

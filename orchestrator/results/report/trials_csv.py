@@ -29,7 +29,8 @@ def trials_frame(rows: list[TrialRow]):
         }
         for k, v in sorted((r.params or {}).items()):
             rec[f"param.{k}"] = v
-        for k, v in sorted((r.metrics or {}).items()):
+        stored = {**(r.measurement.to_record() if r.measurement is not None else {}), **(r.metrics or {})}
+        for k, v in sorted(stored.items()):  # the record as stored: the columns every version wrote
             if isinstance(v, (list, tuple)):
                 v = ";".join(f"{x:.6g}" if isinstance(x, float) else str(x) for x in v)
             elif isinstance(v, dict):

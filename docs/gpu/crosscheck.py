@@ -1,0 +1,158 @@
+"""The project's measurement against vLLM's own client, and the noise between launches.
+
+    python3 docs/gpu/crosscheck.py JOB [--config FILE] [--set K=V ...] --launches 5 --rounds 2 --out $OUT/xc
+
+Launches a config of the job (``--config``/``--set`` as ``ncclsweep bench`` takes them) ``--launches`` times, each
+one a server exactly as a trial starts it (``node.trial.prepare_server``). On each launch, in
+``--rounds`` interleaved rounds, it measures every level of the job's objective twice: with the
+project's own measurement (``node.measure``, the job's bench settings, one round) and with
+``vllm bench serve`` over the same prompts (``--dataset-name custom``, greedy, ``--ignore-eos``,
+the job's output length, ``--max-concurrency N``; ``--num-prompts`` max(8, 10 N)). vLLM's figure
+at level 1 is 1000 / median TPOT (what our decode tok/s is for one request), above it its output
+throughput. Writes <out>/crosscheck.json (every figure) and prints a table: per level, the median
+ratio ours / vLLM's over every round, and the launch-to-launch spread of each client's launch
+medians (the noise a verdict must carry).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from orchestrator.cli import parse_sets
+from orchestrator.config.job import load_job
+from orchestrator.driver.bench_command import check_overrides, resolve_config
+from orchestrator.node.measure import measure
+from orchestrator.node.spec import TrialSpec
+from orchestrator.node.trial import prepare_server
+from orchestrator.results.export import load_config_file
+
+
+def config_of(job, config_file: str | None, sets: list[str]) -> dict:
+    """The config ``ncclsweep bench JOB [--config FILE] --set ...`` would measure (FILE: an export,
+    ``ncclsweep export JOB --format yaml -o FILE``)."""
+    overrides = check_overrides(job, load_config_file(config_file), config_file) if config_file else {}
+    overrides.update(check_overrides(job, parse_sets(sets), "--set"))
+    return resolve_config(job, overrides)
+
+
+def vllm_bench(base_url: str, model: str, served: str, prompts_file: Path, output_tokens: int, level: int,
+               out: Path) -> dict:
+    n = max(8, 10 * level)
+    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "vllm",
+           "--base-url", base_url, "--model", model, "--served-model-name", served, "--tokenizer", model,
+           "--dataset-name", "custom",
+           "--dataset-path", str(prompts_file), "--skip-chat-template", "--custom-output-len", str(output_tokens),
+           "--ignore-eos", "--temperature", "0", "--max-concurrency", str(level), "--num-prompts", str(n),
+           "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name,
+           "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0 or not out.exists():
+        return {"error": (done.stderr or done.stdout)[-800:]}
+    data = json.loads(out.read_text())
+    tpot = data.get("median_tpot_ms")
+    figure = (1000.0 / tpot if tpot else None) if level == 1 else data.get("output_throughput")
+    return {"figure": figure, "output_throughput": data.get("output_throughput"), "median_tpot_ms": tpot,
+            "p99_itl_ms": data.get("p99_itl_ms"), "median_ttft_ms": data.get("median_ttft_ms"), "prompts": n}
+
+
+def one_launch(job, config: dict, k: int, rounds: int, prompts_file: Path, out: Path, model: str) -> dict:
+    spec = TrialSpec.from_job(job, 0, config)
+    bench = replace(spec.bench, repeats=1, max_repeats=None, target_rel_ci=None)
+    log = out / f"launch-{k}.log"
+    proc, launch, _ = prepare_server(job.backend_obj(), config, "127.0.0.1", dict(job.env), log, str(out / "servers"))
+    got: dict = {"launch": k, "rounds": []}
+    t0 = time.monotonic()
+    try:
+        proc.start()
+        proc.wait_ready(job.timeouts.startup_s)
+        got["ready_s"] = time.monotonic() - t0
+        for r in range(rounds):
+            for client in (("ours", "vllm") if r % 2 == 0 else ("vllm", "ours")):
+                for level in sorted(bench.levels):
+                    if client == "ours":
+                        b = measure(launch.base_url, launch.model_name, replace(bench, levels=(level,)),
+                                    deadline=time.monotonic() + bench.timeout_s)
+                        lv = b.measurement.levels.get(level)
+                        rec = {"figure": lv.value if lv else None, "error": b.error,
+                               "p99_itl_ms": 1000 * lv.itl.p99 if lv and lv.itl else None,
+                               "median_tpot_ms": 1000 * lv.tpot.p50 if lv and lv.tpot else None}
+                    else:
+                        rec = vllm_bench(launch.base_url, model, launch.model_name, prompts_file, bench.output_tokens,
+                                         level,
+                                         out / f"vllm-{k}-{r}-{level}.json")
+                    got["rounds"].append({"round": r, "client": client, "level": level, **rec})
+                    print(f"launch {k} round {r} {client:5s} level {level}: {rec.get('figure')}", flush=True)
+    finally:
+        proc.stop(job.timeouts.teardown_s)
+    return got
+
+
+def summary(launches: list[dict], levels: list[int]) -> str:
+    lines = ["| level | ours / vLLM (median of rounds) | launches | ours: launch medians (spread) | "
+             "vLLM: launch medians (spread) |", "|---|---|---|---|---|"]
+    for level in levels:
+        ratios, mine, theirs = [], [], []
+        for got in launches:
+            by = {(x["round"], x["client"]): x.get("figure") for x in got["rounds"] if x["level"] == level}
+            rounds = sorted({r for r, _ in by})
+            ratios += [by[(r, "ours")] / by[(r, "vllm")] for r in rounds
+                       if by.get((r, "ours")) and by.get((r, "vllm"))]
+            o = [by[(r, "ours")] for r in rounds if by.get((r, "ours"))]
+            v = [by[(r, "vllm")] for r in rounds if by.get((r, "vllm"))]
+            if o:
+                mine.append(statistics.median(o))
+            if v:
+                theirs.append(statistics.median(v))
+
+        def spread(xs: list[float]) -> str:
+            if len(xs) < 2:
+                return "-"
+            logs = [math.log(x) for x in xs]
+            return f"{100 * statistics.stdev(logs):.1f}% sd, {min(xs):.0f}-{max(xs):.0f}"
+        ratio = f"{statistics.median(ratios):.3f}" if ratios else "-"
+        lines.append(f"| {level} | {ratio} ({len(ratios)} rounds) | {len(launches)} | "
+                     f"{', '.join(f'{x:.0f}' for x in mine)} ({spread(mine)}) | "
+                     f"{', '.join(f'{x:.0f}' for x in theirs)} ({spread(theirs)}) |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("job")
+    ap.add_argument("--set", action="append", default=[], dest="sets")
+    ap.add_argument("--config", help="a config file, e.g. the study's yaml export")
+    ap.add_argument("--launches", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--budget-s", type=float, default=540.0, help="no launch starts after this many seconds")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    job = load_job(Path(a.job))
+    config = config_of(job, a.config, a.sets)
+    out = Path(a.out)
+    (out / "servers").mkdir(parents=True, exist_ok=True)
+    prompts = Path(tempfile.mkdtemp()) / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in job.bench.prompts))
+    model = str(job.backend.settings["model"])
+    t0, launches = time.monotonic(), []
+    for k in range(a.launches):
+        if launches and time.monotonic() - t0 > a.budget_s:
+            print(f"stopping after {k} launches: --budget-s", flush=True)
+            break
+        launches.append(one_launch(job, config, k, a.rounds, prompts, out, model))
+        (out / "crosscheck.json").write_text(json.dumps({"config": config, "launches": launches}, indent=1))
+    print(summary(launches, sorted(job.objective.concurrency)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,452 @@
+"""One launch's measurement as one typed record: what the benchmark found at each level.
+
+``node.measure`` is the only producer of a live ``Measurement``; storage keeps it as the
+``metrics`` user attribute (``Measurement.to_record``) and every reader gets it back with
+``Measurement.from_record`` (records written before this type existed included). The study,
+the plan, compare, the report and export read attributes of ``LevelResult``, never string
+keys, so a new metric is one field here.
+
+A level is a number of requests in flight:
+
+- level 1: single-request decode tok/s, one sample per request: (n - 1) / (t_last - t_first)
+  (1 / TPOT of ``vllm bench serve``);
+- level N > 1: total output tok/s in the steady state, one sample per round: N streams each send
+  ``waves`` requests back to back, and the tokens counted are those that arrive while every
+  stream is in flight (after the last stream's first token, before the first stream's last
+  request ends: ``steady_window``), so neither the ramp nor the tail is in the figure.
+
+Beside the throughput, each level keeps latency percentiles over its requests (p50, p90, p99):
+TTFT, TPOT, inter-token latency (gaps between streamed chunks, as ``vllm bench serve``'s ITL)
+and end-to-end latency, in seconds. ``median_ci``/``relative_ci`` are the one definition of a
+median's precision (a distribution-free interval from order statistics).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+QUANTILES = (50, 90, 99)  # the latency percentiles every level records
+LATENCY_KINDS = ("ttft", "tpot", "itl", "e2e")  # what each is: module docstring
+BUSY_SHARE = 0.5  # other work on at least this share of the host's CPUs: a busy host (``HostLoad.busy``)
+# keys of a stored ``metrics`` record that belong to the measurement (the rest are the outcome's:
+# constraint violations, the ignored value of a wrong config, the pruning thresholds, ...)
+RECORD_KEYS = ("levels", "repeats", "prompts", "output_tokens", "warmup_s", "bench_s", "host", "decode_tok_s",
+               "decode_samples", "ttft_s", "ttft_samples", "e2e_tok_s", "cv", "rel_ci", "acceptance_rate",
+               "mean_accepted_length", "concurrency")
+
+
+# ---- statistics --------------------------------------------------------------------------------
+def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """Distribution-free confidence interval of the median from order statistics.
+
+    [x_(k), x_(n-k+1)] covers the median with probability 1 - 2 P(Bin(n, 1/2) <= k-1); the
+    narrowest such interval with coverage >= ``confidence`` is returned, or [min, max] when even
+    that falls short (n < 6 for 95%). None for fewer than 2 samples.
+    """
+    xs = sorted(float(x) for x in samples)
+    n = len(xs)
+    if n < 2:
+        return None
+    best = 1
+    tail = 0.0  # P(Bin(n, 1/2) <= k-1)
+    for k in range(1, n // 2 + 1):
+        tail += math.comb(n, k - 1) / 2.0**n
+        if 1.0 - 2.0 * tail >= confidence:
+            best = k
+        else:
+            break
+    return xs[best - 1], xs[n - best]
+
+
+def relative_ci(samples: Sequence[float], confidence: float = 0.95) -> float | None:
+    """Half-width of ``median_ci`` divided by the median (None when undefined)."""
+    ci = median_ci(samples, confidence)
+    if ci is None:
+        return None
+    med = statistics.median(samples)
+    if med == 0:
+        return None
+    return (ci[1] - ci[0]) / 2.0 / abs(med)
+
+
+def coefficient_of_variation(samples: Sequence[float]) -> float | None:
+    """stdev / median (0.0 for one sample, None for none)."""
+    if len(samples) < 2:
+        return 0.0 if samples else None
+    med = statistics.median(samples)
+    return statistics.stdev(samples) / med if med else None
+
+
+def percentile(sorted_xs: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) of sorted values, linear between closest ranks (numpy's default,
+    which ``vllm bench serve`` reports)."""
+    if not sorted_xs:
+        raise ValueError("no values")
+    pos = (len(sorted_xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def _finite(values: Iterable[Any]) -> tuple[float, ...]:
+    return tuple(x for x in (_num(v) for v in values or ()) if x is not None)
+
+
+# ---- the steady-state window -------------------------------------------------------------------
+@dataclass(frozen=True)
+class StreamedRequest:
+    """What the window needs of one request of a sustained level: which stream sent it, when it
+    started and ended, when each chunk arrived, and how many tokens it returned in all."""
+
+    stream: int
+    t_start: float
+    t_end: float
+    chunk_times: tuple[float, ...]
+    n_tokens: int
+
+
+def steady_window(requests: Sequence[StreamedRequest]) -> tuple[float, float] | None:
+    """(tokens, seconds) that arrived while every stream was in flight: from the moment the last
+    stream got its first token to the moment the first stream's last request ended. A chunk
+    counts ``n_tokens / chunks`` of its request (a chunk may carry several tokens). None when
+    there is no such window (one wave, or a stream that returned nothing)."""
+    by_stream: dict[int, list[StreamedRequest]] = {}
+    for req in requests:
+        by_stream.setdefault(req.stream, []).append(req)
+    if not by_stream or any(not any(r.chunk_times for r in reqs) for reqs in by_stream.values()):
+        return None
+    start = max(min(t for r in reqs for t in r.chunk_times[:1]) for reqs in by_stream.values())
+    end = min(max(r.t_end for r in reqs) for reqs in by_stream.values())
+    if end <= start:
+        return None
+    tokens = 0.0
+    for req in requests:
+        if not req.chunk_times or req.n_tokens <= 0:
+            continue
+        inside = sum(1 for t in req.chunk_times if start < t <= end)
+        tokens += req.n_tokens * inside / len(req.chunk_times)
+    return tokens, end - start
+
+
+# ---- the record ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Latency:
+    """Percentiles (seconds) of one latency over a level's requests (``n`` values)."""
+
+    p50: float
+    p90: float
+    p99: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Latency | None:
+        xs = sorted(_finite(values))
+        if not xs:
+            return None
+        return cls(p50=percentile(xs, 50), p90=percentile(xs, 90), p99=percentile(xs, 99), n=len(xs))
+
+    def at(self, quantile: int) -> float:
+        """The ``quantile`` (50, 90 or 99) percentile."""
+        return {50: self.p50, 90: self.p90, 99: self.p99}[quantile]
+
+    def to_record(self) -> dict[str, float]:
+        return {"p50": self.p50, "p90": self.p90, "p99": self.p99, "n": self.n}
+
+    @classmethod
+    def from_record(cls, rec: Any) -> Latency | None:
+        if not isinstance(rec, Mapping):
+            return None
+        p50, p90, p99, n = (_num(rec.get(k)) for k in ("p50", "p90", "p99", "n"))
+        if p50 is None or p90 is None or p99 is None:
+            return None
+        return cls(p50=p50, p90=p90, p99=p99, n=int(n) if n is not None else 0)
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    """One level of one launch (module docstring): every throughput sample, its latency
+    percentiles, and what speculative decoding accepted there."""
+
+    level: int
+    samples: tuple[float, ...] = ()  # level 1: decode tok/s per request; N: total tok/s per window
+    ttft: Latency | None = None
+    tpot: Latency | None = None
+    itl: Latency | None = None
+    e2e: Latency | None = None
+    e2e_tok_s: float | None = None  # level 1: median end-to-end tok/s of a request (n / latency)
+    stream_decode_tok_s: float | None = None  # level N: a stream's median decode tok/s (1 / TPOT)
+    requests: int = 0  # requests measured at this level (every round)
+    window_s: float | None = None  # level N: median seconds of a round's steady-state window
+    acceptance_rate: float | None = None  # speculative decoding: drafted tokens accepted
+    mean_accepted_length: float | None = None  # tokens per step
+
+    @property
+    def unit(self) -> str:
+        return "decode tok/s" if self.level == 1 else "total tok/s"
+
+    @property
+    def value(self) -> float | None:
+        """The median sample: the level's figure."""
+        return statistics.median(self.samples) if self.samples else None
+
+    @property
+    def rel_ci(self) -> float | None:
+        """Half-width of the median's 95% interval / the median."""
+        return relative_ci(self.samples)
+
+    @property
+    def cv(self) -> float | None:
+        return coefficient_of_variation(self.samples)
+
+    @property
+    def spread(self) -> float | None:
+        """rel_ci where defined, else cv: how precise the figure is."""
+        rel = self.rel_ci
+        return rel if rel is not None else self.cv
+
+    def latency(self, kind: str) -> Latency | None:
+        """One of ``LATENCY_KINDS``."""
+        if kind not in LATENCY_KINDS:
+            raise ValueError(f"unknown latency {kind!r}; one of {', '.join(LATENCY_KINDS)}")
+        return getattr(self, kind)
+
+    def to_record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"value": self.value, "samples": list(self.samples), "rel_ci": self.rel_ci,
+                               "cv": self.cv, "unit": self.unit, "requests": self.requests}
+        for kind in LATENCY_KINDS:
+            got = self.latency(kind)
+            if got is not None:
+                out[kind] = got.to_record()
+        for name in ("e2e_tok_s", "window_s", "acceptance_rate", "mean_accepted_length"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        if self.stream_decode_tok_s is not None:
+            out["stream_decode_tok_s"] = self.stream_decode_tok_s
+        return out
+
+    @classmethod
+    def from_record(cls, level: int, rec: Any) -> LevelResult:
+        """A stored level (any version: a bare number, an older record without percentiles)."""
+        if not isinstance(rec, Mapping):
+            value = _num(rec)
+            return cls(level, samples=(value,) if value is not None else ())
+        samples = _finite(rec.get("samples") or ())
+        if not samples and _num(rec.get("value")) is not None:
+            samples = (_num(rec.get("value")),)  # type: ignore[assignment]
+        requests = _num(rec.get("requests"))
+        return cls(level, samples=samples,
+                   **{kind: Latency.from_record(rec.get(kind)) for kind in LATENCY_KINDS},
+                   e2e_tok_s=_num(rec.get("e2e_tok_s")), stream_decode_tok_s=_num(rec.get("stream_decode_tok_s")),
+                   requests=int(requests) if requests is not None else 0, window_s=_num(rec.get("window_s")),
+                   acceptance_rate=_num(rec.get("acceptance_rate")),
+                   mean_accepted_length=_num(rec.get("mean_accepted_length")))
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """How busy the machine was while a launch was measured (on a CPU box the launches compete
+    with whatever else runs there): the 1-minute load average at the start and the end of the
+    benchmark, the host's CPUs, and over the benchmark's ``wall_s`` the CPU seconds of the whole
+    host, of the server's process tree and of the measuring client. What the host spent on
+    neither is other work's (``others_cpus``)."""
+
+    load_start: float | None = None
+    load_end: float | None = None
+    cpus: int | None = None
+    wall_s: float | None = None
+    host_cpu_s: float | None = None
+    server_cpu_s: float | None = None
+    client_cpu_s: float | None = None
+
+    @property
+    def server_cpus(self) -> float | None:
+        """CPUs' worth the server got while measured."""
+        if self.server_cpu_s is None or not self.wall_s:
+            return None
+        return self.server_cpu_s / self.wall_s
+
+    @property
+    def others_cpus(self) -> float | None:
+        """CPUs' worth that other work took while the launch was measured."""
+        if self.host_cpu_s is None or not self.wall_s:
+            return None
+        ours = (self.server_cpu_s or 0.0) + (self.client_cpu_s or 0.0)
+        return max(0.0, self.host_cpu_s - ours) / self.wall_s
+
+    @property
+    def busy(self) -> bool:
+        """Other work took at least half the host's CPUs (``BUSY_SHARE``): this launch's figures,
+        and a timeout, say as much about the neighbours as about the config."""
+        others = self.others_cpus
+        return others is not None and bool(self.cpus) and others >= BUSY_SHARE * self.cpus  # type: ignore[operator]
+
+    def describe(self) -> str:
+        """'other work took 1.8 of 2 CPUs (load 4.1)' (or '' when not measured)."""
+        others = self.others_cpus
+        if others is None or not self.cpus:
+            return ""
+        loads = [x for x in (self.load_start, self.load_end) if x is not None]
+        load = f" (load {max(loads):.1f})" if loads else ""
+        return f"other work took {others:.1f} of {self.cpus} CPUs{load}"
+
+    def to_record(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in ("load_start", "load_end", "cpus", "wall_s", "host_cpu_s",
+                                                        "server_cpu_s", "client_cpu_s")}
+
+    @classmethod
+    def from_record(cls, rec: Any) -> HostLoad | None:
+        if not isinstance(rec, Mapping):
+            return None
+        cpus = _num(rec.get("cpus"))
+        return cls(load_start=_num(rec.get("load_start")), load_end=_num(rec.get("load_end")),
+                   cpus=int(cpus) if cpus else None, wall_s=_num(rec.get("wall_s")),
+                   host_cpu_s=_num(rec.get("host_cpu_s")), server_cpu_s=_num(rec.get("server_cpu_s")),
+                   client_cpu_s=_num(rec.get("client_cpu_s")))
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one launch measured: a ``LevelResult`` per level (objective levels, and the levels
+    the job's outcome constraints read), in ascending order."""
+
+    levels: Mapping[int, LevelResult] = field(default_factory=dict)
+    rounds: int = 0
+    prompts: int = 0
+    output_tokens: int = 0
+    warmup_s: float = 0.0
+    bench_s: float = 0.0
+    host: HostLoad | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "levels", dict(sorted(self.levels.items())))
+
+    @property
+    def headline(self) -> LevelResult | None:
+        """Level 1 where measured, else the lowest level: the trial's one number."""
+        return self.levels.get(1) or next(iter(self.levels.values()), None)
+
+    @property
+    def value(self) -> float | None:
+        head = self.headline
+        return head.value if head is not None else None
+
+    def at(self, level: int) -> LevelResult | None:
+        return self.levels.get(level)
+
+    def value_at(self, level: int) -> float | None:
+        got = self.levels.get(level)
+        return got.value if got is not None else None
+
+    def values(self) -> dict[int, float | None]:
+        """Each level's median."""
+        return {level: got.value for level, got in self.levels.items()}
+
+    def to_record(self) -> dict[str, Any]:
+        """The stored form (the ``metrics`` user attribute): every level under ``levels``, and the
+        headline's figures under the names single-request decode has always had (older readers,
+        ``optuna-dashboard`` and trials.csv show them)."""
+        out: dict[str, Any] = {"levels": {str(k): v.to_record() for k, v in self.levels.items()},
+                               "repeats": self.rounds, "prompts": self.prompts, "output_tokens": self.output_tokens,
+                               "warmup_s": self.warmup_s, "bench_s": self.bench_s}
+        if self.host is not None:
+            out["host"] = self.host.to_record()
+        one = self.levels.get(1)
+        if one is not None:
+            out.update(decode_tok_s=one.value, decode_samples=list(one.samples),
+                       ttft_s=one.ttft.p50 if one.ttft else None, e2e_tok_s=one.e2e_tok_s, cv=one.cv,
+                       rel_ci=one.rel_ci)
+        head = self.headline
+        if head is not None and head.acceptance_rate is not None:
+            out["acceptance_rate"] = head.acceptance_rate
+            out["mean_accepted_length"] = head.mean_accepted_length
+        return out
+
+    @classmethod
+    def from_record(cls, metrics: Mapping[str, Any] | None, value: float | None = None) -> Measurement | None:
+        """The measurement stored in ``metrics`` (None: it holds none). Records of every version
+        read: per-level records, a record from before levels (level 1's decode samples), and the
+        outcome constraints' one-shot totals (``concurrency``: {level: tok/s}) of older trials."""
+        metrics = metrics or {}
+        levels: dict[int, LevelResult] = {}
+        recorded = metrics.get("levels")
+        if isinstance(recorded, Mapping):
+            for key, rec in recorded.items():
+                try:
+                    level = int(key)
+                except (TypeError, ValueError):
+                    continue
+                levels[level] = LevelResult.from_record(level, rec)
+        if not levels:
+            samples = _finite(metrics.get("decode_samples") or ())
+            one = value if value is not None else _num(metrics.get("decode_tok_s"))
+            if samples or one is not None:
+                ttft = _num(metrics.get("ttft_s"))
+                levels[1] = LevelResult(1, samples=samples or (one,),  # type: ignore[arg-type]
+                                        ttft=Latency(ttft, ttft, ttft, 0) if ttft is not None else None,
+                                        e2e_tok_s=_num(metrics.get("e2e_tok_s")),
+                                        acceptance_rate=_num(metrics.get("acceptance_rate")),
+                                        mean_accepted_length=_num(metrics.get("mean_accepted_length")))
+        legacy = metrics.get("concurrency")
+        if isinstance(legacy, Mapping):
+            for key, total in legacy.items():
+                try:
+                    level = int(key)
+                except (TypeError, ValueError):
+                    continue
+                if level not in levels and _num(total) is not None:
+                    levels[level] = LevelResult(level, samples=(_num(total),))  # type: ignore[arg-type]
+        if not levels:
+            return None
+        rounds = _num(metrics.get("repeats"))
+        return cls(levels=levels, rounds=int(rounds) if rounds is not None else 0,
+                   prompts=int(_num(metrics.get("prompts")) or 0),
+                   output_tokens=int(_num(metrics.get("output_tokens")) or 0),
+                   warmup_s=_num(metrics.get("warmup_s")) or 0.0, bench_s=_num(metrics.get("bench_s")) or 0.0,
+                   host=HostLoad.from_record(metrics.get("host")))
+
+
+def _ms(seconds: float) -> str:
+    return f"{1000 * seconds:.1f}" if seconds < 10 else f"{1000 * seconds:.0f}"
+
+
+def latency_text(got: LevelResult) -> str:
+    """'TTFT p50/p90/p99 11.2/13.0/15.9 ms, TPOT 4.1/4.3/4.9 ms, ...' (what was measured)."""
+    parts = []
+    for kind, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E")):
+        lat = got.latency(kind)
+        if lat is not None:
+            parts.append(f"{name} {'/'.join(_ms(lat.at(q)) for q in QUANTILES)}")
+    return ("p50/p90/p99 ms: " + ", ".join(parts)) if parts else ""
+
+
+def level_text(got: LevelResult) -> str:
+    """One level in one line: its figure, how precise, over what, and its latencies."""
+    value = got.value
+    if value is None:
+        return f"{got.level}: not measured"
+    spread = got.spread
+    prec = f" +-{100 * spread:.1f}%" if spread is not None else ""
+    n = len(got.samples)
+    over = (f"{n} requests" if got.level == 1 else f"{n} window(s) of {got.window_s:.1f}s" if got.window_s
+            else f"{n} rounds")
+    lat = latency_text(got)
+    return f"{got.level}: {value:.1f} {got.unit}{prec} (median of {over})" + (f"; {lat}" if lat else "")
+
+
+def outcome_metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The keys of a stored ``metrics`` record that are not the measurement's (``RECORD_KEYS``)."""
+    return {k: v for k, v in (metrics or {}).items() if k not in RECORD_KEYS}

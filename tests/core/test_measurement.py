@@ -1,0 +1,104 @@
+"""The measurement record: the steady-state window of a level, latency percentiles, the
+host's load, and records of every version read back the same."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.core.measurement import (
+    HostLoad,
+    Latency,
+    LevelResult,
+    Measurement,
+    StreamedRequest,
+    level_text,
+    outcome_metrics,
+    percentile,
+    relative_ci,
+    steady_window,
+)
+
+
+def streams(n: int, waves: int, *, token_s: float, tokens: int, ramp: float = 0.0) -> list[StreamedRequest]:
+    """``n`` streams each sending ``waves`` requests back to back; stream k starts ``k x ramp`` late."""
+    out = []
+    for k in range(n):
+        t = k * ramp
+        for _ in range(waves):
+            chunks = tuple(t + 0.05 + i * token_s for i in range(tokens))
+            out.append(StreamedRequest(k, t, chunks[-1] + 0.001, chunks, tokens))
+            t = chunks[-1] + 0.001
+    return out
+
+
+def test_the_window_counts_what_arrived_while_every_stream_was_in_flight():
+    """4 streams, each a request of 20 tokens every 0.241 s (50 ms to the first token, 10 ms a
+    token): 4 x 20 / 0.241 = 332 tok/s in the steady state, whatever the ramp; the whole span's
+    tokens over its wall time are fewer because stream 3 starts 0.3 s late."""
+    reqs = streams(4, 3, token_s=0.01, tokens=20, ramp=0.1)
+    tokens, seconds = steady_window(reqs)
+    assert tokens / seconds == pytest.approx(4 * 20 / 0.241, rel=0.05)
+    span = max(r.t_end for r in reqs) - min(r.t_start for r in reqs)
+    assert sum(r.n_tokens for r in reqs) / span < 0.95 * tokens / seconds
+
+
+def test_a_chunk_carries_its_share_of_the_tokens():
+    """A speculative stream's chunk carries several tokens: 40 tokens in 8 chunks count 5 a chunk."""
+    chunks = tuple(0.1 + 0.02 * i for i in range(8))
+    reqs = [StreamedRequest(0, 0.0, 0.3, chunks, 40), StreamedRequest(1, 0.0, 0.3, chunks, 40)]
+    tokens, seconds = steady_window(reqs)
+    assert seconds == pytest.approx(0.3 - 0.1)
+    assert tokens == pytest.approx(2 * 7 * 5)  # each stream's 7 chunks after the first
+
+
+def test_no_window_without_a_steady_state():
+    assert steady_window([]) is None
+    one = streams(1, 1, token_s=0.01, tokens=5)
+    silent = [StreamedRequest(1, 0.0, 1.0, (), 0)]
+    assert steady_window(one + silent) is None  # a stream that returned nothing: never all in flight
+
+
+def test_percentiles_as_vllm_bench_reports_them():
+    xs = [float(i) for i in range(1, 101)]
+    assert percentile(xs, 50) == pytest.approx(50.5) and percentile(xs, 99) == pytest.approx(99.01)
+    lat = Latency.of([0.3, 0.1, 0.2, float("nan")])
+    assert (lat.p50, lat.n) == (0.2, 3) and lat.p50 <= lat.p90 <= lat.p99 and lat.at(90) == lat.p90
+    assert Latency.of([]) is None
+
+
+def test_a_level_is_its_median_with_its_precision_and_latencies():
+    got = LevelResult(10, samples=(900.0, 1000.0, 1100.0), tpot=Latency(0.01, 0.012, 0.02, 30), requests=30,
+                      window_s=2.5)
+    assert got.value == 1000.0 and got.unit == "total tok/s" and got.rel_ci == relative_ci(got.samples)
+    text = level_text(got)
+    assert text.startswith("10: 1000.0 total tok/s +-10.0% (median of 3 window(s) of 2.5s)")
+    assert "TPOT 10.0/12.0/20.0" in text
+    assert LevelResult.from_record(10, got.to_record()) == got
+
+
+def test_every_version_of_a_stored_record_reads_back():
+    """A record from before levels (level 1's decode samples), one with per-level records, the
+    outcome constraints' one-shot totals of old, and the outcome's own keys kept apart."""
+    old = {"decode_tok_s": 74.6, "decode_samples": [74.6, 63.5, 98.7], "ttft_s": 0.063, "e2e_tok_s": 64.6,
+           "repeats": 3, "output_tokens": 24, "concurrency": {"4": 192.4}, "decode_tok_s_ignored": 74.6}
+    m = Measurement.from_record(old)
+    assert m.levels[1].samples == (74.6, 63.5, 98.7) and m.value == 74.6 and m.levels[1].ttft.p50 == 0.063
+    assert m.value_at(4) == 192.4 and m.rounds == 3
+    assert outcome_metrics(old) == {"decode_tok_s_ignored": 74.6}
+    levels = {"levels": {"1": {"value": 400.0, "samples": [400.0]}, "64": 14000.0}}
+    assert Measurement.from_record(levels).values() == {1: 400.0, 64: 14000.0}
+    assert Measurement.from_record({}) is None and Measurement.from_record({"constraint_violations": ["x"]}) is None
+    assert Measurement.from_record({}, value=5.0).value == 5.0  # a record of only its value
+
+
+def test_a_record_survives_storage_as_json():
+    host = HostLoad(load_start=1.0, load_end=2.0, cpus=2, wall_s=10.0, host_cpu_s=15.0, server_cpu_s=9.0,
+                    client_cpu_s=1.0)
+    m = Measurement(levels={64: LevelResult(64, samples=(1.0, 2.0)), 1: LevelResult(1, samples=(3.0,))},
+                    rounds=2, prompts=8, output_tokens=128, host=host)
+    back = Measurement.from_record(json.loads(json.dumps(m.to_record())))
+    assert back == m and list(back.levels) == [1, 64] and back.headline.level == 1
+    assert back.host.others_cpus == pytest.approx(0.5) and not back.host.busy
+    assert "other work took 0.5 of 2 CPUs (load 2.0)" == back.host.describe()

@@ -59,6 +59,5 @@ def test_a_config_that_crashes_only_at_concurrency_10_keeps_its_level_1_measurem
     crashed = rows[4]
     assert (crashed.state, crashed.failure_kind) == ("FAIL", "bench-error"), crashed.failure_reason
     assert crashed.failure_reason.startswith("server exited during the benchmark (exit code 1): concurrency 10: ")
-    level1 = crashed.to_json()["metrics"]["levels"]["1"]  # what `status --json` shows
-    assert len(level1["samples"]) == 1 and level1["value"] > 0  # its one prompt at level 1, in the round that crashed
-    assert "10" not in crashed.to_json()["metrics"]["levels"]
+    levels = crashed.to_json()["levels"]  # what `status --json` shows
+    assert list(levels) == ["1"] and levels["1"]["samples"] and levels["1"]["value"] > 0  # level 1 measured

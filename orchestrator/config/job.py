@@ -9,10 +9,11 @@ backend's ``check_config`` on every config of the space (or, for spaces of more 
 2000 configs, on every parameter value applied to the baseline). It writes nothing.
 
 The schema (every key but ``study``, ``backend`` and ``space`` is optional; defaults
-shown). ``orchestrator.config.schema`` renders it into docs/guide.md, and a test holds it to
-what ``load_job`` accepts, so keep one key per line with its meaning::
+shown, an example for those three, whose meaning ends "(required)").
+``orchestrator.config.schema`` renders it into docs/guide.md, and a test holds it to what
+``load_job`` accepts, so keep one key per line with its meaning::
 
-    study: demo                       # the study's name: a folder name ([A-Za-z0-9_.-]+, not . or .., <= 255)
+    study: demo                       # the study's name: a folder name ([A-Za-z0-9_.-]+, not . or .., <=255) (required)
     description: null                 # free text, shown in the report
     output_dir: null                  # the folder the study's folder goes in; null: reports/ next to the job file
     report_dir: null                  # the study's folder itself (storage, logs, report); null: <output_dir>/<study>
@@ -55,7 +56,7 @@ what ``load_job`` accepts, so keep one key per line with its meaning::
       bench: 60s                      # the whole benchmark of one trial; longer is FAIL bench-timeout
       teardown: 10s                   # SIGTERM grace before SIGKILL of the server's process group
     ray:
-      address: null                   # an existing cluster (HOST:6379, ray://...); null: a fresh local Ray
+      address: null                   # an existing cluster (HOST:PORT, ray://...); null: a fresh local Ray
       parallel: null                  # trials at once; null: one per matching node
       node_selector:
         gpu_model: null               # only nodes with this GPU model (e.g. H200)
@@ -74,9 +75,15 @@ what ``load_job`` accepts, so keep one key per line with its meaning::
       logprob_tolerance: 0.05         # floor of the tolerance (mean nats/token), calibrated above it
       allow_repetitive_reference: false   # keep a reference whose outputs repeat one short unit
     env: {NCCL_NVLS_ENABLE: "0"}      # fixed environment of every server (values as strings)
-    allow_unsafe_nccl: false          # allow LL128/NVLS/CollNet values that can corrupt data on PCIe
+    allow_unsafe_nccl: false          # allow LL128/NVLS/CollNet values that can corrupt data on PCIe, and
+                                      # knobs NCCL ignores on PCIe (NCCL_SYM_*, allreduce.backend nccl_symm_mem)
+    nccl_version: null                # the NCCL the servers load (e.g. "2.28.9"), for the rules that depend on it;
+                                      # null: the NCCL of torch in the server's Python, if any
     remeasure: false                  # launch configs already measured again instead of answering them
     max_consecutive_failures: 5       # stop the study after this many failed trials in a row
+    notify: null                      # a command run once when a `run` ends, fails or is stopped, the summary as
+                                      # JSON on stdin and NCCLSWEEP_* variables: a command line (split like a
+                                      # shell's words, run without one) or a list of words; `run --notify` wins
     pruning:
       enabled: true                   # stop a trial after one repeat when it is clearly worse
       min_ratio: 0.8                  # "clearly worse": below min_ratio x the best so far
@@ -89,6 +96,8 @@ what ``load_job`` accepts, so keep one key per line with its meaning::
       enabled: false                  # time NCCL all-reduces per setting and drop slow ones before launches
       keep_within: 4                  # drop settings slower than this factor of the fastest at the same TP
                                       # (2x and slower are kept and tried late)
+      rounds: 2                       # probe launches per setting, in alternating order (a size's verdict
+                                      # must hold in every launch)
 
 Durations (``timeout``, ``timeouts.*``) are parsed by ``orchestrator.core.durations``.
 Every path in a job is relative to the job file, so a job means the same study from any
@@ -100,6 +109,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,6 +120,7 @@ from orchestrator.config import prompts as decode_prompts
 from orchestrator.config.job_checks import (
     check_baseline,
     check_config,
+    check_nccl_release,
     check_space_configs,
     check_space_tp,
     check_space_unsafe,
@@ -126,11 +137,12 @@ from orchestrator.core.durations import format_duration
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO
 from orchestrator.core.study_dir import StudyDir
+from orchestrator.core.versions import parse_version
 
 JOB_KEYS = ("study", "description", "output_dir", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
             "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
-            "allow_unsafe_nccl", "remeasure", "max_consecutive_failures", "pruning", "constraints", "hardware",
-            "prescreen", "objective")
+            "allow_unsafe_nccl", "nccl_version", "remeasure", "max_consecutive_failures", "pruning", "constraints",
+            "hardware", "prescreen", "objective", "notify")
 STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # and not "." or "..": the name is a folder name
 NAME_MAX = 255  # the longest file or folder name Linux file systems allow (bytes)
 PATH_MAX = 4096  # the longest path; the study's files add up to this much below its folder:
@@ -258,6 +270,7 @@ DEFAULT_KEEP_WITHIN = 4.0
 class PrescreenSettings:
     enabled: bool  # measure all-reduce latency per NCCL setting before the study
     keep_within: float  # drop settings slower than keep_within x the fastest at the same TP
+    rounds: int = 2  # probe launches per setting (driver.prescreen.merge_rounds)
 
 
 @dataclass(frozen=True)
@@ -287,6 +300,7 @@ class Job:
     correctness: CorrectnessSettings
     env: dict[str, str]
     allow_unsafe_nccl: bool = False
+    nccl_version: str | None = None  # declared; None: torch's NCCL in the server's Python (job_checks.nccl_release)
     remeasure: bool = False
     max_consecutive_failures: int = 5
     pruning: PruningSettings = PruningSettings(True, DEFAULT_PRUNE_RATIO)
@@ -294,6 +308,7 @@ class Job:
     hardware: dict[str, float] = field(default_factory=dict)  # memory_bandwidth_bytes_s, allreduce_latency_s
     prescreen: PrescreenSettings = PrescreenSettings(False, 1.2)
     objective: Objective = Objective()
+    notify: tuple[str, ...] | None = None  # the command `run` tells how it ended (driver.notify)
     space_path: Path | None = None  # absolute path of the space file
     baseline_given: bool = False  # the job had a `baseline:` (else: backend defaults)
     description: str | None = None
@@ -404,13 +419,18 @@ def load_job(path: str | os.PathLike) -> Job:
     ray = _ray(top)
     sampler = _sampler(top)
     allow_unsafe = top.flag("allow_unsafe_nccl", False)
+    nccl_version = top.text("nccl_version", None, none_ok=True)
+    if nccl_version is not None and parse_version(nccl_version) is None:
+        raise top.bad("nccl_version", f"must be an NCCL release like '2.28.9', not {shown(nccl_version)}")
     remeasure = top.flag("remeasure", False)
     max_failures = top.integer("max_consecutive_failures", 5, low=1)
+    notify = notify_command(top.raw("notify", None), file=file, key="notify")
     pruning = _pruning(top)
     hardware = _hardware(top)
-    prescreen_sec = top.section("prescreen", ("enabled", "keep_within"))
+    prescreen_sec = top.section("prescreen", ("enabled", "keep_within", "rounds"))
     keep_within = prescreen_sec.number("keep_within", DEFAULT_KEEP_WITHIN, above=1.0 - 1e-9)
-    prescreen = PrescreenSettings(enabled=prescreen_sec.flag("enabled", False), keep_within=keep_within)
+    prescreen = PrescreenSettings(enabled=prescreen_sec.flag("enabled", False), keep_within=keep_within,
+                                  rounds=prescreen_sec.integer("rounds", 2, low=1))
     outcome_constraints = _outcome_constraints(top, bench)
     env = _env(top, allow_unsafe)
 
@@ -469,15 +489,38 @@ def load_job(path: str | os.PathLike) -> Job:
 
     # -- every config of the space, or every value against the baseline
     check_space_configs(space, baseline, backend, file, gpus)
+    check_nccl_release(nccl_version, space, env, own, backend, allow_unsafe, file)
 
     return Job(path=job_path, study=study, storage=storage, report_dir=report_dir,
                backend=BackendSpec(kind=kind, settings=settings), gpus_per_node=gpus, cpus_per_trial=cpus,
                space=space, baseline=baseline, budget=budget, bench=bench, timeouts=timeouts, ray=ray,
                sampler=sampler, correctness=correctness, env=env, allow_unsafe_nccl=allow_unsafe,
+               nccl_version=nccl_version,
                remeasure=remeasure, max_consecutive_failures=max_failures, pruning=pruning,
                constraints=outcome_constraints, hardware=hardware, prescreen=prescreen, objective=objective,
-               space_path=space_path,
+               notify=notify, space_path=space_path,
                baseline_given=baseline_given, description=description, advice=advice, _backend=backend)
+
+
+def notify_command(value: Any, *, file: str | None, key: str) -> tuple[str, ...] | None:
+    """A notify command as an argv (``driver.notify``): a command line split the way a shell
+    splits words (quotes kept together), or a list of words; None for none. BadInput, naming
+    ``key``, for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            argv = shlex.split(value)
+        except ValueError as exc:
+            raise BadInput(f"cannot split {brief(value)} into words ({exc}); quote it like a shell command",
+                           file=file, key=key) from None
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        argv = list(value)
+    else:
+        raise BadInput(f"must be a command line or a list of its words, not {shown(value)}", file=file, key=key)
+    if not argv or not argv[0].strip():
+        raise BadInput("names no command; give one, e.g. notify: [notify-send, ncclsweep]", file=file, key=key)
+    return tuple(argv)
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,9 @@ from typing import Any, Literal, TextIO
 
 import optuna
 
+from orchestrator.config.job_checks import check_sampler_installed
 from orchestrator.config.yaml_input import display_path
-from orchestrator.core import correctness, golden_check, logs, outcome
+from orchestrator.core import correctness, golden_check, logs, nccl, outcome
 from orchestrator.core.errors import BadInput, CircuitOpen, RuntimeFailure, StorageWriteError, is_file_write_failure
 from orchestrator.core.records import COMPLETE, FAIL, PRUNED, FailureKind, TrialResult, config_key
 from orchestrator.driver.executor import Executor
@@ -119,6 +120,7 @@ class _Loop:
     golden: correctness.Golden | None = None
     in_flight: dict[int, Launch] = field(default_factory=dict)  # executor ticket -> what runs there
     repeats: list[str] = field(default_factory=list)  # node ids still to repeat the baseline on
+    said_paths: set[str] = field(default_factory=set)  # engine all-reduce path warnings the study has shown
 
     @property
     def need_reference(self) -> bool:
@@ -147,8 +149,7 @@ class StudyDriver:
         self.backend = job.backend_obj()
         self.report_dir = Path(job.report_dir).resolve()
         self.dir = job.dir
-        self.progress = Progress(job, trials=self.trials, timeout_s=self.timeout_s, out=out,
-                                 timeout_source="--timeout" if timeout_s is not None else "the job's budget.timeout")
+        self.progress = Progress(job, trials=self.trials, timeout_s=self.timeout_s, out=out)
         self.say = self.progress.say
         self.baseline_config: dict[str, Any] = {}
         self.baseline_key: str | None = None
@@ -196,6 +197,7 @@ class StudyDriver:
 
     def _run(self) -> RunSummary:
         job = self.job
+        check_sampler_installed(job)  # at once: nothing started, nothing created
         created = [d for d in (self.report_dir, *self.report_dir.parents) if not d.exists()]
         self.report_dir.mkdir(parents=True, exist_ok=True)
         lock = DriverLock(self.dir.lock)
@@ -225,7 +227,8 @@ class StudyDriver:
             if self.trials is not None and policy.budget_used() >= self.trials:
                 self.say(f"budget reached: {policy.budget_used()} of {self.trials} trials already ran")
                 summary = RunSummary("budget reached", best=self._best_summary())
-                self.say(self.progress.next_steps(summary, policy.rows()))
+                for line in self.progress.next_steps(summary, policy.rows()):
+                    self.say(line)
                 return summary
             return self._loop(study, policy, executor)
         except BaseException:
@@ -321,16 +324,19 @@ class StudyDriver:
             run = _Loop(study, policy, executor, signals, RunSummary("budget reached"), deadline,
                         checks=self.job.correctness.enabled)
             try:
+                run.said_paths = _path_warnings(study)
                 run.golden = self._golden(run)
                 self._start_votes(run)
                 self.progress.bans(policy.bans())
                 self._trials(run)
             finally:
+                self.progress.idle()
                 self._stop_in_flight(run)
         self._release_held()
         run.summary.best = self._best_summary()
         self.say(self.progress.final_line(run.summary, policy.budget_used()))
-        self.say(self.progress.next_steps(run.summary, policy.rows()))
+        for line in self.progress.next_steps(run.summary, policy.rows()):
+            self.say(line)
         return run.summary
 
     def _trials(self, run: _Loop) -> None:
@@ -352,6 +358,9 @@ class StudyDriver:
                 return
             for ticket, result in run.executor.wait(0.5):
                 self._collect(run, run.in_flight.pop(ticket), result)
+                self.progress.counted = run.policy.budget_used()
+            self.progress.running([(run.in_flight[t].label, phase) for t, phase in run.executor.phases().items()
+                                   if t in run.in_flight])
 
     def _start_repeats(self, run: _Loop) -> None:
         """The baseline once on every other matching node: are the nodes comparable?"""
@@ -393,7 +402,7 @@ class StudyDriver:
                                  None if need_reference else (run.golden.texts if run.golden else None), prune)
             run.in_flight[run.executor.submit(spec)] = Launch.of(proposal, reference=need_reference)
             run.summary.launched += 1
-            self.progress.started(proposal.number, proposal.config, policy.budget_used() + len(run.in_flight),
+            self.progress.started(proposal.number, proposal.config, run.summary.launched, policy.budget_used(),
                                   is_baseline)
             if need_reference:
                 return
@@ -409,6 +418,9 @@ class StudyDriver:
         result = dataclasses.replace(result, prompt_set=dict(self.prompt_set))
         for text in result.warnings:  # the trial's warnings (its actor's logged ones included) into driver.log
             log.warning("%s: %s", launch.label, text)
+            if text.startswith(nccl.ENGINE_PATH_WARNING) and text not in run.said_paths:  # once per study
+                run.said_paths.add(text)
+                self.say(f"warning ({launch.label}): {text}")
         if launch.kind == "repeat":
             result = outcome.decide(result, second_signal=run.signals.kill_now, golden=run.golden).result
             self._store_repeat(run.study, result)
@@ -651,8 +663,32 @@ class StudyDriver:
                 f"{result.failure_kind}: {result.failure_reason}); look at the trial logs in {self.dir.logs} "
                 f"and `ncclsweep status {self.job.path}`; the study resumes with `ncclsweep run`")
 
+    def counted(self) -> int | None:
+        """The study's counted trials now (None: no study opened, or it cannot be read)."""
+        try:
+            return self.policy.budget_used() if self.policy is not None else None
+        except Exception:
+            log.debug("could not count the trials", exc_info=True)
+            return None
+
+    def best_now(self) -> dict[str, Any] | None:
+        """The best so far as ``RunSummary.best`` holds it (None: none, or it cannot be read)."""
+        try:
+            return self._best_summary()
+        except Exception:
+            log.debug("could not read the best trial", exc_info=True)
+            return None
+
     def _best_summary(self) -> dict[str, Any] | None:
         if self.policy is None:
             return None
         plan = build_plan(self.policy.rows(), self.job.objective) if self.job.objective.is_plan else None
         return self.progress.best_summary(self.policy.best_row(), self.policy.baseline_row(), plan=plan)
+
+
+def _path_warnings(study: optuna.Study) -> set[str]:
+    """The engine all-reduce path warnings (``nccl.ENGINE_PATH_WARNING``) earlier runs of the
+    study recorded: each is shown once per study, not once per run."""
+    attrs = study.user_attrs
+    return {w for t in study.get_trials(deepcopy=False)
+            for w in storage.trial_attrs(t, attrs).get("warnings") or () if str(w).startswith(nccl.ENGINE_PATH_WARNING)}

@@ -64,7 +64,6 @@ def test_a_degenerate_set_is_warned_about_before_the_first_launch(tmp_path, ray_
     job = fake_job(tmp_path, ["the cat sat on the mat and the cat sat on the mat again and again"] * 4)
     code, _, err = cli("run", str(job))
     assert code == 0, err
-    lines = err.splitlines()
-    warned = next(i for i, ln in enumerate(lines) if "would misrank configs: 3 of its 4 prompts repeat another" in ln)
-    first_launch = next(i for i, ln in enumerate(lines) if ln.startswith("starting #0"))
-    assert warned < first_launch, err
+    said = " ".join(err.split())  # a long line is wrapped to the log's width
+    warned = said.find("would misrank configs: 3 of its 4 prompts repeat another")
+    assert 0 <= warned < said.find("starting #0 "), err

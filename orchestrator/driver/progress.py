@@ -20,6 +20,7 @@ from orchestrator.core.records import COMPLETE, PRUNED, FailureKind, TrialResult
 from orchestrator.study import history
 from orchestrator.study import objective as objectives
 from orchestrator.study.bans import describe
+from orchestrator.study.goodput import GoodputAnswer, tok
 from orchestrator.study.plan import Plan, fmt, level_value
 
 
@@ -131,7 +132,12 @@ class Progress:
             self.say(f"  #{number} -> {self._levels_said(result, plan)}{self._plan_bests(plan)} "
                      f"(elapsed {self.elapsed()})")
             return
-        if result.outcome == COMPLETE:
+        reached = result.measurement.goodput if result.measurement is not None else None
+        if result.outcome == COMPLETE and reached is not None:  # goodput: where the SLO stopped holding
+            ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
+            what = (f"{reached.describe()} at {result.value:.1f} total tok/s{ratio}" if reached.holds is not None
+                    else f"{reached.describe()}: infeasible")
+        elif result.outcome == COMPLETE:
             ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
             what = f"{result.value:.1f} tok/s{ratio}"
         elif result.outcome == PRUNED:
@@ -179,9 +185,11 @@ class Progress:
 
     # ---- the end ----------------------------------------------------------------------------
     @staticmethod
-    def best_summary(best: TrialRow | None, base: TrialRow | None, plan: Plan | None = None) -> dict[str, Any] | None:
+    def best_summary(best: TrialRow | None, base: TrialRow | None, plan: Plan | None = None,
+                     goodput: GoodputAnswer | None = None) -> dict[str, Any] | None:
         """The run's best as plain data (``RunSummary.best``); with a ``plan`` (several
-        levels), the plan too (``Plan.to_dict``, under ``plan``)."""
+        levels), the plan too (``Plan.to_dict``, under ``plan``); for goodput, the answer
+        (``GoodputAnswer.to_dict``, under ``goodput``)."""
         if best is None or best.value is None:
             return None
         base_value = base.value if base is not None else None
@@ -192,6 +200,8 @@ class Progress:
                {"number": base.number, "value": base_value, "spread": spread(base)}}
         if plan is not None:
             out["plan"] = plan.to_dict()
+        if goodput is not None:
+            out["goodput"] = goodput.to_dict()
         return out
 
     def final_line(self, summary: RunSummary, counted: int) -> str:
@@ -203,6 +213,10 @@ class Progress:
             bests = [f"at {lp['level']} #{lp['best_trial']}" for lp in best["plan"]["per_level"]
                      if lp["best_trial"] is not None]
             return f"{head}; plan: best {', '.join(bests)}"
+        if best.get("goodput") and best["goodput"]["best"]:
+            top = best["goodput"]["best"]
+            return (f"{head}; best #{top['trial']}: {tok(top['value'])} tok/s at {top['holds']} streams within the "
+                    "SLO")
         params = " ".join(f"{k}={v}" for k, v in (best["config"] or {}).items())
         return f"{head}; best #{best['number']}: {best['value']:.1f} tok/s with {params or '(defaults)'}"
 
@@ -225,6 +239,9 @@ class Progress:
             return (f"{plan_said(best['plan'])} | next: `ncclsweep report {job}` (writes {folder}/report.html), "
                     f"`ncclsweep compare {job} --plan`, `ncclsweep export {job} --concurrency N --format env`"
                     + (" (or --mix)" if best["plan"].get("weights") else ""))
+        if best.get("goodput"):
+            return (f"goodput: {best['goodput']['text']} | next: `ncclsweep report {job}` (writes "
+                    f"{folder}/report.html), `ncclsweep export {job} --format env`")
         base = best.get("baseline")
         if base is None:
             said = f"best #{best['number']} {best['value']:.1f} tok/s (no baseline measured to compare with)"
@@ -257,6 +274,8 @@ def plan_said(plan: dict[str, Any]) -> str:
     said = "plan: " + "; ".join(parts)
     if losses and plan.get("anchor_trial") is not None:
         said += f"; the best at {first} (#{plan['anchor_trial']}) does " + ", ".join(losses)
+    if plan.get("slo_lines"):  # the latency targets: who broke them where, by how much
+        said += f"; slo {plan['slo_text']}: " + "; ".join(plan["slo_lines"])
     mix = plan.get("mix")
     if mix:
         vs = mix.get("vs_baseline")

@@ -446,3 +446,14 @@ def format_status(rows: list[TrialRow], width: int | None = None, levels: Iterab
                      "best: none yet (no COMPLETE trial that passed the correctness gate)")
     return "\n".join(lines)
 
+
+
+def infeasible_lines(rows: list[TrialRow]) -> list[str]:
+    """'#3 (baseline): breaks the SLO: ...': the measured configs the latency targets left
+    nowhere to count (``outcome.judge_slo``), the baseline among them (reported, not a stop)."""
+    out = []
+    for r in rows:
+        why = (r.metrics or {}).get("slo_violations")
+        if r.state == COMPLETE and why and r.cached_from is None:
+            out.append(f"#{r.number}{' (baseline)' if r.is_baseline else ''}: {'; '.join(map(str, why))}")
+    return out

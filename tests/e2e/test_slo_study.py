@@ -113,6 +113,11 @@ def test_goodput_crowns_b_and_finds_each_configs_crossing(tmp_path, capsys):
     assert said[-1].startswith(f"goodput: #{b.row.number} holds the SLO up to 32 stream(s) at "), said[-1]
     assert f"the baseline #{a.row.number} up to {a.holds} at " in said[-1]
 
+    assert cli.main(["status", str(job_path), "--json"]) == 0
+    listed = {r["number"]: r for r in json.loads(capsys.readouterr().out)}
+    seen = listed[a.row.number]
+    assert seen["goodput"]["holds"] == a.holds and set(seen["levels"]) == {str(c) for c in seen["goodput"]["probes"]}
+    assert all({"p50", "p90", "p99"} <= set(rec["tpot"]) for rec in seen["levels"].values())  # latency per level
     assert cli.main(["report", str(job_path)]) == 0
     capsys.readouterr()
     md = (job.report_dir / "report.md").read_text()

@@ -37,6 +37,8 @@ what ``load_job`` accepts, so keep one key per line with its meaning::
                                       # {"prompt": ..., "output_tokens": N} or a ShareGPT conversation
                                       # (orchestrator.config.traffic); each request its own output length
       traffic_sample: 64              # requests drawn from the traffic file, the same for every run of a study
+      context: null                   # long context: every prompt made about this many tokens long with text
+                                      # before it (the set's own, then the bundled texts); null: as they are
       output_tokens: 64               # tokens per timed request (greedy, fixed length)
       warmup: 1                       # untimed requests first
       repeats: 3                      # timed rounds (each prompt once per round); the median is the trial's tok/s
@@ -184,6 +186,7 @@ class BenchSettings:
     traffic: str | None = None  # the traffic file (``config.traffic``), as the job names it
     traffic_sample: int = traffic_file.DEFAULT_SAMPLE
     output_lengths: tuple[int, ...] | None = None  # with a traffic file: each prompt's own output length
+    context: int | None = None  # every prompt made about this many tokens long (``config.prompts.with_context``)
 
 
 @dataclass(frozen=True)
@@ -591,8 +594,8 @@ def _budget(top: Section) -> Budget:
 
 
 def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
-    sec = top.section("bench", ("prompts", "prompt", "traffic", "traffic_sample", "output_tokens", "warmup",
-                                "repeats", "max_repeats", "target_rel_ci", "waves", "concurrency"))
+    sec = top.section("bench", ("prompts", "prompt", "traffic", "traffic_sample", "context", "output_tokens",
+                                "warmup", "repeats", "max_repeats", "target_rel_ci", "waves", "concurrency"))
     given = [k for k in ("prompts", "prompt", "traffic") if sec.data.get(k) is not None]
     if len(given) > 1:
         raise sec.bad(given[1], f"give one of prompts (a file of decode prompts), prompt (one prompt) and traffic "
@@ -617,6 +620,13 @@ def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
         prompts, source = (sec.text("prompt", None),), "bench.prompt"
     else:
         prompts, source = decode_prompts.bundled(), "the bundled set"
+    context = sec.integer("context", None, low=1, none_ok=True)
+    if context is not None:
+        if context > decode_prompts.MAX_CONTEXT:
+            raise sec.bad("context", f"at most {decode_prompts.MAX_CONTEXT} tokens (each prompt is shipped with every "
+                                     f"trial), not {context}")
+        prompts = decode_prompts.with_context(tuple(prompts), context)
+        source += f", each made about {context} tokens long"
     warmup = sec.integer("warmup", 1, low=0)
     repeats = sec.integer("repeats", 3, low=1)
     max_repeats = sec.integer("max_repeats", max(3, repeats), low=1)
@@ -636,7 +646,7 @@ def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
             raise sec.bad(f"concurrency[{i}]", f"duplicate level {c}; levels must be unique")
     return BenchSettings(prompts=prompts, prompts_from=source, output_tokens=output_tokens, warmup=warmup,
                          repeats=repeats, max_repeats=max_repeats, target_rel_ci=target, concurrency=tuple(conc),
-                         waves=waves, traffic=traffic, traffic_sample=sample, output_lengths=lengths)
+                         waves=waves, traffic=traffic, traffic_sample=sample, output_lengths=lengths, context=context)
 
 
 # One-word objectives (``objective: balanced``): a starting point for a user without targets of

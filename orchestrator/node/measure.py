@@ -222,7 +222,7 @@ class _Session:
     def frozen(self) -> Measurement:
         plan = self.plan
         lengths = None
-        if plan.output_lengths is not None:  # a traffic file: the lengths the requests had
+        if plan.output_lengths is not None or plan.context:  # traffic or long prompts: the lengths they had
             levels = list(self.acc.values())
             asked = [(a, n) for lv in levels for a, n in zip(lv.asked, lv.token_counts)]
             lengths = Lengths(input=Distribution.of(t for lv in levels for t in lv.prompt_tokens),

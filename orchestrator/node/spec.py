@@ -61,6 +61,7 @@ class BenchPlan:
     stall_s: float | None = None  # a stream silent this long has stalled (timeouts.stall)
     waves: int = 3
     output_lengths: tuple[int, ...] | None = None  # a traffic file's: each prompt's own output length
+    context: int | None = None  # the prompts were built to about this many tokens (``bench.context``)
     goodput: int | None = None  # the goodput objective: bisect concurrency up to this instead of ``levels``
     slo: Targets | None = None  # what each concurrency the goodput bisection tries must hold
 
@@ -130,7 +131,7 @@ class TrialSpec:
                             timeout_s=job.timeouts.bench_s, levels=tuple(job.objective.concurrency),
                             constraint_levels=tuple(c.concurrency for c in job.constraints),
                             stall_s=job.timeouts.stall_s, waves=bench.waves, output_lengths=bench.output_lengths,
-                            goodput=job.objective.goodput, slo=job.objective.slo),
+                            context=bench.context, goodput=job.objective.goodput, slo=job.objective.slo),
             check=check or CheckPlan(), log_dir=str(log_dir or job.dir.logs), registry_dir=str(job.dir.servers),
             log_name=log_name, prune_below=dict(prune_below) if prune_below else None,
             device_check=job.gpus_per_node > 0 if device_check is None else device_check,

@@ -97,3 +97,19 @@ def test_a_good_prompt_file_is_what_the_job_measures(tmp_path):
     loaded = load_job(job)
     assert loaded.bench.prompts == ("first prompt of my traffic", "second prompt")
     assert loaded.bench.prompts_from.endswith("traffic.txt")
+
+
+def test_long_context_prompts_are_built_to_about_the_length_asked(tmp_path):
+    """Each prompt keeps its own text last, whole, after text from the set and the bundled texts,
+    about ``bench.context`` tokens in all (characters / 4)."""
+    got = prompts.with_context(("first question?", "second question?"), 4000)
+    assert len(got) == 2 and got[0].endswith("first question?") and got[1].endswith("second question?")
+    assert all(4000 <= len(p) / prompts.CHARS_PER_TOKEN <= 4000 + 600 for p in got)
+    assert got[0] != got[1]
+    long = "word " * 5000
+    assert prompts.with_context((long,), 1000) == (long,)  # already that long: left as it is
+    job = load_job(write_job(tmp_path, bench={"prompt": "Tell me about rings.", "context": 2048}))
+    assert len(job.bench.prompts[0]) >= 2048 * 4 and job.bench.context == 2048
+    assert job.bench.prompts_from == "bench.prompt, each made about 2048 tokens long"
+    with pytest.raises(BadInput, match="bench.context: at most 262144 tokens"):
+        load_job(write_job(tmp_path, bench={"context": 10_000_000}))

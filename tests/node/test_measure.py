@@ -242,3 +242,6 @@ def test_each_request_asks_its_own_length_and_the_lengths_are_measured(server):
     assert lengths.output.n == got.measurement.levels[1].requests + got.measurement.levels[3].requests
     assert measure(server.base_url, MODEL, plan(levels=(1,)), deadline=time.monotonic() + 60).measurement.lengths \
         is None  # without a traffic file, as before
+    built = plan(prompts=tuple(" ".join(["word"] * n) for n in (300, 320)), levels=(1,), context=300)
+    long = measure(server.base_url, MODEL, built, deadline=time.monotonic() + 60).measurement.lengths
+    assert (long.input.low, long.input.high) == (300, 320)  # long prompts: the lengths the server counted

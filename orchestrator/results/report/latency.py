@@ -8,8 +8,9 @@
 - **Goodput** (``objective.goodput``): the answer (``study.goodput``), each measured config's
   crossing, and ``latency.png``: throughput and the targeted p99 latency against concurrency
   for the baseline and the best, the target as a line (drawn too for a plan with targets).
-- **Traffic** (``bench.traffic``): the requests sampled from the file, and the prompt and
-  output lengths the launches measured (``core.measurement.Lengths``).
+- **Traffic** (``bench.traffic``, ``bench.context``): the requests sampled from the file (or the
+  prompts made long), and the prompt and output lengths the launches measured
+  (``core.measurement.Lengths``).
 """
 
 from __future__ import annotations
@@ -110,10 +111,11 @@ def goodput_blocks(rows: list[TrialRow], objective: Any) -> list[Block]:
 def traffic_blocks(job: Any, rows: list[TrialRow]) -> list[Block]:
     """The traffic file and the lengths measured (module docstring)."""
     bench = getattr(job, "bench", None)
-    if bench is None or getattr(bench, "traffic", None) is None:
+    if bench is None or (getattr(bench, "traffic", None) is None and getattr(bench, "context", None) is None):
         return []
-    out: list[Block] = [doc.heading(2, "Traffic"), doc.para(f"Requests from `bench.traffic`: {bench.prompts_from}; "
-                                                            "each asked for its own output length.")]
+    what = ("Requests from `bench.traffic`: {}; each asked for its own output length." if bench.traffic is not None
+            else "Prompts: {} (`bench.context`).")
+    out: list[Block] = [doc.heading(2, "Traffic"), doc.para(what.format(bench.prompts_from))]
     table = []
     for label, row in named_configs(rows, None):
         lengths = row.measurement.lengths if row.measurement is not None else None

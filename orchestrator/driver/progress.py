@@ -234,6 +234,10 @@ class Progress:
                 return (f"no config is called best: {why}; check the baseline's output in the trial logs in "
                         f"{logs_dir} and `ncclsweep status {job}`; `ncclsweep run {job} --trials N` "
                         "compares more configs with it")
+            broke = history.infeasible_lines(rows or [])
+            if broke:  # measured, but the latency targets leave them nowhere to count
+                return (f"no config holds the latency targets (slo) yet: {'; '.join(broke[:3])}; see `ncclsweep "
+                        f"status {job}`")
             return f"no config passed yet: see `ncclsweep status {job}` and the trial logs in {logs_dir}"
         if best.get("plan"):
             return (f"{plan_said(best['plan'])} | next: `ncclsweep report {job}` (writes {folder}/report.html), "
@@ -249,6 +253,9 @@ class Progress:
             said = f"the baseline #{base['number']} is the best config found ({best['value']:.1f} tok/s)"
         else:
             said = f"best #{best['number']} {best['value']:.1f} tok/s = {best['verdict']}"
+        broke = [line for line in history.infeasible_lines(rows or []) if "(baseline)" in line]
+        if broke:  # reported, not a reason to stop
+            said += f"; the baseline {broke[0].split(': ', 1)[1]}"
         return (f"{said} | next: `ncclsweep report {job}` (writes {folder}/report.html), "
                 f"`ncclsweep compare {job}`, `ncclsweep export {job} --format env`")
 

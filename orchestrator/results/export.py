@@ -251,7 +251,8 @@ def _latency_provenance(job: Any, row: TrialRow, rows: list[TrialRow]) -> dict[s
     latency: dict[str, Any] = {}
     for level, got in row.levels.items():
         recorded = {kind: got.latency(kind) for kind in LATENCY_KINDS}
-        latency[str(level)] = {kind: lat.to_record() for kind, lat in recorded.items() if lat is not None}
+        if any(lat is not None for lat in recorded.values()):
+            latency[str(level)] = {kind: lat.to_record() for kind, lat in recorded.items() if lat is not None}
     out: dict[str, Any] = {"latency": latency}
     if obj.slo:
         out["slo"] = {"targets": obj.slo.to_record(), "text": obj.slo.describe(),

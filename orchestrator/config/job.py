@@ -432,6 +432,9 @@ def load_job(path: str | os.PathLike) -> Job:
     keep_within = prescreen_sec.number("keep_within", DEFAULT_KEEP_WITHIN, above=1.0 - 1e-9)
     prescreen = PrescreenSettings(enabled=prescreen_sec.flag("enabled", False), keep_within=keep_within)
     outcome_constraints = _outcome_constraints(top, bench)
+    if outcome_constraints and objective.goodput is not None:
+        raise top.bad("constraints", "goodput measures the concurrencies its bisection picks, not fixed levels: "
+                                     "bound a config by the latency targets (slo:) instead of constraints")
     env = _env(top, allow_unsafe)
 
     # -- the backend (validates its own settings)

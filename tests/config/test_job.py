@@ -310,3 +310,9 @@ def test_a_preset_expands_to_levels_and_targets_and_the_jobs_own_slo_replaces_it
     own = load_job(write(job={"objective": "throughput", "slo": {"e2e_p90": "30s"}})).objective
     assert own.concurrency == (64,) and [s.name for s in own.slo.every] == ["e2e_p90"]
     bad("objective", "unknown preset 'balance'", "did you mean", "balanced", job={"objective": "balance"})
+
+
+def test_goodput_takes_no_outcome_constraints():
+    bad("constraints", "goodput measures the concurrencies its bisection picks",
+        job={"objective": {"goodput": {"max_concurrency": 8}}, "slo": {"tpot_p99": "20ms"},
+             "constraints": [{"concurrency": 2, "min_ratio": 0.9}]})

@@ -49,3 +49,10 @@ def test_the_best_holds_the_slo_up_to_the_most_streams_at_the_most_tok_s():
 def test_no_config_holding_the_slo_is_said_so():
     got = goodput_answer(rows()[2:], OBJECTIVE)
     assert got.best is None and got.text() == "no config holds the SLO at any concurrency yet"
+
+
+def test_a_goodput_verdict_compares_the_totals_where_each_config_held_the_slo():
+    from orchestrator.study.history import decode_samples
+
+    base, best = rows()[:2]
+    assert decode_samples(base) == [858.8] and decode_samples(best) == [4641.4]  # not their level-1 probes

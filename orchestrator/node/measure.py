@@ -171,8 +171,9 @@ class _Pace:
         self.per_token: float | None = None  # a single request's seconds per output token, as the warm-up took
 
     def observe(self, seconds: float | None, tokens: int) -> None:
-        """A warm-up request (or, with no warm-up, the first timed one) of ``tokens`` output
-        tokens took ``seconds``."""
+        """A warm-up request (or, with no warm-up, the first timed one) that asked for ``tokens``
+        output tokens took ``seconds`` (with one output length for every request, the pace is a
+        request's seconds, as it always was)."""
         if seconds:
             self.per_token = max(self.per_token or 0.0, seconds / max(1, tokens))  # the slower: generous
 
@@ -252,7 +253,7 @@ class _Session:
                                            stall_s=plan.stall_s)
             if not req.ok:
                 return self.fail(f"warm-up request {i + 1} failed: {req.error}", req.timed_out, req)
-            self.pace.observe(req.latency_s, req.n_tokens or plan.tokens_for(k))
+            self.pace.observe(req.latency_s, plan.tokens_for(k))
         self.warmup_s = time.monotonic() - self.t0
         self.t1 = time.monotonic()
         return None
@@ -416,7 +417,7 @@ def _decode_round(base_url: str, model: str, plan: BenchPlan, got: _Level, left,
         got.samples.append(req.decode_tok_s)
         got.add(req)
         if pace.per_token is None:  # no warm-up: the first request sets the pace
-            pace.observe(req.latency_s, req.n_tokens)
+            pace.observe(req.latency_s, plan.tokens_for(i))
         if req.e2e_tok_s is not None:
             got.e2e_tok_s.append(req.e2e_tok_s)
         if progress is not None:
@@ -461,10 +462,10 @@ def _sustained_round(base_url: str, model: str, plan: BenchPlan, got: _Level, le
     for req in results:
         got.add(req)
     if pace.per_token is None:  # no warm-up: its fastest request sets the pace (generous: it ran among N)
-        fastest = min((r for r in results if r.latency_s), key=lambda r: (r.latency_s or 0.0) / max(1, r.n_tokens),
-                      default=None)
+        fastest = min((r for r in results if r.latency_s),
+                      key=lambda r: (r.latency_s or 0.0) / max(1, r.max_tokens or plan.output_tokens), default=None)
         if fastest is not None:
-            pace.observe(fastest.latency_s, fastest.n_tokens)
+            pace.observe(fastest.latency_s, fastest.max_tokens or plan.output_tokens)
     decode = [r.decode_tok_s for r in results if r.decode_tok_s]
     if decode:
         got.stream_decode.append(statistics.median(decode))

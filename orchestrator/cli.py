@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("validate", "validate a job and its space; writes nothing")
     s.add_argument("job")
-    s.add_argument("--commands", action="store_true", help="print the env and argv of a few sampled configs")
+    s.add_argument("--commands", action="store_true",
+                   help="print the env and argv of a few sampled configs and of each param value")
 
     s = command("run", "create or resume the job's study")
     s.add_argument("job")
@@ -239,7 +240,8 @@ def cmd_validate(args) -> int:
 
 
 def sample_configs(job, backend, n: int) -> list[tuple[str, dict]]:
-    """The baseline, then a few distinct configs of the space (seeded, reproducible)."""
+    """The baseline, then a few distinct configs of the space (seeded, reproducible), then as
+    many more as it takes for every value of every parameter to be spelled once."""
     import random
 
     baseline = job.baseline_config()  # exactly what every run launches as the baseline
@@ -248,14 +250,19 @@ def sample_configs(job, backend, n: int) -> list[tuple[str, dict]]:
     rng = random.Random(0)
     rng.shuffle(configs)
     seen = {json.dumps(baseline, sort_keys=True, default=str)}
-    for config in configs:
-        full = backend.normalize({**backend.default_config(), **config})
+    fulls = [backend.normalize({**backend.default_config(), **config}) for config in configs]
+    wanted = {(k, json.dumps(v, default=str)) for config in configs for k, v in config.items()}
+
+    def pairs(full: dict) -> set:
+        return {(k, json.dumps(v, default=str)) for k, v in full.items()} & wanted
+
+    shown: set = set()
+    for full in fulls:
         key = json.dumps(full, sort_keys=True, default=str)
-        if key not in seen:
+        if key not in seen and (len(out) <= n or pairs(full) - shown):
             seen.add(key)
+            shown |= pairs(full)
             out.append((f"sample {len(out)}", full))
-        if len(out) > n:
-            break
     return out
 
 

@@ -86,7 +86,10 @@ what ``load_job`` accepts, so keep one key per line with its meaning::
       logprob_tolerance: 0.05         # floor of the tolerance (mean nats/token), calibrated above it
       allow_repetitive_reference: false   # keep a reference whose outputs repeat one short unit
     env: {NCCL_NVLS_ENABLE: "0"}      # fixed environment of every server (values as strings)
-    allow_unsafe_nccl: false          # allow LL128/NVLS/CollNet values that can corrupt data on PCIe
+    allow_unsafe_nccl: false          # allow LL128/NVLS/CollNet values that can corrupt data on PCIe, and
+                                      # knobs NCCL ignores on PCIe (NCCL_SYM_*, allreduce.backend nccl_symm_mem)
+    nccl_version: null                # the NCCL the servers load (e.g. "2.28.9"), for the rules that depend on it;
+                                      # null: the NCCL of torch in the server's Python, if any
     remeasure: false                  # launch configs already measured again instead of answering them
     max_consecutive_failures: 5       # stop the study after this many failed trials in a row
     pruning:
@@ -101,6 +104,8 @@ what ``load_job`` accepts, so keep one key per line with its meaning::
       enabled: false                  # time NCCL all-reduces per setting and drop slow ones before launches
       keep_within: 4                  # drop settings slower than this factor of the fastest at the same TP
                                       # (2x and slower are kept and tried late)
+      rounds: 2                       # probe launches per setting, in alternating order (a size's verdict
+                                      # must hold in every launch)
 
 Durations (``timeout``, ``timeouts.*``) are parsed by ``orchestrator.core.durations``.
 Every path in a job is relative to the job file, so a job means the same study from any
@@ -123,6 +128,7 @@ from orchestrator.config import traffic as traffic_file
 from orchestrator.config.job_checks import (
     check_baseline,
     check_config,
+    check_nccl_release,
     check_space_configs,
     check_space_tp,
     check_space_unsafe,
@@ -141,11 +147,12 @@ from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO
 from orchestrator.core.slo import NAMES as SLO_NAMES
 from orchestrator.core.slo import Slo, Targets
 from orchestrator.core.study_dir import StudyDir
+from orchestrator.core.versions import parse_version
 
 JOB_KEYS = ("study", "description", "output_dir", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
             "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
-            "allow_unsafe_nccl", "remeasure", "max_consecutive_failures", "pruning", "constraints", "hardware",
-            "prescreen", "objective", "slo")
+            "allow_unsafe_nccl", "nccl_version", "remeasure", "max_consecutive_failures", "pruning", "constraints",
+            "hardware", "prescreen", "objective", "slo")
 STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # and not "." or "..": the name is a folder name
 STUDY_RULE = "match [A-Za-z0-9_.-]+ and not be '.' or '..' (it names a folder: letters, digits, _ . -, no /)"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -278,6 +285,7 @@ DEFAULT_KEEP_WITHIN = 4.0
 class PrescreenSettings:
     enabled: bool  # measure all-reduce latency per NCCL setting before the study
     keep_within: float  # drop settings slower than keep_within x the fastest at the same TP
+    rounds: int = 2  # probe launches per setting (driver.prescreen.merge_rounds)
 
 
 @dataclass(frozen=True)
@@ -307,6 +315,7 @@ class Job:
     correctness: CorrectnessSettings
     env: dict[str, str]
     allow_unsafe_nccl: bool = False
+    nccl_version: str | None = None  # declared; None: torch's NCCL in the server's Python (job_checks.nccl_release)
     remeasure: bool = False
     max_consecutive_failures: int = 5
     pruning: PruningSettings = PruningSettings(True, DEFAULT_PRUNE_RATIO)
@@ -424,13 +433,17 @@ def load_job(path: str | os.PathLike) -> Job:
     ray = _ray(top)
     sampler = _sampler(top)
     allow_unsafe = top.flag("allow_unsafe_nccl", False)
+    nccl_version = top.text("nccl_version", None, none_ok=True)
+    if nccl_version is not None and parse_version(nccl_version) is None:
+        raise top.bad("nccl_version", f"must be an NCCL release like '2.28.9', not {shown(nccl_version)}")
     remeasure = top.flag("remeasure", False)
     max_failures = top.integer("max_consecutive_failures", 5, low=1)
     pruning = _pruning(top)
     hardware = _hardware(top)
-    prescreen_sec = top.section("prescreen", ("enabled", "keep_within"))
+    prescreen_sec = top.section("prescreen", ("enabled", "keep_within", "rounds"))
     keep_within = prescreen_sec.number("keep_within", DEFAULT_KEEP_WITHIN, above=1.0 - 1e-9)
-    prescreen = PrescreenSettings(enabled=prescreen_sec.flag("enabled", False), keep_within=keep_within)
+    prescreen = PrescreenSettings(enabled=prescreen_sec.flag("enabled", False), keep_within=keep_within,
+                                  rounds=prescreen_sec.integer("rounds", 2, low=1))
     outcome_constraints = _outcome_constraints(top, bench)
     if outcome_constraints and objective.goodput is not None:
         raise top.bad("constraints", "goodput measures the concurrencies its bisection picks, not fixed levels: "
@@ -492,11 +505,13 @@ def load_job(path: str | os.PathLike) -> Job:
 
     # -- every config of the space, or every value against the baseline
     check_space_configs(space, baseline, backend, file, gpus)
+    check_nccl_release(nccl_version, space, env, own, backend, allow_unsafe, file)
 
     return Job(path=job_path, study=study, storage=storage, report_dir=report_dir,
                backend=BackendSpec(kind=kind, settings=settings), gpus_per_node=gpus, cpus_per_trial=cpus,
                space=space, baseline=baseline, budget=budget, bench=bench, timeouts=timeouts, ray=ray,
                sampler=sampler, correctness=correctness, env=env, allow_unsafe_nccl=allow_unsafe,
+               nccl_version=nccl_version,
                remeasure=remeasure, max_consecutive_failures=max_failures, pruning=pruning,
                constraints=outcome_constraints, hardware=hardware, prescreen=prescreen, objective=objective,
                space_path=space_path,

@@ -169,13 +169,16 @@ def _nccl_part() -> list[str]:
         return ", ".join(f"`{v}`" for v in values)
 
     return ["| variable | values |", "|---|---|",
-            f"| `NCCL_PROTO` | {names(nccl.PROTOCOLS)}; a comma list, `^` to exclude |",
+            f"| `NCCL_PROTO` | {names(nccl.PROTOCOLS)}; a comma list, `^` to exclude; per collective from "
+            f"{'.'.join(map(str, nccl.PER_COLLECTIVE_SINCE))} (`LL,Simple;allreduce:LL`) |",
             f"| `NCCL_ALGO` | {names(nccl.ALGORITHMS)}; a comma list, `^` to exclude; per collective from "
             f"{'.'.join(map(str, nccl.PER_COLLECTIVE_SINCE))} (`allreduce:tree;broadcast:ring`) |",
             f"| `NCCL_P2P_LEVEL` | {names(nccl.P2P_LEVELS)} (or 0-5) |",
             f"| `NCCL_NTHREADS` | {names(nccl.NTHREADS)} |",
             f"| {names(nccl.BOOLEAN_VARS)} | `0` or `1` |",
             f"| {names(nccl.POSITIVE_INT_VARS)} | a positive integer |",
+            f"| `{nccl.SYMMETRIC_PREFIX}*` (the symmetric kernels) | passed through; refused from NCCL "
+            f"{'.'.join(map(str, nccl.SYMMETRIC_NVLINK_ONLY_SINCE))} (ignored on PCIe) unless `allow_unsafe_nccl` |",
             "| any other `NCCL_*` | passed through, with a warning |"]
 
 

@@ -14,7 +14,8 @@ from the folder), never by spelling a file name itself, so the layout is this on
     compare-logs/       the servers ``ncclsweep compare`` launched
     compare.json        the last ``compare``'s rounds
     compare-plan.json   the last ``compare --plan``'s rounds (the plan's configs at every level)
-    prescreen.json      the all-reduce pre-screen's latencies
+    prescreen.json      the all-reduce pre-screen's latencies (its size sweep, crossovers)
+    prescreen-sweep.csv the sweep's table: one line per setting and message size
     report.md, report.html, trials.csv, *.png      ``ncclsweep report``
 """
 
@@ -79,6 +80,10 @@ class StudyDir:
     @property
     def prescreen(self) -> Path:
         return self.root / "prescreen.json"
+
+    @property
+    def prescreen_sweep(self) -> Path:
+        return self.root / "prescreen-sweep.csv"
 
     @property
     def report_md(self) -> Path:

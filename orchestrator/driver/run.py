@@ -29,7 +29,7 @@ from typing import Any, Literal, TextIO
 import optuna
 
 from orchestrator.config.yaml_input import display_path
-from orchestrator.core import correctness, golden_check, logs, outcome
+from orchestrator.core import correctness, golden_check, logs, nccl, outcome
 from orchestrator.core.errors import BadInput, CircuitOpen, RuntimeFailure, StorageWriteError, is_file_write_failure
 from orchestrator.core.records import COMPLETE, FAIL, PRUNED, FailureKind, TrialResult, config_key
 from orchestrator.driver.executor import Executor
@@ -120,6 +120,7 @@ class _Loop:
     golden: correctness.Golden | None = None
     in_flight: dict[int, Launch] = field(default_factory=dict)  # executor ticket -> what runs there
     repeats: list[str] = field(default_factory=list)  # node ids still to repeat the baseline on
+    said_paths: set[str] = field(default_factory=set)  # engine all-reduce path warnings the study has shown
 
     @property
     def need_reference(self) -> bool:
@@ -323,6 +324,7 @@ class StudyDriver:
             run = _Loop(study, policy, executor, signals, RunSummary("budget reached"), deadline,
                         checks=self.job.correctness.enabled)
             try:
+                run.said_paths = _path_warnings(study)
                 run.golden = self._golden(run)
                 self._start_votes(run)
                 self.progress.bans(policy.bans())
@@ -404,6 +406,9 @@ class StudyDriver:
         """A launch is back: store it as what it was (a repeat, the reference, a trial)."""
         for text in result.warnings:  # the trial's warnings (its actor's logged ones included) into driver.log
             log.warning("%s: %s", launch.label, text)
+            if text.startswith(nccl.ENGINE_PATH_WARNING) and text not in run.said_paths:  # once per study
+                run.said_paths.add(text)
+                self.say(f"warning ({launch.label}): {text}")
         if launch.kind == "repeat":
             result = outcome.decide(result, second_signal=run.signals.kill_now, golden=run.golden).result
             self._store_repeat(run.study, result)
@@ -656,3 +661,11 @@ class StudyDriver:
         goodput = goodput_answer(rows, self.job.objective) if self.job.objective.goodput is not None else None
         return self.progress.best_summary(self.policy.best_row(), self.policy.baseline_row(), plan=plan,
                                           goodput=goodput)
+
+
+def _path_warnings(study: optuna.Study) -> set[str]:
+    """The engine all-reduce path warnings (``nccl.ENGINE_PATH_WARNING``) earlier runs of the
+    study recorded: each is shown once per study, not once per run."""
+    attrs = study.user_attrs
+    return {w for t in study.get_trials(deepcopy=False)
+            for w in storage.trial_attrs(t, attrs).get("warnings") or () if str(w).startswith(nccl.ENGINE_PATH_WARNING)}

@@ -99,6 +99,8 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
                                           and backend.gpus_per_trial(spec.config) > 1):
             # NCCL ran (or should have): did it take what was asked? (gloo on CPU has no NCCL)
             result.warnings.extend(nccl.verify_applied(requested, result.nccl))
+        # the engine may turn the requested all-reduce path off and only log it (vLLM, SGLang)
+        result.warnings.extend(backend.allreduce_warnings(spec.config, log_text))
         result.server.update(argv=launch.argv, env=env, port=port, log=str(log_path),
                              **server_identity(backend, launch, env))
         if spec.device_check:

@@ -11,7 +11,10 @@ COMPLETE, counted, never a config that failed the correctness gate) as
                  back by ``load_config_file`` for ``ncclsweep bench --config``), ``env`` and
                  ``provenance``. ``--top K``: K YAML documents, or a JSON list of K objects.
 - ``cmd``        the full shell-quoted launch command (env assignments, then argv).
-- ``nccl-tuner`` a rules file for NCCL's example tuner plugin (see ``nccl_tuner_rules``).
+- ``nccl-tuner`` a rules file for NCCL's example tuner plugin: rules per measured size range
+                 from the pre-screen's sweep where it ran at the winner's TP
+                 (``tuner_sweep_rules``), else one rule from the winner's settings
+                 (``nccl_tuner_rules``); the NCCL release and the tuner API in its comments.
 
 Line formats (env, cmd, nccl-tuner) carry provenance in ``#`` comments; with ``--top K``
 they hold K numbered blocks of which only the first is active and the others are
@@ -36,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import math
 import re
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -474,26 +478,128 @@ def nccl_tuner_rules(config: dict[str, Any], nccl: dict[str, Any] | None = None)
         return [], ["nothing to export: NCCL never uses PAT for all-reduce"]
     tp = config.get("tp_size")
     n_ranks = int(tp) if isinstance(tp, (int, float)) and not isinstance(tp, bool) and int(tp) > 0 else -1
-    channels = -1
+    return [f"allreduce,0,4294967295,{algo},{proto},{_channels(config)},1,{n_ranks}"], notes
+
+
+# The example plugin's CSV reader and the tuner API it implements, by NCCL release (read in
+# NVIDIA/nccl: ext-tuner/example/plugin.c of 2.28 and 2.29, plugins/tuner/example/plugin.c of 2.30;
+# before 2.28 the example plugin reads no file)
+_TUNER_APIS = (((2, 30), "v6 (the plugin also exports v5)"), ((2, 28), "v5"))
+TUNER_BIN = 16 * 1024  # no rule below TUNER_FINE_UP_TO is wider: PCIe crossovers sit at 48-120 KB
+TUNER_FINE_UP_TO = 512 * 1024
+
+
+def tuner_api(nccl_version: str | None) -> str:
+    """The tuner API of the example plugin that reads this file for an NCCL release."""
+    nums = tuple(int(n) for n in re.findall(r"\d+", str(nccl_version or ""))[:2])
+    if len(nums) < 2:
+        return "v5 (NCCL 2.28, 2.29) or v6 (NCCL 2.30 and later); NCCL release unknown"
+    for since, api in _TUNER_APIS:
+        if nums >= since:
+            return api
+    return "none: NCCL before 2.28 has no file-reading example plugin; use NCCL 2.28 or later"
+
+
+def _channels(config: dict[str, Any]) -> int:
+    """Channels a rule pins: the config's min == max CTAs (or channels), else -1 (NCCL's)."""
     for lo, hi in (("env.NCCL_MIN_CTAS", "env.NCCL_MAX_CTAS"), ("env.NCCL_MIN_NCHANNELS", "env.NCCL_MAX_NCHANNELS")):
         if config.get(lo) is not None and str(config.get(lo)) == str(config.get(hi)):
             try:
-                channels = int(config[lo])
+                return int(config[lo])
             except (TypeError, ValueError):
                 pass
-    return [f"allreduce,0,4294967295,{algo},{proto},{channels},1,{n_ranks}"], notes
+    return -1
+
+
+def tuner_sweep_rules(config: dict[str, Any], sweep: dict[str, Any]) -> tuple[list[str], list[str]] | None:
+    """Rules per measured size range from the pre-screen's sweep (``prescreen.json``), for the
+    winner ``config``: its TP (nRanks) and channels; among the swept settings at that TP whose
+    other NCCL variables are the winner's (P2P, channels: what moves latency besides the
+    protocol and algorithm), the fastest at each size (the winner's own setting where it is within
+    the noise of the fastest), spelled by the algorithm and protocol it pins for all-reduce or,
+    where it pins none, the one NCCL logged at that size. Bins end at
+    each measured size and at every 16 KB up to 512 KB (each bin takes the measured size
+    nearest its end, on a log scale), so none there is wider than 16 KB; past the largest
+    measured size there is no rule (NCCL's own choice). None: the sweep has nothing at this TP."""
+    tp = config.get("tp_size")
+    same_tp = [r for r in sweep.get("rows") or [] if r.get("ok") and r.get("sweep") and r.get("tp_size") == tp]
+    if not same_tp:
+        return None
+    others = {k: str(v) for k, v in config.items() if k.startswith("env.NCCL_") and k not in _PINNED}
+    rows = [r for r in same_tp if {k: str(v) for k, v in r.items()
+                                   if k.startswith("env.NCCL_") and k not in _PINNED} == others]
+    notes = []
+    if not rows:
+        rows = same_tp
+        notes.append(f"no swept setting at tp_size={tp} has the winner's other NCCL variables "
+                     f"({' '.join(f'{k[4:]}={v}' for k, v in others.items()) or 'none'}); every swept one is used")
+    best: dict[int, tuple[float, str, str] | None] = {}
+    for size in sorted({p["bytes"] for r in rows for p in r["sweep"]}):
+        here = sorted(((p["latency_us"], i, r, p) for i, r in enumerate(rows) for p in r["sweep"]
+                       if p["bytes"] == size), key=lambda h: (h[0], h[1]))
+        # within 10% of the fastest (the pre-screen's CLEAR_MARGIN: less is launch noise), the winner's own setting
+        top = here[0][0] if here else 0.0
+        own = [h for h in here if h[0] < top * 1.10 and all(
+            str(h[2].get(k, "")) == str(config.get(k, "")) for k in ("env.NCCL_ALGO", "env.NCCL_PROTO"))]
+        best[size] = None
+        for latency, _, r, p in (own or here)[:1]:
+            algo = _allreduce_choice(r.get("env.NCCL_ALGO"), _TUNER_ALGOS, "NCCL_ALGO")[0] or \
+                _allreduce_choice(p.get("algo"), _TUNER_ALGOS, "NCCL_ALGO")[0]
+            proto = _allreduce_choice(r.get("env.NCCL_PROTO"), _TUNER_PROTOS, "NCCL_PROTO")[0] or \
+                _allreduce_choice(p.get("proto"), _TUNER_PROTOS, "NCCL_PROTO")[0]
+            best[size] = (latency, algo, proto) if algo and proto and algo != "pat" else None
+    measured = sorted(best)
+    edges = sorted({*measured, *(e for e in range(TUNER_BIN, TUNER_FINE_UP_TO + 1, TUNER_BIN) if e <= measured[-1])})
+    rules, unknown, lo = [], 0, 0
+    channels = _channels(config)
+    for edge in edges:
+        nearest = min(measured, key=lambda m: (abs(math.log(m / edge)), m))
+        choice = best[nearest]
+        if choice is None:
+            unknown += 1
+        else:
+            rules.append(f"allreduce,{lo},{edge},{choice[1]},{choice[2]},{channels},1,{tp}")
+        lo = edge + 1
+    if unknown:
+        notes.append(f"{unknown} size range(s) without a rule: their fastest setting pins no algorithm or protocol "
+                     f"and NCCL logged none (TUNING runs on CUDA only)")
+    for c in sweep.get("crossovers") or []:
+        if c.get("custom") and c.get("tp_size") == tp and c.get("below") == "custom":
+            notes.append(f"the custom all-reduce measured faster than NCCL up to about {c['bytes']} bytes at "
+                         f"tp_size={tp} (allreduce.backend custom, which a tuner rule cannot choose)")
+    return rules, notes
+
+
+_PINNED = ("env.NCCL_ALGO", "env.NCCL_PROTO", "env.NCCL_DEBUG", "env.NCCL_DEBUG_SUBSYS")
 
 
 def _tuner_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
-    rules, notes = nccl_tuner_rules(row.params, row.nccl)
-    return [f"# {n}" for n in notes] + rules
+    sweep = _sweep_of(job)
+    made = tuner_sweep_rules(row.params, sweep) if sweep else None
+    rules, notes = made if made is not None else nccl_tuner_rules(row.params, row.nccl)
+    version = _first((row.nccl or {}).get("version"), (sweep or {}).get("nccl_version"))
+    source = (f"the pre-screen's sweep ({len(rules)} size ranges, prescreen.json) and trial {row.number}'s settings"
+              if made is not None else f"trial {row.number}'s settings (no pre-screen sweep at its TP: one rule)")
+    return ([f"# rules from {source}; NCCL {version or 'unknown'}; tuner API {tuner_api(version)}"]
+            + [f"# {n}" for n in notes] + rules)
+
+
+def _sweep_of(job: ExportJob) -> dict[str, Any] | None:
+    """The pre-screen's data of the job's study, when it ran (``ncclsweep prescreen``)."""
+    where = getattr(job, "dir", None)
+    path = getattr(where, "prescreen", None)
+    try:
+        data = json.loads(Path(path).read_text()) if path is not None else None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 _TUNER_PREAMBLE = [
-    "# NCCL tuner-plugin rules (format of NVIDIA/nccl ext-tuner/example, nccl_tuner.conf):",
-    "# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks",
+    "# NCCL tuner-plugin rules, the CSV of NCCL's example tuner plugin (NVIDIA/nccl plugins/tuner/example;",
+    "# ext-tuner/example before 2.30): collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks",
     "# use: NCCL_TUNER_PLUGIN=<path>/libnccl-tuner-example.so NCCL_TUNER_CONFIG_FILE=<this file>",
-    "# the first matching rule wins; -1 keeps NCCL's default channels / matches any count",
+    "# sizes in bytes, both ends included; the first matching rule wins; -1 keeps NCCL's default channels",
 ]
 
 

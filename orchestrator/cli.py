@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--trials", type=int, help="total trials the study should have launched")
     s.add_argument("--timeout", help="wall-clock limit for this invocation, e.g. 8h, 30m")
     s.add_argument("--ray-address", help="connect to an existing Ray cluster (default: a fresh local Ray)")
+    s.add_argument("--notify", metavar="CMD", help="run CMD once when the run ends, fails or is stopped, its summary "
+                   "as JSON on stdin and in NCCLSWEEP_* variables (no shell unless CMD names one; overrides the "
+                   "job's notify:)")
 
     s = command("status", "one record per trial")
     s.add_argument("job")
@@ -215,7 +218,10 @@ def _load(path: str):
 
 
 def cmd_validate(args) -> int:
+    from orchestrator.config.job_checks import check_sampler_installed
+
     job = _load(args.job)
+    check_sampler_installed(job)  # what `run` refuses before it starts, with the same line
     backend = job.backend_obj()
     size = job.space.size()
     print(f"{args.job}: ok — study {job.study!r}, backend {job.backend.kind}, "
@@ -267,7 +273,9 @@ def sample_configs(job, backend, n: int) -> list[tuple[str, dict]]:
 
 
 def cmd_run(args) -> int:
+    from orchestrator.config.job import notify_command
     from orchestrator.core.durations import parse_duration
+    from orchestrator.driver.notify import run_notified
     from orchestrator.driver.run import StudyDriver
     from orchestrator.study.storage import route_optuna_logs
 
@@ -275,10 +283,11 @@ def cmd_run(args) -> int:
     if args.trials is not None and args.trials < 1:
         raise BadInput(f"--trials must be >= 1, not {args.trials}")
     timeout = parse_duration(args.timeout, key="--timeout") if args.timeout else None
+    notify = notify_command(args.notify, file=None, key="--notify") if args.notify is not None else job.notify
     driver = StudyDriver(job, trials=args.trials, timeout_s=timeout, ray_address=args.ray_address)
     args.logging.log_to_file(job.dir.driver_log)
     route_optuna_logs()  # Optuna's warnings through our handlers: driver.log too
-    summary = driver.run()
+    summary = run_notified(driver, notify)
     return 130 if summary.interrupted else 0
 
 

@@ -163,6 +163,17 @@ def run_in_process(job, **driver_args):
         executor.shutdown()
 
 
+RUN_ENDS = ("budget reached:", "space exhausted:", "timeout:", "stopped by signal:")
+
+
+def run_end(lines: list[str]) -> list[str]:
+    """The lines a run ends with, after its "N trials counted" line (driver/progress.py): the
+    verdict, the best's config lines, one ``next:`` line per command."""
+    ends = [i for i, line in enumerate(lines) if line.startswith(RUN_ENDS)]
+    assert ends, lines[-5:]
+    return lines[ends[-1] + 1:]
+
+
 def study_servers(report_dir: Path) -> list[tuple[int, str]]:
     """Live server processes started by one study (found by the ports in its trial logs),
     so a check is not confused by servers of other tests running at the same time."""

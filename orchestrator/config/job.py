@@ -9,10 +9,11 @@ backend's ``check_config`` on every config of the space (or, for spaces of more 
 2000 configs, on every parameter value applied to the baseline). It writes nothing.
 
 The schema (every key but ``study``, ``backend`` and ``space`` is optional; defaults
-shown). ``orchestrator.config.schema`` renders it into docs/guide.md, and a test holds it to
-what ``load_job`` accepts, so keep one key per line with its meaning::
+shown, an example for those three, whose meaning ends "(required)").
+``orchestrator.config.schema`` renders it into docs/guide.md, and a test holds it to what
+``load_job`` accepts, so keep one key per line with its meaning::
 
-    study: demo                       # the study's name: a folder name ([A-Za-z0-9_.-]+, not . or ..)
+    study: demo                       # the study's name: a folder name ([A-Za-z0-9_.-]+, not . or ..) (required)
     description: null                 # free text, shown in the report
     output_dir: null                  # the folder the study's folder goes in; null: reports/ next to the job file
     report_dir: null                  # the study's folder itself (storage, logs, report); null: <output_dir>/<study>
@@ -67,7 +68,7 @@ what ``load_job`` accepts, so keep one key per line with its meaning::
       bench: 60s                      # the whole benchmark of one trial; longer is FAIL bench-timeout
       teardown: 10s                   # SIGTERM grace before SIGKILL of the server's process group
     ray:
-      address: null                   # an existing cluster (HOST:6379, ray://...); null: a fresh local Ray
+      address: null                   # an existing cluster (HOST:PORT, ray://...); null: a fresh local Ray
       parallel: null                  # trials at once; null: one per matching node
       node_selector:
         gpu_model: null               # only nodes with this GPU model (e.g. H200)
@@ -92,6 +93,9 @@ what ``load_job`` accepts, so keep one key per line with its meaning::
                                       # null: the NCCL of torch in the server's Python, if any
     remeasure: false                  # launch configs already measured again instead of answering them
     max_consecutive_failures: 5       # stop the study after this many failed trials in a row
+    notify: null                      # a command run once when a `run` ends, fails or is stopped, the summary as
+                                      # JSON on stdin and NCCLSWEEP_* variables: a command line (split like a
+                                      # shell's words, run without one) or a list of words; `run --notify` wins
     pruning:
       enabled: true                   # stop a trial after one repeat when it is clearly worse
       min_ratio: 0.8                  # "clearly worse": below min_ratio x the best so far
@@ -117,6 +121,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,7 +157,7 @@ from orchestrator.core.versions import parse_version
 JOB_KEYS = ("study", "description", "output_dir", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
             "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
             "allow_unsafe_nccl", "nccl_version", "remeasure", "max_consecutive_failures", "pruning", "constraints",
-            "hardware", "prescreen", "objective", "slo")
+            "hardware", "prescreen", "objective", "notify", "slo")
 STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # and not "." or "..": the name is a folder name
 STUDY_RULE = "match [A-Za-z0-9_.-]+ and not be '.' or '..' (it names a folder: letters, digits, _ . -, no /)"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -323,6 +328,7 @@ class Job:
     hardware: dict[str, float] = field(default_factory=dict)  # memory_bandwidth_bytes_s, allreduce_latency_s
     prescreen: PrescreenSettings = PrescreenSettings(False, 1.2)
     objective: Objective = Objective()
+    notify: tuple[str, ...] | None = None  # the command `run` tells how it ended (driver.notify)
     space_path: Path | None = None  # absolute path of the space file
     baseline_given: bool = False  # the job had a `baseline:` (else: backend defaults)
     description: str | None = None
@@ -438,6 +444,7 @@ def load_job(path: str | os.PathLike) -> Job:
         raise top.bad("nccl_version", f"must be an NCCL release like '2.28.9', not {shown(nccl_version)}")
     remeasure = top.flag("remeasure", False)
     max_failures = top.integer("max_consecutive_failures", 5, low=1)
+    notify = notify_command(top.raw("notify", None), file=file, key="notify")
     pruning = _pruning(top)
     hardware = _hardware(top)
     prescreen_sec = top.section("prescreen", ("enabled", "keep_within", "rounds"))
@@ -514,8 +521,29 @@ def load_job(path: str | os.PathLike) -> Job:
                nccl_version=nccl_version,
                remeasure=remeasure, max_consecutive_failures=max_failures, pruning=pruning,
                constraints=outcome_constraints, hardware=hardware, prescreen=prescreen, objective=objective,
-               space_path=space_path,
+               notify=notify, space_path=space_path,
                baseline_given=baseline_given, description=description, _backend=backend)
+
+
+def notify_command(value: Any, *, file: str | None, key: str) -> tuple[str, ...] | None:
+    """A notify command as an argv (``driver.notify``): a command line split the way a shell
+    splits words (quotes kept together), or a list of words; None for none. BadInput, naming
+    ``key``, for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            argv = shlex.split(value)
+        except ValueError as exc:
+            raise BadInput(f"cannot split {brief(value)} into words ({exc}); quote it like a shell command",
+                           file=file, key=key) from None
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        argv = list(value)
+    else:
+        raise BadInput(f"must be a command line or a list of its words, not {shown(value)}", file=file, key=key)
+    if not argv or not argv[0].strip():
+        raise BadInput("names no command; give one, e.g. notify: [notify-send, ncclsweep]", file=file, key=key)
+    return tuple(argv)
 
 
 @dataclass(frozen=True)

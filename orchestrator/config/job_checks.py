@@ -8,7 +8,8 @@ are unsafe on PCIe unless ``allow_unsafe_nccl``; the rules that depend on the NC
 tensor x pipeline parallel sizes against
 ``gpus_per_node``; and the backend's ``check_config`` on the baseline, the reference and every
 config of the space (or, for spaces of more than ``space.CHECK_LIMIT`` configs, every
-parameter value applied to the baseline). Every refusal is one ``BadInput`` (a
+parameter value applied to the baseline); the job's sampler has the packages it needs here
+(``validate`` and ``run``, not the commands that only read a study). Every refusal is one ``BadInput`` (a
 ``ConfigRejected`` for the backend's) naming the file and key to fix.
 """
 
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.backends import allreduce
+from orchestrator.config.sampler_options import missing_packages
 from orchestrator.config.space import CHECK_LIMIT, NAME_RULE, SearchSpace, canonical_value, check_param_name, env_str
 from orchestrator.config.yaml_input import did_you_mean, same, shown
 from orchestrator.core import nccl, versions
@@ -244,3 +246,11 @@ def check_space_unsafe(space: SearchSpace, allow_unsafe: bool, job_file: str) ->
         if p.name.startswith("env.NCCL_") and p.kind == "categorical":
             for i, value in enumerate(p.choices or ()):
                 refuse_unsafe(p.name[4:], value, False, space.file, f"params.{p.name}.choices[{i}]", job_file)
+
+
+def check_sampler_installed(job) -> None:
+    """BadInput at ``sampler`` when a package the job's sampler needs is not installed here:
+    the one line ``run`` and ``validate`` both give (``sampler_options.missing_packages``)."""
+    why = missing_packages(job.sampler.name)
+    if why:
+        raise BadInput(why, file=str(job.path), key="sampler")

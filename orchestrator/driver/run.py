@@ -28,6 +28,7 @@ from typing import Any, Literal, TextIO
 
 import optuna
 
+from orchestrator.config.job_checks import check_sampler_installed
 from orchestrator.config.yaml_input import display_path
 from orchestrator.core import correctness, golden_check, logs, nccl, outcome
 from orchestrator.core.errors import BadInput, CircuitOpen, RuntimeFailure, StorageWriteError, is_file_write_failure
@@ -149,8 +150,7 @@ class StudyDriver:
         self.backend = job.backend_obj()
         self.report_dir = Path(job.report_dir).resolve()
         self.dir = job.dir
-        self.progress = Progress(job, trials=self.trials, timeout_s=self.timeout_s, out=out,
-                                 timeout_source="--timeout" if timeout_s is not None else "the job's budget.timeout")
+        self.progress = Progress(job, trials=self.trials, timeout_s=self.timeout_s, out=out)
         self.say = self.progress.say
         self.baseline_config: dict[str, Any] = {}
         self.baseline_key: str | None = None
@@ -197,6 +197,7 @@ class StudyDriver:
 
     def _run(self) -> RunSummary:
         job = self.job
+        check_sampler_installed(job)  # at once: nothing started, nothing created
         created = [d for d in (self.report_dir, *self.report_dir.parents) if not d.exists()]
         self.report_dir.mkdir(parents=True, exist_ok=True)
         lock = DriverLock(self.dir.lock)
@@ -228,7 +229,8 @@ class StudyDriver:
             if self.trials is not None and policy.budget_used() >= self.trials:
                 self.say(f"budget reached: {policy.budget_used()} of {self.trials} trials already ran")
                 summary = RunSummary("budget reached", best=self._best_summary())
-                self.say(self.progress.next_steps(summary, policy.rows()))
+                for line in self.progress.next_steps(summary, policy.rows()):
+                    self.say(line)
                 return summary
             return self._loop(study, policy, executor)
         except BaseException:
@@ -330,11 +332,13 @@ class StudyDriver:
                 self.progress.bans(policy.bans())
                 self._trials(run)
             finally:
+                self.progress.idle()
                 self._stop_in_flight(run)
         self._release_held()
         run.summary.best = self._best_summary()
         self.say(self.progress.final_line(run.summary, policy.budget_used()))
-        self.say(self.progress.next_steps(run.summary, policy.rows()))
+        for line in self.progress.next_steps(run.summary, policy.rows()):
+            self.say(line)
         return run.summary
 
     def _trials(self, run: _Loop) -> None:
@@ -356,6 +360,9 @@ class StudyDriver:
                 return
             for ticket, result in run.executor.wait(0.5):
                 self._collect(run, run.in_flight.pop(ticket), result)
+                self.progress.counted = run.policy.budget_used()
+            self.progress.running([(run.in_flight[t].label, phase) for t, phase in run.executor.phases().items()
+                                   if t in run.in_flight])
 
     def _start_repeats(self, run: _Loop) -> None:
         """The baseline once on every other matching node: are the nodes comparable?"""
@@ -397,7 +404,7 @@ class StudyDriver:
                                  None if need_reference else (run.golden.texts if run.golden else None), prune)
             run.in_flight[run.executor.submit(spec)] = Launch.of(proposal, reference=need_reference)
             run.summary.launched += 1
-            self.progress.started(proposal.number, proposal.config, policy.budget_used() + len(run.in_flight),
+            self.progress.started(proposal.number, proposal.config, run.summary.launched, policy.budget_used(),
                                   is_baseline)
             if need_reference:
                 return
@@ -652,6 +659,22 @@ class StudyDriver:
                 f"stopping after {self.consecutive_failures} consecutive failed trials (last: "
                 f"{result.failure_kind}: {result.failure_reason}); look at the trial logs in {self.dir.logs} "
                 f"and `ncclsweep status {self.job.path}`; the study resumes with `ncclsweep run`")
+
+    def counted(self) -> int | None:
+        """The study's counted trials now (None: no study opened, or it cannot be read)."""
+        try:
+            return self.policy.budget_used() if self.policy is not None else None
+        except Exception:
+            log.debug("could not count the trials", exc_info=True)
+            return None
+
+    def best_now(self) -> dict[str, Any] | None:
+        """The best so far as ``RunSummary.best`` holds it (None: none, or it cannot be read)."""
+        try:
+            return self._best_summary()
+        except Exception:
+            log.debug("could not read the best trial", exc_info=True)
+            return None
 
     def _best_summary(self) -> dict[str, Any] | None:
         if self.policy is None:

@@ -71,7 +71,8 @@ PACE_FACTOR = 4.0
 GOODPUT_STEP = 0.1
 GOODPUT_PACE_PROBES = 3  # the limit's guess of a bisection's rounds: 1, then the top level 3 times over
 
-Progress = Callable[[int, int, int], None]  # (level, requests done, requests of this level's round)
+# (level, requests done, requests of this level's round), told with 0 done as a round begins
+Progress = Callable[[int, int, int], None]
 
 
 @dataclass
@@ -404,6 +405,8 @@ def _first(acc: dict[int, _Level], objective: list[int], plan: BenchPlan) -> dic
 def _decode_round(base_url: str, model: str, plan: BenchPlan, got: _Level, left, progress: Progress | None,
                   pace: _Pace) -> tuple[str, bool, RequestResult | None] | None:
     """Every prompt once as a single streamed request; (error, timed out, request) or None."""
+    if progress is not None:
+        _tell(progress, 1, 0, len(plan.prompts))  # the round begins (the status line says so at once)
     for i, prompt in enumerate(plan.prompts):
         budget = left()
         if budget <= 0:
@@ -433,6 +436,8 @@ def _sustained_round(base_url: str, model: str, plan: BenchPlan, got: _Level, le
         return "benchmark limit reached", True, None
     total = got.level * max(1, plan.waves)
     done = [0]
+    if progress is not None:
+        _tell(progress, got.level, 0, total)  # the round begins
 
     def one_done(_: RequestResult) -> None:
         done[0] += 1

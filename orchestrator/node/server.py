@@ -279,6 +279,7 @@ class ServerProcess:
         parent_death_signal: bool = True,
         watch: WatchRules | None = None,
         supervise: bool = True,
+        on_output: Callable[[list[str]], None] | None = None,
     ):
         self.spec = spec
         self.log_path = Path(log_path)
@@ -287,6 +288,7 @@ class ServerProcess:
         self.parent_death_signal = parent_death_signal
         self.rules = watch or WatchRules()
         self.supervise = supervise
+        self.on_output = on_output  # new lines of the server's log, as the tree watch reads them
         self.proc: subprocess.Popen | None = None
         self.record: ServerRecord | None = None
         self.watch: TreeWatch | None = None
@@ -395,7 +397,8 @@ class ServerProcess:
                 except OSError as exc:  # the parent-death signal and cleanup remain
                     log.warning("could not start the supervisor of server pid %d: %s", pid, exc)
             self.watch = TreeWatch(pid, start_time, self.log_path, self.rules,
-                                   on_fatal=self._stop_now, offset=self._output_offset).begin()
+                                   on_fatal=self._stop_now, offset=self._output_offset,
+                                   on_output=self.on_output).begin()
         log.debug("started server pid=%d pgid=%d: %s", pid, pgid, self.spec.shell_line())
         return self.record
 

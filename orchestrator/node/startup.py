@@ -167,19 +167,43 @@ def engine_of(lines: Iterable[str]) -> Engine | None:
     return None
 
 
+class PhaseTracker:
+    """The last phase whose first line the log shows (module docstring), fed the log's lines
+    as they are written: a trial reports it live, ``last_phase`` reads a whole log with it."""
+
+    def __init__(self) -> None:
+        self._output = False
+        self._detected: set[str] = set()
+        self._reached = {engine.name: -1 for engine in ENGINES}  # per engine: its last marker seen
+
+    def feed(self, lines: Iterable[str]) -> None:
+        for ln in lines:
+            if ln.startswith(HEADER):
+                continue
+            self._output = self._output or bool(ln.strip())
+            for engine in ENGINES:
+                if engine.name not in self._detected and engine.detect.search(ln):
+                    self._detected.add(engine.name)
+                reached = self._reached[engine.name]
+                for i, (_, pattern) in enumerate(engine.markers):
+                    if i > reached and pattern.search(ln):
+                        reached = i
+                self._reached[engine.name] = reached
+
+    @property
+    def phase(self) -> str:
+        if not self._output:
+            return PROCESS_START
+        engine = next((e for e in ENGINES if e.name in self._detected), None)  # ``engine_of``'s order
+        reached = self._reached[engine.name] if engine is not None else -1
+        return engine.markers[reached][0] if engine is not None and reached >= 0 else STARTING
+
+
 def last_phase(text: str) -> str:
     """The last phase whose first line the log shows (module docstring)."""
-    lines = output_lines(text)
-    if not any(ln.strip() for ln in lines):
-        return PROCESS_START
-    engine = engine_of(lines)
-    reached = -1
-    if engine is not None:
-        for ln in lines:
-            for i, (_, pattern) in enumerate(engine.markers):
-                if i > reached and pattern.search(ln):
-                    reached = i
-    return engine.markers[reached][0] if engine is not None and reached >= 0 else STARTING
+    tracker = PhaseTracker()
+    tracker.feed(text.splitlines())
+    return tracker.phase
 
 
 def _reported(engine: Engine, lines: list[str]) -> dict[str, float]:

@@ -6,7 +6,9 @@ correctness outputs, NCCL verification, teardown; where its start-up time went
 ``TrialResult`` (COMPLETE, FAIL with a kind from the closed list, or PRUNED). It runs
 inside a Ray actor on the node that owns the GPUs, or in-process for ``bench``. Warnings
 logged while it runs (a process group that survived SIGKILL, ...) go into the result's
-``warnings``: an actor's log records reach no handler of the driver.
+``warnings``: an actor's log records reach no handler of the driver. Each step is reported
+to ``on_phase`` as it begins (``node.phases``: the start-up phases read from the server's
+log as it writes it, then warming up, measuring, the correctness check, stopping).
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ from orchestrator.core.errors import StorageWriteError, is_file_write_failure
 from orchestrator.core.launch import cache_locations, server_environment
 from orchestrator.core.logs import capture_warnings
 from orchestrator.core.records import COMPLETE, PRUNED, Config, FailureKind, TrialResult
-from orchestrator.node import client, gpus, startup
+from orchestrator.node import client, gpus, phases, startup
 from orchestrator.node.hostload import HostSampler
 from orchestrator.node.hwprobe import memory_bandwidth, node_info
-from orchestrator.node.measure import PACE_FACTOR, Benchmark, Progress, measure, with_host
+from orchestrator.node.measure import PACE_FACTOR, Benchmark, measure, with_host
 from orchestrator.node.preflight import resolve
 from orchestrator.node.server import (
     ReadyTimeout,
@@ -49,35 +51,39 @@ BENCHMARK_PHASE = "benchmark"  # where a stream that stopped was (``startup_phas
 
 def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
               on_server: Callable[[ServerProcess | None], None] | None = None,
-              progress: Progress | None = None) -> TrialResult:
-    """Run one trial; ``cancel`` set from another thread ends it as interrupted; ``progress`` is
-    told (level, requests done, requests in the round) as the benchmark goes."""
+              on_phase: phases.PhaseSink | None = None) -> TrialResult:
+    """Run one trial; ``cancel`` set from another thread ends it as interrupted; each phase
+    is reported to ``on_phase`` (a sink that fails loses the report, never the trial)."""
     logged: list[str] = []
     with capture_warnings(logged):
-        result = _run_trial(spec, cancel or threading.Event(), on_server, progress)
+        result = _run_trial(spec, cancel or threading.Event(), on_server,
+                            phases.PhaseReporter(spec.number, on_phase, rounds=spec.bench.repeats))
     result.warnings.extend(w for w in logged if w not in result.warnings)
     return result
 
 
-def _run_trial(spec: TrialSpec, cancel: threading.Event,
-               on_server: Callable[[ServerProcess | None], None] | None,
-               progress: Progress | None) -> TrialResult:
+def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[ServerProcess | None], None] | None,
+               report: phases.PhaseReporter) -> TrialResult:
+    report.phase(phases.LAUNCHING)
     started = time.time()
     timing: dict[str, float] = {}
     node = node_info()
     backend = get_backend_class(spec.server.backend_kind)(dict(spec.server.backend_settings), spec.server.job_file)
     if spec.measure_bandwidth:
-        node["memory_bandwidth_bytes_s"] = memory_bandwidth(backend.device())
+        measured = memory_bandwidth(backend.device())
+        node["memory_bandwidth_bytes_s"] = measured["bytes_s"]
+        node["memory_bandwidth_load"] = measured["load"]
         node["memory_device"] = backend.device()
     log_path = spec.log_path
     proc, launch, env = prepare_server(backend, spec.config, spec.server.host, dict(spec.server.env), log_path,
-                                       spec.registry_dir)
+                                       spec.registry_dir, on_output=report.server_output)
     port = launch.port
     common: dict[str, Any] = dict(started_at=started, node=node, timing=timing)
 
     def finish(result: TrialResult, stalled_in: str | None = None) -> TrialResult:
         spawned = proc.started_at is not None
         ended_s = time.monotonic() - proc.started_at if spawned else None  # type: ignore[operator]
+        report.phase(phases.STOPPING)
         timing["teardown_s"] = proc.stop(spec.server.teardown_grace_s)
         if on_server:
             on_server(None)
@@ -165,11 +171,17 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         # constraints'); a first round below the prune threshold at every level ends it (node.measure);
         # the host's load beside it (a busy host's timeout is not the config's)
         plan = spec.bench
+        report.phase(phases.WARMING_UP)
         host = HostSampler(record.pgid)
         got = with_host(measure(launch.base_url, launch.model_name, plan, deadline=time.monotonic() + plan.timeout_s,
-                                metrics_url=launch.metrics_url, prune_below=spec.prune_below, progress=progress),
+                                metrics_url=launch.metrics_url, prune_below=spec.prune_below,
+                                progress=report.measuring),
                         host.finish())
-        if not got.ok:
+        if not got.ok:  # the time it ran is still the benchmark's (the report's timeline draws it so)
+            if got.measurement.warmup_s:
+                timing["warmup_s"] = got.measurement.warmup_s
+            if got.measurement.bench_s:
+                timing["bench_s"] = got.measurement.bench_s
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during the benchmark", got=got)
             return _bench_failure(failed, proc, got)
@@ -184,6 +196,7 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         t0 = time.monotonic()
         outputs: dict[str, Any] = {}
         if spec.check.prompts:
+            report.phase(phases.CHECKING)
             outputs = capture_outputs(launch.base_url, launch.model_name, spec, spec.check.reference_texts)
             if outputs.get("error"):
                 return _bench_failure(failed, proc, got, outputs["error"])
@@ -266,13 +279,15 @@ def _bench_failure(failed, proc: ServerProcess, got: Benchmark, error: str | Non
 
 
 def prepare_server(backend, config: Config, host: str, job_env: dict[str, str], log_path: Path,
-                   registry_dir: str) -> tuple[ServerProcess, Any, dict[str, str]]:
-    """A not-yet-started server for a config: free port, env (NCCL start-up logging on), log file."""
+                   registry_dir: str, on_output: Callable[[list[str]], None] | None = None,
+                   ) -> tuple[ServerProcess, Any, dict[str, str]]:
+    """A not-yet-started server for a config: free port, env (NCCL start-up logging on), log
+    file; ``on_output`` is handed the log's new lines while it runs (``ServerProcess``)."""
     launch = backend.launch_spec(config, host, free_port(host))
     env = server_environment(job_env, launch.env, instrumented=True)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     proc = ServerProcess(launch, log_path, registry=ServerRegistry(Path(registry_dir)), base_env={**os.environ, **env},
-                         watch=backend.watch_rules())
+                         watch=backend.watch_rules(), on_output=on_output)
     return proc, launch, env
 
 

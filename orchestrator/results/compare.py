@@ -10,6 +10,11 @@ baseline at each concurrency comes with a confidence interval from the per-round
 was never beaten) is never a verdict: the interval then measures the noise between
 launches of one config.
 
+While it runs it says, after every launch, what that launch measured at each level and the
+time to go (``core.pace``), and after every round the running verdict at each level; in a
+terminal a status line shows the launch in progress (its start-up phases, then what it
+measures).
+
 ``compare.json`` is rewritten after every launch (temp file + rename, so it is always a
 whole JSON document): a compare that is interrupted or crashes keeps every finished launch,
 and ``complete`` says whether all rounds ran. The report renders it.
@@ -38,13 +43,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.core import files, verdict
+from orchestrator.core import files, logs, verdict
 from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.core.golden_check import disputed
 from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES, Latency, LevelResult
+from orchestrator.core.pace import Pace
 from orchestrator.core.records import TrialRow
 from orchestrator.core.slo import Targets, breaches
 from orchestrator.node.measure import measure
+from orchestrator.node.phases import LAUNCHING, WARMING_UP, PhaseReporter, TrialPhase
 from orchestrator.node.server import ServerError
 from orchestrator.node.spec import TrialSpec
 from orchestrator.node.trial import prepare_server
@@ -61,14 +68,61 @@ if TYPE_CHECKING:
 DEFAULT_ROUNDS = 5
 
 
+class Said:
+    """What a compare says while it runs (module docstring): a line per launch and per round
+    through ``say``, and the launch in progress on the terminal's status line."""
+
+    def __init__(self, say, launches: int, head: str, rounds: int = 1):
+        self.say = say
+        self.pace = Pace(launches, "launch")
+        self.head = head  # "compare" or "compare --plan"
+        self.rounds = rounds  # the rounds each launch measures a level (the status line's counts)
+        self.now = ""  # "round 2/5: best (trial #4)"
+
+    def launching(self, now: str) -> PhaseReporter:
+        """A launch begins; its phases (the server's start-up, then the measurement) go to the
+        status line."""
+        self.now = now
+        return PhaseReporter(0, self._show, rounds=self.rounds)
+
+    def _show(self, phase: TrialPhase) -> None:
+        logs.status(f"{self.head} {self.now} {phase.text()} | launch {self.pace.done + 1} of {self.pace.total}, "
+                    f"{self.pace.said()}")
+
+    def measured(self, figures: str) -> None:
+        """The launch is done: what it measured, and the time to go."""
+        self.pace.step_done()
+        logs.status("")
+        self.say(f"{self.head} {self.now}: {figures} ({self.pace.said()})")
+
+    def round_done(self, r: int, rounds: int, lines: list[str]) -> None:
+        """Round ``r`` (0-based) is complete: the verdict so far, a line per level."""
+        self.say(f"{self.head} after round {r + 1}/{rounds}, so far:")
+        for line in lines:
+            self.say(f"  {line}")
+
+
+def _figures(levels: dict[Any, Any]) -> str:
+    """'1: 139.8 decode tok/s, 10: 812.0 total tok/s' of one launch (``failed`` where a level failed)."""
+    parts = []
+    for level, got in sorted(levels.items()):
+        rec = got if isinstance(got, dict) else {"value": got}
+        value = None if rec.get("failures") else rec.get("value", rec.get("total_tok_s"))
+        parts.append(f"{level}: {value:.1f} {rec.get('unit') or 'total tok/s'}" if value else f"{level}: failed")
+    return ", ".join(parts)
+
+
 @contextmanager
-def launched(job: Job, config: dict, label: str, log_name: str) -> Iterator[Any]:
+def launched(job: Job, config: dict, label: str, log_name: str, report: PhaseReporter | None = None) -> Iterator[Any]:
     """A server of ``config`` started and healthy for one measurement (its launch spec), stopped
-    after it; a start that fails is one RuntimeFailure naming the config and its log."""
+    after it; a start that fails is one RuntimeFailure naming the config and its log. ``report``
+    hears the start-up phases its log names."""
     folder = job.dir
     log_path = folder.compare_logs / log_name
     proc, launch, _ = prepare_server(job.backend_obj(), config, "127.0.0.1", dict(job.env), log_path,
-                                     str(folder.servers))
+                                     str(folder.servers), on_output=report.server_output if report else None)
+    if report is not None:
+        report.phase(LAUNCHING)
     try:
         proc.start()
         try:
@@ -80,15 +134,19 @@ def launched(job: Job, config: dict, label: str, log_name: str) -> Iterator[Any]
         proc.stop(job.timeouts.teardown_s)
 
 
-def measure_levels(job: Job, config: dict, levels: list[int], label: str, round_no: int) -> dict[int, dict[str, Any]]:
+def measure_levels(job: Job, config: dict, levels: list[int], label: str, round_no: int,
+                   report: PhaseReporter | None = None) -> dict[int, dict[str, Any]]:
     """One launch of ``config``, measured as a trial measures it (``node.measure``, one round: level 1
     decode tok/s over the prompts, level N total tok/s of N sustained streams): each level's record
-    (``LevelResult.to_record``), or ``{"failures": 1, "errors": [...]}`` at the level that failed."""
+    (``LevelResult.to_record``), or ``{"failures": 1, "errors": [...]}`` at the level that failed.
+    Each step is told to ``report`` (the status line)."""
     bench = replace(TrialSpec.from_job(job, 0, config).bench, levels=tuple(sorted(levels)), constraint_levels=(),
                     repeats=1, max_repeats=None, target_rel_ci=None, warmup=max(1, job.bench.warmup), goodput=None)
-    with launched(job, config, label, f"{label}-{round_no}.log") as launch:
+    with launched(job, config, label, f"{label}-{round_no}.log", report) as launch:
+        if report is not None:
+            report.phase(WARMING_UP)
         got = measure(launch.base_url, launch.model_name, bench, deadline=time.monotonic() + bench.timeout_s,
-                      metrics_url=launch.metrics_url)
+                      metrics_url=launch.metrics_url, progress=report.measuring if report else None)
     out: dict[int, dict[str, Any]] = {lv: rec.to_record() for lv, rec in got.measurement.levels.items()}
     if not got.ok:
         out[got.failed_level or min(levels)] = {"failures": 1, "errors": [got.error or "the benchmark failed"]}
@@ -120,11 +178,13 @@ def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = 
     }
     out = job.dir.compare
     rules = [(int(rule.concurrency), float(rule.min_ratio)) for rule in getattr(job, "constraints", ()) or ()]
+    said = Said(say, rounds * len(configs), "compare")
     try:
         for r in range(rounds):
             for label, row in (configs if r % 2 == 0 else configs[::-1]):
                 t0 = time.monotonic()
-                res = measure_levels(job, row.params, levels, label, r)
+                report = said.launching(f"round {r + 1}/{rounds}: {label} (trial #{row.number})")
+                res = measure_levels(job, row.params, levels, label, r, report)
                 for level, m in res.items():
                     if m.get("failures"):
                         data["failures"].append(f"{label} round {r} c={level}: {m['failures']} failed requests "
@@ -134,9 +194,12 @@ def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = 
                                        "levels": {str(k): v for k, v in res.items()}})
                 summarize(data, rules)
                 write_json_atomic(out, data)
-                say(f"compare round {r + 1}/{rounds}: {label} (trial #{row.number}) measured")
+                said.measured(_figures(res))
+            said.round_done(r, rounds, [f"at {c}: best vs the baseline {v['text']}"
+                                        for c, v in level_verdicts(data).items()])
         data["complete"] = True
     except BaseException as exc:  # Ctrl-C included: record why the rounds stopped, then re-raise
+        logs.status("")
         data["stopped"] = f"{type(exc).__name__}: {exc}".rstrip(": ")
         summarize(data, rules)
         write_json_atomic(out, data)
@@ -422,14 +485,17 @@ def _fmt(v: float | None) -> str:
 
 
 # ---- compare --plan: the plan's configs at every level ------------------------------------------
-def measure_plan_launch(job: Job, config: dict, label: str, round_no: int) -> dict[str, Any]:
+def measure_plan_launch(job: Job, config: dict, label: str, round_no: int,
+                        report: PhaseReporter | None = None) -> dict[str, Any]:
     """One launch of ``config``, measured as a trial measures it (``node.measure``: level 1
     decode tok/s per request, level N total tok/s of N streams, every level of the objective,
     the job's rounds): {"levels": {level: median}, "samples": {level: [...]}} or {"error": ...}."""
     bench = replace(TrialSpec.from_job(job, 0, config).bench, goodput=None)  # the plan's levels, not a bisection
-    with launched(job, config, label, f"plan-{label}-{round_no}.log") as launch:
+    with launched(job, config, label, f"plan-{label}-{round_no}.log", report) as launch:
+        if report is not None:
+            report.phase(WARMING_UP)
         got = measure(launch.base_url, launch.model_name, bench, deadline=time.monotonic() + bench.timeout_s,
-                      metrics_url=launch.metrics_url)
+                      metrics_url=launch.metrics_url, progress=report.measuring if report else None)
     if not got.ok:
         return {"error": got.error or "the benchmark failed"}
     levels = got.measurement.levels
@@ -466,11 +532,13 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
         "rounds": [], "failures": [],
     }
     out = job.dir.compare_plan
+    said = Said(say, rounds * len(configs), "compare --plan", rounds=job.bench.repeats)
     try:
         for r in range(rounds):
             for label, row in (configs if r % 2 == 0 else configs[::-1]):
                 t0 = time.monotonic()
-                res = measure_plan_launch(job, row.params, label, r)
+                report = said.launching(f"round {r + 1}/{rounds}: {label} (trial #{row.number})")
+                res = measure_plan_launch(job, row.params, label, r, report)
                 if res.get("error"):
                     data["failures"].append(f"{label} round {r}: {res['error']}")
                 data["rounds"].append({"round": r, "config": label, "trial": row.number,
@@ -478,9 +546,11 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
                                        "samples": res.get("samples") or {}, "records": res.get("records") or {}})
                 summarize_plan(data)
                 write_json_atomic(out, data)
-                say(f"compare --plan round {r + 1}/{rounds}: {label} (trial #{row.number}) measured")
+                said.measured(_plan_figures(res))
+            said.round_done(r, rounds, _plan_round_lines(data))
         data["complete"] = True
     except BaseException as exc:  # Ctrl-C included: record why the rounds stopped, then re-raise
+        logs.status("")
         data["stopped"] = f"{type(exc).__name__}: {exc}".rstrip(": ")
         summarize_plan(data)
         write_json_atomic(out, data)
@@ -488,6 +558,20 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
     summarize_plan(data)
     write_json_atomic(out, data)
     return format_compare_plan(data)
+
+
+def _plan_figures(res: dict[str, Any]) -> str:
+    """'1: 139.8 decode tok/s, 10: 812.0 total tok/s' of one ``compare --plan`` launch."""
+    if res.get("error"):
+        return f"failed: {res['error']}"
+    return ", ".join(f"{lv}: {v:.1f} {'decode' if lv == '1' else 'total'} tok/s" if v else f"{lv}: failed"
+                     for lv, v in (res.get("levels") or {}).items())
+
+
+def _plan_round_lines(data: dict[str, Any]) -> list[str]:
+    """Each plan config against the baseline at each level, so far."""
+    return [f"at {lv}: {c['label']} vs the baseline {(c.get('vs_baseline') or {}).get(str(lv), {}).get('text', 'n/a')}"
+            for c in data["configs"] if c["label"] != "baseline" for lv in data["concurrency"]]
 
 
 def summarize_plan(data: dict[str, Any]) -> dict[str, Any]:

@@ -316,3 +316,20 @@ def test_goodput_takes_no_outcome_constraints():
     bad("constraints", "goodput measures the concurrencies its bisection picks",
         job={"objective": {"goodput": {"max_concurrency": 8}}, "slo": {"tpot_p99": "20ms"},
              "constraints": [{"concurrency": 2, "min_ratio": 0.9}]})
+
+
+# ---- notify: the command `run` tells how it ended (driver/notify.py) --------------------------
+
+def test_notify_is_an_argv_split_like_shell_words_or_given_as_a_list():
+    assert load_job(write()).notify is None
+    assert load_job(write(job={"notify": "notify-send 'study over' --urgency=low"})).notify == (
+        "notify-send", "study over", "--urgency=low")
+    assert load_job(write(job={"notify": ["curl", "-d", "@-", "https://example.invalid/x y"]})).notify == (
+        "curl", "-d", "@-", "https://example.invalid/x y")
+
+
+@pytest.mark.parametrize("value, words", [
+    ("notify-send 'unclosed", "cannot split"), ("  ", "names no command"), ([], "names no command"),
+    (3, "must be a command line or a list of its words"), (["ok", 2], "must be a command line or a list")])
+def test_bad_notify(value, words):
+    bad("notify", words, job={"notify": value})

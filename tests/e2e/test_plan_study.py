@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_job
+from conftest import run_end, write_job
 from orchestrator import cli
 from orchestrator.config.job import load_job
 from orchestrator.driver.in_process import InProcessExecutor
@@ -77,11 +77,11 @@ def test_a_plan_names_the_best_config_per_level_and_exports_each(tmp_path, capsy
         assert plan.at(level).vs_baseline.verdict == "faster", level
     assert plan.at(8).anchor_vs_best.verdict == "slower"  # what the single-request best gives away at 8
 
-    last = said[-1]
-    assert last.startswith(f"plan: at 1 #{at1.number} ") and f"; at 8 #{at8.number} " in last
-    assert f"the best at 1 (#{at1.number}) does" in last and "slower" in last
-    assert f"`ncclsweep compare {job_path} --plan`" in last
-    assert f"`ncclsweep export {job_path} --concurrency N --format env`" in last
+    end = run_end(said)
+    assert end[0].startswith(f"plan: at 1 #{at1.number} ") and end[1].startswith(f"plan: at 8 #{at8.number} ")
+    assert end[2].startswith(f"plan: the best at 1 (#{at1.number}) does") and "slower" in end[2]
+    assert f"next: `ncclsweep compare {job_path} --plan`" in end
+    assert f"next: `ncclsweep export {job_path} --concurrency N --format cmd`" in end
 
     code, text, _ = run_cli(capsys, "export", str(job_path), "--concurrency", "8", "--format", "env")
     env = dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))

@@ -292,6 +292,12 @@ def cmd_validate(args) -> int:
           f"storage {job.storage}")
     for advice in job.advice:  # valid, but likely not meant (run says it again before it launches anything)
         print(f"{args.job}: warning: {advice}", file=sys.stderr)
+    from orchestrator.study import objective as objectives
+
+    if job.objective.preset or job.slo or job.objective.goodput is not None:  # what the study will tune for
+        print(objectives.expansion(job.objective) or f"objective: {objectives.describe(job.objective)}")
+    if job.bench.traffic is not None:
+        print(f"traffic: {job.bench.prompts_from}")
     if args.commands:
         import dataclasses
 
@@ -369,6 +375,16 @@ def cmd_status(args) -> int:
         print(format_plan(build_plan(rows, job.objective)))
     else:
         print(format_status(rows))
+        if job.objective.goodput is not None:
+            from orchestrator.study.goodput import format_goodput, goodput_answer
+
+            print(format_goodput(goodput_answer(rows, job.objective)))
+        elif job.slo:
+            from orchestrator.study.history import infeasible_lines
+
+            print(f"slo: {job.slo.describe()}")
+            for line in infeasible_lines(rows):
+                print(f"  {line}")
     if orphaned:
         print(orphaned)
     return 0

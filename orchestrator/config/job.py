@@ -35,6 +35,12 @@ shown, an example for those three, whose meaning ends "(required)").
       prompts: null                   # decode prompts: a JSONL file ({"prompt": ...} per line) or a text file
                                       # (one per line), relative to the job; null: the bundled set of 8
       prompt: ...                     # one decode prompt instead of a set (not with prompts)
+      traffic: null                   # the user's own requests instead of prompts: JSON Lines, each line
+                                      # {"prompt": ..., "output_tokens": N} or a ShareGPT conversation
+                                      # (orchestrator.config.traffic); each request its own output length
+      traffic_sample: 64              # requests drawn from the traffic file, the same for every run of a study
+      context: null                   # long context: every prompt made about this many tokens long with text
+                                      # before it (the set's own, then the bundled texts); null: as they are
       output_tokens: 64               # tokens per timed request (greedy, fixed length)
       warmup: 1                       # untimed requests first
       repeats: 3                      # timed rounds (each prompt once per round); the median is the trial's tok/s
@@ -44,11 +50,18 @@ shown, an example for those three, whose meaning ends "(required)").
       waves: 3                        # at a level N > 1, each of the N streams sends this many requests back to
                                       # back; the sample is the steady state between the first and the last wave
       concurrency: [1, 2, 10, 64]     # levels `compare` (and constraints) measure total tok/s at
-    objective:
+    objective:                        # or one word, a preset: latency, throughput or balanced (the guide
+                                      # says what each expands to)
       concurrency: [1]                # levels the study tunes for: 1 is single-request decode tok/s, N > 1
                                       # total output tok/s with N concurrent streams; several: a plan
       weights: null                   # a traffic mix, e.g. {1: 0.6, 10: 0.3, 64: 0.1}: one objective, the
                                       # weighted geometric mean of the levels' ratios to the baseline
+      goodput: null                   # {max_concurrency: 64} instead of concurrency: per config the most streams
+                                      # (up to 64) at which every slo holds, found by bisection in one launch,
+                                      # and the total tok/s there; the study maximizes that tok/s
+    slo: null                         # latency targets, e.g. {tpot_p99: 20ms, ttft_p99: 1s} (ttft, tpot, itl,
+                                      # e2e at p50, p90, p99) at every level, or a level's own: {32: {tpot_p99:
+                                      # 50ms}}; a config that breaks one at a level is infeasible at that level
     timeouts:
       startup: 120s                   # spawn to healthy; longer is FAIL start-timeout
       stall: 10m                      # tree alive, no log output and not healthy (or a stream silent) this
@@ -117,6 +130,7 @@ from typing import Any
 
 from orchestrator.backends import BACKEND_KINDS, get_backend_class
 from orchestrator.config import prompts as decode_prompts
+from orchestrator.config import traffic as traffic_file
 from orchestrator.config.job_checks import (
     check_baseline,
     check_config,
@@ -133,16 +147,18 @@ from orchestrator.config.sampler_options import SAMPLER_NAMES
 from orchestrator.config.space import SearchSpace, env_str, env_value, space_from_dict
 from orchestrator.config.yaml_input import Section, did_you_mean, display_path, read_yaml_mapping, shown, type_name
 from orchestrator.core.ceiling import parse_bandwidth
-from orchestrator.core.durations import format_duration
+from orchestrator.core.durations import format_duration, parse_duration
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO
+from orchestrator.core.slo import NAMES as SLO_NAMES
+from orchestrator.core.slo import Slo, Targets
 from orchestrator.core.study_dir import StudyDir
 from orchestrator.core.versions import parse_version
 
 JOB_KEYS = ("study", "description", "output_dir", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
             "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
             "allow_unsafe_nccl", "nccl_version", "remeasure", "max_consecutive_failures", "pruning", "constraints",
-            "hardware", "prescreen", "objective", "notify")
+            "hardware", "prescreen", "objective", "notify", "slo")
 STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # and not "." or "..": the name is a folder name
 NAME_MAX = 255  # the longest file or folder name Linux file systems allow (bytes)
 PATH_MAX = 4096  # the longest path; the study's files add up to this much below its folder:
@@ -184,6 +200,10 @@ class BenchSettings:
     target_rel_ci: float | None
     concurrency: tuple[int, ...]
     waves: int = 3  # requests each stream sends back to back at a level N > 1 (``node.measure``)
+    traffic: str | None = None  # the traffic file (``config.traffic``), as the job names it
+    traffic_sample: int = traffic_file.DEFAULT_SAMPLE
+    output_lengths: tuple[int, ...] | None = None  # with a traffic file: each prompt's own output length
+    context: int | None = None  # every prompt made about this many tokens long (``config.prompts.with_context``)
 
 
 @dataclass(frozen=True)
@@ -203,6 +223,11 @@ class Objective:
 
     concurrency: tuple[int, ...] = (1,)
     weights: dict[int, float] | None = None  # normalized to sum 1
+    # goodput (``max_concurrency``): one objective, the total tok/s at the most streams at which every
+    # SLO holds, found by bisection up to it in each launch (``concurrency`` is then not used)
+    goodput: int | None = None
+    slo: Targets | None = None  # the job's ``slo:`` (``core.slo``): what a level must hold to count there
+    preset: str | None = None  # the one word the job gave (``PRESETS``), expanded into the fields above
 
     @property
     def levels(self) -> tuple[int, ...]:
@@ -211,7 +236,7 @@ class Objective:
     @property
     def is_plan(self) -> bool:
         """More than one level: the answer is a plan, not one number."""
-        return len(self.concurrency) > 1
+        return self.goodput is None and len(self.concurrency) > 1
 
     @property
     def multi_objective(self) -> bool:
@@ -325,6 +350,11 @@ class Job:
         backend = self.backend_obj()
         return backend.normalize(self.space.active({**backend.default_config(), **self.baseline}))
 
+    @property
+    def slo(self) -> Targets | None:
+        """The job's latency targets (``slo:``, or its preset's), kept with the objective."""
+        return self.objective.slo
+
     def backend_obj(self):
         """The backend instance for ``backend.kind``/``settings`` (built once, cached)."""
         if self._backend is None:
@@ -412,8 +442,8 @@ def load_job(path: str | os.PathLike) -> Job:
     storage = _where_stored(top, report_dir, job_path)
     _check_folder_is_the_studys(top, report_dir, storage)
     budget = _budget(top)
-    bench = _bench(top, job_path)
-    objective = _objective(top)
+    bench = _bench(top, job_path, study)
+    objective = _objective(top, bench)
     timeouts = _timeouts(top)
     advice = _advice(top, bench, timeouts)
     ray = _ray(top)
@@ -432,6 +462,9 @@ def load_job(path: str | os.PathLike) -> Job:
     prescreen = PrescreenSettings(enabled=prescreen_sec.flag("enabled", False), keep_within=keep_within,
                                   rounds=prescreen_sec.integer("rounds", 2, low=1))
     outcome_constraints = _outcome_constraints(top, bench)
+    if outcome_constraints and objective.goodput is not None:
+        raise top.bad("constraints", "goodput measures the concurrencies its bisection picks, not fixed levels: "
+                                     "bound a config by the latency targets (slo:) instead of constraints")
     env = _env(top, allow_unsafe)
 
     # -- the backend (validates its own settings)
@@ -649,20 +682,40 @@ def _budget(top: Section) -> Budget:
     return Budget(trials=trials, timeout_s=timeout)
 
 
-def _bench(top: Section, job_path: Path) -> BenchSettings:
-    sec = top.section("bench", ("prompts", "prompt", "output_tokens", "warmup", "repeats", "max_repeats",
-                                "target_rel_ci", "waves", "concurrency"))
-    if sec.data.get("prompts") is not None and sec.data.get("prompt") is not None:
-        raise sec.bad("prompt", "give prompts (a file of decode prompts) or prompt (one prompt), not both")
+def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
+    sec = top.section("bench", ("prompts", "prompt", "traffic", "traffic_sample", "context", "output_tokens",
+                                "warmup", "repeats", "max_repeats", "target_rel_ci", "waves", "concurrency"))
+    given = [k for k in ("prompts", "prompt", "traffic") if sec.data.get(k) is not None]
+    if len(given) > 1:
+        raise sec.bad(given[1], f"give one of prompts (a file of decode prompts), prompt (one prompt) and traffic "
+                                f"(requests with their own output lengths), not {' and '.join(given)}")
+    output_tokens = sec.integer("output_tokens", 64, low=2)
+    sample = sec.integer("traffic_sample", traffic_file.DEFAULT_SAMPLE, low=1)
+    if sample > traffic_file.MAX_SAMPLE:
+        raise sec.bad("traffic_sample", f"at most {traffic_file.MAX_SAMPLE} (each request is timed in every round "
+                                        f"of level 1), not {sample}")
     file = sec.text("prompts", None, none_ok=True)
-    if file is not None:
+    traffic = sec.text("traffic", None, none_ok=True)
+    lengths: tuple[int, ...] | None = None
+    if traffic is not None:
+        path = _near_job(job_path, traffic)
+        got = traffic_file.load(path, file=top.file, study=study, sample=sample, default_output=output_tokens,
+                                source=display_path(path))
+        prompts, lengths, source = got.prompts, got.output_tokens, got.describe()
+    elif file is not None:
         path = _near_job(job_path, file)
         prompts, source = decode_prompts.load(path, file=top.file, key="bench.prompts"), display_path(path)
     elif sec.data.get("prompt") is not None:
         prompts, source = (sec.text("prompt", None),), "bench.prompt"
     else:
         prompts, source = decode_prompts.bundled(), "the bundled set"
-    output_tokens = sec.integer("output_tokens", 64, low=2)
+    context = sec.integer("context", None, low=1, none_ok=True)
+    if context is not None:
+        if context > decode_prompts.MAX_CONTEXT:
+            raise sec.bad("context", f"at most {decode_prompts.MAX_CONTEXT} tokens (each prompt is shipped with every "
+                                     f"trial), not {context}")
+        prompts = decode_prompts.with_context(tuple(prompts), context)
+        source += f", each made about {context} tokens long"
     warmup = sec.integer("warmup", 1, low=0)
     repeats = sec.integer("repeats", 3, low=1)
     max_repeats = sec.integer("max_repeats", max(3, repeats), low=1)
@@ -682,11 +735,108 @@ def _bench(top: Section, job_path: Path) -> BenchSettings:
             raise sec.bad(f"concurrency[{i}]", f"duplicate level {c}; levels must be unique")
     return BenchSettings(prompts=prompts, prompts_from=source, output_tokens=output_tokens, warmup=warmup,
                          repeats=repeats, max_repeats=max_repeats, target_rel_ci=target, concurrency=tuple(conc),
-                         waves=waves)
+                         waves=waves, traffic=traffic, traffic_sample=sample, output_lengths=lengths, context=context)
 
 
-def _objective(top: Section) -> Objective:
-    sec = top.section("objective", ("concurrency", "weights"))
+# One-word objectives (``objective: balanced``): a starting point for a user without targets of
+# their own, each a plain objective and SLOs (the job's own ``slo:`` replaces the preset's). The
+# guide renders this table (``config.schema``); a run and ``validate`` say what it expanded to.
+# - latency: what one user waiting sees: single-request decode, the first token within 1 s;
+# - throughput: total tok/s of 64 streams that still move (5 tok/s each) and start within 10 s;
+# - balanced: goodput: the most streams (up to 64) that each stream faster than people read
+#   (20 tok/s, TPOT p99 50 ms) and start within 2 s, and the total tok/s there.
+PRESETS: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
+    "latency": ({"concurrency": [1]}, {"ttft_p99": "1s"}),
+    "throughput": ({"concurrency": [64]}, {"tpot_p99": "200ms", "ttft_p99": "10s"}),
+    "balanced": ({"goodput": {"max_concurrency": 64}}, {"tpot_p99": "50ms", "ttft_p99": "2s"}),
+}
+GOODPUT_KEYS = ("max_concurrency",)
+
+
+def _objective(top: Section, bench: BenchSettings) -> Objective:
+    """The objective and its SLOs (``slo:``): a mapping, or a preset's word expanded."""
+    raw = top.raw("objective", None)
+    preset = None
+    if isinstance(raw, str):
+        if raw not in PRESETS:
+            raise top.bad("objective", f"unknown preset {brief(raw)}{did_you_mean(raw, list(PRESETS))}; allowed: "
+                                       f"{', '.join(PRESETS)}, or a mapping such as {{concurrency: [1, 64]}}")
+        preset = raw
+        sec = Section(PRESETS[raw][0], top.file, f"objective ({raw})", ("concurrency", "weights", "goodput"))
+    else:
+        sec = top.section("objective", ("concurrency", "weights", "goodput"))
+    obj = _objective_levels(sec)
+    goodput = _goodput(sec)
+    if goodput is not None and ("concurrency" in sec.data or "weights" in sec.data):
+        raise sec.bad("goodput", "goodput finds its own concurrency (up to max_concurrency): give goodput, or "
+                                 "concurrency (with weights), not both")
+    slo_raw = top.raw("slo", None)
+    if slo_raw is None and preset is not None:
+        slo_raw = PRESETS[preset][1]
+    levels = (goodput,) if goodput is not None else obj.concurrency
+    slo = _slo(top, slo_raw, levels if goodput is not None else tuple(levels) + tuple(bench.concurrency),
+               goodput is not None)
+    if goodput is not None and slo is None:
+        raise sec.bad("goodput", "needs the latency targets that bound it: slo: {tpot_p99: 50ms} (any of "
+                                 f"{', '.join(SLO_NAMES)})")
+    return Objective(concurrency=obj.concurrency, weights=obj.weights, goodput=goodput, slo=slo, preset=preset)
+
+
+def _goodput(sec: Section) -> int | None:
+    raw = sec.raw("goodput", None)
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise sec.bad("goodput", f"must be {{max_concurrency: N}} (the most streams to try), not {shown(raw)}")
+    inner = sec.section("goodput", GOODPUT_KEYS)
+    if "max_concurrency" not in inner.data:
+        raise sec.bad("goodput", "needs max_concurrency (the most streams the bisection tries), e.g. "
+                                 "{max_concurrency: 64}")
+    return inner.integer("max_concurrency", None, low=1)
+
+
+def _slo(top: Section, raw: Any, levels: tuple[int, ...], goodput: bool) -> Targets | None:
+    """``slo:``: targets at every level ({tpot_p99: 20ms}) and a level's own ({32: {tpot_p99: 50ms}})."""
+    if raw is None:
+        return None
+    rule = (f"a mapping of targets to durations such as {{tpot_p99: 20ms, ttft_p99: 1s}} (targets: "
+            f"{', '.join(SLO_NAMES)}), or a level to such a mapping ({{32: {{tpot_p99: 50ms}}}})")
+    if not isinstance(raw, Mapping) or not raw:
+        raise top.bad("slo", f"must be {rule}, not {shown(raw)}")
+    every: list[Slo] = []
+    per_level: dict[int, tuple[Slo, ...]] = {}
+    for key, value in raw.items():
+        level = int(key) if isinstance(key, str) and key.isdigit() else key
+        if isinstance(level, int) and not isinstance(level, bool):
+            where = f"slo.{level}"
+            if goodput:
+                raise top.bad(where, "goodput checks every concurrency it tries against the same targets: give "
+                                     "them for every level (slo: {tpot_p99: 50ms}), not for one")
+            if level not in levels:
+                raise top.bad(where, f"{level} is not a measured level; allowed: "
+                                     f"{', '.join(map(str, sorted(set(levels))))} (objective.concurrency and "
+                                     "bench.concurrency)")
+            if not isinstance(value, Mapping) or not value:
+                raise top.bad(where, f"must map targets to durations, e.g. {{tpot_p99: 50ms}}, not {shown(value)}")
+            per_level[level] = tuple(_one_slo(top, f"{where}.{name}", name, limit) for name, limit in value.items())
+        else:
+            every.append(_one_slo(top, f"slo.{key if isinstance(key, str) else brief(key)}", key, value))
+    return Targets(every=tuple(every), per_level=per_level)
+
+
+def _one_slo(top: Section, where: str, name: Any, limit: Any) -> Slo:
+    if not isinstance(name, str) or name not in SLO_NAMES:
+        hint = did_you_mean(name, SLO_NAMES) if isinstance(name, str) else ""
+        raise top.bad(where, f"unknown target {brief(name)}{hint}; allowed: {', '.join(SLO_NAMES)}, or a level "
+                             "(an integer) mapping to those")
+    try:
+        seconds = parse_duration(limit)
+    except BadInput as exc:
+        raise top.bad(where, str(exc)) from None
+    return Slo.named(name, seconds)
+
+
+def _objective_levels(sec: Section) -> Objective:
     raw = sec.raw("concurrency", [1])
     if not isinstance(raw, list) or not raw:
         raise sec.bad("concurrency", f"must be a non-empty list of levels such as [1, 10, 64], not {shown(raw)}")

@@ -17,6 +17,12 @@ hash, count, length distribution) is part of a study's identity (a changed set i
 resume), recorded with every trial and in an export's provenance; ``degenerate`` says when a
 set would flatter a config (repeated prompts, repetitive text a drafter predicts), before
 anything is launched.
+
+Long context (``bench.context: N``): the context length moves the optimum (a speculative
+config's best draft length depends on it), so every prompt can be made about N tokens long
+(``with_context``): the texts of the set itself, then the bundled texts, in turn, before each
+prompt, until its characters / 4 (the usual estimate of tokens; the tuner has no tokenizer of
+the served model) reach N. The lengths the server counted are recorded with each trial.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from orchestrator.core.errors import BadInput
 BUNDLED = Path(__file__).with_name("decode_prompts.jsonl")
 MAX_FILE_BYTES = 1 << 20  # a prompt file is read whole: bounded like every input file
 MAX_PROMPTS = 256
+CHARS_PER_TOKEN = 4  # a text's length in tokens, estimated from its characters
+MAX_CONTEXT = 262144  # tokens: about 1 MB of text per prompt, shipped with every trial
 
 
 def bundled() -> tuple[str, ...]:
@@ -127,3 +135,22 @@ def _json_prompt(number: int, line: str, where: str, file: str | None, key: str)
     if not isinstance(prompt, str) or not prompt.strip():
         raise BadInput(f"{where}: line {number} has no non-empty string 'prompt' field", file=file, key=key)
     return prompt
+
+
+def with_context(prompts: tuple[str, ...], tokens: int) -> tuple[str, ...]:
+    """Each prompt with text before it until it is about ``tokens`` long (module docstring): the
+    other prompts of the set and the bundled texts, in turn, each ending at a paragraph break;
+    the prompt itself last, whole. A prompt already that long is left as it is."""
+    filler = list(prompts) + list(bundled())
+    out = []
+    for k, prompt in enumerate(prompts):
+        want = tokens * CHARS_PER_TOKEN - len(prompt)
+        parts: list[str] = []
+        size, i = 0, k + 1
+        while size < want:
+            text = filler[i % len(filler)]
+            parts.append(text)
+            size += len(text) + 2
+            i += 1
+        out.append("\n\n".join([*parts, prompt]) if parts else prompt)
+    return tuple(out)

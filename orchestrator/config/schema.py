@@ -111,6 +111,25 @@ def _job_table() -> list[str]:
     return out
 
 
+def _presets_part() -> list[str]:
+    """What each one-word objective (``objective: balanced``) expands to, from ``job.PRESETS``."""
+    out = ["`objective:` may be one word instead of a mapping; it expands to an objective and latency targets "
+           "(a job's own `slo:` replaces the preset's targets; `validate` and the run's first lines say what it "
+           "expanded to):", "", "| preset | objective | slo |", "|---|---|---|"]
+    for name, (objective, slo) in job.PRESETS.items():
+        out.append(f"| `{name}` | `{_flow(objective)}` | `{_flow(slo)}` |")
+    return out
+
+
+def _flow(value: object) -> str:
+    """A value as YAML's flow style writes it: ``{goodput: {max_concurrency: 64}}``."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
+    return str(value)
+
+
 def _space_part() -> list[str]:
     doc = space.__doc__ or ""
     example = _schema_block(doc)
@@ -172,6 +191,8 @@ def render() -> str:
              "Every key but `study`, `backend` and `space` is optional; relative paths are relative to "
              "the job file. Durations: `90s`, `30m`, `8h`, `1h30m` or seconds.", ""]
     lines += _job_table()
+    lines += ["", "#### Objective presets", ""]
+    lines += _presets_part()
     lines += ["", "### Search space file", ""]
     lines += _space_part()
     lines += ["", "### Backends", ""]

@@ -226,12 +226,16 @@ class TrialRow:
 
     def to_json(self) -> dict[str, Any]:
         """The row as ``status --json`` prints it: every field but ``n_measurements``, in order;
-        ``levels`` as stored ({"1": {"value", "samples", "ttft": {"p50", ...}, ...}})."""
+        ``levels`` as stored ({"1": {"value", "samples", "ttft": {"p50", ...}, "tpot", "itl", "e2e"}});
+        then the rounds, the host's load, goodput's crossing and a traffic file's lengths."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name not in ("n_measurements", "measurement")}
         out["levels"] = {str(k): v.to_record() for k, v in self.levels.items()}
         got = self.measurement
         out["rounds"] = got.rounds if got is not None else 0
         out["host"] = got.host.to_record() if got is not None and got.host is not None else None
+        # goodput's crossing and a traffic file's lengths (None where the study has neither)
+        out["goodput"] = got.goodput.to_record() if got is not None and got.goodput is not None else None
+        out["lengths"] = got.lengths.to_record() if got is not None and got.lengths is not None else None
         return out
 

@@ -29,6 +29,7 @@ from orchestrator.node.phases import MEASURING, TrialPhase
 from orchestrator.study import history
 from orchestrator.study import objective as objectives
 from orchestrator.study.bans import describe
+from orchestrator.study.goodput import GoodputAnswer
 from orchestrator.study.plan import Plan, fmt, level_value
 
 
@@ -190,7 +191,12 @@ class Progress:
             head, tail = f"  #{number} -> ", f"{self._plan_bests(plan)} (elapsed {self.elapsed()})"
             self.say(head + logs.clip(self._levels_said(result, plan), logs.LOG_WIDTH - len(head) - len(tail)) + tail)
             return
-        if result.outcome == COMPLETE:
+        reached = result.measurement.goodput if result.measurement is not None else None
+        if result.outcome == COMPLETE and reached is not None:  # goodput: where the SLO stopped holding
+            ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
+            what = (f"{reached.describe()} at {result.value:.1f} total tok/s{ratio}" if reached.holds is not None
+                    else f"{reached.describe()}: infeasible")
+        elif result.outcome == COMPLETE:
             ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
             what = f"{result.value:.1f} tok/s{ratio}"
         elif result.outcome == PRUNED:
@@ -240,9 +246,11 @@ class Progress:
 
     # ---- the end ----------------------------------------------------------------------------
     @staticmethod
-    def best_summary(best: TrialRow | None, base: TrialRow | None, plan: Plan | None = None) -> dict[str, Any] | None:
+    def best_summary(best: TrialRow | None, base: TrialRow | None, plan: Plan | None = None,
+                     goodput: GoodputAnswer | None = None) -> dict[str, Any] | None:
         """The run's best as plain data (``RunSummary.best``); with a ``plan`` (several
-        levels), the plan too (``Plan.to_dict``, under ``plan``)."""
+        levels), the plan too (``Plan.to_dict``, under ``plan``); for goodput, the answer
+        (``GoodputAnswer.to_dict``, under ``goodput``)."""
         if best is None or best.value is None:
             return None
         base_value = base.value if base is not None else None
@@ -256,6 +264,8 @@ class Progress:
                {"number": base.number, "value": base_value, "spread": spread(base)}}
         if plan is not None:
             out["plan"] = plan.to_dict()
+        if goodput is not None:
+            out["goodput"] = goodput.to_dict()
         return out
 
     def final_line(self, summary: RunSummary, counted: int) -> str:
@@ -286,12 +296,20 @@ class Progress:
                         f"next: check the baseline's output in the trial logs in {logs_dir} and "
                         f"`ncclsweep status {job}`",
                         f"next: `ncclsweep run {job} --trials N` compares more configs with it"]
+            broke = history.infeasible_lines(rows or [])
+            if broke:  # measured, but the latency targets leave them nowhere to count
+                return [f"no config holds the latency targets (slo) yet: {'; '.join(broke[:3])}",
+                        f"next: `ncclsweep status {job}` shows every level's latency"]
             return [f"no config passed yet: see `ncclsweep status {job}` and the trial logs in {logs_dir}"]
         report = f"next: `ncclsweep report {job}` (writes {folder}/report.html)"
         if best.get("plan"):
             mix = " (or --mix)" if best["plan"].get("weights") else ""
             return [*plan_lines(best["plan"]), report, f"next: `ncclsweep compare {job} --plan`",
                     f"next: `ncclsweep export {job} --concurrency N --format cmd`{mix}"]
+        if best.get("goodput"):
+            return [f"goodput: {best['goodput']['text']}",
+                    *config_lines(f"  #{best['number']} config: ", best.get("config") or {}), report,
+                    f"next: `ncclsweep export {job} --format cmd`"]
         base = best.get("baseline")
         if base is None:
             said = f"best #{best['number']} {best['value']:.1f} tok/s (no baseline measured to compare with)"
@@ -299,6 +317,9 @@ class Progress:
             said = f"the baseline #{base['number']} is the best config found ({best['value']:.1f} tok/s)"
         else:
             said = f"best #{best['number']} {best['value']:.1f} tok/s = {best['verdict']}"
+        broke = [line for line in history.infeasible_lines(rows or []) if "(baseline)" in line]
+        if broke:  # reported, not a reason to stop
+            said += f"; the baseline {broke[0].split(': ', 1)[1]}"
         return [said, *config_lines(f"  #{best['number']} config: ", best.get("config") or {}), report,
                 f"next: `ncclsweep compare {job}`", f"next: `ncclsweep export {job} --format cmd`"]
 
@@ -337,6 +358,8 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
             losses.append(f"{fmt(lp['anchor_value'])} at {lp['level']} ({lose['text']})")
     if losses and plan.get("anchor_trial") is not None:
         lines.append(f"the best at {first} (#{plan['anchor_trial']}) does " + ", ".join(losses))
+    if plan.get("slo_lines"):  # the latency targets: who broke them where, by how much
+        lines += [f"slo {plan['slo_text']}: {line}" for line in plan["slo_lines"]]
     mix = plan.get("mix")
     if mix:
         vs = mix.get("vs_baseline")

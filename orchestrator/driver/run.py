@@ -52,6 +52,7 @@ from orchestrator.node import preflight
 from orchestrator.node.spec import TrialSpec, check_plan
 from orchestrator.study import objective as objectives
 from orchestrator.study import storage
+from orchestrator.study.goodput import goodput_answer
 from orchestrator.study.plan import build_plan
 from orchestrator.study.policy import Proposal, SearchPolicy
 from orchestrator.study.samplers import make_sampler, startup_trials
@@ -223,6 +224,9 @@ class StudyDriver:
             self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config
             self.say(f"study {job.study!r} of {job.path}: results in {display_path(self.report_dir)}")
             self._warn_advice()
+            expanded = objectives.expansion(job.objective)
+            if expanded:  # a one-word objective: say what it means
+                self.say(expanded)
             self._recover(executor, policy)
             if self.trials is not None and policy.budget_used() >= self.trials:
                 self.say(f"budget reached: {policy.budget_used()} of {self.trials} trials already ran")
@@ -473,9 +477,11 @@ class StudyDriver:
     def _decide(self, run: _Loop, proposal: Proposal, result: TrialResult,
                 golden: correctness.Golden | None) -> outcome.Final:
         base = run.policy.baseline_row()
+        objective = self.job.objective
         return outcome.decide(result, second_signal=run.signals.kill_now, golden=golden, rules=self.job.constraints,
                               baseline=base.measurement if base else None,
-                              earlier_timeouts=run.policy.earlier_timeouts(proposal.key, proposal.number))
+                              earlier_timeouts=run.policy.earlier_timeouts(proposal.key, proposal.number),
+                              slo=(lambda m: objectives.judged(objective, m)) if objective.slo else None)
 
     def _record(self, policy: SearchPolicy, proposal: Proposal, final: outcome.Final) -> None:
         """Store the final outcome, re-queue what was not the config's fault, say it, and
@@ -682,8 +688,11 @@ class StudyDriver:
     def _best_summary(self) -> dict[str, Any] | None:
         if self.policy is None:
             return None
-        plan = build_plan(self.policy.rows(), self.job.objective) if self.job.objective.is_plan else None
-        return self.progress.best_summary(self.policy.best_row(), self.policy.baseline_row(), plan=plan)
+        rows = self.policy.rows()
+        plan = build_plan(rows, self.job.objective) if self.job.objective.is_plan else None
+        goodput = goodput_answer(rows, self.job.objective) if self.job.objective.goodput is not None else None
+        return self.progress.best_summary(self.policy.best_row(), self.policy.baseline_row(), plan=plan,
+                                          goodput=goodput)
 
 
 def _path_warnings(study: optuna.Study) -> set[str]:

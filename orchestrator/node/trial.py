@@ -100,6 +100,8 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
                 result.startup_phases["stalled_in"] = stalled_in
             # the engines' caches it ran with: the node's, the same for every trial (core.launch)
             result.startup_phases["caches"] = cache_locations({**os.environ, **env})
+            # what the engine changed beyond the config (vLLM's V1 model runner for n-gram speculation)
+            result.warnings.extend(n for n in startup.notices(log_text) if n not in result.warnings)
         result.nccl = nccl.parse_log(log_text)
         requested = {k: v for k, v in env.items() if k.startswith("NCCL_") and not k.startswith("NCCL_DEBUG")}
         if result.nccl.get("version") or (backend.device() == "cuda" and node.get("gpus")

@@ -46,8 +46,10 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.core import files, logs, verdict
 from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.core.golden_check import disputed
+from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES, Latency, LevelResult
 from orchestrator.core.pace import Pace
 from orchestrator.core.records import TrialRow
+from orchestrator.core.slo import Targets, breaches
 from orchestrator.node.measure import measure
 from orchestrator.node.phases import LAUNCHING, WARMING_UP, PhaseReporter, TrialPhase
 from orchestrator.node.server import ServerError
@@ -141,7 +143,7 @@ def measure_levels(job: Job, config: dict, levels: list[int], label: str, round_
     (``LevelResult.to_record``), or ``{"failures": 1, "errors": [...]}`` at the level that failed.
     Each step is told to ``report`` (the status line)."""
     bench = replace(TrialSpec.from_job(job, 0, config).bench, levels=tuple(sorted(levels)), constraint_levels=(),
-                    repeats=1, max_repeats=None, target_rel_ci=None, warmup=max(1, job.bench.warmup))
+                    repeats=1, max_repeats=None, target_rel_ci=None, warmup=max(1, job.bench.warmup), goodput=None)
     with launched(job, config, label, f"{label}-{round_no}.log", report) as launch:
         if report is not None:
             report.phase(WARMING_UP)
@@ -174,7 +176,7 @@ def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = 
         "baseline_trial": base.number, "best_trial": best.number,
         "same_config": base.config_key == best.config_key,
         "others": [{"trial": row.number, "label": label, "params": row.params} for label, row in configs[2:]],
-        "rounds": [], "failures": [],
+        "rounds": [], "failures": [], "slo": job.slo.to_record() if job.slo else None,
     }
     out = job.dir.compare
     rules = [(int(rule.concurrency), float(rule.min_ratio)) for rule in getattr(job, "constraints", ()) or ()]
@@ -403,12 +405,69 @@ def format_compare(data: dict[str, Any]) -> str:
         shown = "not measured" if v.get("ratio") is None else f"{v['ratio']:.2f}x ({v.get('text')})"
         lines.append(f"Constraint: best >= {v['min_ratio']}x baseline at concurrency {v['concurrency']}: "
                      f"{v.get('state') or ('met' if v['ok'] else 'VIOLATED')} ({shown}).")
+    latency = latency_lines(data)
+    if latency:
+        lines += [""] + latency
     for f in data.get("failures", []):
         lines.append(f"Failed requests: {f}")
     if not data.get("complete", True):
         lines.append(f"Stopped after {data.get('rounds_done', 0)} of {data.get('rounds_planned')} rounds"
                      + (f" ({data['stopped']})" if data.get("stopped") else "") + ".")
     return "\n".join(lines)
+
+
+def level_records(data: dict[str, Any], label: str, level: Any) -> list[LevelResult]:
+    """``label``'s record of ``level`` in every round that measured it (``LevelResult``)."""
+    out = []
+    for rnd in data.get("rounds") or []:
+        if isinstance(rnd, dict) and rnd.get("config") == label:
+            rec = (rnd.get("levels") or {}).get(str(level))
+            if isinstance(rec, dict) and not rec.get("failures"):
+                out.append(LevelResult.from_record(int(level), rec))
+    return out
+
+
+def median_record(records: list[LevelResult], level: int) -> LevelResult:
+    """One level's latency percentiles as the median over the launches' (what compare judges)."""
+    kinds: dict[str, Latency] = {}
+    for kind in LATENCY_KINDS:
+        got = [lat for r in records if (lat := r.latency(kind)) is not None]
+        if got:
+            p50, p90, p99 = (statistics.median(x.at(q) for x in got) for q in QUANTILES)
+            kinds[kind] = Latency(p50=p50, p90=p90, p99=p99, n=sum(x.n for x in got))
+    return LevelResult(level, **kinds)  # type: ignore[arg-type]
+
+
+def latency_lines(data: dict[str, Any]) -> list[str]:
+    """Per concurrency, each config's TTFT and TPOT p99 (median over the launches, ms) and, with
+    the job's latency targets (``slo``), what each broke there (``core.slo`` on those medians)."""
+    targets = Targets.from_record(data.get("slo"))
+    labels = ["baseline", "best"] + [o.get("label") or f"trial-{o['trial']}" for o in data.get("others") or []]
+    rows, measured = [], False
+    for c in data.get("concurrency") or []:
+        cells = []
+        for label in labels:
+            got = median_record(level_records(data, label, c), int(c))
+            if got.ttft is None and got.tpot is None:
+                cells.append("-")
+                continue
+            measured = True
+            cell = f"{_ms(got.ttft.p99 if got.ttft else None)} / {_ms(got.tpot.p99 if got.tpot else None)}"
+            if targets:
+                broke = breaches(got, targets.at(int(c)))
+                cell += (" (breaks " + "; ".join(f"{b.slo.label} {_ms(b.measured_s)} ms" for b in broke) + ")"
+                         if broke else " (holds the SLO)")
+            cells.append(cell)
+        rows.append(f"| {c} | " + " | ".join(cells) + " |")
+    if not measured:
+        return []
+    head = "p99 latency, TTFT / TPOT in ms (median over the launches)" + (
+        f"; latency targets: {targets.describe()}" if targets else "")
+    return [head, "", "| Concurrency | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)] + rows
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{1000 * seconds:.1f}"
 
 
 def vs_best(value: float | None, interval: dict[str, Any] | None = None) -> str:
@@ -433,7 +492,7 @@ def measure_plan_launch(job: Job, config: dict, label: str, round_no: int,
     """One launch of ``config``, measured as a trial measures it (``node.measure``: level 1
     decode tok/s per request, level N total tok/s of N streams, every level of the objective,
     the job's rounds): {"levels": {level: median}, "samples": {level: [...]}} or {"error": ...}."""
-    bench = TrialSpec.from_job(job, 0, config).bench
+    bench = replace(TrialSpec.from_job(job, 0, config).bench, goodput=None)  # the plan's levels, not a bisection
     with launched(job, config, label, f"plan-{label}-{round_no}.log", report) as launch:
         if report is not None:
             report.phase(WARMING_UP)
@@ -443,7 +502,8 @@ def measure_plan_launch(job: Job, config: dict, label: str, round_no: int,
         return {"error": got.error or "the benchmark failed"}
     levels = got.measurement.levels
     return {"levels": {str(k): v.value for k, v in levels.items()},
-            "samples": {str(k): list(v.samples) for k, v in levels.items()}}
+            "samples": {str(k): list(v.samples) for k, v in levels.items()},
+            "records": {str(k): v.to_record() for k, v in levels.items()}}  # the latency percentiles too
 
 
 def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
@@ -492,7 +552,7 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
                     data["failures"].append(f"{label} round {r}: {res['error']}")
                 data["rounds"].append({"round": r, "config": label, "trial": row.number,
                                        "seconds": time.monotonic() - t0, "levels": res.get("levels") or {},
-                                       "samples": res.get("samples") or {}})
+                                       "samples": res.get("samples") or {}, "records": res.get("records") or {}})
                 summarize_plan(data)
                 write_json_atomic(out, data)
                 said.measured(_plan_figures(res))

@@ -65,8 +65,13 @@ from orchestrator.config.yaml_input import load_yaml_documents, read_text_bounde
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.golden_check import disputed
 from orchestrator.core.launch import env_value_problem, server_environment
+from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES
 from orchestrator.core.records import COMPLETE, TrialRow
+from orchestrator.core.slo import LABELS as slo_labels
+from orchestrator.core.slo import Targets
+from orchestrator.core.slo import breaches as slo_breaches
 from orchestrator.study import objective as objectives
+from orchestrator.study.goodput import goodput_answer
 from orchestrator.study.history import baseline_row, best_rows, short_params
 from orchestrator.study.plan import best_at, best_for_mix, level_spread, level_value, mix_interval, mix_of
 
@@ -141,6 +146,7 @@ class Choice:
     level: int | None = None
     weights: dict[int, float] | None = None  # the mix
     chosen_by: str = ""  # "--concurrency 10", "--mix", or why the default
+    slo: Targets | None = None  # the objective's latency targets: a level's best holds them there
 
     @property
     def named(self) -> bool:
@@ -150,7 +156,7 @@ class Choice:
         if self.weights is not None:
             return best_for_mix(rows, self.weights, k)
         if self.level is not None:
-            return best_at(rows, self.level, k)
+            return best_at(rows, self.level, k, slo=self.slo)
         return best_rows(rows, k)
 
     def describe(self) -> str:
@@ -172,7 +178,7 @@ def choose(job: Any, level: int | None = None, mix: bool = False) -> Choice:
         if level not in levels:
             raise BadInput(f"{brief(level)} is not a level of the study's objective (objective.concurrency: "
                            f"{', '.join(map(str, levels))})", key="--concurrency")
-        return Choice(level=level, chosen_by=f"--concurrency {level}")
+        return Choice(level=level, chosen_by=f"--concurrency {level}", slo=obj.slo)
     if mix:
         if not obj.weights:
             raise BadInput("the job's objective has no traffic mix (objective.weights, e.g. {1: 0.6, 10: 0.4}); "
@@ -184,7 +190,7 @@ def choose(job: Any, level: int | None = None, mix: bool = False) -> Choice:
         return Choice(weights=dict(obj.weights),
                       chosen_by="the default for a weighted objective, the mix; --concurrency N exports one level")
     return Choice(level=levels[0], chosen_by=f"the default for a plan, its lowest level; --concurrency N exports "
-                                             f"another of {', '.join(map(str, levels))}")
+                                             f"another of {', '.join(map(str, levels))}", slo=obj.slo)
 
 
 def _objective_provenance(choice: Choice, row: TrialRow, base: TrialRow | None) -> dict[str, Any]:
@@ -248,7 +254,37 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
         "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "ncclsweep_version": _tool_version(),
         **extra,
+        **_latency_provenance(job, row, rows),
     }
+
+
+def _latency_provenance(job: Any, row: TrialRow, rows: list[TrialRow]) -> dict[str, Any]:
+    """What the config measured besides throughput: each level's latency percentiles (``latency``,
+    seconds), and where the job has them, its latency targets and what it broke (``slo``), its
+    goodput crossing (``goodput``), the traffic and the lengths measured (``traffic``)."""
+    obj = objectives.of(getattr(job, "objective", None))
+    latency: dict[str, Any] = {}
+    for level, got in row.levels.items():
+        recorded = {kind: got.latency(kind) for kind in LATENCY_KINDS}
+        if any(lat is not None for lat in recorded.values()):
+            latency[str(level)] = {kind: lat.to_record() for kind, lat in recorded.items() if lat is not None}
+    out: dict[str, Any] = {"latency": latency}
+    if obj.slo:
+        out["slo"] = {"targets": obj.slo.to_record(), "text": obj.slo.describe(),
+                      "breaches": [b.to_record() for level, got in row.levels.items()
+                                   for b in slo_breaches(got, obj.slo.at(level))]}
+    if obj.goodput is not None:
+        answer = goodput_answer(rows, obj)
+        mine = next((c for c in answer.configs if c.row.config_key == row.config_key), None)
+        out["goodput"] = {**(mine.to_dict() if mine else {}),
+                          "baseline": answer.baseline.to_dict() if answer.baseline else None, "answer": answer.text()}
+    bench = getattr(job, "bench", None)
+    lengths = row.measurement.lengths if row.measurement is not None else None
+    if getattr(bench, "traffic", None) is not None or lengths is not None:
+        out["traffic"] = {"requests": getattr(bench, "prompts_from", None),
+                          "measured": lengths.to_record() if lengths is not None else None,
+                          "text": lengths.describe() if lengths is not None else None}
+    return out
 
 
 def _tool_version() -> str:
@@ -295,12 +331,24 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
         got = f"{obj['value']:.3f} {obj['unit']}" if obj["value"] is not None else "not measured"
         vs = f", {obj['x_baseline']:.2f}x the baseline" if obj.get("x_baseline") else ""
         chosen = [f"chosen for {what} ({_one_line(obj['chosen_by'])}): {got}{vs}"]
+    good = prov.get("goodput") or {}
+    if good.get("text"):  # the value is the total tok/s at the most streams within the SLO
+        chosen.append(f"goodput: {good['text']}; {good.get('answer')}")
+    slo = prov.get("slo")
+    if slo:
+        broke = "; ".join(b["text"] for b in slo["breaches"]) or "holds them at every level measured"
+        chosen.append(f"slo {slo['text']}: {broke}")
+    traffic = prov.get("traffic")
+    if traffic and traffic.get("text"):
+        chosen.append(f"traffic {traffic['requests']}: measured {traffic['text']}")
     lines = [
         f"ncclsweep {_one_line(prov['ncclsweep_version'])} export ({fmt}), rank {prov['rank']} of {total}",
         *chosen,
         f"study {_one_line(prov['study'])}, trial {prov['trial']}, measured {_one_line(prov['measured_at'])}"
         f" on {_one_line(prov['node'] or 'unknown node')}",
-        f"value: {value:.3f} tok/s single-request decode{spread}{ratio}",
+        f"value: {value:.3f} tok/s {'total within the SLO' if good.get('text') else 'single-request decode'}"
+        f"{spread}{ratio}",
+        *_latency_comment(prov),
         f"measured on the decode prompts: {decode_prompts.describe(prov.get('prompts'))}",
         f"backend: {_one_line(be['kind'])} {_one_line(be['version'] or '(version unknown)')}; "
         f"model: {_one_line(prov['model'])}",
@@ -311,6 +359,18 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
         *_speculation_comment(prov),
     ]
     return [_comment(line) for line in lines]
+
+
+def _latency_comment(prov: dict[str, Any]) -> list[str]:
+    """'latency at 1 (ms p50/p90/p99): TTFT 11.2/13.0/15.9, TPOT ...' per level measured (commented by
+    ``_comment_header``)."""
+    out = []
+    for level, kinds in (prov.get("latency") or {}).items():
+        parts = [f"{slo_labels.get(k, k)} " + "/".join(f"{1000 * rec[f'p{q}']:.1f}" for q in QUANTILES)
+                 for k, rec in kinds.items()]
+        if parts:
+            out.append(f"latency at {level} (ms p50/p90/p99): {', '.join(parts)}")
+    return out
 
 
 def _speculation_comment(prov: dict[str, Any]) -> list[str]:

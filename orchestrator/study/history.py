@@ -376,8 +376,10 @@ def baseline_repeats(rows: list[TrialRow]) -> list[TrialRow]:
 
 
 def decode_samples(row: TrialRow) -> list[float]:
-    """The trial's single-request decode samples (every timed repeat), [] when none were kept."""
-    one = row.at(1)
+    """The trial's single-request decode samples (every timed repeat), [] when none were kept; of a
+    goodput trial, the samples behind its value: the total tok/s where every SLO last held."""
+    got = row.measurement
+    one = got.headline if got is not None and got.goodput is not None else row.at(1)
     return list(one.samples) if one is not None else []
 
 
@@ -511,3 +513,14 @@ def format_status(rows: list[TrialRow], width: int | None = None, levels: Iterab
                      "best: none yet (no COMPLETE trial that passed the correctness gate)")
     return "\n".join(lines)
 
+
+
+def infeasible_lines(rows: list[TrialRow]) -> list[str]:
+    """'#3 (baseline): breaks the SLO: ...': the measured configs the latency targets left
+    nowhere to count (``outcome.judge_slo``), the baseline among them (reported, not a stop)."""
+    out = []
+    for r in rows:
+        why = (r.metrics or {}).get("slo_violations")
+        if r.state == COMPLETE and why and r.cached_from is None:
+            out.append(f"#{r.number}{' (baseline)' if r.is_baseline else ''}: {'; '.join(map(str, why))}")
+    return out

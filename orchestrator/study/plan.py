@@ -14,7 +14,11 @@ several levels (``objective.concurrency``) answers, from its rows (``history.tri
   medians);
 - with ``objective.weights``, the best for the traffic mix (``objective.mix_value``) and its
   ratio to the baseline (the weighted geometric mean of the levels' ratios), with an
-  interval combined from the levels' intervals.
+  interval combined from the levels' intervals;
+- with latency targets (``objective.slo``, ``core.slo``): a config that breaks one at a level is
+  not ranked at that level (it may still be the best at another), and the plan says, per
+  level, which faster configs broke a target there and by how much (the anchor's among them),
+  and whether the baseline does; the Pareto set counts a broken level as nothing.
 
 ``build_plan(rows, objective)`` is what the run's last line (``driver.progress``),
 ``status``, the report, ``export --concurrency N | --mix`` and ``compare --plan`` read;
@@ -29,11 +33,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator.config.job import Objective
+from orchestrator.core import slo as slos
 from orchestrator.core import verdict
 from orchestrator.core.records import TrialRow
+from orchestrator.core.slo import Breach, Targets
 from orchestrator.core.verdict import RatioInterval, ratio_interval
 from orchestrator.study import objective as objectives
 from orchestrator.study.history import baseline_row, best_rows
+
+MAX_BROKEN = 3  # faster configs a level names as kept out by the latency targets
 
 
 # ---- one row at one level ---------------------------------------------------------------------
@@ -60,9 +68,17 @@ def mix_of(row: TrialRow, weights: dict[int, float]) -> float | None:
     return objectives.mix_value({lv: level_value(row, lv) for lv in weights}, weights)
 
 
-def best_at(rows: list[TrialRow], level: int, k: int = 1) -> list[TrialRow]:
-    """The k best distinct configs at ``level`` (``history.best_rows`` by that level's median)."""
-    return best_rows(rows, k, value=lambda r: level_value(r, level))
+def breaches_at(row: TrialRow | None, level: int, slo: Targets | None) -> list[Breach]:
+    """The latency targets ``row`` breaks at ``level`` (``core.slo``: none without targets)."""
+    if row is None or not slo:
+        return []
+    return slos.breaches(row.at(level), slo.at(level))
+
+
+def best_at(rows: list[TrialRow], level: int, k: int = 1, slo: Targets | None = None) -> list[TrialRow]:
+    """The k best distinct configs at ``level`` (``history.best_rows`` by that level's median);
+    with ``slo``, only those that hold it there."""
+    return best_rows(rows, k, value=lambda r: None if breaches_at(r, level, slo) else level_value(r, level))
 
 
 def best_for_mix(rows: list[TrialRow], weights: dict[int, float], k: int = 1) -> list[TrialRow]:
@@ -100,13 +116,16 @@ def mix_interval(a: TrialRow, b: TrialRow, weights: dict[int, float]) -> RatioIn
     return RatioInterval(math.exp(centre), math.exp(centre - half), math.exp(centre + half), n or 0, False)
 
 
-def pareto(rows: list[TrialRow], levels: tuple[int, ...] | list[int]) -> list[TrialRow]:
+def pareto(rows: list[TrialRow], levels: tuple[int, ...] | list[int], slo: Targets | None = None) -> list[TrialRow]:
     """The distinct rankable configs that no other one matches or beats at every level (on
-    medians), best at the lowest level first."""
+    medians; a level where one breaks ``slo`` counts as nothing there), best at the lowest level
+    first."""
     levels = sorted(levels)
     ranked = [r for r in best_at(rows, levels[0], len(rows))
               if all(level_value(r, lv) is not None for lv in levels)]
-    point = {r.number: [level_value(r, lv) or 0.0 for lv in levels] for r in ranked}
+    point = {r.number: [0.0 if breaches_at(r, lv, slo) else level_value(r, lv) or 0.0 for lv in levels]
+             for r in ranked}
+    ranked = [r for r in ranked if any(point[r.number])]
 
     def dominates(a: list[float], b: list[float]) -> bool:
         return all(x >= y for x, y in zip(a, b)) and any(x > y for x, y in zip(a, b))
@@ -115,13 +134,13 @@ def pareto(rows: list[TrialRow], levels: tuple[int, ...] | list[int]) -> list[Tr
 
 
 def prune_thresholds(rows: list[TrialRow], levels: tuple[int, ...] | list[int],
-                     min_ratio: float) -> dict[int, float] | None:
-    """Per level, ``min_ratio`` x the best median so far there: the early stop's thresholds
-    (``core.outcome.early_stop`` stops a trial below them at every level); None before any
-    config may be ranked."""
+                     min_ratio: float, slo: Targets | None = None) -> dict[int, float] | None:
+    """Per level, ``min_ratio`` x the best median so far there (of the configs that hold ``slo``
+    there): the early stop's thresholds (``core.outcome.early_stop`` stops a trial below them at
+    every level); None before any config may be ranked."""
     out = {}
     for level in levels:
-        best = best_at(rows, level)
+        best = best_at(rows, level, slo=slo)
         value = level_value(best[0], level) if best else None
         if value is not None:
             out[level] = value * min_ratio
@@ -181,10 +200,32 @@ class LevelPlan:
     anchor_value: float | None  # the anchor (the best at the lowest level) here
     anchor_vs_baseline: Comparison | None
     anchor_vs_best: Comparison | None  # the anchor against the best here (< 1: what one number would lose)
+    # latency targets: the configs faster than the best here that break one here (with their breaches,
+    # fastest first), the anchor's breaches here, the baseline's
+    broken: tuple[tuple[TrialRow, tuple[Breach, ...]], ...] = ()
+    anchor_breaches: tuple[Breach, ...] = ()
+    baseline_breaches: tuple[Breach, ...] = ()
 
     @property
     def unit(self) -> str:
         return objectives.unit(self.level)
+
+    def slo_lines(self, anchor: TrialRow | None, baseline: TrialRow | None) -> list[str]:
+        """What the latency targets did here: '#3 (the best at 1) breaks the SLO at 32: TPOT p99
+        31.2 ms at 32, over the 20 ms target by 56%' for each faster config (and the anchor) that
+        broke one, and the baseline's."""
+        out = []
+        named = [(row, found) for row, found in self.broken]
+        if anchor is not None and self.anchor_breaches and all(r.config_key != anchor.config_key for r, _ in named):
+            named.append((anchor, self.anchor_breaches))
+        for row, found in named:
+            who = f"#{row.number}" + (" (the best at the lowest level)" if anchor is not None
+                                      and row.config_key == anchor.config_key else "")
+            out.append(f"{who} breaks the SLO at {self.level}: " + "; ".join(b.describe() for b in found))
+        if baseline is not None and self.baseline_breaches:
+            out.append(f"the baseline #{baseline.number} breaks the SLO at {self.level}: "
+                       + "; ".join(b.describe() for b in self.baseline_breaches))
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "unit": self.unit, "best_trial": self.best.number if self.best else None,
@@ -192,7 +233,11 @@ class LevelPlan:
                 "baseline_value": self.baseline_value, "anchor_value": self.anchor_value,
                 "vs_baseline": self.vs_baseline.to_dict() if self.vs_baseline else None,
                 "anchor_vs_baseline": self.anchor_vs_baseline.to_dict() if self.anchor_vs_baseline else None,
-                "anchor_vs_best": self.anchor_vs_best.to_dict() if self.anchor_vs_best else None}
+                "anchor_vs_best": self.anchor_vs_best.to_dict() if self.anchor_vs_best else None,
+                "slo_broken": [{"trial": row.number, "breaches": [b.to_record() for b in found]}
+                               for row, found in self.broken],
+                "anchor_breaches": [b.to_record() for b in self.anchor_breaches],
+                "baseline_breaches": [b.to_record() for b in self.baseline_breaches]}
 
 
 @dataclass(frozen=True)
@@ -208,6 +253,7 @@ class Plan:
     mix: TrialRow | None = None
     mix_vs_baseline: Comparison | None = None
     mix_value: float | None = None
+    slo: Targets | None = None  # the objective's latency targets (a config is ranked only where it holds them)
     _by_level: dict[int, LevelPlan] = field(default_factory=dict, repr=False, compare=False)
 
     def at(self, level: int) -> LevelPlan:
@@ -244,7 +290,10 @@ class Plan:
                             "values": {str(lv): level_value(r, lv) for lv in self.levels}} for r in self.pareto],
                 "mix": None if self.mix is None else {
                     "trial": self.mix.number, "config": dict(self.mix.params), "value": self.mix_value,
-                    "vs_baseline": self.mix_vs_baseline.to_dict() if self.mix_vs_baseline else None}}
+                    "vs_baseline": self.mix_vs_baseline.to_dict() if self.mix_vs_baseline else None},
+                "slo": self.slo.to_record() if self.slo else None,
+                "slo_text": self.slo.describe() if self.slo else None,
+                "slo_lines": [line for lp in self.per_level for line in lp.slo_lines(self.anchor, self.baseline)]}
 
 
 def build_plan(rows: list[TrialRow], objective: Objective | None) -> Plan:
@@ -253,17 +302,30 @@ def build_plan(rows: list[TrialRow], objective: Objective | None) -> Plan:
     levels = objectives.levels(obj)
     base = baseline_row(rows)
     base = base if base is not None and base.state == "COMPLETE" and base.value is not None else None
-    anchor_rows = best_at(rows, levels[0])
+    slo = obj.slo or None
+    anchor_rows = best_at(rows, levels[0], slo=slo)
     anchor = anchor_rows[0] if anchor_rows else None
     per_level = []
     for level in levels:
-        got = best_at(rows, level)
+        got = best_at(rows, level, slo=slo)
         best = got[0] if got else None
+        broken: list[tuple[TrialRow, tuple[Breach, ...]]] = []
+        if slo:  # the configs faster than the best here that a target kept out
+            floor = level_value(best, level) if best is not None else None
+            for row in best_at(rows, level, len(rows)):
+                value = level_value(row, level)
+                if floor is not None and (value is None or value <= floor):
+                    break
+                found = breaches_at(row, level, slo)
+                if found and len(broken) < MAX_BROKEN:
+                    broken.append((row, tuple(found)))
         per_level.append(LevelPlan(
             level=level, best=best, baseline_value=level_value(base, level) if base else None,
             best_value=level_value(best, level) if best else None, vs_baseline=_compare(best, base, level),
             anchor_value=level_value(anchor, level) if anchor else None,
-            anchor_vs_baseline=_compare(anchor, base, level), anchor_vs_best=_compare(anchor, best, level)))
+            anchor_vs_baseline=_compare(anchor, base, level), anchor_vs_best=_compare(anchor, best, level),
+            broken=tuple(broken), anchor_breaches=tuple(breaches_at(anchor, level, slo)),
+            baseline_breaches=tuple(breaches_at(base, level, slo))))
     mix = mix_vs = mix_val = None
     if obj.weights:
         got = best_for_mix(rows, obj.weights)
@@ -276,8 +338,8 @@ def build_plan(rows: list[TrialRow], objective: Objective | None) -> Plan:
                                     mix.config_key == base.config_key,
                                     point=mix_val / base_mix if mix_val is not None and base_mix else None)
     return Plan(levels=levels, weights=dict(obj.weights) if obj.weights else None, baseline=base, anchor=anchor,
-                per_level=tuple(per_level), pareto=tuple(pareto(rows, levels)), mix=mix, mix_vs_baseline=mix_vs,
-                mix_value=mix_val, _by_level={lp.level: lp for lp in per_level})
+                per_level=tuple(per_level), pareto=tuple(pareto(rows, levels, slo)), mix=mix, mix_vs_baseline=mix_vs,
+                mix_value=mix_val, slo=slo, _by_level={lp.level: lp for lp in per_level})
 
 
 # ---- text ---------------------------------------------------------------------------------------
@@ -313,4 +375,7 @@ def format_plan(plan: Plan) -> str:
         mix = (f"#{plan.mix.number}" + (f", {plan.mix_vs_baseline.text} the baseline" if plan.mix_vs_baseline
                                          else "") if plan.mix else "none yet")
         lines.append("best for the mix (" + ", ".join(f"{lv}: {w:g}" for lv, w in plan.weights.items()) + f"): {mix}")
+    if plan.slo:
+        lines.append(f"slo: {plan.slo.describe()} (a config that breaks it at a level is not ranked there)")
+        lines += ["  " + line for lp in plan.per_level for line in lp.slo_lines(anchor, plan.baseline)]
     return "\n".join(lines)

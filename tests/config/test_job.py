@@ -324,6 +324,60 @@ def test_a_stall_limit_no_start_can_reach_is_said_by_validate(capsys):
         assert load_job(write({"timeouts": timeouts})).advice == ()
 
 
+# ---- latency targets, goodput, presets (issue 35) ------------------------------------------------
+
+def test_slo_at_every_level_and_a_levels_own():
+    path = write(job={"objective": {"concurrency": [1, 32]},
+                      "slo": {"tpot_p99": "20ms", "ttft_p99": 1, 32: {"tpot_p99": "50ms"}}})
+    slo = load_job(path).slo
+    assert {s.describe() for s in slo.at(1)} == {"TPOT p99 <= 20 ms", "TTFT p99 <= 1 s"}
+    assert {s.describe() for s in slo.at(32)} == {"TPOT p99 <= 50 ms", "TTFT p99 <= 1 s"}
+    assert load_job(write()).slo is None  # no slo: none (the study as before)
+
+
+def test_bad_slo():
+    bad("slo.tpot_p95", "unknown target 'tpot_p95'", "did you mean", "tpot_p99", job={"slo": {"tpot_p95": "20ms"}})
+    bad("slo.tpot_p99", "must be a duration", job={"slo": {"tpot_p99": "fast"}})
+    bad("slo", "must be a mapping of targets to durations", job={"slo": ["tpot_p99"]})
+    bad("slo.7", "7 is not a measured level", "1, 2, 10, 64", job={"slo": {7: {"tpot_p99": "20ms"}}})
+    bad("slo.1", "must map targets to durations", job={"slo": {1: "20ms"}})
+
+
+def test_goodput_needs_its_targets_and_finds_its_own_concurrency():
+    path = write(job={"objective": {"goodput": {"max_concurrency": 48}}, "slo": {"tpot_p99": "20ms"}})
+    obj = load_job(path).objective
+    assert obj.goodput == 48 and not obj.is_plan and obj.slo.every[0].name == "tpot_p99"
+    bad("objective.goodput", "needs the latency targets", job={"objective": {"goodput": {"max_concurrency": 8}}})
+    bad("objective.goodput", "not both", job={"objective": {"concurrency": [1, 8], "goodput": {"max_concurrency": 8}},
+                                             "slo": {"tpot_p99": "20ms"}})
+    bad("objective.goodput", "needs max_concurrency", job={"objective": {"goodput": {}}, "slo": {"tpot_p99": 1}})
+    bad("objective.goodput.max_concurrency", ">= 1",
+        job={"objective": {"goodput": {"max_concurrency": 0}}, "slo": {"tpot_p99": 1}})
+    bad("slo.8", "goodput checks every concurrency",
+        job={"objective": {"goodput": {"max_concurrency": 8}}, "slo": {8: {"tpot_p99": 1}}})
+
+
+def test_a_preset_expands_to_levels_and_targets_and_the_jobs_own_slo_replaces_its():
+    from orchestrator.config.job import PRESETS
+    from orchestrator.study import objective as objectives
+
+    for word in PRESETS:
+        obj = load_job(write(job={"objective": word})).objective
+        assert obj.preset == word and obj.slo  # a user with no SLO of their own gets one
+        assert objectives.expansion(obj).startswith(f"objective: {word} = ")
+    balanced = load_job(write(job={"objective": "balanced"})).objective
+    assert balanced.goodput == 64 and {s.name for s in balanced.slo.every} == {"tpot_p99", "ttft_p99"}
+    own = load_job(write(job={"objective": "throughput", "slo": {"e2e_p90": "30s"}})).objective
+    assert own.concurrency == (64,) and [s.name for s in own.slo.every] == ["e2e_p90"]
+    bad("objective", "unknown preset 'balance'", "did you mean", "balanced", job={"objective": "balance"})
+
+
+def test_goodput_takes_no_outcome_constraints():
+    bad("constraints", "goodput measures the concurrencies its bisection picks",
+        job={"objective": {"goodput": {"max_concurrency": 8}}, "slo": {"tpot_p99": "20ms"},
+             "constraints": [{"concurrency": 2, "min_ratio": 0.9}]})
+
+
 # ---- notify: the command `run` tells how it ended (driver/notify.py) --------------------------
 
 def test_notify_is_an_argv_split_like_shell_words_or_given_as_a_list():

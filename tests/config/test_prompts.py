@@ -131,3 +131,19 @@ def test_validate_warns_about_a_degenerate_set_before_anything_runs(tmp_path, ca
     assert len(err) == 1 and err[0].startswith(f"{job}: warning: the decode prompts ({tmp_path / 'p.txt'}) would "
                                                "misrank configs: 3 of its 4 prompts repeat another; its 88 words hold "
                                                "only 1 distinct ones"), err
+
+
+def test_long_context_prompts_are_built_to_about_the_length_asked(tmp_path):
+    """Each prompt keeps its own text last, whole, after text from the set and the bundled texts,
+    about ``bench.context`` tokens in all (characters / 4)."""
+    got = prompts.with_context(("first question?", "second question?"), 4000)
+    assert len(got) == 2 and got[0].endswith("first question?") and got[1].endswith("second question?")
+    assert all(4000 <= len(p) / prompts.CHARS_PER_TOKEN <= 4000 + 600 for p in got)
+    assert got[0] != got[1]
+    long = "word " * 5000
+    assert prompts.with_context((long,), 1000) == (long,)  # already that long: left as it is
+    job = load_job(write_job(tmp_path, bench={"prompt": "Tell me about rings.", "context": 2048}))
+    assert len(job.bench.prompts[0]) >= 2048 * 4 and job.bench.context == 2048
+    assert job.bench.prompts_from == "bench.prompt, each made about 2048 tokens long"
+    with pytest.raises(BadInput, match="bench.context: at most 262144 tokens"):
+        load_job(write_job(tmp_path, bench={"context": 10_000_000}))

@@ -4,6 +4,7 @@ decode samples of the H200 8b study), and no verdict without two samples a side.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import statistics
 import time
@@ -130,6 +131,40 @@ def test_a_job_of_one_level_keeps_its_lines(tmp_path):
     assert lines[1] == "  #1 config: capture=8"
     assert [line.split("`")[1].split()[1] for line in lines[2:]] == ["report", "compare", "export"]
     assert not any("--plan" in line or "--concurrency" in line for line in lines)
+
+
+def test_under_latency_targets_the_last_line_reports_a_baseline_that_breaks_them_and_nothing_stops(tmp_path):
+    job, p, out = progress(tmp_path)
+    broke = dataclasses.replace(ROWS[0], metrics={**ROWS[0].metrics, "slo_excess": 0.3,
+                                                  "slo_violations": ["breaks the SLO: TPOT p99 26 ms at 1, over the "
+                                                                     "20 ms target by 30%"]})
+    rows = [broke, *ROWS[1:]]
+    lines = p.next_steps(RunSummary("budget reached", best=p.best_summary(rows[1], broke)), rows)
+    assert lines[0].startswith("best #1 433.9 tok/s = ")
+    assert "; the baseline breaks the SLO: TPOT p99 26 ms at 1" in lines[0]
+    nobody = [dataclasses.replace(r, metrics={**r.metrics, "slo_violations": ["breaks the SLO: ..."]}) for r in rows]
+    lines = p.next_steps(RunSummary("budget reached", best=None), nobody)
+    assert lines[0].startswith("no config holds the latency targets (slo) yet: #0 (baseline): breaks the SLO: ...")
+
+
+def test_a_goodput_trial_and_the_last_line_say_where_the_slo_stopped_holding(tmp_path):
+    from orchestrator.core.measurement import GoodputResult, LevelResult, Measurement
+    from orchestrator.study.goodput import goodput_answer
+
+    job = load_job(write_job(tmp_path, objective={"goodput": {"max_concurrency": 32}}, slo={"tpot_p99": "20ms"}))
+    out = io.StringIO()
+    p = Progress(job, trials=4, timeout_s=None, out=out)
+    m = Measurement(levels={1: LevelResult(1, samples=(700.0,)), 16: LevelResult(16, samples=(858.8,))},
+                    goodput=GoodputResult(32, (1, 32, 16, 17), 16, 17))
+    p.ended(0, TrialResult(outcome=COMPLETE, config={}, value=m.value, measurement=m), None, None)
+    assert out.getvalue().startswith("  #0 -> holds the SLO up to 16 stream(s) (breaks at 17) at 858.8 total tok/s")
+    row0 = TrialRow(number=0, state=COMPLETE, value=m.value, counted=True, is_baseline=True, config_key="a",
+                    measurement=m)
+    best = p.best_summary(row0, row0, goodput=goodput_answer([row0], job.objective))
+    lines = p.next_steps(RunSummary("space exhausted", best=best), [row0])
+    assert lines[0].startswith("goodput: the baseline #0 is the best: it holds the SLO up to 16 stream(s) at 858.8 "
+                               "tok/s")
+    assert [line.split("`")[1].split()[1] for line in lines if line.startswith("next:")] == ["report", "export"]
 
 
 # While trials run (issue 39): a phase change is one event line (a request done is none); the

@@ -151,3 +151,16 @@ def test_summary_line():
                            ready_s=165.0)
     line = startup.summary(phases)
     assert line.startswith("ready 165s: process start 2s, weights 2s, torch.compile 13s (cache miss)")
+
+
+def test_what_the_engine_changed_beyond_the_config_is_noticed_once():
+    """vLLM 0.26.0 with n-gram speculation says, from two processes, that it falls back to its V1
+    model runner and turns async scheduling off: each is one notice, without process and time."""
+    got = startup.notices(_log("vllm-0.26.0-h200-tp1-ngram-spec.log"))
+    assert got == [
+        "engine notice: Async scheduling not supported with ngram-based speculative decoding and will be disabled.",
+        "engine notice: Model Runner V2 does not yet support ngram/ngram_gpu speculative decoding; using the V1 "
+        "model runner instead."]
+    assert any("draft_model" in n for n in startup.notices(_log("vllm-0.26.0-h200-tp1-draft-model-spec.log")))
+    assert startup.notices(_log("vllm-0.26.0-h200-tp1-graphs-serve.log")) == []  # eager and graphs: nothing new
+    assert startup.notices("any other server\nusing the V1 model runner instead\n") == []  # no engine we know

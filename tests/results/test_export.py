@@ -497,6 +497,39 @@ def test_the_cmd_export_says_where_it_listens_and_takes_host_and_port(tmp_path, 
         assert len(err) == 1 and ("--port must be 1-65535" in err[0] or "--host must be an address" in err[0]), err
 
 
+# The latency the exported config measured, per level, and with a goodput objective where it held the
+# SLO (the header of the line formats says it; the provenance carries it whole) (issue 35).
+def test_the_provenance_carries_latency_per_level_the_slo_and_goodputs_crossing():
+    from orchestrator.config.job import Objective
+    from orchestrator.core.measurement import GoodputResult, Latency, LevelResult, Measurement
+    from orchestrator.core.slo import Slo, Targets
+
+    def probed(number, params, curve, holds, breaks, **kw):
+        levels = {c: LevelResult(c, samples=(v,), ttft=Latency(0.01, 0.02, 0.03, 8), tpot=Latency(t / 2, t, t, 8))
+                  for c, (v, t) in curve.items()}
+        m = Measurement(levels=levels, goodput=GoodputResult(32, tuple(curve), holds, breaks))
+        return TrialRow(number=number, state=COMPLETE, value=m.value, counted=True, config_key=config_key(params),
+                        params=params, measurement=m, **kw)
+
+    measured = [probed(0, {"speculative.method": "none"}, {1: (400.0, 0.004), 32: (900.0, 0.03), 16: (850.0, 0.019),
+                                                           17: (860.0, 0.021)}, 16, 17, is_baseline=True),
+                probed(1, {"speculative.method": "ngram", "speculative.num_tokens": 4},
+                       {1: (800.0, 0.002), 32: (4000.0, 0.012)}, 32, None)]
+    job = SimpleNamespace(**vars(JOB), objective=Objective(goodput=32, slo=Targets(every=(Slo.named("tpot_p99",
+                                                                                                     0.020),))))
+    backend = CommandBackend(SETTINGS, "job.yaml")
+    prov = json.loads(export(job, measured, "json", backend=backend))["provenance"]
+    assert prov["trial"] == 1 and prov["goodput"]["holds"] == 32 and prov["goodput"]["baseline"]["holds"] == 16
+    assert prov["latency"]["32"]["tpot"]["p99"] == 0.012 and prov["slo"]["breaches"] == []
+    env = export(job, measured, "env", backend=backend)
+    assert "# goodput: holds the SLO up to 32 stream(s) at 4000 tok/s (all 32 tried); #1 holds" in env
+    assert "# value: 4000.000 tok/s total within the SLO" in env
+    assert "# latency at 32 (ms p50/p90/p99): TTFT 10.0/20.0/30.0, TPOT 6.0/12.0/12.0" in env
+    assert "# slo TPOT p99 <= 20 ms: holds them at every level measured" in env
+    plain = json.loads(export(JOB, rows(), "json", backend=backend))["provenance"]
+    assert plain["latency"] == {} and "goodput" not in plain and "slo" not in plain  # a study without them
+
+
 # ---- NCCL tuner rules from the pre-screen's sweep ----------------------------------------------------
 
 PLUGIN_COLLECTIVES = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")

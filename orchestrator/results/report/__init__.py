@@ -6,6 +6,8 @@
     trials.csv      one row per trial (``report.trials_csv``)
     history.png, params.png, importance.png, timeline.png    the plots (``report.plots``)
     pareto.png      a plan only (objective over several levels): the Pareto plot
+    latency.png     goodput, or latency targets over several levels: throughput and p99 latency
+                    against concurrency for the baseline and the best, the target as a line
     startup.png     each trial's start-up phases, stacked (``report.startup``)
     report.md       headline, the plan (several levels), top configs, failures by kind, NCCL warnings, ceiling,
                     concurrency comparison (from ``compare.json`` when present), by node
@@ -28,6 +30,7 @@ from orchestrator.core.records import TrialRow
 from orchestrator.core.study_dir import StudyDir
 from orchestrator.results.export import resolve_backend
 from orchestrator.results.importance import knob_effects
+from orchestrator.results.report import latency
 from orchestrator.results.report.document import render_html, render_markdown
 from orchestrator.results.report.plots import write_plots
 from orchestrator.results.report.sections import ReportJob, build_blocks
@@ -63,6 +66,9 @@ def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: 
     plan = build_plan(rows, objective) if objective is not None and objective.is_plan else None
     plots = write_plots(rows, effects, notes, report_dir, plan=plan)
     plots.append(plot_startup(rows, StudyDir(report_dir).plot(STARTUP_PLOT)))
+    if latency.wants_plot(objective):  # goodput, or targets over several levels
+        plots.append(StudyDir(report_dir).plot(latency.LATENCY_PLOT))
+        latency.plot_latency(rows, objective, plots[-1])
     written += plots
 
     blocks, _summary_dict = build_blocks(job, rows, report_dir, backend, bandwidth_bytes_s, allreduce_latency_s,

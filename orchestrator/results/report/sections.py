@@ -54,6 +54,7 @@ from orchestrator.results.importance import (
     span_text,
 )
 from orchestrator.results.report import document as doc
+from orchestrator.results.report import latency
 from orchestrator.results.report.document import Block
 from orchestrator.results.report.plots import trial_spans
 from orchestrator.results.report.startup import startup_blocks
@@ -780,6 +781,12 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
         blocks += _plan_lead(plan)
     if plan is not None:
         blocks += _plan(plan, Path(report_dir))
+    objective = getattr(job, "objective", None)  # latency, SLOs, goodput, traffic (``report.latency``)
+    blocks += latency.goodput_blocks(rows, objective)
+    if latency.wants_plot(objective):
+        blocks.append(doc.image(latency.LATENCY_PLOT, "Throughput and p99 latency against concurrency"))
+    blocks += latency.latency_blocks(rows, objective, plan)
+    blocks += latency.traffic_blocks(job, rows)
     blocks += _summary(rows)
     blocks += [doc.heading(2, "Plots")] + [doc.image(name, alt) for name, alt in (
         ("history.png", "Optimization history"), ("params.png", "tok/s per parameter value"),

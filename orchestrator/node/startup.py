@@ -128,6 +128,9 @@ SGLANG = Engine(
         ("graph capture", ("graph_capture_s",), ()),
     ),
     process=re.compile(r"^\[[\d-]+ [\d:]+ ((?:DP\d+ )?(?:PP\d+ )?TP\d+(?: EP\d+)?)\]"),
+    notices=(  # the texts of sglang/srt/server_args.py and its all-reduce utils: a feature it turned off
+        _re(r"\b(?:is|are) (?:automatically )?disabled because\b"),
+    ),
 )
 
 REFSERVER = Engine(
@@ -291,13 +294,16 @@ def parse(text: str, *, first_line_s: float | None = None, ready_s: float | None
     return record
 
 
-_NOTICE_PREFIX = re.compile(r"^\(\w+ pid=\d+\)\s*|^(?:WARNING|INFO)\s+[\d-]+ [\d:]+ \[[^\]]*\]\s*")
+# what a log puts before a message: vLLM's process and level/time, SGLang's ``[time TPn]``
+_NOTICE_PREFIX = re.compile(r"^\(\w+ pid=\d+\)\s*|^(?:WARNING|INFO)\s+[\d-]+ [\d:]+ \[[^\]]*\]\s*"
+                            r"|^\[[\d-]+ [\d:]+(?: [\w ]+)?\]\s*")
 NOTICE = "engine notice: "  # how a notice begins in a trial's warnings
 
 
 def notices(text: str) -> list[str]:
     """What the engine said it changed beyond the config (vLLM falling back to its V1 model runner
-    for n-gram speculation, turning async scheduling off): each message once, without the
+    for n-gram speculation, turning async scheduling off; SGLang turning its overlap scheduler,
+    CUDA graphs or custom all-reduce off): each message once, without the
     process, level and time the log put before it, as ``NOTICE`` + the message (a trial's
     warnings: a config can change more than it says)."""
     lines = output_lines(text)

@@ -417,11 +417,12 @@ def format_compare(data: dict[str, Any]) -> str:
 
 
 def level_records(data: dict[str, Any], label: str, level: Any) -> list[LevelResult]:
-    """``label``'s record of ``level`` in every round that measured it (``LevelResult``)."""
+    """``label``'s record of ``level`` in every round that measured it (``LevelResult``): a
+    ``compare`` round keeps it under "levels", a ``compare --plan`` round under "records"."""
     out = []
     for rnd in data.get("rounds") or []:
         if isinstance(rnd, dict) and rnd.get("config") == label:
-            rec = (rnd.get("levels") or {}).get(str(level))
+            rec = (rnd.get("records") or rnd.get("levels") or {}).get(str(level))
             if isinstance(rec, dict) and not rec.get("failures"):
                 out.append(LevelResult.from_record(int(level), rec))
     return out
@@ -442,7 +443,10 @@ def latency_lines(data: dict[str, Any]) -> list[str]:
     """Per concurrency, each config's TTFT and TPOT p99 (median over the launches, ms) and, with
     the job's latency targets (``slo``), what each broke there (``core.slo`` on those medians)."""
     targets = Targets.from_record(data.get("slo"))
-    labels = ["baseline", "best"] + [o.get("label") or f"trial-{o['trial']}" for o in data.get("others") or []]
+    if data.get("plan"):
+        labels = [c["label"] for c in data.get("configs") or []]
+    else:
+        labels = ["baseline", "best"] + [o.get("label") or f"trial-{o['trial']}" for o in data.get("others") or []]
     rows, measured = [], False
     for c in data.get("concurrency") or []:
         cells = []
@@ -538,7 +542,7 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
         "baseline_trial": base.number, "anchor_trial": plan.anchor.number if plan.anchor else None,
         "configs": [{"label": label, "trial": row.number, "params": row.params, "roles": plan.roles(row)}
                     for label, row in configs],
-        "rounds": [], "failures": [],
+        "rounds": [], "failures": [], "slo": job.slo.to_record() if job.slo else None,
     }
     out = job.dir.compare_plan
     said = Said(say, rounds * len(configs), "compare --plan", rounds=job.bench.repeats)
@@ -655,6 +659,9 @@ def format_compare_plan(data: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     lines += plan_closing_lines(data)
+    latency = latency_lines(data)
+    if latency:
+        lines += [""] + latency
     for f in data.get("failures", []):
         lines.append(f"Failed: {f}")
     if not data.get("complete", True):

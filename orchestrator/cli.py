@@ -14,10 +14,9 @@ import json
 import signal
 import sys
 import traceback
-from pathlib import Path
 from typing import Any
 
-from orchestrator.core.errors import BadInput, NcclsweepError
+from orchestrator.core.errors import BadInput, NcclsweepError, StorageWriteError
 
 DESCRIPTION = ("Unattended tuning of LLM inference servers (vLLM, SGLang, any command, or the embedded "
                "reference server): NCCL variables, tensor-parallel size, CUDA graphs and server flags, "
@@ -71,13 +70,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("validate", "validate a job and its space; writes nothing")
     s.add_argument("job")
-    s.add_argument("--commands", action="store_true", help="print the env and argv of a few sampled configs")
+    s.add_argument("--commands", action="store_true",
+                   help="print the env and argv of a few sampled configs and of each param value")
 
     s = command("run", "create or resume the job's study")
     s.add_argument("job")
     s.add_argument("--trials", type=int, help="total trials the study should have launched")
     s.add_argument("--timeout", help="wall-clock limit for this invocation, e.g. 8h, 30m")
     s.add_argument("--ray-address", help="connect to an existing Ray cluster (default: a fresh local Ray)")
+    s.add_argument("--notify", metavar="CMD", help="run CMD once when the run ends, fails or is stopped, its summary "
+                   "as JSON on stdin and in NCCLSWEEP_* variables (no shell unless CMD names one; overrides the "
+                   "job's notify:)")
 
     s = command("status", "one record per trial")
     s.add_argument("job")
@@ -92,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the best at level N of the job's objective (objective.concurrency)")
     which.add_argument("--mix", action="store_true", help="the best for the job's traffic mix (objective.weights)")
     s.add_argument("-o", "--output", help="write to this file instead of stdout")
+    s.add_argument("--host", default="0.0.0.0", help="the address the exported server listens on (cmd; default "
+                   "0.0.0.0: every network interface of the machine)")
+    s.add_argument("--port", type=int, default=8000, help="the port the exported server listens on (cmd; "
+                   "default 8000)")
 
     s = command("report", "write the study's report (markdown, html, csv, plots) into its folder")
     s.add_argument("job")
@@ -159,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
     _signals_like_ctrl_c()
     parser = build_parser()
+    stdout, sys.stdout = sys.stdout, _Output(sys.stdout)
     try:
         if not [a for a in argv if a != "--debug"]:
             parser.print_help(sys.stderr)  # no command: a usage error, so exit 2 (--help: stdout, 0)
@@ -167,8 +175,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             raise BadInput("a command is required (see ncclsweep --help)")
         args.logging = state
-        return int(_COMMANDS[args.command](args) or 0)
+        code = int(_COMMANDS[args.command](args) or 0)
+        sys.stdout.flush()  # a full disk under `status --json > FILE` is said here, not at exit
+        return code
     except NcclsweepError as exc:
+        if isinstance(exc, _OutputFailed):
+            _drop_output(stdout)
         if debug:
             traceback.print_exc()
         _say_error(state, f"ncclsweep: error: {exc}")
@@ -177,9 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         _say_error(state, "ncclsweep: interrupted")
         return 130
     except BrokenPipeError:  # output piped into `head` and the like: not an error
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_output(stdout)
         return 0
     except Exception as exc:  # noqa: BLE001 - last resort: one line, traceback only with --debug
         if debug:
@@ -188,12 +198,69 @@ def main(argv: list[str] | None = None) -> int:
                           "(rerun with --debug for the traceback)")
         return 1
     finally:
+        sys.stdout = stdout
         state.close()
         for sig, handler in old.items():
             try:
                 signal.signal(sig, handler)
             except (ValueError, OSError, TypeError):
                 pass
+
+
+class _OutputFailed(StorageWriteError):
+    """Standard output refused a write (``status --json > FILE`` on a full disk)."""
+
+
+def _output_failure(exc: OSError) -> _OutputFailed:
+    """The one line for a refused write to standard output, naming its file where it is one."""
+    import os
+
+    try:
+        target = os.readlink(f"/proc/self/fd/{sys.__stdout__.fileno()}") if sys.__stdout__ else ""
+    except (OSError, ValueError):
+        target = ""
+    folder, name = (os.path.dirname(target), os.path.basename(target)) if target.startswith("/") else \
+        ("standard output", None)
+    return _OutputFailed(folder, exc, name=name)
+
+
+class _Output:
+    """``sys.stdout`` while a command runs: a write or flush the file system refuses is the one
+    line every refused write gives (``StorageWriteError``), not an internal error; a closed pipe
+    stays ``BrokenPipeError`` (not an error: ``| head``)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _output_failure(exc) from exc
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _output_failure(exc) from exc
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _drop_output(stream) -> None:
+    """What is left in standard output's buffer goes nowhere: the interpreter's exit would try
+    the write again and print a second error."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _say_error(state, line: str) -> None:
@@ -214,12 +281,23 @@ def _load(path: str):
 
 
 def cmd_validate(args) -> int:
+    from orchestrator.config.job_checks import check_sampler_installed
+
     job = _load(args.job)
+    check_sampler_installed(job)  # what `run` refuses before it starts, with the same line
     backend = job.backend_obj()
     size = job.space.size()
     print(f"{args.job}: ok — study {job.study!r}, backend {job.backend.kind}, "
           f"{len(job.space.params)} params, {size if size is not None else 'unbounded'} configs, "
           f"storage {job.storage}")
+    for advice in job.advice:  # valid, but likely not meant (run says it again before it launches anything)
+        print(f"{args.job}: warning: {advice}", file=sys.stderr)
+    from orchestrator.study import objective as objectives
+
+    if job.objective.preset or job.slo or job.objective.goodput is not None:  # what the study will tune for
+        print(objectives.expansion(job.objective) or f"objective: {objectives.describe(job.objective)}")
+    if job.bench.traffic is not None:
+        print(f"traffic: {job.bench.prompts_from}")
     if args.commands:
         import dataclasses
 
@@ -233,7 +311,8 @@ def cmd_validate(args) -> int:
 
 
 def sample_configs(job, backend, n: int) -> list[tuple[str, dict]]:
-    """The baseline, then a few distinct configs of the space (seeded, reproducible)."""
+    """The baseline, then a few distinct configs of the space (seeded, reproducible), then as
+    many more as it takes for every value of every parameter to be spelled once."""
     import random
 
     baseline = job.baseline_config()  # exactly what every run launches as the baseline
@@ -242,19 +321,26 @@ def sample_configs(job, backend, n: int) -> list[tuple[str, dict]]:
     rng = random.Random(0)
     rng.shuffle(configs)
     seen = {json.dumps(baseline, sort_keys=True, default=str)}
-    for config in configs:
-        full = backend.normalize({**backend.default_config(), **config})
+    fulls = [backend.normalize({**backend.default_config(), **config}) for config in configs]
+    wanted = {(k, json.dumps(v, default=str)) for config in configs for k, v in config.items()}
+
+    def pairs(full: dict) -> set:
+        return {(k, json.dumps(v, default=str)) for k, v in full.items()} & wanted
+
+    shown: set = set()
+    for full in fulls:
         key = json.dumps(full, sort_keys=True, default=str)
-        if key not in seen:
+        if key not in seen and (len(out) <= n or pairs(full) - shown):
             seen.add(key)
+            shown |= pairs(full)
             out.append((f"sample {len(out)}", full))
-        if len(out) > n:
-            break
     return out
 
 
 def cmd_run(args) -> int:
+    from orchestrator.config.job import notify_command
     from orchestrator.core.durations import parse_duration
+    from orchestrator.driver.notify import run_notified
     from orchestrator.driver.run import StudyDriver
     from orchestrator.study.storage import route_optuna_logs
 
@@ -262,10 +348,11 @@ def cmd_run(args) -> int:
     if args.trials is not None and args.trials < 1:
         raise BadInput(f"--trials must be >= 1, not {args.trials}")
     timeout = parse_duration(args.timeout, key="--timeout") if args.timeout else None
+    notify = notify_command(args.notify, file=None, key="--notify") if args.notify is not None else job.notify
     driver = StudyDriver(job, trials=args.trials, timeout_s=timeout, ray_address=args.ray_address)
     args.logging.log_to_file(job.dir.driver_log)
     route_optuna_logs()  # Optuna's warnings through our handlers: driver.log too
-    summary = driver.run()
+    summary = run_notified(driver, notify)
     return 130 if summary.interrupted else 0
 
 
@@ -275,8 +362,11 @@ def cmd_status(args) -> int:
 
     job = _load(args.job)
     rows = trial_rows(open_study(job, create=False))
+    orphaned = _orphaned_trials(job, rows)
     if args.json:
         print(json.dumps([r.to_json() for r in rows], indent=2, default=str))
+        if orphaned:
+            print(orphaned, file=sys.stderr)
         return 0
     from orchestrator.study import race
     from orchestrator.study.launches import load_note
@@ -289,10 +379,41 @@ def cmd_status(args) -> int:
     else:
         print(format_status(rows))
         print(format_verdict(plan))
-    for line in (race.said(race.outcomes(rows, job.objective), race.trial_numbers(rows)), load_note(rows)):
-        if line:
-            print(line)
+        if job.objective.goodput is not None:
+            from orchestrator.study.goodput import format_goodput, goodput_answer
+
+            print(format_goodput(goodput_answer(rows, job.objective)))
+        elif job.slo:
+            from orchestrator.study.history import infeasible_lines
+
+            print(f"slo: {job.slo.describe()}")
+            for line in infeasible_lines(rows):
+                print(f"  {line}")
+    for said in (race.said(race.outcomes(rows, job.objective), race.trial_numbers(rows)), load_note(rows)):
+        if said:
+            print(said)
+    if orphaned:
+        print(orphaned)
     return 0
+
+
+def _orphaned_trials(job, rows) -> str | None:
+    """The line for RUNNING trials no live driver runs (it was killed: nothing recorded how they
+    ended), from the study's lock: ``driver.lock.holder``; None when a driver runs them."""
+    from orchestrator.driver.lock import DriverLock, holder
+
+    running = [r.number for r in rows if r.state == "RUNNING" and not r.skipped]
+    if not running or holder(job.dir.lock) is not None:
+        return None
+    owner = DriverLock(job.dir.lock).owner() or {}
+    who = (f" (its driver, pid {owner.get('pid')} on {owner.get('host')}, is gone)"
+           if owner.get("pid") else " (its driver is gone)")
+    trials = ", ".join(f"#{n}" for n in running)
+    one = len(running) == 1
+    it, they, its = ("it", "it", "its config") if one else ("they", "them", "their configs")
+    return (f"note: {trials} {'is' if one else 'are'} RUNNING, but no driver runs the study{who}: it was stopped "
+            f"before it recorded how {it} ended; `ncclsweep run {job.path}` records {they} as interrupted and "
+            f"measures {its} again")
 
 
 def cmd_export(args) -> int:
@@ -303,14 +424,21 @@ def cmd_export(args) -> int:
     job = _load(args.job)
     if args.top < 1:
         raise BadInput(f"--top must be >= 1, not {args.top}")
+    if not 1 <= args.port <= 65535:
+        raise BadInput(f"--port must be 1-65535, not {args.port}")
+    if not args.host.strip() or any(c.isspace() for c in args.host):
+        raise BadInput(f"--host must be an address such as 127.0.0.1 or 0.0.0.0, not {args.host!r}")
     rows = trial_rows(open_study(job, create=False))
-    text = export(job, rows, args.format, top=args.top, level=args.concurrency, mix=args.mix)
-    for line in notes(job, rows, level=args.concurrency, mix=args.mix):
-        print(f"export: {line}", file=sys.stderr)
+    text = export(job, rows, args.format, top=args.top, level=args.concurrency, mix=args.mix, host=args.host,
+                  port=args.port)
     if args.output:
-        Path(args.output).write_text(text)
+        from orchestrator.core.files import write_whole
+
+        write_whole(args.output, text)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    for line in notes(job, rows, level=args.concurrency, mix=args.mix):  # once written: a failed write is one line
+        print(f"export: {line}", file=sys.stderr)
     return 0
 
 

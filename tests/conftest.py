@@ -3,6 +3,7 @@ host without Ray, and a guard that no server process outlives a test."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import textwrap
 import uuid
@@ -167,6 +168,17 @@ def run_in_process(job, **driver_args):
         executor.shutdown()
 
 
+RUN_ENDS = ("budget reached:", "space exhausted:", "timeout:", "stopped by signal:")
+
+
+def run_end(lines: list[str]) -> list[str]:
+    """The lines a run ends with, after its "N trials counted" line (driver/progress.py): the
+    verdict, the best's config lines, one ``next:`` line per command."""
+    ends = [i for i, line in enumerate(lines) if line.startswith(RUN_ENDS)]
+    assert ends, lines[-5:]
+    return lines[ends[-1] + 1:]
+
+
 def study_servers(report_dir: Path) -> list[tuple[int, str]]:
     """Live server processes started by one study (found by the ports in its trial logs),
     so a check is not confused by servers of other tests running at the same time."""
@@ -210,3 +222,41 @@ def start_fake_openai(directory: Path, *args: str, model: str = "fake"):
         sp.stop(grace_s=0.2)
         raise
     return sp
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(where: Path, size: str):
+    """A real small file system at ``where`` (a tmpfs of ``size``), unmounted after: a disk that
+    can be filled. Skips the test where mounting is not allowed (it needs root)."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs (the full disk) needs root")
+    where.mkdir(parents=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        done = subprocess.run(["umount", str(where)], capture_output=True, text=True)
+        if done.returncode != 0:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True)
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def fill_disk(disk: Path, leave: int = 0) -> Path:
+    """Fill the file system of ``disk`` until ``leave`` bytes are free (0: full); the filler file."""
+    filler = disk / "filler"
+    stat = os.statvfs(disk)
+    with open(filler, "ab", buffering=0) as fh:
+        fh.write(b"\0" * max(0, stat.f_bavail * stat.f_frsize - leave))
+        if not leave:
+            try:
+                while True:  # what statvfs did not count (the filler's own blocks)
+                    fh.write(b"\0" * 4096)
+            except OSError:
+                pass
+    return filler

@@ -46,7 +46,11 @@ such launches is the same study again. The log's first line says which (``launch
 number it holds (a machine that changed between a study and a later ``compare``).
 
 Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
-``--ready-after S``, ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
+``--exit-after N`` (exit 0 as request N + 1 arrives: N answered, then gone),
+``--crash-above N`` (exit 1 when more than N completions are in flight: a config that
+crashes only under load), ``--ready-after S``, ``--warming S`` (``/health`` 200 at once, but completions answered
+``503`` with ``Retry-After: 1`` for S seconds: a server warming up behind a healthy health
+check, or a proxy in front of one), ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
 logprobs answered with 400, like a server that does not support them).
 
 A process tree like a real engine's (flags): ``--workers N`` starts N worker processes
@@ -139,10 +143,24 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt: str, *args: object) -> None:  # quiet; errors still go to stderr
         pass
 
+    def parse_request(self) -> bool:  # a request arrived (its line was read; not a closing keep-alive read)
+        server = self.server
+        with server.lock:  # type: ignore[attr-defined]
+            server.requests += 1  # type: ignore[attr-defined]
+            last = server.requests == server.exit_at  # type: ignore[attr-defined]
+        if last:  # --exit-after: a clean exit 0 as this request arrives (its connection closes unanswered)
+            print(f"fake server: exiting (0) at request {server.requests}", flush=True)  # type: ignore[attr-defined]
+            import os
+
+            os._exit(0)
+        return super().parse_request()
+
     # ---- helpers ----------------------------------------------------------------------
-    def _json(self, status: int, obj: object) -> None:
+    def _json(self, status: int, obj: object, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(obj).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -177,6 +195,21 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
+        with self.server.lock:  # type: ignore[attr-defined]
+            self.server.active += 1  # type: ignore[attr-defined]
+            crowd = self.server.active  # type: ignore[attr-defined]
+        try:
+            if self.server.crash_above and crowd > self.server.crash_above:  # type: ignore[attr-defined]
+                print(f"fake server: {crowd} requests at once: crashing", flush=True)
+                import os
+
+                os._exit(1)
+            self._post()
+        finally:
+            with self.server.lock:  # type: ignore[attr-defined]
+                self.server.active -= 1  # type: ignore[attr-defined]
+
+    def _post(self) -> None:
         try:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
@@ -188,6 +221,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if not self._ready():
             self._json(503, {"error": {"message": "server is starting", "code": 503}})
+            return
+        if time.monotonic() < self.server.serving_at:  # type: ignore[attr-defined]
+            self._json(503, {"error": {"message": "warming up", "code": 503}}, {"Retry-After": "1"})
             return
         model = body.get("model")
         if model != self.server.model:  # type: ignore[attr-defined]
@@ -447,6 +483,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="fake")
     p.add_argument("--token-delay", type=float, default=0.01)
     p.add_argument("--ready-after", type=float, default=0.0)
+    p.add_argument("--warming", type=float, default=0.0)
+    p.add_argument("--exit-after", type=int, default=0, metavar="N")
+    p.add_argument("--crash-above", type=int, default=0, metavar="N")
     p.add_argument("--crash-on-start", type=int, default=None, metavar="CODE")
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--no-logprobs", action="store_true")
@@ -483,6 +522,9 @@ def main(argv: list[str] | None = None) -> int:
     httpd.token_delay = a.token_delay / _launch_speed(a)  # type: ignore[attr-defined]
     httpd.no_logprobs = a.no_logprobs  # type: ignore[attr-defined]
     httpd.ready_at = time.monotonic() + a.ready_after  # type: ignore[attr-defined]
+    httpd.serving_at = time.monotonic() + a.warming  # type: ignore[attr-defined]
+    httpd.requests, httpd.exit_at = 0, a.exit_after + 1 if a.exit_after else 0  # type: ignore[attr-defined]
+    httpd.active, httpd.crash_above = 0, a.crash_above  # type: ignore[attr-defined]
     httpd.spec_tokens = a.spec_tokens  # type: ignore[attr-defined]
     httpd.spec_overhead = a.spec_overhead  # type: ignore[attr-defined]
     httpd.spec_corrupt = a.spec_corrupt  # type: ignore[attr-defined]

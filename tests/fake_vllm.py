@@ -13,6 +13,13 @@ environment) has a broken verifier (``--spec-corrupt``): its greedy text differs
 server without speculation.
 
     fake_vllm.py serve /models/x --tensor-parallel-size 8 --host 127.0.0.1 --port 8000
+
+At ``--tensor-parallel-size`` above 1 it logs the all-reduce lines vLLM 0.33.0 logs on a PCIe-only
+box (their text from 0.33.0's ``custom_all_reduce.py``, ``symm_mem.py`` and
+``cuda_communicator.py``, in the format of the real worker lines in tests/fixtures/vllm/): the
+custom kernel turned off above two GPUs, symmetric memory without multicast, and the
+``Using [...] all-reduce backends`` line of the tensor-parallel group, from the command line
+(``--disable-custom-all-reduce``) and ``VLLM_ALLREDUCE_USE_*`` as vLLM reads them.
 """
 
 from __future__ import annotations
@@ -43,8 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--speculative-config", "-sc", type=json.loads, default=None)
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    p.add_argument("--disable-custom-all-reduce", action="store_true")
     args, _ignored = p.parse_known_args(argv)
     print(f"fake vLLM {VERSION}: serving {args.model} as {args.served_model_name or args.model}", flush=True)
+    if args.tensor_parallel_size > 1:
+        print(all_reduce_lines(args.tensor_parallel_size, not args.disable_custom_all_reduce, os.environ), flush=True)
     spec: list[str] = []
     if args.speculative_config:
         method = args.speculative_config.get("method")
@@ -54,6 +65,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fake vLLM: speculative decoding {args.speculative_config}", flush=True)
     return fake_openai_server.main(["--host", args.host, "--port", str(args.port), "--token-delay",
                                     str(TOKEN_DELAY_S), "--model", args.served_model_name or args.model, *spec])
+
+
+PREFIX = "(Worker_TP0 pid=4242) {level} 12-03 10:00:00 [{where}] "
+POTENTIAL = ["FLASHINFER_PCIE_IPC", "FLASHINFER", "NCCL_SYMM_MEM", "QUICK_REDUCE", "AITER_CUSTOM", "CUSTOM", "SYMM_MEM",
+             "PYNCCL"]
+
+
+def all_reduce_lines(tp: int, custom: bool, env) -> str:
+    """What vLLM 0.33.0's tensor-parallel group logs about its all-reduce on PCIe-only GPUs."""
+    lines, enabled = [], []
+    if env.get("VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC") == "1":
+        enabled.append("FLASHINFER_PCIE_IPC")
+    if env.get("VLLM_ALLREDUCE_USE_SYMM_MEM", "1") != "0":
+        lines.append(PREFIX.format(level="WARNING", where="symm_mem.py:107")
+                     + "SymmMemCommunicator: symmetric memory multicast operations are not supported.")
+    if custom and tp > 2:
+        lines.append(PREFIX.format(level="WARNING", where="custom_all_reduce.py:268")
+                     + "Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. "
+                       "To silence this warning, specify disable_custom_all_reduce=True explicitly.")
+    elif custom:
+        enabled.append("CUSTOM")
+    enabled.append("PYNCCL")
+    listed = "[" + ", ".join(f"'{b}'" for b in enabled) + "]"
+    every = "[" + ", ".join(f"'{b}'" for b in POTENTIAL) + "]"
+    lines.append(PREFIX.format(level="INFO", where="cuda_communicator.py:353")
+                 + f"Using {listed} all-reduce backends (in dispatch order) for group 'tp:0' out of potential "
+                   f"backends: {every}.")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

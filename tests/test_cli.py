@@ -3,6 +3,7 @@ nothing written, and `validate --commands` printing runnable lines."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import sys
@@ -186,3 +187,60 @@ def test_every_shipped_job_validates(job, capsys):
     # the examples the README and the guide point at: a user's first `validate` of one is exit 0
     assert main(["validate", str(REPO / "jobs" / job)]) == 0, capsys.readouterr().err
     assert f"jobs/{job}: ok" in capsys.readouterr().out
+
+
+def test_validate_refuses_a_sampler_whose_package_is_missing_with_the_line_run_gives(tmp_path):
+    """`sampler: {name: gp}` on a machine without scipy: `validate` says what `run` says (exit 2,
+    one line), not "ok". scipy is made absent in the child process (None in sys.modules: not
+    installed, as far as an import or a package lookup can tell)."""
+    job = write_job(tmp_path, sampler={"name": "gp", "seed": 0})
+
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        code = ("import sys; sys.modules['scipy'] = None\n"
+                "from orchestrator.cli import main\n"
+                f"sys.exit(main({list(argv)!r}))")
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+    validate, run = cli("validate", str(job)), cli("run", str(job))
+    assert validate.returncode == run.returncode == 2, (validate.stderr, run.stderr)
+    assert validate.stderr == run.stderr == (f"ncclsweep: error: {job}: sampler: the gp sampler needs scipy (pip "
+                                             "install scipy); or use sampler tpe\n")
+    assert not validate.stdout and not (tmp_path / "reports").exists()  # no "ok", nothing created
+
+
+SHELL_OPERATORS = {">", ">>", "|", "2>&1", "&&", ";", "&"}
+
+
+def _doc_commands(text: str) -> list[list[str]]:
+    """Every `ncclsweep ...` command in ``text``'s code blocks and inline code (comments and
+    what the shell does with its output cut)."""
+    lines = [ln for block in re.findall(r"```(?:bash)?\n(.*?)```", text, re.S) for ln in block.splitlines()]
+    lines += [inline for inline in re.findall(r"`(ncclsweep [^`]+)`", text)
+              if "JOB" not in inline and "..." not in inline and "[" not in inline]
+    found = []
+    for line in lines:
+        words = shlex.split(line.split("  #")[0].split(" # ")[0])
+        while "ncclsweep" in words:
+            words = words[words.index("ncclsweep"):]
+            end = next((i for i, w in enumerate(words) if w in SHELL_OPERATORS), len(words))
+            found.append(words[:end])
+            words = words[end:]
+    return found
+
+
+def test_the_commands_the_quickstart_and_the_cpu_path_name_are_commands_of_this_cli():
+    """Issue 39, item 9: what the README's Quickstart and the guide's path without GPUs tell a
+    new user to type parses as the CLI parses it, and names a job that is there."""
+    from orchestrator.cli import build_parser
+
+    readme = (REPO / "README.md").read_text()
+    quickstart = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    guide = (REPO / "docs" / "guide.md").read_text()
+    cpu_path = guide.split("## 6. Trying it without GPUs", 1)[1].split("\n## ", 1)[0]
+    commands = _doc_commands(quickstart) + _doc_commands(cpu_path)
+    named = {tuple(argv[1:3]) for argv in commands}
+    assert {("run", "jobs/demo.yaml"), ("run", "jobs/demo-plan.yaml"), ("compare", "jobs/demo-plan.yaml"),
+            ("export", "jobs/demo-plan.yaml")} <= named, named
+    for argv in commands:
+        args = build_parser().parse_args(argv[1:])
+        assert (REPO / args.job).is_file(), argv

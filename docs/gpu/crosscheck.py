@@ -1,8 +1,8 @@
 """The project's measurement against vLLM's own client, and the noise between launches.
 
-    python3 docs/gpu/crosscheck.py JOB --set graph_capture=true ... --launches 5 --rounds 2 --out $OUT/xc
+    python3 docs/gpu/crosscheck.py JOB [--config FILE] [--set K=V ...] --launches 5 --rounds 2 --out $OUT/xc
 
-Launches the job's config (``--set`` as ``ncclsweep bench`` takes them) ``--launches`` times, each
+Launches a config of the job (``--config``/``--set`` as ``ncclsweep bench`` takes them) ``--launches`` times, each
 one a server exactly as a trial starts it (``node.trial.prepare_server``). On each launch, in
 ``--rounds`` interleaved rounds, it measures every level of the job's objective twice: with the
 project's own measurement (``node.measure``, the job's bench settings, one round) and with
@@ -34,11 +34,15 @@ from orchestrator.driver.bench_command import check_overrides, resolve_config
 from orchestrator.node.measure import measure
 from orchestrator.node.spec import TrialSpec
 from orchestrator.node.trial import prepare_server
+from orchestrator.results.export import load_config_file
 
 
-def config_of(job, sets: list[str]) -> dict:
-    """The config ``ncclsweep bench JOB --set ...`` would measure."""
-    return resolve_config(job, check_overrides(job, parse_sets(sets), "--set"))
+def config_of(job, config_file: str | None, sets: list[str]) -> dict:
+    """The config ``ncclsweep bench JOB [--config FILE] --set ...`` would measure (FILE: an export,
+    ``ncclsweep export JOB --format yaml -o FILE``)."""
+    overrides = check_overrides(job, load_config_file(config_file), config_file) if config_file else {}
+    overrides.update(check_overrides(job, parse_sets(sets), "--set"))
+    return resolve_config(job, overrides)
 
 
 def vllm_bench(base_url: str, model: str, served: str, prompts_file: Path, output_tokens: int, level: int,
@@ -126,13 +130,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("job")
     ap.add_argument("--set", action="append", default=[], dest="sets")
+    ap.add_argument("--config", help="a config file, e.g. the study's yaml export")
     ap.add_argument("--launches", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=540.0, help="no launch starts after this many seconds")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     job = load_job(Path(a.job))
-    config = config_of(job, a.sets)
+    config = config_of(job, a.config, a.sets)
     out = Path(a.out)
     (out / "servers").mkdir(parents=True, exist_ok=True)
     prompts = Path(tempfile.mkdtemp()) / "prompts.jsonl"

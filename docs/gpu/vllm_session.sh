@@ -25,6 +25,10 @@
 #                              kept in docs/gpu/<study>/ if any), status --json, report; its folder comes back as
 #                              $OUT/<study>.tgz
 #   STEP=bench JOB=jobs/x.yaml SETS="k=v ..."  one `ncclsweep bench` of a config (no study)
+#   STEP=crosscheck JOB=jobs/x.yaml [CONFIG=export] [SETS="k=v ..."] [LAUNCHES=3] [ROUNDS=2] [SECS=480]
+#                              docs/gpu/crosscheck.py: LAUNCHES fresh launches of a config (CONFIG=export: the kept
+#                              study's exported best, its header printed first), each measured in ROUNDS interleaved
+#                              rounds by the project's measurement and by `vllm bench serve` at every level
 #   STEP=relaunch JOB=jobs/x.yaml [N=3] [LEVEL=1]  after STEP=study: the exported config at LEVEL launched N
 #                              more times (docs/gpu/relaunch.sh), each figure against the export's range
 #   KILL=0 with STEP=tpn: the study alone, no kill -9 of its driver; TPN_S: seconds of new trials
@@ -142,6 +146,20 @@ bench)
     .devwhl/*.whl 2>/dev/null
   sets=(); for s in $SETS; do sets+=(--set "$s"); done
   timeout 500 python3 -m orchestrator bench "$JOB" "${sets[@]}" 2>&1 | grep -v -e WARNING -e token-auth | tee "$OUT/bench-$(basename "$JOB" .yaml).log" ;;
+crosscheck)
+  [ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    .devwhl/*.whl 2>/dev/null
+  name=$(basename "$JOB" .yaml); mkdir -p reports; args=()
+  [ -d /tmp/keep/$name ] && rm -rf reports/$name && cp -r /tmp/keep/$name reports/
+  if [ "${CONFIG:-}" = export ]; then
+    python3 -m orchestrator export "$JOB" --format yaml -o /tmp/xc-config.yaml 2>&1 | tail -2
+    grep '^#' /tmp/xc-config.yaml | tee "$OUT/xc-$name-export.txt"; args=(--config /tmp/xc-config.yaml)
+  fi
+  for s in ${SETS:-}; do args+=(--set "$s"); done
+  timeout $((${SECS:-480} + 200)) python3 docs/gpu/crosscheck.py "$JOB" "${args[@]}" --launches "${LAUNCHES:-3}" \
+    --rounds "${ROUNDS:-2}" --budget-s "${SECS:-480}" --out /tmp/xc-$name 2>&1 | grep -v -e WARNING -e token-auth \
+    | tee "$OUT/xc-$name.log"
+  (cd /tmp && tar czf "$OUT/xc-$name.tgz" xc-$name) ;;
 capture)
   timeout 560 python3 docs/gpu/vllm_capture.py --model $MODEL --draft $MODEL-l2 --out "$OUT/capture" \
     --configs "${CONFIGS:-base,base-nccl,ngram,draft}" --limit "${LIMIT:-300}" 2>&1 | tee "$OUT/capture.log"

@@ -29,7 +29,7 @@ from __future__ import annotations
 import abc
 from typing import Any, ClassVar
 
-from orchestrator.backends import speculative
+from orchestrator.backends import allreduce, speculative
 from orchestrator.core import nccl
 from orchestrator.core.errors import BadInput, ConfigRejected
 from orchestrator.core.launch import TRANSIENT_PROCESSES, LaunchSpec, WatchRules
@@ -37,8 +37,9 @@ from orchestrator.core.launch import TRANSIENT_PROCESSES, LaunchSpec, WatchRules
 Config = dict[str, Any]
 
 # Neutral (backend-independent) parameter names a search space may use; the speculative ones
-# are described in orchestrator.backends.speculative.
-NEUTRAL_PARAMS = ("tp_size", "pp_size", "graph_capture", "capture_sizes", "custom_all_reduce", *speculative.PARAMS)
+# are described in orchestrator.backends.speculative, the all-reduce ones in .allreduce.
+NEUTRAL_PARAMS = ("tp_size", "pp_size", "graph_capture", "capture_sizes", "custom_all_reduce", *speculative.PARAMS,
+                  *allreduce.PARAMS)
 
 
 class Backend(abc.ABC):
@@ -199,6 +200,18 @@ class Backend(abc.ABC):
         """(lines, warnings) ``doctor`` prints about this job's server: which release was
         found, where its flags were read, what the user should set."""
         return [], []
+
+    def allreduce_warnings(self, config: Config, log_text: str) -> list[str]:
+        """What the server's log says about the all-reduce path a config asked for
+        (``allreduce.backend``) when the engine did not take it: warnings that start with
+        ``nccl.ENGINE_PATH_WARNING`` (``allreduce.warning``). Empty when it took it, when the log
+        does not say, or when the config asks for none."""
+        return []
+
+    def torch_python(self) -> str | None:
+        """The interpreter whose torch (and the NCCL it loads) the server runs; None: this one.
+        The NCCL release rules are judged by at validate time (a job may declare it instead)."""
+        return None
 
     def model_facts(self) -> dict[str, Any]:
         """What the report needs for the ceiling: bytes_per_token, allreduces_per_step,

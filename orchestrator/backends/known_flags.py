@@ -15,7 +15,10 @@ written on a laptop for a GPU box (``settings.version``). Bundled now: vLLM 0.33
 the values the release accepts where it says (``--load-format``, ``--quantization``,
 ``--moe-backend``, ``--all2all-backend``: see ``parser_dump``); a flag without them takes any
 value. ``config_choices`` hold the values of keys inside a JSON-valued flag (vLLM's
-speculative methods, ``--speculative-config.method``). To add one, dump the
+speculative methods, ``--speculative-config.method``), ``config_keys`` the keys of a section
+of one (vLLM's ``--compilation-config.pass_config``), ``env_vars`` the release's own variables
+that choose its all-reduce path (vLLM's ``VLLM_ALLREDUCE_*``): what ``allreduce.backend`` can be
+spelled with there. To add one, dump the
 release where it imports (a GPU box, or the wheel unpacked on a private ``PYTHONPATH``)::
 
     python -m orchestrator.backends.known_flags vllm --python /venv/bin/python --write
@@ -34,6 +37,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core import files
 from orchestrator.core.versions import parse_version
 
 TABLES = Path(__file__).with_name("flag_tables")
@@ -62,11 +66,19 @@ class FlagTable:
     # the values a key inside a JSON-valued flag takes, by "--flag.key" (vLLM's
     # "--speculative-config.method": its SpeculativeMethod); absent: not recorded
     config_choices: dict[str, tuple[str, ...]] = field(default_factory=dict, repr=False, compare=False)
+    # the keys a nested section of a JSON-valued flag has, by "--flag.section" (vLLM's
+    # "--compilation-config.pass_config": its PassConfig fields); absent: not recorded
+    config_keys: dict[str, tuple[str, ...]] = field(default_factory=dict, repr=False, compare=False)
+    # the release's own environment variables that choose its all-reduce path (vLLM's
+    # VLLM_ALLREDUCE_*, VLLM_USE_NCCL_SYMM_MEM); None: not recorded
+    env_vars: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any], origin: str) -> FlagTable:
         choices = {str(k): tuple(map(str, v)) for k, v in (doc.get("config_choices") or {}).items()}
-        return cls(str(doc["package"]), str(doc["version"]), origin, dict(doc["flags"]), choices)
+        keys = {str(k): tuple(map(str, v)) for k, v in (doc.get("config_keys") or {}).items()}
+        env = tuple(map(str, doc["env_vars"])) if isinstance(doc.get("env_vars"), list) else None
+        return cls(str(doc["package"]), str(doc["version"]), origin, dict(doc["flags"]), choices, keys, env)
 
     @cached_property
     def flags(self) -> dict[str, FlagInfo]:
@@ -130,10 +142,10 @@ def installed_table(package: str, python: str, version: str, recipe: str) -> Fla
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
         doc = _dump(python, recipe)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(doc, sort_keys=True))
-        os.replace(tmp, path)
+        try:
+            files.write_text(path, json.dumps(doc, sort_keys=True))
+        except OSError:  # a cache that cannot be written costs a dump next time, nothing else
+            pass
     if "error" in doc:
         return f"{doc['error']} (cached in {path}; delete it to retry)"
     if doc.get("version") != version:
@@ -176,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         print(text, end="")
         return 0
     path = TABLES / f"{doc['package']}-{doc['version']}.json"
-    path.write_text(text)
+    files.write_text(path, text)
     print(f"wrote {len(doc['flags'])} flags of {doc['package']} {doc['version']} to {path}")
     return 0
 

@@ -47,7 +47,7 @@ import re
 import shutil
 from typing import Any
 
-from orchestrator.backends import common, speculative
+from orchestrator.backends import allreduce, common, speculative
 from orchestrator.backends.base import Backend, Config, LaunchSpec
 from orchestrator.backends.flags import FlagChecker
 from orchestrator.backends.known_flags import FlagTable
@@ -164,6 +164,8 @@ class LlamaCppBackend(Backend):
                 raise ConfigRejected("graph_capture=true needs device cuda", file=file, key=name)
         speculative.refuse(config, "the llamacpp backend", file,
                            "llama-server's own --model-draft and --draft-max go in backend.settings.extra_args")
+        allreduce.refuse(config, "the llamacpp backend", file,
+                         "llama-server's all-reduce is env.GGML_CUDA_ALLREDUCE with backend.split_mode tensor")
         self._check_values(config)
         self._flag_words(config)
         self.check_nccl_env(config)

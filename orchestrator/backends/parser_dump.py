@@ -15,8 +15,11 @@ own ``choices``; for vLLM, whose parser takes any string for ``--load-format``,
 ``--quantization``, ``--moe-backend`` and ``--all2all-backend``, the release's built-in load
 formats, quantization methods, MoE kernel backends and all2all backends). ``config_choices``:
 the values of keys inside a JSON-valued flag, by ``--flag.key`` (vLLM: the speculative
-methods of ``--speculative-config``, its ``SpeculativeMethod``). Only long options are
-listed; a spelling the parser hides (``--no-enable-x``) is never listed.
+methods of ``--speculative-config``, its ``SpeculativeMethod``). ``config_keys``: the keys of a
+section of a JSON-valued flag (vLLM: ``--compilation-config.pass_config``, its ``PassConfig``
+fields). ``env_vars``: the release's own variables that choose its all-reduce path (vLLM:
+the names in ``vllm.envs.environment_variables`` that match ``ENV_PATTERN``). Only long
+options are listed; a spelling the parser hides (``--no-enable-x``) is never listed.
 
 Recipes build the parser the way the server's own command line does:
 
@@ -30,6 +33,7 @@ Recipes build the parser the way the server's own command line does:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import importlib.metadata
 import json
@@ -163,6 +167,28 @@ def _vllm_config_values() -> dict[str, list[str]]:
     return {}
 
 
+ENV_PATTERN = r"ALL_?REDUCE|SYMM_MEM"  # VLLM_ALLREDUCE_USE_SYMM_MEM, VLLM_USE_NCCL_SYMM_MEM, ...
+
+
+def _vllm_all_reduce() -> dict:
+    """What chooses vLLM's all-reduce path besides flags: its environment variables
+    (``vllm.envs.environment_variables``) and the ``PassConfig`` fields of
+    ``--compilation-config`` (``fuse_allreduce_rms``, ``fi_allreduce_fusion_max_size_mb``);
+    each left out where the release does not have it."""
+    out: dict = {}
+    try:
+        names = list(importlib.import_module("vllm.envs").environment_variables)
+        out["env_vars"] = sorted(n for n in names if re.search(ENV_PATTERN, n))
+    except Exception:  # noqa: BLE001 - an older or a broken release: not recorded
+        pass
+    try:
+        fields = [f.name for f in dataclasses.fields(importlib.import_module("vllm.config.compilation").PassConfig)]
+        out["config_keys"] = {"--compilation-config.pass_config": fields}
+    except Exception:  # noqa: BLE001 - not recorded
+        pass
+    return out
+
+
 def _sglang() -> argparse.ArgumentParser:
     from sglang.srt.server_args import (
         ServerArgs,  # runs in the server's own interpreter, where that release is installed
@@ -194,6 +220,7 @@ def dump(recipe: str, target: str | None = None) -> dict:
                 flags[flag]["choices"] = values
         if "--speculative-config" in flags:
             out["config_choices"] = _vllm_config_values()
+        out.update(_vllm_all_reduce())
     return {"package": package, "version": importlib.metadata.version(package), "source": source,
             "flags": flags, **out}
 

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 import orchestrator
-from orchestrator.backends import common, speculative
+from orchestrator.backends import allreduce, common, speculative
 from orchestrator.backends.base import Backend, Config, LaunchSpec
 from orchestrator.backends.flags import did_you_mean
 from orchestrator.core.errors import ConfigRejected, brief
@@ -118,6 +118,7 @@ class RefServerBackend(Backend):
             raise ConfigRejected("the reference server has no custom all-reduce; drop custom_all_reduce",
                                  file=self.job_file, key="custom_all_reduce")
         speculative.refuse(config, "the reference server", self.job_file)
+        allreduce.refuse(config, "the reference server", self.job_file, "its all-reduce is torch.distributed's")
         self.check_nccl_env(config)
         for flag, value in self.backend_flags_of(config).items():
             if flag not in _FLAGS:

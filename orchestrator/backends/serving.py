@@ -18,13 +18,16 @@ Params: ``tp_size`` -> ``TP_FLAG N`` (always), ``pp_size`` -> ``PP_FLAG N``,
 ``custom_all_reduce: false`` -> ``--disable-custom-all-reduce``, ``graph_capture`` and
 ``capture_sizes`` -> ``graph_args`` (the subclass), the ``speculative.*`` params ->
 ``speculative_args`` (the subclass; checked against ``speculative_methods()``, the release's,
-by ``orchestrator.backends.speculative``), ``backend.<flag>`` -> flags
+by ``orchestrator.backends.speculative``), ``allreduce.*`` -> the flags and environment of
+``allreduce_paths()`` (the subclass: what the release offers; checked by
+``orchestrator.backends.allreduce``), ``backend.<flag>`` -> flags
 (``orchestrator.backends.flags``), ``env.*`` -> the server's environment.
 
 Subclass contract: the class attributes below, ``command()`` (argv up to the model),
 ``graph_args(config)``; optionally ``speculative_methods()`` with ``speculative_args(config)``
-(without them the speculative params are refused), ``check_engine(config)``,
-``normalize_engine(out)``, ``read_settings()``, ``pass_through()``.
+(without them the speculative params are refused), ``allreduce_paths()`` (without it the
+``allreduce.*`` params are refused) and ``allreduce_warnings(config, log_text)``,
+``check_engine(config)``, ``normalize_engine(out)``, ``read_settings()``, ``pass_through()``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from __future__ import annotations
 import sys
 from typing import Any, ClassVar
 
-from orchestrator.backends import common, known_flags, speculative
+from orchestrator.backends import allreduce, common, known_flags, speculative
 from orchestrator.backends.base import Backend, Config, LaunchSpec
 from orchestrator.backends.flags import FlagChecker, Spelling
 from orchestrator.core import versions
@@ -114,6 +117,11 @@ class ServingBackend(Backend):
         without a method: ``speculative.method: none`` is the baseline's server)."""
         return []
 
+    def allreduce_paths(self) -> allreduce.Paths | None:
+        """The all-reduce paths the release offers and how it spells each; None: none the tuner
+        can choose (every ``allreduce.*`` param is refused)."""
+        return None
+
     def check_engine(self, config: Config) -> None:
         """ConfigRejected for what only this server refuses."""
 
@@ -132,6 +140,10 @@ class ServingBackend(Backend):
     def server_python(self) -> str | None:
         """The interpreter whose parser is the release's flags."""
         return self.python or sys.executable
+
+    def torch_python(self) -> str | None:
+        python = self.server_python()
+        return None if python in (None, sys.executable) else python
 
     def detect_version(self) -> str | None:
         return versions.package_version(self.package, self.probe_python())
@@ -188,7 +200,11 @@ class ServingBackend(Backend):
         if self.version() is None:
             warnings.append(f"{self.kind} is not installed where ncclsweep runs (or its version cannot be read); "
                             f"set backend.settings.version so flags are spelled for the right release")
-        return [f"backend {self.kind} {self.flag_note}"], warnings
+        lines = [f"backend {self.kind} {self.flag_note}"]
+        paths = self.allreduce_paths()
+        if paths is not None:
+            lines.append(f"all-reduce backends (allreduce.backend): {', '.join(paths.names)} ({paths.source})")
+        return lines, warnings
 
     def check_model_format(self) -> None:
         """A GGUF file as the model needs a release whose ``--load-format`` has gguf: refused
@@ -224,6 +240,11 @@ class ServingBackend(Backend):
             speculative.refuse(config, self.flags().release, self.job_file)
         else:
             speculative.check(config, methods, self.job_file)
+        paths = self.allreduce_paths()
+        if paths is None:
+            allreduce.refuse(config, self.flags().release, self.job_file)
+        else:
+            allreduce.check(config, paths, self.job_file)
         self.check_engine(config)
         checker = self.flags()
         for name, value in sorted(self.backend_flags_of(config).items()):
@@ -244,6 +265,7 @@ class ServingBackend(Backend):
         methods = self.speculative_methods()
         if methods is not None:
             speculative.normalize(out, methods)
+        allreduce.normalize(out)
         self.normalize_engine(out)
         if not out["graph_capture"]:
             for name in self.GRAPH_ONLY:
@@ -268,6 +290,8 @@ class ServingBackend(Backend):
         argv += self.speculative_args(config)
         if config.get("custom_all_reduce") is False:
             argv.append("--disable-custom-all-reduce")
+        path = allreduce.path_of(config, self.allreduce_paths())
+        argv += list(path.flags) if path is not None else []
         checker = self.flags()
         graphs = config.get("graph_capture", True) is not False
         for name, value in sorted(self.backend_flags_of(config).items()):
@@ -275,7 +299,8 @@ class ServingBackend(Backend):
                 continue  # graph_args spelled it, or it cannot matter without graphs
             argv += checker.param_words(name, value, self.job_file)
         argv += self.pass_through()
-        return LaunchSpec(argv=argv, env=common.config_env(self, config), host=host, port=port, health_path="/health",
+        env = {**dict(path.env if path is not None else ()), **common.config_env(self, config)}
+        return LaunchSpec(argv=argv, env=env, host=host, port=port, health_path="/health",
                           model_name=self.served_model_name or self.model)
 
     def model_facts(self) -> dict[str, Any]:

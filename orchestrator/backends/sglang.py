@@ -11,6 +11,18 @@ What it shares with vLLM (settings, release, flags, the head of the command line
 ``capture_sizes``   the explicit batch sizes: ``--cuda-graph-bs-decode 1 2 4 8`` (0.5.14+),
                     ``--cuda-graph-bs 1 2 4 8`` before
 ``custom_all_reduce`` false: ``--disable-custom-all-reduce``
+``allreduce.backend`` ``nccl``: ``--disable-custom-all-reduce``; ``custom``: SGLang's kernel (its
+                    default); ``symm_mem``: ``--enable-torch-symm-mem``; ``nccl_symm_mem``:
+                    ``--enable-symm-mem``; ``mscclpp``: ``--enable-mscclpp``; each of these
+                    also ``--enforce-disable-flashinfer-allreduce-fusion`` where the release has
+                    it (SGLang turns the fusion on by itself for some models).
+                    ``flashinfer_fusion``: ``--flashinfer-allreduce-fusion-backend auto``
+                    (0.5.23; ``--enable-flashinfer-allreduce-fusion`` where that flag is not
+                    deprecated), ``flashinfer_fusion_<b>`` for each other choice of that flag
+                    (0.5.23: trtllm, mnnvl, cutedsl). Each value is offered where the release
+                    has its flags. No path takes a size limit (``allreduce.max_size`` refused).
+                    After start the trial reads ``CustomAllreduce is disabled because ...``
+                    (SGLang turns its kernel off on more than two PCIe-only GPUs and only logs it)
 ``backend.dp_size``  replicas: GPUs per trial = TP x PP x DP
 ``backend.<flag>``  ``--flag``; e.g. ``backend.enable_torch_compile: true`` ->
                     ``--enable-torch-compile``, ``backend.cuda_graph_max_bs: 16`` (spelled
@@ -65,9 +77,10 @@ The backend sets only scalar and list flags, none holding a JSON config, so unli
 
 from __future__ import annotations
 
+import re
 import sys
 
-from orchestrator.backends import common, speculative
+from orchestrator.backends import allreduce, common, speculative
 from orchestrator.backends.base import Config
 from orchestrator.backends.flags import Spelling
 from orchestrator.backends.serving import ServingBackend
@@ -90,6 +103,14 @@ _NO_GRAPHS = [
 # the neutral speculative methods as --speculative-algorithm spells them (server_args.py)
 ALGORITHMS = {"ngram": "NGRAM", "mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "draft_model": "STANDALONE"}
 _NEUTRAL_OF = {algorithm: method for method, algorithm in ALGORITHMS.items()}
+# SGLang's all-reduce switches (0.5.23: sglang/srt/arg_groups/fields/exec_.py)
+_AR_FLAGS = {"nccl": "--disable-custom-all-reduce", "symm_mem": "--enable-torch-symm-mem",
+             "nccl_symm_mem": "--enable-symm-mem", "mscclpp": "--enable-mscclpp"}
+_NO_FUSION = "--enforce-disable-flashinfer-allreduce-fusion"
+_FUSION_BACKEND, _FUSION_OLD = "--flashinfer-allreduce-fusion-backend", "--enable-flashinfer-allreduce-fusion"
+# what SGLang logs when its custom kernel turns itself off (custom_all_reduce_utils.py; cls_name
+# CustomAllreduce or CustomAllReduceV2)
+_CUSTOM_OFF = r"CustomAll[Rr]educe(?:V2)? is disabled because .*"
 _WINDOW = {speculative.LOOKUP_MAX: "--speculative-ngram-max-match-window-size",
            speculative.LOOKUP_MIN: "--speculative-ngram-min-match-window-size"}
 
@@ -119,7 +140,8 @@ class SglangBackend(ServingBackend):
         "--host": "the trial", "--port": "the trial", "--disable-cuda-graph": "graph_capture",
         "--disable-decode-cuda-graph": "graph_capture", "--disable-prefill-cuda-graph": "graph_capture",
         "--cuda-graph-bs": "capture_sizes", "--cuda-graph-bs-decode": "capture_sizes",
-        "--disable-custom-all-reduce": "custom_all_reduce", "--served-model-name": "settings.served_model_name",
+        "--disable-custom-all-reduce": "custom_all_reduce or allreduce.backend",
+        "--served-model-name": "settings.served_model_name",
         "--speculative-algorithm": speculative.METHOD, "--speculative-draft-model-path": speculative.MODEL,
         "--speculative-draft-model": speculative.MODEL, "--speculative-num-steps": speculative.NUM_TOKENS,
         "--speculative-num-draft-tokens": speculative.NUM_TOKENS,
@@ -181,6 +203,49 @@ class SglangBackend(ServingBackend):
         if "--enable-metrics" not in self.extra_args and (table is None or table.knows("--enable-metrics")):
             words.append("--enable-metrics")  # /metrics, where the acceptance gauges are
         return words
+
+    # ---- the all-reduce path -------------------------------------------------------------------
+    def allreduce_paths(self) -> allreduce.Paths:
+        """The paths whose flags the release has (module docstring); with no table, ``nccl`` and
+        ``custom`` (``--disable-custom-all-reduce``, in every release), assumed."""
+        checker = self.flags()
+        table = checker.table
+
+        def usable(flag: str) -> bool:
+            info = table.flags.get(flag) if table is not None else None
+            return info is not None and not info.deprecated
+
+        no_fusion = (_NO_FUSION,) if usable(_NO_FUSION) else ()
+        paths = {"nccl": allreduce.Path("nccl", (_AR_FLAGS["nccl"], *no_fusion)),
+                 "custom": allreduce.Path("custom", no_fusion)}
+        for value in ("symm_mem", "nccl_symm_mem", "mscclpp"):
+            if usable(_AR_FLAGS[value]):
+                paths[value] = allreduce.Path(value, (_AR_FLAGS[value], *no_fusion),
+                                              nccl_symmetric=value == "nccl_symm_mem")
+        info = table.flags.get(_FUSION_BACKEND) if table is not None else None
+        if info is not None and usable(_FUSION_BACKEND):
+            choices = info.choices or ("auto",)
+            first = "auto" if "auto" in choices else choices[0]
+            paths[allreduce.FUSION] = allreduce.Path(allreduce.FUSION, (_FUSION_BACKEND, first))
+            for choice in choices:
+                if choice != first:
+                    name = f"{allreduce.FUSION}_{choice}"
+                    paths[name] = allreduce.Path(name, (_FUSION_BACKEND, choice))
+        elif usable(_FUSION_OLD):
+            paths[allreduce.FUSION] = allreduce.Path(allreduce.FUSION, (_FUSION_OLD,))
+        return allreduce.Paths(
+            paths, checker.release,
+            f"{table.source} ({', '.join(sorted({*_AR_FLAGS.values(), _FUSION_BACKEND}))})" if table is not None
+            else "not recorded for this release: nccl and custom (--disable-custom-all-reduce) are assumed",
+            assumed=table is None, no_size=f"{checker.release} has no setting for the size its all-reduce paths take")
+
+    def allreduce_warnings(self, config: Config, log_text: str) -> list[str]:
+        """``custom`` requested and SGLang's log says its kernel turned itself off."""
+        if allreduce.value_of(config) != "custom":
+            return []
+        m = re.search(_CUSTOM_OFF, log_text)
+        return [allreduce.warning("custom", self.flags().release, f"turned it off; SGLang said: {m.group(0).strip()}")
+                ] if m else []
 
     def check_engine(self, config: Config) -> None:
         method = speculative.method_of(config)

@@ -14,6 +14,8 @@ What it shares with SGLang (settings, release, flags, the head of the command li
 ``custom_all_reduce`` false: ``--disable-custom-all-reduce``. vLLM turns custom
                     all-reduce off by itself on PCIe-only boxes for TP > 2 (it needs
                     NVLink or at most two GPUs), so there it cannot change anything.
+``allreduce.backend`` the path vLLM tries first (below); ``allreduce.max_size`` only for
+                    ``flashinfer_fusion`` (``pass_config.fi_allreduce_fusion_max_size_mb``)
 ``backend.data_parallel_size``  replicas: GPUs per trial = TP x PP x DP
 ``speculative.*``   ``--speculative-config '{"method": M, "num_speculative_tokens": K,
                     "model": DRAFT, "prompt_lookup_max": N, "prompt_lookup_min": N}'``
@@ -41,6 +43,30 @@ it is the experts' all-to-all) and ``backend.moe_backend`` (the MoE kernels), th
 checked against the release's (bundled tables: 0.26.0, 0.33.0); on a model known to be dense
 (``model_facts.moe: false``, or a readable config.json without experts) they are refused:
 they could not change the server.
+
+All-reduce paths (``allreduce.backend``; read in 0.26.0's and 0.33.0's
+``vllm/distributed/device_communicators/cuda_communicator.py``, ``envs.py`` and
+``config/compilation.py``). vLLM tries, in this order, FLASHINFER_PCIE_IPC (0.33), FLASHINFER,
+NCCL_SYMM_MEM, CUSTOM, SYMM_MEM, then PYNCCL (NCCL), each where it is on and takes the
+tensor; each value turns its path on and those tried before it off:
+
+- ``nccl``: ``--disable-custom-all-reduce``, ``VLLM_ALLREDUCE_USE_SYMM_MEM=0``,
+  ``VLLM_ALLREDUCE_USE_FLASHINFER=0``, no all-reduce + RMSNorm fusion;
+- ``custom``: the custom kernel (on by default), ``VLLM_ALLREDUCE_USE_FLASHINFER=0``, no fusion;
+- ``symm_mem``: ``VLLM_ALLREDUCE_USE_SYMM_MEM=1`` with the custom kernel off; ``nccl_symm_mem``:
+  ``VLLM_USE_NCCL_SYMM_MEM=1``; ``flashinfer``: ``VLLM_ALLREDUCE_USE_FLASHINFER=1`` (the default
+  from 0.33); ``flashinfer_pcie_ipc`` (0.33): ``VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC=1``, set up
+  at graph capture (with ``--enforce-eager`` it never runs);
+- ``flashinfer_fusion``: ``--compilation-config '{"pass_config": {"fuse_allreduce_rms": true}}'``
+  (vLLM's own default on Hopper and Blackwell with TP > 1), ``allreduce.max_size`` as
+  ``fi_allreduce_fusion_max_size_mb``; the other values set it false.
+
+The variables and ``pass_config`` keys a release has are read where its flags are (the table's
+``env_vars`` and ``config_keys``); a release whose table lacks them offers ``nccl`` and
+``custom`` (``--disable-custom-all-reduce`` alone). After start the trial reads vLLM's
+``Using [...] all-reduce backends (in dispatch order) for group 'tp:0'`` line and its
+``Custom allreduce is disabled because ...`` warnings (vLLM turns the custom kernel off on more
+than two PCIe-only GPUs and says so only there) and warns when the requested path is missing.
 
 Your own ``--compilation-config`` keys (``settings.compilation_config`` as a mapping, or
 ``--compilation-config JSON`` / ``-cc JSON`` / ``--compilation-config.a.b=V`` in
@@ -84,10 +110,11 @@ serve``), ``executable`` (the ``vllm`` command, default ``vllm``), ``compilation
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from typing import Any
 
-from orchestrator.backends import common, speculative
+from orchestrator.backends import allreduce, common, speculative
 from orchestrator.backends.base import Config
 from orchestrator.backends.flags import Spelling, vstr
 from orchestrator.backends.serving import ServingBackend
@@ -117,6 +144,20 @@ _MODEL_FREE = {"ngram", "ngram_gpu", "suffix", "extract_hidden_states", "mtp", "
 _IGNORE_MODEL = frozenset({"ngram", "ngram_gpu", "suffix", "extract_hidden_states"})
 _LOOKUP = frozenset({"ngram", "ngram_gpu"})
 _MOE_FLAGS = ("backend.enable_expert_parallel", "backend.all2all_backend", "backend.moe_backend")
+# the variable that turns each all-reduce path on (envs.py), and the path's name in vLLM's log
+_AR_ENV = {"symm_mem": "VLLM_ALLREDUCE_USE_SYMM_MEM", "nccl_symm_mem": "VLLM_USE_NCCL_SYMM_MEM",
+           "flashinfer": "VLLM_ALLREDUCE_USE_FLASHINFER",
+           "flashinfer_pcie_ipc": "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC"}
+_AR_LOG = {"nccl": "PYNCCL", "custom": "CUSTOM", "symm_mem": "SYMM_MEM", "nccl_symm_mem": "NCCL_SYMM_MEM",
+           "flashinfer": "FLASHINFER", "flashinfer_pcie_ipc": "FLASHINFER_PCIE_IPC"}
+# what vLLM logs when a path turns itself off (custom_all_reduce.py, symm_mem.py, flashinfer_*all_reduce.py)
+_AR_OFF = {"custom": r"Custom allreduce is disabled because .*", "symm_mem": r"SymmMemCommunicator: .*not .*",
+           "flashinfer": r"(?:FlashInfer All Reduce is disabled because|Failed to initialize FlashInfer All Reduce).*",
+           "flashinfer_pcie_ipc": r"FlashInfer PCIe IPC all-reduce (?!for TP).*"}
+_AR_LINE = re.compile(r"Using \[([^\]]*)\] all-reduce backends \(in dispatch order\) for group '(tp[^']*)'")
+_FUSION_UP = "Initialized FlashInfer Allreduce norm fusion workspace"  # flashinfer_all_reduce.py, 0.26 and 0.33
+_PASS = "--compilation-config.pass_config"
+_FUSE, _FUSE_SIZE = "pass_config.fuse_allreduce_rms", "pass_config.fi_allreduce_fusion_max_size_mb"
 
 _MAX_CAPTURE = [
     Spelling(None, (0, 9, 0), None, "no flag for the largest captured batch before vLLM 0.9.0"),
@@ -302,6 +343,81 @@ class VllmBackend(ServingBackend):
                 tuned[key] = value
         return ["--speculative-config", json.dumps({**self.speculation, **tuned}, sort_keys=True)]
 
+    # ---- the all-reduce path -------------------------------------------------------------------
+    def allreduce_paths(self) -> allreduce.Paths | None:
+        """The paths the release offers (module docstring), from its table's ``env_vars`` and
+        ``config_keys``; ``nccl`` and ``custom`` alone, assumed, where they are not recorded;
+        None for a release whose flags are known and have no ``--disable-custom-all-reduce``."""
+        checker = self.flags()
+        table = checker.table
+        if table is not None and not table.knows("--disable-custom-all-reduce"):
+            return None
+        env = set(table.env_vars) if table is not None and table.env_vars is not None else set()
+        passes = set(table.config_keys.get(_PASS, ())) if table is not None else set()
+        fuse = "fuse_allreduce_rms" in passes
+        no_fusion = ((_FUSE, False),) if fuse else ()
+
+        def var(value: str, on: str) -> tuple[tuple[str, str], ...]:
+            return ((_AR_ENV[value], on),) if _AR_ENV[value] in env else ()
+
+        off = "--disable-custom-all-reduce",
+        paths = {"nccl": allreduce.Path("nccl", off, var("symm_mem", "0") + var("flashinfer", "0"), no_fusion,
+                                        log_name=_AR_LOG["nccl"]),
+                 "custom": allreduce.Path("custom", (), var("flashinfer", "0"), no_fusion, log_name=_AR_LOG["custom"])}
+        for value, flags, extra in (("symm_mem", off, "flashinfer"), ("nccl_symm_mem", (), "flashinfer"),
+                                    ("flashinfer", (), None), ("flashinfer_pcie_ipc", (), None)):
+            if _AR_ENV[value] in env:
+                paths[value] = allreduce.Path(value, flags, var(value, "1") + (var(extra, "0") if extra else ()),
+                                              no_fusion, nccl_symmetric=value == "nccl_symm_mem",
+                                              log_name=_AR_LOG[value])
+        if fuse:
+            sized = _FUSE_SIZE if "fi_allreduce_fusion_max_size_mb" in passes else None
+            paths[allreduce.FUSION] = allreduce.Path(allreduce.FUSION, (), (), ((_FUSE, True),), sized)
+        known = table is not None and table.env_vars is not None
+        return allreduce.Paths(
+            paths, checker.release,
+            f"{table.source} (--disable-custom-all-reduce, env_vars, {_PASS})" if known and table is not None else
+            "not recorded for this release: nccl and custom (--disable-custom-all-reduce) are assumed",
+            assumed=not known,
+            no_size=f"{checker.release}'s custom all-reduce limit is fixed (8 MiB, lowered per GPU and TP size in "
+                    f"all_reduce_utils.py); only the all-reduce + RMSNorm fusion's is a setting")
+
+    def allreduce_warnings(self, config: Config, log_text: str) -> list[str]:
+        """The requested path against vLLM's ``Using [...] all-reduce backends`` line of the
+        tensor-parallel group and the warnings of the path that turned itself off."""
+        value = allreduce.value_of(config)
+        if value is None:
+            return []
+        release = self.flags().release
+        fused = _FUSION_UP in log_text
+        if value == allreduce.FUSION:
+            said = _said(log_text, r"Failed to initialize FlashInfer All Reduce workspace.*")
+            return [] if fused or not (said or _AR_LINE.search(log_text)) else [
+                allreduce.warning(value, release, "did not set up the all-reduce + RMSNorm fusion (no "
+                                                  f"'{_FUSION_UP}' line)" + (f"; vLLM said: {said}" if said else ""))]
+        if fused:
+            return [allreduce.warning(value, release, f"fused the all-reduce with the RMSNorm all the same "
+                                                       f"('{_FUSION_UP}')")]
+        listed: list[str] | None = None
+        for m in _AR_LINE.finditer(log_text):
+            names = [n.strip(" '\"") for n in m.group(1).split(",") if n.strip(" '\"")]
+            listed = names if listed is None else [n for n in listed if n in names]  # every TP group
+        said = _said(log_text, _AR_OFF[value]) if value in _AR_OFF else None
+        because = f"; vLLM said: {said}" if said else ""
+        if listed is None:
+            return [allreduce.warning(value, release, f"turned it off{because}")] if said else []
+        if value == "nccl":
+            others = [n for n in listed if n != _AR_LOG["nccl"]]
+            return [allreduce.warning(value, release, f"also enabled {', '.join(others)} for the tensor-parallel "
+                                                       f"group")] if others else []
+        if _AR_LOG[value] not in listed:
+            return [allreduce.warning(value, release, f"did not enable it for the tensor-parallel group (its "
+                                                       f"all-reduce backends: {', '.join(listed) or 'none'}){because}")]
+        if value == "flashinfer_pcie_ipc" and "Initialized FlashInfer PCIe IPC all-reduce" not in log_text:
+            return [allreduce.warning(value, release, "never set it up (it is prepared at CUDA-graph capture: "
+                                                       f"without graphs it is not used){because}")]
+        return []
+
     def diagnose(self) -> tuple[list[str], list[str]]:
         lines, warnings = super().diagnose()
         methods = self.speculative_methods()
@@ -317,6 +433,13 @@ class VllmBackend(ServingBackend):
     # ---- the differences ---------------------------------------------------------------------
     def check_engine(self, config: Config) -> None:
         file = self.job_file
+        keys = allreduce.compilation_of(config, allreduce.path_of(config, self.allreduce_paths()))
+        for dotted, value in _leaves(keys):
+            mine = _leaf(self.compilation, dotted)
+            if mine is not _NONE and mine != value:
+                raise ConfigRejected(f"your --compilation-config sets {dotted}: {json.dumps(mine)}, which "
+                                     f"{allreduce.BACKEND}={config[allreduce.BACKEND]} sets to {json.dumps(value)}; "
+                                     f"drop the key or that value", file=file, key=allreduce.BACKEND)
         moe = [name for name in _MOE_FLAGS if name in config]
         if moe and common.is_moe(self, self.model) is False:
             raise ConfigRejected(f"{self.model} is a dense model (model_facts.moe false, or its config.json counts no "
@@ -386,6 +509,10 @@ class VllmBackend(ServingBackend):
                     tuned["cudagraph_capture_sizes"] = sizes
         # else nothing tuned: vLLM's own defaults
         compilation = {**self.compilation, **tuned}  # disjoint: the user's tuned keys were refused
+        path_keys = allreduce.compilation_of(config, allreduce.path_of(config, self.allreduce_paths()))
+        if path_keys:  # the user's own keys agree (check_engine refused a contradiction)
+            compilation = json.loads(json.dumps(compilation))
+            _merge(compilation, path_keys, "", self.bad, "compilation_config", "--compilation-config")
         if compilation:
             words = ["--compilation-config", json.dumps(compilation, sort_keys=True)] + words
         return words
@@ -401,6 +528,35 @@ def _merge(into: dict[str, Any], part: dict[str, Any], prefix: str, bad, setting
             raise bad(setting, f"{flag} key {brief(here)} is given twice: {brief(into[key])} and {brief(value)}")
         else:
             into[key] = value
+
+
+_NONE = object()
+
+
+def _leaves(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted key, value) of every leaf of a nested mapping."""
+    out: list[tuple[str, Any]] = []
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out += _leaves(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
+
+
+def _leaf(tree: dict[str, Any], dotted: str) -> Any:
+    node: Any = tree
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _NONE
+        node = node[part]
+    return node
+
+
+def _said(log_text: str, pattern: str) -> str | None:
+    """The first message of the log that matches ``pattern``, without vLLM's line prefix."""
+    m = re.search(pattern, log_text)
+    return m.group(0).strip() if m else None
 
 
 def _version_of_command(exe: str | None) -> str | None:

@@ -3,10 +3,13 @@
 ``orchestrator.config.job`` reads each section of a job; what needs several of them at once is
 here: config mappings written in the job (the baseline, a reference config; also ``bench
 --set``) checked against the parameter rules, the space and NCCL's values; NCCL values that
-are unsafe on PCIe unless ``allow_unsafe_nccl``; tensor x pipeline parallel sizes against
+are unsafe on PCIe unless ``allow_unsafe_nccl``; the rules that depend on the NCCL release
+(``check_nccl_release``: the job's ``nccl_version``, else torch's NCCL in the server's Python);
+tensor x pipeline parallel sizes against
 ``gpus_per_node``; and the backend's ``check_config`` on the baseline, the reference and every
 config of the space (or, for spaces of more than ``space.CHECK_LIMIT`` configs, every
-parameter value applied to the baseline). Every refusal is one ``BadInput`` (a
+parameter value applied to the baseline); the job's sampler has the packages it needs here
+(``validate`` and ``run``, not the commands that only read a study). Every refusal is one ``BadInput`` (a
 ``ConfigRejected`` for the backend's) naming the file and key to fix.
 """
 
@@ -15,9 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from orchestrator.backends import allreduce
+from orchestrator.config.sampler_options import missing_packages
 from orchestrator.config.space import CHECK_LIMIT, NAME_RULE, SearchSpace, canonical_value, check_param_name, env_str
 from orchestrator.config.yaml_input import did_you_mean, same, shown
-from orchestrator.core import nccl
+from orchestrator.core import nccl, versions
 from orchestrator.core.errors import BadInput, ConfigRejected, brief
 
 
@@ -41,6 +46,50 @@ def refuse_unsafe(var: str, value: str, allow_unsafe: bool, file: str | None, ke
     if reason:
         raise BadInput(f"{var}={value} is unsafe on PCIe: {reason}; set allow_unsafe_nccl: true in {job_file} "
                        f"to allow it", file=file, key=key)
+
+
+def nccl_release(declared: str | None, backend) -> str | None:
+    """The NCCL release the job's servers load: the job's ``nccl_version``, else the NCCL of the
+    torch in the server's interpreter (``versions.torch_versions``; the NCCL a server built on
+    that torch loads unless it brings its own), else None (unknown)."""
+    if declared:
+        return declared
+    return versions.torch_versions(backend.torch_python()).get("nccl")
+
+
+def check_nccl_release(declared: str | None, space: SearchSpace, env: dict[str, str], baseline: dict, backend,
+                       allow_unsafe: bool, job_file: str) -> None:
+    """The rules that depend on the NCCL release (``nccl.needs_release``: the per-collective form
+    from 2.24; the symmetric kernels, ``NCCL_SYM_*`` and ``allreduce.backend`` paths that run
+    them, ignored on PCIe from 2.29 unless ``allow_unsafe_nccl``), checked against
+    ``nccl_release``: looked up only when a value needs it."""
+    paths = getattr(backend, "allreduce_paths", lambda: None)()
+    symmetric = {name for name, path in (paths.paths.items() if paths is not None else ()) if path.nccl_symmetric}
+    items: list[tuple[str, Any, str | None, str]] = [(f"env.{k}", v, job_file, f"env.{k}") for k, v in env.items()]
+    items += [(k, v, job_file, f"baseline.{k}") for k, v in baseline.items()]
+    for p in space.params:
+        if p.kind == "categorical":
+            items += [(p.name, v, space.file, f"params.{p.name}.choices[{i}]") for i, v in enumerate(p.choices or ())]
+    nccl_items = [(name[4:], v, f, k) for name, v, f, k in items if name.startswith("env.NCCL_")]
+    symm_items = [(v, f, k) for name, v, f, k in items if name == allreduce.BACKEND and v in symmetric]
+    if not symm_items and not any(nccl.needs_release(name, v) for name, v, _, _ in nccl_items):
+        return
+    version = nccl_release(declared, backend)
+    unknown = "" if version else "; set nccl_version in the job to the NCCL your servers load"
+    for name, value, file, key in nccl_items:
+        try:
+            nccl.validate_value(name, value, nccl_version=version)
+        except ValueError as exc:
+            raise BadInput(str(exc), file=file, key=key) from None
+        reason = None if allow_unsafe else nccl.ignored_on_pcie(name, value, version)
+        if reason:
+            raise BadInput(f"{name}={brief(env_str(value))} is ignored on PCIe: {reason}{unknown}; set "
+                           f"allow_unsafe_nccl: true in {job_file} to keep it", file=file, key=key)
+    reason = None if allow_unsafe or not symm_items else nccl.symmetric_kernels_ignored(version)
+    if reason:
+        value, file, key = symm_items[0]
+        raise BadInput(f"{allreduce.BACKEND}={value} runs NCCL's symmetric kernels: {reason}{unknown}; set "
+                       f"allow_unsafe_nccl: true in {job_file} to keep it", file=file, key=key)
 
 
 def config_mapping(raw: Any, file: str, prefix: str, allow_unsafe: bool, *, space: SearchSpace | None) -> dict:
@@ -197,3 +246,11 @@ def check_space_unsafe(space: SearchSpace, allow_unsafe: bool, job_file: str) ->
         if p.name.startswith("env.NCCL_") and p.kind == "categorical":
             for i, value in enumerate(p.choices or ()):
                 refuse_unsafe(p.name[4:], value, False, space.file, f"params.{p.name}.choices[{i}]", job_file)
+
+
+def check_sampler_installed(job) -> None:
+    """BadInput at ``sampler`` when a package the job's sampler needs is not installed here:
+    the one line ``run`` and ``validate`` both give (``sampler_options.missing_packages``)."""
+    why = missing_packages(job.sampler.name)
+    if why:
+        raise BadInput(why, file=str(job.path), key="sampler")

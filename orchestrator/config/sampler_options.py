@@ -1,8 +1,10 @@
-"""The samplers a job may name and the options each takes: the one table both the job's
-validation (``orchestrator.config.job``) and the sampler's construction
-(``orchestrator.study.samplers``) read."""
+"""The samplers a job may name, the options each takes and the packages each needs: the one
+table both the job's validation (``orchestrator.config.job``, ``validate``) and the sampler's
+construction (``orchestrator.study.samplers``) read."""
 
 from __future__ import annotations
+
+import importlib.util
 
 SAMPLER_NAMES = ("tpe", "gp", "random", "grid", "bruteforce", "nsga2")
 DEFAULT_SAMPLER = "tpe"
@@ -17,3 +19,16 @@ _NSGA2_OPTIONS: dict[str, type] = {"population_size": int, "mutation_prob": floa
 _BRUTEFORCE_OPTIONS: dict[str, type] = {"avoid_premature_stop": bool}
 OPTIONS: dict[str, dict[str, type]] = {"tpe": _TPE_OPTIONS, "gp": _GP_OPTIONS, "random": {}, "grid": {},
                                        "bruteforce": _BRUTEFORCE_OPTIONS, "nsga2": _NSGA2_OPTIONS}
+
+# Packages a sampler needs beyond Optuna's own (Optuna imports them only when it is built).
+NEEDS: dict[str, tuple[str, ...]] = {"gp": ("scipy",)}
+
+
+def missing_packages(name: str) -> str | None:
+    """Why the sampler ``name`` cannot be built here (a package it needs is not installed), in
+    the words ``run`` and ``validate`` both print; None: nothing is missing."""
+    missing = [pkg for pkg in NEEDS.get(name, ()) if importlib.util.find_spec(pkg) is None]
+    if not missing:
+        return None
+    return (f"the {name} sampler needs {', '.join(missing)} (pip install {' '.join(missing)}); "
+            f"or use sampler {DEFAULT_SAMPLER}")

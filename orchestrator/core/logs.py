@@ -6,6 +6,16 @@ are INFO records of the ``ncclsweep.progress`` logger and warnings are WARNING r
 any logger; ``configure`` (called once, by the CLI) sends both to stderr, and
 ``log_to_file`` adds the study's ``driver.log`` for a ``run``.
 
+A run says what its trials are doing while they run: in a terminal one status line at the
+bottom, redrawn in place (``status``; every other line is printed above it, and records
+marked ``EVENT``, the phase changes it shows, are left to it); where stderr is not a
+terminal (a pipe, a file, ``nohup``) there is no status line and those events are plain
+lines. No line is wider than the terminal, or ``LOG_WIDTH`` in a log (stderr that is no
+terminal; ``driver.log``, after its time stamp): a longer one wraps, its continuation
+indented. The status line is drawn with a carriage return and an erase-line code (what
+pip does); tqdm's bars would add a monitor thread and their own width rules for a line
+that is text anyway.
+
 Trials may run in Ray actors, whose log records reach no handler of the driver.
 ``capture_warnings`` collects the warnings logged while a trial runs (any thread of its
 process: a teardown from ``stop`` included) so they travel back in
@@ -16,29 +26,116 @@ itself (``bench``, ``compare``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from orchestrator.core.errors import StorageWriteError
 
 PROGRESS = "ncclsweep.progress"
 _CAPTURED = "ncclsweep_trial_warning"  # attribute set on records a trial took with it
+EVENT = "ncclsweep_event"  # set (``extra={EVENT: True}``) on a line a terminal's status line shows instead
+LOG_WIDTH = 120  # the widest line where stderr is not a terminal, and in driver.log
+_ERASE = "\r\x1b[K"  # back to the line's start, erase it
 
 progress = logging.getLogger(PROGRESS)
 
 
+def fit(text: str, width: int) -> list[str]:
+    """``text``'s lines, each at most ``width`` characters: a longer one wraps at spaces (or
+    inside a word without one), its continuation indented 4 more than it."""
+    out: list[str] = []
+    for line in text.splitlines() or [""]:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = " " * (len(line) - len(line.lstrip(" ")) + 4)
+        out.extend(textwrap.wrap(line, width, subsequent_indent=indent[:max(0, width // 2)],
+                                 break_long_words=True, break_on_hyphens=False) or [line[:width]])
+    return out
+
+
+def clip(text: Any, width: int = 160) -> str:
+    """``text`` on one line, at most ``width`` characters (``...`` when cut): a status line, a
+    cell of the report."""
+    line = " ".join(str(text or "").split())
+    return line if len(line) <= width else line[:max(0, width - 3)] + "..."
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # closed or replaced
+        return False
+
+
+def _terminal_width() -> int:
+    """The terminal's columns (LOG_WIDTH where it does not say)."""
+    try:
+        columns = os.get_terminal_size(sys.stderr.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return LOG_WIDTH
+    return columns if columns > 0 else LOG_WIDTH
+
+
 class _Terminal(logging.Handler):
-    """stderr as it is at emit time; a terminal that went away (SIGHUP: EIO) is not an error."""
+    """stderr as it is at emit time; a terminal that went away (SIGHUP: EIO) is not an error.
+    In a terminal, the status line stays below every line printed (module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.status = ""  # the status line's text ("" : none)
+        self._drawn = False  # the status line is on the screen now
 
     def emit(self, record: logging.LogRecord) -> None:
+        live = _stderr_is_terminal()
+        if live and getattr(record, EVENT, False):
+            return  # the status line shows it
+        width = _terminal_width() if live else LOG_WIDTH
+        text = "\n".join(fit(self.format(record), width)) + "\n"
+        self._write((_ERASE if self._drawn else "") + text + (self._status_text(width) if live else ""))
+        self._drawn = live and bool(self.status)
+
+    def show(self, text: str) -> None:
+        """Draw ``text`` as the status line (a terminal only; "" erases it)."""
+        with self._guard():
+            if text == self.status and (self._drawn or not text):
+                return
+            self.status = text
+            if not _stderr_is_terminal():
+                return
+            self._write(self._status_text(_terminal_width()) or (_ERASE if self._drawn else ""))
+            self._drawn = bool(text)
+
+    def _status_text(self, width: int) -> str:
+        return (_ERASE + clip(self.status, width - 1)) if self.status else ""
+
+    def _guard(self):
+        return self.lock if self.lock is not None else contextlib.nullcontext()
+
+    @staticmethod
+    def _write(text: str) -> None:
         try:
-            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.write(text)
             sys.stderr.flush()
         except (OSError, ValueError):  # driver.log still gets the line
             pass
+
+
+_terminal: _Terminal | None = None  # the configured terminal handler, while one is
+
+
+def status(text: str) -> None:
+    """Show ``text`` as the terminal's status line ("" erases it); nothing where stderr is not
+    a terminal or logging is not configured (module docstring)."""
+    if _terminal is not None:
+        _terminal.show(text)
 
 
 class _DriverLog(logging.FileHandler):
@@ -92,11 +189,13 @@ def check_driver_log() -> None:
 
 
 class _Format(logging.Formatter):
-    """Progress lines as they are; other records as ``warning: message`` (name with --debug)."""
+    """Progress lines as they are; other records as ``warning: message`` (name with --debug);
+    with ``width``, the message wrapped to it (``fit``), the time stamp before its first line."""
 
-    def __init__(self, stamp: bool, names: bool):
+    def __init__(self, stamp: bool, names: bool, width: int | None = None):
         super().__init__("%(asctime)s %(message)s" if stamp else "%(message)s", "%Y-%m-%d %H:%M:%S")
         self.names = names
+        self.width = width
 
     def format(self, record: logging.LogRecord) -> str:
         if record.name != PROGRESS:
@@ -104,7 +203,11 @@ class _Format(logging.Formatter):
             where = f" ({record.name})" if self.names else ""
             record = logging.makeLogRecord({**record.__dict__, "msg": f"{level}{where}: {record.getMessage()}",
                                             "args": None})
-        return super().format(record)
+        if not self.width:
+            return super().format(record)
+        lines = fit(record.getMessage(), self.width)  # the message fits; the time stamp comes before it
+        record = logging.makeLogRecord({**record.__dict__, "msg": lines[0], "args": None})
+        return "\n".join([super().format(record), *lines[1:]])
 
 
 def _shown(record: logging.LogRecord) -> bool:
@@ -129,7 +232,7 @@ class Logging:
         """Also write every progress line and warning to ``path`` (opened on the first line)."""
         global _driver_log
         self.file = _driver_log = _DriverLog(Path(path))
-        self.file.setFormatter(_Format(stamp=True, names=True))
+        self.file.setFormatter(_Format(stamp=True, names=True, width=LOG_WIDTH))
         self.file.addFilter(_shown)
         logging.getLogger().addHandler(self.file)
 
@@ -140,9 +243,12 @@ class Logging:
                                                   "levelname": "ERROR", "msg": line}))
 
     def close(self) -> None:
-        global _driver_log
+        global _driver_log, _terminal
         if _driver_log is self.file:
             _driver_log = None
+        if _terminal is self.terminal:
+            self.terminal.show("")
+            _terminal = None
         root = logging.getLogger()
         for handler in (self.terminal, self.file):
             if handler is not None:
@@ -154,7 +260,9 @@ class Logging:
 
 def configure(debug: bool = False) -> Logging:
     """Progress and warnings to stderr (every orchestrator record with ``debug``)."""
+    global _terminal
     state = Logging(debug)
+    _terminal = state.terminal
     logging.getLogger().addHandler(state.terminal)
     for name, level in ((PROGRESS, logging.INFO), ("orchestrator", logging.DEBUG if debug else None)):
         if level is not None:

@@ -27,6 +27,21 @@ Rules (NCCL 2.2x; read in NVIDIA/nccl ``src/graph/tuning.cc`` ``parseList``,
   ``NCCL_NTHREADS``: 64, 128, 256 or 512.
 - Any other ``NCCL_*`` name is passed through unchanged with an ``UnknownNcclVariable``
   warning (NCCL has many more knobs than the tuner knows).
+- The canonical spelling of a per-collective value names collectives and elements as NCCL's
+  own tables do (``LL,Simple;AllReduce:^LL``, ``AllReduce:Tree;Broadcast:Ring``): NCCL compares
+  them case-insensitively, so the server gets the same setting as written, and config identities
+  (and the studies recorded with them) stay what they were.
+- Knobs a PCIe node cannot use (``unsafe_on_pcie``): LL128 forced, NVLS, CollNet, PAT alone for
+  all-reduce (any release), and from NCCL 2.29 the symmetric kernels (``NCCL_SYM_*``: 2.29 runs
+  them only on fully NVLink-connected systems, release notes of 2.29.2 and ``ncclSymkAvailable``
+  in ``src/sym_kernels.cc``), so a PCIe box ignores them. Which release applies is the caller's
+  to say (``nccl_version``); an unknown release is taken as 2.29 or later.
+
+P2P between two GPUs (``p2p_decision``, read in ``src/graph/paths.cc`` ``ncclTopoCheckP2p``):
+NCCL uses P2P when the PCI path between them is no farther than the P2P level; the level is
+``NCCL_P2P_LEVEL`` when set (``NCCL_P2P_DISABLE=1``: ``LOC``, no P2P), else ``PXB`` (no P2P
+across a CPU's root ports), except ``SYS`` on an AMD x86 CPU with at most two GPUs; NCCL 2.2x
+path types in order: LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS.
 
 What the log says (``NCCL_DEBUG=INFO``; ``debug_env()`` gives the settings):
 ``NCCL version 2.28.9+cuda13.0``; ``NCCL_PROTO set by environment to LL`` (parameters
@@ -56,6 +71,17 @@ P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 _P2P_OLD_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")  # integer form, as NCCL maps it
 NTHREADS = (64, 128, 256, 512)
 PER_COLLECTIVE_SINCE = (2, 24)
+SYMMETRIC_NVLINK_ONLY_SINCE = (2, 29)  # the symmetric kernels run only on fully NVLink-connected systems
+SYMMETRIC_PREFIX = "NCCL_SYM_"  # NCCL_SYM_KERNEL, NCCL_SYM_CTAS, NCCL_SYM_TMA_ENABLE, ... (src/sym_kernels.cc)
+# NCCL's path types, nearest first (src/graph/topo.cc topoPathTypeStr, 2.2x); P2P is used up to the level
+PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
+DEFAULT_P2P_LEVEL = "PXB"
+# what `nvidia-smi topo -m` calls a pair's connection, as NCCL's path type (NODE: through the host
+# bridges of one CPU, which NCCL counts as PHB)
+_SMI_PATH = {"PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS"}
+# A trial warning about which all-reduce path an engine took (the backends write them) starts so:
+# it is not one of NCCL's settings, which ``is_verification_warning`` tells apart.
+ENGINE_PATH_WARNING = "all-reduce path: "
 
 BOOLEAN_VARS = ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_GRAPH_MIXING_SUPPORT", "NCCL_NVLS_ENABLE",
                 "NCCL_COLLNET_ENABLE")
@@ -215,7 +241,7 @@ def validate_value(name: str, value: Any, nccl_version: str | tuple | None = Non
         if name == "NCCL_NTHREADS" and number not in NTHREADS:
             raise ValueError(f"NCCL_NTHREADS must be one of {', '.join(map(str, NTHREADS))}, not {brief(text)}")
         return str(number)
-    if name.startswith("NCCL_") and name not in KNOWN_VARS:
+    if name.startswith("NCCL_") and name not in KNOWN_VARS and not name.startswith(SYMMETRIC_PREFIX):
         warnings.warn(f"{name} is not an NCCL variable the tuner knows; its value {brief(text)} is passed "
                       f"through unchecked", UnknownNcclVariable, stacklevel=2)
     return text
@@ -280,6 +306,78 @@ def unsafe_on_pcie(name: str, value: Any) -> str | None:
     return None
 
 
+def release_text(nccl_version: str | tuple | None) -> str:
+    """How a message names the NCCL release it judged by."""
+    version = _version_tuple(nccl_version)
+    return f"NCCL {'.'.join(map(str, version))}" if version else "an NCCL release not known here"
+
+
+def symmetric_kernels_ignored(nccl_version: str | tuple | None) -> str | None:
+    """Why NCCL's symmetric kernels cannot run on a PCIe node with this release, or None
+    (before 2.29 they could). An unknown release is taken as 2.29 or later: what current
+    engines ship."""
+    version = _version_tuple(nccl_version)
+    if version is not None and version < SYMMETRIC_NVLINK_ONLY_SINCE:
+        return None
+    return (f"from NCCL 2.29 the symmetric kernels run only on fully NVLink-connected systems, so a PCIe node "
+            f"ignores them ({release_text(nccl_version)})")
+
+
+def ignored_on_pcie(name: str, value: Any, nccl_version: str | tuple | None) -> str | None:
+    """Why the NCCL release ``nccl_version`` ignores this setting on a PCIe node, or None: the
+    version-dependent rules (``NCCL_SYM_*`` from 2.29); ``unsafe_on_pcie`` holds the others."""
+    if name.startswith(SYMMETRIC_PREFIX):
+        return symmetric_kernels_ignored(nccl_version)
+    return None
+
+
+def needs_release(name: str, value: Any) -> bool:
+    """Whether a rule about this setting depends on the NCCL release (the per-collective form,
+    the symmetric kernels): only then is the release looked up at validate time."""
+    if name.startswith(SYMMETRIC_PREFIX):
+        return True
+    return name in ("NCCL_PROTO", "NCCL_ALGO") and (";" in _as_text(value) or ":" in _as_text(value))
+
+
+# ---- P2P between two GPUs -----------------------------------------------------------------
+
+def p2p_level(env: dict[str, str], cpu_vendor: str | None = None, gpu_count: int = 0) -> tuple[str, str]:
+    """(the P2P level NCCL will use, why) for a server with environment ``env``:
+    ``NCCL_P2P_DISABLE=1`` (LOC: no P2P), ``NCCL_P2P_LEVEL`` (a name or NCCL's old integers),
+    else NCCL's default: PXB, or SYS on an AMD CPU with at most two GPUs (module docstring)."""
+    if str(env.get("NCCL_P2P_DISABLE", "")).strip() in ("1", "true", "True"):
+        return "LOC", "NCCL_P2P_DISABLE=1"
+    given = str(env.get("NCCL_P2P_LEVEL", "")).strip()
+    if given:
+        if given in PATH_TYPES:
+            return given, f"NCCL_P2P_LEVEL={given}"
+        if given.isdigit():
+            return _P2P_OLD_LEVELS[min(int(given), 5)], f"NCCL_P2P_LEVEL={given} (NCCL's old numbering)"
+        # NCCL compares the names case-sensitively: anything else is ignored and the default stands
+        default, why = p2p_level({}, cpu_vendor, gpu_count)
+        return default, f"{why}; NCCL_P2P_LEVEL={given} is not a level NCCL recognises, so it is ignored"
+    if (cpu_vendor or "").lower().startswith(("amd", "authenticamd")) and 0 < gpu_count <= 2:
+        return "SYS", "NCCL's default on an AMD CPU with at most two GPUs"
+    return DEFAULT_P2P_LEVEL, "NCCL's default: no P2P across a CPU's root ports"
+
+
+def nccl_path(smi_link: str) -> str | None:
+    """NCCL's path type for a pair as ``nvidia-smi topo -m`` shows it (NV#: NVLink), or None."""
+    link = smi_link.strip().upper()
+    if link.startswith("NV"):
+        return "NVL"
+    return _SMI_PATH.get(link)
+
+
+def p2p_decision(smi_link: str, level: str) -> bool | None:
+    """Whether NCCL's level check lets a pair with this ``nvidia-smi`` link use P2P (None:
+    a link nvidia-smi names in a way NCCL's path types do not cover)."""
+    path = nccl_path(smi_link)
+    if path is None or level not in PATH_TYPES:
+        return None
+    return PATH_TYPES.index(path) <= PATH_TYPES.index(level)
+
+
 # ---- the log ----------------------------------------------------------------------------
 
 _RE_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)(\S*)")
@@ -307,8 +405,10 @@ def parse_log(text: str) -> dict[str, Any]:
     trimmed to ``NET/<name>``), ``channels`` (collective channels: the largest ``N coll
     channels``, else ``Channel xx/N`` totals), ``nranks`` (largest communicator),
     ``per_call`` (distinct ``[collective, bytes, algo, proto]`` from TUNING lines, in
-    order), ``per_call_count`` (all TUNING lines), ``allreduce_algo``/``allreduce_proto``
-    (the most frequent per all-reduce, when TUNING ran), ``enabled_matrix`` ({collective:
+    order), ``per_call_count`` (all TUNING lines), ``per_collective`` ({collective: {"algo",
+    "proto"}}: the most frequent choice of each collective the TUNING lines show, so a
+    per-collective NCCL_ALGO/NCCL_PROTO can be checked collective by collective),
+    ``allreduce_algo``/``allreduce_proto`` (AllReduce's, when TUNING ran), ``enabled_matrix`` ({collective:
     {proto-or-algo: 0/1/2}} from NCCL's "Enabled NCCL Func/Proto/Algo Matrix" when
     printed), ``errors`` (distinct error messages: WARN lines and NCCL error lines),
     ``warnings`` (other NCCL WARN lines) and ``invalid`` (NCCL refused a value).
@@ -317,8 +417,8 @@ def parse_log(text: str) -> dict[str, Any]:
                            "per_call": [], "errors": [], "invalid": False}
     per_call_seen: set = set()
     per_call_count = 0
-    allreduce_algos: Counter = Counter()
-    allreduce_protos: Counter = Counter()
+    algos_of: dict[str, Counter] = {}
+    protos_of: dict[str, Counter] = {}
     coll_channels: list[int] = []
     channel_totals: list[int] = []
     warn_other: list[str] = []
@@ -359,9 +459,8 @@ def parse_log(text: str) -> dict[str, Any]:
             if call not in per_call_seen:
                 per_call_seen.add(call)
                 out["per_call"].append(list(call))
-            if call[0].lower() == "allreduce":
-                allreduce_algos[call[2]] += 1
-                allreduce_protos[call[3]] += 1
+            algos_of.setdefault(call[0], Counter())[call[2]] += 1
+            protos_of.setdefault(call[0], Counter())[call[3]] += 1
         if "Enabled NCCL Func/Proto/Algo Matrix" in line and matrix_at is None:
             matrix_at = i
         if m := _RE_WARN.search(line):
@@ -380,9 +479,11 @@ def parse_log(text: str) -> dict[str, Any]:
     elif channel_totals:
         out["channels"] = max(channel_totals)
     out["per_call_count"] = per_call_count
-    if allreduce_algos:
-        out["allreduce_algo"] = allreduce_algos.most_common(1)[0][0]
-        out["allreduce_proto"] = allreduce_protos.most_common(1)[0][0]
+    out["per_collective"] = {coll: {"algo": algos_of[coll].most_common(1)[0][0],
+                                    "proto": protos_of[coll].most_common(1)[0][0]} for coll in algos_of}
+    if "AllReduce" in out["per_collective"]:
+        out["allreduce_algo"] = out["per_collective"]["AllReduce"]["algo"]
+        out["allreduce_proto"] = out["per_collective"]["AllReduce"]["proto"]
     if matrix_at is not None:
         matrix = _parse_matrix(lines[matrix_at + 1: matrix_at + 12])
         if matrix:
@@ -440,9 +541,9 @@ def _same_value(name: str, requested: str, printed: str) -> bool:
 
 def is_verification_warning(text: str) -> bool:
     """A trial warning ``verify_applied`` wrote (each names NCCL or an NCCL_ variable), told from
-    a trial's other warnings (the benchmark's, the correctness gate's), which the report lists
-    apart."""
-    return "NCCL" in text
+    a trial's other warnings (the benchmark's, the correctness gate's, the engine's all-reduce
+    path: ``ENGINE_PATH_WARNING``), which the report lists apart."""
+    return "NCCL" in text and not text.startswith(ENGINE_PATH_WARNING)
 
 
 def verify_applied(requested_env: dict[str, Any], parsed: dict[str, Any]) -> list[str]:

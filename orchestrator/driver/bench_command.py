@@ -7,7 +7,8 @@ values refused unless ``allow_unsafe_nccl``), then by the space's constraints an
 backend: ``bench`` measures nothing ``validate`` would refuse. It runs the same trial
 lifecycle as a study trial, in this process, with its own server log per run
 (``bench-logs/bench-<time>-<pid>.log``). When the job's study already holds a golden
-reference, the output goes through the same correctness gate as a study trial.
+reference, the output goes through the same correctness gate as a study trial. While it
+runs, its phases are a status line in a terminal and event lines elsewhere, as a study's.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from orchestrator.core import correctness, nccl, outcome
 from orchestrator.core.errors import BadInput, ConfigRejected, NcclsweepError
 from orchestrator.core.measurement import level_text
 from orchestrator.core.records import FailureKind, TrialResult
+from orchestrator.driver.progress import Progress
 from orchestrator.node.spec import TrialSpec, check_plan
 from orchestrator.node.trial import run_trial
 from orchestrator.study.storage import GOLDEN_ATTR, load_study
@@ -76,7 +78,11 @@ def bench_config(job, overrides: dict[str, Any], number: int = 0, verify_nccl: b
         log_dir=job.dir.bench_logs, log_name=f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log",
         extra_env=nccl.debug_env(tuning=True) if verify_nccl else None,  # per-call choices: never a timed trial
         device_check=False, measure_bandwidth=False)
-    result = run_trial(spec, threading.Event())
+    progress = Progress(job, trials=1, timeout_s=None)
+    try:
+        result = run_trial(spec, threading.Event(), on_phase=lambda phase: progress.running([("bench", phase)]))
+    finally:
+        progress.idle()
     if golden is not None:
         result = outcome.gate(result, golden)
     return result
@@ -104,6 +110,11 @@ def format_result(result: TrialResult) -> str:
         lines.append(f"decode: {one.value:.1f} tok/s (median of {len(one.samples)}: {samples}; "
                      f"cv {100 * (one.cv or 0):.1f}%)")
     lines.extend(f"level {level_text(lv)}" for lv in levels.values())
+    if got is not None and got.goodput is not None:  # the goodput objective's bisection
+        lines.append(f"goodput: {got.goodput.describe()}, {got.value or 0:.1f} total tok/s there "
+                     f"(probed {', '.join(map(str, got.goodput.probes))})")
+    if got is not None and got.lengths is not None:
+        lines.append(f"lengths: {got.lengths.describe()}")
     verdict = result.correctness
     if verdict:
         drift = verdict.get("max_drift")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.records import TrialResult
+from orchestrator.node.phases import TrialPhase
 from orchestrator.node.preflight import check_task
 from orchestrator.node.server import ServerRegistry, cleanup_recorded
 from orchestrator.node.spec import TrialSpec
@@ -60,6 +61,12 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def running(self) -> dict[int, TrialSpec]:
         """Tickets still in flight and their specs."""
+
+    def phases(self) -> dict[int, TrialPhase]:
+        """The latest phase each trial in flight reported (``node.phases``), by ticket: what
+        the status line shows. Best effort and never blocking: a trial whose report has not
+        arrived (or was lost) is missing. None by default."""
+        return {}
 
     @abc.abstractmethod
     def cancel_all(self) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.core.records import TrialResult
 from orchestrator.driver.executor import Executor
+from orchestrator.node.phases import LatestPhases, TrialPhase
 from orchestrator.node.server import ServerProcess
 from orchestrator.node.spec import TrialSpec
 from orchestrator.node.trial import run_trial
@@ -43,6 +44,7 @@ class InProcessExecutor(Executor):
         self._done: queue.Queue[tuple[int, TrialResult]] = queue.Queue()
         self._lock = threading.Lock()
         self._running: dict[int, _Running] = {}
+        self._phases = LatestPhases()
         self._threads = [threading.Thread(target=self._serve, name=f"trial-slot-{i}", daemon=True)
                          for i in range(parallel)]
         for t in self._threads:
@@ -60,9 +62,10 @@ class InProcessExecutor(Executor):
             def on_server(server: ServerProcess | None, run: _Running = run) -> None:
                 run.server = server
 
-            result = run_trial(spec, run.cancel, on_server=on_server)
+            result = run_trial(spec, run.cancel, on_server=on_server, on_phase=self._phases.sink(ticket))
             with self._lock:
                 self._running.pop(ticket, None)
+            self._phases.drop(ticket)
             self._done.put((ticket, result))
 
     @property
@@ -91,6 +94,9 @@ class InProcessExecutor(Executor):
     def running(self) -> dict[int, TrialSpec]:
         with self._lock:
             return {ticket: run.spec for ticket, run in self._running.items()}
+
+    def phases(self) -> dict[int, TrialPhase]:
+        return self._phases.snapshot()
 
     def cancel_all(self) -> None:
         with self._lock:

@@ -1,29 +1,39 @@
-"""What a run says while it runs: one line per event, and the last line's verdict.
+"""What a run says while it runs: one line per event, a live status line, and the verdict.
 
 Every line goes through ``Progress.say`` (the ``ncclsweep.progress`` logger, which the CLI
 sends to stderr and the study's ``driver.log``; a test may pass a stream instead). Trials
-are numbered once: ``#N`` is the Optuna trial number everywhere; the budget is counted
-apart ("launch 2 of 8"). A ratio to the baseline is printed with the words of
-``core.verdict``: "faster"/"slower" only beyond the launch noise (``study.launches``: every
-figure is the median over a config's launches, every interval over launches). Relaunches
-(``study.relaunch``) and the finalists' race (``study.race``) say what they launch, why, what it
-costs and what each round decided.
+are numbered once: ``#N`` is the Optuna trial number everywhere. Launches are counted per
+run ("this run's launch 3": strictly increasing, whatever the trials' outcomes), the budget
+apart ("budget 2/8 used": the study's counted trials). While trials run, their phases
+(``node.phases``) are a status line redrawn in place in a terminal, with the study's time to
+go and the time left (``core.logs.status``), and one line per phase change everywhere else
+(``core.logs.EVENT``). Every line fits ``logs.LOG_WIDTH``: a config has lines of its own
+(``#N config: ...``), a long failure reason is cut (``status`` has it whole). A ratio to the
+baseline is printed with the words of ``core.verdict``: "faster"/"slower" only beyond the
+launch noise (``study.launches``: every figure is the median over a config's launches, every
+interval over launches). Relaunches (``study.relaunch``) and the finalists' race
+(``study.race``) say what they launch, why, what it costs and what each round decided.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from orchestrator.config.yaml_input import display_path
 from orchestrator.core import golden_check, logs, verdict
+from orchestrator.core.pace import fmt_s
 from orchestrator.core.records import COMPLETE, PRUNED, FailureKind, TrialResult, TrialRow
+from orchestrator.node.phases import MEASURING, TrialPhase
+from orchestrator.study import history
 from orchestrator.study import objective as objectives
 from orchestrator.study import race as races
 from orchestrator.study.bans import describe
 from orchestrator.study.cost import LaunchCost
+from orchestrator.study.goodput import GoodputAnswer
 from orchestrator.study.launches import Evidence, load_note
 from orchestrator.study.plan import Plan, fmt, launches_text, level_value, noise_text
 
@@ -42,13 +52,6 @@ class RunSummary:
     def interrupted(self) -> bool:
         """Stopped by a signal: the CLI exits 130."""
         return self.reason == "stopped by signal"
-
-
-def fmt_s(seconds: float) -> str:
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
 def spread(row: TrialRow) -> float | None:
@@ -75,22 +78,22 @@ def vs_baseline_words(best: TrialRow, base: TrialRow | None, evidence: Evidence,
 
 
 class Progress:
-    """The run's lines (module docstring). ``trials``: the budget (None: none); ``timeout_s``
-    and ``timeout_source``: the wall-clock limit and what set it."""
+    """The run's lines (module docstring). ``trials``: the budget (None: none); ``timeout_s``:
+    the wall-clock limit (None: none)."""
 
-    def __init__(self, job, *, trials: int | None, timeout_s: float | None, timeout_source: str,
-                 out: TextIO | None = None):
+    def __init__(self, job, *, trials: int | None, timeout_s: float | None, out: TextIO | None = None):
         self.job = job
         self.trials = trials
         self.timeout_s = timeout_s
-        self.timeout_source = timeout_source
         self.out = out  # None: the progress logger
         self.t_start = time.monotonic()
         self.finished = 0  # trials finished in this invocation (for the time-to-go estimate)
         # seconds the next N launches should take by the study's measured launch costs (the driver
         # sets it: ``SearchPolicy.expected_seconds`` over its slots); None: the pace of this run
         self.expected_left: Callable[[int], float | None] | None = None
+        self.counted = 0  # the study's counted trials, as the driver last said
         self._announced: set = set()
+        self._phase_keys: dict[str, tuple] = {}  # label of a trial in flight -> its phase last said
 
     def say(self, line: str) -> None:
         if self.out is not None:
@@ -98,42 +101,104 @@ class Progress:
         else:
             logs.progress.info(line)
 
+    def event(self, line: str) -> None:
+        """A line the terminal's status line shows instead (a phase change): a plain line in
+        a log, in driver.log and on a stream given to the constructor."""
+        if self.out is not None:
+            print(line, file=self.out, flush=True)
+        else:
+            logs.progress.log(logging.INFO, line, extra={logs.EVENT: True})
+
     def elapsed(self) -> str:
         return fmt_s(time.monotonic() - self.t_start)
 
     # ---- per trial --------------------------------------------------------------------------
-    def started(self, number: int, config: dict, used: int, is_baseline: bool = False) -> None:
-        """A launch began (``used``: launches counted so far, this one included)."""
-        total = f" of {self.trials}" if self.trials else ""
+    def started(self, number: int, config: dict, launch: int, counted: int, is_baseline: bool = False) -> None:
+        """A launch began: ``launch`` counts this run's launches (this one included),
+        ``counted`` the study's counted trials so far."""
+        self.counted = counted
         role = ", the baseline" if is_baseline else ""
-        params = " ".join(f"{k}={v}" for k, v in config.items())
-        self.say(f"starting #{number} (launch {used}{total}{role}): {params or '(defaults)'} "
-                 f"(elapsed {self.elapsed()}{self._remaining(used)})")
+        budget = f"; budget {counted}/{self.trials} used" if self.trials else ""
+        self.say(f"starting #{number} (this run's launch {launch}{role}{budget}) elapsed {self.elapsed()}"
+                 + self._remaining(max(0, (self.trials or 0) - counted)))
+        for line in config_lines(f"  #{number} config: ", config):
+            self.say(line)
 
-    def _remaining(self, used: int) -> str:
-        """Time left: the launches left at the study's measured cost per config (``study.cost``),
-        else x the mean trial time of this run so far; and the wall-clock budget if any."""
+    def _remaining(self, left: int, running: Sequence[TrialPhase] = ()) -> str:
+        """Time to go and time left: ``left`` launches to finish, the ``running`` ones included
+        (``_to_go``); and the wall-clock limit if any."""
         elapsed = time.monotonic() - self.t_start
         parts = []
-        left = max(0, self.trials - used + 1) if self.trials else 0
-        expected = self.expected_left(left) if left and self.expected_left is not None else None
-        if expected is not None:
-            parts.append(f"~{fmt_s(expected)} to go by the measured launch costs")
-        elif self.trials and self.finished:
-            per_trial = elapsed / self.finished
-            parts.append(f"~{fmt_s(per_trial * left)} to go at this pace")
+        to_go = self._to_go(left, running)
+        if to_go is not None:
+            parts.append(f"~{fmt_s(to_go)} to go")
         if self.timeout_s:
-            parts.append(f"{fmt_s(max(0.0, self.timeout_s - elapsed))} left of {self.timeout_source}")
+            parts.append(f"{fmt_s(max(0.0, self.timeout_s - elapsed))} of {fmt_s(self.timeout_s)} left")
         return (", " + ", ".join(parts)) if parts else ""
+
+    def _to_go(self, left: int, running: Sequence[TrialPhase]) -> float | None:
+        """Seconds until ``left`` launches are done (the ``running`` ones, that far in, among
+        them): at the study's measured cost per config (``study.cost``), else at the mean trial
+        time of this run so far, else, during a first trial's measurement, at the pace of its
+        requests (that trial's length so far and what its level still has to measure, a lower
+        bound). None: nothing to go by yet."""
+        if not left:
+            return None
+        now = time.time()
+        into = sum(now - p.trial_started for p in running) / len(running) if running else 0.0
+        expected = self.expected_left(left) if self.expected_left is not None else None
+        if expected is None and self.finished:
+            expected = (time.monotonic() - self.t_start) / self.finished * left
+        if expected is not None:
+            return max(0.0, expected - into)
+        paced = [p for p in running if p.name == MEASURING and p.done and p.total]
+        if not paced:
+            return None
+        level_left = max((p.level_s + now - p.since) / p.done * (p.total - p.done)  # type: ignore[operator]
+                         for p in paced)
+        per_launch = into + level_left
+        return level_left + per_launch * max(0, left - len(running)) / max(1, len(running))
+
+    def running(self, phases: Sequence[tuple[str, TrialPhase]]) -> None:
+        """The trials in flight as they last reported (label, phase): each phase change is an
+        event line; the status line shows them all with the study's time to go."""
+        now = time.time()
+        shown = []
+        for label, phase in phases:
+            into = fmt_s(now - phase.trial_started)
+            if self._phase_keys.get(label) != phase.key:
+                self._phase_keys[label] = phase.key
+                self.event(f"  {label} {phase.text()} ({into} into the trial)")
+            shown.append(f"{label} {phase.text()} ({into})")
+        for gone in set(self._phase_keys) - {label for label, _ in phases}:
+            del self._phase_keys[gone]
+        if self.out is not None:
+            return
+        if not shown:
+            logs.status("")
+            return
+        eta = self._remaining(max(len(phases), (self.trials or 0) - self.counted), [p for _, p in phases])
+        logs.status("; ".join(shown) + (f" | {eta[2:]}" if eta else "") + f" | elapsed {self.elapsed()}")
+
+    def idle(self) -> None:
+        """Nothing runs (the loop is leaving): no status line."""
+        self._phase_keys.clear()
+        if self.out is None:
+            logs.status("")
 
     def ended(self, number: int, result: TrialResult, best: TrialRow | None, base_value: float | None,
               plan: Plan | None = None) -> None:
         """A trial's final outcome, with the best so far (with a ``plan``: at every level)."""
         if plan is not None and result.outcome in (COMPLETE, PRUNED):
-            self.say(f"  #{number} -> {self._levels_said(result, plan)}{self._plan_bests(plan)} "
-                     f"(elapsed {self.elapsed()})")
+            head, tail = f"  #{number} -> ", f"{self._plan_bests(plan)} (elapsed {self.elapsed()})"
+            self.say(head + logs.clip(self._levels_said(result, plan), logs.LOG_WIDTH - len(head) - len(tail)) + tail)
             return
-        if result.outcome == COMPLETE:
+        reached = result.measurement.goodput if result.measurement is not None else None
+        if result.outcome == COMPLETE and reached is not None:  # goodput: where the SLO stopped holding
+            ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
+            what = (f"{reached.describe()} at {result.value:.1f} total tok/s{ratio}" if reached.holds is not None
+                    else f"{reached.describe()}: infeasible")
+        elif result.outcome == COMPLETE:
             ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
             what = f"{result.value:.1f} tok/s{ratio}"
         elif result.outcome == PRUNED:
@@ -150,7 +215,8 @@ class Progress:
         if best is not None and best.value is not None:
             ratio = f" = {best.value / base_value:.2f}x baseline" if base_value else ""
             best_s = f" | best #{best.number} {best.value:.1f} tok/s{ratio}"
-        self.say(f"  #{number} -> {what}{best_s} (elapsed {self.elapsed()})")
+        head, tail = f"  #{number} -> ", f"{best_s} (elapsed {self.elapsed()})"
+        self.say(head + logs.clip(what, logs.LOG_WIDTH - len(head) - len(tail)) + tail)
 
     @staticmethod
     def _levels_said(result: TrialResult, plan: Plan) -> str:
@@ -163,8 +229,9 @@ class Progress:
             ratio = f" ({got / base:.2f}x{' baseline' if i == 0 else ''})" if got and base else ""
             parts.append(f"{level}: {fmt(got)} {objectives.unit(level)}{ratio}")
         said = ", ".join(parts)
-        if result.outcome == PRUNED:
-            return f"pruned after the first round: {result.failure_reason or said}"
+        if result.outcome == PRUNED:  # its reason says after which round and below what
+            return f"pruned: {result.failure_reason}" if result.failure_reason else \
+                f"pruned after the first round: {said}"
         return said
 
     @staticmethod
@@ -255,10 +322,12 @@ class Progress:
     # ---- the end ----------------------------------------------------------------------------
     @staticmethod
     def best_summary(best: TrialRow | None, base: TrialRow | None, plan: Plan | None = None,
-                     rows: list[TrialRow] | None = None, objective: Any = None) -> dict[str, Any] | None:
+                     rows: list[TrialRow] | None = None, objective: Any = None,
+                     goodput: GoodputAnswer | None = None) -> dict[str, Any] | None:
         """The run's best as plain data (``RunSummary.best``): its figure over its launches, the
         verdict against the baseline over launches, where a fresh launch should measure, the race;
-        with a ``plan`` (several levels), the plan too (``Plan.to_dict``, under ``plan``)."""
+        with a ``plan`` (several levels), the plan too (``Plan.to_dict``, under ``plan``); for
+        goodput, the answer (``GoodputAnswer.to_dict``, under ``goodput``)."""
         if best is None or best.value is None:
             return None
         rows = list(rows or [r for r in (best, base) if r is not None])
@@ -266,8 +335,11 @@ class Progress:
         ev = Evidence(rows)
         value = ev.median(best.config_key, level) or best.value
         base_value = (ev.median(base.config_key, level) or base.value) if base is not None else None
+        iv = (ev.interval(base.config_key, best.config_key, level)
+              if base is not None and base_value and best.config_key != base.config_key else None)
         out = {"number": best.number, "value": value, "config": dict(best.params) or None,
                "spread": spread(best), "vs_baseline": (value / base_value) if base_value else None,
+               "interval": {"lo": iv.lo, "hi": iv.hi, "confidence": iv.confidence} if iv and iv.bounded else None,
                "launches": ev.count(best.config_key, level), "fresh": ev.fresh(best.config_key, level),
                "noise": ev.noise(level).to_dict(), "noise_text": ev.noise(level).text(),
                "verdict": vs_baseline_words(best, base, ev, level),
@@ -278,9 +350,12 @@ class Progress:
                 "launches": ev.count(base.config_key, level)}}
         if plan is not None:
             out["plan"] = plan.to_dict()
+        if goodput is not None:
+            out["goodput"] = goodput.to_dict()
         return out
 
     def final_line(self, summary: RunSummary, counted: int) -> str:
+        """How the run ended and how many trials it counted and launched."""
         best = summary.best
         head = f"{summary.reason}: {counted} trials counted, {summary.launched} launched this run"
         if summary.relaunched:
@@ -291,29 +366,40 @@ class Progress:
             bests = [f"at {lp['level']} #{lp['best_trial']}" for lp in best["plan"]["per_level"]
                      if lp["best_trial"] is not None]
             return f"{head}; plan: best {', '.join(bests)}"
-        params = " ".join(f"{k}={v}" for k, v in (best["config"] or {}).items())
-        return f"{head}; best #{best['number']}: {best['value']:.1f} tok/s with {params or '(defaults)'}"
+        return head
 
-    def next_steps(self, summary: RunSummary, rows: list[TrialRow] | None) -> str:
-        """The last line: the verdict against the baseline, where the results are, what to run next."""
+    def next_steps(self, summary: RunSummary, rows: list[TrialRow] | None) -> list[str]:
+        """The run's last lines: the verdict against the baseline (the best's config on lines
+        of its own), then one ``next:`` line per command to run, each naming what it writes."""
         job = self.job.path
         folder, logs_dir = display_path(self.job.report_dir), display_path(self.job.dir.logs)
         best = summary.best
         if summary.interrupted:
-            return (f"stopped: `ncclsweep run {job}` continues the study; `ncclsweep status {job}` shows it "
-                    f"so far (results in {folder})")
+            return [f"stopped: `ncclsweep status {job}` shows the study so far (results in {folder})",
+                    f"next: `ncclsweep run {job}` continues it"]
         if best is None:
             why = golden_check.disputed(rows) if rows is not None else None
             if why:
-                return (f"no config is called best: {why}; check the baseline's output in the trial logs in "
-                        f"{logs_dir} and `ncclsweep status {job}`; `ncclsweep run {job} --trials N` "
-                        "compares more configs with it")
-            return f"no config passed yet: see `ncclsweep status {job}` and the trial logs in {logs_dir}"
-        extra = "".join(f" | {best[k]}" for k in ("race", "load") if best.get(k))
+                return [f"no config is called best: {why}",
+                        f"next: check the baseline's output in the trial logs in {logs_dir} and "
+                        f"`ncclsweep status {job}`",
+                        f"next: `ncclsweep run {job} --trials N` compares more configs with it"]
+            broke = history.infeasible_lines(rows or [])
+            if broke:  # measured, but the latency targets leave them nowhere to count
+                return [f"no config holds the latency targets (slo) yet: {'; '.join(broke[:3])}",
+                        f"next: `ncclsweep status {job}` shows every level's latency"]
+            return [f"no config passed yet: see `ncclsweep status {job}` and the trial logs in {logs_dir}"]
+        report = f"next: `ncclsweep report {job}` (writes {folder}/report.html)"
+        extra = [best[k] for k in ("race", "load") if best.get(k)]  # the race's outcome, launches under unlike load
         if best.get("plan"):
-            return (f"{plan_said(best['plan'])}{extra} | next: `ncclsweep report {job}` (writes {folder}/report.html), "
-                    f"`ncclsweep compare {job} --plan`, `ncclsweep export {job} --concurrency N --format env`"
-                    + (" (or --mix)" if best["plan"].get("weights") else ""))
+            mix = " (or --mix)" if best["plan"].get("weights") else ""
+            return [*plan_lines(best["plan"]), *extra, report, f"next: `ncclsweep compare {job} --plan`",
+                    f"next: `ncclsweep export {job} --concurrency N --format cmd`{mix}"]
+        if best.get("goodput"):
+            return [f"goodput: {best['goodput']['text']}",
+                    *config_lines(f"  #{best['number']} config: ", best.get("config") or {}),
+                    *([best["load"]] if best.get("load") else []), report,
+                    f"next: `ncclsweep export {job} --format cmd`"]
         base = best.get("baseline")
         figure = f"{best['value']:.1f} tok/s (median of {launches_text(best.get('launches') or 1)})"
         if base is None:
@@ -322,39 +408,59 @@ class Progress:
             said = f"the baseline #{base['number']} is the best config found ({figure})"
         else:
             said = f"best #{best['number']} {figure} = {best['verdict']}"
-        return (f"{said}{extra} | next: `ncclsweep report {job}` (writes {folder}/report.html), "
-                f"`ncclsweep compare {job}`, `ncclsweep export {job} --format env`")
+        broke = [line for line in history.infeasible_lines(rows or []) if "(baseline)" in line]
+        if broke:  # reported, not a reason to stop
+            said += f"; the baseline {broke[0].split(': ', 1)[1]}"
+        return [said, *config_lines(f"  #{best['number']} config: ", best.get("config") or {}), *extra, report,
+                f"next: `ncclsweep compare {job}`", f"next: `ncclsweep export {job} --format cmd`"]
 
 
 def _ordinal(n: int) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
-def plan_said(plan: dict[str, Any]) -> str:
-    """The last line's verdict of a plan (``Plan.to_dict``): per level the best, its number and
-    its ratio to the baseline (beyond noise or not, ``core.verdict``), and what the best at the
-    lowest level loses where another config is best; with weights, the best for the mix."""
-    parts = []
+def config_lines(head: str, config: dict[str, Any], width: int = logs.LOG_WIDTH) -> list[str]:
+    """A config as ``head`` + its ``k=v`` pairs, over as many lines as ``width`` needs, each
+    beginning with ``head`` (the trial's number): never cut, never wider (a single pair wider
+    than a line is wrapped by the log)."""
+    pairs = [f"{k}={v}" for k, v in config.items()] or ["(defaults)"]
+    lines, line = [], ""
+    for pair in pairs:
+        if line and len(head) + len(line) + 1 + len(pair) > width:
+            lines.append(head + line)
+            line = ""
+        line = f"{line} {pair}" if line else pair
+    return [*lines, head + line]
+
+
+def plan_lines(plan: dict[str, Any]) -> list[str]:
+    """The verdict of a plan (``Plan.to_dict``), a line per level: its best, its number and its
+    ratio to the baseline (beyond noise or not, ``core.verdict``); a line for what the best at
+    the lowest level loses where another config is best; with weights, one for the mix's best."""
+    lines = []
     first = plan["levels"][0]
     losses = []
     for lp in plan["per_level"]:
         if lp["best_trial"] is None:
-            parts.append(f"at {lp['level']} none yet")
+            lines.append(f"at {lp['level']} none yet")
             continue
         vs = lp["vs_baseline"]
         ratio = f" = {vs['text']} than the baseline" if vs and vs["verdict"] != "same config" else \
             (" (the baseline)" if vs else "")
         n = lp.get("best_launches") or 1
-        parts.append(f"at {lp['level']} #{lp['best_trial']} {fmt(lp['best_value'])} {lp['unit']} "
+        lines.append(f"at {lp['level']} #{lp['best_trial']} {fmt(lp['best_value'])} {lp['unit']} "
                      f"({launches_text(n)}){ratio}")
         lose = lp["anchor_vs_best"]
         if lose and lose["verdict"] != "same config":
             losses.append(f"{fmt(lp['anchor_value'])} at {lp['level']} ({lose['text']})")
-    said = "plan: " + "; ".join(parts)
     if losses and plan.get("anchor_trial") is not None:
-        said += f"; the best at {first} (#{plan['anchor_trial']}) does " + ", ".join(losses)
+        lines.append(f"the best at {first} (#{plan['anchor_trial']}) does " + ", ".join(losses))
+    if plan.get("slo_lines"):  # the latency targets: who broke them where, by how much
+        lines += [f"slo {plan['slo_text']}: {line}" for line in plan["slo_lines"]]
     mix = plan.get("mix")
     if mix:
         vs = mix.get("vs_baseline")
-        said += f"; best for the mix #{mix['trial']}" + (f" = {vs['text']} than the baseline" if vs else "")
-    return said
+        lines.append(f"best for the mix #{mix['trial']}" + (f" = {vs['text']} than the baseline" if vs else ""))
+    return [f"plan: {line}" for line in lines]
+
+

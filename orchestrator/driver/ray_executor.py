@@ -27,7 +27,9 @@ Connecting (``connect_ray``): ``address`` (``ray.address`` / ``--ray-address``) 
 existing cluster; an address where nothing listens fails at once, one where something
 listens that does not answer as Ray (or refuses the token) within ``CONNECT_TIMEOUT_S``,
 as one ``RuntimeFailure`` line (Ray itself would retry for minutes). Without an address
-a fresh local Ray is started (``address="local"``), never a cluster found on the host.
+a fresh local Ray is started (``address="local"``), never a cluster found on the host, and
+on loopback only (``LOOPBACK_ONLY``): its services listen on 127.0.0.1, not on the machine's
+network interfaces, since nothing outside the machine joins it.
 
 Killing: ``ray.kill`` does not reach a server started in its own session, so an actor
 kills its server's process group itself (``stop``), and the server carries a
@@ -54,6 +56,7 @@ from orchestrator.core.errors import RuntimeFailure
 from orchestrator.core.records import FailureKind, TrialResult
 from orchestrator.driver.executor import Executor
 from orchestrator.node.hwprobe import node_info
+from orchestrator.node.phases import TrialPhase
 from orchestrator.node.preflight import check_task
 from orchestrator.node.server import ServerRegistry, cleanup_recorded
 from orchestrator.node.spec import TrialSpec
@@ -63,15 +66,28 @@ log = logging.getLogger(__name__)
 
 
 class TrialActor:
-    """Lives on one node, runs one trial at a time; ``stop`` may be called concurrently."""
+    """Lives on one node, runs one trial at a time; ``stop`` and ``phase`` may be called
+    concurrently (a threaded actor: ``max_concurrency``)."""
 
     def __init__(self) -> None:
         self._cancel = threading.Event()
         self._server = None
+        self._phase: TrialPhase | None = None
 
     def run(self, spec: TrialSpec) -> TrialResult:
         self._cancel.clear()
-        return run_trial(spec, self._cancel, on_server=self._set_server)
+        self._phase = None
+        try:
+            return run_trial(spec, self._cancel, on_server=self._set_server, on_phase=self._set_phase)
+        finally:
+            self._phase = None
+
+    def _set_phase(self, phase: TrialPhase) -> None:
+        self._phase = phase
+
+    def phase(self) -> TrialPhase | None:
+        """The running trial's latest phase (the driver polls it for the status line)."""
+        return self._phase
 
     def _set_server(self, server) -> None:
         self._server = server
@@ -195,6 +211,22 @@ def _last_error(lines: list[str]) -> str | None:
     return None
 
 
+# Ray's single-machine mode (its default on macOS and Windows): the node's address is loopback
+# and every service of the local Ray (GCS, raylet, workers, the runtime-env agent) listens on
+# 127.0.0.1 only (``ray.init(_node_ip_address="127.0.0.1")`` is rewritten to the machine's
+# address). Ray reads it when it is imported; the processes it spawns inherit it.
+LOOPBACK_ONLY = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+def _local_ray_on_loopback() -> None:
+    """The private local Ray this process starts listens on loopback only (``LOOPBACK_ONLY``)."""
+    name, value = LOOPBACK_ONLY
+    os.environ[name] = value
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None:  # Ray was imported before (its constants are read when it is)
+        setattr(constants, "ENABLE_RAY_CLUSTER", False)  # noqa: B010 - a module attribute, set
+
+
 def connect_ray(address: str | None, local_num_cpus: int | None = None):
     """``ray.init`` for the driver (no resources asked for it); every failure is one
     ``RuntimeFailure`` line. Reuses a Ray this process already initialised.
@@ -230,6 +262,7 @@ def connect_ray(address: str | None, local_num_cpus: int | None = None):
             level = notice.level
             notice.setLevel(logging.ERROR)
             try:
+                _local_ray_on_loopback()
                 ray.init(address="local", num_cpus=local_num_cpus, include_dashboard=False,
                          logging_level=logging.WARNING, log_to_driver=False)
             finally:
@@ -275,6 +308,8 @@ class _Flight:
     worker: _Worker
     spec: TrialSpec
     submitted_at: float
+    phase: TrialPhase | None = None  # the latest the actor answered
+    polling: Any = None  # an unanswered ``phase`` call
 
 
 class RayExecutor(Executor):
@@ -296,7 +331,7 @@ class RayExecutor(Executor):
         self._need: dict[str, float] = ({"GPU": gpus_per_node, "CPU": 1} if gpus_per_node > 0
                                         else {"CPU": cpus_per_trial})
         self._need.update(self._resources)
-        opts: dict[str, Any] = {"max_concurrency": 2, "max_restarts": 0}
+        opts: dict[str, Any] = {"max_concurrency": 3, "max_restarts": 0}  # run, stop, phase
         if gpus_per_node > 0:
             opts["num_gpus"] = gpus_per_node
             opts["num_cpus"] = 1
@@ -502,6 +537,33 @@ class RayExecutor(Executor):
 
     def running(self) -> dict[int, TrialSpec]:
         return {f.ticket: f.spec for f in self._busy.values()}
+
+    def phases(self) -> dict[int, TrialPhase]:
+        """Each running trial's latest phase: the answers of earlier ``phase`` calls that have
+        arrived, and a new call to every actor that has none pending (never waits; a call that
+        fails is dropped: the status line is a courtesy)."""
+        flights = list(self._busy.values())
+        pending = [f.polling for f in flights if f.polling is not None]
+        ready: set = set()
+        if pending:
+            try:
+                done, _ = self._ray.wait(pending, num_returns=len(pending), timeout=0)
+                ready = set(done)
+            except Exception:  # noqa: BLE001 - a lost update, never an error
+                ready = set()
+        for f in flights:
+            if f.polling is not None and f.polling in ready:
+                try:
+                    f.phase = self._ray.get(f.polling) or f.phase
+                except Exception:  # noqa: BLE001 - the actor is gone: ``wait`` reports the trial
+                    pass
+                f.polling = None
+            if f.polling is None:
+                try:
+                    f.polling = f.worker.actor.phase.remote()
+                except Exception:  # noqa: BLE001 - a fake or a dead actor: no phase
+                    f.polling = None
+        return {f.ticket: f.phase for f in flights if f.phase is not None}
 
     def cancel_all(self) -> None:
         refs = [f.worker.actor.stop.remote() for f in self._busy.values()]

@@ -18,7 +18,9 @@ only what the race needs) it races the finalists (``study.race``: the incumbent 
 within launch noise of it, relaunched in interleaved rounds until the order is decided or
 ``budget.confirm`` launches are spent). Both are uncounted trials of the study; a run that
 finds its search's budget spent continues the relaunches (until the launch noise is known) and
-the race a stopped run left. A write into the study's folder
+the race a stopped run left. A goodput study (``objective.goodput``) does neither: its answer
+is where each config stops holding the SLO (``study.goodput``), its figure the median over its
+launches (``launches.HEADLINE``). A write into the study's folder
 that fails (disk full, quota, read-only) stops the run with one line naming the folder and
 the cause; what was recorded before stays readable and resumable.
 """
@@ -37,8 +39,9 @@ from typing import Any, Literal, TextIO
 
 import optuna
 
+from orchestrator.config.job_checks import check_sampler_installed
 from orchestrator.config.yaml_input import display_path
-from orchestrator.core import correctness, golden_check, logs, outcome
+from orchestrator.core import correctness, golden_check, logs, nccl, outcome
 from orchestrator.core.errors import BadInput, CircuitOpen, RuntimeFailure, StorageWriteError, is_file_write_failure
 from orchestrator.core.records import COMPLETE, FAIL, PRUNED, FailureKind, TrialResult, config_key
 from orchestrator.driver.executor import Executor
@@ -60,6 +63,7 @@ from orchestrator.node import preflight
 from orchestrator.node.spec import TrialSpec, check_plan
 from orchestrator.study import objective as objectives
 from orchestrator.study import storage
+from orchestrator.study.goodput import goodput_answer
 from orchestrator.study.plan import build_plan
 from orchestrator.study.policy import Proposal, SearchPolicy
 from orchestrator.study.race import RACE, RaceState, race_state
@@ -149,6 +153,7 @@ class _Loop:
     in_flight: dict[int, Launch] = field(default_factory=dict)  # executor ticket -> what runs there
     repeats: list[str] = field(default_factory=list)  # node ids still to repeat the baseline on
     search_over: bool = False  # no search trial starts any more (the rest of the time is the race's)
+    said_paths: set[str] = field(default_factory=set)  # engine all-reduce path warnings the study has shown
 
     def flying(self, kind: str) -> list[Launch]:
         return [launch for launch in self.in_flight.values() if launch.kind == kind]
@@ -174,14 +179,18 @@ class StudyDriver:
         self.job = job
         self.trials = trials if trials is not None else job.budget.trials
         self.timeout_s = timeout_s if timeout_s is not None else job.budget.timeout_s
+        # a goodput study's answer is its crossing (``study.goodput``), not a ratio over levels: it is not
+        # relaunched nor raced (module docstring)
+        goodput = job.objective.goodput is not None
+        self.relaunch_share = 0.0 if goodput else job.budget.relaunch
+        self.confirm = 0 if goodput else job.budget.confirm
         self.ray_address = ray_address or job.ray.address
         self._executor = executor
         self._owns_executor = executor is None
         self.backend = job.backend_obj()
         self.report_dir = Path(job.report_dir).resolve()
         self.dir = job.dir
-        self.progress = Progress(job, trials=self.trials, timeout_s=self.timeout_s, out=out,
-                                 timeout_source="--timeout" if timeout_s is not None else "the job's budget.timeout")
+        self.progress = Progress(job, trials=self.trials, timeout_s=self.timeout_s, out=out)
         self.say = self.progress.say
         self.baseline_config: dict[str, Any] = {}
         self.baseline_key: str | None = None
@@ -193,6 +202,7 @@ class StudyDriver:
         self.consecutive_env_failures = 0
         self._repeat_no = 0
         self._empty_study: tuple[optuna.Study, bool] | None = None  # a study this run created, still empty
+        self.prompt_set = storage.prompt_fingerprint(job) or {}  # what every trial is measured on
 
     def make_executor(self) -> Executor:
         if self._executor is None:
@@ -228,6 +238,7 @@ class StudyDriver:
 
     def _run(self) -> RunSummary:
         job = self.job
+        check_sampler_installed(job)  # at once: nothing started, nothing created
         created = [d for d in (self.report_dir, *self.report_dir.parents) if not d.exists()]
         self.report_dir.mkdir(parents=True, exist_ok=True)
         lock = DriverLock(self.dir.lock)
@@ -251,6 +262,10 @@ class StudyDriver:
             self.progress.expected_left = lambda n: self._expected_left(policy, executor, n)
             self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config
             self.say(f"study {job.study!r} of {job.path}: results in {display_path(self.report_dir)}")
+            self._warn_advice()
+            expanded = objectives.expansion(job.objective)
+            if expanded:  # a one-word objective: say what it means
+                self.say(expanded)
             self._recover(executor, policy)
             if self.trials is not None and policy.budget_used() >= self.trials:
                 self.say(f"budget reached: {policy.budget_used()} of {self.trials} trials already ran")
@@ -258,7 +273,8 @@ class StudyDriver:
                     self.say("the launch noise is not known yet: relaunching until it is")
                 elif self._race_state(policy) is None:
                     summary = RunSummary("budget reached", best=self._best_summary())
-                    self.say(self.progress.next_steps(summary, policy.rows()))
+                    for line in self.progress.next_steps(summary, policy.rows()):
+                        self.say(line)
                     return summary
                 else:
                     self.say("the race of the finalists is not over: continuing it")
@@ -356,6 +372,7 @@ class StudyDriver:
             run = _Loop(study, policy, executor, signals, RunSummary("budget reached"), deadline,
                         checks=self.job.correctness.enabled)
             try:
+                run.said_paths = _path_warnings(study)
                 run.golden = self._golden(run)
                 self._start_votes(run)
                 self.progress.bans(policy.bans())
@@ -363,11 +380,13 @@ class StudyDriver:
                 if not run.signals.count:
                     self._race(run)
             finally:
+                self.progress.idle()
                 self._stop_in_flight(run)
         self._release_held()
         run.summary.best = self._best_summary()
         self.say(self.progress.final_line(run.summary, policy.budget_used()))
-        self.say(self.progress.next_steps(run.summary, policy.rows()))
+        for line in self.progress.next_steps(run.summary, policy.rows()):
+            self.say(line)
         return run.summary
 
     def _trials(self, run: _Loop) -> None:
@@ -390,6 +409,9 @@ class StudyDriver:
                 return
             for ticket, result in run.executor.wait(0.5):
                 self._collect(run, run.in_flight.pop(ticket), result)
+                self.progress.counted = run.policy.budget_used()
+            self.progress.running([(run.in_flight[t].label, phase) for t, phase in run.executor.phases().items()
+                                   if t in run.in_flight])
 
     def _start_repeats(self, run: _Loop) -> None:
         """The baseline once on every other matching node: are the nodes comparable?"""
@@ -405,7 +427,7 @@ class StudyDriver:
     def _start_relaunches(self, run: _Loop) -> None:
         """The baseline or the incumbent again, when the schedule of ``study.relaunch`` says so:
         the launch noise every verdict carries, measured as the search goes."""
-        policy, share = run.policy, self.job.budget.relaunch
+        policy, share = run.policy, self.relaunch_share
         if share <= 0 or run.need_reference or run.search_over:
             return
         over = policy.budget_reached or policy.exhausted  # then only the relaunches that make the noise known
@@ -425,9 +447,9 @@ class StudyDriver:
 
     def _noise_relaunch_due(self, policy: SearchPolicy) -> bool:
         """A search that is over left the launch noise unknown (a run stopped during its relaunches)."""
-        if self.job.budget.relaunch <= 0:
+        if self.relaunch_share <= 0:
             return False
-        return next_relaunch(policy.rows(), self.job.objective, self.job.budget.relaunch, policy.launch_cost(),
+        return next_relaunch(policy.rows(), self.job.objective, self.relaunch_share, policy.launch_cost(),
                              search_over=True) is not None
 
     def _submit_extra(self, run: _Loop, launch: Launch) -> None:
@@ -459,7 +481,7 @@ class StudyDriver:
     def _race_state(self, policy: SearchPolicy) -> RaceState | None:
         """The race this study's search calls for now, None when there is none to run (no budget,
         nothing to race, or it is over)."""
-        budget = self.job.budget.confirm
+        budget = self.confirm
         if budget <= 0:
             return None
         state = race_state(policy.rows(), self.job.objective, budget, policy.budget_used())
@@ -487,7 +509,7 @@ class StudyDriver:
                 break
             for ticket, result in run.executor.wait(0.5):
                 self._collect(run, run.in_flight.pop(ticket), result)
-                state = race_state(run.policy.rows(), self.job.objective, self.job.budget.confirm, state.plan.id)
+                state = race_state(run.policy.rows(), self.job.objective, self.confirm, state.plan.id)
                 if state.rounds_done > rounds_seen:
                     rounds_seen = state.rounds_done
                     self.progress.race_round(state, run.policy.rows())
@@ -525,16 +547,16 @@ class StudyDriver:
         if search is None:
             return None
         relaunch = 0.0
-        if self.job.budget.relaunch > 0:
+        if self.relaunch_share > 0:
             needed = launches_to_know_noise(policy.rows(), self.job.objective) * (policy.launch_cost().median or 0.0)
-            relaunch = max(search * self.job.budget.relaunch, needed)
+            relaunch = max(search * self.relaunch_share, needed)
         total = search + relaunch + (self._race_seconds(policy) or 0.0)
         return total / max(1, executor.slots)
 
     def _race_seconds(self, policy: SearchPolicy) -> float | None:
         """What the race should take: ``budget.confirm`` launches at the cost of the study's best
         configs (the likely finalists) by the measured launch costs."""
-        budget = self.job.budget.confirm
+        budget = self.confirm
         cost = policy.launch_cost()
         if budget <= 0 or cost.median is None:
             return 0.0 if budget <= 0 else None
@@ -545,7 +567,7 @@ class StudyDriver:
     def _leave_time_for_race(self, run: _Loop) -> bool:
         """With a time budget, the search stops when what is left is what the race needs (and the
         next search launch would eat into it); said once."""
-        if run.deadline is None or self.job.budget.confirm <= 0:
+        if run.deadline is None or self.confirm <= 0:
             return False
         race = self._race_seconds(run.policy)
         cost = run.policy.launch_cost()
@@ -557,7 +579,7 @@ class StudyDriver:
         run.search_over = True
         run.summary.reason = "timeout"
         self.say(f"stopping the search with {fmt_s(left)} left of the time budget: the race of the finalists "
-                 f"needs ~{fmt_s(race)} ({self.job.budget.confirm} launches, budget.confirm)")
+                 f"needs ~{fmt_s(race)} ({self.confirm} launches, budget.confirm)")
         return True
 
     def _start_trials(self, run: _Loop) -> None:
@@ -591,15 +613,25 @@ class StudyDriver:
                                  None if need_reference else (run.golden.texts if run.golden else None), prune)
             run.in_flight[run.executor.submit(spec)] = Launch.of(proposal, reference=need_reference)
             run.summary.launched += 1
-            self.progress.started(proposal.number, proposal.config, policy.budget_used() + len(run.in_flight),
+            self.progress.started(proposal.number, proposal.config, run.summary.launched, policy.budget_used(),
                                   is_baseline)
             if need_reference:
                 return
 
+    def _warn_advice(self) -> None:
+        """What the job allows but likely does not mean (``Job.advice``), said before anything is launched."""
+        for advice in getattr(self.job, "advice", ()):
+            log.warning("%s", advice)
+
     def _collect(self, run: _Loop, launch: Launch, result: TrialResult) -> None:
-        """A launch is back: store it as what it was (a repeat, the reference, a trial)."""
+        """A launch is back: store it as what it was (a repeat, the reference, a trial), with the
+        prompt set it was measured on."""
+        result = dataclasses.replace(result, prompt_set=dict(self.prompt_set))
         for text in result.warnings:  # the trial's warnings (its actor's logged ones included) into driver.log
             log.warning("%s: %s", launch.label, text)
+            if text.startswith(nccl.ENGINE_PATH_WARNING) and text not in run.said_paths:  # once per study
+                run.said_paths.add(text)
+                self.say(f"warning ({launch.label}): {text}")
         if launch.kind == "repeat":
             result = outcome.decide(result, second_signal=run.signals.kill_now, golden=run.golden).result
             self._store_repeat(run.study, result)
@@ -655,9 +687,11 @@ class StudyDriver:
     def _decide(self, run: _Loop, proposal: Proposal, result: TrialResult,
                 golden: correctness.Golden | None) -> outcome.Final:
         base = run.policy.baseline_row()
+        objective = self.job.objective
         return outcome.decide(result, second_signal=run.signals.kill_now, golden=golden, rules=self.job.constraints,
                               baseline=base.measurement if base else None,
-                              earlier_timeouts=run.policy.earlier_timeouts(proposal.key, proposal.number))
+                              earlier_timeouts=run.policy.earlier_timeouts(proposal.key, proposal.number),
+                              slo=(lambda m: objectives.judged(objective, m)) if objective.slo else None)
 
     def _record(self, policy: SearchPolicy, proposal: Proposal, final: outcome.Final) -> None:
         """Store the final outcome, re-queue what was not the config's fault, say it, and
@@ -845,9 +879,35 @@ class StudyDriver:
                 f"{result.failure_kind}: {result.failure_reason}); look at the trial logs in {self.dir.logs} "
                 f"and `ncclsweep status {self.job.path}`; the study resumes with `ncclsweep run`")
 
+    def counted(self) -> int | None:
+        """The study's counted trials now (None: no study opened, or it cannot be read)."""
+        try:
+            return self.policy.budget_used() if self.policy is not None else None
+        except Exception:
+            log.debug("could not count the trials", exc_info=True)
+            return None
+
+    def best_now(self) -> dict[str, Any] | None:
+        """The best so far as ``RunSummary.best`` holds it (None: none, or it cannot be read)."""
+        try:
+            return self._best_summary()
+        except Exception:
+            log.debug("could not read the best trial", exc_info=True)
+            return None
+
     def _best_summary(self) -> dict[str, Any] | None:
         if self.policy is None:
             return None
-        plan = build_plan(self.policy.rows(), self.job.objective) if self.job.objective.is_plan else None
+        rows = self.policy.rows()
+        plan = build_plan(rows, self.job.objective) if self.job.objective.is_plan else None
+        goodput = goodput_answer(rows, self.job.objective) if self.job.objective.goodput is not None else None
         return self.progress.best_summary(self.policy.best_row(), self.policy.baseline_row(), plan=plan,
-                                          rows=self.policy.rows(), objective=self.job.objective)
+                                          rows=rows, objective=self.job.objective, goodput=goodput)
+
+
+def _path_warnings(study: optuna.Study) -> set[str]:
+    """The engine all-reduce path warnings (``nccl.ENGINE_PATH_WARNING``) earlier runs of the
+    study recorded: each is shown once per study, not once per run."""
+    attrs = study.user_attrs
+    return {w for t in study.get_trials(deepcopy=False)
+            for w in storage.trial_attrs(t, attrs).get("warnings") or () if str(w).startswith(nccl.ENGINE_PATH_WARNING)}

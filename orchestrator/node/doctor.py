@@ -5,6 +5,17 @@ PCIe link generation and width against the maximum, NCCL/CUDA/driver/torch/backe
 versions, and the warnings that matter: ACS or IOMMU on a box that wants P2P, GPUs
 already in use, mixed GPU models, fewer GPUs than the job needs.
 
+For NCCL and the all-reduce: the NCCL release (torch's, and the one a job's rules use:
+its ``nccl_version`` or torch's NCCL in the server's Python); the P2P level NCCL will use
+(``NCCL_P2P_DISABLE``/``NCCL_P2P_LEVEL`` of the job and this environment, else NCCL's default,
+PXB: no P2P across a CPU's root ports) and, for each GPU pair, its path and whether NCCL uses
+P2P there and why (``nccl.p2p_decision``); and at each TP size the job may use, whether the
+engines' custom all-reduce can run (world sizes 2, 4, 6, 8; more than two GPUs only when all
+are NVLink-connected; P2P between every pair: vLLM's and SGLang's own conditions).
+
+What it did not check it says so: without an NVIDIA tool the GPUs are "not checked", and a
+job's pre-flight line lists each check and what it found (never "GPUs present" unseen).
+
 The parsing of every tool's output is a pure function (``parse_*``), tested on captured
 text; ``run_doctor`` only gathers the text (through ``runner``, replaceable in tests).
 On a machine without NVIDIA GPUs it says so and succeeds.
@@ -22,7 +33,8 @@ from typing import Any, Callable
 
 from orchestrator.backends import backend_kinds, get_backend_class, shadowed
 from orchestrator.config.job import load_job
-from orchestrator.core import versions
+from orchestrator.config.job_checks import nccl_release
+from orchestrator.core import nccl, versions
 from orchestrator.node import (
     nvidia_smi,
     preflight,  # the checks `ncclsweep run` makes on every node before a launch
@@ -168,6 +180,90 @@ def assess(gpus: list[dict], apps: list[dict], topo: dict, p2p: dict, acs: list[
     return lines, warnings
 
 
+_PATH_WHY = {"NVL": "NVLink", "PIX": "through at most one PCIe switch", "PXB": "through PCIe switches, not the CPU",
+             "PHB": "through the CPU's root ports", "SYS": "across CPU sockets"}
+CUSTOM_WORLD_SIZES = (2, 4, 6, 8)  # vLLM's and SGLang's custom all-reduce (custom_all_reduce*.py)
+
+
+def _pairs(topo: dict) -> list[tuple[str, str, str]]:
+    """(GPUa, GPUb, link) once per pair, in index order."""
+    def index(name: str) -> int:
+        return int(name[3:]) if name[3:].isdigit() else 0
+    return sorted(((a, b, v) for (a, b), v in (topo.get("links") or {}).items() if index(a) < index(b)),
+                  key=lambda t: (index(t[0]), index(t[1])))
+
+
+def p2p_lines(topo: dict, p2p: dict, env: dict[str, str], cpu_vendor: str | None) -> tuple[list[str], list[str]]:
+    """(lines, warnings): the P2P level NCCL will use and why, then each GPU pair: its path,
+    and whether NCCL uses P2P there (the level allows it and the driver reports P2P)."""
+    pairs = _pairs(topo)
+    if not pairs:
+        return [], []
+    level, why = nccl.p2p_level(env, cpu_vendor, len(topo.get("gpus") or []))
+    lines = [f"P2P level NCCL will use: {level} ({why})"]
+    beyond = []
+    for a, b, link in pairs:
+        path = nccl.nccl_path(link)
+        allowed = nccl.p2p_decision(link, level)
+        status = p2p.get((a, b)) or p2p.get((b, a))
+        where = f"{link}" + (f" = NCCL {path}, {_PATH_WHY.get(path, '')}" if path else "")
+        if allowed is None:
+            lines.append(f"  {a}-{b}: {where}: not judged (nvidia-smi names this link in no way NCCL's paths cover)")
+        elif not allowed:
+            beyond.append(path)
+            lines.append(f"  {a}-{b}: {where}: no P2P ({path} is beyond {level}): NCCL goes through host memory")
+        elif status and status != "OK":
+            lines.append(f"  {a}-{b}: {where}: the level allows P2P but the driver reports "
+                         f"{P2P_STATUS.get(status, status)}: NCCL goes through host memory")
+        else:
+            lines.append(f"  {a}-{b}: {where}: P2P ({path} is within {level})")
+    warnings = []
+    if beyond and level == nccl.DEFAULT_P2P_LEVEL:
+        farthest = max(beyond, key=nccl.PATH_TYPES.index)
+        warnings.append(f"{len(beyond)} GPU pair(s) get no P2P at NCCL's default level {level} (their paths reach "
+                        f"{farthest}); NCCL_P2P_LEVEL={farthest} would allow it, but raising it has deadlocked "
+                        f"some PCIe boxes at start: tune it in the space (env.NCCL_P2P_LEVEL), where a hang ends "
+                        f"in a timeout, rather than setting it for every server")
+    return lines, warnings
+
+
+def custom_allreduce_lines(topo: dict, p2p: dict, tp_sizes: list[int]) -> list[str]:
+    """At each TP size, whether the engines' custom all-reduce can run on the first TP GPUs,
+    by vLLM's and SGLang's own conditions (the module docstring)."""
+    gpus = list(topo.get("gpus") or [])
+    links = {frozenset((a, b)): v for a, b, v in _pairs(topo)}
+    out = []
+    for tp in sorted({t for t in tp_sizes if t > 1}):
+        group = gpus[:tp]
+        if len(group) < tp:
+            out.append(f"  TP {tp}: not on this machine ({len(gpus)} GPUs)")
+            continue
+        pair_links = [(a, b, links.get(frozenset((a, b)), "")) for i, a in enumerate(group) for b in group[i + 1:]]
+        nvlink = all(v.upper().startswith("NV") for _, _, v in pair_links)
+        no_p2p = [(a, b) for a, b, _ in pair_links if (p2p.get((a, b)) or p2p.get((b, a)) or "OK") != "OK"]
+        if tp not in CUSTOM_WORLD_SIZES:
+            verdict = f"no: it runs at TP {', '.join(map(str, CUSTOM_WORLD_SIZES))} only"
+        elif tp > 2 and not nvlink:
+            verdict = ("no: more than two PCIe-only GPUs; vLLM and SGLang turn it off by themselves and only log "
+                       "it (the trial warns once per study)")
+        elif no_p2p:
+            verdict = f"no: no P2P between {no_p2p[0][0]} and {no_p2p[0][1]} (the engines' P2P test fails)"
+        else:
+            verdict = "yes" + ("" if nvlink else " (two PCIe GPUs with P2P)")
+        out.append(f"  TP {tp} on {group[0]}..{group[-1]}: {verdict}")
+    return ["custom all-reduce (allreduce.backend custom) can run:", *out] if out else []
+
+
+def cpu_vendor(sysfs_root: str | os.PathLike = "/") -> str | None:
+    """The CPU's vendor_id from /proc/cpuinfo (AuthenticAMD, GenuineIntel), None unknown."""
+    try:
+        text = (Path(sysfs_root) / "proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    m = re.search(r"^vendor_id\s*:\s*(\S+)", text, re.M)
+    return m.group(1) if m else None
+
+
 # ---- gathering ----------------------------------------------------------------------------
 
 def default_runner(argv: list[str]) -> str | None:
@@ -205,9 +301,16 @@ def run_doctor(job=None, runner: Runner | None = None, sysfs_root: str = "/",
     warnings: list[str] = []
     query = run([TOOL, f"--query-gpu={','.join(GPU_FIELDS)}", CSV])
     gpus = parse_gpu_query(query or "")
+    need = int(getattr(job, "gpus_per_node", 0) or 0) if job is not None else None
     if query is None or not gpus:
-        lines.append("no NVIDIA GPU found (nvidia-smi is missing or lists no GPU): nothing to check on this "
-                     "machine; a CPU job (gpus_per_node: 0) can still run")
+        lines.append("no NVIDIA GPU found (nvidia-smi is missing or lists no GPU): GPUs, topology, P2P and the "
+                     "custom all-reduce not checked; " + (
+                         f"this job needs {need} GPUs per node, so its trials cannot run on this machine" if need else
+                         "this job is a CPU job (gpus_per_node: 0) and needs none" if job is not None else
+                         "a CPU job (gpus_per_node: 0) can still run"))
+        if need:
+            warnings.append(f"the job needs {need} GPUs per node and this machine shows none: run doctor on a GPU "
+                            f"node of the job")
     else:
         apps = parse_compute_apps(run([TOOL, f"--query-compute-apps={','.join(APP_FIELDS)}",
                                        CSV]) or "")
@@ -229,6 +332,11 @@ def run_doctor(job=None, runner: Runner | None = None, sysfs_root: str = "/",
         cuda = parse_cuda_version(run([TOOL]) or "")
         if cuda:
             lines.append(f"CUDA (driver supports): {cuda}")
+        env = {**{k: v for k, v in os.environ.items() if k.startswith("NCCL_")}, **dict(getattr(job, "env", {}) or {})}
+        more, warns = p2p_lines(topo, p2p, env, cpu_vendor(sysfs_root))
+        lines += more
+        warnings += warns
+        lines += custom_allreduce_lines(topo, p2p, _tp_sizes(job, len(gpus)))
     if probe_versions:
         lines += _version_lines(job)
     nccl_env = {k: v for k, v in sorted(os.environ.items())
@@ -237,8 +345,18 @@ def run_doctor(job=None, runner: Runner | None = None, sysfs_root: str = "/",
         lines.append("NCCL variables set in this environment (every server inherits them): "
                      + " ".join(f"{k}={v}" for k, v in nccl_env.items()))
     if job is not None:
-        lines += _job_lines(job, warnings)
+        lines += _job_lines(job, warnings, len(gpus) if query is not None else None)
     return lines, warnings
+
+
+def _tp_sizes(job, gpus: int) -> list[int]:
+    """The TP sizes a job may use (its space's and baseline's), or without a job 2 and all GPUs."""
+    if job is None:
+        return [2, gpus]
+    sizes = {int(job.baseline.get("tp_size", 1))} if isinstance(job.baseline.get("tp_size", 1), int) else set()
+    if "tp_size" in job.space:
+        sizes |= {v for v in job.space.param("tp_size").values(10_000) or () if isinstance(v, int)}
+    return sorted(sizes)
 
 
 def _version_lines(job) -> list[str]:
@@ -263,7 +381,7 @@ def _backend_lines() -> list[str]:
     return out
 
 
-def _job_lines(job, warnings: list[str]) -> list[str]:
+def _job_lines(job, warnings: list[str], gpus_seen: int | None) -> list[str]:
     out = [f"job: study {job.study}, backend {job.backend.kind}, gpus_per_node {job.gpus_per_node}"]
     try:
         backend = job.backend_obj()
@@ -276,14 +394,43 @@ def _job_lines(job, warnings: list[str]) -> list[str]:
     lines, warns = backend.diagnose()
     out += lines
     warnings += warns
+    found = nccl_release(job.nccl_version, backend)
+    where = ("the job's nccl_version" if job.nccl_version
+             else f"torch's NCCL in {backend.torch_python() or 'this Python'}")
+    out.append(f"NCCL for this job's rules: {found} ({where})" if found else
+               "NCCL for this job's rules: unknown (no torch NCCL in the server's Python and no nccl_version in the "
+               "job): the per-collective form is accepted, NCCL_SYM_* and nccl_symm_mem are refused as on NCCL 2.29+")
     env = getattr(job, "env", {}) or {}
     if env:
         out.append("job env: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
 
-    problems = preflight.node_problems(preflight.needs(job))
+    need = preflight.needs(job)
+    problems = preflight.node_problems(need)
     warnings += [f"pre-flight: {p}" for p in problems]
-    out.append("pre-flight on this node: " + ("; ".join(problems) if problems else "ok (server command found, "
-                                                                                     "GPUs and model path present)"))
+    out.append("pre-flight on this node: " + ("; ".join(problems) if problems else "ok")
+               + f" (checked: {'; '.join(_checked(need, gpus_seen))})")
+    return out
+
+
+def _checked(need: dict[str, Any], gpus_seen: int | None) -> list[str]:
+    """What the pre-flight looked at, and what it found: each check named, none assumed."""
+    out = []
+    command = need.get("command")
+    if command:
+        where = preflight.resolve(command, {**os.environ, **need.get("env", {})})
+        out.append(f"server command {command}: " + (f"found at {where}" if where else "not found"))
+    wanted = need.get("gpus") or 0
+    if not wanted:
+        out.append("GPUs: none needed (a CPU job)")
+    elif gpus_seen is None:
+        out.append(f"GPUs: {wanted} needed per node, not counted (no NVIDIA tool answers here)")
+    else:
+        out.append(f"GPUs: {wanted} needed per node, {gpus_seen} listed by nvidia-smi")
+    model = need.get("model")
+    out.append(f"model path {model}: {'present' if Path(os.path.expanduser(model)).exists() else 'missing'}" if model
+               else "model: not a local path (a Hub id or a preset), not checked here")
+    for draft in need.get("draft_models") or ():
+        out.append(f"draft model {draft}: {'present' if Path(os.path.expanduser(draft)).exists() else 'missing'}")
     return out
 
 

@@ -1,6 +1,6 @@
 """What a trial's node is: hostname, the GPUs it was given, their model, driver and links
 (``node_info``, the provenance every export carries), and the memory bandwidth the decode
-ceiling is computed from (``memory_bandwidth``).
+ceiling is computed from (``memory_bandwidth``, with the machine's load when it was measured).
 
 The bandwidth is measured in a child process (``python -m orchestrator.node.hwprobe cuda``) so the trial worker
 never holds a CUDA context (and its memory) while a server runs on the same GPUs.
@@ -74,14 +74,18 @@ def node_info() -> dict[str, Any]:
 
 
 @lru_cache(maxsize=4)
-def memory_bandwidth(device: str, timeout_s: float = 120.0) -> float | None:
-    """Copy bandwidth in bytes/s of this node's ``device`` (cpu or cuda), None if it failed."""
+def memory_bandwidth(device: str, timeout_s: float = 120.0) -> dict[str, Any]:
+    """Copy bandwidth of this node's ``device`` (cpu or cuda): ``bytes_s`` (None if it failed)
+    and ``load``, the machine's 1-minute load average and CPU count as it was measured (a
+    copy on a busy machine measures the other work too: the report says so)."""
+    load = {"load1": round(os.getloadavg()[0], 2), "cpus": os.cpu_count() or 1}
     try:
         out = subprocess.run([sys.executable, "-m", "orchestrator.node.hwprobe", device],
                              capture_output=True, text=True, timeout=timeout_s)
-        return float(json.loads(out.stdout.strip().splitlines()[-1])["bandwidth_bytes_s"])
+        return {"bytes_s": float(json.loads(out.stdout.strip().splitlines()[-1])["bandwidth_bytes_s"]),
+                "load": load}
     except (OSError, subprocess.SubprocessError, ValueError, KeyError, IndexError):
-        return None
+        return {"bytes_s": None, "load": load}
 
 
 if __name__ == "__main__":

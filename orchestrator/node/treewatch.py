@@ -23,6 +23,9 @@ printing its traceback; the server's owner ends the server there, which also end
 benchmark waiting on it. ``seen`` keeps every member ever seen, so teardown can end the
 ones that left the process group.
 
+Each batch of new lines is also handed to ``on_output`` (the trial's live start-up phase,
+``node.phases``); what it raises is ignored.
+
 The watch also notes when the log last grew (``first_output``, ``last_output``: any bytes,
 a progress bar's carriage-return updates included): a start-up that deadlocks (GPUs busy, no
 progress) writes nothing, and ``ServerProcess.wait_ready`` ends it as stalled after
@@ -61,11 +64,12 @@ class TreeWatch:
 
     def __init__(self, pid: int, start: float, log_path: Path | str, rules: WatchRules | None = None, *,
                  on_fatal: Callable[[], None] | None = None, poll_s: float = 0.5, grace_s: float = 1.0,
-                 offset: int | None = None):
+                 offset: int | None = None, on_output: Callable[[list[str]], None] | None = None):
         self.pid, self.start = pid, start
         self.log_path = Path(log_path)
         self.rules = rules or WatchRules()
         self.on_fatal = on_fatal
+        self.on_output = on_output
         self.poll_s, self.grace_s = poll_s, grace_s
         self.seen: dict[tuple[int, float], proctree.Member] = {}
         self._members: dict[tuple[int, float], proctree.Member] = {}
@@ -181,6 +185,11 @@ class TreeWatch:
 
     def _check_log(self) -> None:
         lines = self._read_log()
+        if lines and self.on_output is not None:
+            try:
+                self.on_output(lines)
+            except Exception:  # noqa: BLE001 - a listener's failure never stops the watch
+                pass
         i = find_fatal(lines, self._fatal_re)
         if i is not None:
             self._found = _Found(f"the server logged a fatal error: {lines[i].strip()[:240]}", lines[i:i + 20])

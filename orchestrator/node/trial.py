@@ -6,7 +6,9 @@ correctness outputs, NCCL verification, teardown; where its start-up time went
 ``TrialResult`` (COMPLETE, FAIL with a kind from the closed list, or PRUNED). It runs
 inside a Ray actor on the node that owns the GPUs, or in-process for ``bench``. Warnings
 logged while it runs (a process group that survived SIGKILL, ...) go into the result's
-``warnings``: an actor's log records reach no handler of the driver.
+``warnings``: an actor's log records reach no handler of the driver. Each step is reported
+to ``on_phase`` as it begins (``node.phases``: the start-up phases read from the server's
+log as it writes it, then warming up, measuring, the correctness check, stopping).
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from orchestrator.core.errors import StorageWriteError, is_file_write_failure
 from orchestrator.core.launch import cache_locations, server_environment
 from orchestrator.core.logs import capture_warnings
 from orchestrator.core.records import COMPLETE, PRUNED, Config, FailureKind, TrialResult
-from orchestrator.node import client, gpus, startup
+from orchestrator.node import client, gpus, phases, startup
 from orchestrator.node.hostload import HostSampler
 from orchestrator.node.hwprobe import memory_bandwidth, node_info
-from orchestrator.node.measure import PACE_FACTOR, Benchmark, Progress, measure, with_host
+from orchestrator.node.measure import PACE_FACTOR, Benchmark, measure, with_host
 from orchestrator.node.preflight import resolve
 from orchestrator.node.server import (
+    PortTaken,
     ReadyTimeout,
     ServerExited,
     ServerFailed,
@@ -38,6 +41,7 @@ from orchestrator.node.server import (
     ServerRegistry,
     ServerStalled,
     SpawnFailed,
+    exit_text,
     free_port,
 )
 from orchestrator.node.spec import TrialSpec
@@ -45,39 +49,44 @@ from orchestrator.node.spec import TrialSpec
 # Candidates per generated token in the correctness capture (the pick and its runner-up).
 NEAR_TIE_CANDIDATES = 2
 BENCHMARK_PHASE = "benchmark"  # where a stream that stopped was (``startup_phases.stalled_in``)
+EXIT_GRACE_S = 2.0  # how long a server whose stream broke is given to finish exiting, to say it exited
 
 
 def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
               on_server: Callable[[ServerProcess | None], None] | None = None,
-              progress: Progress | None = None) -> TrialResult:
-    """Run one trial; ``cancel`` set from another thread ends it as interrupted; ``progress`` is
-    told (level, requests done, requests in the round) as the benchmark goes."""
+              on_phase: phases.PhaseSink | None = None) -> TrialResult:
+    """Run one trial; ``cancel`` set from another thread ends it as interrupted; each phase
+    is reported to ``on_phase`` (a sink that fails loses the report, never the trial)."""
     logged: list[str] = []
     with capture_warnings(logged):
-        result = _run_trial(spec, cancel or threading.Event(), on_server, progress)
+        result = _run_trial(spec, cancel or threading.Event(), on_server,
+                            phases.PhaseReporter(spec.number, on_phase, rounds=spec.bench.repeats))
     result.warnings.extend(w for w in logged if w not in result.warnings)
     return result
 
 
-def _run_trial(spec: TrialSpec, cancel: threading.Event,
-               on_server: Callable[[ServerProcess | None], None] | None,
-               progress: Progress | None) -> TrialResult:
+def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[ServerProcess | None], None] | None,
+               report: phases.PhaseReporter) -> TrialResult:
+    report.phase(phases.LAUNCHING)
     started = time.time()
     timing: dict[str, float] = {}
     node = node_info()
     backend = get_backend_class(spec.server.backend_kind)(dict(spec.server.backend_settings), spec.server.job_file)
     if spec.measure_bandwidth:
-        node["memory_bandwidth_bytes_s"] = memory_bandwidth(backend.device())
+        measured = memory_bandwidth(backend.device())
+        node["memory_bandwidth_bytes_s"] = measured["bytes_s"]
+        node["memory_bandwidth_load"] = measured["load"]
         node["memory_device"] = backend.device()
     log_path = spec.log_path
     proc, launch, env = prepare_server(backend, spec.config, spec.server.host, dict(spec.server.env), log_path,
-                                       spec.registry_dir)
+                                       spec.registry_dir, on_output=report.server_output)
     port = launch.port
     common: dict[str, Any] = dict(started_at=started, node=node, timing=timing)
 
     def finish(result: TrialResult, stalled_in: str | None = None) -> TrialResult:
         spawned = proc.started_at is not None
         ended_s = time.monotonic() - proc.started_at if spawned else None  # type: ignore[operator]
+        report.phase(phases.STOPPING)
         timing["teardown_s"] = proc.stop(spec.server.teardown_grace_s)
         if on_server:
             on_server(None)
@@ -91,12 +100,16 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
                 result.startup_phases["stalled_in"] = stalled_in
             # the engines' caches it ran with: the node's, the same for every trial (core.launch)
             result.startup_phases["caches"] = cache_locations({**os.environ, **env})
+            # what the engine changed beyond the config (vLLM's V1 model runner for n-gram speculation)
+            result.warnings.extend(n for n in startup.notices(log_text) if n not in result.warnings)
         result.nccl = nccl.parse_log(log_text)
         requested = {k: v for k, v in env.items() if k.startswith("NCCL_") and not k.startswith("NCCL_DEBUG")}
         if result.nccl.get("version") or (backend.device() == "cuda" and node.get("gpus")
                                           and backend.gpus_per_trial(spec.config) > 1):
             # NCCL ran (or should have): did it take what was asked? (gloo on CPU has no NCCL)
             result.warnings.extend(nccl.verify_applied(requested, result.nccl))
+        # the engine may turn the requested all-reduce path off and only log it (vLLM, SGLang)
+        result.warnings.extend(backend.allreduce_warnings(spec.config, log_text))
         result.server.update(argv=launch.argv, env=env, port=port, log=str(log_path),
                              **server_identity(backend, launch, env))
         if spec.device_check:
@@ -134,6 +147,8 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         server_info = asdict(record)
         try:
             proc.wait_ready(spec.server.startup_timeout_s, stall_s=spec.server.stall_s)
+            # healthy is not yet serving: a 503 (warming up) waits, within what is left of the start-up budget
+            proc.wait_serving(spec.server.startup_timeout_s - (time.monotonic() - t0))
         except ServerStalled as exc:
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
@@ -147,12 +162,17 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         except ServerExited as exc:
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
+            foreign = proc.foreign_listener()  # it died because another process holds its port
+            if foreign is not None:
+                return failed(FailureKind.ENV_ERROR, str(PortTaken(launch.host, port, foreign)))
             return failed(FailureKind.START_CRASH, f"server exited with code {exc.returncode} before it was ready")
-        except ReadyTimeout:
+        except ReadyTimeout as exc:
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
             return failed(FailureKind.START_TIMEOUT,
-                          f"not ready after {spec.server.startup_timeout_s:.0f}s (health never answered 200)")
+                          f"not ready after {spec.server.startup_timeout_s:.0f}s ({exc.why})")
+        except PortTaken as exc:  # another process answers on the port: not the config's fault
+            return failed(FailureKind.ENV_ERROR, str(exc))
         timing["launch_s"] = time.monotonic() - t0
         if cancel.is_set():
             return failed(FailureKind.INTERRUPTED, "stopped by the user")
@@ -161,11 +181,17 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         # constraints'); a first round below the prune threshold at every level ends it (node.measure);
         # the host's load beside it (a busy host's timeout is not the config's)
         plan = spec.bench
+        report.phase(phases.WARMING_UP)
         host = HostSampler(record.pgid)
         got = with_host(measure(launch.base_url, launch.model_name, plan, deadline=time.monotonic() + plan.timeout_s,
-                                metrics_url=launch.metrics_url, prune_below=spec.prune_below, progress=progress),
+                                metrics_url=launch.metrics_url, prune_below=spec.prune_below,
+                                progress=report.measuring),
                         host.finish())
-        if not got.ok:
+        if not got.ok:  # the time it ran is still the benchmark's (the report's timeline draws it so)
+            if got.measurement.warmup_s:
+                timing["warmup_s"] = got.measurement.warmup_s
+            if got.measurement.bench_s:
+                timing["bench_s"] = got.measurement.bench_s
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during the benchmark", got=got)
             return _bench_failure(failed, proc, got)
@@ -180,6 +206,7 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
         t0 = time.monotonic()
         outputs: dict[str, Any] = {}
         if spec.check.prompts:
+            report.phase(phases.CHECKING)
             outputs = capture_outputs(launch.base_url, launch.model_name, spec, spec.check.reference_texts)
             if outputs.get("error"):
                 return _bench_failure(failed, proc, got, outputs["error"])
@@ -189,6 +216,10 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event,
                     return _bench_failure(failed, proc, got, second["error"])
                 outputs = {"reference": True, "first": outputs, "second": second}
         timing["check_s"] = time.monotonic() - t0
+        try:  # what was measured was this server: the port is still its tree's
+            proc.raise_if_port_taken()
+        except PortTaken as exc:
+            return failed(FailureKind.ENV_ERROR, f"{exc}, found after the benchmark")
         outcome = PRUNED if pruned else COMPLETE
         reason = None
         if pruned:
@@ -247,8 +278,11 @@ def _bench_failure(failed, proc: ServerProcess, got: Benchmark, error: str | Non
     error = error or got.error or "benchmark failed"
     if proc.fatal:
         return failed(FailureKind.BENCH_ERROR, f"{proc.fatal} during the benchmark ({error})", got=got)
-    if not proc.alive():
-        return failed(FailureKind.BENCH_ERROR, f"server died during the benchmark ({error})", got=got)
+    waited = from_bench and (got.stalled or got.timed_out)  # it was alive when the stream stopped
+    returncode = proc.exited(within_s=0.0 if waited else EXIT_GRACE_S)
+    if returncode is not None:  # what ended the stream: the server exited (a clean exit 0 too)
+        return failed(FailureKind.BENCH_ERROR, f"server exited during the benchmark ({exit_text(returncode)}): "
+                      f"{error}", got=got)
     if from_bench and got.stalled:
         return failed(FailureKind.HANG, f"a stream of the benchmark stopped: {error} (timeouts.stall; the server "
                       "was alive)", stalled_in=BENCHMARK_PHASE, got=got)
@@ -262,13 +296,15 @@ def _bench_failure(failed, proc: ServerProcess, got: Benchmark, error: str | Non
 
 
 def prepare_server(backend, config: Config, host: str, job_env: dict[str, str], log_path: Path,
-                   registry_dir: str) -> tuple[ServerProcess, Any, dict[str, str]]:
-    """A not-yet-started server for a config: free port, env (NCCL start-up logging on), log file."""
+                   registry_dir: str, on_output: Callable[[list[str]], None] | None = None,
+                   ) -> tuple[ServerProcess, Any, dict[str, str]]:
+    """A not-yet-started server for a config: free port, env (NCCL start-up logging on), log
+    file; ``on_output`` is handed the log's new lines while it runs (``ServerProcess``)."""
     launch = backend.launch_spec(config, host, free_port(host))
     env = server_environment(job_env, launch.env, instrumented=True)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     proc = ServerProcess(launch, log_path, registry=ServerRegistry(Path(registry_dir)), base_env={**os.environ, **env},
-                         watch=backend.watch_rules())
+                         watch=backend.watch_rules(), on_output=on_output)
     return proc, launch, env
 
 

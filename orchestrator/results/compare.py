@@ -10,6 +10,11 @@ baseline at each concurrency comes with a confidence interval from the per-round
 was never beaten) is never a verdict: the interval then measures the noise between
 launches of one config.
 
+While it runs it says, after every launch, what that launch measured at each level and the
+time to go (``core.pace``), and after every round the running verdict at each level; in a
+terminal a status line shows the launch in progress (its start-up phases, then what it
+measures).
+
 ``compare.json`` is rewritten after every launch (temp file + rename, so it is always a
 whole JSON document): a compare that is interrupted or crashes keeps every finished launch,
 and ``complete`` says whether all rounds ran. The report renders it.
@@ -46,12 +51,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.core import files, verdict
+from orchestrator.core import files, logs, verdict
 from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.core.golden_check import disputed
+from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES, Latency, LevelResult
+from orchestrator.core.pace import Pace
 from orchestrator.core.records import COMPLETE, TrialResult, TrialRow
+from orchestrator.core.slo import Targets, breaches
 from orchestrator.node.hostload import HostSampler
 from orchestrator.node.measure import Benchmark, measure
+from orchestrator.node.phases import LAUNCHING, WARMING_UP, PhaseReporter, TrialPhase
 from orchestrator.node.server import ServerError
 from orchestrator.node.spec import TrialSpec
 from orchestrator.node.trial import prepare_server
@@ -70,19 +79,67 @@ if TYPE_CHECKING:
 DEFAULT_ROUNDS = 5
 
 
+class Said:
+    """What a compare says while it runs (module docstring): a line per launch and per round
+    through ``say``, and the launch in progress on the terminal's status line."""
+
+    def __init__(self, say, launches: int, head: str, rounds: int = 1):
+        self.say = say
+        self.pace = Pace(launches, "launch")
+        self.head = head  # "compare" or "compare --plan"
+        self.rounds = rounds  # the rounds each launch measures a level (the status line's counts)
+        self.now = ""  # "round 2/5: best (trial #4)"
+
+    def launching(self, now: str) -> PhaseReporter:
+        """A launch begins; its phases (the server's start-up, then the measurement) go to the
+        status line."""
+        self.now = now
+        return PhaseReporter(0, self._show, rounds=self.rounds)
+
+    def _show(self, phase: TrialPhase) -> None:
+        logs.status(f"{self.head} {self.now} {phase.text()} | launch {self.pace.done + 1} of {self.pace.total}, "
+                    f"{self.pace.said()}")
+
+    def measured(self, figures: str) -> None:
+        """The launch is done: what it measured, and the time to go."""
+        self.pace.step_done()
+        logs.status("")
+        self.say(f"{self.head} {self.now}: {figures} ({self.pace.said()})")
+
+    def round_done(self, r: int, rounds: int, lines: list[str]) -> None:
+        """Round ``r`` (0-based) is complete: the verdict so far, a line per level."""
+        self.say(f"{self.head} after round {r + 1}/{rounds}, so far:")
+        for line in lines:
+            self.say(f"  {line}")
+
+
+def _figures(levels: dict[Any, Any]) -> str:
+    """'1: 139.8 decode tok/s, 10: 812.0 total tok/s' of one launch (``failed`` where a level failed)."""
+    parts = []
+    for level, got in sorted(levels.items()):
+        rec = got if isinstance(got, dict) else {"value": got}
+        value = None if rec.get("failures") else rec.get("value", rec.get("total_tok_s"))
+        parts.append(f"{level}: {value:.1f} {rec.get('unit') or 'total tok/s'}" if value else f"{level}: failed")
+    return ", ".join(parts)
+
+
 @contextmanager
-def launched(job: Job, config: dict, label: str, log_name: str) -> Iterator[Any]:
+def launched(job: Job, config: dict, label: str, log_name: str, report: PhaseReporter | None = None) -> Iterator[Any]:
     """A server of ``config`` started and healthy for one measurement (its launch spec and the
     server's process group), stopped after it; a start that fails is one RuntimeFailure naming the
-    config and its log."""
+    config and its log. ``report`` hears the start-up phases its log names."""
     folder = job.dir
     log_path = folder.compare_logs / log_name
     proc, launch, _ = prepare_server(job.backend_obj(), config, "127.0.0.1", dict(job.env), log_path,
-                                     str(folder.servers))
+                                     str(folder.servers), on_output=report.server_output if report else None)
+    if report is not None:
+        report.phase(LAUNCHING)
     try:
         record = proc.start()
+        started = time.monotonic()
         try:
             proc.wait_ready(job.timeouts.startup_s)
+            proc.wait_serving(job.timeouts.startup_s - (time.monotonic() - started))
         except ServerError as exc:
             raise RuntimeFailure(f"compare: the {label} config did not start ({exc}); log: {log_path}") from None
         yield launch, record.pgid
@@ -90,20 +147,23 @@ def launched(job: Job, config: dict, label: str, log_name: str) -> Iterator[Any]
         proc.stop(job.timeouts.teardown_s)
 
 
-def measure_levels(job: Job, row: TrialRow, levels: list[int], label: str,
-                   round_no: int) -> dict[int, dict[str, Any]]:
+def measure_levels(job: Job, row: TrialRow, levels: list[int], label: str, round_no: int,
+                   report: PhaseReporter | None = None) -> dict[int, dict[str, Any]]:
     """One launch of ``row``'s config, measured as a trial measures it (``node.measure``, one round:
     level 1 decode tok/s over the prompts, level N total tok/s of N sustained streams), recorded in
     the study (``record_launch``): each level's record (``LevelResult.to_record``), or
-    ``{"failures": 1, "errors": [...]}`` at the level that failed."""
+    ``{"failures": 1, "errors": [...]}`` at the level that failed. Each step is told to ``report``
+    (the status line)."""
     config = row.params
     bench = replace(TrialSpec.from_job(job, 0, config).bench, levels=tuple(sorted(levels)), constraint_levels=(),
-                    repeats=1, max_repeats=None, target_rel_ci=None, warmup=max(1, job.bench.warmup))
+                    repeats=1, max_repeats=None, target_rel_ci=None, warmup=max(1, job.bench.warmup), goodput=None)
     started = time.time()
-    with launched(job, config, label, f"{label}-{round_no}.log") as (launch, pgid):
+    with launched(job, config, label, f"{label}-{round_no}.log", report) as (launch, pgid):
+        if report is not None:
+            report.phase(WARMING_UP)
         host = HostSampler(pgid)
         got = measure(launch.base_url, launch.model_name, bench, deadline=time.monotonic() + bench.timeout_s,
-                      metrics_url=launch.metrics_url)
+                      metrics_url=launch.metrics_url, progress=report.measuring if report else None)
         got = dataclasses.replace(got, measurement=dataclasses.replace(got.measurement, host=host.finish()))
     record_launch(job, row, got, started)
     out: dict[int, dict[str, Any]] = {lv: rec.to_record() for lv, rec in got.measurement.levels.items()}
@@ -166,15 +226,17 @@ def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = 
         "baseline_trial": base.number, "best_trial": best.number,
         "same_config": base.config_key == best.config_key,
         "others": [{"trial": row.number, "label": label, "params": row.params} for label, row in configs[2:]],
-        "rounds": [], "failures": [],
+        "rounds": [], "failures": [], "slo": job.slo.to_record() if job.slo else None,
     }
     out = job.dir.compare
     rules = [(int(rule.concurrency), float(rule.min_ratio)) for rule in getattr(job, "constraints", ()) or ()]
+    said = Said(say, rounds * len(configs), "compare")
     try:
         for r in range(rounds):
             for label, row in (configs if r % 2 == 0 else configs[::-1]):
                 t0 = time.monotonic()
-                res = measure_levels(job, row, levels, label, r)
+                report = said.launching(f"round {r + 1}/{rounds}: {label} (trial #{row.number})")
+                res = measure_levels(job, row, levels, label, r, report)
                 for level, m in res.items():
                     if m.get("failures"):
                         data["failures"].append(f"{label} round {r} c={level}: {m['failures']} failed requests "
@@ -184,9 +246,12 @@ def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = 
                                        "levels": {str(k): v for k, v in res.items()}})
                 summarize(data, rules)
                 write_json_atomic(out, data)
-                say(f"compare round {r + 1}/{rounds}: {label} (trial #{row.number}) measured")
+                said.measured(_figures(res))
+            said.round_done(r, rounds, [f"at {c}: best vs the baseline {v['text']}"
+                                        for c, v in level_verdicts(data).items()])
         data["complete"] = True
     except BaseException as exc:  # Ctrl-C included: record why the rounds stopped, then re-raise
+        logs.status("")
         data["stopped"] = f"{type(exc).__name__}: {exc}".rstrip(": ")
         summarize(data, rules)
         write_json_atomic(out, data)
@@ -198,7 +263,7 @@ def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Write ``path`` so that it is always either the old or the new whole document."""
-    files.write_text(path, json.dumps(data, indent=2))
+    files.write_whole(path, json.dumps(data, indent=2))
 
 
 # ---- what the rounds say ---------------------------------------------------------------------------
@@ -397,12 +462,73 @@ def format_compare(data: dict[str, Any]) -> str:
         shown = "not measured" if v.get("ratio") is None else f"{v['ratio']:.2f}x ({v.get('text')})"
         lines.append(f"Constraint: best >= {v['min_ratio']}x baseline at concurrency {v['concurrency']}: "
                      f"{v.get('state') or ('met' if v['ok'] else 'VIOLATED')} ({shown}).")
+    latency = latency_lines(data)
+    if latency:
+        lines += [""] + latency
     for f in data.get("failures", []):
         lines.append(f"Failed requests: {f}")
     if not data.get("complete", True):
         lines.append(f"Stopped after {data.get('rounds_done', 0)} of {data.get('rounds_planned')} rounds"
                      + (f" ({data['stopped']})" if data.get("stopped") else "") + ".")
     return "\n".join(lines)
+
+
+def level_records(data: dict[str, Any], label: str, level: Any) -> list[LevelResult]:
+    """``label``'s record of ``level`` in every round that measured it (``LevelResult``): a
+    ``compare`` round keeps it under "levels", a ``compare --plan`` round under "records"."""
+    out = []
+    for rnd in data.get("rounds") or []:
+        if isinstance(rnd, dict) and rnd.get("config") == label:
+            rec = (rnd.get("records") or rnd.get("levels") or {}).get(str(level))
+            if isinstance(rec, dict) and not rec.get("failures"):
+                out.append(LevelResult.from_record(int(level), rec))
+    return out
+
+
+def median_record(records: list[LevelResult], level: int) -> LevelResult:
+    """One level's latency percentiles as the median over the launches' (what compare judges)."""
+    kinds: dict[str, Latency] = {}
+    for kind in LATENCY_KINDS:
+        got = [lat for r in records if (lat := r.latency(kind)) is not None]
+        if got:
+            p50, p90, p99 = (statistics.median(x.at(q) for x in got) for q in QUANTILES)
+            kinds[kind] = Latency(p50=p50, p90=p90, p99=p99, n=sum(x.n for x in got))
+    return LevelResult(level, **kinds)  # type: ignore[arg-type]
+
+
+def latency_lines(data: dict[str, Any]) -> list[str]:
+    """Per concurrency, each config's TTFT and TPOT p99 (median over the launches, ms) and, with
+    the job's latency targets (``slo``), what each broke there (``core.slo`` on those medians)."""
+    targets = Targets.from_record(data.get("slo"))
+    if data.get("plan"):
+        labels = [c["label"] for c in data.get("configs") or []]
+    else:
+        labels = ["baseline", "best"] + [o.get("label") or f"trial-{o['trial']}" for o in data.get("others") or []]
+    rows, measured = [], False
+    for c in data.get("concurrency") or []:
+        cells = []
+        for label in labels:
+            got = median_record(level_records(data, label, c), int(c))
+            if got.ttft is None and got.tpot is None:
+                cells.append("-")
+                continue
+            measured = True
+            cell = f"{_ms(got.ttft.p99 if got.ttft else None)} / {_ms(got.tpot.p99 if got.tpot else None)}"
+            if targets:
+                broke = breaches(got, targets.at(int(c)))
+                cell += (" (breaks " + "; ".join(f"{b.slo.label} {_ms(b.measured_s)} ms" for b in broke) + ")"
+                         if broke else " (holds the SLO)")
+            cells.append(cell)
+        rows.append(f"| {c} | " + " | ".join(cells) + " |")
+    if not measured:
+        return []
+    head = "p99 latency, TTFT / TPOT in ms (median over the launches)" + (
+        f"; latency targets: {targets.describe()}" if targets else "")
+    return [head, "", "| Concurrency | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)] + rows
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{1000 * seconds:.1f}"
 
 
 def vs_best(value: float | None, interval: dict[str, Any] | None = None) -> str:
@@ -422,32 +548,43 @@ def _fmt(v: float | None) -> str:
 
 
 # ---- compare --plan: the plan's configs at every level ------------------------------------------
-def measure_plan_launch(job: Job, row: TrialRow, label: str, round_no: int) -> dict[str, Any]:
+def measure_plan_launch(job: Job, row: TrialRow, label: str, round_no: int,
+                        report: PhaseReporter | None = None) -> dict[str, Any]:
     """One launch of ``row``'s config, measured as a trial measures it (``node.measure``: level 1
     decode tok/s per request, level N total tok/s of N streams, every level of the objective,
     the job's rounds), recorded in the study (``record_launch``): {"levels": {level: median},
     "samples": {level: [...]}} or {"error": ...}."""
     config = row.params
-    bench = TrialSpec.from_job(job, 0, config).bench
+    bench = replace(TrialSpec.from_job(job, 0, config).bench, goodput=None)  # the plan's levels, not a bisection
     started = time.time()
-    with launched(job, config, label, f"plan-{label}-{round_no}.log") as (launch, pgid):
+    with launched(job, config, label, f"plan-{label}-{round_no}.log", report) as (launch, pgid):
+        if report is not None:
+            report.phase(WARMING_UP)
         host = HostSampler(pgid)
         got = measure(launch.base_url, launch.model_name, bench, deadline=time.monotonic() + bench.timeout_s,
-                      metrics_url=launch.metrics_url)
+                      metrics_url=launch.metrics_url, progress=report.measuring if report else None)
         got = dataclasses.replace(got, measurement=dataclasses.replace(got.measurement, host=host.finish()))
     record_launch(job, row, got, started)
     if not got.ok:
         return {"error": got.error or "the benchmark failed"}
     levels = got.measurement.levels
     return {"levels": {str(k): v.value for k, v in levels.items()},
-            "samples": {str(k): list(v.samples) for k, v in levels.items()}}
+            "samples": {str(k): list(v.samples) for k, v in levels.items()},
+            "records": {str(k): v.to_record() for k, v in levels.items()}}  # the latency percentiles too
 
 
 def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
     """Relaunch the baseline and the plan's configs (the best at each level of the objective,
     the mix's best) in interleaved rounds, each launch measured at every level as a trial is;
     ``compare-plan.json`` is rewritten after every launch (as ``compare.json``). Returns the
-    table (``format_compare_plan``)."""
+    table (``format_compare_plan``). A job of one level has no plan: BadInput, before anything
+    is read or launched."""
+    if not job.objective.is_plan:
+        levels = ", ".join(map(str, job.objective.concurrency))
+        raise BadInput(f"compare --plan compares the best configs of several levels, and this job's objective has "
+                       f"one (objective.concurrency: {levels}); use `ncclsweep compare {job.path} --concurrency "
+                       f"1,2,10` for the baseline against the best at several concurrencies",
+                       file=str(job.path), key="objective.concurrency")
     rows = trial_rows(open_study(job, create=False))
     plan = build_plan(rows, job.objective)
     base = plan.baseline
@@ -468,24 +605,28 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
         "baseline_trial": base.number, "anchor_trial": plan.anchor.number if plan.anchor else None,
         "configs": [{"label": label, "trial": row.number, "params": row.params, "roles": plan.roles(row)}
                     for label, row in configs],
-        "rounds": [], "failures": [],
+        "rounds": [], "failures": [], "slo": job.slo.to_record() if job.slo else None,
     }
     out = job.dir.compare_plan
+    said = Said(say, rounds * len(configs), "compare --plan", rounds=job.bench.repeats)
     try:
         for r in range(rounds):
             for label, row in (configs if r % 2 == 0 else configs[::-1]):
                 t0 = time.monotonic()
-                res = measure_plan_launch(job, row, label, r)
+                report = said.launching(f"round {r + 1}/{rounds}: {label} (trial #{row.number})")
+                res = measure_plan_launch(job, row, label, r, report)
                 if res.get("error"):
                     data["failures"].append(f"{label} round {r}: {res['error']}")
                 data["rounds"].append({"round": r, "config": label, "trial": row.number,
                                        "seconds": time.monotonic() - t0, "levels": res.get("levels") or {},
-                                       "samples": res.get("samples") or {}})
+                                       "samples": res.get("samples") or {}, "records": res.get("records") or {}})
                 summarize_plan(data)
                 write_json_atomic(out, data)
-                say(f"compare --plan round {r + 1}/{rounds}: {label} (trial #{row.number}) measured")
+                said.measured(_plan_figures(res))
+            said.round_done(r, rounds, _plan_round_lines(data))
         data["complete"] = True
     except BaseException as exc:  # Ctrl-C included: record why the rounds stopped, then re-raise
+        logs.status("")
         data["stopped"] = f"{type(exc).__name__}: {exc}".rstrip(": ")
         summarize_plan(data)
         write_json_atomic(out, data)
@@ -493,6 +634,20 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
     summarize_plan(data)
     write_json_atomic(out, data)
     return "\n".join([format_compare_plan(data), *study_lines(job)])
+
+
+def _plan_figures(res: dict[str, Any]) -> str:
+    """'1: 139.8 decode tok/s, 10: 812.0 total tok/s' of one ``compare --plan`` launch."""
+    if res.get("error"):
+        return f"failed: {res['error']}"
+    return ", ".join(f"{lv}: {v:.1f} {'decode' if lv == '1' else 'total'} tok/s" if v else f"{lv}: failed"
+                     for lv, v in (res.get("levels") or {}).items())
+
+
+def _plan_round_lines(data: dict[str, Any]) -> list[str]:
+    """Each plan config against the baseline at each level, so far."""
+    return [f"at {lv}: {c['label']} vs the baseline {(c.get('vs_baseline') or {}).get(str(lv), {}).get('text', 'n/a')}"
+            for c in data["configs"] if c["label"] != "baseline" for lv in data["concurrency"]]
 
 
 def summarize_plan(data: dict[str, Any]) -> dict[str, Any]:
@@ -567,6 +722,9 @@ def format_compare_plan(data: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     lines += plan_closing_lines(data)
+    latency = latency_lines(data)
+    if latency:
+        lines += [""] + latency
     for f in data.get("failures", []):
         lines.append(f"Failed: {f}")
     if not data.get("complete", True):

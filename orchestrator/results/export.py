@@ -5,21 +5,32 @@ COMPLETE, counted, never a config that failed the correctness gate) as
 
 - ``env``        KEY=VALUE lines for ``docker run --env-file`` and systemd ``EnvironmentFile``:
                  the job's fixed ``env`` plus the config's environment delta (what the
-                 backend's ``launch_spec`` sets). Settings that are not environment variables
-                 (``tp_size``, ``graph_capture``, backend flags) are listed in a comment.
+                 backend's ``launch_spec`` sets). Its first line says it is the environment
+                 half and names what the launch command carries besides (``tp_size``,
+                 ``graph_capture``, backend flags).
 - ``yaml``/``json`` one document per config: ``config`` (the exact flat config, readable
                  back by ``load_config_file`` for ``ncclsweep bench --config``), ``env`` and
                  ``provenance``. ``--top K``: K YAML documents, or a JSON list of K objects.
-- ``cmd``        the full shell-quoted launch command (env assignments, then argv).
-- ``nccl-tuner`` a rules file for NCCL's example tuner plugin (see ``nccl_tuner_rules``).
+- ``cmd``        the deploy artifact: a ``sh`` script of the full shell-quoted launch command
+                 (env assignments, then argv), its header saying the address it listens on
+                 (``host``/``port``, default 0.0.0.0:8000: every interface).
+- ``nccl-tuner`` a rules file for NCCL's example tuner plugin: rules per measured size range
+                 from the pre-screen's sweep where it ran at the winner's TP
+                 (``tuner_sweep_rules``), else one rule from the winner's settings
+                 (``nccl_tuner_rules``); the NCCL release and the tuner API in its comments.
 
 Line formats (env, cmd, nccl-tuner) carry provenance in ``#`` comments; with ``--top K``
 they hold K numbered blocks of which only the first is active and the others are
-commented out (an env file or a first-match rules file cannot hold alternatives).
+commented out (an env file or a first-match rules file cannot hold alternatives). Whatever
+a study's strings hold (a version, a path, a host name, a param value), every physical line
+is a comment or what the format says: a comment is one line (``_comment``), every line of
+a commented alternative is commented, an env line is one ``KEY=VALUE`` (a name or value that
+cannot be one is left out, and said so), and a launch line's words are shell-quoted.
 
 Provenance of every export: backend kind and version, NCCL/CUDA/driver versions, GPU
 model and topology (from the trial's ``nccl`` and ``node`` records when present), model
-path, study, storage, trial number, the figure and its ratio to the baseline, and for a
+path, study, storage, trial number, the figure and its ratio to the baseline, the decode prompts it
+was measured on (``prompts``: hash, count, lengths; None for a trial recorded before), and for a
 speculative config what the server counted: ``acceptance_rate`` and ``mean_accepted_length``
 (None for a config that reported none).
 
@@ -44,6 +55,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import math
 import re
 import statistics
 from dataclasses import dataclass
@@ -56,16 +68,22 @@ import yaml
 import orchestrator
 from orchestrator.backends import get_backend_class
 from orchestrator.backends.base import Backend
+from orchestrator.config import prompts as decode_prompts
 from orchestrator.config.yaml_input import load_yaml_documents, read_text_bounded
 from orchestrator.core import verdict
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.golden_check import disputed
-from orchestrator.core.launch import server_environment
+from orchestrator.core.launch import env_value_problem, server_environment
+from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES
 from orchestrator.core.records import COMPLETE, TrialRow
+from orchestrator.core.slo import LABELS as slo_labels
+from orchestrator.core.slo import Targets
+from orchestrator.core.slo import breaches as slo_breaches
 from orchestrator.study import objective as objectives
 from orchestrator.study import race as races
+from orchestrator.study.goodput import goodput_answer
 from orchestrator.study.history import baseline_row, best_rows, short_params
-from orchestrator.study.launches import MIX, Evidence, mix_figure
+from orchestrator.study.launches import HEADLINE, MIX, Evidence, mix_figure
 from orchestrator.study.plan import best_at, best_for_mix
 
 FORMATS = ("env", "yaml", "json", "cmd", "nccl-tuner")
@@ -139,6 +157,7 @@ class Choice:
     level: int | None = None
     weights: dict[int, float] | None = None  # the mix
     chosen_by: str = ""  # "--concurrency 10", "--mix", or why the default
+    slo: Targets | None = None  # the objective's latency targets: a level's best holds them there
 
     @property
     def named(self) -> bool:
@@ -148,7 +167,7 @@ class Choice:
         if self.weights is not None:
             return best_for_mix(rows, self.weights, k)
         if self.level is not None:
-            return best_at(rows, self.level, k)
+            return best_at(rows, self.level, k, slo=self.slo)
         return best_rows(rows, k)
 
     def describe(self) -> str:
@@ -170,7 +189,7 @@ def choose(job: Any, level: int | None = None, mix: bool = False) -> Choice:
         if level not in levels:
             raise BadInput(f"{brief(level)} is not a level of the study's objective (objective.concurrency: "
                            f"{', '.join(map(str, levels))})", key="--concurrency")
-        return Choice(level=level, chosen_by=f"--concurrency {level}")
+        return Choice(level=level, chosen_by=f"--concurrency {level}", slo=obj.slo)
     if mix:
         if not obj.weights:
             raise BadInput("the job's objective has no traffic mix (objective.weights, e.g. {1: 0.6, 10: 0.4}); "
@@ -182,7 +201,7 @@ def choose(job: Any, level: int | None = None, mix: bool = False) -> Choice:
         return Choice(weights=dict(obj.weights),
                       chosen_by="the default for a weighted objective, the mix; --concurrency N exports one level")
     return Choice(level=levels[0], chosen_by=f"the default for a plan, its lowest level; --concurrency N exports "
-                                             f"another of {', '.join(map(str, levels))}")
+                                             f"another of {', '.join(map(str, levels))}", slo=obj.slo)
 
 
 def _objective_provenance(choice: Choice, figure: dict[str, Any]) -> dict[str, Any]:
@@ -217,13 +236,16 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
         iv = ev.mix_interval(base.config_key, key, weights) if base is not None else None
         unit, contest = "weighted geometric mean of the levels' tok/s", MIX
     else:
-        level = choice.level if choice.level is not None else objectives.levels(obj)[0]
+        level = choice.level if choice.level is not None else HEADLINE if obj.goodput is not None else \
+            objectives.levels(obj)[0]
         values, noise, fresh = ev.values(key, level), ev.noise(level), ev.fresh(key, level)
         base_value = ev.median(base.config_key, level) if base is not None else None
         iv = ev.interval(base.config_key, key, level) if base is not None else None
-        unit, contest = objectives.unit(level), str(level)
+        unit, contest = objectives.unit(level or 1), str(level)
         if choice.level is None and level == 1:
             unit = "tok/s single-request decode"
+        elif level is HEADLINE:
+            unit = "tok/s total within the SLO"
     value = statistics.median(values) if values else row.value
     out: dict[str, Any] = {
         "value": value, "unit": unit, "launches": len(values), "launch_values": values,
@@ -333,6 +355,7 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
         "baseline_trial": base.number if base else None,
         "baseline_tok_s": base_value,
         "x_baseline": (headline["value"] / base_value) if base_value and headline["value"] is not None else None,
+        "prompts": row.prompt_set or None,  # the decode prompts the figures were measured on
         "acceptance_rate": row.acceptance_rate,
         "mean_accepted_length": row.mean_accepted_length,
         "backend": {"kind": _backend_kind(job, backend), "version": _safe_version(backend)},
@@ -348,7 +371,37 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
         "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "ncclsweep_version": _tool_version(),
         **extra,
+        **_latency_provenance(job, row, rows),
     }
+
+
+def _latency_provenance(job: Any, row: TrialRow, rows: list[TrialRow]) -> dict[str, Any]:
+    """What the config measured besides throughput: each level's latency percentiles (``latency``,
+    seconds), and where the job has them, its latency targets and what it broke (``slo``), its
+    goodput crossing (``goodput``), the traffic and the lengths measured (``traffic``)."""
+    obj = objectives.of(getattr(job, "objective", None))
+    latency: dict[str, Any] = {}
+    for level, got in row.levels.items():
+        recorded = {kind: got.latency(kind) for kind in LATENCY_KINDS}
+        if any(lat is not None for lat in recorded.values()):
+            latency[str(level)] = {kind: lat.to_record() for kind, lat in recorded.items() if lat is not None}
+    out: dict[str, Any] = {"latency": latency}
+    if obj.slo:
+        out["slo"] = {"targets": obj.slo.to_record(), "text": obj.slo.describe(),
+                      "breaches": [b.to_record() for level, got in row.levels.items()
+                                   for b in slo_breaches(got, obj.slo.at(level))]}
+    if obj.goodput is not None:
+        answer = goodput_answer(rows, obj)
+        mine = next((c for c in answer.configs if c.row.config_key == row.config_key), None)
+        out["goodput"] = {**(mine.to_dict() if mine else {}),
+                          "baseline": answer.baseline.to_dict() if answer.baseline else None, "answer": answer.text()}
+    bench = getattr(job, "bench", None)
+    lengths = row.measurement.lengths if row.measurement is not None else None
+    if getattr(bench, "traffic", None) is not None or lengths is not None:
+        out["traffic"] = {"requests": getattr(bench, "prompts_from", None),
+                          "measured": lengths.to_record() if lengths is not None else None,
+                          "text": lengths.describe() if lengths is not None else None}
+    return out
 
 
 def _tool_version() -> str:
@@ -359,16 +412,29 @@ def _tool_version() -> str:
         return getattr(orchestrator, "__version__", "unknown")
 
 
+# what a comment line may not hold: anything that ends a line (for a shell, an env file or a
+# reader's editor) or moves the cursor; every other character of a study's strings is shown as is
+_NOT_IN_A_LINE = re.compile("[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
+
+
 def _one_line(value: Any, width: int = 160) -> str:
+    """``value`` on one physical line (its lines joined with " | "), at most ``width`` characters."""
     if value is None:
         return "unknown"
     if isinstance(value, (list, tuple)):
         value = ", ".join(str(v) for v in value)
-    text = " | ".join(part.strip() for part in str(value).splitlines() if part.strip())
+    text = " | ".join(part.strip() for part in _NOT_IN_A_LINE.split(str(value)) if part.strip())
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def _comment(text: str) -> str:
+    """One comment line, whatever ``text`` holds: a study's strings (a version, a path, a host
+    name) never become a live line of an exported file."""
+    return "# " + _one_line(text, width=10_000)
+
+
 def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
+    """The provenance of one exported config, as comment lines (each one physical line)."""
     fig = prov["figure"]
     be = prov["backend"]
     chosen = []
@@ -376,49 +442,77 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
     if obj:
         what = (f"level {obj['level']}" if obj["level"] is not None else
                 "the traffic mix " + ", ".join(f"{k}: {v:g}" for k, v in obj["mix"].items()))
-        chosen = [f"# chosen for {what} ({obj['chosen_by']})"]
-    return [
-        f"# ncclsweep {prov['ncclsweep_version']} export ({fmt}), rank {prov['rank']} of {total}",
+        got = f"{obj['value']:.3f} {obj['unit']}" if obj["value"] is not None else "not measured"
+        vs = f", {obj['x_baseline']:.2f}x the baseline" if obj.get("x_baseline") else ""
+        chosen = [f"chosen for {what} ({_one_line(obj['chosen_by'])}): {got}{vs}"]
+    good = prov.get("goodput") or {}
+    if good.get("text"):  # the value is the total tok/s at the most streams within the SLO
+        chosen.append(f"goodput: {good['text']}; {good.get('answer')}")
+    slo = prov.get("slo")
+    if slo:
+        broke = "; ".join(b["text"] for b in slo["breaches"]) or "holds them at every level measured"
+        chosen.append(f"slo {slo['text']}: {broke}")
+    traffic = prov.get("traffic")
+    if traffic and traffic.get("text"):
+        chosen.append(f"traffic {traffic['requests']}: measured {traffic['text']}")
+    lines = [
+        f"ncclsweep {_one_line(prov['ncclsweep_version'])} export ({fmt}), rank {prov['rank']} of {total}",
         *chosen,
-        f"# study {prov['study']}, trial {prov['trial']}, measured {prov['measured_at'] or 'unknown'}"
-        f" on {prov['node'] or 'unknown node'}",
+        f"study {_one_line(prov['study'])}, trial {prov['trial']}, measured {_one_line(prov['measured_at'])}"
+        f" on {_one_line(prov['node'] or 'unknown node')}",
         *figure_lines(fig),
-        *[f"# {line}" for line in _warning_lines(fig, prov["trial"], said=True)],
-        f"# backend: {be['kind'] or 'unknown'} {be['version'] or '(version unknown)'}; "
+        *_warning_lines(fig, prov["trial"], said=True),
+        *_latency_comment(prov),
+        f"measured on the decode prompts: {decode_prompts.describe(prov.get('prompts'))}",
+        f"backend: {_one_line(be['kind'])} {_one_line(be['version'] or '(version unknown)')}; "
         f"model: {_one_line(prov['model'])}",
-        f"# NCCL {_one_line(prov['nccl_version'])}; CUDA {_one_line(prov['cuda_version'])}; "
+        f"NCCL {_one_line(prov['nccl_version'])}; CUDA {_one_line(prov['cuda_version'])}; "
         f"driver {_one_line(prov['driver_version'])}",
-        f"# GPU: {_one_line(prov['gpu_model'])} (devices {_one_line(prov['gpus'])}); "
+        f"GPU: {_one_line(prov['gpu_model'])} (devices {_one_line(prov['gpus'])}); "
         f"topology: {_one_line(prov['topology'], 100)}",
-    ] + _speculation_comment(prov)
+        *_speculation_comment(prov),
+    ]
+    return [_comment(line) for line in lines]
+
+
+def _latency_comment(prov: dict[str, Any]) -> list[str]:
+    """'latency at 1 (ms p50/p90/p99): TTFT 11.2/13.0/15.9, TPOT ...' per level measured (commented by
+    ``_comment_header``)."""
+    out = []
+    for level, kinds in (prov.get("latency") or {}).items():
+        parts = [f"{slo_labels.get(k, k)} " + "/".join(f"{1000 * rec[f'p{q}']:.1f}" for q in QUANTILES)
+                 for k, rec in kinds.items()]
+        if parts:
+            out.append(f"latency at {level} (ms p50/p90/p99): {', '.join(parts)}")
+    return out
 
 
 def figure_lines(fig: dict[str, Any]) -> list[str]:
     """The header's figure: its value over launches, where a fresh launch should measure, and its
-    verdict against the baseline over launches (each one comment line)."""
+    verdict against the baseline over launches (each a line ``_comment_header`` comments)."""
     value = fig.get("value")
     n = fig.get("launches") or 0
     got = f"{value:.3f} {fig['unit']}" if value is not None else "not measured"
     spread = f" (+-{100 * fig['spread']:.1f}% within its trial)" if fig.get("spread") is not None else ""
-    lines = [f"# value: {got}, the median of {n} launch{'' if n == 1 else 'es'}{spread}"]
+    lines = [f"value: {got}, the median of {n} launch{'' if n == 1 else 'es'}{spread}"]
     fresh = fig.get("fresh_launch_95")
     noise = fig.get("launch_noise") or {}
     if fresh:
-        lines.append(f"# a fresh launch should measure {fresh[0]:.3f}-{fresh[1]:.3f} (95%; launch noise "
+        lines.append(f"a fresh launch should measure {fresh[0]:.3f}-{fresh[1]:.3f} (95%; launch noise "
                      f"+-{100 * (noise.get('relative') or 0.0):.1f}% from {noise.get('launches')} launches)")
     else:
-        lines.append("# no range for a fresh launch yet: the launch noise is not measured")
+        lines.append("no range for a fresh launch yet: the launch noise is not measured")
     vs = fig.get("vs_baseline")
     if vs and fig.get("baseline_value"):
         what = "the baseline itself" if vs.get("same_config") else vs["text"]
-        lines.append(f"# vs baseline trial {fig['baseline_trial']} ({fig['baseline_value']:.2f}): {what}")
+        lines.append(f"vs baseline trial {fig['baseline_trial']} ({fig['baseline_value']:.2f}): {what}")
     fresh_values = fig.get("compare_values") or []
     if fresh_values:
         base_values = fig.get("baseline_compare_values") or []
         shown = ", ".join(f"{v:.2f}" for v in fresh_values)
         beside = f" (the baseline: {', '.join(f'{v:.2f}' for v in base_values)})" if base_values and \
             not (vs or {}).get("same_config") else ""
-        lines.append(f"# `ncclsweep compare` launched it {len(fresh_values)} time(s): {shown}{beside}")
+        lines.append(f"`ncclsweep compare` launched it {len(fresh_values)} time(s): {shown}{beside}")
     return lines
 
 
@@ -429,7 +523,7 @@ def _speculation_comment(prov: dict[str, Any]) -> list[str]:
         return []
     parts = ([f"{100 * rate:.1f}% of drafted tokens accepted"] if rate is not None else []) + (
         [f"{length:.2f} tokens per target step"] if length is not None else [])
-    return [f"# speculative decoding: {', '.join(parts)} (the server's counters over the benchmark prompts)"]
+    return [f"speculative decoding: {', '.join(parts)} (the server's counters over the benchmark prompts)"]
 
 
 # ---- environment & command --------------------------------------------------------------------------
@@ -455,29 +549,47 @@ def _non_env(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if not k.startswith("env.")}
 
 
+def _env_lines(env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(``KEY=VALUE`` lines, comments on what could not be one): a name that is not an
+    environment variable's, or a value that is not one line, is left out and said so."""
+    lines, skipped = [], []
+    for key, value in sorted(env.items()):
+        problem = None if _ENV_NAME.fullmatch(key) else "not an environment variable name"
+        problem = problem or env_value_problem(value)
+        if problem:
+            skipped.append(_comment(f"skipped {brief(key)}: {problem}"))
+        else:
+            lines.append(f"{key}={value}")
+    return lines, skipped
+
+
 def _env_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
     env = effective_env(job, row.params, backend, host, port)
     lines = []
     rest = _non_env(row.params)
     if rest:
-        lines.append(f"# not environment settings (they are in the launch command, --format cmd): {short_params(rest)}")
-    for key, value in sorted(env.items()):
-        if not _ENV_NAME.fullmatch(key) or "\n" in value or "\r" in value:
-            lines.append(f"# skipped {brief(key)}: not expressible in an env file")
-            continue
-        lines.append(f"{key}={value}")
+        lines.append(_comment(f"not environment settings (they are in the launch command, --format cmd): "
+                              f"{short_params(rest)}"))
+    assignments, skipped = _env_lines(env)
+    lines += skipped + assignments
     if not env:
         lines.append("# (this config sets no environment variables)")
     return lines
 
 
 def _cmd_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
+    """The launch line: env assignments, then the argv, every word shell-quoted (a value spanning
+    lines stays inside its quotes); a variable that cannot be assigned on a shell line is left
+    out and said so."""
     spec = _launch(backend, row.params, host, port)
     if spec is None:
         raise RuntimeFailure(f"cannot build the launch command: backend {brief(_backend_kind(job, backend))} "
                              "is not available")
     env = effective_env(job, row.params, backend, host, port)
-    return [dataclasses.replace(spec, env=env).shell_line()]
+    skipped = [_comment(f"skipped {brief(key)}: not an environment variable name")
+               for key in sorted(env) if not _ENV_NAME.fullmatch(key)]
+    env = {k: v for k, v in env.items() if _ENV_NAME.fullmatch(k)}
+    return skipped + [dataclasses.replace(spec, env=env).shell_line()]
 
 
 # ---- NCCL tuner plugin rules ------------------------------------------------------------------------
@@ -555,26 +667,128 @@ def nccl_tuner_rules(config: dict[str, Any], nccl: dict[str, Any] | None = None)
         return [], ["nothing to export: NCCL never uses PAT for all-reduce"]
     tp = config.get("tp_size")
     n_ranks = int(tp) if isinstance(tp, (int, float)) and not isinstance(tp, bool) and int(tp) > 0 else -1
-    channels = -1
+    return [f"allreduce,0,4294967295,{algo},{proto},{_channels(config)},1,{n_ranks}"], notes
+
+
+# The example plugin's CSV reader and the tuner API it implements, by NCCL release (read in
+# NVIDIA/nccl: ext-tuner/example/plugin.c of 2.28 and 2.29, plugins/tuner/example/plugin.c of 2.30;
+# before 2.28 the example plugin reads no file)
+_TUNER_APIS = (((2, 30), "v6 (the plugin also exports v5)"), ((2, 28), "v5"))
+TUNER_BIN = 16 * 1024  # no rule below TUNER_FINE_UP_TO is wider: PCIe crossovers sit at 48-120 KB
+TUNER_FINE_UP_TO = 512 * 1024
+
+
+def tuner_api(nccl_version: str | None) -> str:
+    """The tuner API of the example plugin that reads this file for an NCCL release."""
+    nums = tuple(int(n) for n in re.findall(r"\d+", str(nccl_version or ""))[:2])
+    if len(nums) < 2:
+        return "v5 (NCCL 2.28, 2.29) or v6 (NCCL 2.30 and later); NCCL release unknown"
+    for since, api in _TUNER_APIS:
+        if nums >= since:
+            return api
+    return "none: NCCL before 2.28 has no file-reading example plugin; use NCCL 2.28 or later"
+
+
+def _channels(config: dict[str, Any]) -> int:
+    """Channels a rule pins: the config's min == max CTAs (or channels), else -1 (NCCL's)."""
     for lo, hi in (("env.NCCL_MIN_CTAS", "env.NCCL_MAX_CTAS"), ("env.NCCL_MIN_NCHANNELS", "env.NCCL_MAX_NCHANNELS")):
         if config.get(lo) is not None and str(config.get(lo)) == str(config.get(hi)):
             try:
-                channels = int(config[lo])
+                return int(config[lo])
             except (TypeError, ValueError):
                 pass
-    return [f"allreduce,0,4294967295,{algo},{proto},{channels},1,{n_ranks}"], notes
+    return -1
+
+
+def tuner_sweep_rules(config: dict[str, Any], sweep: dict[str, Any]) -> tuple[list[str], list[str]] | None:
+    """Rules per measured size range from the pre-screen's sweep (``prescreen.json``), for the
+    winner ``config``: its TP (nRanks) and channels; among the swept settings at that TP whose
+    other NCCL variables are the winner's (P2P, channels: what moves latency besides the
+    protocol and algorithm), the fastest at each size (the winner's own setting where it is within
+    the noise of the fastest), spelled by the algorithm and protocol it pins for all-reduce or,
+    where it pins none, the one NCCL logged at that size. Bins end at
+    each measured size and at every 16 KB up to 512 KB (each bin takes the measured size
+    nearest its end, on a log scale), so none there is wider than 16 KB; past the largest
+    measured size there is no rule (NCCL's own choice). None: the sweep has nothing at this TP."""
+    tp = config.get("tp_size")
+    same_tp = [r for r in sweep.get("rows") or [] if r.get("ok") and r.get("sweep") and r.get("tp_size") == tp]
+    if not same_tp:
+        return None
+    others = {k: str(v) for k, v in config.items() if k.startswith("env.NCCL_") and k not in _PINNED}
+    rows = [r for r in same_tp if {k: str(v) for k, v in r.items()
+                                   if k.startswith("env.NCCL_") and k not in _PINNED} == others]
+    notes = []
+    if not rows:
+        rows = same_tp
+        notes.append(f"no swept setting at tp_size={tp} has the winner's other NCCL variables "
+                     f"({' '.join(f'{k[4:]}={v}' for k, v in others.items()) or 'none'}); every swept one is used")
+    best: dict[int, tuple[float, str, str] | None] = {}
+    for size in sorted({p["bytes"] for r in rows for p in r["sweep"]}):
+        here = sorted(((p["latency_us"], i, r, p) for i, r in enumerate(rows) for p in r["sweep"]
+                       if p["bytes"] == size), key=lambda h: (h[0], h[1]))
+        # within 10% of the fastest (the pre-screen's CLEAR_MARGIN: less is launch noise), the winner's own setting
+        top = here[0][0] if here else 0.0
+        own = [h for h in here if h[0] < top * 1.10 and all(
+            str(h[2].get(k, "")) == str(config.get(k, "")) for k in ("env.NCCL_ALGO", "env.NCCL_PROTO"))]
+        best[size] = None
+        for latency, _, r, p in (own or here)[:1]:
+            algo = _allreduce_choice(r.get("env.NCCL_ALGO"), _TUNER_ALGOS, "NCCL_ALGO")[0] or \
+                _allreduce_choice(p.get("algo"), _TUNER_ALGOS, "NCCL_ALGO")[0]
+            proto = _allreduce_choice(r.get("env.NCCL_PROTO"), _TUNER_PROTOS, "NCCL_PROTO")[0] or \
+                _allreduce_choice(p.get("proto"), _TUNER_PROTOS, "NCCL_PROTO")[0]
+            best[size] = (latency, algo, proto) if algo and proto and algo != "pat" else None
+    measured = sorted(best)
+    edges = sorted({*measured, *(e for e in range(TUNER_BIN, TUNER_FINE_UP_TO + 1, TUNER_BIN) if e <= measured[-1])})
+    rules, unknown, lo = [], 0, 0
+    channels = _channels(config)
+    for edge in edges:
+        nearest = min(measured, key=lambda m: (abs(math.log(m / edge)), m))
+        choice = best[nearest]
+        if choice is None:
+            unknown += 1
+        else:
+            rules.append(f"allreduce,{lo},{edge},{choice[1]},{choice[2]},{channels},1,{tp}")
+        lo = edge + 1
+    if unknown:
+        notes.append(f"{unknown} size range(s) without a rule: their fastest setting pins no algorithm or protocol "
+                     f"and NCCL logged none (TUNING runs on CUDA only)")
+    for c in sweep.get("crossovers") or []:
+        if c.get("custom") and c.get("tp_size") == tp and c.get("below") == "custom":
+            notes.append(f"the custom all-reduce measured faster than NCCL up to about {c['bytes']} bytes at "
+                         f"tp_size={tp} (allreduce.backend custom, which a tuner rule cannot choose)")
+    return rules, notes
+
+
+_PINNED = ("env.NCCL_ALGO", "env.NCCL_PROTO", "env.NCCL_DEBUG", "env.NCCL_DEBUG_SUBSYS")
 
 
 def _tuner_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
-    rules, notes = nccl_tuner_rules(row.params, row.nccl)
-    return [f"# {n}" for n in notes] + rules
+    sweep = _sweep_of(job)
+    made = tuner_sweep_rules(row.params, sweep) if sweep else None
+    rules, notes = made if made is not None else nccl_tuner_rules(row.params, row.nccl)
+    version = _first((row.nccl or {}).get("version"), (sweep or {}).get("nccl_version"))
+    source = (f"the pre-screen's sweep ({len(rules)} size ranges, prescreen.json) and trial {row.number}'s settings"
+              if made is not None else f"trial {row.number}'s settings (no pre-screen sweep at its TP: one rule)")
+    return ([_comment(f"rules from {source}; NCCL {version or 'unknown'}; tuner API {tuner_api(version)}")]
+            + [_comment(n) for n in notes] + rules)
+
+
+def _sweep_of(job: ExportJob) -> dict[str, Any] | None:
+    """The pre-screen's data of the job's study, when it ran (``ncclsweep prescreen``)."""
+    where = getattr(job, "dir", None)
+    path = getattr(where, "prescreen", None)
+    try:
+        data = json.loads(Path(path).read_text()) if path is not None else None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 _TUNER_PREAMBLE = [
-    "# NCCL tuner-plugin rules (format of NVIDIA/nccl ext-tuner/example, nccl_tuner.conf):",
-    "# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks",
+    "# NCCL tuner-plugin rules, the CSV of NCCL's example tuner plugin (NVIDIA/nccl plugins/tuner/example;",
+    "# ext-tuner/example before 2.30): collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks",
     "# use: NCCL_TUNER_PLUGIN=<path>/libnccl-tuner-example.so NCCL_TUNER_CONFIG_FILE=<this file>",
-    "# the first matching rule wins; -1 keeps NCCL's default channels / matches any count",
+    "# sizes in bytes, both ends included; the first matching rule wins; -1 keeps NCCL's default channels",
 ]
 
 
@@ -620,7 +834,7 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
 
         return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False, allow_unicode=True)
     block = {"env": _env_block, "cmd": _cmd_block, "nccl-tuner": _tuner_block}[fmt]
-    out: list[str] = list(_TUNER_PREAMBLE) if fmt == "nccl-tuner" else []
+    out = _preamble(fmt, job, best[0], host, port)
     if len(best) < top:
         out.append(f"# only {len(best)} distinct completed config(s) to export (asked for {top})")
     for i, row in enumerate(best):
@@ -631,11 +845,42 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
             tag = "active" if i == 0 else "alternative: uncomment to use it instead of 1"
             out.append(f"# ===== {i + 1} of {len(best)}: trial {row.number} ({tag}) =====")
         out.extend(header)
-        out.extend(body if i == 0 else [line if line.startswith("#") else f"# {line}" for line in body])
+        out.extend(body if i == 0 else _commented_out(body))
         out.append("")
     if fmt == "nccl-tuner":
         out = [line if len(line) < _TUNER_MAX_LINE else line[: _TUNER_MAX_LINE - 4] + "..." for line in out]
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _preamble(fmt: str, job: ExportJob, first: TrialRow, host: str, port: int) -> list[str]:
+    """What the file is, in its first lines: the launch command is the whole deploy (a shell
+    script, and where it listens); the env file its environment half, naming what the command
+    carries besides; the tuner rules, their format."""
+    if fmt == "nccl-tuner":
+        return list(_TUNER_PREAMBLE)
+    job_file = _one_line(getattr(job, "path", None) or "JOB")
+    if fmt == "cmd":
+        everywhere = " (every network interface of this machine)" if host in ("0.0.0.0", "::") else ""
+        return ["#!/bin/sh",
+                _comment(f"the deploy artifact: the server's environment and launch command, as trial {first.number} "
+                         f"ran it; run it with sh (it starts the server in the foreground)"),
+                _comment(f"the server listens on {_one_line(host)}:{port}{everywhere}; "
+                         f"`ncclsweep export {job_file} --format cmd --host H --port P` writes it for another "
+                         "address")]
+    rest = short_params(_non_env(first.params))
+    carries = f" ({rest} and the server's flags)" if rest else " (the server's flags)"
+    return [_comment(f"the environment half of trial {first.number}'s config, for docker run --env-file or "
+                     f"systemd EnvironmentFile (not a shell script: nothing in it is expanded); the launch command "
+                     f"carries the rest{carries}: `ncclsweep export {job_file} --format cmd`")]
+
+
+def _commented_out(body: list[str]) -> list[str]:
+    """An alternative: every physical line of it a comment (a quoted value of a launch line may
+    span lines; each of them is commented)."""
+    out: list[str] = []
+    for text in body:  # a comment of ours is one line already; a live line may span several
+        out += [text] if text.startswith("#") else [f"# {line}" for line in text.split("\n")]
+    return out
 
 
 # ---- reading a config back ------------------------------------------------------------------------

@@ -7,6 +7,10 @@ throughput). Study spaces here are small and categorical, so a one-way analysis 
 variance per parameter is exact, deterministic and readable beside the mean tok/s of
 each value.
 
+Below ``FEW_TRIALS`` measured trials the shares come with a caveat: from a handful of trials a
+knob's share is mostly which trials happened to be drawn (a value seen once carries that
+launch's own noise), a hint where to look rather than a finding. Under 3 there is none.
+
 Trials stopped early count with their one sample (they were stopped for being clearly
 worse: leaving them out would hide exactly the knob that made them so). A conditional
 parameter (absent where it does not apply, e.g. capture sizes without graphs) is rated
@@ -20,6 +24,9 @@ from typing import Any
 
 from orchestrator.core import outcome
 from orchestrator.core.records import PRUNED, TrialRow
+
+MIN_TRIALS = 3  # fewer measured trials: no shares at all
+FEW_TRIALS = 10  # fewer: the shares are stated with a caveat
 
 
 @dataclass(frozen=True)
@@ -78,9 +85,13 @@ def explained_share(values: list[float], levels: list[Any]) -> float:
 def knob_effects(rows: list[TrialRow]) -> tuple[list[KnobEffect], list[str]]:
     """(effects, notes): parameters over every trial first, by share; then conditional ones."""
     points = measured_points(rows)
-    if len(points) < 3:
-        return [], [f"parameter effects need at least 3 measured trials; this study has {len(points)}"]
+    if len(points) < MIN_TRIALS:
+        return [], [f"parameter effects need at least {MIN_TRIALS} measured trials; this study has {len(points)}"]
     notes: list[str] = []
+    if len(points) < FEW_TRIALS:
+        notes.append(f"from only {len(points)} measured trials: a share from so few is a hint where to look, not a "
+                     f"finding (a value seen in one or two trials carries their own noise); {FEW_TRIALS} or more "
+                     "firm it up")
     stopped = sum(p for _, _, p in points)
     if stopped:
         notes.append(f"{stopped} of the {len(points)} trials {'was' if stopped == 1 else 'were'} stopped early "

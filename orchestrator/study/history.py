@@ -10,6 +10,13 @@ next driver kept: ``storage.trial_attrs``); a trial without one is RUNNING or WA
 Optuna says so, and otherwise a FAIL whose reason says that no outcome was recorded. Rows
 are ``records.TrialRow``s (frozen: a consumer never changes what another one reads).
 
+A record is checked against itself before it is believed (``_damage``): its config against
+the space its parameters were drawn from (as Optuna stored it), its value against the samples
+it was measured with. A record changed after it was written (edited by
+hand: a value outside the space, 1e9 tok/s) is a FAIL row naming what does not match, left out
+of every figure, and named once in a warning: one edited trial never bricks or misleads the
+study.
+
     trial_rows(study)        one ``records.TrialRow`` per trial
     best_rows(rows, k)       the k best distinct configs that may be called "best"
     baseline_row(rows)       the baseline trial's row
@@ -21,6 +28,7 @@ are ``records.TrialRow``s (frozen: a consumer never changes what another one rea
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import math
 import os
 import statistics
@@ -57,6 +65,7 @@ from orchestrator.study.storage import (
     ATTR_RUN,
     ATTR_SKIPPED,
     OUTVOTED_ATTR,
+    contains,
     recovered_attr,
     trial_attrs,
 )
@@ -66,6 +75,8 @@ if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
 
+
+log = logging.getLogger(__name__)
 
 # the keys of a row in ``status --json`` (``TrialRow.to_json``)
 ROW_KEYS = tuple(TrialRow(number=0, state="COMPLETE").to_json())  # what `status --json` prints, in order
@@ -207,6 +218,7 @@ def _row(trial: FrozenTrial, ua: dict[str, Any]) -> TrialRow:
         startup_phases=dict(ua.get("startup_phases") or {}),
         launch_role=_launch_role(ua),
         race=dict(ua.get(ATTR_RACE) or {}),
+        prompt_set=dict(ua.get("prompt_set") or {}),
     )
 
 
@@ -219,6 +231,58 @@ def _launch_role(ua: dict[str, Any]) -> str | None:
     if ua.get(ATTR_REFERENCE_RUN):
         return "reference"
     return None
+
+
+_WARNED: set[tuple[int, Any]] = set()  # damaged records already named in this process
+
+
+def _damage(trial: FrozenTrial, config: Any, value: float | None, metrics: dict[str, Any]) -> str | None:
+    """What in a trial's record does not match the rest of it (None: it is whole): a config
+    value that is not a point of the space its parameter was drawn from (Optuna's stored
+    distribution); a value that is no rate, or lies outside every sample it was measured with."""
+    if isinstance(config, dict):
+        for name, got in config.items():
+            dist = trial.distributions.get(name)
+            if dist is not None and not _drawn_from(dist, got):
+                return f"its config's {name}={got!r} is not a value of the space it was drawn from"
+    if value is None:
+        return None
+    if not math.isfinite(value) or value <= 0:
+        return f"its value {value!r} is no decode rate"
+    levels = metrics.get("levels")
+    levels = levels if isinstance(levels, dict) else {}
+    sets = [metrics.get("decode_samples")] + [lv.get("samples") for lv in levels.values() if isinstance(lv, dict)]
+    ranges = [(min(s), max(s)) for s in ([x for x in (s or []) if isinstance(x, (int, float))] for s in sets) if s]
+    if ranges and not any(lo * (1 - 1e-9) <= value <= hi * (1 + 1e-9) for lo, hi in ranges):
+        lo, hi = ranges[0]
+        return f"its value {value:g} tok/s lies outside the samples it was measured with ({lo:g}-{hi:g})"
+    return None
+
+
+def _drawn_from(dist: Any, value: Any) -> bool:
+    """``value`` is a point of ``dist``, or a choice in the spelling normalization gives it (a
+    config is normalized: NCCL values in NCCL's case)."""
+    if contains(dist, value):
+        return True
+    choices = getattr(dist, "choices", None)
+    return isinstance(value, str) and choices is not None and value.lower() in {str(c).lower() for c in choices}
+
+
+def _checked(trial: FrozenTrial, ua: dict[str, Any], row: TrialRow) -> TrialRow:
+    """``row``, or when its record does not match itself (``_damage``) a FAIL row saying so,
+    left out of every figure, and named once in a warning."""
+    if row.state not in _FINISHED:
+        return row
+    damage = _damage(trial, ua.get("config"), row.value, ua.get("metrics") or {})
+    if damage is None:
+        return row
+    if (trial.number, trial.datetime_start) not in _WARNED:
+        _WARNED.add((trial.number, trial.datetime_start))
+        log.warning("trial %d's record was changed after it was written (%s; edited by hand?): it is left out "
+                    "of every figure", trial.number, damage)
+    return replace(row, state=FAIL, value=None, counted=False, failure_kind=None,
+                   failure_reason=f"its record was changed after it was written ({damage}): left out of every figure",
+                   measurement=Measurement(), levels={}, acceptance_rate=None, mean_accepted_length=None)
 
 
 # Rows of finished trials, per study object: Optuna refuses to change a finished trial, so its
@@ -253,7 +317,8 @@ def _finished_row(trial: FrozenTrial, study_attrs: dict[str, Any], cache: dict[i
     key = (trial.state, trial.datetime_complete, repr(study_attrs.get(recovered_attr(trial.number))))
     hit = cache.get(trial.number)
     if hit is None or hit[0] != key:
-        hit = cache[trial.number] = (key, _row(trial, trial_attrs(trial, study_attrs)))
+        attrs = trial_attrs(trial, study_attrs)
+        hit = cache[trial.number] = (key, _checked(trial, attrs, _row(trial, attrs)))
     return hit[1]
 
 
@@ -334,8 +399,10 @@ def baseline_repeats(rows: list[TrialRow]) -> list[TrialRow]:
 
 
 def decode_samples(row: TrialRow) -> list[float]:
-    """The trial's single-request decode samples (every timed repeat), [] when none were kept."""
-    one = row.at(1)
+    """The trial's single-request decode samples (every timed repeat), [] when none were kept; of a
+    goodput trial, the samples behind its value: the total tok/s where every SLO last held."""
+    got = row.measurement
+    one = got.headline if got is not None and got.goodput is not None else row.at(1)
     return list(one.samples) if one is not None else []
 
 
@@ -478,3 +545,14 @@ def format_status(rows: list[TrialRow], width: int | None = None, levels: Iterab
                      "best: none yet (no COMPLETE trial that passed the correctness gate)")
     return "\n".join(lines)
 
+
+
+def infeasible_lines(rows: list[TrialRow]) -> list[str]:
+    """'#3 (baseline): breaks the SLO: ...': the measured configs the latency targets left
+    nowhere to count (``outcome.judge_slo``), the baseline among them (reported, not a stop)."""
+    out = []
+    for r in rows:
+        why = (r.metrics or {}).get("slo_violations")
+        if r.state == COMPLETE and why and r.cached_from is None:
+            out.append(f"#{r.number}{' (baseline)' if r.is_baseline else ''}: {'; '.join(map(str, why))}")
+    return out

@@ -12,7 +12,8 @@ the report compares the nodes with it. A config whose output was ever wrong has 
 
 ``Evidence(rows)`` is what every verdict of the study reads:
 
-- per config and level, the launch figures and their median (the figure a study reports);
+- per config and level, the launch figures and their median (the figure a study reports); the
+  level ``HEADLINE`` is a goodput launch's total tok/s within the SLO (a goodput study's figure);
 - per level, the launch noise (``verdict.pooled_noise`` over every config launched more than
   once, on logs), and for a traffic mix the same over each launch's weighted geometric mean;
 - the interval of one config against another over their launches (``verdict.launch_interval``):
@@ -42,6 +43,7 @@ from orchestrator.core.verdict import LaunchNoise, RatioInterval, launch_interva
 # its finalists: every comparison between two finalists of one contest is held to that many looks.
 RACE_LOOKS = "looks"
 MIX = "mix"  # the contest name of the traffic mix (a level's is str(level))
+HEADLINE = None  # the "level" of a goodput launch's figure (``figure``)
 
 
 def is_launch(row: TrialRow) -> bool:
@@ -60,8 +62,11 @@ def measured_launches(rows: Sequence[TrialRow]) -> dict[str, list[TrialRow]]:
     return out
 
 
-def figure(row: TrialRow, level: int) -> float | None:
-    """One launch's figure at ``level`` (its median there)."""
+def figure(row: TrialRow, level: int | None) -> float | None:
+    """One launch's figure at ``level`` (its median there); ``HEADLINE``: a goodput launch's total
+    tok/s within the SLO (None for a launch that measured no goodput: ``compare``'s)."""
+    if level is HEADLINE:
+        return row.value if row.measurement is not None and row.measurement.goodput is not None else None
     got = row.at(level)
     return got.value if got is not None else None
 
@@ -92,7 +97,7 @@ class Evidence:
         """The config's launches (trial order)."""
         return list(self.by_key.get(key, ()))
 
-    def values(self, key: str, level: int) -> list[float]:
+    def values(self, key: str, level: int | None) -> list[float]:
         """The config's launch figures at ``level``."""
         return [v for r in self.by_key.get(key, ()) if (v := figure(r, level)) is not None]
 
@@ -100,10 +105,10 @@ class Evidence:
         """The config's launch figures for the mix (each launch's weighted geometric mean)."""
         return [v for r in self.by_key.get(key, ()) if (v := mix_figure(r, weights)) is not None]
 
-    def count(self, key: str, level: int) -> int:
+    def count(self, key: str, level: int | None) -> int:
         return len(self.values(key, level))
 
-    def median(self, key: str, level: int) -> float | None:
+    def median(self, key: str, level: int | None) -> float | None:
         """The config's figure at ``level``: the median over its launches."""
         values = self.values(key, level)
         return statistics.median(values) if values else None
@@ -113,7 +118,7 @@ class Evidence:
         return statistics.median(values) if values else None
 
     # ---- the noise between launches ------------------------------------------------------------
-    def noise(self, level: int) -> LaunchNoise:
+    def noise(self, level: int | None) -> LaunchNoise:
         """The launch noise at ``level``, pooled over every config launched more than once."""
         if level not in self._noise:
             self._noise[level] = pooled_noise(self.values(k, level) for k in self.by_key)
@@ -135,7 +140,7 @@ class Evidence:
         (a level as text, or ``MIX``): 1 when they were never raced against each other."""
         return self._looks.get((contest, frozenset((a, b))), 1)
 
-    def interval(self, a: str, b: str, level: int) -> RatioInterval:
+    def interval(self, a: str, b: str, level: int | None) -> RatioInterval:
         """Config ``b`` relative to config ``a`` at ``level`` over their launches."""
         looks = self.looks(str(level), a, b)
         return launch_interval(self.values(a, level), self.values(b, level), self.noise(level), looks=looks,
@@ -147,7 +152,7 @@ class Evidence:
         return launch_interval(self.mix_values(a, weights), self.mix_values(b, weights), self.mix_noise(weights),
                                looks=looks, robust=True, raced=looks > 1)
 
-    def fresh(self, key: str, level: int) -> tuple[float, float] | None:
+    def fresh(self, key: str, level: int | None) -> tuple[float, float] | None:
         """Where a fresh launch of the config should measure at ``level`` (95%); None while the
         launch noise is unknown."""
         return launch_range(self.values(key, level), self.noise(level))

@@ -14,7 +14,11 @@ several levels (``objective.concurrency``) answers, from its rows (``history.tri
   medians);
 - with ``objective.weights``, the best for the traffic mix (``objective.mix_value``) and its
   ratio to the baseline (the weighted geometric mean of the levels' ratios), with its interval
-  over launches (each launch's weighted geometric mean, the mix's own launch noise).
+  over launches (each launch's weighted geometric mean, the mix's own launch noise);
+- with latency targets (``objective.slo``, ``core.slo``): a config that breaks one at a level is
+  not ranked at that level (it may still be the best at another), and the plan says, per
+  level, which faster configs broke a target there and by how much (the anchor's among them),
+  and whether the baseline does; the Pareto set counts a broken level as nothing.
 
 ``build_plan(rows, objective)`` is what the run's last line (``driver.progress``),
 ``status``, the report, ``export --concurrency N | --mix`` and ``compare --plan`` read;
@@ -28,12 +32,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator.config.job import Objective
+from orchestrator.core import slo as slos
 from orchestrator.core import verdict
 from orchestrator.core.records import TrialRow
+from orchestrator.core.slo import Breach, Targets
 from orchestrator.core.verdict import LaunchNoise, RatioInterval
 from orchestrator.study import objective as objectives
 from orchestrator.study.history import baseline_row, best_rows
 from orchestrator.study.launches import Evidence
+
+MAX_BROKEN = 3  # faster configs a level names as kept out by the latency targets
 
 
 # ---- one row at one level ---------------------------------------------------------------------
@@ -54,9 +62,17 @@ def mix_of(row: TrialRow, weights: dict[int, float]) -> float | None:
     return objectives.mix_value({lv: level_value(row, lv) for lv in weights}, weights)
 
 
-def best_at(rows: list[TrialRow], level: int, k: int = 1) -> list[TrialRow]:
-    """The k best distinct configs at ``level`` (``history.best_rows`` by that level's median)."""
-    return best_rows(rows, k, value=lambda r: level_value(r, level))
+def breaches_at(row: TrialRow | None, level: int, slo: Targets | None) -> list[Breach]:
+    """The latency targets ``row`` breaks at ``level`` (``core.slo``: none without targets)."""
+    if row is None or not slo:
+        return []
+    return slos.breaches(row.at(level), slo.at(level))
+
+
+def best_at(rows: list[TrialRow], level: int, k: int = 1, slo: Targets | None = None) -> list[TrialRow]:
+    """The k best distinct configs at ``level`` (``history.best_rows`` by that level's median);
+    with ``slo``, only those that hold it there."""
+    return best_rows(rows, k, value=lambda r: None if breaches_at(r, level, slo) else level_value(r, level))
 
 
 def best_for_mix(rows: list[TrialRow], weights: dict[int, float], k: int = 1) -> list[TrialRow]:
@@ -64,14 +80,17 @@ def best_for_mix(rows: list[TrialRow], weights: dict[int, float], k: int = 1) ->
     return best_rows(rows, k, value=lambda r: mix_of(r, weights))
 
 
-def pareto(rows: list[TrialRow], levels: tuple[int, ...] | list[int]) -> list[TrialRow]:
+def pareto(rows: list[TrialRow], levels: tuple[int, ...] | list[int], slo: Targets | None = None) -> list[TrialRow]:
     """The distinct rankable configs that no other one matches or beats at every level (on
-    medians over their launches), best at the lowest level first."""
+    medians over their launches; a level where one breaks ``slo`` counts as nothing there), best
+    at the lowest level first."""
     levels = sorted(levels)
     evidence = Evidence(rows)
     ranked = [r for r in best_at(rows, levels[0], len(rows))
               if all(evidence.median(r.config_key, lv) is not None for lv in levels)]
-    point = {r.number: [evidence.median(r.config_key, lv) or 0.0 for lv in levels] for r in ranked}
+    point = {r.number: [0.0 if breaches_at(r, lv, slo) else evidence.median(r.config_key, lv) or 0.0 for lv in levels]
+             for r in ranked}
+    ranked = [r for r in ranked if any(point[r.number])]
 
     def dominates(a: list[float], b: list[float]) -> bool:
         return all(x >= y for x, y in zip(a, b)) and any(x > y for x, y in zip(a, b))
@@ -80,14 +99,14 @@ def pareto(rows: list[TrialRow], levels: tuple[int, ...] | list[int]) -> list[Tr
 
 
 def prune_thresholds(rows: list[TrialRow], levels: tuple[int, ...] | list[int],
-                     min_ratio: float) -> dict[int, float] | None:
-    """Per level, ``min_ratio`` x the best figure so far there (the median over its launches):
-    the early stop's thresholds (``core.outcome.early_stop`` stops a trial below them at every
-    level); None before any config may be ranked."""
+                     min_ratio: float, slo: Targets | None = None) -> dict[int, float] | None:
+    """Per level, ``min_ratio`` x the best figure so far there (the median over its launches, of
+    the configs that hold ``slo`` there): the early stop's thresholds (``core.outcome.early_stop``
+    stops a trial below them at every level); None before any config may be ranked."""
     evidence = Evidence(rows)
     out = {}
     for level in levels:
-        best = best_at(rows, level)
+        best = best_at(rows, level, slo=slo)
         value = (evidence.median(best[0].config_key, level) or level_value(best[0], level)) if best else None
         if value is not None:
             out[level] = value * min_ratio
@@ -151,10 +170,32 @@ class LevelPlan:
     best_launches: int = 0  # launches the best's figure is the median of
     best_fresh: tuple[float, float] | None = None  # where a fresh launch of the best should measure (95%)
     noise: LaunchNoise = LaunchNoise()  # the launch noise at this level
+    # latency targets: the configs faster than the best here that break one here (with their breaches,
+    # fastest first), the anchor's breaches here, the baseline's
+    broken: tuple[tuple[TrialRow, tuple[Breach, ...]], ...] = ()
+    anchor_breaches: tuple[Breach, ...] = ()
+    baseline_breaches: tuple[Breach, ...] = ()
 
     @property
     def unit(self) -> str:
         return objectives.unit(self.level)
+
+    def slo_lines(self, anchor: TrialRow | None, baseline: TrialRow | None) -> list[str]:
+        """What the latency targets did here: '#3 (the best at 1) breaks the SLO at 32: TPOT p99
+        31.2 ms at 32, over the 20 ms target by 56%' for each faster config (and the anchor) that
+        broke one, and the baseline's."""
+        out = []
+        named = [(row, found) for row, found in self.broken]
+        if anchor is not None and self.anchor_breaches and all(r.config_key != anchor.config_key for r, _ in named):
+            named.append((anchor, self.anchor_breaches))
+        for row, found in named:
+            who = f"#{row.number}" + (" (the best at the lowest level)" if anchor is not None
+                                      and row.config_key == anchor.config_key else "")
+            out.append(f"{who} breaks the SLO at {self.level}: " + "; ".join(b.describe() for b in found))
+        if baseline is not None and self.baseline_breaches:
+            out.append(f"the baseline #{baseline.number} breaks the SLO at {self.level}: "
+                       + "; ".join(b.describe() for b in self.baseline_breaches))
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "unit": self.unit, "best_trial": self.best.number if self.best else None,
@@ -165,7 +206,11 @@ class LevelPlan:
                 "baseline_value": self.baseline_value, "anchor_value": self.anchor_value,
                 "vs_baseline": self.vs_baseline.to_dict() if self.vs_baseline else None,
                 "anchor_vs_baseline": self.anchor_vs_baseline.to_dict() if self.anchor_vs_baseline else None,
-                "anchor_vs_best": self.anchor_vs_best.to_dict() if self.anchor_vs_best else None}
+                "anchor_vs_best": self.anchor_vs_best.to_dict() if self.anchor_vs_best else None,
+                "slo_broken": [{"trial": row.number, "breaches": [b.to_record() for b in found]}
+                               for row, found in self.broken],
+                "anchor_breaches": [b.to_record() for b in self.anchor_breaches],
+                "baseline_breaches": [b.to_record() for b in self.baseline_breaches]}
 
 
 @dataclass(frozen=True)
@@ -183,6 +228,7 @@ class Plan:
     mix_value: float | None = None
     mix_launches: int = 0
     evidence: Evidence | None = field(default=None, repr=False, compare=False)  # what the figures are over
+    slo: Targets | None = None  # the objective's latency targets (a config is ranked only where it holds them)
     _by_level: dict[int, LevelPlan] = field(default_factory=dict, repr=False, compare=False)
 
     def at(self, level: int) -> LevelPlan:
@@ -220,7 +266,10 @@ class Plan:
                 "mix": None if self.mix is None else {
                     "trial": self.mix.number, "config": dict(self.mix.params), "value": self.mix_value,
                     "launches": self.mix_launches,
-                    "vs_baseline": self.mix_vs_baseline.to_dict() if self.mix_vs_baseline else None}}
+                    "vs_baseline": self.mix_vs_baseline.to_dict() if self.mix_vs_baseline else None},
+                "slo": self.slo.to_record() if self.slo else None,
+                "slo_text": self.slo.describe() if self.slo else None,
+                "slo_lines": [line for lp in self.per_level for line in lp.slo_lines(self.anchor, self.baseline)]}
 
 
 def build_plan(rows: list[TrialRow], objective: Objective | None) -> Plan:
@@ -230,7 +279,8 @@ def build_plan(rows: list[TrialRow], objective: Objective | None) -> Plan:
     evidence = Evidence(rows)
     base = baseline_row(rows)
     base = base if base is not None and base.state == "COMPLETE" and base.value is not None else None
-    anchor_rows = best_at(rows, levels[0])
+    slo = obj.slo or None
+    anchor_rows = best_at(rows, levels[0], slo=slo)
     anchor = anchor_rows[0] if anchor_rows else None
 
     def figure(row: TrialRow | None, level: int) -> float | None:
@@ -238,15 +288,27 @@ def build_plan(rows: list[TrialRow], objective: Objective | None) -> Plan:
 
     per_level = []
     for level in levels:
-        got = best_at(rows, level)
+        got = best_at(rows, level, slo=slo)
         best = got[0] if got else None
+        broken: list[tuple[TrialRow, tuple[Breach, ...]]] = []
+        if slo:  # the configs faster than the best here that a target kept out
+            floor = figure(best, level)
+            for row in best_at(rows, level, len(rows)):
+                value = figure(row, level)
+                if floor is not None and (value is None or value <= floor):
+                    break
+                found = breaches_at(row, level, slo)
+                if found and len(broken) < MAX_BROKEN:
+                    broken.append((row, tuple(found)))
         per_level.append(LevelPlan(
             level=level, best=best, baseline_value=figure(base, level), best_value=figure(best, level),
             vs_baseline=_compare(evidence, best, base, level), anchor_value=figure(anchor, level),
             anchor_vs_baseline=_compare(evidence, anchor, base, level),
             anchor_vs_best=_compare(evidence, anchor, best, level),
             best_launches=evidence.count(best.config_key, level) if best else 0,
-            best_fresh=evidence.fresh(best.config_key, level) if best else None, noise=evidence.noise(level)))
+            best_fresh=evidence.fresh(best.config_key, level) if best else None, noise=evidence.noise(level),
+            broken=tuple(broken), anchor_breaches=tuple(breaches_at(anchor, level, slo)),
+            baseline_breaches=tuple(breaches_at(base, level, slo))))
     mix = mix_vs = mix_val = None
     mix_n = 0
     if obj.weights:
@@ -261,8 +323,8 @@ def build_plan(rows: list[TrialRow], objective: Objective | None) -> Plan:
                                     mix.config_key == base.config_key,
                                     point=mix_val / base_mix if mix_val is not None and base_mix else None)
     return Plan(levels=levels, weights=dict(obj.weights) if obj.weights else None, baseline=base, anchor=anchor,
-                per_level=tuple(per_level), pareto=tuple(pareto(rows, levels)), mix=mix, mix_vs_baseline=mix_vs,
-                mix_value=mix_val, mix_launches=mix_n, evidence=evidence,
+                per_level=tuple(per_level), pareto=tuple(pareto(rows, levels, slo)), mix=mix, mix_vs_baseline=mix_vs,
+                mix_value=mix_val, mix_launches=mix_n, evidence=evidence, slo=slo,
                 _by_level={lp.level: lp for lp in per_level})
 
 
@@ -333,4 +395,7 @@ def format_plan(plan: Plan) -> str:
         mix = (f"#{plan.mix.number}" + (f", {plan.mix_vs_baseline.text} the baseline" if plan.mix_vs_baseline
                                          else "") if plan.mix else "none yet")
         lines.append("best for the mix (" + ", ".join(f"{lv}: {w:g}" for lv, w in plan.weights.items()) + f"): {mix}")
+    if plan.slo:
+        lines.append(f"slo: {plan.slo.describe()} (a config that breaks it at a level is not ranked there)")
+        lines += ["  " + line for lp in plan.per_level for line in lp.slo_lines(anchor, plan.baseline)]
     return "\n".join(lines)

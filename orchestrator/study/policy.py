@@ -73,7 +73,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from orchestrator.config.job import Objective
 from orchestrator.core.errors import StorageWriteError
-from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO, TIMEOUT_KINDS, interrupted
+from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO, TIMEOUT_KINDS, infeasibility, interrupted
 from orchestrator.core.records import (
     COMPLETE,
     FAIL,
@@ -719,8 +719,9 @@ class SearchPolicy:
         for name, value in attrs.items():
             trial.set_user_attr(name, value)
         if result.outcome == COMPLETE:
-            # a measured config that breaks one of the job's outcome constraints is infeasible
-            trial.set_constraint(CONSTRAINT, INFEASIBLE if result.metrics.get("constraint_violations") else FEASIBLE)
+            # a measured config that breaks one of the job's outcome constraints, or counts nowhere under
+            # its latency targets, is infeasible (by how far over them: ``outcome.infeasibility``)
+            trial.set_constraint(CONSTRAINT, infeasibility(result))
         elif result.outcome == FAIL and not not_the_config:
             trial.set_constraint(CONSTRAINT, INFEASIBLE)
         elif result.outcome == PRUNED:
@@ -877,8 +878,11 @@ class SearchPolicy:
     def prune_thresholds(self, min_ratio: float = DEFAULT_PRUNE_RATIO) -> dict[int, float] | None:
         """Per level of the objective, ``min_ratio`` x the best median so far there (the early
         stop, ``core.outcome.early_stop``, stops a trial below it at every level); None before
-        any COMPLETE trial. For the default objective: ``{1: prune_threshold(min_ratio)}``."""
-        return prune_thresholds(self.rows(), self.levels, min_ratio)
+        any COMPLETE trial. For the default objective: ``{1: prune_threshold(min_ratio)}``; none
+        for goodput (its first round is a concurrency the bisection may leave at once)."""
+        if self.objective.goodput is not None:
+            return None
+        return prune_thresholds(self.rows(), self.levels, min_ratio, self.objective.slo)
 
     def told_values(self, result: TrialResult) -> list[float]:
         """What Optuna is told for a COMPLETE result (``objective.told_values``)."""
@@ -888,10 +892,12 @@ class SearchPolicy:
         """The best trial at each level of the objective (and for the mix), distinct: where
         the neighbor fill looks next."""
         rows = self.rows()
-        if not self.objective.is_plan:
+        if self.objective.goodput is not None:
+            picked = best_rows(rows, 1)  # by the row's value: the goodput
+        elif not self.objective.is_plan:
             picked = best_at(rows, self.levels[0])  # the default objective: history.best_rows' best
         else:
-            picked = [r for lv in self.levels for r in best_at(rows, lv)]
+            picked = [r for lv in self.levels for r in best_at(rows, lv, slo=self.objective.slo)]
             if self.objective.weights:
                 picked += best_for_mix(rows, self.objective.weights)
         seen: dict[str, FrozenTrial] = {}

@@ -27,7 +27,6 @@ sampler hands the search policy (``SearchPolicy(startup=...)``), which picks the
 
 from __future__ import annotations
 
-import importlib.util
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -40,7 +39,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from orchestrator.config.sampler_options import DEFAULT_SAMPLER, MODEL_BASED, OPTIONS, SAMPLER_NAMES
+from orchestrator.config.sampler_options import DEFAULT_SAMPLER, MODEL_BASED, OPTIONS, SAMPLER_NAMES, missing_packages
 from orchestrator.core.errors import brief
 
 
@@ -83,6 +82,9 @@ def make_sampler(
     names/options for anything unknown.
     """
     key = _sampler_key(name)
+    why = missing_packages(key)
+    if why:
+        raise ValueError(why)
     opts = _check_options(key, options or {})
     opts.pop("n_startup_trials", None)
     n_startup_trials = startup_trials(key, budget=budget, space_size=space_size,
@@ -99,8 +101,6 @@ def make_sampler(
                 seed=seed, n_startup_trials=n_startup_trials, multivariate=multivariate, group=group,
                 constant_liar=opts.pop("constant_liar", True), **opts)
         if key == "gp":
-            if importlib.util.find_spec("scipy") is None:
-                raise ValueError("the gp sampler needs scipy (pip install scipy); or use sampler tpe")
             return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials,
                                              warn_independent_sampling=False, **opts)
         if key == "random":

@@ -4,6 +4,7 @@ spellings renamed in 0.5.14 and removed in 0.5.20, rejected values."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 from launch import checked_argv
@@ -198,3 +199,15 @@ def test_a_gguf_model_is_accepted_by_a_release_whose_load_format_has_gguf():
     assert argv(b, {})[argv(b, {}).index("--model-path") + 1] == "/models/GLM-5-Q4_K_M.gguf"
     with pytest.raises(ConfigRejected, match=r"--load-format 'gguff' is not a value SGLang 0\.5\.23 accepts"):
         b.check_config({"backend.load_format": "gguff"})
+
+
+def test_custom_requested_on_four_pcie_gpus_warns_with_sglangs_own_reason():
+    """SGLang 0.5.23 turns its custom all-reduce off on more than two PCIe-only GPUs and only logs
+    it (custom_all_reduce_utils.py; tests/fixtures/sglang/README.md)."""
+    text = (Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
+            / "sglang-0.5.23-4xpcie-tp4-custom-disabled.lines.log").read_text()
+    b = SglangBackend({"model": "m", "version": "0.5.23"}, "job.yaml")
+    (warning,) = b.allreduce_warnings(b.normalize({"tp_size": 4, "allreduce.backend": "custom"}), text)
+    assert warning.startswith("all-reduce path: allreduce.backend=custom was requested but SGLang 0.5.23 turned it")
+    assert "CustomAllreduce is disabled because it's not supported on more than two PCIe-only GPUs" in warning
+    assert b.allreduce_warnings(b.normalize({"tp_size": 4, "allreduce.backend": "nccl"}), text) == []

@@ -5,12 +5,14 @@ older releases, rejected values, the user's --compilation-config keys merged."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from launch import checked_argv
 
 from orchestrator.backends import get_backend_class, known_flags
 from orchestrator.backends.vllm import VllmBackend
+from orchestrator.core import nccl
 from orchestrator.core.errors import BadInput, ConfigRejected
 
 VLLM = known_flags.bundled("vllm", "0.33.0")
@@ -462,3 +464,59 @@ def test_the_motivating_job_with_a_gguf_model_is_refused_at_validate(tmp_path, c
                                                 f"GGUF file, which vLLM 0.33.0 (assumed) cannot load"), err
     assert "backend kind: llamacpp" in err[0]
     assert not (tmp_path / "glm5-vllm-8xpcie").exists()  # validate writes nothing
+
+
+# ---- the all-reduce path vLLM took, from its log ------------------------------------------------
+
+VLLM_LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
+
+
+def vllm_log(name: str) -> str:
+    return (VLLM_LOGS / name).read_text()
+
+
+@pytest.mark.parametrize("version", ["0.26.0", "0.33.0"])
+def test_custom_requested_on_four_pcie_gpus_warns_with_vllms_own_reason(version):
+    """vLLM turns its custom all-reduce off on more than two PCIe-only GPUs and only logs it
+    (custom_all_reduce.py); the lines are the release's own text (tests/fixtures/vllm/README.md)."""
+    b = backend(version)
+    config = b.normalize({"tp_size": 4, "allreduce.backend": "custom"})
+    (warning,) = b.allreduce_warnings(config, vllm_log(f"vllm-{version}-4xpcie-tp4-custom-disabled.lines.log"))
+    assert warning.startswith(nccl.ENGINE_PATH_WARNING) and not nccl.is_verification_warning(warning)
+    assert f"allreduce.backend=custom was requested but vLLM {version} did not enable it" in warning
+    assert "its all-reduce backends: PYNCCL" in warning
+    assert "Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs" in warning
+    # NCCL alone is what ran: asking for it is confirmed by the same lines
+    assert b.allreduce_warnings(b.normalize({"tp_size": 4, "allreduce.backend": "nccl"}),
+                                vllm_log(f"vllm-{version}-4xpcie-tp4-custom-disabled.lines.log")) == []
+
+
+def test_real_log_confirms_nccl_and_names_why_symmetric_memory_was_off():
+    """A real vLLM 0.26.0 TP=2 log (2x H200, multicast kept off): PYNCCL alone, SYMM_MEM disabled."""
+    text = vllm_log("vllm-0.26.0-2xh200-tp2-eager-p2poff-simple-nccl-info.log")
+    b = backend("0.26.0")
+    assert b.allreduce_warnings(b.normalize({"tp_size": 2, "allreduce.backend": "nccl"}), text) == []
+    (warning,) = b.allreduce_warnings(b.normalize({"tp_size": 2, "allreduce.backend": "symm_mem"}), text)
+    assert "did not enable it" in warning and "SymmMemCommunicator: symmetric memory multicast" in warning
+    assert b.allreduce_warnings(b.normalize({"tp_size": 2}), text) == []  # nothing asked, nothing said
+
+
+def test_fusion_seen_in_a_real_log():
+    """vLLM 0.26.0 set up the all-reduce + RMSNorm fusion on 2x H200 (its default there): asked for,
+    it is confirmed; with another path asked for, the fusion is said to have run all the same."""
+    text = vllm_log("vllm-0.26.0-2xh200-tp2-graphs-p2poff-crash-illegal-address.log")
+    b = backend("0.26.0")
+    assert b.allreduce_warnings(b.normalize({"tp_size": 2, "allreduce.backend": "flashinfer_fusion"}), text) == []
+    (warning,) = b.allreduce_warnings(b.normalize({"tp_size": 2, "allreduce.backend": "nccl"}), text)
+    assert "fused the all-reduce with the RMSNorm all the same" in warning
+
+
+def test_pcie_ipc_listed_but_never_set_up_without_graphs():
+    b = backend("0.33.0")
+    config = b.normalize({"tp_size": 2, "allreduce.backend": "flashinfer_pcie_ipc", "graph_capture": False})
+    (warning,) = b.allreduce_warnings(config, vllm_log("vllm-0.33.0-2xpcie-tp2-pcie-ipc-eager.lines.log"))
+    assert "never set it up" in warning and "without graphs" in warning
+    ready = vllm_log("vllm-0.33.0-2xpcie-tp2-pcie-ipc-eager.lines.log") + (
+        "(Worker_TP0 pid=5000) INFO 12-03 10:00:09 [flashinfer_pcie_ipc_all_reduce.py:149] Initialized FlashInfer "
+        "PCIe IPC all-reduce for TP2, hidden_dim=2048, dtype=torch.bfloat16, max_tokens=8.\n")
+    assert b.allreduce_warnings(config, ready) == []

@@ -15,7 +15,7 @@ import yaml
 from job_files import bad, in_tmp, needs_nccl, write  # noqa: F401 - in_tmp: autouse, each test in a tmp dir
 
 from orchestrator.config.job import load_job
-from orchestrator.core.errors import ConfigRejected
+from orchestrator.core.errors import BadInput, ConfigRejected
 
 
 def test_reference_config_merged_onto_defaults():
@@ -186,3 +186,86 @@ def test_the_shipped_speculative_jobs_validate(tmp_path, job, space):
     for config in speculating[:50]:
         argv = backend.launch_spec(backend.normalize({**backend.default_config(), **config}), "h", 1).argv
         assert argv.count("--speculative-config") == 1
+
+
+# ---- the rules that depend on the NCCL release -------------------------------------------------
+
+def nccl_job(tmp_path: Path, params: dict, **top) -> Path:
+    """A vLLM 0.33.0 job (its bundled table) at TP 2 whose space tunes ``params``."""
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump({"params": {"tp_size": {"choices": [2]}, **params}}))
+    job = {"study": "nc", "report_dir": str(tmp_path / "reports"), "gpus_per_node": 2, "space": "space.yaml",
+           "backend": {"kind": "vllm", "settings": {"model": "/models/m", "version": "0.33.0"}}, **top}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def run_validate(job: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestrator", "validate", str(job), *extra], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+
+
+@pytest.mark.parametrize("value", ["LL,Simple;AllReduce:LL", "LL,Simple;allreduce:LL"])
+def test_a_per_collective_nccl_proto_reaches_the_server_unchanged(tmp_path, value):
+    """Sent whole (every collective's entry), shell-quoted for the ';', in NCCL's own names: as
+    written when written so, else with the collective's case as NCCL prints it (NCCL compares
+    them case-insensitively: the same setting)."""
+    res = run_validate(nccl_job(tmp_path, {"env.NCCL_PROTO": {"choices": [value]}}, nccl_version="2.28.9"),
+                       "--commands")
+    assert res.returncode == 0, res.stderr
+    sample = res.stdout.split("# sample 1\n", 1)[1].splitlines()[0]
+    assert "NCCL_PROTO='LL,Simple;AllReduce:LL'" in sample
+
+
+@pytest.mark.parametrize("value,needle", [
+    ("allreduc:LL", "unknown collective 'allreduc'"),
+    ("allreduce:LL;Simple", "every entry after the first needs a collective prefix"),
+    ("allreduce:LL;allgather:LL129", "'LL129' is not a known value"),
+    ("allreduce:^LL,LL128,Simple", "leaves AllReduce no protocol"),
+])
+def test_a_malformed_per_collective_value_is_one_line_exit_2(tmp_path, value, needle):
+    res = run_validate(nccl_job(tmp_path, {"env.NCCL_PROTO": {"choices": ["LL", value]}}, nccl_version="2.28.9"))
+    assert res.returncode == 2 and needle in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    assert "params.env.NCCL_PROTO" in res.stderr
+
+
+def test_the_per_collective_form_needs_the_release_that_reads_it(tmp_path):
+    res = run_validate(nccl_job(tmp_path, {"env.NCCL_ALGO": {"choices": ["allreduce:Ring"]}}, nccl_version="2.23.4"))
+    assert res.returncode == 2 and "needs NCCL >= 2.24 (found 2.23.4)" in res.stderr, res.stderr
+    assert "params.env.NCCL_ALGO.choices[0]" in res.stderr
+
+
+@pytest.mark.parametrize("params,env", [
+    ({"env.NCCL_SYM_CTAS": {"choices": [4, 8]}}, None),
+    ({"allreduce.backend": {"choices": ["custom", "nccl_symm_mem"]}}, None),
+    ({}, {"NCCL_SYM_KERNEL": "AllReduce_AGxLL_R"}),
+])
+def test_knobs_nccl_ignores_on_pcie_are_refused_with_the_reason_and_the_release(tmp_path, params, env):
+    top = {"env": env} if env else {}
+    res = run_validate(nccl_job(tmp_path, params, nccl_version="2.29.2", **top))
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "fully NVLink-connected systems" in res.stderr and "NCCL 2.29.2" in res.stderr
+    assert "allow_unsafe_nccl: true" in res.stderr
+    assert run_validate(nccl_job(tmp_path, params, nccl_version="2.28.9", **top)).returncode == 0  # still ran there
+    assert run_validate(nccl_job(tmp_path, params, nccl_version="2.29.2", allow_unsafe_nccl=True,
+                                 **top)).returncode == 0
+
+
+def test_the_release_comes_from_torch_in_the_servers_python_unless_declared(tmp_path, monkeypatch):
+    from orchestrator.core import versions
+
+    asked = []
+
+    def torch_nccl(python=None):
+        asked.append(python)
+        return {"torch": "2.11.0", "cuda": "13.0", "nccl": "2.29.7"}
+
+    monkeypatch.setattr(versions, "torch_versions", torch_nccl)
+    plain = nccl_job(tmp_path, {"env.NCCL_PROTO": {"choices": ["LL", "Simple"]}})
+    load_job(plain)
+    assert asked == []  # no value needs the release: torch is not asked
+    with pytest.raises(BadInput, match=r"NCCL 2\.29\.7\).*set allow_unsafe_nccl"):
+        load_job(nccl_job(tmp_path, {"env.NCCL_SYM_CTAS": {"choices": [4]}}))
+    assert asked
+    with pytest.raises(BadInput, match="must be an NCCL release like '2.28.9'"):
+        load_job(nccl_job(tmp_path, {}, nccl_version="new"))

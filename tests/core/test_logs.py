@@ -1,7 +1,16 @@
-"""The driver's log (core/logs.py): a driver.log that cannot be written (a full disk:
-/dev/full) prints no traceback and stops the run once, with one line naming the folder."""
+"""The run's lines (core/logs.py): a driver.log that cannot be written (a full disk: /dev/full)
+prints no traceback and stops the run once, with one line naming the folder; the status line
+of a terminal, and lines that fit."""
 
 from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import select
+import struct
+import sys
+import termios
 
 import pytest
 
@@ -23,3 +32,61 @@ def test_a_driver_log_that_cannot_be_written_prints_no_traceback_and_stops_the_r
         state.close()
     err = capsys.readouterr().err
     assert "a progress line" in err and "Logging error" not in err and "Traceback" not in err
+
+
+# The run's lines (issue 39): in a terminal a status line stays below every line printed and the
+# phase changes it shows are not printed again; elsewhere there is no status line, the phase
+# changes are plain lines, and no line is wider than 120 characters (driver.log: after its stamp).
+def _in_terminal(monkeypatch, columns: int):
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    monkeypatch.setattr(sys, "stderr", os.fdopen(slave, "w"))
+    return master
+
+
+def _read(master: int) -> str:
+    out = b""
+    while select.select([master], [], [], 0.2)[0]:
+        out += os.read(master, 65536)
+    return out.decode().replace("\r\n", "\n")  # the terminal's own newline translation
+
+
+def test_in_a_terminal_the_status_line_stays_below_what_is_printed(monkeypatch):
+    master = _in_terminal(monkeypatch, 60)
+    state = logs.configure()
+    try:
+        logs.status("#0 warming up (3s)")
+        logs.progress.info("  #0 -> 100.0 tok/s")
+        logs.progress.info("  #0 measuring level 1: 0/16 requests", extra={logs.EVENT: True})
+        logs.status("#0 measuring level 1: 2/16 requests (9s) | ~40s to go and a status longer than the screen")
+        logs.progress.info("word " * 30)
+    finally:
+        state.close()
+    shown = _read(master)
+    erase = "\r\x1b[K"
+    assert shown.startswith(f"{erase}#0 warming up (3s)")
+    assert f"{erase}  #0 -> 100.0 tok/s\n{erase}#0 warming up (3s)" in shown  # printed above, the status redrawn
+    assert "0/16 requests" not in shown  # an event: the status line shows it instead
+    assert f"{erase}#0 measuring level 1: 2/16 requests (9s) | ~40s to go an..." in shown  # cut to 59
+    printed = [line.split(erase)[-1] for line in shown.split("\n")]
+    assert all(len(line) <= 60 for line in printed) and printed[-3].startswith("    word")  # wrapped, indented
+    assert shown.endswith(erase)  # closed: the status line erased
+
+
+def test_in_a_log_the_phase_changes_are_lines_and_none_is_wider_than_120(tmp_path, capsys):
+    state = logs.configure()
+    try:
+        state.log_to_file(tmp_path / "driver.log")
+        logs.status("#0 warming up (3s)")  # no terminal: nothing drawn
+        logs.progress.info("  #0 measuring level 1: 0/16 requests (9s into the trial)", extra={logs.EVENT: True})
+        logs.progress.info("  #0 -> FAIL bench-error: " + "a long reason " * 20)
+    finally:
+        state.close()
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\x1b" not in err and "warming up" not in err
+    lines = err.splitlines()
+    assert lines[0] == "  #0 measuring level 1: 0/16 requests (9s into the trial)"
+    assert len(lines) == 4 and all(len(line) <= 120 for line in lines) and lines[2].startswith("      ")
+    logged = (tmp_path / "driver.log").read_text().splitlines()
+    assert logged[0].endswith(lines[0]) and logged[0][:2] == "20"  # the stamp, then the same line
+    assert all(len(line) <= 120 for line in logged[2:]) and len(logged) == 4

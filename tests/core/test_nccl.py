@@ -34,6 +34,7 @@ def log(name: str) -> str:
     ("NCCL_ALGO", "allreduce:tree;broadcast:ring", "AllReduce:Tree;Broadcast:Ring"),
     ("NCCL_ALGO", "ring;allreduce:^ring", "Ring;AllReduce:^Ring"),
     ("NCCL_PROTO", "LL,Simple;allreduce:^LL", "LL,Simple;AllReduce:^LL"),
+    ("NCCL_PROTO", "allreduce:LL;ALLGATHER:simple", "AllReduce:LL;AllGather:Simple"),
     ("NCCL_P2P_LEVEL", "phb", "PHB"),
     ("NCCL_P2P_LEVEL", "3", "3"),
     ("NCCL_P2P_DISABLE", True, "1"),
@@ -393,3 +394,69 @@ def test_every_kind_of_verification_warning_is_told_from_a_trials_other_warnings
     others = ["rel_ci 0.212 above target 0.05 after 3 rounds", "GPUs not usable after teardown: nvidia-smi hung",
               "this config's server scores text with log-probabilities that are not its model's: they drift 27.2"]
     assert not any(nccl.is_verification_warning(w) for w in others)
+
+
+# ---- per-collective values: NCCL's own log ---------------------------------------------------------
+
+def test_per_collective_choices_read_from_a_real_log():
+    """Real NCCL 2.28.9 with NCCL_ALGO=allreduce:tree;broadcast:ring (tests/fixtures/nccl/README.md):
+    the per-collective value as NCCL printed it, each collective's choice from its TUNING lines,
+    and the verification confirming it collective by collective."""
+    p = nccl.parse_log(log("percoll-tree-excl-ll-2xh200-2.28.9.log"))
+    assert p["env_applied"]["NCCL_ALGO"] == "allreduce:tree;broadcast:ring"
+    assert p["per_collective"] == {"AllReduce": {"algo": "TREE", "proto": "SIMPLE"}}
+    # what the tuner sends for the value the user wrote is what NCCL printed, and it is confirmed
+    sent = nccl.validate_value("NCCL_ALGO", "allreduce:tree;broadcast:ring")
+    assert nccl.verify_applied({"NCCL_ALGO": sent}, p) == []
+    # a per-collective NCCL_PROTO the all-reduce broke: named, with the collective
+    p["env_applied"]["NCCL_PROTO"] = "LL,Simple;allreduce:LL"
+    (warning,) = nccl.verify_applied({"NCCL_PROTO": "LL,Simple;allreduce:LL"},
+                                     {**p, "enabled_matrix": {}})
+    assert "AllReduce of 12288 bytes ran proto SIMPLE" in warning and "allows only LL for AllReduce" in warning
+
+
+def test_per_collective_value_reaches_nccl_meaning_what_it_says():
+    for text in ("LL,Simple;allreduce:LL", "allreduce:LL;allgather:Simple;reducescatter:Simple"):
+        sent = nccl.validate_value("NCCL_PROTO", text)
+        assert nccl.enable_matrix("NCCL_PROTO", sent) == nccl.enable_matrix("NCCL_PROTO", text)
+        assert sent.count(";") == text.count(";")  # every collective's entry kept
+        assert nccl.unsafe_on_pcie("NCCL_PROTO", text) is None  # LL128 stays NCCL's own (auto) choice
+
+
+# ---- the release's rules ---------------------------------------------------------------------------
+
+def test_symmetric_kernels_are_ignored_on_pcie_from_2_29():
+    assert nccl.ignored_on_pcie("NCCL_SYM_KERNEL", "AllReduce_AGxLL_R", "2.28.9") is None
+    reason = nccl.ignored_on_pcie("NCCL_SYM_CTAS", "8", "2.29.2")
+    assert reason and "fully NVLink-connected" in reason and "NCCL 2.29.2" in reason
+    assert "not known here" in nccl.ignored_on_pcie("NCCL_SYM_KERNEL", "x", None)  # unknown: taken as 2.29+
+    assert nccl.ignored_on_pcie("NCCL_PROTO", "LL", "2.29.2") is None
+    assert nccl.needs_release("NCCL_SYM_CTAS", "8") and nccl.needs_release("NCCL_PROTO", "allreduce:LL")
+    assert not nccl.needs_release("NCCL_PROTO", "LL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a knob the tuner knows: no "unknown variable" warning
+        assert nccl.validate_value("NCCL_SYM_CTAS", "8") == "8"
+
+
+# ---- P2P between two GPUs ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("env,vendor,gpus,level,why", [
+    ({}, "GenuineIntel", 8, "PXB", "NCCL's default"),
+    ({}, "AuthenticAMD", 2, "SYS", "AMD CPU with at most two GPUs"),
+    ({}, "AuthenticAMD", 4, "PXB", "NCCL's default"),
+    ({"NCCL_P2P_LEVEL": "PHB"}, None, 8, "PHB", "NCCL_P2P_LEVEL=PHB"),
+    ({"NCCL_P2P_LEVEL": "3"}, None, 8, "PHB", "old numbering"),
+    ({"NCCL_P2P_LEVEL": "phb"}, None, 8, "PXB", "not a level NCCL recognises"),  # case-sensitive in NCCL
+    ({"NCCL_P2P_DISABLE": "1", "NCCL_P2P_LEVEL": "SYS"}, None, 8, "LOC", "NCCL_P2P_DISABLE=1"),
+])
+def test_p2p_level(env, vendor, gpus, level, why):
+    got, reason = nccl.p2p_level(env, vendor, gpus)
+    assert got == level and why in reason
+
+
+@pytest.mark.parametrize("link,level,p2p", [("PIX", "PXB", True), ("PXB", "PXB", True), ("NODE", "PXB", False),
+                                           ("NODE", "PHB", True), ("SYS", "PHB", False), ("SYS", "SYS", True),
+                                           ("NV18", "LOC", False), ("NV4", "PXB", True), ("PXB", "LOC", False),
+                                           ("BOND", "PXB", None)])
+def test_p2p_decision(link, level, p2p):
+    assert nccl.p2p_decision(link, level) is p2p

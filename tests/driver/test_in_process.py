@@ -1,6 +1,7 @@
 """The in-process executor honours the Executor contract with real reference servers:
 a trial comes back through ``wait`` once, cancel_all ends a running server and its trial
-comes back interrupted, and nothing it started outlives it."""
+comes back interrupted, a running trial's phase is there for the status line (and gone with
+the trial), and nothing it started outlives it."""
 
 from __future__ import annotations
 
@@ -48,9 +49,14 @@ def test_cancel_all_ends_the_server_and_the_trial_is_interrupted(tmp_path, no_le
         deadline = time.monotonic() + 60
         while not (log.exists() and log.read_text().strip()) and time.monotonic() < deadline:
             time.sleep(0.2)
+        while executor.phases()[ticket].name == "launching" and time.monotonic() < deadline:
+            time.sleep(0.2)  # the log watch reads the line within a poll
+        phase = executor.phases()[ticket]
+        assert phase.number == 7 and phase.name == "starting: NCCL init and weights", phase  # where it hangs
         executor.cancel_all()
         ((back, result),) = _results(executor, 1)
         assert back == ticket and result.outcome == FAIL and result.failure_kind == "interrupted"
+        assert executor.phases() == {}
     finally:
         executor.shutdown()
 

@@ -6,14 +6,21 @@ relaunches and the race say what they launch, why and what it costs."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import statistics
+import time
 from dataclasses import replace
 
+import pytest
+
 from conftest import write_job
+from logtext import log_lines
 from orchestrator.config.job import Objective, load_job
+from orchestrator.core import logs
 from orchestrator.core.records import COMPLETE, PRUNED, TrialResult, TrialRow, config_key
-from orchestrator.driver.progress import Progress, RunSummary, plan_said, vs_baseline_words
+from orchestrator.driver.progress import Progress, RunSummary, plan_lines, vs_baseline_words
+from orchestrator.node.phases import TrialPhase
 from orchestrator.study.launches import Evidence
 from orchestrator.study.plan import build_plan
 
@@ -92,22 +99,28 @@ ROWS = [row(0, EAGER, {1: [94.7, 95.0, 94.1], 10: [788, 701, 750]}, baseline=Tru
 def progress(tmp_path, **objective):
     job = load_job(write_job(tmp_path, objective=objective) if objective else write_job(tmp_path))
     out = io.StringIO()
-    return job, Progress(job, trials=4, timeout_s=None, timeout_source="-", out=out), out
+    return job, Progress(job, trials=4, timeout_s=None, out=out), out
 
 
 def test_the_last_line_of_a_plan(tmp_path):
     job, p, _ = progress(tmp_path, concurrency=[1, 10], weights={1: 0.5, 10: 0.5})
     plan = build_plan(ROWS, job.objective)
     best = p.best_summary(ROWS[1], ROWS[0], plan=plan, rows=ROWS, objective=job.objective)
-    said = plan_said(best["plan"])
-    assert said.startswith("plan: at 1 #1 433.9 decode tok/s (3 launches) = 4.5") and "x faster (95% CI 4." in said
-    assert "x faster (95% CI " in said and ", launch noise +-" in said  # every level's interval, over launches
-    assert "; at 10 #2 3600.0 total tok/s (3 launches) = 4.8" in said
-    assert "the best at 1 (#1) does 690.0 at 10 (0.19" in said and "x slower (95% CI 0.1" in said
-    assert "; best for the mix #2 = " in said and said.endswith("than the baseline")
-    line = p.next_steps(RunSummary("budget reached", best=best), ROWS)
-    assert line.startswith(said + " | next: `ncclsweep report ")
-    assert "--plan`" in line and "--concurrency N --format env` (or --mix)" in line
+    said = plan_lines(best["plan"])
+    assert said[0].startswith("plan: at 1 #1 433.9 decode tok/s (3 launches) = 4.5")
+    assert "x faster (95% CI 4." in said[0]
+    assert all("x faster (95% CI " in line and ", launch noise +-" in line for line in said[:2])  # over launches
+    assert said[1].startswith("plan: at 10 #2 3600.0 total tok/s (3 launches) = 4.8")
+    assert said[2].startswith("plan: the best at 1 (#1) does 690.0 at 10 (0.19") and "x slower (95% CI 0.1" in said[2]
+    assert said[3].startswith("plan: best for the mix #2 = ") and said[3].endswith("than the baseline")
+    lines = p.next_steps(RunSummary("budget reached", best=best), ROWS)
+    assert lines[:4] == said and lines[4].startswith("next: `ncclsweep report ")
+    assert lines[5:] == [f"next: `ncclsweep compare {job.path} --plan`",
+                         f"next: `ncclsweep export {job.path} --concurrency N --format cmd` (or --mix)"]
+    # an interval over launches makes a level's line longer than a log's width: the log wraps it, and a reader
+    # (``logtext.log_lines``) takes it back whole
+    wrapped = "\n".join(piece for line in said for piece in logs.fit(line, logs.LOG_WIDTH))
+    assert all(len(piece) <= logs.LOG_WIDTH for piece in wrapped.splitlines()) and log_lines(wrapped) == said
     assert p.final_line(RunSummary("budget reached", launched=3, best=best), 3) == \
         "budget reached: 3 trials counted, 3 launched this run; plan: best at 1 #1, at 10 #2"
 
@@ -124,8 +137,8 @@ def test_each_trial_of_a_plan_says_every_level(tmp_path):
     first, second = out.getvalue().splitlines()
     assert first.startswith("  #3 -> 1: 200.0 decode tok/s (2.11x baseline), 10: 1500.0 total tok/s (2.00x) | "
                             "best at 1 #1, at 10 #2 (elapsed ")
-    assert second.startswith("  #4 -> pruned after the first round: first round below the pruning threshold at "
-                             "every level (...) | best at 1 #1")
+    assert second.startswith("  #4 -> pruned: first round below the pruning threshold at every level (...) | "
+                             "best at 1 #1")
 
 
 def test_a_job_of_one_level_keeps_its_lines(tmp_path):
@@ -133,10 +146,12 @@ def test_a_job_of_one_level_keeps_its_lines(tmp_path):
     assert job.objective == Objective()
     best = p.best_summary(ROWS[1], ROWS[0], rows=ROWS, objective=job.objective)
     assert "plan" not in best and best["launches"] == 3
-    line = p.next_steps(RunSummary("budget reached", best=best), ROWS)
-    assert line.startswith("best #1 433.9 tok/s (median of 3 launches) = 4.5")
-    assert "x the baseline, beyond noise" in line
-    assert "--plan" not in line and "--concurrency" not in line
+    lines = p.next_steps(RunSummary("budget reached", best=best), ROWS)
+    assert lines[0].startswith("best #1 433.9 tok/s (median of 3 launches) = 4.5")
+    assert "x the baseline, beyond noise" in lines[0]
+    assert lines[1] == "  #1 config: capture=8"
+    assert [line.split("`")[1].split()[1] for line in lines[2:]] == ["report", "compare", "export"]
+    assert not any("--plan" in line or "--concurrency" in line for line in lines)
 
 
 def test_launches_under_very_different_load_are_said_in_the_last_line(tmp_path):
@@ -147,6 +162,73 @@ def test_launches_under_very_different_load_are_said_in_the_last_line(tmp_path):
     quiet = HostLoad(cpus=2, wall_s=10.0, host_cpu_s=4.0, server_cpu_s=3.0, client_cpu_s=0.8)
     rows = [replace(r, measurement=replace(r.measurement, host=busy if r.number == 1 else quiet)) for r in ROWS]
     best = p.best_summary(rows[1], rows[0], rows=rows, objective=job.objective)
-    line = p.next_steps(RunSummary("budget reached", best=best), rows)
-    assert " | the launches ran under very different load: 1 while other work took at least half the host's " \
-           "CPUs (up to 1.8 of 2: #1), 8 on a quiet host" in line
+    lines = p.next_steps(RunSummary("budget reached", best=best), rows)
+    assert lines[2].startswith("the launches ran under very different load: 1 while other work took at least half the "
+                               "host's CPUs (up to 1.8 of 2: #1), 8 on a quiet host")
+
+
+def test_under_latency_targets_the_last_line_reports_a_baseline_that_breaks_them_and_nothing_stops(tmp_path):
+    job, p, out = progress(tmp_path)
+    broke = dataclasses.replace(ROWS[0], metrics={**ROWS[0].metrics, "slo_excess": 0.3,
+                                                  "slo_violations": ["breaks the SLO: TPOT p99 26 ms at 1, over the "
+                                                                     "20 ms target by 30%"]})
+    rows = [broke, *ROWS[1:]]
+    lines = p.next_steps(RunSummary("budget reached", best=p.best_summary(rows[1], broke)), rows)
+    assert lines[0].startswith("best #1 433.9 tok/s (median of 1 launch) = ")
+    assert "; the baseline breaks the SLO: TPOT p99 26 ms at 1" in lines[0]
+    nobody = [dataclasses.replace(r, metrics={**r.metrics, "slo_violations": ["breaks the SLO: ..."]}) for r in rows]
+    lines = p.next_steps(RunSummary("budget reached", best=None), nobody)
+    assert lines[0].startswith("no config holds the latency targets (slo) yet: #0 (baseline): breaks the SLO: ...")
+
+
+def test_a_goodput_trial_and_the_last_line_say_where_the_slo_stopped_holding(tmp_path):
+    from orchestrator.core.measurement import GoodputResult, LevelResult, Measurement
+    from orchestrator.study.goodput import goodput_answer
+
+    job = load_job(write_job(tmp_path, objective={"goodput": {"max_concurrency": 32}}, slo={"tpot_p99": "20ms"}))
+    out = io.StringIO()
+    p = Progress(job, trials=4, timeout_s=None, out=out)
+    m = Measurement(levels={1: LevelResult(1, samples=(700.0,)), 16: LevelResult(16, samples=(858.8,))},
+                    goodput=GoodputResult(32, (1, 32, 16, 17), 16, 17))
+    p.ended(0, TrialResult(outcome=COMPLETE, config={}, value=m.value, measurement=m), None, None)
+    assert out.getvalue().startswith("  #0 -> holds the SLO up to 16 stream(s) (breaks at 17) at 858.8 total tok/s")
+    row0 = TrialRow(number=0, state=COMPLETE, value=m.value, counted=True, is_baseline=True, config_key="a",
+                    measurement=m)
+    best = p.best_summary(row0, row0, goodput=goodput_answer([row0], job.objective))
+    lines = p.next_steps(RunSummary("space exhausted", best=best), [row0])
+    assert lines[0].startswith("goodput: the baseline #0 is the best: it holds the SLO up to 16 stream(s) at 858.8 "
+                               "tok/s")
+    assert [line.split("`")[1].split()[1] for line in lines if line.startswith("next:")] == ["report", "export"]
+
+
+# While trials run (issue 39): a phase change is one event line (a request done is none); the
+# time to go comes from the study's launch costs, else this run's pace, else a first trial's
+# requests; the start line counts this run's launches and the budget apart.
+def _phase(name: str, started_ago: float, since_ago: float, **kw) -> TrialPhase:
+    now = time.time()
+    return TrialPhase(0, name, now - started_ago, now - since_ago, **kw)
+
+
+def test_each_phase_change_is_one_event_line(tmp_path):
+    _, p, out = progress(tmp_path)
+    p.started(0, {"tp_size": 2, "backend.threads": 1}, launch=1, counted=0, is_baseline=True)
+    p.running([("#0", _phase("launching", 1, 1))])
+    p.running([("#0", _phase("measuring", 30, 5, level=1, done=3, total=16))])
+    p.running([("#0", _phase("measuring", 31, 5, level=1, done=4, total=16))])  # one more request: no line
+    p.running([("#0", _phase("measuring", 40, 1, level=8, done=0, total=0))])
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "starting #0 (this run's launch 1, the baseline; budget 0/4 used) elapsed 0s"
+    assert lines[1] == "  #0 config: tp_size=2 backend.threads=1"
+    assert lines[2:] == ["  #0 launching (1s into the trial)",
+                         "  #0 measuring level 1: 3/16 requests (30s into the trial)",
+                         "  #0 measuring level 8 (40s into the trial)"]
+
+
+def test_the_time_to_go_before_anything_finished_comes_from_the_first_trials_requests(tmp_path):
+    _, p, _ = progress(tmp_path)  # a budget of 4 trials, nothing finished, no launch costs measured
+    assert p._to_go(4, [_phase("starting: weights", 20, 5)]) is None  # nothing to go by yet
+    # 40 s in, 4 of 16 requests done in the last 8 s: 24 s more here, then 3 launches of ~64 s each
+    to_go = p._to_go(4, [_phase("measuring", 40, 8, level=1, done=4, total=16)])
+    assert to_go == pytest.approx(24 + 3 * 64, abs=1)
+    p.expected_left = lambda n: 100.0 * n  # the study's measured launch costs win
+    assert p._to_go(4, [_phase("measuring", 40, 8, level=1, done=4, total=16)]) == pytest.approx(360, abs=1)

@@ -17,7 +17,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from conftest import REPO, TEST_PROMPT, run_in_process, write_job
+from conftest import REPO, TEST_PROMPT, run_end, run_in_process, write_job
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.study.history import best_rows, trial_rows
@@ -43,7 +43,7 @@ def constrained(tmp_path_factory):
     rows = trial_rows(open_study(job, create=False))
     assert best_rows(rows, 1), rows
     # the run's last line states the best's ratio with its interval, "beyond noise" only beyond it
-    final = out.getvalue().strip().splitlines()[-1]
+    final = run_end(out.getvalue().strip().splitlines())[0]
     assert re.search(r"(the baseline #\d+ is the best config found|best #\d+ [\d.]+ tok/s \(median of \d+ "
                      r"launch(es)?\) = [\d.]+x the baseline, (beyond noise|within noise of the baseline), "
                      r"([\d.]+% CI [\d.]+-[\d.]+x|no interval))", final), final
@@ -57,6 +57,16 @@ def test_compare_on_a_job_with_constraints_completes_and_writes_compare_json(con
         code = main(["compare", str(job_path), "--rounds", "2"])
     table = buf.getvalue()
     assert code == 0, table
+    # as it runs: each launch's figures and the time to go, each round's verdict so far (issue 39)
+    said = [line for line in table.splitlines() if line.startswith(("compare ", "  at "))]
+    launch = re.compile(r"compare round (\d)/2: (baseline|best) \(trial #\d+\): 1: [\d.]+ decode tok/s, "
+                        r"2: [\d.]+ total tok/s \((~(\d+m)?\d+s to go|the last launch)\)")
+    launches = [launch.fullmatch(line) for line in said if line.startswith("compare round")]
+    assert len(launches) == 4 and all(launches), said
+    for r in (1, 2):
+        at = said.index(f"compare after round {r}/2, so far:")
+        assert said[at + 1].startswith("  at 1: ") and said[at + 2].startswith("  at 2: "), said
+        assert at == 5 * r - 3  # after both launches of the round (two lines each round and its verdict)
     data = json.loads((report_dir / "compare.json").read_text())
     assert data["complete"] is True and data["rounds_done"] == 2 and data["concurrency"] == [1, 2]
     assert [(r["round"], r["config"]) for r in data["rounds"]] == [

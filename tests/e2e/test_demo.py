@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from conftest import REPO, study_servers
+from conftest import REPO, run_end, study_servers
+from logtext import log_lines
 from orchestrator.config.job import load_job
 from orchestrator.study.history import trial_rows
 from orchestrator.study.storage import open_study
@@ -26,6 +27,7 @@ from orchestrator.study.storage import open_study
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.timeout(600)  # the run's own limit below: on a busy 2-core box the demo took 229-319 s
 def test_the_demo_beats_its_baseline_and_shows_the_gate(tmp_path, no_leftover_servers):
     (tmp_path / "jobs").mkdir()
     (tmp_path / "search_spaces").mkdir()
@@ -40,15 +42,56 @@ def test_the_demo_beats_its_baseline_and_shows_the_gate(tmp_path, no_leftover_se
     ends = [ln for ln in lines if ln.startswith(("budget reached:", "space exhausted:", "timeout:"))]
     assert ends and ends[-1].startswith(("budget reached: 8 trials counted", "space exhausted:")), ends  # not timeout
     assert any("FAIL wrong-output" in ln and "do not count" in ln for ln in lines), run.stderr
-    last = lines[-1]
+    # every launch counted once, in order, whatever its outcome (a held wrong output included: issue 39)
+    launches = [int(m.group(1)) for ln in lines if (m := re.match(r"starting #\d+ \(this run's launch (\d+)", ln))]
+    assert launches == list(range(1, len(launches) + 1)) and len(launches) >= 4, launches
+    assert all(len(ln) <= 120 for ln in lines), max(lines, key=len)  # stderr is no terminal here: a log's width
+    verdict, *rest = run_end(log_lines(run.stderr))
     ratio = re.search(r"best #\d+ [0-9.]+ tok/s \(median of \d+ launch(es)?\) = ([0-9.]+)x the baseline, "
-                      r"(beyond noise|within noise)", last)
-    assert ratio and float(ratio.group(2)) > 1.0, last  # "beyond noise" on a box that is not overloaded
-    assert any(ln.startswith("relaunching the baseline #0") for ln in lines), run.stderr  # the launch noise
-    assert "`ncclsweep report jobs/demo.yaml`" in last and "compare" in last and "export" in last
+                      r"(beyond noise|within noise)", verdict)
+    assert ratio and float(ratio.group(2)) > 1.0, verdict  # "beyond noise" on a box that is not overloaded
+    assert any(ln.startswith("relaunching the baseline #0") for ln in log_lines(run.stderr)), run.stderr  # launch noise
+    assert [ln.split("`")[1] for ln in rest if ln.startswith("next: ")] == [
+        "ncclsweep report jobs/demo.yaml", "ncclsweep compare jobs/demo.yaml",
+        "ncclsweep export jobs/demo.yaml --format cmd"]
     assert (tmp_path / "reports" / "demo" / "driver.log").exists()  # output_dir: ../reports, next to jobs/
     assert not study_servers(tmp_path / "reports")
+    assert shape(readme_example()) == shape(lines[-len(readme_example()):]), lines[-8:]  # the README's, in format
     assert_start_ups_recorded(tmp_path)
+    assert_the_readme_commands_do_what_it_says(tmp_path)
+
+
+def readme_example() -> list[str]:
+    """The lines the README's Quickstart says the demo ends with."""
+    quickstart = (REPO / "README.md").read_text().split("## Quickstart", 1)[1]
+    block = re.search(r"ends with lines like these[^`]*```\n(.*?)```", quickstart, re.S)
+    assert block, "the README shows how the demo ends"
+    return block.group(1).strip("\n").splitlines()
+
+
+def shape(lines: list[str]) -> list[str]:
+    """Lines with what changes from run to run (numbers, a config, how the run ended, the
+    verdict's side of the noise) left out: the format the README promises."""
+    out = []
+    for line in lines:
+        line = re.sub(r"^(budget reached|space exhausted|timeout):", "END:", line)
+        line = re.sub(r"(#\d+ config: ).*", r"\1...", line)
+        line = re.sub(r"beyond noise|within noise of the baseline", "VERDICT", line)
+        out.append(re.sub(r"\d+(\.\d+)?", "N", line))
+    return out
+
+
+def assert_the_readme_commands_do_what_it_says(tmp_path) -> None:
+    """After the run, what the Quickstart names: the files it promises are there, and the
+    exports it shows print a config."""
+    folder = tmp_path / "reports" / "demo"
+    for name in ("study.journal", "driver.log", "report.md", "report.html", "trials.csv", "history.png",
+                 "params.png", "importance.png", "timeline.png"):
+        assert (folder / name).is_file(), name
+    for fmt, what in (("env", "="), ("cmd", "orchestrator.refserver")):
+        export = subprocess.run([sys.executable, "-m", "orchestrator", "export", "jobs/demo.yaml", "--format", fmt],
+                                capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert export.returncode == 0 and what in export.stdout, export.stderr
 
 
 def assert_start_ups_recorded(tmp_path) -> None:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import REPO, study_servers, write_job
+from conftest import REPO, run_end, study_servers, write_job
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +53,8 @@ def test_actor_warnings_reach_driver_log_and_the_trial_record(tmp_path, no_lefto
             assert line in log, line
     assert "cannot remove server record" in log and "#0:" in log  # the actor's warning, with its trial
     assert "cannot remove server record" in run.stderr
-    assert log.strip().splitlines()[-1].split(" ", 2)[2].startswith("the baseline #0 is the best")
+    logged = [line.split(" ", 2)[2] for line in log.strip().splitlines() if line[:2] == "20"]  # time-stamped
+    assert run_end(logged)[0].startswith("the baseline #0 is the best")
     status = subprocess.run([sys.executable, "-m", "orchestrator", "status", str(job_path), "--json"],
                             capture_output=True, text=True, timeout=120, cwd=REPO)
     rows = json.loads(status.stdout)

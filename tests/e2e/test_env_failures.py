@@ -7,6 +7,7 @@ real processes (the reference server behind a wrapper script), real Optuna journ
 from __future__ import annotations
 
 import io
+import json
 import sys
 from contextlib import redirect_stderr
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 import yaml
 from wrapped_server import SERVER, command_job, wrapper
 
-from conftest import write_job
+from conftest import TESTS, write_job
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.study.history import trial_rows
@@ -41,7 +42,10 @@ def test_missing_server_command_stops_at_preflight_then_the_fixed_run_measures_t
         tmp_path, ray_local, no_leftover_servers):
     exe = tmp_path / "bin" / SERVER  # not there yet
     job_path = command_job(tmp_path, exe, budget={"trials": 2})
-    code, err = run_cli("run", str(job_path))
+    told = tmp_path / "told.jsonl"
+    code, err = run_cli("run", str(job_path), "--notify", f"{sys.executable} {TESTS / 'notify_recorder.py'} {told}")
+    (failed,) = [json.loads(line)["stdin"] for line in told.read_text().splitlines()]  # --notify: told once
+    assert failed["status"] == "failed" and failed["exit_code"] == 1 and "pre-flight failed" in failed["reason"]
     lines = err.strip().splitlines()
     first = next(i for i, ln in enumerate(lines) if ln.startswith("ncclsweep: error:"))  # after the study's first line
     assert code == 1, err

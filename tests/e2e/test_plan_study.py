@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_job
+from conftest import run_end, write_job
 from orchestrator import cli
 from orchestrator.config.job import load_job
 from orchestrator.driver.in_process import InProcessExecutor
@@ -80,16 +80,15 @@ def test_a_plan_names_the_best_config_per_level_and_exports_each(tmp_path, capsy
         assert plan.at(level).vs_baseline.verdict == "faster", level
     assert plan.at(8).anchor_vs_best.verdict == "slower"  # what the single-request best gives away at 8
 
-    last = said[-1]
-    assert last.startswith(f"plan: at 1 #{at1.number} ") and f"; at 8 #{at8.number} " in last
-    for level in (1, 8):  # each level's figure over its launches and its interval over launches, beyond noise
-        part = last.split(f"at {level} #", 1)[1].split(";", 1)[0]
-        assert (" launch) = " in part or " launches) = " in part) and "x faster (95% CI " in part, part
-        assert " launches" in part and "launch noise +-" in part, part
+    end = run_end(said)
+    assert end[0].startswith(f"plan: at 1 #{at1.number} ") and end[1].startswith(f"plan: at 8 #{at8.number} ")
+    for line in end[:2]:  # each level's figure over its launches, its interval over them
+        assert (" launch) = " in line or " launches) = " in line) and "x faster (95% CI " in line, line
+        assert " launches" in line and "launch noise +-" in line, line
     assert sum(line.startswith("relaunching ") for line in said) >= 6  # the launch noise, measured as the study went
-    assert f"the best at 1 (#{at1.number}) does" in last and "slower" in last
-    assert f"`ncclsweep compare {job_path} --plan`" in last
-    assert f"`ncclsweep export {job_path} --concurrency N --format env`" in last
+    assert end[2].startswith(f"plan: the best at 1 (#{at1.number}) does") and "slower" in end[2]
+    assert f"next: `ncclsweep compare {job_path} --plan`" in end
+    assert f"next: `ncclsweep export {job_path} --concurrency N --format cmd`" in end
 
     code, text, _ = run_cli(capsys, "export", str(job_path), "--concurrency", "8", "--format", "env")
     env = dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))

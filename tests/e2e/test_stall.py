@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import write_job
+from logtext import said
 from orchestrator.config.job import load_job
 from orchestrator.core.outcome import FIRST_TIMEOUT_NOTE
 from orchestrator.driver.run import StudyDriver
@@ -53,7 +54,7 @@ def test_a_start_that_hangs_silently_is_a_hang_in_the_stall_limit(tmp_path, ray_
         assert phases["first_line_s"] < phases["ended_s"]  # it printed, then went silent
         # ended by the stall, not by the start-up timeout: what "within minutes" means
         assert job.timeouts.stall_s <= r.durations["total_s"] < job.timeouts.startup_s / 10
-    assert out.getvalue().count("FAIL hang") == 2 and "stalled in: start-up" in out.getvalue()
+    assert said(out.getvalue()).count("FAIL hang") == 2 and "stalled in: start-up" in said(out.getvalue())
     workers = [int(p.read_text()) for p in pid_dir.glob("worker-*.pid") if p.read_text().strip()]
     assert len(workers) >= 2 and not any(proctree.alive(p) for p in workers)  # nothing of either tree is left
     assert ServerRegistry(job.dir.servers).records() == []

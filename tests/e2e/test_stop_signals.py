@@ -1,10 +1,12 @@
 """Stopping `ncclsweep run` the ways a night can go: Ctrl-C once (the running trial finishes),
 twice (it is killed), SIGHUP to the whole process group (the ssh session dropped); the
-driver exits 130, leaves no trial RUNNING and no server behind, and the next `run` resumes
-the study. A real driver process, real Ray, real reference servers."""
+driver exits 130, leaves no trial RUNNING and no server behind, tells the job's `notify:`
+command once that it stopped, and the next `run` resumes the study (and tells it finished).
+A real driver process, real Ray, real reference servers."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import TEST_PROMPT, study_servers, write_job
+from conftest import TEST_PROMPT, TESTS, study_servers, write_job
 from orchestrator.config.job import load_job
 from orchestrator.study.history import trial_rows
 from orchestrator.study.storage import open_study
@@ -50,7 +52,9 @@ def test_a_signal_stops_the_run_cleanly_and_the_study_resumes(tmp_path, sig, cou
     # one intra-op thread per rank: oversubscribed OpenMP threads stall on a loaded 2-core box
     space = "params:\n  tp_size: {choices: [1, 2]}\n  backend.max_batch: {choices: [8, 16]}\n"
     study = f"sig-{signal.Signals(sig).name.lower()}-{count}"
+    told = tmp_path / "told.jsonl"
     job_path = write_job(tmp_path, study=study, budget={"trials": 2}, space_text=space,
+                         notify=[sys.executable, str(TESTS / "notify_recorder.py"), str(told)],
                          baseline={"tp_size": 1, "backend.max_batch": 8},
                          bench={"prompt": TEST_PROMPT, "output_tokens": 300, "warmup": 1, "repeats": 3,
                                 "max_repeats": 3},
@@ -86,6 +90,8 @@ def test_a_signal_stops_the_run_cleanly_and_the_study_resumes(tmp_path, sig, cou
     logged = (tmp_path / "reports" / study / "driver.log").read_text()
     assert f"{name}: stopping after the running trial" in logged and "starting #0" in logged
     assert not study_servers(tmp_path / "reports")
+    (stopped,) = [json.loads(line)["stdin"] for line in told.read_text().splitlines()]  # told once
+    assert stopped["status"] == "stopped" and stopped["exit_code"] == 130 and stopped["study"] == study
     if count == 1 and not group:
         return  # the same state as the SIGHUP case below, which resumes
     # resumable: the next run completes the budget (the interrupted config re-queued and measured)
@@ -96,3 +102,7 @@ def test_a_signal_stops_the_run_cleanly_and_the_study_resumes(tmp_path, sig, cou
     assert len(counted) == 2 and all(r.state == "COMPLETE" for r in counted), \
         [(r.state, r.failure_kind, r.failure_reason) for r in counted]
     assert not study_servers(tmp_path / "reports")
+    finished = json.loads(told.read_text().splitlines()[-1])["stdin"]  # the rerun told once more
+    assert len(told.read_text().splitlines()) == 2 and finished["status"] == "finished"
+    assert finished["best"]["trial"] in {r.number for r in counted} and finished["export"].startswith(
+        "ncclsweep export ")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shlex
 from contextlib import redirect_stdout
 
@@ -131,9 +132,11 @@ def test_command_backend_runs_the_reference_server_end_to_end(tmp_path, no_lefto
                          baseline={"tp_size": 1}, budget={"trials": 2})
     assert yaml.safe_load(job_path.read_text())["backend"]["kind"] == "command"
     job = load_job(job_path)
-    run_in_process(job, out=io.StringIO())
+    out = io.StringIO()
+    run_in_process(job, out=out)
     rows = [r for r in trial_rows(open_study(job, create=False)) if r.counted]
     assert sorted(r.params["tp_size"] for r in rows) == [1, 2]
+    assert re.findall(r"^starting #\d+ \(this run's launch (\d+)", out.getvalue(), re.M) == ["1", "2"]
     assert all(r.state == "COMPLETE" and r.value > 0 for r in rows)
     log = (tmp_path / "reports" / "command" / "logs" / f"trial-{rows[-1].number:04d}.log").read_text()
     assert "orchestrator.refserver" in log.splitlines()[0]  # the template's argv was run

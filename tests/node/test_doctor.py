@@ -138,3 +138,72 @@ def test_doctor_with_a_job_reports_the_runs_preflight(tmp_path, capsys, monkeypa
     exe.chmod(0o755)
     assert doctor.main_doctor(str(job_path)) == 0
     assert "pre-flight on this node: ok" in capsys.readouterr().out
+
+
+# ---- NCCL's P2P and the custom all-reduce ----------------------------------------------------------
+
+def test_p2p_level_and_each_pair_on_a_two_socket_pcie_box():
+    topo, p2p = nvidia_smi.parse_topo_matrix(PCIE_TOPO), nvidia_smi.parse_topo_p2p(PCIE_P2P)
+    lines, warnings = doctor.p2p_lines(topo, p2p, {}, "GenuineIntel")
+    text = "\n".join(lines)
+    assert lines[0].startswith("P2P level NCCL will use: PXB (NCCL's default: no P2P across a CPU's root ports")
+    assert len(lines) == 1 + 28  # every pair of 8 GPUs, once
+    assert "GPU0-GPU1: PIX = NCCL PIX, through at most one PCIe switch: P2P (PIX is within PXB)" in text
+    assert "GPU0-GPU4: SYS = NCCL SYS, across CPU sockets: no P2P (SYS is beyond PXB)" in text
+    assert "GPU0-GPU3: PXB" in text and "driver reports chipset not supported" in text
+    assert len(warnings) == 1 and "16 GPU pair(s) get no P2P" in warnings[0] and "NCCL_P2P_LEVEL=SYS" in warnings[0]
+    assert "deadlocked" in warnings[0]
+    raised, warned = doctor.p2p_lines(topo, p2p, {"NCCL_P2P_LEVEL": "SYS"}, "GenuineIntel")
+    assert "NCCL_P2P_LEVEL=SYS" in raised[0]
+    assert "GPU0-GPU4: SYS = NCCL SYS, across CPU sockets: P2P" in "\n".join(raised)
+    assert warned == []  # the user chose the level: no advice about the default
+    off, _ = doctor.p2p_lines(topo, p2p, {"NCCL_P2P_DISABLE": "1"}, None)
+    assert off[0].startswith("P2P level NCCL will use: LOC") and "GPU0-GPU1: PIX = NCCL PIX" in off[1]
+    assert "no P2P" in off[1]
+
+
+def test_custom_allreduce_by_the_engines_own_conditions():
+    topo, p2p = nvidia_smi.parse_topo_matrix(PCIE_TOPO), nvidia_smi.parse_topo_p2p(PCIE_P2P)
+    text = "\n".join(doctor.custom_allreduce_lines(topo, p2p, [1, 2, 3, 4, 8]))
+    assert "TP 2 on GPU0..GPU1: yes (two PCIe GPUs with P2P)" in text
+    assert "TP 3 on GPU0..GPU2: no: it runs at TP 2, 4, 6, 8 only" in text
+    assert "TP 4 on GPU0..GPU3: no: more than two PCIe-only GPUs" in text
+    assert "TP 8 on GPU0..GPU7: no: more than two PCIe-only GPUs" in text
+    nvlink = nvidia_smi.parse_topo_matrix(CAPTURED_TOPO)
+    assert "TP 2 on GPU0..GPU1: yes" in "\n".join(doctor.custom_allreduce_lines(nvlink, {}, [2]))
+    no_p2p = {("GPU0", "GPU1"): "CNS"}
+    assert "no P2P between GPU0 and GPU1" in "\n".join(doctor.custom_allreduce_lines(topo, no_p2p, [2]))
+
+
+def test_cpu_vendor(tmp_path):
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cpuinfo").write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n")
+    assert doctor.cpu_vendor(tmp_path) == "AuthenticAMD"
+    assert doctor.cpu_vendor(tmp_path / "nowhere") is None
+
+
+def test_a_gpu_job_on_a_machine_without_gpus_is_never_told_gpus_are_present(tmp_path, capsys, monkeypatch):
+    """Issue 39: doctor reports what it checked and what it found; no GPUs: it says so, and
+    whether the job needs them."""
+    from conftest import write_job
+
+    exe = tmp_path / "bin" / "my-server"
+    exe.parent.mkdir()
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    argv = [str(exe), "--port", "{port}", "--host", "{host}", "--tp", "{tp_size}"]
+    job_path = write_job(tmp_path, space_text="params:\n  tp_size: {choices: [2]}\n", baseline={"tp_size": 2},
+                         backend={"kind": "command", "settings": {"argv": argv}}, gpus_per_node=2)
+    monkeypatch.setattr(doctor, "default_runner", lambda argv: None)
+    monkeypatch.setattr(nvidia_smi, "gpu_count", lambda timeout_s=20.0: None)  # no NVIDIA tool here
+    assert doctor.main_doctor(str(job_path)) == 0
+    out = capsys.readouterr().out
+    assert "present" not in out.split("model:")[0]  # GPUs are never "present" unseen
+    assert "no NVIDIA GPU found" in out and "this job needs 2 GPUs per node" in out
+    assert "GPUs: 2 needed per node, not counted (no NVIDIA tool answers here)" in out
+    assert f"server command {exe}: found at {exe}" in out
+    assert "! the job needs 2 GPUs per node and this machine shows none" in out
+    cpu_job = write_job(tmp_path, space_text="params:\n  tp_size: {choices: [1]}\n", baseline={"tp_size": 1})
+    assert doctor.main_doctor(str(cpu_job)) == 0
+    out = capsys.readouterr().out
+    assert "this job is a CPU job (gpus_per_node: 0) and needs none" in out and "GPUs: none needed" in out

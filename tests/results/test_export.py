@@ -287,7 +287,8 @@ def test_without_an_option_a_plan_names_the_level_it_chose(jobs):
     text = export(plan, ROWS, "env")
     assert env_of(text)["NCCL_PROTO"] == "LL"
     assert "# chosen for level 1 (the default for a plan, its lowest level; --concurrency N exports another of " \
-           "1, 10, 64)\n" in text and "# value: 433.900 decode tok/s, the median of 1 launch" in text
+           "1, 10, 64): 433.900 decode tok/s, 4.58x the baseline\n" in text
+    assert "# value: 433.900 decode tok/s, the median of 1 launch" in text
     assert "# vs baseline trial 0 (94.70): 4.58x, within noise (no interval: launch noise not measured" in text
     text = export(mix, ROWS, "json")
     obj = json.loads(text)["provenance"]["objective"]
@@ -318,3 +319,320 @@ def test_a_level_the_objective_lacks_or_a_mix_without_weights_is_refused(jobs):
         choose(plan, 10, True)
     with pytest.raises(BadInput, match="not a level"):
         export(one, ROWS, "env", level=10)  # a single-level job measured level 1 only
+
+
+# Issue 38: an exported file runs nothing but what it says, whatever the study's strings hold.
+# Every string a study holds (settings, params, env values, the version, paths, what its records
+# say of the node and NCCL) is made hostile: command substitution, backticks, `;`, quotes and line
+# breaks that would each create a file named PWNED if a shell ran them. The `cmd` and `nccl-tuner`
+# exports are executed by a real shell in a sandbox whose server is a stand-in that records what it
+# was given; the `env` export is read as docker reads it, one KEY=VALUE per line.
+PWN = "touch PWNED"
+HOSTILE = [f"$({PWN})", f"`{PWN}`", f"x; {PWN}", "it's \"quoted\" \\", f"a\n{PWN}\n#", f"'; {PWN}; echo '",
+           f"#\r{PWN}\u2028{PWN}"]
+ONE_LINE = [h for h in HOSTILE if "\n" not in h and "\r" not in h and "\u2028" not in h]
+STAND_IN = """#!{python}
+import json, os, sys
+with open({record!r}, "w") as fh:
+    json.dump({{"argv": sys.argv[1:], "env": {{k: v for k, v in os.environ.items() if k.startswith("H_")}}}}, fh)
+"""
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """A real job (the command backend) and a real journal study, hostile everywhere it can be."""
+    import sys
+
+    root = tmp_path_factory.mktemp("hostile")
+    sandbox = root / "sandbox"
+    (sandbox / "bin").mkdir(parents=True)
+    server = sandbox / "bin" / "server"
+    server.write_text(STAND_IN.format(python=sys.executable, record=str(sandbox / "record.json")))
+    server.chmod(0o755)
+    space = {"params": {"tp_size": {"choices": [1]}, "backend.mode": {"choices": HOSTILE},
+                        "env.H_TUNED": {"choices": ONE_LINE}}}
+    settings = {"argv": ["{python}", "--note", *HOSTILE, "--mode", "{backend.mode}", "--host", "{host}",
+                         "--port", "{port}"],
+                "python": str(server), "version": f"1.0\n{PWN} #", "model_name": f"m\n{PWN}",
+                "health_path": f"/h$({PWN})", "defaults": {"backend.mode": "plain"}}
+    path = write_job(root, study="hostile", space_text=yaml.safe_dump(space),
+                     report_dir=str(root / f"reports $({PWN}) `{PWN}`;{PWN}\n#"),
+                     backend={"kind": "command", "settings": settings},
+                     env={f"H_{i}": v for i, v in enumerate(ONE_LINE)}, baseline=None)
+    job = load_job(path)
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
+    policy = fx.SearchPolicy(study, fx.Space(), lambda c: dict(c), baseline=None, budget=None)
+    choices = {"tp_size": [1], "backend.mode": HOSTILE, "env.H_TUNED": ONE_LINE}
+    for i, mode in enumerate([HOSTILE[4], HOSTILE[6], HOSTILE[0]]):  # the first two hold line breaks
+        config = {"tp_size": 1, "backend.mode": mode, "env.H_TUNED": ONE_LINE[i]}
+        nccl = {"version": f"2.21\n{PWN}", "topology": HOSTILE, "transports": f"`{PWN}`"}
+        fx.record(study, policy, config, fx.ok(config, 100.0 - i, on=f"node\n{PWN}\r#", nccl=nccl),
+                  baseline=i == 2, choices=choices)
+    return job, history.trial_rows(study), sandbox
+
+
+def test_a_hostile_study_name_is_refused_at_validate(tmp_path):
+    for name in (f"a$({PWN})", "a;b", "a\nb", "x" * 300):
+        with pytest.raises(BadInput, match="study"):
+            load_job(write_job(tmp_path, study=name))
+
+
+def test_an_env_value_with_a_line_break_is_refused_at_validate(tmp_path):
+    with pytest.raises(BadInput, match=r"env\.H: .*must be one line"):
+        load_job(write_job(tmp_path, env={"H": f"a\n{PWN}"}))
+    space = yaml.safe_dump({"params": {"env.H": {"choices": ["ok", f"a\r{PWN}"]}}})
+    with pytest.raises(BadInput, match=r"params\.env\.H\.choices\[1\]: .*must be one line"):
+        load_job(write_job(tmp_path, space_text=space, baseline=None))
+    with pytest.raises(BadInput, match=r"baseline\.env\.H: .*must be one line"):
+        load_job(write_job(tmp_path, space_text=yaml.safe_dump({"params": {"env.H": {"choices": ["ok"]}}}),
+                           baseline={"env.H": f"a\n{PWN}"}))
+
+
+@pytest.mark.parametrize("fmt", ["cmd", "nccl-tuner"])
+@pytest.mark.parametrize("top", [1, 3])
+def test_an_executed_export_runs_nothing_but_what_it_says(hostile, fmt, top):
+    import subprocess
+
+    job, rows, sandbox = hostile
+    text = export(job, rows, fmt, top=top)
+    script = sandbox / f"export-{fmt}-{top}.sh"
+    script.write_text(text)
+    record = sandbox / "record.json"
+    record.unlink(missing_ok=True)
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    subprocess.run(["sh", str(script)], cwd=sandbox, capture_output=True, env={"PATH": "/usr/bin:/bin"}, timeout=60)
+    assert not list(sandbox.rglob("PWNED")), text  # no hostile string ran
+    if fmt == "nccl-tuner":
+        assert not record.exists()
+        lines = [ln for ln in text.splitlines() if ln]
+        assert all(ln.startswith("#") for ln in lines), text  # nothing to tune: every line a comment
+        return
+    ran = json.loads(record.read_text())  # the one command ran, with exactly the words it says
+    spec = job.backend_obj().launch_spec(rows[0].params, "0.0.0.0", 8000)
+    assert ran["argv"] == spec.argv[1:] and spec.argv[0] == str(sandbox / "bin" / "server")
+    assert ran["argv"][ran["argv"].index("--mode") + 1] == HOSTILE[4]  # a value spanning lines, kept whole
+    assert ran["env"] == {**{f"H_{i}": v for i, v in enumerate(ONE_LINE)}, "H_TUNED": ONE_LINE[0]}
+
+
+@pytest.mark.parametrize("top", [1, 3])
+def test_every_line_of_the_env_export_is_a_comment_or_one_assignment(hostile, top):
+    import re
+
+    job, rows, _ = hostile
+    text = export(job, rows, "env", top=top)
+    lines = text.split("\n")
+    assert lines[0].startswith("# the environment half of trial ") and "--format cmd" in lines[0]
+    assignments = {}
+    for line in lines:  # split as a shell or docker splits: at \n only; and no other line break in a line
+        assert not re.search("[\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029\x00]", line), repr(line)
+        if line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key), repr(line)
+            assert key not in assignments, "an alternative's line is live"
+            assignments[key] = value
+    assert assignments == {**{f"H_{i}": v for i, v in enumerate(ONE_LINE)}, "H_TUNED": ONE_LINE[0]}
+
+
+BREAKS = "[\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029\x00]"
+
+
+def test_every_comment_of_the_tuner_rules_is_one_line(hostile):
+    import re
+
+    job, rows, _ = hostile
+    text = export(job, rows, "nccl-tuner", top=3)
+    assert any("1.0 | touch PWNED #" in ln for ln in text.split("\n"))  # the version, shown, on its one line
+    assert all(ln.startswith("#") and not re.search(BREAKS, ln) for ln in text.split("\n") if ln)
+
+
+def test_a_commented_alternative_launch_line_is_commented_on_every_line(hostile):
+    """The provenance is one comment line per field; an alternative launch line whose quoted
+    value spans lines has each of its lines commented, and uncommented it is its config's
+    command, word for word."""
+    import re
+
+    job, rows, _ = hostile
+    text = export(job, rows, "cmd", top=3)
+    blocks = re.split(r"^# ===== \d of 3: trial \d+ .*$\n", text, flags=re.M)
+    assert len(blocks) == 4
+    for i, block in enumerate(blocks[1:]):
+        lines = block.rstrip("\n").split("\n")
+        start = next(n for n, ln in enumerate(lines) if ln.startswith(("H_0=", "# H_0=")))  # the launch line
+        header, shell = lines[:start], lines[start:]
+        assert "# backend: command 1.0 | touch PWNED #; model: unknown" in header
+        assert not any(re.search(BREAKS, ln) for ln in header)
+        if i:  # an alternative: every physical line commented
+            assert all(ln.startswith("# ") for ln in shell), [ln for ln in shell if not ln.startswith("# ")]
+            shell = [ln[2:] for ln in shell]
+        spec = job.backend_obj().launch_spec(rows[i].params, "0.0.0.0", 8000)
+        words = shlex.split("\n".join(shell))
+        assert words[-len(spec.argv):] == spec.argv
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_the_documents_carry_the_hostile_strings_as_data(hostile, fmt, tmp_path):
+    job, rows, _ = hostile
+    text = export(job, rows, fmt, top=3)
+    path = tmp_path / f"best.{fmt}"
+    path.write_text(text)
+    docs = json.loads(text) if fmt == "json" else list(yaml.safe_load_all(text))
+    assert [load_config_file(path, rank=i + 1) for i in range(3)] == [r.params for r in rows[:3]]
+    assert docs[0]["provenance"]["backend"]["version"] == f"1.0\n{PWN} #"
+    assert docs[0]["provenance"]["storage"] == job.storage
+
+
+def test_the_cmd_export_says_where_it_listens_and_takes_host_and_port(tmp_path, capsys):
+    """`export --format cmd` is a sh script whose header says the address it binds (0.0.0.0:8000
+    by default: every interface); --host/--port write it for another address."""
+    from orchestrator.cli import main
+
+    job_path = write_job(tmp_path, study="where")
+    job = load_job(job_path)
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
+    policy = fx.SearchPolicy(study, fx.Space(), lambda c: dict(c), baseline=None, budget=None)
+    config = {"tp_size": 1, "backend.threads": 1}
+    fx.record(study, policy, config, fx.ok(config, 20.0), baseline=True,
+              choices={"tp_size": [1], "backend.threads": [1]})
+    assert main(["export", str(job_path), "--format", "cmd"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "#!/bin/sh" and "the deploy artifact" in lines[1]
+    assert lines[2].startswith("# the server listens on 0.0.0.0:8000 (every network interface of this machine)")
+    argv = shlex.split([ln for ln in lines if ln and not ln.startswith("#")][0])
+    assert argv[argv.index("--host") + 1] == "0.0.0.0" and argv[argv.index("--port") + 1] == "8000"
+    assert main(["export", str(job_path), "--format", "cmd", "--host", "127.0.0.1", "--port", "9001"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("# the server listens on 127.0.0.1:9001;")
+    argv = shlex.split([ln for ln in lines if ln and not ln.startswith("#")][0])
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "9001"
+    for bad_args in (["--port", "0"], ["--port", "70000"], ["--host", "a b"], ["--host", ""]):
+        assert main(["export", str(job_path), "--format", "cmd", *bad_args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and ("--port must be 1-65535" in err[0] or "--host must be an address" in err[0]), err
+
+
+# The latency the exported config measured, per level, and with a goodput objective where it held the
+# SLO (the header of the line formats says it; the provenance carries it whole) (issue 35).
+def test_the_provenance_carries_latency_per_level_the_slo_and_goodputs_crossing():
+    from orchestrator.config.job import Objective
+    from orchestrator.core.measurement import GoodputResult, Latency, LevelResult, Measurement
+    from orchestrator.core.slo import Slo, Targets
+
+    def probed(number, params, curve, holds, breaks, **kw):
+        levels = {c: LevelResult(c, samples=(v,), ttft=Latency(0.01, 0.02, 0.03, 8), tpot=Latency(t / 2, t, t, 8))
+                  for c, (v, t) in curve.items()}
+        m = Measurement(levels=levels, goodput=GoodputResult(32, tuple(curve), holds, breaks))
+        return TrialRow(number=number, state=COMPLETE, value=m.value, counted=True, config_key=config_key(params),
+                        params=params, measurement=m, **kw)
+
+    measured = [probed(0, {"speculative.method": "none"}, {1: (400.0, 0.004), 32: (900.0, 0.03), 16: (850.0, 0.019),
+                                                           17: (860.0, 0.021)}, 16, 17, is_baseline=True),
+                probed(1, {"speculative.method": "ngram", "speculative.num_tokens": 4},
+                       {1: (800.0, 0.002), 32: (4000.0, 0.012)}, 32, None)]
+    job = SimpleNamespace(**vars(JOB), objective=Objective(goodput=32, slo=Targets(every=(Slo.named("tpot_p99",
+                                                                                                     0.020),))))
+    backend = CommandBackend(SETTINGS, "job.yaml")
+    prov = json.loads(export(job, measured, "json", backend=backend))["provenance"]
+    assert prov["trial"] == 1 and prov["goodput"]["holds"] == 32 and prov["goodput"]["baseline"]["holds"] == 16
+    assert prov["latency"]["32"]["tpot"]["p99"] == 0.012 and prov["slo"]["breaches"] == []
+    env = export(job, measured, "env", backend=backend)
+    assert "# goodput: holds the SLO up to 32 stream(s) at 4000 tok/s (all 32 tried); #1 holds" in env
+    assert "# value: 4000.000 tok/s total within the SLO" in env
+    assert "# latency at 32 (ms p50/p90/p99): TTFT 10.0/20.0/30.0, TPOT 6.0/12.0/12.0" in env
+    assert "# slo TPOT p99 <= 20 ms: holds them at every level measured" in env
+    plain = json.loads(export(JOB, rows(), "json", backend=backend))["provenance"]
+    assert plain["latency"] == {} and "goodput" not in plain and "slo" not in plain  # a study without them
+
+
+# ---- NCCL tuner rules from the pre-screen's sweep ----------------------------------------------------
+
+PLUGIN_COLLECTIVES = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
+PLUGIN_ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
+PLUGIN_PROTOCOLS = ("ll", "ll128", "simple")
+
+
+def plugin_rules(text: str) -> list[dict]:
+    """The rules NCCL's example tuner plugin loads from ``text``, by its reader's rules
+    (NVIDIA/nccl plugins/tuner/example/plugin.c, ext-tuner/example in 2.28-2.29): each line
+    read into a 256-byte buffer (a longer one arrives in 255-character pieces), a piece starting
+    with '#' or a newline skipped, fields split at commas with empty fields dropped and spaces
+    and tabs trimmed, 8 to 10 fields kept (numPipeOps and regBuff -1 when absent), sizes read as
+    unsigned decimals, the names compared exactly. The plugin silently reads an unknown name as
+    allreduce, ring or simple; here it fails the test instead."""
+    rules = []
+    for line in text.splitlines(keepends=True):
+        for start in range(0, len(line), 255):
+            piece = line[start:start + 255]
+            if piece[:1] in ("#", "\n"):
+                continue
+            fields = [f.strip(" \t") for f in piece.rstrip("\n").split(",") if f.strip(" \t") != ""][:10]
+            if not 8 <= len(fields) <= 10:
+                continue
+            coll, lo, hi, algo, proto, channels, nodes, ranks = fields[:8]
+            assert coll in PLUGIN_COLLECTIVES and algo in PLUGIN_ALGORITHMS and proto in PLUGIN_PROTOCOLS, fields
+            rules.append({"coll": coll, "min": int(lo), "max": int(hi), "algo": algo, "proto": proto,
+                          "channels": int(channels), "nNodes": int(nodes), "nRanks": int(ranks),
+                          "pipeOps": int(fields[8]) if len(fields) > 8 else -1,
+                          "regBuff": int(fields[9]) if len(fields) > 9 else -1})
+    return rules
+
+
+def plugin_choice(rules: list[dict], nbytes: int, n_ranks: int) -> tuple[str, str] | None:
+    """What the plugin applies to an all-reduce of ``nbytes`` on one node of ``n_ranks``: the
+    first rule that matches (both size ends included)."""
+    for r in rules:
+        if (r["coll"] == "allreduce" and r["min"] <= nbytes <= r["max"] and r["nNodes"] in (-1, 1)
+                and r["nRanks"] in (-1, n_ranks)):
+            return r["algo"], r["proto"]
+    return None
+
+
+@pytest.mark.slow
+def test_tuner_rules_from_a_cpu_sweep_load_in_the_plugins_reader(tmp_path):
+    """The acceptance chain on CPU: the pre-screen sweeps the decode sizes on a 2-process gloo
+    group and writes its table; the nccl-tuner export of the best config has rows per measured
+    size range, none wider than 16 KB up to 512 KB, each choosing what the sweep measured
+    fastest there, and the plugin's reader loads every row."""
+    from orchestrator.core.study_dir import StudyDir
+    from orchestrator.driver.prescreen import run_prescreen
+
+    space = ("params:\n  tp_size: {choices: [2]}\n  env.NCCL_PROTO: {choices: [LL, Simple]}\n"
+             "  env.NCCL_ALGO: {choices: [Ring]}\n")
+    job = load_job(write_job(tmp_path, study="sweep", space_text=space, baseline={"tp_size": 2}))
+    data = run_prescreen(job, iters=20, say=lambda _: None)
+    table = job.dir.prescreen_sweep.read_text().splitlines()
+    assert table[0] == "tp_size,setting,bytes,latency_us,ci_lo_us,ci_hi_us,algo,proto,fastest"
+    sizes = data["sizes"]
+    assert len(table) - 1 == 2 * len(sizes)  # every size, both settings
+    fast: dict[int, set[str]] = {}  # per size, the settings clearly fastest or within the noise of it
+    for line in table[1:]:
+        cells = line.split(",")
+        assert float(cells[4]) <= float(cells[3]) <= float(cells[5])  # the median inside its interval
+        if cells[-1] in ("1", "tie"):
+            fast.setdefault(int(cells[2]), set()).add(cells[1])
+    assert sorted(fast) == sorted(sizes)
+
+    study_job = SimpleNamespace(**vars(fx.make_job(tmp_path / "study")), dir=StudyDir(job.report_dir))
+    _, study = fx.build_study(tmp_path / "study")
+    text = export(study_job, history.trial_rows(study), "nccl-tuner")
+    assert all(len(line) < 200 for line in text.splitlines())
+    # the trial ran NCCL 2.21.5 (its record), which has no file-reading example plugin: the file says so
+    assert "# rules from the pre-screen's sweep" in text and "NCCL 2.21.5; tuner API none: NCCL before 2.28" in text
+    rules = plugin_rules(text)
+    assert len(rules) == len([ln for ln in text.splitlines() if ln and not ln.startswith("#")])  # every row loads
+    assert rules[0]["min"] == 0 and rules[-1]["max"] == max(sizes)
+    for a, b in zip(rules, rules[1:]):
+        assert b["min"] == a["max"] + 1  # contiguous, no overlap: the first match is the only match
+    assert all(r["max"] - r["min"] + 1 <= 16 * 1024 for r in rules if r["max"] <= 512 * 1024)
+    assert {(r["nRanks"], r["nNodes"], r["channels"]) for r in rules} == {(2, 1, -1)}
+    for size in sizes:  # what the plugin applies is a setting the sweep found fastest there (or tied with it)
+        chosen = plugin_choice(rules, size, 2)
+        assert chosen is not None and chosen[0] == "ring"
+        assert any(dict(p.split("=") for p in setting.split())["NCCL_PROTO"].lower() == chosen[1]
+                   for setting in fast[size]), (size, chosen, fast[size])
+
+
+def test_tuner_api_by_release():
+    from orchestrator.results.export import tuner_api
+
+    assert tuner_api("2.28.9") == "v5" and tuner_api("2.30.7").startswith("v6")
+    assert tuner_api("2.27.3").startswith("none")

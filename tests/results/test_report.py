@@ -14,6 +14,7 @@ from written_report import EXPECTED, write_demo_report
 
 from conftest import write_job
 from orchestrator.config.job import load_job
+from orchestrator.core.measurement import Latency, LevelResult
 from orchestrator.core.records import COMPLETE, TrialRow, config_key
 from orchestrator.results.compare import format_compare_plan, summarize_plan
 from orchestrator.results.report import write_report
@@ -109,6 +110,29 @@ def test_compare_plan_pairs_rounds_at_every_level_and_says_what_the_plan_wins():
     assert "| Concurrency | baseline | trial-1 (best at 1) | trial-2 (best at 10) |" in text
     assert "At concurrency 10 the plan's config (trial #2) against the best at 1 (trial #1): 5.2" in text
     assert "faster (95% CI" in text.splitlines()[-1]
+
+
+def test_compare_plan_prints_each_configs_latency_per_level_against_the_jobs_targets():
+    """Each launch's latency percentiles (its typed record): per level and config, TTFT / TPOT p99
+    as the median over the launches, and with the job's SLO what each broke there."""
+    data = compare_data()
+    for rnd in data["rounds"]:
+        ms = {"baseline": 13.0, "trial-1": 3.0, "trial-2": 6.0}[rnd["config"]] + rnd["round"]
+        if rnd["config"] == "trial-1":
+            ms += 20  # the config best at 1 queues at 10 streams
+        rnd["records"] = {lv: LevelResult(int(lv), (v,), ttft=Latency(0.02, 0.03, 0.04, 8),
+                                          tpot=Latency(ms / 2000, ms / 1000, (ms if lv == "10" else 2) / 1000,
+                                                       8)).to_record()
+                          for lv, v in rnd["levels"].items()}
+    text = format_compare_plan(data)
+    assert "p99 latency, TTFT / TPOT in ms (median over the launches)" in text
+    assert "| 10 | 40.0 / 14.0 | 40.0 / 24.0 | 40.0 / 7.0 |" in text
+    data["slo"] = {"tpot_p99": 0.010}
+    text = format_compare_plan(data)
+    assert "latency targets: TPOT p99 <= 10 ms" in text
+    assert "| 10 | 40.0 / 14.0 (breaks TPOT p99 14.0 ms) | 40.0 / 24.0 (breaks TPOT p99 24.0 ms) | " \
+           "40.0 / 7.0 (holds the SLO) |" in text
+    assert "p99 latency" not in format_compare_plan(compare_data())  # launches recorded before latency was
 
 
 def test_the_report_of_a_plan_has_its_table_configs_pareto_set_and_plot(tmp_path):

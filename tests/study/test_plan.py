@@ -14,6 +14,7 @@ import pytest
 
 from orchestrator.config.job import Objective
 from orchestrator.core.records import COMPLETE, FAIL, TrialRow, config_key
+from orchestrator.core.slo import Slo, Targets
 from orchestrator.core.verdict import FASTER, SAME_CONFIG, SLOWER, WITHIN_NOISE
 from orchestrator.study.history import best_rows
 from orchestrator.study.plan import (
@@ -173,3 +174,45 @@ def test_nothing_ranked_is_no_plan():
     assert not plan.found and plan.baseline is None
     assert format_plan(plan) == "plan over concurrency 1, 10, 64: no config may be called best yet"
     assert pareto([], (1, 10)) == []
+
+
+# ---- latency targets: infeasible at a level only (issue 35) ------------------------------------------
+def timed(number: int, params: dict, levels: dict[int, tuple[list[float], float]], **kw) -> TrialRow:
+    """A row whose levels carry a TPOT p99 (seconds) beside their samples."""
+    base = row(number, params, {lv: s for lv, (s, _) in levels.items()}, **kw)
+    recs = {str(lv): {**base.at(lv).to_record(), "tpot": {"p50": t / 2, "p90": t * 0.9, "p99": t, "n": 8}}
+            for lv, (_, t) in levels.items()}
+    return TrialRow(number=number, state=base.state, params=params, value=base.value, counted=True,
+                    is_baseline=base.is_baseline, config_key=base.config_key, levels=recs,
+                    metrics={"levels": recs})
+
+
+def slo_table() -> list[TrialRow]:
+    """A: best at 1 and the most tok/s at 32, but its TPOT at 32 is 31 ms; B: slower at 1, holds at 32."""
+    lane = {"mode": "lane"}
+    return [timed(0, {"mode": "base"}, {1: ([100, 101, 99], 0.010), 32: ([900, 910], 0.030)}, baseline=True),
+            timed(1, lane, {1: ([400, 405, 395], 0.0025), 32: ([2600, 2650], 0.0312)}),
+            timed(2, {"mode": "batch"}, {1: ([200, 201, 199], 0.005), 32: ([2400, 2380], 0.012)})]
+
+
+SLO_PLAN = Objective(concurrency=(1, 32), slo=Targets(every=(Slo.named("tpot_p99", 0.020),)))
+
+
+def test_a_config_that_breaks_the_slo_at_a_level_is_ranked_nowhere_there_but_best_where_it_holds():
+    rows = slo_table()
+    plan = build_plan(rows, SLO_PLAN)
+    assert plan.at(1).best.number == 1 and plan.at(32).best.number == 2  # without the SLO, #1 would win at 32 too
+    assert build_plan(rows, Objective(concurrency=(1, 32))).at(32).best.number == 1
+    broken = plan.at(32).broken
+    assert [r.number for r, _ in broken] == [1] and broken[0][1][0].excess == pytest.approx(0.56)
+    text = format_plan(plan)
+    assert "slo: TPOT p99 <= 20 ms" in text
+    assert "#1 (the best at the lowest level) breaks the SLO at 32: TPOT p99 31.2 ms at 32, over the 20 ms target " \
+           "by 56%" in text
+    assert "the baseline #0 breaks the SLO at 32: TPOT p99 30 ms at 32" in text  # reported, not a stop
+    said = plan.to_dict()
+    assert said["slo"] == {"tpot_p99": 0.020} and len(said["slo_lines"]) == 2
+    assert said["per_level"][1]["anchor_breaches"][0]["excess"] == pytest.approx(0.56)
+    assert [r.number for r in plan.pareto] == [1, 2]  # #1 counts nothing at 32, but is the best at 1
+    assert best_at(rows, 32, slo=SLO_PLAN.slo)[0].number == 2
+    assert prune_thresholds(rows, (1, 32), 0.8, SLO_PLAN.slo)[32] == pytest.approx(0.8 * 2390)

@@ -52,12 +52,6 @@ def image(name: str, alt: str) -> Block:
     return ("img", name, alt)
 
 
-def clip(text: Any, width: int = 160) -> str:
-    """``text`` on one line, at most ``width`` characters (``...`` when cut)."""
-    text = " ".join(str(text or "").split())
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
 def _md_cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
@@ -96,7 +90,7 @@ _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#222;max-width:1560px}
 table{border-collapse:collapse;margin:8px 0 16px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;
 font-size:13px;vertical-align:top}th{background:#f3f3f3}code,pre{font-family:ui-monospace,monospace;font-size:12px}
-pre{background:#f6f6f6;padding:8px;overflow-x:auto}
+pre{background:#f6f6f6;padding:8px;white-space:pre-wrap;overflow-wrap:anywhere}
 .warn{background:#fff3cd;border-left:4px solid #e0a800;padding:6px 10px}
 .plots{display:flex;flex-wrap:wrap;gap:12px}.plots figure{margin:0}.plots img{max-width:none;border:1px solid #ddd}
 figcaption{font-size:12px;color:#555}

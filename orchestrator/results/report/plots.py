@@ -15,15 +15,16 @@ counts busy and idle time from.
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core import outcome
+from orchestrator.core import files, outcome
+from orchestrator.core.logs import clip
 from orchestrator.core.records import TrialRow
 from orchestrator.core.study_dir import StudyDir
 from orchestrator.results.importance import KnobEffect, sort_values
-from orchestrator.results.report.document import clip
 from orchestrator.study import history
 from orchestrator.study import objective as objectives
 from orchestrator.study.history import COMPLETE, FAIL, PRUNED, baseline_row, parse_iso
@@ -38,7 +39,10 @@ BEST_COLOR = "#2ca02c"
 BASELINE_COLOR = "#9467bd"
 PHASE_COLORS = {"launch_s": "#ff7f0e", "warmup_s": "#ffbb78", "bench_s": "#2ca02c", "check_s": "#17becf",
                 "teardown_s": "#8c564b"}
-OTHER_COLOR = "#c7c7c7"
+OTHER_COLOR = "#e7d9a8"  # not grey: grey outlines a PRUNED trial
+REFUSED_COLOR = "#8b0000"  # a trial whose output failed the correctness gate
+BENCH_FAILURES = ("bench-timeout", "bench-error")  # failures that happen while the benchmark runs
+MIN_BOX_POINTS = 5  # a box (quartiles) needs at least this many points; fewer are drawn as points only
 IMPORTANCE_COLOR = "#4c72b0"  # used by no other plot: the screenshot check can tell the plots apart
 FIG_DPI = 100
 
@@ -108,8 +112,13 @@ def _plt():
 
 
 def _save(fig, path: Path) -> None:
-    fig.savefig(path, dpi=FIG_DPI, facecolor="white")
-    _plt().close(fig)
+    """The figure as a PNG file, written whole (``core.files``): rendered in memory first."""
+    png = io.BytesIO()
+    try:
+        fig.savefig(png, format="png", dpi=FIG_DPI, facecolor="white")
+    finally:
+        _plt().close(fig)
+    files.write_whole(path, png.getvalue())
 
 
 def _note_figure(path: Path, title: str, note: str) -> None:
@@ -121,30 +130,48 @@ def _note_figure(path: Path, title: str, note: str) -> None:
     _save(fig, path)
 
 
+def history_points(rows: list[TrialRow]) -> dict[str, list[tuple[int, float]]]:
+    """The history plot's points (trial, tok/s) by series: COMPLETE (ranked), PRUNED (its first
+    repeat), FAIL (at 0), "refused" (a wrong output: at 0, its speed does not count), "never
+    best" (a COMPLETE of a config found wrong elsewhere). Launched trials only."""
+    eligible = {r.number for r in outcome.rankable(rows)}
+    out: dict[str, list[tuple[int, float]]] = {COMPLETE: [], PRUNED: [], FAIL: [], "refused": [], "never best": []}
+    for r in rows:
+        if r.skipped or r.cached_from is not None:
+            continue
+        if r.state == COMPLETE and r.value is not None:
+            out[COMPLETE if r.number in eligible else "never best"].append((r.number, r.value))
+        elif r.state == PRUNED:
+            out[PRUNED].append((r.number, r.measured or 0.0))
+        elif r.state == FAIL:
+            out["refused" if r.failure_kind == "wrong-output" else FAIL].append((r.number, 0.0))
+    return out
+
+
 def plot_history(rows: list[TrialRow], path: Path) -> None:
-    """tok/s per trial; FAILs at 0 (x), PRUNED grey, best-so-far line, baseline dashed."""
+    """tok/s per trial; FAILs at 0 (x; a wrong output as refused, its speed never drawn: it does
+    not count), PRUNED grey, best-so-far line, baseline dashed."""
     plt = _plt()
     eligible = {r.number for r in outcome.rankable(rows)}
+    series = history_points(rows)
     rows = [r for r in rows if not r.skipped]  # proposals never launched are not trials
     fig, ax = plt.subplots(figsize=(7.2, 4.0))
     cached = [(r.number, r.value) for r in rows if r.state == COMPLETE and r.cached_from is not None]
     if cached:
         ax.scatter(*zip(*cached), marker="o", facecolors="none", edgecolors=STATE_COLORS[COMPLETE], s=36,
                    label="answered from cache", zorder=3)
+    if series["refused"]:
+        ax.scatter(*zip(*series["refused"]), marker="X", color=REFUSED_COLOR, s=60, label="refused: wrong output",
+                   zorder=4)
+    if series["never best"]:
+        ax.scatter(*zip(*series["never best"]), marker="o", facecolors="none", edgecolors=STATE_COLORS[FAIL], s=36,
+                   label="never best (wrong output)")
     for state, marker in ((COMPLETE, "o"), (PRUNED, "v"), (FAIL, "x")):
-        pts = [(r.number, r.value if state == COMPLETE else r.measured or 0.0)
-               for r in rows if r.state == state and r.cached_from is None]
-        if state == COMPLETE:
-            bad = [(n, v) for n, v in pts if n not in eligible]
-            pts = [(n, v) for n, v in pts if n in eligible]
-            if bad:
-                ax.scatter(*zip(*bad), marker="o", facecolors="none", edgecolors=STATE_COLORS[FAIL], s=36,
-                           label="never best (wrong output)")
-        if pts:
+        if series[state]:
             kw = {"s": 36, "label": state}
             if marker != "x":
                 kw["edgecolors"] = "none"
-            ax.scatter(*zip(*pts), marker=marker, color=STATE_COLORS[state], zorder=3, **kw)
+            ax.scatter(*zip(*series[state]), marker=marker, color=STATE_COLORS[state], zorder=3, **kw)
     best_x, best_y, best = [], [], None
     for r in rows:
         if r.state not in (COMPLETE, FAIL, PRUNED):
@@ -178,7 +205,8 @@ def _param_names(rows: list[TrialRow]) -> list[str]:
 
 
 def plot_params(rows: list[TrialRow], path: Path) -> None:
-    """One panel per parameter: tok/s of COMPLETE trials per value (box + points), failures at 0."""
+    """One panel per parameter: tok/s of COMPLETE trials per value (points, and a box where a
+    value has ``MIN_BOX_POINTS`` of them: quartiles of fewer are not a distribution), failures at 0."""
     plt = _plt()
     names = _param_names(rows)
     if not names:
@@ -198,7 +226,7 @@ def plot_params(rows: list[TrialRow], path: Path) -> None:
             fails.append(sum(1 for r in rows if r.state == FAIL and r.counted  # the config's own failures
                              and r.params.get(name, object()) == v))
         pos = list(range(1, len(values) + 1))
-        filled = [(p, g) for p, g in zip(pos, groups) if g]
+        filled = boxed(pos, groups)
         if filled:
             ax.boxplot([g for _, g in filled], positions=[p for p, _ in filled], widths=0.5, showfliers=False,
                        medianprops={"color": BEST_COLOR, "linewidth": 2})
@@ -222,6 +250,12 @@ def plot_params(rows: list[TrialRow], path: Path) -> None:
     fig.suptitle("Decode tok/s per parameter value", fontsize=11)
     fig.tight_layout()
     _save(fig, path)
+
+
+def boxed(positions: list[int], groups: list[list[Any]]) -> list[tuple[int, list[Any]]]:
+    """The (position, values) that get a box: ``MIN_BOX_POINTS`` values or more; the rest are
+    drawn as their points alone."""
+    return [(p, g) for p, g in zip(positions, groups) if len(g) >= MIN_BOX_POINTS]
 
 
 def plot_importance(effects: list[KnobEffect], notes: list[str], path: Path) -> None:
@@ -280,6 +314,17 @@ def _lanes(spans: list[dict[str, Any]]) -> None:
                 s["lane"] = len(lanes) - 1
 
 
+def _phase_seconds(r: TrialRow) -> dict[str, float]:
+    """A trial's phase durations; a benchmark that failed (timed out, stalled) without its own
+    ``bench_s`` (records before it was kept) spent the rest after its launch benchmarking."""
+    d = {k: float(v) for k, v in (r.durations or {}).items() if isinstance(v, (int, float))}
+    stalled_in = (r.startup_phases or {}).get("stalled_in")
+    in_bench = r.failure_kind in BENCH_FAILURES or (r.failure_kind == "hang" and stalled_in == "benchmark")
+    if in_bench and d.get("launch_s") and not d.get("bench_s") and d.get("total_s"):
+        d["bench_s"] = max(0.0, d["total_s"] - sum(d.get(k, 0.0) for k in PHASE_COLORS))
+    return d
+
+
 def plot_timeline(rows: list[TrialRow], path: Path) -> None:
     """Start/stop of every trial per node; bars split into phases, outlined by state."""
     plt = _plt()
@@ -305,8 +350,9 @@ def plot_timeline(rows: list[TrialRow], path: Path) -> None:
         x = (s["start"] - t0) / scale
         width = (s["end"] - s["start"]) / scale
         cursor = x
+        durations = _phase_seconds(r)
         for phase, color in PHASE_COLORS.items():
-            d = (r.durations or {}).get(phase)
+            d = durations.get(phase)
             if not d or d <= 0:
                 continue
             w = min(float(d) / scale, x + width - cursor)

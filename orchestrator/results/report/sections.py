@@ -24,6 +24,7 @@ from orchestrator.backends import speculative
 from orchestrator.core import outcome
 from orchestrator.core.ceiling import ceiling_for, parse_bandwidth, speculative_ceiling
 from orchestrator.core.golden_check import disputed
+from orchestrator.core.logs import clip
 from orchestrator.core.nccl import is_verification_warning
 from orchestrator.core.outcome import TIMEOUT_KINDS
 from orchestrator.core.records import NOT_THE_CONFIGS_FAULT, TrialRow
@@ -56,7 +57,8 @@ from orchestrator.results.importance import (
     span_text,
 )
 from orchestrator.results.report import document as doc
-from orchestrator.results.report.document import Block, clip
+from orchestrator.results.report import latency
+from orchestrator.results.report.document import Block
 from orchestrator.results.report.plots import trial_spans
 from orchestrator.results.report.startup import startup_blocks
 from orchestrator.study import bans as value_bans
@@ -386,10 +388,16 @@ def _nccl_warnings(rows, best) -> list[Block]:
     if nccl_rows:
         out.append(doc.table(["Trial", "State", "Warning"], nccl_rows))
     else:
-        versions = sorted({str(r.nccl.get("version")) for r in rows if (r.nccl or {}).get("version")})
-        seen = f" (NCCL {', '.join(versions)})" if versions else ""
-        out.append(doc.para("No warnings: every requested NCCL setting was confirmed in the logs where NCCL "
-                            f"ran{seen}."))
+        ran = [r for r in rows if (r.nccl or {}).get("version")]
+        launched = [r for r in rows if not r.skipped and r.cached_from is None]
+        if not ran:
+            out.append(doc.para("Not applicable: NCCL ran in none of the trials (no trial's server log shows it: "
+                                "a CPU study, or one device per server), so no NCCL setting was applied or "
+                                "verified."))
+        else:
+            versions = sorted({str(r.nccl.get("version")) for r in ran})
+            out.append(doc.para(f"No warnings: every requested NCCL setting was confirmed in the logs of the "
+                                f"{len(ran)} of {len(launched)} trials where NCCL ran (NCCL {', '.join(versions)})."))
     other = _warning_rows(rows, best, lambda w: not is_verification_warning(w))
     if other:
         out += [doc.heading(2, "Other trial warnings"), doc.table(["Trial", "State", "Warning"], other)]
@@ -416,12 +424,36 @@ def _resolve_bandwidth(job: ReportJob, rows: list[TrialRow], best: list[TrialRow
             return parse_bandwidth(declared), "declared in the job"
         except ValueError:
             pass
-    for r in best[:1] + rows:
-        for key in ("memory_bandwidth_bytes_s", "mem_bandwidth_bytes_s"):
-            v = (r.node_info or {}).get(key)
-            if v:
-                return float(v), f"measured on {r.node or 'the node'}"
-    return None, ""
+    return _measured_bandwidth(rows, best)
+
+
+LOADED_PER_CPU = 1.0  # a 1-minute load average per CPU this high: the copy shared the machine
+
+
+def _measured_bandwidth(rows: list[TrialRow], best: list[TrialRow]) -> tuple[float | None, str]:
+    """The bandwidth the trials measured on the best's node (every node's when it has none):
+    the highest of them, since other work on the machine only ever slows a copy down, with
+    the range of the others and, when even that one ran on a loaded machine, the load."""
+    found = []
+    for r in rows:
+        info = r.node_info or {}
+        v = info.get("memory_bandwidth_bytes_s") or info.get("mem_bandwidth_bytes_s")
+        if v:
+            found.append((float(v), info.get("memory_bandwidth_load"), r.node))
+    if best and any(node == best[0].node for _, _, node in found):
+        found = [f for f in found if f[2] == best[0].node]
+    if not found:
+        return None, ""
+    bw, load, node = max(found, key=lambda f: f[0])
+    said = f"measured on {node or 'the node'}"
+    others = sorted(v for v, _, _ in found)
+    if len(others) > 1 and others[0] < 0.9 * bw:
+        said += f", the highest of {len(others)} measurements, {others[0] / 1e9:.0f}-{bw / 1e9:.0f} GB/s"
+    if isinstance(load, dict) and load.get("cpus") and load.get("load1") is not None \
+            and load["load1"] / load["cpus"] >= LOADED_PER_CPU:
+        said += (f"; under load: a 1-minute load of {load['load1']:.1f} on {load['cpus']} CPUs when measured, so "
+                 "the ceiling may be low (declare `hardware.memory_bandwidth` to fix it)")
+    return bw, said
 
 
 def _resolve_latency(job: ReportJob, best: list[TrialRow], allreduce_latency_s: float | None,
@@ -800,6 +832,11 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
     if plan is not None:
         blocks += _plan(plan, Path(report_dir))
     blocks += _launch_noise(rows, ev, levels, objective)
+    blocks += latency.goodput_blocks(rows, objective)
+    if latency.wants_plot(objective):
+        blocks.append(doc.image(latency.LATENCY_PLOT, "Throughput and p99 latency against concurrency"))
+    blocks += latency.latency_blocks(rows, objective, plan)
+    blocks += latency.traffic_blocks(job, rows)
     blocks += _summary(rows)
     blocks += [doc.heading(2, "Plots")] + [doc.image(name, alt) for name, alt in (
         ("history.png", "Optimization history"), ("params.png", "tok/s per parameter value"),

@@ -13,9 +13,10 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from orchestrator.core.logs import clip
 from orchestrator.core.records import FAIL, FailureKind, TrialRow
 from orchestrator.results.report import document as doc
-from orchestrator.results.report.document import Block, clip
+from orchestrator.results.report.document import Block
 from orchestrator.results.report.plots import OTHER_COLOR, STATE_COLORS, _note_figure, _plt, _save
 from orchestrator.study.history import short_params
 

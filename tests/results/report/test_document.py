@@ -9,6 +9,7 @@ import re
 import pytest
 from written_report import write_demo_report
 
+from orchestrator.core.logs import clip
 from orchestrator.results.report import document
 
 
@@ -58,6 +59,7 @@ def test_html_escapes_what_it_shows_and_embeds_the_images(tmp_path):
     assert "<p><strong>Best: trial 2</strong>, <code>tp_size=2</code> &lt;not a tag&gt;</p>" in page
     assert '<p class="warn"><strong>Warning:</strong> SLOWER at concurrency 10</p>' in page
     assert "<pre>Traceback (most recent call last):\n  &lt;frame&gt;\n</pre>" in page
+    assert "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap;overflow-wrap:anywhere}" in page  # tails wrap
     assert page.count('<div class="plots">') == 1  # consecutive images: one gallery
     (src,) = re.findall(r'<img alt="History" src="data:image/png;base64,([^"]+)" width="(\d+)" height="(\d+)">', page)
     assert base64.b64decode(src[0]) == png and (src[1], src[2]) == ("30", "20")  # shown at its natural size
@@ -65,9 +67,9 @@ def test_html_escapes_what_it_shows_and_embeds_the_images(tmp_path):
 
 
 def test_clip_keeps_one_line_of_bounded_width():
-    assert document.clip("a\n  b\tc") == "a b c"
-    assert document.clip("x" * 500, 20) == "x" * 17 + "..." and len(document.clip("x" * 500)) == 160
-    assert document.clip(None) == ""
+    assert clip("a\n  b\tc") == "a b c"
+    assert clip("x" * 500, 20) == "x" * 17 + "..." and len(clip("x" * 500)) == 160
+    assert clip(None) == ""
 
 
 def _a_png(tmp_path) -> bytes:

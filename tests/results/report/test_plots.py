@@ -79,3 +79,31 @@ def test_the_timeline_spans_only_launched_trials(tmp_path):
     no_end = dataclasses.replace(rows[2], ended_at=None)  # a record cut before its end: the end from its timings
     (span,) = plots.trial_spans([no_end])
     assert span["end"] - span["start"] == rows[2].durations["total_s"]
+
+
+def test_a_wrong_output_is_drawn_refused_never_at_its_speed(tmp_path):
+    """Issue 39: the demo's wrong-output trial was a red X at its 152 tok/s, above the best line."""
+    job, _study = fx.build_study(tmp_path)
+    rows = history.trial_rows(storage.load_study(job))
+    wrong = dataclasses.replace(rows[3], metrics={"decode_tok_s": 152.0, "decode_tok_s_ignored": 152.0})
+    assert wrong.state == "FAIL" and wrong.failure_kind == "wrong-output"
+    points = plots.history_points([*rows[:3], wrong, *rows[4:]])
+    assert points["refused"] == [(3, 0.0)] and all(n != 3 for n, _ in points["FAIL"] + points["COMPLETE"])
+    assert (4, 0.0) in points["FAIL"] and (2, 57.0) in points["COMPLETE"]  # a crash at 0; the best at its value
+    assert points["never best"] == [(10, 90.0)]  # the garbage config's lucky remeasure: drawn, never best
+
+
+def test_a_box_needs_enough_points():
+    groups = [[1.0], [1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0, 5.0], []]
+    assert plots.boxed([1, 2, 3, 4], groups) == [(3, groups[2])]  # quartiles of 1-3 points are no distribution
+
+
+def test_a_benchmark_that_timed_out_is_drawn_as_benchmark_time(tmp_path):
+    job, _study = fx.build_study(tmp_path)
+    crash = history.trial_rows(storage.load_study(job))[4]  # failed at start: no benchmark ran
+    timed_out = dataclasses.replace(crash, failure_kind="bench-timeout",
+                                    durations={"launch_s": 25.0, "teardown_s": 5.0, "total_s": 95.0})
+    assert plots._phase_seconds(timed_out)["bench_s"] == 65.0  # an older record without its bench_s
+    assert "bench_s" not in plots._phase_seconds(crash)
+    kept = dataclasses.replace(timed_out, durations={**timed_out.durations, "bench_s": 60.0})
+    assert plots._phase_seconds(kept)["bench_s"] == 60.0  # what the trial recorded itself

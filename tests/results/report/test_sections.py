@@ -298,8 +298,35 @@ def test_a_gate_warning_is_not_called_an_nccl_one(tmp_path):
     assert f"NCCL settings could not be verified: {nccl_said}" in head and "trial warned: this config's" in head
     assert nccl_said in section(md, "NCCL verification") and gate not in section(md, "NCCL verification")
     assert gate in section(md, "Other trial warnings")
-    md, _ = spec_report(tmp_path, row(1, 700.0, NGRAM))
+    md, _ = spec_report(tmp_path, row(1, 700.0, NGRAM, nccl={"version": "2.21.5"}))
     assert "Other trial warnings" not in md and "No warnings" in section(md, "NCCL verification")
+
+
+def test_nccl_verification_is_not_applicable_where_nccl_never_ran(tmp_path):
+    """Issue 39: a CPU study's report said every NCCL setting was confirmed; NCCL never ran."""
+    md, _ = spec_report(tmp_path, row(1, 700.0, {"env.NCCL_PROTO": "LL"}))
+    said = section(md, "NCCL verification")
+    assert "Not applicable: NCCL ran in none of the trials" in said and "confirmed" not in said
+    md, _ = spec_report(tmp_path, row(1, 700.0, {"env.NCCL_PROTO": "LL"}, nccl={"version": "2.21.5"}))
+    assert "confirmed in the logs of the 1 of 2 trials where NCCL ran (NCCL 2.21.5)" in section(md, "NCCL verification")
+
+
+def test_the_ceiling_takes_the_quietest_bandwidth_and_says_when_it_was_measured_under_load(tmp_path):
+    """Issue 39: "4 GB/s (measured on vm)" came from a copy under load where quiet ones measured 13 GB/s."""
+    def measured(number: int, gb_s: float, load1: float) -> TrialRow:
+        return row(number, 500.0 + number, {"k": number}, node="vm", is_baseline=number == 0,
+                   node_info={"memory_bandwidth_bytes_s": gb_s * 1e9,
+                              "memory_bandwidth_load": {"load1": load1, "cpus": 2}})
+
+    job = SimpleNamespace(study="s", storage=f"journal:{tmp_path}/study.journal", report_dir=tmp_path,
+                          backend=SimpleNamespace(kind="command", settings={}), env={})
+    rows = [measured(0, 4.0, 3.1), measured(1, 13.0, 0.4), measured(2, 12.5, 0.6)]
+    ceiling = section(doc.render_markdown(build_blocks(job, rows, tmp_path, backend=backend())[0]), "Ceiling")
+    assert "13 GB/s (measured on vm, the highest of 3 measurements, 4-13 GB/s)" in ceiling
+    assert "under load" not in ceiling
+    loaded = [measured(0, 4.0, 3.1), measured(1, 4.2, 2.5)]
+    ceiling = section(doc.render_markdown(build_blocks(job, loaded, tmp_path, backend=backend())[0]), "Ceiling")
+    assert "4 GB/s (measured on vm; under load: a 1-minute load of 2.5 on 2 CPUs when measured" in ceiling
 
 
 def test_the_night_between_two_runs_is_neither_wall_clock_nor_idle(tmp_path):

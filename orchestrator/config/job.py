@@ -31,7 +31,8 @@ shown, an example for those three, whose meaning ends "(required)").
     budget:
       trials: 8                       # trials launched in total (COMPLETE, FAIL, PRUNED); null: no limit
       timeout: null                   # wall clock of one `run` (8h, 30m); no trial starts after it (the search
-                                      # stops early enough to leave the race its expected time)
+                                      # stops early enough to leave the race its expected time, when the race
+                                      # fits in it at all; else the race runs in the next `run`s)
       confirm: 8                      # launches of the finalists' race at the end: the incumbent and every config
                                       # within launch noise of it relaunched in interleaved rounds; 0: no race
       relaunch: 0.2                   # share of the search's launch time spent relaunching the baseline and the

@@ -566,12 +566,16 @@ class StudyDriver:
 
     def _leave_time_for_race(self, run: _Loop) -> bool:
         """With a time budget, the search stops when what is left is what the race needs (and the
-        next search launch would eat into it); said once."""
+        next search launch would eat into it); said once. A race longer than the run's whole time
+        budget stops nothing: the search goes on, and the race runs in the runs after it (a run that
+        finds the search's budget spent continues it, launch by launch within its time)."""
         if run.deadline is None or self.confirm <= 0:
             return False
         race = self._race_seconds(run.policy)
         cost = run.policy.launch_cost()
         if race is None or cost.median is None:
+            return False
+        if self.timeout_s is not None and race + cost.median > self.timeout_s:
             return False
         left = run.deadline - time.monotonic()
         if left >= race + cost.median:
@@ -843,7 +847,10 @@ class StudyDriver:
 
     def _store_extra(self, study: optuna.Study, result: TrialResult, config: dict, attrs: dict,
                      key: str | None = None) -> int:
-        """A launch outside the search, stored as an uncounted trial; returns its number."""
+        """A launch outside the search, stored as an uncounted trial (with this run's start: the
+        report's wall clock counts it); returns its number."""
+        if self.policy is not None and self.policy.run:
+            attrs = {**attrs, storage.ATTR_RUN: self.policy.run}
         values = None
         if result.outcome == COMPLETE and self.policy is not None and objectives.has_values(self.job.objective, result):
             values = self.policy.told_values(result)  # what the objective tells Optuna (one per level for a plan)

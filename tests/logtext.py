@@ -13,16 +13,19 @@ def said(text: str) -> str:
 
 def log_lines(text: str, width: int = LOG_WIDTH) -> list[str]:
     """``text``'s lines as they were before wrapping: a line indented 4 more than the line it
-    continues, after a line filled near ``width``, is joined to it."""
+    continues, whose first word would not have fitted on that line within ``width``, is joined
+    to it (the rule ``textwrap`` wraps by)."""
     out: list[str] = []
     base = 0  # the indent of the line being continued
-    filled = False
+    previous = ""
     for line in text.splitlines():
         indent = len(line) - len(line.lstrip(" "))
-        if out and filled and indent == base + 4:
+        words = line.split()
+        wrapped = bool(out and words) and indent == base + 4 and len(previous) + 1 + len(words[0]) > width
+        if wrapped:
             out[-1] += " " + line.strip()
         else:
             out.append(line)
             base = indent
-        filled = len(line) > width - 40
+        previous = line
     return out

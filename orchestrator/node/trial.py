@@ -153,7 +153,7 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
             phase = startup.last_phase(_read(log_path))
-            return failed(FailureKind.HANG, f"{exc} (timeouts.stall; its process tree was alive; stalled in: {phase})",
+            return failed(FailureKind.HANG, f"stalled in {phase}: {exc} (timeouts.stall; its process tree was alive)",
                           stalled_in=phase)
         except ServerFailed as exc:
             if cancel.is_set():

@@ -150,7 +150,7 @@ def test_the_demo_with_a_garbage_baseline_stops_at_once_and_exports_nothing(tmp_
 
     run = cli("run", "jobs/demo.yaml")
     assert run.returncode == 1, run.stderr
-    last = run.stderr.strip().splitlines()[-1]
+    last = log_lines(run.stderr)[-1]
     stop = re.match(r"ncclsweep: error: stopping: the golden reference \(the baseline, trial 0\) looks wrong: "
                     r"trials (\d+(?:, \d+)+) \(different configs\) agree with each other", last)
     assert stop, run.stderr

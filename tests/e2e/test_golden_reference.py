@@ -12,6 +12,7 @@ from contextlib import redirect_stderr
 import pytest
 
 from conftest import run_end, run_in_process, write_job
+from logtext import log_lines
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.study.history import best_rows, trial_rows
@@ -37,7 +38,7 @@ def test_a_garbage_baseline_stops_the_study_before_the_budget_is_spent(tmp_path,
                          budget={"trials": 6}, sampler={"name": "tpe", "seed": 0})
     code, err = run_cli("run", str(job_path))
     assert code == 1, err
-    last = err.strip().splitlines()[-1]
+    last = log_lines(err)[-1]
     assert last.startswith("ncclsweep: error: stopping: the golden reference (the baseline, trial 0) looks wrong"), err
     job = load_job(job_path)
     study = open_study(job, create=False)
@@ -62,7 +63,7 @@ def test_a_crashing_baseline_stops_at_once_and_is_measured_again_next_run(tmp_pa
     for attempt in (1, 2):
         code, err = run_cli("run", str(job_path))
         assert code == 1 and "the golden reference is unusable: the baseline (trial" in err, err
-        assert "start-crash" in err.strip().splitlines()[-1]
+        assert "start-crash" in log_lines(err)[-1]
         rows = trial_rows(open_study(load_job(job_path), create=False))
         assert len(rows) == attempt and all(r.is_baseline and not r.counted for r in rows)
 
@@ -118,7 +119,7 @@ def test_every_garbage_baseline_stops_the_study_and_nothing_is_exported(tmp_path
                          max_consecutive_failures=10, **GARBAGE_BASELINES[case])
     code, err = run_cli("run", str(job_path))
     assert code == 1, err
-    last = err.strip().splitlines()[-1]
+    last = log_lines(err)[-1]
     job = load_job(job_path)
     rows = trial_rows(open_study(job, create=False))
     # the baseline's launch that captured the reference (trial 0, or its retry when a busy host timed it out)

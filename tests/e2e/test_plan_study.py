@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_end, write_job
+from logtext import log_lines
 from orchestrator import cli
 from orchestrator.config.job import load_job
 from orchestrator.driver.in_process import InProcessExecutor
@@ -63,7 +64,7 @@ def test_a_plan_names_the_best_config_per_level_and_exports_each(tmp_path, capsy
     job = load_job(job_path)
     out = io.StringIO()
     summary = StudyDriver(job, executor=InProcessExecutor(), out=out).run()
-    said = out.getvalue().splitlines()
+    said = log_lines(out.getvalue())
     rows = trial_rows(open_study(job, create=False))
     measured = [r for r in rows if r.counted and r.cached_from is None]
     assert len({r.config_key for r in measured}) == 4 and summary.reason == "space exhausted"  # exhaustive

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import kill_pids, write_job
+from logtext import log_lines
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.study.history import trial_rows
@@ -78,7 +79,7 @@ def test_a_squatter_outside_the_tree_is_env_error_naming_it(tmp_path, ray_local)
         kill_pids([p.pid for p in squatters.values()])
         for p in squatters.values():
             p.wait()
-    last = err.strip().splitlines()[-1]
+    last = log_lines(err)[-1]
     assert code == 1 and "stopping after 2 trials in a row failed for a reason outside their configs" in last, err
     assert "env-error" in last and "no config was banned" in last
     rows = trial_rows(open_study(load_job(job_path), create=False))

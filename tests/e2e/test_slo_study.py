@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import write_job
+from logtext import log_lines
 from orchestrator import cli
 from orchestrator.config.job import load_job
 from orchestrator.driver.in_process import InProcessExecutor
@@ -67,7 +68,7 @@ def run(job_path: Path) -> tuple[list, list[str]]:
     out = io.StringIO()
     summary = StudyDriver(job, executor=InProcessExecutor(), out=out).run()
     assert summary.reason == "space exhausted", out.getvalue()
-    return trial_rows(open_study(job, create=False)), out.getvalue().splitlines()
+    return trial_rows(open_study(job, create=False)), log_lines(out.getvalue())
 
 
 def by_config(rows, config: dict):

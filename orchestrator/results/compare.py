@@ -66,7 +66,7 @@ from orchestrator.node.spec import TrialSpec
 from orchestrator.node.trial import prepare_server
 from orchestrator.study import objective as objectives
 from orchestrator.study.history import TOP_N, baseline_row, best_rows, ties_with_best, trial_rows
-from orchestrator.study.launches import Evidence
+from orchestrator.study.launches import COMPARE, Evidence
 from orchestrator.study.plan import build_plan
 from orchestrator.study.storage import ATTR_LAUNCH_ROLE, add_uncounted_trial, open_study
 
@@ -186,7 +186,7 @@ def record_launch(job: Job, row: TrialRow, got: Benchmark, started: float) -> in
         return None
     study = open_study(job)
     return add_uncounted_trial(study, result, dict(row.params), row.config_key, job.space.distributions(),
-                               {ATTR_LAUNCH_ROLE: "compare"}, values=objectives.told_values(job.objective, result))
+                               {ATTR_LAUNCH_ROLE: COMPARE}, values=objectives.told_values(job.objective, result))
 
 
 def study_lines(job: Job) -> list[str]:
@@ -202,6 +202,11 @@ def study_lines(job: Job) -> list[str]:
         out.append(f"The study's verdict{where} over every launch (compare's included): best #{lp.best.number} "
                    f"{lp.best_value:.1f} {lp.unit} (median of {lp.best_launches}) = {lp.vs_baseline.text} the "
                    "baseline.")
+        fresh = plan.evidence.compared(plan.baseline.config_key, lp.best.config_key, lp.level) \
+            if plan.evidence is not None and plan.baseline is not None and not lp.vs_baseline.same_config else None
+        if fresh is not None and lp.vs_baseline.beyond_noise and verdict.verdict(fresh) == verdict.WITHIN_NOISE:
+            out.append(f"On compare's fresh launches alone{where} it is within noise: {verdict.describe(fresh)}; the "
+                       "machine may have changed since the study: the best is not shown to beat the baseline now.")
     return out
 
 

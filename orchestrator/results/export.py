@@ -83,7 +83,7 @@ from orchestrator.study import objective as objectives
 from orchestrator.study import race as races
 from orchestrator.study.goodput import goodput_answer
 from orchestrator.study.history import baseline_row, best_rows, short_params
-from orchestrator.study.launches import HEADLINE, MIX, Evidence, mix_figure
+from orchestrator.study.launches import COMPARE, HEADLINE, MIX, Evidence, mix_figure
 from orchestrator.study.plan import best_at, best_for_mix
 
 FORMATS = ("env", "yaml", "json", "cmd", "nccl-tuner")
@@ -252,7 +252,7 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
         "fresh_launch_95": list(fresh) if fresh else None, "launch_noise": noise.to_dict(),
         "spread": _spread(row, choice.level),
         "baseline_trial": base.number if base is not None else None, "baseline_value": base_value,
-        "compare_launches": sum(1 for r in ev.launches(key) if r.launch_role == "compare"),
+        "compare_launches": sum(1 for r in ev.launches(key) if r.launch_role == COMPARE),
         "compare_values": _compare_values(ev, key, choice, level_of(choice, obj)),
         "baseline_compare_values": _compare_values(ev, base.config_key, choice, level_of(choice, obj))
         if base is not None else [],
@@ -266,7 +266,13 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
                               "text": verdict.describe(replace_ratio(iv, value / base_value if value and base_value
                                                                     else None), same_config=same),
                               "compare_launches": sum(1 for r in ev.launches(base.config_key)
-                                                      if r.launch_role == "compare")}
+                                                      if r.launch_role == COMPARE)}
+        fresh_iv = ev.compared(base.config_key, key, level) if choice.weights is None and not same else None
+        if fresh_iv is not None:  # what compare's launches alone say (``launches.Evidence.compared``)
+            fresh_word = verdict.verdict(fresh_iv)
+            out["fresh_vs_baseline"] = {**fresh_iv.to_dict(), "verdict": fresh_word,
+                                        "beyond_noise": fresh_word in (verdict.FASTER, verdict.SLOWER),
+                                        "text": verdict.describe(fresh_iv)}
     numbers = {r.config_key: r.number for r in sorted(rows, key=lambda r: (not r.counted, r.number))[::-1]}
     for o in races.outcomes(rows, getattr(job, "objective", None)):
         if o.contest.name == contest and key in o.contest.finalists:
@@ -286,7 +292,7 @@ def level_of(choice: Choice, objective: Any) -> int | None:
 
 def _compare_values(ev: Evidence, key: str, choice: Choice, level: int | None) -> list[float]:
     """The figures of the launches ``compare`` made of a config."""
-    launches = [r for r in ev.launches(key) if r.launch_role == "compare"]
+    launches = [r for r in ev.launches(key) if r.launch_role == COMPARE]
     if level is None:
         return [v for r in launches if (v := mix_figure(r, choice.weights or {})) is not None]
     return [v for r in launches if (got := r.at(level)) is not None and (v := got.value) is not None]
@@ -315,14 +321,20 @@ def notes(job: Any, rows: list[TrialRow], level: int | None = None, mix: bool = 
 
 
 def _warning_lines(fig: dict[str, Any], trial: int, *, said: bool = False) -> list[str]:
-    """The export's warnings (``said``: the verdict's text is on a line above)."""
+    """The export's warnings (``said``: the verdict's text is on a line above): within noise of the
+    baseline over every launch, or on ``compare``'s fresh launches alone; a tie the race left."""
     out = []
     vs = fig.get("vs_baseline") or {}
+    fresh_vs = fig.get("fresh_vs_baseline") or {}
+    fresh = vs.get("compare_launches", 0) + fig.get("compare_launches", 0)
     if vs and not vs.get("same_config") and not vs.get("beyond_noise"):
-        fresh = vs.get("compare_launches", 0) + fig.get("compare_launches", 0)
         by = f" ({fresh} of the launches fresh from `ncclsweep compare`)" if fresh else ""
         what = "" if said else f": {vs['text']}"
         out.append(f"trial {trial} is WITHIN NOISE of the baseline{what}{by}: it is not shown to beat the baseline")
+    elif fresh_vs and not fresh_vs.get("beyond_noise"):
+        out.append(f"trial {trial} is WITHIN NOISE of the baseline on the {fresh} launches fresh from `ncclsweep "
+                   f"compare`: {fresh_vs['text']} (over every launch: {vs.get('text')}); the machine may have "
+                   "changed since the study: it is not shown to beat the baseline now")
     race = fig.get("race") or {}
     if race.get("tied_trials"):
         tied = ", ".join(f"trial {n}" for n in race["tied_trials"])

@@ -22,6 +22,9 @@ the report compares the nodes with it. A config whose output was ever wrong has 
   ``robust``: launches in two states, or fresh launches on a machine that changed, are not
   averaged into a verdict), and two finalists of a race are judged at the race's confidence
   (``RACE_LOOKS``: a race looks at them after every round), by their ranks or not at all;
+- what ``compare``'s launches alone say of one config against another (``compared``): after a
+  study, fresh launches on a machine that changed can put a winner within noise that the
+  study's launches, pooled with them, still call faster; the readers say both;
 - where a fresh launch of a config should measure (``verdict.launch_range``).
 
     measured_launches(rows)     config key -> its launches, in trial order
@@ -44,6 +47,7 @@ from orchestrator.core.verdict import LaunchNoise, RatioInterval, launch_interva
 RACE_LOOKS = "looks"
 MIX = "mix"  # the contest name of the traffic mix (a level's is str(level))
 HEADLINE = None  # the "level" of a goodput launch's figure (``figure``)
+COMPARE = "compare"  # the ``launch_role`` of a launch ``compare`` made
 
 
 def is_launch(row: TrialRow) -> bool:
@@ -151,6 +155,17 @@ class Evidence:
         looks = self.looks(MIX, a, b)
         return launch_interval(self.mix_values(a, weights), self.mix_values(b, weights), self.mix_noise(weights),
                                looks=looks, robust=True, raced=looks > 1)
+
+    def compared(self, a: str, b: str, level: int | None) -> RatioInterval | None:
+        """Config ``b`` relative to ``a`` at ``level`` over the launches ``compare`` made of each (the
+        study's launch noise, held to their ranks): what the fresh launches alone say, which a
+        machine that changed since the study can make differ from ``interval``. None unless
+        ``compare`` launched both."""
+        fresh_a, fresh_b = ([v for r in self.by_key.get(k, ()) if r.launch_role == COMPARE
+                             and (v := figure(r, level)) is not None] for k in (a, b))
+        if not fresh_a or not fresh_b:
+            return None
+        return launch_interval(fresh_a, fresh_b, self.noise(level), robust=True)
 
     def fresh(self, key: str, level: int | None) -> tuple[float, float] | None:
         """Where a fresh launch of the config should measure at ``level`` (95%); None while the

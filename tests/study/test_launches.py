@@ -77,3 +77,20 @@ def test_launches_under_very_different_load_are_said():
                            "the host's CPUs (up to 1.8 of 2: #1), 2 on a quiet host")
     assert load_note([r for r in rows if r.number != 1]) is None
     assert load_note([launch(0, "a", 1.0)]) is None  # not recorded: nothing said
+
+
+def test_what_compares_fresh_launches_alone_say():
+    """The best measured at 1.5x the baseline on four launches each during the study, then three fresh
+    launches of each by ``compare`` on a machine where they are equal: over every launch the t interval
+    may still clear 1.0, the fresh launches alone are within noise."""
+    rows = [launch(i, k, v, baseline=k == "base", role=None if i < 2 else "relaunch")
+            for i, (k, v) in enumerate([("base", 66.2), ("best", 100.2), ("base", 66.7), ("best", 98.9),
+                                        ("base", 66.6), ("best", 99.9), ("base", 65.3), ("best", 99.9)])]
+    rows += [launch(8 + i, k, v, role="compare")
+             for i, (k, v) in enumerate([("base", 66.6), ("best", 66.5), ("best", 66.6), ("base", 66.5),
+                                         ("base", 66.3), ("best", 66.5)])]
+    ev = Evidence(rows)
+    fresh = ev.compared("base", "best", 1)
+    assert fresh is not None and fresh.launches == (3, 3) and verdict(fresh) == WITHIN_NOISE
+    assert fresh.ratio == pytest.approx(1.0, abs=0.01)
+    assert ev.compared("base", "best", 1) is not None and Evidence(rows[:8]).compared("base", "best", 1) is None

@@ -75,7 +75,7 @@ from orchestrator.study.history import (
     best_rows,
     short_params,
 )
-from orchestrator.study.launches import Evidence, load_note
+from orchestrator.study.launches import COMPARE, Evidence, load_note
 from orchestrator.study.plan import Plan, fmt, fresh_text, launches_text
 
 
@@ -158,9 +158,15 @@ def _headline(rows, best, base, ev: Evidence, level: int, objective: Any = None)
         base_value = ev.median(base.config_key, level) or base.value
         iv = history.row_interval(base, b, ev, level)
         word = verdict(iv)
-        fresh = sum(1 for k in (b.config_key, base.config_key) for r in ev.launches(k) if r.launch_role == "compare")
+        fresh = sum(1 for k in (b.config_key, base.config_key) for r in ev.launches(k) if r.launch_role == COMPARE)
         by = f" ({fresh} of them fresh launches by `ncclsweep compare`)" if fresh else ""
-        if word in (FASTER, SLOWER):
+        fresh_iv = ev.compared(base.config_key, b.config_key, level)  # compare's launches alone
+        fresh_within = fresh_iv is not None and verdict(fresh_iv) == WITHIN_NOISE
+        if word in (FASTER, SLOWER) and fresh_iv is not None and fresh_within:
+            noise = (f"Over every launch the difference is beyond the launch noise ({interval_text(iv)}){by}, but "
+                     f"`ncclsweep compare`'s fresh launches alone put it within noise ({describe(fresh_iv)}): the "
+                     "best is **not** shown to beat the baseline now; the machine may have changed since the study.")
+        elif word in (FASTER, SLOWER):
             noise = f"The difference is beyond the launch noise ({interval_text(iv)}){by}."
         elif iv.bounded:
             noise = (f"The difference is within the launch noise ({interval_text(iv)}){by}: the best is **not** "
@@ -174,6 +180,9 @@ def _headline(rows, best, base, ev: Evidence, level: int, objective: Any = None)
         if fresh and word not in (FASTER, SLOWER):
             out.append(doc.warn(f"fresh launches put trial {b.number} within noise of the baseline: "
                                 f"{describe(replace(iv, ratio=value / base_value))}"))
+        elif fresh_iv is not None and fresh_within:
+            out.append(doc.warn(f"fresh launches put trial {b.number} within noise of the baseline: "
+                                f"{describe(fresh_iv)} (`ncclsweep compare`'s launches alone)"))
     else:
         why = (f"{base.state}" + (f" ({base.failure_kind}: {clip(base.failure_reason, 120)})"
                                      if base and base.failure_kind else "")) if base else "missing"
@@ -209,7 +218,7 @@ def _launch_noise(rows, ev: Evidence, levels: tuple[int, ...], objective: Any) -
     table = [[str(lv), ev.noise(lv).text()] for lv in levels]
     out.append(doc.table(["Concurrency", "Launch noise"], table))
     numbers = races.trial_numbers(rows)
-    extra = [r for r in rows if r.launch_role in ("relaunch", "race", "compare") and r.state == COMPLETE]
+    extra = [r for r in rows if r.launch_role in ("relaunch", "race", COMPARE) and r.state == COMPLETE]
     if extra:
         lines = []
         for r in sorted(extra, key=lambda r: r.number):

@@ -21,10 +21,12 @@ from conftest import TESTS
 from orchestrator.backends.command import CommandBackend
 from orchestrator.core.records import COMPLETE, TrialRow
 from orchestrator.results.compare import summarize
+from orchestrator.results.export import notes as export_notes
 from orchestrator.results.report import document as doc
 from orchestrator.results.report import write_report
 from orchestrator.results.report.sections import build_blocks
 from orchestrator.study import storage
+from orchestrator.study.history import trial_rows
 
 DISTS = {k: optuna.distributions.CategoricalDistribution(v) for k, v in fx.CHOICES.items()}
 
@@ -166,6 +168,31 @@ def test_fresh_launches_by_compare_join_the_headlines_verdict(tmp_path):
     assert "The difference is within the launch noise (95% CI " in head
     assert "(6 of them fresh launches by `ncclsweep compare`): the best is **not** shown to beat the baseline" in head
     assert "fresh launches put trial 2 within noise of the baseline: 1.18x, within noise (95% CI" in head
+
+
+def test_fresh_launches_within_noise_are_said_beside_a_verdict_over_every_launch_that_is_not(tmp_path):
+    """The study launched the best at ~2.8x the baseline four times each; then ``compare`` launched both
+    three times on a machine where they are equal. Over every launch the best is still beyond noise;
+    what compare's launches alone say is said beside it, and the headline does not claim a win now."""
+    job, study = fx.build_study(tmp_path)
+    launches = [(fx.BEST, 56.0, "relaunch"), (fx.BASE, 20.2, "relaunch"), (fx.BEST, 58.0, "relaunch"),
+                (fx.BASE, 19.8, "relaunch"), (fx.BEST, 57.0, "relaunch"), (fx.BASE, 20.1, "relaunch"),
+                (fx.BASE, 20.0, "compare"), (fx.BEST, 20.3, "compare"), (fx.BEST, 20.4, "compare"),
+                (fx.BASE, 20.1, "compare"), (fx.BASE, 20.05, "compare"), (fx.BEST, 20.35, "compare")]
+    for i, (config, value, role) in enumerate(launches):
+        storage.add_uncounted_trial(study, fx.ok(config, value, at=900 + 60 * i), config, fx.config_key(config),
+                                    DISTS, {storage.ATTR_LAUNCH_ROLE: role})
+    write_report(job)
+    head = " ".join(section((job.report_dir / "report.md").read_text(), "Headline").split())
+    assert "Over every launch the difference is beyond the launch noise (95% CI " in head
+    assert "(6 of them fresh launches by `ncclsweep compare`), but `ncclsweep compare`'s fresh launches alone put " \
+           "it within noise (1.01x, within noise (95% CI " in head
+    assert "the best is **not** shown to beat the baseline now" in head
+    assert "fresh launches put trial 2 within noise of the baseline: 1.01x, within noise (95% CI" in head
+    notes = export_notes(job, trial_rows(study))
+    assert len(notes) == 1 and notes[0].startswith("trial 2 is WITHIN NOISE of the baseline on the 6 launches fresh "
+                                                   "from `ncclsweep compare`: 1.01x, within noise (95% CI ")
+    assert "(over every launch: " in notes[0] and "x faster (95% CI " in notes[0]
 
 
 def test_a_compare_of_the_baseline_with_itself_warns_of_nothing(tmp_path):

@@ -14,10 +14,9 @@ import json
 import signal
 import sys
 import traceback
-from pathlib import Path
 from typing import Any
 
-from orchestrator.core.errors import BadInput, NcclsweepError
+from orchestrator.core.errors import BadInput, NcclsweepError, StorageWriteError
 
 DESCRIPTION = ("Unattended tuning of LLM inference servers (vLLM, SGLang, any command, or the embedded "
                "reference server): NCCL variables, tensor-parallel size, CUDA graphs and server flags, "
@@ -96,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the best at level N of the job's objective (objective.concurrency)")
     which.add_argument("--mix", action="store_true", help="the best for the job's traffic mix (objective.weights)")
     s.add_argument("-o", "--output", help="write to this file instead of stdout")
+    s.add_argument("--host", default="0.0.0.0", help="the address the exported server listens on (cmd; default "
+                   "0.0.0.0: every network interface of the machine)")
+    s.add_argument("--port", type=int, default=8000, help="the port the exported server listens on (cmd; "
+                   "default 8000)")
 
     s = command("report", "write the study's report (markdown, html, csv, plots) into its folder")
     s.add_argument("job")
@@ -163,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
     _signals_like_ctrl_c()
     parser = build_parser()
+    stdout, sys.stdout = sys.stdout, _Output(sys.stdout)
     try:
         if not [a for a in argv if a != "--debug"]:
             parser.print_help(sys.stderr)  # no command: a usage error, so exit 2 (--help: stdout, 0)
@@ -171,8 +175,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             raise BadInput("a command is required (see ncclsweep --help)")
         args.logging = state
-        return int(_COMMANDS[args.command](args) or 0)
+        code = int(_COMMANDS[args.command](args) or 0)
+        sys.stdout.flush()  # a full disk under `status --json > FILE` is said here, not at exit
+        return code
     except NcclsweepError as exc:
+        if isinstance(exc, _OutputFailed):
+            _drop_output(stdout)
         if debug:
             traceback.print_exc()
         _say_error(state, f"ncclsweep: error: {exc}")
@@ -181,9 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         _say_error(state, "ncclsweep: interrupted")
         return 130
     except BrokenPipeError:  # output piped into `head` and the like: not an error
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_output(stdout)
         return 0
     except Exception as exc:  # noqa: BLE001 - last resort: one line, traceback only with --debug
         if debug:
@@ -192,12 +198,69 @@ def main(argv: list[str] | None = None) -> int:
                           "(rerun with --debug for the traceback)")
         return 1
     finally:
+        sys.stdout = stdout
         state.close()
         for sig, handler in old.items():
             try:
                 signal.signal(sig, handler)
             except (ValueError, OSError, TypeError):
                 pass
+
+
+class _OutputFailed(StorageWriteError):
+    """Standard output refused a write (``status --json > FILE`` on a full disk)."""
+
+
+def _output_failure(exc: OSError) -> _OutputFailed:
+    """The one line for a refused write to standard output, naming its file where it is one."""
+    import os
+
+    try:
+        target = os.readlink(f"/proc/self/fd/{sys.__stdout__.fileno()}") if sys.__stdout__ else ""
+    except (OSError, ValueError):
+        target = ""
+    folder, name = (os.path.dirname(target), os.path.basename(target)) if target.startswith("/") else \
+        ("standard output", None)
+    return _OutputFailed(folder, exc, name=name)
+
+
+class _Output:
+    """``sys.stdout`` while a command runs: a write or flush the file system refuses is the one
+    line every refused write gives (``StorageWriteError``), not an internal error; a closed pipe
+    stays ``BrokenPipeError`` (not an error: ``| head``)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _output_failure(exc) from exc
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _output_failure(exc) from exc
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _drop_output(stream) -> None:
+    """What is left in standard output's buffer goes nowhere: the interpreter's exit would try
+    the write again and print a second error."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _say_error(state, line: str) -> None:
@@ -227,6 +290,14 @@ def cmd_validate(args) -> int:
     print(f"{args.job}: ok — study {job.study!r}, backend {job.backend.kind}, "
           f"{len(job.space.params)} params, {size if size is not None else 'unbounded'} configs, "
           f"storage {job.storage}")
+    for advice in job.advice:  # valid, but likely not meant (run says it again before it launches anything)
+        print(f"{args.job}: warning: {advice}", file=sys.stderr)
+    from orchestrator.study import objective as objectives
+
+    if job.objective.preset or job.slo or job.objective.goodput is not None:  # what the study will tune for
+        print(objectives.expansion(job.objective) or f"objective: {objectives.describe(job.objective)}")
+    if job.bench.traffic is not None:
+        print(f"traffic: {job.bench.prompts_from}")
     if args.commands:
         import dataclasses
 
@@ -291,32 +362,83 @@ def cmd_status(args) -> int:
 
     job = _load(args.job)
     rows = trial_rows(open_study(job, create=False))
+    orphaned = _orphaned_trials(job, rows)
     if args.json:
         print(json.dumps([r.to_json() for r in rows], indent=2, default=str))
-    elif job.objective.is_plan:
-        from orchestrator.study.plan import build_plan, format_plan
+        if orphaned:
+            print(orphaned, file=sys.stderr)
+        return 0
+    from orchestrator.study import race
+    from orchestrator.study.launches import load_note
+    from orchestrator.study.plan import build_plan, format_plan, format_verdict
 
+    plan = build_plan(rows, job.objective)
+    if job.objective.is_plan:
         print(format_status(rows, levels=job.objective.concurrency))
-        print(format_plan(build_plan(rows, job.objective)))
+        print(format_plan(plan))
     else:
         print(format_status(rows))
+        print(format_verdict(plan))
+        if job.objective.goodput is not None:
+            from orchestrator.study.goodput import format_goodput, goodput_answer
+
+            print(format_goodput(goodput_answer(rows, job.objective)))
+        elif job.slo:
+            from orchestrator.study.history import infeasible_lines
+
+            print(f"slo: {job.slo.describe()}")
+            for line in infeasible_lines(rows):
+                print(f"  {line}")
+    for said in (race.said(race.outcomes(rows, job.objective), race.trial_numbers(rows)), load_note(rows)):
+        if said:
+            print(said)
+    if orphaned:
+        print(orphaned)
     return 0
 
 
+def _orphaned_trials(job, rows) -> str | None:
+    """The line for RUNNING trials no live driver runs (it was killed: nothing recorded how they
+    ended), from the study's lock: ``driver.lock.holder``; None when a driver runs them."""
+    from orchestrator.driver.lock import DriverLock, holder
+
+    running = [r.number for r in rows if r.state == "RUNNING" and not r.skipped]
+    if not running or holder(job.dir.lock) is not None:
+        return None
+    owner = DriverLock(job.dir.lock).owner() or {}
+    who = (f" (its driver, pid {owner.get('pid')} on {owner.get('host')}, is gone)"
+           if owner.get("pid") else " (its driver is gone)")
+    trials = ", ".join(f"#{n}" for n in running)
+    one = len(running) == 1
+    it, they, its = ("it", "it", "its config") if one else ("they", "them", "their configs")
+    return (f"note: {trials} {'is' if one else 'are'} RUNNING, but no driver runs the study{who}: it was stopped "
+            f"before it recorded how {it} ended; `ncclsweep run {job.path}` records {they} as interrupted and "
+            f"measures {its} again")
+
+
 def cmd_export(args) -> int:
-    from orchestrator.results.export import export
+    from orchestrator.results.export import export, notes
     from orchestrator.study.history import trial_rows
     from orchestrator.study.storage import open_study
 
     job = _load(args.job)
     if args.top < 1:
         raise BadInput(f"--top must be >= 1, not {args.top}")
+    if not 1 <= args.port <= 65535:
+        raise BadInput(f"--port must be 1-65535, not {args.port}")
+    if not args.host.strip() or any(c.isspace() for c in args.host):
+        raise BadInput(f"--host must be an address such as 127.0.0.1 or 0.0.0.0, not {args.host!r}")
     rows = trial_rows(open_study(job, create=False))
-    text = export(job, rows, args.format, top=args.top, level=args.concurrency, mix=args.mix)
+    text = export(job, rows, args.format, top=args.top, level=args.concurrency, mix=args.mix, host=args.host,
+                  port=args.port)
     if args.output:
-        Path(args.output).write_text(text)
+        from orchestrator.core.files import write_whole
+
+        write_whole(args.output, text)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    for line in notes(job, rows, level=args.concurrency, mix=args.mix):  # once written: a failed write is one line
+        print(f"export: {line}", file=sys.stderr)
     return 0
 
 

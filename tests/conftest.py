@@ -3,6 +3,7 @@ host without Ray, and a guard that no server process outlives a test."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import textwrap
 import uuid
@@ -141,6 +142,10 @@ def write_job(directory: Path, *, study: str = "t", space_text: str | None = Non
         "pruning": {"enabled": False},
     }
     job.update(sections)
+    # these tests are about the study, not the launch noise: no relaunches and no race of the finalists
+    # unless a test asks for them (every one costs launches; tests of them set budget.confirm/relaunch)
+    if isinstance(job.get("budget"), dict):
+        job["budget"] = {"confirm": 0, "relaunch": 0, **job["budget"]}
     import yaml
 
     path = directory / "job.yaml"
@@ -217,3 +222,41 @@ def start_fake_openai(directory: Path, *args: str, model: str = "fake"):
         sp.stop(grace_s=0.2)
         raise
     return sp
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(where: Path, size: str):
+    """A real small file system at ``where`` (a tmpfs of ``size``), unmounted after: a disk that
+    can be filled. Skips the test where mounting is not allowed (it needs root)."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs (the full disk) needs root")
+    where.mkdir(parents=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        done = subprocess.run(["umount", str(where)], capture_output=True, text=True)
+        if done.returncode != 0:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True)
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def fill_disk(disk: Path, leave: int = 0) -> Path:
+    """Fill the file system of ``disk`` until ``leave`` bytes are free (0: full); the filler file."""
+    filler = disk / "filler"
+    stat = os.statvfs(disk)
+    with open(filler, "ab", buffering=0) as fh:
+        fh.write(b"\0" * max(0, stat.f_bavail * stat.f_frsize - leave))
+        if not leave:
+            try:
+                while True:  # what statvfs did not count (the filler's own blocks)
+                    fh.write(b"\0" * 4096)
+            except OSError:
+                pass
+    return filler

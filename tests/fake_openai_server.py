@@ -36,8 +36,21 @@ streamed requests after the N-th are F times slower: a server that degrades mid-
 ``--fail-above N`` (a stream that would make more than N in flight is answered HTTP 500: a
 config that breaks under load).
 
+Launch noise (flags): ``--launch-noise F`` makes the whole launch fast or slow by F, decided at
+start and kept for its life (every token delay divided by 1 + F or by 1 - F): what a relaunch of
+a real engine can do (clocks, where the workers land, fresh or warm caches). Each launch is fast
+or slow at random, or, with ``--launch-noise-seed S --launch-noise-counter FILE``, as the n-th draw
+of a sequence seeded by S (the counter file counts the launches that share it), so a study of
+such launches is the same study again. The log's first line says which (``launch: fast``).
+``--speed-file PATH``: where that file exists at start, the launch's speed is multiplied by the
+number it holds (a machine that changed between a study and a later ``compare``).
+
 Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
-``--ready-after S``, ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
+``--exit-after N`` (exit 0 as request N + 1 arrives: N answered, then gone),
+``--crash-above N`` (exit 1 when more than N completions are in flight: a config that
+crashes only under load), ``--ready-after S``, ``--warming S`` (``/health`` 200 at once, but completions answered
+``503`` with ``Retry-After: 1`` for S seconds: a server warming up behind a healthy health
+check, or a proxy in front of one), ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
 logprobs answered with 400, like a server that does not support them), ``--wrong-text``
 (every token after the first is another word: greedy text that differs from the same server
 without it, like a collective that corrupts data).
@@ -71,6 +84,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import signal
 import sys
@@ -131,10 +145,24 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt: str, *args: object) -> None:  # quiet; errors still go to stderr
         pass
 
+    def parse_request(self) -> bool:  # a request arrived (its line was read; not a closing keep-alive read)
+        server = self.server
+        with server.lock:  # type: ignore[attr-defined]
+            server.requests += 1  # type: ignore[attr-defined]
+            last = server.requests == server.exit_at  # type: ignore[attr-defined]
+        if last:  # --exit-after: a clean exit 0 as this request arrives (its connection closes unanswered)
+            print(f"fake server: exiting (0) at request {server.requests}", flush=True)  # type: ignore[attr-defined]
+            import os
+
+            os._exit(0)
+        return super().parse_request()
+
     # ---- helpers ----------------------------------------------------------------------
-    def _json(self, status: int, obj: object) -> None:
+    def _json(self, status: int, obj: object, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(obj).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -169,6 +197,21 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
+        with self.server.lock:  # type: ignore[attr-defined]
+            self.server.active += 1  # type: ignore[attr-defined]
+            crowd = self.server.active  # type: ignore[attr-defined]
+        try:
+            if self.server.crash_above and crowd > self.server.crash_above:  # type: ignore[attr-defined]
+                print(f"fake server: {crowd} requests at once: crashing", flush=True)
+                import os
+
+                os._exit(1)
+            self._post()
+        finally:
+            with self.server.lock:  # type: ignore[attr-defined]
+                self.server.active -= 1  # type: ignore[attr-defined]
+
+    def _post(self) -> None:
         try:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
@@ -180,6 +223,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if not self._ready():
             self._json(503, {"error": {"message": "server is starting", "code": 503}})
+            return
+        if time.monotonic() < self.server.serving_at:  # type: ignore[attr-defined]
+            self._json(503, {"error": {"message": "warming up", "code": 503}}, {"Retry-After": "1"})
             return
         model = body.get("model")
         if model != self.server.model:  # type: ignore[attr-defined]
@@ -402,6 +448,37 @@ def _start_tree(a: argparse.Namespace) -> None:
         threading.Timer(float(after), lambda h=helper: subprocess.run(h)).start()
 
 
+def _launch_speed(a: argparse.Namespace) -> float:
+    """This launch's speed for its whole life (module docstring, "Launch noise"): 1 + F or 1 - F,
+    times the speed file's factor."""
+    factor = 1.0
+    if a.speed_file and os.path.exists(a.speed_file):
+        with open(a.speed_file) as f:
+            factor = float(f.read().strip())
+        print(f"launch: speed x{factor:g} (from {a.speed_file})", flush=True)
+    return factor * _noise_speed(a)
+
+
+def _noise_speed(a: argparse.Namespace) -> float:
+    if not a.launch_noise:
+        return 1.0
+    if a.launch_noise_seed is not None and a.launch_noise_counter:
+        import fcntl
+        import random
+
+        with open(a.launch_noise_counter, "a+") as f:  # the n-th launch sharing the counter, under a lock
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.seek(0)
+            n = len(f.read())
+            f.write(".")
+        fast = random.Random(a.launch_noise_seed * 1_000_003 + n).random() < 0.5
+    else:
+        fast = int.from_bytes(os.urandom(1), "big") < 128
+    print(f"launch: {'fast' if fast else 'slow'} (x{1 + a.launch_noise if fast else 1 - a.launch_noise:.2f})",
+          flush=True)
+    return 1.0 + a.launch_noise if fast else 1.0 - a.launch_noise
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1")
@@ -409,6 +486,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="fake")
     p.add_argument("--token-delay", type=float, default=0.01)
     p.add_argument("--ready-after", type=float, default=0.0)
+    p.add_argument("--warming", type=float, default=0.0)
+    p.add_argument("--exit-after", type=int, default=0, metavar="N")
+    p.add_argument("--crash-above", type=int, default=0, metavar="N")
     p.add_argument("--crash-on-start", type=int, default=None, metavar="CODE")
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--no-logprobs", action="store_true")
@@ -428,6 +508,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stream-cost", type=float, default=0.0)
     p.add_argument("--slow-after", default=None, metavar="N:F")
     p.add_argument("--fail-above", type=int, default=None, metavar="N")
+    p.add_argument("--launch-noise", type=float, default=0.0, metavar="F")
+    p.add_argument("--launch-noise-seed", type=int, default=None, metavar="S")
+    p.add_argument("--launch-noise-counter", default=None, metavar="FILE")
+    p.add_argument("--speed-file", default=None, metavar="PATH")
     a = p.parse_args(argv)
     if a.worker is not None:
         return _worker(a.worker, a.pid_dir, a.worker_dies_after)
@@ -439,9 +523,12 @@ def main(argv: list[str] | None = None) -> int:
     _start_tree(a)
     httpd = _Server((a.host, a.port), Handler)
     httpd.model = a.model  # type: ignore[attr-defined]
-    httpd.token_delay = a.token_delay  # type: ignore[attr-defined]
+    httpd.token_delay = a.token_delay / _launch_speed(a)  # type: ignore[attr-defined]
     httpd.no_logprobs = a.no_logprobs  # type: ignore[attr-defined]
     httpd.ready_at = time.monotonic() + a.ready_after  # type: ignore[attr-defined]
+    httpd.serving_at = time.monotonic() + a.warming  # type: ignore[attr-defined]
+    httpd.requests, httpd.exit_at = 0, a.exit_after + 1 if a.exit_after else 0  # type: ignore[attr-defined]
+    httpd.active, httpd.crash_above = 0, a.crash_above  # type: ignore[attr-defined]
     httpd.spec_tokens = a.spec_tokens  # type: ignore[attr-defined]
     httpd.spec_overhead = a.spec_overhead  # type: ignore[attr-defined]
     httpd.spec_corrupt = a.spec_corrupt  # type: ignore[attr-defined]

@@ -29,6 +29,8 @@
 #                              docs/gpu/crosscheck.py: LAUNCHES fresh launches of a config (CONFIG=export: the kept
 #                              study's exported best, its header printed first), each measured in ROUNDS interleaved
 #                              rounds by the project's measurement and by `vllm bench serve` at every level
+#   STEP=relaunch JOB=jobs/x.yaml [N=3] [LEVEL=1]  after STEP=study: the exported config at LEVEL launched N
+#                              more times (docs/gpu/relaunch.sh), each figure against the export's range
 #   KILL=0 with STEP=tpn: the study alone, no kill -9 of its driver; TPN_S: seconds of new trials
 # Every step writes under $OUT. NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
 # NVSHMEM_DISABLE_NVLS=1 stay set for every process (the jobs' env: repeats them for the servers).
@@ -44,6 +46,9 @@ run_study() {  # job, seconds of new trials, extra env (KEY=VALUE ...)
   python3 -m orchestrator status "$job" 2>&1
   python3 -m orchestrator report "$job" >/dev/null 2>&1
 }
+study_name() {  # the job's study: its folder under reports/ (and docs/gpu/ where one is kept)
+  python3 -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['study'])" "$1"
+}
 hand_launch() {  # the exported command of the TP=1 study, launched by hand on GPU 0 and asked for a completion
   cmd=$(grep -v '^#' "$OUT/tp1-export.txt" | tail -1)
   CUDA_VISIBLE_DEVICES=0 setsid bash -c "$cmd --port 18123" > /tmp/hand.log 2>&1 &
@@ -57,6 +62,12 @@ hand_launch() {  # the exported command of the TP=1 study, launched by hand on G
   mkdir -p reports/h200-vllm-1b; cp /tmp/hand.log reports/h200-vllm-1b/
 }
 case "$STEP" in
+relaunch)
+  [ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    .devwhl/*.whl 2>/dev/null
+  name=$(study_name "$JOB"); mkdir -p reports
+  [ -d /tmp/keep/$name ] && rm -rf reports/$name && cp -r /tmp/keep/$name reports/
+  OUT=$OUT bash docs/gpu/relaunch.sh "$JOB" "${N:-3}" "${LEVEL:-1}" 2>&1 | tee "$log" ;;
 part1)
   mkdir -p /tmp/vw && cp .vp1/part /tmp/vw/part1
   { nvidia-smi topo -m; nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv; } | tee "$OUT/topo.txt"
@@ -88,7 +99,7 @@ tp1)
 tpn)
   [ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
     .devwhl/*.whl 2>/dev/null
-  name=$(basename "$JOB" .yaml); logs=reports/$name/logs
+  name=$(study_name "$JOB"); logs=reports/$name/logs
   if [ "${KILL:-1}" = 1 ]; then
   python3 -m orchestrator run "$JOB" > "$OUT/$name-killed.log" 2>&1 &
   driver=$!
@@ -127,7 +138,7 @@ tp1b)
 study)
   [ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
     .devwhl/*.whl 2>/dev/null
-  name=$(basename "$JOB" .yaml); mkdir -p reports
+  name=$(study_name "$JOB"); mkdir -p reports
   [ -d /tmp/keep/$name ] && rm -rf reports/$name && cp -r /tmp/keep/$name reports/
   # a fresh machine: continue the study kept in docs/gpu/<study>/ (its journal), if there is one
   [ -d /tmp/keep/$name ] || { [ -f docs/gpu/$name/study.journal ] && mkdir -p reports/$name &&
@@ -145,7 +156,7 @@ bench)
 crosscheck)
   [ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
     .devwhl/*.whl 2>/dev/null
-  name=$(basename "$JOB" .yaml); mkdir -p reports; args=()
+  name=$(study_name "$JOB"); mkdir -p reports; args=()
   [ -d /tmp/keep/$name ] && rm -rf reports/$name && cp -r /tmp/keep/$name reports/
   if [ "${CONFIG:-}" = export ]; then
     python3 -m orchestrator export "$JOB" --format yaml -o /tmp/xc-config.yaml 2>&1 | tail -2

@@ -37,6 +37,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core import files
 from orchestrator.core.versions import parse_version
 
 TABLES = Path(__file__).with_name("flag_tables")
@@ -141,10 +142,10 @@ def installed_table(package: str, python: str, version: str, recipe: str) -> Fla
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
         doc = _dump(python, recipe)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(doc, sort_keys=True))
-        os.replace(tmp, path)
+        try:
+            files.write_text(path, json.dumps(doc, sort_keys=True))
+        except OSError:  # a cache that cannot be written costs a dump next time, nothing else
+            pass
     if "error" in doc:
         return f"{doc['error']} (cached in {path}; delete it to retry)"
     if doc.get("version") != version:
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         print(text, end="")
         return 0
     path = TABLES / f"{doc['package']}-{doc['version']}.json"
-    path.write_text(text)
+    files.write_text(path, text)
     print(f"wrote {len(doc['flags'])} flags of {doc['package']} {doc['version']} to {path}")
     return 0
 

@@ -80,6 +80,21 @@ class Speculation:
     lookup_min: int | None = None
 
 
+MODEL_SPECIFIC = "_mtp"  # a release's MTP heads for one model family each (deepseek_mtp, qwen3_next_mtp, ...)
+
+
+def allowed_text(names: tuple[str, ...] | list[str]) -> str:
+    """The methods a release accepts, in one short line: the general ones by name, the
+    model-specific MTP heads (dozens in recent vLLM releases) counted, with two examples."""
+    general = [n for n in names if not n.endswith(MODEL_SPECIFIC)]
+    specific = [n for n in names if n.endswith(MODEL_SPECIFIC)]
+    text = ", ".join([NONE, *general])
+    if len(specific) > 2:
+        return (f"{text}, and {len(specific)} model-specific MTP heads named <model>{MODEL_SPECIFIC} (e.g. "
+                f"{specific[0]}, {specific[-1]})")
+    return ", ".join([text, *specific])
+
+
 def method_of(config: Mapping[str, Any]) -> str:
     """The config's method; ``none`` when it sets none (absent or null)."""
     value = config.get(METHOD)
@@ -122,7 +137,7 @@ def check(config: Mapping[str, Any], methods: Methods, job_file: str | None) -> 
     if method not in methods.names:
         hint = did_you_mean(method, methods.names) or did_you_mean(method.lower(), methods.names)
         raise ConfigRejected(f"{brief(method)} is not a speculative method of {methods.release}{hint}; allowed: "
-                             f"{NONE}, {', '.join(methods.names)}"
+                             f"{allowed_text(methods.names)}"
                              + (" (assumed: the release's own list is unknown)" if methods.assumed else ""),
                              file=job_file, key=METHOD)
     if NUM_TOKENS not in config:

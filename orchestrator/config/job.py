@@ -13,10 +13,11 @@ shown, an example for those three, whose meaning ends "(required)").
 ``orchestrator.config.schema`` renders it into docs/guide.md, and a test holds it to what
 ``load_job`` accepts, so keep one key per line with its meaning::
 
-    study: demo                       # the study's name: a folder name ([A-Za-z0-9_.-]+, not . or ..) (required)
+    study: demo                       # the study's name: a folder name ([A-Za-z0-9_.-]+, not . or .., <=255) (required)
     description: null                 # free text, shown in the report
     output_dir: null                  # the folder the study's folder goes in; null: reports/ next to the job file
     report_dir: null                  # the study's folder itself (storage, logs, report); null: <output_dir>/<study>
+                                      # (not /, nor a folder that holds other files when the study starts)
     storage: null                     # null: journal:<report_dir>/study.journal; or journal:PATH, a PATH
                                       # ending .journal/.log, or an RDB URL such as sqlite:///study.db
     backend:
@@ -29,11 +30,23 @@ shown, an example for those three, whose meaning ends "(required)").
                                       # the backend's defaults; null: the backend's defaults
     budget:
       trials: 8                       # trials launched in total (COMPLETE, FAIL, PRUNED); null: no limit
-      timeout: null                   # wall clock of one `run` (8h, 30m); no trial starts after it
+      timeout: null                   # wall clock of one `run` (8h, 30m); no trial starts after it (the search
+                                      # stops early enough to leave the race its expected time, when the race
+                                      # fits in it at all; else the race runs in the next `run`s)
+      confirm: 8                      # launches of the finalists' race at the end: the incumbent and every config
+                                      # within launch noise of it relaunched in interleaved rounds; 0: no race
+      relaunch: 0.2                   # share of the search's launch time spent relaunching the baseline and the
+                                      # incumbent (the launch noise every verdict carries); 0: none
     bench:
       prompts: null                   # decode prompts: a JSONL file ({"prompt": ...} per line) or a text file
                                       # (one per line), relative to the job; null: the bundled set of 8
       prompt: ...                     # one decode prompt instead of a set (not with prompts)
+      traffic: null                   # the user's own requests instead of prompts: JSON Lines, each line
+                                      # {"prompt": ..., "output_tokens": N} or a ShareGPT conversation
+                                      # (orchestrator.config.traffic); each request its own output length
+      traffic_sample: 64              # requests drawn from the traffic file, the same for every run of a study
+      context: null                   # long context: every prompt made about this many tokens long with text
+                                      # before it (the set's own, then the bundled texts); null: as they are
       output_tokens: 64               # tokens per timed request (greedy, fixed length)
       warmup: 1                       # untimed requests first
       repeats: 3                      # timed rounds (each prompt once per round); the median is the trial's tok/s
@@ -43,15 +56,22 @@ shown, an example for those three, whose meaning ends "(required)").
       waves: 3                        # at a level N > 1, each of the N streams sends this many requests back to
                                       # back; the sample is the steady state between the first and the last wave
       concurrency: [1, 2, 10, 64]     # levels `compare` (and constraints) measure total tok/s at
-    objective:
+    objective:                        # or one word, a preset: latency, throughput or balanced (the guide
+                                      # says what each expands to)
       concurrency: [1]                # levels the study tunes for: 1 is single-request decode tok/s, N > 1
                                       # total output tok/s with N concurrent streams; several: a plan
       weights: null                   # a traffic mix, e.g. {1: 0.6, 10: 0.3, 64: 0.1}: one objective, the
                                       # weighted geometric mean of the levels' ratios to the baseline
+      goodput: null                   # {max_concurrency: 64} instead of concurrency: per config the most streams
+                                      # (up to 64) at which every slo holds, found by bisection in one launch,
+                                      # and the total tok/s there; the study maximizes that tok/s
+    slo: null                         # latency targets, e.g. {tpot_p99: 20ms, ttft_p99: 1s} (ttft, tpot, itl,
+                                      # e2e at p50, p90, p99) at every level, or a level's own: {32: {tpot_p99:
+                                      # 50ms}}; a config that breaks one at a level is infeasible at that level
     timeouts:
       startup: 120s                   # spawn to healthy; longer is FAIL start-timeout
       stall: 10m                      # tree alive, no log output and not healthy (or a stream silent) this
-                                      # long: FAIL hang
+                                      # long: FAIL hang (a start only when below startup: validate says so)
       bench: 60s                      # the whole benchmark of one trial; longer is FAIL bench-timeout
       teardown: 10s                   # SIGTERM grace before SIGKILL of the server's process group
     ray:
@@ -116,6 +136,7 @@ from typing import Any
 
 from orchestrator.backends import BACKEND_KINDS, get_backend_class
 from orchestrator.config import prompts as decode_prompts
+from orchestrator.config import traffic as traffic_file
 from orchestrator.config.job_checks import (
     check_baseline,
     check_config,
@@ -129,20 +150,27 @@ from orchestrator.config.job_checks import (
 )
 from orchestrator.config.sampler_options import DEFAULT_SAMPLER, SAMPLER_NAMES
 from orchestrator.config.sampler_options import OPTIONS as SAMPLER_OPTIONS
-from orchestrator.config.space import SearchSpace, env_str, space_from_dict
+from orchestrator.config.space import SearchSpace, env_str, env_value, space_from_dict
 from orchestrator.config.yaml_input import Section, did_you_mean, display_path, read_yaml_mapping, shown, type_name
 from orchestrator.core.ceiling import parse_bandwidth
+from orchestrator.core.durations import format_duration, parse_duration
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO
+from orchestrator.core.slo import NAMES as SLO_NAMES
+from orchestrator.core.slo import Slo, Targets
 from orchestrator.core.study_dir import StudyDir
 from orchestrator.core.versions import parse_version
 
 JOB_KEYS = ("study", "description", "output_dir", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
             "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
             "allow_unsafe_nccl", "nccl_version", "remeasure", "max_consecutive_failures", "pruning", "constraints",
-            "hardware", "prescreen", "objective", "notify")
+            "hardware", "prescreen", "objective", "notify", "slo")
 STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # and not "." or "..": the name is a folder name
-STUDY_RULE = "match [A-Za-z0-9_.-]+ and not be '.' or '..' (it names a folder: letters, digits, _ . -, no /)"
+NAME_MAX = 255  # the longest file or folder name Linux file systems allow (bytes)
+PATH_MAX = 4096  # the longest path; the study's files add up to this much below its folder:
+FOLDER_ROOM = 64  # compare-logs/.trial-0001.log.XXXXXXXX.tmp and the like
+STUDY_RULE = (f"match [A-Za-z0-9_.-]+, be at most {NAME_MAX} characters and not be '.' or '..' (it names a "
+              "folder: letters, digits, _ . -, no /)")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DEFAULT_CHECK_PROMPTS = (
     "The capital of France is",
@@ -161,10 +189,23 @@ class BackendSpec:
     settings: dict[str, Any]  # handed to the backend class, which validates it
 
 
+# The finalists' race (``study.race``): eight launches, two finalists four more each. At an H200's
+# launch noise at one stream (1-3%) that separates configs 5% apart, at a loaded CPU box's (~8%)
+# configs 20% apart; a launch of a 1B model on vLLM costs about a minute, of GLM-5 on the PCIe box
+# 7-8 (an hour of an 8-hour night). docs/benchmarks.md, "Racing the finalists".
+DEFAULT_CONFIRM = 8
+# Relaunches of the baseline and the incumbent during the search (``study.relaunch``): a fifth of
+# the search's launch time, ~8 relaunches on a night of 40 launches, so the launch noise rests on
+# ~8 degrees of freedom before the race adds its own (a t quantile of 2.3, not 12.7 at one).
+DEFAULT_RELAUNCH = 0.2
+
+
 @dataclass(frozen=True)
 class Budget:
     trials: int | None  # trials launched in total (COMPLETE + FAIL + PRUNED); None: no limit
     timeout_s: float | None  # wall clock of one `run`; None: no limit
+    confirm: int = DEFAULT_CONFIRM  # launches of the finalists' race (``study.race``); 0: none
+    relaunch: float = DEFAULT_RELAUNCH  # share of the search's launch time for relaunches (``study.relaunch``)
 
 
 @dataclass(frozen=True)
@@ -178,6 +219,10 @@ class BenchSettings:
     target_rel_ci: float | None
     concurrency: tuple[int, ...]
     waves: int = 3  # requests each stream sends back to back at a level N > 1 (``node.measure``)
+    traffic: str | None = None  # the traffic file (``config.traffic``), as the job names it
+    traffic_sample: int = traffic_file.DEFAULT_SAMPLE
+    output_lengths: tuple[int, ...] | None = None  # with a traffic file: each prompt's own output length
+    context: int | None = None  # every prompt made about this many tokens long (``config.prompts.with_context``)
 
 
 @dataclass(frozen=True)
@@ -197,6 +242,11 @@ class Objective:
 
     concurrency: tuple[int, ...] = (1,)
     weights: dict[int, float] | None = None  # normalized to sum 1
+    # goodput (``max_concurrency``): one objective, the total tok/s at the most streams at which every
+    # SLO holds, found by bisection up to it in each launch (``concurrency`` is then not used)
+    goodput: int | None = None
+    slo: Targets | None = None  # the job's ``slo:`` (``core.slo``): what a level must hold to count there
+    preset: str | None = None  # the one word the job gave (``PRESETS``), expanded into the fields above
 
     @property
     def levels(self) -> tuple[int, ...]:
@@ -205,7 +255,7 @@ class Objective:
     @property
     def is_plan(self) -> bool:
         """More than one level: the answer is a plan, not one number."""
-        return len(self.concurrency) > 1
+        return self.goodput is None and len(self.concurrency) > 1
 
     @property
     def multi_objective(self) -> bool:
@@ -306,6 +356,9 @@ class Job:
     space_path: Path | None = None  # absolute path of the space file
     baseline_given: bool = False  # the job had a `baseline:` (else: backend defaults)
     description: str | None = None
+    # what is valid but likely not what the user meant, said by validate and before run launches
+    # anything (``advice``): a prompt set that would misrank configs, a stall limit no start can reach
+    advice: tuple[str, ...] = ()
     _backend: Any = field(default=None, compare=False, repr=False)
 
     def baseline_config(self) -> dict[str, Any]:
@@ -315,6 +368,11 @@ class Job:
         NCCL's own default); nothing is sampled, so every seed and every resume has it."""
         backend = self.backend_obj()
         return backend.normalize(self.space.active({**backend.default_config(), **self.baseline}))
+
+    @property
+    def slo(self) -> Targets | None:
+        """The job's latency targets (``slo:``, or its preset's), kept with the objective."""
+        return self.objective.slo
 
     def backend_obj(self):
         """The backend instance for ``backend.kind``/``settings`` (built once, cached)."""
@@ -401,10 +459,12 @@ def load_job(path: str | os.PathLike) -> Job:
     cpus = top.integer("cpus_per_trial", 2, low=1)
     report_dir = _report_dir(top, study, job_path)
     storage = _where_stored(top, report_dir, job_path)
+    _check_folder_is_the_studys(top, report_dir, storage)
     budget = _budget(top)
-    bench = _bench(top, job_path)
-    objective = _objective(top)
+    bench = _bench(top, job_path, study)
+    objective = _objective(top, bench)
     timeouts = _timeouts(top)
+    advice = _advice(top, bench, timeouts)
     ray = _ray(top)
     sampler = _sampler(top)
     allow_unsafe = top.flag("allow_unsafe_nccl", False)
@@ -421,6 +481,9 @@ def load_job(path: str | os.PathLike) -> Job:
     prescreen = PrescreenSettings(enabled=prescreen_sec.flag("enabled", False), keep_within=keep_within,
                                   rounds=prescreen_sec.integer("rounds", 2, low=1))
     outcome_constraints = _outcome_constraints(top, bench)
+    if outcome_constraints and objective.goodput is not None:
+        raise top.bad("constraints", "goodput measures the concurrencies its bisection picks, not fixed levels: "
+                                     "bound a config by the latency targets (slo:) instead of constraints")
     env = _env(top, allow_unsafe)
 
     # -- the backend (validates its own settings)
@@ -488,7 +551,7 @@ def load_job(path: str | os.PathLike) -> Job:
                remeasure=remeasure, max_consecutive_failures=max_failures, pruning=pruning,
                constraints=outcome_constraints, hardware=hardware, prescreen=prescreen, objective=objective,
                notify=notify, space_path=space_path,
-               baseline_given=baseline_given, description=description, _backend=backend)
+               baseline_given=baseline_given, description=description, advice=advice, _backend=backend)
 
 
 def notify_command(value: Any, *, file: str | None, key: str) -> tuple[str, ...] | None:
@@ -545,8 +608,9 @@ def load_study_location(path: str | os.PathLike) -> StudyLocation:
 
 def _study_name(top: Section) -> str:
     study = top.text("study", None)
-    if not STUDY_NAME.fullmatch(study) or study in (".", ".."):
-        raise top.bad("study", f"must {STUDY_RULE}, not {brief(study)}")
+    if not STUDY_NAME.fullmatch(study) or study in (".", "..") or len(study) > NAME_MAX:
+        shown_name = brief(study) if len(study) <= NAME_MAX else f"{brief(study)} ({len(study)} characters)"
+        raise top.bad("study", f"must {STUDY_RULE}, not {shown_name}")
     return study
 
 
@@ -559,15 +623,47 @@ def _near_job(job_path: Path, value: str) -> Path:
 
 def _report_dir(top: Section, study: str, job_path: Path) -> Path:
     """The study's folder: ``report_dir``, else ``<output_dir>/<study>``, else
-    ``reports/<study>`` next to the job file (never the current directory)."""
+    ``reports/<study>`` next to the job file (never the current directory); never the root of
+    the file system, and a path the file system can hold with the study's files in it."""
     report_dir = top.text("report_dir", None, none_ok=True)
     output_dir = top.text("output_dir", None, none_ok=True)
     if report_dir is not None and output_dir is not None:
         raise top.bad("report_dir", "give output_dir (the folder the study's folder goes in) or report_dir "
                                     "(the study's folder itself), not both")
+    key = "report_dir" if report_dir is not None else "output_dir"
     if report_dir is not None:
-        return _near_job(job_path, report_dir)
-    return _near_job(job_path, output_dir if output_dir is not None else "reports") / study
+        folder = _near_job(job_path, report_dir)
+    else:
+        parent = _near_job(job_path, output_dir if output_dir is not None else "reports")
+        if parent == Path(parent.anchor):
+            raise top.bad(key, f"{brief(output_dir)} is the root of the file system, not a folder to fill: name a "
+                               "folder of your own (the study's folder goes in it), e.g. output_dir: reports")
+        folder = parent / study
+    if folder == Path(folder.anchor):
+        raise top.bad(key, f"{brief(report_dir)} is the root of the file system, not a folder to fill: give the "
+                           "study a folder of its own, e.g. report_dir: reports/<study>")
+    too_long = [part for part in folder.parts if len(os.fsencode(part)) > NAME_MAX]
+    if too_long or len(os.fsencode(str(folder))) > PATH_MAX - FOLDER_ROOM:
+        what = (f"its folder name {brief(too_long[0])} is longer than the {NAME_MAX} bytes a file system allows"
+                if too_long else f"the study's folder {brief(str(folder))} is too long a path for its files "
+                                 f"(at most {PATH_MAX - FOLDER_ROOM} bytes)")
+        raise top.bad(key if report_dir is not None or output_dir is not None else "study", what)
+    return folder
+
+
+def _check_folder_is_the_studys(top: Section, report_dir: Path, storage: str) -> None:
+    """A new study gets a folder of its own: refuse one that already holds files of something
+    else (``StudyDir.foreign_entries``: a home folder, a source tree, ``/tmp``), before anything
+    is written into it."""
+    stored = storage.split(":", 1)[1] if storage.startswith("journal:") else (
+        storage[len("sqlite:///"):] if storage.startswith("sqlite:///") else None)
+    foreign = StudyDir(report_dir).foreign_entries(Path(stored) if stored else None)
+    if foreign:
+        key = "report_dir" if "report_dir" in top.data else ("output_dir" if "output_dir" in top.data else "study")
+        shown_names = ", ".join(brief(name) for name in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise top.bad(key, f"the study's folder {report_dir} already holds {len(foreign)} entries that are not a "
+                           f"study's ({shown_names}); give the study a folder of its own (a new or empty one, or "
+                           "output_dir: FOLDER, which puts it in FOLDER/<study>)")
 
 
 def _where_stored(top: Section, report_dir: Path, job_path: Path) -> str:
@@ -596,29 +692,57 @@ def _where_stored(top: Section, report_dir: Path, job_path: Path) -> str:
 def _budget(top: Section) -> Budget:
     if "budget" not in top.data:
         return Budget(trials=8, timeout_s=None)
-    sec = top.section("budget", ("trials", "timeout"))
-    if not sec.data or all(v is None for v in sec.data.values()):
+    sec = top.section("budget", ("trials", "timeout", "confirm", "relaunch"))
+    confirm = sec.integer("confirm", DEFAULT_CONFIRM, low=0)
+    relaunch = sec.number("relaunch", DEFAULT_RELAUNCH, at_most=1)
+    if relaunch < 0:
+        raise sec.bad("relaunch", f"must be a number >= 0 and <= 1 (a share of the search's launch time), "
+                                  f"not {brief(relaunch)}")
+    limits = {k: v for k, v in sec.data.items() if k in ("trials", "timeout")}
+    if not limits and set(sec.data) - {"trials", "timeout"}:
+        return Budget(trials=8, timeout_s=None, confirm=confirm, relaunch=relaunch)  # the limits' defaults
+    if not limits or all(v is None for v in limits.values()):
         raise top.bad("budget", "needs at least one of trials (an integer >= 1) and timeout (a duration "
                                 "such as 8h), e.g. {trials: 8}")
     trials = sec.integer("trials", None, low=1, none_ok=True)
     timeout = sec.duration("timeout", None, none_ok=True)
-    return Budget(trials=trials, timeout_s=timeout)
+    return Budget(trials=trials, timeout_s=timeout, confirm=confirm, relaunch=relaunch)
 
 
-def _bench(top: Section, job_path: Path) -> BenchSettings:
-    sec = top.section("bench", ("prompts", "prompt", "output_tokens", "warmup", "repeats", "max_repeats",
-                                "target_rel_ci", "waves", "concurrency"))
-    if sec.data.get("prompts") is not None and sec.data.get("prompt") is not None:
-        raise sec.bad("prompt", "give prompts (a file of decode prompts) or prompt (one prompt), not both")
+def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
+    sec = top.section("bench", ("prompts", "prompt", "traffic", "traffic_sample", "context", "output_tokens",
+                                "warmup", "repeats", "max_repeats", "target_rel_ci", "waves", "concurrency"))
+    given = [k for k in ("prompts", "prompt", "traffic") if sec.data.get(k) is not None]
+    if len(given) > 1:
+        raise sec.bad(given[1], f"give one of prompts (a file of decode prompts), prompt (one prompt) and traffic "
+                                f"(requests with their own output lengths), not {' and '.join(given)}")
+    output_tokens = sec.integer("output_tokens", 64, low=2)
+    sample = sec.integer("traffic_sample", traffic_file.DEFAULT_SAMPLE, low=1)
+    if sample > traffic_file.MAX_SAMPLE:
+        raise sec.bad("traffic_sample", f"at most {traffic_file.MAX_SAMPLE} (each request is timed in every round "
+                                        f"of level 1), not {sample}")
     file = sec.text("prompts", None, none_ok=True)
-    if file is not None:
+    traffic = sec.text("traffic", None, none_ok=True)
+    lengths: tuple[int, ...] | None = None
+    if traffic is not None:
+        path = _near_job(job_path, traffic)
+        got = traffic_file.load(path, file=top.file, study=study, sample=sample, default_output=output_tokens,
+                                source=display_path(path))
+        prompts, lengths, source = got.prompts, got.output_tokens, got.describe()
+    elif file is not None:
         path = _near_job(job_path, file)
         prompts, source = decode_prompts.load(path, file=top.file, key="bench.prompts"), display_path(path)
     elif sec.data.get("prompt") is not None:
         prompts, source = (sec.text("prompt", None),), "bench.prompt"
     else:
         prompts, source = decode_prompts.bundled(), "the bundled set"
-    output_tokens = sec.integer("output_tokens", 64, low=2)
+    context = sec.integer("context", None, low=1, none_ok=True)
+    if context is not None:
+        if context > decode_prompts.MAX_CONTEXT:
+            raise sec.bad("context", f"at most {decode_prompts.MAX_CONTEXT} tokens (each prompt is shipped with every "
+                                     f"trial), not {context}")
+        prompts = decode_prompts.with_context(tuple(prompts), context)
+        source += f", each made about {context} tokens long"
     warmup = sec.integer("warmup", 1, low=0)
     repeats = sec.integer("repeats", 3, low=1)
     max_repeats = sec.integer("max_repeats", max(3, repeats), low=1)
@@ -638,11 +762,108 @@ def _bench(top: Section, job_path: Path) -> BenchSettings:
             raise sec.bad(f"concurrency[{i}]", f"duplicate level {c}; levels must be unique")
     return BenchSettings(prompts=prompts, prompts_from=source, output_tokens=output_tokens, warmup=warmup,
                          repeats=repeats, max_repeats=max_repeats, target_rel_ci=target, concurrency=tuple(conc),
-                         waves=waves)
+                         waves=waves, traffic=traffic, traffic_sample=sample, output_lengths=lengths, context=context)
 
 
-def _objective(top: Section) -> Objective:
-    sec = top.section("objective", ("concurrency", "weights"))
+# One-word objectives (``objective: balanced``): a starting point for a user without targets of
+# their own, each a plain objective and SLOs (the job's own ``slo:`` replaces the preset's). The
+# guide renders this table (``config.schema``); a run and ``validate`` say what it expanded to.
+# - latency: what one user waiting sees: single-request decode, the first token within 1 s;
+# - throughput: total tok/s of 64 streams that still move (5 tok/s each) and start within 10 s;
+# - balanced: goodput: the most streams (up to 64) that each stream faster than people read
+#   (20 tok/s, TPOT p99 50 ms) and start within 2 s, and the total tok/s there.
+PRESETS: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
+    "latency": ({"concurrency": [1]}, {"ttft_p99": "1s"}),
+    "throughput": ({"concurrency": [64]}, {"tpot_p99": "200ms", "ttft_p99": "10s"}),
+    "balanced": ({"goodput": {"max_concurrency": 64}}, {"tpot_p99": "50ms", "ttft_p99": "2s"}),
+}
+GOODPUT_KEYS = ("max_concurrency",)
+
+
+def _objective(top: Section, bench: BenchSettings) -> Objective:
+    """The objective and its SLOs (``slo:``): a mapping, or a preset's word expanded."""
+    raw = top.raw("objective", None)
+    preset = None
+    if isinstance(raw, str):
+        if raw not in PRESETS:
+            raise top.bad("objective", f"unknown preset {brief(raw)}{did_you_mean(raw, list(PRESETS))}; allowed: "
+                                       f"{', '.join(PRESETS)}, or a mapping such as {{concurrency: [1, 64]}}")
+        preset = raw
+        sec = Section(PRESETS[raw][0], top.file, f"objective ({raw})", ("concurrency", "weights", "goodput"))
+    else:
+        sec = top.section("objective", ("concurrency", "weights", "goodput"))
+    obj = _objective_levels(sec)
+    goodput = _goodput(sec)
+    if goodput is not None and ("concurrency" in sec.data or "weights" in sec.data):
+        raise sec.bad("goodput", "goodput finds its own concurrency (up to max_concurrency): give goodput, or "
+                                 "concurrency (with weights), not both")
+    slo_raw = top.raw("slo", None)
+    if slo_raw is None and preset is not None:
+        slo_raw = PRESETS[preset][1]
+    levels = (goodput,) if goodput is not None else obj.concurrency
+    slo = _slo(top, slo_raw, levels if goodput is not None else tuple(levels) + tuple(bench.concurrency),
+               goodput is not None)
+    if goodput is not None and slo is None:
+        raise sec.bad("goodput", "needs the latency targets that bound it: slo: {tpot_p99: 50ms} (any of "
+                                 f"{', '.join(SLO_NAMES)})")
+    return Objective(concurrency=obj.concurrency, weights=obj.weights, goodput=goodput, slo=slo, preset=preset)
+
+
+def _goodput(sec: Section) -> int | None:
+    raw = sec.raw("goodput", None)
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise sec.bad("goodput", f"must be {{max_concurrency: N}} (the most streams to try), not {shown(raw)}")
+    inner = sec.section("goodput", GOODPUT_KEYS)
+    if "max_concurrency" not in inner.data:
+        raise sec.bad("goodput", "needs max_concurrency (the most streams the bisection tries), e.g. "
+                                 "{max_concurrency: 64}")
+    return inner.integer("max_concurrency", None, low=1)
+
+
+def _slo(top: Section, raw: Any, levels: tuple[int, ...], goodput: bool) -> Targets | None:
+    """``slo:``: targets at every level ({tpot_p99: 20ms}) and a level's own ({32: {tpot_p99: 50ms}})."""
+    if raw is None:
+        return None
+    rule = (f"a mapping of targets to durations such as {{tpot_p99: 20ms, ttft_p99: 1s}} (targets: "
+            f"{', '.join(SLO_NAMES)}), or a level to such a mapping ({{32: {{tpot_p99: 50ms}}}})")
+    if not isinstance(raw, Mapping) or not raw:
+        raise top.bad("slo", f"must be {rule}, not {shown(raw)}")
+    every: list[Slo] = []
+    per_level: dict[int, tuple[Slo, ...]] = {}
+    for key, value in raw.items():
+        level = int(key) if isinstance(key, str) and key.isdigit() else key
+        if isinstance(level, int) and not isinstance(level, bool):
+            where = f"slo.{level}"
+            if goodput:
+                raise top.bad(where, "goodput checks every concurrency it tries against the same targets: give "
+                                     "them for every level (slo: {tpot_p99: 50ms}), not for one")
+            if level not in levels:
+                raise top.bad(where, f"{level} is not a measured level; allowed: "
+                                     f"{', '.join(map(str, sorted(set(levels))))} (objective.concurrency and "
+                                     "bench.concurrency)")
+            if not isinstance(value, Mapping) or not value:
+                raise top.bad(where, f"must map targets to durations, e.g. {{tpot_p99: 50ms}}, not {shown(value)}")
+            per_level[level] = tuple(_one_slo(top, f"{where}.{name}", name, limit) for name, limit in value.items())
+        else:
+            every.append(_one_slo(top, f"slo.{key if isinstance(key, str) else brief(key)}", key, value))
+    return Targets(every=tuple(every), per_level=per_level)
+
+
+def _one_slo(top: Section, where: str, name: Any, limit: Any) -> Slo:
+    if not isinstance(name, str) or name not in SLO_NAMES:
+        hint = did_you_mean(name, SLO_NAMES) if isinstance(name, str) else ""
+        raise top.bad(where, f"unknown target {brief(name)}{hint}; allowed: {', '.join(SLO_NAMES)}, or a level "
+                             "(an integer) mapping to those")
+    try:
+        seconds = parse_duration(limit)
+    except BadInput as exc:
+        raise top.bad(where, str(exc)) from None
+    return Slo.named(name, seconds)
+
+
+def _objective_levels(sec: Section) -> Objective:
     raw = sec.raw("concurrency", [1])
     if not isinstance(raw, list) or not raw:
         raise sec.bad("concurrency", f"must be a non-empty list of levels such as [1, 10, 64], not {shown(raw)}")
@@ -679,6 +900,22 @@ def _timeouts(top: Section) -> Timeouts:
     sec = top.section("timeouts", ("startup", "bench", "teardown", "stall"))
     return Timeouts(startup_s=sec.duration("startup", "120s"), bench_s=sec.duration("bench", "60s"),
                     teardown_s=sec.duration("teardown", "10s"), stall_s=sec.duration("stall", "10m"))
+
+
+def _advice(top: Section, bench: BenchSettings, timeouts: Timeouts) -> tuple[str, ...]:
+    """What the job allows but likely does not mean (``Job.advice``), one line each."""
+    out = []
+    problem = decode_prompts.degenerate(bench.prompts)
+    if problem:
+        out.append(f"the decode prompts ({bench.prompts_from}) would misrank configs: {problem}; measure on your own "
+                   "traffic (bench.prompts: FILE) or the bundled set (leave bench.prompts out)")
+    given = (top.data.get("timeouts") or {}) if isinstance(top.data.get("timeouts"), Mapping) else {}
+    if "stall" in given and timeouts.stall_s > timeouts.startup_s:  # the default stall (10m) guards streams only
+        out.append(f"timeouts.stall ({format_duration(timeouts.stall_s)}) is longer than timeouts.startup "
+                   f"({format_duration(timeouts.startup_s)}): a start that hangs ends at the start-up limit as "
+                   "start-timeout, never as hang; the stall still ends a benchmark stream silent that long (set it "
+                   "below timeouts.startup for a silent start to end as hang, sooner)")
+    return tuple(out)
 
 
 def _ray(top: Section) -> RaySettings:
@@ -784,7 +1021,10 @@ def _env(top: Section, allow_unsafe: bool) -> dict[str, str]:
             raise top.bad(key, f"not an environment variable name: {brief(var)} (letters, digits, _)")
         if value is None or isinstance(value, (list, dict)) or (isinstance(value, float) and value != value):
             raise top.bad(key, f"must be a string, number or boolean, not {shown(value)}")
-        text = env_str(value)
+        try:
+            text = env_value(value)
+        except ValueError as exc:
+            raise top.bad(key, f"{brief(env_str(value))}: {exc}") from None
         if var.startswith("NCCL_"):
             text = nccl_value(var, value, top.file, key)
             refuse_unsafe(var, text, allow_unsafe, top.file, key, top.file)
@@ -835,5 +1075,5 @@ def _correctness(top: Section, job_path: Path, allow_unsafe: bool, backend, defa
 __all__ = [
     "Job", "BackendSpec", "Budget", "BenchSettings", "Timeouts", "RaySettings", "SamplerSettings",
     "CorrectnessSettings", "PruningSettings", "PrescreenSettings", "OutcomeConstraint", "load_job", "job_context",
-    "SAMPLER_NAMES", "DEFAULT_CHECK_PROMPTS", "Objective",
+    "SAMPLER_NAMES", "DEFAULT_CHECK_PROMPTS", "Objective", "DEFAULT_CONFIRM", "DEFAULT_RELAUNCH",
 ]

@@ -62,7 +62,7 @@ from orchestrator.config.yaml_input import (
 )
 from orchestrator.core import nccl  # only spaces/jobs with NCCL values need it
 from orchestrator.core.errors import BadInput, brief
-from orchestrator.core.launch import CACHE_VARIABLES
+from orchestrator.core.launch import CACHE_VARIABLES, env_value_problem
 
 Config = dict[str, Any]
 
@@ -112,6 +112,16 @@ def env_str(value: Any) -> str:
     return str(value)
 
 
+def env_value(value: Any) -> str:
+    """An environment value as a string (``env_str``); ValueError for one that is not one line
+    (``launch.env_value_problem``: an env file or a shell line cannot hold it safely)."""
+    text = env_str(value)
+    problem = env_value_problem(text)
+    if problem:
+        raise ValueError(problem)
+    return text
+
+
 def canonical_nccl(var: str, value: Any) -> str:
     """``nccl.validate_value`` for NCCL_* variables; raises ValueError with its message."""
     return nccl.validate_value(var, env_str(value))
@@ -123,9 +133,10 @@ def canonical_value(name: str, value: Any) -> Any:
     if name.startswith("env."):
         if value is None or isinstance(value, (list, dict)):
             raise ValueError(f"env values must be strings, numbers or booleans, not {shown(value)}")
+        text = env_value(value)
         if name.startswith("env.NCCL_"):
-            return canonical_nccl(name[4:], value)
-        return env_str(value)
+            return canonical_nccl(name[4:], text)
+        return text
     return value
 
 

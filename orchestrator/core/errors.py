@@ -88,7 +88,7 @@ _WRITE_HINTS = {
     errno.ENOSPC: "free space there",
     errno.EDQUOT: "free space there (a disk quota is full)",
     errno.EFBIG: "the file reached a size limit (ulimit -f, or the file system's)",
-    errno.EROFS: "the file system is mounted read-only",
+    errno.EROFS: "make it writable (the file system is mounted read-only)",
     errno.EACCES: "check the folder's permissions",
     errno.EPERM: "check the folder's permissions",
     errno.EIO: "check the disk (dmesg)",

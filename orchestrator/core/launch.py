@@ -28,6 +28,21 @@ CACHE_VARIABLES = ("HOME", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT", "TRITON_CACHE_DI
                    "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "FLASHINFER_WORKSPACE_BASE")
 
 
+# What ends a line somewhere: a shell and an env file split at \n, other readers (Python's
+# ``str.splitlines``, editors) at \r and the Unicode separators too; NUL cannot be in a process's
+# environment at all. A value holding one is not one line, and not an environment value.
+LINE_BREAKS = re.compile("[\x00\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def env_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be an environment value (None when it can): an env file holds one
+    ``KEY=VALUE`` per line, and a value spanning lines would put its second line where a reader
+    takes it for a variable of its own (or, in a shell, for a command)."""
+    if LINE_BREAKS.search(value):
+        return "an environment value must be one line, and this one holds a line break (or a NUL)"
+    return None
+
+
 def cache_locations(environ: Mapping[str, str]) -> dict[str, str]:
     """The cache variables a server's environment sets (what its record shows)."""
     return {name: str(environ[name]) for name in CACHE_VARIABLES if environ.get(name)}

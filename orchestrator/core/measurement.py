@@ -19,6 +19,12 @@ Beside the throughput, each level keeps latency percentiles over its requests (p
 TTFT, TPOT, inter-token latency (gaps between streamed chunks, as ``vllm bench serve``'s ITL)
 and end-to-end latency, in seconds. ``median_ci``/``relative_ci`` are the one definition of a
 median's precision (a distribution-free interval from order statistics).
+
+Two parts only some measurements have: ``GoodputResult`` (the goodput objective's bisection over
+concurrency: which concurrencies were probed, each a level of ``levels``, and where the SLOs
+stopped holding; the measurement's value is then the total tok/s at the highest concurrency that
+held) and ``Lengths`` (with a traffic file: the prompt and output lengths the requests had, as
+the server counted them, and how many returned another length than they asked for).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ BUSY_SHARE = 0.5  # other work on at least this share of the host's CPUs: a busy
 # constraint violations, the ignored value of a wrong config, the pruning thresholds, ...)
 RECORD_KEYS = ("levels", "repeats", "prompts", "output_tokens", "warmup_s", "bench_s", "host", "decode_tok_s",
                "decode_samples", "ttft_s", "ttft_samples", "e2e_tok_s", "cv", "rel_ci", "acceptance_rate",
-               "mean_accepted_length", "concurrency")
+               "mean_accepted_length", "concurrency", "goodput", "lengths")
 
 
 # ---- statistics --------------------------------------------------------------------------------
@@ -257,6 +263,109 @@ class LevelResult:
 
 
 @dataclass(frozen=True)
+class Distribution:
+    """How a count (tokens per request) was spread over ``n`` requests."""
+
+    n: int
+    low: float
+    p50: float
+    p90: float
+    p99: float
+    high: float
+    mean: float
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Distribution | None:
+        xs = sorted(_finite(values))
+        if not xs:
+            return None
+        return cls(n=len(xs), low=xs[0], p50=percentile(xs, 50), p90=percentile(xs, 90), p99=percentile(xs, 99),
+                   high=xs[-1], mean=statistics.fmean(xs))
+
+    def describe(self) -> str:
+        """'min 12, p50 180, p90 410, p99 980, max 1024, mean 231 (n 150)'."""
+        return (f"min {self.low:.0f}, p50 {self.p50:.0f}, p90 {self.p90:.0f}, p99 {self.p99:.0f}, max {self.high:.0f}"
+                f", mean {self.mean:.0f} (n {self.n})")
+
+    def to_record(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in ("n", "low", "p50", "p90", "p99", "high", "mean")}
+
+    @classmethod
+    def from_record(cls, rec: Any) -> Distribution | None:
+        if not isinstance(rec, Mapping):
+            return None
+        got = {name: _num(rec.get(name)) for name in ("n", "low", "p50", "p90", "p99", "high", "mean")}
+        if any(v is None for v in got.values()):
+            return None
+        return cls(n=int(got.pop("n")), **got)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """The lengths a launch's requests had (a traffic file's: each request its own prompt and
+    output length): prompt and completion tokens as the server's usage counted them, and how
+    many requests returned another number of tokens than they asked for (``mismatched``)."""
+
+    input: Distribution | None = None
+    output: Distribution | None = None
+    mismatched: int = 0
+
+    def describe(self) -> str:
+        """'input tokens: min ..., output tokens: min ...' (what the report and export print)."""
+        parts = [f"{name} tokens {got.describe()}" for name, got in (("input", self.input), ("output", self.output))
+                 if got is not None]
+        if self.mismatched:
+            parts.append(f"{self.mismatched} request(s) returned another length than asked")
+        return "; ".join(parts)
+
+    def to_record(self) -> dict[str, Any]:
+        return {"input": self.input.to_record() if self.input else None,
+                "output": self.output.to_record() if self.output else None, "mismatched": self.mismatched}
+
+    @classmethod
+    def from_record(cls, rec: Any) -> Lengths | None:
+        if not isinstance(rec, Mapping):
+            return None
+        return cls(input=Distribution.from_record(rec.get("input")), output=Distribution.from_record(rec.get("output")),
+                   mismatched=int(_num(rec.get("mismatched")) or 0))
+
+
+@dataclass(frozen=True)
+class GoodputResult:
+    """The goodput objective's bisection within one launch (``node.measure``): the concurrencies
+    probed, in order (each measured as a level of the same ``Measurement``), the highest one at
+    which every SLO held (``holds``; None: not even the lowest), and the lowest one above it
+    that broke one (``breaks``; None: they held up to ``max_concurrency``). The crossing lies
+    between the two."""
+
+    max_concurrency: int
+    probes: tuple[int, ...] = ()
+    holds: int | None = None
+    breaks: int | None = None
+
+    def describe(self) -> str:
+        """'holds the SLO up to 48 streams (breaks at 52)'."""
+        if self.holds is None:
+            return f"breaks the SLO at {self.breaks or 1} stream(s) already"
+        above = (f" (breaks at {self.breaks})" if self.breaks is not None
+                 else f" (the most asked, objective.goodput.max_concurrency {self.max_concurrency})")
+        return f"holds the SLO up to {self.holds} stream(s){above}"
+
+    def to_record(self) -> dict[str, Any]:
+        return {"max_concurrency": self.max_concurrency, "probes": list(self.probes), "holds": self.holds,
+                "breaks": self.breaks}
+
+    @classmethod
+    def from_record(cls, rec: Any) -> GoodputResult | None:
+        if not isinstance(rec, Mapping) or _num(rec.get("max_concurrency")) is None:
+            return None
+        holds, breaks = _num(rec.get("holds")), _num(rec.get("breaks"))
+        return cls(max_concurrency=int(_num(rec.get("max_concurrency"))),  # type: ignore[arg-type]
+                   probes=tuple(int(p) for p in _finite(rec.get("probes") or ())),
+                   holds=int(holds) if holds is not None else None, breaks=int(breaks) if breaks is not None else None)
+
+
+@dataclass(frozen=True)
 class HostLoad:
     """How busy the machine was while a launch was measured (on a CPU box the launches compete
     with whatever else runs there): the 1-minute load average at the start and the end of the
@@ -330,17 +439,26 @@ class Measurement:
     warmup_s: float = 0.0
     bench_s: float = 0.0
     host: HostLoad | None = None
+    goodput: GoodputResult | None = None  # the goodput objective's bisection (its probes are ``levels``)
+    lengths: Lengths | None = None  # with a traffic file: the requests' prompt and output lengths
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "levels", dict(sorted(self.levels.items())))
 
     @property
     def headline(self) -> LevelResult | None:
-        """Level 1 where measured, else the lowest level: the trial's one number."""
+        """Level 1 where measured, else the lowest level: the trial's one number; for goodput the
+        level where every SLO last held (else the lowest probed)."""
+        if self.goodput is not None and self.goodput.holds in self.levels:
+            return self.levels[self.goodput.holds]  # type: ignore[index]
         return self.levels.get(1) or next(iter(self.levels.values()), None)
 
     @property
     def value(self) -> float | None:
+        """The headline's median; for goodput the total tok/s where every SLO last held (0.0 where
+        none held even at the lowest concurrency)."""
+        if self.goodput is not None and self.goodput.holds is None:
+            return 0.0
         head = self.headline
         return head.value if head is not None else None
 
@@ -364,6 +482,10 @@ class Measurement:
                                "warmup_s": self.warmup_s, "bench_s": self.bench_s}
         if self.host is not None:
             out["host"] = self.host.to_record()
+        if self.goodput is not None:
+            out["goodput"] = self.goodput.to_record()
+        if self.lengths is not None:
+            out["lengths"] = self.lengths.to_record()
         one = self.levels.get(1)
         if one is not None:
             out.update(decode_tok_s=one.value, decode_samples=list(one.samples),
@@ -416,7 +538,9 @@ class Measurement:
                    prompts=int(_num(metrics.get("prompts")) or 0),
                    output_tokens=int(_num(metrics.get("output_tokens")) or 0),
                    warmup_s=_num(metrics.get("warmup_s")) or 0.0, bench_s=_num(metrics.get("bench_s")) or 0.0,
-                   host=HostLoad.from_record(metrics.get("host")))
+                   host=HostLoad.from_record(metrics.get("host")),
+                   goodput=GoodputResult.from_record(metrics.get("goodput")),
+                   lengths=Lengths.from_record(metrics.get("lengths")))
 
 
 def _ms(seconds: float) -> str:

@@ -13,7 +13,10 @@ into the *final* outcome the study records, in this order, each step a
 3. the correctness gate: a COMPLETE trial whose output differs from the golden
    reference becomes FAIL ``wrong-output``;
 4. the job's outcome constraints: a COMPLETE trial below ``min_ratio`` x the baseline at
-   a constrained concurrency stays COMPLETE but carries ``constraint_violations``;
+   a constrained concurrency stays COMPLETE but carries ``constraint_violations``; the job's
+   latency targets (``slo:``, ``core.slo``): every breach is a warning, and a COMPLETE trial
+   that counts nowhere for the objective (``slo.judge``) carries ``slo_violations`` and how far
+   over it is (``slo_excess``, what Optuna's constraint is told: ``infeasibility``);
 5. what the failure means for the study (``Final``): a failure that is not the config's
    fault (``interrupted``, ``node-lost``, ``env-error``), a timeout while other work took
    half the host's CPUs (``busy_host``) and the *first* timeout of a config are blameless:
@@ -30,7 +33,7 @@ docs/architecture.md has the whole table.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -47,6 +50,7 @@ from orchestrator.core.records import (
     TrialResult,
     TrialRow,
 )
+from orchestrator.core.slo import Judged
 
 # Early stop ("clearly worse"), chosen with the replay harness (docs/benchmarks.md): a trial
 # whose first repeat is below DEFAULT_PRUNE_RATIO x the best median so far stops after that
@@ -149,13 +153,47 @@ def judge_constraints(result: TrialResult, rules, baseline: Measurement | None) 
                    warnings=[*result.warnings, *(f"infeasible: {v}" for v in violations)])
 
 
+SLO_PREFIX = "SLO broken at "  # how a breach begins in a trial's warnings
+
+
+def judge_slo(result: TrialResult, judge: Callable[[Measurement], Judged] | None) -> TrialResult:
+    """The job's latency targets (``judge``: ``study.objective.judged`` for the job's objective):
+    each level a COMPLETE trial breaks them at is a warning; one that counts nowhere for the
+    objective stays COMPLETE (it was measured) but is infeasible (``slo_violations``, and
+    ``slo_excess``: how far over), never ranked, and the sampler learns by how much. The
+    goodput bisection breaks them above its crossing by design: only a config that holds them
+    nowhere is said."""
+    if judge is None or result.outcome != COMPLETE or result.measurement is None:
+        return result
+    got = judge(result.measurement)
+    goodput = result.measurement.goodput is not None
+    warned = [] if goodput else [f"{SLO_PREFIX}{level}: " + "; ".join(b.describe() for b in found)
+                                 for level, found in got.breaches.items()]
+    if not got.infeasible:
+        return replace(result, warnings=[*result.warnings, *warned]) if warned else result
+    return replace(result, metrics={**result.metrics, "slo_violations": [got.why], "slo_excess": got.excess},
+                   warnings=[*result.warnings, *warned, f"infeasible: {got.why}"])
+
+
+def infeasibility(result: TrialResult) -> float:
+    """What Optuna's constraint is told for a measured trial (feasible at 0, infeasible above):
+    1.0 for a broken outcome constraint, the relative excess over the nearest latency target for
+    a config that counts nowhere (``judge_slo``: 0.56 for 56% over), the larger of the two."""
+    value = 1.0 if result.metrics.get("constraint_violations") else 0.0
+    if result.metrics.get("slo_violations"):
+        value = max(value, float(result.metrics.get("slo_excess") or 0.0), 1e-6)
+    return value
+
+
 def decide(result: TrialResult, *, second_signal: bool = False, golden=None, rules=(),
-           baseline: Measurement | None = None, earlier_timeouts: int = 0) -> Final:
+           baseline: Measurement | None = None, earlier_timeouts: int = 0,
+           slo: Callable[[Measurement], Judged] | None = None) -> Final:
     """The final outcome of a launched trial (steps in the module docstring).
 
     ``baseline``: the baseline's measurement (the outcome constraints' reference);
     ``earlier_timeouts``: how many earlier launches of the same config timed out (0: a
-    timeout now is the first and is not yet the config's fault)."""
+    timeout now is the first and is not yet the config's fault); ``slo``: the job's latency
+    targets as its objective judges a measurement (``judge_slo``)."""
     if second_signal and result.outcome == FAIL:
         result = interrupted(result, "killed by the user (second signal)")
     cause = environment_cause(result)
@@ -164,6 +202,7 @@ def decide(result: TrialResult, *, second_signal: bool = False, golden=None, rul
                          failure_reason=f"{cause} ({result.failure_reason})")
     result = gate(result, golden)
     result = judge_constraints(result, rules, baseline)
+    result = judge_slo(result, slo)
     if result.outcome != FAIL:
         return Final(result, counted=True, blameless=False, requeue=False)
     if result.failure_kind in NOT_THE_CONFIGS_FAULT:
@@ -221,11 +260,13 @@ def tainted_keys(rows: Iterable[TrialRow]) -> dict[str, int]:
 def rankable(rows: list[TrialRow]) -> list[TrialRow]:
     """The rows that may be ranked (``history`` rows): COMPLETE with a value, launched and
     counted (not a cached duplicate, not a baseline repeat on another node), no outcome
-    constraint broken, and of a config never found to compute wrong results."""
+    constraint broken, counting somewhere under the latency targets (``judge_slo``), and of a
+    config never found to compute wrong results."""
     tainted = tainted_keys(rows)
     return [r for r in rows
             if r.state == COMPLETE and r.value is not None and r.counted and r.cached_from is None
-            and r.config_key not in tainted and not (r.metrics or {}).get("constraint_violations")]
+            and r.config_key not in tainted and not (r.metrics or {}).get("constraint_violations")
+            and not (r.metrics or {}).get("slo_violations")]
 
 
 def env_hint(reason: str | None) -> str:

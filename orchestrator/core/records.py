@@ -111,6 +111,8 @@ class TrialResult:
     # where the start-up's time went: spawn -> first log line -> ready, and the engine's own
     # phases its log names (weights, compile with cache hit or miss, graph capture, ...)
     startup_phases: dict[str, Any] = field(default_factory=dict)
+    # the decode prompts it was measured on (``config.prompts.fingerprint``: hash, count, lengths)
+    prompt_set: dict[str, Any] = field(default_factory=dict)
     measurement: Measurement | None = None  # what the benchmark found (``core.measurement``)
 
     def __post_init__(self) -> None:
@@ -189,7 +191,14 @@ class TrialRow:
     mean_accepted_length: float | None = None
     # where the start-up's time went (``TrialResult.startup_phases``)
     startup_phases: dict[str, Any] = field(default_factory=dict)
-    # measurements of this row's config that ``history.best_rows`` ranked it by (not a trial field)
+    # a launch outside the search: "relaunch" (the baseline or the incumbent again during the search:
+    # launch noise), "race" (the finalists' race at the end), "compare" (a launch `compare` made),
+    # "repeat" (the baseline on another node); None: a trial of the search
+    launch_role: str | None = None
+    race: dict[str, Any] = field(default_factory=dict)  # a race launch: its race, round and finalists
+    # the decode prompts it was measured on (``TrialResult.prompt_set``; empty: recorded before)
+    prompt_set: dict[str, Any] = field(default_factory=dict)
+    # launches of this row's config that ``history.best_rows`` ranked it by (not a trial field)
     n_measurements: int = 1
     measurement: Measurement | None = None  # the whole record (levels, rounds, the host's load)
 
@@ -222,12 +231,16 @@ class TrialRow:
 
     def to_json(self) -> dict[str, Any]:
         """The row as ``status --json`` prints it: every field but ``n_measurements``, in order;
-        ``levels`` as stored ({"1": {"value", "samples", "ttft": {"p50", ...}, ...}})."""
+        ``levels`` as stored ({"1": {"value", "samples", "ttft": {"p50", ...}, "tpot", "itl", "e2e"}});
+        then the rounds, the host's load, goodput's crossing and a traffic file's lengths."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name not in ("n_measurements", "measurement")}
         out["levels"] = {str(k): v.to_record() for k, v in self.levels.items()}
         got = self.measurement
         out["rounds"] = got.rounds if got is not None else 0
         out["host"] = got.host.to_record() if got is not None and got.host is not None else None
+        # goodput's crossing and a traffic file's lengths (None where the study has neither)
+        out["goodput"] = got.goodput.to_record() if got is not None and got.goodput is not None else None
+        out["lengths"] = got.lengths.to_record() if got is not None and got.lengths is not None else None
         return out
 

@@ -17,12 +17,23 @@ from the folder), never by spelling a file name itself, so the layout is this on
     prescreen.json      the all-reduce pre-screen's latencies (its size sweep, crossovers)
     prescreen-sweep.csv the sweep's table: one line per setting and message size
     report.md, report.html, trials.csv, *.png      ``ncclsweep report``
+
+and, while they are written, ``.<name>.*.tmp`` (``core.files``), ``study.journal.lock`` and
+``study.journal.incomplete-*`` (``study.journal``). ``foreign_entries`` names what else a folder
+holds: a new study is not started among someone else's files.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import os
 from dataclasses import dataclass
 from pathlib import Path
+
+_NAMES = ("study.journal", "driver.lock", "driver.log", "servers", "logs", "bench-logs", "compare-logs",
+          "compare.json", "compare-plan.json", "prescreen.json", "report.md", "report.html", "trials.csv")
+_PATTERNS = ("*.png", ".*.tmp", "study.journal.*")
+_WRITTEN_BY_A_RUN = ("study.journal", "driver.log", "logs", "servers")  # a study was here
 
 
 def trial_log_name(number: int) -> str:
@@ -100,3 +111,18 @@ class StudyDir:
     def plot(self, name: str) -> Path:
         """A report figure (``history.png``, ...)."""
         return self.root / name
+
+    def foreign_entries(self, storage_file: Path | None = None) -> list[str]:
+        """The folder's entries that are not a study's (the layout above, and ``storage_file``
+        with what its database keeps beside it), sorted; [] when the folder does not exist yet or
+        already holds a study (a study's folder is its own, whatever was put beside it later)."""
+        try:
+            names = sorted(os.listdir(self.root))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        stored = Path(storage_file).name if storage_file is not None and Path(storage_file).parent == self.root \
+            else None
+        if any(name in names for name in _WRITTEN_BY_A_RUN) or (stored and stored in names):
+            return []
+        return [name for name in names if name not in _NAMES and not any(fnmatch.fnmatch(name, p) for p in _PATTERNS)
+                and not (stored and name.startswith(stored))]

@@ -10,10 +10,27 @@ from the samples themselves, never from a fixed threshold:
   a Student-t interval on the per-round log ratios. Pairing removes what a round shares
   (drift of the machine over the minutes of a round); what is left is the noise between
   launches.
-- **unpaired** (a study's trials: one config's repeated requests against another's):
+- **unpaired** (samples of one launch against another's: the nodes' baseline repeats):
   a Welch t-interval on the difference of the mean log samples (unequal variances,
   Welch-Satterthwaite degrees of freedom). Repeats of one launch miss the variation between
-  launches, so this interval is the narrower, weaker claim; ``compare`` makes the stronger one.
+  launches, so this interval is the narrower, weaker claim.
+- **over launches** (a study's verdicts: ``launch_interval``): the unit of evidence is a launch,
+  each launch's figure one value (its median). The launch noise, ``LaunchNoise``, is the pooled
+  standard deviation of the logs of the figures of every config launched more than once
+  (``pooled_noise``: each config's launches about their own mean, the squares summed over configs,
+  divided by the launches less one per config); the interval of b/a is Student's t with that sd and
+  its degrees of freedom, half-width ``t * sd * sqrt(1/na + 1/nb)``. A config measured on one launch
+  gets the study's launch noise in its interval (the text says so); while no config was launched
+  twice there is no interval and so no verdict. ``robust`` (the study's verdicts): the interval is
+  also held to the distribution-free one of the launches' ranks (Hodges-Lehmann, exact Mann-Whitney:
+  ``rank_shift_interval``), the union of the two, wherever the launches are enough to bound it:
+  launches that fall in two states (fast or slow for their whole life, or a machine that changed
+  between the study and ``compare``) pool into a noise the t interval underweights, the ranks do
+  not. ``looks``: a comparison judged again after every
+  round of a race is judged at 1 - (1 - confidence) / looks (Bonferroni), so that looking again and
+  again is no road to a verdict, and ``raced`` finalists get no interval until their ranks can bound
+  one. ``launch_range`` is where a fresh launch of a config should measure
+  (a prediction interval: ``t * sd * sqrt(1 + 1/n)`` about the geometric mean of its launches).
 
 Both work on logs, so the interval of b/a is the exponent of an interval of a difference,
 and the ratio shown is the geometric mean ratio at its centre. With fewer than two pairs (or
@@ -28,6 +45,9 @@ regularised incomplete beta function (continued fraction), inverted by bisection
 against published table values and an independent numerical integration.
 
     ratio_interval(a, b, paired=..., confidence=0.95) -> RatioInterval   (b relative to a)
+    pooled_noise(groups) -> LaunchNoise           the launch noise of groups of launch figures
+    launch_interval(a, b, noise, looks=1)  -> RatioInterval   (b relative to a, over launches)
+    launch_range(values, noise)           -> (lo, hi) where a fresh launch should measure
     verdict(interval, same_config=False)  -> FASTER | SLOWER | WITHIN_NOISE | SAME_CONFIG | NOT_MEASURED
     describe(interval, same_config=False) -> "1.31x faster (95% CI 1.22-1.41x)"
     median_ratio_text(interval, medians)  -> "1.30x by medians (1.13x by geometric means)" where it must
@@ -39,7 +59,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 FASTER = "faster"
 SLOWER = "slower"
@@ -48,6 +68,13 @@ SAME_CONFIG = "same config"
 NOT_MEASURED = "not measured"
 
 DEFAULT_CONFIDENCE = 0.95
+# Degrees of freedom the launch noise needs before it is trusted. Launches can fall in two states
+# (fast and slow) for their whole life, and a pair of launches in the same state says the noise is
+# nil: with even odds, every degree of freedom halves the chance that all of them did. At six (1 in
+# 64) a server fast or slow by 35% crowned the slower of two configs 5% apart beyond noise in 1 of
+# 200 replayed studies, at four in 3 (docs/benchmarks.md, "Racing the finalists"); the relaunches
+# during the search provide them (``study.relaunch``), ~6 launches of a night.
+MIN_NOISE_DF = 6
 
 
 @dataclass(frozen=True)
@@ -62,14 +89,54 @@ class RatioInterval:
     n: int
     paired: bool
     confidence: float = DEFAULT_CONFIDENCE
+    launches: tuple[int, int] | None = None  # over launches: how many of a and of b (``launch_interval``)
+    noise: LaunchNoise | None = None  # over launches: the launch noise it carries
 
     @property
     def bounded(self) -> bool:
         return self.lo is not None and self.hi is not None
 
     def to_dict(self) -> dict:
-        return {"ratio": self.ratio, "lo": self.lo, "hi": self.hi, "n": self.n, "paired": self.paired,
-                "confidence": self.confidence}
+        out: dict[str, Any] = {"ratio": self.ratio, "lo": self.lo, "hi": self.hi, "n": self.n,
+                               "paired": self.paired, "confidence": self.confidence}
+        if self.launches is not None:
+            out["launches"] = list(self.launches)
+            out["launch_noise"] = self.noise.to_dict() if self.noise is not None else None
+        return out
+
+
+@dataclass(frozen=True)
+class LaunchNoise:
+    """How much launches of one config differ (module docstring, "over launches"): ``sd`` of the
+    logs of their figures, pooled with ``df`` degrees of freedom over ``configs`` configs launched
+    more than once (``launches`` launches of them). ``df`` 0: not measured yet."""
+
+    sd: float | None = None
+    df: int = 0
+    configs: int = 0
+    launches: int = 0
+
+    @property
+    def known(self) -> bool:
+        return self.df >= MIN_NOISE_DF and self.sd is not None
+
+    @property
+    def relative(self) -> float | None:
+        """The sd as a share of a figure (exp(sd) - 1): "+-4.1%" is 0.041."""
+        return math.expm1(self.sd) if self.sd is not None else None
+
+    def text(self) -> str:
+        """'launch noise +-4.1% (3 configs launched more than once, 8 launches)', or why unknown."""
+        if not self.known:
+            return ("launch noise not measured yet (no config launched twice)" if self.df == 0 else
+                    f"launch noise not measured well enough yet ({self.launches} launches of {self.configs} "
+                    f"config(s) launched more than once; a verdict needs {self.configs + MIN_NOISE_DF})")
+        many = "config launched more than once" if self.configs == 1 else "configs launched more than once"
+        return f"launch noise +-{100 * self.relative:.1f}% ({self.configs} {many}, {self.launches} launches)"  # type: ignore[operator]
+
+    def to_dict(self) -> dict:
+        return {"sd": self.sd, "relative": self.relative, "df": self.df, "configs": self.configs,
+                "launches": self.launches}
 
 
 # ---- Student's t ------------------------------------------------------------------------------------
@@ -205,6 +272,118 @@ def ratio_interval(a_samples: Sequence[float | None], b_samples: Sequence[float 
     return RatioInterval(math.exp(centre), math.exp(centre - half), math.exp(centre + half), n, False, confidence)
 
 
+# ---- over launches ---------------------------------------------------------------------------------
+def pooled_noise(groups: Iterable[Sequence[float | None]]) -> LaunchNoise:
+    """The launch noise of ``groups`` (each: one config's launch figures): a group of one launch
+    says nothing about it and is left out; none of two or more: not measured (df 0)."""
+    squares, df, configs, launches = 0.0, 0, 0, 0
+    for group in groups:
+        logs = [math.log(v) for v in _positive(group)]
+        if len(logs) < 2:
+            continue
+        mean = statistics.fmean(logs)
+        squares += sum((x - mean) ** 2 for x in logs)
+        df += len(logs) - 1
+        configs += 1
+        launches += len(logs)
+    if df == 0:
+        return LaunchNoise()
+    return LaunchNoise(math.sqrt(squares / df), df, configs, launches)
+
+
+def looked_confidence(confidence: float, looks: int) -> float:
+    """The confidence a comparison judged ``looks`` times is held to (Bonferroni)."""
+    return 1.0 - (1.0 - confidence) / max(1, int(looks))
+
+
+def launch_interval(a_values: Sequence[float | None], b_values: Sequence[float | None], noise: LaunchNoise, *,
+                    looks: int = 1, robust: bool = False, raced: bool = False,
+                    confidence: float = DEFAULT_CONFIDENCE) -> RatioInterval:
+    """b/a over launches (module docstring): ``a_values``/``b_values`` one figure per launch; the
+    ratio is of their geometric means; unbounded while ``noise`` is unknown. ``robust``: also
+    held to the distribution-free interval of the launches (the union of the two) wherever the
+    launches are enough to bound one; ``raced`` (two finalists of a race): where they are not,
+    there is no interval."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), not {confidence}")
+    conf = looked_confidence(confidence, looks)
+    xa, xb = [math.log(v) for v in _positive(a_values)], [math.log(v) for v in _positive(b_values)]
+    counts = (len(xa), len(xb))
+    n = min(counts)
+    if n == 0:
+        return RatioInterval(None, None, None, 0, False, conf, counts, noise)
+    centre = statistics.fmean(xb) - statistics.fmean(xa)
+    if not noise.known:
+        return RatioInterval(math.exp(centre), None, None, n, False, conf, counts, noise)
+    half = t_quantile(0.5 + conf / 2.0, noise.df) * noise.sd * math.sqrt(1.0 / len(xa) + 1.0 / len(xb))  # type: ignore[operator]
+    lo, hi = centre - half, centre + half
+    ranks = rank_shift_interval(xa, xb, conf) if robust or raced else None
+    if ranks is not None:
+        lo, hi = min(lo, ranks[0]), max(hi, ranks[1])
+    elif raced:
+        return RatioInterval(math.exp(centre), None, None, n, False, conf, counts, noise)
+    return RatioInterval(math.exp(centre), math.exp(lo), math.exp(hi), n, False, conf, counts, noise)
+
+
+def _mann_whitney_counts(n: int, m: int) -> list[int]:
+    """How many of the C(n+m, n) rankings give each value of the Mann-Whitney U (0 .. n*m)."""
+    # f[i][j][u]: rankings of i and j values with U = u; built by the last value's group
+    table = {(0, 0): [1]}
+    for i in range(n + 1):
+        for j in range(m + 1):
+            if (i, j) == (0, 0):
+                continue
+            out = [0] * (i * j + 1)
+            if i > 0:  # the largest value is one of a's: it is above all j of b's
+                for u, c in enumerate(table[(i - 1, j)]):
+                    out[u + j] += c
+            if j > 0:
+                for u, c in enumerate(table[(i, j - 1)]):
+                    out[u] += c
+            table[(i, j)] = out
+    return table[(n, m)]
+
+
+def rank_shift_interval(xa: Sequence[float], xb: Sequence[float], confidence: float) -> tuple[float, float] | None:
+    """The distribution-free ``confidence`` interval of the shift b - a (Hodges-Lehmann): the
+    k-th smallest and largest of the pairwise differences, k from the exact Mann-Whitney
+    distribution (past 20 x 20 launches its normal approximation, with a continuity correction);
+    None when so few values cannot bound it at that confidence."""
+    n, m = len(xa), len(xb)
+    if n == 0 or m == 0:
+        return None
+    tail = (1.0 - confidence) / 2.0
+    if n * m > 400:
+        sd = math.sqrt(n * m * (n + m + 1) / 12.0)
+        k = max(0, math.floor(n * m / 2.0 - statistics.NormalDist().inv_cdf(1.0 - tail) * sd - 0.5) + 1)
+    else:
+        counts = _mann_whitney_counts(n, m)
+        total = sum(counts)
+        k, cum = 0, 0
+        for c in counts:
+            cum += c
+            if cum / total > tail:
+                break
+            k += 1
+    if k == 0:
+        return None
+    diffs = sorted(b - a for a in xa for b in xb)
+    return diffs[k - 1], diffs[len(diffs) - k]
+
+
+def launch_range(values: Sequence[float | None], noise: LaunchNoise,
+                 confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float] | None:
+    """Where a fresh launch of a config measured on ``values`` (one figure per launch) should
+    measure with ``confidence``: a prediction interval about their geometric mean (module
+    docstring); None without a launch or while the noise is unknown."""
+    logs = [math.log(v) for v in _positive(values)]
+    if not logs or not noise.known:
+        return None
+    centre = statistics.fmean(logs)
+    half = t_quantile(0.5 + confidence / 2.0, noise.df) * noise.sd * math.sqrt(1.0 + 1.0 / len(logs))  # type: ignore[operator]
+    return math.exp(centre - half), math.exp(centre + half)
+
+
 # ---- verdicts ------------------------------------------------------------------------------------------
 def verdict(interval: RatioInterval, *, same_config: bool = False) -> str:
     """FASTER / SLOWER only when the whole interval is above / below 1.0; a config against
@@ -229,11 +408,33 @@ def _digits(interval: RatioInterval) -> int:
 
 
 def interval_text(interval: RatioInterval) -> str:
-    """'95% CI 1.22-1.41x', or why there is none ('no interval: needs 2 rounds')."""
+    """'95% CI 1.22-1.41x', or why there is none ('no interval: needs 2 rounds'). Over launches:
+    '95% CI 1.22-1.41x, 3 vs 4 launches, launch noise +-4.1%', and where a side was launched once,
+    '..., 1 vs 3 launches (one launch: the study's launch noise +-4.1%)'."""
+    if interval.launches is not None:
+        return _launches_text(interval)
     if interval.bounded:
         d = _digits(interval)
-        return f"{100 * interval.confidence:g}% CI {interval.lo:.{d}f}-{interval.hi:.{d}f}x"
+        return f"{confidence_text(interval.confidence)} CI {interval.lo:.{d}f}-{interval.hi:.{d}f}x"
     return "no interval: needs 2 rounds" if interval.paired else "no interval: needs 2 samples of each"
+
+
+def confidence_text(confidence: float) -> str:
+    """'95%', '98.75%', '98.3%' (a race's, 1 - 5% / looks): at most four digits."""
+    return f"{100 * confidence:.4g}%"
+
+
+def _launches_text(interval: RatioInterval) -> str:
+    noise = interval.noise or LaunchNoise()
+    if not interval.bounded:
+        return f"no interval: {noise.text()}" if not noise.known else "no interval: a side was never launched"
+    d = _digits(interval)
+    na, nb = interval.launches  # type: ignore[misc]
+    head = f"{confidence_text(interval.confidence)} CI {interval.lo:.{d}f}-{interval.hi:.{d}f}x, {na} vs {nb} launches"
+    spread = f"launch noise +-{100 * (noise.relative or 0.0):.1f}%"
+    if min(na, nb) == 1:
+        return f"{head} (one launch: the study's {spread})"
+    return f"{head}, {spread}"
 
 
 def ratio_text(interval: RatioInterval, value: float | None = None) -> str:

@@ -110,6 +110,11 @@ def format_result(result: TrialResult) -> str:
         lines.append(f"decode: {one.value:.1f} tok/s (median of {len(one.samples)}: {samples}; "
                      f"cv {100 * (one.cv or 0):.1f}%)")
     lines.extend(f"level {level_text(lv)}" for lv in levels.values())
+    if got is not None and got.goodput is not None:  # the goodput objective's bisection
+        lines.append(f"goodput: {got.goodput.describe()}, {got.value or 0:.1f} total tok/s there "
+                     f"(probed {', '.join(map(str, got.goodput.probes))})")
+    if got is not None and got.lengths is not None:
+        lines.append(f"lengths: {got.lengths.describe()}")
     verdict = result.correctness
     if verdict:
         drift = verdict.get("max_drift")

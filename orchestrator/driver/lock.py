@@ -19,8 +19,27 @@ import os
 import socket
 from pathlib import Path
 
-from orchestrator.core.errors import StudyLocked
+from orchestrator.core.errors import StorageWriteError, StudyLocked
 from orchestrator.node.server import process_start_time
+
+
+def holder(path: Path) -> dict | None:
+    """The owner line of the live driver that holds the lock at ``path`` ({} when it holds it
+    without one yet), None when no driver holds it (none ever ran, it ended, or it was killed:
+    the kernel released its lock). Reads only: never creates the file nor keeps a lock."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return DriverLock(path).owner() or {}
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
 
 
 class DriverLock:
@@ -39,6 +58,14 @@ class DriverLock:
             return None
 
     def acquire(self) -> None:
+        """Take the lock, or ``StudyLocked`` naming its live owner; ``StorageWriteError`` when the
+        study's folder refuses the lock file (a full disk: the one line every write gives)."""
+        try:
+            self._acquire()
+        except OSError as exc:
+            raise StorageWriteError(self.path.parent, exc, name=self.path.name) from exc
+
+    def _acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(5):
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -58,8 +85,13 @@ class DriverLock:
                 continue
             pid = os.getpid()
             me = {"host": socket.gethostname(), "pid": pid, "start_time": process_start_time(pid)}
-            os.ftruncate(fd, 0)
-            os.write(fd, json.dumps(me).encode())
+            try:
+                os.ftruncate(fd, 0)
+                os.write(fd, json.dumps(me).encode())
+            except OSError:
+                self._fd = fd
+                self.release()  # an owner line cut short names nobody: no lock file stays behind
+                raise
             self._fd = fd
             return
         raise StudyLocked(f"could not take the study lock {self.path}")

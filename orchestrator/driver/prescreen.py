@@ -404,10 +404,8 @@ def run_prescreen(job, *, iters: int = 400, measured: dict[int, tuple[dict, floa
             "decode_sizes": {str(level): size for level, size in decode.items()}, "sizes": sizes, "custom": custom,
             "nccl_version": versions[-1] if versions else None}
     data["crossovers"] = crossovers(data)
-    out = job.dir.prescreen
-    out.parent.mkdir(parents=True, exist_ok=True)
-    files.write_text(out, json.dumps(data, indent=2))
-    files.write_text(job.dir.prescreen_sweep, sweep_csv(data))
+    files.write_whole(job.dir.prescreen, json.dumps(data, indent=2))
+    files.write_whole(job.dir.prescreen_sweep, sweep_csv(data))
     return data
 
 

@@ -10,7 +10,9 @@ go and the time left (``core.logs.status``), and one line per phase change every
 (``core.logs.EVENT``). Every line fits ``logs.LOG_WIDTH``: a config has lines of its own
 (``#N config: ...``), a long failure reason is cut (``status`` has it whole). A ratio to the
 baseline is printed with the words of ``core.verdict``: "faster"/"slower" only beyond the
-measured noise.
+launch noise (``study.launches``: every figure is the median over a config's launches, every
+interval over launches). Relaunches (``study.relaunch``) and the finalists' race
+(``study.race``) say what they launch, why, what it costs and what each round decided.
 """
 
 from __future__ import annotations
@@ -28,8 +30,12 @@ from orchestrator.core.records import COMPLETE, PRUNED, FailureKind, TrialResult
 from orchestrator.node.phases import MEASURING, TrialPhase
 from orchestrator.study import history
 from orchestrator.study import objective as objectives
+from orchestrator.study import race as races
 from orchestrator.study.bans import describe
-from orchestrator.study.plan import Plan, fmt, level_value
+from orchestrator.study.cost import LaunchCost
+from orchestrator.study.goodput import GoodputAnswer
+from orchestrator.study.launches import Evidence, load_note
+from orchestrator.study.plan import Plan, fmt, launches_text, level_value, noise_text
 
 
 @dataclass
@@ -38,6 +44,7 @@ class RunSummary:
 
     reason: str  # budget reached, space exhausted, timeout, stopped by signal
     launched: int = 0
+    relaunched: int = 0  # relaunches and race launches this run (uncounted trials)
     best: dict[str, Any] | None = None
     messages: list[str] = field(default_factory=list)
 
@@ -52,26 +59,22 @@ def spread(row: TrialRow) -> float | None:
     return row.rel_ci if row.rel_ci is not None else row.cv
 
 
-def vs_baseline_words(best: TrialRow, base: TrialRow | None) -> str | None:
-    """The run's verdict on its best trial against the baseline trial: the ratio is "beyond
-    noise" only when the two trials' decode samples put its interval off 1.0 (``verdict``,
-    unpaired: repeats within one launch each), else "within noise of the baseline"; the
-    baseline's own config is "the baseline itself". None without a baseline. The ratio is of
-    the medians, named beside the geometric means' where the interval excludes it
-    (``verdict.median_ratio_text``)."""
+def vs_baseline_words(best: TrialRow, base: TrialRow | None, evidence: Evidence, level: int = 1) -> str | None:
+    """The run's verdict on its best config against the baseline at ``level``, over their launches
+    (``launches.Evidence``): "beyond noise" only when the interval is off 1.0, else "within noise
+    of the baseline"; the baseline's own config is "the baseline itself". None without a baseline.
+    The ratio is of the figures (medians over launches), named beside the geometric means' where
+    the interval excludes it (``verdict.median_ratio_text``)."""
     if base is None or not base.value or best.value is None:
         return None
     if best.config_key == base.config_key:
         return "the baseline itself"
-    iv = verdict.ratio_interval(_samples(base), _samples(best))
+    iv = evidence.interval(base.config_key, best.config_key, level)
     beyond = verdict.verdict(iv) in (verdict.FASTER, verdict.SLOWER)
-    ratio = verdict.median_ratio_text(iv, best.value / base.value)
+    a, b = evidence.median(base.config_key, level), evidence.median(best.config_key, level)
+    ratio = verdict.median_ratio_text(iv, b / a) if a and b else verdict.ratio_text(iv)
     return (f"{ratio} the baseline, " + ("beyond noise" if beyond else "within noise of the baseline")
             + f", {verdict.interval_text(iv)}")
-
-
-def _samples(row: TrialRow) -> list[float]:
-    return history.decode_samples(row)
 
 
 class Progress:
@@ -190,7 +193,12 @@ class Progress:
             head, tail = f"  #{number} -> ", f"{self._plan_bests(plan)} (elapsed {self.elapsed()})"
             self.say(head + logs.clip(self._levels_said(result, plan), logs.LOG_WIDTH - len(head) - len(tail)) + tail)
             return
-        if result.outcome == COMPLETE:
+        reached = result.measurement.goodput if result.measurement is not None else None
+        if result.outcome == COMPLETE and reached is not None:  # goodput: where the SLO stopped holding
+            ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
+            what = (f"{reached.describe()} at {result.value:.1f} total tok/s{ratio}" if reached.holds is not None
+                    else f"{reached.describe()}: infeasible")
+        elif result.outcome == COMPLETE:
             ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
             what = f"{result.value:.1f} tok/s{ratio}"
         elif result.outcome == PRUNED:
@@ -238,30 +246,120 @@ class Progress:
                 self._announced.add(pair)
                 self.say(f"  not proposing {describe(pair)} any more: {why}")
 
+    # ---- relaunches and the race ---------------------------------------------------------------
+    def relaunching(self, shown: str, why: str, nth: int) -> None:
+        """A relaunch (``study.relaunch``) began."""
+        self.say(f"relaunching {why} {shown} (its {_ordinal(nth)} launch: the launch noise every verdict carries) "
+                 f"(elapsed {self.elapsed()})")
+
+    def launch_back(self, kind: str, shown: str, result: TrialResult, rows: list[TrialRow],
+                    objective: Any) -> None:
+        """A relaunch or race launch is back: its figures and the launch noise at each level now."""
+        levels = objectives.levels(objective)
+        what = "relaunch" if kind == "relaunch" else "race launch"
+        if result.outcome != COMPLETE:
+            self.say(f"  {what} of {shown} -> FAIL {result.failure_kind}: {result.failure_reason} "
+                     f"(elapsed {self.elapsed()})")
+            return
+        values = objectives.level_values(result)
+        ev = Evidence(rows)
+        got = ", ".join(f"{lv}: {fmt(values.get(lv))} {objectives.unit(lv)}" for lv in levels)
+        noise = "; ".join(f"at {lv} {noise_text(ev.noise(lv))}" for lv in levels)
+        self.say(f"  {what} of {shown} -> {got}; launch noise {noise} (elapsed {self.elapsed()})")
+
+    def race_planned(self, state: races.RaceState, rows: list[TrialRow], cost: LaunchCost | None) -> None:
+        """The race's plan: per contest its finalists, the budget, each finalist's cost per launch."""
+        numbers = races.trial_numbers(rows)
+        plan = state.plan
+        parts = []
+        for c in plan.contests:
+            where = "for the mix" if c.weights is not None else f"at {c.level}"
+            names = [f"#{numbers.get(k, '?')}" for k in c.finalists]
+            if len(names) == 1:
+                parts.append(f"{where} {names[0]} (no config within launch noise of it)")
+            else:
+                extra = f" ({c.left_out} more within noise left out)" if c.left_out else ""
+                parts.append(f"{where} {names[0]} and {', '.join(names[1:])} within launch noise of it{extra}")
+        costs = []
+        for key in state.contenders():
+            per = state.launch_seconds(key, cost)
+            if per is not None:
+                costs.append(f"#{numbers.get(key, '?')} {fmt_s(per)}")
+        total = state.expected_seconds(cost)
+        said_cost = (f"; a launch costs {', '.join(costs)} (each finalist's own launches)" if costs else "") + (
+            f", ~{fmt_s(total)} in all" if total else "")
+        left = plan.budget - state.launched
+        head = "racing the finalists" if state.launched == 0 else \
+            f"continuing the race of the finalists ({state.launched} launch(es) done, round {state.round + 1})"
+        self.say(f"{head}: {'; '.join(parts)}; up to {left} launch(es) in interleaved rounds (budget.confirm "
+                 f"{plan.budget}), judged at {verdict.confidence_text(plan.confidence)} after each round{said_cost}")
+
+    def racing(self, shown: str, state: races.RaceState, flying: int, expected_s: float | None) -> None:
+        """A race launch began."""
+        n = state.launched + flying
+        togo = f", ~{fmt_s(expected_s)} to go by the measured launch costs" if expected_s else ""
+        self.say(f"racing {shown} (race launch {n} of {state.plan.budget}, round {state.round + 1}) "
+                 f"(elapsed {self.elapsed()}{togo})")
+
+    def race_round(self, state: races.RaceState, rows: list[TrialRow]) -> None:
+        """After a whole round: who left which contest."""
+        numbers = races.trial_numbers(rows)
+        gone = [f"#{numbers.get(k, '?')} out {'of the mix' if c == races.MIX else f'at {c}'}"
+                for c, k, r in state.eliminated if r == state.rounds_done - 1]
+        still = [f"{'the mix' if c.weights is not None else f'at {c.level}'}: "
+                 + ", ".join(f"#{numbers.get(k, '?')}" for k in state.alive.get(c.name, ()))
+                 for c in state.undecided()]
+        said = "; ".join(gone) if gone else "nobody out yet"
+        self.say(f"  race after round {state.rounds_done}: {said}"
+                 + (f"; still in contention {' | '.join(still)}" if still else "; every contest decided"))
+
+    def race_over(self, state: races.RaceState, rows: list[TrialRow], objective: Any) -> None:
+        """How the race ended, per contest."""
+        said = races.said(races.outcomes(rows, objective), races.trial_numbers(rows))
+        if said:
+            self.say(f"race over: {said}" if state.over() else f"race stopped: {said}")
+
     # ---- the end ----------------------------------------------------------------------------
     @staticmethod
-    def best_summary(best: TrialRow | None, base: TrialRow | None, plan: Plan | None = None) -> dict[str, Any] | None:
-        """The run's best as plain data (``RunSummary.best``); with a ``plan`` (several
-        levels), the plan too (``Plan.to_dict``, under ``plan``)."""
+    def best_summary(best: TrialRow | None, base: TrialRow | None, plan: Plan | None = None,
+                     rows: list[TrialRow] | None = None, objective: Any = None,
+                     goodput: GoodputAnswer | None = None) -> dict[str, Any] | None:
+        """The run's best as plain data (``RunSummary.best``): its figure over its launches, the
+        verdict against the baseline over launches, where a fresh launch should measure, the race;
+        with a ``plan`` (several levels), the plan too (``Plan.to_dict``, under ``plan``); for
+        goodput, the answer (``GoodputAnswer.to_dict``, under ``goodput``)."""
         if best is None or best.value is None:
             return None
-        base_value = base.value if base is not None else None
-        iv = (verdict.ratio_interval(_samples(base), _samples(best))
+        rows = list(rows or [r for r in (best, base) if r is not None])
+        level = objectives.levels(objective)[0]
+        ev = Evidence(rows)
+        value = ev.median(best.config_key, level) or best.value
+        base_value = (ev.median(base.config_key, level) or base.value) if base is not None else None
+        iv = (ev.interval(base.config_key, best.config_key, level)
               if base is not None and base_value and best.config_key != base.config_key else None)
-        out = {"number": best.number, "value": best.value, "config": dict(best.params) or None,
-               "spread": spread(best), "vs_baseline": (best.value / base_value) if base_value else None,
+        out = {"number": best.number, "value": value, "config": dict(best.params) or None,
+               "spread": spread(best), "vs_baseline": (value / base_value) if base_value else None,
                "interval": {"lo": iv.lo, "hi": iv.hi, "confidence": iv.confidence} if iv and iv.bounded else None,
-               "verdict": vs_baseline_words(best, base),
+               "launches": ev.count(best.config_key, level), "fresh": ev.fresh(best.config_key, level),
+               "noise": ev.noise(level).to_dict(), "noise_text": ev.noise(level).text(),
+               "verdict": vs_baseline_words(best, base, ev, level),
+               "race": races.said(races.outcomes(rows, objective), races.trial_numbers(rows)),
+               "load": load_note(rows),
                "baseline": None if base is None or not base_value else
-               {"number": base.number, "value": base_value, "spread": spread(base)}}
+               {"number": base.number, "value": base_value, "spread": spread(base),
+                "launches": ev.count(base.config_key, level)}}
         if plan is not None:
             out["plan"] = plan.to_dict()
+        if goodput is not None:
+            out["goodput"] = goodput.to_dict()
         return out
 
     def final_line(self, summary: RunSummary, counted: int) -> str:
         """How the run ended and how many trials it counted and launched."""
         best = summary.best
         head = f"{summary.reason}: {counted} trials counted, {summary.launched} launched this run"
+        if summary.relaunched:
+            head += f" (and {summary.relaunched} relaunches and race launches)"
         if not best:
             return head + "; no config may be called best yet"
         if best.get("plan"):
@@ -286,21 +384,39 @@ class Progress:
                         f"next: check the baseline's output in the trial logs in {logs_dir} and "
                         f"`ncclsweep status {job}`",
                         f"next: `ncclsweep run {job} --trials N` compares more configs with it"]
+            broke = history.infeasible_lines(rows or [])
+            if broke:  # measured, but the latency targets leave them nowhere to count
+                return [f"no config holds the latency targets (slo) yet: {'; '.join(broke[:3])}",
+                        f"next: `ncclsweep status {job}` shows every level's latency"]
             return [f"no config passed yet: see `ncclsweep status {job}` and the trial logs in {logs_dir}"]
         report = f"next: `ncclsweep report {job}` (writes {folder}/report.html)"
+        extra = [best[k] for k in ("race", "load") if best.get(k)]  # the race's outcome, launches under unlike load
         if best.get("plan"):
             mix = " (or --mix)" if best["plan"].get("weights") else ""
-            return [*plan_lines(best["plan"]), report, f"next: `ncclsweep compare {job} --plan`",
+            return [*plan_lines(best["plan"]), *extra, report, f"next: `ncclsweep compare {job} --plan`",
                     f"next: `ncclsweep export {job} --concurrency N --format cmd`{mix}"]
+        if best.get("goodput"):
+            return [f"goodput: {best['goodput']['text']}",
+                    *config_lines(f"  #{best['number']} config: ", best.get("config") or {}),
+                    *([best["load"]] if best.get("load") else []), report,
+                    f"next: `ncclsweep export {job} --format cmd`"]
         base = best.get("baseline")
+        figure = f"{best['value']:.1f} tok/s (median of {launches_text(best.get('launches') or 1)})"
         if base is None:
-            said = f"best #{best['number']} {best['value']:.1f} tok/s (no baseline measured to compare with)"
+            said = f"best #{best['number']} {figure} (no baseline measured to compare with)"
         elif base["number"] == best["number"]:
-            said = f"the baseline #{base['number']} is the best config found ({best['value']:.1f} tok/s)"
+            said = f"the baseline #{base['number']} is the best config found ({figure})"
         else:
-            said = f"best #{best['number']} {best['value']:.1f} tok/s = {best['verdict']}"
-        return [said, *config_lines(f"  #{best['number']} config: ", best.get("config") or {}), report,
+            said = f"best #{best['number']} {figure} = {best['verdict']}"
+        broke = [line for line in history.infeasible_lines(rows or []) if "(baseline)" in line]
+        if broke:  # reported, not a reason to stop
+            said += f"; the baseline {broke[0].split(': ', 1)[1]}"
+        return [said, *config_lines(f"  #{best['number']} config: ", best.get("config") or {}), *extra, report,
                 f"next: `ncclsweep compare {job}`", f"next: `ncclsweep export {job} --format cmd`"]
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def config_lines(head: str, config: dict[str, Any], width: int = logs.LOG_WIDTH) -> list[str]:
@@ -331,12 +447,16 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
         vs = lp["vs_baseline"]
         ratio = f" = {vs['text']} than the baseline" if vs and vs["verdict"] != "same config" else \
             (" (the baseline)" if vs else "")
-        lines.append(f"at {lp['level']} #{lp['best_trial']} {fmt(lp['best_value'])} {lp['unit']}{ratio}")
+        n = lp.get("best_launches") or 1
+        lines.append(f"at {lp['level']} #{lp['best_trial']} {fmt(lp['best_value'])} {lp['unit']} "
+                     f"({launches_text(n)}){ratio}")
         lose = lp["anchor_vs_best"]
         if lose and lose["verdict"] != "same config":
             losses.append(f"{fmt(lp['anchor_value'])} at {lp['level']} ({lose['text']})")
     if losses and plan.get("anchor_trial") is not None:
         lines.append(f"the best at {first} (#{plan['anchor_trial']}) does " + ", ".join(losses))
+    if plan.get("slo_lines"):  # the latency targets: who broke them where, by how much
+        lines += [f"slo {plan['slo_text']}: {line}" for line in plan["slo_lines"]]
     mix = plan.get("mix")
     if mix:
         vs = mix.get("vs_baseline")

@@ -27,7 +27,9 @@ Connecting (``connect_ray``): ``address`` (``ray.address`` / ``--ray-address``) 
 existing cluster; an address where nothing listens fails at once, one where something
 listens that does not answer as Ray (or refuses the token) within ``CONNECT_TIMEOUT_S``,
 as one ``RuntimeFailure`` line (Ray itself would retry for minutes). Without an address
-a fresh local Ray is started (``address="local"``), never a cluster found on the host.
+a fresh local Ray is started (``address="local"``), never a cluster found on the host, and
+on loopback only (``LOOPBACK_ONLY``): its services listen on 127.0.0.1, not on the machine's
+network interfaces, since nothing outside the machine joins it.
 
 Killing: ``ray.kill`` does not reach a server started in its own session, so an actor
 kills its server's process group itself (``stop``), and the server carries a
@@ -209,6 +211,22 @@ def _last_error(lines: list[str]) -> str | None:
     return None
 
 
+# Ray's single-machine mode (its default on macOS and Windows): the node's address is loopback
+# and every service of the local Ray (GCS, raylet, workers, the runtime-env agent) listens on
+# 127.0.0.1 only (``ray.init(_node_ip_address="127.0.0.1")`` is rewritten to the machine's
+# address). Ray reads it when it is imported; the processes it spawns inherit it.
+LOOPBACK_ONLY = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+def _local_ray_on_loopback() -> None:
+    """The private local Ray this process starts listens on loopback only (``LOOPBACK_ONLY``)."""
+    name, value = LOOPBACK_ONLY
+    os.environ[name] = value
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None:  # Ray was imported before (its constants are read when it is)
+        setattr(constants, "ENABLE_RAY_CLUSTER", False)  # noqa: B010 - a module attribute, set
+
+
 def connect_ray(address: str | None, local_num_cpus: int | None = None):
     """``ray.init`` for the driver (no resources asked for it); every failure is one
     ``RuntimeFailure`` line. Reuses a Ray this process already initialised.
@@ -244,6 +262,7 @@ def connect_ray(address: str | None, local_num_cpus: int | None = None):
             level = notice.level
             notice.setLevel(logging.ERROR)
             try:
+                _local_ray_on_loopback()
                 ray.init(address="local", num_cpus=local_num_cpus, include_dashboard=False,
                          logging_level=logging.WARNING, log_to_driver=False)
             finally:

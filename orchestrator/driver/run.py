@@ -9,7 +9,18 @@ record it through the policy, and stop on the budget, the deadline, a signal
 outvote it are ``driver.golden``'s; every line the run prints is ``driver.progress``'s.
 
 A driver that stops for any reason first ends its running trials and records them
-``interrupted`` (re-queued once): no trial stays RUNNING. A write into the study's folder
+``interrupted`` (re-queued once): no trial stays RUNNING.
+
+Every launch is evidence (``study.launches``): during the search the driver relaunches the
+baseline or the incumbent on the schedule of ``study.relaunch`` (the launch noise every verdict
+carries), and when the search is over (its budget spent, its space exhausted, or the time left
+only what the race needs) it races the finalists (``study.race``: the incumbent and every config
+within launch noise of it, relaunched in interleaved rounds until the order is decided or
+``budget.confirm`` launches are spent). Both are uncounted trials of the study; a run that
+finds its search's budget spent continues the relaunches (until the launch noise is known) and
+the race a stopped run left. A goodput study (``objective.goodput``) does neither: its answer
+is where each config stops holding the SLO (``study.goodput``), its figure the median over its
+launches (``launches.HEADLINE``). A write into the study's folder
 that fails (disk full, quota, read-only) stops the run with one line naming the folder and
 the cause; what was recorded before stays readable and resumable.
 """
@@ -45,17 +56,27 @@ from orchestrator.driver.prescreen import (
     run_prescreen,
     setting_key,
 )
-from orchestrator.driver.progress import Progress, RunSummary
+from orchestrator.driver.progress import Progress, RunSummary, fmt_s
 from orchestrator.driver.ray_executor import RayExecutor
 from orchestrator.driver.signals import StopSignals
 from orchestrator.node import preflight
 from orchestrator.node.spec import TrialSpec, check_plan
 from orchestrator.study import objective as objectives
 from orchestrator.study import storage
+from orchestrator.study.goodput import goodput_answer
 from orchestrator.study.plan import build_plan
 from orchestrator.study.policy import Proposal, SearchPolicy
+from orchestrator.study.race import RACE, RaceState, race_state
+from orchestrator.study.relaunch import RELAUNCH, launches_to_know_noise, next_relaunch
 from orchestrator.study.samplers import make_sampler, make_strategy, startup_trials
-from orchestrator.study.storage import ATTR_BASELINE_REPEAT, ATTR_REFERENCE, ATTR_REFERENCE_RUN, open_study
+from orchestrator.study.storage import (
+    ATTR_BASELINE_REPEAT,
+    ATTR_LAUNCH_ROLE,
+    ATTR_RACE,
+    ATTR_REFERENCE,
+    ATTR_REFERENCE_RUN,
+    open_study,
+)
 from orchestrator.study.strategies.base import Strategy
 
 log = logging.getLogger(__name__)
@@ -69,8 +90,10 @@ ENV_BREAKER = 2
 # n-th baseline repeat of a run trial-(9000 + n).log.
 REFERENCE_RUN_NUMBER = 8001
 REPEAT_NUMBERS = 9000
+# Relaunches and race launches: trial-(7000 + n).log for the study's n-th of them.
+EXTRA_NUMBERS = 7000
 
-LaunchKind = Literal["search", "reference", "repeat", "reference-config"]
+LaunchKind = Literal["search", "reference", "repeat", "reference-config", "relaunch", "race"]
 
 
 @dataclass(frozen=True)
@@ -82,12 +105,19 @@ class Launch:
     compared with it); ``repeat``, the baseline again on another ``node`` (are the nodes
     comparable?), stored as an uncounted trial; ``reference-config``, the run of the config
     ``correctness.reference`` names. ``number`` names its log file: the Optuna trial number,
-    or ``REPEAT_NUMBERS + n`` / ``REFERENCE_RUN_NUMBER``."""
+    or ``REPEAT_NUMBERS + n`` / ``REFERENCE_RUN_NUMBER``. ``relaunch``: the baseline or the
+    incumbent again during the search (``study.relaunch``), ``race``: a launch of the finalists'
+    race (``study.race``), both stored as uncounted trials of their config (``key``, ``config``),
+    numbered ``EXTRA_NUMBERS + n``."""
 
     kind: LaunchKind
     number: int
     proposal: Proposal | None = None
     node: str | None = None  # the node a repeat runs on
+    key: str | None = None  # a relaunch's or race launch's config key
+    config: dict | None = None  # ... and its config
+    record: dict | None = None  # a race launch's race record (``RacePlan.record``)
+    shown: str = ""  # how the lines name its config ("#5")
 
     @classmethod
     def of(cls, proposal: Proposal, *, reference: bool) -> Launch:
@@ -104,6 +134,8 @@ class Launch:
     @property
     def label(self) -> str:
         """How the driver's log names it."""
+        if self.kind in ("relaunch", "race"):
+            return f"{self.kind} of {self.shown}"
         return {"repeat": "baseline repeat", "reference-config": "reference config"}.get(self.kind, f"#{self.number}")
 
 
@@ -121,7 +153,11 @@ class _Loop:
     golden: correctness.Golden | None = None
     in_flight: dict[int, Launch] = field(default_factory=dict)  # executor ticket -> what runs there
     repeats: list[str] = field(default_factory=list)  # node ids still to repeat the baseline on
+    search_over: bool = False  # no search trial starts any more (the rest of the time is the race's)
     said_paths: set[str] = field(default_factory=set)  # engine all-reduce path warnings the study has shown
+
+    def flying(self, kind: str) -> list[Launch]:
+        return [launch for launch in self.in_flight.values() if launch.kind == kind]
 
     @property
     def need_reference(self) -> bool:
@@ -144,6 +180,11 @@ class StudyDriver:
         self.job = job
         self.trials = trials if trials is not None else job.budget.trials
         self.timeout_s = timeout_s if timeout_s is not None else job.budget.timeout_s
+        # a goodput study's answer is its crossing (``study.goodput``), not a ratio over levels: it is not
+        # relaunched nor raced (module docstring)
+        goodput = job.objective.goodput is not None
+        self.relaunch_share = 0.0 if goodput else job.budget.relaunch
+        self.confirm = 0 if goodput else job.budget.confirm
         self.ray_address = ray_address or job.ray.address
         self._executor = executor
         self._owns_executor = executor is None
@@ -162,6 +203,7 @@ class StudyDriver:
         self.consecutive_env_failures = 0
         self._repeat_no = 0
         self._empty_study: tuple[optuna.Study, bool] | None = None  # a study this run created, still empty
+        self.prompt_set = storage.prompt_fingerprint(job) or {}  # what every trial is measured on
 
     def make_executor(self) -> Executor:
         if self._executor is None:
@@ -218,17 +260,25 @@ class StudyDriver:
                                                 remeasure=job.remeasure, seed=job.sampler.seed, strategy=strategy,
                                                 objective=job.objective, late=self._late,
                                                 run=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-            self.progress.expected_left = lambda n: (None if (s := policy.expected_seconds(n)) is None
-                                                     else s / max(1, executor.slots))
+            self.progress.expected_left = lambda n: self._expected_left(policy, executor, n)
             self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config
             self.say(f"study {job.study!r} of {job.path}: results in {display_path(self.report_dir)}")
+            self._warn_advice()
+            expanded = objectives.expansion(job.objective)
+            if expanded:  # a one-word objective: say what it means
+                self.say(expanded)
             self._recover(executor, policy)
             if self.trials is not None and policy.budget_used() >= self.trials:
                 self.say(f"budget reached: {policy.budget_used()} of {self.trials} trials already ran")
-                summary = RunSummary("budget reached", best=self._best_summary())
-                for line in self.progress.next_steps(summary, policy.rows()):
-                    self.say(line)
-                return summary
+                if self._noise_relaunch_due(policy):
+                    self.say("the launch noise is not known yet: relaunching until it is")
+                elif self._race_state(policy) is None:
+                    summary = RunSummary("budget reached", best=self._best_summary())
+                    for line in self.progress.next_steps(summary, policy.rows()):
+                        self.say(line)
+                    return summary
+                else:
+                    self.say("the race of the finalists is not over: continuing it")
             return self._loop(study, policy, executor)
         except BaseException:
             self._forget_unlaunched()
@@ -330,6 +380,8 @@ class StudyDriver:
                 self._start_votes(run)
                 self.progress.bans(policy.bans())
                 self._trials(run)
+                if not run.signals.count:
+                    self._race(run)
             finally:
                 self.progress.idle()
                 self._stop_in_flight(run)
@@ -350,6 +402,7 @@ class StudyDriver:
                 run.executor.cancel_all()
             if not stop_starting:
                 self._start_repeats(run)
+                self._start_relaunches(run)
                 self._start_trials(run)
             if not run.in_flight:
                 if run.past_deadline():
@@ -374,13 +427,177 @@ class StudyDriver:
                 run.in_flight[run.executor.submit(spec, node_id=node)] = launch
                 self.say(f"repeating the baseline on node {node[:8]} (are the nodes comparable?)")
 
+    def _start_relaunches(self, run: _Loop) -> None:
+        """The baseline or the incumbent again, when the schedule of ``study.relaunch`` says so:
+        the launch noise every verdict carries, measured as the search goes."""
+        policy, share = run.policy, self.relaunch_share
+        if share <= 0 or run.need_reference or run.search_over:
+            return
+        over = policy.budget_reached or policy.exhausted  # then only the relaunches that make the noise known
+        while len(run.in_flight) < run.executor.slots:
+            if over and run.flying("search"):
+                return
+            rows = policy.rows()
+            due = next_relaunch(rows, self.job.objective, share, policy.launch_cost(),
+                                in_flight=[launch.key for launch in run.flying("relaunch") if launch.key],
+                                search_over=over)
+            if due is None:
+                return
+            launch = Launch("relaunch", self._extra_number(run, rows), key=due.key, config=dict(due.row.params),
+                            shown=f"#{due.row.number}")
+            self._submit_extra(run, launch)
+            self.progress.relaunching(launch.shown, due.why, due.launches + 1)
+
+    def _noise_relaunch_due(self, policy: SearchPolicy) -> bool:
+        """A search that is over left the launch noise unknown (a run stopped during its relaunches)."""
+        if self.relaunch_share <= 0:
+            return False
+        return next_relaunch(policy.rows(), self.job.objective, self.relaunch_share, policy.launch_cost(),
+                             search_over=True) is not None
+
+    def _submit_extra(self, run: _Loop, launch: Launch) -> None:
+        assert launch.config is not None  # relaunches and race launches carry their config
+        spec = self.spec_for(launch.number, launch.config, run.golden.texts if run.golden else None)
+        run.in_flight[run.executor.submit(spec)] = launch
+
+    def _extra_number(self, run: _Loop, rows: list) -> int:
+        """The next relaunch's or race launch's log number (module constant ``EXTRA_NUMBERS``)."""
+        stored = sum(1 for r in rows if r.launch_role in (RELAUNCH, RACE))
+        return EXTRA_NUMBERS + stored + len(run.flying("relaunch")) + len(run.flying("race")) + 1
+
+    def _store_launch(self, run: _Loop, launch: Launch, result: TrialResult) -> None:
+        """A relaunch or race launch is back: judged like a trial (the correctness gate: a config that
+        answers wrong on a fresh launch is wrong) and stored as an uncounted trial of its config."""
+        assert launch.config is not None and launch.key is not None
+        result = outcome.decide(result, second_signal=run.signals.kill_now, golden=run.golden).result
+        role = RELAUNCH if launch.kind == "relaunch" else RACE
+        attrs: dict[str, Any] = {ATTR_LAUNCH_ROLE: role}
+        if launch.record is not None:
+            attrs[ATTR_RACE] = launch.record
+        self._store_extra(run.study, result, launch.config, attrs, key=launch.key)
+        self.progress.finished += 1
+        run.summary.relaunched += 1
+        rows = run.policy.rows()
+        self.progress.launch_back(launch.kind, launch.shown, result, rows, self.job.objective)
+
+    # ---- the race of the finalists --------------------------------------------------------------
+    def _race_state(self, policy: SearchPolicy) -> RaceState | None:
+        """The race this study's search calls for now, None when there is none to run (no budget,
+        nothing to race, or it is over)."""
+        budget = self.confirm
+        if budget <= 0:
+            return None
+        state = race_state(policy.rows(), self.job.objective, budget, policy.budget_used())
+        return None if state.over() else state
+
+    def _race(self, run: _Loop) -> None:
+        """The finalists relaunched in interleaved rounds until the order is decided or the
+        race's budget is spent (``study.race``); a stopped run's race continues here."""
+        if run.past_deadline() or (run.checks and run.golden is None):
+            return
+        state = self._race_state(run.policy)
+        if state is None:
+            return
+        cost = run.policy.launch_cost()
+        self.progress.race_planned(state, run.policy.rows(), cost)
+        rounds_seen = state.rounds_done
+        while True:
+            logs.check_driver_log()
+            stop = run.signals.count > 0 or run.past_deadline()
+            if run.signals.kill_now and run.in_flight:
+                run.executor.cancel_all()
+            if not stop:
+                self._start_race_launches(run, state, cost)
+            if not run.in_flight:
+                break
+            for ticket, result in run.executor.wait(0.5):
+                self._collect(run, run.in_flight.pop(ticket), result)
+                state = race_state(run.policy.rows(), self.job.objective, self.confirm, state.plan.id)
+                if state.rounds_done > rounds_seen:
+                    rounds_seen = state.rounds_done
+                    self.progress.race_round(state, run.policy.rows())
+        if run.signals.count:
+            run.summary.reason = "stopped by signal"
+        elif run.past_deadline() and not state.over():
+            run.summary.reason = "timeout"
+        self.progress.race_over(state, run.policy.rows(), self.job.objective)
+
+    def _start_race_launches(self, run: _Loop, state: RaceState, cost) -> None:
+        while len(run.in_flight) < run.executor.slots:
+            flying = [launch.key for launch in run.flying("race") if launch.key]
+            key = state.next(flying)
+            if key is None:
+                return
+            row = state.plan.configs.get(key)
+            if row is None:
+                return
+            expected = state.launch_seconds(key, cost)
+            if run.deadline is not None and expected is not None and time.monotonic() + expected > run.deadline:
+                self.say("the race stops here: its next launch would end past the time budget")
+                run.search_over = True
+                return
+            rows = run.policy.rows()
+            launch = Launch("race", self._extra_number(run, rows), key=key, config=dict(row.params),
+                            record=state.plan.record(state.round), shown=f"#{row.number}")
+            self._submit_extra(run, launch)
+            self.progress.racing(launch.shown, state, len(flying) + 1, state.expected_seconds(cost))
+
+    def _expected_left(self, policy: SearchPolicy, executor: Executor, launches: int) -> float | None:
+        """Seconds the rest of the run should take by the measured launch costs: the search's
+        launches left, the relaunches (their share, or the ones the launch noise still needs if
+        more), and the race."""
+        search = policy.expected_seconds(launches)
+        if search is None:
+            return None
+        relaunch = 0.0
+        if self.relaunch_share > 0:
+            needed = launches_to_know_noise(policy.rows(), self.job.objective) * (policy.launch_cost().median or 0.0)
+            relaunch = max(search * self.relaunch_share, needed)
+        total = search + relaunch + (self._race_seconds(policy) or 0.0)
+        return total / max(1, executor.slots)
+
+    def _race_seconds(self, policy: SearchPolicy) -> float | None:
+        """What the race should take: ``budget.confirm`` launches at the cost of the study's best
+        configs (the likely finalists) by the measured launch costs."""
+        budget = self.confirm
+        cost = policy.launch_cost()
+        if budget <= 0 or cost.median is None:
+            return 0.0 if budget <= 0 else None
+        best = policy.best_row()
+        per = (cost.predict(best.params) if best is not None else None) or cost.median
+        return budget * per
+
+    def _leave_time_for_race(self, run: _Loop) -> bool:
+        """With a time budget, the search stops when what is left is what the race needs (and the
+        next search launch would eat into it); said once. A race longer than the run's whole time
+        budget stops nothing: the search goes on, and the race runs in the runs after it (a run that
+        finds the search's budget spent continues it, launch by launch within its time)."""
+        if run.deadline is None or self.confirm <= 0:
+            return False
+        race = self._race_seconds(run.policy)
+        cost = run.policy.launch_cost()
+        if race is None or cost.median is None:
+            return False
+        if self.timeout_s is not None and race + cost.median > self.timeout_s:
+            return False
+        left = run.deadline - time.monotonic()
+        if left >= race + cost.median:
+            return False
+        run.search_over = True
+        run.summary.reason = "timeout"
+        self.say(f"stopping the search with {fmt_s(left)} left of the time budget: the race of the finalists "
+                 f"needs ~{fmt_s(race)} ({self.confirm} launches, budget.confirm)")
+        return True
+
     def _start_trials(self, run: _Loop) -> None:
         """Proposals into free slots; the golden reference's capture runs alone, first."""
         job, policy = self.job, run.policy
-        while len(run.in_flight) < run.executor.slots:
+        while len(run.in_flight) < run.executor.slots and not run.search_over:
             need_reference = run.need_reference
             if need_reference and run.in_flight:
                 return  # the reference runs alone: every later trial is compared with it
+            if not need_reference and self._leave_time_for_race(run):
+                return
             if need_reference:
                 policy.ensure_baseline_next()  # the golden reference comes from the baseline, never another config
             proposal = policy.next()
@@ -408,8 +625,15 @@ class StudyDriver:
             if need_reference:
                 return
 
+    def _warn_advice(self) -> None:
+        """What the job allows but likely does not mean (``Job.advice``), said before anything is launched."""
+        for advice in getattr(self.job, "advice", ()):
+            log.warning("%s", advice)
+
     def _collect(self, run: _Loop, launch: Launch, result: TrialResult) -> None:
-        """A launch is back: store it as what it was (a repeat, the reference, a trial)."""
+        """A launch is back: store it as what it was (a repeat, the reference, a trial), with the
+        prompt set it was measured on."""
+        result = dataclasses.replace(result, prompt_set=dict(self.prompt_set))
         for text in result.warnings:  # the trial's warnings (its actor's logged ones included) into driver.log
             log.warning("%s: %s", launch.label, text)
             if text.startswith(nccl.ENGINE_PATH_WARNING) and text not in run.said_paths:  # once per study
@@ -418,6 +642,9 @@ class StudyDriver:
         if launch.kind == "repeat":
             result = outcome.decide(result, second_signal=run.signals.kill_now, golden=run.golden).result
             self._store_repeat(run.study, result)
+            return
+        if launch.kind in ("relaunch", "race"):
+            self._store_launch(run, launch, result)
             return
         proposal = launch.proposal
         assert proposal is not None  # search and reference launches carry their proposal
@@ -467,9 +694,11 @@ class StudyDriver:
     def _decide(self, run: _Loop, proposal: Proposal, result: TrialResult,
                 golden: correctness.Golden | None) -> outcome.Final:
         base = run.policy.baseline_row()
+        objective = self.job.objective
         return outcome.decide(result, second_signal=run.signals.kill_now, golden=golden, rules=self.job.constraints,
                               baseline=base.measurement if base else None,
-                              earlier_timeouts=run.policy.earlier_timeouts(proposal.key, proposal.number))
+                              earlier_timeouts=run.policy.earlier_timeouts(proposal.key, proposal.number),
+                              slo=(lambda m: objectives.judged(objective, m)) if objective.slo else None)
 
     def _record(self, policy: SearchPolicy, proposal: Proposal, final: outcome.Final) -> None:
         """Store the final outcome, re-queue what was not the config's fault, say it, and
@@ -621,7 +850,10 @@ class StudyDriver:
 
     def _store_extra(self, study: optuna.Study, result: TrialResult, config: dict, attrs: dict,
                      key: str | None = None) -> int:
-        """A launch outside the search, stored as an uncounted trial; returns its number."""
+        """A launch outside the search, stored as an uncounted trial (with this run's start: the
+        report's wall clock counts it); returns its number."""
+        if self.policy is not None and self.policy.run:
+            attrs = {**attrs, storage.ATTR_RUN: self.policy.run}
         values = None
         if result.outcome == COMPLETE and self.policy is not None and objectives.has_values(self.job.objective, result):
             values = self.policy.told_values(result)  # what the objective tells Optuna (one per level for a plan)
@@ -676,8 +908,11 @@ class StudyDriver:
     def _best_summary(self) -> dict[str, Any] | None:
         if self.policy is None:
             return None
-        plan = build_plan(self.policy.rows(), self.job.objective) if self.job.objective.is_plan else None
-        return self.progress.best_summary(self.policy.best_row(), self.policy.baseline_row(), plan=plan)
+        rows = self.policy.rows()
+        plan = build_plan(rows, self.job.objective) if self.job.objective.is_plan else None
+        goodput = goodput_answer(rows, self.job.objective) if self.job.objective.goodput is not None else None
+        return self.progress.best_summary(self.policy.best_row(), self.policy.baseline_row(), plan=plan,
+                                          rows=rows, objective=self.job.objective, goodput=goodput)
 
 
 def _path_warnings(study: optuna.Study) -> set[str]:

@@ -205,6 +205,7 @@ class RequestResult:
     decode_tok_s: float | None = None
     finish_reason: str | None = None
     prompt_tokens: int | None = None
+    max_tokens: int | None = None  # the output tokens it asked for
 
     @property
     def timed_out(self) -> bool:
@@ -356,6 +357,7 @@ def stream_completion(
     ``stall_s``: a read that waits longer ends it as stalled (module docstring)."""
     body = _completion_body(model, prompt, max_tokens, temperature, ignore_eos, extra)
     st = _Stream(time.monotonic())
+    st.res.max_tokens = int(max_tokens)
     call = _Call(base_url, timeout_s, stall_s)
     try:
         resp = call.post("/v1/completions", body)
@@ -507,17 +509,19 @@ async def _astream(target: tuple[str, int, bool, bytes], timeout_s: float,
 
 async def _streams(targets: Sequence[tuple[str, int, bool, bytes]], timeout_s: float, width: int,
                    n_requests: int, stall_s: float | None = None,
-                   on_done: Callable[[RequestResult], None] | None = None,
+                   on_done: Callable[[RequestResult], None] | None = None, asked: Sequence[int] = (),
                    ) -> tuple[list[tuple[int, RequestResult]], float]:
     """``n_requests`` requests, ``width`` streams at a time, each stream sending its next request
     as soon as its last one ended (a closed loop, as ``vllm bench serve --max-concurrency``); the
-    i-th request goes to ``targets[i % len]``: ([(stream, result)], wall seconds)."""
+    i-th request goes to ``targets[i % len]`` (asking ``asked[i % len]`` tokens): ([(stream,
+    result)], wall seconds)."""
     results: list[tuple[int, RequestResult]] = []
     todo = iter(range(n_requests))
 
     async def worker(stream: int) -> None:
         for i in todo:
             res = await _astream(targets[i % len(targets)], timeout_s, stall_s)
+            res.max_tokens = asked[i % len(asked)] if asked else None
             results.append((stream, res))
             if on_done is not None:
                 on_done(res)
@@ -557,19 +561,22 @@ def _summary(results: list[RequestResult], concurrency: int, n_requests: int, wa
     }
 
 
-def run_streams(base_url: str, model: str, prompts: Sequence[str], output_tokens: int, concurrency: int,
-                n_requests: int, *, timeout_s: float, stall_s: float | None = None,
+def run_streams(base_url: str, model: str, prompts: Sequence[str], output_tokens: int | Sequence[int],
+                concurrency: int, n_requests: int, *, timeout_s: float, stall_s: float | None = None,
                 extra: dict[str, Any] | None = None,
                 on_done: Callable[[RequestResult], None] | None = None,
                 ) -> tuple[list[tuple[int, RequestResult]], float]:
     """``n_requests`` streamed completions, ``concurrency`` streams at a time in a closed loop, all
     on one asyncio event loop of the calling thread (which must not be running one), through
-    ``prompts`` in turn: ([(stream index, RequestResult)], wall seconds). ``on_done`` is called with
-    each finished request (on that loop: keep it quick)."""
-    targets = [_request_bytes(base_url, "/v1/completions", _completion_body(model, p, output_tokens, 0.0, True, extra))
-               for p in prompts]
+    ``prompts`` in turn, each asking ``output_tokens`` (one length, or one per prompt): ([(stream
+    index, RequestResult)], wall seconds). ``on_done`` is called with each finished request (on
+    that loop: keep it quick)."""
+    lengths = [int(output_tokens)] * len(prompts) if isinstance(output_tokens, int) else [int(n) for n in output_tokens]
+    targets = [_request_bytes(base_url, "/v1/completions", _completion_body(model, p, lengths[i % len(lengths)], 0.0,
+                                                                            True, extra))
+               for i, p in enumerate(prompts)]
     return asyncio.run(_streams(targets, timeout_s, max(1, int(concurrency)), max(1, int(n_requests)), stall_s,
-                                on_done))
+                                on_done, [lengths[i % len(lengths)] for i in range(len(prompts))]))
 
 
 def measure_concurrency(

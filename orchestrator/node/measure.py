@@ -41,9 +41,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from orchestrator.core import prometheus
+from orchestrator.core import prometheus, slo
 from orchestrator.core.measurement import (
+    Distribution,
+    GoodputResult,
     Latency,
+    Lengths,
     LevelResult,
     Measurement,
     StreamedRequest,
@@ -61,6 +64,12 @@ STALLED_MARK = "streams stalled"  # in a concurrent round's error: some of its s
 # generous enough that noise and a busier machine never decide it, tight enough that a server
 # that slows down by an order of magnitude mid-benchmark is a timeout, not an hour.
 PACE_FACTOR = 4.0
+# Goodput: the bisection stops when the bracket around the crossing is at most this share of the
+# highest concurrency that held (exact below 20 streams): closer than that, the latency
+# percentiles of neighbouring concurrencies differ less than their own noise. Up to 64 streams
+# that is 1, 64, then 4 or 5 halvings: about 7 levels measured in one launch.
+GOODPUT_STEP = 0.1
+GOODPUT_PACE_PROBES = 3  # the limit's guess of a bisection's rounds: 1, then the top level 3 times over
 
 # (level, requests done, requests of this level's round), told with 0 done as a round begins
 Progress = Callable[[int, int, int], None]
@@ -80,9 +89,11 @@ class _Level:
     round_s: float | None = None  # the last round of this level, in seconds
     spec_before: dict[str, float] | None = None
     spec_after: dict[str, float] | None = None
+    prompt_tokens: list[int] = field(default_factory=list)  # each request's prompt, as the server counted it
+    asked: list[int | None] = field(default_factory=list)  # the output tokens each request asked for
 
     def add(self, req: RequestResult) -> None:
-        """One finished request's latencies."""
+        """One finished request's latencies and lengths."""
         lat = self.latency
         if req.ttft_s is not None:
             lat["ttft"].append(req.ttft_s)
@@ -92,6 +103,9 @@ class _Level:
         if req.latency_s is not None:
             lat["e2e"].append(req.latency_s)
         self.token_counts.append(req.n_tokens)
+        self.asked.append(req.max_tokens)
+        if req.prompt_tokens is not None:
+            self.prompt_tokens.append(req.prompt_tokens)
 
     @property
     def rel_ci(self) -> float | None:
@@ -155,21 +169,25 @@ class _Pace:
 
     def __init__(self, plan: BenchPlan, levels: list[int], floor: float, t0: float):
         self.plan, self.levels, self.floor, self.t0 = plan, levels, floor, t0
-        self.per_request: float | None = None  # a single request's seconds, as the warm-up took
+        self.per_token: float | None = None  # a single request's seconds per output token, as the warm-up took
 
-    def observe(self, seconds: float | None) -> None:
-        """A warm-up request (or, with no warm-up, the first timed one) took ``seconds``."""
+    def observe(self, seconds: float | None, tokens: int) -> None:
+        """A warm-up request (or, with no warm-up, the first timed one) that asked for ``tokens``
+        output tokens took ``seconds`` (with one output length for every request, the pace is a
+        request's seconds, as it always was)."""
         if seconds:
-            self.per_request = max(self.per_request or 0.0, seconds)  # the slower: generous
+            self.per_token = max(self.per_token or 0.0, seconds / max(1, tokens))  # the slower: generous
 
     def estimate(self) -> float | None:
         """Seconds the required rounds should take at that pace (a wave at level N as N single
         requests: the most a batch can slow each of its streams)."""
-        if self.per_request is None:
+        if self.per_token is None:
             return None
         plan = self.plan
-        per_round = sum(len(plan.prompts) if lv == 1 else plan.waves * lv for lv in self.levels)
-        return self.per_request * per_round * plan.repeats
+        prompts = len(plan.prompts)
+        tokens = sum(plan.tokens_for(i) for i in range(prompts)) / prompts  # a request's mean length
+        per_round = sum(prompts if lv == 1 else plan.waves * lv for lv in self.levels)
+        return self.per_token * tokens * per_round * plan.repeats
 
     def deadline(self) -> float:
         """The monotonic time the benchmark may run until."""
@@ -177,104 +195,202 @@ class _Pace:
         return max(self.floor, self.t0 + PACE_FACTOR * guess) if guess is not None else self.floor
 
 
+CUT = "cut"  # ``_Session.rounds``: the adaptive rounds reached the benchmark's limit (the level is kept)
+DONE = "done"
+
+
+class _Session:
+    """One benchmark while it runs (``measure``, ``goodput``): the levels measured so far, the
+    pace and its limit, the warm-up and the rounds, and how it ends."""
+
+    def __init__(self, base_url: str, model: str, plan: BenchPlan, deadline: float, metrics_url: str | None,
+                 progress: Progress | None, pace_levels: list[int]):
+        self.base_url, self.model, self.plan = base_url, model, plan
+        self.metrics_url, self.progress = metrics_url, progress
+        self.out = Benchmark()
+        self.acc: dict[int, _Level] = {}
+        self.adaptive = plan.max_repeats is not None and plan.target_rel_ci is not None
+        self.cap = max(plan.repeats, int(plan.max_repeats or plan.repeats)) if self.adaptive else plan.repeats
+        self.t0 = time.monotonic()
+        self.t1: float | None = None  # the rounds' start
+        self.pace = _Pace(plan, pace_levels, deadline, self.t0)
+        self.warmup_s = self.bench_s = 0.0
+        self.rounds_done = 0
+        self.goodput: GoodputResult | None = None
+
+    def left(self) -> float:
+        return self.pace.deadline() - time.monotonic()
+
+    def frozen(self) -> Measurement:
+        plan = self.plan
+        lengths = None
+        if plan.output_lengths is not None or plan.context:  # traffic or long prompts: the lengths they had
+            levels = list(self.acc.values())
+            asked = [(a, n) for lv in levels for a, n in zip(lv.asked, lv.token_counts)]
+            lengths = Lengths(input=Distribution.of(t for lv in levels for t in lv.prompt_tokens),
+                              output=Distribution.of(n for lv in levels for n in lv.token_counts),
+                              mismatched=sum(1 for a, n in asked if a is not None and a != n))
+        return Measurement(levels={lv: a.freeze() for lv, a in self.acc.items() if a.samples}, rounds=self.rounds_done,
+                           prompts=len(plan.prompts), output_tokens=plan.output_tokens, warmup_s=self.warmup_s,
+                           bench_s=self.bench_s, goodput=self.goodput, lengths=lengths)
+
+    def fail(self, err: str, timed_out: bool, req: RequestResult | None = None, stalled: bool = False,
+             level: int | None = None) -> Benchmark:
+        out = self.out
+        out.ok, out.error, out.timed_out, out.failed_request, out.failed_level = False, err, timed_out, req, level
+        out.stalled = stalled or (req is not None and req.stalled)
+        out.limit_s = self.pace.deadline() - self.t0
+        out.measurement = self.frozen()
+        return out
+
+    def warm_up(self) -> Benchmark | None:
+        """The untimed requests; the failed benchmark when one fails."""
+        plan = self.plan
+        for i in range(plan.warmup):
+            if self.left() <= 0:
+                return self.fail(f"benchmark limit reached during warm-up ({i} of {plan.warmup})", True)
+            k = i % len(plan.prompts)
+            req = client.stream_completion(self.base_url, self.model, plan.prompts[k], plan.tokens_for(k), self.left(),
+                                           stall_s=plan.stall_s)
+            if not req.ok:
+                return self.fail(f"warm-up request {i + 1} failed: {req.error}", req.timed_out, req)
+            self.pace.observe(req.latency_s, plan.tokens_for(k))
+        self.warmup_s = time.monotonic() - self.t0
+        self.t1 = time.monotonic()
+        return None
+
+    def rounds(self, objective: list[int], extra_levels: list[int],
+               prune_below: Mapping[int, float] | None) -> str | Benchmark:
+        """Rounds over ``objective`` then ``extra_levels`` (module docstring): ``DONE`` (or pruned:
+        ``out.pruned``), ``CUT`` (the adaptive rounds reached the limit), or the failed benchmark."""
+        plan, acc, out = self.plan, self.acc, self.out
+        for level in objective + extra_levels:
+            acc.setdefault(level, _Level(level))
+        for rnd in range(self.cap):
+            if rnd < plan.repeats:
+                todo = objective + extra_levels
+            else:  # adaptive rounds: only the levels whose interval is still too wide
+                todo = [lv for lv in objective + extra_levels
+                        if acc[lv].rel_ci is not None and acc[lv].rel_ci > plan.target_rel_ci]  # type: ignore[operator]
+                if not todo:
+                    break
+                longest = sum(acc[lv].round_s or 0.0 for lv in todo)
+                if self.pace.deadline() - time.monotonic() < 1.5 * longest:
+                    out.warnings.append(f"stopped adaptive rounds at {rnd}: the benchmark's limit (rel_ci "
+                                        + ", ".join(f"{acc[lv].rel_ci:.3f} at {lv}" for lv in todo) + ")")
+                    break
+            for level in todo:
+                if rnd == 0 and level in extra_levels and early_stop(_first(acc, objective, plan), prune_below):
+                    break  # the constraint levels wait for a trial that goes on
+                got = acc[level]
+                before = read_metrics(self.metrics_url)
+                if got.spec_before is None:
+                    got.spec_before = before
+                started = time.monotonic()
+                error = (_decode_round(self.base_url, self.model, plan, got, self.left, self.progress, self.pace)
+                         if level == 1 else
+                         _sustained_round(self.base_url, self.model, plan, got, self.left, self.progress, self.pace))
+                if error is not None:
+                    self.bench_s = time.monotonic() - (self.t1 or self.t0)
+                    if rnd >= plan.repeats and error[1] and self.pace.deadline() - time.monotonic() <= 0:
+                        out.warnings.append(f"adaptive round {rnd + 1} at {level} cut by the benchmark's limit")
+                        return CUT
+                    return self.fail(f"concurrency {level}: {error[0]}" if level > 1 else error[0], error[1],
+                                     error[2], stalled=STALLED_MARK in error[0], level=level)
+                got.round_s = time.monotonic() - started
+                got.spec_after = read_metrics(self.metrics_url)
+            self.rounds_done = max(self.rounds_done, rnd + 1)
+            if rnd == 0 and early_stop(_first(acc, objective, plan), prune_below):
+                out.pruned = True
+                break
+        self.bench_s = time.monotonic() - (self.t1 or self.t0)
+        return DONE
+
+    def finish(self) -> Benchmark:
+        """The benchmark that went to its end, with what it should warn about."""
+        out, plan, acc = self.out, self.plan, self.acc
+        if plan.output_lengths is None:
+            short = sorted({c for c in (acc[1].token_counts if 1 in acc else []) if c != plan.output_tokens})
+            if short:
+                out.warnings.append(f"requests returned {short} tokens, not {plan.output_tokens} (does the server "
+                                    "honour ignore_eos?)")
+        else:
+            asked = [(a, n) for lv in acc.values() for a, n in zip(lv.asked, lv.token_counts) if a is not None]
+            wrong = [(a, n) for a, n in asked if a != n]
+            if wrong:
+                out.warnings.append(f"{len(wrong)} of {len(asked)} requests returned another length than asked "
+                                    f"(e.g. {wrong[0][1]} of {wrong[0][0]} tokens; does the server honour ignore_eos?)")
+        if self.adaptive:
+            for level, got in acc.items():
+                if got.rel_ci is not None and got.rel_ci > plan.target_rel_ci:  # type: ignore[operator]
+                    rounds = len(got.samples) if level > 1 else len(got.samples) // max(1, len(plan.prompts))
+                    out.warnings.append(f"rel_ci {got.rel_ci:.3f} at {level} above the target {plan.target_rel_ci} "
+                                        f"after {rounds} rounds")
+        out.ok = True
+        out.measurement = self.frozen()
+        return out
+
+
 def measure(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metrics_url: str | None = None,
             prune_below: Mapping[int, float] | None = None, progress: Progress | None = None) -> Benchmark:
     """Measure every level of ``plan`` (module docstring); never raises for what the server does.
     ``deadline``: the benchmark's limit at least (``timeouts.bench`` from its start); the pace
-    measured may extend it."""
-    out = Benchmark()
+    measured may extend it. A plan with ``goodput`` bisects over concurrency instead (``goodput``)."""
+    if plan.goodput is not None:
+        return goodput(base_url, model, plan, deadline=deadline, metrics_url=metrics_url, progress=progress)
     objective = sorted(plan.levels)
     extra_levels = sorted(set(plan.constraint_levels) - set(objective))
-    acc = {level: _Level(level) for level in objective + extra_levels}
-    adaptive = plan.max_repeats is not None and plan.target_rel_ci is not None
-    cap = max(plan.repeats, int(plan.max_repeats or plan.repeats)) if adaptive else plan.repeats
-    t0 = time.monotonic()
-    pace = _Pace(plan, objective + extra_levels, deadline, t0)
-    warmup_s = bench_s = 0.0
-    rounds_done = 0
+    run = _Session(base_url, model, plan, deadline, metrics_url, progress, objective + extra_levels)
+    failed = run.warm_up()
+    if failed is not None:
+        return failed
+    got = run.rounds(objective, extra_levels, prune_below)
+    return got if isinstance(got, Benchmark) else run.finish()
 
-    def left() -> float:
-        return pace.deadline() - time.monotonic()
 
-    def frozen() -> Measurement:
-        return Measurement(levels={lv: a.freeze() for lv, a in acc.items() if a.samples}, rounds=rounds_done,
-                           prompts=len(plan.prompts), output_tokens=plan.output_tokens, warmup_s=warmup_s,
-                           bench_s=bench_s)
-
-    def fail(err: str, timed_out: bool, req: RequestResult | None = None, stalled: bool = False,
-             level: int | None = None) -> Benchmark:
-        out.ok, out.error, out.timed_out, out.failed_request, out.failed_level = False, err, timed_out, req, level
-        out.stalled = stalled or (req is not None and req.stalled)
-        out.limit_s = pace.deadline() - t0
-        out.measurement = frozen()
-        return out
-
-    for i in range(plan.warmup):
-        if left() <= 0:
-            return fail(f"benchmark limit reached during warm-up ({i} of {plan.warmup})", True)
-        req = client.stream_completion(base_url, model, plan.prompts[i % len(plan.prompts)], plan.output_tokens,
-                                       left(), stall_s=plan.stall_s)
-        if not req.ok:
-            return fail(f"warm-up request {i + 1} failed: {req.error}", req.timed_out, req)
-        pace.observe(req.latency_s)
-    warmup_s = time.monotonic() - t0
-    t1 = time.monotonic()
-    for rnd in range(cap):
-        if rnd < plan.repeats:
-            todo = objective + extra_levels
-        else:  # adaptive rounds: only the levels whose interval is still too wide
-            todo = [lv for lv in objective + extra_levels
-                    if acc[lv].rel_ci is not None and acc[lv].rel_ci > plan.target_rel_ci]  # type: ignore[operator]
-            if not todo:
-                break
-            longest = sum(acc[lv].round_s or 0.0 for lv in todo)
-            if pace.deadline() - time.monotonic() < 1.5 * longest:
-                out.warnings.append(f"stopped adaptive rounds at {rnd}: the benchmark's limit (rel_ci "
-                                    + ", ".join(f"{acc[lv].rel_ci:.3f} at {lv}" for lv in todo) + ")")
-                break
-        for level in todo:
-            if rnd == 0 and level in extra_levels and early_stop(_first(acc, objective, plan), prune_below):
-                break  # the constraint levels wait for a trial that goes on
-            got = acc[level]
-            before = read_metrics(metrics_url)
-            if got.spec_before is None:
-                got.spec_before = before
-            started = time.monotonic()
-            error = (_decode_round(base_url, model, plan, got, left, progress, pace) if level == 1
-                     else _sustained_round(base_url, model, plan, got, left, progress, pace))
-            if error is not None:
-                if rnd >= plan.repeats and error[1] and pace.deadline() - time.monotonic() <= 0:
-                    out.warnings.append(f"adaptive round {rnd + 1} at {level} cut by the benchmark's limit")
-                    bench_s = time.monotonic() - t1
-                    return _finish(out, plan, acc, frozen, adaptive)
-                bench_s = time.monotonic() - t1
-                return fail(f"concurrency {level}: {error[0]}" if level > 1 else error[0], error[1], error[2],
-                            stalled=STALLED_MARK in error[0], level=level)
-            got.round_s = time.monotonic() - started
-            got.spec_after = read_metrics(metrics_url)
-        rounds_done = rnd + 1
-        if rnd == 0 and early_stop(_first(acc, objective, plan), prune_below):
-            out.pruned = True
+def goodput(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metrics_url: str | None = None,
+            progress: Progress | None = None) -> Benchmark:
+    """The goodput objective's measurement (module docstring): each concurrency the bisection
+    picks (``bisect_next``) measured as a level, in full, judged against ``plan.slo``
+    (``core.slo.holds``), up to ``plan.goodput`` streams; the crossing in ``Measurement.goodput``."""
+    top = int(plan.goodput or 1)
+    run = _Session(base_url, model, plan, deadline, metrics_url, progress, [1] + [top] * GOODPUT_PACE_PROBES)
+    failed = run.warm_up()
+    if failed is not None:
+        return failed
+    probes: list[int] = []
+    held, broke = 0, None
+    nxt: int | None = 1
+    while nxt is not None:
+        got = run.rounds([nxt], [], None)
+        if isinstance(got, Benchmark):
+            return got
+        probes.append(nxt)
+        if slo.holds(run.acc[nxt].freeze(), plan.slo):
+            held = nxt
+        else:
+            broke = nxt
+        run.goodput = GoodputResult(top, tuple(probes), holds=held or None, breaks=broke)
+        if got == CUT:
+            run.out.warnings.append(f"the goodput bisection stopped at the benchmark's limit: the crossing lies "
+                                    f"between {held} and {broke or top} streams")
             break
-    bench_s = time.monotonic() - t1
-    return _finish(out, plan, acc, frozen, adaptive)
+        nxt = bisect_next(held, broke, top)
+    return run.finish()
 
 
-def _finish(out: Benchmark, plan: BenchPlan, acc: dict[int, _Level], frozen: Callable[[], Measurement],
-            adaptive: bool) -> Benchmark:
-    short = sorted({c for c in (acc[1].token_counts if 1 in acc else []) if c != plan.output_tokens})
-    if short:
-        out.warnings.append(f"requests returned {short} tokens, not {plan.output_tokens} (does the server honour "
-                            "ignore_eos?)")
-    if adaptive:
-        for level, got in acc.items():
-            if got.rel_ci is not None and got.rel_ci > plan.target_rel_ci:  # type: ignore[operator]
-                rounds = len(got.samples) if level > 1 else len(got.samples) // max(1, len(plan.prompts))
-                out.warnings.append(f"rel_ci {got.rel_ci:.3f} at {level} above the target {plan.target_rel_ci} after "
-                                    f"{rounds} rounds")
-    out.ok = True
-    out.measurement = frozen()
-    return out
+def bisect_next(held: int, broke: int | None, top: int) -> int | None:
+    """The next concurrency the goodput bisection measures, or None when the crossing is found:
+    ``held`` the highest concurrency measured where every SLO held (0: none yet), ``broke`` the
+    lowest above it where one broke (None: none yet). First 1, then ``top``, then halving the
+    bracket until it is at most ``GOODPUT_STEP`` of ``held`` wide (1 below 20 streams)."""
+    if held == 0:
+        return 1 if broke is None else None  # broke at 1: no concurrency holds
+    if broke is None:
+        return top if held < top else None
+    if broke - held <= max(1, int(held * GOODPUT_STEP)):
+        return None
+    return (held + broke) // 2
 
 
 def _first(acc: dict[int, _Level], objective: list[int], plan: BenchPlan) -> dict[int, float | None]:
@@ -295,7 +411,7 @@ def _decode_round(base_url: str, model: str, plan: BenchPlan, got: _Level, left,
         budget = left()
         if budget <= 0:
             return f"benchmark limit reached after {len(got.samples)} requests", True, None
-        req = client.stream_completion(base_url, model, prompt, plan.output_tokens, budget, stall_s=plan.stall_s)
+        req = client.stream_completion(base_url, model, prompt, plan.tokens_for(i), budget, stall_s=plan.stall_s)
         if not req.ok:
             return f"request {len(got.samples) + 1} failed: {req.error}", req.timed_out, req
         if req.decode_tok_s is None:
@@ -303,8 +419,8 @@ def _decode_round(base_url: str, model: str, plan: BenchPlan, got: _Level, left,
                     f"{len(req.token_times)} streamed chunks)"), False, req
         got.samples.append(req.decode_tok_s)
         got.add(req)
-        if pace.per_request is None:  # no warm-up: the first request sets the pace
-            pace.observe(req.latency_s)
+        if pace.per_token is None:  # no warm-up: the first request sets the pace
+            pace.observe(req.latency_s, plan.tokens_for(i))
         if req.e2e_tok_s is not None:
             got.e2e_tok_s.append(req.e2e_tok_s)
         if progress is not None:
@@ -328,7 +444,8 @@ def _sustained_round(base_url: str, model: str, plan: BenchPlan, got: _Level, le
         if progress is not None:
             _tell(progress, got.level, done[0], total)
 
-    streamed, wall = client.run_streams(base_url, model, plan.prompts, plan.output_tokens, got.level, total,
+    lengths = plan.output_lengths if plan.output_lengths is not None else plan.output_tokens
+    streamed, wall = client.run_streams(base_url, model, plan.prompts, lengths, got.level, total,
                                         timeout_s=budget, stall_s=plan.stall_s, on_done=one_done)
     results = [req for _, req in streamed]
     bad = [r for r in results if not r.ok]
@@ -349,8 +466,11 @@ def _sustained_round(base_url: str, model: str, plan: BenchPlan, got: _Level, le
         got.samples.append(tokens / wall)
     for req in results:
         got.add(req)
-    if pace.per_request is None:  # no warm-up: its fastest request sets the pace (generous: it ran among N)
-        pace.observe(min((r.latency_s for r in results if r.latency_s), default=None))
+    if pace.per_token is None:  # no warm-up: its fastest request sets the pace (generous: it ran among N)
+        fastest = min((r for r in results if r.latency_s),
+                      key=lambda r: (r.latency_s or 0.0) / max(1, r.max_tokens or plan.output_tokens), default=None)
+        if fastest is not None:
+            pace.observe(fastest.latency_s, fastest.max_tokens or plan.output_tokens)
     decode = [r.decode_tok_s for r in results if r.decode_tok_s]
     if decode:
         got.stream_decode.append(statistics.median(decode))

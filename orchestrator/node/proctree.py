@@ -11,7 +11,8 @@ time, so a reused pid is never mistaken for ours:
 - ``tree(pid)``: the process and its descendants, as ``Member``s;
 - ``group(pgid)``: the live members of a process group (workers re-parented to init
   when their parent died stay in the group); ``cpu_seconds(pgid)``: the CPU they used;
-- ``end(members, grace_s)``: TERM, wait, KILL, wait: bounded, never raises.
+- ``end(members, grace_s)``: TERM, wait, KILL, wait: bounded, never raises;
+- ``listeners(host, port)``: the processes a TCP connection to ``host:port`` may reach.
 """
 
 from __future__ import annotations
@@ -111,6 +112,34 @@ def group(pgid: int) -> list[Member]:
         m = _member(proc)
         if m is not None:
             out.append(m)
+    return out
+
+
+_ANY_ADDRESS = ("0.0.0.0", "::")
+
+
+def listeners(host: str, port: int) -> list[Member | int | None]:
+    """The processes listening on TCP ``port`` where a connection to ``host`` lands (that
+    address, or every address): a ``Member`` each, the bare pid of one that ended meanwhile,
+    None for a socket whose process this user cannot see (another user's). Empty when no
+    listener is visible here (none yet, or one in another network namespace)."""
+    wanted = {host, f"::ffff:{host}", *_ANY_ADDRESS}
+    try:
+        sockets = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, OSError):
+        return []
+    pids = {c.pid for c in sockets if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+            and c.laddr.ip in wanted}
+    out: list[Member | int | None] = []
+    for pid in sorted(pids, key=lambda p: -1 if p is None else p):
+        if pid is None:
+            out.append(None)
+            continue
+        try:
+            member = _member(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            member = None
+        out.append(member if member is not None else pid)
     return out
 
 

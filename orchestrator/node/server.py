@@ -29,7 +29,23 @@ Exceptions (only raised by ``ServerProcess.start`` / ``wait_ready``)::
     ├── ServerExited         the first process exited before it was ready (returncode, log tail)
     ├── ServerFailed         another process of the tree died, or the engine logged a fatal error
     ├── ServerStalled        the tree alive, not ready, and its log silent for the stall limit
-    └── ReadyTimeout         still not ready after the timeout (log tail)
+    ├── ReadyTimeout         still not ready after the timeout (log tail)
+    └── PortTaken            what answered on the server's port is a process outside its tree
+
+Whose port: the port a trial's server is given was free a moment before (``free_port``), and
+a real engine binds it minutes later; a process that takes it in between answers health and
+the benchmark in the server's place. So a server is ready only when every process listening
+where its clients connect belongs to its own tree (the launched process, its descendants, its
+process group: vLLM's and SGLang's API server is the launched process, the reference
+server's rank 0 too, a wrapper script's child is a descendant); ``foreign_listener`` names
+the one that does not, and ``run_trial`` asks again after the benchmark.
+
+Ready to serve: a server (or a proxy in front of it) may answer its health check before it
+serves requests, and answer them ``503 Service Unavailable`` (often with ``Retry-After``)
+while it warms up. ``wait_serving`` sends one one-token completion until the answer is
+anything but 503, waiting as ``Retry-After`` asks, within what is left of the start-up
+budget; a 503 that lasts past it is a ``ReadyTimeout`` (start-timeout: not ready), never a
+benchmark error held against the config.
 """
 
 from __future__ import annotations
@@ -67,6 +83,7 @@ __all__ = [
     "ServerFailed",
     "ServerStalled",
     "ReadyTimeout",
+    "PortTaken",
     "ServerProcess",
     "ServerRegistry",
     "process_start_time",
@@ -77,6 +94,9 @@ __all__ = [
 ]
 
 _PR_SET_PDEATHSIG = 1
+SERVING_PATH = "/v1/completions"  # what the benchmark asks of every server
+PROBE_TIMEOUT_S = 30.0  # the longest one readiness request waits for its answer
+MAX_RETRY_AFTER_S = 10.0  # a Retry-After longer than this is asked again sooner
 
 
 # --------------------------------------------------------------------------------------
@@ -94,18 +114,22 @@ class SpawnFailed(ServerError):
     """The server's argv could not be executed (missing binary, bad cwd, ...)."""
 
 
+def exit_text(returncode: int | None) -> str:
+    """How a process ended: ``exit code N`` or ``killed by SIGKILL``."""
+    if returncode is not None and returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
 class ServerExited(ServerError):
     """The server process exited before it became ready."""
 
     def __init__(self, returncode: int | None, log_tail: str = ""):
         self.returncode = returncode
-        if returncode is not None and returncode < 0:
-            try:
-                how = f"killed by {signal.Signals(-returncode).name}"
-            except ValueError:
-                how = f"killed by signal {-returncode}"
-        else:
-            how = f"exit code {returncode}"
+        how = exit_text(returncode)
         last = _last_line(log_tail)
         msg = f"server exited before it was ready ({how})"
         super().__init__(f"{msg}: {last}" if last else msg, log_tail=log_tail)
@@ -130,15 +154,29 @@ class ServerStalled(ServerError):
 
 
 class ReadyTimeout(ServerError):
-    """The server did not answer its health check in time."""
+    """The server did not answer its health check in time (``why``: what it answered instead;
+    ``warming``: health answered, the API kept saying 503)."""
 
-    def __init__(self, timeout_s: float, log_tail: str = "", last_status: str | None = None):
+    def __init__(self, timeout_s: float, log_tail: str = "", last_status: str | None = None, *,
+                 why: str = "health never answered 200", warming: bool = False):
         self.timeout_s = timeout_s
         self.last_status = last_status
+        self.why = why
+        self.warming = warming
         msg = f"server not ready after {timeout_s:.1f} s"
         if last_status:
             msg += f" (last health check: {last_status})"
         super().__init__(msg, log_tail=log_tail)
+
+
+class PortTaken(ServerError):
+    """A process outside the server's tree listens on its port: whatever answered there was
+    not this server (``foreign``: which process)."""
+
+    def __init__(self, host: str, port: int, foreign: str, log_tail: str = ""):
+        self.foreign = foreign
+        super().__init__(f"port {port} on {host} is answered by {foreign}, not by this trial's server (it took the "
+                         "port after it was picked; what it answered is not this config's)", log_tail=log_tail)
 
 
 def _last_line(text: str) -> str:
@@ -146,6 +184,14 @@ def _last_line(text: str) -> str:
         if line.strip():
             return line.strip()[:300]
     return ""
+
+
+def _retry_after(value: str | None) -> float | None:
+    """``Retry-After`` in seconds (the delay form; an HTTP date is not waited for), None if absent."""
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
 
 
 def process_start_time(pid: int) -> float | None:
@@ -321,6 +367,17 @@ class ServerProcess:
         """True while the first process runs (not exited, not reaped)."""
         return self.proc is not None and self.proc.poll() is None
 
+    def exited(self, within_s: float = 0.0) -> int | None:
+        """The first process's return code once it has exited, waiting up to ``within_s`` for it
+        (a stream that ended because its server is exiting ends a moment before the exit does);
+        None while it runs."""
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout=max(0.0, within_s))
+        except subprocess.TimeoutExpired:
+            return None
+
     @property
     def first_output_s(self) -> float | None:
         """Seconds from spawn to the server's first log output (None: none yet, or unwatched)."""
@@ -446,7 +503,8 @@ class ServerProcess:
                 raise ReadyTimeout(timeout_s, self.log_tail(), last)
             ok, last = self._health(min(1.0, remaining))
             if ok:
-                self._raise_if_dead()  # something else answered on our port, or it died meanwhile
+                self._raise_if_dead()  # it died meanwhile
+                self.raise_if_port_taken()  # something else answered on our port
                 return time.monotonic() - t0
             silent = self.silent_s() if stall_s is not None else None
             if silent is not None and silent >= stall_s:  # type: ignore[operator]
@@ -455,6 +513,74 @@ class ServerProcess:
             remaining = deadline - time.monotonic()
             try:  # returns at once when the process exits
                 self.proc.wait(timeout=max(0.0, min(poll_s, remaining)))
+            except subprocess.TimeoutExpired:
+                pass
+
+    def foreign_listener(self) -> str | None:
+        """The process outside this server's tree that listens where its clients connect
+        (``pid N (command)``), None when every listener there is the tree's (or none is
+        visible here, as behind another network namespace)."""
+        if self.proc is None or self.record is None:
+            return None
+        own = {m.pid for m in proctree.tree(self.proc.pid, self.record.start_time)}
+        own |= {m.pid for m in proctree.group(self.record.pgid)}
+        own |= {pid for pid, _ in list(self.watch.seen if self.watch is not None else {})}  # a copy: it grows
+        for found in proctree.listeners(self.spec.host, int(self.spec.port)):
+            if found is None:
+                return "a process of another user (its pid is not visible to this one)"
+            pid = found if isinstance(found, int) else found.pid
+            if pid not in own:
+                return found.describe() if isinstance(found, proctree.Member) else f"pid {pid} (ended since)"
+        return None
+
+    def raise_if_port_taken(self) -> None:
+        """``PortTaken`` when a process outside the tree listens on the server's port."""
+        foreign = self.foreign_listener()
+        if foreign is not None:
+            raise PortTaken(self.spec.host, int(self.spec.port), foreign, self.log_tail())
+
+    def _serving(self, timeout: float) -> tuple[bool, str, float | None]:
+        """One one-token completion: (serving, what it answered, Retry-After seconds). Anything
+        but 503 is serving (the benchmark judges the rest); no answer within ``timeout`` too
+        (it took the request: its first, maybe slow, generation is the warm-up's to wait for)."""
+        body = json.dumps({"model": self.spec.model_name, "prompt": "Hello", "max_tokens": 1,
+                           "temperature": 0}).encode()
+        conn = http.client.HTTPConnection(self.spec.host, int(self.spec.port), timeout=max(0.05, timeout))
+        try:
+            conn.request("POST", SERVING_PATH, body, {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read(65536)
+            if resp.status != 503:
+                return True, f"HTTP {resp.status}", None
+            return False, "HTTP 503", _retry_after(resp.getheader("Retry-After"))
+        except TimeoutError:
+            return True, "no answer yet", None
+        except (OSError, http.client.HTTPException) as exc:
+            return False, type(exc).__name__ if not str(exc) else f"{type(exc).__name__}: {exc}", None
+        finally:
+            conn.close()
+
+    def wait_serving(self, timeout_s: float, poll_s: float = 0.5) -> float:
+        """After ``wait_ready``: send a one-token completion until the server answers it with
+        anything but 503 (module docstring), at least once; return seconds waited. Raises
+        ``ReadyTimeout`` (``warming``) when it still answers 503 after ``timeout_s``, and what
+        ``wait_ready`` raises when the server dies meanwhile."""
+        t0 = time.monotonic()
+        deadline = t0 + max(0.0, timeout_s)
+        while True:
+            self._raise_if_dead()
+            ok, answer, retry_after = self._serving(min(PROBE_TIMEOUT_S, max(1.0, deadline - time.monotonic())))
+            if ok:
+                self._raise_if_dead()
+                return time.monotonic() - t0
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ReadyTimeout(timeout_s, self.log_tail(), answer, warming=answer == "HTTP 503",
+                                   why=f"health answered, but {SERVING_PATH} still answered {answer}" +
+                                       (" Service Unavailable (warming up)" if answer == "HTTP 503" else ""))
+            wait = min(remaining, poll_s if retry_after is None else min(retry_after, MAX_RETRY_AFTER_S))
+            try:  # returns at once when the process exits
+                self.proc.wait(timeout=max(0.0, wait))  # type: ignore[union-attr]
             except subprocess.TimeoutExpired:
                 pass
 

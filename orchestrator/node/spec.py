@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.core.records import Config
+from orchestrator.core.slo import Targets
 from orchestrator.core.study_dir import trial_log_name
 
 if TYPE_CHECKING:
@@ -41,10 +42,12 @@ class ServerPlan:
 @dataclass(frozen=True)
 class BenchPlan:
     """What the benchmark measures (``node.measure``): greedy fixed-length streamed requests over
-    ``prompts`` at ``levels`` of concurrency (1: single-request decode tok/s, one round = every
-    prompt once; N: N streams of ``waves`` requests each, one steady-state sample a round), then
-    the ``constraint_levels``; ``repeats`` rounds, more of a level up to ``max_repeats`` while its
-    median's interval is wider than ``target_rel_ci``; ``timeout_s`` the benchmark's least limit."""
+    ``prompts`` (each ``output_tokens`` long, or its own ``output_lengths``) at ``levels`` of
+    concurrency (1: single-request decode tok/s, one round = every prompt once; N: N streams of
+    ``waves`` requests each, one steady-state sample a round), then the ``constraint_levels``;
+    ``repeats`` rounds, more of a level up to ``max_repeats`` while its median's interval is wider
+    than ``target_rel_ci``; ``timeout_s`` the benchmark's least limit. With ``goodput``, the
+    concurrencies a bisection picks, judged against ``slo``, instead of ``levels``."""
 
     prompts: tuple[str, ...]
     output_tokens: int = 64
@@ -57,6 +60,16 @@ class BenchPlan:
     constraint_levels: tuple[int, ...] = ()  # total tok/s the job's outcome constraints read
     stall_s: float | None = None  # a stream silent this long has stalled (timeouts.stall)
     waves: int = 3
+    output_lengths: tuple[int, ...] | None = None  # a traffic file's: each prompt's own output length
+    context: int | None = None  # the prompts were built to about this many tokens (``bench.context``)
+    goodput: int | None = None  # the goodput objective: bisect concurrency up to this instead of ``levels``
+    slo: Targets | None = None  # what each concurrency the goodput bisection tries must hold
+
+    def tokens_for(self, index: int) -> int:
+        """The output tokens the ``index``-th prompt asks for."""
+        if self.output_lengths is not None:
+            return self.output_lengths[index % len(self.output_lengths)]
+        return self.output_tokens
 
 
 @dataclass(frozen=True)
@@ -117,7 +130,8 @@ class TrialSpec:
                             repeats=bench.repeats, max_repeats=bench.max_repeats, target_rel_ci=bench.target_rel_ci,
                             timeout_s=job.timeouts.bench_s, levels=tuple(job.objective.concurrency),
                             constraint_levels=tuple(c.concurrency for c in job.constraints),
-                            stall_s=job.timeouts.stall_s, waves=bench.waves),
+                            stall_s=job.timeouts.stall_s, waves=bench.waves, output_lengths=bench.output_lengths,
+                            context=bench.context, goodput=job.objective.goodput, slo=job.objective.slo),
             check=check or CheckPlan(), log_dir=str(log_dir or job.dir.logs), registry_dir=str(job.dir.servers),
             log_name=log_name, prune_below=dict(prune_below) if prune_below else None,
             device_check=job.gpus_per_node > 0 if device_check is None else device_check,

@@ -62,6 +62,8 @@ class Engine:
     # found, less the ``minus`` ones (parts of a total that have segments of their own)
     segments: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]
     process: re.Pattern | None = None  # a line's process (per-rank values), group 1
+    # lines in which the engine says it runs otherwise than the config asked (``notices``)
+    notices: tuple[re.Pattern, ...] = ()
 
 
 def _re(text: str) -> re.Pattern:
@@ -98,6 +100,10 @@ VLLM = Engine(
         ("profile, KV cache, warm-up", ("init_engine_s",), ("compile_s", "graph_capture_s")),
     ),
     process=re.compile(r"^\((\w+ pid=\d+)\)"),
+    notices=(  # real vLLM 0.26.0 with n-gram or draft-model speculation (tests/fixtures/vllm/)
+        _re(r"Model Runner V\d+ does not (?:yet )?support .*; using the V\d+ model runner instead"),
+        _re(r"Async scheduling not supported with .* and will be disabled"),
+    ),
 )
 
 SGLANG = Engine(
@@ -122,6 +128,9 @@ SGLANG = Engine(
         ("graph capture", ("graph_capture_s",), ()),
     ),
     process=re.compile(r"^\[[\d-]+ [\d:]+ ((?:DP\d+ )?(?:PP\d+ )?TP\d+(?: EP\d+)?)\]"),
+    notices=(  # the texts of sglang/srt/server_args.py and its all-reduce utils: a feature it turned off
+        _re(r"\b(?:is|are) (?:automatically )?disabled because\b"),
+    ),
 )
 
 REFSERVER = Engine(
@@ -283,6 +292,33 @@ def parse(text: str, *, first_line_s: float | None = None, ready_s: float | None
     record["segments"] = _segments(engine, found, first_line_s, ready_s if ready_s is not None else ended_s)
     record["last_phase"] = last_phase(text)
     return record
+
+
+# what a log puts before a message: vLLM's process and level/time, SGLang's ``[time TPn]``
+_NOTICE_PREFIX = re.compile(r"^\(\w+ pid=\d+\)\s*|^(?:WARNING|INFO)\s+[\d-]+ [\d:]+ \[[^\]]*\]\s*"
+                            r"|^\[[\d-]+ [\d:]+(?: [\w ]+)?\]\s*")
+NOTICE = "engine notice: "  # how a notice begins in a trial's warnings
+
+
+def notices(text: str) -> list[str]:
+    """What the engine said it changed beyond the config (vLLM falling back to its V1 model runner
+    for n-gram speculation, turning async scheduling off; SGLang turning its overlap scheduler,
+    CUDA graphs or custom all-reduce off): each message once, without the
+    process, level and time the log put before it, as ``NOTICE`` + the message (a trial's
+    warnings: a config can change more than it says)."""
+    lines = output_lines(text)
+    engine = engine_of(lines)
+    if engine is None or not engine.notices:
+        return []
+    out: list[str] = []
+    for ln in lines:
+        if any(p.search(ln) for p in engine.notices):
+            message = ln.strip()
+            while (cut := _NOTICE_PREFIX.sub("", message, count=1)) != message:
+                message = cut
+            if NOTICE + message not in out:
+                out.append(NOTICE + message)
+    return out
 
 
 def summary(phases: dict[str, Any]) -> str:

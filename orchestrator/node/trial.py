@@ -33,6 +33,7 @@ from orchestrator.node.hwprobe import memory_bandwidth, node_info
 from orchestrator.node.measure import PACE_FACTOR, Benchmark, measure, with_host
 from orchestrator.node.preflight import resolve
 from orchestrator.node.server import (
+    PortTaken,
     ReadyTimeout,
     ServerExited,
     ServerFailed,
@@ -40,6 +41,7 @@ from orchestrator.node.server import (
     ServerRegistry,
     ServerStalled,
     SpawnFailed,
+    exit_text,
     free_port,
 )
 from orchestrator.node.spec import TrialSpec
@@ -47,6 +49,7 @@ from orchestrator.node.spec import TrialSpec
 # Candidates per generated token in the correctness capture (the pick and its runner-up).
 NEAR_TIE_CANDIDATES = 2
 BENCHMARK_PHASE = "benchmark"  # where a stream that stopped was (``startup_phases.stalled_in``)
+EXIT_GRACE_S = 2.0  # how long a server whose stream broke is given to finish exiting, to say it exited
 
 
 def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
@@ -97,6 +100,8 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
                 result.startup_phases["stalled_in"] = stalled_in
             # the engines' caches it ran with: the node's, the same for every trial (core.launch)
             result.startup_phases["caches"] = cache_locations({**os.environ, **env})
+            # what the engine changed beyond the config (vLLM's V1 model runner for n-gram speculation)
+            result.warnings.extend(n for n in startup.notices(log_text) if n not in result.warnings)
         result.nccl = nccl.parse_log(log_text)
         requested = {k: v for k, v in env.items() if k.startswith("NCCL_") and not k.startswith("NCCL_DEBUG")}
         if result.nccl.get("version") or (backend.device() == "cuda" and node.get("gpus")
@@ -142,11 +147,13 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
         server_info = asdict(record)
         try:
             proc.wait_ready(spec.server.startup_timeout_s, stall_s=spec.server.stall_s)
+            # healthy is not yet serving: a 503 (warming up) waits, within what is left of the start-up budget
+            proc.wait_serving(spec.server.startup_timeout_s - (time.monotonic() - t0))
         except ServerStalled as exc:
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
             phase = startup.last_phase(_read(log_path))
-            return failed(FailureKind.HANG, f"{exc} (timeouts.stall; its process tree was alive; stalled in: {phase})",
+            return failed(FailureKind.HANG, f"stalled in {phase}: {exc} (timeouts.stall; its process tree was alive)",
                           stalled_in=phase)
         except ServerFailed as exc:
             if cancel.is_set():
@@ -155,12 +162,17 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
         except ServerExited as exc:
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
+            foreign = proc.foreign_listener()  # it died because another process holds its port
+            if foreign is not None:
+                return failed(FailureKind.ENV_ERROR, str(PortTaken(launch.host, port, foreign)))
             return failed(FailureKind.START_CRASH, f"server exited with code {exc.returncode} before it was ready")
-        except ReadyTimeout:
+        except ReadyTimeout as exc:
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
             return failed(FailureKind.START_TIMEOUT,
-                          f"not ready after {spec.server.startup_timeout_s:.0f}s (health never answered 200)")
+                          f"not ready after {spec.server.startup_timeout_s:.0f}s ({exc.why})")
+        except PortTaken as exc:  # another process answers on the port: not the config's fault
+            return failed(FailureKind.ENV_ERROR, str(exc))
         timing["launch_s"] = time.monotonic() - t0
         if cancel.is_set():
             return failed(FailureKind.INTERRUPTED, "stopped by the user")
@@ -204,6 +216,10 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
                     return _bench_failure(failed, proc, got, second["error"])
                 outputs = {"reference": True, "first": outputs, "second": second}
         timing["check_s"] = time.monotonic() - t0
+        try:  # what was measured was this server: the port is still its tree's
+            proc.raise_if_port_taken()
+        except PortTaken as exc:
+            return failed(FailureKind.ENV_ERROR, f"{exc}, found after the benchmark")
         outcome = PRUNED if pruned else COMPLETE
         reason = None
         if pruned:
@@ -262,8 +278,11 @@ def _bench_failure(failed, proc: ServerProcess, got: Benchmark, error: str | Non
     error = error or got.error or "benchmark failed"
     if proc.fatal:
         return failed(FailureKind.BENCH_ERROR, f"{proc.fatal} during the benchmark ({error})", got=got)
-    if not proc.alive():
-        return failed(FailureKind.BENCH_ERROR, f"server died during the benchmark ({error})", got=got)
+    waited = from_bench and (got.stalled or got.timed_out)  # it was alive when the stream stopped
+    returncode = proc.exited(within_s=0.0 if waited else EXIT_GRACE_S)
+    if returncode is not None:  # what ended the stream: the server exited (a clean exit 0 too)
+        return failed(FailureKind.BENCH_ERROR, f"server exited during the benchmark ({exit_text(returncode)}): "
+                      f"{error}", got=got)
     if from_bench and got.stalled:
         return failed(FailureKind.HANG, f"a stream of the benchmark stopped: {error} (timeouts.stall; the server "
                       "was alive)", stalled_in=BENCHMARK_PHASE, got=got)

@@ -174,9 +174,17 @@ def main(argv: list[str] | None = None) -> int:
         if r["concurrency_tok_s"]:
             print("  total output tok/s by concurrency: " + ", ".join(
                 f"{c}: {v:.0f}" for c, v in r["concurrency_tok_s"].items()))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(results, f, indent=1)
+    if a.json:  # whole or absent: a temporary file beside it, flushed, then renamed
+        tmp = f"{a.json}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(results, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, a.json)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     return 0
 
 

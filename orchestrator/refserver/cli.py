@@ -30,6 +30,7 @@ FAULTS = ("crash-on-start", "hang-on-start", "hang-in-decode", "garbage", "slow-
 FAULT_DEFAULT_N = {"hang-in-decode": 4, "slow-start": 8}  # tokens before the hang / seconds
 FAULT_NEEDS_N = ("crash-after",)
 DEFAULT_CAPTURE_SIZES = "1,2,4,8"
+NCCL_INIT_TIMEOUT = timedelta(minutes=10)  # torch's own for an NCCL group: how long ranks wait to meet
 
 
 class BadFlag(Exception):
@@ -193,8 +194,10 @@ def check_cuda(s: Settings) -> None:
 
 # ---- the ranks ------------------------------------------------------------------------------
 
-def build_rank(s: Settings, rank: int, master_port: int):
-    """Join the process group, build this rank's shard (+ CUDA graphs) and the step channel."""
+def build_rank(s: Settings, rank: int, master_port: int, listen_fd: int | None = None):
+    """Join the process group, build this rank's shard (+ CUDA graphs) and the step channel.
+    Rank 0's rendezvous store serves on ``listen_fd`` (``procs.loopback_listener``), the
+    others connect to it on 127.0.0.1."""
     import torch  # heavy: imported only where a measurement runs on the device
     import torch.distributed as dist  # heavy: imported only where a measurement runs on the device
 
@@ -207,19 +210,23 @@ def build_rank(s: Settings, rank: int, master_port: int):
     except RuntimeError:
         pass
     world = s.tp
-    init = f"tcp://127.0.0.1:{master_port}"
     ctrl = None
+
+    def store(timeout: timedelta):
+        return dist.TCPStore("127.0.0.1", master_port, world, is_master=rank == 0, timeout=timeout,
+                             master_listen_fd=listen_fd if rank == 0 else None)
+
     if s.device == "cpu":
         device = torch.device("cpu")
         if world > 1:
-            dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
+            dist.init_process_group("gloo", store=store(timedelta(hours=24)), rank=rank, world_size=world,
                                     timeout=timedelta(hours=24))
             ctrl = dist.group.WORLD
     else:
         torch.cuda.set_device(rank)
         device = torch.device("cuda", rank)
         # NCCL even at world size 1, so NCCL initialises (and logs) as in real servers
-        dist.init_process_group("nccl", init_method=init, rank=rank, world_size=world,
+        dist.init_process_group("nccl", store=store(NCCL_INIT_TIMEOUT), rank=rank, world_size=world,
                                 device_id=device)
         ctrl = dist.new_group(backend="gloo", timeout=timedelta(hours=24)) if world > 1 else None
         probe = torch.ones(1, device=device)
@@ -293,7 +300,9 @@ def serve(s: Settings, argv: list[str]) -> int:
                           "1024-65535") from None
         raise BadFlag(f"--host: cannot listen on {s.host}:{s.port} ({exc.strerror or exc}); "
                       "allowed: a local address such as 127.0.0.1 or 0.0.0.0") from None
-    master_port = procs.free_port() if (s.tp > 1 or s.device == "cuda") else 0
+    rendezvous = procs.loopback_listener() if (s.tp > 1 or s.device == "cuda") else None
+    master_port = rendezvous.getsockname()[1] if rendezvous is not None else 0
+    os.environ.update(procs.LOOPBACK_ENV)  # the ranks (and this one) meet on loopback only
     ranks.spawn(argv, s.tp, master_port)
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     ranks.watch()
@@ -306,7 +315,8 @@ def serve(s: Settings, argv: list[str]) -> int:
     try:
         from orchestrator.refserver.engine import Engine
 
-        model, graphs, channel = build_rank(s, 0, master_port)
+        model, graphs, channel = build_rank(s, 0, master_port,
+                                            rendezvous.fileno() if rendezvous is not None else None)
         hang_after = int(s.fault.n or 0) if s.fault and s.fault.kind == "hang-in-decode" else None
         engine = Engine(model, graphs, channel, max_batch=s.max_batch, hang_after=hang_after,
                         misscore_prompts=bool(s.fault and s.fault.kind == "misscored-prompts"))

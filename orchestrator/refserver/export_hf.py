@@ -23,14 +23,22 @@ special tokens, and the word pieces (`` kato``) that only generation produces; e
 gives byte tokens only, exactly like the server. The safetensors file is written
 directly (an 8-byte header length, a JSON header, raw little-endian tensors), one tensor
 at a time, so an 8b export needs one tensor's memory, not the model's.
+
+Every file is written whole or not at all: the checkpoint is written into a temporary folder
+beside ``--out`` (flushed to disk), and its files are renamed into ``--out`` only when all of
+them are written; a file system that refuses a write (a full disk) leaves ``--out`` as it
+was and says so in one line (exit 1).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import struct
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -97,6 +105,15 @@ def write_safetensors(path: Path, items: list[tuple[str, tuple, Callable[[], tor
             assert tuple(t.shape) == tuple(shape), name
             fh.write(t.view(torch.uint8).numpy().tobytes())
             del t
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _write_json(path: Path, doc: object, indent: int | None = 1) -> None:
+    with open(path, "w") as fh:
+        json.dump(doc, fh, indent=indent)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def tokenizer_json(vocab: int) -> dict:
@@ -162,15 +179,21 @@ def export(model: str, out: Path, *, seed: int = 0, device: str = "cpu", dtype: 
     dims = PRESETS[model].with_overrides(layers=layers)
     tdtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[dtype]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(config_json(dims, tdtype, max_len), indent=1))
-    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
-                                                            "do_sample": False}, indent=1))
-    (out / "tokenizer.json").write_text(json.dumps(tokenizer_json(dims.vocab)))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS_TEXT, "eos_token": EOS_TEXT,
-        "model_max_length": max_len, "clean_up_tokenization_spaces": False}, indent=1))
-    items = list(tensors(dims, seed, torch.device(device), tdtype))
-    write_safetensors(out / "model.safetensors", items, tdtype)
+    work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    try:  # every file into a folder beside out first: out gets whole files, or nothing new
+        _write_json(work / "config.json", config_json(dims, tdtype, max_len))
+        _write_json(work / "generation_config.json", {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
+                                                      "do_sample": False})
+        _write_json(work / "tokenizer.json", tokenizer_json(dims.vocab), indent=None)
+        _write_json(work / "tokenizer_config.json", {
+            "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS_TEXT, "eos_token": EOS_TEXT,
+            "model_max_length": max_len, "clean_up_tokenization_spaces": False})
+        items = list(tensors(dims, seed, torch.device(device), tdtype))
+        write_safetensors(work / "model.safetensors", items, tdtype)
+        for path in sorted(work.iterdir()):
+            os.replace(path, out / path.name)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return out
 
 
@@ -189,7 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.layers is not None and a.layers < 1:
         p.error(f"--layers: must be >= 1, got {a.layers}")
-    path = export(a.model, a.out, seed=a.seed, device=a.device, dtype=a.dtype, max_len=a.max_len, layers=a.layers)
+    try:
+        path = export(a.model, a.out, seed=a.seed, device=a.device, dtype=a.dtype, max_len=a.max_len,
+                      layers=a.layers)
+    except OSError as exc:  # a full disk, a read-only folder: one line, --out as it was
+        print(f"export_hf: error: cannot write to {a.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     print(path)
     return 0
 

@@ -2,7 +2,9 @@
 
 Rank 0 is the process that was launched; it spawns ranks 1..N-1 as children running
 ``python -m orchestrator.refserver ... --rank K --master-port P`` with the inherited
-environment (so NCCL_* reaches NCCL unchanged). Children stay in rank 0's process group
+environment (so NCCL_* reaches NCCL unchanged). The ranks meet on loopback only: rank 0's
+rendezvous store listens on 127.0.0.1 (``loopback_listener``), and gloo's connections use
+the loopback interface (``LOOPBACK_ENV``): the server's ranks are one machine's. Children stay in rank 0's process group
 (no new session), so killing the group ends the whole server. Each child asks the kernel
 for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``) and exits at once if the parent is
 already gone. SIGTERM keeps its default action everywhere: the process ends at once,
@@ -48,6 +50,20 @@ def default_signals() -> None:
     """SIGTERM and SIGINT end the process immediately (no Python-level handler)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def loopback_listener() -> socket.socket:
+    """A listening socket on 127.0.0.1 at a port the OS picks: the ranks' rendezvous (torch's
+    TCPStore takes it as ``master_listen_fd``), held from the start, so no other process can
+    take the port in between and nothing outside the machine can reach it."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen(128)
+    return s
+
+
+# gloo opens its pair connections on the interface this names (not the host name's address)
+LOOPBACK_ENV = {"GLOO_SOCKET_IFNAME": "lo"}
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -19,6 +19,13 @@ measures).
 whole JSON document): a compare that is interrupted or crashes keeps every finished launch,
 and ``complete`` says whether all rounds ran. The report renders it.
 
+Every launch is evidence: each launch that measured every level of the study's objective is also
+recorded in the study, an uncounted trial of its config (``launch_role`` "compare",
+``record_launch``), so the study's figures (medians over launches), its launch noise and every
+verdict the last line, ``status``, ``report`` and ``export`` print include it; compare closes with
+the study's verdict over every launch (``study_lines``). Compare's own intervals are paired by
+round: each round relaunches every config, so they are over launches already.
+
 ``also`` adds other trials' configs to every round (``"ties"``: the runners-up within the
 noise of the best): configs that single-request decode cannot rank may still differ under
 load, e.g. by how many requests they batch. Each is shown against the best, with the same
@@ -34,6 +41,7 @@ says whether it wins there beyond noise.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import time
@@ -46,16 +54,21 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.core import files, logs, verdict
 from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.core.golden_check import disputed
+from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES, Latency, LevelResult
 from orchestrator.core.pace import Pace
-from orchestrator.core.records import TrialRow
-from orchestrator.node.measure import measure
+from orchestrator.core.records import COMPLETE, TrialResult, TrialRow
+from orchestrator.core.slo import Targets, breaches
+from orchestrator.node.hostload import HostSampler
+from orchestrator.node.measure import Benchmark, measure
 from orchestrator.node.phases import LAUNCHING, WARMING_UP, PhaseReporter, TrialPhase
 from orchestrator.node.server import ServerError
 from orchestrator.node.spec import TrialSpec
 from orchestrator.node.trial import prepare_server
+from orchestrator.study import objective as objectives
 from orchestrator.study.history import TOP_N, baseline_row, best_rows, ties_with_best, trial_rows
+from orchestrator.study.launches import COMPARE, Evidence
 from orchestrator.study.plan import build_plan
-from orchestrator.study.storage import open_study
+from orchestrator.study.storage import ATTR_LAUNCH_ROLE, add_uncounted_trial, open_study
 
 if TYPE_CHECKING:
     from orchestrator.config.job import Job
@@ -112,9 +125,9 @@ def _figures(levels: dict[Any, Any]) -> str:
 
 @contextmanager
 def launched(job: Job, config: dict, label: str, log_name: str, report: PhaseReporter | None = None) -> Iterator[Any]:
-    """A server of ``config`` started and healthy for one measurement (its launch spec), stopped
-    after it; a start that fails is one RuntimeFailure naming the config and its log. ``report``
-    hears the start-up phases its log names."""
+    """A server of ``config`` started and healthy for one measurement (its launch spec and the
+    server's process group), stopped after it; a start that fails is one RuntimeFailure naming the
+    config and its log. ``report`` hears the start-up phases its log names."""
     folder = job.dir
     log_path = folder.compare_logs / log_name
     proc, launch, _ = prepare_server(job.backend_obj(), config, "127.0.0.1", dict(job.env), log_path,
@@ -122,32 +135,78 @@ def launched(job: Job, config: dict, label: str, log_name: str, report: PhaseRep
     if report is not None:
         report.phase(LAUNCHING)
     try:
-        proc.start()
+        record = proc.start()
+        started = time.monotonic()
         try:
             proc.wait_ready(job.timeouts.startup_s)
+            proc.wait_serving(job.timeouts.startup_s - (time.monotonic() - started))
         except ServerError as exc:
             raise RuntimeFailure(f"compare: the {label} config did not start ({exc}); log: {log_path}") from None
-        yield launch
+        yield launch, record.pgid
     finally:
         proc.stop(job.timeouts.teardown_s)
 
 
-def measure_levels(job: Job, config: dict, levels: list[int], label: str, round_no: int,
+def measure_levels(job: Job, row: TrialRow, levels: list[int], label: str, round_no: int,
                    report: PhaseReporter | None = None) -> dict[int, dict[str, Any]]:
-    """One launch of ``config``, measured as a trial measures it (``node.measure``, one round: level 1
-    decode tok/s over the prompts, level N total tok/s of N sustained streams): each level's record
-    (``LevelResult.to_record``), or ``{"failures": 1, "errors": [...]}`` at the level that failed.
-    Each step is told to ``report`` (the status line)."""
+    """One launch of ``row``'s config, measured as a trial measures it (``node.measure``, one round:
+    level 1 decode tok/s over the prompts, level N total tok/s of N sustained streams), recorded in
+    the study (``record_launch``): each level's record (``LevelResult.to_record``), or
+    ``{"failures": 1, "errors": [...]}`` at the level that failed. Each step is told to ``report``
+    (the status line)."""
+    config = row.params
     bench = replace(TrialSpec.from_job(job, 0, config).bench, levels=tuple(sorted(levels)), constraint_levels=(),
-                    repeats=1, max_repeats=None, target_rel_ci=None, warmup=max(1, job.bench.warmup))
-    with launched(job, config, label, f"{label}-{round_no}.log", report) as launch:
+                    repeats=1, max_repeats=None, target_rel_ci=None, warmup=max(1, job.bench.warmup), goodput=None)
+    started = time.time()
+    with launched(job, config, label, f"{label}-{round_no}.log", report) as (launch, pgid):
         if report is not None:
             report.phase(WARMING_UP)
+        host = HostSampler(pgid)
         got = measure(launch.base_url, launch.model_name, bench, deadline=time.monotonic() + bench.timeout_s,
                       metrics_url=launch.metrics_url, progress=report.measuring if report else None)
+        got = dataclasses.replace(got, measurement=dataclasses.replace(got.measurement, host=host.finish()))
+    record_launch(job, row, got, started)
     out: dict[int, dict[str, Any]] = {lv: rec.to_record() for lv, rec in got.measurement.levels.items()}
     if not got.ok:
         out[got.failed_level or min(levels)] = {"failures": 1, "errors": [got.error or "the benchmark failed"]}
+    return out
+
+
+def record_launch(job: Job, row: TrialRow, got: Benchmark, started: float) -> int | None:
+    """A compare launch into the study as evidence (module docstring): an uncounted trial of the
+    config, when it measured every level of the objective (what Optuna is told of it); its number,
+    or None when not recorded (a failed benchmark, a level of the objective not measured)."""
+    if not got.ok or got.measurement is None:
+        return None
+    first = objectives.levels(job.objective)[0]
+    result = TrialResult(outcome=COMPLETE, config=dict(row.params),
+                         value=got.measurement.value_at(first) or got.measurement.value, measurement=got.measurement,
+                         started_at=started, ended_at=time.time(), timing={"total_s": time.time() - started})
+    if not objectives.has_values(job.objective, result):
+        return None
+    study = open_study(job)
+    return add_uncounted_trial(study, result, dict(row.params), row.config_key, job.space.distributions(),
+                               {ATTR_LAUNCH_ROLE: COMPARE}, values=objectives.told_values(job.objective, result))
+
+
+def study_lines(job: Job) -> list[str]:
+    """The study's verdict over every launch after compare's (the best against the baseline at each
+    level of the objective), as its last line, ``report`` and ``export`` now say it."""
+    rows = trial_rows(open_study(job, create=False))
+    plan = build_plan(rows, job.objective)
+    out = []
+    for lp in plan.per_level:
+        if lp.best is None or lp.vs_baseline is None:
+            continue
+        where = f" at {lp.level}" if plan.levels != (1,) else ""
+        out.append(f"The study's verdict{where} over every launch (compare's included): best #{lp.best.number} "
+                   f"{lp.best_value:.1f} {lp.unit} (median of {lp.best_launches}) = {lp.vs_baseline.text} the "
+                   "baseline.")
+        fresh = plan.evidence.compared(plan.baseline.config_key, lp.best.config_key, lp.level) \
+            if plan.evidence is not None and plan.baseline is not None and not lp.vs_baseline.same_config else None
+        if fresh is not None and lp.vs_baseline.beyond_noise and verdict.verdict(fresh) == verdict.WITHIN_NOISE:
+            out.append(f"On compare's fresh launches alone{where} it is within noise: {verdict.describe(fresh)}; the "
+                       "machine may have changed since the study: the best is not shown to beat the baseline now.")
     return out
 
 
@@ -172,7 +231,7 @@ def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = 
         "baseline_trial": base.number, "best_trial": best.number,
         "same_config": base.config_key == best.config_key,
         "others": [{"trial": row.number, "label": label, "params": row.params} for label, row in configs[2:]],
-        "rounds": [], "failures": [],
+        "rounds": [], "failures": [], "slo": job.slo.to_record() if job.slo else None,
     }
     out = job.dir.compare
     rules = [(int(rule.concurrency), float(rule.min_ratio)) for rule in getattr(job, "constraints", ()) or ()]
@@ -182,7 +241,7 @@ def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = 
             for label, row in (configs if r % 2 == 0 else configs[::-1]):
                 t0 = time.monotonic()
                 report = said.launching(f"round {r + 1}/{rounds}: {label} (trial #{row.number})")
-                res = measure_levels(job, row.params, levels, label, r, report)
+                res = measure_levels(job, row, levels, label, r, report)
                 for level, m in res.items():
                     if m.get("failures"):
                         data["failures"].append(f"{label} round {r} c={level}: {m['failures']} failed requests "
@@ -204,12 +263,12 @@ def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = 
         raise
     summarize(data, rules)
     write_json_atomic(out, data)
-    return format_compare(data)
+    return "\n".join([format_compare(data), *study_lines(job)])
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Write ``path`` so that it is always either the old or the new whole document."""
-    files.write_text(path, json.dumps(data, indent=2))
+    files.write_whole(path, json.dumps(data, indent=2))
 
 
 # ---- what the rounds say ---------------------------------------------------------------------------
@@ -307,7 +366,8 @@ def _also_rows(rows: list[TrialRow], best: TrialRow, base: TrialRow,
     every_round = {base.config_key: ("the baseline", base.number), best.config_key: ("the best", best.number)}
     picked: list[TrialRow] = []
     if isinstance(also, str):  # "ties" (parse_also gives no other string)
-        picked = [r for r in ties_with_best(best_rows(rows, TOP_N)) if r.config_key not in every_round]
+        picked = [r for r in ties_with_best(best_rows(rows, TOP_N), Evidence(rows), _level(rows))
+                  if r.config_key not in every_round]
     else:
         ranked = {r.number: r for r in best_rows(rows, len(rows))}
         by_key = {r.config_key: r for r in ranked.values()}
@@ -334,6 +394,12 @@ def _also_rows(rows: list[TrialRow], best: TrialRow, base: TrialRow,
         if r.config_key not in {o.config_key for o in out}:
             out.append(r)
     return out
+
+
+def _level(rows: list[TrialRow]) -> int:
+    """The level a job of one level is judged at: its trials' headline."""
+    head = next((r.headline for r in rows if r.headline is not None), None)
+    return head.level if head is not None else 1
 
 
 # ---- the table ---------------------------------------------------------------------------------------
@@ -401,12 +467,73 @@ def format_compare(data: dict[str, Any]) -> str:
         shown = "not measured" if v.get("ratio") is None else f"{v['ratio']:.2f}x ({v.get('text')})"
         lines.append(f"Constraint: best >= {v['min_ratio']}x baseline at concurrency {v['concurrency']}: "
                      f"{v.get('state') or ('met' if v['ok'] else 'VIOLATED')} ({shown}).")
+    latency = latency_lines(data)
+    if latency:
+        lines += [""] + latency
     for f in data.get("failures", []):
         lines.append(f"Failed requests: {f}")
     if not data.get("complete", True):
         lines.append(f"Stopped after {data.get('rounds_done', 0)} of {data.get('rounds_planned')} rounds"
                      + (f" ({data['stopped']})" if data.get("stopped") else "") + ".")
     return "\n".join(lines)
+
+
+def level_records(data: dict[str, Any], label: str, level: Any) -> list[LevelResult]:
+    """``label``'s record of ``level`` in every round that measured it (``LevelResult``): a
+    ``compare`` round keeps it under "levels", a ``compare --plan`` round under "records"."""
+    out = []
+    for rnd in data.get("rounds") or []:
+        if isinstance(rnd, dict) and rnd.get("config") == label:
+            rec = (rnd.get("records") or rnd.get("levels") or {}).get(str(level))
+            if isinstance(rec, dict) and not rec.get("failures"):
+                out.append(LevelResult.from_record(int(level), rec))
+    return out
+
+
+def median_record(records: list[LevelResult], level: int) -> LevelResult:
+    """One level's latency percentiles as the median over the launches' (what compare judges)."""
+    kinds: dict[str, Latency] = {}
+    for kind in LATENCY_KINDS:
+        got = [lat for r in records if (lat := r.latency(kind)) is not None]
+        if got:
+            p50, p90, p99 = (statistics.median(x.at(q) for x in got) for q in QUANTILES)
+            kinds[kind] = Latency(p50=p50, p90=p90, p99=p99, n=sum(x.n for x in got))
+    return LevelResult(level, **kinds)  # type: ignore[arg-type]
+
+
+def latency_lines(data: dict[str, Any]) -> list[str]:
+    """Per concurrency, each config's TTFT and TPOT p99 (median over the launches, ms) and, with
+    the job's latency targets (``slo``), what each broke there (``core.slo`` on those medians)."""
+    targets = Targets.from_record(data.get("slo"))
+    if data.get("plan"):
+        labels = [c["label"] for c in data.get("configs") or []]
+    else:
+        labels = ["baseline", "best"] + [o.get("label") or f"trial-{o['trial']}" for o in data.get("others") or []]
+    rows, measured = [], False
+    for c in data.get("concurrency") or []:
+        cells = []
+        for label in labels:
+            got = median_record(level_records(data, label, c), int(c))
+            if got.ttft is None and got.tpot is None:
+                cells.append("-")
+                continue
+            measured = True
+            cell = f"{_ms(got.ttft.p99 if got.ttft else None)} / {_ms(got.tpot.p99 if got.tpot else None)}"
+            if targets:
+                broke = breaches(got, targets.at(int(c)))
+                cell += (" (breaks " + "; ".join(f"{b.slo.label} {_ms(b.measured_s)} ms" for b in broke) + ")"
+                         if broke else " (holds the SLO)")
+            cells.append(cell)
+        rows.append(f"| {c} | " + " | ".join(cells) + " |")
+    if not measured:
+        return []
+    head = "p99 latency, TTFT / TPOT in ms (median over the launches)" + (
+        f"; latency targets: {targets.describe()}" if targets else "")
+    return [head, "", "| Concurrency | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)] + rows
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{1000 * seconds:.1f}"
 
 
 def vs_best(value: float | None, interval: dict[str, Any] | None = None) -> str:
@@ -426,29 +553,43 @@ def _fmt(v: float | None) -> str:
 
 
 # ---- compare --plan: the plan's configs at every level ------------------------------------------
-def measure_plan_launch(job: Job, config: dict, label: str, round_no: int,
+def measure_plan_launch(job: Job, row: TrialRow, label: str, round_no: int,
                         report: PhaseReporter | None = None) -> dict[str, Any]:
-    """One launch of ``config``, measured as a trial measures it (``node.measure``: level 1
+    """One launch of ``row``'s config, measured as a trial measures it (``node.measure``: level 1
     decode tok/s per request, level N total tok/s of N streams, every level of the objective,
-    the job's rounds): {"levels": {level: median}, "samples": {level: [...]}} or {"error": ...}."""
-    bench = TrialSpec.from_job(job, 0, config).bench
-    with launched(job, config, label, f"plan-{label}-{round_no}.log", report) as launch:
+    the job's rounds), recorded in the study (``record_launch``): {"levels": {level: median},
+    "samples": {level: [...]}} or {"error": ...}."""
+    config = row.params
+    bench = replace(TrialSpec.from_job(job, 0, config).bench, goodput=None)  # the plan's levels, not a bisection
+    started = time.time()
+    with launched(job, config, label, f"plan-{label}-{round_no}.log", report) as (launch, pgid):
         if report is not None:
             report.phase(WARMING_UP)
+        host = HostSampler(pgid)
         got = measure(launch.base_url, launch.model_name, bench, deadline=time.monotonic() + bench.timeout_s,
                       metrics_url=launch.metrics_url, progress=report.measuring if report else None)
+        got = dataclasses.replace(got, measurement=dataclasses.replace(got.measurement, host=host.finish()))
+    record_launch(job, row, got, started)
     if not got.ok:
         return {"error": got.error or "the benchmark failed"}
     levels = got.measurement.levels
     return {"levels": {str(k): v.value for k, v in levels.items()},
-            "samples": {str(k): list(v.samples) for k, v in levels.items()}}
+            "samples": {str(k): list(v.samples) for k, v in levels.items()},
+            "records": {str(k): v.to_record() for k, v in levels.items()}}  # the latency percentiles too
 
 
 def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
     """Relaunch the baseline and the plan's configs (the best at each level of the objective,
     the mix's best) in interleaved rounds, each launch measured at every level as a trial is;
     ``compare-plan.json`` is rewritten after every launch (as ``compare.json``). Returns the
-    table (``format_compare_plan``)."""
+    table (``format_compare_plan``). A job of one level has no plan: BadInput, before anything
+    is read or launched."""
+    if not job.objective.is_plan:
+        levels = ", ".join(map(str, job.objective.concurrency))
+        raise BadInput(f"compare --plan compares the best configs of several levels, and this job's objective has "
+                       f"one (objective.concurrency: {levels}); use `ncclsweep compare {job.path} --concurrency "
+                       f"1,2,10` for the baseline against the best at several concurrencies",
+                       file=str(job.path), key="objective.concurrency")
     rows = trial_rows(open_study(job, create=False))
     plan = build_plan(rows, job.objective)
     base = plan.baseline
@@ -469,7 +610,7 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
         "baseline_trial": base.number, "anchor_trial": plan.anchor.number if plan.anchor else None,
         "configs": [{"label": label, "trial": row.number, "params": row.params, "roles": plan.roles(row)}
                     for label, row in configs],
-        "rounds": [], "failures": [],
+        "rounds": [], "failures": [], "slo": job.slo.to_record() if job.slo else None,
     }
     out = job.dir.compare_plan
     said = Said(say, rounds * len(configs), "compare --plan", rounds=job.bench.repeats)
@@ -478,12 +619,12 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
             for label, row in (configs if r % 2 == 0 else configs[::-1]):
                 t0 = time.monotonic()
                 report = said.launching(f"round {r + 1}/{rounds}: {label} (trial #{row.number})")
-                res = measure_plan_launch(job, row.params, label, r, report)
+                res = measure_plan_launch(job, row, label, r, report)
                 if res.get("error"):
                     data["failures"].append(f"{label} round {r}: {res['error']}")
                 data["rounds"].append({"round": r, "config": label, "trial": row.number,
                                        "seconds": time.monotonic() - t0, "levels": res.get("levels") or {},
-                                       "samples": res.get("samples") or {}})
+                                       "samples": res.get("samples") or {}, "records": res.get("records") or {}})
                 summarize_plan(data)
                 write_json_atomic(out, data)
                 said.measured(_plan_figures(res))
@@ -497,7 +638,7 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
         raise
     summarize_plan(data)
     write_json_atomic(out, data)
-    return format_compare_plan(data)
+    return "\n".join([format_compare_plan(data), *study_lines(job)])
 
 
 def _plan_figures(res: dict[str, Any]) -> str:
@@ -586,6 +727,9 @@ def format_compare_plan(data: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     lines += plan_closing_lines(data)
+    latency = latency_lines(data)
+    if latency:
+        lines += [""] + latency
     for f in data.get("failures", []):
         lines.append(f"Failed: {f}")
     if not data.get("complete", True):

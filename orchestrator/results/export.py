@@ -5,12 +5,15 @@ COMPLETE, counted, never a config that failed the correctness gate) as
 
 - ``env``        KEY=VALUE lines for ``docker run --env-file`` and systemd ``EnvironmentFile``:
                  the job's fixed ``env`` plus the config's environment delta (what the
-                 backend's ``launch_spec`` sets). Settings that are not environment variables
-                 (``tp_size``, ``graph_capture``, backend flags) are listed in a comment.
+                 backend's ``launch_spec`` sets). Its first line says it is the environment
+                 half and names what the launch command carries besides (``tp_size``,
+                 ``graph_capture``, backend flags).
 - ``yaml``/``json`` one document per config: ``config`` (the exact flat config, readable
                  back by ``load_config_file`` for ``ncclsweep bench --config``), ``env`` and
                  ``provenance``. ``--top K``: K YAML documents, or a JSON list of K objects.
-- ``cmd``        the full shell-quoted launch command (env assignments, then argv).
+- ``cmd``        the deploy artifact: a ``sh`` script of the full shell-quoted launch command
+                 (env assignments, then argv), its header saying the address it listens on
+                 (``host``/``port``, default 0.0.0.0:8000: every interface).
 - ``nccl-tuner`` a rules file for NCCL's example tuner plugin: rules per measured size range
                  from the pre-screen's sweep where it ran at the winner's TP
                  (``tuner_sweep_rules``), else one rule from the winner's settings
@@ -18,13 +21,26 @@ COMPLETE, counted, never a config that failed the correctness gate) as
 
 Line formats (env, cmd, nccl-tuner) carry provenance in ``#`` comments; with ``--top K``
 they hold K numbered blocks of which only the first is active and the others are
-commented out (an env file or a first-match rules file cannot hold alternatives).
+commented out (an env file or a first-match rules file cannot hold alternatives). Whatever
+a study's strings hold (a version, a path, a host name, a param value), every physical line
+is a comment or what the format says: a comment is one line (``_comment``), every line of
+a commented alternative is commented, an env line is one ``KEY=VALUE`` (a name or value that
+cannot be one is left out, and said so), and a launch line's words are shell-quoted.
 
 Provenance of every export: backend kind and version, NCCL/CUDA/driver versions, GPU
 model and topology (from the trial's ``nccl`` and ``node`` records when present), model
-path, study, storage, trial number, measured value and spread, the baseline and ratio, and
-for a speculative config what the server counted: ``acceptance_rate`` and
-``mean_accepted_length`` (None for a config that reported none).
+path, study, storage, trial number, the figure and its ratio to the baseline, the decode prompts it
+was measured on (``prompts``: hash, count, lengths; None for a trial recorded before), and for a
+speculative config what the server counted: ``acceptance_rate`` and ``mean_accepted_length``
+(None for a config that reported none).
+
+The figure (``figure``, ``value_tok_s``) is the median over every launch of the config
+(``study.launches``: its trials, the study's relaunches and race launches, the launches
+``compare`` made), with their count, where a fresh launch should measure (95%, from the study's
+launch noise), and the verdict against the baseline over launches. Where that verdict is not
+beyond noise (``compare``'s fresh launches can make it so), where the race of the finalists could
+not break a tie (``study.race``: which configs tied), the header says so in a line of its own and
+``notes`` gives the lines the command line prints.
 
 Which config is "best" (``choose``): for a job of one level, today's best (``history.best_rows``);
 ``level=N`` (``--concurrency N``), the best at level N of the objective (``study.plan``);
@@ -41,6 +57,7 @@ import datetime as _dt
 import json
 import math
 import re
+import statistics
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -51,14 +68,23 @@ import yaml
 import orchestrator
 from orchestrator.backends import get_backend_class
 from orchestrator.backends.base import Backend
+from orchestrator.config import prompts as decode_prompts
 from orchestrator.config.yaml_input import load_yaml_documents, read_text_bounded
+from orchestrator.core import verdict
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.golden_check import disputed
-from orchestrator.core.launch import server_environment
+from orchestrator.core.launch import env_value_problem, server_environment
+from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES
 from orchestrator.core.records import COMPLETE, TrialRow
+from orchestrator.core.slo import LABELS as slo_labels
+from orchestrator.core.slo import Targets
+from orchestrator.core.slo import breaches as slo_breaches
 from orchestrator.study import objective as objectives
+from orchestrator.study import race as races
+from orchestrator.study.goodput import goodput_answer
 from orchestrator.study.history import baseline_row, best_rows, short_params
-from orchestrator.study.plan import best_at, best_for_mix, level_spread, level_value, mix_interval, mix_of
+from orchestrator.study.launches import COMPARE, HEADLINE, MIX, Evidence, mix_figure
+from orchestrator.study.plan import best_at, best_for_mix
 
 FORMATS = ("env", "yaml", "json", "cmd", "nccl-tuner")
 EXPORT_VERSION = 1
@@ -131,6 +157,7 @@ class Choice:
     level: int | None = None
     weights: dict[int, float] | None = None  # the mix
     chosen_by: str = ""  # "--concurrency 10", "--mix", or why the default
+    slo: Targets | None = None  # the objective's latency targets: a level's best holds them there
 
     @property
     def named(self) -> bool:
@@ -140,7 +167,7 @@ class Choice:
         if self.weights is not None:
             return best_for_mix(rows, self.weights, k)
         if self.level is not None:
-            return best_at(rows, self.level, k)
+            return best_at(rows, self.level, k, slo=self.slo)
         return best_rows(rows, k)
 
     def describe(self) -> str:
@@ -162,7 +189,7 @@ def choose(job: Any, level: int | None = None, mix: bool = False) -> Choice:
         if level not in levels:
             raise BadInput(f"{brief(level)} is not a level of the study's objective (objective.concurrency: "
                            f"{', '.join(map(str, levels))})", key="--concurrency")
-        return Choice(level=level, chosen_by=f"--concurrency {level}")
+        return Choice(level=level, chosen_by=f"--concurrency {level}", slo=obj.slo)
     if mix:
         if not obj.weights:
             raise BadInput("the job's objective has no traffic mix (objective.weights, e.g. {1: 0.6, 10: 0.4}); "
@@ -174,29 +201,145 @@ def choose(job: Any, level: int | None = None, mix: bool = False) -> Choice:
         return Choice(weights=dict(obj.weights),
                       chosen_by="the default for a weighted objective, the mix; --concurrency N exports one level")
     return Choice(level=levels[0], chosen_by=f"the default for a plan, its lowest level; --concurrency N exports "
-                                             f"another of {', '.join(map(str, levels))}")
+                                             f"another of {', '.join(map(str, levels))}", slo=obj.slo)
 
 
-def _objective_provenance(choice: Choice, row: TrialRow, base: TrialRow | None) -> dict[str, Any]:
-    """What the chosen level (or mix) measured for this config, against the baseline."""
+def _objective_provenance(choice: Choice, figure: dict[str, Any]) -> dict[str, Any]:
+    """What the chosen level (or mix) measured for this config, against the baseline (``figure``)."""
+    vs = figure.get("vs_baseline") or {}
+    out: dict[str, Any] = {"mix": {str(k): v for k, v in choice.weights.items()} if choice.weights else None,
+                           "level": choice.level, "unit": figure["unit"], "spread": figure.get("spread"),
+                           "value": figure["value"], "launches": figure["launches"],
+                           "baseline_value": figure.get("baseline_value"), "x_baseline": vs.get("point"),
+                           "chosen_by": choice.chosen_by}
+    if vs.get("lo") is not None:
+        out["x_baseline_interval"] = [vs["lo"], vs["hi"]]
+    return out
+
+
+def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | None = None) -> dict[str, Any]:
+    """The exported figure of ``row``'s config (module docstring): its median over launches at the
+    chosen level (the objective's for a job of one level) or for the mix, their count, where a
+    fresh launch should measure, the launch noise, the verdict against the baseline over launches,
+    how many of those launches ``compare`` made, and how the race of the finalists ended for it."""
+    choice = choice or Choice()
+    obj = objectives.of(getattr(job, "objective", None))
+    ev = Evidence(rows)
+    key = row.config_key
+    base = baseline_row(rows)
+    base = base if base is not None and base.state == COMPLETE and base.value is not None else None
     if choice.weights is not None:
-        value = mix_of(row, choice.weights)
-        base_value = mix_of(base, choice.weights) if base is not None else None
-        iv = mix_interval(base, row, choice.weights) if base is not None else None
-        out: dict[str, Any] = {"mix": {str(k): v for k, v in choice.weights.items()}, "level": None,
-                               "unit": "weighted geometric mean of the levels' tok/s", "spread": None}
+        weights = choice.weights
+        values, noise = ev.mix_values(key, weights), ev.mix_noise(weights)
+        fresh = ev.mix_fresh(key, weights)
+        base_value = ev.mix_median(base.config_key, weights) if base is not None else None
+        iv = ev.mix_interval(base.config_key, key, weights) if base is not None else None
+        unit, contest = "weighted geometric mean of the levels' tok/s", MIX
     else:
-        assert choice.level is not None
-        value = level_value(row, choice.level)
-        base_value = level_value(base, choice.level) if base is not None else None
-        iv = None
-        out = {"mix": None, "level": choice.level, "unit": objectives.unit(choice.level),
-               "spread": level_spread(row, choice.level)}
-    out.update(value=value, baseline_value=base_value,
-               x_baseline=(value / base_value) if value is not None and base_value else None,
-               chosen_by=choice.chosen_by)
-    if iv is not None:
-        out["x_baseline_interval"] = [iv.lo, iv.hi]
+        level = choice.level if choice.level is not None else HEADLINE if obj.goodput is not None else \
+            objectives.levels(obj)[0]
+        values, noise, fresh = ev.values(key, level), ev.noise(level), ev.fresh(key, level)
+        base_value = ev.median(base.config_key, level) if base is not None else None
+        iv = ev.interval(base.config_key, key, level) if base is not None else None
+        unit, contest = objectives.unit(level or 1), str(level)
+        if choice.level is None and level == 1:
+            unit = "tok/s single-request decode"
+        elif level is HEADLINE:
+            unit = "tok/s total within the SLO"
+    value = statistics.median(values) if values else row.value
+    out: dict[str, Any] = {
+        "value": value, "unit": unit, "launches": len(values), "launch_values": values,
+        "fresh_launch_95": list(fresh) if fresh else None, "launch_noise": noise.to_dict(),
+        "spread": _spread(row, choice.level),
+        "baseline_trial": base.number if base is not None else None, "baseline_value": base_value,
+        "compare_launches": sum(1 for r in ev.launches(key) if r.launch_role == COMPARE),
+        "compare_values": _compare_values(ev, key, choice, level_of(choice, obj)),
+        "baseline_compare_values": _compare_values(ev, base.config_key, choice, level_of(choice, obj))
+        if base is not None else [],
+        "race_launches": sum(1 for r in ev.launches(key) if r.launch_role == races.RACE)}
+    if base is not None and iv is not None:
+        same = base.config_key == key
+        word = verdict.verdict(iv, same_config=same)
+        out["vs_baseline"] = {**iv.to_dict(), "point": value / base_value if value and base_value else None,
+                              "verdict": word, "beyond_noise": word in (verdict.FASTER, verdict.SLOWER),
+                              "same_config": same,
+                              "text": verdict.describe(replace_ratio(iv, value / base_value if value and base_value
+                                                                    else None), same_config=same),
+                              "compare_launches": sum(1 for r in ev.launches(base.config_key)
+                                                      if r.launch_role == COMPARE)}
+        fresh_iv = ev.compared(base.config_key, key, level) if choice.weights is None and not same else None
+        if fresh_iv is not None:  # what compare's launches alone say (``launches.Evidence.compared``)
+            fresh_word = verdict.verdict(fresh_iv)
+            out["fresh_vs_baseline"] = {**fresh_iv.to_dict(), "verdict": fresh_word,
+                                        "beyond_noise": fresh_word in (verdict.FASTER, verdict.SLOWER),
+                                        "text": verdict.describe(fresh_iv)}
+    numbers = {r.config_key: r.number for r in sorted(rows, key=lambda r: (not r.counted, r.number))[::-1]}
+    for o in races.outcomes(rows, getattr(job, "objective", None)):
+        if o.contest.name == contest and key in o.contest.finalists:
+            out["race"] = {"decided": not o.tied or o.winner != key, "winner_trial": numbers.get(o.winner or ""),
+                           "tied_trials": [numbers.get(k) for k in o.tied] if o.winner == key else [],
+                           "finalists": [numbers.get(k) for k in o.contest.finalists], "launches": o.launches,
+                           "rounds": o.rounds, "confidence": o.confidence, "finished": o.finished}
+    return out
+
+
+def level_of(choice: Choice, objective: Any) -> int | None:
+    """The level a figure is of (None: the mix)."""
+    if choice.weights is not None:
+        return None
+    return choice.level if choice.level is not None else objectives.levels(objective)[0]
+
+
+def _compare_values(ev: Evidence, key: str, choice: Choice, level: int | None) -> list[float]:
+    """The figures of the launches ``compare`` made of a config."""
+    launches = [r for r in ev.launches(key) if r.launch_role == COMPARE]
+    if level is None:
+        return [v for r in launches if (v := mix_figure(r, choice.weights or {})) is not None]
+    return [v for r in launches if (got := r.at(level)) is not None and (v := got.value) is not None]
+
+
+def _spread(row: TrialRow, level: int | None) -> float | None:
+    """The relative spread of the trial's own median (at ``level``)."""
+    got = row.at(level) if level is not None else None
+    return got.spread if got is not None else row.spread
+
+
+def replace_ratio(iv: verdict.RatioInterval, point: float | None) -> verdict.RatioInterval:
+    """The interval shown with the ratio of the figures (medians) as its point."""
+    return dataclasses.replace(iv, ratio=point) if point is not None and iv.ratio is not None else iv
+
+
+def notes(job: Any, rows: list[TrialRow], level: int | None = None, mix: bool = False) -> list[str]:
+    """What the command line says beside an export: the exported config within noise of the
+    baseline (with how many fresh launches by ``compare``), a tie the race could not break."""
+    choice = choose(job, level, mix)
+    best = choice.rank(rows, 1)
+    if not best:
+        return []
+    fig = figure_of(job, rows, best[0], choice)
+    return _warning_lines(fig, best[0].number)
+
+
+def _warning_lines(fig: dict[str, Any], trial: int, *, said: bool = False) -> list[str]:
+    """The export's warnings (``said``: the verdict's text is on a line above): within noise of the
+    baseline over every launch, or on ``compare``'s fresh launches alone; a tie the race left."""
+    out = []
+    vs = fig.get("vs_baseline") or {}
+    fresh_vs = fig.get("fresh_vs_baseline") or {}
+    fresh = vs.get("compare_launches", 0) + fig.get("compare_launches", 0)
+    if vs and not vs.get("same_config") and not vs.get("beyond_noise"):
+        by = f" ({fresh} of the launches fresh from `ncclsweep compare`)" if fresh else ""
+        what = "" if said else f": {vs['text']}"
+        out.append(f"trial {trial} is WITHIN NOISE of the baseline{what}{by}: it is not shown to beat the baseline")
+    elif fresh_vs and not fresh_vs.get("beyond_noise"):
+        out.append(f"trial {trial} is WITHIN NOISE of the baseline on the {fresh} launches fresh from `ncclsweep "
+                   f"compare`: {fresh_vs['text']} (over every launch: {vs.get('text')}); the machine may have "
+                   "changed since the study: it is not shown to beat the baseline now")
+    race = fig.get("race") or {}
+    if race.get("tied_trials"):
+        tied = ", ".join(f"trial {n}" for n in race["tied_trials"])
+        out.append(f"TIE: the race of the finalists ({race['launches']} launches) could not tell trial {trial} from "
+                   f"{tied}; any of them is as good on this evidence")
     return out
 
 
@@ -206,22 +349,25 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
     (a level, the mix), what it measured there (``objective``)."""
     node, nccl = row.node_info or {}, row.nccl or {}
     base = baseline_row(rows)
-    base_value = base.value if base and base.state == COMPLETE else None
-    extra = {"objective": _objective_provenance(choice, row, base if base_value else None)} \
-        if choice is not None and choice.named else {}
+    headline = figure_of(job, rows, row)
+    fig = figure_of(job, rows, row, choice) if choice is not None and choice.named else headline
+    base_value = headline.get("baseline_value")
+    extra = {"objective": _objective_provenance(choice, fig)} if choice is not None and choice.named else {}
     return {
         "study": getattr(job, "study", None),
         "storage": getattr(job, "storage", None),
         "trial": row.number,
         "rank": rank,
-        "value_tok_s": row.value,
+        "value_tok_s": headline["value"],
         "spread": row.spread,
         "cv": row.cv,
         "rel_ci": row.rel_ci,
-        "measurements": row.n_measurements,
+        "measurements": headline["launches"],
+        "figure": fig,
         "baseline_trial": base.number if base else None,
         "baseline_tok_s": base_value,
-        "x_baseline": (row.value / base_value) if base_value and row.value is not None else None,
+        "x_baseline": (headline["value"] / base_value) if base_value and headline["value"] is not None else None,
+        "prompts": row.prompt_set or None,  # the decode prompts the figures were measured on
         "acceptance_rate": row.acceptance_rate,
         "mean_accepted_length": row.mean_accepted_length,
         "backend": {"kind": _backend_kind(job, backend), "version": _safe_version(backend)},
@@ -237,7 +383,37 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
         "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "ncclsweep_version": _tool_version(),
         **extra,
+        **_latency_provenance(job, row, rows),
     }
+
+
+def _latency_provenance(job: Any, row: TrialRow, rows: list[TrialRow]) -> dict[str, Any]:
+    """What the config measured besides throughput: each level's latency percentiles (``latency``,
+    seconds), and where the job has them, its latency targets and what it broke (``slo``), its
+    goodput crossing (``goodput``), the traffic and the lengths measured (``traffic``)."""
+    obj = objectives.of(getattr(job, "objective", None))
+    latency: dict[str, Any] = {}
+    for level, got in row.levels.items():
+        recorded = {kind: got.latency(kind) for kind in LATENCY_KINDS}
+        if any(lat is not None for lat in recorded.values()):
+            latency[str(level)] = {kind: lat.to_record() for kind, lat in recorded.items() if lat is not None}
+    out: dict[str, Any] = {"latency": latency}
+    if obj.slo:
+        out["slo"] = {"targets": obj.slo.to_record(), "text": obj.slo.describe(),
+                      "breaches": [b.to_record() for level, got in row.levels.items()
+                                   for b in slo_breaches(got, obj.slo.at(level))]}
+    if obj.goodput is not None:
+        answer = goodput_answer(rows, obj)
+        mine = next((c for c in answer.configs if c.row.config_key == row.config_key), None)
+        out["goodput"] = {**(mine.to_dict() if mine else {}),
+                          "baseline": answer.baseline.to_dict() if answer.baseline else None, "answer": answer.text()}
+    bench = getattr(job, "bench", None)
+    lengths = row.measurement.lengths if row.measurement is not None else None
+    if getattr(bench, "traffic", None) is not None or lengths is not None:
+        out["traffic"] = {"requests": getattr(bench, "prompts_from", None),
+                          "measured": lengths.to_record() if lengths is not None else None,
+                          "text": lengths.describe() if lengths is not None else None}
+    return out
 
 
 def _tool_version() -> str:
@@ -248,20 +424,30 @@ def _tool_version() -> str:
         return getattr(orchestrator, "__version__", "unknown")
 
 
+# what a comment line may not hold: anything that ends a line (for a shell, an env file or a
+# reader's editor) or moves the cursor; every other character of a study's strings is shown as is
+_NOT_IN_A_LINE = re.compile("[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
+
+
 def _one_line(value: Any, width: int = 160) -> str:
+    """``value`` on one physical line (its lines joined with " | "), at most ``width`` characters."""
     if value is None:
         return "unknown"
     if isinstance(value, (list, tuple)):
         value = ", ".join(str(v) for v in value)
-    text = " | ".join(part.strip() for part in str(value).splitlines() if part.strip())
+    text = " | ".join(part.strip() for part in _NOT_IN_A_LINE.split(str(value)) if part.strip())
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def _comment(text: str) -> str:
+    """One comment line, whatever ``text`` holds: a study's strings (a version, a path, a host
+    name) never become a live line of an exported file."""
+    return "# " + _one_line(text, width=10_000)
+
+
 def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
-    value = prov["value_tok_s"]
-    spread = f" (+-{100 * prov['spread']:.1f}%)" if prov.get("spread") is not None else ""
-    ratio = (f", {prov['x_baseline']:.2f}x baseline trial {prov['baseline_trial']} "
-             f"({prov['baseline_tok_s']:.2f} tok/s)" if prov.get("x_baseline") else "")
+    """The provenance of one exported config, as comment lines (each one physical line)."""
+    fig = prov["figure"]
     be = prov["backend"]
     chosen = []
     obj = prov.get("objective")
@@ -270,20 +456,76 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
                 "the traffic mix " + ", ".join(f"{k}: {v:g}" for k, v in obj["mix"].items()))
         got = f"{obj['value']:.3f} {obj['unit']}" if obj["value"] is not None else "not measured"
         vs = f", {obj['x_baseline']:.2f}x the baseline" if obj.get("x_baseline") else ""
-        chosen = [f"# chosen for {what} ({obj['chosen_by']}): {got}{vs}"]
-    return [
-        f"# ncclsweep {prov['ncclsweep_version']} export ({fmt}), rank {prov['rank']} of {total}",
+        chosen = [f"chosen for {what} ({_one_line(obj['chosen_by'])}): {got}{vs}"]
+    good = prov.get("goodput") or {}
+    if good.get("text"):  # the value is the total tok/s at the most streams within the SLO
+        chosen.append(f"goodput: {good['text']}; {good.get('answer')}")
+    slo = prov.get("slo")
+    if slo:
+        broke = "; ".join(b["text"] for b in slo["breaches"]) or "holds them at every level measured"
+        chosen.append(f"slo {slo['text']}: {broke}")
+    traffic = prov.get("traffic")
+    if traffic and traffic.get("text"):
+        chosen.append(f"traffic {traffic['requests']}: measured {traffic['text']}")
+    lines = [
+        f"ncclsweep {_one_line(prov['ncclsweep_version'])} export ({fmt}), rank {prov['rank']} of {total}",
         *chosen,
-        f"# study {prov['study']}, trial {prov['trial']}, measured {prov['measured_at'] or 'unknown'}"
-        f" on {prov['node'] or 'unknown node'}",
-        f"# value: {value:.3f} tok/s single-request decode{spread}{ratio}",
-        f"# backend: {be['kind'] or 'unknown'} {be['version'] or '(version unknown)'}; "
+        f"study {_one_line(prov['study'])}, trial {prov['trial']}, measured {_one_line(prov['measured_at'])}"
+        f" on {_one_line(prov['node'] or 'unknown node')}",
+        *figure_lines(fig),
+        *_warning_lines(fig, prov["trial"], said=True),
+        *_latency_comment(prov),
+        f"measured on the decode prompts: {decode_prompts.describe(prov.get('prompts'))}",
+        f"backend: {_one_line(be['kind'])} {_one_line(be['version'] or '(version unknown)')}; "
         f"model: {_one_line(prov['model'])}",
-        f"# NCCL {_one_line(prov['nccl_version'])}; CUDA {_one_line(prov['cuda_version'])}; "
+        f"NCCL {_one_line(prov['nccl_version'])}; CUDA {_one_line(prov['cuda_version'])}; "
         f"driver {_one_line(prov['driver_version'])}",
-        f"# GPU: {_one_line(prov['gpu_model'])} (devices {_one_line(prov['gpus'])}); "
+        f"GPU: {_one_line(prov['gpu_model'])} (devices {_one_line(prov['gpus'])}); "
         f"topology: {_one_line(prov['topology'], 100)}",
-    ] + _speculation_comment(prov)
+        *_speculation_comment(prov),
+    ]
+    return [_comment(line) for line in lines]
+
+
+def _latency_comment(prov: dict[str, Any]) -> list[str]:
+    """'latency at 1 (ms p50/p90/p99): TTFT 11.2/13.0/15.9, TPOT ...' per level measured (commented by
+    ``_comment_header``)."""
+    out = []
+    for level, kinds in (prov.get("latency") or {}).items():
+        parts = [f"{slo_labels.get(k, k)} " + "/".join(f"{1000 * rec[f'p{q}']:.1f}" for q in QUANTILES)
+                 for k, rec in kinds.items()]
+        if parts:
+            out.append(f"latency at {level} (ms p50/p90/p99): {', '.join(parts)}")
+    return out
+
+
+def figure_lines(fig: dict[str, Any]) -> list[str]:
+    """The header's figure: its value over launches, where a fresh launch should measure, and its
+    verdict against the baseline over launches (each a line ``_comment_header`` comments)."""
+    value = fig.get("value")
+    n = fig.get("launches") or 0
+    got = f"{value:.3f} {fig['unit']}" if value is not None else "not measured"
+    spread = f" (+-{100 * fig['spread']:.1f}% within its trial)" if fig.get("spread") is not None else ""
+    lines = [f"value: {got}, the median of {n} launch{'' if n == 1 else 'es'}{spread}"]
+    fresh = fig.get("fresh_launch_95")
+    noise = fig.get("launch_noise") or {}
+    if fresh:
+        lines.append(f"a fresh launch should measure {fresh[0]:.3f}-{fresh[1]:.3f} (95%; launch noise "
+                     f"+-{100 * (noise.get('relative') or 0.0):.1f}% from {noise.get('launches')} launches)")
+    else:
+        lines.append("no range for a fresh launch yet: the launch noise is not measured")
+    vs = fig.get("vs_baseline")
+    if vs and fig.get("baseline_value"):
+        what = "the baseline itself" if vs.get("same_config") else vs["text"]
+        lines.append(f"vs baseline trial {fig['baseline_trial']} ({fig['baseline_value']:.2f}): {what}")
+    fresh_values = fig.get("compare_values") or []
+    if fresh_values:
+        base_values = fig.get("baseline_compare_values") or []
+        shown = ", ".join(f"{v:.2f}" for v in fresh_values)
+        beside = f" (the baseline: {', '.join(f'{v:.2f}' for v in base_values)})" if base_values and \
+            not (vs or {}).get("same_config") else ""
+        lines.append(f"`ncclsweep compare` launched it {len(fresh_values)} time(s): {shown}{beside}")
+    return lines
 
 
 def _speculation_comment(prov: dict[str, Any]) -> list[str]:
@@ -293,7 +535,7 @@ def _speculation_comment(prov: dict[str, Any]) -> list[str]:
         return []
     parts = ([f"{100 * rate:.1f}% of drafted tokens accepted"] if rate is not None else []) + (
         [f"{length:.2f} tokens per target step"] if length is not None else [])
-    return [f"# speculative decoding: {', '.join(parts)} (the server's counters over the benchmark prompts)"]
+    return [f"speculative decoding: {', '.join(parts)} (the server's counters over the benchmark prompts)"]
 
 
 # ---- environment & command --------------------------------------------------------------------------
@@ -319,29 +561,47 @@ def _non_env(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if not k.startswith("env.")}
 
 
+def _env_lines(env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(``KEY=VALUE`` lines, comments on what could not be one): a name that is not an
+    environment variable's, or a value that is not one line, is left out and said so."""
+    lines, skipped = [], []
+    for key, value in sorted(env.items()):
+        problem = None if _ENV_NAME.fullmatch(key) else "not an environment variable name"
+        problem = problem or env_value_problem(value)
+        if problem:
+            skipped.append(_comment(f"skipped {brief(key)}: {problem}"))
+        else:
+            lines.append(f"{key}={value}")
+    return lines, skipped
+
+
 def _env_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
     env = effective_env(job, row.params, backend, host, port)
     lines = []
     rest = _non_env(row.params)
     if rest:
-        lines.append(f"# not environment settings (they are in the launch command, --format cmd): {short_params(rest)}")
-    for key, value in sorted(env.items()):
-        if not _ENV_NAME.fullmatch(key) or "\n" in value or "\r" in value:
-            lines.append(f"# skipped {brief(key)}: not expressible in an env file")
-            continue
-        lines.append(f"{key}={value}")
+        lines.append(_comment(f"not environment settings (they are in the launch command, --format cmd): "
+                              f"{short_params(rest)}"))
+    assignments, skipped = _env_lines(env)
+    lines += skipped + assignments
     if not env:
         lines.append("# (this config sets no environment variables)")
     return lines
 
 
 def _cmd_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: int) -> list[str]:
+    """The launch line: env assignments, then the argv, every word shell-quoted (a value spanning
+    lines stays inside its quotes); a variable that cannot be assigned on a shell line is left
+    out and said so."""
     spec = _launch(backend, row.params, host, port)
     if spec is None:
         raise RuntimeFailure(f"cannot build the launch command: backend {brief(_backend_kind(job, backend))} "
                              "is not available")
     env = effective_env(job, row.params, backend, host, port)
-    return [dataclasses.replace(spec, env=env).shell_line()]
+    skipped = [_comment(f"skipped {brief(key)}: not an environment variable name")
+               for key in sorted(env) if not _ENV_NAME.fullmatch(key)]
+    env = {k: v for k, v in env.items() if _ENV_NAME.fullmatch(k)}
+    return skipped + [dataclasses.replace(spec, env=env).shell_line()]
 
 
 # ---- NCCL tuner plugin rules ------------------------------------------------------------------------
@@ -521,8 +781,8 @@ def _tuner_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: i
     version = _first((row.nccl or {}).get("version"), (sweep or {}).get("nccl_version"))
     source = (f"the pre-screen's sweep ({len(rules)} size ranges, prescreen.json) and trial {row.number}'s settings"
               if made is not None else f"trial {row.number}'s settings (no pre-screen sweep at its TP: one rule)")
-    return ([f"# rules from {source}; NCCL {version or 'unknown'}; tuner API {tuner_api(version)}"]
-            + [f"# {n}" for n in notes] + rules)
+    return ([_comment(f"rules from {source}; NCCL {version or 'unknown'}; tuner API {tuner_api(version)}")]
+            + [_comment(n) for n in notes] + rules)
 
 
 def _sweep_of(job: ExportJob) -> dict[str, Any] | None:
@@ -586,7 +846,7 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
 
         return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False, allow_unicode=True)
     block = {"env": _env_block, "cmd": _cmd_block, "nccl-tuner": _tuner_block}[fmt]
-    out: list[str] = list(_TUNER_PREAMBLE) if fmt == "nccl-tuner" else []
+    out = _preamble(fmt, job, best[0], host, port)
     if len(best) < top:
         out.append(f"# only {len(best)} distinct completed config(s) to export (asked for {top})")
     for i, row in enumerate(best):
@@ -597,11 +857,42 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
             tag = "active" if i == 0 else "alternative: uncomment to use it instead of 1"
             out.append(f"# ===== {i + 1} of {len(best)}: trial {row.number} ({tag}) =====")
         out.extend(header)
-        out.extend(body if i == 0 else [line if line.startswith("#") else f"# {line}" for line in body])
+        out.extend(body if i == 0 else _commented_out(body))
         out.append("")
     if fmt == "nccl-tuner":
         out = [line if len(line) < _TUNER_MAX_LINE else line[: _TUNER_MAX_LINE - 4] + "..." for line in out]
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _preamble(fmt: str, job: ExportJob, first: TrialRow, host: str, port: int) -> list[str]:
+    """What the file is, in its first lines: the launch command is the whole deploy (a shell
+    script, and where it listens); the env file its environment half, naming what the command
+    carries besides; the tuner rules, their format."""
+    if fmt == "nccl-tuner":
+        return list(_TUNER_PREAMBLE)
+    job_file = _one_line(getattr(job, "path", None) or "JOB")
+    if fmt == "cmd":
+        everywhere = " (every network interface of this machine)" if host in ("0.0.0.0", "::") else ""
+        return ["#!/bin/sh",
+                _comment(f"the deploy artifact: the server's environment and launch command, as trial {first.number} "
+                         f"ran it; run it with sh (it starts the server in the foreground)"),
+                _comment(f"the server listens on {_one_line(host)}:{port}{everywhere}; "
+                         f"`ncclsweep export {job_file} --format cmd --host H --port P` writes it for another "
+                         "address")]
+    rest = short_params(_non_env(first.params))
+    carries = f" ({rest} and the server's flags)" if rest else " (the server's flags)"
+    return [_comment(f"the environment half of trial {first.number}'s config, for docker run --env-file or "
+                     f"systemd EnvironmentFile (not a shell script: nothing in it is expanded); the launch command "
+                     f"carries the rest{carries}: `ncclsweep export {job_file} --format cmd`")]
+
+
+def _commented_out(body: list[str]) -> list[str]:
+    """An alternative: every physical line of it a comment (a quoted value of a launch line may
+    span lines; each of them is commented)."""
+    out: list[str] = []
+    for text in body:  # a comment of ours is one line already; a live line may span several
+        out += [text] if text.startswith("#") else [f"# {line}" for line in text.split("\n")]
+    return out
 
 
 # ---- reading a config back ------------------------------------------------------------------------

@@ -10,19 +10,28 @@ next driver kept: ``storage.trial_attrs``); a trial without one is RUNNING or WA
 Optuna says so, and otherwise a FAIL whose reason says that no outcome was recorded. Rows
 are ``records.TrialRow``s (frozen: a consumer never changes what another one reads).
 
+A record is checked against itself before it is believed (``_damage``): its config against
+the space its parameters were drawn from (as Optuna stored it), its value against the samples
+it was measured with. A record changed after it was written (edited by
+hand: a value outside the space, 1e9 tok/s) is a FAIL row naming what does not match, left out
+of every figure, and named once in a warning: one edited trial never bricks or misleads the
+study.
+
     trial_rows(study)        one ``records.TrialRow`` per trial
     best_rows(rows, k)       the k best distinct configs that may be called "best"
     baseline_row(rows)       the baseline trial's row
-    row_interval(a, b)       b's decode tok/s relative to a's, with its interval (verdict.py)
-    ties_with_best(best)     the runners-up within the noise of the best
+    row_interval(a, b, ev)   b's figure relative to a's over their launches (``launches.Evidence``)
+    ties_with_best(best, ev) the runners-up within the launch noise of the best
     format_status(rows)      compact human table for ``ncclsweep status``
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import math
 import os
+import statistics
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -41,16 +50,22 @@ from orchestrator.core.records import (
     TrialRow,
     config_key,
 )
-from orchestrator.core.verdict import WITHIN_NOISE, RatioInterval, ratio_interval, verdict
+from orchestrator.core.verdict import WITHIN_NOISE, RatioInterval, verdict
+from orchestrator.study.launches import Evidence, measured_launches
 from orchestrator.study.storage import (
     ATTR_BASELINE,
+    ATTR_BASELINE_REPEAT,
     ATTR_CACHED_FROM,
     ATTR_COUNTED,
     ATTR_ENQUEUED_BY,
     ATTR_KEY,
+    ATTR_LAUNCH_ROLE,
+    ATTR_RACE,
+    ATTR_REFERENCE_RUN,
     ATTR_RUN,
     ATTR_SKIPPED,
     OUTVOTED_ATTR,
+    contains,
     recovered_attr,
     trial_attrs,
 )
@@ -60,6 +75,8 @@ if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
 
+
+log = logging.getLogger(__name__)
 
 # the keys of a row in ``status --json`` (``TrialRow.to_json``)
 ROW_KEYS = tuple(TrialRow(number=0, state="COMPLETE").to_json())  # what `status --json` prints, in order
@@ -199,7 +216,73 @@ def _row(trial: FrozenTrial, ua: dict[str, Any]) -> TrialRow:
         acceptance_rate=head.acceptance_rate if head is not None else None,
         mean_accepted_length=head.mean_accepted_length if head is not None else None,
         startup_phases=dict(ua.get("startup_phases") or {}),
+        launch_role=_launch_role(ua),
+        race=dict(ua.get(ATTR_RACE) or {}),
+        prompt_set=dict(ua.get("prompt_set") or {}),
     )
+
+
+def _launch_role(ua: dict[str, Any]) -> str | None:
+    """What a launch outside the search was (``TrialRow.launch_role``); None: a trial of the search."""
+    if ua.get(ATTR_LAUNCH_ROLE):
+        return str(ua[ATTR_LAUNCH_ROLE])
+    if ua.get(ATTR_BASELINE_REPEAT):
+        return "repeat"
+    if ua.get(ATTR_REFERENCE_RUN):
+        return "reference"
+    return None
+
+
+_WARNED: set[tuple[int, Any]] = set()  # damaged records already named in this process
+
+
+def _damage(trial: FrozenTrial, config: Any, value: float | None, metrics: dict[str, Any]) -> str | None:
+    """What in a trial's record does not match the rest of it (None: it is whole): a config
+    value that is not a point of the space its parameter was drawn from (Optuna's stored
+    distribution); a value that is no rate, or lies outside every sample it was measured with."""
+    if isinstance(config, dict):
+        for name, got in config.items():
+            dist = trial.distributions.get(name)
+            if dist is not None and not _drawn_from(dist, got):
+                return f"its config's {name}={got!r} is not a value of the space it was drawn from"
+    if value is None:
+        return None
+    if not math.isfinite(value) or value <= 0:
+        return f"its value {value!r} is no decode rate"
+    levels = metrics.get("levels")
+    levels = levels if isinstance(levels, dict) else {}
+    sets = [metrics.get("decode_samples")] + [lv.get("samples") for lv in levels.values() if isinstance(lv, dict)]
+    ranges = [(min(s), max(s)) for s in ([x for x in (s or []) if isinstance(x, (int, float))] for s in sets) if s]
+    if ranges and not any(lo * (1 - 1e-9) <= value <= hi * (1 + 1e-9) for lo, hi in ranges):
+        lo, hi = ranges[0]
+        return f"its value {value:g} tok/s lies outside the samples it was measured with ({lo:g}-{hi:g})"
+    return None
+
+
+def _drawn_from(dist: Any, value: Any) -> bool:
+    """``value`` is a point of ``dist``, or a choice in the spelling normalization gives it (a
+    config is normalized: NCCL values in NCCL's case)."""
+    if contains(dist, value):
+        return True
+    choices = getattr(dist, "choices", None)
+    return isinstance(value, str) and choices is not None and value.lower() in {str(c).lower() for c in choices}
+
+
+def _checked(trial: FrozenTrial, ua: dict[str, Any], row: TrialRow) -> TrialRow:
+    """``row``, or when its record does not match itself (``_damage``) a FAIL row saying so,
+    left out of every figure, and named once in a warning."""
+    if row.state not in _FINISHED:
+        return row
+    damage = _damage(trial, ua.get("config"), row.value, ua.get("metrics") or {})
+    if damage is None:
+        return row
+    if (trial.number, trial.datetime_start) not in _WARNED:
+        _WARNED.add((trial.number, trial.datetime_start))
+        log.warning("trial %d's record was changed after it was written (%s; edited by hand?): it is left out "
+                    "of every figure", trial.number, damage)
+    return replace(row, state=FAIL, value=None, counted=False, failure_kind=None,
+                   failure_reason=f"its record was changed after it was written ({damage}): left out of every figure",
+                   measurement=Measurement(), levels={}, acceptance_rate=None, mean_accepted_length=None)
 
 
 # Rows of finished trials, per study object: Optuna refuses to change a finished trial, so its
@@ -234,7 +317,8 @@ def _finished_row(trial: FrozenTrial, study_attrs: dict[str, Any], cache: dict[i
     key = (trial.state, trial.datetime_complete, repr(study_attrs.get(recovered_attr(trial.number))))
     hit = cache.get(trial.number)
     if hit is None or hit[0] != key:
-        hit = cache[trial.number] = (key, _row(trial, trial_attrs(trial, study_attrs)))
+        attrs = trial_attrs(trial, study_attrs)
+        hit = cache[trial.number] = (key, _checked(trial, attrs, _row(trial, attrs)))
     return hit[1]
 
 
@@ -263,11 +347,13 @@ def best_rows(rows: list[TrialRow], k: int = 1,
               value: Callable[[TrialRow], float | None] | None = None) -> list[TrialRow]:
     """The k best distinct configs, best first.
 
-    Only rows ``outcome.rankable`` allows (COMPLETE, launched and counted, no constraint
-    broken, never a config that failed the correctness gate or NCCL verification). A config
-    measured more than once is represented by its lower-median measurement
-    (``n_measurements`` says how many), so one lucky run does not win; the baseline's config
-    by the baseline trial, the reference every "x baseline" is computed against.
+    Only configs with a row ``outcome.rankable`` allows (COMPLETE, launched and counted, no
+    constraint broken, never a config that failed the correctness gate or NCCL verification).
+    A config is ranked by the median over *every launch* of it (``launches.measured_launches``:
+    its trials, the relaunches and race launches of the study, the launches ``compare`` made),
+    so one lucky launch does not win and fresh launches move it; ``n_measurements`` says how
+    many. It is represented by its lower-median counted trial, the baseline's config by the
+    baseline trial, the reference every "x baseline" is computed against.
     ``value`` ranks by another number of a row (a concurrency level's median, the traffic
     mix: ``study.plan``); rows without it are not ranked. Default: ``TrialRow.value``.
     """
@@ -276,17 +362,19 @@ def best_rows(rows: list[TrialRow], k: int = 1,
     for r in outcome.rankable(rows):
         if score(r) is not None:
             groups.setdefault(r.config_key, []).append(r)
+    evidence = measured_launches(rows)
     base = baseline_row(rows)
-    reps = []
-    for members in groups.values():
+    ranked: list[tuple[float, TrialRow]] = []
+    for key, members in groups.items():
         members = sorted(members, key=lambda r: (score(r) or 0.0, -r.number))
         if base is not None and any(r.number == base.number for r in members):
             rep = base  # the baseline config is represented by the baseline trial, the study's reference
         else:
             rep = members[(len(members) - 1) // 2]  # lower median: no lucky winner
-        reps.append(replace(rep, n_measurements=len(members)))
-    reps.sort(key=lambda r: (-(score(r) or 0.0), r.number))  # ranked rows all have a value
-    return reps[: max(0, int(k))]
+        figures = [v for r in evidence.get(key, members) if (v := score(r)) is not None] or [score(rep) or 0.0]
+        ranked.append((statistics.median(figures), replace(rep, n_measurements=len(figures))))
+    ranked.sort(key=lambda pair: (-pair[0], pair[1].number))
+    return [rep for _, rep in ranked[: max(0, int(k))]]
 
 
 def baseline_row(rows: list[TrialRow]) -> TrialRow | None:
@@ -311,31 +399,32 @@ def baseline_repeats(rows: list[TrialRow]) -> list[TrialRow]:
 
 
 def decode_samples(row: TrialRow) -> list[float]:
-    """The trial's single-request decode samples (every timed repeat), [] when none were kept."""
-    one = row.at(1)
+    """The trial's single-request decode samples (every timed repeat), [] when none were kept; of a
+    goodput trial, the samples behind its value: the total tok/s where every SLO last held."""
+    got = row.measurement
+    one = got.headline if got is not None and got.goodput is not None else row.at(1)
     return list(one.samples) if one is not None else []
 
 
-def row_interval(a: TrialRow, b: TrialRow) -> RatioInterval:
-    """Trial b's decode tok/s relative to trial a's, with the unpaired interval of their repeats
-    (``verdict.ratio_interval``). Repeats within one launch miss the variation between launches:
-    a verdict from it is "beyond the noise of repeats"; ``compare`` relaunches for the stronger one."""
-    return ratio_interval(decode_samples(a), decode_samples(b))
+def row_interval(a: TrialRow, b: TrialRow, evidence: Evidence, level: int = 1) -> RatioInterval:
+    """Config b's figure relative to config a's at ``level``, over every launch of each with the
+    study's launch noise (``launches.Evidence.interval``): the interval of the study's verdicts."""
+    return evidence.interval(a.config_key, b.config_key, level)
 
 
 TOP_N = 10  # configs the report's top table ranks (and ``compare --also ties`` looks among)
 
 
-def ties_with_best(best: list[TrialRow]) -> list[TrialRow]:
-    """The runners-up in ``best`` (best first) within the noise of the best: the interval of their
-    ratio to it (``row_interval``) contains 1.0, so the single-request objective cannot rank them.
-    A runner-up without an interval (fewer than 2 samples on a side) is not named: unknown."""
+def ties_with_best(best: list[TrialRow], evidence: Evidence, level: int = 1) -> list[TrialRow]:
+    """The runners-up in ``best`` (best first) within the launch noise of the best at ``level``:
+    the interval of their ratio to it (``row_interval``) contains 1.0, so the objective cannot rank
+    them. A runner-up without an interval (the launch noise not measured yet) is not named: unknown."""
     if not best:
         return []
     top = best[0]
     out = []
     for r in best[1:]:
-        iv = row_interval(top, r)
+        iv = row_interval(top, r, evidence, level)
         if iv.bounded and verdict(iv) == WITHIN_NOISE:
             out.append(r)
     return out
@@ -411,6 +500,10 @@ def format_status(rows: list[TrialRow], width: int | None = None, levels: Iterab
             tags.append("[baseline]")
         if r.cached_from is not None:
             tags.append(f"[cached #{r.cached_from}]")
+        if r.launch_role == "race":
+            tags.append(f"[race round {int(r.race.get('round', 0)) + 1}]")
+        elif r.launch_role in ("relaunch", "compare", "repeat"):
+            tags.append(f"[{r.launch_role}]")
         if r.state == COMPLETE and r.config_key in tainted:
             tags.append(f"[never best: wrong output in #{tainted[r.config_key]}]")
         if (r.startup_phases or {}).get("compile_cache"):
@@ -438,11 +531,28 @@ def format_status(rows: list[TrialRow], width: int | None = None, levels: Iterab
     best = best_rows(rows, 1)
     b = best[0] if best else None
     if b is not None and b.value is not None:
-        ratio = f", {b.value / base_value:.2f}x baseline" if base_value else ""
-        lines.append(f"best: trial {b.number} {b.value:.2f} tok/s{ratio}  {short_params(b.params)}")
+        ev = Evidence(rows)
+        level = b.headline.level if b.headline is not None else 1
+        figure = ev.median(b.config_key, level) or b.value
+        base_fig = ev.median(base.config_key, level) if base is not None and base_value else None
+        ratio = f", {figure / base_fig:.2f}x baseline" if base_fig else ""
+        n = b.n_measurements
+        lines.append(f"best: trial {b.number} {figure:.2f} tok/s (median of {n} launch{'' if n == 1 else 'es'})"
+                     f"{ratio}  {short_params(b.params)}")
     else:
         why = disputed(rows)
         lines.append(f"best: none: {why}" if why else
                      "best: none yet (no COMPLETE trial that passed the correctness gate)")
     return "\n".join(lines)
 
+
+
+def infeasible_lines(rows: list[TrialRow]) -> list[str]:
+    """'#3 (baseline): breaks the SLO: ...': the measured configs the latency targets left
+    nowhere to count (``outcome.judge_slo``), the baseline among them (reported, not a stop)."""
+    out = []
+    for r in rows:
+        why = (r.metrics or {}).get("slo_violations")
+        if r.state == COMPLETE and why and r.cached_from is None:
+            out.append(f"#{r.number}{' (baseline)' if r.is_baseline else ''}: {'; '.join(map(str, why))}")
+    return out

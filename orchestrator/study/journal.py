@@ -23,6 +23,12 @@ the study could not be read at all. So:
   resumable.
 - Read-only commands (``writable=False``) never change the file; they read what Optuna
   reads (a partial last line is skipped).
+- A record edited by hand that Optuna cannot apply (a parameter whose stored value is not a
+  point of its own distribution: a categorical index out of range, a number outside its
+  bounds, a distribution that does not parse) would make every command fail on the whole
+  study: it is left out when the journal is read, named once in a warning (which record,
+  which trial and parameter); the trial is read from the rest of its record, which
+  ``history`` checks against itself.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -44,6 +50,7 @@ from orchestrator.core.errors import RuntimeFailure, StorageWriteError
 log = logging.getLogger(__name__)
 
 RECORD_START = b'{"op_code":'  # how Optuna writes every record (json.dumps, compact, op_code first)
+SET_TRIAL_PARAM = 5  # Optuna's journal operation that sets a trial's parameter (JournalOperation)
 LONGEST_LINE = 256 << 20  # a "line" longer than this is damage, not a record (bounded memory)
 _CHUNK = 1 << 20
 
@@ -56,12 +63,48 @@ class JournalFile(JournalFileBackend):
         self.lock = JournalFileSymlinkLock(str(self.path))  # the lock Optuna's own appends take
         super().__init__(str(self.path), lock_obj=self.lock)
 
+    def read_logs(self, log_number_from: int) -> Generator[dict[str, Any], None, None]:
+        """Optuna's records, less those it could not apply (module docstring)."""
+        for number, record in enumerate(super().read_logs(log_number_from), start=log_number_from):
+            problem = bad_param(record)
+            if problem is None:
+                yield record
+                continue
+            if (self.path, number) not in _WARNED:
+                _WARNED.add((self.path, number))
+                log.warning("%s: record %d (trial id %s) is left out: %s (edited by hand?); the trial is read "
+                            "from the rest of its record", self.path, number + 1, record.get("trial_id"), problem)
+
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         data = ("\n".join(json.dumps(r, separators=(",", ":")) for r in logs) + "\n").encode("utf-8")
         with _writing(self.path), _locked(self.lock):
             if not _ends_at_line_boundary(self.path):
                 _repair_locked(self.path)  # a crash left a partial line since we opened it
             _append(self.path, data)
+
+
+_WARNED: set[tuple[Path, int]] = set()  # records already named in this process
+
+
+def bad_param(record: dict[str, Any]) -> str | None:
+    """Why Optuna could not apply a parameter record (None: it can, or it is another record):
+    its distribution does not parse, or its stored value is not one of its points."""
+    if not isinstance(record, dict) or record.get("op_code") != SET_TRIAL_PARAM:
+        return None
+    name, value = record.get("param_name"), record.get("param_value_internal")
+    try:
+        dist = optuna.distributions.json_to_distribution(str(record.get("distribution")))
+    except Exception:  # noqa: BLE001 - any damage of the distribution's JSON
+        return f"parameter {name!r} has a distribution that does not parse"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return f"parameter {name!r} holds {value!r}, not a number"
+    if isinstance(dist, optuna.distributions.CategoricalDistribution):
+        if value != int(value) or not 0 <= value < len(dist.choices):
+            return f"parameter {name!r} holds choice index {value!r} of {len(dist.choices)} choices"
+    elif isinstance(dist, (optuna.distributions.IntDistribution, optuna.distributions.FloatDistribution)):
+        if not dist.low <= value <= dist.high:
+            return f"parameter {name!r} holds {value!r}, outside its range {dist.low}..{dist.high}"
+    return None
 
 
 def _append(path: Path, data: bytes) -> None:

@@ -17,6 +17,17 @@ level N total output tok/s with N streams); what Optuna is told depends on the o
   failed) is told on the same scale as every other. The plan (``study.plan``) shows the
   ratio to the baseline.
 
+- goodput (``objective.goodput``): one value, the total tok/s at the most streams at which
+  every SLO held (``core.measurement.GoodputResult``; 0.0 where none held).
+
+Latency targets (``objective.slo``, ``core.slo``; ``judged`` applies them for this objective):
+in a plan, a level where a config breaks one is told ``0.0`` there (it is worth nothing at that
+level, and the Pareto front of the other levels keeps it): Optuna's constraints are per trial,
+so a config infeasible at one level only cannot be said with them without hiding it from the
+levels where it is best. A config that counts nowhere (every level of a plan, one level of a
+single objective or a mix, no concurrency of goodput) gets the infeasible constraint, by how far
+over (``core.outcome.infeasibility``).
+
 A config-caused failure is ``0.0`` at every level (with the infeasible constraint set by the
 policy); an early-stopped trial is Optuna PRUNED, with an intermediate value only where
 Optuna allows one (single objective: ``Trial.report`` is not supported for several).
@@ -29,6 +40,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.config.job import Objective
+from orchestrator.core import slo
+from orchestrator.core.measurement import Measurement
 from orchestrator.core.records import TrialResult
 
 DEFAULT = Objective()
@@ -52,21 +65,52 @@ def directions(objective: Objective | None) -> list[str]:
 
 def identity(objective: Objective | None) -> dict[str, Any] | None:
     """What of the objective makes a study another study (None for the default: a study
-    recorded before objectives existed keeps its identity)."""
+    recorded before objectives existed keeps its identity). Latency targets are part of it:
+    what a trial was told depends on them, and goodput measures by them."""
     obj = of(objective)
-    if tuple(obj.concurrency) == DEFAULT.concurrency and obj.weights is None:
+    if tuple(obj.concurrency) == DEFAULT.concurrency and obj.weights is None and obj.goodput is None \
+            and not obj.slo:
         return None
-    return {"concurrency": sorted(obj.concurrency),
-            "weights": {str(k): round(v, 12) for k, v in sorted(obj.weights.items())} if obj.weights else None}
+    out: dict[str, Any] = {"concurrency": sorted(obj.concurrency),
+                           "weights": {str(k): round(v, 12) for k, v in sorted(obj.weights.items())}
+                           if obj.weights else None}
+    if obj.goodput is not None:
+        out["goodput"] = {"max_concurrency": obj.goodput}
+    if obj.slo:
+        out["slo"] = obj.slo.to_record()
+    return out
 
 
 def describe(objective: Objective | None) -> str:
-    """'concurrency 1, 10, 64 (a plan)' / '... weighted 0.6/0.3/0.1' / 'concurrency 1'."""
+    """'concurrency 1, 10, 64 (a plan)' / '... weighted 0.6/0.3/0.1' / 'concurrency 1' /
+    'goodput up to 64 streams'; with latency targets, 'under TPOT p99 <= 20 ms'."""
     obj = of(objective)
-    text = "concurrency " + ", ".join(map(str, levels(obj)))
-    if obj.weights:
-        return text + " weighted " + "/".join(f"{obj.weights[lv]:g}" for lv in levels(obj))
-    return text + (" (a plan)" if obj.is_plan else "")
+    if obj.goodput is not None:
+        text = f"goodput up to {obj.goodput} streams"
+    else:
+        text = "concurrency " + ", ".join(map(str, levels(obj)))
+        if obj.weights:
+            text += " weighted " + "/".join(f"{obj.weights[lv]:g}" for lv in levels(obj))
+        elif obj.is_plan:
+            text += " (a plan)"
+    if obj.slo:
+        text += f" under {obj.slo.describe()}"
+    return text
+
+
+def expansion(objective: Objective | None) -> str | None:
+    """What a one-word objective expanded to ("objective: balanced = goodput up to 64 streams
+    under ..."), None when the job spelled its objective out."""
+    obj = of(objective)
+    return f"objective: {obj.preset} = {describe(obj)}" if obj.preset else None
+
+
+def judged(objective: Objective | None, measurement: Measurement | None) -> slo.Judged:
+    """The objective's latency targets against one launch (``core.slo.judge``): a plan counts a
+    config at each level apart, one level or a mix needs every level, goodput some concurrency."""
+    obj = of(objective)
+    return slo.judge(measurement, obj.slo, levels(obj), each_level=obj.multi_objective,
+                     goodput=obj.goodput is not None)
 
 
 def unit(level: int) -> str:
@@ -116,12 +160,16 @@ def told_values(objective: Objective | None, result: TrialResult) -> list[float]
         mixed = mix_value(values, obj.weights)
         assert mixed is not None  # every weighted level has a positive value
         return [mixed]
-    return [float(values[lv]) for lv in levels(obj)]  # type: ignore[arg-type]
+    broken = judged(obj, result.measurement).breaches if obj.slo else {}
+    return [0.0 if lv in broken else float(values[lv]) for lv in levels(obj)]  # type: ignore[arg-type]
 
 
 def _single(obj: Objective, result: TrialResult) -> float | None:
     """The one level's value: its median where the trial recorded levels (a trial may measure
-    more levels than the objective tells, as the replay harness's do), else the result's value."""
+    more levels than the objective tells, as the replay harness's do), else the result's value;
+    goodput's, the measurement's (the total tok/s where every SLO last held)."""
+    if obj.goodput is not None:
+        return result.measurement.value if result.measurement is not None else result.value
     value = level_values(result).get(obj.concurrency[0])
     return value if value is not None else result.value
 
@@ -147,6 +195,8 @@ def intermediate(objective: Objective | None, result: TrialResult) -> float | No
     obj = of(objective)
     if obj.multi_objective:
         return None
+    if obj.goodput is not None:
+        return _single(obj, result)
     if obj.weights:
         return mix_value(level_values(result), obj.weights)
     recorded = level_values(result)

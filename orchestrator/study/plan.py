@@ -5,16 +5,20 @@ to 8 win for one request and are no faster than eager at 10). A study whose obje
 several levels (``objective.concurrency``) answers, from its rows (``history.trial_rows``):
 
 - per level: the best config there (ranked like ``history.best_rows``: only what
-  ``outcome.rankable`` allows, a config measured twice by its lower median), its ratio to
-  the baseline at that level with its interval and verdict (``core.verdict``: "faster" only
-  beyond the noise of the samples, per level), and how the *anchor* (the best at the lowest
-  level, what a single-request study would crown) does there, against the baseline and
-  against that level's best;
+  ``outcome.rankable`` allows, by the median over every launch of a config), its figure there
+  (that median, over how many launches), its ratio to the baseline at that level with its
+  interval and verdict over launches (``study.launches``: "faster" only beyond that level's
+  launch noise), and how the *anchor* (the best at the lowest level, what a single-request study
+  would crown) does there, against the baseline and against that level's best;
 - the Pareto set across levels (configs no other config beats or ties at every level, on
   medians);
 - with ``objective.weights``, the best for the traffic mix (``objective.mix_value``) and its
-  ratio to the baseline (the weighted geometric mean of the levels' ratios), with an
-  interval combined from the levels' intervals.
+  ratio to the baseline (the weighted geometric mean of the levels' ratios), with its interval
+  over launches (each launch's weighted geometric mean, the mix's own launch noise);
+- with latency targets (``objective.slo``, ``core.slo``): a config that breaks one at a level is
+  not ranked at that level (it may still be the best at another), and the plan says, per
+  level, which faster configs broke a target there and by how much (the anchor's among them),
+  and whether the baseline does; the Pareto set counts a broken level as nothing.
 
 ``build_plan(rows, objective)`` is what the run's last line (``driver.progress``),
 ``status``, the report, ``export --concurrency N | --mix`` and ``compare --plan`` read;
@@ -24,16 +28,20 @@ whose best is ``history.best_rows``' best.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator.config.job import Objective
+from orchestrator.core import slo as slos
 from orchestrator.core import verdict
 from orchestrator.core.records import TrialRow
-from orchestrator.core.verdict import RatioInterval, ratio_interval
+from orchestrator.core.slo import Breach, Targets
+from orchestrator.core.verdict import LaunchNoise, RatioInterval
 from orchestrator.study import objective as objectives
 from orchestrator.study.history import baseline_row, best_rows
+from orchestrator.study.launches import Evidence
+
+MAX_BROKEN = 3  # faster configs a level names as kept out by the latency targets
 
 
 # ---- one row at one level ---------------------------------------------------------------------
@@ -49,20 +57,22 @@ def level_samples(row: TrialRow, level: int) -> list[float]:
     return list(got.samples) if got is not None else []
 
 
-def level_spread(row: TrialRow, level: int) -> float | None:
-    """The relative spread of the row's median at ``level`` (rel_ci, else cv)."""
-    got = row.at(level)
-    return got.spread if got is not None else None
-
-
 def mix_of(row: TrialRow, weights: dict[int, float]) -> float | None:
     """The row's weighted geometric mean over the weighted levels (``objective.mix_value``)."""
     return objectives.mix_value({lv: level_value(row, lv) for lv in weights}, weights)
 
 
-def best_at(rows: list[TrialRow], level: int, k: int = 1) -> list[TrialRow]:
-    """The k best distinct configs at ``level`` (``history.best_rows`` by that level's median)."""
-    return best_rows(rows, k, value=lambda r: level_value(r, level))
+def breaches_at(row: TrialRow | None, level: int, slo: Targets | None) -> list[Breach]:
+    """The latency targets ``row`` breaks at ``level`` (``core.slo``: none without targets)."""
+    if row is None or not slo:
+        return []
+    return slos.breaches(row.at(level), slo.at(level))
+
+
+def best_at(rows: list[TrialRow], level: int, k: int = 1, slo: Targets | None = None) -> list[TrialRow]:
+    """The k best distinct configs at ``level`` (``history.best_rows`` by that level's median);
+    with ``slo``, only those that hold it there."""
+    return best_rows(rows, k, value=lambda r: None if breaches_at(r, level, slo) else level_value(r, level))
 
 
 def best_for_mix(rows: list[TrialRow], weights: dict[int, float], k: int = 1) -> list[TrialRow]:
@@ -70,43 +80,17 @@ def best_for_mix(rows: list[TrialRow], weights: dict[int, float], k: int = 1) ->
     return best_rows(rows, k, value=lambda r: mix_of(r, weights))
 
 
-def level_interval(a: TrialRow, b: TrialRow, level: int) -> RatioInterval:
-    """b's median relative to a's at ``level``, with the unpaired interval of their samples."""
-    return ratio_interval(level_samples(a, level), level_samples(b, level))
-
-
-def mix_interval(a: TrialRow, b: TrialRow, weights: dict[int, float]) -> RatioInterval:
-    """b relative to a for the mix: the weighted geometric mean of the levels' ratios, its
-    interval the levels' log half-widths combined in quadrature with their weights (the
-    levels are measured apart, so their errors add as independent ones); unbounded when a
-    level's interval is."""
-    total = sum(weights.values())
-    centre, var, n, bounded = 0.0, 0.0, None, True
-    for level, w in weights.items():
-        iv = level_interval(a, b, level)
-        if iv.ratio is None:
-            return RatioInterval(None, None, None, 0, False)
-        share = w / total
-        centre += share * math.log(iv.ratio)
-        n = iv.n if n is None else min(n, iv.n)
-        if iv.bounded:
-            half = (math.log(iv.hi) - math.log(iv.lo)) / 2  # type: ignore[arg-type]
-            var += (share * half) ** 2
-        else:
-            bounded = False
-    if not bounded:
-        return RatioInterval(math.exp(centre), None, None, n or 0, False)
-    half = math.sqrt(var)
-    return RatioInterval(math.exp(centre), math.exp(centre - half), math.exp(centre + half), n or 0, False)
-
-
-def pareto(rows: list[TrialRow], levels: tuple[int, ...] | list[int]) -> list[TrialRow]:
+def pareto(rows: list[TrialRow], levels: tuple[int, ...] | list[int], slo: Targets | None = None) -> list[TrialRow]:
     """The distinct rankable configs that no other one matches or beats at every level (on
-    medians), best at the lowest level first."""
+    medians over their launches; a level where one breaks ``slo`` counts as nothing there), best
+    at the lowest level first."""
     levels = sorted(levels)
+    evidence = Evidence(rows)
     ranked = [r for r in best_at(rows, levels[0], len(rows))
-              if all(level_value(r, lv) is not None for lv in levels)]
-    point = {r.number: [level_value(r, lv) or 0.0 for lv in levels] for r in ranked}
+              if all(evidence.median(r.config_key, lv) is not None for lv in levels)]
+    point = {r.number: [0.0 if breaches_at(r, lv, slo) else evidence.median(r.config_key, lv) or 0.0 for lv in levels]
+             for r in ranked}
+    ranked = [r for r in ranked if any(point[r.number])]
 
     def dominates(a: list[float], b: list[float]) -> bool:
         return all(x >= y for x, y in zip(a, b)) and any(x > y for x, y in zip(a, b))
@@ -115,14 +99,15 @@ def pareto(rows: list[TrialRow], levels: tuple[int, ...] | list[int]) -> list[Tr
 
 
 def prune_thresholds(rows: list[TrialRow], levels: tuple[int, ...] | list[int],
-                     min_ratio: float) -> dict[int, float] | None:
-    """Per level, ``min_ratio`` x the best median so far there: the early stop's thresholds
-    (``core.outcome.early_stop`` stops a trial below them at every level); None before any
-    config may be ranked."""
+                     min_ratio: float, slo: Targets | None = None) -> dict[int, float] | None:
+    """Per level, ``min_ratio`` x the best figure so far there (the median over its launches, of
+    the configs that hold ``slo`` there): the early stop's thresholds (``core.outcome.early_stop``
+    stops a trial below them at every level); None before any config may be ranked."""
+    evidence = Evidence(rows)
     out = {}
     for level in levels:
-        best = best_at(rows, level)
-        value = level_value(best[0], level) if best else None
+        best = best_at(rows, level, slo=slo)
+        value = (evidence.median(best[0].config_key, level) or level_value(best[0], level)) if best else None
         if value is not None:
             out[level] = value * min_ratio
     return out or None
@@ -132,8 +117,9 @@ def prune_thresholds(rows: list[TrialRow], levels: tuple[int, ...] | list[int],
 @dataclass(frozen=True)
 class Comparison:
     """``row`` against ``other`` (the baseline, a level's best) at one level or for the mix:
-    ``point`` the ratio of their medians (what the plan's numbers show), ``interval`` the
-    interval of the ratio from their samples (``core.verdict``), which alone decides the verdict."""
+    ``point`` the ratio of their figures (medians over launches: what the plan's numbers show),
+    ``interval`` the interval of the ratio over their launches (``launches.Evidence``), which
+    alone decides the verdict."""
 
     row: TrialRow
     other: TrialRow
@@ -161,12 +147,12 @@ class Comparison:
                 "against": self.other.number, "verdict": self.verdict, "text": self.text}
 
 
-def _compare(row: TrialRow | None, other: TrialRow | None, level: int) -> Comparison | None:
+def _compare(evidence: Evidence, row: TrialRow | None, other: TrialRow | None, level: int) -> Comparison | None:
     if row is None or other is None:
         return None
-    a, b = level_value(other, level), level_value(row, level)
-    return Comparison(row, other, level_interval(other, row, level), row.config_key == other.config_key,
-                      point=b / a if a and b is not None else None)
+    a, b = evidence.median(other.config_key, level), evidence.median(row.config_key, level)
+    return Comparison(row, other, evidence.interval(other.config_key, row.config_key, level),
+                      row.config_key == other.config_key, point=b / a if a and b is not None else None)
 
 
 @dataclass(frozen=True)
@@ -175,24 +161,56 @@ class LevelPlan:
 
     level: int
     best: TrialRow | None  # the best config at this level
-    baseline_value: float | None
+    baseline_value: float | None  # figures: medians over each config's launches
     best_value: float | None
     vs_baseline: Comparison | None  # the best here against the baseline here
     anchor_value: float | None  # the anchor (the best at the lowest level) here
     anchor_vs_baseline: Comparison | None
     anchor_vs_best: Comparison | None  # the anchor against the best here (< 1: what one number would lose)
+    best_launches: int = 0  # launches the best's figure is the median of
+    best_fresh: tuple[float, float] | None = None  # where a fresh launch of the best should measure (95%)
+    noise: LaunchNoise = LaunchNoise()  # the launch noise at this level
+    # latency targets: the configs faster than the best here that break one here (with their breaches,
+    # fastest first), the anchor's breaches here, the baseline's
+    broken: tuple[tuple[TrialRow, tuple[Breach, ...]], ...] = ()
+    anchor_breaches: tuple[Breach, ...] = ()
+    baseline_breaches: tuple[Breach, ...] = ()
 
     @property
     def unit(self) -> str:
         return objectives.unit(self.level)
 
+    def slo_lines(self, anchor: TrialRow | None, baseline: TrialRow | None) -> list[str]:
+        """What the latency targets did here: '#3 (the best at 1) breaks the SLO at 32: TPOT p99
+        31.2 ms at 32, over the 20 ms target by 56%' for each faster config (and the anchor) that
+        broke one, and the baseline's."""
+        out = []
+        named = [(row, found) for row, found in self.broken]
+        if anchor is not None and self.anchor_breaches and all(r.config_key != anchor.config_key for r, _ in named):
+            named.append((anchor, self.anchor_breaches))
+        for row, found in named:
+            who = f"#{row.number}" + (" (the best at the lowest level)" if anchor is not None
+                                      and row.config_key == anchor.config_key else "")
+            out.append(f"{who} breaks the SLO at {self.level}: " + "; ".join(b.describe() for b in found))
+        if baseline is not None and self.baseline_breaches:
+            out.append(f"the baseline #{baseline.number} breaks the SLO at {self.level}: "
+                       + "; ".join(b.describe() for b in self.baseline_breaches))
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "unit": self.unit, "best_trial": self.best.number if self.best else None,
                 "best_config": dict(self.best.params) if self.best else None, "best_value": self.best_value,
+                "best_launches": self.best_launches,
+                "best_fresh": list(self.best_fresh) if self.best_fresh else None,
+                "launch_noise": self.noise.to_dict(),
                 "baseline_value": self.baseline_value, "anchor_value": self.anchor_value,
                 "vs_baseline": self.vs_baseline.to_dict() if self.vs_baseline else None,
                 "anchor_vs_baseline": self.anchor_vs_baseline.to_dict() if self.anchor_vs_baseline else None,
-                "anchor_vs_best": self.anchor_vs_best.to_dict() if self.anchor_vs_best else None}
+                "anchor_vs_best": self.anchor_vs_best.to_dict() if self.anchor_vs_best else None,
+                "slo_broken": [{"trial": row.number, "breaches": [b.to_record() for b in found]}
+                               for row, found in self.broken],
+                "anchor_breaches": [b.to_record() for b in self.anchor_breaches],
+                "baseline_breaches": [b.to_record() for b in self.baseline_breaches]}
 
 
 @dataclass(frozen=True)
@@ -208,6 +226,9 @@ class Plan:
     mix: TrialRow | None = None
     mix_vs_baseline: Comparison | None = None
     mix_value: float | None = None
+    mix_launches: int = 0
+    evidence: Evidence | None = field(default=None, repr=False, compare=False)  # what the figures are over
+    slo: Targets | None = None  # the objective's latency targets (a config is ranked only where it holds them)
     _by_level: dict[int, LevelPlan] = field(default_factory=dict, repr=False, compare=False)
 
     def at(self, level: int) -> LevelPlan:
@@ -244,40 +265,67 @@ class Plan:
                             "values": {str(lv): level_value(r, lv) for lv in self.levels}} for r in self.pareto],
                 "mix": None if self.mix is None else {
                     "trial": self.mix.number, "config": dict(self.mix.params), "value": self.mix_value,
-                    "vs_baseline": self.mix_vs_baseline.to_dict() if self.mix_vs_baseline else None}}
+                    "launches": self.mix_launches,
+                    "vs_baseline": self.mix_vs_baseline.to_dict() if self.mix_vs_baseline else None},
+                "slo": self.slo.to_record() if self.slo else None,
+                "slo_text": self.slo.describe() if self.slo else None,
+                "slo_lines": [line for lp in self.per_level for line in lp.slo_lines(self.anchor, self.baseline)]}
 
 
 def build_plan(rows: list[TrialRow], objective: Objective | None) -> Plan:
     """The plan of a study's rows for its objective (module docstring)."""
     obj = objectives.of(objective)
     levels = objectives.levels(obj)
+    evidence = Evidence(rows)
     base = baseline_row(rows)
     base = base if base is not None and base.state == "COMPLETE" and base.value is not None else None
-    anchor_rows = best_at(rows, levels[0])
+    slo = obj.slo or None
+    anchor_rows = best_at(rows, levels[0], slo=slo)
     anchor = anchor_rows[0] if anchor_rows else None
+
+    def figure(row: TrialRow | None, level: int) -> float | None:
+        return evidence.median(row.config_key, level) if row is not None else None
+
     per_level = []
     for level in levels:
-        got = best_at(rows, level)
+        got = best_at(rows, level, slo=slo)
         best = got[0] if got else None
+        broken: list[tuple[TrialRow, tuple[Breach, ...]]] = []
+        if slo:  # the configs faster than the best here that a target kept out
+            floor = figure(best, level)
+            for row in best_at(rows, level, len(rows)):
+                value = figure(row, level)
+                if floor is not None and (value is None or value <= floor):
+                    break
+                found = breaches_at(row, level, slo)
+                if found and len(broken) < MAX_BROKEN:
+                    broken.append((row, tuple(found)))
         per_level.append(LevelPlan(
-            level=level, best=best, baseline_value=level_value(base, level) if base else None,
-            best_value=level_value(best, level) if best else None, vs_baseline=_compare(best, base, level),
-            anchor_value=level_value(anchor, level) if anchor else None,
-            anchor_vs_baseline=_compare(anchor, base, level), anchor_vs_best=_compare(anchor, best, level)))
+            level=level, best=best, baseline_value=figure(base, level), best_value=figure(best, level),
+            vs_baseline=_compare(evidence, best, base, level), anchor_value=figure(anchor, level),
+            anchor_vs_baseline=_compare(evidence, anchor, base, level),
+            anchor_vs_best=_compare(evidence, anchor, best, level),
+            best_launches=evidence.count(best.config_key, level) if best else 0,
+            best_fresh=evidence.fresh(best.config_key, level) if best else None, noise=evidence.noise(level),
+            broken=tuple(broken), anchor_breaches=tuple(breaches_at(anchor, level, slo)),
+            baseline_breaches=tuple(breaches_at(base, level, slo))))
     mix = mix_vs = mix_val = None
+    mix_n = 0
     if obj.weights:
         got = best_for_mix(rows, obj.weights)
         mix = got[0] if got else None
         if mix is not None:
-            mix_val = mix_of(mix, obj.weights)
-            base_mix = mix_of(base, obj.weights) if base is not None else None
+            mix_val = evidence.mix_median(mix.config_key, obj.weights)
+            mix_n = len(evidence.mix_values(mix.config_key, obj.weights))
+            base_mix = evidence.mix_median(base.config_key, obj.weights) if base is not None else None
             if base is not None:
-                mix_vs = Comparison(mix, base, mix_interval(base, mix, obj.weights),
+                mix_vs = Comparison(mix, base, evidence.mix_interval(base.config_key, mix.config_key, obj.weights),
                                     mix.config_key == base.config_key,
                                     point=mix_val / base_mix if mix_val is not None and base_mix else None)
     return Plan(levels=levels, weights=dict(obj.weights) if obj.weights else None, baseline=base, anchor=anchor,
-                per_level=tuple(per_level), pareto=tuple(pareto(rows, levels)), mix=mix, mix_vs_baseline=mix_vs,
-                mix_value=mix_val, _by_level={lp.level: lp for lp in per_level})
+                per_level=tuple(per_level), pareto=tuple(pareto(rows, levels, slo)), mix=mix, mix_vs_baseline=mix_vs,
+                mix_value=mix_val, mix_launches=mix_n, evidence=evidence, slo=slo,
+                _by_level={lp.level: lp for lp in per_level})
 
 
 # ---- text ---------------------------------------------------------------------------------------
@@ -286,6 +334,38 @@ def fmt(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:.1f}" if value < 10_000 else f"{value:.0f}"
+
+
+def launches_text(n: int) -> str:
+    """'1 launch', '4 launches'."""
+    return f"{n} launch" + ("" if n == 1 else "es")
+
+
+def noise_text(noise: LaunchNoise) -> str:
+    """'+-3.1%' or 'not measured yet'."""
+    return f"+-{100 * (noise.relative or 0.0):.1f}%" if noise.known else "not measured yet"
+
+
+def fresh_text(fresh: tuple[float, float] | None) -> str:
+    """'a fresh launch: 940.2-1061.0 (95%)', or why there is no range."""
+    if fresh is None:
+        return "no range for a fresh launch yet (launch noise not measured)"
+    return f"a fresh launch should measure {fmt(fresh[0])}-{fmt(fresh[1])} (95%)"
+
+
+def format_verdict(plan: Plan) -> str:
+    """A study of one level as ``status`` closes: the best's figure over its launches, its verdict
+    against the baseline over launches, where a fresh launch should measure, the launch noise."""
+    lp = plan.per_level[0]
+    if lp.best is None:
+        return "verdict: no config may be called best yet"
+    vs = lp.vs_baseline
+    against = ("the baseline itself" if vs is not None and vs.same_config else
+               f"{vs.text} than baseline #{plan.baseline.number}" if vs is not None and plan.baseline else
+               "no baseline measured")
+    return (f"verdict: best #{lp.best.number} {fmt(lp.best_value)} {lp.unit} (median of "
+            f"{launches_text(lp.best_launches)}) = {against}; {fresh_text(lp.best_fresh)}; "
+            f"launch noise {noise_text(lp.noise)}")
 
 
 def format_plan(plan: Plan) -> str:
@@ -301,16 +381,21 @@ def format_plan(plan: Plan) -> str:
               f"best at {first} vs best here"]]
     for lp in plan.per_level:
         table.append([str(lp.level), lp.unit, fmt(lp.baseline_value), fmt(lp.anchor_value),
-                      f"#{lp.best.number} {fmt(lp.best_value)}" if lp.best else "-",
+                      f"#{lp.best.number} {fmt(lp.best_value)} ({launches_text(lp.best_launches)})" if lp.best else "-",
                       lp.vs_baseline.text if lp.vs_baseline else "-",
                       lp.anchor_vs_best.text if lp.anchor_vs_best else "-"])
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     lines = [head] + ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
+    lines.append("launch noise: " + "; ".join(f"at {lp.level} {noise_text(lp.noise)}" for lp in plan.per_level))
     if plan.pareto:
+        ev = plan.evidence or Evidence([])
         lines.append("pareto set (medians at " + "/".join(map(str, plan.levels)) + "): " + ", ".join(
-            f"#{r.number} " + "/".join(fmt(level_value(r, lv)) for lv in plan.levels) for r in plan.pareto))
+            f"#{r.number} " + "/".join(fmt(ev.median(r.config_key, lv)) for lv in plan.levels) for r in plan.pareto))
     if plan.weights:
         mix = (f"#{plan.mix.number}" + (f", {plan.mix_vs_baseline.text} the baseline" if plan.mix_vs_baseline
                                          else "") if plan.mix else "none yet")
         lines.append("best for the mix (" + ", ".join(f"{lv}: {w:g}" for lv, w in plan.weights.items()) + f"): {mix}")
+    if plan.slo:
+        lines.append(f"slo: {plan.slo.describe()} (a config that breaks it at a level is not ranked there)")
+        lines += ["  " + line for lp in plan.per_level for line in lp.slo_lines(anchor, plan.baseline)]
     return "\n".join(lines)

@@ -64,7 +64,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from orchestrator.config.job import Objective
 from orchestrator.core.errors import StorageWriteError
-from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO, TIMEOUT_KINDS, interrupted
+from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO, TIMEOUT_KINDS, infeasibility, interrupted
 from orchestrator.core.records import (
     COMPLETE,
     FAIL,
@@ -81,6 +81,7 @@ from orchestrator.study.bans import banned_values, describe, hit
 from orchestrator.study.cost import LaunchCost
 from orchestrator.study.feasible import FeasibleSampler
 from orchestrator.study.history import baseline_row, best_rows, trial_rows
+from orchestrator.study.launches import Evidence
 from orchestrator.study.plan import prune_thresholds
 from orchestrator.study.promise import ValueModel
 from orchestrator.study.storage import (
@@ -590,8 +591,9 @@ class SearchPolicy:
         for name, value in attrs.items():
             trial.set_user_attr(name, value)
         if result.outcome == COMPLETE:
-            # a measured config that breaks one of the job's outcome constraints is infeasible
-            trial.set_constraint(CONSTRAINT, INFEASIBLE if result.metrics.get("constraint_violations") else FEASIBLE)
+            # a measured config that breaks one of the job's outcome constraints, or counts nowhere under
+            # its latency targets, is infeasible (by how far over them: ``outcome.infeasibility``)
+            trial.set_constraint(CONSTRAINT, infeasibility(result))
         elif result.outcome == FAIL and not not_the_config:
             trial.set_constraint(CONSTRAINT, INFEASIBLE)
         elif result.outcome == PRUNED:
@@ -737,15 +739,22 @@ class SearchPolicy:
         return next(t for t in trials if t.number == number)
 
     def prune_threshold(self, min_ratio: float = DEFAULT_PRUNE_RATIO) -> float | None:
-        """``min_ratio`` x the best median so far (None before any COMPLETE trial)."""
+        """``min_ratio`` x the best figure so far, the median over its launches (None before any
+        COMPLETE trial)."""
         best = self.best_row()
-        return None if best is None or best.value is None else float(best.value) * min_ratio
+        if best is None or best.value is None:
+            return None
+        level = best.headline.level if best.headline is not None else 1
+        return float(Evidence(self.rows()).median(best.config_key, level) or best.value) * min_ratio
 
     def prune_thresholds(self, min_ratio: float = DEFAULT_PRUNE_RATIO) -> dict[int, float] | None:
         """Per level of the objective, ``min_ratio`` x the best median so far there (the early
         stop, ``core.outcome.early_stop``, stops a trial below it at every level); None before
-        any COMPLETE trial. For the default objective: ``{1: prune_threshold(min_ratio)}``."""
-        return prune_thresholds(self.rows(), self.levels, min_ratio)
+        any COMPLETE trial. For the default objective: ``{1: prune_threshold(min_ratio)}``; none
+        for goodput (its first round is a concurrency the bisection may leave at once)."""
+        if self.objective.goodput is not None:
+            return None
+        return prune_thresholds(self.rows(), self.levels, min_ratio, self.objective.slo)
 
     def told_values(self, result: TrialResult) -> list[float]:
         """What Optuna is told for a COMPLETE result (``objective.told_values``)."""

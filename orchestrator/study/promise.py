@@ -46,7 +46,9 @@ FAILURE_RATIO = 0.1
 def row_value(row: TrialRow, objective: Objective | None = None) -> float | None:
     """What one measured trial brought back (module docstring), None when nothing."""
     obj = objectives.of(objective)
-    if len(obj.concurrency) > 1:
+    if obj.goodput is not None:
+        value = row.value
+    elif len(obj.concurrency) > 1:
         weights = dict(obj.weights or {}) or {lv: 1.0 / len(obj.concurrency) for lv in obj.concurrency}
         value = mix_of(row, weights)
     else:  # the one level the study optimizes, as Optuna is told it (``objective._single``)

@@ -86,6 +86,7 @@ from optuna.distributions import CategoricalDistribution
 
 from orchestrator.config.job import Objective
 from orchestrator.config.sampler_options import SAMPLER_NAMES
+from orchestrator.core import files
 from orchestrator.core.correctness import TEXT_DIFFERS
 from orchestrator.core.errors import BadInput, brief
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO, early_stop
@@ -1186,7 +1187,7 @@ def main_simulate(args: argparse.Namespace, out=None) -> int:
         text = format_table(results)
     print(text, file=out, end="")
     if args.json:
-        Path(args.json).write_text(json.dumps([r.to_dict() for r in results], indent=1))
+        files.write_whole(args.json, json.dumps([r.to_dict() for r in results], indent=1))
     return 0
 
 

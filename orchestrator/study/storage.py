@@ -12,6 +12,7 @@ dead driver left RUNNING). Only Optuna's public API is used.
     open_study(job, sampler)    create or resume the job's study; refuse another study's identity
     load_study(job)             the job's study, read-only
     space_fingerprint(job)      what makes two runs the same study
+    prompt_fingerprint(job)     the decode prompts every figure of the study was measured on
     add_uncounted_trial(...)    a launch outside the search (a baseline repeat, a reference run)
     trial_attrs(trial, attrs)   a finished trial's attributes as the driver recorded them
 """
@@ -29,6 +30,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
+from orchestrator.config import prompts as decode_prompts
 from orchestrator.core.errors import BadInput, NcclsweepError, RuntimeFailure
 from orchestrator.core.records import COMPLETE, TrialResult
 from orchestrator.study import journal
@@ -47,6 +49,8 @@ ATTR_BASELINE = "is_baseline"
 ATTR_REFERENCE = "is_reference"  # the launch that captured the golden reference
 ATTR_REFERENCE_RUN = "reference_run"  # the run of the config correctness.reference names
 ATTR_BASELINE_REPEAT = "baseline_repeat"  # the baseline again on another node
+ATTR_LAUNCH_ROLE = "launch_role"  # relaunch, race, compare, repeat: a launch outside the search (TrialRow)
+ATTR_RACE = "race"  # a race launch: {"id", "round", "finalists", "looks"} (``study.race``)
 ATTR_REQUEUE_OF = "requeue_of"  # the config key this enqueued trial re-queues
 ATTR_ENQUEUED_BY = "enqueued_by"  # baseline, reference, requeue, fill, startup
 ATTR_RUN = "run"  # the `run` that recorded it (that run's start, ISO 8601): reports count time within runs
@@ -54,6 +58,7 @@ ATTR_SKIPPED = "skipped"  # "infeasible" | "banned-value" | "in-flight-duplicate
 # study user attributes
 GOLDEN_ATTR = "golden"  # the golden reference (correctness.Golden.to_dict + its trial)
 FINGERPRINT_ATTR = "space_fingerprint"  # the study's identity
+PROMPTS_ATTR = "prompt_set"  # the decode prompts its figures were measured on (part of its identity)
 BACKEND_ATTR = "backend"  # the backend kind, for a reader without the job
 OUTVOTED_ATTR = "outvoted_references"  # trial numbers whose golden reference later trials outvoted
 
@@ -178,6 +183,7 @@ def open_study(job, sampler: optuna.samplers.BaseSampler | None = None, create: 
         study = optuna.create_study(study_name=job.study, storage=storage, sampler=sampler,
                                     directions=wanted, load_if_exists=True)  # type: ignore[arg-type]
     check_identity(job, study, say or log.warning)
+    check_prompts(job, study, say or log.warning)
     return study
 
 
@@ -218,6 +224,44 @@ def check_identity(job, study: optuna.Study, say) -> None:
         say(f"study {job.study!r} has no finished trial yet: it takes this job's backend settings and space")
     study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
     study.set_user_attr(BACKEND_ATTR, job.backend.kind)
+
+
+def prompt_fingerprint(job) -> dict[str, Any] | None:
+    """The job's decode prompt set (``config.prompts.fingerprint``), None for a job without one."""
+    bench = getattr(job, "bench", None)
+    if bench is None or not getattr(bench, "prompts", None):
+        return None
+    return decode_prompts.fingerprint(bench.prompts, getattr(bench, "prompts_from", None))
+
+
+def check_prompts(job, study: optuna.Study, say) -> None:
+    """Were the study's figures measured on this job's decode prompts? A figure means something
+    only with its texts: a study measured on another set (another hash) is refused (BadInput:
+    configs measured on different texts would be ranked against each other); one without a
+    finished trial takes the job's set, said in one line; one recorded before the set was part
+    of its identity adopts the job's (its trials say "unknown"), said in one line."""
+    wanted = prompt_fingerprint(job)
+    if wanted is None:
+        return
+    stored = study.user_attrs.get(PROMPTS_ATTR)
+    if stored is not None and stored.get("sha256") == wanted["sha256"]:
+        if stored != wanted:  # the same texts from another file name: keep where they come from now
+            study.set_user_attr(PROMPTS_ATTR, wanted)
+        return
+    finished = any(t.state.is_finished() for t in study.get_trials(deepcopy=False))
+    if stored is not None and finished:
+        raise BadInput(
+            f"study {job.study!r} was measured on other decode prompts ({decode_prompts.describe(stored)}; this job "
+            f"has {decode_prompts.describe(wanted)}): its configs would be ranked against figures of other texts; "
+            f"put bench.prompts back, or give this job a new `study:` name (e.g. {job.study}-2) to fork",
+            file=str(job.path), key="bench.prompts")
+    if stored is not None:
+        say(f"study {job.study!r} has no finished trial yet: it takes this job's decode prompts "
+            f"({decode_prompts.describe(wanted)})")
+    elif finished:
+        say(f"study {job.study!r} was recorded before its decode prompts were part of its identity: it takes "
+            f"this job's ({decode_prompts.describe(wanted)}); its earlier trials say 'unknown'")
+    study.set_user_attr(PROMPTS_ATTR, wanted)
 
 
 def space_fingerprint(job) -> str:

@@ -365,3 +365,22 @@ def test_the_installed_releases_speculative_methods_decide(venv):
     lines, warnings = b.diagnose()
     assert any(f"the parser of vllm 0.40.0 in {python} (--speculative-config.method)" in line for line in lines)
     assert not [w for w in warnings if "speculative" in w]
+
+
+def test_a_bad_method_is_a_short_line_listing_what_the_release_allows(tmp_path, capsys):
+    """vLLM 0.33 knows some forty methods, most of them one model's MTP head: the line names
+    the general ones and counts the model-specific ones (it was a 795-character dump)."""
+    from conftest import write_job
+    from orchestrator.cli import main
+
+    space = "params:\n  speculative.method: {choices: [none, ngramm]}\n  speculative.num_tokens: {choices: [2]}\n"
+    job = write_job(tmp_path, space_text=space, gpus_per_node=1, baseline=None,
+                    backend={"kind": "vllm", "settings": {"model": "/models/m", "version": "0.33.0"}})
+    assert main(["validate", str(job)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    said = line.split(" (config {", 1)[0]  # the config it was found in follows
+    assert said.startswith(f"ncclsweep: error: {tmp_path / 'space.yaml'}: params.speculative.method: 'ngramm' is "
+                           "not a speculative method of vLLM 0.33.0 (did you mean 'ngram'?); allowed: none, ngram, "
+                           "draft_model, suffix"), said
+    assert re.search(r", and \d+ model-specific MTP heads named <model>_mtp \(e\.g\. \w+_mtp, \w+_mtp\)$", said), said
+    assert len(said.split("allowed: ", 1)[1]) < 250 and "deepseek_mtp, mimo_mtp" not in said

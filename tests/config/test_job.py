@@ -193,6 +193,21 @@ def test_bad_duration():
 def test_bad_budget():
     bad("budget", "at least one of trials", job={"budget": {}})
     bad("budget.trials", "must be an integer >= 1", job={"budget": {"trials": 0}})
+    bad("budget.confirm", "must be an integer >= 0", job={"budget": {"trials": 3, "confirm": -1}})
+    bad("budget.relaunch", "must be a number <= 1", job={"budget": {"trials": 3, "relaunch": 1.5}})
+    bad("budget.relaunch", "must be a number >= 0 and <= 1", job={"budget": {"trials": 3, "relaunch": -0.1}})
+
+
+def test_the_race_and_the_relaunches_have_their_defaults_and_can_be_turned_off(tmp_path):
+    from orchestrator.config.job import DEFAULT_CONFIRM, DEFAULT_RELAUNCH
+
+    job = load_job(DATA / "cpu-demo.yaml")
+    assert (job.budget.confirm, job.budget.relaunch) == (DEFAULT_CONFIRM, DEFAULT_RELAUNCH) == (8, 0.2)
+    (tmp_path / "space.yaml").write_text("params:\n  backend.threads: [1, 2]\n")
+    (tmp_path / "job.yaml").write_text("study: s\nbackend: {kind: refserver, settings: {model: tiny, device: cpu}}\n"
+                                       "space: space.yaml\nbudget: {confirm: 0, relaunch: 0}\n")
+    off = load_job(tmp_path / "job.yaml")
+    assert (off.budget.trials, off.budget.confirm, off.budget.relaunch) == (8, 0, 0.0)  # the limits keep theirs
 
 
 def test_bad_unknown_sampler():
@@ -262,6 +277,120 @@ def test_bad_bench_values():
 
 
 
+
+
+# ---- the study's folder is the study's (issue 38) -----------------------------------------------
+
+def test_a_study_name_longer_than_a_folder_name_is_refused_at_validate(tmp_path, capsys):
+    from orchestrator.cli import main
+
+    bad("study", "at most 255 characters", "(300 characters)", job={"study": "s" * 300})
+    write({"study": "s" * 300})
+    assert main(["validate", "job.yaml"]) == 2  # what run gave as "internal error: OSError: [Errno 36]"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "job.yaml: study: must match" in err[0], err
+    assert load_job(write({"study": "s" * 255})).study == "s" * 255  # the longest a folder name may be
+    bad("report_dir", "longer than the 255 bytes", job={"report_dir": "r/" + "x" * 256})
+
+
+def test_the_root_of_the_file_system_is_no_study_folder():
+    bad("report_dir", "'/' is the root of the file system", "a folder of its own", job={"report_dir": "/"})
+    bad("output_dir", "'/' is the root of the file system", job={"output_dir": "/"})
+    bad("report_dir", "the root of the file system", job={"report_dir": "/../.."})
+
+
+def test_a_new_study_is_not_started_among_other_files(tmp_path):
+    """A folder that holds someone else's files (here: the job's own folder, a home folder's
+    kind of content) is refused for a new study, naming what it holds; an empty folder, a study's
+    own folder (whatever was put beside it later) and output_dir's folder of studies are fine."""
+    (tmp_path / "notes.txt").write_text("mine")
+    bad("report_dir", f"the study's folder {tmp_path} already holds 3 entries that are not a study's",
+        "'job.yaml', 'notes.txt', 'space.yaml'", "a folder of its own", job={"report_dir": "."})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml", "notes.txt", "space.yaml"]  # nothing written
+    (tmp_path / "empty").mkdir()
+    assert load_job(write({"report_dir": "empty"})).report_dir == tmp_path / "empty"
+    study = tmp_path / "study"
+    (study / "logs").mkdir(parents=True)
+    (study / "study.journal").write_text("")
+    (study / "best.env").write_text("X=1\n")  # an export the user kept beside the study
+    assert load_job(write({"report_dir": "study"})).report_dir == study
+    (tmp_path / "out" / "other-study").mkdir(parents=True)
+    assert load_job(write({"output_dir": "out"})).report_dir == tmp_path / "out" / "t"
+    db = tmp_path / "db"
+    db.mkdir()
+    (db / "s.db").write_text("")  # a study stored in sqlite in its own folder
+    assert load_job(write({"report_dir": "db", "storage": "sqlite:///db/s.db"})).report_dir == db
+
+
+def test_a_stall_limit_no_start_can_reach_is_said_by_validate(capsys):
+    """timeouts.stall written longer than timeouts.startup is valid (it still ends a silent
+    benchmark stream) but can never end a start: validate says so (exit 0); the default stall
+    (10m, over the default 2m start) and a stall below the start say nothing."""
+    from orchestrator.cli import main
+
+    write({"timeouts": {"startup": "5m", "stall": "15m"}})
+    assert main(["validate", "job.yaml"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["job.yaml: warning: timeouts.stall (15m) is longer than timeouts.startup (5m): a start that hangs "
+                   "ends at the start-up limit as start-timeout, never as hang; the stall still ends a benchmark "
+                   "stream silent that long (set it below timeouts.startup for a silent start to end as hang, "
+                   "sooner)"], err
+    for timeouts in ({}, {"startup": "30m", "stall": "5m"}, {"startup": "60s"}):
+        assert load_job(write({"timeouts": timeouts})).advice == ()
+
+
+# ---- latency targets, goodput, presets (issue 35) ------------------------------------------------
+
+def test_slo_at_every_level_and_a_levels_own():
+    path = write(job={"objective": {"concurrency": [1, 32]},
+                      "slo": {"tpot_p99": "20ms", "ttft_p99": 1, 32: {"tpot_p99": "50ms"}}})
+    slo = load_job(path).slo
+    assert {s.describe() for s in slo.at(1)} == {"TPOT p99 <= 20 ms", "TTFT p99 <= 1 s"}
+    assert {s.describe() for s in slo.at(32)} == {"TPOT p99 <= 50 ms", "TTFT p99 <= 1 s"}
+    assert load_job(write()).slo is None  # no slo: none (the study as before)
+
+
+def test_bad_slo():
+    bad("slo.tpot_p95", "unknown target 'tpot_p95'", "did you mean", "tpot_p99", job={"slo": {"tpot_p95": "20ms"}})
+    bad("slo.tpot_p99", "must be a duration", job={"slo": {"tpot_p99": "fast"}})
+    bad("slo", "must be a mapping of targets to durations", job={"slo": ["tpot_p99"]})
+    bad("slo.7", "7 is not a measured level", "1, 2, 10, 64", job={"slo": {7: {"tpot_p99": "20ms"}}})
+    bad("slo.1", "must map targets to durations", job={"slo": {1: "20ms"}})
+
+
+def test_goodput_needs_its_targets_and_finds_its_own_concurrency():
+    path = write(job={"objective": {"goodput": {"max_concurrency": 48}}, "slo": {"tpot_p99": "20ms"}})
+    obj = load_job(path).objective
+    assert obj.goodput == 48 and not obj.is_plan and obj.slo.every[0].name == "tpot_p99"
+    bad("objective.goodput", "needs the latency targets", job={"objective": {"goodput": {"max_concurrency": 8}}})
+    bad("objective.goodput", "not both", job={"objective": {"concurrency": [1, 8], "goodput": {"max_concurrency": 8}},
+                                             "slo": {"tpot_p99": "20ms"}})
+    bad("objective.goodput", "needs max_concurrency", job={"objective": {"goodput": {}}, "slo": {"tpot_p99": 1}})
+    bad("objective.goodput.max_concurrency", ">= 1",
+        job={"objective": {"goodput": {"max_concurrency": 0}}, "slo": {"tpot_p99": 1}})
+    bad("slo.8", "goodput checks every concurrency",
+        job={"objective": {"goodput": {"max_concurrency": 8}}, "slo": {8: {"tpot_p99": 1}}})
+
+
+def test_a_preset_expands_to_levels_and_targets_and_the_jobs_own_slo_replaces_its():
+    from orchestrator.config.job import PRESETS
+    from orchestrator.study import objective as objectives
+
+    for word in PRESETS:
+        obj = load_job(write(job={"objective": word})).objective
+        assert obj.preset == word and obj.slo  # a user with no SLO of their own gets one
+        assert objectives.expansion(obj).startswith(f"objective: {word} = ")
+    balanced = load_job(write(job={"objective": "balanced"})).objective
+    assert balanced.goodput == 64 and {s.name for s in balanced.slo.every} == {"tpot_p99", "ttft_p99"}
+    own = load_job(write(job={"objective": "throughput", "slo": {"e2e_p90": "30s"}})).objective
+    assert own.concurrency == (64,) and [s.name for s in own.slo.every] == ["e2e_p90"]
+    bad("objective", "unknown preset 'balance'", "did you mean", "balanced", job={"objective": "balance"})
+
+
+def test_goodput_takes_no_outcome_constraints():
+    bad("constraints", "goodput measures the concurrencies its bisection picks",
+        job={"objective": {"goodput": {"max_concurrency": 8}}, "slo": {"tpot_p99": "20ms"},
+             "constraints": [{"concurrency": 2, "min_ratio": 0.9}]})
 
 
 # ---- notify: the command `run` tells how it ended (driver/notify.py) --------------------------

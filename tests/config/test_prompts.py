@@ -97,3 +97,53 @@ def test_a_good_prompt_file_is_what_the_job_measures(tmp_path):
     loaded = load_job(job)
     assert loaded.bench.prompts == ("first prompt of my traffic", "second prompt")
     assert loaded.bench.prompts_from.endswith("traffic.txt")
+
+
+# ---- what a figure was measured on (issue 38) ----------------------------------------------------
+
+def test_the_fingerprint_is_the_texts_in_order_their_count_and_lengths():
+    texts = ("one two three", "four five six seven eight", "nine")
+    fp = prompts.fingerprint(texts, "the file")
+    assert fp["count"] == 3 and fp["words"] == {"min": 1, "median": 3, "max": 5} and fp["source"] == "the file"
+    assert fp["sha256"] == prompts.fingerprint(list(texts), "elsewhere")["sha256"]  # where from is not what
+    assert fp["sha256"] != prompts.fingerprint(texts[::-1])["sha256"]  # another order is another set
+    assert fp["sha256"] != prompts.fingerprint((*texts[:2], "nine "))["sha256"]  # a space is another text
+    assert prompts.describe(fp) == f"3 prompt(s) of 1-5 words (the file), sha256 {fp['sha256']}"
+    assert prompts.describe(None).startswith("unknown")
+
+
+def test_a_degenerate_set_is_named_and_a_natural_one_is_not():
+    assert prompts.degenerate(prompts.bundled()) is None
+    assert prompts.degenerate(("Write a poem about the sea.",)) is None  # one short prompt: not repetitive
+    repetitive = ("the cat sat on the mat and the cat sat on the mat " * 8,) * 8  # the issue's 8 repetitive copies
+    why = prompts.degenerate(repetitive)
+    assert "7 of its 8 prompts repeat another" in why and "hold only 6 distinct ones" in why
+    assert prompts.degenerate(("a b c d e f g h i j " * 10, "k l m n o p q r s t " * 10)).startswith("its 200 words")
+
+
+def test_validate_warns_about_a_degenerate_set_before_anything_runs(tmp_path, capsys):
+    from orchestrator.cli import main
+
+    (tmp_path / "p.txt").write_text("go go go go go go go go go go go go go go go go go go go go go go\n" * 4)
+    job = write_job(tmp_path, bench={"prompts": "p.txt", "output_tokens": 8, "warmup": 1, "repeats": 2})
+    assert main(["validate", str(job)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{job}: warning: the decode prompts ({tmp_path / 'p.txt'}) would "
+                                               "misrank configs: 3 of its 4 prompts repeat another; its 88 words hold "
+                                               "only 1 distinct ones"), err
+
+
+def test_long_context_prompts_are_built_to_about_the_length_asked(tmp_path):
+    """Each prompt keeps its own text last, whole, after text from the set and the bundled texts,
+    about ``bench.context`` tokens in all (characters / 4)."""
+    got = prompts.with_context(("first question?", "second question?"), 4000)
+    assert len(got) == 2 and got[0].endswith("first question?") and got[1].endswith("second question?")
+    assert all(4000 <= len(p) / prompts.CHARS_PER_TOKEN <= 4000 + 600 for p in got)
+    assert got[0] != got[1]
+    long = "word " * 5000
+    assert prompts.with_context((long,), 1000) == (long,)  # already that long: left as it is
+    job = load_job(write_job(tmp_path, bench={"prompt": "Tell me about rings.", "context": 2048}))
+    assert len(job.bench.prompts[0]) >= 2048 * 4 and job.bench.context == 2048
+    assert job.bench.prompts_from == "bench.prompt, each made about 2048 tokens long"
+    with pytest.raises(BadInput, match="bench.context: at most 262144 tokens"):
+        load_job(write_job(tmp_path, bench={"context": 10_000_000}))

@@ -67,5 +67,5 @@ def test_only_a_full_or_read_only_file_system_stops_the_run():
     for code in (errno.EACCES, errno.ENOENT, errno.EIO):
         assert not is_file_write_failure(OSError(code, "x"))
     assert StorageWriteError("/s", OSError(errno.EROFS, "Read-only file system")).hint == \
-        "the file system is mounted read-only"
+        "make it writable (the file system is mounted read-only)"
     assert StorageWriteError("/s", OSError(errno.ENOTSUP, "Operation not supported")).hint == "fix that"

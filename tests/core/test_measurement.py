@@ -8,8 +8,11 @@ import json
 import pytest
 
 from orchestrator.core.measurement import (
+    Distribution,
+    GoodputResult,
     HostLoad,
     Latency,
+    Lengths,
     LevelResult,
     Measurement,
     StreamedRequest,
@@ -102,3 +105,30 @@ def test_a_record_survives_storage_as_json():
     assert back == m and list(back.levels) == [1, 64] and back.headline.level == 1
     assert back.host.others_cpus == pytest.approx(0.5) and not back.host.busy
     assert "other work took 0.5 of 2 CPUs (load 2.0)" == back.host.describe()
+
+
+def test_a_goodput_measurement_is_worth_its_total_where_every_slo_last_held():
+    """The bisection's probes are levels of the record; the value is the total tok/s at the
+    highest concurrency that held (0.0 where none did), and both read back from storage."""
+    probes = {1: LevelResult(1, samples=(700.0,)), 16: LevelResult(16, samples=(858.0, 860.0)),
+              17: LevelResult(17, samples=(862.0,)), 64: LevelResult(64, samples=(870.0,))}
+    m = Measurement(levels=probes, goodput=GoodputResult(64, (1, 64, 16, 17), holds=16, breaks=17))
+    assert m.headline.level == 16 and m.value == pytest.approx(859.0)
+    back = Measurement.from_record(json.loads(json.dumps(m.to_record())))
+    assert back.goodput == m.goodput and back.value == m.value and set(back.levels) == {1, 16, 17, 64}
+    assert m.goodput.describe() == "holds the SLO up to 16 stream(s) (breaks at 17)"
+    none = Measurement(levels={1: LevelResult(1, samples=(700.0,))}, goodput=GoodputResult(64, (1,), None, 1))
+    assert none.value == 0.0 and none.headline.level == 1
+    assert "breaks the SLO at 1 stream(s) already" in none.goodput.describe()
+
+
+def test_measured_lengths_read_back_and_a_record_without_them_reads_as_before():
+    lengths = Lengths(input=Distribution.of([10, 20, 30, 400]), output=Distribution.of([8, 16, 96]), mismatched=1)
+    assert lengths.output.low == 8 and lengths.output.high == 96 and lengths.input.n == 4
+    m = Measurement(levels={1: LevelResult(1, samples=(5.0,))}, lengths=lengths)
+    back = Measurement.from_record(json.loads(json.dumps(m.to_record())))
+    assert back.lengths == lengths
+    assert "output tokens min 8, p50 16" in lengths.describe() and "1 request(s) returned" in lengths.describe()
+    plain = Measurement(levels={1: LevelResult(1, samples=(5.0,))})
+    assert "goodput" not in plain.to_record() and "lengths" not in plain.to_record()  # as before
+    assert Measurement.from_record(plain.to_record()).goodput is None

@@ -145,9 +145,11 @@ def test_the_recorded_cpu_study_has_the_cases_the_rules_disagreed_on():
 
 
 def test_where_the_old_rules_disagreed_the_driver_now_agrees_with_export():
-    """A config measured twice (100, then 60: its lower median is 60) and a baseline repeat
-    on another node (uncounted) used to win the driver's best-so-far, and so set the
-    pruning threshold, while export chose another config."""
+    """A config measured twice (100, then 60) and a baseline repeat on another node (uncounted)
+    used to win the driver's best-so-far, and so set the pruning threshold, while export chose
+    another config. One rule now: every launch of a config is evidence (a repeat on another node
+    measures that node: not one), its figure the median of its launches (100 and 60: 80, above b's
+    79), represented by its lower trial; the threshold is min_ratio x that figure."""
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import TrialState, create_trial
 
@@ -161,12 +163,12 @@ def test_where_the_old_rules_disagreed_the_driver_now_agrees_with_export():
     add("base", 50.0, is_baseline=True)
     add("a", 100.0)
     add("a", 60.0)
-    add("b", 80.0)
+    add("b", 79.0)
     add("base", 200.0, counted=False, baseline_repeat=True)
     policy = SearchPolicy(study, space=SimpleNamespace(), normalize=dict, baseline=None, budget=None)
     rows = trial_rows(study)
-    assert best_rows(rows, 1)[0].params == {"x": "b"}
-    assert policy.best().number == best_rows(rows, 1)[0].number == 3
+    assert best_rows(rows, 1)[0].params == {"x": "a"} and best_rows(rows, 1)[0].n_measurements == 2
+    assert policy.best().number == best_rows(rows, 1)[0].number == 2
     assert policy.prune_threshold(0.8) == pytest.approx(64.0)
 
 
@@ -186,3 +188,42 @@ def test_a_taken_port_in_a_real_server_log_is_env_error():
     assert final.result.failure_kind == "env-error" and "port was taken" in final.result.failure_reason
     assert final.blameless and not final.counted and final.requeue
     assert (final.result.nccl, final.result.warnings, final.result.server) == (raw.nccl, raw.warnings, raw.server)
+
+
+# ---- latency targets (issue 35) -------------------------------------------------------------------
+def test_a_config_that_counts_nowhere_under_the_slo_stays_complete_infeasible_by_how_much():
+    from orchestrator.core.measurement import Latency, LevelResult, Measurement
+    from orchestrator.core.slo import Slo, Targets, judge
+
+    targets = Targets(every=(Slo.named("tpot_p99", 0.020),))
+
+    def measured(tpot_at_32: float) -> TrialResult:
+        levels = {1: LevelResult(1, samples=(400.0,), tpot=Latency(0.002, 0.002, 0.0025, 9)),
+                  32: LevelResult(32, samples=(2600.0,), tpot=Latency(0.02, 0.03, tpot_at_32, 9))}
+        return TrialResult(outcome="COMPLETE", config={}, value=400.0, measurement=Measurement(levels=levels))
+
+    def plan(m):
+        return judge(m, targets, (1, 32), each_level=True)
+
+    def one_level(m):
+        return judge(m, targets, (32,), each_level=False)
+
+    partly = outcome.decide(measured(0.0312), slo=plan).result  # a plan: infeasible at 32 only
+    assert partly.outcome == "COMPLETE" and "slo_violations" not in partly.metrics
+    assert partly.warnings == ["SLO broken at 32: TPOT p99 31.2 ms at 32, over the 20 ms target by 56%"]
+    assert outcome.infeasibility(partly) == 0.0
+    whole = outcome.decide(measured(0.0312), slo=one_level).result  # one level: nowhere to count
+    assert whole.outcome == "COMPLETE" and whole.metrics["slo_excess"] == pytest.approx(0.56)
+    assert whole.warnings[-1].startswith("infeasible: breaks the SLO: TPOT p99 31.2 ms at 32")
+    assert outcome.infeasibility(whole) == pytest.approx(0.56)  # what Optuna's constraint is told
+    assert outcome.decide(measured(0.015), slo=one_level).result.warnings == []
+    assert outcome.decide(measured(0.0312)).result.warnings == []  # no targets: nothing judged
+
+
+def test_rankable_leaves_out_a_config_that_counts_nowhere_under_the_slo():
+    rows = [TrialRow(number=0, state="COMPLETE", value=10.0, counted=True, config_key="a"),
+            TrialRow(number=1, state="COMPLETE", value=50.0, counted=True, config_key="b",
+                     metrics={"slo_violations": ["breaks the SLO: ..."], "slo_excess": 0.5})]
+    assert [r.number for r in outcome.rankable(rows)] == [0]
+    assert outcome.infeasibility(TrialResult(outcome="COMPLETE", config={}, value=1.0,
+                                             metrics={"constraint_violations": ["x"]})) == 1.0

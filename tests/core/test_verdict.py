@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 import pytest
 
@@ -180,3 +181,83 @@ def test_a_ratio_of_medians_outside_its_interval_is_named_beside_the_interval_ra
     text = v.median_ratio_text(iv, 1.30)
     assert text.startswith("1.300x by medians (") and text.endswith("x by geometric means)")
     assert v.median_ratio_text(v.ratio_interval([100.0], [130.0]), 1.30) == "1.30x"  # no interval
+
+
+# ---- over launches (issue 34): the unit of evidence is a launch -------------------------------------
+def test_the_launch_noise_is_pooled_over_configs_launched_more_than_once():
+    noise = v.pooled_noise([[100.0, 110.0], [50.0], [200.0, 190.0, 210.0]])
+    logs = [[math.log(100), math.log(110)], [math.log(200), math.log(190), math.log(210)]]
+    ss = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in logs)
+    assert noise.df == 3 and noise.configs == 2 and noise.launches == 5  # the single launch adds nothing
+    assert noise.sd == pytest.approx(math.sqrt(ss / 3))
+    assert not noise.known and "a verdict needs 8" in noise.text()  # three degrees of freedom: not trusted yet
+    six = v.pooled_noise([[100.0, 101.0, 99.0, 100.5], [50.0, 50.5, 49.5, 50.2]])
+    assert six.df == 6 and six.known and six.text().startswith("launch noise +-0.")
+    assert not v.pooled_noise([[1.0], [2.0]]).known
+    assert v.pooled_noise([[1.0], [2.0]]).text() == "launch noise not measured yet (no config launched twice)"
+    one_pair = v.pooled_noise([[100.0, 100.1]])  # one pair in one state looks like no noise: not trusted
+    assert one_pair.df == 1 and not one_pair.known and "not measured well enough" in one_pair.text()
+
+
+def test_a_config_launched_once_gets_the_studys_launch_noise_and_says_so():
+    noise = v.LaunchNoise(sd=0.02, df=6, configs=3, launches=9)
+    iv = v.launch_interval([100.0, 102.0, 98.0], [130.0], noise)
+    half = v.t_quantile(0.975, 6) * 0.02 * math.sqrt(1 / 3 + 1)
+    assert iv.ratio == pytest.approx(130.0 / math.exp(statistics.fmean(map(math.log, [100, 102, 98]))))
+    assert iv.hi / iv.ratio == pytest.approx(math.exp(half)) and iv.launches == (3, 1)
+    assert v.verdict(iv) == v.FASTER
+    assert v.interval_text(iv).endswith(", 3 vs 1 launches (one launch: the study's launch noise +-2.0%)")
+    both = v.launch_interval([100.0, 102.0], [130.0, 129.0], noise)
+    assert v.interval_text(both).endswith(", 2 vs 2 launches, launch noise +-2.0%")
+    assert v.launch_interval([100.0], [130.0], v.LaunchNoise()).bounded is False
+    assert v.describe(v.launch_interval([100.0], [130.0], v.LaunchNoise())) == \
+        "1.30x, within noise (no interval: launch noise not measured yet (no config launched twice))"
+
+
+def test_a_comparison_judged_again_and_again_is_held_to_more_confidence():
+    noise = v.LaunchNoise(sd=0.03, df=10, configs=2, launches=12)
+    once = v.launch_interval([100.0] * 3, [106.0] * 3, noise)
+    four = v.launch_interval([100.0] * 3, [106.0] * 3, noise, looks=4)
+    assert four.confidence == pytest.approx(0.9875) and four.lo < once.lo and four.hi > once.hi
+    assert v.interval_text(four).startswith("98.75% CI ")
+
+
+def test_ranks_keep_launches_of_one_state_from_looking_noiseless():
+    """Launches fast or slow for their whole life: four of one config all slow and four of another all
+    fast agree so well that a t interval is sure; by ranks four against four cannot say it at 98.75%,
+    five against five can when every launch of one is above every launch of the other."""
+    noise = v.pooled_noise([[65.0, 65.2, 64.9, 65.1], [128.0, 128.4, 127.8, 128.1]])
+    slow, fast = [65.0, 65.2, 64.9, 65.1], [128.0, 128.4, 127.8, 128.1]
+    assert v.verdict(v.launch_interval(slow, fast, noise, looks=4)) == v.FASTER
+    assert v.verdict(v.launch_interval(slow, fast, noise, looks=4, raced=True)) == v.WITHIN_NOISE
+    five = v.launch_interval(slow + [65.3], fast + [128.2], noise, looks=4, raced=True)
+    assert v.verdict(five) == v.FASTER
+    # outside a race the ranks hold where they can bound an interval, and leave it to t where they cannot
+    assert v.verdict(v.launch_interval(slow, fast, noise, looks=4, robust=True)) == v.FASTER
+    assert v.rank_shift_interval([0.0, 0.1, 0.2, 0.3, 0.4], [1.0, 1.1, 1.2, 1.3, 1.4], 0.9875) == \
+        pytest.approx((0.6, 1.4))  # the extreme pairwise differences: P(U = 0) = 1/252 <= 0.625%
+    assert v.rank_shift_interval([0.0] * 4, [1.0] * 4, 0.9875) is None  # 1/70 > 0.625%
+
+
+def test_launches_of_a_machine_that_changed_are_not_averaged_into_a_verdict():
+    """Four launches of the best at 1.5x the baseline, then three fresh ones (``compare``) on a machine
+    where it is no faster: the t interval over the pooled noise still excludes 1.0, the ranks do not."""
+    base = [66.2, 66.7, 66.6, 65.3, 66.6, 66.6, 66.3]
+    best = [100.2, 98.9, 99.9, 99.9, 66.5, 66.5, 66.5]
+    noise = v.pooled_noise([base, best])
+    assert v.verdict(v.launch_interval(base, best, noise)) == v.FASTER
+    robust = v.launch_interval(base, best, noise, robust=True)
+    assert v.verdict(robust) == v.WITHIN_NOISE and robust.lo < 1.0 < robust.hi
+    # many launches: the ranks' normal approximation, as wide as the exact count at 20 x 20
+    xa, xb = [0.01 * i for i in range(20)], [0.05 + 0.01 * i for i in range(21)]
+    lo, hi = v.rank_shift_interval(xa, xb, 0.95)
+    assert lo < 0.05 < hi and (lo, hi) == pytest.approx(v.rank_shift_interval(xa, xb[:20], 0.95), abs=0.011)
+
+
+def test_where_a_fresh_launch_should_measure():
+    noise = v.LaunchNoise(sd=0.05, df=8, configs=3, launches=11)
+    lo, hi = v.launch_range([100.0, 104.0, 98.0], noise)
+    centre = math.exp(statistics.fmean(map(math.log, [100, 104, 98])))
+    half = v.t_quantile(0.975, 8) * 0.05 * math.sqrt(1 + 1 / 3)
+    assert lo == pytest.approx(centre * math.exp(-half)) and hi == pytest.approx(centre * math.exp(half))
+    assert v.launch_range([100.0], v.LaunchNoise()) is None

@@ -61,3 +61,15 @@ def test_bench_applies_the_studys_correctness_gate_and_keeps_one_log_per_run(tmp
     logs = sorted((tmp_path / "reports" / "gated" / "bench-logs").glob("bench-*.log"))
     assert len(logs) == 3, logs  # one per bench run, never appended
     assert all(log.read_text().count("ready on http") == 1 for log in logs)
+
+
+def test_format_shows_goodputs_crossing_and_the_lengths_measured():
+    from orchestrator.core.measurement import Distribution, GoodputResult, Lengths, LevelResult, Measurement
+
+    m = Measurement(levels={1: LevelResult(1, samples=(700.0,)), 16: LevelResult(16, samples=(858.8,)),
+                            17: LevelResult(17, samples=(860.0,))},
+                    goodput=GoodputResult(32, (1, 32, 16, 24, 20, 18, 17), 16, 17),
+                    lengths=Lengths(input=Distribution.of([5, 9]), output=Distribution.of([12, 12])))
+    text = format_result(TrialResult(outcome="COMPLETE", config={}, value=m.value, measurement=m))
+    assert "goodput: holds the SLO up to 16 stream(s) (breaks at 17), 858.8 total tok/s there (probed 1, 32, 16" in text
+    assert "lengths: input tokens min 5, p50 7" in text

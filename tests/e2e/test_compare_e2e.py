@@ -44,9 +44,9 @@ def constrained(tmp_path_factory):
     assert best_rows(rows, 1), rows
     # the run's last line states the best's ratio with its interval, "beyond noise" only beyond it
     final = run_end(out.getvalue().strip().splitlines())[0]
-    assert re.search(r"(the baseline #\d+ is the best config found|best #\d+ [\d.]+ tok/s = [\d.]+x the baseline, "
-                     r"(beyond noise|within noise of the baseline), (95% CI [\d.]+-[\d.]+x|no interval))",
-                     final), final
+    assert re.search(r"(the baseline #\d+ is the best config found|best #\d+ [\d.]+ tok/s \(median of \d+ "
+                     r"launch(es)?\) = [\d.]+x the baseline, (beyond noise|within noise of the baseline), "
+                     r"([\d.]+% CI [\d.]+-[\d.]+x|no interval))", final), final
     return job_path, tmp / "reports" / "cmp"
 
 

@@ -17,6 +17,7 @@ import yaml
 from wrapped_server import SERVER, command_job, wrapper
 
 from conftest import TESTS, write_job
+from logtext import log_lines
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.study.history import trial_rows
@@ -107,7 +108,7 @@ def test_a_command_that_cannot_execute_is_env_error_twice_then_stops_and_bans_no
     exe = wrapper(tmp_path, interpreter=str(tmp_path / "gone-venv" / "bin" / "python"))
     job_path = command_job(tmp_path, exe, budget={"trials": 3})
     code, err = run_cli("run", str(job_path))
-    last = err.strip().splitlines()[-1]
+    last = log_lines(err)[-1]
     assert code == 1 and "stopping after 2 trials in a row failed for a reason outside their configs" in last, err
     assert "env-error" in last and "cannot be executed on that node" in last and "no config was banned" in last
     job = load_job(job_path)

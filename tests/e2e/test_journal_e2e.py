@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import write_job
+from logtext import log_lines
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.study.history import trial_rows
@@ -59,7 +60,7 @@ def test_a_journal_cut_mid_line_is_read_by_status_and_resumed_by_run(tmp_path, r
 
     code, _, err = run_cli("run", str(job_path), "--trials", "3")
     assert code == 0, err
-    warnings = [line for line in err.splitlines() if "incomplete write" in line]
+    warnings = [line for line in log_lines(err) if "incomplete write" in line]
     assert len(warnings) == 1 and "every complete record before it is kept" in warnings[0], err
     (side,) = job.journal_path.parent.glob("study.journal.incomplete-*")
     assert side.read_bytes() == cut[len(data) - len(last):]

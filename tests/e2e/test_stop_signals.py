@@ -16,6 +16,7 @@ import time
 import pytest
 
 from conftest import TEST_PROMPT, TESTS, study_servers, write_job
+from logtext import log_lines
 from orchestrator.config.job import load_job
 from orchestrator.study.history import trial_rows
 from orchestrator.study.storage import open_study
@@ -85,7 +86,7 @@ def test_a_signal_stops_the_run_cleanly_and_the_study_resumes(tmp_path, sig, cou
     else:
         assert f"{name}: killing the running trial now" in text
         assert rows[0].state == "FAIL" and rows[0].failure_kind == "interrupted" and not rows[0].counted
-    assert "`ncclsweep run" in text.strip().splitlines()[-1]  # the last line says how to continue
+    assert "`ncclsweep run" in log_lines(text)[-1]  # the last line says how to continue
     # driver.log in the study's folder has what the terminal showed
     logged = (tmp_path / "reports" / study / "driver.log").read_text()
     assert f"{name}: stopping after the running trial" in logged and "starting #0" in logged

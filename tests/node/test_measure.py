@@ -13,8 +13,9 @@ import pytest
 
 from conftest import start_fake_openai
 from orchestrator.core.measurement import Measurement
+from orchestrator.core.slo import Slo, Targets
 from orchestrator.node import client
-from orchestrator.node.measure import PACE_FACTOR, measure
+from orchestrator.node.measure import PACE_FACTOR, bisect_next, measure
 from orchestrator.node.spec import BenchPlan
 
 MODEL = "fake"
@@ -195,3 +196,52 @@ def test_a_slow_server_is_judged_by_its_own_pace(tmp_path):
     # its limit is the warm-up's pace x PACE_FACTOR (9 requests), not what the slowed server took
     warm = worse.measurement.warmup_s
     assert worse.limit_s == pytest.approx(max(0.5, PACE_FACTOR * warm * 9), rel=0.3)
+
+
+# ---- goodput's bisection and a traffic file's lengths (issue 35) -------------------------------------
+def test_the_bisection_probes_1_then_the_top_then_halves_the_bracket():
+    assert bisect_next(0, None, 64) == 1
+    assert bisect_next(0, 1, 64) is None  # broke at 1: nothing holds
+    assert bisect_next(1, None, 64) == 64 and bisect_next(64, None, 64) is None  # held at the top: done
+    assert bisect_next(1, None, 1) is None
+    seen, held, broke, nxt = [], 0, None, bisect_next(0, None, 64)
+    while nxt is not None:  # a server that holds up to 17 streams
+        seen.append(nxt)
+        held, broke = (nxt, broke) if nxt <= 17 else (held, nxt)
+        nxt = bisect_next(held, broke, 64)
+    assert seen == [1, 64, 32, 16, 24, 20, 18, 17] and (held, broke) == (17, 18)
+    assert len(seen) <= 2 + 6  # what a bisection of 64 needs
+    assert bisect_next(40, 44, 64) is None  # within 10% of what held: the noise of neighbouring levels
+
+
+def test_goodput_finds_the_crossing_of_a_server_that_slows_with_its_streams(tmp_path):
+    """Each token 4 ms, plus 8 ms per other stream in flight: TPOT(n) = 4 + 8(n - 1) ms, within
+    a 40 ms target up to 5 streams (36 ms), over it at 6 (44 ms)."""
+    sp = start_fake_openai(tmp_path, "--token-delay", "0.004", "--stream-cost", "0.008")
+    targets = Targets(every=(Slo.named("tpot_p99", 0.040),))
+    try:
+        got = measure(sp.spec.base_url, MODEL, plan(goodput=8, slo=targets, waves=2, repeats=1, output_tokens=16,
+                                                    levels=(99,)), deadline=time.monotonic() + 60)
+    finally:
+        sp.stop(grace_s=1.0)
+    g = got.measurement.goodput
+    assert got.ok and g.probes[:2] == (1, 8) and 99 not in got.measurement.levels  # the levels are not measured
+    assert abs(g.holds - 5) <= max(1, g.breaks - g.holds) and g.breaks == g.holds + 1  # within one step of 5
+    assert set(got.measurement.levels) == set(g.probes)  # every probe is a level of the record
+    assert got.value == got.measurement.levels[g.holds].value  # the total tok/s where the SLO last held
+
+
+def test_each_request_asks_its_own_length_and_the_lengths_are_measured(server):
+    prompts = ("one", "two words", "three words here", "four words are here")
+    got = measure(server.base_url, MODEL, plan(prompts=prompts, output_lengths=(2, 5, 9, 30), levels=(1, 3)),
+                  deadline=time.monotonic() + 60)
+    lengths = got.measurement.lengths
+    assert got.ok and lengths.mismatched == 0 and not got.warnings
+    assert (lengths.output.low, lengths.output.high) == (2, 30)
+    assert (lengths.input.low, lengths.input.high) == (1, 4)  # the server's own count of each prompt
+    assert lengths.output.n == got.measurement.levels[1].requests + got.measurement.levels[3].requests
+    assert measure(server.base_url, MODEL, plan(levels=(1,)), deadline=time.monotonic() + 60).measurement.lengths \
+        is None  # without a traffic file, as before
+    built = plan(prompts=tuple(" ".join(["word"] * n) for n in (300, 320)), levels=(1,), context=300)
+    long = measure(server.base_url, MODEL, built, deadline=time.monotonic() + 60).measurement.lengths
+    assert (long.input.low, long.input.high) == (300, 320)  # long prompts: the lengths the server counted

@@ -100,3 +100,29 @@ def test_end_kills_what_ignores_term_and_spares_a_reused_pid():
             if proc.poll() is None:
                 proc.kill()
             proc.wait(10)
+
+
+def test_listeners_are_the_processes_a_connection_to_the_port_reaches():
+    """A socket listening on 127.0.0.1:P or on every address is found with its process; one on
+    another address or port is not; a port nobody listens on has none."""
+    import socket
+
+    listener = ("import socket, sys\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                "s.bind((sys.argv[1], 0)); s.listen(); print(s.getsockname()[1], flush=True)\n"
+                "import time; time.sleep(1000)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", listener, host], stdout=subprocess.PIPE, text=True)
+             for host in ("127.0.0.1", "0.0.0.0", "127.0.0.2")]
+    try:
+        ports = [int(p.stdout.readline()) for p in procs]
+        (local,) = proctree.listeners("127.0.0.1", ports[0])
+        assert isinstance(local, proctree.Member) and local.pid == procs[0].pid and "socket" in local.cmdline
+        (anywhere,) = proctree.listeners("127.0.0.1", ports[1])
+        assert anywhere.pid == procs[1].pid  # every address: 127.0.0.1 reaches it too
+        assert proctree.listeners("127.0.0.1", ports[2]) == []  # only 127.0.0.2's
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            assert proctree.listeners("127.0.0.1", s.getsockname()[1]) == []  # bound, not listening
+    finally:
+        kill_pids([p.pid for p in procs])
+        for p in procs:
+            p.wait()

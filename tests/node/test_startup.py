@@ -151,3 +151,33 @@ def test_summary_line():
                            ready_s=165.0)
     line = startup.summary(phases)
     assert line.startswith("ready 165s: process start 2s, weights 2s, torch.compile 13s (cache miss)")
+
+
+def test_what_the_engine_changed_beyond_the_config_is_noticed_once():
+    """vLLM 0.26.0 with n-gram speculation says, from two processes, that it falls back to its V1
+    model runner and turns async scheduling off: each is one notice, without process and time."""
+    got = startup.notices(_log("vllm-0.26.0-h200-tp1-ngram-spec.log"))
+    assert got == [
+        "engine notice: Async scheduling not supported with ngram-based speculative decoding and will be disabled.",
+        "engine notice: Model Runner V2 does not yet support ngram/ngram_gpu speculative decoding; using the V1 "
+        "model runner instead."]
+    assert any("draft_model" in n for n in startup.notices(_log("vllm-0.26.0-h200-tp1-draft-model-spec.log")))
+    assert startup.notices(_log("vllm-0.26.0-h200-tp1-graphs-serve.log")) == []  # eager and graphs: nothing new
+    assert startup.notices("any other server\nusing the V1 model runner instead\n") == []  # no engine we know
+
+
+def test_what_sglang_turned_off_is_noticed_once_across_its_ranks():
+    """SGLang says, once per rank and with its ``[time TPn]`` prefix, that it turned a feature off
+    (the texts of its server_args.py and all-reduce utils; tests/fixtures/sglang/README.md): one
+    notice each, without the prefix; its ordinary lines are no notice."""
+    custom = (FIXTURES.parent / "sglang" / "sglang-0.5.23-4xpcie-tp4-custom-disabled.lines.log").read_text()
+    log = ("[2026-12-03 10:00:00] server_args=ServerArgs(model_path='m', tp_size=4)\n"
+           "[2026-12-03 10:00:01] Overlap scheduler is disabled because of using eagle speculative decoding.\n"
+           "[2026-12-03 10:00:01 TP0] Load weight begin. avail mem=78.00 GB\n"
+           + custom +
+           "[2026-12-03 10:00:09] The server is fired up and ready to roll!\n")
+    assert startup.notices(log) == [
+        "engine notice: Overlap scheduler is disabled because of using eagle speculative decoding.",
+        "engine notice: CustomAllreduce is disabled because it's not supported on more than two PCIe-only GPUs. "
+        "To silence this warning, specify disable_custom_all_reduce=True explicitly."]
+    assert startup.notices(log.replace("is disabled because", "is enabled as")) == []

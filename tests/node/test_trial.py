@@ -120,3 +120,21 @@ def test_a_trial_that_cannot_write_into_the_full_study_folder_is_not_the_configs
         done = subprocess.run(["umount", str(disk)], capture_output=True, text=True)
         if done.returncode != 0:
             subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_an_engine_notice_in_the_servers_log_is_in_the_trials_warnings(tmp_path, no_leftover_servers):
+    """A server that says what vLLM said with n-gram speculation (it runs another model runner than
+    asked): the trial's record carries it, once, whatever else it measured."""
+    said = ("0:(APIServer pid=7) WARNING 12-01 21:01:47 [vllm.py:584] Model Runner V2 does not yet support "
+            "ngram/ngram_gpu speculative decoding; using the V1 model runner instead.")
+    fake = str(Path(__file__).resolve().parents[1] / "fake_openai_server.py")
+    argv = ["{python}", fake, "--port", "{port}", "--host", "{host}", "--token-delay", "0.001", "--say-after", said]
+    spec = TrialSpec(number=1, config={}, server=ServerPlan("command", {"argv": argv, "model_name": "fake"}, None, {},
+                                                            startup_timeout_s=30, teardown_grace_s=5),
+                     bench=BenchPlan(prompts=("Hello there",), output_tokens=8, warmup=1, repeats=1, timeout_s=30),
+                     log_dir=str(tmp_path / "logs"), registry_dir=str(tmp_path / "servers"), measure_bandwidth=False)
+    got = run_trial(spec)
+    assert got.outcome == COMPLETE, got.failure_reason
+    notices = [w for w in got.warnings if w.startswith("engine notice: ")]
+    assert notices == ["engine notice: Model Runner V2 does not yet support ngram/ngram_gpu speculative decoding; "
+                       "using the V1 model runner instead."]

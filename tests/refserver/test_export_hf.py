@@ -69,3 +69,23 @@ def test_transformers_computes_the_server_logits(tiny):
         ours = ref.logits(ref.forward(torch.tensor([ids]), torch.arange(n).view(1, n), torch.tensor([0]), n)[0])
         theirs = hf(torch.tensor([ids])).logits[0].float()
     assert (ours - theirs).abs().max() < 1e-3 and torch.equal(ours.argmax(-1), theirs.argmax(-1))
+
+
+def test_a_full_disk_leaves_no_checkpoint_file_and_says_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import REPO, fill_disk, mounted_tmpfs
+
+    with mounted_tmpfs(tmp_path / "disk", "256k") as disk:
+        out = disk / "tiny"
+        out.mkdir()
+        (out / "config.json").write_text("{}")  # a previous export's file: kept as it was
+        fill_disk(disk)
+        done = subprocess.run([sys.executable, "-m", "orchestrator.refserver.export_hf", "--model", "tiny",
+                               "--out", str(out), "--dtype", "float32"], cwd=REPO, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 1 and done.stderr.strip() == (f"export_hf: error: cannot write to {out}: "
+                                                                "No space left on device"), done.stderr
+        assert [p.name for p in out.iterdir()] == ["config.json"] and (out / "config.json").read_text() == "{}"
+        assert sorted(p.name for p in disk.iterdir()) == ["filler", "tiny"]  # no temporary folder left

@@ -73,6 +73,20 @@ def test_slow_start_then_sigterm_ends_every_rank(launch):
     assert port_closed(s.port)
 
 
+def test_the_ranks_meet_on_loopback_only(launch):
+    """Nothing of a TP=2 server listens beyond the machine: its HTTP port where it was told
+    (127.0.0.1 here), the ranks' rendezvous store and gloo's connections on loopback."""
+    import psutil
+
+    s = launch(["--tp", "2"])
+    s.wait_healthy()
+    members = set(group_members(s.pgid))
+    assert len(members) == 2
+    listening = [c.laddr for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.pid in members]
+    assert len(listening) >= 3, listening  # the API, the rendezvous store, gloo's pairs
+    assert all(addr.ip == "127.0.0.1" for addr in listening), listening
+
+
 def test_garbage_changes_output_and_ranks_die_with_their_parent(launch):
     good = launch(["--tp", "1"], "good")
     bad = launch(["--tp", "2", "--fault", "garbage"], "garbage")

@@ -57,6 +57,22 @@ def test_compare_also_the_baseline_is_one_line_before_any_launch(tmp_path, capsy
     assert not (tmp_path / "reports" / "demo" / "compare.json").exists()  # nothing measured, nothing written
 
 
+def test_compare_plan_of_a_single_level_study_refuses_before_any_launch(tmp_path, capsys):
+    """A study of one level has no plan to compare: one line (exit 2) saying what to run, and
+    nothing launched or written (it used to start relaunching the baseline)."""
+    from conftest import write_job
+
+    fx.build_study(tmp_path)
+    job = write_job(tmp_path, study="demo")
+    assert main(["compare", str(job), "--plan"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"ncclsweep: error: {job}: objective.concurrency: compare --plan compares the best configs of "
+                   "several levels, and this job's objective has one (objective.concurrency: 1); use `ncclsweep "
+                   f"compare {job} --concurrency 1,2,10` for the baseline against the best at several concurrencies"]
+    assert not (tmp_path / "reports" / "demo" / "compare-plan.json").exists()
+    assert not (tmp_path / "reports" / "demo" / "compare-logs").exists()  # no server launched
+
+
 @pytest.mark.parametrize("number", [3, 6, 11, 99])  # wrong output, stopped early, running, absent
 def test_also_refuses_a_trial_that_is_not_a_ranked_measurement(rows, number):
     with pytest.raises(BadInput, match=rf"trial {number} is not a measured, ranked trial.*ranked trials: "):
@@ -132,3 +148,23 @@ def test_constraints_are_judged_by_the_same_rule():
     rules = check_constraints([(8, 0.9), (16, 0.9), (64, 0.9)], data)
     assert [(r["concurrency"], r["state"], r["ok"]) for r in rules] == [
         (8, "VIOLATED", False), (16, "within noise of the limit", None), (64, "not measured", None)]
+
+
+def test_the_p99_latencies_per_concurrency_and_what_the_targets_say_of_them():
+    """Each launch's level record carries its percentiles: the table gives each config's TTFT and
+    TPOT p99 as the median over its launches, and with the job's targets what they broke there."""
+    data = _data({"baseline": {1: [97.8, 97.1, 98.4], 64: [3000.0, 3001.0, 3002.0]},
+                  "best": {1: [192.6, 191.0, 193.9], 64: [4000.0, 4001.0, 4002.0]}})
+    for rnd in data["rounds"]:
+        for c, rec in rnd["levels"].items():
+            tpot = 0.004 if c == "1" else (0.030 if rnd["config"] == "best" else 0.012) + 0.001 * rnd["round"]
+            rec.update(value=rec["total_tok_s"], ttft={"p50": 0.01, "p90": 0.02, "p99": 0.03, "n": 8},
+                       tpot={"p50": tpot / 2, "p90": tpot, "p99": tpot, "n": 8})
+    assert "p99 latency" in format_compare(data) and "holds the SLO" not in format_compare(data)
+    data["slo"] = {"tpot_p99": 0.020}
+    text = format_compare(data)
+    assert "p99 latency, TTFT / TPOT in ms (median over the launches); latency targets: TPOT p99 <= 20 ms" in text
+    assert "| 1 | 30.0 / 4.0 (holds the SLO) | 30.0 / 4.0 (holds the SLO) |" in text
+    assert "| 64 | 30.0 / 13.0 (holds the SLO) | 30.0 / 31.0 (breaks TPOT p99 31.0 ms) |" in text
+    old = _data({"baseline": {1: [97.8, 97.1]}, "best": {1: [192.6, 191.0]}})  # a file without percentiles
+    assert "p99 latency" not in format_compare(old)

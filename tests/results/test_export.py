@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import statistics
+from dataclasses import replace
 from types import SimpleNamespace
 
 import optuna
@@ -40,7 +41,9 @@ def test_env(built):
     assert env == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_NVLS_ENABLE": "0"}
     comments = [line for line in text.splitlines() if line.startswith("#")]
     blob = "\n".join(comments)
-    for needle in ("study demo, trial 2", "57.000 tok/s", "+-1.0%", "2.85x baseline", "refserver",
+    for needle in ("study demo, trial 2", "# value: 57.000 tok/s single-request decode, the median of 1 launch",
+                   "+-1.0%", "# vs baseline trial 0 (17.50): 3.26x, within noise (no interval: launch noise not",
+                   "# trial 2 is WITHIN NOISE of the baseline: it is not shown to beat the baseline", "refserver",
                    "NCCL 2.21.5", "CUDA 12.4", "driver 550.54.15", "NVIDIA H200", "model: tiny",
                    "graph_capture=1 tp_size=2 max_batch=8"):
         assert needle in blob, needle
@@ -68,7 +71,9 @@ def test_yaml_json_round_trip(built, tmp_path, fmt):
     doc = json.loads(text) if fmt == "json" else yaml.safe_load(text)
     prov = doc["provenance"]
     assert prov["trial"] == 2 and prov["study"] == "demo" and prov["value_tok_s"] == 57.0
-    assert prov["spread"] == pytest.approx(0.01) and prov["x_baseline"] == pytest.approx(2.85)
+    # the figures are medians over launches: the baseline's config was launched twice (20 and 15 tok/s)
+    assert prov["spread"] == pytest.approx(0.01) and prov["x_baseline"] == pytest.approx(57 / 17.5)
+    assert prov["figure"]["launches"] == 1 and prov["figure"]["vs_baseline"]["verdict"] == "within noise"
     assert prov["backend"] == {"kind": "refserver", "version": "refserver 0.1.0"}
     assert prov["nccl_version"] == "2.21.5" and prov["cuda_version"] == "12.4"
     assert prov["driver_version"] == "550.54.15" and prov["gpu_model"] == "NVIDIA H200" and prov["model"] == "tiny"
@@ -254,7 +259,7 @@ def test_export_concurrency_n_is_the_best_at_that_level_in_every_format(jobs):
     for level in (10, 64):
         text = export(plan, ROWS, "env", level=level)
         assert env_of(text)["NCCL_PROTO"] == "Simple"
-        assert f"# chosen for level {level} (--concurrency {level}):" in text and "total tok/s" in text
+        assert f"# chosen for level {level} (--concurrency {level})" in text and " total tok/s, the median of " in text
         assert "study plan, trial 2" in text
     for fmt in FORMATS:
         text = export(plan, ROWS, fmt, level=10)
@@ -282,12 +287,20 @@ def test_without_an_option_a_plan_names_the_level_it_chose(jobs):
     text = export(plan, ROWS, "env")
     assert env_of(text)["NCCL_PROTO"] == "LL"
     assert "# chosen for level 1 (the default for a plan, its lowest level; --concurrency N exports another of " \
-           "1, 10, 64): 433.900 decode tok/s, 4.58x the baseline" in text
+           "1, 10, 64): 433.900 decode tok/s, 4.58x the baseline\n" in text
+    assert "# value: 433.900 decode tok/s, the median of 1 launch" in text
+    assert "# vs baseline trial 0 (94.70): 4.58x, within noise (no interval: launch noise not measured" in text
     text = export(mix, ROWS, "json")
     obj = json.loads(text)["provenance"]["objective"]
     assert obj["mix"] == {"1": 0.2, "10": 0.4, "64": 0.4} and obj["level"] is None
     assert json.loads(text)["config"] == LARGE and obj["chosen_by"].startswith("the default for a weighted objective")
-    assert obj["x_baseline_interval"][0] < obj["x_baseline"] < obj["x_baseline_interval"][1]
+    assert "x_baseline_interval" not in obj  # one launch each: no launch noise, no interval
+    relaunched = ROWS + [replace(row(3 + i, params, {1: [v * 1.01] * 3, 10: [v * 8.02] * 3, 64: [v * 40.3] * 3}),
+                                 counted=False, launch_role="relaunch")
+                         for i, (params, v) in enumerate([(EAGER, 95.0), (EAGER, 94.2), (LARGE, 362.0), (LARGE, 364.0),
+                                                          (SMALL, 430.0), (SMALL, 428.0), (EAGER, 94.6)])]
+    obj = json.loads(export(mix, relaunched, "json"))["provenance"]["objective"]
+    assert obj["launches"] == 3 and obj["x_baseline_interval"][0] < obj["x_baseline"] < obj["x_baseline_interval"][1]
     assert env_of(export(mix, ROWS, "env", mix=True))["NCCL_PROTO"] == "Simple"
     # one level: today's export, nothing named
     plain = export(one, ROWS, "json")
@@ -306,6 +319,228 @@ def test_a_level_the_objective_lacks_or_a_mix_without_weights_is_refused(jobs):
         choose(plan, 10, True)
     with pytest.raises(BadInput, match="not a level"):
         export(one, ROWS, "env", level=10)  # a single-level job measured level 1 only
+
+
+# Issue 38: an exported file runs nothing but what it says, whatever the study's strings hold.
+# Every string a study holds (settings, params, env values, the version, paths, what its records
+# say of the node and NCCL) is made hostile: command substitution, backticks, `;`, quotes and line
+# breaks that would each create a file named PWNED if a shell ran them. The `cmd` and `nccl-tuner`
+# exports are executed by a real shell in a sandbox whose server is a stand-in that records what it
+# was given; the `env` export is read as docker reads it, one KEY=VALUE per line.
+PWN = "touch PWNED"
+HOSTILE = [f"$({PWN})", f"`{PWN}`", f"x; {PWN}", "it's \"quoted\" \\", f"a\n{PWN}\n#", f"'; {PWN}; echo '",
+           f"#\r{PWN}\u2028{PWN}"]
+ONE_LINE = [h for h in HOSTILE if "\n" not in h and "\r" not in h and "\u2028" not in h]
+STAND_IN = """#!{python}
+import json, os, sys
+with open({record!r}, "w") as fh:
+    json.dump({{"argv": sys.argv[1:], "env": {{k: v for k, v in os.environ.items() if k.startswith("H_")}}}}, fh)
+"""
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """A real job (the command backend) and a real journal study, hostile everywhere it can be."""
+    import sys
+
+    root = tmp_path_factory.mktemp("hostile")
+    sandbox = root / "sandbox"
+    (sandbox / "bin").mkdir(parents=True)
+    server = sandbox / "bin" / "server"
+    server.write_text(STAND_IN.format(python=sys.executable, record=str(sandbox / "record.json")))
+    server.chmod(0o755)
+    space = {"params": {"tp_size": {"choices": [1]}, "backend.mode": {"choices": HOSTILE},
+                        "env.H_TUNED": {"choices": ONE_LINE}}}
+    settings = {"argv": ["{python}", "--note", *HOSTILE, "--mode", "{backend.mode}", "--host", "{host}",
+                         "--port", "{port}"],
+                "python": str(server), "version": f"1.0\n{PWN} #", "model_name": f"m\n{PWN}",
+                "health_path": f"/h$({PWN})", "defaults": {"backend.mode": "plain"}}
+    path = write_job(root, study="hostile", space_text=yaml.safe_dump(space),
+                     report_dir=str(root / f"reports $({PWN}) `{PWN}`;{PWN}\n#"),
+                     backend={"kind": "command", "settings": settings},
+                     env={f"H_{i}": v for i, v in enumerate(ONE_LINE)}, baseline=None)
+    job = load_job(path)
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
+    policy = fx.SearchPolicy(study, fx.Space(), lambda c: dict(c), baseline=None, budget=None)
+    choices = {"tp_size": [1], "backend.mode": HOSTILE, "env.H_TUNED": ONE_LINE}
+    for i, mode in enumerate([HOSTILE[4], HOSTILE[6], HOSTILE[0]]):  # the first two hold line breaks
+        config = {"tp_size": 1, "backend.mode": mode, "env.H_TUNED": ONE_LINE[i]}
+        nccl = {"version": f"2.21\n{PWN}", "topology": HOSTILE, "transports": f"`{PWN}`"}
+        fx.record(study, policy, config, fx.ok(config, 100.0 - i, on=f"node\n{PWN}\r#", nccl=nccl),
+                  baseline=i == 2, choices=choices)
+    return job, history.trial_rows(study), sandbox
+
+
+def test_a_hostile_study_name_is_refused_at_validate(tmp_path):
+    for name in (f"a$({PWN})", "a;b", "a\nb", "x" * 300):
+        with pytest.raises(BadInput, match="study"):
+            load_job(write_job(tmp_path, study=name))
+
+
+def test_an_env_value_with_a_line_break_is_refused_at_validate(tmp_path):
+    with pytest.raises(BadInput, match=r"env\.H: .*must be one line"):
+        load_job(write_job(tmp_path, env={"H": f"a\n{PWN}"}))
+    space = yaml.safe_dump({"params": {"env.H": {"choices": ["ok", f"a\r{PWN}"]}}})
+    with pytest.raises(BadInput, match=r"params\.env\.H\.choices\[1\]: .*must be one line"):
+        load_job(write_job(tmp_path, space_text=space, baseline=None))
+    with pytest.raises(BadInput, match=r"baseline\.env\.H: .*must be one line"):
+        load_job(write_job(tmp_path, space_text=yaml.safe_dump({"params": {"env.H": {"choices": ["ok"]}}}),
+                           baseline={"env.H": f"a\n{PWN}"}))
+
+
+@pytest.mark.parametrize("fmt", ["cmd", "nccl-tuner"])
+@pytest.mark.parametrize("top", [1, 3])
+def test_an_executed_export_runs_nothing_but_what_it_says(hostile, fmt, top):
+    import subprocess
+
+    job, rows, sandbox = hostile
+    text = export(job, rows, fmt, top=top)
+    script = sandbox / f"export-{fmt}-{top}.sh"
+    script.write_text(text)
+    record = sandbox / "record.json"
+    record.unlink(missing_ok=True)
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    subprocess.run(["sh", str(script)], cwd=sandbox, capture_output=True, env={"PATH": "/usr/bin:/bin"}, timeout=60)
+    assert not list(sandbox.rglob("PWNED")), text  # no hostile string ran
+    if fmt == "nccl-tuner":
+        assert not record.exists()
+        lines = [ln for ln in text.splitlines() if ln]
+        assert all(ln.startswith("#") for ln in lines), text  # nothing to tune: every line a comment
+        return
+    ran = json.loads(record.read_text())  # the one command ran, with exactly the words it says
+    spec = job.backend_obj().launch_spec(rows[0].params, "0.0.0.0", 8000)
+    assert ran["argv"] == spec.argv[1:] and spec.argv[0] == str(sandbox / "bin" / "server")
+    assert ran["argv"][ran["argv"].index("--mode") + 1] == HOSTILE[4]  # a value spanning lines, kept whole
+    assert ran["env"] == {**{f"H_{i}": v for i, v in enumerate(ONE_LINE)}, "H_TUNED": ONE_LINE[0]}
+
+
+@pytest.mark.parametrize("top", [1, 3])
+def test_every_line_of_the_env_export_is_a_comment_or_one_assignment(hostile, top):
+    import re
+
+    job, rows, _ = hostile
+    text = export(job, rows, "env", top=top)
+    lines = text.split("\n")
+    assert lines[0].startswith("# the environment half of trial ") and "--format cmd" in lines[0]
+    assignments = {}
+    for line in lines:  # split as a shell or docker splits: at \n only; and no other line break in a line
+        assert not re.search("[\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029\x00]", line), repr(line)
+        if line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key), repr(line)
+            assert key not in assignments, "an alternative's line is live"
+            assignments[key] = value
+    assert assignments == {**{f"H_{i}": v for i, v in enumerate(ONE_LINE)}, "H_TUNED": ONE_LINE[0]}
+
+
+BREAKS = "[\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029\x00]"
+
+
+def test_every_comment_of_the_tuner_rules_is_one_line(hostile):
+    import re
+
+    job, rows, _ = hostile
+    text = export(job, rows, "nccl-tuner", top=3)
+    assert any("1.0 | touch PWNED #" in ln for ln in text.split("\n"))  # the version, shown, on its one line
+    assert all(ln.startswith("#") and not re.search(BREAKS, ln) for ln in text.split("\n") if ln)
+
+
+def test_a_commented_alternative_launch_line_is_commented_on_every_line(hostile):
+    """The provenance is one comment line per field; an alternative launch line whose quoted
+    value spans lines has each of its lines commented, and uncommented it is its config's
+    command, word for word."""
+    import re
+
+    job, rows, _ = hostile
+    text = export(job, rows, "cmd", top=3)
+    blocks = re.split(r"^# ===== \d of 3: trial \d+ .*$\n", text, flags=re.M)
+    assert len(blocks) == 4
+    for i, block in enumerate(blocks[1:]):
+        lines = block.rstrip("\n").split("\n")
+        start = next(n for n, ln in enumerate(lines) if ln.startswith(("H_0=", "# H_0=")))  # the launch line
+        header, shell = lines[:start], lines[start:]
+        assert "# backend: command 1.0 | touch PWNED #; model: unknown" in header
+        assert not any(re.search(BREAKS, ln) for ln in header)
+        if i:  # an alternative: every physical line commented
+            assert all(ln.startswith("# ") for ln in shell), [ln for ln in shell if not ln.startswith("# ")]
+            shell = [ln[2:] for ln in shell]
+        spec = job.backend_obj().launch_spec(rows[i].params, "0.0.0.0", 8000)
+        words = shlex.split("\n".join(shell))
+        assert words[-len(spec.argv):] == spec.argv
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_the_documents_carry_the_hostile_strings_as_data(hostile, fmt, tmp_path):
+    job, rows, _ = hostile
+    text = export(job, rows, fmt, top=3)
+    path = tmp_path / f"best.{fmt}"
+    path.write_text(text)
+    docs = json.loads(text) if fmt == "json" else list(yaml.safe_load_all(text))
+    assert [load_config_file(path, rank=i + 1) for i in range(3)] == [r.params for r in rows[:3]]
+    assert docs[0]["provenance"]["backend"]["version"] == f"1.0\n{PWN} #"
+    assert docs[0]["provenance"]["storage"] == job.storage
+
+
+def test_the_cmd_export_says_where_it_listens_and_takes_host_and_port(tmp_path, capsys):
+    """`export --format cmd` is a sh script whose header says the address it binds (0.0.0.0:8000
+    by default: every interface); --host/--port write it for another address."""
+    from orchestrator.cli import main
+
+    job_path = write_job(tmp_path, study="where")
+    job = load_job(job_path)
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
+    policy = fx.SearchPolicy(study, fx.Space(), lambda c: dict(c), baseline=None, budget=None)
+    config = {"tp_size": 1, "backend.threads": 1}
+    fx.record(study, policy, config, fx.ok(config, 20.0), baseline=True,
+              choices={"tp_size": [1], "backend.threads": [1]})
+    assert main(["export", str(job_path), "--format", "cmd"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "#!/bin/sh" and "the deploy artifact" in lines[1]
+    assert lines[2].startswith("# the server listens on 0.0.0.0:8000 (every network interface of this machine)")
+    argv = shlex.split([ln for ln in lines if ln and not ln.startswith("#")][0])
+    assert argv[argv.index("--host") + 1] == "0.0.0.0" and argv[argv.index("--port") + 1] == "8000"
+    assert main(["export", str(job_path), "--format", "cmd", "--host", "127.0.0.1", "--port", "9001"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("# the server listens on 127.0.0.1:9001;")
+    argv = shlex.split([ln for ln in lines if ln and not ln.startswith("#")][0])
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "9001"
+    for bad_args in (["--port", "0"], ["--port", "70000"], ["--host", "a b"], ["--host", ""]):
+        assert main(["export", str(job_path), "--format", "cmd", *bad_args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and ("--port must be 1-65535" in err[0] or "--host must be an address" in err[0]), err
+
+
+# The latency the exported config measured, per level, and with a goodput objective where it held the
+# SLO (the header of the line formats says it; the provenance carries it whole) (issue 35).
+def test_the_provenance_carries_latency_per_level_the_slo_and_goodputs_crossing():
+    from orchestrator.config.job import Objective
+    from orchestrator.core.measurement import GoodputResult, Latency, LevelResult, Measurement
+    from orchestrator.core.slo import Slo, Targets
+
+    def probed(number, params, curve, holds, breaks, **kw):
+        levels = {c: LevelResult(c, samples=(v,), ttft=Latency(0.01, 0.02, 0.03, 8), tpot=Latency(t / 2, t, t, 8))
+                  for c, (v, t) in curve.items()}
+        m = Measurement(levels=levels, goodput=GoodputResult(32, tuple(curve), holds, breaks))
+        return TrialRow(number=number, state=COMPLETE, value=m.value, counted=True, config_key=config_key(params),
+                        params=params, measurement=m, **kw)
+
+    measured = [probed(0, {"speculative.method": "none"}, {1: (400.0, 0.004), 32: (900.0, 0.03), 16: (850.0, 0.019),
+                                                           17: (860.0, 0.021)}, 16, 17, is_baseline=True),
+                probed(1, {"speculative.method": "ngram", "speculative.num_tokens": 4},
+                       {1: (800.0, 0.002), 32: (4000.0, 0.012)}, 32, None)]
+    job = SimpleNamespace(**vars(JOB), objective=Objective(goodput=32, slo=Targets(every=(Slo.named("tpot_p99",
+                                                                                                     0.020),))))
+    backend = CommandBackend(SETTINGS, "job.yaml")
+    prov = json.loads(export(job, measured, "json", backend=backend))["provenance"]
+    assert prov["trial"] == 1 and prov["goodput"]["holds"] == 32 and prov["goodput"]["baseline"]["holds"] == 16
+    assert prov["latency"]["32"]["tpot"]["p99"] == 0.012 and prov["slo"]["breaches"] == []
+    env = export(job, measured, "env", backend=backend)
+    assert "# goodput: holds the SLO up to 32 stream(s) at 4000 tok/s (all 32 tried); #1 holds" in env
+    assert "# value: 4000.000 tok/s total within the SLO" in env
+    assert "# latency at 32 (ms p50/p90/p99): TTFT 10.0/20.0/30.0, TPOT 6.0/12.0/12.0" in env
+    assert "# slo TPOT p99 <= 20 ms: holds them at every level measured" in env
+    plain = json.loads(export(JOB, rows(), "json", backend=backend))["provenance"]
+    assert plain["latency"] == {} and "goodput" not in plain and "slo" not in plain  # a study without them
 
 
 # ---- NCCL tuner rules from the pre-screen's sweep ----------------------------------------------------

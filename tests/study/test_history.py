@@ -76,7 +76,8 @@ def test_format_status_is_compact(built):
     assert lines[0].split()[:3] == ["#", "state", "tok/s"]
     assert any(line.split()[:2] == ["3", "FAIL"] and "wrong-output" in line for line in lines)
     assert any("[cached #2]" in line for line in lines)
-    assert "best: trial 2 57.00 tok/s, 2.85x baseline" in text
+    # the baseline's config was launched twice (20 and 15 tok/s): its figure is their median
+    assert "best: trial 2 57.00 tok/s (median of 1 launch), 3.26x baseline" in text
     assert max(len(line) for line in lines) <= 160
 
 
@@ -121,3 +122,73 @@ def test_rows_read_again_follow_the_record_a_later_driver_keeps(tmp_path):
     # another study object on the same storage builds its own rows
     other = optuna.load_study(study_name=job.study, storage=storage.storage_for(job.storage))
     assert history.trial_rows(other)[0] == again and history.trial_rows(other)[0] is not again
+
+
+# ---- a record edited by hand (issue 38) ---------------------------------------------------------
+# A real journal of three measured trials (the best #2 at 40 tok/s), edited line by line as a user
+# with an editor would; every command still works, names the edited record, and no figure uses it.
+
+def edited_study(tmp_path, edit):
+    """The job file of a recorded study whose journal ``edit(record)`` changed (a record: one line,
+    as JSON; it returns the record to write)."""
+    from conftest import write_job
+    from orchestrator.config.job import load_job
+
+    path = write_job(tmp_path, study="hand")
+    job = load_job(path)
+    study = storage.open_study(job)
+    policy = SearchPolicy(study, Space(), lambda c: dict(c), baseline=None, budget=None)
+    choices = {"tp_size": [1, 2], "backend.threads": [1, 2]}
+    for i, config in enumerate([{"tp_size": 1, "backend.threads": 1}, {"tp_size": 2, "backend.threads": 2},
+                                {"tp_size": 1, "backend.threads": 2}]):
+        record(study, policy, config, ok(config, 20.0 + 10 * i, at=70 * i), baseline=i == 0, choices=choices)
+    lines = job.journal_path.read_text().splitlines()
+    job.journal_path.write_text("\n".join(json.dumps(edit(json.loads(ln)), separators=(",", ":")) for ln in lines)
+                                + "\n")
+    return path
+
+
+def cli(capsys, *argv):
+    from orchestrator.cli import main
+
+    code = main(list(argv))
+    got = capsys.readouterr()
+    return code, got.out, got.err
+
+
+def test_a_categorical_index_out_of_range_is_named_and_left_out(tmp_path, capsys):
+    def edit(r):
+        if r.get("op_code") == 5 and r.get("trial_id") == 1 and r["param_name"] == "tp_size":
+            r["param_value_internal"] = 99
+        return r
+
+    job = edited_study(tmp_path, edit)
+    code, out, err = cli(capsys, "status", str(job))
+    assert code == 0, err  # was: every command failed with "tuple index out of range"
+    assert "record " in err and "(trial id 1) is left out: parameter 'tp_size' holds choice index 99 of 2" in err
+    assert "best: trial 2 40.00 tok/s" in out
+    code, out, err = cli(capsys, "export", str(job), "--format", "json")
+    assert code == 0 and json.loads(out)["provenance"]["trial"] == 2
+
+
+def test_a_config_outside_the_space_and_an_absurd_value_are_named_and_never_best(tmp_path, capsys):
+    def edit(r):
+        attr = r.get("user_attr") or {}
+        if r.get("trial_id") == 1 and "config" in attr:
+            attr["config"] = {"tp_size": 8, "backend.threads": 2}  # not a value of tp_size's choices
+        if r.get("trial_id") == 0 and "value" in attr:
+            attr["value"] = 1e9  # the baseline, "measured" at a billion tok/s
+        return r
+
+    job = edited_study(tmp_path, edit)
+    code, out, err = cli(capsys, "status", str(job), "--json")
+    assert code == 0, err
+    rows = {r["number"]: r for r in json.loads(out)}
+    assert rows[1]["state"] == "FAIL" and rows[1]["value"] is None
+    assert "its config's tp_size=8 is not a value of the space it was drawn from" in rows[1]["failure_reason"]
+    assert rows[0]["state"] == "FAIL" and "its value 1e+09 tok/s lies outside the samples it was measured with " \
+                                          "(19.8-20.2)" in rows[0]["failure_reason"]
+    assert rows[2]["state"] == "COMPLETE" and rows[2]["value"] == 40.0
+    assert "trial 1's record was changed after it was written" in err and "trial 0's record" in err
+    code, out, _ = cli(capsys, "export", str(job), "--format", "json", "--top", "3")
+    assert code == 0 and [d["provenance"]["trial"] for d in json.loads(out)] == [2]  # neither edited trial

@@ -21,6 +21,7 @@ from conftest import write_job
 from orchestrator.config.job import Objective, load_job
 from orchestrator.core.errors import BadInput
 from orchestrator.core.records import COMPLETE, PRUNED, TrialResult
+from orchestrator.core.slo import Slo, Targets
 from orchestrator.results.export import export
 from orchestrator.study import history, storage
 from orchestrator.study import objective as objectives
@@ -176,3 +177,30 @@ def test_a_study_without_a_finished_trial_takes_the_new_objective(tmp_path):
     study.tell(t, objectives.failed_values(plan.objective))
     with pytest.raises(BadInput, match="another objective"):
         storage.open_study(job)  # a finished trial now: the single-level job may not take it back
+
+
+# ---- latency targets and goodput (issue 35) ------------------------------------------------------
+def test_a_plan_is_told_nothing_at_a_level_where_the_slo_broke_and_goodput_its_total():
+    from orchestrator.core.measurement import GoodputResult, Latency, LevelResult, Measurement
+    from orchestrator.core.slo import Slo, Targets
+
+    targets = Targets(every=(Slo.named("tpot_p99", 0.020),))
+    levels = {1: LevelResult(1, samples=(400.0,), tpot=Latency(0.002, 0.002, 0.0025, 9)),
+              32: LevelResult(32, samples=(2600.0,), tpot=Latency(0.02, 0.03, 0.031, 9))}
+    res = TrialResult(outcome=COMPLETE, config={}, value=400.0, measurement=Measurement(levels=levels))
+    assert objectives.told_values(Objective(concurrency=(1, 32), slo=targets), res) == [400.0, 0.0]
+    assert objectives.told_values(Objective(concurrency=(1, 32)), res) == [400.0, 2600.0]
+    good = Measurement(levels={1: LevelResult(1, samples=(400.0,)), 16: LevelResult(16, samples=(850.0,))},
+                       goodput=GoodputResult(64, (1, 64, 16), holds=16, breaks=24))
+    goodput = Objective(goodput=64, slo=targets)
+    res = TrialResult(outcome=COMPLETE, config={}, value=good.value, measurement=good)
+    assert objectives.told_values(goodput, res) == [850.0] and objectives.directions(goodput) == ["maximize"]
+    assert objectives.describe(goodput) == "goodput up to 64 streams under TPOT p99 <= 20 ms"
+
+
+def test_the_slo_and_goodput_are_part_of_the_identity_and_nothing_else_moves():
+    targets = Targets(every=(Slo.named("tpot_p99", 0.020),))
+    assert objectives.identity(Objective()) is None
+    assert objectives.identity(Objective(concurrency=(1, 64))) == {"concurrency": [1, 64], "weights": None}
+    assert objectives.identity(Objective(slo=targets))["slo"] == {"tpot_p99": 0.020}
+    assert objectives.identity(Objective(goodput=64, slo=targets))["goodput"] == {"max_concurrency": 64}

@@ -1,16 +1,20 @@
-"""The plan (study/plan.py): per level the best config with its ratio to the baseline and
-verdict beyond noise, how the best at the lowest level does at the others, the Pareto set and
-the best for a traffic mix; on issue 24's own measured table (one H200, vLLM 0.26.0, the `1b`
-checkpoint: eager, graphs captured up to 8, up to 64) and on rows a study records."""
+"""The plan (study/plan.py): per level the best config with its figure over launches, its ratio
+to the baseline and verdict beyond the launch noise, how the best at the lowest level does at the
+others, the Pareto set and the best for a traffic mix; on issue 24's own measured table (one H200,
+vLLM 0.26.0, the `1b` checkpoint: eager, graphs captured up to 8, up to 64), each config relaunched
+as a study relaunches them (issue 34's launch-to-launch spread, a few percent), and on rows a
+study records."""
 
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import pytest
 
 from orchestrator.config.job import Objective
 from orchestrator.core.records import COMPLETE, FAIL, TrialRow, config_key
+from orchestrator.core.slo import Slo, Targets
 from orchestrator.core.verdict import FASTER, SAME_CONFIG, SLOWER, WITHIN_NOISE
 from orchestrator.study.history import best_rows
 from orchestrator.study.plan import (
@@ -19,7 +23,6 @@ from orchestrator.study.plan import (
     build_plan,
     format_plan,
     level_value,
-    mix_interval,
     mix_of,
     pareto,
     prune_thresholds,
@@ -43,12 +46,36 @@ UP_TO_64 = {"graph_capture": True, "capture_sizes": "1,2,4,8,16,32,64"}
 PLAN = Objective(concurrency=(1, 10, 64))
 
 
-def issue_table() -> list[TrialRow]:
+def relaunch(number: int, params: dict, levels: dict[int, list[float]]) -> TrialRow:
+    """A relaunch of a config (``study.relaunch``): an uncounted trial of its own."""
+    return replace(row(number, params, levels), counted=False, launch_role="relaunch")
+
+
+def issue_table(relaunched: bool = True) -> list[TrialRow]:
     """Issue 24's measurements, two rounds each at 10 and 64; level 1 as reported (eager and
-    up to 64: the median; up to 8: its range 413-567 and median)."""
-    return [row(0, EAGER, {1: [94.7, 94.7], 10: [788, 701], 64: [4500, 3514]}, baseline=True),
+    up to 64: the median; up to 8: its range 413-567 and median); with ``relaunched``, each config
+    launched again (within 2-6% of its first launch) as the study's relaunches and race do."""
+    rows = [row(0, EAGER, {1: [94.7, 94.7], 10: [788, 701], 64: [4500, 3514]}, baseline=True),
             row(1, UP_TO_8, {1: [413, 433.9, 567], 10: [692, 685], 64: [3789, 3542]}),
             row(2, UP_TO_64, {1: [363.8, 363.8], 10: [3438, 3874], 64: [13757, 15673]})]
+    if relaunched:
+        rows += [relaunch(3, EAGER, {1: [97.1, 97.0], 10: [690, 700], 64: [3500, 3700]}),
+                 relaunch(4, UP_TO_8, {1: [440, 425, 450], 10: [740, 735], 64: [3300, 3500]}),
+                 relaunch(5, UP_TO_64, {1: [370, 371], 10: [3300, 3500], 64: [13000, 13400]}),
+                 relaunch(6, EAGER, {1: [93.0, 93.5], 10: [800, 790], 64: [4500, 4700]}),
+                 relaunch(7, UP_TO_8, {1: [430, 445, 438], 10: [690, 700], 64: [3900, 3700]}),
+                 relaunch(8, UP_TO_64, {1: [366, 368], 10: [3700, 3600], 64: [14800, 15400]})]
+    return rows
+
+
+def test_one_launch_each_is_no_verdict_launch_noise_unknown():
+    """Repeats within one launch are not what a relaunch measures: with every config launched once
+    the launch noise is unknown, so no level's verdict is beyond noise, and the text says why."""
+    plan = build_plan(issue_table(relaunched=False), PLAN)
+    for lv in (1, 10, 64):
+        assert plan.at(lv).vs_baseline.verdict == WITHIN_NOISE and not plan.at(lv).vs_baseline.interval.bounded
+        assert "no interval: launch noise not measured yet" in plan.at(lv).vs_baseline.text
+        assert plan.at(lv).best_launches == 1 and plan.at(lv).best_fresh is None
 
 
 def test_the_issues_table_is_a_plan_not_one_number():
@@ -63,7 +90,14 @@ def test_the_issues_table_is_a_plan_not_one_number():
     assert plan.at(1).anchor_vs_best.verdict == SAME_CONFIG
     assert plan.at(1).vs_baseline.verdict == FASTER and plan.at(1).vs_baseline.interval.lo > 3
     assert [r.number for r in plan.pareto] == [1, 2]  # eager is dominated; both graph configs are on the front
-    assert plan.baseline.number == 0 and plan.at(10).baseline_value == pytest.approx((788 + 701) / 2)
+    # each figure is the median over the config's launches, and a fresh launch's range brackets it
+    assert plan.baseline.number == 0
+    assert plan.at(10).baseline_value == pytest.approx(statistics.median([(788 + 701) / 2, 695, 795]))
+    assert plan.at(1).best_launches == 3
+    assert plan.at(1).best_value == pytest.approx(438.0)  # the median of 433.9, 440, 438
+    lo, hi = plan.at(1).best_fresh
+    assert lo < plan.at(1).best_value < hi and plan.at(1).noise.known and plan.at(1).noise.df == 6
+    assert ", 3 vs 3 launches, launch noise +-1.4%)" in plan.at(1).vs_baseline.text  # over launches, with the noise
     assert [r.number for r in plan.configs] == [1, 2]
     assert plan.roles(plan.configs[1]) == ["best at 10", "best at 64"]
 
@@ -73,9 +107,10 @@ def test_format_plan_is_the_status_table():
     lines = text.splitlines()
     assert lines[0].startswith("plan over concurrency 1, 10, 64 (baseline #0; the best at 1 is #1)")
     by_level = {line.split()[0]: line for line in lines[2:5]}
-    assert "#2 3656.0" in by_level["10"] and "slower" in by_level["10"] and "faster" in by_level["10"]
+    assert "#2 3650.0 (3 launches)" in by_level["10"] and "slower" in by_level["10"] and "faster" in by_level["10"]
     assert "same config" in by_level["1"]
-    assert lines[5] == "pareto set (medians at 1/10/64): #1 433.9/688.5/3665.5, #2 363.8/3656.0/14715"
+    assert lines[5].startswith("launch noise: at 1 +-") and "; at 64 +-" in lines[5]
+    assert lines[6] == "pareto set (medians at 1/10/64): #1 438.0/695.0/3665.5, #2 367.0/3650.0/14715"
 
 
 def test_the_mix_ranks_by_the_weighted_geometric_mean_of_the_ratios():
@@ -91,10 +126,10 @@ def test_the_mix_ranks_by_the_weighted_geometric_mean_of_the_ratios():
     for lv, w in mostly_load.items():
         expect *= (level_value(best, lv) / level_value(base, lv)) ** w
     assert mix_of(best, mostly_load) / mix_of(base, mostly_load) == pytest.approx(expect)
-    iv = mix_interval(base, best, mostly_load)
-    assert iv.bounded and iv.lo < iv.ratio < iv.hi
     plan = build_plan(rows, Objective(concurrency=(1, 10, 64), weights=mostly_load))
-    assert plan.mix.number == 2 and plan.mix_vs_baseline.verdict == FASTER
+    iv = plan.mix_vs_baseline.interval  # over launches: each launch's weighted geometric mean
+    assert iv.bounded and iv.lo < iv.ratio < iv.hi and iv.launches == (3, 3)
+    assert plan.mix.number == 2 and plan.mix_vs_baseline.verdict == FASTER and plan.mix_launches == 3
     assert "best for the mix (1: 0.2, 10: 0.4, 64: 0.4): #2" in format_plan(plan)
 
 
@@ -111,16 +146,21 @@ def test_a_config_never_best_is_not_in_the_plan_at_any_level():
     assert 3 not in {r.number for r in plan.pareto}
 
 
-def test_a_config_measured_twice_is_ranked_by_its_lower_median_at_each_level():
-    rows = issue_table() + [row(3, UP_TO_64, {1: [360, 362], 10: [3000, 3100], 64: [20000, 21000]})]
+def test_a_config_measured_twice_is_ranked_by_the_median_of_its_launches_at_each_level():
+    rows = issue_table(relaunched=False) + [row(3, UP_TO_64, {1: [360, 362], 10: [3000, 3100],
+                                                              64: [20000, 21000]})]
     got = best_at(rows, 64)[0]
-    assert got.number == 2 and got.n_measurements == 2  # the lucky 20000+ does not win alone
+    assert got.number == 2 and got.n_measurements == 2  # represented by its lower trial: the lucky 20000+ is not
     at10 = best_at(rows, 10)[0]  # there trial 3 is the lower one, and still the best config at 10
     assert at10.number == 3 and at10.n_measurements == 2
+    # a relaunch of the config (uncounted) is one more launch of its figure
+    more = rows + [relaunch(4, UP_TO_64, {1: [361, 361], 10: [3100, 3200], 64: [14000, 14500]})]
+    assert best_at(more, 64)[0].n_measurements == 3
+    assert build_plan(more, PLAN).at(64).best_value == pytest.approx(statistics.median([14715, 20500, 14250]))
 
 
 def test_a_single_level_plan_is_todays_best_and_threshold():
-    rows = issue_table()
+    rows = issue_table(relaunched=False)
     plan = build_plan(rows, Objective())
     assert plan.levels == (1,) and plan.at(1).best.number == best_rows(rows, 1)[0].number
     assert prune_thresholds(rows, (1,), 0.8) == {1: pytest.approx(0.8 * best_rows(rows, 1)[0].value)}
@@ -134,3 +174,45 @@ def test_nothing_ranked_is_no_plan():
     assert not plan.found and plan.baseline is None
     assert format_plan(plan) == "plan over concurrency 1, 10, 64: no config may be called best yet"
     assert pareto([], (1, 10)) == []
+
+
+# ---- latency targets: infeasible at a level only (issue 35) ------------------------------------------
+def timed(number: int, params: dict, levels: dict[int, tuple[list[float], float]], **kw) -> TrialRow:
+    """A row whose levels carry a TPOT p99 (seconds) beside their samples."""
+    base = row(number, params, {lv: s for lv, (s, _) in levels.items()}, **kw)
+    recs = {str(lv): {**base.at(lv).to_record(), "tpot": {"p50": t / 2, "p90": t * 0.9, "p99": t, "n": 8}}
+            for lv, (_, t) in levels.items()}
+    return TrialRow(number=number, state=base.state, params=params, value=base.value, counted=True,
+                    is_baseline=base.is_baseline, config_key=base.config_key, levels=recs,
+                    metrics={"levels": recs})
+
+
+def slo_table() -> list[TrialRow]:
+    """A: best at 1 and the most tok/s at 32, but its TPOT at 32 is 31 ms; B: slower at 1, holds at 32."""
+    lane = {"mode": "lane"}
+    return [timed(0, {"mode": "base"}, {1: ([100, 101, 99], 0.010), 32: ([900, 910], 0.030)}, baseline=True),
+            timed(1, lane, {1: ([400, 405, 395], 0.0025), 32: ([2600, 2650], 0.0312)}),
+            timed(2, {"mode": "batch"}, {1: ([200, 201, 199], 0.005), 32: ([2400, 2380], 0.012)})]
+
+
+SLO_PLAN = Objective(concurrency=(1, 32), slo=Targets(every=(Slo.named("tpot_p99", 0.020),)))
+
+
+def test_a_config_that_breaks_the_slo_at_a_level_is_ranked_nowhere_there_but_best_where_it_holds():
+    rows = slo_table()
+    plan = build_plan(rows, SLO_PLAN)
+    assert plan.at(1).best.number == 1 and plan.at(32).best.number == 2  # without the SLO, #1 would win at 32 too
+    assert build_plan(rows, Objective(concurrency=(1, 32))).at(32).best.number == 1
+    broken = plan.at(32).broken
+    assert [r.number for r, _ in broken] == [1] and broken[0][1][0].excess == pytest.approx(0.56)
+    text = format_plan(plan)
+    assert "slo: TPOT p99 <= 20 ms" in text
+    assert "#1 (the best at the lowest level) breaks the SLO at 32: TPOT p99 31.2 ms at 32, over the 20 ms target " \
+           "by 56%" in text
+    assert "the baseline #0 breaks the SLO at 32: TPOT p99 30 ms at 32" in text  # reported, not a stop
+    said = plan.to_dict()
+    assert said["slo"] == {"tpot_p99": 0.020} and len(said["slo_lines"]) == 2
+    assert said["per_level"][1]["anchor_breaches"][0]["excess"] == pytest.approx(0.56)
+    assert [r.number for r in plan.pareto] == [1, 2]  # #1 counts nothing at 32, but is the best at 1
+    assert best_at(rows, 32, slo=SLO_PLAN.slo)[0].number == 2
+    assert prune_thresholds(rows, (1, 32), 0.8, SLO_PLAN.slo)[32] == pytest.approx(0.8 * 2390)

@@ -768,3 +768,16 @@ def test_among_equally_near_configs_the_fill_launches_the_most_decode_per_second
         assert order.index(("a1", "b0", "c1")) > 1 and order.index(("a2", "b0", "c0")) > 1
     blind = [fill_order_after_three_launches(seed, cost_aware=False)[0] for seed in range(6)]
     assert any(first not in cheap_and_good for first in blind), blind
+
+
+def test_a_config_that_counts_nowhere_under_the_slo_is_told_infeasible_by_how_far_over():
+    study, policy = make()
+    p = policy.next()
+    res = ok(p)
+    res.metrics.update(slo_violations=["breaks the SLO: TPOT p99 31.2 ms at 32, over the 20 ms target by 56%"],
+                       slo_excess=0.56)
+    frozen = policy.record(p, res)
+    assert frozen.state == TrialState.COMPLETE and dict(frozen.constraints) == {CONSTRAINT: 0.56}
+    assert policy.best_row() is None  # the baseline broke it: reported, never best, nothing stops
+    nxt = policy.next()
+    assert nxt is not None and nxt.number == 1

@@ -138,3 +138,62 @@ def test_open_storage_rdb_and_errors(tmp_path):
     optuna.create_study(study_name="other", storage=storage.storage_for(job.storage))
     with pytest.raises(RuntimeFailure, match="no study named 'demo'"):
         storage.load_study(job)
+
+
+# ---- the decode prompts are part of a study's identity (issue 38) -----------------------------
+
+def prompt_job(tmp_path: Path, texts: list[str], name: str = "prompts.txt"):
+    (tmp_path / name).write_text("\n".join(texts) + "\n")
+    doc = {"bench": {"prompts": name, "output_tokens": 16, "warmup": 1, "repeats": 2}}
+    return load_job(write_job(tmp_path, study="p", **doc))
+
+
+def finish_a_trial(study) -> None:
+    trial = study.ask()
+    study.tell(trial, 1.0)
+
+
+def test_a_changed_prompt_set_is_refused_on_resume_and_the_same_texts_are_not(tmp_path):
+    texts = ["The first prompt is a sentence about trains.", "A second one asks about the weather in May."]
+    job = prompt_job(tmp_path, texts)
+    said: list[str] = []
+    finish_a_trial(open_study(job, say=said.append))
+    assert said == []  # a new study: the job's set is its own, nothing to say
+    stored = open_study(job, create=False).user_attrs[storage.PROMPTS_ATTR]
+    assert stored == storage.prompt_fingerprint(job) and stored["count"] == 2 and stored["words"]["max"] == 9
+    changed = prompt_job(tmp_path, [*texts, "A third prompt, added later."])
+    with pytest.raises(BadInput) as err:
+        open_study(changed)
+    line = str(err.value)
+    assert err.value.exit_code == 2 and err.value.key == "bench.prompts" and "\n" not in line
+    assert "was measured on other decode prompts (2 prompt(s) of 8-9 words" in line
+    assert "this job has 3 prompt(s)" in line
+    assert "put bench.prompts back, or give this job a new `study:` name (e.g. p-2) to fork" in line
+    moved = prompt_job(tmp_path, texts, name="same-texts.txt")  # the same texts in another file: the same study
+    open_study(moved)
+    assert open_study(moved, create=False).user_attrs[storage.PROMPTS_ATTR]["sha256"] == stored["sha256"]
+
+
+def test_a_study_without_a_finished_trial_takes_the_new_prompt_set(tmp_path):
+    job = prompt_job(tmp_path, ["one prompt of a few words"])
+    open_study(job)
+    changed = prompt_job(tmp_path, ["another prompt of a few words"])
+    said: list[str] = []
+    open_study(changed, say=said.append)
+    assert said == ["study 'p' has no finished trial yet: it takes this job's decode prompts (1 prompt(s) of 6 "
+                    f"words ({tmp_path / 'prompts.txt'}), sha256 {storage.prompt_fingerprint(changed)['sha256']})"]
+
+
+def test_a_study_recorded_before_the_prompt_set_was_its_identity_adopts_the_jobs(tmp_path):
+    journal, job_file = RECORDED[-1]  # the CPU study recorded by an earlier release
+    job = load_job(job_copy(tmp_path, journal, job_file))
+    assert storage.PROMPTS_ATTR not in open_study(job, create=False).user_attrs
+    said: list[str] = []
+    open_study(job, say=said.append)
+    assert said == [f"study {job.study!r} was recorded before its decode prompts were part of its identity: it takes "
+                    f"this job's ({storage.prompt_fingerprint(job)['count']} prompt(s) of "
+                    f"{said[0].split(' prompt(s) of ', 1)[1].split(' words')[0]} words (the bundled set), sha256 "
+                    f"{storage.prompt_fingerprint(job)['sha256']}); its earlier trials say 'unknown'"]
+    assert open_study(job, create=False).user_attrs[storage.PROMPTS_ATTR] == storage.prompt_fingerprint(job)
+    rows = history.trial_rows(open_study(job, create=False))
+    assert rows and all(r.prompt_set == {} for r in rows)  # what they were measured on was not recorded

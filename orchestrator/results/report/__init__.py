@@ -6,14 +6,18 @@
     trials.csv      one row per trial (``report.trials_csv``)
     history.png, params.png, importance.png, timeline.png    the plots (``report.plots``)
     pareto.png      a plan only (objective over several levels): the Pareto plot
+    latency.png     goodput, or latency targets over several levels: throughput and p99 latency
+                    against concurrency for the baseline and the best, the target as a line
     startup.png     each trial's start-up phases, stacked (``report.startup``)
     report.md       headline, the plan (several levels), top configs, failures by kind, NCCL warnings, ceiling,
                     concurrency comparison (from ``compare.json`` when present), by node
                     (``report.sections``)
     report.html     the same content, self-contained (plots embedded as base64 PNG)
 
-The report is built once as a list of blocks (``report.document``) and rendered to
-Markdown and to HTML, so the two always say the same thing.
+Every file is written whole or not at all (``core.files.write_whole``): a full disk leaves the
+previous report as it was and says so in one line. The report is built once as a list of
+blocks (``report.document``) and rendered to Markdown and to HTML, so the two always say the
+same thing.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core import files
 from orchestrator.core.records import TrialRow
 from orchestrator.core.study_dir import StudyDir
 from orchestrator.results.export import resolve_backend
 from orchestrator.results.importance import knob_effects
+from orchestrator.results.report import latency
 from orchestrator.results.report.document import render_html, render_markdown
 from orchestrator.results.report.plots import write_plots
 from orchestrator.results.report.sections import ReportJob, build_blocks
@@ -52,7 +58,7 @@ def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: 
     written: list[Path] = []
 
     csv_path = StudyDir(report_dir).trials_csv
-    trials_frame(rows).to_csv(csv_path, index=False)
+    files.write_whole(csv_path, trials_frame(rows).to_csv(index=False))
     written.append(csv_path)
 
     effects, notes = knob_effects(rows)
@@ -60,14 +66,17 @@ def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: 
     plan = build_plan(rows, objective) if objective is not None and objective.is_plan else None
     plots = write_plots(rows, effects, notes, report_dir, plan=plan)
     plots.append(plot_startup(rows, StudyDir(report_dir).plot(STARTUP_PLOT)))
+    if latency.wants_plot(objective):  # goodput, or targets over several levels
+        plots.append(StudyDir(report_dir).plot(latency.LATENCY_PLOT))
+        latency.plot_latency(rows, objective, plots[-1])
     written += plots
 
     blocks, _summary_dict = build_blocks(job, rows, report_dir, backend, bandwidth_bytes_s, allreduce_latency_s,
                                          importance=(effects, notes), plan=plan)
     md_path = StudyDir(report_dir).report_md
-    md_path.write_text(render_markdown(blocks))
+    files.write_whole(md_path, render_markdown(blocks))
     images = {path.name: path.read_bytes() for path in plots}
     html_path = StudyDir(report_dir).report_html
-    html_path.write_text(render_html(blocks, images, f"ncclsweep report: {getattr(job, 'study', '')}"))
+    files.write_whole(html_path, render_html(blocks, images, f"ncclsweep report: {getattr(job, 'study', '')}"))
     written += [md_path, html_path]
     return written

@@ -15,11 +15,12 @@ counts busy and idle time from.
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core import outcome
+from orchestrator.core import files, outcome
 from orchestrator.core.logs import clip
 from orchestrator.core.records import TrialRow
 from orchestrator.core.study_dir import StudyDir
@@ -111,8 +112,13 @@ def _plt():
 
 
 def _save(fig, path: Path) -> None:
-    fig.savefig(path, dpi=FIG_DPI, facecolor="white")
-    _plt().close(fig)
+    """The figure as a PNG file, written whole (``core.files``): rendered in memory first."""
+    png = io.BytesIO()
+    try:
+        fig.savefig(png, format="png", dpi=FIG_DPI, facecolor="white")
+    finally:
+        _plt().close(fig)
+    files.write_whole(path, png.getvalue())
 
 
 def _note_figure(path: Path, title: str, note: str) -> None:

@@ -1,19 +1,22 @@
 """What the report says: its sections, built as blocks (``report.document``) from the rows.
 
-``build_blocks`` is the whole report: headline (best vs baseline, beyond the noise of
-repeats or not), the plan (an objective over several concurrency levels: per level the best
-config, its ratio to the baseline and the best-at-1's there, the Pareto set and plot, the mix,
-``compare --plan``'s relaunched rounds), summary (counts, where the time went), the plots, the top configs and the
-runners-up within noise, which knobs mattered, the concurrency comparison (from
-``compare.json`` when present), the ceiling, failures by kind, NCCL verification, and by
-node. Only rows ``outcome.rankable`` allows are ranked; a config that failed the
-correctness gate is never "best".
+``build_blocks`` is the whole report: headline (best vs baseline over every launch of each,
+beyond the launch noise or not, where a fresh launch should measure, the race, fresh launches
+of ``compare``, launches under very different load), launch noise and the race (the noise per
+level, the relaunches in time order, the race's rounds), the plan (an objective over several
+concurrency levels: per level the best config, its ratio to the baseline and the best-at-1's
+there, the Pareto set and plot, the mix, ``compare --plan``'s relaunched rounds), summary
+(counts, where the time went), the plots, the top configs and the runners-up within noise,
+which knobs mattered, the concurrency comparison (from ``compare.json`` when present), the
+ceiling, failures by kind, NCCL verification, and by node. Only rows ``outcome.rankable``
+allows are ranked; a config that failed the correctness gate is never "best".
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -54,11 +57,14 @@ from orchestrator.results.importance import (
     span_text,
 )
 from orchestrator.results.report import document as doc
+from orchestrator.results.report import latency
 from orchestrator.results.report.document import Block
 from orchestrator.results.report.plots import trial_spans
 from orchestrator.results.report.startup import startup_blocks
 from orchestrator.study import bans as value_bans
 from orchestrator.study import history, storage
+from orchestrator.study import objective as objectives
+from orchestrator.study import race as races
 from orchestrator.study.history import (
     COMPLETE,
     FAIL,
@@ -69,7 +75,8 @@ from orchestrator.study.history import (
     best_rows,
     short_params,
 )
-from orchestrator.study.plan import Plan, fmt, level_value
+from orchestrator.study.launches import COMPARE, Evidence, load_note
+from orchestrator.study.plan import Plan, fmt, fresh_text, launches_text
 
 
 class ReportJob(Protocol):
@@ -94,10 +101,10 @@ def _ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or not b else f"{a / b:.2f}x"
 
 
-def _noise_words(base: TrialRow, row: TrialRow) -> str:
-    """The top table's "vs baseline": faster / slower (beyond the noise of repeats), within noise,
-    same config, or noise unknown (fewer than 2 repeats on a side)."""
-    iv = history.row_interval(base, row)
+def _noise_words(base: TrialRow, row: TrialRow, ev: Evidence, level: int) -> str:
+    """The top table's "vs baseline": faster / slower (beyond the launch noise), within noise,
+    same config, or noise unknown (the launch noise not measured yet)."""
+    iv = history.row_interval(base, row, ev, level)
     word = verdict(iv, same_config=row.config_key == base.config_key)
     return "noise unknown" if word == WITHIN_NOISE and not iv.bounded else word
 
@@ -126,10 +133,10 @@ def _diff_vs(config: dict[str, Any], base: dict[str, Any] | None) -> str:
     return "; ".join(changes) if changes else "(same settings as the baseline)"
 
 
-def _headline(rows, best, base, compared: bool = False) -> list[Block]:
-    """The best against the baseline. Its interval comes from the repeats inside one launch of each:
-    a launch that is slow as a whole (vLLM's first start on a machine, cold caches: 40% slower
-    decode for the whole launch on 2x H200) is outside it, so the headline names ``compare``."""
+def _headline(rows, best, base, ev: Evidence, level: int, objective: Any = None) -> list[Block]:
+    """The best against the baseline, each a figure over every launch of it (``study.launches``):
+    its trials, the relaunches, the race and ``compare``'s fresh launches; the interval carries the
+    launch noise, and the race (``study.race``) says whether the finalists were told apart."""
     out: list[Block] = [doc.heading(2, "Headline")]
     if not rows:
         return out + [doc.para("The study has no trials yet.")]
@@ -140,43 +147,89 @@ def _headline(rows, best, base, compared: bool = False) -> list[Block]:
                                    "reference is in question.")]
         return out + [doc.warn("No trial completed and passed the correctness gate: there is no best config.")]
     b = best[0]
+    value = ev.median(b.config_key, level) or b.value
+    n = ev.count(b.config_key, level)
     base_ok = base is not None and base.state == COMPLETE and base.value is not None
+    over = f"the median of {launches_text(n)}"
     if base_ok and b.config_key == base.config_key:
         out.append(doc.para(f"**The baseline (trial {base.number}) is the best config found: "
-                      f"{b.value:.2f} tok/s ({_pct(b.spread)}).** No other config beat it."))
+                      f"{value:.2f} tok/s ({over}).** No other config beat it."))
     elif base_ok:
-        ratio = b.value / base.value
-        iv = history.row_interval(base, b)
+        base_value = ev.median(base.config_key, level) or base.value
+        iv = history.row_interval(base, b, ev, level)
         word = verdict(iv)
-        if word in (FASTER, SLOWER):
-            noise = f"The difference is beyond the noise of repeats ({interval_text(iv)})."
-            noise += (" The concurrency comparison below relaunched both side by side." if compared else
-                      " Both figures come from one launch each, and a launch can be slow as a whole (a cold"
-                      " first start): `ncclsweep compare JOB` relaunches the two side by side, interleaved,"
-                      " before you act on the ratio.")
+        fresh = sum(1 for k in (b.config_key, base.config_key) for r in ev.launches(k) if r.launch_role == COMPARE)
+        by = f" ({fresh} of them fresh launches by `ncclsweep compare`)" if fresh else ""
+        fresh_iv = ev.compared(base.config_key, b.config_key, level)  # compare's launches alone
+        fresh_within = fresh_iv is not None and verdict(fresh_iv) == WITHIN_NOISE
+        if word in (FASTER, SLOWER) and fresh_iv is not None and fresh_within:
+            noise = (f"Over every launch the difference is beyond the launch noise ({interval_text(iv)}){by}, but "
+                     f"`ncclsweep compare`'s fresh launches alone put it within noise ({describe(fresh_iv)}): the "
+                     "best is **not** shown to beat the baseline now; the machine may have changed since the study.")
+        elif word in (FASTER, SLOWER):
+            noise = f"The difference is beyond the launch noise ({interval_text(iv)}){by}."
         elif iv.bounded:
-            noise = f"The difference is within the noise of repeats ({interval_text(iv)}): treat the two as equal."
+            noise = (f"The difference is within the launch noise ({interval_text(iv)}){by}: the best is **not** "
+                     "shown to beat the baseline; treat the two as equal.")
         else:
-            noise = f"Too few repeats to tell whether this exceeds noise ({interval_text(iv)})."
-        out.append(doc.para(f"**Best: trial {b.number}, {b.value:.2f} tok/s ({_pct(b.spread)}), "
-                      f"{median_ratio_text(iv, ratio)} the baseline** (trial {base.number}, {base.value:.2f} tok/s, "
-                      f"{_pct(base.spread)}). {noise}"))
+            noise = f"Too few launches to tell whether this exceeds the noise ({interval_text(iv)}){by}."
+        out.append(doc.para(f"**Best: trial {b.number}, {value:.2f} tok/s ({over}), "
+                      f"{median_ratio_text(iv, value / base_value)} the baseline** (trial {base.number}, "
+                      f"{base_value:.2f} tok/s, the median of {launches_text(ev.count(base.config_key, level))}). "
+                      f"{noise}"))
+        if fresh and word not in (FASTER, SLOWER):
+            out.append(doc.warn(f"fresh launches put trial {b.number} within noise of the baseline: "
+                                f"{describe(replace(iv, ratio=value / base_value))}"))
+        elif fresh_iv is not None and fresh_within:
+            out.append(doc.warn(f"fresh launches put trial {b.number} within noise of the baseline: "
+                                f"{describe(fresh_iv)} (`ncclsweep compare`'s launches alone)"))
     else:
         why = (f"{base.state}" + (f" ({base.failure_kind}: {clip(base.failure_reason, 120)})"
                                      if base and base.failure_kind else "")) if base else "missing"
-        out.append(doc.para(f"**Best: trial {b.number}, {b.value:.2f} tok/s ({_pct(b.spread)}).** "
+        out.append(doc.para(f"**Best: trial {b.number}, {value:.2f} tok/s ({over}).** "
                       f"No ratio: the baseline is {why}."))
+    out.append(doc.para(fresh_text(ev.fresh(b.config_key, level)).capitalize() + f" ({ev.noise(level).text()})."))
+    said = races.said(races.outcomes(rows, objective), races.trial_numbers(rows))
+    if said:
+        out.append(doc.para(said[0].upper() + said[1:] + "."))
+    load = load_note(rows)
+    if load:
+        out.append(doc.warn(load))
     out.append(doc.para(f"Best config: `{short_params(b.params) or '(backend defaults)'}`"))
     if base is not None and b.config_key != base.config_key:
         out.append(doc.para(f"Changed from the baseline: {_diff_vs(b.params, base.params)}"))
-    if b.n_measurements > 1:
-        out.append(doc.para(f"Measured in {b.n_measurements} trials; the median measurement is shown."))
     nccl_said = [w for w in b.warnings if is_verification_warning(w)]
     if nccl_said:
         out.append(doc.warn("the best config's NCCL settings could not be verified: " + "; ".join(nccl_said)))
     other = [w for w in b.warnings if not is_verification_warning(w)]
     if other:
         out.append(doc.warn("the best config's trial warned: " + "; ".join(other)))
+    return out
+
+
+def _launch_noise(rows, ev: Evidence, levels: tuple[int, ...], objective: Any) -> list[Block]:
+    """How much launches of one config differ per level (what every verdict carries), the
+    relaunches in time order (a machine that drifts shows there) and the race's rounds."""
+    out: list[Block] = [doc.heading(2, "Launch noise and the race of the finalists")]
+    out.append(doc.para("Every figure in this report is the median over a config's launches, and every interval is "
+                        "over launches: each launch's figure is one value, and the launch noise is the spread of "
+                        "launches of one config (the standard deviation of their logs, pooled over every config "
+                        "launched more than once). A config measured on one launch gets the study's launch noise."))
+    table = [[str(lv), ev.noise(lv).text()] for lv in levels]
+    out.append(doc.table(["Concurrency", "Launch noise"], table))
+    numbers = races.trial_numbers(rows)
+    extra = [r for r in rows if r.launch_role in ("relaunch", "race", COMPARE) and r.state == COMPLETE]
+    if extra:
+        lines = []
+        for r in sorted(extra, key=lambda r: r.number):
+            what = {"relaunch": "relaunch", "race": f"race round {int(r.race.get('round', 0)) + 1}",
+                    "compare": "compare"}[r.launch_role or ""]
+            figs = ", ".join(f"{lv}: {fmt(r.at(lv).value if r.at(lv) else None)}" for lv in levels)
+            lines.append([str(r.number), what, f"#{numbers.get(r.config_key, '?')}", figs, r.ended_at or "-"])
+        out.append(doc.table(["Trial", "Launch", "Config", "Figures", "Ended"], lines))
+    said = races.said(races.outcomes(rows, objective), numbers)
+    out.append(doc.para(said[0].upper() + said[1:] + "." if said else
+                        "The study ran no race (budget.confirm: 0, or no config within launch noise of the best)."))
     return out
 
 
@@ -249,19 +302,20 @@ def _acceptance(r: TrialRow) -> str:
     return ", ".join(parts) or "-"
 
 
-def _top_table(rows, best, base) -> list[Block]:
+def _top_table(rows, best, base, ev: Evidence, level: int) -> list[Block]:
     if not best:
         return []
-    base_v = base.value if base and base.state == COMPLETE else None
+    base_v = (ev.median(base.config_key, level) or base.value) if base and base.state == COMPLETE else None
     speculating = any(r.acceptance_rate is not None or r.mean_accepted_length is not None for r in best)
     table = []
     for i, r in enumerate(best, 1):
-        table.append([i, r.number, _tok(r.value), _pct(r.spread), _ratio(r.value, base_v),
-                      _noise_words(base, r) if base_v else "-", r.n_measurements]
+        value = ev.median(r.config_key, level) or r.value
+        table.append([i, r.number, _tok(value), _pct(r.spread), _ratio(value, base_v),
+                      _noise_words(base, r, ev, level) if base_v else "-", r.n_measurements]
                      + ([_acceptance(r)] if speculating else [])
                      + [f"`{short_params(r.params)}`"
                         + (" (baseline)" if base and r.config_key == base.config_key else "")])
-    headers = ["Rank", "Trial", "tok/s", "Spread", "x baseline", "vs baseline", "Measured"]
+    headers = ["Rank", "Trial", "tok/s (median of launches)", "Spread", "x baseline", "vs baseline", "Launches"]
     out = [doc.heading(2, f"Top {len(best)} configs"),
            doc.table(headers + (["Speculation"] if speculating else []) + ["Config"], table)]
     if speculating:
@@ -269,19 +323,19 @@ def _top_table(rows, best, base) -> list[Block]:
                             "target step yielded (mean accepted length), from the server's own counters over the "
                             "benchmark's prompts. Greedy speculative decoding is lossless by design; the correctness "
                             "gate checks it like any other config."))
-    return out + _ties_with_best(best)
+    return out + _ties_with_best(best, ev, level)
 
 
-def _ties_with_best(best: list[TrialRow]) -> list[Block]:
-    """Which runners-up the single-request objective cannot tell from the best, and in what
+def _ties_with_best(best: list[TrialRow], ev: Evidence, level: int) -> list[Block]:
+    """Which runners-up the objective cannot tell from the best over their launches, and in what
     they differ: the user picks among them by what the objective does not see (concurrency)."""
-    top, ties = best[0], history.ties_with_best(best)
+    top, ties = best[0], history.ties_with_best(best, ev, level)
     if not ties:
         return []
     differ = sorted({k for r in ties for k in set(r.params) | set(top.params)
                      if r.params.get(k) != top.params.get(k)}, key=lambda k: history._param_order((k, None)))
-    values = [r.value for r in ties if r.value is not None]  # ranked rows: every one has a value
-    return [doc.para(f"Within the noise of the best (trial {top.number}): trial(s) "
+    values = [v for r in ties if (v := ev.median(r.config_key, level)) is not None]
+    return [doc.para(f"Within the launch noise of the best (trial {top.number}): trial(s) "
                f"{', '.join(str(r.number) for r in ties)} ({_tok(min(values))}-"
                f"{_tok(max(values))} tok/s), differing from it in {', '.join(differ)}. "
                "Single-request decode cannot rank them: choose by the concurrency you serve "
@@ -712,7 +766,8 @@ def _plan(plan: Plan, report_dir: Path) -> list[Block]:
     table = []
     for lp in plan.per_level:
         table.append([str(lp.level), lp.unit, fmt(lp.baseline_value), fmt(lp.anchor_value),
-                      f"{fmt(lp.best_value)} (trial {lp.best.number})" if lp.best else "-",
+                      f"{fmt(lp.best_value)} (trial {lp.best.number}, {launches_text(lp.best_launches)}; "
+                      f"{fresh_text(lp.best_fresh)})" if lp.best else "-",
                       lp.anchor_vs_baseline.text if lp.anchor_vs_baseline else "-",
                       lp.vs_baseline.text if lp.vs_baseline else "-",
                       lp.anchor_vs_best.text if lp.anchor_vs_best else "-"])
@@ -722,11 +777,12 @@ def _plan(plan: Plan, report_dir: Path) -> list[Block]:
                          table))
     configs = [[str(r.number), ", ".join(plan.roles(r)), short_params(r.params) or "(defaults)"] for r in plan.configs]
     out.append(doc.table(["Trial", "Picked as", "Config"], configs))
+    ev = plan.evidence or Evidence(list(plan.configs))
     if plan.pareto:
         out.append(doc.para(f"Pareto set ({len(plan.pareto)} config(s) no other config matches or beats at every "
                             "level, on medians):"))
         out.append(doc.table(["Trial"] + [f"at {lv}" for lv in plan.levels] + ["Config"],
-                             [[str(r.number)] + [fmt(level_value(r, lv)) for lv in plan.levels]
+                             [[str(r.number)] + [fmt(ev.median(r.config_key, lv)) for lv in plan.levels]
                               + [short_params(r.params) or "(defaults)"] for r in plan.pareto]))
     if plan.weights:
         mix = ", ".join(f"{lv}: {w:g}" for lv, w in plan.weights.items())
@@ -768,6 +824,10 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
     ``plan``: the study's plan (an objective over several levels), as its own section."""
     best = best_rows(rows, TOP_N)
     base = baseline_row(rows)
+    objective = getattr(job, "objective", None)
+    levels = objectives.levels(objective)
+    level = levels[0]
+    ev = Evidence(rows)
     effects, notes = importance if importance is not None else knob_effects(rows)
     title = f"ncclsweep report: {getattr(job, 'study', '?')}"
     blocks: list[Block] = [doc.heading(1, title)]
@@ -775,17 +835,23 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
     blocks.append(doc.para(f"Study `{getattr(job, 'study', '?')}` in `{getattr(job, 'storage', '?')}`"
                      + (f", backend {kind}" if kind else "")
                      + f". Open it interactively with `{storage.dashboard_command(getattr(job, 'storage', ''))}`."))
-    blocks += _headline(rows, best, base, compared=load_compare(StudyDir(report_dir).compare) is not None)
+    blocks += _headline(rows, best, base, ev, level, objective)
     if plan is not None:
         blocks += _plan_lead(plan)
     if plan is not None:
         blocks += _plan(plan, Path(report_dir))
+    blocks += _launch_noise(rows, ev, levels, objective)
+    blocks += latency.goodput_blocks(rows, objective)
+    if latency.wants_plot(objective):
+        blocks.append(doc.image(latency.LATENCY_PLOT, "Throughput and p99 latency against concurrency"))
+    blocks += latency.latency_blocks(rows, objective, plan)
+    blocks += latency.traffic_blocks(job, rows)
     blocks += _summary(rows)
     blocks += [doc.heading(2, "Plots")] + [doc.image(name, alt) for name, alt in (
         ("history.png", "Optimization history"), ("params.png", "tok/s per parameter value"),
         ("importance.png", "Parameter importance"), ("timeline.png", "Trial timeline per node"))]
     blocks += startup_blocks(rows)
-    blocks += _top_table(rows, best, base)
+    blocks += _top_table(rows, best, base, ev, level)
     given = effects_given_top(rows, effects, best[0].params) if best else None
     blocks += _importance_blocks(effects, notes, given, [v for _, v, _ in measured_points(rows)])
     blocks += _compare(report_dir)

@@ -12,6 +12,7 @@ from typing import Any
 
 from orchestrator.core.records import Config
 from orchestrator.study import objective as objectives
+from orchestrator.study.history import best_rows
 from orchestrator.study.plan import best_at, best_for_mix
 from orchestrator.study.strategies.base import View
 
@@ -76,10 +77,12 @@ def bests(view: View) -> list[Config]:
     rows = view.rows()
     objective = view.objective
     levels = objectives.levels(objective)
-    if not objective.is_plan:
+    if objective.goodput is not None:
+        picked = best_rows(rows, 1)  # by the row's value: the goodput
+    elif not objective.is_plan:
         picked = best_at(rows, levels[0])  # the default objective: history.best_rows' best
     else:
-        picked = [r for lv in levels for r in best_at(rows, lv)]
+        picked = [r for lv in levels for r in best_at(rows, lv, slo=objective.slo)]
         if objective.weights:
             picked += best_for_mix(rows, objective.weights)
     seen: dict[str, Any] = {}

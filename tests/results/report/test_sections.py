@@ -21,10 +21,14 @@ from conftest import TESTS
 from orchestrator.backends.command import CommandBackend
 from orchestrator.core.records import COMPLETE, TrialRow
 from orchestrator.results.compare import summarize
+from orchestrator.results.export import notes as export_notes
 from orchestrator.results.report import document as doc
 from orchestrator.results.report import write_report
 from orchestrator.results.report.sections import build_blocks
 from orchestrator.study import storage
+from orchestrator.study.history import trial_rows
+
+DISTS = {k: optuna.distributions.CategoricalDistribution(v) for k, v in fx.CHOICES.items()}
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +40,12 @@ def test_markdown_answers_the_morning_questions(report):
     job, _ = report
     md = (job.report_dir / "report.md").read_text()
     head = section(md, "Headline")
-    assert "**Best: trial 2, 57.00 tok/s (+-1.0%), 2.85x the baseline**" in head
-    assert "The difference is beyond the noise of repeats (95% CI 2." in head and "NCCL_PROTO Simple -> LL" in head
-    assert "The concurrency comparison below relaunched both side by side." in head  # compare.json is there
+    # figures over launches: the baseline's config was launched twice (20 and 15 tok/s), the best once; one
+    # config launched twice is too little launch noise for a verdict
+    assert "**Best: trial 2, 57.00 tok/s (the median of 1 launch), 3.26x the baseline** (trial 0, 17.50 tok/s, " \
+           "the median of 2 launches)" in head
+    assert "Too few launches to tell whether this exceeds the noise (no interval: launch noise not measured well " \
+           "enough yet" in head and "NCCL_PROTO Simple -> LL" in head
     top = section(md, "Top")
     ranked = [int(line.split("|")[2]) for line in top.splitlines() if re.match(r"\| \d+ \|", line)]
     assert ranked[0] == 2 and 3 not in ranked and 10 not in ranked  # never a failure, never the garbage config
@@ -99,13 +106,17 @@ def test_runners_up_within_the_noise_of_the_best_are_named(tmp_path):
     far = {**fx.BASE, "graph_capture": True}
     fx.record(study, policy, fx.BASE, fx.ok(fx.BASE, 20.0), baseline=True)
     fx.record(study, policy, fx.BEST, fx.ok(fx.BEST, 57.0, at=60))
-    fx.record(study, policy, near, fx.ok(near, 56.6, at=120))  # +-1% intervals overlap the best's
+    fx.record(study, policy, near, fx.ok(near, 56.6, at=120))
     fx.record(study, policy, far, fx.ok(far, 42.7, at=180))
+    for config, value in ((fx.BASE, 20.3), (fx.BEST, 57.4), (near, 56.2), (fx.BASE, 19.8), (fx.BEST, 56.9),
+                          (near, 56.6)):  # each relaunched twice: the launch noise
+        storage.add_uncounted_trial(study, fx.ok(config, value, at=240), config, fx.config_key(config),
+                                    DISTS, {storage.ATTR_LAUNCH_ROLE: "relaunch"})
     write_report(job, study=study)
     top = section((job.report_dir / "report.md").read_text(), "Top")
-    assert "Within the noise of the best (trial 1): trial(s) 2 (56.60-56.60 tok/s), differing from it in " \
+    assert "Within the launch noise of the best (trial 1): trial(s) 2 (56.60-56.60 tok/s), differing from it in " \
            "env.NCCL_ALGO." in top
-    assert "3 (" not in top.split("Within the noise", 1)[1]  # 42.7 is beyond the noise
+    assert "3 (" not in top.split("Within the launch noise", 1)[1]  # 42.7 is beyond the noise
 
 
 def test_a_best_beyond_the_noise_of_the_rest_names_no_runner_up(report):
@@ -141,15 +152,47 @@ def test_ceiling_takes_the_prescreened_latency_of_the_best_setting(tmp_path):
     assert "unknown latency" not in ceiling
 
 
-def test_a_verdict_from_one_launch_each_names_compare(tmp_path):
+def test_fresh_launches_by_compare_join_the_headlines_verdict(tmp_path):
     """Repeats inside one launch do not see a launch that is slow as a whole (vLLM's cold first start
-    on 2x H200 decoded 40% slower for its whole launch, CV 0.2%): before any compare, the headline's
-    "beyond noise" tells the user to relaunch the two side by side before acting on the ratio."""
-    job, _study = fx.build_study(tmp_path)
+    on 2x H200 decoded 40% slower for its whole launch, CV 0.2%): the headline's verdict is over
+    launches. Launches ``compare`` made are recorded in the study: with them the best is within noise
+    of the baseline, and the headline says so, with how many of the launches were compare's."""
+    job, study = fx.build_study(tmp_path)
+    for i, (config, value) in enumerate([(fx.BEST, 45.0), (fx.BASE, 40.0), (fx.BEST, 48.0), (fx.BASE, 42.0),
+                                         (fx.BEST, 46.0), (fx.BASE, 41.0)]):
+        storage.add_uncounted_trial(study, fx.ok(config, value, at=900 + 60 * i), config, fx.config_key(config),
+                                    DISTS, {storage.ATTR_LAUNCH_ROLE: "compare"})
     write_report(job)
     head = section((job.report_dir / "report.md").read_text(), "Headline")
-    assert "The difference is beyond the noise of repeats" in head
-    assert "one launch each" in head and "`ncclsweep compare JOB` relaunches the two side by side" in head
+    assert "**Best: trial 2, 47.00 tok/s (the median of 4 launches), 1.18x the baseline**" in head
+    assert "The difference is within the launch noise (95% CI " in head
+    assert "(6 of them fresh launches by `ncclsweep compare`): the best is **not** shown to beat the baseline" in head
+    assert "fresh launches put trial 2 within noise of the baseline: 1.18x, within noise (95% CI" in head
+
+
+def test_fresh_launches_within_noise_are_said_beside_a_verdict_over_every_launch_that_is_not(tmp_path):
+    """The study launched the best at ~2.8x the baseline four times each; then ``compare`` launched both
+    three times on a machine where they are equal. Over every launch the best is still beyond noise;
+    what compare's launches alone say is said beside it, and the headline does not claim a win now."""
+    job, study = fx.build_study(tmp_path)
+    launches = [(fx.BEST, 56.0, "relaunch"), (fx.BASE, 20.2, "relaunch"), (fx.BEST, 58.0, "relaunch"),
+                (fx.BASE, 19.8, "relaunch"), (fx.BEST, 57.0, "relaunch"), (fx.BASE, 20.1, "relaunch"),
+                (fx.BASE, 20.0, "compare"), (fx.BEST, 20.3, "compare"), (fx.BEST, 20.4, "compare"),
+                (fx.BASE, 20.1, "compare"), (fx.BASE, 20.05, "compare"), (fx.BEST, 20.35, "compare")]
+    for i, (config, value, role) in enumerate(launches):
+        storage.add_uncounted_trial(study, fx.ok(config, value, at=900 + 60 * i), config, fx.config_key(config),
+                                    DISTS, {storage.ATTR_LAUNCH_ROLE: role})
+    write_report(job)
+    head = " ".join(section((job.report_dir / "report.md").read_text(), "Headline").split())
+    assert "Over every launch the difference is beyond the launch noise (95% CI " in head
+    assert "(6 of them fresh launches by `ncclsweep compare`), but `ncclsweep compare`'s fresh launches alone put " \
+           "it within noise (1.01x, within noise (95% CI " in head
+    assert "the best is **not** shown to beat the baseline now" in head
+    assert "fresh launches put trial 2 within noise of the baseline: 1.01x, within noise (95% CI" in head
+    notes = export_notes(job, trial_rows(study))
+    assert len(notes) == 1 and notes[0].startswith("trial 2 is WITHIN NOISE of the baseline on the 6 launches fresh "
+                                                   "from `ncclsweep compare`: 1.01x, within noise (95% CI ")
+    assert "(over every launch: " in notes[0] and "x faster (95% CI " in notes[0]
 
 
 def test_a_compare_of_the_baseline_with_itself_warns_of_nothing(tmp_path):

@@ -1,0 +1,164 @@
+"""Traffic shaped like the user's: ``bench.traffic: FILE``, requests with their own prompt and
+output length, instead of the bundled prompts at one fixed length.
+
+The config that is best on one trace can be twice as slow on another (long prompts and short
+answers load a server differently from chat), so a study can measure the user's own mix. The
+file is JSON Lines, one request per line, in either shape (mixed freely):
+
+- ``{"prompt": "...", "output_tokens": 128}``: the prompt and how many tokens to generate
+  (without ``output_tokens``: ``bench.output_tokens``); other keys are ignored;
+- a ShareGPT conversation, ``{"conversations": [{"from": "human", "value": "..."},
+  {"from": "gpt", "value": "..."}, ...]}`` (or ``role``/``content`` turns): the first user
+  turn is the prompt, the reply after it sets the output length (its characters / 4, the
+  usual estimate of tokens: the tuner has no tokenizer of the served model). A conversation
+  without a user turn followed by a reply is skipped (and counted), as ``vllm bench serve``
+  skips it.
+
+A file that is one JSON array of such objects (ShareGPT as it is distributed) reads the same.
+Every request asks for at least 2 tokens (decode tok/s needs two). ``bench.traffic_sample``
+requests are drawn from the file, deterministically for the study (seeded by its name): every
+run and every resume of a study measures the same requests, in the same order.
+
+A line that is not JSON, not an object, or neither shape is one ``BadInput`` naming the file
+and the line (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.core.errors import BadInput
+
+MAX_FILE_BYTES = 64 << 20  # read whole at every job load: cut a larger trace first
+MAX_SAMPLE = 256  # each sampled request is timed in every round of level 1
+DEFAULT_SAMPLE = 64  # enough to see a trace's spread of lengths, few enough to time every round
+CHARS_PER_TOKEN = 4  # a reply's length in tokens, estimated from its characters
+MIN_OUTPUT = 2  # decode tok/s needs two tokens
+USER_ROLES = ("human", "user")
+REPLY_ROLES = ("gpt", "assistant", "chatgpt", "bard", "bing", "model")
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """The requests a study measures: prompts and their output lengths, in order."""
+
+    source: str  # the file as the user reads it
+    prompts: tuple[str, ...]
+    output_tokens: tuple[int, ...]
+    in_file: int  # usable requests in the file
+    skipped: int = 0  # conversations without a reply
+
+    def describe(self) -> str:
+        """'traffic.jsonl: 50 of 50 requests (output tokens 8-96)'."""
+        low, high = min(self.output_tokens), max(self.output_tokens)
+        skipped = f", {self.skipped} conversation(s) without a reply skipped" if self.skipped else ""
+        return (f"{self.source}: {len(self.prompts)} of {self.in_file} requests (asked output tokens {low}-{high}"
+                f"{skipped})")
+
+
+def load(path: str | os.PathLike, *, file: str | None, study: str, sample: int, default_output: int,
+         key: str = "bench.traffic", source: str | None = None) -> Traffic:
+    """The study's sample of the traffic in ``path`` (module docstring); ``BadInput`` naming the
+    file (``file`` is the job that names it) and the line for anything it cannot read."""
+    p = Path(path)
+    where = source or str(p)
+    if not p.is_file():
+        raise BadInput(f"{where}: {'is a directory' if p.is_dir() else 'not found'}; give a JSON Lines file with "
+                       "one request per line: {\"prompt\": ..., \"output_tokens\": N} or a ShareGPT conversation",
+                       file=file, key=key)
+    size = p.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise BadInput(f"{where}: {size >> 20} MB; at most {MAX_FILE_BYTES >> 20} MB (the job reads it whole; "
+                       f"{sample} requests are sampled from it): cut it first, e.g. `head -n 20000`", file=file,
+                       key=key)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{where}: not UTF-8 text (byte {exc.start})", file=file, key=key) from None
+    requests, skipped = _parse(text, where, file, key, default_output)
+    if not requests:
+        why = f" ({skipped} conversation(s) without a reply)" if skipped else ""
+        raise BadInput(f"{where}: holds no request{why}", file=file, key=key)
+    picked = _sample(requests, sample, study)
+    return Traffic(source=source or str(p), prompts=tuple(r[0] for r in picked),
+                   output_tokens=tuple(r[1] for r in picked), in_file=len(requests), skipped=skipped)
+
+
+def _parse(text: str, where: str, file: str | None, key: str,
+           default_output: int) -> tuple[list[tuple[str, int]], int]:
+    """(prompt, output tokens) of every usable request, and the conversations skipped."""
+    stripped = text.lstrip()
+    if stripped.startswith("["):  # one JSON array (ShareGPT as distributed)
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BadInput(f"{where}: line {exc.lineno} is not JSON ({exc.msg})", file=file, key=key) from None
+        numbered: list[tuple[int | None, Any]] = [(None, item) for item in items]
+    else:
+        numbered = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                numbered.append((lineno, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise BadInput(f"{where}: line {lineno} is not JSON ({exc.msg}); one request per line: "
+                               '{"prompt": "...", "output_tokens": N} or a ShareGPT conversation', file=file,
+                               key=key) from None
+    out, skipped = [], 0
+    for index, (number, item) in enumerate(numbered):
+        at = f"line {number}" if number is not None else f"item {index + 1}"
+        got = _request(item, f"{where}: {at}", file, key, default_output)
+        if got is None:
+            skipped += 1
+        else:
+            out.append(got)
+    return out, skipped
+
+
+def _request(item: Any, where: str, file: str | None, key: str, default_output: int) -> tuple[str, int] | None:
+    """One request of the file; None for a conversation without a reply."""
+    if not isinstance(item, dict):
+        raise BadInput(f"{where} is not a JSON object", file=file, key=key)
+    if "prompt" in item:
+        prompt, out = item["prompt"], item.get("output_tokens", default_output)
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise BadInput(f"{where}: 'prompt' must be a non-empty string", file=file, key=key)
+        if isinstance(out, bool) or not isinstance(out, int) or out < 1:
+            raise BadInput(f"{where}: 'output_tokens' must be an integer >= 1, not {out!r}", file=file, key=key)
+        return prompt, max(MIN_OUTPUT, out)
+    turns = item.get("conversations", item.get("messages"))
+    if not isinstance(turns, list):
+        raise BadInput(f"{where} has neither 'prompt' (with 'output_tokens') nor 'conversations' (ShareGPT)",
+                       file=file, key=key)
+    said = [_turn(t, where, file, key) for t in turns]
+    first = next((i for i, (role, text) in enumerate(said) if role in USER_ROLES and text.strip()), None)
+    if first is None or first + 1 >= len(said) or said[first + 1][0] not in REPLY_ROLES:
+        return None
+    reply = said[first + 1][1]
+    return said[first][1], max(MIN_OUTPUT, round(len(reply) / CHARS_PER_TOKEN))
+
+
+def _turn(turn: Any, where: str, file: str | None, key: str) -> tuple[str, str]:
+    """(role, text) of one conversation turn."""
+    if isinstance(turn, dict):
+        role, text = turn.get("from", turn.get("role")), turn.get("value", turn.get("content"))
+        if isinstance(role, str) and isinstance(text, str):
+            return role.lower(), text
+    raise BadInput(f"{where}: a conversation turn must be {{\"from\": ..., \"value\": \"...\"}} (or role/content)",
+                   file=file, key=key)
+
+
+def _sample(requests: list[tuple[str, int]], sample: int, study: str) -> list[tuple[str, int]]:
+    """``sample`` requests of the file, the same for every run of the study (seeded by its name)."""
+    rng = random.Random(f"ncclsweep traffic {study}")
+    if len(requests) <= sample:
+        order = list(range(len(requests)))
+        rng.shuffle(order)  # the file's order may group similar requests: the rounds mix them
+        return [requests[i] for i in order]
+    return [requests[i] for i in rng.sample(range(len(requests)), sample)]

@@ -1,0 +1,223 @@
+"""Every launch is evidence: a config's figure is over its launches, and every verdict carries the
+noise between launches.
+
+Within one launch the measurement is right, but its samples are not what a relaunch measures
+(clocks, where the workers land, NCCL's channel setup, warm or fresh caches): the unit of
+evidence for a config is a *launch*. A launch is a row that measured its config (COMPLETE, not a
+cached answer): a trial of the search, a relaunch of the baseline or the incumbent during the
+search (``study.relaunch``), a launch of the finalists' race (``study.race``), a launch
+``compare`` made. The baseline repeated on another node is not one: it measures that node, and
+the report compares the nodes with it. A config whose output was ever wrong has none
+(``outcome.tainted_keys``). A launch's figure at a level is its median there (``LevelResult.value``).
+
+``Evidence(rows)`` is what every verdict of the study reads:
+
+- per config and level, the launch figures and their median (the figure a study reports); the
+  level ``HEADLINE`` is a goodput launch's total tok/s within the SLO (a goodput study's figure);
+- per level, the launch noise (``verdict.pooled_noise`` over every config launched more than
+  once, on logs), and for a traffic mix the same over each launch's weighted geometric mean;
+- the interval of one config against another over their launches (``verdict.launch_interval``):
+  a config measured on one launch gets the study's launch noise in it; every one is held to the
+  launches' ranks too wherever they can bound an interval (``verdict.launch_interval``'s
+  ``robust``: launches in two states, or fresh launches on a machine that changed, are not
+  averaged into a verdict), and two finalists of a race are judged at the race's confidence
+  (``RACE_LOOKS``: a race looks at them after every round), by their ranks or not at all;
+- what ``compare``'s launches alone say of one config against another (``compared``): after a
+  study, fresh launches on a machine that changed can put a winner within noise that the
+  study's launches, pooled with them, still call faster; the readers say both;
+- where a fresh launch of a config should measure (``verdict.launch_range``).
+
+    measured_launches(rows)     config key -> its launches, in trial order
+    Evidence(rows)              the study's evidence (above)
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from orchestrator.core import outcome
+from orchestrator.core.records import COMPLETE, TrialRow
+from orchestrator.core.verdict import LaunchNoise, RatioInterval, launch_interval, launch_range, pooled_noise
+
+# The key of a race row's ``race`` record (``study.race``) that says how many times the race judged
+# its finalists: every comparison between two finalists of one contest is held to that many looks.
+RACE_LOOKS = "looks"
+MIX = "mix"  # the contest name of the traffic mix (a level's is str(level))
+HEADLINE = None  # the "level" of a goodput launch's figure (``figure``)
+COMPARE = "compare"  # the ``launch_role`` of a launch ``compare`` made
+
+
+def is_launch(row: TrialRow) -> bool:
+    """The row measured its config on a launch of its own."""
+    return (row.state == COMPLETE and row.cached_from is None and not row.skipped and row.launch_role != "repeat"
+            and row.measurement is not None and bool(row.levels))
+
+
+def measured_launches(rows: Sequence[TrialRow]) -> dict[str, list[TrialRow]]:
+    """Config key -> every launch that measured it, in trial order (module docstring)."""
+    tainted = outcome.tainted_keys(list(rows))
+    out: dict[str, list[TrialRow]] = {}
+    for r in sorted(rows, key=lambda r: r.number):
+        if is_launch(r) and r.config_key not in tainted:
+            out.setdefault(r.config_key, []).append(r)
+    return out
+
+
+def figure(row: TrialRow, level: int | None) -> float | None:
+    """One launch's figure at ``level`` (its median there); ``HEADLINE``: a goodput launch's total
+    tok/s within the SLO (None for a launch that measured no goodput: ``compare``'s)."""
+    if level is HEADLINE:
+        return row.value if row.measurement is not None and row.measurement.goodput is not None else None
+    got = row.at(level)
+    return got.value if got is not None else None
+
+
+def mix_figure(row: TrialRow, weights: Mapping[int, float]) -> float | None:
+    """One launch's weighted geometric mean over the weighted levels (None when one is missing)."""
+    total = 0.0
+    for level, w in weights.items():
+        v = figure(row, level)
+        if v is None or v <= 0:
+            return None
+        total += w * math.log(v)
+    return math.exp(total / sum(weights.values()))
+
+
+class Evidence:
+    """The study's launches as evidence (module docstring). Built once per reading of the rows;
+    every figure and interval is computed on demand and kept."""
+
+    def __init__(self, rows: Sequence[TrialRow]):
+        self.rows = list(rows)
+        self.by_key = measured_launches(self.rows)
+        self._noise: dict[Any, LaunchNoise] = {}
+        self._looks = _race_looks(self.rows)
+
+    # ---- one config -------------------------------------------------------------------------
+    def launches(self, key: str) -> list[TrialRow]:
+        """The config's launches (trial order)."""
+        return list(self.by_key.get(key, ()))
+
+    def values(self, key: str, level: int | None) -> list[float]:
+        """The config's launch figures at ``level``."""
+        return [v for r in self.by_key.get(key, ()) if (v := figure(r, level)) is not None]
+
+    def mix_values(self, key: str, weights: Mapping[int, float]) -> list[float]:
+        """The config's launch figures for the mix (each launch's weighted geometric mean)."""
+        return [v for r in self.by_key.get(key, ()) if (v := mix_figure(r, weights)) is not None]
+
+    def count(self, key: str, level: int | None) -> int:
+        return len(self.values(key, level))
+
+    def median(self, key: str, level: int | None) -> float | None:
+        """The config's figure at ``level``: the median over its launches."""
+        values = self.values(key, level)
+        return statistics.median(values) if values else None
+
+    def mix_median(self, key: str, weights: Mapping[int, float]) -> float | None:
+        values = self.mix_values(key, weights)
+        return statistics.median(values) if values else None
+
+    # ---- the noise between launches ------------------------------------------------------------
+    def noise(self, level: int | None) -> LaunchNoise:
+        """The launch noise at ``level``, pooled over every config launched more than once."""
+        if level not in self._noise:
+            self._noise[level] = pooled_noise(self.values(k, level) for k in self.by_key)
+        return self._noise[level]
+
+    def mix_noise(self, weights: Mapping[int, float]) -> LaunchNoise:
+        """The launch noise of the mix's figure."""
+        key = (MIX, tuple(sorted(weights.items())))
+        if key not in self._noise:
+            self._noise[key] = pooled_noise(self.mix_values(k, weights) for k in self.by_key)
+        return self._noise[key]
+
+    def noises(self, levels: Sequence[int]) -> dict[int, LaunchNoise]:
+        return {lv: self.noise(lv) for lv in levels}
+
+    # ---- one config against another ------------------------------------------------------------
+    def looks(self, contest: str, a: str, b: str) -> int:
+        """How many times a race judged configs ``a`` and ``b`` against each other in ``contest``
+        (a level as text, or ``MIX``): 1 when they were never raced against each other."""
+        return self._looks.get((contest, frozenset((a, b))), 1)
+
+    def interval(self, a: str, b: str, level: int | None) -> RatioInterval:
+        """Config ``b`` relative to config ``a`` at ``level`` over their launches."""
+        looks = self.looks(str(level), a, b)
+        return launch_interval(self.values(a, level), self.values(b, level), self.noise(level), looks=looks,
+                               robust=True, raced=looks > 1)
+
+    def mix_interval(self, a: str, b: str, weights: Mapping[int, float]) -> RatioInterval:
+        """Config ``b`` relative to config ``a`` for the traffic mix, over their launches."""
+        looks = self.looks(MIX, a, b)
+        return launch_interval(self.mix_values(a, weights), self.mix_values(b, weights), self.mix_noise(weights),
+                               looks=looks, robust=True, raced=looks > 1)
+
+    def compared(self, a: str, b: str, level: int | None) -> RatioInterval | None:
+        """Config ``b`` relative to ``a`` at ``level`` over the launches ``compare`` made of each (the
+        study's launch noise, held to their ranks): what the fresh launches alone say, which a
+        machine that changed since the study can make differ from ``interval``. None unless
+        ``compare`` launched both."""
+        fresh_a, fresh_b = ([v for r in self.by_key.get(k, ()) if r.launch_role == COMPARE
+                             and (v := figure(r, level)) is not None] for k in (a, b))
+        if not fresh_a or not fresh_b:
+            return None
+        return launch_interval(fresh_a, fresh_b, self.noise(level), robust=True)
+
+    def fresh(self, key: str, level: int | None) -> tuple[float, float] | None:
+        """Where a fresh launch of the config should measure at ``level`` (95%); None while the
+        launch noise is unknown."""
+        return launch_range(self.values(key, level), self.noise(level))
+
+    def mix_fresh(self, key: str, weights: Mapping[int, float]) -> tuple[float, float] | None:
+        return launch_range(self.mix_values(key, weights), self.mix_noise(weights))
+
+
+def _race_looks(rows: Sequence[TrialRow]) -> dict[tuple[str, frozenset[str]], int]:
+    """(contest, {a, b}) -> the looks of the latest race that had both among that contest's finalists."""
+    out: dict[tuple[str, frozenset[str]], int] = {}
+    for r in sorted(rows, key=lambda r: r.number):
+        race = r.race or {}
+        looks = race.get(RACE_LOOKS)
+        contests = race.get("contests")
+        if not isinstance(looks, int) or not isinstance(contests, Mapping):
+            continue
+        for contest, keys in contests.items():
+            keys = [k for k in keys or () if isinstance(k, str)]
+            for i, a in enumerate(keys):
+                for b in keys[i + 1:]:
+                    out[(str(contest), frozenset((a, b)))] = max(1, looks)
+    return out
+
+
+# A host is quiet while other work takes under this share of its CPUs (busy: ``HostLoad.busy``, half).
+QUIET_SHARE = 0.25
+
+
+def load_note(rows: Sequence[TrialRow]) -> str | None:
+    """One sentence when the study's launches ran under very different load (some while other work
+    took at least half the host's CPUs, ``HostLoad.busy``, others on a quiet host: under a quarter):
+    their figures are not comparable, and the verdicts between them say more about the neighbours.
+    None when they ran alike or the load was not recorded (GPU boxes record it too)."""
+    busy: list[tuple[TrialRow, float, int]] = []
+    quiet: list[TrialRow] = []
+    for launches in measured_launches(rows).values():
+        for r in launches:
+            host = r.measurement.host if r.measurement is not None else None
+            others = host.others_cpus if host is not None else None
+            if host is None or others is None or not host.cpus:
+                continue
+            if host.busy:
+                busy.append((r, others, host.cpus))
+            elif others < QUIET_SHARE * host.cpus:
+                quiet.append(r)
+    if not busy or not quiet:
+        return None
+    worst = max(busy, key=lambda b: b[1])
+    shown = ", ".join(f"#{r.number}" for r, _, _ in busy[:6]) + (", ..." if len(busy) > 6 else "")
+    return (f"the launches ran under very different load: {len(busy)} while other work took at least half the "
+            f"host's CPUs (up to {worst[1]:.1f} of {worst[2]}: {shown}), {len(quiet)} on a quiet host; their figures "
+            "are not comparable, so run the study again on a quiet machine before trusting a ratio between them")

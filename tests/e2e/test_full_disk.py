@@ -1,0 +1,111 @@
+"""Every file the tool writes is whole or absent (issue 38): each command that writes, run by
+the real command line against a real full file system (a small tmpfs, filled), leaves the file
+as it was (absent, or the previous whole one), no temporary file, and says one line, ``cannot
+write to FOLDER: cause``, exit 1. The journal's own full disk is tests/e2e/test_journal_e2e.py;
+a trial's server log and record, tests/node/test_trial.py; that no module writes a file by any
+other path than core/files.py, tests/core/test_files.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import recorded_study as fx
+
+from conftest import REPO, fill_disk, mounted_tmpfs, write_job
+from orchestrator.config.job import load_job
+from orchestrator.study import storage
+
+
+def cli(*argv: str, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
+    """The real command line, as a user runs it (its own process: stdout is a real file)."""
+    return subprocess.run([sys.executable, "-m", "orchestrator", *argv], cwd=REPO, stdout=stdout,
+                          stderr=subprocess.PIPE, text=True, timeout=300)
+
+
+def one_line(done: subprocess.CompletedProcess, folder: Path) -> str:
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"ncclsweep: error: cannot write to {folder}: No space left on device"), lines
+    assert "internal error" not in lines[0] and "Traceback" not in done.stderr
+    return lines[0]
+
+
+def leftovers(folder: Path) -> list[str]:
+    return [p.name for p in folder.rglob("*.tmp")]
+
+
+@pytest.fixture
+def study_on_a_disk(tmp_path):
+    """A recorded study whose folder is on a 4 MB tmpfs: (job file, the study's folder, the disk)."""
+    with mounted_tmpfs(tmp_path / "disk", "4m") as disk:
+        folder = disk / "study"
+        job_path = write_job(tmp_path, study="demo", report_dir=str(folder))
+        job = load_job(job_path)
+        study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage),
+                                    direction="maximize")
+        policy = fx.SearchPolicy(study, fx.Space(), lambda c: dict(c), baseline=None, budget=None)
+        choices = {"tp_size": [1, 2], "backend.threads": [1, 2]}
+        for i, config in enumerate([{"tp_size": 1, "backend.threads": 1}, {"tp_size": 2, "backend.threads": 2}]):
+            fx.record(study, policy, config, fx.ok(config, 20.0 + 10 * i, at=70 * i), baseline=i == 0,
+                      choices=choices)
+        yield job_path, folder, disk
+
+
+def test_report_on_a_full_disk_keeps_the_previous_report_whole(study_on_a_disk):
+    job_path, folder, disk = study_on_a_disk
+    done = cli("report", str(job_path))
+    assert done.returncode == 0, done.stderr
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and p.name != "study.journal"}
+    assert {"report.md", "report.html", "trials.csv", "history.png"} <= set(before)
+    fill_disk(disk)
+    one_line(cli("report", str(job_path)), folder)
+    after = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and p.name != "study.journal"}
+    assert after == before  # each file the previous whole one: none cut, none emptied
+    assert not leftovers(disk)
+
+
+def test_a_first_report_on_a_full_disk_leaves_no_file(study_on_a_disk):
+    job_path, folder, disk = study_on_a_disk
+    fill_disk(disk)
+    one_line(cli("report", str(job_path)), folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["study.journal"] and not leftovers(disk)
+
+
+def test_export_to_a_full_disk_leaves_no_file_and_keeps_a_previous_one(study_on_a_disk):
+    job_path, folder, disk = study_on_a_disk
+    kept = disk / "kept.env"
+    assert cli("export", str(job_path), "--format", "env", "-o", str(kept)).returncode == 0
+    previous = kept.read_text()
+    assert "NCCL_NVLS_ENABLE=0" in previous.splitlines()
+    fill_disk(disk)
+    for fmt in ("env", "cmd", "yaml", "json", "nccl-tuner"):
+        new = disk / f"best.{fmt}"
+        one_line(cli("export", str(job_path), "--format", fmt, "-o", str(new)), disk)
+        assert not new.exists()  # not a 0-byte file docker --env-file would take silently
+        one_line(cli("export", str(job_path), "--format", fmt, "-o", str(kept)), disk)
+        assert kept.read_text() == previous
+    assert not leftovers(disk)
+
+
+def test_status_into_a_file_on_a_full_disk_says_so(study_on_a_disk):
+    job_path, folder, disk = study_on_a_disk
+    fill_disk(disk)
+    for args in (("status", str(job_path), "--json"), ("status", str(job_path))):
+        with open(disk / "status.out", "w") as out:  # the shell's `> FILE`: the file exists, its writes fail
+            line = one_line(cli(*args, stdout=out), disk)
+        assert line.endswith("(writing status.out); free space there, then run again"), line
+
+
+def test_a_read_only_file_system_says_to_make_it_writable(study_on_a_disk):
+    job_path, folder, disk = study_on_a_disk
+    done = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot remount read-only here: {done.stderr.strip()}")
+    done = cli("report", str(job_path))
+    assert done.returncode == 1 and done.stderr.strip() == (
+        f"ncclsweep: error: cannot write to {folder}: Read-only file system (writing trials.csv); make it writable "
+        "(the file system is mounted read-only), then run again"), done.stderr

@@ -1,0 +1,89 @@
+"""The report's latency sections (report/latency.py): latency per level of the configs the
+report names with what the targets said, the goodput answer and its plot, the traffic and the
+lengths measured; the plot drawn for goodput and for a plan with targets, nothing for neither."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from orchestrator.config.job import Objective
+from orchestrator.core.measurement import Distribution, GoodputResult, Latency, Lengths, LevelResult, Measurement
+from orchestrator.core.records import COMPLETE, TrialRow, config_key
+from orchestrator.core.slo import Slo, Targets
+from orchestrator.results.report import document as doc
+from orchestrator.results.report.latency import (
+    goodput_blocks,
+    latency_blocks,
+    plot_latency,
+    traffic_blocks,
+    wants_plot,
+)
+from orchestrator.study.plan import build_plan
+
+TARGETS = Targets(every=(Slo.named("tpot_p99", 0.020),))
+
+
+def lat(p99: float) -> Latency:
+    return Latency(p50=p99 / 2, p90=0.9 * p99, p99=p99, n=12)
+
+
+def a_row(number: int, params: dict, curve: dict[int, tuple[float, float]], *, goodput: GoodputResult | None = None,
+          lengths: Lengths | None = None, metrics: dict | None = None, **kw) -> TrialRow:
+    levels = {c: LevelResult(c, samples=(v, v), ttft=lat(0.05), tpot=lat(t), itl=lat(t), e2e=lat(0.5))
+              for c, (v, t) in curve.items()}
+    m = Measurement(levels=levels, goodput=goodput, lengths=lengths)
+    return TrialRow(number=number, state=COMPLETE, params=params, value=m.value, counted=True,
+                    config_key=config_key(params), measurement=m, metrics=metrics or {}, **kw)
+
+
+def text(blocks) -> str:
+    return doc.render_markdown(blocks)
+
+
+def test_latency_per_level_with_what_the_targets_said():
+    rows = [a_row(0, {"m": "a"}, {1: (400.0, 0.0025), 32: (2600.0, 0.0312)}, is_baseline=True),
+            a_row(1, {"m": "b"}, {1: (200.0, 0.005), 32: (2400.0, 0.012)})]
+    objective = Objective(concurrency=(1, 32), slo=TARGETS)
+    md = text(latency_blocks(rows, objective, build_plan(rows, objective)))
+    assert "## Latency per level" in md and "latency targets: TPOT p99 <= 20 ms" in md
+    assert "| baseline, best, best at 1 (trial 0) | 32 | 25.0/45.0/50.0 | 15.6/28.1/31.2 |" in md
+    assert "TPOT p99 31.2 ms at 32, over the 20 ms target by 56%" in md and "| holds |" in md
+    assert "best at 32 (trial 1)" in md
+    plain = text(latency_blocks(rows, Objective(concurrency=(1, 32)), None))
+    assert "| SLO |" not in plain and "| 15.6/28.1/31.2 |" in plain  # latency per level for every study
+
+
+def test_a_baseline_that_counts_nowhere_is_reported_not_a_stop():
+    rows = [a_row(0, {"m": "a"}, {8: (100.0, 0.05)}, is_baseline=True,
+                  metrics={"slo_violations": ["breaks the SLO: TPOT p99 50 ms at 8"], "slo_excess": 1.5}),
+            a_row(1, {"m": "b"}, {8: (90.0, 0.01)})]
+    md = text(latency_blocks(rows, Objective(concurrency=(8,), slo=TARGETS), None))
+    assert "count nowhere under the latency targets" in md and "#0 (baseline): breaks the SLO" in md
+
+
+def test_goodput_section_and_its_plot(tmp_path):
+    base = a_row(0, {"m": "lane"}, {1: (700.0, 0.0014), 64: (876.0, 0.078), 16: (858.8, 0.0194), 17: (862.0, 0.021)},
+                 goodput=GoodputResult(64, (1, 64, 16, 17), 16, 17), is_baseline=True)
+    best = a_row(1, {"m": "batch"}, {1: (198.0, 0.005), 64: (4641.0, 0.0145)}, goodput=GoodputResult(64, (1, 64), 64))
+    objective = Objective(goodput=64, slo=TARGETS)
+    md = text(goodput_blocks([base, best], objective))
+    assert "## Goodput: the most streams within the SLO" in md
+    assert "**#1 holds the SLO up to 64 stream(s) at 4641 tok/s (all 64 tried); the baseline #0 up to 16 at 858.8 " \
+           "tok/s**" in md
+    assert "| 0 (baseline) | 16 | 858.8 | 17 | TPOT p99 21 ms at 17" in md
+    assert wants_plot(objective) and wants_plot(Objective(concurrency=(1, 32), slo=TARGETS))
+    assert not wants_plot(Objective(concurrency=(1, 32))) and not wants_plot(Objective(slo=TARGETS))
+    path = tmp_path / "latency.png"
+    plot_latency([base, best], objective, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    assert goodput_blocks([base, best], Objective()) == []
+
+
+def test_the_traffic_and_the_lengths_measured():
+    lengths = Lengths(input=Distribution.of([5, 50, 500]), output=Distribution.of([2, 40, 96]), mismatched=0)
+    rows = [a_row(0, {"m": "a"}, {1: (400.0, 0.0025)}, lengths=lengths, is_baseline=True)]
+    job = SimpleNamespace(bench=SimpleNamespace(traffic="t.jsonl", prompts_from="t.jsonl: 3 of 3 requests"))
+    md = text(traffic_blocks(job, rows))
+    assert "## Traffic" in md and "t.jsonl: 3 of 3 requests" in md
+    assert "| baseline, best (trial 0) | output tokens | 2 | 40 | 85 | 95 | 96 | 46.0 | 3 |" in md
+    assert traffic_blocks(SimpleNamespace(bench=SimpleNamespace(traffic=None)), rows) == []

@@ -42,7 +42,7 @@ from orchestrator.study.policy import SearchPolicy
 from orchestrator.study.race import RACE, race_state
 from orchestrator.study.relaunch import RELAUNCH, next_relaunch
 from orchestrator.study.replay import Row, Table, TableSpace, load_table
-from orchestrator.study.samplers import make_sampler, startup_trials
+from orchestrator.study.samplers import make_sampler, make_strategy, startup_trials
 from orchestrator.study.storage import ATTR_LAUNCH_ROLE, ATTR_RACE, add_uncounted_trial
 
 LAUNCH_S = 60.0  # what one replayed launch costs (the schedule's shares need a cost; the table's own when it has one)
@@ -105,7 +105,8 @@ def replay_verdicts(table: Table, seed: int, *, budget: int | None = None, confi
     base = table.baseline
     baseline = {p: base.params.get(p, vals[0]) for p, vals in table.choices.items()} if base is not None else None
     policy = SearchPolicy(study, space, space.normalize, baseline=baseline, budget=budget, seed=seed,
-                          startup=startup_trials(sampler, budget=budget, space_size=space.size()),
+                          strategy=make_strategy(sampler, startup=startup_trials(sampler, budget=budget,
+                                                                                 space_size=space.size())),
                           objective=objective)
     rng = random.Random(seed * 7919 + 3)
     rows_by_key = table.by_key()

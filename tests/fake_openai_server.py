@@ -51,7 +51,9 @@ Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
 crashes only under load), ``--ready-after S``, ``--warming S`` (``/health`` 200 at once, but completions answered
 ``503`` with ``Retry-After: 1`` for S seconds: a server warming up behind a healthy health
 check, or a proxy in front of one), ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
-logprobs answered with 400, like a server that does not support them).
+logprobs answered with 400, like a server that does not support them), ``--wrong-text``
+(every token after the first is another word: greedy text that differs from the same server
+without it, like a collective that corrupts data).
 
 A process tree like a real engine's (flags): ``--workers N`` starts N worker processes
 (Python, in the server's process group, no parent-death signal, ``FAKE::Worker_N`` in
@@ -247,7 +249,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _generate(self, prompt: str, n: int) -> list[tuple[str, int]]:
         gen = generate(prompt, n)
-        return corrupted(gen) if self.server.spec_tokens and self.server.spec_corrupt else gen  # type: ignore[attr-defined]
+        wrong = self.server.wrong_text or (self.server.spec_tokens and self.server.spec_corrupt)  # type: ignore[attr-defined]
+        return corrupted(gen) if wrong else gen
 
     def _n_tokens(self, body: dict) -> int:
         n = int(body.get("max_tokens") or 16)
@@ -500,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spec-overhead", type=float, default=0.1)
     p.add_argument("--spec-corrupt", action="store_true")
     p.add_argument("--helper-after", action="append", default=[], metavar="S:SECONDS")
+    p.add_argument("--wrong-text", action="store_true")
     p.add_argument("--ttft-delay", type=float, default=0.0)
     p.add_argument("--stream-cost", type=float, default=0.0)
     p.add_argument("--slow-after", default=None, metavar="N:F")
@@ -528,6 +532,7 @@ def main(argv: list[str] | None = None) -> int:
     httpd.spec_tokens = a.spec_tokens  # type: ignore[attr-defined]
     httpd.spec_overhead = a.spec_overhead  # type: ignore[attr-defined]
     httpd.spec_corrupt = a.spec_corrupt  # type: ignore[attr-defined]
+    httpd.wrong_text = a.wrong_text  # type: ignore[attr-defined]
     httpd.spec = {"drafts": 0, "draft_tokens": 0, "accepted": 0}  # type: ignore[attr-defined]
     httpd.lock = threading.Lock()  # type: ignore[attr-defined]
     httpd.ttft_delay = a.ttft_delay  # type: ignore[attr-defined]

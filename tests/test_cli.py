@@ -204,7 +204,7 @@ def test_validate_refuses_a_sampler_whose_package_is_missing_with_the_line_run_g
     validate, run = cli("validate", str(job)), cli("run", str(job))
     assert validate.returncode == run.returncode == 2, (validate.stderr, run.stderr)
     assert validate.stderr == run.stderr == (f"ncclsweep: error: {job}: sampler: the gp sampler needs scipy (pip "
-                                             "install scipy); or use sampler tpe\n")
+                                             "install scipy); or use sampler model\n")
     assert not validate.stdout and not (tmp_path / "reports").exists()  # no "ok", nothing created
 
 

@@ -1,6 +1,7 @@
 """Regenerate the synthetic replay tables of this folder (deterministic: fixed seeds).
 
-    python docs/tables/generate.py                       # motivating-case{,-startup}.csv, h200-graphs-small.csv
+    python docs/tables/generate.py                       # motivating-case{,-startup}.csv, motivating-space.csv,
+                                                         # h200-graphs-small.csv
     python docs/tables/generate.py --variants 20 --out /tmp/variants   # sensitivity tables
     python docs/tables/generate.py --slices --out /tmp/slices          # small slices (< 24 configs)
 
@@ -198,6 +199,107 @@ def with_startup(rows: list[dict]) -> list[dict]:
     return out
 
 
+# ---- the motivating space: 672 configs of jobs/glm5-vllm-8xpcie.yaml with unsafe NCCL allowed --------
+# The space of search_spaces/vllm-pcie.yaml with LL128, NVLS and PAT allowed (allow_unsafe_nccl): TP x PP
+# = 8 (TP2xPP4, TP4xPP2, TP8xPP1), graphs off or on with one of three capture modes and two capture
+# lists, custom all-reduce on/off at TP=2, NCCL_PROTO x NCCL_ALGO x NCCL_P2P_DISABLE: 672 configs.
+# Decode speed is a product of per-value factors (nearly additive in the log), every factor an
+# assumption M<n>; the published anchors are those of the motivating case (TP=8 eager 20.0, graphs
+# 42.7, NCCL tuned ~57 tok/s):
+# M1: the best, TP8xPP1 + graphs + LL + Ring + P2P on, decodes 57.0 tok/s (the published tuned figure).
+# M2: layout: TP4xPP2 x0.978 (2.2% slower with the same NCCL settings: the near-optimal runner-up),
+#     TP2xPP4 x0.85; at TP=2 vLLM's custom all-reduce off x0.97.
+# M3: graphs: eager x0.468 (20.0 / 42.7, published). At PP=1 one request replays one size-1 graph in
+#     every capture mode and with either capture list: the 6 graph settings tie, so 6 configs are
+#     optimal. At PP > 1 PIECEWISE breaks the graph at every stage boundary: x0.97 (the one
+#     interaction: nearly additive, not exactly).
+# M4: NCCL_PROTO: Simple x0.749 (42.7 / 57, published); LL128 forced over PCIe returns wrong text,
+#     fast (the correctness gate fails it after the benchmark: wrong-output).
+# M5: NCCL_ALGO: Tree x0.96; NVLS (needs NVSwitch) and PAT (inter-node only) are refused when NCCL
+#     creates its communicators: nccl-invalid, at start, the log naming the algorithm (the log column;
+#     the wording of NCCL's warning, as tests/study/test_bans.py has it).
+# M6: NCCL_P2P_DISABLE=1 (traffic through host memory) x0.92.
+# M7: noise: every benchmark sample is the config's value x a normal draw with 1% coefficient of
+#     variation (measurement noise), and every launch multiplies all of its samples by one normal
+#     draw with 0.5% CV (launch noise: clocks, placement, what the box did meanwhile). The table
+#     stores the true value as the one sample and the two CVs in its noise and launch_noise columns;
+#     the replay draws the noise (orchestrator/study/replay.py).
+# Start-up costs, GLM-5-like (S1-S7 above, and):
+# S8: capture time is proportional to the sizes captured: the 7-size list takes S1's 208 s in
+#     FULL_AND_PIECEWISE, the 4-size list 4/7 of it; PIECEWISE captures 76% (S3), FULL_DECODE_ONLY the
+#     other 24%.
+SPACE_BEST = 57.0
+SPACE_LAYOUTS = ((2, 4), (4, 2), (8, 1))
+SPACE_LAYOUT_FACTOR = {8: 1.0, 4: 0.978, 2: 0.85}
+SPACE_MODES = ("PIECEWISE", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+SPACE_CAPTURES = ("1,2,4,8", "1,2,4,8,16,32,64")
+SPACE_MODE_CAPTURE_SHARE = {"PIECEWISE": 0.76, "FULL_DECODE_ONLY": 0.24, "FULL_AND_PIECEWISE": 1.0}
+SPACE_PROTO_FACTOR = {"LL": 1.0, "Simple": 0.749}
+SPACE_ALGO_FACTOR = {"Ring": 1.0, "Tree": 0.96}
+SPACE_NOISE, SPACE_LAUNCH_NOISE = 0.01, 0.005
+
+
+def space_value(tp: int, pp: int, mode: str | None, custom_ar: bool | None, proto: str, algo: str,
+                p2p_disable: int) -> float:
+    """True decode tok/s of a working config of the motivating space (M1-M6)."""
+    value = SPACE_BEST * SPACE_LAYOUT_FACTOR[tp] * (0.97 if custom_ar is False else 1.0)
+    if mode is None:
+        value *= TOKS_EAGER_DEFAULT / TOKS_GRAPHS_DEFAULT
+    elif mode == "PIECEWISE" and pp > 1:
+        value *= 0.97
+    return value * SPACE_PROTO_FACTOR[proto] * SPACE_ALGO_FACTOR[algo] * (0.92 if p2p_disable else 1.0)
+
+
+def space_failure(proto: str, algo: str) -> str:
+    if algo in ("NVLS", "PAT"):
+        return "nccl-invalid"  # M5
+    if proto == "LL128":
+        return "wrong-output"  # M4
+    return ""
+
+
+def space_startup_s(pp: int, mode: str | None, capture: str | None, failure: str) -> tuple[float, float]:
+    """(startup_s, compile_s) of one config of the motivating space (S1-S8)."""
+    if failure == "nccl-invalid":
+        return GLM5_PROCESS_NCCL_S, 0.0
+    boundaries = GLM5_PP_BOUNDARY_S * (pp - 1)
+    if mode is None:
+        return GLM5_PROCESS_NCCL_S + GLM5_WEIGHTS_S + GLM5_PROFILE_S + boundaries, 0.0
+    sizes = len(capture.split(",")) if capture else 0
+    capture_s = GLM5_CAPTURE_S["full"] * SPACE_MODE_CAPTURE_SHARE[mode] * sizes / len(SPACE_CAPTURES[-1].split(","))
+    start = GLM5_PROCESS_NCCL_S + GLM5_WEIGHTS_S + GLM5_COMPILE_WARM_S + GLM5_PROFILE_S + capture_s + boundaries
+    return start, GLM5_COMPILE_COLD_S - GLM5_COMPILE_WARM_S
+
+
+def motivating_space_rows() -> list[dict]:
+    """The 672 configs of the motivating space (M1-M7, S1-S8), the baseline marked: TP8xPP1 eager
+    with NCCL's defaults as the published runs had them (A1: Simple, Ring; P2P on)."""
+    rows = []
+    graphs = [(False, None, None)] + [(True, m, c) for m in SPACE_MODES for c in SPACE_CAPTURES]
+    for tp, pp in SPACE_LAYOUTS:
+        for on, mode, capture in graphs:
+            for custom_ar in ((True, False) if tp == 2 else (None,)):
+                for proto in ("LL", "Simple", "LL128"):
+                    for algo in ("Ring", "Tree", "NVLS", "PAT"):
+                        for p2p in (0, 1):
+                            failure = space_failure(proto, algo)
+                            value = "" if failure else f"{space_value(tp, pp, mode, custom_ar, proto, algo, p2p):.4f}"
+                            start, cold = space_startup_s(pp, mode, capture, failure)
+                            base = (tp, on, proto, algo, p2p) == (8, False, "Simple", "Ring", 0)
+                            rows.append({
+                                "tp_size": tp, "pp_size": pp, "graph_capture": "true" if on else "false",
+                                "backend.cudagraph_mode": mode or "", "capture_sizes": capture or "",
+                                "custom_all_reduce": "" if custom_ar is None else str(custom_ar).lower(),
+                                "env.NCCL_PROTO": proto, "env.NCCL_ALGO": algo, "env.NCCL_P2P_DISABLE": p2p,
+                                "samples": value, "failure": failure, "baseline": "1" if base else "",
+                                "startup_s": f"{start:.0f}", "compile_s": f"{cold:.0f}" if cold else "",
+                                "noise": "" if failure else f"{SPACE_NOISE:g}",
+                                "launch_noise": "" if failure else f"{SPACE_LAUNCH_NOISE:g}",
+                                "log": (f"NCCL WARN Error : algorithm {algo} is not supported on this platform"
+                                        if failure == "nccl-invalid" else ""), "note": ""})
+    return rows
+
+
 # ---- small: reference server, one H200, graph capture -----------------------------------------
 # Anchors (docs/benchmarks.md, "CUDA path, checked once on 2x H200"; one run each, `8b` preset,
 # bf16, 128 tokens): --tp 1 eager 48.8 tok/s (samples 57, 49, 38); --tp 1 --graph-capture
@@ -275,4 +377,5 @@ if __name__ == "__main__":
     else:
         write(args.out / "motivating-case.csv", motivating_rows())
         write(args.out / "motivating-case-startup.csv", with_startup(motivating_rows()))
+        write(args.out / "motivating-space.csv", motivating_space_rows())
         write(args.out / "h200-graphs-small.csv", h200_rows())

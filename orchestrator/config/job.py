@@ -81,7 +81,7 @@ shown, an example for those three, whose meaning ends "(required)").
         gpu_model: null               # only nodes with this GPU model (e.g. H200)
         resources: {}                 # only nodes with these Ray custom resources, e.g. {pcie_box: 1}
     sampler:
-      name: tpe                       # tpe, gp, random, grid, bruteforce, nsga2
+      name: model                     # model (the per-value model leads), tpe, gp, random, grid, bruteforce, nsga2
       seed: 0                         # null: not reproducible
       n_startup_trials: null          # null: sized to the budget
       options: {}                     # sampler options (see orchestrator.study.samplers)
@@ -148,8 +148,8 @@ from orchestrator.config.job_checks import (
     nccl_value,
     refuse_unsafe,
 )
+from orchestrator.config.sampler_options import DEFAULT_SAMPLER, SAMPLER_NAMES
 from orchestrator.config.sampler_options import OPTIONS as SAMPLER_OPTIONS
-from orchestrator.config.sampler_options import SAMPLER_NAMES
 from orchestrator.config.space import SearchSpace, env_str, env_value, space_from_dict
 from orchestrator.config.yaml_input import Section, did_you_mean, display_path, read_yaml_mapping, shown, type_name
 from orchestrator.core.ceiling import parse_bandwidth
@@ -939,7 +939,7 @@ def _ray(top: Section) -> RaySettings:
 
 def _sampler(top: Section) -> SamplerSettings:
     sec = top.section("sampler", ("name", "seed", "n_startup_trials", "options"))
-    name = sec.raw("name", "tpe")
+    name = sec.raw("name", DEFAULT_SAMPLER)
     if not isinstance(name, str) or name not in SAMPLER_NAMES:
         hint = did_you_mean(name, SAMPLER_NAMES) if isinstance(name, str) else ""
         raise sec.bad("name", f"unknown sampler {brief(name)}{hint}; allowed: {', '.join(SAMPLER_NAMES)}")

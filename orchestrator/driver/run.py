@@ -68,7 +68,7 @@ from orchestrator.study.plan import build_plan
 from orchestrator.study.policy import Proposal, SearchPolicy
 from orchestrator.study.race import RACE, RaceState, race_state
 from orchestrator.study.relaunch import RELAUNCH, launches_to_know_noise, next_relaunch
-from orchestrator.study.samplers import make_sampler, startup_trials
+from orchestrator.study.samplers import make_sampler, make_strategy, startup_trials
 from orchestrator.study.storage import (
     ATTR_BASELINE_REPEAT,
     ATTR_LAUNCH_ROLE,
@@ -77,6 +77,7 @@ from orchestrator.study.storage import (
     ATTR_REFERENCE_RUN,
     open_study,
 )
+from orchestrator.study.strategies.base import Strategy
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +247,7 @@ class StudyDriver:
         executor = None
         try:
             executor = self.make_executor()  # first: a cluster that cannot be reached leaves no study behind
-            sampler, startup = self._sampler()
+            sampler, strategy = self._sampler()
             self._preflight(executor)  # before the study is opened: a refused run creates or changes nothing
             new_journal = job.journal_path is not None and not job.journal_path.exists()
             study = open_study(job, sampler, say=self.say)
@@ -256,7 +257,7 @@ class StudyDriver:
             space = self._space(self.baseline_config)
             policy = self.policy = SearchPolicy(study, space, self.backend.normalize,
                                                 baseline=self.baseline_config, budget=self.trials,
-                                                remeasure=job.remeasure, seed=job.sampler.seed, startup=startup,
+                                                remeasure=job.remeasure, seed=job.sampler.seed, strategy=strategy,
                                                 objective=job.objective, late=self._late,
                                                 run=datetime.now(timezone.utc).isoformat(timespec="seconds"))
             self.progress.expected_left = lambda n: self._expected_left(policy, executor, n)
@@ -296,8 +297,9 @@ class StudyDriver:
                         break
                     folder.rmdir()
 
-    def _sampler(self) -> tuple[optuna.samplers.BaseSampler, int]:
-        """The job's sampler and the start-up trials it was built with (the policy picks them)."""
+    def _sampler(self) -> tuple[optuna.samplers.BaseSampler, Strategy]:
+        """The job's sampler and what the policy does with it (``samplers.make_strategy``: with the
+        start-up trials the sampler was built with, which the policy picks)."""
         job = self.job
         budget, space_size = self.trials or 50, job.space.size()
         try:
@@ -306,9 +308,10 @@ class StudyDriver:
                                    search_space=job.space.distributions())
             startup = startup_trials(job.sampler.name, budget=budget, space_size=space_size,
                                      n_startup_trials=job.sampler.n_startup_trials, options=job.sampler.options)
+            strategy = make_strategy(job.sampler.name, startup=startup, options=job.sampler.options)
         except ValueError as exc:
             raise BadInput(str(exc), file=str(job.path), key="sampler") from None
-        return sampler, startup
+        return sampler, strategy
 
     def _recover(self, executor: Executor, policy: SearchPolicy) -> None:
         """What a dead driver left: its servers ended, its RUNNING trials finished or re-queued."""

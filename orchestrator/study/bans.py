@@ -78,14 +78,19 @@ def _named(value: Any, text: str) -> bool:
 
 def implicated(row: TrialRow) -> list[tuple[str, Any]]:
     """The (param, value) pairs a failed launch's log attributes its start-up failure to."""
+    named = named_in_log(row)
+    if row.failure_kind == FailureKind.NCCL_INVALID and not any(k.startswith("env.NCCL_") for k, _ in named):
+        named += [(k, v) for k, v in (row.params or {}).items() if k.startswith("env.NCCL_")]
+    return named
+
+
+def named_in_log(row: TrialRow) -> list[tuple[str, Any]]:
+    """The (param, value) pairs a start-up failure's error lines name as a word: ``implicated``
+    without its guess for an ``nccl-invalid`` failure whose log names none."""
     if row.state != "FAIL" or row.failure_kind not in START_KINDS:
         return []
-    params = row.params or {}
     text = _error_text(row)
-    named = [(k, v) for k, v in params.items() if _named(v, text)]
-    if row.failure_kind == FailureKind.NCCL_INVALID and not any(k.startswith("env.NCCL_") for k, _ in named):
-        named += [(k, v) for k, v in params.items() if k.startswith("env.NCCL_")]
-    return named
+    return [(k, v) for k, v in (row.params or {}).items() if _named(v, text)]
 
 
 def _started(row: TrialRow) -> bool:

@@ -12,20 +12,13 @@ config runs:
 - identity: a proposal is normalized (``normalize(space.active(raw))``) and keyed with
   ``records.config_key``; a config already measured (a counted COMPLETE, config-caused
   FAIL or PRUNED trial) is answered from the study (``Proposal.cached``) instead of
-  being launched, and an unmeasured config is enqueued so the next ask makes progress
-  (by default the one nearest the best so far: ``fill="neighbor"``);
-- start-up order: while a model-based sampler (TPE, GP) would still be drawing its
-  random start-up trials and the space can be enumerated, the policy picks them itself,
-  each the config most different from everything measured (``startup_order="diverse"``,
-  see ``SearchPolicy._most_diverse``), so every parameter is seen at several levels early;
-- launch cost, in the policy's own choices only (the start-up order and the fill, never a
-  sampler's proposal): among equally promising candidates (the same diversity, the same
-  distance to the best), those a prior puts last (``late``: the pre-screen's settings
-  ``driver.prescreen.LATE_RATIO`` x slower than the fastest all-reduce or more) are left out
-  while others remain, and with ``cost_aware`` (on by default: ``DEFAULT_COST_AWARE``) the one
-  with the most expected decode per expected second of launch is taken (``study.promise`` over
-  ``study.cost``, both learned from the study's launches), the seeded RNG breaking what is
-  still tied;
+  being launched, and an unmeasured config (the strategy's ``instead``) is enqueued so the
+  next ask makes progress;
+- which unmeasured config comes next where the policy picks itself (the start-up, the fill, a
+  plan's level steps, or every launch): its ``strategy`` decides (``study.strategies``: one
+  strategy per module behind ``strategies.base.Strategy``; ``samplers.make_strategy`` builds the
+  one a job's ``sampler:`` names). The policy hands it a ``View`` of the study and enqueues what it
+  picks; a strategy only ever answers with a config the study may launch;
 - proposals land on configs the study may launch: the study's sampler is wrapped in
   ``feasible.FeasibleSampler`` (feasible under the space's constraints, no value that
   ``bans`` stopped); what still gets through (a space too large to enumerate, an
@@ -48,8 +41,7 @@ config runs:
   (the default single level, or the weighted mix of several) or one per level (a plan: a
   multi-objective study, one ``maximize`` direction per level); a config-caused failure is
   0.0 at every level; "best" is per level where the policy needs it (the early stop's
-  thresholds, ``prune_thresholds``, and the neighbor fill, which starts from the bests of
-  every level);
+  thresholds, ``prune_thresholds``);
 - the budget counts launched trials (COMPLETE, config-caused FAIL, PRUNED) only, and
   the policy stops proposing when it is reached or when every enumerated config has
   been measured (``budget_reached`` / ``exhausted`` say which).
@@ -61,7 +53,6 @@ the study's trials, so a policy built on a resumed study continues where it stop
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -91,7 +82,7 @@ from orchestrator.study.cost import LaunchCost
 from orchestrator.study.feasible import FeasibleSampler
 from orchestrator.study.history import baseline_row, best_rows, trial_rows
 from orchestrator.study.launches import Evidence
-from orchestrator.study.plan import best_at, best_for_mix, prune_thresholds
+from orchestrator.study.plan import prune_thresholds
 from orchestrator.study.promise import ValueModel
 from orchestrator.study.storage import (
     ATTR_BASELINE,
@@ -109,46 +100,8 @@ from orchestrator.study.storage import (
     contains,
     recovered_attr,
 )
-
-# How an unmeasured config is picked when the sampler re-proposes a measured one:
-# "neighbor" = an unmeasured config closest (fewest differing params) to the best so far,
-# "random" = uniform among the unmeasured ones. Both seeded. "neighbor" needed fewer
-# launches on the replay tables (docs/benchmarks.md, "Search efficiency").
-FILL_STRATEGIES = ("random", "neighbor")
-DEFAULT_FILL = "neighbor"
-# Who picks the start-up trials of a model-based sampler (the ones TPE/GP draw at random):
-# "diverse" = the policy, from the enumerated space: each one the unmeasured config that
-# differs in the most parameters from its nearest measured config (greedy maximin,
-# seeded tie-break); "sampler" = the sampler's own independent random draws. Random
-# draws over the raw parameter product over-sample configs that normalize onto few rows
-# (every value of a parameter that does not matter there, e.g. NCCL_* at TP=1) and can
-# repeat a level while another is never tried; on small tables that made TPE lose to
-# plain random search. With "diverse" (and start-up sized to the space,
-# ``samplers.default_startup_trials``) the default beat or tied random search on every
-# replay table (docs/benchmarks.md, "Search efficiency"). Spaces too large to enumerate
-# keep the sampler's draws.
-STARTUP_ORDERS = ("diverse", "sampler")
-DEFAULT_STARTUP_ORDER = "diverse"
-# A plan (one objective per level) after the start-up: "levels" = every other launch is the
-# unmeasured config nearest to one level's best so far (the levels in turn), the sampler's
-# proposal the others; "sampler" = the sampler proposes every launch. Each level's best is
-# a local search of its own: one parameter changed from the best at that level is where the
-# next best at that level usually is; Optuna's multi-objective TPE alone spreads its draws
-# over the whole front (docs/benchmarks.md, "Plans").
-PLAN_STEPS = ("levels", "sampler")
-DEFAULT_PLAN_STEP = "levels"
-MAX_STARTUP_CANDIDATES = 4096  # a larger enumerated space: the most diverse of a seeded sample
-# Launch cost in the policy's own choices (the start-up order and the fill; ``cost_aware``, the
-# replay's ``tpe:cost=on|off``): among candidates its rule ranks equal, the one with the most
-# expected decode per expected second of launch (``study.promise`` over ``study.cost``; what is
-# still tied, the seeded RNG). On: on the motivating table with GLM-5-like start-up costs it
-# reached within 2% of the best in fewer hours and fewer launches than ties broken at random
-# (docs/benchmarks.md, "Hours to the best"), while "the cheaper first" alone did not: the best
-# configs there are the dearest to start. Without measured costs nothing changes.
-DEFAULT_COST_AWARE = True
-WORTH_RESOLUTION = 1e-6  # expected decode per second equal up to rounding: a tie
-
-_MISSING = object()  # a parameter a normalized config does not have
+from orchestrator.study.strategies.base import Strategy, View
+from orchestrator.study.strategies.sampler_led import SamplerLed
 
 
 class SpaceLike(Protocol):
@@ -176,7 +129,7 @@ class Proposal:
     cached: TrialResult | None = None
     cached_from: int | None = None
     raw: Config = field(default_factory=dict)
-    role: str = "sampler"  # sampler, baseline, requeue, fill, startup
+    role: str = "sampler"  # sampler, baseline, reference, requeue, or the strategy's: startup, fill, model
 
     @property
     def number(self) -> int:
@@ -219,45 +172,31 @@ class SearchPolicy:
         budget: int | None,
         remeasure: bool = False,
         seed: int = 0,
-        fill: str = DEFAULT_FILL,
+        strategy: Strategy | None = None,
         startup: int = 0,
-        startup_order: str = DEFAULT_STARTUP_ORDER,
-        cost_aware: bool = DEFAULT_COST_AWARE,
         late: Callable[[Config], bool] | None = None,
+        objective: Objective | None = None,
+        run: str | None = None,
         max_asks: int = 200,
         max_consecutive_duplicates: int = 200,
-        objective: Objective | None = None,
-        plan_step: str = DEFAULT_PLAN_STEP,
-        run: str | None = None,
     ) -> None:
-        if fill not in FILL_STRATEGIES:
-            raise ValueError(f"fill must be one of {FILL_STRATEGIES}, not {fill!r}")
-        if startup_order not in STARTUP_ORDERS:
-            raise ValueError(f"startup_order must be one of {STARTUP_ORDERS}, not {startup_order!r}")
-        if plan_step not in PLAN_STEPS:
-            raise ValueError(f"plan_step must be one of {PLAN_STEPS}, not {plan_step!r}")
-        if startup < 0:
-            raise ValueError(f"startup must be >= 0, not {startup}")
+        """``strategy``: which unmeasured config comes next (``study.strategies``); without one,
+        the sampler leads (``SamplerLed``) with ``startup`` start-up launches picked by the
+        policy (the start-up trials the sampler was built with: ``samplers.startup_trials``).
+        ``late``: a prior that puts a (normalized) config last among equals (the pre-screen's
+        slow settings). ``run``: the driver's run that records results, stored on every record."""
         if budget is not None and budget < 0:
             raise ValueError(f"budget must be >= 0 or None, not {budget}")
         self.study = study
-        self.run = run  # the driver's run that records results (its start): stored on every record
+        self.run = run
         self.space = space
         self.normalize = normalize
         self.baseline = dict(baseline) if baseline is not None else None
         self.budget = budget
         self.remeasure = remeasure
-        self.fill = fill
         self.objective = objectives.of(objective)  # what Optuna is told (study.objective)
         self.levels = objectives.levels(self.objective)
-        self.plan_step = plan_step
-        # launches (the baseline included) the policy picks itself before the sampler's
-        # proposals are used: the start-up trials the sampler was built with
-        # (``samplers.startup_trials``; 0 for random, grid, ...), passed by whoever built it
-        self.startup = startup
-        self.startup_order = startup_order
-        self.cost_aware = cost_aware
-        # a prior that puts a (normalized) config last among equals (the pre-screen's slow settings)
+        self.strategy: Strategy = strategy if strategy is not None else SamplerLed(startup=startup)
         self.late = late
         self.max_asks = max_asks
         self.max_consecutive_duplicates = max_consecutive_duplicates
@@ -265,9 +204,8 @@ class SearchPolicy:
         self._in_flight: dict[int, Proposal] = {}
         self._session_keys: set[str] = set()  # measured by this policy (what remeasure trusts)
         self._enumerated: dict[str, Config] | None = None
-        self._enum_norm: dict[str, Config] = {}  # key -> normalized config, for the start-up order
+        self._enum_norm: dict[str, Config] = {}  # key -> normalized config
         self._enum_raw: list[tuple[Config, str]] = []  # every feasible raw config and its key
-        self._enum_names: set[str] | None = None
         self._enumerated_done = False
         self._baseline_checked = False
         self._consecutive_dups = 0
@@ -279,6 +217,11 @@ class SearchPolicy:
         self._allowed_at: tuple[int, list[Config] | None] = (-1, None)
         if not isinstance(study.sampler, FeasibleSampler):  # draws land on configs the study may launch
             study.sampler = FeasibleSampler(study.sampler, self.allowed_configs, seed=seed)
+
+    @property
+    def startup(self) -> int:
+        """Launches the policy picks before the sampler's proposals are used (the strategy's)."""
+        return self.strategy.startup
 
     # ---- identity --------------------------------------------------------------------------
     def key_of(self, raw: Config) -> tuple[Config, str]:
@@ -467,11 +410,10 @@ class SearchPolicy:
             if remaining is None and self._consecutive_dups >= self.max_consecutive_duplicates:
                 self._gave_up = True  # not enumerable, and the sampler keeps proposing measured configs
                 return None
-            launched = len(st.counted) + self._launches_in_flight()
-            if remaining and self.startup_order == "diverse" and launched < self.startup:
-                self._enqueue_startup(remaining, st)
-            elif remaining and self.objective.multi_objective and self.plan_step == "levels":
-                self._enqueue_level_step(remaining, st, launched - max(self.startup, 1))
+            if remaining and not st.waiting:  # a fixed config (baseline, re-queued) waiting goes first
+                pick = self.strategy.pick(self._view(remaining, st))
+                if pick is not None:
+                    self._enqueue(pick.key, pick.role)
             trial = self.study.ask()
             role = _role_of(trial.user_attrs)
             try:
@@ -563,106 +505,36 @@ class SearchPolicy:
         return dict(self.baseline or {})
 
     def _enqueue_fill(self, remaining: list[str] | None) -> None:
-        """Enqueue one unmeasured config (seeded) unless a fixed config is already waiting."""
+        """Enqueue the strategy's replacement for a proposal that cannot run, unless a fixed
+        config is already waiting."""
         if not remaining or self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return
-        enum = self._enumeration()
-        assert enum is not None
-        if self.fill == "neighbor":
-            key = self._nearest_to_best(self._not_late(remaining), enum)
-        else:
-            key = self._rng.choice(remaining)
-        self.study.enqueue_trial(dict(enum[key]), user_attrs={ATTR_ENQUEUED_BY: "fill"})
+        self._enqueue(self.strategy.instead(self._view(remaining, self._scan())), "fill")
 
-    def _enqueue_startup(self, remaining: list[str], st: _State) -> None:
-        """Enqueue the most diverse unmeasured config unless a fixed config is already waiting."""
-        if st.waiting:
-            return
+    def _enqueue(self, key: str, role: str) -> None:
         enum = self._enumeration()
-        assert enum is not None
-        seen = [self._config_of(t) for t in st.measured.values()]
-        seen += [p.config for p in self._in_flight.values() if p.cached is None]
-        key = self._most_diverse(self._not_late(remaining), seen)
-        self.study.enqueue_trial(dict(enum[key]), user_attrs={ATTR_ENQUEUED_BY: "startup"})
+        assert enum is not None and key in enum, "a strategy answers with an enumerated key"
+        self.study.enqueue_trial(dict(enum[key]), user_attrs={ATTR_ENQUEUED_BY: role})
 
-    def _enqueue_level_step(self, remaining: list[str], st: _State, step: int) -> None:
-        """A plan's even steps after the start-up: the unmeasured config nearest to one level's
-        best so far, the levels in turn (``PLAN_STEPS``); odd steps are the sampler's."""
-        if step < 0 or step % 2 or st.waiting:
-            return
-        level = self.levels[(step // 2) % len(self.levels)]
-        best = best_at(self.rows(), level)
-        enum = self._enumeration()
-        if not best or enum is None:
-            return
-        key = self._nearest(self._not_late(remaining), enum, [dict(self._trial(best[0].number).params)])
-        self.study.enqueue_trial(dict(enum[key]), user_attrs={ATTR_ENQUEUED_BY: "fill"})
+    def view(self) -> View | None:
+        """What the strategy sees now (None: the space cannot be enumerated)."""
+        st = self._scan()
+        remaining = self._remaining(st)
+        return None if remaining is None else self._view(remaining, st)
+
+    def _view(self, remaining: list[str], st: _State) -> View:
+        """What the strategy sees now (``strategies.base.View``)."""
+        flying = [p.config for p in self._in_flight.values() if p.cached is None]
+        seen = [self._config_of(t) for t in st.measured.values()] + flying
+        return View(remaining=list(remaining), configs=self._enum_norm, raw=self._enumeration() or {}, seen=seen,
+                    in_flight=flying,
+                    launched=len(st.counted) + self._launches_in_flight(), rng=self._rng, objective=self.objective,
+                    rows=self.rows, trial_params=lambda n: dict(self._trial(n).params),
+                    value_model=self.value_model, launch_cost=self.launch_cost, bans=self.bans, late=self.late)
 
     def _config_of(self, t: FrozenTrial) -> Config:
         key = t.user_attrs.get(ATTR_KEY)
         return (self._enum_norm.get(key) if key else None) or t.user_attrs.get("config") or dict(t.params)
-
-    def _most_diverse(self, remaining: list[str], seen: list[Config]) -> str:
-        """The unmeasured config farthest from every measured one (greedy maximin design).
-
-        Distance is the number of parameters two normalized configs differ in (one that
-        only one of them has, e.g. NCCL_* next to a TP=1 config, differs); the pick
-        maximizes the distance to the nearest measured or running config, ties broken by
-        the policy's seeded RNG. After the baseline that is its complement (every
-        parameter at another level), then the config that differs most from both, so
-        each parameter's levels are covered early and no region is sampled twice.
-        """
-        if self._enum_names is None:  # the space's parameters, not the baseline's settings outside it
-            self._enum_names = set().union(*self._enum_norm.values())
-        names = self._enum_names
-        if len(remaining) > MAX_STARTUP_CANDIDATES:  # bounded cost on a large space; still seeded
-            remaining = self._rng.sample(remaining, MAX_STARTUP_CANDIDATES)
-
-        def nearest(k: str) -> int:
-            c = self._enum_norm[k]
-            return min((sum(1 for n in names if c.get(n, _MISSING) != o.get(n, _MISSING)) for o in seen),
-                       default=0)
-        scores = {k: nearest(k) for k in remaining}
-        top = max(scores.values())
-        return self._rng.choice(self._most_worth_launching([k for k in remaining if scores[k] == top]))
-
-    def _not_late(self, keys: list[str]) -> list[str]:
-        """The candidates the prior does not put last (all of them when it puts every one last)."""
-        if self.late is None:
-            return keys
-        early = [k for k in keys if not self.late(self._enum_norm[k])]
-        return early or keys
-
-    def _most_worth_launching(self, keys: list[str]) -> list[str]:
-        """Of candidates the policy's rule ranks equal, those with the most expected decode per
-        expected second of launch (``DEFAULT_COST_AWARE``); all of them when either is unknown."""
-        if not self.cost_aware or len(keys) < 2:
-            return keys
-        cost, value = self.launch_cost(), self.value_model()
-        worth: dict[str, float] = {}
-        for k in keys:
-            seconds, expected = cost.predict(self._enum_norm[k]), value.predict(self._enum_norm[k])
-            if seconds is None or expected is None:
-                return keys
-            worth[k] = math.log(expected) - math.log(max(seconds, 1.0))
-        top = max(worth.values())
-        return [k for k in keys if worth[k] >= top - math.log1p(WORTH_RESOLUTION)]
-
-    def _nearest_to_best(self, remaining: list[str], enum: dict[str, Config]) -> str:
-        return self._nearest(remaining, enum, [dict(t.params) for t in self._bests()])
-
-    def _nearest(self, remaining: list[str], enum: dict[str, Config], refs: list[Config]) -> str:
-        """The unmeasured config with the fewest parameters differing from the nearest of
-        ``refs`` (seeded tie-break); any when there is no reference yet."""
-        if not refs:
-            return self._rng.choice(self._most_worth_launching(remaining))
-
-        def dist(k: str) -> int:  # to the nearest of the bests (one per level for a plan)
-            raw = enum[k]
-            return min(sum(1 for n in set(raw) | set(ref) if raw.get(n) != ref.get(n)) for ref in refs)
-        d = {k: dist(k) for k in remaining}
-        m = min(d.values())
-        return self._rng.choice(self._most_worth_launching([k for k in remaining if d[k] == m]))
 
     def _skip(self, trial: optuna.Trial, raw: Config, ck: tuple[Config, str] | None, kind: str, reason: str,
               *, constraint: float) -> None:
@@ -888,23 +760,6 @@ class SearchPolicy:
         """What Optuna is told for a COMPLETE result (``objective.told_values``)."""
         return objectives.told_values(self.objective, result)
 
-    def _bests(self) -> list[FrozenTrial]:
-        """The best trial at each level of the objective (and for the mix), distinct: where
-        the neighbor fill looks next."""
-        rows = self.rows()
-        if self.objective.goodput is not None:
-            picked = best_rows(rows, 1)  # by the row's value: the goodput
-        elif not self.objective.is_plan:
-            picked = best_at(rows, self.levels[0])  # the default objective: history.best_rows' best
-        else:
-            picked = [r for lv in self.levels for r in best_at(rows, lv, slo=self.objective.slo)]
-            if self.objective.weights:
-                picked += best_for_mix(rows, self.objective.weights)
-        seen: dict[str, FrozenTrial] = {}
-        for r in picked:
-            seen.setdefault(r.config_key, self._trial(r.number))
-        return list(seen.values())
-
     def earlier_timeouts(self, key: str, before: int) -> int:
         """Launches of the config ``key`` before trial ``before`` that timed out."""
         return sum(1 for t in self.study.get_trials(deepcopy=False)
@@ -942,6 +797,6 @@ def _suggest(trial: optuna.Trial, name: str, dist) -> Any:
 
 def _role_of(user_attrs: dict[str, Any]) -> str:
     by = user_attrs.get(ATTR_ENQUEUED_BY)
-    if by in ("baseline", "reference", "requeue", "fill", "startup"):
+    if by in ("baseline", "reference", "requeue", "fill", "startup", "model"):
         return by
     return "sampler"

@@ -54,7 +54,13 @@ def row_value(row: TrialRow, objective: Objective | None = None) -> float | None
     else:  # the one level the study optimizes, as Optuna is told it (``objective._single``)
         value = level_value(row, obj.concurrency[0])
         value = row.value if value is None else value
-    return float(value) if value is not None and math.isfinite(value) and value > 0 else None
+        if value is None and row.state == PRUNED:  # stopped early: the first repeat, what the early stop saw
+            value = (row.metrics or {}).get("intermediate")
+    try:
+        value = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+    return value if value is not None and math.isfinite(value) and value > 0 else None
 
 
 @dataclass(frozen=True)
@@ -66,8 +72,11 @@ class ValueModel:
     trials: int = 0
 
     @classmethod
-    def fit(cls, rows: Iterable[TrialRow], objective: Objective | None = None) -> "ValueModel":
-        """The model of the study's launched trials ``rows`` (``history.trial_rows``)."""
+    def fit(cls, rows: Iterable[TrialRow], objective: Objective | None = None, *,
+            failures: bool = True) -> "ValueModel":
+        """The model of the study's launched trials ``rows`` (``history.trial_rows``);
+        ``failures=False``: of what the working launches measured alone (a search that weighs
+        the risk of failing apart: ``strategies.value_led``)."""
         worked: list[tuple[Mapping[str, Any], float]] = []
         failed: list[Mapping[str, Any]] = []
         for r in rows:
@@ -77,7 +86,7 @@ class ValueModel:
                 value = row_value(r, objective)
                 if value is not None:
                     worked.append((r.params or {}, math.log(value)))
-            elif r.state == FAIL and r.failure_kind not in NOT_THE_CONFIGS_FAULT:
+            elif failures and r.state == FAIL and r.failure_kind not in NOT_THE_CONFIGS_FAULT:
                 failed.append(r.params or {})
         if not worked:
             return cls()

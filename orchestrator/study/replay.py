@@ -20,6 +20,16 @@ A *table* is a CSV with one row per distinct configuration:
 - ``compile_s``: seconds a cold compile adds to the first launch of the row's compile key
   (its parameters but the NCCL variables: ``study.cost.compile_key``) in a run; later launches
   of the key load it (optional; empty or 0: nothing is compiled);
+- ``noise``: the coefficient of variation of one benchmark sample (measurement noise, e.g. 0.01);
+  with it the row's samples are its true value, and a replayed sample is their median x a normal
+  draw with that CV (optional; empty: a replayed sample is one of the row's recorded samples);
+- ``launch_noise``: the coefficient of variation of one launch (optional): every launch multiplies
+  all of its samples by one normal draw with that CV (a server measures a little faster or slower
+  from one launch to the next: clocks, placement, what the box did meanwhile), apart from and on
+  top of the per-sample noise;
+- ``log``: what a failing row's server log says (optional), e.g. the line where NCCL names the value it
+  refused; the replayed failure carries it, so the study's value bans read it as a real log
+  (``orchestrator.study.bans``: a value a failure's log names is the one it blames);
 - ``note``: free text, ignored.
 
 ``run_simulation`` replays the table as the objective for the *real* ``SearchPolicy``
@@ -93,21 +103,15 @@ from orchestrator.core.records import (
 from orchestrator.study import objective as objectives
 from orchestrator.study.cost import compile_key
 from orchestrator.study.plan import best_at, prune_thresholds
-from orchestrator.study.policy import (
-    DEFAULT_COST_AWARE,
-    DEFAULT_FILL,
-    DEFAULT_PLAN_STEP,
-    DEFAULT_STARTUP_ORDER,
-    FILL_STRATEGIES,
-    PLAN_STEPS,
-    STARTUP_ORDERS,
-    SearchPolicy,
-)
-from orchestrator.study.samplers import make_sampler, startup_trials
+from orchestrator.study.policy import SearchPolicy
+from orchestrator.study.samplers import make_sampler, make_strategy, startup_trials
 from orchestrator.study.storage import ATTR_BASELINE, ATTR_COUNTED, ATTR_KEY, ATTR_SKIPPED
+from orchestrator.study.strategies.base import Strategy
 
 LEVEL_PREFIX = "samples@"  # a plan table's per-level sample columns: samples@1, samples@10, ...
-RESERVED_COLUMNS = ("samples", "failure", "baseline", "startup_s", "compile_s", "note")
+RESERVED_COLUMNS = ("samples", "failure", "baseline", "startup_s", "compile_s", "noise", "launch_noise", "log",
+                    "note")
+OPTIMAL_TOLERANCE = 1e-6  # a row whose true median is this close (relative) to the best is optimal
 # What a launch costs besides its start-up, where a table gives start-up costs: warm-up,
 # correctness capture and teardown, and one benchmark repeat (a round of the prompts at a
 # GLM-5-like 20-60 tok/s, 64 tokens each). The start-up dominates either way (200-450 s).
@@ -134,6 +138,9 @@ class Row:
     levels: dict[int, list[float]] = field(default_factory=dict)  # a plan table: level -> samples
     startup_s: float | None = None  # seconds to start (or to fail at start); None: the table has none
     compile_s: float = 0.0  # seconds a cold compile adds to the first launch of its compile key
+    noise: float | None = None  # CV of one sample around the true value; None: draw a recorded sample
+    launch_noise: float = 0.0  # CV of the factor one launch multiplies all of its samples by
+    log: str = ""  # a failing row's server log (the replayed failure's log tail)
 
     @property
     def median(self) -> float | None:
@@ -180,6 +187,11 @@ class Table:
     def has_costs(self) -> bool:
         """Every row says what its start-up costs (hours can be counted)."""
         return all(r.startup_s is not None for r in self.rows)
+
+    def optimal(self) -> set[str]:
+        """Keys of the rows whose true median is the best (up to ``OPTIMAL_TOLERANCE``)."""
+        floor = (1.0 - OPTIMAL_TOLERANCE) * self.best
+        return {r.key for r in self.rows if r.median is not None and r.median >= floor}
 
     def within(self, target: float) -> list[Row]:
         """Rows whose true median is within ``target`` (relative) of the best."""
@@ -264,8 +276,12 @@ def table_from_frame(df, name: str = "table") -> Table:
             raise TableError(f"{name}: line {line}: every parameter cell is empty")
         startup = _seconds_cell(df, "startup_s", i, name, line)
         compile_s = _seconds_cell(df, "compile_s", i, name, line) or 0.0
+        noise = _cv_cell(df, "noise", i, name, line)
+        launch_noise = _cv_cell(df, "launch_noise", i, name, line) or 0.0
+        log = df["log"].iloc[i].strip() if "log" in cols else ""
         rows.append(Row(row_params, samples, failure or None, flag in ("1", "true", "yes"), line,
-                        levels=per_level if levels else {}, startup_s=startup, compile_s=compile_s))
+                        levels=per_level if levels else {}, startup_s=startup, compile_s=compile_s,
+                        noise=noise, launch_noise=launch_noise, log=log))
     if not rows:
         raise TableError(f"{name}: no rows")
     if sum(r.baseline for r in rows) > 1:
@@ -319,6 +335,45 @@ def _seconds_cell(df, column: str, i: int, name: str, line: int) -> float | None
     if not math.isfinite(value) or value < 0:
         raise TableError(f"{name}: line {line}: {column} must be seconds (a number >= 0) or empty, not {brief(raw)}")
     return value
+
+
+def _cv_cell(df, column: str, i: int, name: str, line: int) -> float | None:
+    raw = df[column].iloc[i].strip() if column in df.columns else ""
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < 1:
+        raise TableError(f"{name}: line {line}: {column} must be a coefficient of variation between 0 and 1 "
+                         f"(0.01 = 1%) or empty, not {brief(raw)}")
+    return value
+
+
+# ---- noise --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Noise:
+    """What a replayed launch measures besides its row's value: the table's ``noise`` and
+    ``launch_noise`` columns (module docstring), or these overrides for every row (``sample_cv``:
+    a sample's CV, drawn around the row's median; ``launch_cv``: a launch's CV). A launch first
+    draws its factor (``launch_factor``), then each sample (``sample``) with it. Without any
+    noise set, a sample is one of the row's recorded samples, drawn as before noise existed."""
+
+    sample_cv: float | None = None
+    launch_cv: float | None = None
+
+    def launch_factor(self, row: Row, rng: random.Random) -> float:
+        """The factor every sample of one launch of ``row`` is multiplied by (1.0: no launch noise)."""
+        cv = row.launch_noise if self.launch_cv is None else self.launch_cv
+        return max(0.01, rng.gauss(1.0, cv)) if cv else 1.0
+
+    def sample(self, row: Row, recorded: list[float], rng: random.Random, factor: float) -> float:
+        """One benchmark sample of a launch of ``row`` (``recorded``: its samples at one level)."""
+        cv = row.noise if self.sample_cv is None else self.sample_cv
+        if cv is None:
+            return rng.choice(recorded) * factor
+        return max(0.01, float(statistics.median(recorded)) * rng.gauss(1.0, cv)) * factor
 
 
 def launch_seconds(row: Row, repeats: int, *, cold: bool = False) -> float | None:
@@ -442,18 +497,21 @@ def _cell(value: Any) -> str:
 # ---- the replay ---------------------------------------------------------------------------------
 @dataclass
 class SamplerSpec:
-    """``name[:opt=value[:opt=value...]]``: a sampler and its options, plus policy options."""
+    """``name[:opt=value[:opt=value...]]``: a sampler and its options, plus the search's own
+    settings: ``fill``, ``startup``, ``startup_order``, ``plan_step``, ``cost`` (the strategy's:
+    ``samplers.make_strategy``), ``prune_ratio``, and a plan table's ``levels`` and ``weights``."""
 
     text: str
     name: str
     options: dict[str, Any]
-    fill: str | None = None  # None: DEFAULT_FILL, except "random" for the random sampler
+    fill: str | None = None  # None: the strategy's default, except "random" for the random sampler
     prune_ratio: float | None = None  # None: the run's setting
     startup: int | None = None
-    startup_order: str = DEFAULT_STARTUP_ORDER
-    plan_step: str | None = None  # None: DEFAULT_PLAN_STEP, except "sampler" for the random sampler
+    startup_order: str | None = None  # None: the strategy's default
+    plan_step: str | None = None  # None: the strategy's default, except "sampler" for the random sampler
     levels: tuple[int, ...] | None = None  # a plan table: the levels the search is told (None: all)
     weights: tuple[float, ...] | None = None  # a plan table: the traffic mix, in level order
+    cost: bool | None = None  # the value-per-cost tie-breaks (``cost=off``: ties by the RNG only); None: on
 
     def objective(self, table: Table) -> Objective:
         """What the search is told on ``table`` (module docstring); ValueError for a level the
@@ -476,7 +534,18 @@ class SamplerSpec:
         total = sum(self.weights)
         return Objective(concurrency=tuple(sorted(levels)),
                          weights={lv: w / total for lv, w in zip(sorted(levels), self.weights)})
-    cost: bool = DEFAULT_COST_AWARE  # the policy's value-per-cost tie-breaks (``cost=off``: ties by the RNG only)
+
+    def strategy(self, startup: int) -> Strategy:
+        """The search policy's strategy for this spec (``samplers.make_strategy``): random search
+        fills at random and leaves a plan's steps to the sampler (plain random search without
+        replacement, the reference); ValueError for a setting the strategy does not have."""
+        switches: dict[str, Any] = {"fill": self.fill, "startup_order": self.startup_order,
+                                    "plan_step": self.plan_step, "cost_aware": self.cost}
+        if self.name == "random":
+            switches["fill"] = self.fill or "random"
+            switches["plan_step"] = self.plan_step or "sampler"
+        return make_strategy(self.name, startup=startup, options=self.options,
+                             **{k: v for k, v in switches.items() if v is not None})
 
     @classmethod
     def parse(cls, text: str) -> "SamplerSpec":
@@ -490,20 +559,14 @@ class SamplerSpec:
                 raise ValueError(f"sampler option {brief(part)} in {brief(text)} must look like key=value")
             k, v = (s.strip() for s in part.split("=", 1))
             if k == "fill":
-                if v not in FILL_STRATEGIES:
-                    raise ValueError(f"fill must be one of {', '.join(FILL_STRATEGIES)}, not {brief(v)}")
                 spec.fill = v
             elif k == "prune_ratio":
                 spec.prune_ratio = float(v)
             elif k in ("startup", "n_startup_trials"):
                 spec.startup = int(v)
             elif k == "startup_order":
-                if v not in STARTUP_ORDERS:
-                    raise ValueError(f"startup_order must be one of {', '.join(STARTUP_ORDERS)}, not {brief(v)}")
                 spec.startup_order = v
             elif k == "plan_step":
-                if v not in PLAN_STEPS:
-                    raise ValueError(f"plan_step must be one of {', '.join(PLAN_STEPS)}, not {brief(v)}")
                 spec.plan_step = v
             elif k == "levels":
                 try:
@@ -521,9 +584,7 @@ class SamplerSpec:
                 spec.cost = v == "on"
             else:
                 spec.options[k] = v
-        if spec.fill is None:
-            # "random" is the reference: uniform random search without replacement
-            spec.fill = "random" if name == "random" else DEFAULT_FILL
+        spec.strategy(0)  # a setting the strategy does not have, or a bad value: refused here, once
         return spec
 
 
@@ -544,6 +605,8 @@ class Run:
     pruned_good: int = 0  # early-stopped launches of configs that were truly within target
     hours_to_target: float | None = None  # launch hours up to the one that got within target
     hours: float | None = None  # launch hours of the whole run (None: the table has no start-up costs)
+    first_optimal: int | None = None  # the launch that first ran an optimal config (None: none did; a plan table)
+    hours_to_optimal: float | None = None  # launch hours up to that one
 
 
 @dataclass
@@ -562,6 +625,26 @@ class SamplerResult:
     @property
     def p90_launches(self) -> float:
         return nearest_rank(self._hits("launches_to_target"), 0.9)
+
+    @property
+    def median_first_optimal(self) -> float:
+        """Median launch that first ran an optimal config (inf: never in most runs)."""
+        return nearest_rank(self._hits("first_optimal"), 0.5)
+
+    @property
+    def p90_first_optimal(self) -> float:
+        return nearest_rank(self._hits("first_optimal"), 0.9)
+
+    @property
+    def median_hours_to_optimal(self) -> float | None:
+        """Median launch hours until an optimal config first ran (None: the table has no costs)."""
+        if any(r.hours is None for r in self.runs):
+            return None
+        return nearest_rank(self._hits("hours_to_optimal"), 0.5)
+
+    def within_by(self, launch: int) -> int:
+        """Runs whose best was within the target by ``launch``."""
+        return sum(1 for r in self.runs if r.launches_to_target is not None and r.launches_to_target <= launch)
 
     @property
     def median_repeats(self) -> float:
@@ -629,6 +712,8 @@ class SimulationResult:
     levels: tuple[int, ...] = ()  # a plan table's levels (the target: within at every level)
     level_bests: dict[int, float] = field(default_factory=dict)
     has_costs: bool = False  # the table gives start-up costs: hours are counted
+    n_optimal: int = 0  # rows whose true median is the best
+    noise: str = ""  # how samples were drawn, in words
 
     @property
     def random_expectation(self) -> float:
@@ -644,7 +729,9 @@ class SimulationResult:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for s, res in zip(d["samplers"], self.samplers):
-            s.update(median_launches=res.median_launches, p90_launches=res.p90_launches, never=res.never,
+            s.update(median_first_optimal=res.median_first_optimal, p90_first_optimal=res.p90_first_optimal,
+                     median_hours_to_optimal=res.median_hours_to_optimal,
+                     median_launches=res.median_launches, p90_launches=res.p90_launches, never=res.never,
                      mean_launches=res.mean_launches(self.budget), median_hours=res.median_hours,
                      mean_hours=res.mean_hours,
                      median_best_ratio=res.median_best_ratio, median_repeats=res.median_repeats)
@@ -667,7 +754,7 @@ def _quiet() -> None:
 
 def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int, target: float = 0.02,
                 repeats: int = 3, prune_ratio: float | None = DEFAULT_PRUNE_RATIO, parallel: int = 1,
-                use_baseline: bool = True) -> Run:
+                use_baseline: bool = True, noise: Noise = Noise()) -> Run:
     """One replay of ``table`` with one sampler spec and seed (see the module docstring)."""
     _quiet()
     if isinstance(spec, str):
@@ -684,20 +771,20 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
         baseline = {p: base.params.get(p, vals[0]) for p, vals in table.choices.items()}
     startup = startup_trials(spec.name, budget=budget, space_size=space.size(), n_startup_trials=spec.startup,
                              options=spec.options)  # what the sampler was built with
-    fill = spec.fill or ("random" if spec.name == "random" else DEFAULT_FILL)
     policy = SearchPolicy(study, space, space.normalize, baseline=baseline, budget=budget, seed=seed,
-                          fill=fill, startup=startup, startup_order=spec.startup_order, objective=objective,
-                          plan_step=spec.plan_step or ("sampler" if spec.name == "random" else DEFAULT_PLAN_STEP),
-                          cost_aware=spec.cost)
+                          strategy=spec.strategy(startup), objective=objective)
     rng = random.Random(seed * 1_000_003 + 17)
     rows = table.by_key()
     floor = (1.0 - target) * table.best
     floors = {lv: (1.0 - target) * table.best_at(lv) for lv in table.levels}
+    optimal = table.optimal() if not table.is_plan else set()
     launches = reps = pruned = failed = cached = pruned_good = 0
     seconds = 0.0
     hit_l: int | None = None
     hit_r: int | None = None
     hit_h: float | None = None
+    first_opt: int | None = None  # the launch that first ran an optimal config
+    opt_h: float | None = None
     in_flight: list[Any] = []
 
     def within(study_rows) -> bool:
@@ -710,24 +797,26 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
         return True
     compiled: set[str] = set()  # compile keys a launch of this run got past start-up with (warm caches)
 
-    def settle(proposal) -> None:
-        nonlocal reps, pruned, failed, hit_l, hit_r, hit_h, pruned_good, seconds
+    def settle(proposal, number: int) -> None:
+        nonlocal reps, pruned, failed, hit_l, hit_r, hit_h, pruned_good, seconds, first_opt, opt_h
         row = rows[proposal.key]
         key = compile_key(row.params)
         cold = key not in compiled
         if table.is_plan:  # every level is measured whatever the search is told: thresholds at every level
             result = _replay_levels(row, proposal.config, rng, repeats,
                                     prune_thresholds(policy.rows(), table.levels, ratio) if ratio else None,
-                                    cold=cold)
+                                    cold=cold, noise=noise)
             good = all((row.median_at(lv) or 0.0) >= f for lv, f in floors.items())
         else:
             threshold = policy.prune_threshold(ratio) if ratio else None
-            result = _replay_trial(row, proposal.config, rng, repeats, threshold, cold=cold)
+            result = _replay_trial(row, proposal.config, rng, repeats, threshold, cold=cold, noise=noise)
             good = (row.median or 0.0) >= floor
         if row.failure is None or row.failure in AFTER_START_KINDS:
             compiled.add(key)
         reps += result.measurement.rounds if result.measurement is not None else 0
         seconds += result.timing.get("total_s", 0.0)
+        if first_opt is None and proposal.key in optimal:
+            first_opt, opt_h = number, (seconds / 3600 if table.has_costs else None)
         pruned += result.outcome == PRUNED
         if result.outcome == PRUNED and good:
             pruned_good += 1
@@ -751,16 +840,16 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
         if proposal is None:
             if not in_flight:
                 break
-            settle(in_flight.pop(0))
+            settle(*in_flight.pop(0))
             continue
         if proposal.cached is not None:
             cached += 1
             policy.record(proposal, proposal.cached, counted=False)
             continue
         launches += 1
-        in_flight.append(proposal)
+        in_flight.append((proposal, launches))
         if len(in_flight) >= parallel:
-            settle(in_flight.pop(0))
+            settle(*in_flight.pop(0))
     ratio_best = 0.0
     if table.is_plan:  # the worst level's: the plan's best there against the level's best
         final = policy.rows()
@@ -773,12 +862,13 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
             ratio_best = (rows[best.user_attrs[ATTR_KEY]].median or 0.0) / table.best
     skipped = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(ATTR_SKIPPED))
     return Run(seed, hit_l, hit_r, ratio_best, launches, reps, pruned, failed, cached, skipped, pruned_good,
-               hit_h, seconds / 3600 if table.has_costs else None)
+               hit_h, seconds / 3600 if table.has_costs else None, first_opt, opt_h)
 
 
 def _replay_trial(row: Row, config: dict[str, Any], rng: random.Random, repeats: int,
-                  threshold: float | None, *, cold: bool = False) -> TrialResult:
-    """Answer one launch from a table row: a failure, an early stop, or ``repeats`` draws.
+                  threshold: float | None, *, cold: bool = False, noise: Noise = Noise()) -> TrialResult:
+    """Answer one launch from a table row: a failure, an early stop, or ``repeats`` draws
+    (``noise``: the launch's factor, then each sample).
 
     A working row passed the correctness gate where it was measured, a ``wrong-output``
     row failed it on its text: their verdicts say so, as a real trial's do, so the study's
@@ -789,13 +879,15 @@ def _replay_trial(row: Row, config: dict[str, Any], rng: random.Random, repeats:
         ran = repeats if row.failure in AFTER_START_KINDS else 0  # a failure after start ran its benchmark
         started = row.failure in AFTER_START_KINDS
         return TrialResult.failed(config, row.failure, "replayed from the table", metrics={"repeats": 0},
-                                  correctness=corr, **_costs(row, ran, started=started, cold=cold and started))
-    first = rng.choice(row.samples)
+                                  correctness=corr, log_tail=row.log,
+                                  **_costs(row, ran, started=started, cold=cold and started))
+    factor = noise.launch_factor(row, rng)
+    first = noise.sample(row, row.samples, rng, factor)
     if early_stop({1: first}, {1: threshold}):
         return TrialResult(outcome=PRUNED, config=config, value=first, correctness={"ok": True},
                            metrics={"intermediate": first, "decode_samples": [first], "repeats": 1},
                            **_costs(row, 1, started=True, cold=cold))
-    samples = [first] + [rng.choice(row.samples) for _ in range(max(0, repeats - 1))]
+    samples = [first] + [noise.sample(row, row.samples, rng, factor) for _ in range(max(0, repeats - 1))]
     median = float(statistics.median(samples))
     return TrialResult(outcome=COMPLETE, config=config, value=median, correctness={"ok": True},
                        metrics={"decode_tok_s": median, "decode_samples": samples, "repeats": len(samples)},
@@ -815,14 +907,15 @@ def _costs(row: Row, repeats: int, *, started: bool, cold: bool) -> dict[str, An
 
 
 def _replay_levels(row: Row, config: dict[str, Any], rng: random.Random, repeats: int,
-                   thresholds: dict[int, float] | None, *, cold: bool = False) -> TrialResult:
+                   thresholds: dict[int, float] | None, *, cold: bool = False, noise: Noise = Noise()) -> TrialResult:
     """A launch of a plan table's row: a failure, an early stop (the first repeat below its
     threshold at every level: ``core.outcome.early_stop``, as ``node.measure`` stops), or
     ``repeats`` draws at every level, recorded as a trial records its levels."""
     if row.failure:
         return _replay_trial(row, config, rng, repeats, None, cold=cold)
     levels = sorted(row.levels)
-    first = {lv: rng.choice(row.levels[lv]) for lv in levels}
+    factor = noise.launch_factor(row, rng)
+    first = {lv: noise.sample(row, row.levels[lv], rng, factor) for lv in levels}
 
     def record(samples: dict[int, list[float]]) -> dict[str, Any]:
         return {str(lv): {"value": float(statistics.median(got)), "samples": list(got),
@@ -834,7 +927,8 @@ def _replay_levels(row: Row, config: dict[str, Any], rng: random.Random, repeats
                            metrics={"levels": levels_rec, "decode_samples": [first[1]] if 1 in first else [],
                                     "intermediate": first[levels[0]], "repeats": 1},
                            **_costs(row, 1, started=True, cold=cold))
-    samples = {lv: [first[lv]] + [rng.choice(row.levels[lv]) for _ in range(max(0, repeats - 1))] for lv in levels}
+    samples = {lv: [first[lv]] + [noise.sample(row, row.levels[lv], rng, factor) for _ in range(max(0, repeats - 1))]
+               for lv in levels}
     levels_rec = record(samples)
     value = levels_rec[str(levels[0])]["value"]
     metrics: dict[str, Any] = {"levels": levels_rec, "repeats": repeats}
@@ -847,12 +941,13 @@ def _replay_levels(row: Row, config: dict[str, Any], rng: random.Random, repeats
 def run_simulation(table_path: str | Path | Table, samplers: Sequence[str] | str = DEFAULT_SAMPLERS, *,
                    seeds: int = 20, budget: int | None = None, target: float = 0.02, repeats: int = 3,
                    use_pruning: bool = True, prune_ratio: float = DEFAULT_PRUNE_RATIO, parallel: int = 1,
-                   use_baseline: bool = True, first_seed: int = 0,
+                   use_baseline: bool = True, first_seed: int = 0, noise: Noise = Noise(),
                    progress: Any = None) -> SimulationResult:
     """Replay a table for each sampler spec x seed; see the module docstring.
 
-    ``budget`` defaults to the number of configs in the table (every config once).
-    ``progress`` (a text stream) gets one line per finished sampler.
+    ``budget`` defaults to the number of configs in the table (every config once). ``noise``
+    overrides the table's noise columns. ``progress`` (a text stream) gets one line per
+    finished sampler.
     """
     table = table_path if isinstance(table_path, Table) else load_table(table_path)
     if isinstance(samplers, str):
@@ -872,7 +967,7 @@ def run_simulation(table_path: str | Path | Table, samplers: Sequence[str] | str
     for spec in specs:
         t0 = time.perf_counter()
         runs = [replay_once(table, spec, s, budget=budget, target=target, repeats=repeats, prune_ratio=ratio,
-                            parallel=parallel, use_baseline=use_baseline)
+                            parallel=parallel, use_baseline=use_baseline, noise=noise)
                 for s in range(first_seed, first_seed + seeds)]
         res = SamplerResult(spec.text, runs, time.perf_counter() - t0)
         results.append(res)
@@ -885,7 +980,17 @@ def run_simulation(table_path: str | Path | Table, samplers: Sequence[str] | str
         repeats=repeats, prune_ratio=ratio, parallel=parallel,
         baseline=use_baseline and table.baseline is not None, samplers=results,
         baseline_within=table.baseline is not None and table.baseline in table.within(target),
-        levels=table.levels, level_bests={lv: table.best_at(lv) for lv in table.levels}, has_costs=table.has_costs)
+        levels=table.levels, level_bests={lv: table.best_at(lv) for lv in table.levels}, has_costs=table.has_costs,
+        n_optimal=len(table.optimal()), noise=_noise_text(table, noise))
+
+
+def _noise_text(table: Table, noise: Noise) -> str:
+    """How the replay drew its samples, in words (the comparison's header)."""
+    sample = noise.sample_cv if noise.sample_cv is not None else next(
+        (r.noise for r in table.rows if r.noise is not None), None)
+    launch = noise.launch_cv if noise.launch_cv is not None else max((r.launch_noise for r in table.rows), default=0.0)
+    text = "recorded samples" if sample is None else f"{sample * 100:g}% per sample"
+    return text + (f", {launch * 100:g}% per launch" if launch else "")
 
 
 # ---- output -------------------------------------------------------------------------------------
@@ -981,6 +1086,35 @@ def format_summary(results: Iterable[SimulationResult]) -> str:
     return "\n".join(out) + "\n"
 
 
+def format_comparison(results: Iterable[SimulationResult], by: int = 20) -> str:
+    """Markdown, one block per table, one row per search: the launch that first ran an optimal
+    config, the launches until the study's best was within the target, how many runs had it by
+    launch ``by``, and the hours of both where the table has start-up costs."""
+    out = []
+    for res in results:
+        pct = f"{res.target * 100:g}%"
+        if res.levels:
+            out.append(f"**{res.table}**: a plan table (every level's best within {pct}); use the default format.")
+            out.append("")
+            continue
+        out.append(f"**{res.table}**: {res.n_configs} configs ({res.n_failing} failing), {res.n_optimal} optimal "
+                   f"({res.best:.4g} tok/s), {res.n_within} within {pct}; noise: {res.noise}; budget {res.budget} "
+                   f"launches, {res.seeds} seeds, baseline first: {'yes' if res.baseline else 'no'}.")
+        out.append("")
+        hours = " | hours to first optimal: median | hours to within " + pct + ": median" if res.has_costs else ""
+        out.append(f"| search | first optimal launch: median | p90 | never | best within {pct}: median | p90 "
+                   f"| never | within {pct} by launch {by} (of {res.seeds}){hours} |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if res.has_costs else ""))
+        for s in res.samplers:
+            first_never = sum(r.first_optimal is None for r in s.runs)
+            cells = (f" | {_fmt_h(s.median_hours_to_optimal)} | {_fmt_h(s.median_hours)}" if res.has_costs else "")
+            out.append(f"| {s.spec} | {_fmt_n(s.median_first_optimal)} | {_fmt_n(s.p90_first_optimal)} | {first_never} "
+                       f"| {_fmt_n(s.median_launches)} | {_fmt_n(s.p90_launches)} | {s.never} "
+                       f"| {s.within_by(by)}{cells} |")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
 # ---- command line -------------------------------------------------------------------------------
 def add_simulate_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The flags of ``ncclsweep simulate`` / ``python -m orchestrator.study.replay``."""
@@ -1002,8 +1136,20 @@ def add_simulate_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     parser.add_argument("--parallel", type=int, default=1, help="trials in flight at once (default 1)")
     parser.add_argument("--no-baseline", dest="baseline", action="store_false",
                         help="do not enqueue the table's baseline row first")
-    parser.add_argument("--summary", action="store_true",
-                        help="one line per table (median launches per sampler) instead of one block per table")
+    parser.add_argument("--noise", type=float, default=None, metavar="CV",
+                        help="every sample drawn around its row's median with this coefficient of variation "
+                             "(0.01 = 1%%), instead of the table's noise column or recorded samples")
+    parser.add_argument("--launch-noise", type=float, default=None, metavar="CV",
+                        help="every launch's samples multiplied by one draw with this coefficient of variation, "
+                             "instead of the table's launch_noise column")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--summary", action="store_true",
+                       help="one line per table (median launches per sampler) instead of one block per table")
+    shown.add_argument("--compare", action="store_true",
+                       help="per table and search: first optimal launch, launches to within the target, runs "
+                            "within it by --by-launch, hours")
+    parser.add_argument("--by-launch", type=int, default=20, metavar="N",
+                        help="--compare counts the runs within the target by launch N (default 20)")
     parser.add_argument("--json", metavar="FILE", default=None, help="also write every run as JSON")
     return parser
 
@@ -1018,18 +1164,28 @@ def main_simulate(args: argparse.Namespace, out=None) -> int:
         raise BadInput(f"--target must be between 0 and 1 (a fraction, 0.02 = 2%), not {args.target}")
     if args.repeats < 1:
         raise BadInput(f"--repeats must be >= 1, not {args.repeats}")
+    for flag, cv in (("--noise", args.noise), ("--launch-noise", args.launch_noise)):
+        if cv is not None and not 0 <= cv < 1:
+            raise BadInput(f"{flag} must be a coefficient of variation between 0 and 1 (0.01 = 1%), not {cv}")
+    noise = Noise(sample_cv=args.noise, launch_cv=args.launch_noise)
     results = []
     for path in args.tables:
         try:
             results.append(run_simulation(path, args.sampler, seeds=args.seeds, budget=args.budget,
                                           target=args.target, repeats=args.repeats, use_pruning=args.prune,
                                           prune_ratio=args.prune_ratio, parallel=args.parallel,
-                                          use_baseline=args.baseline, progress=sys.stderr))
+                                          use_baseline=args.baseline, noise=noise, progress=sys.stderr))
         except BadInput:
             raise
         except ValueError as exc:  # sampler specs and options, seeds, budget
             raise BadInput(str(exc)) from None
-    print(format_summary(results) if args.summary else format_table(results), file=out, end="")
+    if args.summary:
+        text = format_summary(results)
+    elif args.compare:
+        text = format_comparison(results, by=args.by_launch)
+    else:
+        text = format_table(results)
+    print(text, file=out, end="")
     if args.json:
         files.write_whole(args.json, json.dumps([r.to_dict() for r in results], indent=1))
     return 0

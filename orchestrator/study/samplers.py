@@ -14,6 +14,16 @@ with the replay harness (``orchestrator.study.replay``; the evidence is in
 - ``random``, ``grid``, ``bruteforce``, ``nsga2``: baselines and exhaustive searches.
   ``grid`` needs the space's distributions; exhaustion of grid/brute force is decided by
   the search policy, not by ``study.stop()`` (which only works inside ``optimize``).
+  ``bruteforce`` is Optuna's search (every point of a finite space once, in a seeded
+  order) in a form that does not depend on the order a trial suggested its parameters in
+  (``ExhaustiveSampler``): Optuna's own refuses a study where two trials did not (the
+  baseline's trial records the parameters it sets in the order the job lists them).
+- ``model``: the per-value model leads (``strategies.value_led``): on a space the policy can
+  enumerate it picks every launch itself; on one too large to enumerate TPE, as ``tpe``, proposes.
+
+``make_strategy(name, ...)`` builds what the search policy does with the sampler
+(``study.strategies``): the per-value model's search for ``model``, else the search the sampler
+leads with the policy's start-up, fill and plan steps (``strategies.sampler_led``).
 
 Failures teach the sampler through constraints: the search policy sets one constraint on
 every COMPLETE and PRUNED trial with ``Trial.set_constraint`` (``search.CONSTRAINT``:
@@ -27,7 +37,9 @@ sampler hands the search policy (``SearchPolicy(startup=...)``), which picks the
 
 from __future__ import annotations
 
+import random
 import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,9 +50,13 @@ from optuna.distributions import (
     FloatDistribution,
     IntDistribution,
 )
+from optuna.trial import FrozenTrial, TrialState
 
 from orchestrator.config.sampler_options import DEFAULT_SAMPLER, MODEL_BASED, OPTIONS, SAMPLER_NAMES, missing_packages
 from orchestrator.core.errors import brief
+from orchestrator.study.strategies.base import Strategy
+from orchestrator.study.strategies.sampler_led import SamplerLed
+from orchestrator.study.strategies.value_led import DEFAULT_EXPLORATION, DEFAULT_INTERACTION, ValueLed
 
 
 def default_startup_trials(budget: int | None, space_size: int | None = None) -> int:
@@ -92,6 +108,10 @@ def make_sampler(
     with warnings.catch_warnings():
         # group=True is flagged experimental; that is a choice made knowingly here.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if key == "model":  # what proposes where the policy cannot enumerate the space: TPE as configured
+            opts.pop("exploration", None)
+            opts.pop("interaction", None)
+            key = "tpe"
         if key == "tpe":
             multivariate = opts.pop("multivariate", True)
             group = opts.pop("group", multivariate)
@@ -109,11 +129,31 @@ def make_sampler(
             opts.setdefault("population_size", max(4, min(50, (budget or 40) // 4)))
             return optuna.samplers.NSGAIISampler(seed=seed, **opts)
         if key == "bruteforce":
-            return _QuietBruteForceSampler(seed=seed, **opts)
+            return ExhaustiveSampler(seed=seed, **opts)
         # grid
         if not search_space:
             raise ValueError("the grid sampler needs the space's distributions (search_space=...)")
         return _QuietGridSampler(grid_values(search_space), seed=seed)
+
+
+def make_strategy(name: str, *, startup: int = 0, options: Mapping[str, Any] | None = None,
+                  **switches: Any) -> Strategy:
+    """What the search policy does with the named sampler (module docstring): ``ValueLed`` for
+    ``model`` (its ``exploration`` option), else ``SamplerLed`` with ``startup`` (the sampler's
+    start-up trials: ``startup_trials``). ``switches``: the strategy's own settings, which only
+    the replay harness changes (``fill``, ``startup_order``, ``plan_step``, ``cost_aware``);
+    ValueError for one the strategy does not have or a value it does not allow."""
+    key = _sampler_key(name)
+    opts = _check_options(key, options or {})
+    cls: Any = ValueLed if key == "model" else SamplerLed
+    fields = set(cls.__dataclass_fields__) - {"name", "startup", "exploration", "interaction"}
+    unknown = sorted(set(switches) - fields)
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: not a setting of sampler {key} (it has: {', '.join(sorted(fields))})")
+    if key == "model":
+        return ValueLed(exploration=opts.get("exploration", DEFAULT_EXPLORATION),
+                        interaction=opts.get("interaction", DEFAULT_INTERACTION), **switches)
+    return SamplerLed(name=key, startup=startup, **switches)
 
 
 def startup_trials(name: str, *, budget: int | None, space_size: int | None = None,
@@ -193,12 +233,75 @@ class _QuietGridSampler(optuna.samplers.GridSampler):
         return None
 
 
-class _QuietBruteForceSampler(optuna.samplers.BruteForceSampler):
-    """BruteForceSampler without ``study.stop()`` (see ``_QuietGridSampler``)."""
-
-    def after_trial(self, study, trial, state, values) -> None:
-        return None
+_EXPLORED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)
 
 
-__all__: Sequence[str] = ("SAMPLER_NAMES", "DEFAULT_SAMPLER", "make_sampler", "startup_trials",
-                          "default_startup_trials", "grid_values")
+class ExhaustiveSampler(optuna.samplers.BaseSampler):
+    """Every point of a finite define-by-run space once, in a seeded random order: Optuna's
+    ``BruteForceSampler``'s search, independent of the order trials suggested their parameters in.
+
+    For the parameter being drawn, each value is weighed by how much of the space under it (the
+    values this trial already has, then that value) no trial has explored yet, half in proportion
+    and half uniformly among the values with anything left (Optuna's blend, so no branch
+    starves); when nothing is left, any value. The tree of what was explored is read from the
+    trials by their parameter names, the parameters a trial has in common with more trials
+    first: a parameter that only exists under another's value (a capture size under graphs on)
+    is present in fewer trials than its parent, so the parent is always read first, whatever
+    order the space lists them in. Running trials count as explored unless
+    ``avoid_premature_stop``. It never calls ``study.stop()``: the search policy decides when
+    the space is exhausted (normalized configs, not raw points).
+    """
+
+    def __init__(self, seed: int | None = None, avoid_premature_stop: bool = False) -> None:
+        self._rng = random.Random(seed)
+        self._running_explored = not avoid_premature_stop
+
+    def infer_relative_search_space(self, study, trial) -> dict[str, BaseDistribution]:
+        return {}
+
+    def sample_relative(self, study, trial, search_space) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(self, study, trial, param_name, param_distribution) -> Any:
+        choices = _finite_choices(param_name, param_distribution)
+        states = _EXPLORED_STATES if self._running_explored else _EXPLORED_STATES[:-1]
+        given = dict(trial.params)
+        others = [t for t in study.get_trials(deepcopy=False, states=states)
+                  if t.number != trial.number and all(n in t.params and t.params[n] == v for n, v in given.items())]
+        done = set(given) | {param_name}
+        left = [_unexplored([t for t in others if param_name in t.params and t.params[param_name] == v], done)
+                for v in choices]
+        total = sum(left)
+        if not total:
+            return self._rng.choice(choices)
+        open_ = sum(1 for n in left if n)
+        weights = [0.5 * n / total + (0.5 / open_ if n else 0.0) for n in left]
+        return self._rng.choices(choices, weights=weights)[0]
+
+    def reseed_rng(self) -> None:
+        self._rng = random.Random()
+
+
+def _finite_choices(name: str, dist: BaseDistribution) -> list[Any]:
+    grid = grid_values({name: dist})  # ValueError for an infinite parameter
+    return grid[name]
+
+
+def _unexplored(trials: list[FrozenTrial], done: set[str]) -> int:
+    """Points not yet explored under the node the ``trials`` share (they agree on ``done``): 1 for
+    a node no trial reached, 0 for a point a trial ended on, else the sum over the values of the
+    parameter the most of them have next (``ExhaustiveSampler``)."""
+    if not trials:
+        return 1
+    onward = [t for t in trials if set(t.params) - done]
+    if len(onward) < len(trials):
+        return 0
+    counts = Counter(n for t in onward for n in t.params if n not in done)
+    name = min(counts, key=lambda n: (-counts[n], n))
+    below = [t for t in onward if name in t.params]
+    return sum(_unexplored([t for t in below if t.params[name] == v], done | {name})
+               for v in _finite_choices(name, below[0].distributions[name]))
+
+
+__all__: Sequence[str] = ("SAMPLER_NAMES", "DEFAULT_SAMPLER", "make_sampler", "make_strategy", "startup_trials",
+                          "default_startup_trials", "grid_values", "ExhaustiveSampler")

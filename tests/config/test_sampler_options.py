@@ -13,7 +13,7 @@ from orchestrator.config.sampler_options import NEEDS, SAMPLER_NAMES, missing_pa
 
 def test_a_sampler_without_its_package_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "scipy", None)  # not installed, as an import or a lookup sees it
-    assert missing_packages("gp") == "the gp sampler needs scipy (pip install scipy); or use sampler tpe"
+    assert missing_packages("gp") == "the gp sampler needs scipy (pip install scipy); or use sampler model"
     assert missing_packages("tpe") is None  # Optuna's own: nothing more
 
 

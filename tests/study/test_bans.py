@@ -52,6 +52,18 @@ def test_nccl_refusal_without_a_named_token_implicates_only_what_never_worked():
     assert list(bans.banned_values(rows)) == [("env.NCCL_ALGO", "NVLS")]
 
 
+def test_the_values_a_log_names_are_told_from_the_guess_for_an_unnamed_refusal():
+    """``named_in_log``: what the error lines name as a word; ``implicated`` adds, for an NCCL
+    refusal that names none, every NCCL value of the config (a guess the bans narrow later)."""
+    log = "\n".join(ln for ln in LL129.splitlines() if "LL129" not in ln)
+    a = {"tp_size": 2, "env.NCCL_PROTO": "LL129", "env.NCCL_ALGO": "Ring"}
+    assert bans.named_in_log(row(0, a, log=LL129)) == bans.implicated(row(0, a, log=LL129)) == [
+        ("env.NCCL_PROTO", "LL129")]
+    assert bans.named_in_log(row(0, a, log=log)) == []
+    assert bans.implicated(row(0, a, log=log)) == [("env.NCCL_PROTO", "LL129"), ("env.NCCL_ALGO", "Ring")]
+    assert bans.named_in_log(row(0, a, state="COMPLETE", log=LL129)) == []
+
+
 def test_a_start_crash_the_log_does_not_attribute_bans_nothing():
     log = "# ncclsweep: server --fault crash-on-start\nTraceback (most recent call last):\nRuntimeError: CUDA error\n"
     rows = [row(i, {"backend.fault": "crash-on-start", "x": i}, kind="start-crash", log=log) for i in range(3)]

@@ -19,6 +19,8 @@ from orchestrator.study.policy import Proposal, SearchPolicy
 from orchestrator.study.replay import TableSpace, _replay_levels, load_table
 from orchestrator.study.samplers import make_sampler
 from orchestrator.study.storage import CONSTRAINT
+from orchestrator.study.strategies import picks
+from orchestrator.study.strategies.sampler_led import SamplerLed
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
@@ -217,7 +219,7 @@ def test_exhausts_the_space_measuring_each_distinct_config_once():
 
 @pytest.mark.parametrize("fill", ["random", "neighbor"])
 def test_dedup_enqueues_an_unmeasured_config(fill):
-    study, policy = make(fill=fill)
+    study, policy = make(strategy=SamplerLed(fill=fill))
     p = policy.next()
     policy.record(p, ok(p))
     study.enqueue_trial(dict(p.trial.params))  # the sampler re-proposes the baseline
@@ -391,15 +393,16 @@ def grid3_value(config):
     return 10.0 + sum(int(v[1]) for v in config.values())
 
 
-def tpe_policy(startup, *, seed=0, baseline=None, study=None, **kw):
+def tpe_policy(startup, *, seed=0, baseline=None, study=None, startup_order="diverse", **kw):
     """A policy over TPE built as the driver builds them: the sampler's start-up count told to the policy."""
     from orchestrator.study.samplers import make_sampler, startup_trials
 
     study = study or optuna.create_study(
         direction="maximize", sampler=make_sampler("tpe", seed=seed, budget=40, n_startup_trials=startup))
     space = kw.pop("space", Grid3Space())
-    return study, SearchPolicy(study, space, dict, baseline=baseline, budget=12, seed=seed,
-                               startup=startup_trials("tpe", budget=40, n_startup_trials=startup), **kw)
+    strategy = SamplerLed(startup=startup_trials("tpe", budget=40, n_startup_trials=startup),
+                          startup_order=startup_order)
+    return study, SearchPolicy(study, space, dict, baseline=baseline, budget=12, seed=seed, strategy=strategy, **kw)
 
 
 def launch(policy, n):
@@ -620,7 +623,7 @@ def test_an_early_stop_of_a_plan_is_pruned_without_an_intermediate_value(table):
 def test_the_neighbor_fill_starts_from_every_levels_best(table):
     study, policy = make_plan_policy(table)
     run_all(table, study, policy)
-    refs = sorted((t.user_attrs["config"]["mode"], t.user_attrs["config"]["size"]) for t in policy._bests())
+    refs = sorted((c["mode"], c["size"]) for c in picks.bests(policy.view()))
     assert refs == [("batch", 2), ("solo", 2)]  # the best at 1 and the best at 8
 
 
@@ -725,13 +728,14 @@ def costed(proposal, value, seconds):
     return result
 
 
-def fill_order_after_three_launches(seed, **kw):
+def fill_order_after_three_launches(seed, cost_aware=True):
     """Baseline (a0, b0, c0) 10 tok/s in 100 s; (a0, b0, c1) 10 tok/s in 400 s (c1: a dear value,
     like a graph mode that captures); (a1, b0, c0) 20 tok/s in 100 s, the best. Every config at
     one parameter from it is then equally near; returns the fill's next launches."""
     base = {"a": "a0", "b": "b0", "c": "c0"}
     study = optuna.create_study(direction="maximize", sampler=AlwaysTheBaseline(base))
-    policy = SearchPolicy(study, Grid3Space(), dict, baseline=base, budget=None, seed=seed, **kw)
+    policy = SearchPolicy(study, Grid3Space(), dict, baseline=base, budget=None, seed=seed,
+                          strategy=SamplerLed(cost_aware=cost_aware))
     for params, value, seconds in [(base, 10.0, 100.0), ({"a": "a0", "b": "b0", "c": "c1"}, 10.0, 400.0),
                                    ({"a": "a1", "b": "b0", "c": "c0"}, 20.0, 100.0)]:
         if params != base:

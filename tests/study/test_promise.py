@@ -56,6 +56,20 @@ def test_an_early_stopped_trial_counts_with_what_the_early_stop_saw():
     assert model.predict({"m": "a"}) > model.predict({"m": "b"})
 
 
+def test_an_early_stopped_trial_as_the_study_records_it_counts_with_its_first_repeat():
+    """``history.trial_rows`` gives a PRUNED trial no value (it is not a measurement to rank):
+    what the early stop saw is its ``intermediate`` metric, and that is what it counts with."""
+    stopped = row(1, {"m": "b"}, None, state=PRUNED, metrics={"intermediate": 10.0, "decode_samples": [10.0]})
+    model = ValueModel.fit([row(0, {"m": "a"}, 30.0), stopped])
+    assert model.trials == 2 and model.predict({"m": "a"}) > model.predict({"m": "b"})
+
+
+def test_failures_can_be_left_to_a_separate_model():
+    rows = [row(0, {"proto": "Simple"}, 20.0), row(1, {"proto": "LL"}, 21.0),
+            row(2, {"proto": "LL128"}, state=FAIL, kind=FailureKind.WRONG_OUTPUT)]
+    assert ValueModel.fit(rows).trials == 3 and ValueModel.fit(rows, failures=False).trials == 2
+
+
 def test_a_plan_weighs_every_level():
     """For a plan the value is the geometric mean of its levels: a config best at 64 streams and
     poor at 1 can be worth more than one a little better at 1 only."""

@@ -1,0 +1,185 @@
+"""The search the per-value model leads (study/strategies/value_led.py), through the real search
+policy: the baseline's complement first, the model's argmax without exploration, an untried value
+tried where the rest of the config is good, failures blamed on the values that never worked, and
+a banned value never proposed."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import optuna
+import pytest
+
+from orchestrator.core.records import COMPLETE, FAIL, TrialResult, TrialRow
+from orchestrator.study.belief import Belief
+from orchestrator.study.policy import SearchPolicy
+from orchestrator.study.replay import load_table, replay_once
+from orchestrator.study.strategies.value_led import EQUAL_WITHIN, NOISE, UNEXPLAINED, ValueLed, failure_odds
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+GRID = {"a": ["a0", "a1", "a2"], "b": ["b0", "b1", "b2"], "c": ["c0", "c1", "c2"]}
+EFFECT = {"a0": 0.0, "a1": 0.3, "a2": 0.6, "b0": 0.0, "b1": -0.2, "b2": 0.2, "c0": 0.0, "c1": 0.1, "c2": 0.5}
+
+
+class Grid:
+    """27 configs, every one feasible."""
+
+    def suggest(self, trial):
+        return {n: trial.suggest_categorical(n, v) for n, v in GRID.items()}
+
+    def active(self, config):
+        return dict(config)
+
+    def feasible(self, config):
+        return None
+
+    def enumerate(self):
+        return [dict(zip(GRID, combo)) for combo in itertools.product(*GRID.values())]
+
+    def distributions(self):
+        return {n: optuna.distributions.CategoricalDistribution(v) for n, v in GRID.items()}
+
+
+def value(config):
+    return 20.0 * math.exp(sum(EFFECT[v] for v in config.values()))
+
+
+def policy(strategy=None, *, baseline=None, seed=0):
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=seed))
+    baseline = baseline or {"a": "a0", "b": "b0", "c": "c0"}
+    return study, SearchPolicy(study, Grid(), dict, baseline=baseline, budget=None, seed=seed,
+                               strategy=strategy or ValueLed())
+
+
+def record(pol, params):
+    """Enqueue ``params`` and launch it (what an earlier pick chose), recorded with its true value."""
+    pol.study.enqueue_trial(params)
+    p = pol.next()
+    assert p.config == params
+    v = value(p.config)
+    pol.record(p, TrialResult(outcome=COMPLETE, config=p.config, value=v,
+                              metrics={"decode_tok_s": v, "decode_samples": [v, v, v]}))
+
+
+def launch(pol):
+    p = pol.next()
+    v = value(p.config)
+    pol.record(p, TrialResult(outcome=COMPLETE, config=p.config, value=v,
+                              metrics={"decode_tok_s": v, "decode_samples": [v, v, v]}))
+    return p
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_after_the_baseline_the_first_pick_changes_every_parameter(seed):
+    """Nothing is known but the baseline: every value not in it is as uncertain as the prior, so
+    the highest bound is a config that shares none of the baseline's values."""
+    _, pol = policy(seed=seed)
+    base = launch(pol)
+    assert base.role == "baseline"
+    first = pol.next()
+    assert first.role == "model" and all(first.config[n] != base.config[n] for n in GRID)
+
+
+def test_without_exploration_it_launches_the_models_best_guess():
+    """Exploration 0: the pick is the config the model predicts fastest (up to ``EQUAL_WITHIN``:
+    scores that close are equal, and without launch costs the RNG picks among them)."""
+    _, pol = policy(ValueLed(exploration=0.0))
+    launch(pol)
+    for params in ({"a": "a1", "b": "b1", "c": "c1"}, {"a": "a2", "b": "b2", "c": "c0"},
+                   {"a": "a0", "b": "b2", "c": "c2"}, {"a": "a1", "b": "b0", "c": "c2"}):
+        record(pol, params)
+    view = pol.view()
+    data = [(r.params, math.log(r.value)) for r in view.rows() if r.state == COMPLETE]
+    belief = Belief.fit(list(view.configs.values()), data, effect=ValueLed.scale(data), noise=NOISE)
+    means, _ = belief.predict([view.configs[k] for k in view.remaining])
+    predicted = dict(zip(view.remaining, means))
+    pick = pol.next()
+    assert predicted[pick.key] >= max(means) - EQUAL_WITHIN
+
+
+def test_an_untried_value_is_tried_where_the_rest_of_the_config_is_good():
+    """Every value of a and b measured, c2 never: its effect is as uncertain as the prior, so the
+    pick is c2 with the best a and b the launches found, before any config of known values."""
+    _, pol = policy(ValueLed(exploration=1.0))
+    launch(pol)
+    for params in ({"a": "a1", "b": "b1", "c": "c1"}, {"a": "a2", "b": "b2", "c": "c0"},
+                   {"a": "a2", "b": "b0", "c": "c1"}, {"a": "a0", "b": "b2", "c": "c1"},
+                   {"a": "a1", "b": "b2", "c": "c0"}):
+        record(pol, params)
+    pick = pol.next()
+    assert pick.config == {"a": "a2", "b": "b2", "c": "c2"}
+
+
+def test_a_failure_is_blamed_on_the_values_that_never_worked():
+    names = ["algo", "proto"]
+
+    def launched(n, algo, proto, state=COMPLETE):
+        failed = state == FAIL
+        return TrialRow(number=n, state=state, params={"algo": algo, "proto": proto}, counted=True,
+                        failure_kind="nccl-invalid" if failed else None, value=None if failed else 10.0)
+    share = 1 - UNEXPLAINED  # a failure is some value's doing with this chance
+    rows = [launched(0, "Ring", "Simple"), launched(1, "NVLS", "LL", FAIL)]
+    odds = failure_odds(rows, {}, names)
+    assert odds == pytest.approx({("algo", "NVLS"): share / 2, ("proto", "LL"): share / 2})  # two suspects
+    rows.append(launched(2, "NVLS", "Simple", FAIL))  # Simple worked: NVLS alone is the suspect
+    odds = failure_odds(rows, {}, names)
+    assert odds[("proto", "LL")] == pytest.approx(share / 2)
+    assert odds[("algo", "NVLS")] == pytest.approx(1 - (1 - share / 2) * (1 - share))
+    odds = failure_odds(rows, {("algo", "NVLS"): "banned"}, names)  # a banned value explains its failures
+    assert odds == {("algo", "NVLS"): pytest.approx(1 - (1 - share) ** 2)}
+    rows.append(launched(3, "Tree", "LL"))  # LL worked once: it can work
+    assert ("proto", "LL") not in failure_odds(rows, {}, names)
+
+
+def test_a_value_the_failures_log_names_carries_the_blame():
+    """The log of a start-up failure names the value NCCL refused (as the bans read it): that
+    value is the culprit with the chance a failure is some value's doing, on top of its share;
+    the config's other values that never worked keep only their share."""
+    names = ["algo", "proto"]
+    share = 1 - UNEXPLAINED
+    ok = TrialRow(number=0, state=COMPLETE, params={"algo": "Ring", "proto": "Simple"}, counted=True, value=10.0)
+    crash = TrialRow(number=1, state=FAIL, params={"algo": "NVLS", "proto": "LL"}, counted=True,
+                     failure_kind="nccl-invalid", failure_reason="server exited with code 1",
+                     log_tail="NCCL WARN Error : algorithm NVLS is not supported on this platform")
+    odds = failure_odds([ok, crash], {}, names)
+    assert odds == pytest.approx({("algo", "NVLS"): 1 - (1 - share / 2) * (1 - share), ("proto", "LL"): share / 2})
+    unnamed = dataclasses.replace(crash, log_tail="NCCL WARN invalid usage")  # a refusal that names nothing
+    assert failure_odds([ok, unnamed], {}, names) == pytest.approx({("algo", "NVLS"): share / 2,
+                                                                    ("proto", "LL"): share / 2})
+
+
+def test_a_banned_value_is_never_proposed_after_its_ban(tmp_path):
+    """A replayed table where LL128 gives wrong output in every config (4 of 12 rows) and the
+    budget covers the whole table: it is launched twice, then never again."""
+    lines = ["graph,algo,proto,samples,failure,baseline,note"]
+    for graph in ("false", "true"):
+        for algo in ("Ring", "Tree"):
+            for proto, base in (("Simple", 10.0), ("LL", 12.0), ("LL128", None)):
+                fast = base and base + 8 * (graph == "true") + (algo == "Ring")
+                flag = "1" if (graph, algo, proto) == ("false", "Ring", "Simple") else ""
+                lines.append(f"{graph},{algo},{proto},{'' if fast is None else f'{fast};{fast * 1.01}'},"
+                             f"{'wrong-output' if fast is None else ''},{flag},")
+    path = tmp_path / "wrong.csv"
+    path.write_text("\n".join(lines) + "\n")
+    table = load_table(path)
+    for seed in range(3):
+        run = replay_once(table, "model", seed, budget=len(table.rows), prune_ratio=None)
+        assert run.failed == 2 and run.launches == len(table.rows) - 2, (seed, run)
+
+
+def test_a_space_too_large_to_enumerate_is_left_to_the_sampler():
+    class Unlisted(Grid):
+        def enumerate(self):
+            return None
+
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    pol = SearchPolicy(study, Unlisted(), dict, baseline=None, budget=5, seed=0, strategy=ValueLed())
+    roles = [launch(pol).role for _ in range(3)]
+    assert roles == ["sampler"] * 3
+
+
+def test_the_exploration_is_checked():
+    with pytest.raises(ValueError, match="exploration must be >= 0"):
+        ValueLed(exploration=-1.0)

@@ -126,7 +126,8 @@ def test_the_drivers_best_is_the_exported_best_on_recorded_studies(journal, tmp_
                           backend=SimpleNamespace(kind="refserver", settings={"model": "tiny"}))
     doc = json.loads(export(job, rows, "json"))
     assert doc["provenance"]["trial"] == driver_best.number
-    assert policy.prune_threshold(0.8) == pytest.approx(0.8 * exported[0].value)
+    # the figure a config is judged by is the median over its launches, as the export prints it
+    assert policy.prune_threshold(0.8) == pytest.approx(0.8 * doc["provenance"]["figure"]["value"])
     ranked = {r.number for r in outcome.rankable(rows)}
     rated = [p for p in importance.measured_points(rows)]
     assert len([p for p in rated if not p[2]]) == len(ranked)  # importance rates the ranked trials (+ early stops)

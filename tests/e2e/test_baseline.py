@@ -54,15 +54,17 @@ def fake_vllm(directory: Path) -> Path:
 
 def glm5_job(directory: Path, seed: int, trials: int = 5) -> Path:
     """jobs/glm5-vllm-8xpcie.yaml with its FILL-IN model path filled, the stand-in as the vllm
-    command, its own study, seed and trial budget, and a shorter benchmark (16 tokens, 2 repeats:
-    what a trial measures is not what makes its config); nothing else changed."""
+    command, its own study, seed and trial budget (no relaunches, no race), and a shorter
+    benchmark (16 tokens, 2 repeats: what a trial measures is not what makes its config); nothing
+    else changed."""
     data = yaml.safe_load(GLM5.read_text())
     model = directory / "GLM-5-AWQ"  # a Hugging Face checkpoint directory, as vLLM loads
     model.mkdir(exist_ok=True)
     data["backend"]["settings"].update(model=str(model), executable=str(fake_vllm(directory)))
     data.pop("output_dir", None)  # the study's folder is given here
     data.update(study=f"glm5-seed{seed}", report_dir=str(directory / "reports" / f"seed{seed}"),
-                space=str(REPO / "search_spaces" / "vllm-pcie.yaml"), budget={"trials": trials})
+                space=str(REPO / "search_spaces" / "vllm-pcie.yaml"),
+                budget={"trials": trials, "relaunch": 0, "confirm": 0})  # the baseline, not the launch noise
     data["sampler"]["seed"] = seed
     data["bench"].update(output_tokens=16, warmup=1, repeats=2, max_repeats=2)
     path = directory / f"glm5-seed{seed}.yaml"

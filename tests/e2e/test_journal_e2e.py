@@ -10,13 +10,10 @@ import contextlib
 import io
 import json
 import os
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 
-from conftest import write_job
+from conftest import mounted_tmpfs, write_job
 from logtext import log_lines
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
@@ -69,20 +66,9 @@ def test_a_journal_cut_mid_line_is_read_by_status_and_resumed_by_run(tmp_path, r
     assert sum(r.counted for r in trial_rows(open_study(job, create=False))) == 3
 
 
-def _mount_tmpfs(where: Path, size: str) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs (the full disk) needs root")
-    where.mkdir(parents=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-
-
 def test_a_full_disk_stops_the_run_with_one_line_and_the_study_resumes(tmp_path, ray_local, no_leftover_servers):
     disk = tmp_path / "disk"
-    _mount_tmpfs(disk, "160k")
-    try:
+    with mounted_tmpfs(disk, "160k"):
         folder = disk / "full"
         job_path = write_job(tmp_path, study="full", space_text=SPACE, budget={"trials": 4},
                              baseline={"tp_size": 1, "backend.max_batch": 8}, report_dir=str(folder))
@@ -91,7 +77,7 @@ def test_a_full_disk_stops_the_run_with_one_line_and_the_study_resumes(tmp_path,
         filler.write_bytes(b"\0" * (stat.f_bavail * stat.f_frsize - 40 * 1024))
 
         code, _, err = run_cli("run", str(job_path))
-        lines = err.strip().splitlines()
+        lines = log_lines(err.strip())
         assert code == 1, err
         stop = f"ncclsweep: error: stopping: cannot write to {folder}: No space left on device"
         assert lines[-1].startswith(stop), err
@@ -111,10 +97,5 @@ def test_a_full_disk_stops_the_run_with_one_line_and_the_study_resumes(tmp_path,
         after = complete(job)
         assert {n: after.get(n) for n in before} == before  # every complete trial kept
         assert sum(r.counted for r in trial_rows(open_study(job, create=False))) == 4
-    finally:
-        done = subprocess.run(["umount", str(disk)], capture_output=True, text=True)
-        if done.returncode != 0:
-            subprocess.run(["umount", "-l", str(disk)], capture_output=True)
-        shutil.rmtree(disk, ignore_errors=True)
 
 

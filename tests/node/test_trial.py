@@ -8,13 +8,12 @@ cancel is never lost, whenever it comes."""
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
 import threading
 from pathlib import Path
 
 import pytest
 
+from conftest import mounted_tmpfs
 from orchestrator.core import correctness, outcome
 from orchestrator.core.errors import StorageWriteError
 from orchestrator.core.records import COMPLETE, FAIL, PRUNED
@@ -83,22 +82,11 @@ def test_a_cancel_that_comes_as_the_server_is_spawned_is_not_lost(tmp_path, no_l
     assert result.failure_reason == "stopped by the user as its server was spawned"  # not after the timeout
 
 
-def _mount_tmpfs(where: Path, size: str) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs (the full disk) needs root")
-    where.mkdir(parents=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-
-
 def test_a_trial_that_cannot_write_into_the_full_study_folder_is_not_the_configs_fault(tmp_path, no_leftover_servers):
     """The server's log and record live in the study's folder: a full disk there fails the
     trial as env-error (never banned) with the folder named, and the driver stops on it."""
     disk = tmp_path / "disk"
-    _mount_tmpfs(disk, "64k")
-    try:
+    with mounted_tmpfs(disk, "64k"):
         (disk / "logs").mkdir()
         (disk / "servers").mkdir()
         with open(disk / "filler", "wb", buffering=0) as fh, pytest.raises(OSError):
@@ -116,10 +104,6 @@ def test_a_trial_that_cannot_write_into_the_full_study_folder_is_not_the_configs
         assert final.blameless and not final.counted
         stop = StorageWriteError.from_dict(result.metrics["write_failed"])
         assert stop.where == result.failure_reason and stop.hint == "free space there"
-    finally:
-        done = subprocess.run(["umount", str(disk)], capture_output=True, text=True)
-        if done.returncode != 0:
-            subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
 def test_an_engine_notice_in_the_servers_log_is_in_the_trials_warnings(tmp_path, no_leftover_servers):

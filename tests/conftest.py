@@ -224,6 +224,31 @@ def start_fake_openai(directory: Path, *args: str, model: str = "fake"):
     return sp
 
 
+def start_driver(job_path: Path, log_path: Path):
+    """``ncclsweep run JOB`` in a process of its own session (a test can signal its group or
+    kill -9 it, as a user's terminal would), everything it prints in ``log_path``."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "w") as log:
+        return subprocess.Popen([sys.executable, "-m", "orchestrator", "run", str(job_path)], stdout=log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def wait_for(predicate, timeout_s: float, what: str):
+    """``predicate()``'s first true value, polled; AssertionError naming ``what`` after ``timeout_s``."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 @contextlib.contextmanager
 def mounted_tmpfs(where: Path, size: str):
     """A real small file system at ``where`` (a tmpfs of ``size``), unmounted after: a disk that

@@ -21,14 +21,13 @@ import signal
 import statistics
 import subprocess
 import sys
-import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import FAKE_OPENAI, run_end, run_in_process, study_servers, write_job
+from conftest import FAKE_OPENAI, run_end, run_in_process, start_driver, study_servers, wait_for, write_job
 from logtext import said
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
@@ -98,13 +97,6 @@ def test_launches_fast_or_slow_by_35_percent_never_crown_the_slower_config(tmp_p
             assert lo <= statistics.median(fresh) <= hi, (fresh, fig)
 
 
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_kill_9_during_the_race_then_run_again_continues_it(tmp_path, no_leftover_servers):
@@ -115,10 +107,7 @@ def test_a_kill_9_during_the_race_then_run_again_continues_it(tmp_path, no_lefto
     (tmp_path / "whole").mkdir()
     job_path = fake_job(tmp_path / "killed", '"0.0100", "0.0150"', "0.0150", budget, ray={"parallel": 1})
     log_path = tmp_path / "driver1.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "orchestrator", "run", str(job_path)]
-    with open(log_path, "w") as log:
-        driver = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    driver = start_driver(job_path, log_path)
     try:
         wait_for(lambda: "(race launch 3 of 8, round 2)" in said(log_path.read_text()), 180, "the race's third launch")
         servers = tmp_path / "killed" / "reports" / "race" / "servers"
@@ -132,7 +121,8 @@ def test_a_kill_9_during_the_race_then_run_again_continues_it(tmp_path, no_lefto
     job = load_job(job_path)
     before = [r for r in trial_rows(open_study(job, create=False)) if r.launch_role == RACE]
     assert len(before) == 2, [r.number for r in before]  # round 1 stored; round 2's launch died with the driver
-    rerun = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    rerun = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(job_path)], capture_output=True,
+                           text=True, timeout=300)
     text = said(rerun.stdout + rerun.stderr)  # the log's wrapped lines joined
     assert rerun.returncode == 0, text
     assert "the race of the finalists is not over: continuing it" in text

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import TEST_PROMPT, study_servers, write_job
+from conftest import TEST_PROMPT, start_driver, study_servers, wait_for, write_job
 from orchestrator.config.job import load_job
 from orchestrator.study.history import trial_rows
 from orchestrator.study.storage import open_study
@@ -20,14 +20,6 @@ from orchestrator.study.storage import open_study
 pytestmark = pytest.mark.slow
 
 
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_kill_9_mid_trial_then_resume(tmp_path, no_leftover_servers):
@@ -38,10 +30,7 @@ def test_kill_9_mid_trial_then_resume(tmp_path, no_leftover_servers):
                          bench={"prompt": TEST_PROMPT, "output_tokens": 200, "warmup": 1, "repeats": 3,
                                 "max_repeats": 3})
     log_path = tmp_path / "driver1.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "orchestrator", "run", str(job_path)]
-    with open(log_path, "w") as log:
-        driver = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    driver = start_driver(job_path, log_path)
     try:
         wait_for(lambda: "starting #1" in log_path.read_text(), 120, "the second trial to start")
         # the second trial's server is up (it is recorded before it is trusted)
@@ -54,7 +43,8 @@ def test_kill_9_mid_trial_then_resume(tmp_path, no_leftover_servers):
             driver.kill()
             driver.wait()
     # our own Ray instance (fate-shared with the driver) goes; stragglers are the next run's job
-    rerun = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    rerun = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(job_path)], capture_output=True,
+                           text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "marked interrupted, re-queued" in rerun.stdout + rerun.stderr
     job = load_job(job_path)

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import TEST_PROMPT, TESTS, study_servers, write_job
+from conftest import TEST_PROMPT, TESTS, start_driver, study_servers, write_job
 from logtext import log_lines
 from orchestrator.config.job import load_job
 from orchestrator.study.history import trial_rows
@@ -24,11 +24,6 @@ from orchestrator.study.storage import open_study
 pytestmark = pytest.mark.slow
 
 
-def _start_driver(job_path, log_path):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    log = open(log_path, "w")
-    return subprocess.Popen([sys.executable, "-m", "orchestrator", "run", str(job_path)], stdout=log,
-                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
 def _wait_text(path, text, timeout_s=120):
@@ -61,7 +56,7 @@ def test_a_signal_stops_the_run_cleanly_and_the_study_resumes(tmp_path, sig, cou
                                 "max_repeats": 3},
                          timeouts={"startup": "60s", "bench": "120s", "teardown": "5s"})  # TP=2 on a busy box
     log_path = tmp_path / "driver.out"
-    driver = _start_driver(job_path, log_path)
+    driver = start_driver(job_path, log_path)
     try:
         _wait_text(log_path, "starting #0")
         time.sleep(2.5)  # the server is up, the benchmark running

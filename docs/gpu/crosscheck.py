@@ -67,7 +67,7 @@ def vllm_bench(base_url: str, model: str, served: str, prompts_file: Path, outpu
 
 def one_launch(job, config: dict, k: int, rounds: int, prompts_file: Path, out: Path, model: str) -> dict:
     spec = TrialSpec.from_job(job, 0, config)
-    bench = replace(spec.bench, repeats=1, max_repeats=None, target_rel_ci=None)
+    bench = spec.bench  # ours: exactly the study's measurement of a level (its repeats and precision target)
     log = out / f"launch-{k}.log"
     proc, launch, _ = prepare_server(job.backend_obj(), config, "127.0.0.1", dict(job.env), log, str(out / "servers"))
     got: dict = {"launch": k, "rounds": []}
@@ -151,7 +151,31 @@ def main() -> int:
         launches.append(one_launch(job, config, k, a.rounds, prompts, out, model))
         (out / "crosscheck.json").write_text(json.dumps({"config": config, "launches": launches}, indent=1))
     print(summary(launches, sorted(job.objective.concurrency)))
+    if a.config:
+        print(against_export(launches, a.config))
     return 0
+
+
+def against_export(launches: list[dict], config_file: str) -> str:
+    """Each launch's own figure (the median of our rounds) at the exported level against the range the
+    export printed for a fresh launch: the relaunch check of a winner (issue 34)."""
+    import yaml
+    prov = (yaml.safe_load(Path(config_file).read_text()) or {}).get("provenance") or {}
+    fig, level = prov.get("figure") or {}, (prov.get("objective") or {}).get("level") or 1
+    lo, hi = fig.get("fresh_launch_95") or (None, None)
+    lines, inside = [f"the export's figure {fig.get('value')} (median of {fig.get('launches')} launches) at "
+                     f"level {level}; a fresh launch should measure {lo}-{hi} (95%)"], 0
+    for got in launches:
+        mine = [x["figure"] for x in got["rounds"] if x["client"] == "ours" and x["level"] == level and x.get("figure")]
+        if not mine:
+            lines.append(f"launch {got['launch']}: failed")
+            continue
+        m = statistics.median(mine)
+        ok = lo is not None and lo <= m <= hi
+        inside += ok
+        lines.append(f"launch {got['launch']}: {m:.1f} ({'inside' if ok else 'OUTSIDE'} {lo}-{hi})")
+    lines.append(f"{inside} of {len(launches)} fresh launches inside the export's range")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

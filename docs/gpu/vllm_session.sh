@@ -25,9 +25,10 @@
 #                              kept in docs/gpu/<study>/ if any), status --json, report; its folder comes back as
 #                              $OUT/<study>.tgz
 #   STEP=bench JOB=jobs/x.yaml SETS="k=v ..."  one `ncclsweep bench` of a config (no study)
-#   STEP=crosscheck JOB=jobs/x.yaml [CONFIG=export] [SETS="k=v ..."] [LAUNCHES=3] [ROUNDS=2] [SECS=480]
+#   STEP=crosscheck JOB=jobs/x.yaml [CONFIG=export [LEVEL=1]] [SETS="k=v ..."] [LAUNCHES=3] [ROUNDS=2] [SECS=480]
 #                              docs/gpu/crosscheck.py: LAUNCHES fresh launches of a config (CONFIG=export: the kept
-#                              study's exported best, its header printed first), each measured in ROUNDS interleaved
+#                              study's exported best at LEVEL, its header printed first, and each launch's figure
+#                              there against the range the export printed), each measured in ROUNDS interleaved
 #                              rounds by the project's measurement and by `vllm bench serve` at every level
 #   STEP=relaunch JOB=jobs/x.yaml [N=3] [LEVEL=1]  after STEP=study: the exported config at LEVEL launched N
 #                              more times (docs/gpu/relaunch.sh), each figure against the export's range
@@ -45,6 +46,13 @@ run_study() {  # job, seconds of new trials, extra env (KEY=VALUE ...)
     | grep -v -e WARNING -e token-auth
   python3 -m orchestrator status "$job" 2>&1
   python3 -m orchestrator report "$job" >/dev/null 2>&1
+}
+restore_study() {  # the study a previous call left in /tmp/keep, else (a fresh machine) the one kept in docs/gpu/
+  local name=$1; mkdir -p reports
+  if [ -d /tmp/keep/$name ]; then rm -rf reports/$name && cp -r /tmp/keep/$name reports/
+  elif [ -f docs/gpu/$name/study.journal ] && [ ! -f reports/$name/study.journal ]; then
+    mkdir -p reports/$name && cp docs/gpu/$name/study.journal reports/$name/
+  fi
 }
 study_name() {  # the job's study: its folder under reports/ (and docs/gpu/ where one is kept)
   python3 -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['study'])" "$1"
@@ -65,8 +73,7 @@ case "$STEP" in
 relaunch)
   [ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
     .devwhl/*.whl 2>/dev/null
-  name=$(study_name "$JOB"); mkdir -p reports
-  [ -d /tmp/keep/$name ] && rm -rf reports/$name && cp -r /tmp/keep/$name reports/
+  name=$(study_name "$JOB"); restore_study "$name"
   OUT=$OUT bash docs/gpu/relaunch.sh "$JOB" "${N:-3}" "${LEVEL:-1}" 2>&1 | tee "$log" ;;
 part1)
   mkdir -p /tmp/vw && cp .vp1/part /tmp/vw/part1
@@ -138,11 +145,7 @@ tp1b)
 study)
   [ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
     .devwhl/*.whl 2>/dev/null
-  name=$(study_name "$JOB"); mkdir -p reports
-  [ -d /tmp/keep/$name ] && rm -rf reports/$name && cp -r /tmp/keep/$name reports/
-  # a fresh machine: continue the study kept in docs/gpu/<study>/ (its journal), if there is one
-  [ -d /tmp/keep/$name ] || { [ -f docs/gpu/$name/study.journal ] && mkdir -p reports/$name &&
-    cp docs/gpu/$name/study.journal reports/$name/; }
+  name=$(study_name "$JOB"); restore_study "$name"
   run_study "$JOB" ${SECS:-480} > "$OUT/$name.log" 2>&1
   python3 -m orchestrator status "$JOB" --json > "$OUT/$name-status.json" 2>&1
   tail -40 "$OUT/$name.log"
@@ -156,10 +159,9 @@ bench)
 crosscheck)
   [ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
     .devwhl/*.whl 2>/dev/null
-  name=$(study_name "$JOB"); mkdir -p reports; args=()
-  [ -d /tmp/keep/$name ] && rm -rf reports/$name && cp -r /tmp/keep/$name reports/
+  name=$(study_name "$JOB"); restore_study "$name"; args=()
   if [ "${CONFIG:-}" = export ]; then
-    python3 -m orchestrator export "$JOB" --format yaml -o /tmp/xc-config.yaml 2>&1 | tail -2
+    python3 -m orchestrator export "$JOB" --concurrency "${LEVEL:-1}" --format yaml -o /tmp/xc-config.yaml 2>&1 | tail -2
     grep '^#' /tmp/xc-config.yaml | tee "$OUT/xc-$name-export.txt"; args=(--config /tmp/xc-config.yaml)
   fi
   for s in ${SETS:-}; do args+=(--set "$s"); done

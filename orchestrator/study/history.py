@@ -245,7 +245,7 @@ def _damage(trial: FrozenTrial, config: Any, value: float | None, metrics: dict[
             dist = trial.distributions.get(name)
             if dist is not None and not _drawn_from(dist, got):
                 return f"its config's {name}={got!r} is not a value of the space it was drawn from"
-    if value is None:
+    if value is None or (value == 0 and _holds_nowhere(metrics)):
         return None
     if not math.isfinite(value) or value <= 0:
         return f"its value {value!r} is no decode rate"
@@ -257,6 +257,13 @@ def _damage(trial: FrozenTrial, config: Any, value: float | None, metrics: dict[
         lo, hi = ranges[0]
         return f"its value {value:g} tok/s lies outside the samples it was measured with ({lo:g}-{hi:g})"
     return None
+
+
+def _holds_nowhere(metrics: dict[str, Any]) -> bool:
+    """A goodput measurement whose SLO broke at the first concurrency it tried: its value, 0 tok/s
+    within the SLO, is a measured rate (an eager baseline under a tight TPOT target), not damage."""
+    gp = metrics.get("goodput")
+    return isinstance(gp, dict) and not gp.get("holds") and gp.get("breaks") is not None
 
 
 def _drawn_from(dist: Any, value: Any) -> bool:

@@ -10,6 +10,7 @@ import optuna
 import pytest
 from recorded_study import BASE, BEST, GARBAGE, Space, build_study, failed, make_job, ok, record
 
+from logtext import said
 from orchestrator.core.records import TrialResult, config_key
 from orchestrator.study import history, storage
 from orchestrator.study.policy import SearchPolicy
@@ -165,7 +166,7 @@ def test_a_categorical_index_out_of_range_is_named_and_left_out(tmp_path, capsys
     job = edited_study(tmp_path, edit)
     code, out, err = cli(capsys, "status", str(job))
     assert code == 0, err  # was: every command failed with "tuple index out of range"
-    assert "record " in err and "(trial id 1) is left out: parameter 'tp_size' holds choice index 99 of 2" in err
+    assert "record " in err and "(trial id 1) is left out: parameter 'tp_size' holds choice index 99 of 2" in said(err)
     assert "best: trial 2 40.00 tok/s" in out
     code, out, err = cli(capsys, "export", str(job), "--format", "json")
     assert code == 0 and json.loads(out)["provenance"]["trial"] == 2
@@ -189,6 +190,26 @@ def test_a_config_outside_the_space_and_an_absurd_value_are_named_and_never_best
     assert rows[0]["state"] == "FAIL" and "its value 1e+09 tok/s lies outside the samples it was measured with " \
                                           "(19.8-20.2)" in rows[0]["failure_reason"]
     assert rows[2]["state"] == "COMPLETE" and rows[2]["value"] == 40.0
-    assert "trial 1's record was changed after it was written" in err and "trial 0's record" in err
+    assert "trial 1's record was changed after it was written" in said(err) and "trial 0's record" in said(err)
     code, out, _ = cli(capsys, "export", str(job), "--format", "json", "--top", "3")
     assert code == 0 and [d["provenance"]["trial"] for d in json.loads(out)] == [2]  # neither edited trial
+
+
+def test_a_goodput_baseline_that_breaks_the_slo_at_one_stream_is_a_measured_zero(tmp_path, capsys):
+    """Found on a real vLLM: an eager baseline over a 10 ms TPOT target at one stream measures
+    0 tok/s within the SLO. That is its figure, not a record edited by hand; a 0 without a
+    goodput measurement behind it still is."""
+    job = make_job(tmp_path)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name=job.study, storage=storage.storage_for(job.storage), direction="maximize")
+    policy = SearchPolicy(study, Space(), lambda c: dict(c), baseline=None, budget=None)
+    broke = ok(BASE, 0.0)
+    broke.metrics.update(goodput={"max_concurrency": 128, "probes": [1], "holds": None, "breaks": 1},
+                         decode_samples=[70.0, 76.0, 73.0],
+                         slo_violations=["breaks the SLO at 1 stream(s) already: TPOT p99 14.3 ms at 1"])
+    record(study, policy, BASE, broke, baseline=True)
+    zero = ok(BEST, 0.0)  # a decode rate of 0 with nothing to say why
+    record(study, policy, BEST, zero)
+    rows = {r.number: r for r in history.trial_rows(study)}
+    assert rows[0].state == "COMPLETE" and rows[0].value == 0.0
+    assert rows[1].state == "FAIL" and "its value 0.0 is no decode rate" in rows[1].failure_reason

@@ -835,7 +835,10 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
     blocks.append(doc.para(f"Study `{getattr(job, 'study', '?')}` in `{getattr(job, 'storage', '?')}`"
                      + (f", backend {kind}" if kind else "")
                      + f". Open it interactively with `{storage.dashboard_command(getattr(job, 'storage', ''))}`."))
-    blocks += _headline(rows, best, base, ev, level, objective)
+    if objectives.of(objective).goodput is not None and rows:
+        blocks += latency.goodput_headline(rows, objective)
+    else:
+        blocks += _headline(rows, best, base, ev, level, objective)
     if plan is not None:
         blocks += _plan_lead(plan)
     if plan is not None:

@@ -750,7 +750,8 @@ def _plan_lead(plan: Plan) -> list[Block]:
         one = plan.everywhere
         out.append(doc.para(f"**One config serves every level on this evidence: trial {one.row.number}**, the best "
                             f"at {', '.join(map(str, one.best_at))}, and within launch noise of the best at the others "
-                            f"({'; '.join(f'at {lv}: {c.text} against trial {c.other.number}' for lv, c in one.within)})"
+                            "(" + "; ".join(f"at {lv}: {c.text} against trial {c.other.number}" for lv, c in one.within)
+                            + ")"
                             f". `ncclsweep export JOB --concurrency {one.best_at[0]}` exports it."))
     return out
 

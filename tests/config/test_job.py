@@ -441,7 +441,7 @@ def test_validate_warns_when_the_servers_length_cannot_hold_the_longest_context_
                "objective": {"concurrency": [1], "context": [0, 8192]}})
     assert main(["validate", "job.yaml"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"is less than the longest context (8192) plus the output (64) = 8256 tokens" in err[0]
+    assert len(err) == 1 and "is less than the longest context (8192) plus the output (64) = 8256 tokens" in err[0]
     assert err[0].startswith(f"job.yaml: warning: backend.settings.extra_args: {args[0].split('=')[0]} "), err
 
 

@@ -4,8 +4,10 @@ every sample kept; the one producer of a ``core.measurement.Measurement``.
 A ``BenchPlan`` (``node.spec``) names the levels (the objective's, then those the job's outcome
 constraints read), the prompts and the rounds. ``measure`` runs:
 
-1. warm-up: ``warmup`` single requests (through the prompts, untimed);
-2. rounds: in each, every level in ascending order (the cheapest first). Level 1 streams every
+1. warm-up: ``warmup`` single requests (through the prompts, untimed), then one at each context of
+   a context axis (``BenchPlan.long_prompts``);
+2. rounds: in each, every level in ascending order (the cheapest first; a level with a context,
+   ``core.level``, over the prompts made that long). Level 1 streams every
    prompt once (a decode tok/s sample per request). Level N sustains N streams, each sending
    ``plan.waves`` requests back to back through the prompts, and takes one total tok/s sample
    per round from the steady-state window (``core.measurement.steady_window``: the tokens that
@@ -249,13 +251,17 @@ class _Session:
         return out
 
     def warm_up(self) -> Benchmark | None:
-        """The untimed requests; the failed benchmark when one fails."""
+        """The untimed requests; the failed benchmark when one fails. With a context axis, one more
+        at each context after them (``long_prompts``): the server meets each prompt length once
+        untimed, and the pace is the slowest's, so the limit leaves room for the long prefills."""
         plan = self.plan
-        for i in range(plan.warmup):
+        first = [plan.prompts[i % len(plan.prompts)] for i in range(plan.warmup)]
+        todo = [*first, *(prompts[0] for _, prompts in sorted(plan.long_prompts.items()))] if plan.warmup else first
+        for i, prompt in enumerate(todo):
             if self.left() <= 0:
-                return self.fail(f"benchmark limit reached during warm-up ({i} of {plan.warmup})", True)
-            k = i % len(plan.prompts)
-            req = client.stream_completion(self.base_url, self.model, plan.prompts[k], plan.tokens_for(k), self.left(),
+                return self.fail(f"benchmark limit reached during warm-up ({i} of {len(todo)})", True)
+            k = i % len(plan.prompts) if i < len(first) else 0
+            req = client.stream_completion(self.base_url, self.model, prompt, plan.tokens_for(k), self.left(),
                                            stall_s=plan.stall_s)
             if not req.ok:
                 return self.fail(f"warm-up request {i + 1} failed: {req.error}", req.timed_out, req)

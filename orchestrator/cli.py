@@ -379,12 +379,13 @@ def cmd_status(args) -> int:
         print(format_plan(plan))
     else:
         print(format_status(rows))
-        print(format_verdict(plan))
-        if job.objective.goodput is not None:
+        if job.objective.goodput is not None:  # the goodput answer is its verdict, not a figure at one stream
             from orchestrator.study.goodput import format_goodput, goodput_answer
 
             print(format_goodput(goodput_answer(rows, job.objective)))
-        elif job.slo:
+        else:
+            print(format_verdict(plan))
+        if job.objective.goodput is None and job.slo:
             from orchestrator.study.history import infeasible_lines
 
             print(f"slo: {job.slo.describe()}")

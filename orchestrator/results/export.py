@@ -270,7 +270,9 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
         "baseline_compare_values": _compare_values(ev, base.config_key, choice, level_of(choice, obj))
         if base is not None else [],
         "race_launches": sum(1 for r in ev.launches(key) if r.launch_role == races.RACE)}
-    if base is not None and iv is not None:
+    if base is not None and choice.weights is None and level is HEADLINE and base_value == 0:
+        out["vs_baseline"] = _against_no_goodput(base)
+    elif base is not None and iv is not None:
         same = base.config_key == key
         word = verdict.verdict(iv, same_config=same)
         out["vs_baseline"] = {**iv.to_dict(), "point": value / base_value if value and base_value else None,
@@ -294,6 +296,15 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
                            "finalists": [numbers.get(k) for k in o.contest.finalists], "launches": o.launches,
                            "rounds": o.rounds, "confidence": o.confidence, "finished": o.finished}
     return out
+
+
+def _against_no_goodput(base: TrialRow) -> dict[str, Any]:
+    """The verdict against a baseline that held the SLO at no concurrency it tried: its goodput is
+    0 tok/s, so there is no ratio to give, and no noise to be within; the goodput answer says what
+    each config held."""
+    return {"no_ratio": True, "verdict": None, "beyond_noise": None, "same_config": False, "point": None,
+            "text": f"no ratio: the baseline #{base.number} holds the SLO at no concurrency it tried (0 tok/s "
+                    f"within the SLO)", "compare_launches": 0}
 
 
 def level_of(choice: Choice, objective: Any) -> int | None:
@@ -340,7 +351,7 @@ def _warning_lines(fig: dict[str, Any], trial: int, *, said: bool = False) -> li
     vs = fig.get("vs_baseline") or {}
     fresh_vs = fig.get("fresh_vs_baseline") or {}
     fresh = vs.get("compare_launches", 0) + fig.get("compare_launches", 0)
-    if vs and not vs.get("same_config") and not vs.get("beyond_noise"):
+    if vs and not vs.get("same_config") and not vs.get("beyond_noise") and not vs.get("no_ratio"):
         by = f" ({fresh} of the launches fresh from `ncclsweep compare`)" if fresh else ""
         what = "" if said else f": {vs['text']}"
         out.append(f"trial {trial} is WITHIN NOISE of the baseline{what}{by}: it is not shown to beat the baseline")
@@ -419,7 +430,8 @@ def _latency_provenance(job: Any, row: TrialRow, rows: list[TrialRow]) -> dict[s
         answer = goodput_answer(rows, obj)
         mine = next((c for c in answer.configs if c.row.config_key == row.config_key), None)
         out["goodput"] = {**(mine.to_dict() if mine else {}),
-                          "baseline": answer.baseline.to_dict() if answer.baseline else None, "answer": answer.text()}
+                          "baseline": answer.baseline.to_dict() if answer.baseline else None, "answer": answer.text(),
+                          "is_best": answer.best is not None and answer.best.row.config_key == row.config_key}
     bench = getattr(job, "bench", None)
     lengths = row.measurement.lengths if row.measurement is not None else None
     if getattr(bench, "traffic", None) is not None or lengths is not None:
@@ -472,7 +484,8 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
         chosen = [f"chosen for {what} ({_one_line(obj['chosen_by'])}): {got}{vs}"]
     good = prov.get("goodput") or {}
     if good.get("text"):  # the value is the total tok/s at the most streams within the SLO
-        chosen.append(f"goodput: {good['text']}; {good.get('answer')}")
+        chosen.append(f"goodput: {good.get('answer')}" if good.get("is_best") else
+                      f"goodput: {good['text']}; {good.get('answer')}")
     slo = prov.get("slo")
     if slo:
         broke = "; ".join(b["text"] for b in slo["breaches"]) or "holds them at every level measured"

@@ -218,6 +218,52 @@ class LevelPlan:
 
 
 @dataclass(frozen=True)
+class OneForAll:
+    """A config a user can run at every level of the plan: the best at ``best_at``, and at each
+    other level within launch noise of that level's best (``within``: its comparison with it)."""
+
+    row: TrialRow
+    best_at: tuple[int, ...]
+    within: tuple[tuple[int, Comparison], ...]  # (level, it against the best there) where another config is best
+
+    def text(self) -> str:
+        """'#1, the best at 10 and 64, and at 1 within launch noise of #3 (0.99x, within noise (...))'."""
+        where = " and ".join([", ".join(map(str, self.best_at[:-1])), str(self.best_at[-1])] if len(self.best_at) > 1
+                             else [str(self.best_at[0])])
+        near = "; ".join(f"at {level} within launch noise of #{c.other.number} ({c.text})" for level, c in self.within)
+        return f"#{self.row.number}, the best at {where}, and {near}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trial": self.row.number, "config": dict(self.row.params), "best_at": list(self.best_at),
+                "within_noise_of_best": [{"level": level, **c.to_dict()} for level, c in self.within],
+                "text": self.text()}
+
+
+def one_for_all(per_level: list[LevelPlan], evidence: Evidence, slo: Targets | None) -> OneForAll | None:
+    """When the levels' bests differ: the config among them that is the best at the most levels and
+    within launch noise of the best at every other (and holds the SLO there), so that one config
+    serves the whole plan on this evidence; None when no config does, or there is only one best."""
+    bests = [lp.best for lp in per_level if lp.best is not None]
+    if len(bests) < len(per_level) or len({b.config_key for b in bests}) < 2:
+        return None
+    found = []
+    for row in {b.config_key: b for b in bests}.values():
+        best_at = tuple(lp.level for lp in per_level if lp.best is not None and lp.best.config_key == row.config_key)
+        within = []
+        for lp in per_level:
+            if lp.level in best_at:
+                continue
+            c = _compare(evidence, row, lp.best, lp.level)
+            if c is None or c.verdict != verdict.WITHIN_NOISE or not c.interval.bounded \
+                    or breaches_at(row, lp.level, slo):
+                break
+            within.append((lp.level, c))
+        else:
+            found.append(OneForAll(row, best_at, tuple(within)))
+    return max(found, key=lambda o: (len(o.best_at), -o.row.number)) if found else None
+
+
+@dataclass(frozen=True)
 class Plan:
     """Per level the best config, the Pareto set, and with weights the best for the mix."""
 
@@ -233,6 +279,9 @@ class Plan:
     mix_launches: int = 0
     evidence: Evidence | None = field(default=None, repr=False, compare=False)  # what the figures are over
     slo: Targets | None = None  # the objective's latency targets (a config is ranked only where it holds them)
+    # one config that serves every level: the best at some, within launch noise of the best at the
+    # others (``one_for_all``); None when the levels' bests are one config already, or none does
+    everywhere: OneForAll | None = None
     _by_level: dict[int, LevelPlan] = field(default_factory=dict, repr=False, compare=False)
 
     def at(self, level: int) -> LevelPlan:
@@ -274,6 +323,7 @@ class Plan:
                     "vs_baseline": self.mix_vs_baseline.to_dict() if self.mix_vs_baseline else None},
                 "slo": self.slo.to_record() if self.slo else None,
                 "slo_text": self.slo.describe() if self.slo else None,
+                "one_config": self.everywhere.to_dict() if self.everywhere else None,
                 "slo_lines": [line for lp in self.per_level for line in lp.slo_lines(self.anchor, self.baseline)]}
 
 
@@ -330,7 +380,7 @@ def build_plan(rows: list[TrialRow], objective: Objective | None) -> Plan:
     return Plan(levels=levels, weights=dict(obj.weights) if obj.weights else None, baseline=base, anchor=anchor,
                 per_level=tuple(per_level), pareto=tuple(pareto(rows, levels, slo)), mix=mix, mix_vs_baseline=mix_vs,
                 mix_value=mix_val, mix_launches=mix_n, evidence=evidence, slo=slo,
-                _by_level={lp.level: lp for lp in per_level})
+                everywhere=one_for_all(per_level, evidence, slo), _by_level={lp.level: lp for lp in per_level})
 
 
 # ---- text ---------------------------------------------------------------------------------------
@@ -403,6 +453,8 @@ def format_plan(plan: Plan) -> str:
                      + ([_p99_text(lp.best.at(lp.level) if lp.best else None)] if long else []))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     lines = [head] + ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
+    if plan.everywhere is not None:
+        lines.append(f"one config for every level: {plan.everywhere.text()}")
     lines.append("launch noise: " + "; ".join(f"at {lp.level} {noise_text(lp.noise)}" for lp in plan.per_level))
     if plan.pareto:
         ev = plan.evidence or Evidence([])

@@ -234,8 +234,9 @@ class OneForAll:
         return f"#{self.row.number}, the best at {where}, and {near}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"trial": self.row.number, "config": dict(self.row.params), "best_at": list(self.best_at),
-                "within_noise_of_best": [{"level": level, **c.to_dict()} for level, c in self.within],
+        return {"trial": self.row.number, "config": dict(self.row.params),
+                "best_at": [level_key(lv) for lv in self.best_at],
+                "within_noise_of_best": [{"level": level_key(level), **c.to_dict()} for level, c in self.within],
                 "text": self.text()}
 
 

@@ -74,6 +74,9 @@ from orchestrator.core import verdict
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.golden_check import disputed
 from orchestrator.core.launch import env_value_problem, server_environment
+from orchestrator.core.level import context_of, streams
+from orchestrator.core.level import key as level_key
+from orchestrator.core.level import parse as parse_level
 from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES
 from orchestrator.core.records import COMPLETE, TrialRow
 from orchestrator.core.slo import LABELS as slo_labels
@@ -173,23 +176,31 @@ class Choice:
     def describe(self) -> str:
         if self.weights is not None:
             return "the traffic mix " + ", ".join(f"{lv}: {w:g}" for lv, w in self.weights.items())
-        if self.level == 1:
-            return "concurrency 1 (single-request decode tok/s)"
-        return f"concurrency {self.level} (total tok/s with {self.level} concurrent streams)"
+        level = self.level or 1
+        at = f" with prompts of about {context_of(level)} tokens" if context_of(level) else ""
+        if streams(level) == 1:
+            return f"concurrency {level} (single-request decode tok/s{at})"
+        return f"concurrency {level} (total tok/s with {streams(level)} concurrent streams{at})"
 
 
-def choose(job: Any, level: int | None = None, mix: bool = False) -> Choice:
+def choose(job: Any, level: int | str | None = None, mix: bool = False) -> Choice:
     """Which best to export for ``--concurrency`` / ``--mix`` (module docstring); BadInput
-    for a level the objective lacks, or ``--mix`` without weights."""
+    for a level the objective lacks (``--concurrency N``, or ``N@CONTEXT`` with a context axis:
+    ``core.level``), or ``--mix`` without weights."""
     obj = objectives.of(getattr(job, "objective", None))
     levels = objectives.levels(obj)
     if level is not None and mix:
         raise BadInput("--concurrency and --mix each choose the config to export: give one of them", key="--mix")
     if level is not None:
-        if level not in levels:
-            raise BadInput(f"{brief(level)} is not a level of the study's objective (objective.concurrency: "
-                           f"{', '.join(map(str, levels))})", key="--concurrency")
-        return Choice(level=level, chosen_by=f"--concurrency {level}", slo=obj.slo)
+        try:
+            wanted: int | None = parse_level(level)
+        except ValueError:
+            wanted = None
+        if wanted is None or wanted not in levels:
+            axes = "objective.concurrency x objective.context, N@CONTEXT" if obj.context else "objective.concurrency"
+            raise BadInput(f"{wanted if wanted is not None else brief(level)} is not a level of the study's objective "
+                           f"({axes}: {', '.join(map(str, levels))})", key="--concurrency")
+        return Choice(level=wanted, chosen_by=f"--concurrency {wanted}", slo=obj.slo)
     if mix:
         if not obj.weights:
             raise BadInput("the job's objective has no traffic mix (objective.weights, e.g. {1: 0.6, 10: 0.4}); "
@@ -208,7 +219,9 @@ def _objective_provenance(choice: Choice, figure: dict[str, Any]) -> dict[str, A
     """What the chosen level (or mix) measured for this config, against the baseline (``figure``)."""
     vs = figure.get("vs_baseline") or {}
     out: dict[str, Any] = {"mix": {str(k): v for k, v in choice.weights.items()} if choice.weights else None,
-                           "level": choice.level, "unit": figure["unit"], "spread": figure.get("spread"),
+                           "level": level_key(choice.level) if choice.level is not None else None,
+                           "context": context_of(choice.level) if choice.level is not None else None,
+                           "unit": figure["unit"], "spread": figure.get("spread"),
                            "value": figure["value"], "launches": figure["launches"],
                            "baseline_value": figure.get("baseline_value"), "x_baseline": vs.get("point"),
                            "chosen_by": choice.chosen_by}

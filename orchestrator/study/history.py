@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.core import outcome
 from orchestrator.core.golden_check import disputed
+from orchestrator.core.level import context_of
 from orchestrator.core.measurement import Measurement
 from orchestrator.core.records import (
     COMPLETE,
@@ -508,7 +509,8 @@ def format_status(rows: list[TrialRow], width: int | None = None, levels: Iterab
     tainted = outcome.tainted_keys(rows)
     shown_levels = sorted(levels or ())
     shown_levels = shown_levels if len(shown_levels) > 1 else []
-    columns = "".join(f" {'@' + str(lv):>9}" for lv in shown_levels) if shown_levels else f" {'tok/s':>8}"
+    columns = ("".join(f" {str(lv) if context_of(lv) else '@' + str(lv):>9}" for lv in shown_levels) if shown_levels
+               else f" {'tok/s':>8}")
     head = (f"{'#':>4} {'state':<8}{columns} {'+-%':>5} {'x base':>6} {'node':<12} {'time':>5} {'start':>5}  "
             "params / failure")
     lines = [head, "-" * min(width, len(head) + 40)]

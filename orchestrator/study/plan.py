@@ -34,6 +34,9 @@ from typing import Any
 from orchestrator.config.job import Objective
 from orchestrator.core import slo as slos
 from orchestrator.core import verdict
+from orchestrator.core.level import context_of
+from orchestrator.core.level import key as level_key
+from orchestrator.core.measurement import Latency, LevelResult
 from orchestrator.core.records import TrialRow
 from orchestrator.core.slo import Breach, Targets
 from orchestrator.core.verdict import LaunchNoise, RatioInterval
@@ -198,7 +201,8 @@ class LevelPlan:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"level": self.level, "unit": self.unit, "best_trial": self.best.number if self.best else None,
+        return {"level": level_key(self.level), "unit": self.unit,
+                "best_trial": self.best.number if self.best else None,
                 "best_config": dict(self.best.params) if self.best else None, "best_value": self.best_value,
                 "best_launches": self.best_launches,
                 "best_fresh": list(self.best_fresh) if self.best_fresh else None,
@@ -230,8 +234,9 @@ class OneForAll:
         return f"#{self.row.number}, the best at {where}, and {near}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"trial": self.row.number, "config": dict(self.row.params), "best_at": list(self.best_at),
-                "within_noise_of_best": [{"level": level, **c.to_dict()} for level, c in self.within],
+        return {"trial": self.row.number, "config": dict(self.row.params),
+                "best_at": [level_key(lv) for lv in self.best_at],
+                "within_noise_of_best": [{"level": level_key(level), **c.to_dict()} for level, c in self.within],
                 "text": self.text()}
 
 
@@ -306,7 +311,8 @@ class Plan:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"levels": list(self.levels), "weights": {str(k): v for k, v in (self.weights or {}).items()} or None,
+        return {"levels": [level_key(lv) for lv in self.levels],
+                "weights": {str(k): v for k, v in (self.weights or {}).items()} or None,
                 "baseline_trial": self.baseline.number if self.baseline else None,
                 "anchor_trial": self.anchor.number if self.anchor else None,
                 "per_level": [lp.to_dict() for lp in self.per_level],
@@ -418,22 +424,34 @@ def format_verdict(plan: Plan) -> str:
             f"launch noise {noise_text(lp.noise)}")
 
 
+def _p99_text(got: LevelResult | None) -> str:
+    """'812/21.4': p99 TTFT and TPOT in ms ('-' where not recorded)."""
+    def one(lat: Latency | None) -> str:
+        return f"{1000 * lat.p99:.1f}" if lat is not None else "-"
+    return "-" if got is None else f"{one(got.ttft)}/{one(got.tpot)}"
+
+
 def format_plan(plan: Plan) -> str:
-    """The plan as ``status`` prints it: one line per level, then the Pareto set and the mix."""
+    """The plan as ``status`` prints it: one line per level, then the Pareto set and the mix. With
+    a context axis (``core.level``), the best's p99 TTFT and TPOT at each level too: what a longer
+    prompt costs a user is the wait for the first token."""
     levels = ", ".join(map(str, plan.levels))
+    long = any(context_of(lv) for lv in plan.levels)
+    over = f"levels {levels} (concurrency@context tokens)" if long else f"concurrency {levels}"
     if not plan.found:
-        return f"plan over concurrency {levels}: no config may be called best yet"
+        return f"plan over {over}: no config may be called best yet"
     anchor = plan.anchor
     first = plan.levels[0]
     base = f"baseline #{plan.baseline.number}" if plan.baseline else "no baseline measured"
-    head = f"plan over concurrency {levels} ({base}; the best at {first} is #{anchor.number if anchor else '-'}):"
+    head = f"plan over {over} ({base}; the best at {first} is #{anchor.number if anchor else '-'}):"
     table = [["level", "unit", "baseline", f"best at {first}", "best here", "best here vs baseline",
-              f"best at {first} vs best here"]]
+              f"best at {first} vs best here"] + (["best here p99 TTFT/TPOT ms"] if long else [])]
     for lp in plan.per_level:
         table.append([str(lp.level), lp.unit, fmt(lp.baseline_value), fmt(lp.anchor_value),
                       f"#{lp.best.number} {fmt(lp.best_value)} ({launches_text(lp.best_launches)})" if lp.best else "-",
                       lp.vs_baseline.text if lp.vs_baseline else "-",
-                      lp.anchor_vs_best.text if lp.anchor_vs_best else "-"])
+                      lp.anchor_vs_best.text if lp.anchor_vs_best else "-"]
+                     + ([_p99_text(lp.best.at(lp.level) if lp.best else None)] if long else []))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     lines = [head] + ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
     if plan.everywhere is not None:

@@ -237,13 +237,12 @@ def _launch_role(ua: dict[str, Any]) -> str | None:
 _WARNED: set[tuple[int, Any]] = set()  # damaged records already named in this process
 
 
-def _damage(trial: FrozenTrial, config: Any, value: float | None, metrics: dict[str, Any],
-            key: str | None = None) -> str | None:
+def _damage(trial: FrozenTrial, config: Any, value: float | None, metrics: dict[str, Any]) -> str | None:
     """What in a trial's record does not match the rest of it (None: it is whole): a config
     value that is not a point of the space its parameter was drawn from (Optuna's stored
-    distribution), or not the value Optuna recorded for the parameter, a config that is not the
-    one its recorded ``key`` names (an edit within the space); a value that is no rate, or lies
-    outside every sample it was measured with."""
+    distribution), or not the value Optuna recorded for the parameter (an edit within the space);
+    a value that is no rate, or lies outside every sample it was measured with. (A config key is
+    not checked: its spelling may differ between releases of the tool.)"""
     if isinstance(config, dict):
         for name, got in config.items():
             dist = trial.distributions.get(name)
@@ -252,8 +251,6 @@ def _damage(trial: FrozenTrial, config: Any, value: float | None, metrics: dict[
             if name in trial.params and not _same_value(trial.params[name], got):
                 return (f"its config's {name}={got!r} is not the value Optuna drew for it "
                         f"({trial.params[name]!r})")
-        if key is not None and config_key(config) != key:
-            return "its config is not the one its config key was recorded for"
     if value is None or (value == 0 and _holds_nowhere(metrics)):
         return None
     if not math.isfinite(value) or value <= 0:
@@ -296,7 +293,7 @@ def _checked(trial: FrozenTrial, ua: dict[str, Any], row: TrialRow) -> TrialRow:
     left out of every figure, and named once in a warning."""
     if row.state not in _FINISHED:
         return row
-    damage = _damage(trial, ua.get("config"), row.value, ua.get("metrics") or {}, ua.get(ATTR_KEY))
+    damage = _damage(trial, ua.get("config"), row.value, ua.get("metrics") or {})
     if damage is None:
         return row
     if (trial.number, trial.datetime_start) not in _WARNED:

@@ -82,6 +82,7 @@ from orchestrator.core.records import COMPLETE, TrialRow
 from orchestrator.core.slo import LABELS as slo_labels
 from orchestrator.core.slo import Targets
 from orchestrator.core.slo import breaches as slo_breaches
+from orchestrator.node.startup import NOTICE
 from orchestrator.study import objective as objectives
 from orchestrator.study import race as races
 from orchestrator.study.goodput import goodput_answer
@@ -394,6 +395,8 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
         "prompts": row.prompt_set or None,  # the decode prompts the figures were measured on
         "acceptance_rate": row.acceptance_rate,
         "mean_accepted_length": row.mean_accepted_length,
+        # what the engine said it changed or refused for this config (vLLM: "... is disabled because ...")
+        "engine_notices": [w[len(NOTICE):] for w in row.warnings if str(w).startswith(NOTICE)],
         "backend": {"kind": _backend_kind(job, backend), "version": _safe_version(backend)},
         "model": _model_of(backend, job),
         "nccl_version": _first(nccl.get("version"), nccl.get("nccl_version"), node.get("nccl_version")),
@@ -509,6 +512,7 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
         f"GPU: {_one_line(prov['gpu_model'])} (devices {_one_line(prov['gpus'])}); "
         f"topology: {_one_line(prov['topology'], 100)}",
         *_speculation_comment(prov),
+        *_notice_comments(prov),
     ]
     return [_comment(line) for line in lines]
 
@@ -562,6 +566,11 @@ def _speculation_comment(prov: dict[str, Any]) -> list[str]:
     parts = ([f"{100 * rate:.1f}% of drafted tokens accepted"] if rate is not None else []) + (
         [f"{length:.2f} tokens per target step"] if length is not None else [])
     return [f"speculative decoding: {', '.join(parts)} (the server's counters over the benchmark prompts)"]
+
+
+def _notice_comments(prov: dict[str, Any]) -> list[str]:
+    """The engine's notices in the measured launch: a config can change more than it says."""
+    return [f"engine notice: {_one_line(n)}" for n in prov.get("engine_notices") or []]
 
 
 # ---- environment & command --------------------------------------------------------------------------

@@ -667,3 +667,20 @@ def test_a_baseline_holding_the_slo_nowhere_is_no_ratio_and_no_within_noise(caps
         assert "# goodput: #1 holds the SLO up to 128 stream(s) at 18755 tok/s (all 128 tried); the baseline #0 " \
                "breaks the SLO at 1 stream(s) already" in text
     assert notes(job, measured) == []
+
+
+def test_the_engines_notices_of_the_measured_launch_are_in_the_header_and_provenance():
+    """vLLM said, in the speculative launch, that it disabled async scheduling and fell back to its
+    V1 runner: what a user deploys changes more than the config says, so the export says it too
+    (each notice one comment line, whatever it holds)."""
+    said = ["engine notice: Async scheduling not supported with ngram-based speculative decoding and will be disabled.",
+            "engine notice: two\nlines; touch X", "a warning that is no notice"]
+    measured = rows(warnings=said)
+    backend = CommandBackend(SETTINGS, "job.yaml")
+    prov = json.loads(export(JOB, measured, "json", backend=backend))["provenance"]
+    assert prov["trial"] == 1 and prov["engine_notices"] == [said[0][len("engine notice: "):], "two\nlines; touch X"]
+    for fmt in ("cmd", "env"):
+        text = export(JOB, measured, fmt, backend=backend)
+        assert "# engine notice: Async scheduling not supported with ngram-based speculative decoding and will be " \
+               "disabled.\n" in text and "# engine notice: two | lines; touch X\n" in text
+        assert "no notice" not in text

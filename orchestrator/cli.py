@@ -91,8 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", required=True, choices=["env", "yaml", "json", "cmd", "nccl-tuner"])
     s.add_argument("--top", type=int, default=1)
     which = s.add_mutually_exclusive_group()
-    which.add_argument("--concurrency", type=int, metavar="N",
-                       help="the best at level N of the job's objective (objective.concurrency)")
+    which.add_argument("--concurrency", metavar="N[@CONTEXT]",
+                       help="the best at level N of the job's objective (objective.concurrency); with a context "
+                            "axis (objective.context) N@CONTEXT, e.g. 64@8192 (N alone: context 0)")
     which.add_argument("--mix", action="store_true", help="the best for the job's traffic mix (objective.weights)")
     s.add_argument("-o", "--output", help="write to this file instead of stdout")
     s.add_argument("--host", default="0.0.0.0", help="the address the exported server listens on (cmd; default "
@@ -374,16 +375,17 @@ def cmd_status(args) -> int:
 
     plan = build_plan(rows, job.objective)
     if job.objective.is_plan:
-        print(format_status(rows, levels=job.objective.concurrency))
+        print(format_status(rows, levels=job.objective.levels))
         print(format_plan(plan))
     else:
         print(format_status(rows))
-        print(format_verdict(plan))
-        if job.objective.goodput is not None:
+        if job.objective.goodput is not None:  # the goodput answer is its verdict, not a figure at one stream
             from orchestrator.study.goodput import format_goodput, goodput_answer
 
             print(format_goodput(goodput_answer(rows, job.objective)))
-        elif job.slo:
+        else:
+            print(format_verdict(plan))
+        if job.objective.goodput is None and job.slo:
             from orchestrator.study.history import infeasible_lines
 
             print(f"slo: {job.slo.describe()}")

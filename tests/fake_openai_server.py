@@ -33,13 +33,14 @@ Load (flags): ``--ttft-delay S`` (every stream's first token S late), ``--stream
 (each token of a stream takes S more per other stream in flight, as a batch slows each of its
 sequences: total tok/s at N streams is N / (delay + S x (N - 1))), ``--overflow N:S`` (with
 more than N streams in flight each token takes S more: a batch past its KV cache's room, its
-sequences preempted and recomputed; a knee in TPOT at N that a busy client cannot blur, where
-the slope of ``--stream-cost`` alone moves a crossing by a stream per millisecond of the
-client's own delay; both set by the streams in flight as the server counts them, paced by
-sleeping to absolute times, so CPU load on the box does not move them), ``--slow-after N:F`` (the
+sequences preempted and recomputed: a knee in TPOT at N, which a loaded client's own delays
+cannot move as they move a crossing on ``--stream-cost``'s slope; both are set by the streams in
+flight as the server counts them and paced by sleeping to absolute times), ``--slow-after N:F`` (the
 streamed requests after the N-th are F times slower: a server that degrades mid-benchmark),
 ``--fail-above N`` (a stream that would make more than N in flight is answered HTTP 500: a
-config that breaks under load).
+config that breaks under load), ``--context-cost S`` (each token of a request takes S more per
+1000 words of its prompt, as attention over a long context slows every decode step, and its
+first token ``PREFILL_FACTOR`` times that: the prefill reads the whole prompt).
 
 Launch noise (flags): ``--launch-noise F`` makes the whole launch fast or slow by F, decided at
 start and kept for its life (every token delay divided by 1 + F or by 1 - F): what a relaunch of
@@ -97,6 +98,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+PREFILL_FACTOR = 10  # ``--context-cost``: the first token's share of a long prompt, against a later token's
 _TOKEN_RE = re.compile(r"\s*\S+|\s+")
 
 
@@ -304,6 +306,8 @@ class Handler(BaseHTTPRequestHandler):
         srv = self.server
         delay = float(fake.get("token_delay", srv.token_delay))  # type: ignore[attr-defined]
         ttft = float(fake.get("ttft_delay", srv.ttft_delay))  # type: ignore[attr-defined]
+        longer = srv.context_cost * len(tokenize(str(body.get("prompt", "")))) / 1000  # type: ignore[attr-defined]
+        delay, ttft = delay + longer, ttft + PREFILL_FACTOR * longer
         with srv.lock:  # type: ignore[attr-defined]
             limit = srv.fail_above  # type: ignore[attr-defined]
             if limit is not None and srv.in_flight >= limit:  # type: ignore[attr-defined]
@@ -516,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ttft-delay", type=float, default=0.0)
     p.add_argument("--stream-cost", type=float, default=0.0)
     p.add_argument("--overflow", default=None, metavar="N:S")
+    p.add_argument("--context-cost", type=float, default=0.0)
     p.add_argument("--slow-after", default=None, metavar="N:F")
     p.add_argument("--fail-above", type=int, default=None, metavar="N")
     p.add_argument("--launch-noise", type=float, default=0.0, metavar="F")
@@ -547,6 +552,7 @@ def main(argv: list[str] | None = None) -> int:
     httpd.lock = threading.Lock()  # type: ignore[attr-defined]
     httpd.ttft_delay = a.ttft_delay  # type: ignore[attr-defined]
     httpd.stream_cost = a.stream_cost  # type: ignore[attr-defined]
+    httpd.context_cost = a.context_cost  # type: ignore[attr-defined]
     httpd.in_flight = 0  # type: ignore[attr-defined]
     httpd.fail_above = a.fail_above  # type: ignore[attr-defined]
     httpd.streamed = 0  # type: ignore[attr-defined]

@@ -72,6 +72,9 @@ def failed(config, kind, reason, *, at=0.0, on="nodeA", **kw) -> TrialResult:
 
 
 def record(study, policy, config, result, *, baseline=False, cached_from=None, counted=True, choices=None):
+    """Record ``config`` as the driver does: Optuna draws exactly its values (a record whose config
+    differs from its draws reads as edited by hand)."""
+    study.enqueue_trial({k: v for k, v in config.items() if v in (choices or CHOICES)[k]})
     trial = study.ask()
     for k in config:
         trial.suggest_categorical(k, (choices or CHOICES)[k])

@@ -65,6 +65,10 @@ shown, an example for those three, whose meaning ends "(required)").
       goodput: null                   # {max_concurrency: 64} instead of concurrency: per config the most streams
                                       # (up to 64) at which every slo holds, found by bisection in one launch,
                                       # and the total tok/s there; the study maximizes that tok/s
+      context: []                     # long context as a level's second axis, e.g. [0, 8192]: every concurrency
+                                      # measured with prompts made about each many tokens long (0: as they are),
+                                      # the level 64@8192 (export --concurrency 64@8192); not with bench.context
+                                      # nor goodput; []: no axis
     slo: null                         # latency targets, e.g. {tpot_p99: 20ms, ttft_p99: 1s} (ttft, tpot, itl,
                                       # e2e at p50, p90, p99) at every level, or a level's own: {32: {tpot_p99:
                                       # 50ms}}; a config that breaks one at a level is infeasible at that level
@@ -155,6 +159,8 @@ from orchestrator.config.yaml_input import Section, did_you_mean, display_path, 
 from orchestrator.core.ceiling import parse_bandwidth
 from orchestrator.core.durations import format_duration, parse_duration
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
+from orchestrator.core.level import make as make_level
+from orchestrator.core.level import parse as parse_level
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO
 from orchestrator.core.slo import NAMES as SLO_NAMES
 from orchestrator.core.slo import Slo, Targets
@@ -242,6 +248,9 @@ class Objective:
 
     concurrency: tuple[int, ...] = (1,)
     weights: dict[int, float] | None = None  # normalized to sum 1
+    # long context as a second axis (``core.level``): each concurrency at each of these prompt lengths
+    # (tokens; 0: the prompts as they are); () : no axis, the levels are the concurrencies themselves
+    context: tuple[int, ...] = ()
     # goodput (``max_concurrency``): one objective, the total tok/s at the most streams at which every
     # SLO holds, found by bisection up to it in each launch (``concurrency`` is then not used)
     goodput: int | None = None
@@ -250,12 +259,16 @@ class Objective:
 
     @property
     def levels(self) -> tuple[int, ...]:
-        return self.concurrency
+        """Every level the study tunes for: the concurrencies, or each (concurrency, context) pair
+        (``core.level``; context 0 is the bare concurrency), in the job's order."""
+        if not self.context:
+            return self.concurrency
+        return tuple(make_level(c, ctx) for ctx in self.context for c in self.concurrency)
 
     @property
     def is_plan(self) -> bool:
         """More than one level: the answer is a plan, not one number."""
-        return self.goodput is None and len(self.concurrency) > 1
+        return self.goodput is None and len(self.levels) > 1
 
     @property
     def multi_objective(self) -> bool:
@@ -464,7 +477,7 @@ def load_job(path: str | os.PathLike) -> Job:
     bench = _bench(top, job_path, study)
     objective = _objective(top, bench)
     timeouts = _timeouts(top)
-    advice = _advice(top, bench, timeouts)
+    advice = _advice(top, bench, timeouts) + _model_length_advice(top, bench, objective)
     ray = _ray(top)
     sampler = _sampler(top)
     allow_unsafe = top.flag("allow_unsafe_nccl", False)
@@ -784,29 +797,56 @@ def _objective(top: Section, bench: BenchSettings) -> Objective:
     """The objective and its SLOs (``slo:``): a mapping, or a preset's word expanded."""
     raw = top.raw("objective", None)
     preset = None
+    keys = ("concurrency", "weights", "goodput", "context")
     if isinstance(raw, str):
         if raw not in PRESETS:
             raise top.bad("objective", f"unknown preset {brief(raw)}{did_you_mean(raw, list(PRESETS))}; allowed: "
                                        f"{', '.join(PRESETS)}, or a mapping such as {{concurrency: [1, 64]}}")
         preset = raw
-        sec = Section(PRESETS[raw][0], top.file, f"objective ({raw})", ("concurrency", "weights", "goodput"))
+        sec = Section(PRESETS[raw][0], top.file, f"objective ({raw})", keys)
     else:
-        sec = top.section("objective", ("concurrency", "weights", "goodput"))
-    obj = _objective_levels(sec)
+        sec = top.section("objective", keys)
+    context = _context_axis(sec, bench)
+    obj = _objective_levels(sec, context)
     goodput = _goodput(sec)
     if goodput is not None and ("concurrency" in sec.data or "weights" in sec.data):
         raise sec.bad("goodput", "goodput finds its own concurrency (up to max_concurrency): give goodput, or "
                                  "concurrency (with weights), not both")
+    if goodput is not None and context:
+        raise sec.bad("context", "goodput bisects the concurrency at one prompt length: give goodput or context, "
+                                 "not both (bench.context sets the length goodput measures at)")
     slo_raw = top.raw("slo", None)
     if slo_raw is None and preset is not None:
         slo_raw = PRESETS[preset][1]
-    levels = (goodput,) if goodput is not None else obj.concurrency
+    levels = (goodput,) if goodput is not None else obj.levels
     slo = _slo(top, slo_raw, levels if goodput is not None else tuple(levels) + tuple(bench.concurrency),
                goodput is not None)
     if goodput is not None and slo is None:
         raise sec.bad("goodput", "needs the latency targets that bound it: slo: {tpot_p99: 50ms} (any of "
                                  f"{', '.join(SLO_NAMES)})")
-    return Objective(concurrency=obj.concurrency, weights=obj.weights, goodput=goodput, slo=slo, preset=preset)
+    return Objective(concurrency=obj.concurrency, weights=obj.weights, context=context, goodput=goodput, slo=slo,
+                     preset=preset)
+
+
+def _context_axis(sec: Section, bench: BenchSettings) -> tuple[int, ...]:
+    """``objective.context``: the prompt lengths every concurrency is measured at (``core.level``)."""
+    raw = sec.raw("context", None)
+    if raw is None:
+        return ()
+    if bench.context is not None:
+        raise sec.bad("context", f"bench.context ({bench.context}) already makes every prompt one length: give "
+                                 "bench.context (one length per study) or objective.context (a level per length), "
+                                 "not both")
+    if not isinstance(raw, list) or not raw:
+        raise sec.bad("context", f"must be a non-empty list of prompt lengths in tokens such as [0, 8192] (0: the "
+                                 f"prompts as they are), not {shown(raw)}")
+    for i, tokens in enumerate(raw):
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 <= tokens <= decode_prompts.MAX_CONTEXT:
+            raise sec.bad(f"context[{i}]", f"must be an integer from 0 to {decode_prompts.MAX_CONTEXT} (tokens of "
+                                           f"each prompt; 0: as they are), not {shown(tokens)}")
+        if tokens in raw[:i]:
+            raise sec.bad(f"context[{i}]", f"duplicate context {tokens}; contexts must be unique")
+    return tuple(raw)
 
 
 def _goodput(sec: Section) -> int | None:
@@ -833,7 +873,7 @@ def _slo(top: Section, raw: Any, levels: tuple[int, ...], goodput: bool) -> Targ
     every: list[Slo] = []
     per_level: dict[int, tuple[Slo, ...]] = {}
     for key, value in raw.items():
-        level = int(key) if isinstance(key, str) and key.isdigit() else key
+        level = _level_key(key)
         if isinstance(level, int) and not isinstance(level, bool):
             where = f"slo.{level}"
             if goodput:
@@ -841,7 +881,7 @@ def _slo(top: Section, raw: Any, levels: tuple[int, ...], goodput: bool) -> Targ
                                      "them for every level (slo: {tpot_p99: 50ms}), not for one")
             if level not in levels:
                 raise top.bad(where, f"{level} is not a measured level; allowed: "
-                                     f"{', '.join(map(str, sorted(set(levels))))} (objective.concurrency and "
+                                     f"{', '.join(map(str, sorted(set(levels))))} (the objective's levels and "
                                      "bench.concurrency)")
             if not isinstance(value, Mapping) or not value:
                 raise top.bad(where, f"must map targets to durations, e.g. {{tpot_p99: 50ms}}, not {shown(value)}")
@@ -855,7 +895,7 @@ def _one_slo(top: Section, where: str, name: Any, limit: Any) -> Slo:
     if not isinstance(name, str) or name not in SLO_NAMES:
         hint = did_you_mean(name, SLO_NAMES) if isinstance(name, str) else ""
         raise top.bad(where, f"unknown target {brief(name)}{hint}; allowed: {', '.join(SLO_NAMES)}, or a level "
-                             "(an integer) mapping to those")
+                             "(an integer, or N@CONTEXT such as 64@8192) mapping to those")
     try:
         seconds = parse_duration(limit)
     except BadInput as exc:
@@ -863,7 +903,7 @@ def _one_slo(top: Section, where: str, name: Any, limit: Any) -> Slo:
     return Slo.named(name, seconds)
 
 
-def _objective_levels(sec: Section) -> Objective:
+def _objective_levels(sec: Section, context: tuple[int, ...] = ()) -> Objective:
     raw = sec.raw("concurrency", [1])
     if not isinstance(raw, list) or not raw:
         raise sec.bad("concurrency", f"must be a non-empty list of levels such as [1, 10, 64], not {shown(raw)}")
@@ -872,28 +912,37 @@ def _objective_levels(sec: Section) -> Objective:
             raise sec.bad(f"concurrency[{i}]", f"must be an integer >= 1 (requests in flight), not {shown(level)}")
         if level in raw[:i]:
             raise sec.bad(f"concurrency[{i}]", f"duplicate level {level}; levels must be unique")
-    levels = tuple(raw)
+    plain = Objective(concurrency=tuple(raw), context=context)
+    levels = plain.levels
     weights = sec.raw("weights", None)
     if weights is None:
-        return Objective(concurrency=levels)
+        return plain
     if not isinstance(weights, Mapping) or not weights:
         raise sec.bad("weights", f"must map each level to its share of the traffic, e.g. {{1: 0.6, 10: 0.4}}, "
                                  f"not {shown(weights)}")
     out: dict[int, float] = {}
     for key, value in weights.items():
-        level = int(key) if isinstance(key, str) and key.isdigit() else key
+        level = _level_key(key)
         if level not in levels:
-            raise sec.bad(f"weights.{brief(key)}", f"is not a level of objective.concurrency "
-                                                  f"({', '.join(map(str, levels))})")
+            raise sec.bad(f"weights.{brief(key)}", f"is not a level of the objective ({', '.join(map(str, levels))})")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise sec.bad(f"weights.{level}", f"must be a number > 0 (a share of the traffic), not {shown(value)}")
         out[level] = float(value)
     missing = [lv for lv in levels if lv not in out]
     if missing:
         raise sec.bad("weights", f"gives no weight to level(s) {', '.join(map(str, missing))}; weigh every level "
-                                 "of objective.concurrency, or drop weights for a plan per level")
+                                 "of the objective, or drop weights for a plan per level")
     total = sum(out.values())
-    return Objective(concurrency=levels, weights={lv: out[lv] / total for lv in levels})
+    return Objective(concurrency=plain.concurrency, context=context, weights={lv: out[lv] / total for lv in levels})
+
+
+def _level_key(key: Any) -> Any:
+    """A level as a job's mapping names it (``32``, ``"32"``, ``"64@8192"``: ``core.level.parse``),
+    else the key as it is (for the caller's error line)."""
+    try:
+        return parse_level(key)
+    except ValueError:
+        return key
 
 
 def _timeouts(top: Section) -> Timeouts:
@@ -915,6 +964,34 @@ def _advice(top: Section, bench: BenchSettings, timeouts: Timeouts) -> tuple[str
                    f"({format_duration(timeouts.startup_s)}): a start that hangs ends at the start-up limit as "
                    "start-timeout, never as hang; the stall still ends a benchmark stream silent that long (set it "
                    "below timeouts.startup for a silent start to end as hang, sooner)")
+    return tuple(out)
+
+
+# how the servers that take a maximum sequence length in their arguments spell it (vLLM, SGLang)
+MODEL_LENGTH_FLAGS = ("--max-model-len", "--context-length")
+
+
+def _model_length_advice(top: Section, bench: BenchSettings, objective: Objective) -> tuple[str, ...]:
+    """A server whose ``extra_args`` cap the sequence below the longest context plus the longest
+    output would refuse (or cut) the long prompts: said at load time, not as failed trials."""
+    longest = max([*objective.context, bench.context or 0])
+    backend = top.data.get("backend")
+    settings = backend.get("settings") if isinstance(backend, Mapping) else None
+    args = settings.get("extra_args") if isinstance(settings, Mapping) else None
+    if not longest or not isinstance(args, list):
+        return ()
+    words = [str(a) for a in args]
+    output = max(bench.output_lengths or (bench.output_tokens,))
+    out = []
+    for i, word in enumerate(words):
+        flag, _, value = word.partition("=")
+        if flag not in MODEL_LENGTH_FLAGS:
+            continue
+        value = value or (words[i + 1] if i + 1 < len(words) else "")
+        if value.isdigit() and int(value) < longest + output:
+            out.append(f"backend.settings.extra_args: {flag} {value} is less than the longest context ({longest}) plus "
+                       f"the output ({output}) = {longest + output} tokens: the server would refuse those prompts; "
+                       f"raise it to at least {longest + output}")
     return tuple(out)
 
 

@@ -15,6 +15,10 @@ A level is a number of requests in flight:
   stream is in flight (after the last stream's first token, before the first stream's last
   request ends: ``steady_window``), so neither the ramp nor the tail is in the figure.
 
+A level may also carry a prompt length (``core.level``: ``64@8192``, 64 streams whose prompts are
+about 8192 tokens long); its record is stored under that spelling, a context-0 level under its
+bare number as always.
+
 Beside the throughput, each level keeps latency percentiles over its requests (p50, p90, p99):
 TTFT, TPOT, inter-token latency (gaps between streamed chunks, as ``vllm bench serve``'s ITL)
 and end-to-end latency, in seconds. ``median_ci``/``relative_ci`` are the one definition of a
@@ -34,6 +38,9 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from orchestrator.core.level import parse as parse_level
+from orchestrator.core.level import streams
 
 QUANTILES = (50, 90, 99)  # the latency percentiles every level records
 LATENCY_KINDS = ("ttft", "tpot", "itl", "e2e")  # what each is: module docstring
@@ -199,10 +206,11 @@ class LevelResult:
     window_s: float | None = None  # level N: median seconds of a round's steady-state window
     acceptance_rate: float | None = None  # speculative decoding: drafted tokens accepted
     mean_accepted_length: float | None = None  # tokens per step
+    input_tokens: float | None = None  # a context axis: the median prompt length the server counted here
 
     @property
     def unit(self) -> str:
-        return "decode tok/s" if self.level == 1 else "total tok/s"
+        return "decode tok/s" if streams(self.level) == 1 else "total tok/s"
 
     @property
     def value(self) -> float | None:
@@ -237,7 +245,7 @@ class LevelResult:
             got = self.latency(kind)
             if got is not None:
                 out[kind] = got.to_record()
-        for name in ("e2e_tok_s", "window_s", "acceptance_rate", "mean_accepted_length"):
+        for name in ("e2e_tok_s", "window_s", "acceptance_rate", "mean_accepted_length", "input_tokens"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         if self.stream_decode_tok_s is not None:
@@ -259,7 +267,8 @@ class LevelResult:
                    e2e_tok_s=_num(rec.get("e2e_tok_s")), stream_decode_tok_s=_num(rec.get("stream_decode_tok_s")),
                    requests=int(requests) if requests is not None else 0, window_s=_num(rec.get("window_s")),
                    acceptance_rate=_num(rec.get("acceptance_rate")),
-                   mean_accepted_length=_num(rec.get("mean_accepted_length")))
+                   mean_accepted_length=_num(rec.get("mean_accepted_length")),
+                   input_tokens=_num(rec.get("input_tokens")))
 
 
 @dataclass(frozen=True)
@@ -508,8 +517,8 @@ class Measurement:
         if isinstance(recorded, Mapping):
             for key, rec in recorded.items():
                 try:
-                    level = int(key)
-                except (TypeError, ValueError):
+                    level = parse_level(key)
+                except ValueError:
                     continue
                 levels[level] = LevelResult.from_record(level, rec)
         if not levels:
@@ -565,7 +574,7 @@ def level_text(got: LevelResult) -> str:
     spread = got.spread
     prec = f" +-{100 * spread:.1f}%" if spread is not None else ""
     n = len(got.samples)
-    over = (f"{n} requests" if got.level == 1 else f"{n} window(s) of {got.window_s:.1f}s" if got.window_s
+    over = (f"{n} requests" if streams(got.level) == 1 else f"{n} window(s) of {got.window_s:.1f}s" if got.window_s
             else f"{n} rounds")
     lat = latency_text(got)
     return f"{got.level}: {value:.1f} {got.unit}{prec} (median of {over})" + (f"; {lat}" if lat else "")

@@ -6,6 +6,7 @@ p50, p90 and p99), for every level or for one level::
 
     slo: {tpot_p99: 20ms, ttft_p99: 1s}            # at every level
     slo: {tpot_p99: 50ms, 1: {ttft_p99: 200ms}}    # and a target of level 1's own
+    slo: {tpot_p99: 50ms, 1@8192: {ttft_p99: 2s}}  # of one level of a context axis (``core.level``)
 
 A target of a level replaces the one of the same name for every level there. A level breaks
 a target when the measured percentile is above it (``breaches``); a level without that
@@ -26,6 +27,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.core.level import key as level_key
+from orchestrator.core.level import parse as parse_level
 from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES, LevelResult
 
 NAMES = tuple(f"{kind}_p{q}" for kind in LATENCY_KINDS for q in QUANTILES)  # tpot_p99, ...
@@ -91,7 +94,7 @@ class Breach:
                 f"by {100 * self.excess:.0f}%")
 
     def to_record(self) -> dict[str, Any]:
-        return {"slo": self.slo.name, "level": self.level, "measured_s": self.measured_s,
+        return {"slo": self.slo.name, "level": level_key(self.level), "measured_s": self.measured_s,
                 "limit_s": self.slo.limit_s, "excess": self.excess, "text": self.describe()}
 
 
@@ -133,8 +136,8 @@ class Targets:
             return None
         every, per_level = [], {}
         for key, value in rec.items():
-            if isinstance(value, Mapping) and str(key).isdigit():
-                per_level[int(key)] = tuple(Slo.named(n, float(v)) for n, v in value.items())
+            if isinstance(value, Mapping):
+                per_level[parse_level(key)] = tuple(Slo.named(n, float(v)) for n, v in value.items())
             else:
                 every.append(Slo.named(str(key), float(value)))
         return cls(every=tuple(every), per_level=per_level)

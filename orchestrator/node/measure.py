@@ -4,8 +4,10 @@ every sample kept; the one producer of a ``core.measurement.Measurement``.
 A ``BenchPlan`` (``node.spec``) names the levels (the objective's, then those the job's outcome
 constraints read), the prompts and the rounds. ``measure`` runs:
 
-1. warm-up: ``warmup`` single requests (through the prompts, untimed);
-2. rounds: in each, every level in ascending order (the cheapest first). Level 1 streams every
+1. warm-up: ``warmup`` single requests (through the prompts, untimed), then one at each context of
+   a context axis (``BenchPlan.long_prompts``);
+2. rounds: in each, every level in ascending order (the cheapest first; a level with a context,
+   ``core.level``, over the prompts made that long). Level 1 streams every
    prompt once (a decode tok/s sample per request). Level N sustains N streams, each sending
    ``plan.waves`` requests back to back through the prompts, and takes one total tok/s sample
    per round from the steady-state window (``core.measurement.steady_window``: the tokens that
@@ -42,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator.core import prometheus, slo
+from orchestrator.core.level import context_of, streams
 from orchestrator.core.measurement import (
     Distribution,
     GoodputResult,
@@ -111,7 +114,9 @@ class _Level:
     def rel_ci(self) -> float | None:
         return relative_ci(self.samples)
 
-    def freeze(self) -> LevelResult:
+    def freeze(self, input_tokens: bool = False) -> LevelResult:
+        """The level's record; ``input_tokens``: with its prompts' median length as the server counted
+        them (a context axis: what each level's context came to)."""
         acceptance = prometheus.acceptance(self.spec_before, self.spec_after) or {}
         return LevelResult(
             self.level, samples=tuple(self.samples), **{k: Latency.of(v) for k, v in self.latency.items()},
@@ -119,7 +124,8 @@ class _Level:
             stream_decode_tok_s=statistics.median(self.stream_decode) if self.stream_decode else None,
             requests=len(self.token_counts), window_s=statistics.median(self.windows) if self.windows else None,
             acceptance_rate=acceptance.get("acceptance_rate"),
-            mean_accepted_length=acceptance.get("mean_accepted_length"))
+            mean_accepted_length=acceptance.get("mean_accepted_length"),
+            input_tokens=statistics.median(self.prompt_tokens) if input_tokens and self.prompt_tokens else None)
 
 
 @dataclass
@@ -147,7 +153,7 @@ class Benchmark:
         """Each level's median over its first round (what the early stop reads)."""
         out: dict[int, float | None] = {}
         for level, got in self.measurement.levels.items():
-            first = got.samples[:prompts if level == 1 else 1]
+            first = got.samples[:prompts if streams(level) == 1 else 1]
             out[level] = statistics.median(first) if first else None
         return out
 
@@ -186,7 +192,7 @@ class _Pace:
         plan = self.plan
         prompts = len(plan.prompts)
         tokens = sum(plan.tokens_for(i) for i in range(prompts)) / prompts  # a request's mean length
-        per_round = sum(prompts if lv == 1 else plan.waves * lv for lv in self.levels)
+        per_round = sum(prompts if streams(lv) == 1 else plan.waves * streams(lv) for lv in self.levels)
         return self.per_token * tokens * per_round * plan.repeats
 
     def deadline(self) -> float:
@@ -224,13 +230,14 @@ class _Session:
     def frozen(self) -> Measurement:
         plan = self.plan
         lengths = None
-        if plan.output_lengths is not None or plan.context:  # traffic or long prompts: the lengths they had
+        if plan.output_lengths is not None or plan.context or plan.long_prompts:  # traffic, long prompts: lengths
             levels = list(self.acc.values())
             asked = [(a, n) for lv in levels for a, n in zip(lv.asked, lv.token_counts)]
             lengths = Lengths(input=Distribution.of(t for lv in levels for t in lv.prompt_tokens),
                               output=Distribution.of(n for lv in levels for n in lv.token_counts),
                               mismatched=sum(1 for a, n in asked if a is not None and a != n))
-        return Measurement(levels={lv: a.freeze() for lv, a in self.acc.items() if a.samples}, rounds=self.rounds_done,
+        return Measurement(levels={lv: a.freeze(bool(plan.long_prompts)) for lv, a in self.acc.items() if a.samples},
+                           rounds=self.rounds_done,
                            prompts=len(plan.prompts), output_tokens=plan.output_tokens, warmup_s=self.warmup_s,
                            bench_s=self.bench_s, goodput=self.goodput, lengths=lengths)
 
@@ -244,13 +251,17 @@ class _Session:
         return out
 
     def warm_up(self) -> Benchmark | None:
-        """The untimed requests; the failed benchmark when one fails."""
+        """The untimed requests; the failed benchmark when one fails. With a context axis, one more
+        at each context after them (``long_prompts``): the server meets each prompt length once
+        untimed, and the pace is the slowest's, so the limit leaves room for the long prefills."""
         plan = self.plan
-        for i in range(plan.warmup):
+        first = [plan.prompts[i % len(plan.prompts)] for i in range(plan.warmup)]
+        todo = [*first, *(prompts[0] for _, prompts in sorted(plan.long_prompts.items()))] if plan.warmup else first
+        for i, prompt in enumerate(todo):
             if self.left() <= 0:
-                return self.fail(f"benchmark limit reached during warm-up ({i} of {plan.warmup})", True)
-            k = i % len(plan.prompts)
-            req = client.stream_completion(self.base_url, self.model, plan.prompts[k], plan.tokens_for(k), self.left(),
+                return self.fail(f"benchmark limit reached during warm-up ({i} of {len(todo)})", True)
+            k = i % len(plan.prompts) if i < len(first) else 0
+            req = client.stream_completion(self.base_url, self.model, prompt, plan.tokens_for(k), self.left(),
                                            stall_s=plan.stall_s)
             if not req.ok:
                 return self.fail(f"warm-up request {i + 1} failed: {req.error}", req.timed_out, req)
@@ -288,14 +299,15 @@ class _Session:
                     got.spec_before = before
                 started = time.monotonic()
                 error = (_decode_round(self.base_url, self.model, plan, got, self.left, self.progress, self.pace)
-                         if level == 1 else
+                         if streams(level) == 1 else
                          _sustained_round(self.base_url, self.model, plan, got, self.left, self.progress, self.pace))
                 if error is not None:
                     self.bench_s = time.monotonic() - (self.t1 or self.t0)
                     if rnd >= plan.repeats and error[1] and self.pace.deadline() - time.monotonic() <= 0:
                         out.warnings.append(f"adaptive round {rnd + 1} at {level} cut by the benchmark's limit")
                         return CUT
-                    return self.fail(f"concurrency {level}: {error[0]}" if level > 1 else error[0], error[1],
+                    return self.fail(f"concurrency {level}: {error[0]}" if streams(level) > 1 or context_of(level)
+                                     else error[0], error[1],
                                      error[2], stalled=STALLED_MARK in error[0], level=level)
                 got.round_s = time.monotonic() - started
                 got.spec_after = read_metrics(self.metrics_url)
@@ -323,7 +335,7 @@ class _Session:
         if self.adaptive:
             for level, got in acc.items():
                 if got.rel_ci is not None and got.rel_ci > plan.target_rel_ci:  # type: ignore[operator]
-                    rounds = len(got.samples) if level > 1 else len(got.samples) // max(1, len(plan.prompts))
+                    rounds = len(got.samples) if streams(level) > 1 else len(got.samples) // max(1, len(plan.prompts))
                     out.warnings.append(f"rel_ci {got.rel_ci:.3f} at {level} above the target {plan.target_rel_ci} "
                                         f"after {rounds} rounds")
         out.ok = True
@@ -397,7 +409,7 @@ def _first(acc: dict[int, _Level], objective: list[int], plan: BenchPlan) -> dic
     """Each objective level's median over its first round."""
     out: dict[int, float | None] = {}
     for level in objective:
-        first = acc[level].samples[:len(plan.prompts) if level == 1 else 1]
+        first = acc[level].samples[:len(plan.prompts) if streams(level) == 1 else 1]
         out[level] = statistics.median(first) if first else None
     return out
 
@@ -406,8 +418,8 @@ def _decode_round(base_url: str, model: str, plan: BenchPlan, got: _Level, left,
                   pace: _Pace) -> tuple[str, bool, RequestResult | None] | None:
     """Every prompt once as a single streamed request; (error, timed out, request) or None."""
     if progress is not None:
-        _tell(progress, 1, 0, len(plan.prompts))  # the round begins (the status line says so at once)
-    for i, prompt in enumerate(plan.prompts):
+        _tell(progress, got.level, 0, len(plan.prompts))  # the round begins (the status line says so at once)
+    for i, prompt in enumerate(plan.prompts_at(got.level)):
         budget = left()
         if budget <= 0:
             return f"benchmark limit reached after {len(got.samples)} requests", True, None
@@ -424,7 +436,7 @@ def _decode_round(base_url: str, model: str, plan: BenchPlan, got: _Level, left,
         if req.e2e_tok_s is not None:
             got.e2e_tok_s.append(req.e2e_tok_s)
         if progress is not None:
-            _tell(progress, 1, i + 1, len(plan.prompts))
+            _tell(progress, got.level, i + 1, len(plan.prompts))
     return None
 
 
@@ -434,7 +446,7 @@ def _sustained_round(base_url: str, model: str, plan: BenchPlan, got: _Level, le
     budget = left()
     if budget <= 0:
         return "benchmark limit reached", True, None
-    total = got.level * max(1, plan.waves)
+    total = streams(got.level) * max(1, plan.waves)
     done = [0]
     if progress is not None:
         _tell(progress, got.level, 0, total)  # the round begins
@@ -445,7 +457,7 @@ def _sustained_round(base_url: str, model: str, plan: BenchPlan, got: _Level, le
             _tell(progress, got.level, done[0], total)
 
     lengths = plan.output_lengths if plan.output_lengths is not None else plan.output_tokens
-    streamed, wall = client.run_streams(base_url, model, plan.prompts, lengths, got.level, total,
+    streamed, wall = client.run_streams(base_url, model, plan.prompts_at(got.level), lengths, streams(got.level), total,
                                         timeout_s=budget, stall_s=plan.stall_s, on_done=one_done)
     results = [req for _, req in streamed]
     bad = [r for r in results if not r.ok]

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.config.prompts import with_context
+from orchestrator.core.level import context_of
 from orchestrator.core.records import Config
 from orchestrator.core.slo import Targets
 from orchestrator.core.study_dir import trial_log_name
@@ -62,8 +64,17 @@ class BenchPlan:
     waves: int = 3
     output_lengths: tuple[int, ...] | None = None  # a traffic file's: each prompt's own output length
     context: int | None = None  # the prompts were built to about this many tokens (``bench.context``)
+    # a context axis (``objective.context``): per prompt length, the prompts made that long; a level at that
+    # context (``core.level``) is measured over them, a context-0 level over ``prompts``
+    long_prompts: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     goodput: int | None = None  # the goodput objective: bisect concurrency up to this instead of ``levels``
     slo: Targets | None = None  # what each concurrency the goodput bisection tries must hold
+
+    def prompts_at(self, level: int) -> tuple[str, ...]:
+        """The prompts ``level`` is measured over: those of its context (``long_prompts``), or the
+        set as it is at context 0."""
+        context = context_of(level)
+        return self.long_prompts[context] if context else self.prompts
 
     def tokens_for(self, index: int) -> int:
         """The output tokens the ``index``-th prompt asks for."""
@@ -128,10 +139,12 @@ class TrialSpec:
                               stall_s=job.timeouts.stall_s),
             bench=BenchPlan(prompts=tuple(bench.prompts), output_tokens=bench.output_tokens, warmup=bench.warmup,
                             repeats=bench.repeats, max_repeats=bench.max_repeats, target_rel_ci=bench.target_rel_ci,
-                            timeout_s=job.timeouts.bench_s, levels=tuple(job.objective.concurrency),
+                            timeout_s=job.timeouts.bench_s, levels=tuple(job.objective.levels),
                             constraint_levels=tuple(c.concurrency for c in job.constraints),
                             stall_s=job.timeouts.stall_s, waves=bench.waves, output_lengths=bench.output_lengths,
-                            context=bench.context, goodput=job.objective.goodput, slo=job.objective.slo),
+                            context=bench.context, goodput=job.objective.goodput, slo=job.objective.slo,
+                            long_prompts={ctx: with_context(tuple(bench.prompts), ctx)
+                                          for ctx in job.objective.context if ctx}),
             check=check or CheckPlan(), log_dir=str(log_dir or job.dir.logs), registry_dir=str(job.dir.servers),
             log_name=log_name, prune_below=dict(prune_below) if prune_below else None,
             device_check=job.gpus_per_node > 0 if device_check is None else device_check,

@@ -302,7 +302,7 @@ def serve(s: Settings, argv: list[str]) -> int:
                       "allowed: a local address such as 127.0.0.1 or 0.0.0.0") from None
     rendezvous = procs.loopback_listener() if (s.tp > 1 or s.device == "cuda") else None
     master_port = rendezvous.getsockname()[1] if rendezvous is not None else 0
-    os.environ.update(procs.LOOPBACK_ENV)  # the ranks (and this one) meet on loopback only
+    procs.meet_on_loopback()
     ranks.spawn(argv, s.tp, master_port)
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     ranks.watch()

@@ -62,8 +62,16 @@ def loopback_listener() -> socket.socket:
     return s
 
 
-# gloo opens its pair connections on the interface this names (not the host name's address)
-LOOPBACK_ENV = {"GLOO_SOCKET_IFNAME": "lo"}
+# gloo opens its pair connections, and NCCL its bootstrap and socket transport, on the interface
+# these name (not the host name's address, reachable from the network); a user's own setting wins
+LOOPBACK_ENV = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+
+
+def meet_on_loopback() -> None:
+    """This rank, and the ranks it spawns, open their collective connections on loopback only
+    (``LOOPBACK_ENV``), unless the environment already names an interface."""
+    for key, value in LOOPBACK_ENV.items():
+        os.environ.setdefault(key, value)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -54,6 +54,9 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.core import files, logs, verdict
 from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.core.golden_check import disputed
+from orchestrator.core.level import key as level_key
+from orchestrator.core.level import parse as parse_level
+from orchestrator.core.level import streams
 from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES, Latency, LevelResult
 from orchestrator.core.pace import Pace
 from orchestrator.core.records import COMPLETE, TrialResult, TrialRow
@@ -486,7 +489,7 @@ def level_records(data: dict[str, Any], label: str, level: Any) -> list[LevelRes
         if isinstance(rnd, dict) and rnd.get("config") == label:
             rec = (rnd.get("records") or rnd.get("levels") or {}).get(str(level))
             if isinstance(rec, dict) and not rec.get("failures"):
-                out.append(LevelResult.from_record(int(level), rec))
+                out.append(LevelResult.from_record(parse_level(level), rec))
     return out
 
 
@@ -513,14 +516,14 @@ def latency_lines(data: dict[str, Any]) -> list[str]:
     for c in data.get("concurrency") or []:
         cells = []
         for label in labels:
-            got = median_record(level_records(data, label, c), int(c))
+            got = median_record(level_records(data, label, c), parse_level(c))
             if got.ttft is None and got.tpot is None:
                 cells.append("-")
                 continue
             measured = True
             cell = f"{_ms(got.ttft.p99 if got.ttft else None)} / {_ms(got.tpot.p99 if got.tpot else None)}"
             if targets:
-                broke = breaches(got, targets.at(int(c)))
+                broke = breaches(got, targets.at(parse_level(c)))
                 cell += (" (breaks " + "; ".join(f"{b.slo.label} {_ms(b.measured_s)} ms" for b in broke) + ")"
                          if broke else " (holds the SLO)")
             cells.append(cell)
@@ -606,7 +609,7 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
     rounds = max(1, DEFAULT_ROUNDS if rounds is None else rounds)
     configs = [("baseline", base)] + [(f"trial-{r.number}", r) for r in others]
     data: dict[str, Any] = {
-        "plan": True, "concurrency": list(plan.levels), "rounds_planned": rounds, "complete": False,
+        "plan": True, "concurrency": [level_key(lv) for lv in plan.levels], "rounds_planned": rounds, "complete": False,
         "baseline_trial": base.number, "anchor_trial": plan.anchor.number if plan.anchor else None,
         "configs": [{"label": label, "trial": row.number, "params": row.params, "roles": plan.roles(row)}
                     for label, row in configs],
@@ -645,8 +648,8 @@ def _plan_figures(res: dict[str, Any]) -> str:
     """'1: 139.8 decode tok/s, 10: 812.0 total tok/s' of one ``compare --plan`` launch."""
     if res.get("error"):
         return f"failed: {res['error']}"
-    return ", ".join(f"{lv}: {v:.1f} {'decode' if lv == '1' else 'total'} tok/s" if v else f"{lv}: failed"
-                     for lv, v in (res.get("levels") or {}).items())
+    return ", ".join(f"{lv}: {v:.1f} {'decode' if streams(parse_level(lv)) == 1 else 'total'} tok/s" if v
+                     else f"{lv}: failed" for lv, v in (res.get("levels") or {}).items())
 
 
 def _plan_round_lines(data: dict[str, Any]) -> list[str]:

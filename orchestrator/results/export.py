@@ -74,6 +74,9 @@ from orchestrator.core import verdict
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.golden_check import disputed
 from orchestrator.core.launch import env_value_problem, server_environment
+from orchestrator.core.level import context_of, streams
+from orchestrator.core.level import key as level_key
+from orchestrator.core.level import parse as parse_level
 from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES
 from orchestrator.core.records import COMPLETE, TrialRow
 from orchestrator.core.slo import LABELS as slo_labels
@@ -173,23 +176,31 @@ class Choice:
     def describe(self) -> str:
         if self.weights is not None:
             return "the traffic mix " + ", ".join(f"{lv}: {w:g}" for lv, w in self.weights.items())
-        if self.level == 1:
-            return "concurrency 1 (single-request decode tok/s)"
-        return f"concurrency {self.level} (total tok/s with {self.level} concurrent streams)"
+        level = self.level or 1
+        at = f" with prompts of about {context_of(level)} tokens" if context_of(level) else ""
+        if streams(level) == 1:
+            return f"concurrency {level} (single-request decode tok/s{at})"
+        return f"concurrency {level} (total tok/s with {streams(level)} concurrent streams{at})"
 
 
-def choose(job: Any, level: int | None = None, mix: bool = False) -> Choice:
+def choose(job: Any, level: int | str | None = None, mix: bool = False) -> Choice:
     """Which best to export for ``--concurrency`` / ``--mix`` (module docstring); BadInput
-    for a level the objective lacks, or ``--mix`` without weights."""
+    for a level the objective lacks (``--concurrency N``, or ``N@CONTEXT`` with a context axis:
+    ``core.level``), or ``--mix`` without weights."""
     obj = objectives.of(getattr(job, "objective", None))
     levels = objectives.levels(obj)
     if level is not None and mix:
         raise BadInput("--concurrency and --mix each choose the config to export: give one of them", key="--mix")
     if level is not None:
-        if level not in levels:
-            raise BadInput(f"{brief(level)} is not a level of the study's objective (objective.concurrency: "
-                           f"{', '.join(map(str, levels))})", key="--concurrency")
-        return Choice(level=level, chosen_by=f"--concurrency {level}", slo=obj.slo)
+        try:
+            wanted: int | None = parse_level(level)
+        except ValueError:
+            wanted = None
+        if wanted is None or wanted not in levels:
+            axes = "objective.concurrency x objective.context, N@CONTEXT" if obj.context else "objective.concurrency"
+            raise BadInput(f"{wanted if wanted is not None else brief(level)} is not a level of the study's objective "
+                           f"({axes}: {', '.join(map(str, levels))})", key="--concurrency")
+        return Choice(level=wanted, chosen_by=f"--concurrency {wanted}", slo=obj.slo)
     if mix:
         if not obj.weights:
             raise BadInput("the job's objective has no traffic mix (objective.weights, e.g. {1: 0.6, 10: 0.4}); "
@@ -208,7 +219,9 @@ def _objective_provenance(choice: Choice, figure: dict[str, Any]) -> dict[str, A
     """What the chosen level (or mix) measured for this config, against the baseline (``figure``)."""
     vs = figure.get("vs_baseline") or {}
     out: dict[str, Any] = {"mix": {str(k): v for k, v in choice.weights.items()} if choice.weights else None,
-                           "level": choice.level, "unit": figure["unit"], "spread": figure.get("spread"),
+                           "level": level_key(choice.level) if choice.level is not None else None,
+                           "context": context_of(choice.level) if choice.level is not None else None,
+                           "unit": figure["unit"], "spread": figure.get("spread"),
                            "value": figure["value"], "launches": figure["launches"],
                            "baseline_value": figure.get("baseline_value"), "x_baseline": vs.get("point"),
                            "chosen_by": choice.chosen_by}
@@ -257,7 +270,9 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
         "baseline_compare_values": _compare_values(ev, base.config_key, choice, level_of(choice, obj))
         if base is not None else [],
         "race_launches": sum(1 for r in ev.launches(key) if r.launch_role == races.RACE)}
-    if base is not None and iv is not None:
+    if base is not None and choice.weights is None and level is HEADLINE and base_value == 0:
+        out["vs_baseline"] = _against_no_goodput(base)
+    elif base is not None and iv is not None:
         same = base.config_key == key
         word = verdict.verdict(iv, same_config=same)
         out["vs_baseline"] = {**iv.to_dict(), "point": value / base_value if value and base_value else None,
@@ -281,6 +296,15 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
                            "finalists": [numbers.get(k) for k in o.contest.finalists], "launches": o.launches,
                            "rounds": o.rounds, "confidence": o.confidence, "finished": o.finished}
     return out
+
+
+def _against_no_goodput(base: TrialRow) -> dict[str, Any]:
+    """The verdict against a baseline that held the SLO at no concurrency it tried: its goodput is
+    0 tok/s, so there is no ratio to give, and no noise to be within; the goodput answer says what
+    each config held."""
+    return {"no_ratio": True, "verdict": None, "beyond_noise": None, "same_config": False, "point": None,
+            "text": f"no ratio: the baseline #{base.number} holds the SLO at no concurrency it tried (0 tok/s "
+                    f"within the SLO)", "compare_launches": 0}
 
 
 def level_of(choice: Choice, objective: Any) -> int | None:
@@ -327,7 +351,7 @@ def _warning_lines(fig: dict[str, Any], trial: int, *, said: bool = False) -> li
     vs = fig.get("vs_baseline") or {}
     fresh_vs = fig.get("fresh_vs_baseline") or {}
     fresh = vs.get("compare_launches", 0) + fig.get("compare_launches", 0)
-    if vs and not vs.get("same_config") and not vs.get("beyond_noise"):
+    if vs and not vs.get("same_config") and not vs.get("beyond_noise") and not vs.get("no_ratio"):
         by = f" ({fresh} of the launches fresh from `ncclsweep compare`)" if fresh else ""
         what = "" if said else f": {vs['text']}"
         out.append(f"trial {trial} is WITHIN NOISE of the baseline{what}{by}: it is not shown to beat the baseline")
@@ -406,7 +430,8 @@ def _latency_provenance(job: Any, row: TrialRow, rows: list[TrialRow]) -> dict[s
         answer = goodput_answer(rows, obj)
         mine = next((c for c in answer.configs if c.row.config_key == row.config_key), None)
         out["goodput"] = {**(mine.to_dict() if mine else {}),
-                          "baseline": answer.baseline.to_dict() if answer.baseline else None, "answer": answer.text()}
+                          "baseline": answer.baseline.to_dict() if answer.baseline else None, "answer": answer.text(),
+                          "is_best": answer.best is not None and answer.best.row.config_key == row.config_key}
     bench = getattr(job, "bench", None)
     lengths = row.measurement.lengths if row.measurement is not None else None
     if getattr(bench, "traffic", None) is not None or lengths is not None:
@@ -459,7 +484,8 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
         chosen = [f"chosen for {what} ({_one_line(obj['chosen_by'])}): {got}{vs}"]
     good = prov.get("goodput") or {}
     if good.get("text"):  # the value is the total tok/s at the most streams within the SLO
-        chosen.append(f"goodput: {good['text']}; {good.get('answer')}")
+        chosen.append(f"goodput: {good.get('answer')}" if good.get("is_best") else
+                      f"goodput: {good['text']}; {good.get('answer')}")
     slo = prov.get("slo")
     if slo:
         broke = "; ".join(b["text"] for b in slo["breaches"]) or "holds them at every level measured"

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.core import outcome
 from orchestrator.core.golden_check import disputed
+from orchestrator.core.level import context_of
 from orchestrator.core.measurement import Measurement
 from orchestrator.core.records import (
     COMPLETE,
@@ -239,12 +240,17 @@ _WARNED: set[tuple[int, Any]] = set()  # damaged records already named in this p
 def _damage(trial: FrozenTrial, config: Any, value: float | None, metrics: dict[str, Any]) -> str | None:
     """What in a trial's record does not match the rest of it (None: it is whole): a config
     value that is not a point of the space its parameter was drawn from (Optuna's stored
-    distribution); a value that is no rate, or lies outside every sample it was measured with."""
+    distribution), or not the value Optuna recorded for the parameter (an edit within the space);
+    a value that is no rate, or lies outside every sample it was measured with. (A config key is
+    not checked: its spelling may differ between releases of the tool.)"""
     if isinstance(config, dict):
         for name, got in config.items():
             dist = trial.distributions.get(name)
             if dist is not None and not _drawn_from(dist, got):
                 return f"its config's {name}={got!r} is not a value of the space it was drawn from"
+            if name in trial.params and not _same_value(trial.params[name], got):
+                return (f"its config's {name}={got!r} is not the value Optuna drew for it "
+                        f"({trial.params[name]!r})")
     if value is None or (value == 0 and _holds_nowhere(metrics)):
         return None
     if not math.isfinite(value) or value <= 0:
@@ -264,6 +270,13 @@ def _holds_nowhere(metrics: dict[str, Any]) -> bool:
     within the SLO, is a measured rate (an eager baseline under a tight TPOT target), not damage."""
     gp = metrics.get("goodput")
     return isinstance(gp, dict) and not gp.get("holds") and gp.get("breaks") is not None
+
+
+def _same_value(drawn: Any, recorded: Any) -> bool:
+    """The config holds the value Optuna drew (in the spelling normalization gives it)."""
+    if isinstance(drawn, str) and isinstance(recorded, str):
+        return drawn.lower() == recorded.lower()
+    return bool(drawn == recorded)
 
 
 def _drawn_from(dist: Any, value: Any) -> bool:
@@ -493,7 +506,8 @@ def format_status(rows: list[TrialRow], width: int | None = None, levels: Iterab
     tainted = outcome.tainted_keys(rows)
     shown_levels = sorted(levels or ())
     shown_levels = shown_levels if len(shown_levels) > 1 else []
-    columns = "".join(f" {'@' + str(lv):>9}" for lv in shown_levels) if shown_levels else f" {'tok/s':>8}"
+    columns = ("".join(f" {str(lv) if context_of(lv) else '@' + str(lv):>9}" for lv in shown_levels) if shown_levels
+               else f" {'tok/s':>8}")
     head = (f"{'#':>4} {'state':<8}{columns} {'+-%':>5} {'x base':>6} {'node':<12} {'time':>5} {'start':>5}  "
             "params / failure")
     lines = [head, "-" * min(width, len(head) + 40)]

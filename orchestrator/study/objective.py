@@ -41,6 +41,7 @@ from typing import Any
 
 from orchestrator.config.job import Objective
 from orchestrator.core import slo
+from orchestrator.core.level import streams
 from orchestrator.core.measurement import Measurement
 from orchestrator.core.records import TrialResult
 
@@ -53,14 +54,15 @@ def of(objective: Objective | None) -> Objective:
 
 
 def levels(objective: Objective | None) -> tuple[int, ...]:
-    """The levels in ascending order (the order every trial measures them in)."""
-    return tuple(sorted(of(objective).concurrency))
+    """The levels in ascending order (the order every trial measures them in; with a context
+    axis, ``core.level``'s: by context, then concurrency)."""
+    return tuple(sorted(of(objective).levels))
 
 
 def directions(objective: Objective | None) -> list[str]:
     """Optuna's study directions: one per level for a plan without weights, else one."""
     obj = of(objective)
-    return ["maximize"] * (len(obj.concurrency) if obj.multi_objective else 1)
+    return ["maximize"] * (len(obj.levels) if obj.multi_objective else 1)
 
 
 def identity(objective: Objective | None) -> dict[str, Any] | None:
@@ -69,13 +71,15 @@ def identity(objective: Objective | None) -> dict[str, Any] | None:
     what a trial was told depends on them, and goodput measures by them."""
     obj = of(objective)
     if tuple(obj.concurrency) == DEFAULT.concurrency and obj.weights is None and obj.goodput is None \
-            and not obj.slo:
+            and not obj.slo and not obj.context:
         return None
     out: dict[str, Any] = {"concurrency": sorted(obj.concurrency),
                            "weights": {str(k): round(v, 12) for k, v in sorted(obj.weights.items())}
                            if obj.weights else None}
     if obj.goodput is not None:
         out["goodput"] = {"max_concurrency": obj.goodput}
+    if obj.context:
+        out["context"] = sorted(obj.context)
     if obj.slo:
         out["slo"] = obj.slo.to_record()
     return out
@@ -89,6 +93,9 @@ def describe(objective: Objective | None) -> str:
         text = f"goodput up to {obj.goodput} streams"
     else:
         text = "concurrency " + ", ".join(map(str, levels(obj)))
+        if obj.context:  # the pairs, spelled as everything else spells them (``core.level``)
+            text = (f"concurrency {', '.join(map(str, obj.concurrency))} x context "
+                    f"{', '.join(map(str, obj.context))} tokens: levels {', '.join(map(str, levels(obj)))}")
         if obj.weights:
             text += " weighted " + "/".join(f"{obj.weights[lv]:g}" for lv in levels(obj))
         elif obj.is_plan:
@@ -115,7 +122,7 @@ def judged(objective: Objective | None, measurement: Measurement | None) -> slo.
 
 def unit(level: int) -> str:
     """What a level's number is (``node.measure``'s definition)."""
-    return "decode tok/s" if level == 1 else "total tok/s"
+    return "decode tok/s" if streams(level) == 1 else "total tok/s"
 
 
 def _num(value: Any) -> float | None:
@@ -170,7 +177,7 @@ def _single(obj: Objective, result: TrialResult) -> float | None:
     goodput's, the measurement's (the total tok/s where every SLO last held)."""
     if obj.goodput is not None:
         return result.measurement.value if result.measurement is not None else result.value
-    value = level_values(result).get(obj.concurrency[0])
+    value = level_values(result).get(obj.levels[0])
     return value if value is not None else result.value
 
 
@@ -200,7 +207,7 @@ def intermediate(objective: Objective | None, result: TrialResult) -> float | No
     if obj.weights:
         return mix_value(level_values(result), obj.weights)
     recorded = level_values(result)
-    if obj.concurrency[0] in recorded and min(recorded) != obj.concurrency[0]:
-        return recorded[obj.concurrency[0]]  # the trial measured lower levels too: the objective's own
+    if obj.levels[0] in recorded and min(recorded) != obj.levels[0]:
+        return recorded[obj.levels[0]]  # the trial measured lower levels too: the objective's own
     inter = result.metrics.get("intermediate")
     return _num(inter) if inter is not None else result.value

@@ -34,6 +34,9 @@ from typing import Any
 from orchestrator.config.job import Objective
 from orchestrator.core import slo as slos
 from orchestrator.core import verdict
+from orchestrator.core.level import context_of
+from orchestrator.core.level import key as level_key
+from orchestrator.core.measurement import Latency, LevelResult
 from orchestrator.core.records import TrialRow
 from orchestrator.core.slo import Breach, Targets
 from orchestrator.core.verdict import LaunchNoise, RatioInterval
@@ -198,7 +201,8 @@ class LevelPlan:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"level": self.level, "unit": self.unit, "best_trial": self.best.number if self.best else None,
+        return {"level": level_key(self.level), "unit": self.unit,
+                "best_trial": self.best.number if self.best else None,
                 "best_config": dict(self.best.params) if self.best else None, "best_value": self.best_value,
                 "best_launches": self.best_launches,
                 "best_fresh": list(self.best_fresh) if self.best_fresh else None,
@@ -211,6 +215,53 @@ class LevelPlan:
                                for row, found in self.broken],
                 "anchor_breaches": [b.to_record() for b in self.anchor_breaches],
                 "baseline_breaches": [b.to_record() for b in self.baseline_breaches]}
+
+
+@dataclass(frozen=True)
+class OneForAll:
+    """A config a user can run at every level of the plan: the best at ``best_at``, and at each
+    other level within launch noise of that level's best (``within``: its comparison with it)."""
+
+    row: TrialRow
+    best_at: tuple[int, ...]
+    within: tuple[tuple[int, Comparison], ...]  # (level, it against the best there) where another config is best
+
+    def text(self) -> str:
+        """'#1, the best at 10 and 64, and at 1 within launch noise of #3 (0.99x, within noise (...))'."""
+        where = " and ".join([", ".join(map(str, self.best_at[:-1])), str(self.best_at[-1])] if len(self.best_at) > 1
+                             else [str(self.best_at[0])])
+        near = "; ".join(f"at {level} within launch noise of #{c.other.number} ({c.text})" for level, c in self.within)
+        return f"#{self.row.number}, the best at {where}, and {near}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trial": self.row.number, "config": dict(self.row.params),
+                "best_at": [level_key(lv) for lv in self.best_at],
+                "within_noise_of_best": [{"level": level_key(level), **c.to_dict()} for level, c in self.within],
+                "text": self.text()}
+
+
+def one_for_all(per_level: list[LevelPlan], evidence: Evidence, slo: Targets | None) -> OneForAll | None:
+    """When the levels' bests differ: the config among them that is the best at the most levels and
+    within launch noise of the best at every other (and holds the SLO there), so that one config
+    serves the whole plan on this evidence; None when no config does, or there is only one best."""
+    bests = [lp.best for lp in per_level if lp.best is not None]
+    if len(bests) < len(per_level) or len({b.config_key for b in bests}) < 2:
+        return None
+    found = []
+    for row in {b.config_key: b for b in bests}.values():
+        best_at = tuple(lp.level for lp in per_level if lp.best is not None and lp.best.config_key == row.config_key)
+        within = []
+        for lp in per_level:
+            if lp.level in best_at:
+                continue
+            c = _compare(evidence, row, lp.best, lp.level)
+            if c is None or c.verdict != verdict.WITHIN_NOISE or not c.interval.bounded \
+                    or breaches_at(row, lp.level, slo):
+                break
+            within.append((lp.level, c))
+        else:
+            found.append(OneForAll(row, best_at, tuple(within)))
+    return max(found, key=lambda o: (len(o.best_at), -o.row.number)) if found else None
 
 
 @dataclass(frozen=True)
@@ -229,6 +280,9 @@ class Plan:
     mix_launches: int = 0
     evidence: Evidence | None = field(default=None, repr=False, compare=False)  # what the figures are over
     slo: Targets | None = None  # the objective's latency targets (a config is ranked only where it holds them)
+    # one config that serves every level: the best at some, within launch noise of the best at the
+    # others (``one_for_all``); None when the levels' bests are one config already, or none does
+    everywhere: OneForAll | None = None
     _by_level: dict[int, LevelPlan] = field(default_factory=dict, repr=False, compare=False)
 
     def at(self, level: int) -> LevelPlan:
@@ -257,7 +311,8 @@ class Plan:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"levels": list(self.levels), "weights": {str(k): v for k, v in (self.weights or {}).items()} or None,
+        return {"levels": [level_key(lv) for lv in self.levels],
+                "weights": {str(k): v for k, v in (self.weights or {}).items()} or None,
                 "baseline_trial": self.baseline.number if self.baseline else None,
                 "anchor_trial": self.anchor.number if self.anchor else None,
                 "per_level": [lp.to_dict() for lp in self.per_level],
@@ -269,6 +324,7 @@ class Plan:
                     "vs_baseline": self.mix_vs_baseline.to_dict() if self.mix_vs_baseline else None},
                 "slo": self.slo.to_record() if self.slo else None,
                 "slo_text": self.slo.describe() if self.slo else None,
+                "one_config": self.everywhere.to_dict() if self.everywhere else None,
                 "slo_lines": [line for lp in self.per_level for line in lp.slo_lines(self.anchor, self.baseline)]}
 
 
@@ -325,7 +381,7 @@ def build_plan(rows: list[TrialRow], objective: Objective | None) -> Plan:
     return Plan(levels=levels, weights=dict(obj.weights) if obj.weights else None, baseline=base, anchor=anchor,
                 per_level=tuple(per_level), pareto=tuple(pareto(rows, levels, slo)), mix=mix, mix_vs_baseline=mix_vs,
                 mix_value=mix_val, mix_launches=mix_n, evidence=evidence, slo=slo,
-                _by_level={lp.level: lp for lp in per_level})
+                everywhere=one_for_all(per_level, evidence, slo), _by_level={lp.level: lp for lp in per_level})
 
 
 # ---- text ---------------------------------------------------------------------------------------
@@ -368,24 +424,38 @@ def format_verdict(plan: Plan) -> str:
             f"launch noise {noise_text(lp.noise)}")
 
 
+def _p99_text(got: LevelResult | None) -> str:
+    """'812/21.4': p99 TTFT and TPOT in ms ('-' where not recorded)."""
+    def one(lat: Latency | None) -> str:
+        return f"{1000 * lat.p99:.1f}" if lat is not None else "-"
+    return "-" if got is None else f"{one(got.ttft)}/{one(got.tpot)}"
+
+
 def format_plan(plan: Plan) -> str:
-    """The plan as ``status`` prints it: one line per level, then the Pareto set and the mix."""
+    """The plan as ``status`` prints it: one line per level, then the Pareto set and the mix. With
+    a context axis (``core.level``), the best's p99 TTFT and TPOT at each level too: what a longer
+    prompt costs a user is the wait for the first token."""
     levels = ", ".join(map(str, plan.levels))
+    long = any(context_of(lv) for lv in plan.levels)
+    over = f"levels {levels} (concurrency@context tokens)" if long else f"concurrency {levels}"
     if not plan.found:
-        return f"plan over concurrency {levels}: no config may be called best yet"
+        return f"plan over {over}: no config may be called best yet"
     anchor = plan.anchor
     first = plan.levels[0]
     base = f"baseline #{plan.baseline.number}" if plan.baseline else "no baseline measured"
-    head = f"plan over concurrency {levels} ({base}; the best at {first} is #{anchor.number if anchor else '-'}):"
+    head = f"plan over {over} ({base}; the best at {first} is #{anchor.number if anchor else '-'}):"
     table = [["level", "unit", "baseline", f"best at {first}", "best here", "best here vs baseline",
-              f"best at {first} vs best here"]]
+              f"best at {first} vs best here"] + (["best here p99 TTFT/TPOT ms"] if long else [])]
     for lp in plan.per_level:
         table.append([str(lp.level), lp.unit, fmt(lp.baseline_value), fmt(lp.anchor_value),
                       f"#{lp.best.number} {fmt(lp.best_value)} ({launches_text(lp.best_launches)})" if lp.best else "-",
                       lp.vs_baseline.text if lp.vs_baseline else "-",
-                      lp.anchor_vs_best.text if lp.anchor_vs_best else "-"])
+                      lp.anchor_vs_best.text if lp.anchor_vs_best else "-"]
+                     + ([_p99_text(lp.best.at(lp.level) if lp.best else None)] if long else []))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     lines = [head] + ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
+    if plan.everywhere is not None:
+        lines.append(f"one config for every level: {plan.everywhere.text()}")
     lines.append("launch noise: " + "; ".join(f"at {lp.level} {noise_text(lp.noise)}" for lp in plan.per_level))
     if plan.pareto:
         ev = plan.evidence or Evidence([])

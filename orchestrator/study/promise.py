@@ -48,11 +48,11 @@ def row_value(row: TrialRow, objective: Objective | None = None) -> float | None
     obj = objectives.of(objective)
     if obj.goodput is not None:
         value = row.value
-    elif len(obj.concurrency) > 1:
-        weights = dict(obj.weights or {}) or {lv: 1.0 / len(obj.concurrency) for lv in obj.concurrency}
+    elif len(obj.levels) > 1:
+        weights = dict(obj.weights or {}) or {lv: 1.0 / len(obj.levels) for lv in obj.levels}
         value = mix_of(row, weights)
     else:  # the one level the study optimizes, as Optuna is told it (``objective._single``)
-        value = level_value(row, obj.concurrency[0])
+        value = level_value(row, obj.levels[0])
         value = row.value if value is None else value
         if value is None and row.state == PRUNED:  # stopped early: the first repeat, what the early stop saw
             value = (row.metrics or {}).get("intermediate")

@@ -89,6 +89,8 @@ from orchestrator.config.sampler_options import SAMPLER_NAMES
 from orchestrator.core import files
 from orchestrator.core.correctness import TEXT_DIFFERS
 from orchestrator.core.errors import BadInput, brief
+from orchestrator.core.level import parse as parse_level
+from orchestrator.core.level import streams
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO, early_stop
 from orchestrator.core.records import (
     AFTER_START_KINDS,
@@ -308,11 +310,14 @@ def table_from_frame(df, name: str = "table") -> Table:
 
 
 def _level_of(column: str, name: str) -> int:
-    tail = column[len(LEVEL_PREFIX):]
-    if not tail.isdigit() or int(tail) < 1:
+    try:
+        level = parse_level(column[len(LEVEL_PREFIX):])
+    except ValueError:
+        level = 0
+    if streams(level) < 1:
         raise TableError(f"{name}: column {brief(column)}: a level column is {LEVEL_PREFIX}N with N >= 1 "
-                         "(requests in flight), e.g. samples@10")
-    return int(tail)
+                         "(requests in flight), e.g. samples@10 (samples@64@8192 with a context)")
+    return level
 
 
 def _samples(raw: str, name: str, line: int, column: str) -> list[float]:
@@ -456,7 +461,7 @@ def table_from_study(study: optuna.Study):
             entry["samples"].extend(float(s) for s in samples)
             for lv, rec in ((ua.get("metrics") or {}).get("levels") or {}).items():
                 if isinstance(rec, dict):
-                    entry.setdefault("levels", {}).setdefault(int(lv), []).extend(
+                    entry.setdefault("levels", {}).setdefault(parse_level(lv), []).extend(
                         float(x) for x in rec.get("samples") or [])
         entry["baseline"] |= bool(ua.get(ATTR_BASELINE))
         entry["note"].append(f"trial {t.number}" + (" stopped early" if outcome == PRUNED else ""))

@@ -393,6 +393,69 @@ def test_goodput_takes_no_outcome_constraints():
              "constraints": [{"concurrency": 2, "min_ratio": 0.9}]})
 
 
+# ---- long context as a level's second axis (objective.context, core.level) ---------------------
+
+def test_a_context_axis_makes_each_concurrency_and_context_pair_a_level():
+    from orchestrator.core.level import context_of, make
+
+    job = load_job(write(job={"objective": {"concurrency": [1, 64], "context": [0, 8192]},
+                              "slo": {"tpot_p99": "50ms", "64@8192": {"ttft_p99": "2s"}}}))
+    obj = job.objective
+    assert obj.levels == (1, 64, make(1, 8192), make(64, 8192)) and obj.is_plan and obj.multi_objective
+    assert [context_of(lv) for lv in obj.levels] == [0, 0, 8192, 8192] and type(obj.levels[1]) is int
+    assert {s.describe() for s in job.slo.at(make(64, 8192))} == {"TPOT p99 <= 50 ms", "TTFT p99 <= 2 s"}
+    assert {s.describe() for s in job.slo.at(64)} == {"TPOT p99 <= 50 ms"}  # 64 is 64 streams at context 0 only
+    mixed = load_job(write(job={"objective": {"concurrency": [1], "context": [0, 4096],
+                                              "weights": {1: 3, "1@4096": 1}}})).objective
+    assert mixed.weights == {1: 0.75, make(1, 4096): 0.25}
+    assert load_job(write()).objective.context == () and load_job(write()).objective.levels == (1,)  # as before
+
+
+def test_bad_context_axis():
+    from orchestrator.config.prompts import MAX_CONTEXT
+
+    bad("objective.context", "give bench.context (one length per study) or objective.context",
+        job={"bench": {"context": 4096}, "objective": {"concurrency": [1], "context": [0, 4096]}})
+    bad("objective.context", "goodput bisects the concurrency at one prompt length",
+        job={"objective": {"goodput": {"max_concurrency": 8}, "context": [0, 4096]}, "slo": {"tpot_p99": 1}})
+    bad("objective.context", "must be a non-empty list of prompt lengths", job={"objective": {"context": 4096}})
+    bad("objective.context", "must be a non-empty list", job={"objective": {"context": []}})
+    bad("objective.context[1]", f"must be an integer from 0 to {MAX_CONTEXT}", "not -1",
+        job={"objective": {"context": [0, -1]}})
+    bad("objective.context[0]", f"must be an integer from 0 to {MAX_CONTEXT}",
+        job={"objective": {"context": [MAX_CONTEXT + 1]}})
+    bad("objective.context[1]", "must be an integer", job={"objective": {"context": [0, "8k"]}})
+    bad("objective.context[2]", "duplicate context 8192", job={"objective": {"context": [0, 8192, 8192]}})
+    bad("slo.64@4096", "64@4096 is not a measured level", "1@8192",
+        job={"objective": {"concurrency": [1, 64], "context": [0, 8192]}, "slo": {"64@4096": {"tpot_p99": 1}}})
+    bad("objective.weights", "gives no weight to level(s) 1@8192",
+        job={"objective": {"concurrency": [1], "context": [0, 8192], "weights": {1: 1}}})
+
+
+@pytest.mark.parametrize("args", [["--max-model-len", "4096"], ["--max-model-len=8200"], ["--context-length", "100"]])
+def test_validate_warns_when_the_servers_length_cannot_hold_the_longest_context_and_its_output(capsys, args):
+    from orchestrator.cli import main
+
+    settings = {"model": "tiny", "device": "cpu", "extra_args": args}
+    write(job={"backend": {"kind": "refserver", "settings": settings},
+               "objective": {"concurrency": [1], "context": [0, 8192]}})
+    assert main(["validate", "job.yaml"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is less than the longest context (8192) plus the output (64) = 8256 tokens" in err[0]
+    assert err[0].startswith(f"job.yaml: warning: backend.settings.extra_args: {args[0].split('=')[0]} "), err
+
+
+def test_a_server_length_that_holds_the_context_or_no_context_warns_nothing():
+    for extra, objective in ((["--max-model-len", "8256"], {"context": [0, 8192]}),
+                             (["--max-model-len", "100"], {"concurrency": [1]})):
+        job = load_job(write(job={"backend": {"kind": "refserver", "settings": {
+            "model": "tiny", "device": "cpu", "extra_args": extra}}, "objective": objective}))
+        assert job.advice == ()
+    held = load_job(write(job={"bench": {"context": 4096}, "backend": {"kind": "refserver", "settings": {
+        "model": "tiny", "device": "cpu", "extra_args": ["--max-model-len", "2048"]}}}))
+    assert sum("the longest context (4096) plus the output (64)" in line for line in held.advice) == 1  # bench.context
+
+
 # ---- notify: the command `run` tells how it ended (driver/notify.py) --------------------------
 
 def test_notify_is_an_argv_split_like_shell_words_or_given_as_a_list():

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from orchestrator.config.job import OutcomeConstraint
+from orchestrator.config.job import OutcomeConstraint, load_job
 from orchestrator.core import outcome
 from orchestrator.core.correctness import Golden
 from orchestrator.core.measurement import HostLoad, LevelResult, Measurement
@@ -122,7 +122,9 @@ def test_the_drivers_best_is_the_exported_best_on_recorded_studies(journal, tmp_
     if driver_best is None:
         return
     assert driver_best.number == exported[0].number
-    job = SimpleNamespace(study=name, storage=f"journal:{copy}", env={},
+    job_file = REPO / "jobs" / f"{name}.yaml"  # its objective decides what the figure is (goodput: tok/s within it)
+    objective = load_job(job_file).objective if job_file.exists() else None
+    job = SimpleNamespace(study=name, storage=f"journal:{copy}", env={}, objective=objective,
                           backend=SimpleNamespace(kind="refserver", settings={"model": "tiny"}))
     doc = json.loads(export(job, rows, "json"))
     assert doc["provenance"]["trial"] == driver_best.number

@@ -34,6 +34,15 @@ def one_line(done: subprocess.CompletedProcess, folder: Path) -> str:
     return lines[0]
 
 
+def ends_in_one_line(done: subprocess.CompletedProcess, folder: Path) -> str:
+    """A command that says its progress on stderr as it goes: its last line is the one error line."""
+    assert done.stderr.strip(), done
+    *progress, last = done.stderr.strip().splitlines()
+    one_line(subprocess.CompletedProcess(done.args, done.returncode, done.stdout, last), folder)
+    assert not any("error" in line for line in progress), done.stderr
+    return last
+
+
 def leftovers(folder: Path) -> list[str]:
     return [p.name for p in folder.rglob("*.tmp")]
 
@@ -109,3 +118,30 @@ def test_a_read_only_file_system_says_to_make_it_writable(study_on_a_disk):
     assert done.returncode == 1 and done.stderr.strip() == (
         f"ncclsweep: error: cannot write to {folder}: Read-only file system (writing trials.csv); make it writable "
         "(the file system is mounted read-only), then run again"), done.stderr
+
+
+def test_simulate_json_onto_a_full_disk_leaves_no_file(tmp_path):
+    """`simulate --json FILE` (the search-strategy replay's figures) is a writer too."""
+    with mounted_tmpfs(tmp_path / "disk", "1m") as disk:
+        fill_disk(disk)
+        out = disk / "sim.json"
+        done = cli("simulate", str(REPO / "docs" / "tables" / "cpu-demo.csv"), "--sampler", "random", "--seeds", "2",
+                   "--json", str(out))
+        ends_in_one_line(done, disk)
+        assert not out.exists() and leftovers(disk) == []
+
+
+@pytest.mark.slow
+def test_prescreen_onto_a_full_disk_leaves_neither_file(tmp_path):
+    """The all-reduce pre-screen measures (real gloo processes), then cannot write its findings:
+    one line, and neither prescreen.json nor its sweep table half-written."""
+    with mounted_tmpfs(tmp_path / "disk", "1m") as disk:
+        folder = disk / "ps"
+        space = "params:\n  tp_size: {choices: [1, 2]}\n  env.NCCL_PROTO: {choices: [LL, Simple]}\n"
+        job_path = write_job(tmp_path, study="ps", report_dir=str(folder), space_text=space,
+                             baseline={"tp_size": 1})
+        folder.mkdir()
+        fill_disk(disk)
+        done = cli("prescreen", str(job_path), "--iters", "20")
+        ends_in_one_line(done, folder)
+        assert sorted(p.name for p in folder.iterdir()) == [] and leftovers(disk) == []

@@ -85,6 +85,9 @@ def test_the_ranks_meet_on_loopback_only(launch):
     listening = [c.laddr for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.pid in members]
     assert len(listening) >= 3, listening  # the API, the rendezvous store, gloo's pairs
     assert all(addr.ip == "127.0.0.1" for addr in listening), listening
+    (rank1,) = rank_pids(s)  # spawned with the environment rank 0 set: NCCL (on GPUs) bootstraps on loopback too
+    env = psutil.Process(rank1).environ()
+    assert env.get("NCCL_SOCKET_IFNAME") == "lo" and env.get("GLOO_SOCKET_IFNAME") == "lo"
 
 
 def test_garbage_changes_output_and_ranks_die_with_their_parent(launch):

@@ -19,7 +19,7 @@ from orchestrator.backends.refserver import RefServerBackend
 from orchestrator.config.job import load_job
 from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.core.records import COMPLETE, TrialRow, config_key
-from orchestrator.results.export import FORMATS, choose, export, load_config_file, nccl_tuner_rules
+from orchestrator.results.export import FORMATS, choose, export, load_config_file, nccl_tuner_rules, notes
 from orchestrator.study import history, storage
 
 
@@ -535,7 +535,8 @@ def test_the_provenance_carries_latency_per_level_the_slo_and_goodputs_crossing(
     assert prov["trial"] == 1 and prov["goodput"]["holds"] == 32 and prov["goodput"]["baseline"]["holds"] == 16
     assert prov["latency"]["32"]["tpot"]["p99"] == 0.012 and prov["slo"]["breaches"] == []
     env = export(job, measured, "env", backend=backend)
-    assert "# goodput: holds the SLO up to 32 stream(s) at 4000 tok/s (all 32 tried); #1 holds" in env
+    assert "# goodput: #1 holds the SLO up to 32 stream(s) at 4000 tok/s (all 32 tried); the baseline #0 up to 16 " \
+           "at 850.0 tok/s\n" in env  # the answer once, not the config's crossing and then the same again
     assert "# value: 4000.000 tok/s total within the SLO" in env
     assert "# latency at 32 (ms p50/p90/p99): TTFT 10.0/20.0/30.0, TPOT 6.0/12.0/12.0" in env
     assert "# slo TPOT p99 <= 20 ms: holds them at every level measured" in env
@@ -636,3 +637,33 @@ def test_tuner_api_by_release():
 
     assert tuner_api("2.28.9") == "v5" and tuner_api("2.30.7").startswith("v6")
     assert tuner_api("2.27.3").startswith("none")
+
+
+# Found on a real vLLM: an eager baseline over a 10 ms TPOT target at one stream holds the SLO
+# nowhere (0 tok/s within it). The export said "WITHIN NOISE of the baseline: n/a (not measured)" of
+# a config holding it up to 128 streams: there is no ratio to a 0, and nothing to be within noise of.
+def test_a_baseline_holding_the_slo_nowhere_is_no_ratio_and_no_within_noise(capsys):
+    from orchestrator.config.job import Objective
+    from orchestrator.core.measurement import GoodputResult, Latency, LevelResult, Measurement
+    from orchestrator.core.slo import Slo, Targets
+
+    def probed(number, params, curve, holds, breaks, **kw):
+        levels = {c: LevelResult(c, samples=(v,), tpot=Latency(t / 2, t, t, 8)) for c, (v, t) in curve.items()}
+        m = Measurement(levels=levels, goodput=GoodputResult(128, tuple(curve), holds, breaks))
+        return TrialRow(number=number, state=COMPLETE, value=m.value, counted=True, config_key=config_key(params),
+                        params=params, measurement=m, **kw)
+
+    measured = [probed(0, {"graph_capture": False}, {1: (91.0, 0.0143)}, None, 1, is_baseline=True),
+                probed(1, {"graph_capture": True}, {1: (802.0, 0.0019), 128: (18755.0, 0.0094)}, 128, None)]
+    job = SimpleNamespace(**vars(JOB), objective=Objective(goodput=128, slo=Targets(every=(Slo.named("tpot_p99",
+                                                                                                      0.010),))))
+    backend = CommandBackend(SETTINGS, "job.yaml")
+    prov = json.loads(export(job, measured, "json", backend=backend))["provenance"]
+    assert prov["trial"] == 1 and prov["figure"]["value"] == 18755.0
+    assert prov["figure"]["vs_baseline"]["no_ratio"] and prov["figure"]["vs_baseline"]["beyond_noise"] is None
+    for fmt in ("env", "cmd"):
+        text = export(job, measured, fmt, backend=backend)
+        assert "WITHIN NOISE" not in text
+        assert "# goodput: #1 holds the SLO up to 128 stream(s) at 18755 tok/s (all 128 tried); the baseline #0 " \
+               "breaks the SLO at 1 stream(s) already" in text
+    assert notes(job, measured) == []

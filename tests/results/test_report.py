@@ -197,3 +197,16 @@ def test_a_plan_whose_bests_differ_says_so_before_its_single_level_headline(tmp_
     one_best = [ROWS[0], ROWS[2]]  # eager and the large capture: the large one is best at every level
     write_report(job, rows=one_best, bandwidth_bytes_s=4.8e12, allreduce_latency_s=0.0)
     assert "depends on the load" not in (job.report_dir / "report.md").read_text()
+
+
+def test_a_plan_whose_best_at_one_level_is_only_tied_names_one_config_for_every_level(tmp_path):
+    """The H200 race study's shape (tests/study/test_plan.py's ``tied_at_one``): the report says
+    which single config serves every level, and how to export it."""
+    from plan_rows import tied_at_one
+
+    job = load_job(write_job(tmp_path, study="plan", space_text=SPACE, objective={"concurrency": [1, 10, 64]}))
+    write_report(job, rows=tied_at_one(), bandwidth_bytes_s=4.8e12, allreduce_latency_s=0.0)
+    md = (job.report_dir / "report.md").read_text()
+    assert "**One config serves every level on this evidence: trial 1**, the best at 10, 64, and within launch " \
+           "noise of the best at the others (at 1: " in md
+    assert "`ncclsweep export JOB --concurrency 10` exports it." in md

@@ -213,3 +213,23 @@ def test_a_goodput_baseline_that_breaks_the_slo_at_one_stream_is_a_measured_zero
     rows = {r.number: r for r in history.trial_rows(study)}
     assert rows[0].state == "COMPLETE" and rows[0].value == 0.0
     assert rows[1].state == "FAIL" and "its value 0.0 is no decode rate" in rows[1].failure_reason
+
+
+def test_a_config_edited_within_the_space_is_named_and_never_exported(tmp_path, capsys):
+    """An edit a range check cannot see: trial 0's config moved to another point of the space
+    (tp_size 1 -> 2, a valid choice), its draws and key left as they were."""
+    def edit(r):
+        attr = r.get("user_attr") or {}
+        if r.get("trial_id") == 1 and "config" in attr:
+            attr["config"] = {"tp_size": 1, "backend.threads": 2}  # trial 2's config, now also trial 1's
+        return r
+
+    job = edited_study(tmp_path, edit)
+    code, out, err = cli(capsys, "status", str(job), "--json")
+    assert code == 0, err
+    rows = {r["number"]: r for r in json.loads(out)}
+    assert rows[1]["state"] == "FAIL" and "its config's tp_size=1 is not the value Optuna drew for it (2)" in \
+        rows[1]["failure_reason"]
+    assert rows[0]["state"] == rows[2]["state"] == "COMPLETE" and "trial 1's record was changed" in said(err)
+    code, out, _ = cli(capsys, "export", str(job), "--format", "json", "--top", "3")
+    assert code == 0 and sorted(d["provenance"]["trial"] for d in json.loads(out)) == [0, 2]

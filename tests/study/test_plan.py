@@ -11,9 +11,10 @@ import statistics
 from dataclasses import replace
 
 import pytest
+from plan_rows import EAGER, PLAN, UP_TO_8, UP_TO_64, relaunch, row, tied_at_one
 
 from orchestrator.config.job import Objective
-from orchestrator.core.records import COMPLETE, FAIL, TrialRow, config_key
+from orchestrator.core.records import FAIL, TrialRow
 from orchestrator.core.slo import Slo, Targets
 from orchestrator.core.verdict import FASTER, SAME_CONFIG, SLOWER, WITHIN_NOISE
 from orchestrator.study.history import best_rows
@@ -27,28 +28,6 @@ from orchestrator.study.plan import (
     pareto,
     prune_thresholds,
 )
-
-
-def row(number: int, params: dict, levels: dict[int, list[float]], *, baseline: bool = False,
-        state: str = COMPLETE, **kw) -> TrialRow:
-    """A trial's row as ``history.trial_rows`` gives it: every level's samples and median."""
-    recs = {str(lv): {"value": statistics.median(s), "samples": list(s), "unit": "decode tok/s" if lv == 1
-                      else "total tok/s"} for lv, s in levels.items()}
-    first = recs[str(min(levels))]["value"] if state == COMPLETE else None
-    metrics = {"decode_samples": list(levels[1]), "decode_tok_s": first} if 1 in levels else {}
-    return TrialRow(number=number, state=state, params=params, value=first, counted=True, is_baseline=baseline,
-                    config_key=config_key(params), levels=recs, metrics={**metrics, "levels": recs}, **kw)
-
-
-EAGER = {"graph_capture": False}
-UP_TO_8 = {"graph_capture": True, "capture_sizes": "1,2,4,8"}
-UP_TO_64 = {"graph_capture": True, "capture_sizes": "1,2,4,8,16,32,64"}
-PLAN = Objective(concurrency=(1, 10, 64))
-
-
-def relaunch(number: int, params: dict, levels: dict[int, list[float]]) -> TrialRow:
-    """A relaunch of a config (``study.relaunch``): an uncounted trial of its own."""
-    return replace(row(number, params, levels), counted=False, launch_role="relaunch")
 
 
 def issue_table(relaunched: bool = True) -> list[TrialRow]:
@@ -216,3 +195,36 @@ def test_a_config_that_breaks_the_slo_at_a_level_is_ranked_nowhere_there_but_bes
     assert [r.number for r in plan.pareto] == [1, 2]  # #1 counts nothing at 32, but is the best at 1
     assert best_at(rows, 32, slo=SLO_PLAN.slo)[0].number == 2
     assert prune_thresholds(rows, (1, 32), 0.8, SLO_PLAN.slo)[32] == pytest.approx(0.8 * 2390)
+
+
+def test_one_config_within_noise_of_the_best_everywhere_is_named_for_every_level():
+    """Deploying one config is what a user wants: when the best at 1 is only tied (within launch
+    noise) with the config best at 10 and 64, the plan says that config serves every level."""
+    plan = build_plan(tied_at_one(), PLAN)
+    assert [plan.at(lv).best.number for lv in (1, 10, 64)] == [2, 1, 1]
+    one = plan.everywhere
+    assert one is not None and one.row.number == 1 and one.best_at == (10, 64)
+    ((level, vs),) = one.within
+    assert level == 1 and vs.other.number == 2 and vs.verdict == WITHIN_NOISE and vs.interval.bounded
+    line = next(ln for ln in format_plan(plan).splitlines() if ln.startswith("one config for every level: "))
+    assert line.startswith("one config for every level: #1, the best at 10 and 64, and at 1 within launch noise "
+                           "of #2 (")
+    assert plan.to_dict()["one_config"]["trial"] == 1
+
+
+def test_no_config_for_every_level_when_the_others_are_beyond_noise_or_break_the_slo():
+    assert build_plan(issue_table(), PLAN).everywhere is None  # up to 64 is slower at 1 beyond noise
+    assert "one config for every level" not in format_plan(build_plan(issue_table(), PLAN))
+    # the tie at 1 holds, but up to 64's TPOT there breaks a 3 ms target (up to 8 holds it): it does not
+    # serve level 1
+    tpot = {EAGER["graph_capture"]: 0.012, UP_TO_8["capture_sizes"]: 0.002}
+    rows = []
+    for r in tied_at_one():
+        t = tpot.get(r.params.get("capture_sizes", False), 0.0035)
+        timed_row = timed(r.number, r.params, {lv: ([r.at(lv).value], t if lv == 1 else 0.001) for lv in (1, 10, 64)},
+                          baseline=r.is_baseline)
+        rows.append(replace(timed_row, counted=r.counted, launch_role=r.launch_role))
+    slo = Targets(per_level={1: (Slo.named("tpot_p99", 0.003),)})
+    plan = build_plan(rows, Objective(concurrency=(1, 10, 64), slo=slo))
+    assert [plan.at(lv).best.number for lv in (1, 10, 64)] == [2, 1, 1] and plan.everywhere is None
+    assert build_plan(rows, PLAN).everywhere.row.number == 1  # the same rows without the target: it does

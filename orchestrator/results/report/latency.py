@@ -89,6 +89,18 @@ def latency_blocks(rows: list[TrialRow], objective: Any, plan: Plan | None) -> l
     return out
 
 
+def goodput_headline(rows: list[TrialRow], objective: Any) -> list[Block]:
+    """A goodput study's headline: its answer (the most streams each config serves within the SLO),
+    not a figure at one stream, which is not what the study ranked by."""
+    obj = objectives.of(objective)
+    answer = goodput_answer(rows, obj)
+    out: list[Block] = [doc.heading(2, "Headline"), doc.para(
+        f"**{answer.text()}**, under {obj.slo.describe() if obj.slo else 'every target'}.")]
+    if answer.best is not None:
+        out.append(doc.para(f"Best config: `{short_params(answer.best.row.params) or '(defaults)'}`"))
+    return out
+
+
 def goodput_blocks(rows: list[TrialRow], objective: Any) -> list[Block]:
     """The goodput answer, each config's crossing, and the plot (module docstring)."""
     obj = objectives.of(objective)

@@ -743,9 +743,17 @@ def _plan_lead(plan: Plan) -> list[Block]:
     for level, lp in bests.items():
         vs = f", {lp.vs_baseline.text} than the baseline" if lp.vs_baseline is not None else ""
         parts.append(f"at {level} trial {lp.best.number}{vs}")  # type: ignore[union-attr]
-    return [doc.warn("The best config depends on the load: " + "; ".join(parts) + ". The headline's best is "
-                     "the best at the lowest level; the Plan section below says what it gives away at the "
-                     "others (`ncclsweep export JOB --concurrency N` exports the best at N).")]
+    out = [doc.warn("The best config depends on the load: " + "; ".join(parts) + ". The headline's best is "
+                    "the best at the lowest level; the Plan section below says what it gives away at the "
+                    "others (`ncclsweep export JOB --concurrency N` exports the best at N).")]
+    if plan.everywhere is not None:
+        one = plan.everywhere
+        out.append(doc.para(f"**One config serves every level on this evidence: trial {one.row.number}**, the best "
+                            f"at {', '.join(map(str, one.best_at))}, and within launch noise of the best at the others "
+                            "(" + "; ".join(f"at {lv}: {c.text} against trial {c.other.number}" for lv, c in one.within)
+                            + ")"
+                            f". `ncclsweep export JOB --concurrency {one.best_at[0]}` exports it."))
+    return out
 
 
 def _plan(plan: Plan, report_dir: Path) -> list[Block]:
@@ -835,7 +843,10 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
     blocks.append(doc.para(f"Study `{getattr(job, 'study', '?')}` in `{getattr(job, 'storage', '?')}`"
                      + (f", backend {kind}" if kind else "")
                      + f". Open it interactively with `{storage.dashboard_command(getattr(job, 'storage', ''))}`."))
-    blocks += _headline(rows, best, base, ev, level, objective)
+    if objectives.of(objective).goodput is not None and rows:
+        blocks += latency.goodput_headline(rows, objective)
+    else:
+        blocks += _headline(rows, best, base, ev, level, objective)
     if plan is not None:
         blocks += _plan_lead(plan)
     if plan is not None:

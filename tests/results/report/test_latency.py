@@ -13,6 +13,7 @@ from orchestrator.core.slo import Slo, Targets
 from orchestrator.results.report import document as doc
 from orchestrator.results.report.latency import (
     goodput_blocks,
+    goodput_headline,
     latency_blocks,
     plot_latency,
     traffic_blocks,
@@ -87,3 +88,16 @@ def test_the_traffic_and_the_lengths_measured():
     assert "## Traffic" in md and "t.jsonl: 3 of 3 requests" in md
     assert "| baseline, best (trial 0) | output tokens | 2 | 40 | 85 | 95 | 96 | 46.0 | 3 |" in md
     assert traffic_blocks(SimpleNamespace(bench=SimpleNamespace(traffic=None)), rows) == []
+
+
+def test_a_goodput_studys_headline_is_its_answer_not_a_figure_at_one_stream():
+    """Found on a real vLLM: the headline of a goodput study named the best's decode tok/s at one
+    stream "8.82x the baseline", a figure the study did not rank by; the answer is the headline."""
+    base = a_row(0, {"m": "eager"}, {1: (91.0, 0.0143)}, goodput=GoodputResult(128, (1,), None, 1), is_baseline=True)
+    best = a_row(1, {"m": "graphs"}, {1: (802.0, 0.0019), 128: (18755.0, 0.0094)},
+                 goodput=GoodputResult(128, (1, 128), 128))
+    md = text(goodput_headline([base, best], Objective(goodput=128, slo=TARGETS)))
+    assert md.startswith("## Headline")
+    assert "**#1 holds the SLO up to 128 stream(s) at 18755 tok/s (all 128 tried); the baseline #0 breaks the SLO " \
+           "at 1 stream(s) already" in md
+    assert "802" not in md and "x the baseline" not in md and "Best config: `m=graphs`" in md

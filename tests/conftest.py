@@ -99,10 +99,9 @@ def _ray_session():
         ray.shutdown()
 
 
-@pytest.fixture
-def ray_local(_ray_session):
+def start_local_ray():
     """A real local Ray instance (logical CPUs for trial actors), started if no test left one
-    running (a cluster test shuts its own down)."""
+    running (a cluster test shuts its own down); ``_ray_session`` shuts it down."""
     import logging
 
     import ray
@@ -111,6 +110,12 @@ def ray_local(_ray_session):
         ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level=logging.WARNING,
                  log_to_driver=False)
     return ray
+
+
+@pytest.fixture
+def ray_local(_ray_session):
+    """``start_local_ray`` for one test."""
+    return start_local_ray()
 
 
 TEST_PROMPT = ("Write a detailed, step-by-step explanation of how a ring all-reduce works across eight GPUs, then "

@@ -31,7 +31,11 @@ greedy text (streamed or not) differs from the same server without speculation.
 
 Load (flags): ``--ttft-delay S`` (every stream's first token S late), ``--stream-cost S``
 (each token of a stream takes S more per other stream in flight, as a batch slows each of its
-sequences: total tok/s at N streams is N / (delay + S x (N - 1))), ``--slow-after N:F`` (the
+sequences: total tok/s at N streams is N / (delay + S x (N - 1))), ``--overflow N:S`` (with
+more than N streams in flight each token takes S more: a batch past its KV cache's room, its
+sequences preempted and recomputed: a knee in TPOT at N, which a loaded client's own delays
+cannot move as they move a crossing on ``--stream-cost``'s slope; both are set by the streams in
+flight as the server counts them and paced by sleeping to absolute times), ``--slow-after N:F`` (the
 streamed requests after the N-th are F times slower: a server that degrades mid-benchmark),
 ``--fail-above N`` (a stream that would make more than N in flight is answered HTTP 500: a
 config that breaks under load), ``--context-cost S`` (each token of a request takes S more per
@@ -326,9 +330,13 @@ class Handler(BaseHTTPRequestHandler):
                 srv.in_flight -= 1  # type: ignore[attr-defined]
 
     def _token_delay(self, delay: float) -> float:
-        """One token's delay now: the base, plus ``--stream-cost`` per other stream in flight."""
-        cost = self.server.stream_cost  # type: ignore[attr-defined]
-        return delay + cost * max(0, self.server.in_flight - 1) if cost else delay  # type: ignore[attr-defined]
+        """One token's delay now: the base, plus ``--stream-cost`` per other stream in flight, plus
+        ``--overflow``'s cost past its room."""
+        srv = self.server
+        crowd = srv.in_flight  # type: ignore[attr-defined]
+        room, over = srv.overflow  # type: ignore[attr-defined]
+        return (delay + srv.stream_cost * max(0, crowd - 1)  # type: ignore[attr-defined]
+                + (over if room is not None and crowd > room else 0.0))
 
     def _stream_tokens(self, body: dict, fake: dict, delay: float, ttft: float) -> None:
         hang_after = fake.get("hang_after")
@@ -361,7 +369,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._chunk(b"data: [DONE]\n\n")
                 self._chunk(b"")
                 return
-            if self.server.stream_cost:  # type: ignore[attr-defined]
+            if self.server.stream_cost or self.server.overflow[0] is not None:  # type: ignore[attr-defined]
                 due = t_first if i == 0 else due + self._token_delay(delay)  # noqa: F821 - set at i == 0
             else:
                 due = t_first + i * delay
@@ -511,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wrong-text", action="store_true")
     p.add_argument("--ttft-delay", type=float, default=0.0)
     p.add_argument("--stream-cost", type=float, default=0.0)
+    p.add_argument("--overflow", default=None, metavar="N:S")
     p.add_argument("--context-cost", type=float, default=0.0)
     p.add_argument("--slow-after", default=None, metavar="N:F")
     p.add_argument("--fail-above", type=int, default=None, metavar="N")
@@ -549,6 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     httpd.streamed = 0  # type: ignore[attr-defined]
     n, _, f = (a.slow_after or ":").partition(":")
     httpd.slow_after = (int(n), float(f)) if n else (None, 1.0)  # type: ignore[attr-defined]
+    room, _, over = (a.overflow or ":").partition(":")
+    httpd.overflow = (int(room), float(over)) if room else (None, 0.0)  # type: ignore[attr-defined]
     print(f"fake server listening on {a.host}:{a.port}", flush=True)
     threading.current_thread().name = "fake-openai"
     try:

@@ -7,11 +7,12 @@ crowns no config; nothing wrong is exported."""
 from __future__ import annotations
 
 import io
+import shutil
 from contextlib import redirect_stderr
 
 import pytest
 
-from conftest import run_end, run_in_process, write_job
+from conftest import run_end, run_in_process, start_local_ray, write_job
 from logtext import log_lines
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
@@ -107,17 +108,37 @@ GARBAGE_BASELINES = {
 }
 
 
+def garbage_study(directory, case: str, **overrides):
+    """The job of a garbage-baseline case in ``directory`` (a budget of 6 it never spends)."""
+    return write_job(directory, study=f"garbage-{case}", **{
+        "budget": {"trials": 6}, "sampler": {"name": "tpe", "seed": 0}, "max_consecutive_failures": 10,
+        **GARBAGE_BASELINES[case], **overrides})
+
+
+@pytest.fixture(scope="module")
+def several_params_stopped(tmp_path_factory, _ray_session):
+    """The "several-params" garbage study run once, stopped: (its folder, the run's exit code and
+    stderr). Read by the test of the stop; a test that goes on from it works on a copy."""
+    start_local_ray()
+    directory = tmp_path_factory.mktemp("several-params")
+    code, err = run_cli("run", str(garbage_study(directory, "several-params")))
+    return directory, code, err
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(GARBAGE_BASELINES))
 def test_every_garbage_baseline_stops_the_study_and_nothing_is_exported(tmp_path, ray_local, no_leftover_servers,
-                                                                       case):
+                                                                       case, request):
     """Acceptance (the class of garbage baselines): correct configs that agree with each other
     and share nothing but default values outvote the garbage baseline; the study stops with one
     line naming them before the budget is spent, bans nothing, and `export` refuses with one
     line (the baseline's own correctness is in question) instead of exporting the garbage."""
-    job_path = write_job(tmp_path, study=f"garbage-{case}", budget={"trials": 6}, sampler={"name": "tpe", "seed": 0},
-                         max_consecutive_failures=10, **GARBAGE_BASELINES[case])
-    code, err = run_cli("run", str(job_path))
+    if case == "several-params":  # the run a fixed baseline then goes on from
+        directory, code, err = request.getfixturevalue("several_params_stopped")
+        job_path = directory / "job.yaml"
+    else:
+        job_path = garbage_study(tmp_path, case)
+        code, err = run_cli("run", str(job_path))
     assert code == 1, err
     last = log_lines(err)[-1]
     job = load_job(job_path)
@@ -150,18 +171,19 @@ def _status(job_path) -> str:
 
 @pytest.mark.slow
 def test_a_fixed_baseline_measures_the_configs_that_outvoted_the_old_one_and_one_is_best(
-        tmp_path, ray_local, no_leftover_servers):
+        tmp_path, ray_local, no_leftover_servers, several_params_stopped):
     """After the stop, the user fixes the baseline: the configs that outvoted the garbage one
     were not held against them, so they are measured again, pass the gate and can be best."""
-    case = GARBAGE_BASELINES["several-params"]
-    job_path = write_job(tmp_path, study="fixed", budget={"trials": 4}, sampler={"name": "tpe", "seed": 0},
-                         max_consecutive_failures=10, **case)
-    code, err = run_cli("run", str(job_path))
+    stopped, code, err = several_params_stopped  # a copy of the stopped study, continued here
     assert code == 1 and "looks wrong" in err, err
-    first = trial_rows(open_study(load_job(job_path), create=False))
+    shutil.copytree(stopped, tmp_path, dirs_exist_ok=True)
+    job_path = tmp_path / "job.yaml"
+    first = trial_rows(open_study(load_job(garbage_study(tmp_path, "several-params")), create=False))
     outvoted_keys = {r.config_key for r in first if r.correctness.get("outvoted_reference")}
-    write_job(tmp_path, study="fixed", budget={"trials": 4}, sampler={"name": "tpe", "seed": 0},
-              max_consecutive_failures=10, **{**case, "baseline": {**case["baseline"], "backend.fault": "none"}})
+    assert outvoted_keys
+    case = GARBAGE_BASELINES["several-params"]
+    garbage_study(tmp_path, "several-params", budget={"trials": 4},
+                  baseline={**case["baseline"], "backend.fault": "none"})
     code, err = run_cli("run", str(job_path))
     assert code == 0, err
     rows = trial_rows(open_study(load_job(job_path), create=False))

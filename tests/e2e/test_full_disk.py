@@ -145,3 +145,17 @@ def test_prescreen_onto_a_full_disk_leaves_neither_file(tmp_path):
         done = cli("prescreen", str(job_path), "--iters", "20")
         ends_in_one_line(done, folder)
         assert sorted(p.name for p in folder.iterdir()) == [] and leftovers(disk) == []
+
+
+def test_compare_onto_a_full_disk_says_so_and_leaves_the_study_readable(study_on_a_disk):
+    """`compare` relaunches the best and the baseline and records their launches in the study: on a
+    full disk it stops with the one line, leaves no half-written file, and the study still reads."""
+    job_path, folder, disk = study_on_a_disk
+    before = cli("status", str(job_path), "--json")
+    assert before.returncode == 0
+    fill_disk(disk)
+    done = cli("compare", str(job_path), "--rounds", "1")
+    assert ends_in_one_line(done, folder).endswith("(writing compare.json); free space there, then run again")
+    assert leftovers(disk) == [] and not (folder / "compare.json").exists()
+    after = cli("status", str(job_path), "--json")
+    assert after.returncode == 0 and after.stdout == before.stdout  # nothing of the stopped compare half-recorded

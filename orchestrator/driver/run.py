@@ -569,10 +569,15 @@ class StudyDriver:
 
     def _leave_time_for_race(self, run: _Loop) -> bool:
         """With a time budget, the search stops when what is left is what the race needs (and the
-        next search launch would eat into it); said once. A race longer than the run's whole time
+        next search launch would eat into it); said once. Not before two configs are measured: one
+        config alone has no race (on a loaded box the first launch's cost once stopped the demo
+        after its baseline). A race longer than the run's whole time
         budget stops nothing: the search goes on, and the race runs in the runs after it (a run that
         finds the search's budget spent continues it, launch by launch within its time)."""
         if run.deadline is None or self.confirm <= 0:
+            return False
+        measured = {r.config_key for r in run.policy.rows() if r.state == COMPLETE and r.value is not None}
+        if len(measured) < 2:  # nothing to race yet: a time budget spent on one config's race is lost
             return False
         race = self._race_seconds(run.policy)
         cost = run.policy.launch_cost()

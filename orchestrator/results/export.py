@@ -352,7 +352,7 @@ def _warning_lines(fig: dict[str, Any], trial: int, *, said: bool = False) -> li
     vs = fig.get("vs_baseline") or {}
     fresh_vs = fig.get("fresh_vs_baseline") or {}
     fresh = vs.get("compare_launches", 0) + fig.get("compare_launches", 0)
-    if vs and not vs.get("same_config") and not vs.get("beyond_noise") and not vs.get("no_ratio"):
+    if vs.get("verdict") == verdict.WITHIN_NOISE:  # not a same config, nor no figure to compare (no ratio)
         by = f" ({fresh} of the launches fresh from `ncclsweep compare`)" if fresh else ""
         what = "" if said else f": {vs['text']}"
         out.append(f"trial {trial} is WITHIN NOISE of the baseline{what}{by}: it is not shown to beat the baseline")

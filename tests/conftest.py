@@ -184,6 +184,18 @@ def run_end(lines: list[str]) -> list[str]:
     return lines[ends[-1] + 1:]
 
 
+def timeouts_until_blamed(rows) -> None:
+    """A config's timed-out launches in order follow ``core.outcome``'s rule: the first blameless
+    (re-queued to see it reproduce), the next blameless only while other work kept the host busy
+    (the suite's own workers can), the last counted as the config's."""
+    from orchestrator.core.outcome import BUSY_HOST_NOTE, FIRST_TIMEOUT_NOTE, MAX_BLAMELESS_TIMEOUTS
+
+    assert 2 <= len(rows) <= MAX_BLAMELESS_TIMEOUTS + 1, rows
+    assert [r.counted for r in rows] == [False] * (len(rows) - 1) + [True], rows
+    assert FIRST_TIMEOUT_NOTE in rows[0].failure_reason, rows[0].failure_reason
+    assert all(BUSY_HOST_NOTE in r.failure_reason for r in rows[1:-1]), rows
+
+
 def study_servers(report_dir: Path) -> list[tuple[int, str]]:
     """Live server processes started by one study (found by the ports in its trial logs),
     so a check is not confused by servers of other tests running at the same time."""

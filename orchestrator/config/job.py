@@ -73,10 +73,12 @@ shown, an example for those three, whose meaning ends "(required)").
                                       # e2e at p50, p90, p99) at every level, or a level's own: {32: {tpot_p99:
                                       # 50ms}}; a config that breaks one at a level is infeasible at that level
     timeouts:
-      startup: 120s                   # spawn to healthy; longer is FAIL start-timeout
+      startup: 120s                   # spawn to healthy, at least (4x the study's longest measured start where
+                                      # longer); longer is FAIL start-timeout
       stall: 10m                      # tree alive, no log output and not healthy (or a stream silent) this
                                       # long: FAIL hang (a start only when below startup: validate says so)
-      bench: 60s                      # the whole benchmark of one trial; longer is FAIL bench-timeout
+      bench: 60s                      # the whole benchmark of one trial, at least (4x what its rounds take at
+                                      # its warm-up's pace where longer); longer is FAIL bench-timeout
       teardown: 10s                   # SIGTERM grace before SIGKILL of the server's process group
     ray:
       address: null                   # an existing cluster (HOST:PORT, ray://...); null: a fresh local Ray

@@ -21,8 +21,9 @@ into the *final* outcome the study records, in this order, each step a
    fault (``interrupted``, ``node-lost``, ``env-error``), a timeout while other work took
    half the host's CPUs (``busy_host``) and the *first* timeout of a config are blameless:
    not counted, never the config's cached answer, never banned, told to Optuna as FAIL
-   (the sampler ignores it) and re-queued once. Every other
-   failure is the config's: counted, cached, banned.
+   (the sampler ignores it) and re-queued once; a config's third timeout is its own, busy
+   host or not (``MAX_BLAMELESS_TIMEOUTS``). Every other failure is the config's: counted,
+   cached, banned.
 
 ``rankable(rows)`` is the one rule for which trials may be ranked (the driver's best so
 far and pruning threshold, ``history.best_rows``, export, report, importance): never a
@@ -60,6 +61,10 @@ from orchestrator.core.slo import Judged
 DEFAULT_PRUNE_RATIO = 0.8
 FIRST_TIMEOUT_NOTE = "first timeout of this config: re-queued once to see whether it reproduces"
 BUSY_HOST_NOTE = "a timeout on a busy host says more about its neighbours than about the config: re-queued"
+# A config's timeouts are blameless up to here (its first, then those on a busy host); the next
+# one is the config's even on a busy host: a config that never finishes would be launched again
+# all night on a host that stays busy.
+MAX_BLAMELESS_TIMEOUTS = 2
 
 # Lines in a server's log that put the failure on the node, not the config (lower case),
 # and what the user should fix. Out-of-memory is not here: a config (batch size, memory
@@ -207,13 +212,21 @@ def decide(result: TrialResult, *, second_signal: bool = False, golden=None, rul
         return Final(result, counted=True, blameless=False, requeue=False)
     if result.failure_kind in NOT_THE_CONFIGS_FAULT:
         return Final(result, counted=False, blameless=True, requeue=True)
-    if result.failure_kind in TIMEOUT_KINDS and busy_host(result):
-        result = replace(result, failure_reason=f"{result.failure_reason} ({BUSY_HOST_NOTE})")
-        return Final(result, counted=False, blameless=True, requeue=True)
-    if result.failure_kind in TIMEOUT_KINDS and earlier_timeouts == 0:
-        result = replace(result, failure_reason=f"{result.failure_reason} ({FIRST_TIMEOUT_NOTE})")
-        return Final(result, counted=False, blameless=True, requeue=True)
+    if result.failure_kind in TIMEOUT_KINDS:
+        if earlier_timeouts == 0:
+            result = replace(result, failure_reason=f"{result.failure_reason} ({FIRST_TIMEOUT_NOTE})")
+            return Final(result, counted=False, blameless=True, requeue=True)
+        if busy_host(result) and earlier_timeouts < MAX_BLAMELESS_TIMEOUTS:
+            result = replace(result, failure_reason=f"{result.failure_reason} ({BUSY_HOST_NOTE})")
+            return Final(result, counted=False, blameless=True, requeue=True)
+        if busy_host(result):
+            result = replace(result, failure_reason=f"{result.failure_reason} ({_last_timeout_note(earlier_timeouts)})")
     return Final(result, counted=True, blameless=False, requeue=False)
+
+
+def _last_timeout_note(earlier_timeouts: int) -> str:
+    return (f"timed out on {earlier_timeouts + 1} launches: the config's, busy host or not, or a config that "
+            "never finishes would be launched all night on a host that stays busy")
 
 
 def reference_failed(result: TrialResult, reason: str) -> Final:

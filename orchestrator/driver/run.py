@@ -216,9 +216,11 @@ class StudyDriver:
     def spec_for(self, number: int, config: dict, reference_texts: list[str] | None,
                  prune_below: Mapping[int, float] | None = None) -> TrialSpec:
         """Trial ``number``'s spec: the gate's capture scored against ``reference_texts``
-        (None: capture the golden reference itself), the early stop's thresholds per level."""
+        (None: capture the golden reference itself), the early stop's thresholds per level, its
+        start-up limit from the starts this study has measured (``node.spec.startup_limit``)."""
+        starts = [row.durations.get("launch_s") for row in self.policy.rows()] if self.policy is not None else []
         return TrialSpec.from_job(self.job, number, config, check=check_plan(self.job, reference_texts),
-                                  prune_below=prune_below)
+                                  prune_below=prune_below, measured_starts=starts)
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self) -> RunSummary:

@@ -59,14 +59,10 @@ from orchestrator.core.measurement import (
 from orchestrator.core.outcome import early_stop
 from orchestrator.node import client
 from orchestrator.node.client import RequestResult
-from orchestrator.node.spec import BenchPlan
+from orchestrator.node.spec import PACE_FACTOR, BenchPlan
 
 METRICS_TIMEOUT_S = 5.0
 STALLED_MARK = "streams stalled"  # in a concurrent round's error: some of its streams went silent
-# The benchmark's limit is this many times what its rounds should take at the measured pace:
-# generous enough that noise and a busier machine never decide it, tight enough that a server
-# that slows down by an order of magnitude mid-benchmark is a timeout, not an hour.
-PACE_FACTOR = 4.0
 # Goodput: the bisection stops when the bracket around the crossing is at most this share of the
 # highest concurrency that held (exact below 20 streams): closer than that, the latency
 # percentiles of neighbouring concurrencies differ less than their own noise. Up to 64 streams

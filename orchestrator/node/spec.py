@@ -12,7 +12,7 @@ gate needs captured).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +27,25 @@ if TYPE_CHECKING:
     from orchestrator.config.job import Job
 
 
+# A limit is this many times what the same work took where it was measured (the benchmark's
+# rounds at the pace its warm-up showed, a start at the longest start the study has measured):
+# generous enough that noise and a busier machine never decide it, tight enough that a server
+# slowed by an order of magnitude is a timeout, not an hour.
+PACE_FACTOR = 4.0
+CONFIGURED_STARTUP = "timeouts.startup"
+
+
+def startup_limit(configured_s: float, measured_starts: Iterable[float | None]) -> tuple[float, str]:
+    """A start's limit and what set it: the larger of ``timeouts.startup`` and ``PACE_FACTOR`` x
+    the longest start this study has measured (a host that got busier slows every start alike;
+    the fixed figure alone would measure the neighbours, not the config)."""
+    longest = max((s for s in measured_starts if s), default=None)
+    if longest is None or PACE_FACTOR * longest <= configured_s:
+        return configured_s, CONFIGURED_STARTUP
+    return PACE_FACTOR * longest, (f"{PACE_FACTOR:g}x the longest start this study measured, {longest:.0f}s, "
+                                   f"above {CONFIGURED_STARTUP} {configured_s:.0f}s")
+
+
 @dataclass(frozen=True)
 class ServerPlan:
     """How to start one server for the trial's config, and how long to give it."""
@@ -36,6 +55,7 @@ class ServerPlan:
     job_file: str | None
     env: Mapping[str, str]  # the job's fixed environment (the config's own env.* come from the backend)
     startup_timeout_s: float = 300.0
+    startup_basis: str = CONFIGURED_STARTUP  # what set the limit (``startup_limit``), said when it ends a start
     teardown_grace_s: float = 10.0
     stall_s: float | None = None  # tree alive, no log output and not ready this long: FAIL hang (timeouts.stall)
     host: str = "127.0.0.1"
@@ -119,7 +139,8 @@ class TrialSpec:
     def from_job(cls, job: Job, number: int, config: Config, *, check: CheckPlan | None = None,
                  prune_below: Mapping[int, float] | None = None, log_dir: Path | None = None,
                  log_name: str | None = None, extra_env: Mapping[str, str] | None = None,
-                 device_check: bool | None = None, measure_bandwidth: bool = True) -> TrialSpec:
+                 device_check: bool | None = None, measure_bandwidth: bool = True,
+                 measured_starts: Iterable[float | None] = ()) -> TrialSpec:
         """The spec of trial ``number`` of ``job`` for ``config``.
 
         Args:
@@ -128,14 +149,17 @@ class TrialSpec:
             log_dir, log_name: where the server's log goes (default: the study's logs/,
                 ``trial-NNNN.log``).
             extra_env: variables on top of the job's ``env:`` (``bench --verify-nccl``).
+            measured_starts: seconds the study's servers took to start (``startup_limit``).
             device_check: check the GPUs before and after (default: a GPU job does).
         """
         bench = job.bench
+        startup_s, startup_basis = startup_limit(job.timeouts.startup_s, measured_starts)
         return cls(
             number=number, config=dict(config),
             server=ServerPlan(backend_kind=job.backend.kind, backend_settings=dict(job.backend.settings),
                               job_file=str(job.path), env={**job.env, **(extra_env or {})},
-                              startup_timeout_s=job.timeouts.startup_s, teardown_grace_s=job.timeouts.teardown_s,
+                              startup_timeout_s=startup_s, startup_basis=startup_basis,
+                              teardown_grace_s=job.timeouts.teardown_s,
                               stall_s=job.timeouts.stall_s),
             bench=BenchPlan(prompts=tuple(bench.prompts), output_tokens=bench.output_tokens, warmup=bench.warmup,
                             repeats=bench.repeats, max_repeats=bench.max_repeats, target_rel_ci=bench.target_rel_ci,

@@ -26,6 +26,7 @@ from orchestrator.core import nccl
 from orchestrator.core.errors import StorageWriteError, is_file_write_failure
 from orchestrator.core.launch import cache_locations, server_environment
 from orchestrator.core.logs import capture_warnings
+from orchestrator.core.measurement import HostLoad, Measurement
 from orchestrator.core.records import COMPLETE, PRUNED, Config, FailureKind, TrialResult
 from orchestrator.node import client, gpus, phases, startup
 from orchestrator.node.hostload import HostSampler
@@ -121,12 +122,16 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
         timing["total_s"] = result.ended_at - started
         return result
 
-    def failed(kind: str, reason: str, stalled_in: str | None = None, got: Benchmark | None = None) -> TrialResult:
+    def failed(kind: str, reason: str, stalled_in: str | None = None, got: Benchmark | None = None,
+               host: HostLoad | None = None) -> TrialResult:
         refused = nccl.classify_failure(_read(log_path)) == FailureKind.NCCL_INVALID
         if kind in (FailureKind.START_CRASH, FailureKind.BENCH_ERROR, FailureKind.HANG) and refused:
             kind, reason = FailureKind.NCCL_INVALID, f"NCCL refused a setting: {reason}"
-        # what the finished levels measured stays on the record (fast at 1, failed at 10)
-        kept = got.measurement if got is not None and got.measurement.levels else None
+        # what the finished levels measured stays on the record (fast at 1, failed at 10), and how
+        # busy the host was (a timeout on a busy host is not the config's: ``core.outcome.busy_host``)
+        kept = got.measurement if got is not None and (got.measurement.levels or got.measurement.host) else None
+        if kept is None and host is not None:
+            kept = Measurement(host=host)
         return finish(TrialResult.failed(spec.config, kind, reason, measurement=kept, **common), stalled_in)
 
     if spec.device_check:  # never start on GPUs that something else holds: not the config's fault
@@ -145,16 +150,19 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
             return failed(FailureKind.INTERRUPTED, "stopped by the user as its server was spawned")
 
         server_info = asdict(record)
+        starting = HostSampler(record.pgid)  # how busy the host is as it starts (a slow start may be the neighbours')
+        limit_s = spec.server.startup_timeout_s
         try:
-            proc.wait_ready(spec.server.startup_timeout_s, stall_s=spec.server.stall_s)
+            proc.wait_ready(limit_s, stall_s=spec.server.stall_s)
             # healthy is not yet serving: a 503 (warming up) waits, within what is left of the start-up budget
-            proc.wait_serving(spec.server.startup_timeout_s - (time.monotonic() - t0))
+            proc.wait_serving(limit_s - (time.monotonic() - t0))
         except ServerStalled as exc:
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
             phase = startup.last_phase(_read(log_path))
-            return failed(FailureKind.HANG, f"stalled in {phase}: {exc} (timeouts.stall; its process tree was alive)",
-                          stalled_in=phase)
+            load = starting.finish()
+            return failed(FailureKind.HANG, f"stalled in {phase}: {exc} (timeouts.stall; its process tree was alive)"
+                          f"{_busy_text(load)}", stalled_in=phase, host=load)
         except ServerFailed as exc:
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
@@ -169,8 +177,10 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
         except ReadyTimeout as exc:
             if cancel.is_set():
                 return failed(FailureKind.INTERRUPTED, "stopped by the user during start-up")
+            load = starting.finish()
             return failed(FailureKind.START_TIMEOUT,
-                          f"not ready after {spec.server.startup_timeout_s:.0f}s ({exc.why})")
+                          f"not ready after {limit_s:.0f}s ({spec.server.startup_basis}): {exc.why}{_busy_text(load)}",
+                          host=load)
         except PortTaken as exc:  # another process answers on the port: not the config's fault
             return failed(FailureKind.ENV_ERROR, str(exc))
         timing["launch_s"] = time.monotonic() - t0
@@ -182,11 +192,11 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
         # the host's load beside it (a busy host's timeout is not the config's)
         plan = spec.bench
         report.phase(phases.WARMING_UP)
-        host = HostSampler(record.pgid)
+        benchmarking = HostSampler(record.pgid)
         got = with_host(measure(launch.base_url, launch.model_name, plan, deadline=time.monotonic() + plan.timeout_s,
                                 metrics_url=launch.metrics_url, prune_below=spec.prune_below,
                                 progress=report.measuring),
-                        host.finish())
+                        benchmarking.finish())
         if not got.ok:  # the time it ran is still the benchmark's (the report's timeline draws it so)
             if got.measurement.warmup_s:
                 timing["warmup_s"] = got.measurement.warmup_s
@@ -289,10 +299,14 @@ def _bench_failure(failed, proc: ServerProcess, got: Benchmark, error: str | Non
     if from_bench and got.timed_out:
         limit = (f" within its {got.limit_s:.0f}s limit (the larger of timeouts.bench and {PACE_FACTOR:g}x what "
                  "its own pace predicted)") if got.limit_s else ""
-        host = got.measurement.host
-        busy = f"; the host was busy: {host.describe()}" if host is not None and host.busy else ""
-        return failed(FailureKind.BENCH_TIMEOUT, f"benchmark did not finish{limit}: {error}{busy}", got=got)
+        return failed(FailureKind.BENCH_TIMEOUT, f"benchmark did not finish{limit}: {error}"
+                      f"{_busy_text(got.measurement.host)}", got=got)
     return failed(FailureKind.BENCH_ERROR, error, got=got)
+
+
+def _busy_text(host: HostLoad | None) -> str:
+    """'; the host was busy: other work took 1.8 of 2 CPUs (load 4.1)' where it was, else ''."""
+    return f"; the host was busy: {host.describe()}" if host is not None and host.busy else ""
 
 
 def prepare_server(backend, config: Config, host: str, job_env: dict[str, str], log_path: Path,

@@ -62,3 +62,14 @@ def test_the_gate_captures_what_the_correctness_section_says(job, tmp_path):
     assert check_plan(job, None, prompts=("only this",)).prompts == ("only this",)
     off = load_job(write_job(tmp_path, study="off", correctness={"enabled": False}))
     assert check_plan(off, ["x"]) == CheckPlan()  # nothing captured, nothing compared
+
+
+def test_the_start_up_limit_grows_with_the_longest_start_the_study_measured(job):
+    # no start measured yet, or starts well within it: timeouts.startup as written
+    quiet = TrialSpec.from_job(job, 1, {"tp_size": 1}, measured_starts=[None, 12.0, 20.0])
+    assert (quiet.server.startup_timeout_s, quiet.server.startup_basis) == (90, "timeouts.startup")
+    # a host that got busier slows every start alike: 4x the longest measured start, and the
+    # reason a start ends at it says so
+    slow = TrialSpec.from_job(job, 2, {"tp_size": 1}, measured_starts=[12.0, 40.0, None])
+    assert slow.server.startup_timeout_s == 160
+    assert slow.server.startup_basis == "4x the longest start this study measured, 40s, above timeouts.startup 90s"

@@ -84,7 +84,7 @@ def baseline_trials(job):
     return [t for t in open_study(job, create=False).get_trials(deepcopy=False) if t.user_attrs.get("is_baseline")]
 
 
-@pytest.mark.timeout(600)  # three study runs: 45 s on a quiet box, past 300 s beside the suite under 2 busy loops
+@pytest.mark.timeout(1200)  # three study runs: 45 s on a quiet box, 469 s beside the suite under 2 busy loops
 def test_glm5_baseline_is_the_jobs_on_every_seed_and_resume(tmp_path, ray_8_gpus):
     before = {pid for pid, _ in server_processes("fake_vllm")}
     seen = {}

@@ -27,7 +27,7 @@ from orchestrator.study.storage import open_study
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.timeout(600)  # the run's own limit below: on a busy 2-core box the demo took 229-319 s
+@pytest.mark.timeout(1260)  # the run's own limit below: on a busy 2-core box the demo took 229-540 s
 def test_the_demo_beats_its_baseline_and_shows_the_gate(tmp_path, no_leftover_servers):
     (tmp_path / "jobs").mkdir()
     (tmp_path / "search_spaces").mkdir()
@@ -35,7 +35,7 @@ def test_the_demo_beats_its_baseline_and_shows_the_gate(tmp_path, no_leftover_se
     shutil.copy(REPO / "search_spaces" / "refserver-cpu-demo.yaml", tmp_path / "search_spaces")
     t0 = time.monotonic()
     run = subprocess.run([sys.executable, "-m", "orchestrator", "run", "jobs/demo.yaml"], capture_output=True,
-                         text=True, timeout=600, cwd=tmp_path)
+                         text=True, timeout=1200, cwd=tmp_path)  # its 15m budget, the race after it
     print(f"the demo took {time.monotonic() - t0:.0f} s")
     assert run.returncode == 0, run.stderr
     lines = run.stderr.strip().splitlines()

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from conftest import TEST_PROMPT, run_in_process, write_job
+from conftest import TEST_PROMPT, run_in_process, timeouts_until_blamed, write_job
 from orchestrator.config.job import load_job
 from orchestrator.study.history import best_rows, trial_rows
 from orchestrator.study.storage import open_study
@@ -56,8 +56,8 @@ def test_each_fault_gets_its_state_and_the_study_continues(tmp_path, no_leftover
     every = trial_rows(open_study(job, create=False))
     for fault, kind in (("hang-on-start", "start-timeout"), ("hang-in-decode", "bench-timeout")):
         runs = [r for r in every if r.params["backend.fault"] == fault and r.cached_from is None]
-        assert [(r.failure_kind, r.counted) for r in runs] == [(kind, False), (kind, True)], runs
-        assert "re-queued once" in runs[0].failure_reason
+        assert [r.failure_kind for r in runs] == [kind] * len(runs), runs
+        timeouts_until_blamed(runs)  # the first re-queued (a second too, on a busy host), the last counted
     # failed configs are never best, and a bigger budget proposes nothing new: space exhausted
     assert {b.params["backend.fault"] for b in best_rows(rows, 5)} <= {"none", "slow-start:3"}
     summary = run_in_process(job, trials=9, out=io.StringIO())

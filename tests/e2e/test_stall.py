@@ -71,10 +71,10 @@ def test_a_stream_that_stops_in_the_benchmark_is_a_hang_in_its_phase(tmp_path, r
     out = io.StringIO()
     StudyDriver(job, out=out).run()
     rows = [r for r in trial_rows(open_study(job, create=False)) if not r.skipped]
-    assert [r.failure_kind for r in rows] == ["hang", "hang"], out.getvalue()
+    assert [r.failure_kind for r in rows] == ["hang"] * len(rows), out.getvalue()
     for r in rows:
         assert r.startup_phases["stalled_in"] == "benchmark" and r.startup_phases["ready_s"] > 0
         assert "a stream of the benchmark stopped: warm-up request 1 failed: stalled" in r.failure_reason
         assert r.durations["total_s"] < job.timeouts.bench_s / 10
-    assert rows[1].counted and not rows[0].counted
+    timeouts_until_blamed(rows)  # re-queued once (again on a busy host), then the config's
 

@@ -57,15 +57,13 @@ class StopSignals:
         return got
 
     def _handle(self, signum, frame) -> None:
-        delivered = self._delivered() if self._pipe is not None else 1
-        if not delivered:  # its byte was read by the run before, which counted it
-            return
+        # at least this one: a pipe that got no byte (another wakeup fd set since) never hides a signal
         before = self.count
-        self.count += delivered
+        self.count += max(1, self._delivered())
         name = signal.Signals(signum).name
         if before == 0:
             self.say(f"{name}: stopping after the running trial finishes (Ctrl-C or another signal kills it now)")
-        if self.count > 1:
+        if before <= 1 < self.count:
             self.say(f"{name}: killing the running trial now")
 
     @property

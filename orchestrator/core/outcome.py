@@ -6,7 +6,9 @@ into the *final* outcome the study records, in this order, each step a
 ``dataclasses.replace`` of the result (no field is ever copied by hand, so ``nccl``,
 ``warnings``, ``server`` and the log tail survive every step):
 
-1. a second Ctrl-C killed it: FAIL ``interrupted``;
+1. a second Ctrl-C killed it, or the stop that is ending the run ended its server too
+   (``ended_by_the_stop``: a service manager's SIGTERM reaches every process): FAIL
+   ``interrupted``;
 2. the log shows the node, not the config, was at fault (port taken, no GPU visible,
    GPUs busy): FAIL ``env-error`` (``trial.py`` already says ``env-error`` when the
    server command could not be executed at all);
@@ -34,6 +36,7 @@ docs/architecture.md has the whole table.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -81,6 +84,10 @@ ENV_LOG_MARKERS = (
     ("cudaerrordevicesunavailable", "the GPUs are busy (another process, or exclusive compute mode)"),
 )
 _LOG_KINDS = (FailureKind.START_CRASH, FailureKind.BENCH_ERROR)  # raw kinds whose log may show an environment cause
+# Signals only a user or a service manager sends to stop a process: the kernel's out-of-memory
+# kill is SIGKILL, a crash SIGSEGV or SIGABRT, an engine's own shutdown of a failed rank SIGKILL
+# or SIGQUIT (SGLang), and the tool's teardown comes after the result.
+STOP_SIGNALS_FROM_OUTSIDE = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,16 @@ def early_stop(first: Mapping[Any, float | None], thresholds: Mapping[Any, float
 def interrupted(result: TrialResult, reason: str) -> TrialResult:
     """The same result, as FAIL ``interrupted`` with ``reason``."""
     return replace(result, outcome=FAIL, failure_kind=FailureKind.INTERRUPTED, failure_reason=reason)
+
+
+def ended_by_the_stop(result: TrialResult) -> str | None:
+    """The stop signal (``STOP_SIGNALS_FROM_OUTSIDE``) that ended this failed trial's server
+    before its teardown, by name; None when the server ended otherwise, or not on its own
+    (``metrics["server_exit_code"]``, recorded by the node)."""
+    code = result.metrics.get("server_exit_code") if result.outcome == FAIL else None
+    if not isinstance(code, int) or code >= 0 or -code not in STOP_SIGNALS_FROM_OUTSIDE:
+        return None
+    return signal.Signals(-code).name
 
 
 def busy_host(result: TrialResult) -> bool:
@@ -190,17 +207,24 @@ def infeasibility(result: TrialResult) -> float:
     return value
 
 
-def decide(result: TrialResult, *, second_signal: bool = False, golden=None, rules=(),
+def decide(result: TrialResult, *, stop_signals: int = 0, golden=None, rules=(),
            baseline: Measurement | None = None, earlier_timeouts: int = 0,
            slo: Callable[[Measurement], Judged] | None = None) -> Final:
     """The final outcome of a launched trial (steps in the module docstring).
 
+    ``stop_signals``: how many stop signals the run has had (``driver.signals``): one, it is
+    being stopped, and a server the same stop ended is not the config's; two, the running
+    trials were killed;
     ``baseline``: the baseline's measurement (the outcome constraints' reference);
     ``earlier_timeouts``: how many earlier launches of the same config timed out (0: a
     timeout now is the first and is not yet the config's fault); ``slo``: the job's latency
     targets as its objective judges a measurement (``judge_slo``)."""
-    if second_signal and result.outcome == FAIL:
+    if stop_signals > 1 and result.outcome == FAIL:
         result = interrupted(result, "killed by the user (second signal)")
+    elif stop_signals and (by := ended_by_the_stop(result)):
+        result = interrupted(result, f"its server was ended by {by} while the run was being stopped: the stop reached "
+                                     f"it too (a service manager signals every process), not the config "
+                                     f"({result.failure_reason})")
     cause = environment_cause(result)
     if cause:
         result = replace(result, failure_kind=FailureKind.ENV_ERROR,

@@ -27,9 +27,8 @@ Connecting (``connect_ray``): ``address`` (``ray.address`` / ``--ray-address``) 
 existing cluster; an address where nothing listens fails at once, one where something
 listens that does not answer as Ray (or refuses the token) within ``CONNECT_TIMEOUT_S``,
 as one ``RuntimeFailure`` line (Ray itself would retry for minutes). Without an address
-a fresh local Ray is started (``address="local"``), never a cluster found on the host, and
-on loopback only (``LOOPBACK_ONLY``): its services listen on 127.0.0.1, not on the machine's
-network interfaces, since nothing outside the machine joins it.
+a fresh local Ray is started (``address="local"``), never a cluster found on the host, on
+loopback only and with its services out of the driver's process group (``local_ray``).
 
 Killing: ``ray.kill`` does not reach a server started in its own session, so an actor
 kills its server's process group itself (``stop``), and the server carries a
@@ -54,6 +53,7 @@ from typing import Any
 
 from orchestrator.core.errors import RuntimeFailure
 from orchestrator.core.records import FailureKind, TrialResult
+from orchestrator.driver import local_ray
 from orchestrator.driver.executor import Executor
 from orchestrator.node.hwprobe import node_info
 from orchestrator.node.phases import TrialPhase
@@ -211,22 +211,6 @@ def _last_error(lines: list[str]) -> str | None:
     return None
 
 
-# Ray's single-machine mode (its default on macOS and Windows): the node's address is loopback
-# and every service of the local Ray (GCS, raylet, workers, the runtime-env agent) listens on
-# 127.0.0.1 only (``ray.init(_node_ip_address="127.0.0.1")`` is rewritten to the machine's
-# address). Ray reads it when it is imported; the processes it spawns inherit it.
-LOOPBACK_ONLY = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-
-
-def _local_ray_on_loopback() -> None:
-    """The private local Ray this process starts listens on loopback only (``LOOPBACK_ONLY``)."""
-    name, value = LOOPBACK_ONLY
-    os.environ[name] = value
-    constants = sys.modules.get("ray._private.ray_constants")
-    if constants is not None:  # Ray was imported before (its constants are read when it is)
-        setattr(constants, "ENABLE_RAY_CLUSTER", False)  # noqa: B010 - a module attribute, set
-
-
 def connect_ray(address: str | None, local_num_cpus: int | None = None):
     """``ray.init`` for the driver (no resources asked for it); every failure is one
     ``RuntimeFailure`` line. Reuses a Ray this process already initialised.
@@ -262,9 +246,10 @@ def connect_ray(address: str | None, local_num_cpus: int | None = None):
             level = notice.level
             notice.setLevel(logging.ERROR)
             try:
-                _local_ray_on_loopback()
-                ray.init(address="local", num_cpus=local_num_cpus, include_dashboard=False,
-                         logging_level=logging.WARNING, log_to_driver=False)
+                local_ray.on_loopback()
+                with local_ray.own_process_groups():
+                    ray.init(address="local", num_cpus=local_num_cpus, include_dashboard=False,
+                             logging_level=logging.WARNING, log_to_driver=False)
             finally:
                 notice.setLevel(level)
     except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, version mismatch, ...
@@ -316,6 +301,7 @@ class RayExecutor(Executor):
     """One actor per trial slot, each pinned to one node that matches the job."""
 
     REFRESH_S = 5.0  # how often ``slots`` asks Ray for the node list (and on every actor death)
+    GCS_ANSWER_S = 10.0  # a node listing the GCS has not answered by then will not come (it was stopped)
     QUARANTINE_S = 60.0  # a node whose actor died is not used again for this long
 
     def __init__(self, *, address: str | None, gpus_per_node: int, cpus_per_trial: int,
@@ -353,7 +339,7 @@ class RayExecutor(Executor):
         self._refresh(force=True)
         if not self._nodes:
             hint = ""
-            if gpus_per_node > 0 and not any((n.get("Resources") or {}).get("GPU") for n in self._ray.nodes()):
+            if gpus_per_node > 0 and not any((n.get("Resources") or {}).get("GPU") for n in self._list_nodes()):
                 hint = ("; no node has GPUs: run this on the GPU machines, or to try the job without GPUs start "
                         f"a Ray head that declares them (`ray start --head --num-gpus={gpus_per_node} --block`) "
                         "and pass its address with --ray-address")
@@ -361,6 +347,28 @@ class RayExecutor(Executor):
                                  f"nodes: {self._describe_nodes()}{hint}")
 
     # ---- nodes --------------------------------------------------------------------------
+    def _list_nodes(self) -> list[Any]:
+        """``ray.nodes()``, waited for at most ``GCS_ANSWER_S``: Ray waits for its GCS without
+        a limit, and a GCS that a stop signal ended (every process of a service got it) never
+        answers, while the driver still has its stop to finish. RuntimeFailure past the limit."""
+        answer: list[Any] = []
+
+        def ask() -> None:
+            try:
+                answer.append(self._ray.nodes())
+            except Exception as exc:  # noqa: BLE001 - handed to the caller below
+                answer.append(exc)
+
+        asking = threading.Thread(target=ask, name="ray-nodes", daemon=True)
+        asking.start()
+        asking.join(self.GCS_ANSWER_S)
+        if not answer:
+            raise RuntimeFailure(f"the Ray GCS did not answer a node listing within {self.GCS_ANSWER_S:.0f}s "
+                                 "(stopped with the run, or its machine is gone); `ncclsweep run` resumes the study")
+        if isinstance(answer[0], Exception):
+            raise answer[0]
+        return answer[0]
+
     def _describe_need(self) -> str:
         parts = [f"{k} >= {v:g}" for k, v in self._need.items()]
         if self._gpu_model:
@@ -369,7 +377,7 @@ class RayExecutor(Executor):
 
     def _describe_nodes(self) -> str:
         out = []
-        for node in self._ray.nodes():
+        for node in self._list_nodes():
             if not node.get("Alive"):
                 continue
             res = node.get("Resources") or {}
@@ -396,7 +404,7 @@ class RayExecutor(Executor):
             return
         self._refreshed = now
         try:
-            listing = self._ray.nodes()
+            listing = self._list_nodes()
         except Exception as exc:  # noqa: BLE001 - GCS hiccup: keep the last known nodes
             log.warning("could not list Ray nodes: %s", exc)
             return
@@ -578,7 +586,7 @@ class RayExecutor(Executor):
 
         task = self._ray.remote(_cleanup_task)
         refs = []
-        for node in self._ray.nodes():
+        for node in self._list_nodes():
             if node.get("Alive"):
                 strategy = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
                 refs.append(task.options(num_cpus=0, scheduling_strategy=strategy).remote(str(registry_dir)))

@@ -87,6 +87,9 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
     def finish(result: TrialResult, stalled_in: str | None = None) -> TrialResult:
         spawned = proc.started_at is not None
         ended_s = time.monotonic() - proc.started_at if spawned else None  # type: ignore[operator]
+        ended_on_its_own = proc.exited() if spawned else None  # before the teardown: how it ended (outcome reads it)
+        if ended_on_its_own is not None:
+            result.metrics["server_exit_code"] = ended_on_its_own
         report.phase(phases.STOPPING)
         timing["teardown_s"] = proc.stop(spec.server.teardown_grace_s)
         if on_server:

@@ -44,9 +44,25 @@ KEPT = ("nccl", "warnings", "server", "log_tail", "node", "config")
 
 def test_second_signal_interrupt_keeps_nccl_warnings_and_server():
     raw = result(outcome="FAIL", value=None, failure_kind="bench-error", failure_reason="killed")
-    final = outcome.decide(raw, second_signal=True)
+    final = outcome.decide(raw, stop_signals=2)
     assert final.result.failure_kind == "interrupted" and final.blameless and final.requeue and not final.counted
     assert all(getattr(final.result, f) == getattr(raw, f) for f in KEPT)
+
+
+@pytest.mark.parametrize("code,stop_signals,kind", [
+    (-15, 1, "interrupted"),   # SIGTERM as the run is being stopped: the same stop reached the server
+    (-1, 1, "interrupted"),    # SIGHUP: the terminal's session went
+    (-9, 1, "bench-error"),    # SIGKILL: the kernel's out-of-memory kill too, which a config can cause
+    (-11, 1, "bench-error"),   # SIGSEGV: a crash
+    (1, 1, "bench-error"),     # an exit code of its own
+    (-15, 0, "bench-error"),   # SIGTERM with no stop under way: nothing says it was not the config
+])
+def test_a_server_ended_by_the_runs_own_stop_is_not_the_configs(code, stop_signals, kind):
+    raw = result(outcome="FAIL", value=None, failure_kind="bench-error", failure_reason="server exited",
+                 metrics={"server_exit_code": code})
+    final = outcome.decide(raw, stop_signals=stop_signals)
+    assert final.result.failure_kind == kind
+    assert final.blameless == (kind == "interrupted") and final.counted == (kind != "interrupted")
 
 
 def test_gate_and_constraints_are_replacements_of_the_result():

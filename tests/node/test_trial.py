@@ -159,3 +159,30 @@ def test_a_start_timeout_on_a_busy_host_is_not_the_configs_fault(tmp_path, no_le
     final = outcome.decide(result, earlier_timeouts=1)
     assert (final.counted, final.blameless, final.requeue) == (False, True, True)
     assert outcome.BUSY_HOST_NOTE in final.result.failure_reason
+
+
+def test_a_server_ended_by_a_stop_signal_from_outside_says_so_and_is_not_the_configs_when_the_run_is_stopping(
+        tmp_path, no_leftover_servers):
+    # a service manager stopping the run signals every process (systemd's control-group kill),
+    # the trial's server too: the trial records how its server ended, and the driver, which got
+    # the same stop, does not hold the failure against the config
+    import signal
+
+    servers: list = []
+
+    def stop_once_measuring(phase) -> None:
+        if phase.name == "measuring" and servers and servers[0].proc.returncode is None:
+            servers[0].proc.send_signal(signal.SIGTERM)  # the launched process, as the service manager does
+
+    long_bench = BenchPlan(prompts=("Hello",), output_tokens=400, warmup=1, repeats=4, timeout_s=60)
+    spec = dataclasses.replace(_spec(tmp_path, 5, "none"), bench=long_bench)
+    result = run_trial(spec, on_server=lambda s: servers.append(s) if s is not None else None,
+                       on_phase=stop_once_measuring)
+    assert (result.outcome, result.failure_kind) == (FAIL, "bench-error"), result.failure_reason
+    assert "killed by SIGTERM" in result.failure_reason and result.metrics["server_exit_code"] == -signal.SIGTERM
+    assert outcome.ended_by_the_stop(result) == "SIGTERM"
+    final = outcome.decide(result, stop_signals=1)  # the run is being stopped: the same stop ended it
+    assert final.result.failure_kind == "interrupted" and "ended by SIGTERM" in final.result.failure_reason
+    assert (final.counted, final.blameless, final.requeue) == (False, True, True)
+    alone = outcome.decide(result)  # no stop under way: a server that ends mid-benchmark is the config's
+    assert alone.result.failure_kind == "bench-error" and alone.counted

@@ -56,7 +56,8 @@ Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
 ``--crash-above N`` (exit 1 when more than N completions are in flight: a config that
 crashes only under load), ``--ready-after S``, ``--warming S`` (``/health`` 200 at once, but completions answered
 ``503`` with ``Retry-After: 1`` for S seconds: a server warming up behind a healthy health
-check, or a proxy in front of one), ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
+check, or a proxy in front of one; ``--warming-status 502`` or ``504`` answers as a proxy
+whose engine behind it is not up yet), ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
 logprobs answered with 400, like a server that does not support them), ``--wrong-text``
 (every token after the first is another word: greedy text that differs from the same server
 without it, like a collective that corrupts data).
@@ -232,7 +233,8 @@ class Handler(BaseHTTPRequestHandler):
             self._json(503, {"error": {"message": "server is starting", "code": 503}})
             return
         if time.monotonic() < self.server.serving_at:  # type: ignore[attr-defined]
-            self._json(503, {"error": {"message": "warming up", "code": 503}}, {"Retry-After": "1"})
+            status = self.server.warming_status  # type: ignore[attr-defined]
+            self._json(status, {"error": {"message": "warming up", "code": status}}, {"Retry-After": "1"})
             return
         model = body.get("model")
         if model != self.server.model:  # type: ignore[attr-defined]
@@ -500,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--token-delay", type=float, default=0.01)
     p.add_argument("--ready-after", type=float, default=0.0)
     p.add_argument("--warming", type=float, default=0.0)
+    p.add_argument("--warming-status", type=int, default=503)
     p.add_argument("--exit-after", type=int, default=0, metavar="N")
     p.add_argument("--crash-above", type=int, default=0, metavar="N")
     p.add_argument("--crash-on-start", type=int, default=None, metavar="CODE")
@@ -542,6 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     httpd.no_logprobs = a.no_logprobs  # type: ignore[attr-defined]
     httpd.ready_at = time.monotonic() + a.ready_after  # type: ignore[attr-defined]
     httpd.serving_at = time.monotonic() + a.warming  # type: ignore[attr-defined]
+    httpd.warming_status = a.warming_status  # type: ignore[attr-defined]
     httpd.requests, httpd.exit_at = 0, a.exit_after + 1 if a.exit_after else 0  # type: ignore[attr-defined]
     httpd.active, httpd.crash_above = 0, a.crash_above  # type: ignore[attr-defined]
     httpd.spec_tokens = a.spec_tokens  # type: ignore[attr-defined]

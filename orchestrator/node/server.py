@@ -42,10 +42,11 @@ the one that does not, and ``run_trial`` asks again after the benchmark.
 
 Ready to serve: a server (or a proxy in front of it) may answer its health check before it
 serves requests, and answer them ``503 Service Unavailable`` (often with ``Retry-After``)
-while it warms up. ``wait_serving`` sends one one-token completion until the answer is
-anything but 503, waiting as ``Retry-After`` asks, within what is left of the start-up
-budget; a 503 that lasts past it is a ``ReadyTimeout`` (start-timeout: not ready), never a
-benchmark error held against the config.
+while it warms up, or, a proxy whose engine is not up yet, ``502 Bad Gateway`` or ``504
+Gateway Timeout`` (``NOT_SERVING_YET``). ``wait_serving`` sends one one-token completion
+until the answer is none of those, waiting as ``Retry-After`` asks, within what is left of
+the start-up budget; one that lasts past it is a ``ReadyTimeout`` (start-timeout: not
+ready), never a benchmark error held against the config.
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ _PR_SET_PDEATHSIG = 1
 SERVING_PATH = "/v1/completions"  # what the benchmark asks of every server
 PROBE_TIMEOUT_S = 30.0  # the longest one readiness request waits for its answer
 MAX_RETRY_AFTER_S = 10.0  # a Retry-After longer than this is asked again sooner
+# answers that mean "not serving yet" right after the health check: the server warming up, or a
+# proxy in front of it whose engine is not up (refused: 502, or too slow to answer: 504)
+NOT_SERVING_YET = {502: "Bad Gateway", 503: "Service Unavailable (warming up)", 504: "Gateway Timeout"}
 
 
 # --------------------------------------------------------------------------------------
@@ -155,7 +159,7 @@ class ServerStalled(ServerError):
 
 class ReadyTimeout(ServerError):
     """The server did not answer its health check in time (``why``: what it answered instead;
-    ``warming``: health answered, the API kept saying 503)."""
+    ``warming``: health answered, the API kept saying it is not serving yet: 502, 503, 504)."""
 
     def __init__(self, timeout_s: float, log_tail: str = "", last_status: str | None = None, *,
                  why: str = "health never answered 200", warming: bool = False):
@@ -541,7 +545,7 @@ class ServerProcess:
 
     def _serving(self, timeout: float) -> tuple[bool, str, float | None]:
         """One one-token completion: (serving, what it answered, Retry-After seconds). Anything
-        but 503 is serving (the benchmark judges the rest); no answer within ``timeout`` too
+        but ``NOT_SERVING_YET`` is serving (the benchmark judges the rest); no answer within ``timeout`` too
         (it took the request: its first, maybe slow, generation is the warm-up's to wait for)."""
         body = json.dumps({"model": self.spec.model_name, "prompt": "Hello", "max_tokens": 1,
                            "temperature": 0}).encode()
@@ -550,9 +554,10 @@ class ServerProcess:
             conn.request("POST", SERVING_PATH, body, {"Content-Type": "application/json"})
             resp = conn.getresponse()
             resp.read(65536)
-            if resp.status != 503:
+            if resp.status not in NOT_SERVING_YET:
                 return True, f"HTTP {resp.status}", None
-            return False, "HTTP 503", _retry_after(resp.getheader("Retry-After"))
+            retry_after = _retry_after(resp.getheader("Retry-After"))
+            return False, f"HTTP {resp.status} {NOT_SERVING_YET[resp.status]}", retry_after
         except TimeoutError:
             return True, "no answer yet", None
         except (OSError, http.client.HTTPException) as exc:
@@ -562,8 +567,8 @@ class ServerProcess:
 
     def wait_serving(self, timeout_s: float, poll_s: float = 0.5) -> float:
         """After ``wait_ready``: send a one-token completion until the server answers it with
-        anything but 503 (module docstring), at least once; return seconds waited. Raises
-        ``ReadyTimeout`` (``warming``) when it still answers 503 after ``timeout_s``, and what
+        anything but ``NOT_SERVING_YET`` (module docstring), at least once; return seconds
+        waited. Raises ``ReadyTimeout`` (``warming``) when it still does after ``timeout_s``, and what
         ``wait_ready`` raises when the server dies meanwhile."""
         t0 = time.monotonic()
         deadline = t0 + max(0.0, timeout_s)
@@ -575,9 +580,9 @@ class ServerProcess:
                 return time.monotonic() - t0
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ReadyTimeout(timeout_s, self.log_tail(), answer, warming=answer == "HTTP 503",
-                                   why=f"health answered, but {SERVING_PATH} still answered {answer}" +
-                                       (" Service Unavailable (warming up)" if answer == "HTTP 503" else ""))
+                warming = answer.startswith("HTTP ")  # a not-serving-yet answer, not a refused connection
+                raise ReadyTimeout(timeout_s, self.log_tail(), answer, warming=warming,
+                                   why=f"health answered, but {SERVING_PATH} still answered {answer}")
             wait = min(remaining, poll_s if retry_after is None else min(retry_after, MAX_RETRY_AFTER_S))
             try:  # returns at once when the process exits
                 self.proc.wait(timeout=max(0.0, wait))  # type: ignore[union-attr]

@@ -221,6 +221,33 @@ def test_wait_ready_timeout_while_health_is_503(tmp_path, servers):
     assert "not ready after 1.5 s" in str(info.value)
 
 
+@pytest.mark.parametrize("status", [502, 503, 504])
+def test_an_api_not_serving_yet_behind_a_healthy_health_check_is_waited_for(tmp_path, servers, status):
+    """Health says 200 while completions answer 503 (an engine warming up) or, through a proxy
+    in front of an engine that is not up yet, 502 or 504: the server is not ready yet. It is
+    waited for within the budget, and one that outlasts it is a timeout that says so."""
+    import http.client
+    import json
+
+    warming = ServerProcess(_fake_spec(free_port(), "--warming", "1.5", "--warming-status", str(status)),
+                            tmp_path / "warming.log")
+    stuck = ServerProcess(_fake_spec(free_port(), "--warming", "600", "--warming-status", str(status)),
+                          tmp_path / "stuck.log")
+    servers.extend([warming, stuck])
+    for sp in (warming, stuck):
+        sp.start()
+        sp.wait_ready(timeout_s=30, poll_s=0.1)
+    warming.wait_serving(30, poll_s=0.1)
+    conn = http.client.HTTPConnection("127.0.0.1", warming.spec.port, timeout=10)
+    conn.request("POST", "/v1/completions", json.dumps({"model": "fake", "prompt": "Hi", "max_tokens": 1}),
+                 {"Content-Type": "application/json"})
+    assert conn.getresponse().status == 200  # it serves now
+    conn.close()
+    with pytest.raises(ReadyTimeout) as info:
+        stuck.wait_serving(0.5, poll_s=0.1)
+    assert info.value.warming and f"still answered HTTP {status}" in info.value.why, info.value.why
+
+
 def test_parent_death_signal_kills_server_with_its_parent(tmp_path, stray_pids):
     code = textwrap.dedent(f"""\
         import sys, time

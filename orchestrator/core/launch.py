@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -114,3 +115,13 @@ class WatchRules:
 
     def essential_regex(self) -> re.Pattern | None:
         return re.compile("|".join(f"(?:{p})" for p in self.essential_processes)) if self.essential_processes else None
+
+
+def exit_text(returncode: int | None) -> str:
+    """How a process ended: ``exit code N`` or ``killed by SIGKILL``."""
+    if returncode is not None and returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"

@@ -6,8 +6,8 @@ into the *final* outcome the study records, in this order, each step a
 ``dataclasses.replace`` of the result (no field is ever copied by hand, so ``nccl``,
 ``warnings``, ``server`` and the log tail survive every step):
 
-1. a second Ctrl-C killed it, or the stop that is ending the run ended its server too
-   (``ended_by_the_stop``: a service manager's SIGTERM reaches every process): FAIL
+1. a second Ctrl-C killed it, or its server ended on its own while the run was being
+   stopped (``ended_by_the_stop``: a service manager's SIGTERM reaches every process): FAIL
    ``interrupted``;
 2. the log shows the node, not the config, was at fault (port taken, no GPU visible,
    GPUs busy): FAIL ``env-error`` (``trial.py`` already says ``env-error`` when the
@@ -36,12 +36,12 @@ docs/architecture.md has the whole table.
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.core import correctness, golden_check
+from orchestrator.core.launch import exit_text
 from orchestrator.core.measurement import Measurement
 from orchestrator.core.records import (
     COMPLETE,
@@ -84,10 +84,6 @@ ENV_LOG_MARKERS = (
     ("cudaerrordevicesunavailable", "the GPUs are busy (another process, or exclusive compute mode)"),
 )
 _LOG_KINDS = (FailureKind.START_CRASH, FailureKind.BENCH_ERROR)  # raw kinds whose log may show an environment cause
-# Signals only a user or a service manager sends to stop a process: the kernel's out-of-memory
-# kill is SIGKILL, a crash SIGSEGV or SIGABRT, an engine's own shutdown of a failed rank SIGKILL
-# or SIGQUIT (SGLang), and the tool's teardown comes after the result.
-STOP_SIGNALS_FROM_OUTSIDE = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
@@ -117,14 +113,16 @@ def interrupted(result: TrialResult, reason: str) -> TrialResult:
     return replace(result, outcome=FAIL, failure_kind=FailureKind.INTERRUPTED, failure_reason=reason)
 
 
-def ended_by_the_stop(result: TrialResult) -> str | None:
-    """The stop signal (``STOP_SIGNALS_FROM_OUTSIDE``) that ended this failed trial's server
-    before its teardown, by name; None when the server ended otherwise, or not on its own
-    (``metrics["server_exit_code"]``, recorded by the node)."""
-    code = result.metrics.get("server_exit_code") if result.outcome == FAIL else None
-    if not isinstance(code, int) or code >= 0 or -code not in STOP_SIGNALS_FROM_OUTSIDE:
+def ended_by_the_stop(result: TrialResult, stop_began: float | None) -> str | None:
+    """How this failed trial's server ended (``killed by SIGTERM``, ``exit code 0``) when it
+    ended on its own, before its teardown (``metrics["server_exit_code"]``, recorded by the
+    node), in a trial that ended after the run's stop began (``stop_began``, unix time); None
+    otherwise. A stop that reaches every process (a service manager's) ends the servers too,
+    each as its engine does on SIGTERM: killed by it, or a clean shutdown with a code of its own."""
+    code = result.metrics.get("server_exit_code")
+    if stop_began is None or result.outcome != FAIL or not isinstance(code, int):
         return None
-    return signal.Signals(-code).name
+    return exit_text(code) if (result.ended_at or 0.0) >= stop_began else None
 
 
 def busy_host(result: TrialResult) -> bool:
@@ -207,23 +205,23 @@ def infeasibility(result: TrialResult) -> float:
     return value
 
 
-def decide(result: TrialResult, *, stop_signals: int = 0, golden=None, rules=(),
+def decide(result: TrialResult, *, stop_signals: int = 0, stop_began: float | None = None, golden=None, rules=(),
            baseline: Measurement | None = None, earlier_timeouts: int = 0,
            slo: Callable[[Measurement], Judged] | None = None) -> Final:
     """The final outcome of a launched trial (steps in the module docstring).
 
-    ``stop_signals``: how many stop signals the run has had (``driver.signals``): one, it is
-    being stopped, and a server the same stop ended is not the config's; two, the running
-    trials were killed;
+    ``stop_signals``: how many stop signals the run has had (``driver.signals``): two, the
+    running trials were killed; ``stop_began``: when the first came (a server that ended on
+    its own after it is not the config's: ``ended_by_the_stop``);
     ``baseline``: the baseline's measurement (the outcome constraints' reference);
     ``earlier_timeouts``: how many earlier launches of the same config timed out (0: a
     timeout now is the first and is not yet the config's fault); ``slo``: the job's latency
     targets as its objective judges a measurement (``judge_slo``)."""
     if stop_signals > 1 and result.outcome == FAIL:
         result = interrupted(result, "killed by the user (second signal)")
-    elif stop_signals and (by := ended_by_the_stop(result)):
-        result = interrupted(result, f"its server was ended by {by} while the run was being stopped: the stop reached "
-                                     f"it too (a service manager signals every process), not the config "
+    elif how := ended_by_the_stop(result, stop_began):
+        result = interrupted(result, f"its server ended ({how}) while the run was being stopped: the stop reached it "
+                                     f"too, as a service manager's reaches every process, not the config "
                                      f"({result.failure_reason})")
     cause = environment_cause(result)
     if cause:

@@ -69,7 +69,7 @@ from typing import Callable, Mapping
 
 from orchestrator.core import files
 from orchestrator.core.files import read_tail
-from orchestrator.core.launch import LaunchSpec, WatchRules
+from orchestrator.core.launch import LaunchSpec, WatchRules, exit_text
 from orchestrator.core.records import ServerRecord
 from orchestrator.node import proctree
 from orchestrator.node import supervise as supervisor
@@ -116,16 +116,6 @@ class ServerError(Exception):
 
 class SpawnFailed(ServerError):
     """The server's argv could not be executed (missing binary, bad cwd, ...)."""
-
-
-def exit_text(returncode: int | None) -> str:
-    """How a process ended: ``exit code N`` or ``killed by SIGKILL``."""
-    if returncode is not None and returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exit code {returncode}"
 
 
 class ServerExited(ServerError):

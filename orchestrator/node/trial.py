@@ -24,7 +24,7 @@ from typing import Any
 from orchestrator.backends import get_backend_class
 from orchestrator.core import nccl
 from orchestrator.core.errors import StorageWriteError, is_file_write_failure
-from orchestrator.core.launch import cache_locations, server_environment
+from orchestrator.core.launch import cache_locations, exit_text, server_environment
 from orchestrator.core.logs import capture_warnings
 from orchestrator.core.measurement import HostLoad, Measurement
 from orchestrator.core.records import COMPLETE, PRUNED, Config, FailureKind, TrialResult
@@ -42,7 +42,6 @@ from orchestrator.node.server import (
     ServerRegistry,
     ServerStalled,
     SpawnFailed,
-    exit_text,
     free_port,
 )
 from orchestrator.node.spec import TrialSpec

@@ -5,6 +5,7 @@ the exported best, and importance rates only what may be ranked (or was stopped 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import socket
@@ -49,20 +50,23 @@ def test_second_signal_interrupt_keeps_nccl_warnings_and_server():
     assert all(getattr(final.result, f) == getattr(raw, f) for f in KEPT)
 
 
-@pytest.mark.parametrize("code,stop_signals,kind", [
-    (-15, 1, "interrupted"),   # SIGTERM as the run is being stopped: the same stop reached the server
-    (-1, 1, "interrupted"),    # SIGHUP: the terminal's session went
-    (-9, 1, "bench-error"),    # SIGKILL: the kernel's out-of-memory kill too, which a config can cause
-    (-11, 1, "bench-error"),   # SIGSEGV: a crash
-    (1, 1, "bench-error"),     # an exit code of its own
-    (-15, 0, "bench-error"),   # SIGTERM with no stop under way: nothing says it was not the config
+@pytest.mark.parametrize("code,stop_began,kind", [
+    (-15, 100.0, "interrupted"),   # killed by SIGTERM after the run's stop began: the same stop reached it
+    (0, 100.0, "interrupted"),     # an engine's clean shutdown on that SIGTERM
+    (1, 100.0, "interrupted"),     # or one that exits with an error code as it shuts down
+    (-15, 300.0, "bench-error"),   # the trial had ended before the stop began: its own end
+    (-15, None, "bench-error"),    # no stop under way: nothing says it was not the config
+    (None, 100.0, "bench-error"),  # its server did not end (it answered errors): the config's
 ])
-def test_a_server_ended_by_the_runs_own_stop_is_not_the_configs(code, stop_signals, kind):
-    raw = result(outcome="FAIL", value=None, failure_kind="bench-error", failure_reason="server exited",
-                 metrics={"server_exit_code": code})
-    final = outcome.decide(raw, stop_signals=stop_signals)
+def test_a_server_that_ended_while_the_run_was_being_stopped_is_not_the_configs(code, stop_began, kind):
+    metrics = {} if code is None else {"server_exit_code": code}
+    raw = dataclasses.replace(result(outcome="FAIL", value=None, failure_kind="bench-error",
+                                     failure_reason="server exited", metrics=metrics), ended_at=200.0)
+    final = outcome.decide(raw, stop_signals=0 if stop_began is None else 1, stop_began=stop_began)
     assert final.result.failure_kind == kind
     assert final.blameless == (kind == "interrupted") and final.counted == (kind != "interrupted")
+    if kind == "interrupted":
+        assert outcome.ended_by_the_stop(raw, stop_began) in final.result.failure_reason
 
 
 def test_gate_and_constraints_are_replacements_of_the_result():

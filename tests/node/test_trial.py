@@ -180,9 +180,10 @@ def test_a_server_ended_by_a_stop_signal_from_outside_says_so_and_is_not_the_con
                        on_phase=stop_once_measuring)
     assert (result.outcome, result.failure_kind) == (FAIL, "bench-error"), result.failure_reason
     assert "killed by SIGTERM" in result.failure_reason and result.metrics["server_exit_code"] == -signal.SIGTERM
-    assert outcome.ended_by_the_stop(result) == "SIGTERM"
-    final = outcome.decide(result, stop_signals=1)  # the run is being stopped: the same stop ended it
-    assert final.result.failure_kind == "interrupted" and "ended by SIGTERM" in final.result.failure_reason
+    began = result.started_at  # the run's stop began while the trial ran
+    assert outcome.ended_by_the_stop(result, began) == "killed by SIGTERM"
+    final = outcome.decide(result, stop_signals=1, stop_began=began)  # the same stop ended its server
+    assert final.result.failure_kind == "interrupted" and "ended (killed by SIGTERM)" in final.result.failure_reason
     assert (final.counted, final.blameless, final.requeue) == (False, True, True)
     alone = outcome.decide(result)  # no stop under way: a server that ends mid-benchmark is the config's
     assert alone.result.failure_kind == "bench-error" and alone.counted

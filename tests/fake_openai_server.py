@@ -57,7 +57,8 @@ Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
 crashes only under load), ``--ready-after S``, ``--warming S`` (``/health`` 200 at once, but completions answered
 ``503`` with ``Retry-After: 1`` for S seconds: a server warming up behind a healthy health
 check, or a proxy in front of one; ``--warming-status 502`` or ``504`` answers as a proxy
-whose engine behind it is not up yet), ``--ignore-term`` (SIGTERM ignored), ``--no-logprobs`` (echo /
+whose engine behind it is not up yet), ``--ignore-term`` (SIGTERM ignored), ``--graceful-term S``
+(on SIGTERM, exit 0 S seconds later, as an engine's graceful shutdown does), ``--no-logprobs`` (echo /
 logprobs answered with 400, like a server that does not support them), ``--wrong-text``
 (every token after the first is another word: greedy text that differs from the same server
 without it, like a collective that corrupts data).
@@ -507,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--crash-above", type=int, default=0, metavar="N")
     p.add_argument("--crash-on-start", type=int, default=None, metavar="CODE")
     p.add_argument("--ignore-term", action="store_true")
+    p.add_argument("--graceful-term", type=float, default=None, metavar="S")
     p.add_argument("--no-logprobs", action="store_true")
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)  # run as worker N
@@ -538,6 +540,12 @@ def main(argv: list[str] | None = None) -> int:
         return a.crash_on_start
     if a.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if a.graceful_term is not None:
+        def shut_down(signum, frame) -> None:
+            print("fake server: shutting down (SIGTERM)", flush=True)
+            threading.Timer(a.graceful_term, os._exit, args=(0,)).start()
+
+        signal.signal(signal.SIGTERM, shut_down)
     _start_tree(a)
     httpd = _Server((a.host, a.port), Handler)
     httpd.model = a.model  # type: ignore[attr-defined]

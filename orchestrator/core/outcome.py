@@ -6,9 +6,9 @@ into the *final* outcome the study records, in this order, each step a
 ``dataclasses.replace`` of the result (no field is ever copied by hand, so ``nccl``,
 ``warnings``, ``server`` and the log tail survive every step):
 
-1. a second Ctrl-C killed it, or its server ended on its own while the run was being
-   stopped (``ended_by_the_stop``: a service manager's SIGTERM reaches every process): FAIL
-   ``interrupted``;
+1. a second Ctrl-C killed it, or its server ended or stopped answering after the run's
+   stop began (``ended_by_the_stop``: a service manager's SIGTERM reaches every process):
+   FAIL ``interrupted``;
 2. the log shows the node, not the config, was at fault (port taken, no GPU visible,
    GPUs busy): FAIL ``env-error`` (``trial.py`` already says ``env-error`` when the
    server command could not be executed at all);
@@ -84,6 +84,9 @@ ENV_LOG_MARKERS = (
     ("cudaerrordevicesunavailable", "the GPUs are busy (another process, or exclusive compute mode)"),
 )
 _LOG_KINDS = (FailureKind.START_CRASH, FailureKind.BENCH_ERROR)  # raw kinds whose log may show an environment cause
+# what a stop that reaches the server does to a trial: its server dies (before ready, or while
+# measured) or stops answering; never a wrong answer or a setting NCCL refused
+STOPPED_SERVER_KINDS = (FailureKind.START_CRASH, FailureKind.BENCH_ERROR, FailureKind.HANG)
 
 
 @dataclass(frozen=True)
@@ -114,15 +117,18 @@ def interrupted(result: TrialResult, reason: str) -> TrialResult:
 
 
 def ended_by_the_stop(result: TrialResult, stop_began: float | None) -> str | None:
-    """How this failed trial's server ended (``killed by SIGTERM``, ``exit code 0``) when it
-    ended on its own, before its teardown (``metrics["server_exit_code"]``, recorded by the
-    node), in a trial that ended after the run's stop began (``stop_began``, unix time); None
-    otherwise. A stop that reaches every process (a service manager's) ends the servers too,
-    each as its engine does on SIGTERM: killed by it, or a clean shutdown with a code of its own."""
-    code = result.metrics.get("server_exit_code")
-    if stop_began is None or result.outcome != FAIL or not isinstance(code, int):
+    """Why this failure is the run's stop, not the config's (None: it is not): its server
+    ended or stopped answering (``STOPPED_SERVER_KINDS``) in a trial that ended after the
+    run's stop began (``stop_began``, unix time). A stop that reaches every process (a service
+    manager's) ends the servers too, each as its engine does on SIGTERM: killed by it, or a
+    shutdown with a code of its own, its workers first or its front. The text says how the
+    server ended where the node saw it (``metrics["server_exit_code"]``)."""
+    if stop_began is None or result.outcome != FAIL or result.failure_kind not in STOPPED_SERVER_KINDS:
         return None
-    return exit_text(code) if (result.ended_at or 0.0) >= stop_began else None
+    if (result.ended_at or 0.0) < stop_began:
+        return None
+    code = result.metrics.get("server_exit_code")
+    return f"its server ended ({exit_text(code)})" if isinstance(code, int) else "its server failed"
 
 
 def busy_host(result: TrialResult) -> bool:
@@ -211,18 +217,17 @@ def decide(result: TrialResult, *, stop_signals: int = 0, stop_began: float | No
     """The final outcome of a launched trial (steps in the module docstring).
 
     ``stop_signals``: how many stop signals the run has had (``driver.signals``): two, the
-    running trials were killed; ``stop_began``: when the first came (a server that ended on
-    its own after it is not the config's: ``ended_by_the_stop``);
+    running trials were killed; ``stop_began``: when the first came (a server that ended
+    after it is not the config's: ``ended_by_the_stop``);
     ``baseline``: the baseline's measurement (the outcome constraints' reference);
     ``earlier_timeouts``: how many earlier launches of the same config timed out (0: a
     timeout now is the first and is not yet the config's fault); ``slo``: the job's latency
     targets as its objective judges a measurement (``judge_slo``)."""
     if stop_signals > 1 and result.outcome == FAIL:
         result = interrupted(result, "killed by the user (second signal)")
-    elif how := ended_by_the_stop(result, stop_began):
-        result = interrupted(result, f"its server ended ({how}) while the run was being stopped: the stop reached it "
-                                     f"too, as a service manager's reaches every process, not the config "
-                                     f"({result.failure_reason})")
+    elif what := ended_by_the_stop(result, stop_began):
+        result = interrupted(result, f"{what} while the run was being stopped: the stop reached it too, as a service "
+                                     f"manager's reaches every process, not the config ({result.failure_reason})")
     cause = environment_cause(result)
     if cause:
         result = replace(result, failure_kind=FailureKind.ENV_ERROR,

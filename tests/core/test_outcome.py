@@ -50,23 +50,24 @@ def test_second_signal_interrupt_keeps_nccl_warnings_and_server():
     assert all(getattr(final.result, f) == getattr(raw, f) for f in KEPT)
 
 
-@pytest.mark.parametrize("code,stop_began,kind", [
-    (-15, 100.0, "interrupted"),   # killed by SIGTERM after the run's stop began: the same stop reached it
-    (0, 100.0, "interrupted"),     # an engine's clean shutdown on that SIGTERM
-    (1, 100.0, "interrupted"),     # or one that exits with an error code as it shuts down
-    (-15, 300.0, "bench-error"),   # the trial had ended before the stop began: its own end
-    (-15, None, "bench-error"),    # no stop under way: nothing says it was not the config
-    (None, 100.0, "bench-error"),  # its server did not end (it answered errors): the config's
+@pytest.mark.parametrize("raw_kind,code,stop_began,kind", [
+    ("bench-error", -15, 100.0, "interrupted"),  # killed by SIGTERM after the run's stop began: the same stop
+    ("bench-error", 0, 100.0, "interrupted"),    # an engine's clean shutdown on that SIGTERM
+    ("start-crash", 1, 100.0, "interrupted"),    # or one that exits with an error code as it shuts down
+    ("hang", None, 100.0, "interrupted"),        # or whose front was still shutting down: it stopped answering
+    ("bench-error", -15, 300.0, "bench-error"),  # the trial had ended before the stop began: its own end
+    ("bench-error", -15, None, "bench-error"),   # no stop under way: nothing says it was not the config
+    ("wrong-output", 0, 100.0, "wrong-output"),  # a wrong answer is not something a stop causes
 ])
-def test_a_server_that_ended_while_the_run_was_being_stopped_is_not_the_configs(code, stop_began, kind):
+def test_a_server_that_ended_while_the_run_was_being_stopped_is_not_the_configs(raw_kind, code, stop_began, kind):
     metrics = {} if code is None else {"server_exit_code": code}
-    raw = dataclasses.replace(result(outcome="FAIL", value=None, failure_kind="bench-error",
+    raw = dataclasses.replace(result(outcome="FAIL", value=None, failure_kind=raw_kind,
                                      failure_reason="server exited", metrics=metrics), ended_at=200.0)
     final = outcome.decide(raw, stop_signals=0 if stop_began is None else 1, stop_began=stop_began)
     assert final.result.failure_kind == kind
     assert final.blameless == (kind == "interrupted") and final.counted == (kind != "interrupted")
     if kind == "interrupted":
-        assert outcome.ended_by_the_stop(raw, stop_began) in final.result.failure_reason
+        assert final.result.failure_reason.startswith(outcome.ended_by_the_stop(raw, stop_began))
 
 
 def test_gate_and_constraints_are_replacements_of_the_result():

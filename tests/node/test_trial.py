@@ -181,9 +181,46 @@ def test_a_server_ended_by_a_stop_signal_from_outside_says_so_and_is_not_the_con
     assert (result.outcome, result.failure_kind) == (FAIL, "bench-error"), result.failure_reason
     assert "killed by SIGTERM" in result.failure_reason and result.metrics["server_exit_code"] == -signal.SIGTERM
     began = result.started_at  # the run's stop began while the trial ran
-    assert outcome.ended_by_the_stop(result, began) == "killed by SIGTERM"
+    assert outcome.ended_by_the_stop(result, began) == "its server ended (killed by SIGTERM)"
     final = outcome.decide(result, stop_signals=1, stop_began=began)  # the same stop ended its server
-    assert final.result.failure_kind == "interrupted" and "ended (killed by SIGTERM)" in final.result.failure_reason
+    assert final.result.failure_kind == "interrupted"
+    assert final.result.failure_reason.startswith("its server ended (killed by SIGTERM) while the run was being")
     assert (final.counted, final.blameless, final.requeue) == (False, True, True)
     alone = outcome.decide(result)  # no stop under way: a server that ends mid-benchmark is the config's
     assert alone.result.failure_kind == "bench-error" and alone.counted
+
+
+def test_an_engine_that_shuts_down_cleanly_on_the_stop_is_not_the_configs_either(tmp_path, no_leftover_servers):
+    # an engine's front shuts down on SIGTERM and exits 0 a moment later, while its worker, which
+    # got the same signal, is gone at once: whichever end the trial sees first (the worker's, or
+    # the front's clean exit), the stop's end of a server is not the config's
+    import signal
+
+    argv = ["{python}", str(FAKE_OPENAI), "--port", "{port}", "--model", "fake", "--ready-after", "100000",
+            "--workers", "1", "--graceful-term", "1.0"]
+    spec = dataclasses.replace(_never_ready(tmp_path), server=ServerPlan(
+        "command", {"argv": argv, "model_name": "fake"}, None, {}, startup_timeout_s=60, teardown_grace_s=5))
+
+    def stop_every_process(server) -> None:
+        if server is None:
+            return
+
+        def stop() -> None:
+            front = psutil.Process(server.proc.pid)
+            for _ in range(300):  # the worker is up (a guard, not a bound)
+                workers = front.children(recursive=True)
+                if workers:
+                    break
+                time.sleep(0.05)
+            for process in [*workers, front]:
+                process.send_signal(signal.SIGTERM)
+
+        threading.Thread(target=stop, daemon=True).start()
+
+    began = time.time()
+    result = run_trial(spec, on_server=stop_every_process)
+    assert result.outcome == FAIL and result.failure_kind == "start-crash", result.failure_reason
+    final = outcome.decide(result, stop_signals=1, stop_began=began)
+    assert final.result.failure_kind == "interrupted" and not final.counted and final.blameless
+    assert final.result.failure_reason.startswith("its server "), final.result.failure_reason
+    assert outcome.decide(result).counted  # the same failure with no stop under way is the config's

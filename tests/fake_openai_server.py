@@ -100,6 +100,14 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+
+def say(text: str) -> None:
+    """One line of the server's log in one write: lines that two threads print at once never mix
+    (``print`` writes the text and its newline apart)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 PREFILL_FACTOR = 10  # ``--context-cost``: the first token's share of a long prompt, against a later token's
 _TOKEN_RE = re.compile(r"\s*\S+|\s+")
 
@@ -160,7 +168,7 @@ class Handler(BaseHTTPRequestHandler):
             server.requests += 1  # type: ignore[attr-defined]
             last = server.requests == server.exit_at  # type: ignore[attr-defined]
         if last:  # --exit-after: a clean exit 0 as this request arrives (its connection closes unanswered)
-            print(f"fake server: exiting (0) at request {server.requests}", flush=True)  # type: ignore[attr-defined]
+            say(f"fake server: exiting (0) at request {server.requests}")  # type: ignore[attr-defined]
             import os
 
             os._exit(0)
@@ -211,7 +219,7 @@ class Handler(BaseHTTPRequestHandler):
             crowd = self.server.active  # type: ignore[attr-defined]
         try:
             if self.server.crash_above and crowd > self.server.crash_above:  # type: ignore[attr-defined]
-                print(f"fake server: {crowd} requests at once: crashing", flush=True)
+                say(f"fake server: {crowd} requests at once: crashing")
                 import os
 
                 os._exit(1)
@@ -435,10 +443,10 @@ def _worker(index: int, pid_dir: str | None, die_after: float | None) -> int:
 
         with open(f"{pid_dir}/worker-{index}.pid", "w") as fh:
             fh.write(str(os.getpid()))
-    print(f"fake worker {index} up", flush=True)
+    say(f"fake worker {index} up")
     if die_after is not None and die_after >= 0:
         time.sleep(die_after)
-        print(f"fake worker {index}: exiting with code 1 as asked", flush=True)
+        say(f"fake worker {index}: exiting with code 1 as asked")
         return 1
     while True:
         time.sleep(3600)
@@ -457,7 +465,7 @@ def _start_tree(a: argparse.Namespace) -> None:
         subprocess.Popen(cmd, start_new_session=a.workers_setsid)
     for spec in a.say_after:
         after, _, text = spec.partition(":")
-        threading.Timer(float(after), lambda t=text: print(t, flush=True)).start()
+        threading.Timer(float(after), lambda t=text: say(t)).start()
     for spec in a.helper_after:
         after, _, seconds = spec.partition(":")
         helper = [sys.executable, "-c", f"import time; time.sleep({float(seconds)})", "fake-helper"]
@@ -471,7 +479,7 @@ def _launch_speed(a: argparse.Namespace) -> float:
     if a.speed_file and os.path.exists(a.speed_file):
         with open(a.speed_file) as f:
             factor = float(f.read().strip())
-        print(f"launch: speed x{factor:g} (from {a.speed_file})", flush=True)
+        say(f"launch: speed x{factor:g} (from {a.speed_file})")
     return factor * _noise_speed(a)
 
 
@@ -490,8 +498,7 @@ def _noise_speed(a: argparse.Namespace) -> float:
         fast = random.Random(a.launch_noise_seed * 1_000_003 + n).random() < 0.5
     else:
         fast = int.from_bytes(os.urandom(1), "big") < 128
-    print(f"launch: {'fast' if fast else 'slow'} (x{1 + a.launch_noise if fast else 1 - a.launch_noise:.2f})",
-          flush=True)
+    say(f"launch: {'fast' if fast else 'slow'} (x{1 + a.launch_noise if fast else 1 - a.launch_noise:.2f})")
     return 1.0 + a.launch_noise if fast else 1.0 - a.launch_noise
 
 
@@ -542,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if a.graceful_term is not None:
         def shut_down(signum, frame) -> None:
-            print("fake server: shutting down (SIGTERM)", flush=True)
+            say("fake server: shutting down (SIGTERM)")
             threading.Timer(a.graceful_term, os._exit, args=(0,)).start()
 
         signal.signal(signal.SIGTERM, shut_down)
@@ -572,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     httpd.slow_after = (int(n), float(f)) if n else (None, 1.0)  # type: ignore[attr-defined]
     room, _, over = (a.overflow or ":").partition(":")
     httpd.overflow = (int(room), float(over)) if room else (None, 0.0)  # type: ignore[attr-defined]
-    print(f"fake server listening on {a.host}:{a.port}", flush=True)
+    say(f"fake server listening on {a.host}:{a.port}")
     threading.current_thread().name = "fake-openai"
     try:
         httpd.serve_forever(poll_interval=0.1)

@@ -6,8 +6,8 @@ into the *final* outcome the study records, in this order, each step a
 ``dataclasses.replace`` of the result (no field is ever copied by hand, so ``nccl``,
 ``warnings``, ``server`` and the log tail survive every step):
 
-1. a second Ctrl-C killed it, or its server ended or stopped answering after the run's
-   stop began (``ended_by_the_stop``: a service manager's SIGTERM reaches every process):
+1. a second Ctrl-C killed it, or its server ended or stopped answering while the run was
+   being stopped (``ended_by_the_stop``: a service manager's SIGTERM reaches every process):
    FAIL ``interrupted``;
 2. the log shows the node, not the config, was at fault (port taken, no GPU visible,
    GPUs busy): FAIL ``env-error`` (``trial.py`` already says ``env-error`` when the
@@ -116,16 +116,17 @@ def interrupted(result: TrialResult, reason: str) -> TrialResult:
     return replace(result, outcome=FAIL, failure_kind=FailureKind.INTERRUPTED, failure_reason=reason)
 
 
-def ended_by_the_stop(result: TrialResult, stop_began: float | None) -> str | None:
+def ended_by_the_stop(result: TrialResult, stop_signals: int) -> str | None:
     """Why this failure is the run's stop, not the config's (None: it is not): its server
-    ended or stopped answering (``STOPPED_SERVER_KINDS``) in a trial that ended after the
-    run's stop began (``stop_began``, unix time). A stop that reaches every process (a service
-    manager's) ends the servers too, each as its engine does on SIGTERM: killed by it, or a
-    shutdown with a code of its own, its workers first or its front. The text says how the
-    server ended where the node saw it (``metrics["server_exit_code"]``)."""
-    if stop_began is None or result.outcome != FAIL or result.failure_kind not in STOPPED_SERVER_KINDS:
-        return None
-    if (result.ended_at or 0.0) < stop_began:
+    ended or stopped answering (``STOPPED_SERVER_KINDS``) while the run was being stopped
+    (``stop_signals``: the stop signals handled before the result was judged; a trial that
+    came back then was running as the stop began). A stop that reaches every process (a
+    service manager's) ends the servers too, each as its engine does on SIGTERM: killed by
+    it, or a shutdown with a code of its own, its workers first or its front. The text says
+    how the server ended where the node saw it (``metrics["server_exit_code"]``). A config that
+    crashed on its own just then is measured again by the next run: one launch, against a
+    config banned for a stop."""
+    if not stop_signals or result.outcome != FAIL or result.failure_kind not in STOPPED_SERVER_KINDS:
         return None
     code = result.metrics.get("server_exit_code")
     return f"its server ended ({exit_text(code)})" if isinstance(code, int) else "its server failed"
@@ -211,21 +212,21 @@ def infeasibility(result: TrialResult) -> float:
     return value
 
 
-def decide(result: TrialResult, *, stop_signals: int = 0, stop_began: float | None = None, golden=None, rules=(),
+def decide(result: TrialResult, *, stop_signals: int = 0, golden=None, rules=(),
            baseline: Measurement | None = None, earlier_timeouts: int = 0,
            slo: Callable[[Measurement], Judged] | None = None) -> Final:
     """The final outcome of a launched trial (steps in the module docstring).
 
-    ``stop_signals``: how many stop signals the run has had (``driver.signals``): two, the
-    running trials were killed; ``stop_began``: when the first came (a server that ended
-    after it is not the config's: ``ended_by_the_stop``);
+    ``stop_signals``: how many stop signals the run has had (``driver.signals``): one, it is
+    being stopped (a server that ends then is not the config's: ``ended_by_the_stop``); two,
+    the running trials were killed;
     ``baseline``: the baseline's measurement (the outcome constraints' reference);
     ``earlier_timeouts``: how many earlier launches of the same config timed out (0: a
     timeout now is the first and is not yet the config's fault); ``slo``: the job's latency
     targets as its objective judges a measurement (``judge_slo``)."""
     if stop_signals > 1 and result.outcome == FAIL:
         result = interrupted(result, "killed by the user (second signal)")
-    elif what := ended_by_the_stop(result, stop_began):
+    elif what := ended_by_the_stop(result, stop_signals):
         result = interrupted(result, f"{what} while the run was being stopped: the stop reached it too, as a service "
                                      f"manager's reaches every process, not the config ({result.failure_reason})")
     cause = environment_cause(result)

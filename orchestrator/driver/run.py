@@ -167,10 +167,6 @@ class _Loop:
     def past_deadline(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
-    def stopping(self) -> dict[str, Any]:
-        """What ``outcome.decide`` needs to know of the stop signals so far."""
-        return {"stop_signals": self.signals.count, "stop_began": self.signals.began_at}
-
 
 class StudyDriver:
     """Runs one ``ncclsweep run`` invocation of a job's study (module docstring).
@@ -475,7 +471,7 @@ class StudyDriver:
         """A relaunch or race launch is back: judged like a trial (the correctness gate: a config that
         answers wrong on a fresh launch is wrong) and stored as an uncounted trial of its config."""
         assert launch.config is not None and launch.key is not None
-        result = outcome.decide(result, **run.stopping(), golden=run.golden).result
+        result = outcome.decide(result, stop_signals=run.signals.count, golden=run.golden).result
         role = RELAUNCH if launch.kind == "relaunch" else RACE
         attrs: dict[str, Any] = {ATTR_LAUNCH_ROLE: role}
         if launch.record is not None:
@@ -651,7 +647,7 @@ class StudyDriver:
                 run.said_paths.add(text)
                 self.say(f"warning ({launch.label}): {text}")
         if launch.kind == "repeat":
-            result = outcome.decide(result, **run.stopping(), golden=run.golden).result
+            result = outcome.decide(result, stop_signals=run.signals.count, golden=run.golden).result
             self._store_repeat(run.study, result)
             return
         if launch.kind in ("relaunch", "race"):
@@ -706,7 +702,7 @@ class StudyDriver:
                 golden: correctness.Golden | None) -> outcome.Final:
         base = run.policy.baseline_row()
         objective = self.job.objective
-        return outcome.decide(result, **run.stopping(), golden=golden, rules=self.job.constraints,
+        return outcome.decide(result, stop_signals=run.signals.count, golden=golden, rules=self.job.constraints,
                               baseline=base.measurement if base else None,
                               earlier_timeouts=run.policy.earlier_timeouts(proposal.key, proposal.number),
                               slo=(lambda m: objectives.judged(objective, m)) if objective.slo else None)

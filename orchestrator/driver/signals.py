@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +25,6 @@ class StopSignals:
 
     def __init__(self, say: Callable[[str], None]) -> None:
         self.count = 0
-        self.began_at: float | None = None  # when the first signal was handled (unix time)
         self.say = say
         self._old: dict[int, Any] = {}
         self._pipe: tuple[int, int] | None = None  # the wakeup pipe (module docstring)
@@ -64,7 +62,6 @@ class StopSignals:
         self.count += max(1, self._delivered())
         name = signal.Signals(signum).name
         if before == 0:
-            self.began_at = time.time()
             self.say(f"{name}: stopping after the running trial finishes (Ctrl-C or another signal kills it now)")
         if before <= 1 < self.count:
             self.say(f"{name}: killing the running trial now")

@@ -5,7 +5,6 @@ the exported best, and importance rates only what may be ranked (or was stopped 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import socket
@@ -50,24 +49,23 @@ def test_second_signal_interrupt_keeps_nccl_warnings_and_server():
     assert all(getattr(final.result, f) == getattr(raw, f) for f in KEPT)
 
 
-@pytest.mark.parametrize("raw_kind,code,stop_began,kind", [
-    ("bench-error", -15, 100.0, "interrupted"),  # killed by SIGTERM after the run's stop began: the same stop
-    ("bench-error", 0, 100.0, "interrupted"),    # an engine's clean shutdown on that SIGTERM
-    ("start-crash", 1, 100.0, "interrupted"),    # or one that exits with an error code as it shuts down
-    ("hang", None, 100.0, "interrupted"),        # or whose front was still shutting down: it stopped answering
-    ("bench-error", -15, 300.0, "bench-error"),  # the trial had ended before the stop began: its own end
-    ("bench-error", -15, None, "bench-error"),   # no stop under way: nothing says it was not the config
-    ("wrong-output", 0, 100.0, "wrong-output"),  # a wrong answer is not something a stop causes
+@pytest.mark.parametrize("raw_kind,code,stop_signals,kind", [
+    ("bench-error", -15, 1, "interrupted"),  # killed by SIGTERM while the run was being stopped: the same stop
+    ("bench-error", 0, 1, "interrupted"),    # an engine's clean shutdown on that SIGTERM
+    ("start-crash", 1, 1, "interrupted"),    # or one that exits with an error code as it shuts down
+    ("hang", None, 1, "interrupted"),        # or whose front was still shutting down: it stopped answering
+    ("bench-error", -15, 0, "bench-error"),  # no stop under way: nothing says it was not the config
+    ("wrong-output", 0, 1, "wrong-output"),  # a wrong answer is not something a stop causes
+    ("bench-timeout", None, 1, "bench-timeout"),  # nor a timeout (its own rule: the first is re-queued)
 ])
-def test_a_server_that_ended_while_the_run_was_being_stopped_is_not_the_configs(raw_kind, code, stop_began, kind):
+def test_a_server_that_ended_while_the_run_was_being_stopped_is_not_the_configs(raw_kind, code, stop_signals, kind):
     metrics = {} if code is None else {"server_exit_code": code}
-    raw = dataclasses.replace(result(outcome="FAIL", value=None, failure_kind=raw_kind,
-                                     failure_reason="server exited", metrics=metrics), ended_at=200.0)
-    final = outcome.decide(raw, stop_signals=0 if stop_began is None else 1, stop_began=stop_began)
+    raw = result(outcome="FAIL", value=None, failure_kind=raw_kind, failure_reason="server exited", metrics=metrics)
+    final = outcome.decide(raw, stop_signals=stop_signals, earlier_timeouts=1)
     assert final.result.failure_kind == kind
     assert final.blameless == (kind == "interrupted") and final.counted == (kind != "interrupted")
     if kind == "interrupted":
-        assert final.result.failure_reason.startswith(outcome.ended_by_the_stop(raw, stop_began))
+        assert final.result.failure_reason.startswith(outcome.ended_by_the_stop(raw, stop_signals))
 
 
 def test_gate_and_constraints_are_replacements_of_the_result():

@@ -4,9 +4,12 @@ command backend) whose per-token delay grows with the prompt's length differentl
 construction (``--token-delay D --context-cost C``: each token takes D + C per 1000 words of
 the prompt, the first token 10 x C per 1000 words more than the prompt as it is: the prefill):
 
-- A (the baseline): D 2 ms, C 3 ms: the faster on the prompt as it is (2.0 ms a token), 6.6 ms
+- A (the baseline): D 4 ms, C 6 ms: the faster on the prompt as it is (4.0 ms a token), 13.2 ms
   on a prompt made about 2048 tokens long (1525 words);
-- B: D 3 ms, C 0.2 ms: slower on the short prompt (3.0 ms), 3.3 ms on the long one.
+- B: D 8 ms, C 0.4 ms: slower on the short prompt (8.0 ms), 8.6 ms on the long one.
+
+(Each order is 1.5x or more apart, so that the plan's winners hold on a box whose other work
+adds milliseconds to every token.)
 
 Every (concurrency, context) pair is a level measured in the same launch; the plan names A at 1
 and 4 and B at 1@2048 and 4@2048, a target of one pair's own (``slo: {1@2048: ...}``) holds
@@ -38,13 +41,13 @@ from orchestrator.study.storage import open_study
 pytestmark = pytest.mark.slow
 
 FAKE = str(Path(__file__).resolve().parents[1] / "fake_openai_server.py")
-A = {"backend.token_delay": 0.002, "backend.context_cost": 0.003}
-B = {"backend.token_delay": 0.003, "backend.context_cost": 0.0002}
-SPACE = ("params:\n  backend.token_delay: {choices: [0.002, 0.003]}\n"
-         "  backend.context_cost: {choices: [0.003, 0.0002]}\n"
+A = {"backend.token_delay": 0.004, "backend.context_cost": 0.006}
+B = {"backend.token_delay": 0.008, "backend.context_cost": 0.0004}
+SPACE = ("params:\n  backend.token_delay: {choices: [0.004, 0.008]}\n"
+         "  backend.context_cost: {choices: [0.006, 0.0004]}\n"
          "constraints:\n"
-         "  - '(backend.token_delay == 0.002 and backend.context_cost == 0.003) or "
-         "(backend.token_delay == 0.003 and backend.context_cost == 0.0002)'\n")
+         "  - '(backend.token_delay == 0.004 and backend.context_cost == 0.006) or "
+         "(backend.token_delay == 0.008 and backend.context_cost == 0.0004)'\n")
 LONG_1, LONG_4 = make(1, 2048), make(4, 2048)
 
 
@@ -54,7 +57,7 @@ def context_job(tmp_path: Path) -> Path:
     return write_job(tmp_path, study="context-plan", space_text=SPACE,
                      backend={"kind": "command", "settings": {"argv": argv, "model_name": "fake"}},
                      baseline=A, objective={"concurrency": [1, 4], "context": [0, 2048]},
-                     slo={"1@2048": {"tpot_p99": "5ms"}}, budget={"trials": 2},
+                     slo={"1@2048": {"tpot_p99": "11ms"}}, budget={"trials": 2},
                      bench={"prompt": "Explain how a ring all-reduce works across eight GPUs.", "output_tokens": 16,
                             "warmup": 1, "repeats": 2, "max_repeats": 2, "waves": 2, "concurrency": [1]},
                      timeouts={"startup": "30s", "bench": "60s", "teardown": "5s"},
@@ -81,11 +84,11 @@ def test_each_context_and_concurrency_pair_is_a_level_with_its_own_winner(tmp_pa
     assert [plan.at(lv).best.number for lv in (1, 4, LONG_1, LONG_4)] == [a.number, a.number, b.number, b.number]
     for level in (1, LONG_1):  # the server counted the prompts it was sent: the long ones about 1525 words
         assert (a.at(level).input_tokens or 0) > 1000 if level == LONG_1 else (a.at(level).input_tokens or 0) < 20
-    # the first token waits for the context: at least the prefill the server sleeps for that prompt (~46 ms; load
+    # the first token waits for the context: at least the prefill the server sleeps for that prompt (~92 ms; load
     # can only add to it), and longer than on the short prompts
     prefill = PREFILL_FACTOR * A["backend.context_cost"] * a.at(LONG_1).input_tokens / 1000
     assert a.at(LONG_1).ttft.p50 >= prefill > 0.04 and a.at(LONG_1).ttft.p50 > a.at(1).ttft.p50
-    broke = plan.at(LONG_1).anchor_breaches  # A (the best at 1) breaks the 1@2048 target: ~6.6 ms over 5 ms
+    broke = plan.at(LONG_1).anchor_breaches  # A (the best at 1) breaks the 1@2048 target: ~13.2 ms over 11 ms
     assert broke and broke[0].slo.name == "tpot_p99" and 0.1 < broke[0].excess < 1.0
     assert not plan.at(LONG_4).anchor_breaches and not plan.at(1).anchor_breaches  # that pair's target only
     last = "\n".join(line for line in log_lines(out.getvalue()) if line.startswith("plan: "))  # the run's last lines

@@ -180,9 +180,8 @@ def test_a_server_ended_by_a_stop_signal_from_outside_says_so_and_is_not_the_con
                        on_phase=stop_once_measuring)
     assert (result.outcome, result.failure_kind) == (FAIL, "bench-error"), result.failure_reason
     assert "killed by SIGTERM" in result.failure_reason and result.metrics["server_exit_code"] == -signal.SIGTERM
-    began = result.started_at  # the run's stop began while the trial ran
-    assert outcome.ended_by_the_stop(result, began) == "its server ended (killed by SIGTERM)"
-    final = outcome.decide(result, stop_signals=1, stop_began=began)  # the same stop ended its server
+    assert outcome.ended_by_the_stop(result, 1) == "its server ended (killed by SIGTERM)"
+    final = outcome.decide(result, stop_signals=1)  # the run is being stopped: the same stop ended its server
     assert final.result.failure_kind == "interrupted"
     assert final.result.failure_reason.startswith("its server ended (killed by SIGTERM) while the run was being")
     assert (final.counted, final.blameless, final.requeue) == (False, True, True)
@@ -217,10 +216,9 @@ def test_an_engine_that_shuts_down_cleanly_on_the_stop_is_not_the_configs_either
 
         threading.Thread(target=stop, daemon=True).start()
 
-    began = time.time()
     result = run_trial(spec, on_server=stop_every_process)
     assert result.outcome == FAIL and result.failure_kind == "start-crash", result.failure_reason
-    final = outcome.decide(result, stop_signals=1, stop_began=began)
+    final = outcome.decide(result, stop_signals=1)
     assert final.result.failure_kind == "interrupted" and not final.counted and final.blameless
     assert final.result.failure_reason.startswith("its server "), final.result.failure_reason
     assert outcome.decide(result).counted  # the same failure with no stop under way is the config's

@@ -3,17 +3,22 @@ measured as the study goes.
 
 Every verdict carries the launch noise (``study.launches``), and only a config launched more than
 once shows it; the search launches each config once. So the study relaunches the two configs its
-verdicts need most, on a schedule interleaved with the search (a machine that drifts over the
-night shows in the spread instead of in one verdict):
+verdicts need most, interleaved with the search (a machine that drifts over the night shows in the
+spread instead of in one verdict), paid from a share of the search's own time so they never delay
+what the night is for, reaching the optimum:
 
-- the baseline, as soon as it and one other config are measured, then, until the launch noise is
-  known (``verdict.MIN_NOISE_DF``: until then no verdict has anything to rest on, and the race would
-  have to take every config), a relaunch after every launch of the search, and back to back once
-  the search is over (``search_over``);
+- while the search goes on, a relaunch is due whenever the seconds that relaunches took, this one's
+  expected seconds included, stay within ``share`` of the seconds the search's own launches took
+  (``budget.relaunch``; ``config.job.DEFAULT_RELAUNCH`` says why a fifth), once the baseline and one
+  other config are measured: on a night of 30 search launches about six relaunches, spread over it.
+  (Until issue 49 a relaunch followed every search launch until the noise was known: six of the
+  first thirteen launches of a night, which put the optimum six launches later on every stand-in of
+  the suite, docs/benchmarks.md, "Search on spaces it has not seen".)
+- once the search is over (``search_over``: its budget spent, its space exhausted) and the launch
+  noise is still not known (``verdict.MIN_NOISE_DF``: until then no verdict has anything to rest
+  on, and the race would have to take every config), relaunches follow each other until it is;
 - each time, whichever of the baseline and the incumbents (the best at each level of the objective,
-  and the best for the mix) has the fewest launches (the cheaper first on a tie); later, whenever the seconds
-  that relaunches took, this one's expected seconds included, stay within ``share`` of the
-  seconds the search's own launches took (``budget.relaunch``; ``config.job.DEFAULT_RELAUNCH`` says why a fifth).
+  and the best for the mix) has the fewest launches (the cheaper first on a tie).
 
 Cost-aware: a launch's expected seconds are the study's measured launch costs (``study.cost``,
 per config), so an incumbent that takes 8 minutes to start is relaunched a quarter as often as a
@@ -26,6 +31,7 @@ no new config, not part of ``budget.trials``.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -114,17 +120,22 @@ def next_relaunch(rows: Sequence[TrialRow], objective: Objective | None, share: 
 
     row, why = min(choices, key=lambda c: (count[c[0].config_key], price(c[0])))  # min keeps the first on a tie
     expected = cost.predict(row.params) if cost is not None else None
-    if not _noise_known(rows, objective):  # until there is a launch noise, a verdict has nothing to rest on
-        latest = max(rows, key=lambda r: r.number)
-        if pending or (latest.launch_role == RELAUNCH and not search_over):
-            return None  # one at a time, and between two launches of the search while it goes on
-        return Relaunch(row.config_key, row, why, count[row.config_key], expected)
     if search_over:
-        return None  # the noise is known: the race relaunches from here
-    spent = sum(trial_cost(r) or 0.0 for r in rows if r.launch_role == RELAUNCH)
-    spent += sum((cost.predict(c.params) if cost is not None else None) or 0.0
-                 for c, _ in choices for k in pending if k == c.config_key)
-    search = sum(trial_cost(r) or 0.0 for r in rows if r.launch_role is None and r.counted)
-    if spent + (expected or 0.0) > share * search:
+        if _noise_known(rows, objective) or pending:
+            return None  # known: the race relaunches from here; unknown: one at a time, back to back
+        return Relaunch(row.config_key, row, why, count[row.config_key], expected)
+    known = [c for r in rows if (c := trial_cost(r))]
+    typical = statistics.median(known) if known else 1.0  # no launch timed: every launch counts as one
+
+    def seconds(r: TrialRow) -> float:
+        return trial_cost(r) or typical
+
+    def predicted(params: dict) -> float:
+        return (cost.predict(params) if cost is not None else None) or typical
+
+    spent = sum(seconds(r) for r in rows if r.launch_role == RELAUNCH)
+    spent += sum(predicted(c.params) for c, _ in choices for k in pending if k == c.config_key)
+    search = sum(seconds(r) for r in rows if r.launch_role is None and r.counted)
+    if spent + predicted(row.params) > share * search:
         return None
     return Relaunch(row.config_key, row, why, count[row.config_key], expected)

@@ -297,7 +297,14 @@ def table_from_frame(df, name: str = "table") -> Table:
             if v is not None and v not in seen:
                 seen.append(v)
         choices[p] = seen
-    table = Table(name, rows, choices, levels=levels if len(levels) > 1 else ())
+    return index_table(name, rows, choices, levels=levels if len(levels) > 1 else ())
+
+
+def index_table(name: str, rows: list[Row], choices: dict[str, list[Any]], *,
+                levels: tuple[int, ...] = ()) -> Table:
+    """A table of ``rows`` over ``choices`` (parameter -> values), each full config indexed to the
+    row that answers it; TableError where two rows describe the same configuration."""
+    table = Table(name, rows, choices, levels=levels)
     for idx, row in enumerate(rows):
         axes = [[row.params[p]] if p in row.params else choices[p] for p in choices]
         for combo in itertools.product(*axes):
@@ -808,13 +815,13 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
         key = compile_key(row.params)
         cold = key not in compiled
         if table.is_plan:  # every level is measured whatever the search is told: thresholds at every level
-            result = _replay_levels(row, proposal.config, rng, repeats,
+            result = replay_levels(row, proposal.config, rng, repeats,
                                     prune_thresholds(policy.rows(), table.levels, ratio) if ratio else None,
                                     cold=cold, noise=noise)
             good = all((row.median_at(lv) or 0.0) >= f for lv, f in floors.items())
         else:
             threshold = policy.prune_threshold(ratio) if ratio else None
-            result = _replay_trial(row, proposal.config, rng, repeats, threshold, cold=cold, noise=noise)
+            result = replay_launch(row, proposal.config, rng, repeats, threshold, cold=cold, noise=noise)
             good = (row.median or 0.0) >= floor
         if row.failure is None or row.failure in AFTER_START_KINDS:
             compiled.add(key)
@@ -870,7 +877,7 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
                hit_h, seconds / 3600 if table.has_costs else None, first_opt, opt_h)
 
 
-def _replay_trial(row: Row, config: dict[str, Any], rng: random.Random, repeats: int,
+def replay_launch(row: Row, config: dict[str, Any], rng: random.Random, repeats: int,
                   threshold: float | None, *, cold: bool = False, noise: Noise = Noise()) -> TrialResult:
     """Answer one launch from a table row: a failure, an early stop, or ``repeats`` draws
     (``noise``: the launch's factor, then each sample).
@@ -911,13 +918,13 @@ def _costs(row: Row, repeats: int, *, started: bool, cold: bool) -> dict[str, An
     return {"timing": {"total_s": total}, "startup_phases": phases}
 
 
-def _replay_levels(row: Row, config: dict[str, Any], rng: random.Random, repeats: int,
+def replay_levels(row: Row, config: dict[str, Any], rng: random.Random, repeats: int,
                    thresholds: dict[int, float] | None, *, cold: bool = False, noise: Noise = Noise()) -> TrialResult:
     """A launch of a plan table's row: a failure, an early stop (the first repeat below its
     threshold at every level: ``core.outcome.early_stop``, as ``node.measure`` stops), or
     ``repeats`` draws at every level, recorded as a trial records its levels."""
     if row.failure:
-        return _replay_trial(row, config, rng, repeats, None, cold=cold)
+        return replay_launch(row, config, rng, repeats, None, cold=cold)
     levels = sorted(row.levels)
     factor = noise.launch_factor(row, rng)
     first = {lv: noise.sample(row, row.levels[lv], rng, factor) for lv in levels}

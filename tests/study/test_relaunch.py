@@ -1,6 +1,7 @@
-"""study.relaunch: the baseline relaunched as soon as it and one other config are measured, then
-the baseline or an incumbent (fewest launches first) while relaunches stay within their share of
-the search's launch time, by each config's measured cost; none once the share is 0."""
+"""study.relaunch: the baseline or an incumbent (fewest launches first) relaunched while relaunches
+stay within their share of the search's launch time, by each config's measured cost, never crowding
+the search's first launches; back to back once the search is over until the launch noise is known;
+none once the share is 0."""
 
 from __future__ import annotations
 
@@ -11,29 +12,44 @@ from orchestrator.study.cost import LaunchCost
 from orchestrator.study.relaunch import candidates, next_relaunch
 
 
-def test_the_first_relaunch_is_the_baselines_once_a_second_config_is_measured():
-    assert next_relaunch([launch(0, "base", 100.0, baseline=True)], None, 0.2) is None
-    rows = [launch(0, "base", 100.0, baseline=True), launch(1, "b", 150.0)]
-    due = next_relaunch(rows, None, 0.2)
+def test_the_first_relaunch_is_the_baselines_once_its_share_of_the_search_allows_it():
+    assert next_relaunch([launch(0, "base", 100.0, baseline=True)], None, 1.0) is None  # one config: nothing to pair
+    rows = [launch(0, "base", 100.0, baseline=True, cost=60.0), launch(1, "b", 150.0, cost=60.0)]
+    # 120 s of search allow 24 s of relaunches at a fifth: a 60 s relaunch waits, noise unknown or not
+    assert next_relaunch(rows, None, 0.2, LaunchCost.fit(rows)) is None
+    rows += [launch(n, f"c{n}", 90.0, cost=60.0) for n in range(2, 5)]  # 300 s: 60 s allowed
+    due = next_relaunch(rows, None, 0.2, LaunchCost.fit(rows))
     assert due.key == "base" and due.why == "the baseline" and due.launches == 1
     assert next_relaunch(rows, None, 0.0) is None  # budget.relaunch: 0
-    assert next_relaunch(rows, None, 0.2, in_flight=["base"]) is None  # the first one is still running
+    assert next_relaunch(rows, None, 0.2, LaunchCost.fit(rows), in_flight=["base"]) is None  # its cost counts
 
 
-def test_relaunches_go_on_until_the_launch_noise_is_known():
+def test_relaunches_never_crowd_the_first_launches_of_the_search():
+    """Issue 49: a relaunch after every search launch until the noise was known made six of a night's
+    first thirteen launches relaunches; now a night of equal launches relaunches about one in six."""
+    rows = [launch(0, "base", 100.0, baseline=True, cost=60.0)]
+    kinds = []
+    for n in range(1, 31):
+        due = next_relaunch(rows, None, 0.2, LaunchCost.fit(rows))
+        if due is not None:
+            rows.append(launch(n + 100, due.key, 100.0 + n % 3, role="relaunch", cost=60.0))
+            kinds.append("relaunch")
+        rows.append(launch(n, f"c{n}", 90.0 + n, cost=60.0))
+        kinds.append("search")
+    assert kinds[:13].count("relaunch") <= 2
+    assert 5 <= kinds.count("relaunch") <= 7  # a fifth of 30 search launches' time
+
+
+def test_once_the_search_is_over_relaunches_go_on_until_the_launch_noise_is_known():
     rows = [launch(0, "base", 100.0, baseline=True, cost=20.0), launch(1, "b", 150.0, cost=10.0),
-            launch(2, "base", 101.0, role="relaunch", cost=20.0)]
-    # whatever their share, until then no verdict has anything to rest on: one after every search launch
-    assert next_relaunch(rows, None, 0.2) is None  # the last launch was a relaunch: the search's turn
-    rows.append(launch(3, "c", 90.0, cost=10.0))
-    model = LaunchCost.fit(rows)
-    assert next_relaunch(rows, None, 0.2, model).key == "b"  # the fewest launches first
+            launch(2, "base", 101.0, role="relaunch", cost=20.0), launch(3, "c", 90.0, cost=10.0)]
     order = []
     for n in range(4, 20):  # once the search is over, back to back
         due = next_relaunch(rows, None, 0.2, LaunchCost.fit(rows), search_over=True)
         if due is None:
             break
         order.append(due.key)
+        assert next_relaunch(rows, None, 0.2, LaunchCost.fit(rows), in_flight=[due.key], search_over=True) is None
         value = 100.0 + n % 3 if due.key == "base" else 150.0 - n % 3
         rows.append(launch(n, due.key, value, role="relaunch", cost=20.0 if due.key == "base" else 10.0))
     assert order == ["b", "b", "base", "b", "base"]  # fewest launches, the cheaper on a tie: 6 degrees of freedom

@@ -24,8 +24,8 @@ from orchestrator.study.replay import (
     SamplerSpec,
     TableError,
     TableSpace,
-    _replay_levels,
-    _replay_trial,
+    replay_levels,
+    replay_launch,
     add_simulate_args,
     format_comparison,
     format_summary,
@@ -102,12 +102,12 @@ def test_replayed_trial_draws_samples_fails_and_stops_early(tiny):
     t = load_table(tiny)
     rng = random.Random(0)
     best, slow, broken = t.rows[4], t.rows[0], t.rows[6]
-    res = _replay_trial(best, best.params, rng, 3, threshold=None)
+    res = replay_launch(best, best.params, rng, 3, threshold=None)
     assert res.outcome == "COMPLETE" and res.measurement.rounds == 3
     assert set(res.measurement.levels[1].samples) <= set(best.samples)
-    res = _replay_trial(slow, slow.params, rng, 3, threshold=18.0)
+    res = replay_launch(slow, slow.params, rng, 3, threshold=18.0)
     assert res.outcome == "PRUNED" and res.measurement.rounds == 1 and res.metrics["intermediate"] < 18
-    res = _replay_trial(broken, broken.params, rng, 3, threshold=None)
+    res = replay_launch(broken, broken.params, rng, 3, threshold=None)
     assert res.outcome == "FAIL" and res.failure_kind == "wrong-output"
 
 
@@ -163,7 +163,7 @@ def test_table_from_study_round_trip(tiny):
         if p.cached is not None:
             policy.record(p, p.cached, counted=False)
             continue
-        policy.record(p, _replay_trial(rows[p.key], p.config, rng, 3, None))
+        policy.record(p, replay_launch(rows[p.key], p.config, rng, 3, None))
     df = table_from_study(study)
     assert len(df) == 8
     again = table_from_frame(df, "from-study")
@@ -359,7 +359,7 @@ def test_a_finished_plan_study_becomes_a_plan_table(tmp_path):
                           objective=Objective(concurrency=(1, 8)))
     rng = random.Random(0)
     while (p := policy.next()) is not None:
-        policy.record(p, p.cached if p.cached else _replay_levels(t.by_key()[p.key], p.config, rng, 3, None),
+        policy.record(p, p.cached if p.cached else replay_levels(t.by_key()[p.key], p.config, rng, 3, None),
                       counted=p.cached is None)
     frame = table_from_study(study)
     assert [c for c in frame.columns if c.startswith("samples")] == ["samples@1", "samples@8"]
@@ -461,13 +461,13 @@ def test_on_the_motivating_space_the_default_launches_an_optimal_config_early_an
 def test_a_launch_multiplies_its_samples_by_one_factor_and_each_sample_has_its_own_noise():
     row = load_table(TABLES / SPACE_TABLE).rows[0]
     rng = random.Random(0)
-    launches = [_replay_trial(row, row.params, rng, 5, None, noise=Noise(sample_cv=0.0, launch_cv=0.05))
+    launches = [replay_launch(row, row.params, rng, 5, None, noise=Noise(sample_cv=0.0, launch_cv=0.05))
                 for _ in range(40)]
     for res in launches:  # no per-sample noise: one launch's samples are equal
         assert len(set(res.measurement.levels[1].samples)) == 1
     medians = [res.value / row.median for res in launches]
     assert 0.02 < statistics.stdev(medians) < 0.08  # launch to launch: about the 5% asked for
-    res = _replay_trial(row, row.params, rng, 200, None, noise=Noise(sample_cv=0.01, launch_cv=0.0))
+    res = replay_launch(row, row.params, rng, 200, None, noise=Noise(sample_cv=0.01, launch_cv=0.0))
     samples = res.measurement.levels[1].samples
     assert statistics.mean(samples) == pytest.approx(row.median, rel=0.005)
     assert 0.007 < statistics.stdev(samples) / row.median < 0.013
@@ -476,8 +476,8 @@ def test_a_launch_multiplies_its_samples_by_one_factor_and_each_sample_has_its_o
 def test_without_noise_columns_a_replay_draws_the_recorded_samples_as_before(tiny):
     row = load_table(tiny).rows[4]
     assert row.noise is None and row.launch_noise == 0.0
-    a = _replay_trial(row, row.params, random.Random(3), 3, None)
-    b = _replay_trial(row, row.params, random.Random(3), 3, None, noise=Noise())
+    a = replay_launch(row, row.params, random.Random(3), 3, None)
+    b = replay_launch(row, row.params, random.Random(3), 3, None, noise=Noise())
     assert a.measurement.levels[1].samples == b.measurement.levels[1].samples
     assert set(a.measurement.levels[1].samples) <= set(row.samples)
 
@@ -485,7 +485,7 @@ def test_without_noise_columns_a_replay_draws_the_recorded_samples_as_before(tin
 def test_a_failing_rows_log_is_what_its_replayed_failure_says(tmp_path):
     text = "algo,samples,failure,log,baseline\nRing,10;10,,,1\nNVLS,,nccl-invalid,algorithm NVLS is not supported,\n"
     row = load_table(write(tmp_path, text)).rows[1]
-    res = _replay_trial(row, row.params, random.Random(0), 3, None)
+    res = replay_launch(row, row.params, random.Random(0), 3, None)
     assert res.failure_kind == "nccl-invalid" and res.log_tail == "algorithm NVLS is not supported"
 
 

@@ -55,6 +55,7 @@ from orchestrator.core.records import COMPLETE, FAIL, NOT_THE_CONFIGS_FAULT, PRU
 from orchestrator.study import additive
 from orchestrator.study.bans import named_in_log
 from orchestrator.study.belief import Belief
+from orchestrator.study.culprits import Culprits
 from orchestrator.study.promise import row_value
 from orchestrator.study.strategies import picks
 from orchestrator.study.strategies.base import Pick, View
@@ -85,6 +86,15 @@ class ValueLed:
     exploration: float = DEFAULT_EXPLORATION
     interaction: float = DEFAULT_INTERACTION
     cost_aware: bool = True
+    blame: str = "posterior"  # how failures weigh against a config: "posterior" (study.culprits) or "share"
+    local_share: float = 0.0
+    reach: float = 0.5
+    shapes: tuple = ()
+    trust: int = 0
+    retry: int = 0
+    tau: float = 0.9
+    trust_after: int = 3
+    radius: int = 2
 
     def __post_init__(self) -> None:
         if not self.exploration >= 0:
@@ -102,6 +112,12 @@ class ValueLed:
         """The highest score among the candidates; those within ``EQUAL_WITHIN`` of it are equal, and
         of them the one with the most decode per second of launch goes (then the RNG)."""
         keys = view.not_late(view.remaining)
+        if self.trust:
+            keys = self.near_incumbent(view, keys)
+        if self.retry:
+            again = self.retries(view, keys)
+            if again:
+                keys = again
         scores = self.scores(view, keys)
         top = max(scores.values())
         tied = [k for k in keys if scores[k] >= top - EQUAL_WITHIN]
@@ -114,16 +130,88 @@ class ValueLed:
         data: list[tuple[Config, float | None]] = [
             (r.params or {}, math.log(v)) for r in rows if (v := row_value(r, view.objective))]
         data += [(cfg, None) for cfg in view.in_flight]  # known to be measured soon: less uncertain
-        belief = Belief.fit(list(view.configs.values()), data, effect=self.scale(data), noise=NOISE,
-                            interaction=self.interaction)
-        odds = failure_odds(rows, view.bans(), names)
+        if self.shapes:
+            belief = Belief.fit_best(list(view.configs.values()), data, effect=self.scale(data), noise=NOISE,
+                                     shapes=self.shapes)
+        else:
+            belief = Belief.fit(list(view.configs.values()), data, effect=self.scale(data), noise=NOISE,
+                                interaction=self.interaction, local=self.local_share, reach=self.reach)
         configs = [view.configs[k] for k in keys]
         means, sds = belief.predict(configs)
-        out = {}
-        for k, cfg, mean, sd in zip(keys, configs, means, sds):
-            fails = [odds[pair] for n in names if (pair := (n, additive.value_of(cfg, n))) in odds]
-            out[k] = mean + self.exploration * sd + sum(math.log(max(MIN_WORKS, 1.0 - f)) for f in fails)
-        return out
+        blame = self.blame
+        if blame == "alternate":
+            blame = "absolute" if view.launched % 2 == 0 else "posterior"
+        if blame == "posterior":
+            works = Culprits.fit(rows, names, view.bans()).works(configs)
+        elif blame == "absolute":
+            works = Culprits.fit(rows, names, view.bans()).works_absolute(configs)
+        else:
+            odds = failure_odds(rows, view.bans(), names)
+            works = [math.prod(1.0 - odds[pair] for n in names if (pair := (n, additive.value_of(cfg, n))) in odds)
+                     for cfg in configs]
+        return {k: mean + self.exploration * sd + math.log(max(MIN_WORKS, w))
+                for k, mean, sd, w in zip(keys, means, sds, works)}
+
+    def retries(self, view: View, keys: list[str]) -> list[str]:
+        """Experimental: every ``retry``-th launch, the values seen only in configs well below the
+        incumbent (or never seen working) are tried in the incumbent's context: the candidates
+        nearest to it that carry one, the values of the parameters that moved the speed most first."""
+        rows = [r for r in view.rows() if r.counted and not r.skipped and r.cached_from is None]
+        worked = [(v, r.params or {}) for r in rows if (v := row_value(r, view.objective))]
+        if len(worked) < self.trust_after or (view.launched % self.retry) != 0:
+            return []
+        top, best = max(worked, key=lambda p: p[0])
+        names = sorted(set().union(*view.configs.values()))
+        bans = view.bans()
+        suspect = Culprits.fit(rows, names, bans).bad
+        together = _companions(list(view.configs.values()), names)
+        def apart(cfg) -> int:
+            return len({together[(n, additive.value_of(cfg, n))] for n in names
+                        if additive.value_of(cfg, n) != additive.value_of(best, n)})
+        dist = {k: apart(view.configs[k]) for k in keys}
+        importance = {}
+        for n in names:
+            per = {}
+            for v, cfg in worked:
+                x = additive.value_of(cfg, n)
+                per[x] = max(per.get(x, 0.0), v)
+            importance[n] = math.log(max(per.values()) / min(per.values())) if len(per) > 1 else 0.0
+        chosen: list[tuple[float, int, int, str]] = []
+        for n in names:
+            mine = additive.value_of(best, n)
+            for x in sorted({additive.value_of(view.configs[k], n) for k in keys}, key=repr):
+                if x == mine or (n, x) in bans or suspect.get((n, x), 0.0) > 0.5:
+                    continue
+                carried = [v for v, cfg in worked if additive.value_of(cfg, n) == x]
+                if carried and max(carried) >= self.tau * top:
+                    continue  # seen in a good context already
+                if any(apart(cfg) <= self.radius for v, cfg in worked if additive.value_of(cfg, n) == x):
+                    continue  # tried near the incumbent already
+                near = [k for k in keys if additive.value_of(view.configs[k], n) == x]
+                if not near:
+                    continue
+                d = min(dist[k] for k in near)
+                if d > self.radius:
+                    continue
+                chosen += [(-importance[n], len(carried), d, k) for k in near if dist[k] == d]
+        if not chosen:
+            return []
+        first = min(c[:2] for c in chosen)
+        return [c[3] for c in chosen if c[:2] == first]
+
+    def near_incumbent(self, view: View, keys: list[str]) -> list[str]:
+        """Experimental trust region: every ``trust``-th launch after the start, the candidates within
+        ``radius`` values of the best working launch (all of them when none is that near)."""
+        rows = [r for r in view.rows() if r.counted and not r.skipped and r.cached_from is None]
+        worked = [(v, r) for r in rows if (v := row_value(r, view.objective))]
+        if len(worked) < self.trust_after or (view.launched % self.trust) != 0:
+            return keys
+        best = max(worked, key=lambda p: p[0])[1].params or {}
+        names = sorted(set().union(*view.configs.values()))
+        def apart(cfg) -> int:
+            return sum(additive.value_of(cfg, n) != additive.value_of(best, n) for n in names)
+        near = [k for k in keys if apart(view.configs[k]) <= self.radius]
+        return near or keys
 
     @staticmethod
     def scale(data: list[tuple[Config, float | None]]) -> float:
@@ -131,6 +219,17 @@ class ValueLed:
         study's working launches measured (``PRIOR_SCALE`` before two worked)."""
         logs = [y for _, y in data if y is not None]
         return max(MIN_SCALE, statistics.stdev(logs)) if len(logs) >= 2 else PRIOR_SCALE
+
+
+def _companions(configs: list[Config], names: list[str]) -> dict[tuple[str, Any], int]:
+    """Values that always go together (TP=8 and PP=1 where TP x PP = 8) share one number: changing
+    one is changing the other."""
+    where: dict[tuple[str, Any], set[int]] = {}
+    for i, cfg in enumerate(configs):
+        for n in names:
+            where.setdefault((n, additive.value_of(cfg, n)), set()).add(i)
+    ids: dict[frozenset[int], int] = {}
+    return {v: ids.setdefault(frozenset(at), len(ids)) for v, at in where.items()}
 
 
 def failure_odds(rows: list[TrialRow], bans: dict[tuple[str, Any], str],

@@ -12,6 +12,7 @@ import optuna
 import pytest
 import recorded_study as fx  # a real journal study with every outcome
 import yaml
+from plan_rows import PLAN, UP_TO_64, race_tied_at_one
 
 from conftest import write_job
 from orchestrator.backends.command import CommandBackend
@@ -305,6 +306,34 @@ def test_without_an_option_a_plan_names_the_level_it_chose(jobs):
     # one level: today's export, nothing named
     plain = export(one, ROWS, "json")
     assert "objective" not in json.loads(plain)["provenance"] and json.loads(plain)["config"] == SMALL
+
+
+def test_a_tie_the_race_left_is_exported_as_the_config_for_every_level_and_says_so():
+    """The race could not tell graphs up to 8 (#2, the higher median at one stream) from up to 64 (#1,
+    the best at 10 and 64 by far; the plan's one config for every level): level 1's export names #1,
+    not the higher median, and says which rule broke the tie, in the header and the documents."""
+    job = SimpleNamespace(**vars(JOB), objective=PLAN)
+    raced = race_tied_at_one()
+    backend = CommandBackend(SETTINGS, "job.yaml")
+    said = ("tie broken: the race left #2 and #1 tied at 1: #1 is exported, one config for every level (the best at "
+            "10 and 64); #2 only has the higher median at 1")
+    for fmt in ("env", "cmd"):
+        text = export(job, raced, fmt, backend=backend)
+        assert f"# {said}\n" in text and "# study s, trial 1," in text
+        assert "could not tell trial 1 from trial 2" in text  # the tie itself, as before
+    for fmt in ("json", "yaml"):
+        text = export(job, raced, fmt, backend=backend)
+        doc = json.loads(text) if fmt == "json" else yaml.safe_load(text)
+        assert doc["config"] == UP_TO_64 and doc["provenance"]["trial"] == 1
+        tie = doc["provenance"]["tie_break"]
+        assert tie["rule"] == "one config for every level" and tie["chosen_trial"] == 1
+        assert tie["tied_trials"] == [2, 1] and tie["higher_median_trial"] == 2
+        race = doc["provenance"]["figure"]["race"]
+        assert not race["decided"] and race["tied_trials"] == [2]
+    assert notes(job, raced)[-1] == said
+    at_ten = json.loads(export(job, raced, "json", level=10, backend=backend))["provenance"]  # decided there
+    assert at_ten["trial"] == 1 and at_ten["tie_break"] is None and "tie broken" not in export(job, raced, "env",
+                                                                                                 level=10)
 
 
 def test_a_level_the_objective_lacks_or_a_mix_without_weights_is_refused(jobs):

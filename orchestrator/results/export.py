@@ -30,9 +30,13 @@ cannot be one is left out, and said so), and a launch line's words are shell-quo
 Provenance of every export: backend kind and version, NCCL/CUDA/driver versions, GPU
 model and topology (from the trial's ``nccl`` and ``node`` records when present), model
 path, study, storage, trial number, the figure and its ratio to the baseline, the decode prompts it
-was measured on (``prompts``: hash, count, lengths; None for a trial recorded before), and for a
+was measured on (``prompts``: hash, count, lengths; None for a trial recorded before), for a
 speculative config what the server counted: ``acceptance_rate`` and ``mean_accepted_length``
-(None for a config that reported none).
+(None for a config that reported none), and what the engine said of the measured launch:
+``engine_notices`` (every "... is disabled because ..." it logged, whatever asked for it) and
+``engine_fallbacks`` (each value of the config it turned off, with what it ran instead:
+``allreduce.backend=custom (the engine ran nccl: Custom allreduce is disabled because ...)``),
+each a header line of the line formats too.
 
 The figure (``figure``, ``value_tok_s``) is the median over every launch of the config
 (``study.launches``: its trials, the study's relaunches and race launches, the launches
@@ -69,7 +73,7 @@ from typing import Any, Protocol
 import yaml
 
 import orchestrator
-from orchestrator.backends import get_backend_class
+from orchestrator.backends import allreduce, get_backend_class
 from orchestrator.backends.base import Backend
 from orchestrator.config import prompts as decode_prompts
 from orchestrator.config.yaml_input import load_yaml_documents, read_text_bounded
@@ -433,8 +437,10 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
         "prompts": row.prompt_set or None,  # the decode prompts the figures were measured on
         "acceptance_rate": row.acceptance_rate,
         "mean_accepted_length": row.mean_accepted_length,
-        # what the engine said it changed or refused for this config (vLLM: "... is disabled because ...")
+        # what the engine said it changed or refused for this config (vLLM: "... is disabled because ..."),
+        # and each value it turned off with what it ran instead (``Backend.engine_fallbacks``)
         "engine_notices": [w[len(NOTICE):] for w in row.warnings if str(w).startswith(NOTICE)],
+        "engine_fallbacks": allreduce.fallbacks_of(row.server),
         "backend": {"kind": _backend_kind(job, backend), "version": _safe_version(backend)},
         "model": _model_of(backend, job),
         "nccl_version": _first(nccl.get("version"), nccl.get("nccl_version"), node.get("nccl_version")),
@@ -608,8 +614,12 @@ def _speculation_comment(prov: dict[str, Any]) -> list[str]:
 
 
 def _notice_comments(prov: dict[str, Any]) -> list[str]:
-    """The engine's notices in the measured launch: a config can change more than it says."""
-    return [f"engine notice: {_one_line(n)}" for n in prov.get("engine_notices") or []]
+    """The engine's notices in the measured launch, and each value it turned off with what it ran
+    instead: a config can change more than it says."""
+    return [f"engine notice: {_one_line(n, 10_000)}" for n in prov.get("engine_notices") or []] + [
+        f"engine fallback: {_one_line(f.get('text'), 10_000)}" for f in prov.get("engine_fallbacks") or []]
+
+
 
 
 # ---- environment & command --------------------------------------------------------------------------

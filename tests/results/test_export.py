@@ -6,6 +6,7 @@ import json
 import shlex
 import statistics
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import optuna
@@ -713,3 +714,40 @@ def test_the_engines_notices_of_the_measured_launch_are_in_the_header_and_proven
         assert "# engine notice: Async scheduling not supported with ngram-based speculative decoding and will be " \
                "disabled.\n" in text and "# engine notice: two | lines; touch X\n" in text
         assert "no notice" not in text
+
+
+VLLM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
+CUSTOM_OFF = ("Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. To silence "
+              "this warning, specify disable_custom_all_reduce=True explicitly.")
+
+
+@pytest.mark.parametrize("asked", [{"allreduce.backend": "custom"}, {}], ids=["allreduce.backend", "default"])
+def test_an_all_reduce_path_the_engine_turned_off_is_in_the_header_and_the_documents(asked):
+    """vLLM 0.33.0 on four PCIe-only GPUs turned its custom all-reduce off (its own line, once per
+    worker), asked for by allreduce.backend=custom or by its default (custom_all_reduce: true, which
+    a normalized config carries): the trial's notices and fallbacks, read from that log as a trial
+    reads them, are in every export: the header names what ran instead, json/yaml carry both."""
+    from orchestrator.backends.vllm import VllmBackend
+    from orchestrator.node import startup
+
+    backend = VllmBackend({"model": "/models/m", "version": "0.33.0"}, "job.yaml")
+    log = (VLLM_FIXTURES / "vllm-0.33.0-4xpcie-tp4-custom-disabled.lines.log").read_text()
+    config = backend.normalize({"tp_size": 4, **asked})
+    measured = [TrialRow(number=0, state=COMPLETE, value=500.0, counted=True, is_baseline=True, config_key="a",
+                         params=backend.normalize({"tp_size": 4, "allreduce.backend": "nccl"})),
+                TrialRow(number=1, state=COMPLETE, value=760.0, counted=True, config_key="b", params=config,
+                         warnings=startup.notices(log) + backend.allreduce_warnings(config, log),
+                         server={"fallbacks": backend.engine_fallbacks(config, log)})]
+    job = SimpleNamespace(study="s", storage="journal:x", backend=backend, env={})
+    shown = f"{'allreduce.backend=custom' if asked else 'custom_all_reduce=true'} (the engine ran nccl: {CUSTOM_OFF})"
+    for fmt in ("cmd", "env"):
+        text = export(job, measured, fmt, backend=backend)
+        assert f"# engine notice: {CUSTOM_OFF}\n" in text
+        assert f"# engine fallback: {shown}\n" in text
+    for fmt in ("json", "yaml"):
+        text = export(job, measured, fmt, backend=backend)
+        prov = (json.loads(text) if fmt == "json" else yaml.safe_load(text))["provenance"]
+        assert prov["trial"] == 1 and prov["engine_notices"] == [CUSTOM_OFF]
+        (fell,) = prov["engine_fallbacks"]
+        assert fell["ran"] == "nccl" and fell["said"] == CUSTOM_OFF and fell["text"] == shown
+        assert fell["param"] == ("allreduce.backend" if asked else "custom_all_reduce")

@@ -156,8 +156,7 @@ def explained_share(values: list[float], levels: list[Any]) -> float:
 def knob_effects(rows: list[TrialRow], objective: Any = None) -> tuple[list[KnobEffect], list[str]]:
     """(effects, notes): parameters over every trial first, by share; then conditional ones; each
     with its matched comparisons at the objective's first level (a goodput study's: its figure)."""
-    obj = objectives.of(objective)
-    level = HEADLINE if obj.goodput is not None else objectives.levels(obj)[0]
+    level = _first_level(objective)
     points = measured_points(rows)
     if len(points) < MIN_TRIALS:
         return [], [f"parameter effects need at least {MIN_TRIALS} measured trials; this study has {len(points)}"]
@@ -177,10 +176,16 @@ def knob_effects(rows: list[TrialRow], objective: Any = None) -> tuple[list[Knob
     return [_with_matched(e, rows, ev, level) for e in effects], notes
 
 
-def effects_given_top(rows: list[TrialRow], effects: list[KnobEffect],
-                      best_params: dict[str, Any]) -> tuple[str, Any, list[KnobEffect], list[float]] | None:
+def _first_level(objective: Any) -> int | None:
+    """The level effects are judged at: the objective's first (a goodput study's figure: ``HEADLINE``)."""
+    obj = objectives.of(objective)
+    return HEADLINE if obj.goodput is not None else objectives.levels(obj)[0]
+
+
+def effects_given_top(rows: list[TrialRow], effects: list[KnobEffect], best_params: dict[str, Any],
+                      objective: Any = None) -> tuple[str, Any, list[KnobEffect], list[float]] | None:
     """(name, value, effects, tok/s values): the other knobs among the trials that share the
-    best config's value of the dominant knob.
+    best config's value of the dominant knob (their matched comparisons among those configs).
 
     One knob that explains most of the variance (graphs on/off) hides the rest: with graphs
     on, the NCCL protocol may still move tok/s by 20%, which is a few percent of a variance
@@ -193,6 +198,8 @@ def effects_given_top(rows: list[TrialRow], effects: list[KnobEffect],
     if len(subset) < 3:
         return None
     others, _ = _effects(subset, skip=name)
+    ev = Evidence(rows)
+    others = [_with_matched(e, rows, ev, _first_level(objective), within=(name, value)) for e in others]
     return (name, value, others, [v for _, v, _ in subset]) if others else None
 
 
@@ -227,12 +234,15 @@ def ran_as(row: TrialRow, name: str) -> tuple[Any, str] | None:
     return None
 
 
-def _with_matched(effect: KnobEffect, rows: Sequence[TrialRow], ev: Evidence, level: int | None) -> KnobEffect:
-    """``effect`` with its matched comparisons (module docstring) and what the engine ran instead."""
+def _with_matched(effect: KnobEffect, rows: Sequence[TrialRow], ev: Evidence, level: int | None,
+                  within: tuple[str, Any] | None = None) -> KnobEffect:
+    """``effect`` with its matched comparisons (module docstring) and what the engine ran instead;
+    ``within``: among the configs with that (param, value) only."""
     name = effect.name
     configs: dict[str, TrialRow] = {}  # key -> its first launch
     for key, launches in ev.by_key.items():
-        if launches and name in launches[0].params and ev.values(key, level):
+        if launches and name in launches[0].params and ev.values(key, level) and (
+                within is None or launches[0].params.get(within[0]) == within[1]):
             configs[key] = launches[0]
     ran = {key: got for key in configs if (got := next(
         (a for r in ev.launches(key) if (a := ran_as(r, name)) is not None), None)) is not None}

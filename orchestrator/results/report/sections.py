@@ -890,7 +890,7 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
         ("importance.png", "Parameter importance"), ("timeline.png", "Trial timeline per node"))]
     blocks += startup_blocks(rows)
     blocks += _top_table(rows, best, base, ev, level)
-    given = effects_given_top(rows, effects, best[0].params) if best else None
+    given = effects_given_top(rows, effects, best[0].params, objective) if best else None
     blocks += _importance_blocks(effects, notes, given, [v for _, v, _ in measured_points(rows)])
     blocks += _compare(report_dir)
     ceiling_blocks, ceiling = _ceiling(job, rows, best, backend, bandwidth_bytes_s, allreduce_latency_s,

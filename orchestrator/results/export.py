@@ -620,8 +620,6 @@ def _notice_comments(prov: dict[str, Any]) -> list[str]:
         f"engine fallback: {_one_line(f.get('text'), 10_000)}" for f in prov.get("engine_fallbacks") or []]
 
 
-
-
 # ---- environment & command --------------------------------------------------------------------------
 def _launch(backend: Any, config: dict[str, Any], host: str, port: int):
     if backend is None:

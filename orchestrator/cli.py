@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("simulate", "replay recorded measurements to compare search strategies")
     try:
-        from orchestrator.study.replay import add_simulate_args
+        from orchestrator.study.simulate import add_simulate_args
 
         add_simulate_args(s)
     except ImportError:  # pragma: no cover - module missing
@@ -391,6 +391,10 @@ def cmd_status(args) -> int:
             print(f"slo: {job.slo.describe()}")
             for line in infeasible_lines(rows):
                 print(f"  {line}")
+    from orchestrator.study import coverage
+
+    for line in coverage.describe(coverage.of_job(job, rows)):
+        print(line)
     for said in (race.said(race.outcomes(rows, job.objective), race.trial_numbers(rows)), load_note(rows)):
         if said:
             print(said)
@@ -585,7 +589,7 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_simulate(args) -> int:
-    from orchestrator.study.replay import main_simulate
+    from orchestrator.study.simulate import main_simulate
 
     return main_simulate(args)
 

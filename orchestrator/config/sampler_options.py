@@ -22,8 +22,9 @@ _GP_OPTIONS: dict[str, type] = {"deterministic_objective": bool, "n_startup_tria
 _NSGA2_OPTIONS: dict[str, type] = {"population_size": int, "mutation_prob": float, "crossover_prob": float,
                                    "swapping_prob": float}
 _BRUTEFORCE_OPTIONS: dict[str, type] = {"avoid_premature_stop": bool}
-# "model": the per-value model leads (orchestrator.study.strategies.value_led)
-_MODEL_OPTIONS: dict[str, type] = {"exploration": float, "interaction": float, "n_startup_trials": int}
+# "model": the per-value model leads (orchestrator.study.strategies.value_led); gaps: false leaves the
+# study's gaps to the model's bound alone (the search of issue 37)
+_MODEL_OPTIONS: dict[str, type] = {"exploration": float, "interaction": float, "gaps": bool, "n_startup_trials": int}
 OPTIONS: dict[str, dict[str, type]] = {"tpe": _TPE_OPTIONS, "gp": _GP_OPTIONS, "random": {}, "grid": {},
                                        "bruteforce": _BRUTEFORCE_OPTIONS, "nsga2": _NSGA2_OPTIONS,
                                        "model": _MODEL_OPTIONS}

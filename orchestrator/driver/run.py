@@ -442,7 +442,7 @@ class StudyDriver:
             rows = policy.rows()
             due = next_relaunch(rows, self.job.objective, share, policy.launch_cost(),
                                 in_flight=[launch.key for launch in run.flying("relaunch") if launch.key],
-                                search_over=over)
+                                search_over=over, budget=policy.budget)
             if due is None:
                 return
             launch = Launch("relaunch", self._extra_number(run, rows), key=due.key, config=dict(due.row.params),

@@ -56,23 +56,9 @@ class Belief:
     inverse: Any  # (K + noise^2 I)^-1 over the launched configs
     weights: Any  # inverse @ (y - center), zero where the value is not known yet
 
-    local: float = 0.0  # prior spread of a config's departure from the additive shape, shared by near configs
-    reach: float = 0.5  # how much of that departure two configs share per value they differ in
-    evidence: float = 0.0  # log marginal likelihood of the measured points under these settings
-
-    @classmethod
-    def fit_best(cls, space: Sequence[Config], data: Iterable[tuple[Config, float | None]], *, effect: float,
-                 noise: float, shapes: Sequence[tuple[float, float, float]]) -> "Belief":
-        """The ``fit`` whose settings (interaction, local, reach) in ``shapes`` explain the measured
-        points best (the largest marginal likelihood: type-II maximum likelihood over a grid)."""
-        data = list(data)
-        fits = [cls.fit(space, data, effect=effect, noise=noise, interaction=i, local=lo, reach=r)
-                for i, lo, r in shapes]
-        return max(fits, key=lambda b: b.evidence)
-
     @classmethod
     def fit(cls, space: Sequence[Config], data: Iterable[tuple[Config, float | None]], *, effect: float,
-            noise: float, interaction: float = 0.0, local: float = 0.0, reach: float = 0.5) -> "Belief":
+            noise: float, interaction: float = 0.0) -> "Belief":
         """The posterior over the configs of ``space`` (those a study may launch) given ``data``:
         (config, log value) of each launch, None for one in flight; ``effect``: the prior spread
         of one value's effect (log), ``noise``: of a launch around its config's value,
@@ -96,26 +82,21 @@ class Belief:
         ys = np.array([np.nan if y is None else y for _, y in data], dtype=float)
         known = ~np.isnan(ys)
         center = statistics.fmean(ys[known]) if known.any() else 0.0
-        local_sd = effect * (local * per_config) ** 0.5  # local: a share of the additive prior's variance
-        gram = _kernel(seen, seen, effect, pair, local_sd, reach) + noise ** 2 * np.eye(len(data))
+        gram = _kernel(seen, seen, effect, pair) + noise ** 2 * np.eye(len(data))
         inverse = np.linalg.inv(gram) if len(data) else np.zeros((0, 0))
         # the mean from the measured points alone; the in-flight ones only narrow the spread
         weights = np.zeros(len(data))
-        evidence = 0.0
         if known.any():
             kk = gram[np.ix_(known, known)]
-            resid = ys[known] - center
-            weights[known] = np.linalg.solve(kk, resid)
-            _, logdet = np.linalg.slogdet(kk)
-            evidence = float(-0.5 * resid @ weights[known] - 0.5 * logdet)
-        return cls(names, group, effect, pair, center, seen, inverse, weights, local_sd, reach, evidence)
+            weights[known] = np.linalg.solve(kk, ys[known] - center)
+        return cls(names, group, effect, pair, center, seen, inverse, weights)
 
     def predict(self, configs: Sequence[Config]) -> tuple[list[float], list[float]]:
         """(mean, standard deviation) of each config's log value."""
         x = _matrix(configs, self.names, self.group, self.seen.shape[1])
-        cross = _kernel(x, self.seen, self.effect, self.pair, self.local, self.reach)
+        cross = _kernel(x, self.seen, self.effect, self.pair)
         means = self.center + cross @ self.weights
-        own = _kernel_diag(x, self.effect, self.pair, self.local)
+        own = _kernel_diag(x, self.effect, self.pair)
         var = own - np.einsum("ij,jk,ik->i", cross, self.inverse, cross)
         return [float(m) for m in means], [float(s) for s in np.sqrt(np.maximum(var, 0.0))]
 
@@ -131,15 +112,11 @@ def _matrix(configs: Sequence[Config], names: tuple[str, ...], group: dict[Value
     return out
 
 
-def _kernel(a: Any, b: Any, effect: float, pair: float, local: float = 0.0, reach: float = 0.5) -> Any:
+def _kernel(a: Any, b: Any, effect: float, pair: float) -> Any:
     shared = a @ b.T
-    out = effect ** 2 * shared + pair ** 2 * shared * (shared - 1) / 2
-    if local > 0:  # a departure shared by configs that differ in few values: reach^(values apart)
-        apart = (a.sum(axis=1)[:, None] + b.sum(axis=1)[None, :]) / 2 - shared
-        out = out + local ** 2 * reach ** apart
-    return out
+    return effect ** 2 * shared + pair ** 2 * shared * (shared - 1) / 2
 
 
-def _kernel_diag(a: Any, effect: float, pair: float, local: float = 0.0) -> Any:
+def _kernel_diag(a: Any, effect: float, pair: float) -> Any:
     own = a.sum(axis=1)
-    return effect ** 2 * own + pair ** 2 * own * (own - 1) / 2 + local ** 2
+    return effect ** 2 * own + pair ** 2 * own * (own - 1) / 2

@@ -20,7 +20,11 @@ leaves its other values as they were.
 
 The posterior is exact: the suspects (values never cleared that some failure carried) fall into
 groups that failures connect; each group's assignments are enumerated (``MAX_EXACT`` values; a
-larger group, rare, falls back on each value's share of its failures). ``Culprits.works(configs)``
+larger group, rare, falls back on each value's share of its failures). A failure whose values each
+worked elsewhere is a combination's: its smallest combinations (pairs, else triples) that no working
+launch carried together share the blame, so the search stops relaunching the same combination with
+other bystanders (issue 49: a capture list too large for TP=2 crashed nine times in one night).
+``Culprits.works(configs)``
 is the chance that none of a config's values is bad, the factor the search multiplies a config's
 promise by (``strategies.value_led``).
 """
@@ -28,7 +32,8 @@ promise by (``strategies.value_led``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import combinations
 from typing import Any
 
 import numpy as np  # the enumeration over a group's assignments
@@ -75,6 +80,7 @@ class Culprits:
     groups: tuple[_Group, ...]
     cleared: frozenset[Value]
     bad: dict[Value, float]  # each suspect's marginal chance of being bad
+    combos: dict[frozenset[Value], float] = field(default_factory=dict)  # combinations suspected, chance bad
 
     @classmethod
     def fit(cls, rows: Iterable[TrialRow], names: Sequence[str], bans: Iterable[Value] = ()) -> "Culprits":
@@ -93,6 +99,8 @@ class Culprits:
         started = cleared | {v for r in launched if r.state == FAIL and r.failure_kind in AFTER_START_KINDS
                              for v in values(r)}
         failures = []
+        worked = [frozenset(values(r)) for r in launched if r.state != FAIL]
+        innocent: dict[frozenset[Value], float] = {}
         for r in launched:
             if r.state != FAIL:
                 continue
@@ -100,12 +108,17 @@ class Culprits:
             suspects = tuple(v for v in values(r) if v not in held)
             if any(v in banned for v in suspects):
                 continue  # explained: a banned value was in it
+            if not suspects:  # every value worked elsewhere: a combination of them did not
+                combos = _uncleared(values(r), worked)
+                for c in combos:
+                    innocent[c] = innocent.get(c, 1.0) * (1.0 - (1.0 - UNEXPLAINED) / len(combos))
+                continue
             named = frozenset((n, value_of({n: x}, n)) for n, x in named_in_log(r)) & set(suspects)
             failures.append(_Failure(suspects, named))
         groups, bad = _posterior(failures)
         for v in banned:
             bad[v] = 1.0
-        return cls(names, tuple(groups), frozenset(cleared), bad)
+        return cls(names, tuple(groups), frozenset(cleared), bad, {c: 1.0 - left for c, left in innocent.items()})
 
     def works_absolute(self, configs: Sequence[Config]) -> list[float]:
         """The chance that none of each config's values is bad, a value never tried at the prior."""
@@ -137,7 +150,24 @@ class Culprits:
                         masks[i, j] = 1
             clean = (g.assignments.astype(np.int32) @ masks.T) == 0  # (assignments x configs)
             out *= (g.weights @ clean) / (1.0 - PRIOR_BAD) ** masks.sum(axis=1)
+        if self.combos:
+            for i, cfg in enumerate(configs):
+                mine = {(n, value_of(cfg, n)) for n in self.names}
+                for combo, chance in self.combos.items():
+                    if combo <= mine:
+                        out[i] *= 1.0 - chance
         return [float(x) for x in (np.minimum(out, 1.0) if cap else out)]
+
+
+def _uncleared(values: list[Value], worked: list[frozenset[Value]]) -> list[frozenset[Value]]:
+    """The smallest combinations of a failed launch's values (pairs, else triples) that no working
+    launch carried together: what may be why it failed when each value worked elsewhere."""
+    for size in (2, 3):
+        found = [frozenset(c) for c in combinations(values, size)
+                 if not any(set(c) <= w for w in worked)]
+        if found:
+            return found
+    return []
 
 
 def _posterior(failures: list[_Failure]) -> tuple[list[_Group], dict[Value, float]]:

@@ -21,6 +21,7 @@ its end (``race_state``), and the export is read as ``ncclsweep export`` reads i
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import statistics
 import time
@@ -45,6 +46,7 @@ from orchestrator.study.storage import ATTR_LAUNCH_ROLE, ATTR_RACE, add_uncounte
 
 DEFAULT_BUDGET = 30  # search launches of a night in the suite (the issue's GLM-5 job: 30 trials)
 WITHIN = 0.02  # an export this close to the best counts as found (the acceptance's 2%)
+TABLE_NOISE = Noise()  # the table's own noise columns
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ class Night:
 
 def replay_night(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int = DEFAULT_BUDGET,
                  confirm: int = DEFAULT_CONFIRM, relaunch: float = DEFAULT_RELAUNCH, repeats: int = 3,
-                 prune_ratio: float | None = DEFAULT_PRUNE_RATIO, noise: Noise = Noise()) -> Night:
+                 prune_ratio: float | None = DEFAULT_PRUNE_RATIO, noise: Noise = TABLE_NOISE) -> Night:
     """One night of ``table`` searched by ``spec`` with ``seed`` (module docstring): search launches
     until ``budget``, relaunches on the schedule with ``relaunch`` as its share, then a race of up
     to ``confirm`` launches."""
@@ -116,7 +118,7 @@ def replay_night(table: Table, spec: SamplerSpec | str, seed: int, *, budget: in
     while True:
         done = policy.rows()
         over = policy.budget_reached or policy.exhausted
-        due = next_relaunch(done, objective, relaunch, policy.launch_cost(), search_over=over)
+        due = next_relaunch(done, objective, relaunch, policy.launch_cost(), search_over=over, budget=budget)
         if due is not None:
             store(due.key, launch(due.key, dict(due.row.params), None, RELAUNCH), {ATTR_LAUNCH_ROLE: RELAUNCH})
             continue
@@ -207,7 +209,7 @@ class SuiteResult:
 
 def run_nights(tables: Sequence[Table], specs: Sequence[str], *, seeds: int = 20, first_seed: int = 0,
                budget: int = DEFAULT_BUDGET, confirm: int = DEFAULT_CONFIRM, relaunch: float = DEFAULT_RELAUNCH,
-               repeats: int = 3, prune_ratio: float | None = DEFAULT_PRUNE_RATIO, noise: Noise = Noise(),
+               repeats: int = 3, prune_ratio: float | None = DEFAULT_PRUNE_RATIO, noise: Noise = TABLE_NOISE,
                progress: Any = None) -> list[SuiteResult]:
     """Every spec's nights on every table, seeds ``first_seed`` .. + ``seeds`` (module docstring);
     ``progress`` (a text stream) gets a line per table and spec."""
@@ -226,6 +228,14 @@ def run_nights(tables: Sequence[Table], specs: Sequence[str], *, seeds: int = 20
                       f"p90 {_n(res.p90_first)}; export within {WITHIN:.0%}: {res.found}/{len(nights)} "
                       f"({res.wall_s:.0f}s)", file=progress, flush=True)
     return out
+
+
+def to_dict(result: SuiteResult) -> dict[str, Any]:
+    """One table's nights as JSON (``simulate --json``): the summary figures and every night."""
+    inf = float("inf")
+    return {"table": result.table, "spec": result.spec, "median_first": None if result.median_first == inf
+            else result.median_first, "p90_first": None if result.p90_first == inf else result.p90_first,
+            "never": result.never, "found": result.found, "nights": [dataclasses.asdict(n) for n in result.nights]}
 
 
 def _n(v: float) -> str:

@@ -530,7 +530,9 @@ class SearchPolicy:
                     in_flight=flying,
                     launched=len(st.counted) + self._launches_in_flight(), rng=self._rng, objective=self.objective,
                     rows=self.rows, trial_params=lambda n: dict(self._trial(n).params),
-                    value_model=self.value_model, launch_cost=self.launch_cost, bans=self.bans, late=self.late)
+                    value_model=self.value_model, launch_cost=self.launch_cost, bans=self.bans, late=self.late,
+                    this_run=None if self.run is None else sum(
+                        1 for t in st.counted if t.user_attrs.get(ATTR_RUN) == self.run) + self._launches_in_flight())
 
     def _config_of(self, t: FrozenTrial) -> Config:
         key = t.user_attrs.get(ATTR_KEY)
@@ -797,6 +799,6 @@ def _suggest(trial: optuna.Trial, name: str, dist) -> Any:
 
 def _role_of(user_attrs: dict[str, Any]) -> str:
     by = user_attrs.get(ATTR_ENQUEUED_BY)
-    if by in ("baseline", "reference", "requeue", "fill", "startup", "model"):
+    if by in ("baseline", "reference", "requeue", "fill", "startup", "model", "gap"):
         return by
     return "sampler"

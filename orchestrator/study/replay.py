@@ -59,21 +59,19 @@ the plan's best at *every* level (``study.plan``, on noisy medians) has a true m
 ``target`` of that level's best.
 
 ``table_from_study(study)`` writes a finished study back in this format, so real runs
-become tables (a plan study with one ``samples@N`` column per level). Command line:
-``python -m orchestrator.study.replay TABLE.csv --sampler tpe,random --seeds 20 --budget 40``
-(``add_simulate_args`` builds the flags the ``ncclsweep simulate`` subcommand shares).
+become tables (a plan study with one ``samples@N`` column per level); ``write_table`` writes a
+``Table`` (a stand-in of ``study.suite``) as one. The command line is ``ncclsweep simulate``
+(``study.simulate``); ``study.night`` replays whole nights (relaunches and the race counted).
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import logging
 import math
 import random
 import statistics
-import sys
 import time
 import warnings
 from collections.abc import Iterable, Sequence
@@ -496,6 +494,24 @@ def table_from_study(study: optuna.Study):
     columns = [*params, *sample_cols, "failure", "baseline",
                *(["startup_s"] if any(r["startup_s"] for r in records) else []), "note"]
     return pd.DataFrame.from_records(records, columns=columns)
+
+
+def write_table(table: Table, path: str | Path) -> None:
+    """Write ``table`` (one level) in the CSV format ``load_table`` reads back, whole or not at all."""
+    params = list(table.choices)
+    header = [*params, "samples", "failure", "baseline", "startup_s", "compile_s", "noise", "launch_noise", "log"]
+
+    def quoted(text: str) -> str:
+        return '"' + text.replace('"', '""') + '"' if any(ch in text for ch in ',"\n') else text
+
+    lines = [",".join(header)]
+    for r in table.rows:
+        cells = [_cell(r.params.get(p)) for p in params]
+        cells += [";".join(repr(v) for v in r.samples), r.failure or "", "1" if r.baseline else "",
+                  "" if r.startup_s is None else f"{r.startup_s:g}", f"{r.compile_s:g}" if r.compile_s else "",
+                  "" if r.noise is None else f"{r.noise:g}", f"{r.launch_noise:g}" if r.launch_noise else "", r.log]
+        lines.append(",".join(quoted(c) for c in cells))
+    files.write_whole(path, "\n".join(lines) + "\n")
 
 
 def _cell(value: Any) -> str:
@@ -1128,91 +1144,3 @@ def format_comparison(results: Iterable[SimulationResult], by: int = 20) -> str:
 
 
 # ---- command line -------------------------------------------------------------------------------
-def add_simulate_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The flags of ``ncclsweep simulate`` / ``python -m orchestrator.study.replay``."""
-    parser.add_argument("tables", nargs="+", metavar="TABLE.csv",
-                        help="replay table(s) (format: orchestrator.study.replay)")
-    parser.add_argument("--sampler", default=DEFAULT_SAMPLERS,
-                        help="comma-separated sampler specs name[:opt=value...], names: "
-                             f"{', '.join(SAMPLER_NAMES)}; e.g. tpe,random,tpe:multivariate=false "
-                             f"(default: {DEFAULT_SAMPLERS})")
-    parser.add_argument("--seeds", type=int, default=20, help="seeds per sampler (default 20)")
-    parser.add_argument("--budget", type=int, default=None, help="launches per run (default: the table's size)")
-    parser.add_argument("--target", type=float, default=0.02, help="within this fraction of the best (default 0.02)")
-    parser.add_argument("--repeats", type=int, default=3, help="benchmark repeats per launch (default 3)")
-    parser.add_argument("--no-prune", dest="prune", action="store_false",
-                        help="disable the early stop of clearly worse configs")
-    parser.add_argument("--prune-ratio", type=float, default=DEFAULT_PRUNE_RATIO,
-                        help=f"early stop when the first repeat is below this x best so far (default "
-                             f"{DEFAULT_PRUNE_RATIO})")
-    parser.add_argument("--parallel", type=int, default=1, help="trials in flight at once (default 1)")
-    parser.add_argument("--no-baseline", dest="baseline", action="store_false",
-                        help="do not enqueue the table's baseline row first")
-    parser.add_argument("--noise", type=float, default=None, metavar="CV",
-                        help="every sample drawn around its row's median with this coefficient of variation "
-                             "(0.01 = 1%%), instead of the table's noise column or recorded samples")
-    parser.add_argument("--launch-noise", type=float, default=None, metavar="CV",
-                        help="every launch's samples multiplied by one draw with this coefficient of variation, "
-                             "instead of the table's launch_noise column")
-    shown = parser.add_mutually_exclusive_group()
-    shown.add_argument("--summary", action="store_true",
-                       help="one line per table (median launches per sampler) instead of one block per table")
-    shown.add_argument("--compare", action="store_true",
-                       help="per table and search: first optimal launch, launches to within the target, runs "
-                            "within it by --by-launch, hours")
-    parser.add_argument("--by-launch", type=int, default=20, metavar="N",
-                        help="--compare counts the runs within the target by launch N (default 20)")
-    parser.add_argument("--json", metavar="FILE", default=None, help="also write every run as JSON")
-    return parser
-
-
-def main_simulate(args: argparse.Namespace, out=None) -> int:
-    """Run the harness for parsed ``add_simulate_args`` flags; print markdown. Returns 0.
-
-    Bad input (a table, a sampler spec, a flag value) raises ``BadInput`` (exit 2).
-    """
-    out = out or sys.stdout
-    if not 0 < args.target < 1:
-        raise BadInput(f"--target must be between 0 and 1 (a fraction, 0.02 = 2%), not {args.target}")
-    if args.repeats < 1:
-        raise BadInput(f"--repeats must be >= 1, not {args.repeats}")
-    for flag, cv in (("--noise", args.noise), ("--launch-noise", args.launch_noise)):
-        if cv is not None and not 0 <= cv < 1:
-            raise BadInput(f"{flag} must be a coefficient of variation between 0 and 1 (0.01 = 1%), not {cv}")
-    noise = Noise(sample_cv=args.noise, launch_cv=args.launch_noise)
-    results = []
-    for path in args.tables:
-        try:
-            results.append(run_simulation(path, args.sampler, seeds=args.seeds, budget=args.budget,
-                                          target=args.target, repeats=args.repeats, use_pruning=args.prune,
-                                          prune_ratio=args.prune_ratio, parallel=args.parallel,
-                                          use_baseline=args.baseline, noise=noise, progress=sys.stderr))
-        except BadInput:
-            raise
-        except ValueError as exc:  # sampler specs and options, seeds, budget
-            raise BadInput(str(exc)) from None
-    if args.summary:
-        text = format_summary(results)
-    elif args.compare:
-        text = format_comparison(results, by=args.by_launch)
-    else:
-        text = format_table(results)
-    print(text, file=out, end="")
-    if args.json:
-        files.write_whole(args.json, json.dumps([r.to_dict() for r in results], indent=1))
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = add_simulate_args(argparse.ArgumentParser(
-        prog="python -m orchestrator.study.replay", description="Replay recorded tables to measure search efficiency."))
-    args = parser.parse_args(argv)
-    try:
-        return main_simulate(args)
-    except BadInput as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -146,13 +146,14 @@ def make_strategy(name: str, *, startup: int = 0, options: Mapping[str, Any] | N
     key = _sampler_key(name)
     opts = _check_options(key, options or {})
     cls: Any = ValueLed if key == "model" else SamplerLed
-    fields = set(cls.__dataclass_fields__) - {"name", "startup", "exploration", "interaction"}
+    fields = set(cls.__dataclass_fields__) - {"name", "startup", "exploration", "interaction", "gaps"}
     unknown = sorted(set(switches) - fields)
     if unknown:
         raise ValueError(f"{', '.join(unknown)}: not a setting of sampler {key} (it has: {', '.join(sorted(fields))})")
     if key == "model":
         return ValueLed(exploration=opts.get("exploration", DEFAULT_EXPLORATION),
-                        interaction=opts.get("interaction", DEFAULT_INTERACTION), **switches)
+                        interaction=opts.get("interaction", DEFAULT_INTERACTION), gaps=opts.get("gaps", True),
+                        **switches)
     return SamplerLed(name=key, startup=startup, **switches)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +64,7 @@ class Box:
     noise: float = 0.01  # CV of one benchmark sample
     launch_noise: float = 0.005  # CV of one launch
     fixed: tuple[str, ...] = field(default=())  # effects a seed never moves (the published anchors)
+    synergy: tuple[tuple[str, Any], tuple[str, Any]] | None = None  # a value slow alone, and its partner
 
     def drawn(self, seed: int) -> dict[str, float]:
         """The effect sizes of variant ``seed``: seed 0 as written, else each factor's distance from
@@ -96,7 +98,7 @@ class Box:
             value = None if failed else self.value(config, effects)
             rows.append(Row(dict(config), [] if value is None else [round(value, 4)],
                             failed[0] if failed else None, baseline=config_key(config) == base_key, line=line,
-                            startup_s=round(start, 1), compile_s=round(cold, 1),
+                            startup_s=float(round(start)), compile_s=float(round(cold)),
                             noise=None if failed else self.noise,
                             launch_noise=0.0 if failed else self.launch_noise,
                             log=failed[1] if failed else ""))
@@ -243,14 +245,14 @@ def _p2p_value(c: Config, e: Mapping[str, float]) -> float:
         value *= e["ctas_p2p_on"] ** abs(math.log2(ctas / 4))
     value *= e["eager"] if not c["graph_capture"] else 1.0
     value *= {32: e["seqs32"], 64: 1.0, 128: e["seqs128"]}[c["max_num_seqs"]]
-    value *= e["buff_small"] if c["env.NCCL_BUFFSIZE"] == "1048576" else 1.0
+    value *= e["buff_small"] if c["env.NCCL_BUFFSIZE"] == 1048576 else 1.0
     return value
 
 
 def _p2p_failure(c: Config) -> Failure | None:
     if c["env.NCCL_PROTO"] == "LL128":
         return FailureKind.WRONG_OUTPUT, ""
-    if c["env.NCCL_BUFFSIZE"] == "16777216" and c["env.NCCL_MIN_CTAS"] == 32 and not c["env.NCCL_P2P_DISABLE"]:
+    if c["env.NCCL_BUFFSIZE"] == 16777216 and c["env.NCCL_MIN_CTAS"] == 32 and not c["env.NCCL_P2P_DISABLE"]:
         return crash("NCCL WARN Cuda failure 'out of memory' allocating 32 channels x 16 MB")
     return None
 
@@ -259,9 +261,9 @@ PROTO_P2P = Box(
     "proto-p2p-load", "32 streams: P2P x protocol x channels flip the winner; a buffer x channels crash",
     {"tp_size": (4, 8), "graph_capture": (False, True), "max_num_seqs": (32, 64, 128),
      "env.NCCL_PROTO": ("LL", "Simple", "LL128"), "env.NCCL_P2P_DISABLE": (0, 1),
-     "env.NCCL_MIN_CTAS": (1, 4, 16, 32), "env.NCCL_BUFFSIZE": ("1048576", "4194304", "16777216")},
+     "env.NCCL_MIN_CTAS": (1, 4, 16, 32), "env.NCCL_BUFFSIZE": (1048576, 4194304, 16777216)},
     {"tp_size": 8, "graph_capture": False, "max_num_seqs": 64, "env.NCCL_PROTO": "LL", "env.NCCL_P2P_DISABLE": 0,
-     "env.NCCL_MIN_CTAS": 4, "env.NCCL_BUFFSIZE": "4194304"},
+     "env.NCCL_MIN_CTAS": 4, "env.NCCL_BUFFSIZE": 4194304},
     _p2p_value,
     {"tp4": 0.82, "p2p_off": 0.9, "channels": 1.07, "simple_p2p_off": 1.12, "simple_p2p_on": 0.93,
      "ctas_p2p_on": 0.985, "eager": 0.62, "seqs32": 0.7, "seqs128": 0.97, "buff_small": 0.96},
@@ -354,8 +356,8 @@ ALLREDUCE_TP = Box(
      "allreduce.backend": ("nccl", "custom", "flashinfer_pcie_ipc", "symm_mem"),
      "env.NCCL_PROTO": ("LL", "Simple"), "env.NCCL_ALGO": ("Ring", "Tree"), "env.NCCL_P2P_DISABLE": (0, 1),
      "env.NCCL_MIN_CTAS": (1, 4, 16), "graph_capture": (False, True)},
-    {"tp_size": 8, "pp_size": 1, "allreduce.backend": "nccl", "env.NCCL_MIN_CTAS": 4, "env.NCCL_PROTO": "Simple", "env.NCCL_ALGO": "Ring",
-     "env.NCCL_P2P_DISABLE": 0, "graph_capture": False},
+    {"tp_size": 8, "pp_size": 1, "allreduce.backend": "nccl", "env.NCCL_MIN_CTAS": 4, "env.NCCL_PROTO": "Simple",
+     "env.NCCL_ALGO": "Ring", "env.NCCL_P2P_DISABLE": 0, "graph_capture": False},
     _allreduce_value,
     {"tp4": 0.94, "tp2": 0.8, "nccl_tp8": 0.9, "nccl_tp4": 0.95, "nccl_tp2": 0.97, "simple": 0.8, "tree": 0.97,
      "ctas1": 0.97, "ctas16": 1.02, "custom_tp2": 1.02, "fi_tp4": 1.07, "fi_tp2": 1.05, "eager": 0.45, "p2p_off": 0.9},
@@ -439,7 +441,8 @@ SYNERGY = Box(
     {"tp4": 0.93, "synergy": 1.12, "threads512": 0.95, "threads128": 0.98, "ctas8": 1.01, "ctas1": 0.97,
      "ctas4": 1.0, "simple": 0.8, "tree": 0.97, "p2p_off": 0.92, "eager": 0.5},
     failure=nccl_failure,
-    startup=lambda c, f: glm5_startup(8 // c["tp_size"], c["graph_capture"], 0.8, f))
+    startup=lambda c, f: glm5_startup(8 // c["tp_size"], c["graph_capture"], 0.8, f),
+    synergy=(("env.NCCL_NTHREADS", 512), ("env.NCCL_MIN_CTAS", 8)))
 
 
 def _ties_value(c: Config, e: Mapping[str, float]) -> float:
@@ -449,7 +452,7 @@ def _ties_value(c: Config, e: Mapping[str, float]) -> float:
     value *= {"LL": 1.0, "Simple": e["simple"]}[c["env.NCCL_PROTO"]]
     value *= {"Ring": 1.0, "Tree": e["tree"]}[c["env.NCCL_ALGO"]]
     value *= {1: e["ctas1"], 2: e["ctas2"], 4: 1.0, 8: e["ctas8"]}[c["env.NCCL_MIN_CTAS"]]
-    value *= {"1048576": e["buff1"], "4194304": 1.0, "16777216": e["buff16"]}[c["env.NCCL_BUFFSIZE"]]
+    value *= {1048576: e["buff1"], 4194304: 1.0, 16777216: e["buff16"]}[c["env.NCCL_BUFFSIZE"]]
     value *= e["p2p_off"] if c["env.NCCL_P2P_DISABLE"] else 1.0
     value *= e["eager"] if not c["graph_capture"] else 1.0
     value *= e["tp4"] if c["tp_size"] == 4 else 1.0
@@ -460,9 +463,9 @@ NEAR_TIES = Box(
     "near-ties", "a flat top: 4 optimal configs, 20 within 2%, 3% noise per sample, 2% per launch",
     {"tp_size": (4, 8), "graph_capture": (False, True), "env.NCCL_PROTO": ("LL", "Simple"),
      "env.NCCL_ALGO": ("Ring", "Tree"), "env.NCCL_P2P_DISABLE": (0, 1), "env.NCCL_MIN_CTAS": (1, 2, 4, 8),
-     "env.NCCL_BUFFSIZE": ("1048576", "4194304", "16777216")},
+     "env.NCCL_BUFFSIZE": (1048576, 4194304, 16777216)},
     {"tp_size": 8, "graph_capture": False, "env.NCCL_PROTO": "Simple", "env.NCCL_ALGO": "Ring",
-     "env.NCCL_P2P_DISABLE": 0, "env.NCCL_MIN_CTAS": 2, "env.NCCL_BUFFSIZE": "4194304"},
+     "env.NCCL_P2P_DISABLE": 0, "env.NCCL_MIN_CTAS": 2, "env.NCCL_BUFFSIZE": 4194304},
     _ties_value,
     {"simple": 0.985, "tree": 0.99, "ctas1": 0.97, "ctas2": 0.99, "ctas8": 1.0, "buff1": 0.99, "buff16": 1.0,
      "p2p_off": 0.95, "eager": 0.6, "tp4": 0.96},
@@ -509,7 +512,7 @@ def random_box(n: int) -> Box:
     crashing, wrong = picks[: max(1, min(2, len(picks) - 2))], picks[-1]
     combo = ((a, rng.choice([v for v in params[a] if v != syn_a])), (b, syn_b))
     named = rng.random() < 0.5
-    sample_cv, launch_cv = rng.uniform(0.01, 0.03), rng.uniform(0.005, 0.02)
+    sample_cv, launch_cv = round(rng.uniform(0.01, 0.03), 4), round(rng.uniform(0.005, 0.02), 4)
     start_by_value = {(name, v): rng.uniform(0.0, 80.0) for name in names for v in params[name]}
 
     def log_value(c: Config) -> float:
@@ -527,6 +530,10 @@ def random_box(n: int) -> Box:
         return None
 
     working = [cfg for cfg in _product(params) if failure(cfg) is None]
+    apart = [cfg for cfg in working if cfg[b] != syn_b]  # slow alone: below the parameter's other values
+    alone = statistics.fmean(log_value(c) for c in apart if c[a] == syn_a)
+    others = statistics.fmean(log_value(c) for c in apart if c[a] != syn_a)
+    main[(a, syn_a)] -= max(0.0, alone - others + 0.03)
     together = [cfg for cfg in working if cfg[a] == syn_a and cfg[b] == syn_b]
     top = max(log_value(cfg) for cfg in working if cfg not in together)
     inter[(a, syn_a, b, syn_b)] = top - max(log_value(cfg) for cfg in together) + rng.uniform(0.04, 0.10)
@@ -538,22 +545,14 @@ def random_box(n: int) -> Box:
     def value(c: Config, e: Mapping[str, float]) -> float:
         return 100.0 * math.exp(log_value(c))
 
-    def failure(c: Config) -> Failure | None:
-        for name, v in crashing:
-            if c[name] == v:
-                return crash(f"RuntimeError: {name}={v} is not supported here" if named else "Segmentation fault")
-        if c[wrong[0]] == wrong[1]:
-            return FailureKind.WRONG_OUTPUT, ""
-        if all(c[x] == v for x, v in combo):
-            return crash("torch.OutOfMemoryError: CUDA out of memory")
-        return None
-
     def startup(c: Config, f: Failure | None) -> tuple[float, float]:
         cost = 120.0 + sum(start_by_value[(name, c[name])] for name in names)
         return (cost * 0.4 if f is not None and f[0] == FailureKind.START_CRASH else cost), 0.0
 
-    return Box(f"{RANDOM_PREFIX}{n}", "drawn at random (random_box)", params, baseline, value, {},
-               failure=failure, startup=startup, noise=sample_cv, launch_noise=launch_cv)
+    return Box(f"{RANDOM_PREFIX}{n}", f"drawn at random: {a}={syn_a} slow alone, the best with {b}={syn_b}",
+               params, baseline, value, {},
+               failure=failure, startup=startup, noise=sample_cv, launch_noise=launch_cv,
+               synergy=((a, syn_a), (b, syn_b)))
 
 
 def _product(params: Mapping[str, Sequence[Any]]) -> list[Config]:

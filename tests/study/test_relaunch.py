@@ -15,29 +15,40 @@ from orchestrator.study.relaunch import candidates, next_relaunch
 def test_the_first_relaunch_is_the_baselines_once_its_share_of_the_search_allows_it():
     assert next_relaunch([launch(0, "base", 100.0, baseline=True)], None, 1.0) is None  # one config: nothing to pair
     rows = [launch(0, "base", 100.0, baseline=True, cost=60.0), launch(1, "b", 150.0, cost=60.0)]
-    # 120 s of search allow 24 s of relaunches at a fifth: a 60 s relaunch waits, noise unknown or not
-    assert next_relaunch(rows, None, 0.2, LaunchCost.fit(rows)) is None
-    rows += [launch(n, f"c{n}", 90.0, cost=60.0) for n in range(2, 5)]  # 300 s: 60 s allowed
-    due = next_relaunch(rows, None, 0.2, LaunchCost.fit(rows))
+    # budget 2: the search's first launch is its own; 120 s of search allow 24 s of relaunches at a fifth
+    assert next_relaunch(rows, None, 0.2, LaunchCost.fit(rows), budget=2) is None
+    rows += [launch(n, f"c{n}", 90.0, cost=60.0) for n in range(2, 5)]  # 300 s: 60 s allowed, no gain in 3
+    due = next_relaunch(rows, None, 0.2, LaunchCost.fit(rows), budget=8)
     assert due.key == "base" and due.why == "the baseline" and due.launches == 1
-    assert next_relaunch(rows, None, 0.0) is None  # budget.relaunch: 0
-    assert next_relaunch(rows, None, 0.2, LaunchCost.fit(rows), in_flight=["base"]) is None  # its cost counts
+    assert next_relaunch(rows, None, 0.0, budget=8) is None  # budget.relaunch: 0
+    assert next_relaunch(rows, None, 0.2, LaunchCost.fit(rows), in_flight=["base"], budget=8) is None  # its cost
 
 
 def test_relaunches_never_crowd_the_first_launches_of_the_search():
     """Issue 49: a relaunch after every search launch until the noise was known made six of a night's
-    first thirteen launches relaunches; now a night of equal launches relaunches about one in six."""
+    first thirteen launches relaunches; now the search's first launches and any stretch in which it
+    keeps finding better configs are its own, and relaunches come in a fifth of its time after."""
     rows = [launch(0, "base", 100.0, baseline=True, cost=60.0)]
     kinds = []
     for n in range(1, 31):
-        due = next_relaunch(rows, None, 0.2, LaunchCost.fit(rows))
+        due = next_relaunch(rows, None, 0.2, LaunchCost.fit(rows), budget=30)
         if due is not None:
             rows.append(launch(n + 100, due.key, 100.0 + n % 3, role="relaunch", cost=60.0))
             kinds.append("relaunch")
-        rows.append(launch(n, f"c{n}", 90.0 + n, cost=60.0))
+        value = 100.0 + 10 * n if n <= 16 else 150.0  # better and better for 16 launches, then flat
+        rows.append(launch(n, f"c{n}", value, cost=60.0))
         kinds.append("search")
-    assert kinds[:13].count("relaunch") <= 2
-    assert 5 <= kinds.count("relaunch") <= 7  # a fifth of 30 search launches' time
+    first = kinds.index("relaunch")
+    assert kinds[:first].count("search") == 19  # 16 improving launches, then three without a gain
+    assert 5 <= kinds.count("relaunch") <= 7  # a fifth of 30 search launches' time in all
+
+
+def test_the_search_keeps_a_budgets_first_half_to_itself():
+    rows = [launch(0, "base", 100.0, baseline=True, cost=60.0)] + [launch(n, f"c{n}", 90.0, cost=60.0)
+                                                                    for n in range(1, 5)]
+    assert next_relaunch(rows, None, 0.2, LaunchCost.fit(rows), budget=12) is None  # 5 of its first 6
+    assert next_relaunch(rows, None, 0.2, LaunchCost.fit(rows), budget=10) is not None
+    assert next_relaunch(rows, None, 0.2, LaunchCost.fit(rows)) is None  # no budget: its first 12
 
 
 def test_once_the_search_is_over_relaunches_go_on_until_the_launch_noise_is_known():
@@ -60,12 +71,12 @@ def test_later_relaunches_keep_within_their_share_of_the_search_time():
     rows = [launch(0, "base", 100.0, baseline=True), launch(1, "b", 150.0),
             launch(2, "base", 101.0, role="relaunch")] + noise_rows(30)  # the launch noise is known
     # 120 s of search, 60 s of relaunches: a second relaunch (60 s more) is over a fifth
-    assert next_relaunch(rows, None, 0.2) is None
+    assert next_relaunch(rows, None, 0.2, budget=8) is None
     more = rows + [launch(n, f"c{n}", 90.0) for n in range(3, 12)]  # 660 s of search: 132 s allowed
     model = LaunchCost.fit(more)
-    due = next_relaunch(more, None, 0.2, model)
+    due = next_relaunch(more, None, 0.2, model, budget=8)
     assert due.key == "b" and due.why == "the incumbent" and due.expected_s == 60.0  # fewest launches first
-    assert next_relaunch(more, None, 0.2, model, in_flight=["b"]) is None  # its cost counts while it runs
+    assert next_relaunch(more, None, 0.2, model, in_flight=["b"], budget=8) is None  # its cost counts while it runs
 
 
 def test_an_expensive_incumbent_is_relaunched_less_often():
@@ -75,9 +86,9 @@ def test_an_expensive_incumbent_is_relaunched_less_often():
     cheap += noise_rows(30)
     model = LaunchCost.fit(cheap)
     assert model.predict({"k": "b"}) > 200
-    assert next_relaunch(cheap, None, 0.2, model) is None  # b's 8 minutes do not fit; 30 s of base would
+    assert next_relaunch(cheap, None, 0.2, model, budget=8) is None  # b's 8 minutes do not fit; 30 s of base would
     again = [r for r in cheap if r.number != 2]  # without the baseline's relaunch, it is the baseline's turn
-    assert next_relaunch(again, None, 0.2, model).key == "base"
+    assert next_relaunch(again, None, 0.2, model, budget=8).key == "base"
 
 
 def test_a_plan_relaunches_the_incumbent_of_every_level():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import random
 import statistics
@@ -24,19 +23,18 @@ from orchestrator.study.replay import (
     SamplerSpec,
     TableError,
     TableSpace,
-    replay_levels,
-    replay_launch,
-    add_simulate_args,
     format_comparison,
     format_summary,
     format_table,
     load_table,
-    main,
+    replay_launch,
+    replay_levels,
     replay_once,
     run_simulation,
     table_from_frame,
     table_from_study,
 )
+from orchestrator.study.simulate import main
 
 TABLES = Path(__file__).resolve().parents[2] / "docs" / "tables"
 
@@ -173,20 +171,6 @@ def test_table_from_study_round_trip(tiny):
     for r in again.rows:
         if not r.failure:
             assert set(r.samples) <= set(rows[r.key].samples)
-
-
-def test_cli_prints_markdown_and_refuses_bad_input(tiny, tmp_path, capsys):
-    out = tmp_path / "runs.json"
-    assert main([str(tiny), "--sampler", "tpe,random", "--seeds", "2", "--budget", "4", "--json", str(out)]) == 0
-    assert "| tpe |" in capsys.readouterr().out and out.exists()
-    assert main([str(tmp_path / "missing.csv")]) == 2
-    assert "no such table" in capsys.readouterr().err
-    assert main([str(tiny), "--sampler", "nope"]) == 2
-    assert main([str(tiny), "--target", "2"]) == 2
-    assert main([str(tiny), "--sampler", "tpe:bogus=1", "--seeds", "1"]) == 2
-    assert "unknown option 'bogus'" in capsys.readouterr().err
-    args = add_simulate_args(argparse.ArgumentParser()).parse_args([str(tiny), "--no-prune", "--parallel", "2"])
-    assert args.prune is False and args.parallel == 2 and args.seeds == 20 and args.target == 0.02
 
 
 def test_shipped_tables_are_valid():

@@ -62,7 +62,7 @@ from orchestrator.results.report.document import Block
 from orchestrator.results.report.plots import trial_spans
 from orchestrator.results.report.startup import startup_blocks
 from orchestrator.study import bans as value_bans
-from orchestrator.study import history, storage
+from orchestrator.study import coverage, history, storage
 from orchestrator.study import objective as objectives
 from orchestrator.study import race as races
 from orchestrator.study.history import (
@@ -324,6 +324,20 @@ def _top_table(rows, best, base, ev: Evidence, level: int) -> list[Block]:
                             "benchmark's prompts. Greedy speculative decoding is lossless by design; the correctness "
                             "gate checks it like any other config."))
     return out + _ties_with_best(best, ev, level)
+
+
+def _not_explored(job: Any, rows: list[TrialRow]) -> list[Block]:
+    """What the study has not explored (``study.coverage``): the values and pairs a crown does not
+    cover; `run --trials N` goes there first."""
+    lines = coverage.describe(coverage.of_job(job, rows), limit=12)
+    if not lines:
+        return []
+    return [doc.heading(2, "Not explored"),
+            doc.para("The search has not measured these, so the best above is the best of what it measured, not "
+                     "of the space: values never measured working, values seen only in configs well below the "
+                     "best and never beside it, and pairs of values of the parameters that moved the speed most "
+                     "never measured together. `ncclsweep run JOB --trials N` launches there first."),
+            doc.items([line.strip() for line in lines[1:]])]
 
 
 def _ties_with_best(best: list[TrialRow], ev: Evidence, level: int) -> list[Block]:
@@ -890,6 +904,7 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
         ("importance.png", "Parameter importance"), ("timeline.png", "Trial timeline per node"))]
     blocks += startup_blocks(rows)
     blocks += _top_table(rows, best, base, ev, level)
+    blocks += _not_explored(job, rows)
     given = effects_given_top(rows, effects, best[0].params, objective) if best else None
     blocks += _importance_blocks(effects, notes, given, [v for _, v, _ in measured_points(rows)])
     blocks += _compare(report_dir)

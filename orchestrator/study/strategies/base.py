@@ -58,6 +58,11 @@ class View:
     launch_cost: Callable[[], LaunchCost]  # what its launch should cost (``study.cost``, started launches)
     bans: Callable[[], dict[tuple[str, Any], str]]  # values not proposed any more (``study.bans``)
     late: Callable[[Config], bool] | None = None  # a prior that puts a config last (the pre-screen's slow settings)
+    this_run: int | None = None  # of the launches, those of the run that asks (None: runs are not told apart)
+
+    @property
+    def launched_this_run(self) -> int:
+        return self.launched if self.this_run is None else self.this_run
 
     def not_late(self, keys: list[str]) -> list[str]:
         """The keys the prior does not put last (all of them when it puts every one last)."""

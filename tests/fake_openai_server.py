@@ -42,6 +42,9 @@ config that breaks under load), ``--context-cost S`` (each token of a request ta
 1000 words of its prompt, as attention over a long context slows every decode step, and its
 first token ``PREFILL_FACTOR`` times that: the prefill reads the whole prompt).
 
+Limits (flags): ``--max-model-len N`` (a prompt longer than N tokens, or with ``max_tokens`` more than
+N, is answered HTTP 400 with vLLM 0.26.0's message, streamed or not).
+
 Launch noise (flags): ``--launch-noise F`` makes the whole launch fast or slow by F, decided at
 start and kept for its life (every token delay divided by 1 + F or by 1 - F): what a relaunch of
 a real engine can do (clocks, where the workers land, fresh or warm caches). Each launch is fast
@@ -151,6 +154,20 @@ def metrics_text(model: str, spec: dict | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def too_long(limit: int | None, prompt_tokens: int, max_tokens: int) -> str | None:
+    """vLLM 0.26.0's refusal of a request longer than ``--max-model-len`` (None: it fits)."""
+    if limit is None:
+        return None
+    if prompt_tokens > limit:
+        return (f"This model's maximum context length is {limit} tokens. However, your request has {prompt_tokens} "
+                "input tokens. Please reduce the length of the input messages.")
+    if prompt_tokens + max_tokens > limit:
+        return (f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum context "
+                f"length is {limit} tokens and your request has {prompt_tokens} input tokens ({max_tokens} > {limit} "
+                f"- {prompt_tokens}).")
+    return None
+
+
 def logprob(prev: str, tok: str) -> float:
     return -round((_h(prev, tok) % 1000) / 200.0, 4)
 
@@ -256,6 +273,11 @@ class Handler(BaseHTTPRequestHandler):
             return
         if (body.get("echo") or body.get("logprobs") is not None) and self.server.no_logprobs:  # type: ignore[attr-defined]
             self._json(400, {"error": {"message": "echo/logprobs not supported", "code": 400}})
+            return
+        refused = too_long(self.server.max_model_len, len(tokenize(str(body.get("prompt", "")))),  # type: ignore[attr-defined]
+                           int(body.get("max_tokens") or 16))
+        if refused:
+            self._json(400, {"error": {"message": refused, "type": "BadRequestError", "param": None, "code": 400}})
             return
         try:
             if body.get("stream"):
@@ -533,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stream-cost", type=float, default=0.0)
     p.add_argument("--overflow", default=None, metavar="N:S")
     p.add_argument("--context-cost", type=float, default=0.0)
+    p.add_argument("--max-model-len", type=int, default=None, metavar="N")
     p.add_argument("--slow-after", default=None, metavar="N:F")
     p.add_argument("--fail-above", type=int, default=None, metavar="N")
     p.add_argument("--launch-noise", type=float, default=0.0, metavar="F")
@@ -572,6 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     httpd.ttft_delay = a.ttft_delay  # type: ignore[attr-defined]
     httpd.stream_cost = a.stream_cost  # type: ignore[attr-defined]
     httpd.context_cost = a.context_cost  # type: ignore[attr-defined]
+    httpd.max_model_len = a.max_model_len  # type: ignore[attr-defined]
     httpd.in_flight = 0  # type: ignore[attr-defined]
     httpd.fail_above = a.fail_above  # type: ignore[attr-defined]
     httpd.streamed = 0  # type: ignore[attr-defined]

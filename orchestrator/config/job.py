@@ -56,6 +56,10 @@ shown, an example for those three, whose meaning ends "(required)").
                                       # median is above this
       waves: 3                        # at a level N > 1, each of the N streams sends this many requests back to
                                       # back; the sample is the steady state between the first and the last wave
+      prefix_reuse: false             # false: every request begins with a line of its own, so no server answers
+                                      # it from its prefix cache (TTFT is a whole prefill); true: one line per pass
+                                      # through the prompts, so requests share what the prompts share (a system
+                                      # prompt), as in production, but never a request's own earlier sending
       concurrency: [1, 2, 10, 64]     # levels `compare` (and constraints) measure total tok/s at
     objective:                        # or one word, a preset: latency, throughput or balanced (the guide
                                       # says what each expands to)
@@ -232,6 +236,9 @@ class BenchSettings:
     traffic_sample: int = traffic_file.DEFAULT_SAMPLE
     output_lengths: tuple[int, ...] | None = None  # with a traffic file: each prompt's own output length
     context: int | None = None  # every prompt made about this many tokens long (``config.prompts.with_context``)
+    # the server's prefix cache may answer what the prompts share (``node.measure``: one line per pass); False:
+    # every request begins with a line of its own, and TTFT is a whole prefill
+    prefix_reuse: bool = False
     traffic_lines: tuple[str, ...] | None = None  # with a traffic file: where each sampled request is ("line 12")
 
 
@@ -729,7 +736,8 @@ def _budget(top: Section) -> Budget:
 
 def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
     sec = top.section("bench", ("prompts", "prompt", "traffic", "traffic_sample", "context", "output_tokens",
-                                "warmup", "repeats", "max_repeats", "target_rel_ci", "waves", "concurrency"))
+                                "warmup", "repeats", "max_repeats", "target_rel_ci", "waves", "prefix_reuse",
+                                "concurrency"))
     given = [k for k in ("prompts", "prompt", "traffic") if sec.data.get(k) is not None]
     if len(given) > 1:
         raise sec.bad(given[1], f"give one of prompts (a file of decode prompts), prompt (one prompt) and traffic "
@@ -769,6 +777,7 @@ def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
         raise sec.bad("max_repeats", f"must be >= repeats ({repeats}), not {max_repeats}")
     target = sec.number("target_rel_ci", None, above=0, at_most=1, none_ok=True)
     waves = sec.integer("waves", 3, low=1)
+    prefix_reuse = sec.flag("prefix_reuse", False)
     conc = sec.raw("concurrency", list(DEFAULT_CONCURRENCY))
     if conc is None:
         conc = []
@@ -782,7 +791,7 @@ def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
     return BenchSettings(prompts=prompts, prompts_from=source, output_tokens=output_tokens, warmup=warmup,
                          repeats=repeats, max_repeats=max_repeats, target_rel_ci=target, concurrency=tuple(conc),
                          waves=waves, traffic=traffic, traffic_sample=sample, output_lengths=lengths, context=context,
-                         traffic_lines=where)
+                         prefix_reuse=prefix_reuse, traffic_lines=where)
 
 
 # One-word objectives (``objective: balanced``): a starting point for a user without targets of

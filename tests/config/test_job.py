@@ -273,6 +273,13 @@ def test_bad_bench_values():
     bad("bench.max_repeats", "must be >= repeats (5)", job={"bench": {"repeats": 5, "max_repeats": 2}})
     bad("bench.concurrency[1]", "must be an integer >= 1", job={"bench": {"concurrency": [1, 0]}})
     bad("pruning.min_ratio", "must be a number > 0 and <= 1", job={"pruning": {"min_ratio": 1.5}})
+    bad("bench.prefix_reuse", "must be true or false", "not 'yes'", job={"bench": {"prefix_reuse": "yes"}})
+    bad("bench.prefix_reuse_", "did you mean 'prefix_reuse'", job={"bench": {"prefix_reuse_": True}})
+
+
+def test_every_request_its_own_prefix_unless_the_job_shares_them():
+    assert load_job(write()).bench.prefix_reuse is False  # TTFT measured on prompts the server has not seen
+    assert load_job(write(job={"bench": {"prefix_reuse": True}})).bench.prefix_reuse is True
 
 
 def traffic(*prompts: str, output_tokens: int = 64) -> dict:

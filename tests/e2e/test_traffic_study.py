@@ -65,7 +65,8 @@ def test_a_studys_requests_have_the_traffic_files_lengths_and_the_report_shows_t
     assert lengths.mismatched == 0 and not [w for w in row.warnings if "another length" in w]
     assert row.at(1).requests == 50  # level 1: every request of the file once a round
     assert (lengths.output.low, lengths.output.high) == (min(t for _, t in asked), max(t for _, t in asked))
-    assert (lengths.input.low, lengths.input.high) == (min(w for w, _ in asked), max(w for w, _ in asked))
+    # the server's count of each prompt: its words, and the line each request begins with (one word to this server)
+    assert (lengths.input.low, lengths.input.high) == (min(w for w, _ in asked) + 1, max(w for w, _ in asked) + 1)
     # level 1 asked each request once, level 4 went through them in turn: every request counted
     assert lengths.output.n == 50 + row.at(4).requests
 

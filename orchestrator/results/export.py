@@ -460,8 +460,10 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
 
 def _latency_provenance(job: Any, row: TrialRow, rows: list[TrialRow]) -> dict[str, Any]:
     """What the config measured besides throughput: each level's latency percentiles (``latency``,
-    seconds), and where the job has them, its latency targets and what it broke (``slo``), its
-    goodput crossing (``goodput``), the traffic and the lengths measured (``traffic``)."""
+    seconds) and, where the server counted it, the share of its prompt tokens the prefix cache
+    answered (``prefix_cache_hit_rate``, per level), and where the job has them, its latency targets
+    and what it broke (``slo``), its goodput crossing (``goodput``), the traffic and the lengths
+    measured (``traffic``)."""
     obj = objectives.of(getattr(job, "objective", None))
     latency: dict[str, Any] = {}
     for level, got in row.levels.items():
@@ -469,6 +471,10 @@ def _latency_provenance(job: Any, row: TrialRow, rows: list[TrialRow]) -> dict[s
         if any(lat is not None for lat in recorded.values()):
             latency[str(level)] = {kind: lat.to_record() for kind, lat in recorded.items() if lat is not None}
     out: dict[str, Any] = {"latency": latency}
+    hits = {str(level): got.prefix_cache_hit_rate for level, got in row.levels.items()
+            if got.prefix_cache_hit_rate is not None}
+    if hits:
+        out["prefix_cache_hit_rate"] = hits
     if obj.slo:
         out["slo"] = {"targets": obj.slo.to_record(), "text": obj.slo.describe(),
                       "breaches": [b.to_record() for level, got in row.levels.items()
@@ -566,8 +572,10 @@ def _latency_comment(prov: dict[str, Any]) -> list[str]:
     """'latency at 1 (ms p50/p90/p99): TTFT 11.2/13.0/15.9, TPOT ...' per level measured (commented by
     ``_comment_header``)."""
     out = []
+    hits = prov.get("prefix_cache_hit_rate") or {}
     for level, kinds in (prov.get("latency") or {}).items():
         parts = [f"{slo_labels.get(k, k)} " + "/".join(f"{1000 * rec[f'p{q}']:.1f}" for q in QUANTILES)
+                 + (f" (prefix-cache hits {100 * hits[level]:.0f}%)" if k == "ttft" and level in hits else "")
                  for k, rec in kinds.items()]
         if parts:
             out.append(f"latency at {level} (ms p50/p90/p99): {', '.join(parts)}")

@@ -548,8 +548,8 @@ def test_the_provenance_carries_latency_per_level_the_slo_and_goodputs_crossing(
     from orchestrator.core.slo import Slo, Targets
 
     def probed(number, params, curve, holds, breaks, **kw):
-        levels = {c: LevelResult(c, samples=(v,), ttft=Latency(0.01, 0.02, 0.03, 8), tpot=Latency(t / 2, t, t, 8))
-                  for c, (v, t) in curve.items()}
+        levels = {c: LevelResult(c, samples=(v,), ttft=Latency(0.01, 0.02, 0.03, 8), tpot=Latency(t / 2, t, t, 8),
+                                 prefix_cache_hit_rate=0.0 if c == 32 else None) for c, (v, t) in curve.items()}
         m = Measurement(levels=levels, goodput=GoodputResult(32, tuple(curve), holds, breaks))
         return TrialRow(number=number, state=COMPLETE, value=m.value, counted=True, config_key=config_key(params),
                         params=params, measurement=m, **kw)
@@ -568,7 +568,9 @@ def test_the_provenance_carries_latency_per_level_the_slo_and_goodputs_crossing(
     assert "# goodput: #1 holds the SLO up to 32 stream(s) at 4000 tok/s (all 32 tried); the baseline #0 up to 16 " \
            "at 850.0 tok/s\n" in env  # the answer once, not the config's crossing and then the same again
     assert "# value: 4000.000 tok/s total within the SLO" in env
-    assert "# latency at 32 (ms p50/p90/p99): TTFT 10.0/20.0/30.0, TPOT 6.0/12.0/12.0" in env
+    assert "# latency at 32 (ms p50/p90/p99): TTFT 10.0/20.0/30.0 (prefix-cache hits 0%), TPOT 6.0/12.0/12.0" in env
+    assert "# latency at 1 (ms p50/p90/p99): TTFT 10.0/20.0/30.0, TPOT" in env  # not counted there: not shown
+    assert prov["prefix_cache_hit_rate"] == {"32": 0.0}
     assert "# slo TPOT p99 <= 20 ms: holds them at every level measured" in env
     plain = json.loads(export(JOB, rows(), "json", backend=backend))["provenance"]
     assert plain["latency"] == {} and "goodput" not in plain and "slo" not in plain  # a study without them

@@ -195,6 +195,7 @@ class Progress:
             self.say(head + logs.clip(self._levels_said(result, plan), logs.LOG_WIDTH - len(head) - len(tail)) + tail)
             return
         reached = result.measurement.goodput if result.measurement is not None else None
+        lead = ""  # said whole before a clipped reason (a failure's outcome)
         if result.outcome == COMPLETE and reached is not None:  # goodput: where the SLO stopped holding
             ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
             what = (f"{reached.describe()} at {result.value:.1f} total tok/s{ratio}" if reached.holds is not None
@@ -207,17 +208,23 @@ class Progress:
             limit = (f" < threshold {below:.1f} tok/s ({self.job.pruning.min_ratio:g} x the best so far)"
                      if below else "")
             what = f"pruned after the first repeat: {result.value:.1f} tok/s{limit}"
-        else:
-            what = f"FAIL {result.failure_kind}: {result.failure_reason}"
+        else:  # the outcome is said whole; only its reason is shortened to fit
+            lead = f"FAIL {result.failure_kind}:"
             ignored = result.metrics.get("decode_tok_s_ignored")
             if result.failure_kind == FailureKind.WRONG_OUTPUT and ignored:
-                what = f"FAIL wrong-output (its {ignored:.1f} tok/s do not count): {result.failure_reason}"
+                lead = f"FAIL wrong-output (its {ignored:.1f} tok/s do not count):"
+            what = result.failure_reason or ""
         best_s = ""
         if best is not None and best.value is not None:
             ratio = f" = {best.value / base_value:.2f}x baseline" if base_value else ""
             best_s = f" | best #{best.number} {best.value:.1f} tok/s{ratio}"
         head, tail = f"  #{number} -> ", f"{best_s} (elapsed {self.elapsed()})"
-        self.say(head + logs.clip(what, logs.LOG_WIDTH - len(head) - len(tail)) + tail)
+        room = logs.LOG_WIDTH - len(head) - len(tail)
+        if lead:
+            said = lead if len(lead) + 4 >= room else f"{lead} {logs.clip(what, room - len(lead) - 1)}"
+        else:
+            said = logs.clip(what, room)
+        self.say(head + said + tail)
 
     @staticmethod
     def _levels_said(result: TrialResult, plan: Plan) -> str:

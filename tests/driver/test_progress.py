@@ -221,6 +221,25 @@ def test_a_trials_line_too_long_loses_a_clause_not_its_figures(tmp_path):
     assert said == "  #1 -> holds ... 128 stream(s) ... 12949.5 total tok/s", line  # the figures whole, words cut
 
 
+def test_a_failures_line_keeps_its_outcome_whole_and_shortens_its_reason(tmp_path):
+    """The demo's garbage config once read 'FAIL: ... 0 at ... 0: got ...': the words that say what
+    happened went first, as any word without a figure."""
+    from orchestrator.core.records import FAIL
+
+    job = load_job(write_job(tmp_path))
+    out = io.StringIO()
+    p = Progress(job, trials=4, timeout_s=None, out=out)
+    best = TrialRow(number=1, state=COMPLETE, value=120.0, counted=True, is_baseline=True, config_key="a")
+    reason = ("output differs from the golden reference at prompt 0: got 'the the the the the the' expected "
+              "'Paris is the capital of France' (token 3 of 32; log-probability drift 12.3 > 0.5)")
+    p.ended(3, TrialResult(outcome=FAIL, config={}, failure_kind="wrong-output", failure_reason=reason,
+                           metrics={"decode_tok_s_ignored": 312.4}), best, 100.0)
+    line = out.getvalue().rstrip("\n")
+    assert len(line) <= logs.LOG_WIDTH
+    assert line.startswith("  #3 -> FAIL wrong-output (its 312.4 tok/s do not count): output"), line
+    assert " | best #1 120.0 tok/s" in line
+
+
 # While trials run (issue 39): a phase change is one event line (a request done is none); the
 # time to go comes from the study's launch costs, else this run's pace, else a first trial's
 # requests; the start line counts this run's launches and the budget apart.

@@ -42,6 +42,14 @@ config that breaks under load), ``--context-cost S`` (each token of a request ta
 1000 words of its prompt, as attention over a long context slows every decode step, and its
 first token ``PREFILL_FACTOR`` times that: the prefill reads the whole prompt).
 
+Prefill and its cache (flags): ``--prefill-cost S`` (a streamed request's first token S later per
+1000 prompt tokens that it computes), ``--prefix-cache`` (a streamed prompt's leading blocks of
+``BLOCK`` tokens that an earlier one of this process began with, the block and everything before it the
+same, are not computed: what vLLM's prefix caching does; ``/metrics`` counts the prompt tokens
+looked up and found under vLLM 0.26.0's names, ``vllm:prefix_cache_queries_total`` and
+``vllm:prefix_cache_hits_total``), ``--max-model-len N`` (a prompt longer than N tokens, or with
+``max_tokens`` more than N, is answered HTTP 400 with vLLM 0.26.0's message, streamed or not).
+
 Launch noise (flags): ``--launch-noise F`` makes the whole launch fast or slow by F, decided at
 start and kept for its life (every token delay divided by 1 + F or by 1 - F): what a relaunch of
 a real engine can do (clocks, where the workers land, fresh or warm caches). Each launch is fast
@@ -112,6 +120,7 @@ def say(text: str) -> None:
 
 
 PREFILL_FACTOR = 10  # ``--context-cost``: the first token's share of a long prompt, against a later token's
+BLOCK = 16  # ``--prefix-cache``: tokens per cached block (vLLM's default block size)
 _TOKEN_RE = re.compile(r"\s*\S+|\s+")
 
 
@@ -141,17 +150,61 @@ def accepted_per_step(prompt: str, k: int) -> int:
     return 0 if words <= 1 else min(k, round(k * min(1.0, words / 150)))
 
 
-def metrics_text(model: str, spec: dict | None) -> str:
+class PrefixCache:
+    """``--prefix-cache``: the blocks of ``BLOCK`` tokens computed so far, each keyed by itself and
+    everything before it (a prompt that begins otherwise shares none), and vLLM's two counters."""
+
+    def __init__(self) -> None:
+        self.blocks: set[bytes] = set()
+        self.queries = 0  # prompt tokens looked up
+        self.hits = 0  # of them, found
+        self.lock = threading.Lock()
+
+    def lookup(self, tokens: list[str]) -> int:
+        """How many leading tokens of a prompt are cached (whole blocks, its last token always
+        computed); its blocks are cached from now on."""
+        keys, key = [], b""
+        for end in range(BLOCK, len(tokens) + 1, BLOCK):
+            key = hashlib.sha1(key + "\x00".join(tokens[end - BLOCK:end]).encode()).digest()
+            keys.append(key)
+        with self.lock:
+            found = next((i for i, k in enumerate(keys) if k not in self.blocks), len(keys))
+            hits = min(found * BLOCK, max(0, (len(tokens) - 1) // BLOCK * BLOCK))
+            self.blocks.update(keys)
+            self.queries += len(tokens)
+            self.hits += hits
+        return hits
+
+
+def metrics_text(model: str, spec: dict | None, cache: PrefixCache | None = None) -> str:
     """``/metrics`` in Prometheus text format (vLLM 0.26.0's names)."""
     lines = ["# HELP vllm:num_requests_running Number of requests in model execution batches.",
              "# TYPE vllm:num_requests_running gauge",
              f'vllm:num_requests_running{{engine="0",model_name="{model}"}} 0.0']
+    counters = []
     if spec is not None:
-        for name, key in (("vllm:spec_decode_num_drafts_total", "drafts"),
-                          ("vllm:spec_decode_num_draft_tokens_total", "draft_tokens"),
-                          ("vllm:spec_decode_num_accepted_tokens_total", "accepted")):
-            lines += [f"# TYPE {name} counter", f'{name}{{engine="0",model_name="{model}"}} {float(spec[key])}']
+        counters += [("vllm:spec_decode_num_drafts_total", spec["drafts"]),
+                     ("vllm:spec_decode_num_draft_tokens_total", spec["draft_tokens"]),
+                     ("vllm:spec_decode_num_accepted_tokens_total", spec["accepted"])]
+    if cache is not None:
+        counters += [("vllm:prefix_cache_queries_total", cache.queries), ("vllm:prefix_cache_hits_total", cache.hits)]
+    for name, value in counters:
+        lines += [f"# TYPE {name} counter", f'{name}{{engine="0",model_name="{model}"}} {float(value)}']
     return "\n".join(lines) + "\n"
+
+
+def too_long(limit: int | None, prompt_tokens: int, max_tokens: int) -> str | None:
+    """vLLM 0.26.0's refusal of a request longer than ``--max-model-len`` (None: it fits)."""
+    if limit is None:
+        return None
+    if prompt_tokens > limit:
+        return (f"This model's maximum context length is {limit} tokens. However, your request has {prompt_tokens} "
+                "input tokens. Please reduce the length of the input messages.")
+    if prompt_tokens + max_tokens > limit:
+        return (f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum context "
+                f"length is {limit} tokens and your request has {prompt_tokens} input tokens ({max_tokens} > {limit} "
+                f"- {prompt_tokens}).")
+    return None
 
 
 def logprob(prev: str, tok: str) -> float:
@@ -205,7 +258,7 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200 if self._ready() else 503, {} if self._ready() else {"status": "loading"})
         elif self.path == "/metrics":
             spec = self.server.spec if self.server.spec_tokens else None  # type: ignore[attr-defined]
-            data = metrics_text(self.server.model, spec).encode()  # type: ignore[attr-defined]
+            data = metrics_text(self.server.model, spec, self.server.prefix_cache).encode()  # type: ignore[attr-defined]
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(data)))
@@ -259,6 +312,11 @@ class Handler(BaseHTTPRequestHandler):
             return
         if (body.get("echo") or body.get("logprobs") is not None) and self.server.no_logprobs:  # type: ignore[attr-defined]
             self._json(400, {"error": {"message": "echo/logprobs not supported", "code": 400}})
+            return
+        refused = too_long(self.server.max_model_len, len(tokenize(str(body.get("prompt", "")))),  # type: ignore[attr-defined]
+                           int(body.get("max_tokens") or 16))
+        if refused:
+            self._json(400, {"error": {"message": refused, "type": "BadRequestError", "param": None, "code": 400}})
             return
         try:
             if body.get("stream"):
@@ -320,8 +378,11 @@ class Handler(BaseHTTPRequestHandler):
         srv = self.server
         delay = float(fake.get("token_delay", srv.token_delay))  # type: ignore[attr-defined]
         ttft = float(fake.get("ttft_delay", srv.ttft_delay))  # type: ignore[attr-defined]
-        longer = srv.context_cost * len(tokenize(str(body.get("prompt", "")))) / 1000  # type: ignore[attr-defined]
+        prompt_tokens = tokenize(str(body.get("prompt", "")))
+        longer = srv.context_cost * len(prompt_tokens) / 1000  # type: ignore[attr-defined]
         delay, ttft = delay + longer, ttft + PREFILL_FACTOR * longer
+        cached = srv.prefix_cache.lookup(prompt_tokens) if srv.prefix_cache is not None else 0  # type: ignore[attr-defined]
+        ttft += srv.prefill_cost * (len(prompt_tokens) - cached) / 1000  # type: ignore[attr-defined]
         with srv.lock:  # type: ignore[attr-defined]
             limit = srv.fail_above  # type: ignore[attr-defined]
             if limit is not None and srv.in_flight >= limit:  # type: ignore[attr-defined]
@@ -560,6 +621,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stream-cost", type=float, default=0.0)
     p.add_argument("--overflow", default=None, metavar="N:S")
     p.add_argument("--context-cost", type=float, default=0.0)
+    p.add_argument("--prefill-cost", type=float, default=0.0, metavar="S")
+    p.add_argument("--prefix-cache", action="store_true")
+    p.add_argument("--max-model-len", type=int, default=None, metavar="N")
     p.add_argument("--slow-after", default=None, metavar="N:F")
     p.add_argument("--fail-above", type=int, default=None, metavar="N")
     p.add_argument("--launch-noise", type=float, default=0.0, metavar="F")
@@ -601,6 +665,9 @@ def main(argv: list[str] | None = None) -> int:
     httpd.ttft_delay = a.ttft_delay  # type: ignore[attr-defined]
     httpd.stream_cost = a.stream_cost  # type: ignore[attr-defined]
     httpd.context_cost = a.context_cost  # type: ignore[attr-defined]
+    httpd.prefill_cost = a.prefill_cost  # type: ignore[attr-defined]
+    httpd.prefix_cache = PrefixCache() if a.prefix_cache else None  # type: ignore[attr-defined]
+    httpd.max_model_len = a.max_model_len  # type: ignore[attr-defined]
     httpd.in_flight = 0  # type: ignore[attr-defined]
     httpd.fail_above = a.fail_above  # type: ignore[attr-defined]
     httpd.streamed = 0  # type: ignore[attr-defined]

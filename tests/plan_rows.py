@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from orchestrator.config.job import Objective
 from orchestrator.core.records import COMPLETE, TrialRow, config_key
+from orchestrator.study.race import RACE, race_state
 
 
 def row(number: int, params: dict, levels: dict[int, list[float]], *, baseline: bool = False,
@@ -43,3 +44,27 @@ def tied_at_one() -> list[TrialRow]:
             relaunch(6, UP_TO_64, {1: [425.2], 10: [3605], 64: [13097]}),
             relaunch(7, UP_TO_8, {1: [520.1], 10: [1008], 64: [5567]}),
             relaunch(8, EAGER, {1: [81.9], 10: [807], 64: [4640]})]
+
+
+def raced(rows: list[TrialRow], objective: Objective | None, figures: dict[str, list[dict[int, float]]],
+          budget: int = 8) -> list[TrialRow]:
+    """The finalists' race (``study.race``) run on ``rows`` as the driver runs it: each next launch
+    of a config (by its key) measures the next of its ``figures`` ({level: median})."""
+    rows = list(rows)
+    params = {r.config_key: r.params for r in rows}
+    race_id = sum(1 for r in rows if r.counted)
+    left = {k: list(v) for k, v in figures.items()}
+    while (key := (state := race_state(rows, objective, budget, race_id)).next()) is not None:
+        got = left[key].pop(0)
+        rows.append(replace(row(len(rows), params[key], {lv: [v] for lv, v in got.items()}), counted=False,
+                            launch_role=RACE, race=state.plan.record(state.round)))
+    return rows
+
+
+def race_tied_at_one() -> list[TrialRow]:
+    """``tied_at_one`` raced: four rounds cannot tell up to 8 (#2, the higher median at one stream)
+    from up to 64 (#1, the best at 10 and 64 by far), so level 1 ends tied."""
+    up_to_8, up_to_64 = config_key(UP_TO_8), config_key(UP_TO_64)
+    return raced(tied_at_one(), PLAN, {
+        up_to_8: [{1: v, 10: 900.0, 64: 5000.0} for v in (470.0, 455.0, 500.0, 440.0)],
+        up_to_64: [{1: v, 10: 3500.0, 64: 14000.0} for v in (450.0, 480.0, 430.0, 460.0)]})

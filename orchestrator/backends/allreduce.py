@@ -34,7 +34,10 @@ both at ``tp_size`` 1. A backend without these paths refuses the params (``refus
 After start the trial reads the server's log (``Backend.allreduce_warnings``): an engine may
 turn the requested path off without failing (vLLM and SGLang disable their custom all-reduce
 on more than two PCIe-only GPUs and only log it); such a warning starts with
-``nccl.ENGINE_PATH_WARNING`` and the run prints it once per study.
+``nccl.ENGINE_PATH_WARNING`` and the run prints it once per study. A path the engine turned off,
+whatever asked for it (``allreduce.backend``, or ``custom_all_reduce: true``, the engines'
+default), is also recorded as the fallback it ran (``Backend.engine_fallbacks``, ``fallback``:
+the trial's ``server.fallbacks``), which the export and the report show beside the value.
 """
 
 from __future__ import annotations
@@ -215,3 +218,38 @@ def warning(value: str, server: str, what: str) -> str:
 
 def is_path_warning(text: str) -> bool:
     return text.startswith(ENGINE_PATH_WARNING)
+
+
+def asked_path(config: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(param, path) the config asks the engine for: ``allreduce.backend``, else the older switch
+    ``custom_all_reduce: true`` (the custom kernel; normalized configs carry the engines' default
+    true at tensor parallelism, so the default path is asked for too); None: neither."""
+    value = value_of(config)
+    if value is not None:
+        return BACKEND, value
+    if config.get("custom_all_reduce") is True:
+        return "custom_all_reduce", "custom"
+    return None
+
+
+def fallback(config: Mapping[str, Any], param: str, ran: str | None, said: str) -> dict[str, Any]:
+    """The record of a path the engine disabled (``Backend.engine_fallbacks``): ``param`` and the
+    value the config gave it (``asked``), the path the engine ran instead (``ran``; None: its log
+    does not say), ``ran_value`` (the value of ``param`` that means what ran: the path itself, or
+    false for ``custom_all_reduce``), the engine's line (``said``) and ``text``, how every reader
+    shows it: ``allreduce.backend=custom (the engine ran nccl: Custom allreduce is disabled because
+    ...)``."""
+    asked = config.get(param)
+    shown = str(asked).lower() if isinstance(asked, bool) else str(asked)
+    instead = f"the engine ran {ran}" if ran else "the engine turned it off"
+    ran_value: Any = (ran == "custom" if ran else None) if param == "custom_all_reduce" else ran
+    return {"param": param, "asked": asked, "ran": ran, "ran_value": ran_value, "said": said,
+            "text": f"{param}={shown} ({instead}: {said})"}
+
+
+def fallbacks_of(server: Any) -> list[dict[str, Any]]:
+    """The ``fallback`` records of a trial's ``server`` record (its ``fallbacks``), the readers' one
+    way to them: what a record edited by hand holds besides is left out."""
+    found = server.get("fallbacks") if isinstance(server, Mapping) else None
+    return [dict(f) for f in found if isinstance(f, Mapping) and f.get("param") and f.get("text")] \
+        if isinstance(found, list) else []

@@ -208,6 +208,12 @@ class Backend(abc.ABC):
         does not say, or when the config asks for none."""
         return []
 
+    def engine_fallbacks(self, config: Config, log_text: str) -> list[dict[str, Any]]:
+        """The config's values the server's log says the engine disabled, each with what it ran
+        instead (``allreduce.fallback`` records: the custom all-reduce turned off on PCIe, whatever
+        asked for it). Empty when it ran what was asked, or the log does not say."""
+        return []
+
     def torch_python(self) -> str | None:
         """The interpreter whose torch (and the NCCL it loads) the server runs; None: this one.
         The NCCL release rules are judged by at validate time (a job may declare it instead)."""

@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import Any
 
 from orchestrator.backends import allreduce, common, speculative
 from orchestrator.backends.base import Config
@@ -238,6 +239,14 @@ class SglangBackend(ServingBackend):
             f"{table.source} ({', '.join(sorted({*_AR_FLAGS.values(), _FUSION_BACKEND}))})" if table is not None
             else "not recorded for this release: nccl and custom (--disable-custom-all-reduce) are assumed",
             assumed=table is None, no_size=f"{checker.release} has no setting for the size its all-reduce paths take")
+
+    def engine_fallbacks(self, config: Config, log_text: str) -> list[dict[str, Any]]:
+        """The custom kernel asked for (``allreduce.backend=custom``, or ``custom_all_reduce: true``,
+        SGLang's default) and SGLang's log says it turned itself off: the tensor-parallel group's
+        all-reduce is then NCCL's (none of the other paths is on unless its flag is)."""
+        asked = allreduce.asked_path(config)
+        m = re.search(_CUSTOM_OFF, log_text) if asked is not None and asked[1] == "custom" else None
+        return [allreduce.fallback(config, asked[0], "nccl", m.group(0).strip())] if m and asked else []
 
     def allreduce_warnings(self, config: Config, log_text: str) -> list[str]:
         """``custom`` requested and SGLang's log says its kernel turned itself off."""

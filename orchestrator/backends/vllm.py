@@ -382,6 +382,22 @@ class VllmBackend(ServingBackend):
             no_size=f"{checker.release}'s custom all-reduce limit is fixed (8 MiB, lowered per GPU and TP size in "
                     f"all_reduce_utils.py); only the all-reduce + RMSNorm fusion's is a setting")
 
+    def engine_fallbacks(self, config: Config, log_text: str) -> list[dict[str, Any]]:
+        """The path asked for (``allreduce.backend``, or ``custom_all_reduce: true``, vLLM's default)
+        that vLLM's log says it turned off, with the first path it enabled for the tensor-parallel
+        group instead (``Using [...] all-reduce backends``: PYNCCL is ``nccl``)."""
+        asked = allreduce.asked_path(config)
+        if asked is None or asked[1] not in _AR_OFF:
+            return []
+        param, value = asked
+        said = _said(log_text, _AR_OFF[value])
+        listed = _listed(log_text)
+        if said is None or (listed is not None and _AR_LOG[value] in listed):
+            return []
+        neutral = {name: path for path, name in _AR_LOG.items()}
+        ran = neutral.get(listed[0], listed[0].lower()) if listed else None
+        return [allreduce.fallback(config, param, ran, said)]
+
     def allreduce_warnings(self, config: Config, log_text: str) -> list[str]:
         """The requested path against vLLM's ``Using [...] all-reduce backends`` line of the
         tensor-parallel group and the warnings of the path that turned itself off."""
@@ -398,10 +414,7 @@ class VllmBackend(ServingBackend):
         if fused:
             return [allreduce.warning(value, release, f"fused the all-reduce with the RMSNorm all the same "
                                                        f"('{_FUSION_UP}')")]
-        listed: list[str] | None = None
-        for m in _AR_LINE.finditer(log_text):
-            names = [n.strip(" '\"") for n in m.group(1).split(",") if n.strip(" '\"")]
-            listed = names if listed is None else [n for n in listed if n in names]  # every TP group
+        listed = _listed(log_text)
         said = _said(log_text, _AR_OFF[value]) if value in _AR_OFF else None
         because = f"; vLLM said: {said}" if said else ""
         if listed is None:
@@ -551,6 +564,16 @@ def _leaf(tree: dict[str, Any], dotted: str) -> Any:
             return _NONE
         node = node[part]
     return node
+
+
+def _listed(log_text: str) -> list[str] | None:
+    """The all-reduce backends vLLM enabled for every tensor-parallel group, in dispatch order, by
+    its log's names (``PYNCCL``); None when the log has no ``Using [...] all-reduce backends`` line."""
+    listed: list[str] | None = None
+    for m in _AR_LINE.finditer(log_text):
+        names = [n.strip(" '\"") for n in m.group(1).split(",") if n.strip(" '\"")]
+        listed = names if listed is None else [n for n in listed if n in names]  # every TP group
+    return listed
 
 
 def _said(log_text: str, pattern: str) -> str | None:

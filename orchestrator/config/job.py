@@ -45,6 +45,7 @@ shown, an example for those three, whose meaning ends "(required)").
                                       # {"prompt": ..., "output_tokens": N} or a ShareGPT conversation
                                       # (orchestrator.config.traffic); each request its own output length
       traffic_sample: 64              # requests drawn from the traffic file, the same for every run of a study
+                                      # (one from each 1/traffic_sample of the lengths, the longest always)
       context: null                   # long context: every prompt made about this many tokens long with text
                                       # before it (the set's own, then the bundled texts); null: as they are
       output_tokens: 64               # tokens per timed request (greedy, fixed length)
@@ -55,6 +56,10 @@ shown, an example for those three, whose meaning ends "(required)").
                                       # median is above this
       waves: 3                        # at a level N > 1, each of the N streams sends this many requests back to
                                       # back; the sample is the steady state between the first and the last wave
+      prefix_reuse: false             # false: every request begins with a line of its own, so no server answers
+                                      # it from its prefix cache (TTFT is a whole prefill); true: one line per pass
+                                      # through the prompts, so requests share what the prompts share (a system
+                                      # prompt), as in production, but never a request's own earlier sending
       concurrency: [1, 2, 10, 64]     # levels `compare` (and constraints) measure total tok/s at
     objective:                        # or one word, a preset: latency, throughput or balanced (the guide
                                       # says what each expands to)
@@ -231,6 +236,10 @@ class BenchSettings:
     traffic_sample: int = traffic_file.DEFAULT_SAMPLE
     output_lengths: tuple[int, ...] | None = None  # with a traffic file: each prompt's own output length
     context: int | None = None  # every prompt made about this many tokens long (``config.prompts.with_context``)
+    # the server's prefix cache may answer what the prompts share (``node.measure``: one line per pass); False:
+    # every request begins with a line of its own, and TTFT is a whole prefill
+    prefix_reuse: bool = False
+    traffic_lines: tuple[str, ...] | None = None  # with a traffic file: where each sampled request is ("line 12")
 
 
 @dataclass(frozen=True)
@@ -479,6 +488,7 @@ def load_job(path: str | os.PathLike) -> Job:
     bench = _bench(top, job_path, study)
     objective = _objective(top, bench)
     timeouts = _timeouts(top)
+    _check_traffic_length(top, bench)
     advice = _advice(top, bench, timeouts) + _model_length_advice(top, bench, objective)
     ray = _ray(top)
     sampler = _sampler(top)
@@ -726,7 +736,8 @@ def _budget(top: Section) -> Budget:
 
 def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
     sec = top.section("bench", ("prompts", "prompt", "traffic", "traffic_sample", "context", "output_tokens",
-                                "warmup", "repeats", "max_repeats", "target_rel_ci", "waves", "concurrency"))
+                                "warmup", "repeats", "max_repeats", "target_rel_ci", "waves", "prefix_reuse",
+                                "concurrency"))
     given = [k for k in ("prompts", "prompt", "traffic") if sec.data.get(k) is not None]
     if len(given) > 1:
         raise sec.bad(given[1], f"give one of prompts (a file of decode prompts), prompt (one prompt) and traffic "
@@ -739,11 +750,12 @@ def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
     file = sec.text("prompts", None, none_ok=True)
     traffic = sec.text("traffic", None, none_ok=True)
     lengths: tuple[int, ...] | None = None
+    where: tuple[str, ...] | None = None
     if traffic is not None:
         path = _near_job(job_path, traffic)
         got = traffic_file.load(path, file=top.file, study=study, sample=sample, default_output=output_tokens,
                                 source=display_path(path))
-        prompts, lengths, source = got.prompts, got.output_tokens, got.describe()
+        prompts, lengths, source, where = got.prompts, got.output_tokens, got.describe(), got.lines
     elif file is not None:
         path = _near_job(job_path, file)
         prompts, source = decode_prompts.load(path, file=top.file, key="bench.prompts"), display_path(path)
@@ -765,6 +777,7 @@ def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
         raise sec.bad("max_repeats", f"must be >= repeats ({repeats}), not {max_repeats}")
     target = sec.number("target_rel_ci", None, above=0, at_most=1, none_ok=True)
     waves = sec.integer("waves", 3, low=1)
+    prefix_reuse = sec.flag("prefix_reuse", False)
     conc = sec.raw("concurrency", list(DEFAULT_CONCURRENCY))
     if conc is None:
         conc = []
@@ -777,7 +790,8 @@ def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
             raise sec.bad(f"concurrency[{i}]", f"duplicate level {c}; levels must be unique")
     return BenchSettings(prompts=prompts, prompts_from=source, output_tokens=output_tokens, warmup=warmup,
                          repeats=repeats, max_repeats=max_repeats, target_rel_ci=target, concurrency=tuple(conc),
-                         waves=waves, traffic=traffic, traffic_sample=sample, output_lengths=lengths, context=context)
+                         waves=waves, traffic=traffic, traffic_sample=sample, output_lengths=lengths, context=context,
+                         prefix_reuse=prefix_reuse, traffic_lines=where)
 
 
 # One-word objectives (``objective: balanced``): a starting point for a user without targets of
@@ -973,28 +987,72 @@ def _advice(top: Section, bench: BenchSettings, timeouts: Timeouts) -> tuple[str
 MODEL_LENGTH_FLAGS = ("--max-model-len", "--context-length")
 
 
-def _model_length_advice(top: Section, bench: BenchSettings, objective: Objective) -> tuple[str, ...]:
-    """A server whose ``extra_args`` cap the sequence below the longest context plus the longest
-    output would refuse (or cut) the long prompts: said at load time, not as failed trials."""
-    longest = max([*objective.context, bench.context or 0])
+@dataclass(frozen=True)
+class _Limit:
+    """The sequence limit a job's server arguments give: ``--max-model-len 4096`` at ``key``."""
+
+    key: str  # backend.settings.extra_args, or a command's backend.settings.argv
+    flag: str
+    tokens: int
+
+
+def _model_length_limit(top: Section) -> _Limit | None:
+    """The smallest limit the job's ``backend.settings.extra_args`` (vLLM, SGLang) or a command's
+    ``argv`` give (``MODEL_LENGTH_FLAGS``; a templated value is not known here), None for none."""
     backend = top.data.get("backend")
     settings = backend.get("settings") if isinstance(backend, Mapping) else None
-    args = settings.get("extra_args") if isinstance(settings, Mapping) else None
-    if not longest or not isinstance(args, list):
-        return ()
-    words = [str(a) for a in args]
-    output = max(bench.output_lengths or (bench.output_tokens,))
-    out = []
-    for i, word in enumerate(words):
-        flag, _, value = word.partition("=")
-        if flag not in MODEL_LENGTH_FLAGS:
+    if not isinstance(settings, Mapping):
+        return None
+    found = []
+    for name in ("extra_args", "argv"):
+        args = settings.get(name)
+        if not isinstance(args, list):
             continue
-        value = value or (words[i + 1] if i + 1 < len(words) else "")
-        if value.isdigit() and int(value) < longest + output:
-            out.append(f"backend.settings.extra_args: {flag} {value} is less than the longest context ({longest}) plus "
-                       f"the output ({output}) = {longest + output} tokens: the server would refuse those prompts; "
-                       f"raise it to at least {longest + output}")
-    return tuple(out)
+        words = [str(a) for a in args]
+        for i, word in enumerate(words):
+            flag, _, value = word.partition("=")
+            if flag not in MODEL_LENGTH_FLAGS:
+                continue
+            value = value or (words[i + 1] if i + 1 < len(words) else "")
+            if value.isdigit():
+                found.append(_Limit(f"backend.settings.{name}", flag, int(value)))
+    return min(found, key=lambda limit: limit.tokens, default=None)
+
+
+def _model_length_advice(top: Section, bench: BenchSettings, objective: Objective) -> tuple[str, ...]:
+    """A server whose arguments cap the sequence below the longest context plus the longest
+    output would refuse (or cut) the long prompts: said at load time, not as failed trials."""
+    longest = max([*objective.context, bench.context or 0])
+    limit = _model_length_limit(top)
+    if not longest or limit is None:
+        return ()
+    output = max(bench.output_lengths or (bench.output_tokens,))
+    if limit.tokens >= longest + output:
+        return ()
+    return (f"{limit.key}: {limit.flag} {limit.tokens} is less than the longest context ({longest}) plus the output "
+            f"({output}) = {longest + output} tokens: the server would refuse those prompts; raise it to at least "
+            f"{longest + output}",)
+
+
+def _check_traffic_length(top: Section, bench: BenchSettings) -> None:
+    """A traffic file's request longer than the server's limit (its prompt's estimated tokens plus its
+    output, ``config.traffic.request_tokens``) would be refused by the server in every launch, the
+    baseline's first: one ``BadInput`` naming the line, its length and the limit."""
+    limit = _model_length_limit(top)
+    if bench.traffic is None or bench.output_lengths is None or limit is None:
+        return
+    requests = list(zip(bench.prompts, bench.output_lengths, bench.traffic_lines or ("?",) * len(bench.prompts)))
+    over = [r for r in requests if traffic_file.request_tokens(r[0], r[1]) > limit.tokens]
+    if not over:
+        return
+    prompt, output, at = max(over, key=lambda r: traffic_file.request_tokens(r[0], r[1]))
+    need = traffic_file.request_tokens(prompt, output)
+    more = f" ({len(over)} of the {len(requests)} sampled requests are over it)" if len(over) > 1 else ""
+    raise top.bad("bench.traffic", f"{bench.traffic} {at}: a prompt of about {need - output} tokens ({len(prompt)} "
+                                   f"characters / {decode_prompts.CHARS_PER_TOKEN}) plus {output} output tokens = "
+                                   f"{need} is more than {limit.key}'s {limit.flag} {limit.tokens}{more}: the server "
+                                   f"would refuse it; raise {limit.flag} to at least {need}, or cut that request from "
+                                   "the traffic")
 
 
 def _ray(top: Section) -> RaySettings:

@@ -12,7 +12,9 @@ marked ``EVENT``, the phase changes it shows, are left to it); where stderr is n
 terminal (a pipe, a file, ``nohup``) there is no status line and those events are plain
 lines. No line is wider than the terminal, or ``LOG_WIDTH`` in a log (stderr that is no
 terminal; ``driver.log``, after its time stamp): a longer one wraps, its continuation
-indented. The status line is drawn with a carriage return and an erase-line code (what
+indented; one that must stay one line (the status line, a trial's result between its number
+and the best so far) is shortened at clause and word boundaries with its figures kept
+(``clip``). The status line is drawn with a carriage return and an erase-line code (what
 pip does); tqdm's bars would add a monitor thread and their own width rules for a line
 that is text anyway.
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -61,11 +64,122 @@ def fit(text: str, width: int) -> list[str]:
     return out
 
 
+ELLIPSIS = "..."  # where words were left out of a line
+_DIGIT = re.compile(r"\d")
+# a figure: a number with its unit or a ratio (12949.5 tok/s, 4.58x, 2%, 12 ms, 1.5GB)
+_FIGURE = re.compile(r"\d(?:[\d.,]*\d)?\s?(?:x|%|tok/s|[mun]?s|[KMGT]i?B)(?![A-Za-z])")
+_UNIT = re.compile(r"\(?(?:tok/s|[mun]?s|[KMGT]i?B|%|x|streams?|stream\(s\)|tokens?|launch(?:es)?)[.,;:)]*")
+
+
 def clip(text: Any, width: int = 160) -> str:
-    """``text`` on one line, at most ``width`` characters (``...`` when cut): a status line, a
-    cell of the report."""
+    """``text`` on one line, at most ``width`` characters: a status line, a line's part, a cell of
+    the report. A longer one is shortened at clause and word boundaries, its figures kept: first
+    parenthesised clauses without a figure (the last first), then words without a number (the last
+    first; a unit, or the word after a number, stays with it; ``...`` where words went), then clauses
+    with a figure, then whatever is left from the end, whole words; only a single word wider
+    than ``width`` is cut inside (``...``)."""
     line = " ".join(str(text or "").split())
-    return line if len(line) <= width else line[:max(0, width - 3)] + "..."
+    if len(line) <= width:
+        return line
+    units = _units(line)
+    for drop in (_bare_clauses, _plain_clauses, _words, _figure_clauses, _anything):
+        for i in drop(units):
+            _drop(units, i)
+            shown = _render(units)
+            if len(shown) <= width:
+                return shown
+    shown = _render(units)
+    return shown if len(shown) <= width else line[:max(0, width - len(ELLIPSIS))] + ELLIPSIS
+
+
+class _Unit:
+    """A word, or a parenthesised clause (its words, up to the closing parenthesis and what sticks
+    to it: ``(4.58x baseline),``), of a line ``clip`` shortens."""
+
+    def __init__(self, text: str, clause: bool, after_number: bool):
+        self.text, self.clause, self.after_number = text, clause, after_number
+        self.gone = False  # left out (a word: shown as one ``...`` per run of them)
+
+    @property
+    def number(self) -> bool:
+        return bool(_DIGIT.search(self.text))
+
+    @property
+    def figure(self) -> bool:
+        return bool(_FIGURE.search(self.text))
+
+    @property
+    def kept(self) -> bool:
+        """A number, or a figure's part: the word after a number, a unit (``tok/s``)."""
+        return self.number or self.after_number or bool(_UNIT.fullmatch(self.text))
+
+
+def _units(line: str) -> list[_Unit]:
+    out: list[_Unit] = []
+    words = line.split(" ")
+    i = 0
+    while i < len(words):
+        word = words[i]
+        end = i
+        if word.startswith("("):  # a clause: up to where its parentheses close
+            depth = 0
+            for end in range(i, len(words)):
+                depth += words[end].count("(") - words[end].count(")")
+                if depth <= 0:
+                    break
+            else:
+                end = i  # never closed: a word
+        text = " ".join(words[i:end + 1])
+        out.append(_Unit(text, clause=end > i or (word.startswith("(") and ")" in word),
+                         after_number=bool(out) and out[-1].number and not out[-1].clause))
+        i = end + 1
+    return out
+
+
+def _live(units: list[_Unit]) -> list[int]:
+    return [i for i, u in enumerate(units) if not u.gone]
+
+
+def _bare_clauses(units: list[_Unit]) -> list[int]:
+    return [i for i in reversed(_live(units)) if units[i].clause and not units[i].number]
+
+
+def _plain_clauses(units: list[_Unit]) -> list[int]:
+    return [i for i in reversed(_live(units)) if units[i].clause and not units[i].figure]
+
+
+def _words(units: list[_Unit]) -> list[int]:
+    return [i for i in reversed(_live(units)) if not units[i].clause and not units[i].kept and i > 0]
+
+
+def _figure_clauses(units: list[_Unit]) -> list[int]:
+    return [i for i in reversed(_live(units)) if units[i].clause]
+
+
+def _anything(units: list[_Unit]) -> list[int]:
+    return [i for i in reversed(_live(units)) if i > 0]
+
+
+def _drop(units: list[_Unit], i: int) -> None:
+    """``units[i]`` left out: a clause goes whole (what stuck to its closing parenthesis, a comma,
+    stays with the word before it), a word leaves an ``...``."""
+    unit = units[i]
+    if unit.clause:
+        tail = unit.text[unit.text.rfind(")") + 1:]
+        before = next((j for j in reversed(range(i)) if not units[j].gone), None)
+        if tail and before is not None:
+            units[before].text += tail
+    unit.gone = True
+
+
+def _render(units: list[_Unit]) -> str:
+    out: list[str] = []
+    for u in units:
+        if not u.gone:
+            out.append(u.text)
+        elif not u.clause and (not out or out[-1] != ELLIPSIS):
+            out.append(ELLIPSIS)
+    return " ".join(out)
 
 
 def _stderr_is_terminal() -> bool:

@@ -21,8 +21,11 @@ bare number as always.
 
 Beside the throughput, each level keeps latency percentiles over its requests (p50, p90, p99):
 TTFT, TPOT, inter-token latency (gaps between streamed chunks, as ``vllm bench serve``'s ITL)
-and end-to-end latency, in seconds. ``median_ci``/``relative_ci`` are the one definition of a
-median's precision (a distribution-free interval from order statistics).
+and end-to-end latency, in seconds; and, where the server counts them, the share of its prompt
+tokens that the server's prefix cache answered (``prefix_cache_hit_rate``): a TTFT is a prefill's
+only where that share is low, so it is shown beside every TTFT (``cache_text``).
+``median_ci``/``relative_ci`` are the one definition of a median's precision (a distribution-free
+interval from order statistics).
 
 Two parts only some measurements have: ``GoodputResult`` (the goodput objective's bisection over
 concurrency: which concurrencies were probed, each a level of ``levels``, and where the SLOs
@@ -207,6 +210,8 @@ class LevelResult:
     acceptance_rate: float | None = None  # speculative decoding: drafted tokens accepted
     mean_accepted_length: float | None = None  # tokens per step
     input_tokens: float | None = None  # a context axis: the median prompt length the server counted here
+    # the share of this level's prompt tokens the server's prefix cache answered (its counters; None: not counted)
+    prefix_cache_hit_rate: float | None = None
 
     @property
     def unit(self) -> str:
@@ -245,7 +250,8 @@ class LevelResult:
             got = self.latency(kind)
             if got is not None:
                 out[kind] = got.to_record()
-        for name in ("e2e_tok_s", "window_s", "acceptance_rate", "mean_accepted_length", "input_tokens"):
+        for name in ("e2e_tok_s", "window_s", "acceptance_rate", "mean_accepted_length", "input_tokens",
+                     "prefix_cache_hit_rate"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         if self.stream_decode_tok_s is not None:
@@ -268,7 +274,8 @@ class LevelResult:
                    requests=int(requests) if requests is not None else 0, window_s=_num(rec.get("window_s")),
                    acceptance_rate=_num(rec.get("acceptance_rate")),
                    mean_accepted_length=_num(rec.get("mean_accepted_length")),
-                   input_tokens=_num(rec.get("input_tokens")))
+                   input_tokens=_num(rec.get("input_tokens")),
+                   prefix_cache_hit_rate=_num(rec.get("prefix_cache_hit_rate")))
 
 
 @dataclass(frozen=True)
@@ -556,13 +563,22 @@ def _ms(seconds: float) -> str:
     return f"{1000 * seconds:.1f}" if seconds < 10 else f"{1000 * seconds:.0f}"
 
 
+def cache_text(got: LevelResult) -> str:
+    """'prefix-cache hits 0%': the share of the level's prompt tokens its server's prefix cache
+    answered, shown beside its TTFT ('' where the server does not count them)."""
+    rate = got.prefix_cache_hit_rate
+    return "" if rate is None else f"prefix-cache hits {100 * rate:.0f}%"
+
+
 def latency_text(got: LevelResult) -> str:
-    """'TTFT p50/p90/p99 11.2/13.0/15.9 ms, TPOT 4.1/4.3/4.9 ms, ...' (what was measured)."""
+    """'p50/p90/p99 ms: TTFT 11.2/13.0/15.9 (prefix-cache hits 0%), TPOT 4.1/4.3/4.9, ...' (what was
+    measured)."""
     parts = []
     for kind, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E")):
         lat = got.latency(kind)
         if lat is not None:
-            parts.append(f"{name} {'/'.join(_ms(lat.at(q)) for q in QUANTILES)}")
+            cached = f" ({cache_text(got)})" if kind == "ttft" and cache_text(got) else ""
+            parts.append(f"{name} {'/'.join(_ms(lat.at(q)) for q in QUANTILES)}{cached}")
     return ("p50/p90/p99 ms: " + ", ".join(parts)) if parts else ""
 
 

@@ -106,7 +106,8 @@ class TrialResult:
     warnings: list[str] = field(default_factory=list)
     correctness: dict[str, Any] = field(default_factory=dict)
     outputs: dict[str, Any] = field(default_factory=dict)  # greedy texts / logprobs for the gate
-    server: dict[str, Any] = field(default_factory=dict)  # ServerRecord as dict, argv, env delta
+    # ServerRecord as dict, argv, env delta; ``fallbacks``: values the engine turned off, what it ran instead
+    server: dict[str, Any] = field(default_factory=dict)
     log_tail: str = ""
     # where the start-up's time went: spawn -> first log line -> ready, and the engine's own
     # phases its log names (weights, compile with cache hit or miss, graph capture, ...)
@@ -181,7 +182,8 @@ class TrialRow:
     enqueued_by: str | None = None
     run: str | None = None  # the `run` that recorded it (its start time); None: recorded before runs were
     log_tail: str = ""
-    # the server it ran: command (as resolved on its node), version, argv, env, port, log
+    # the server it ran: command (as resolved on its node), version, argv, env, port, log, and
+    # ``fallbacks`` (``Backend.engine_fallbacks``: values the engine turned off, what it ran instead)
     server: dict[str, Any] = field(default_factory=dict)
     # each measured level, typed (``core.measurement.LevelResult``); a row written by hand may give
     # stored records ({"1": {"value", "samples", ...}}): they are read like stored ones

@@ -21,7 +21,7 @@ from typing import Any
 from orchestrator.config.job_checks import config_mapping, raw_message
 from orchestrator.core import correctness, nccl, outcome
 from orchestrator.core.errors import BadInput, ConfigRejected, NcclsweepError
-from orchestrator.core.measurement import level_text
+from orchestrator.core.measurement import cache_text, level_text
 from orchestrator.core.records import FailureKind, TrialResult
 from orchestrator.driver.progress import Progress
 from orchestrator.node.spec import TrialSpec, check_plan
@@ -129,7 +129,8 @@ def format_result(result: TrialResult) -> str:
             ([f"{100 * rate:.1f}% of drafted tokens accepted"] if rate is not None else [])
             + ([f"{length:.2f} tokens per target step"] if length is not None else [])))
     if one is not None and one.ttft is not None:
-        lines.append(f"ttft: {1000 * one.ttft.p50:.1f} ms   end-to-end: {one.e2e_tok_s or 0:.1f} tok/s")
+        cached = f" ({cache_text(one)})" if cache_text(one) else ""
+        lines.append(f"ttft: {1000 * one.ttft.p50:.1f} ms{cached}   end-to-end: {one.e2e_tok_s or 0:.1f} tok/s")
     if got is not None and got.host is not None and got.host.describe():
         lines.append(f"host: {got.host.describe()} while measured")
     t = result.timing

@@ -8,7 +8,8 @@ apart ("budget 2/8 used": the study's counted trials). While trials run, their p
 (``node.phases``) are a status line redrawn in place in a terminal, with the study's time to
 go and the time left (``core.logs.status``), and one line per phase change everywhere else
 (``core.logs.EVENT``). Every line fits ``logs.LOG_WIDTH``: a config has lines of its own
-(``#N config: ...``), a long failure reason is cut (``status`` has it whole). A ratio to the
+(``#N config: ...``), a long result or failure reason is shortened at a clause or a word, its
+figures kept (``logs.clip``; ``status`` has it whole). A ratio to the
 baseline is printed with the words of ``core.verdict``: "faster"/"slower" only beyond the
 launch noise (``study.launches``: every figure is the median over a config's launches, every
 interval over launches). Relaunches (``study.relaunch``) and the finalists' race

@@ -89,6 +89,9 @@ class BenchPlan:
     long_prompts: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     goodput: int | None = None  # the goodput objective: bisect concurrency up to this instead of ``levels``
     slo: Targets | None = None  # what each concurrency the goodput bisection tries must hold
+    # every request begins with a line of its own (False), or one per pass through the prompts (True: the
+    # server's prefix cache may answer what the prompts share): ``node.measure``, ``bench.prefix_reuse``
+    prefix_reuse: bool = False
 
     def prompts_at(self, level: int) -> tuple[str, ...]:
         """The prompts ``level`` is measured over: those of its context (``long_prompts``), or the
@@ -167,6 +170,7 @@ class TrialSpec:
                             constraint_levels=tuple(c.concurrency for c in job.constraints),
                             stall_s=job.timeouts.stall_s, waves=bench.waves, output_lengths=bench.output_lengths,
                             context=bench.context, goodput=job.objective.goodput, slo=job.objective.slo,
+                            prefix_reuse=bench.prefix_reuse,
                             long_prompts={ctx: with_context(tuple(bench.prompts), ctx)
                                           for ctx in job.objective.context if ctx}),
             check=check or CheckPlan(), log_dir=str(log_dir or job.dir.logs), registry_dir=str(job.dir.servers),

@@ -100,7 +100,7 @@ VLLM = Engine(
         ("profile, KV cache, warm-up", ("init_engine_s",), ("compile_s", "graph_capture_s")),
     ),
     process=re.compile(r"^\((\w+ pid=\d+)\)"),
-    notices=(  # real vLLM 0.26.0 with n-gram or draft-model speculation (tests/fixtures/vllm/)
+    notices=(  # real vLLM 0.26.0 with n-gram or draft-model speculation (tests/fixtures/vllm/), besides DISABLED
         _re(r"Model Runner V\d+ does not (?:yet )?support .*; using the V\d+ model runner instead"),
         _re(r"Async scheduling not supported with .* and will be disabled"),
     ),
@@ -128,9 +128,6 @@ SGLANG = Engine(
         ("graph capture", ("graph_capture_s",), ()),
     ),
     process=re.compile(r"^\[[\d-]+ [\d:]+ ((?:DP\d+ )?(?:PP\d+ )?TP\d+(?: EP\d+)?)\]"),
-    notices=(  # the texts of sglang/srt/server_args.py and its all-reduce utils: a feature it turned off
-        _re(r"\b(?:is|are) (?:automatically )?disabled because\b"),
-    ),
 )
 
 REFSERVER = Engine(
@@ -150,6 +147,11 @@ REFSERVER = Engine(
 )
 
 ENGINES = (VLLM, SGLANG, REFSERVER)
+# What any engine says when it turned something off on its own, whatever asked for it: "<X> is
+# disabled because <reason>" (vLLM's custom all-reduce on more than two PCIe-only GPUs and its weight
+# prefetch; SGLang's overlap scheduler, CUDA graphs and custom all-reduce, the texts of its
+# server_args.py and all-reduce utils): a notice of every log, the engine known or not.
+DISABLED = _re(r"\b(?:is|are|was|were|has been|have been|will be) (?:automatically |now )?disabled because\b")
 
 _COMPILE_HIT = _re(r"Directly load the compiled graph|Directly load AOT compilation")
 _COMPILE_MISS = _re(r"Compiling a graph for")
@@ -301,18 +303,18 @@ NOTICE = "engine notice: "  # how a notice begins in a trial's warnings
 
 
 def notices(text: str) -> list[str]:
-    """What the engine said it changed beyond the config (vLLM falling back to its V1 model runner
-    for n-gram speculation, turning async scheduling off; SGLang turning its overlap scheduler,
-    CUDA graphs or custom all-reduce off): each message once, without the
-    process, level and time the log put before it, as ``NOTICE`` + the message (a trial's
-    warnings: a config can change more than it says)."""
+    """What the engine said it changed beyond the config: every "<X> is disabled because <reason>"
+    of any engine (``DISABLED``: vLLM's custom all-reduce on more than two PCIe-only GPUs, SGLang's
+    overlap scheduler, CUDA graphs or custom all-reduce), and an engine's own (vLLM falling back
+    to its V1 model runner for n-gram speculation, turning async scheduling off): each message
+    once, without the process, level and time the log put before it, as ``NOTICE`` + the message
+    (a trial's warnings: a config can change more than it says)."""
     lines = output_lines(text)
     engine = engine_of(lines)
-    if engine is None or not engine.notices:
-        return []
+    patterns = (DISABLED, *(engine.notices if engine is not None else ()))
     out: list[str] = []
     for ln in lines:
-        if any(p.search(ln) for p in engine.notices):
+        if any(p.search(ln) for p in patterns):
             message = ln.strip()
             while (cut := _NOTICE_PREFIX.sub("", message, count=1)) != message:
                 message = cut

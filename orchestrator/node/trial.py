@@ -113,8 +113,10 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
             result.warnings.extend(nccl.verify_applied(requested, result.nccl))
         # the engine may turn the requested all-reduce path off and only log it (vLLM, SGLang)
         result.warnings.extend(backend.allreduce_warnings(spec.config, log_text))
+        # a value the engine turned off (whatever asked for it), with what it ran instead: readers show both
+        fallbacks = backend.engine_fallbacks(spec.config, log_text)
         result.server.update(argv=launch.argv, env=env, port=port, log=str(log_path),
-                             **server_identity(backend, launch, env))
+                             **server_identity(backend, launch, env), **({"fallbacks": fallbacks} if fallbacks else {}))
         if spec.device_check:
             ok, why = gpus.usable()
             result.metrics["gpus_usable"] = ok

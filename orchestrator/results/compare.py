@@ -57,7 +57,7 @@ from orchestrator.core.golden_check import disputed
 from orchestrator.core.level import key as level_key
 from orchestrator.core.level import parse as parse_level
 from orchestrator.core.level import streams
-from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES, Latency, LevelResult
+from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES, Latency, LevelResult, cache_text
 from orchestrator.core.pace import Pace
 from orchestrator.core.records import COMPLETE, TrialResult, TrialRow
 from orchestrator.core.slo import Targets, breaches
@@ -499,14 +499,17 @@ def level_records(data: dict[str, Any], label: str, level: Any) -> list[LevelRes
 
 
 def median_record(records: list[LevelResult], level: int) -> LevelResult:
-    """One level's latency percentiles as the median over the launches' (what compare judges)."""
+    """One level's latency percentiles, and the share its prefix cache answered, as the median over
+    the launches' (what compare judges)."""
     kinds: dict[str, Latency] = {}
     for kind in LATENCY_KINDS:
         got = [lat for r in records if (lat := r.latency(kind)) is not None]
         if got:
             p50, p90, p99 = (statistics.median(x.at(q) for x in got) for q in QUANTILES)
             kinds[kind] = Latency(p50=p50, p90=p90, p99=p99, n=sum(x.n for x in got))
-    return LevelResult(level, **kinds)  # type: ignore[arg-type]
+    hits = [r.prefix_cache_hit_rate for r in records if r.prefix_cache_hit_rate is not None]
+    return LevelResult(level, **kinds,  # type: ignore[arg-type]
+                       prefix_cache_hit_rate=statistics.median(hits) if hits else None)
 
 
 def latency_lines(data: dict[str, Any]) -> list[str]:
@@ -526,7 +529,8 @@ def latency_lines(data: dict[str, Any]) -> list[str]:
                 cells.append("-")
                 continue
             measured = True
-            cell = f"{_ms(got.ttft.p99 if got.ttft else None)} / {_ms(got.tpot.p99 if got.tpot else None)}"
+            cached = f" ({cache_text(got)})" if got.ttft is not None and cache_text(got) else ""
+            cell = f"{_ms(got.ttft.p99 if got.ttft else None)}{cached} / {_ms(got.tpot.p99 if got.tpot else None)}"
             if targets:
                 broke = breaches(got, targets.at(parse_level(c)))
                 cell += (" (breaks " + "; ".join(f"{b.slo.label} {_ms(b.measured_s)} ms" for b in broke) + ")"

@@ -30,9 +30,13 @@ cannot be one is left out, and said so), and a launch line's words are shell-quo
 Provenance of every export: backend kind and version, NCCL/CUDA/driver versions, GPU
 model and topology (from the trial's ``nccl`` and ``node`` records when present), model
 path, study, storage, trial number, the figure and its ratio to the baseline, the decode prompts it
-was measured on (``prompts``: hash, count, lengths; None for a trial recorded before), and for a
+was measured on (``prompts``: hash, count, lengths; None for a trial recorded before), for a
 speculative config what the server counted: ``acceptance_rate`` and ``mean_accepted_length``
-(None for a config that reported none).
+(None for a config that reported none), and what the engine said of the measured launch:
+``engine_notices`` (every "... is disabled because ..." it logged, whatever asked for it) and
+``engine_fallbacks`` (each value of the config it turned off, with what it ran instead:
+``allreduce.backend=custom (the engine ran nccl: Custom allreduce is disabled because ...)``),
+each a header line of the line formats too.
 
 The figure (``figure``, ``value_tok_s``) is the median over every launch of the config
 (``study.launches``: its trials, the study's relaunches and race launches, the launches
@@ -50,7 +54,10 @@ Which config is "best" (``choose``): for a job of one level, today's best (``his
 ``mix=True`` (``--mix``), the best for the job's weighted traffic mix; a plan exported with
 neither, the mix's best when the job has weights, else the best at its lowest level. Whenever
 a level or the mix decided, the provenance says which (``objective``), and the line formats
-name it in their header.
+name it in their header. Where the race left that level (or the mix) tied, the tie is broken by
+what else is known, not by the higher median (``ranked``, ``study.plan.break_tie``): the plan's
+one config for every level, then the one with fewer settings changed from the baseline; the
+header says which rule broke it (``tie broken: ...``), the provenance too (``tie_break``).
 """
 
 from __future__ import annotations
@@ -69,7 +76,7 @@ from typing import Any, Protocol
 import yaml
 
 import orchestrator
-from orchestrator.backends import get_backend_class
+from orchestrator.backends import allreduce, get_backend_class
 from orchestrator.backends.base import Backend
 from orchestrator.config import prompts as decode_prompts
 from orchestrator.config.yaml_input import load_yaml_documents, read_text_bounded
@@ -91,7 +98,7 @@ from orchestrator.study import race as races
 from orchestrator.study.goodput import goodput_answer
 from orchestrator.study.history import baseline_row, best_rows, short_params
 from orchestrator.study.launches import COMPARE, HEADLINE, MIX, Evidence, mix_figure
-from orchestrator.study.plan import best_at, best_for_mix
+from orchestrator.study.plan import TieBreak, best_at, best_for_mix, break_tie, build_plan
 
 FORMATS = ("env", "yaml", "json", "cmd", "nccl-tuner")
 EXPORT_VERSION = 1
@@ -219,6 +226,38 @@ def choose(job: Any, level: int | str | None = None, mix: bool = False) -> Choic
                                              f"another of {', '.join(map(str, levels))}", slo=obj.slo)
 
 
+def ranked(job: Any, rows: list[TrialRow], choice: Choice, k: int) -> tuple[list[TrialRow], TieBreak | None]:
+    """The ``k`` configs to export for ``choice``, best first, and how a tie the race left at its
+    level (or mix) was broken (``plan.break_tie``: the config that serves every level, then the one
+    with fewer settings changed from the baseline), which decides the first."""
+    best = choice.rank(rows, k)
+    tie = tie_break(job, rows, choice)
+    if tie is None or not best:
+        return best, tie
+    others = [r for r in best if r.config_key != tie.chosen.config_key]
+    return [tie.chosen, *others][:k], tie
+
+
+def tie_break(job: Any, rows: list[TrialRow], choice: Choice) -> TieBreak | None:
+    """How the tie the race left in ``choice``'s contest is broken; None where it left none."""
+    objective = getattr(job, "objective", None)
+    obj = objectives.of(objective)
+    if obj.goodput is not None:
+        return None
+    contest = MIX if choice.weights is not None else str(level_of(choice, obj))
+    found = next((o for o in races.outcomes(rows, objective) if o.contest.name == contest and o.tied and o.winner),
+                 None)
+    if found is None:
+        return None
+    members = {found.winner, *found.tied}
+    tied = [r for r in choice.rank(rows, len(rows)) if r.config_key in members]
+    if len(tied) < 2:
+        return None
+    plan = build_plan(rows, objective) if obj.is_plan and choice.weights is None else None
+    where = "for the mix" if choice.weights is not None else f"at {level_of(choice, obj)}"
+    return break_tie(tied, where, plan.everywhere if plan is not None else None, baseline_row(rows))
+
+
 def _objective_provenance(choice: Choice, figure: dict[str, Any]) -> dict[str, Any]:
     """What the chosen level (or mix) measured for this config, against the baseline (``figure``)."""
     vs = figure.get("vs_baseline") or {}
@@ -296,8 +335,9 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
     numbers = {r.config_key: r.number for r in sorted(rows, key=lambda r: (not r.counted, r.number))[::-1]}
     for o in races.outcomes(rows, getattr(job, "objective", None)):
         if o.contest.name == contest and key in o.contest.finalists:
-            out["race"] = {"decided": not o.tied or o.winner != key, "winner_trial": numbers.get(o.winner or ""),
-                           "tied_trials": [numbers.get(k) for k in o.tied] if o.winner == key else [],
+            tied = [k for k in (o.winner, *o.tied) if k] if o.tied else []  # the configs it could not tell apart
+            out["race"] = {"decided": key not in tied, "winner_trial": numbers.get(o.winner or ""),
+                           "tied_trials": [numbers.get(k) for k in tied if k != key] if key in tied else [],
                            "finalists": [numbers.get(k) for k in o.contest.finalists], "launches": o.launches,
                            "rounds": o.rounds, "confidence": o.confidence, "finished": o.finished}
     return out
@@ -336,13 +376,13 @@ def _spread(row: TrialRow, level: int | None) -> float | None:
 def notes(job: Any, rows: list[TrialRow], level: int | None = None, mix: bool = False) -> list[str]:
     """What the command line says beside an export: the exported config within noise of the
     baseline (with how many fresh launches by ``compare``) or not shown to beat it (no interval), a
-    tie the race could not break, a box that drifted."""
+    tie the race could not break and how it was broken, a box that drifted."""
     choice = choose(job, level, mix)
-    best = choice.rank(rows, 1)
+    best, tie = ranked(job, rows, choice, 1)
     if not best:
         return []
     fig = figure_of(job, rows, best[0], choice)
-    return _warning_lines(fig, best[0].number)
+    return _warning_lines(fig, best[0].number) + ([f"tie broken: {tie.text()}"] if tie is not None else [])
 
 
 def _warning_lines(fig: dict[str, Any], trial: int, *, said: bool = False) -> list[str]:
@@ -375,9 +415,10 @@ def _warning_lines(fig: dict[str, Any], trial: int, *, said: bool = False) -> li
 
 
 def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any = None,
-               rank: int = 1, choice: Choice | None = None) -> dict[str, Any]:
+               rank: int = 1, choice: Choice | None = None, tie: TieBreak | None = None) -> dict[str, Any]:
     """Where a config came from and what it measured (JSON-able); with a named ``choice``
-    (a level, the mix), what it measured there (``objective``)."""
+    (a level, the mix), what it measured there (``objective``); ``tie``: how the tie the race left
+    was broken for it (``tie_break``: None where there was none)."""
     node, nccl = row.node_info or {}, row.nccl or {}
     base = baseline_row(rows)
     headline = figure_of(job, rows, row)
@@ -398,11 +439,14 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
         "baseline_trial": base.number if base else None,
         "baseline_tok_s": base_value,
         "x_baseline": (headline.get("vs_baseline") or {}).get("point"),  # the verdict's own estimate
+        "tie_break": tie.to_dict() if tie is not None and tie.chosen.config_key == row.config_key else None,
         "prompts": row.prompt_set or None,  # the decode prompts the figures were measured on
         "acceptance_rate": row.acceptance_rate,
         "mean_accepted_length": row.mean_accepted_length,
-        # what the engine said it changed or refused for this config (vLLM: "... is disabled because ...")
+        # what the engine said it changed or refused for this config (vLLM: "... is disabled because ..."),
+        # and each value it turned off with what it ran instead (``Backend.engine_fallbacks``)
         "engine_notices": [w[len(NOTICE):] for w in row.warnings if str(w).startswith(NOTICE)],
+        "engine_fallbacks": allreduce.fallbacks_of(row.server),
         "backend": {"kind": _backend_kind(job, backend), "version": _safe_version(backend)},
         "model": _model_of(backend, job),
         "nccl_version": _first(nccl.get("version"), nccl.get("nccl_version"), node.get("nccl_version")),
@@ -422,8 +466,10 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
 
 def _latency_provenance(job: Any, row: TrialRow, rows: list[TrialRow]) -> dict[str, Any]:
     """What the config measured besides throughput: each level's latency percentiles (``latency``,
-    seconds), and where the job has them, its latency targets and what it broke (``slo``), its
-    goodput crossing (``goodput``), the traffic and the lengths measured (``traffic``)."""
+    seconds) and, where the server counted it, the share of its prompt tokens the prefix cache
+    answered (``prefix_cache_hit_rate``, per level), and where the job has them, its latency targets
+    and what it broke (``slo``), its goodput crossing (``goodput``), the traffic and the lengths
+    measured (``traffic``)."""
     obj = objectives.of(getattr(job, "objective", None))
     latency: dict[str, Any] = {}
     for level, got in row.levels.items():
@@ -431,6 +477,10 @@ def _latency_provenance(job: Any, row: TrialRow, rows: list[TrialRow]) -> dict[s
         if any(lat is not None for lat in recorded.values()):
             latency[str(level)] = {kind: lat.to_record() for kind, lat in recorded.items() if lat is not None}
     out: dict[str, Any] = {"latency": latency}
+    hits = {str(level): got.prefix_cache_hit_rate for level, got in row.levels.items()
+            if got.prefix_cache_hit_rate is not None}
+    if hits:
+        out["prefix_cache_hit_rate"] = hits
     if obj.slo:
         out["slo"] = {"targets": obj.slo.to_record(), "text": obj.slo.describe(),
                       "breaches": [b.to_record() for level, got in row.levels.items()
@@ -509,6 +559,7 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
         f" on {_one_line(prov['node'] or 'unknown node')}",
         *figure_lines(fig),
         *_warning_lines(fig, prov["trial"], said=True),
+        *([f"tie broken: {prov['tie_break']['text']}"] if prov.get("tie_break") else []),
         *_latency_comment(prov),
         f"measured on the decode prompts: {decode_prompts.describe(prov.get('prompts'))}",
         f"backend: {_one_line(be['kind'])} {_one_line(be['version'] or '(version unknown)')}; "
@@ -527,8 +578,10 @@ def _latency_comment(prov: dict[str, Any]) -> list[str]:
     """'latency at 1 (ms p50/p90/p99): TTFT 11.2/13.0/15.9, TPOT ...' per level measured (commented by
     ``_comment_header``)."""
     out = []
+    hits = prov.get("prefix_cache_hit_rate") or {}
     for level, kinds in (prov.get("latency") or {}).items():
         parts = [f"{slo_labels.get(k, k)} " + "/".join(f"{1000 * rec[f'p{q}']:.1f}" for q in QUANTILES)
+                 + (f" (prefix-cache hits {100 * hits[level]:.0f}%)" if k == "ttft" and level in hits else "")
                  for k, rec in kinds.items()]
         if parts:
             out.append(f"latency at {level} (ms p50/p90/p99): {', '.join(parts)}")
@@ -575,8 +628,10 @@ def _speculation_comment(prov: dict[str, Any]) -> list[str]:
 
 
 def _notice_comments(prov: dict[str, Any]) -> list[str]:
-    """The engine's notices in the measured launch: a config can change more than it says."""
-    return [f"engine notice: {_one_line(n)}" for n in prov.get("engine_notices") or []]
+    """The engine's notices in the measured launch, and each value it turned off with what it ran
+    instead: a config can change more than it says."""
+    return [f"engine notice: {_one_line(n, 10_000)}" for n in prov.get("engine_notices") or []] + [
+        f"engine fallback: {_one_line(f.get('text'), 10_000)}" for f in prov.get("engine_fallbacks") or []]
 
 
 # ---- environment & command --------------------------------------------------------------------------
@@ -847,13 +902,13 @@ _TUNER_PREAMBLE = [
 
 # ---- the entry point ----------------------------------------------------------------------------------
 def _document(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any, rank: int, host: str,
-              port: int, choice: Choice | None = None) -> dict[str, Any]:
+              port: int, choice: Choice | None = None, tie: TieBreak | None = None) -> dict[str, Any]:
     return {
         "ncclsweep_export": EXPORT_VERSION,
         "rank": rank,
         "config": dict(row.params),
         "env": effective_env(job, row.params, backend, host, port),
-        "provenance": provenance(job, row, rows, backend, rank, choice),
+        "provenance": provenance(job, row, rows, backend, rank, choice, tie),
     }
 
 
@@ -872,7 +927,7 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
     if not isinstance(top, int) or top < 1:
         raise BadInput(f"--top must be a positive integer, not {brief(top)}", key="--top")
     choice = choose(job, level, mix)
-    best = choice.rank(rows, top)
+    best, tie = ranked(job, rows, choice, top)
     if not best:
         why = disputed(rows)
         if why:
@@ -881,7 +936,7 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
         raise RuntimeFailure("no completed trial to export")
     backend = resolve_backend(job, backend)
     if fmt in ("yaml", "json"):
-        docs = [_document(job, row, rows, backend, i + 1, host, port, choice) for i, row in enumerate(best)]
+        docs = [_document(job, row, rows, backend, i + 1, host, port, choice, tie) for i, row in enumerate(best)]
         if fmt == "json":
             return json.dumps(docs[0] if top == 1 else docs, indent=2, default=str) + "\n"
 
@@ -891,7 +946,7 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
     if len(best) < top:
         out.append(f"# only {len(best)} distinct completed config(s) to export (asked for {top})")
     for i, row in enumerate(best):
-        prov = provenance(job, row, rows, backend, i + 1, choice)
+        prov = provenance(job, row, rows, backend, i + 1, choice, tie)
         header = _comment_header(fmt, prov, len(best))
         body = block(job, row, backend, host, port)
         if len(best) > 1:

@@ -21,6 +21,10 @@ several levels (``objective.concurrency``) answers, from its rows (``history.tri
   level, which faster configs broke a target there and by how much (the anchor's among them),
   and whether the baseline does; the Pareto set counts a broken level as nothing.
 
+A tie the finalists' race left (``study.race``) is broken by what else is known (``break_tie``,
+which ``export`` names): the config that serves every level (``one_for_all``), then the one
+with fewer settings changed from the baseline, else the higher median.
+
 ``build_plan(rows, objective)`` is what the run's last line (``driver.progress``),
 ``status``, the report, ``export --concurrency N | --mix`` and ``compare --plan`` read;
 ``format_plan`` is the text ``status`` prints. A single-level job has a plan of one level
@@ -228,10 +232,15 @@ class OneForAll:
     best_at: tuple[int, ...]
     within: tuple[tuple[int, Comparison], ...]  # (level, it against the best there) where another config is best
 
+    @property
+    def where(self) -> str:
+        """'10 and 64': the levels it is the best at."""
+        return " and ".join([", ".join(map(str, self.best_at[:-1])), str(self.best_at[-1])] if len(self.best_at) > 1
+                            else [str(self.best_at[0])])
+
     def text(self) -> str:
         """'#1, the best at 10 and 64, and at 1 within launch noise of #3 (0.99x, within noise (...))'."""
-        where = " and ".join([", ".join(map(str, self.best_at[:-1])), str(self.best_at[-1])] if len(self.best_at) > 1
-                             else [str(self.best_at[0])])
+        where = self.where
         near = "; ".join(f"at {level} within launch noise of #{c.other.number} ({c.text})" for level, c in self.within)
         return f"#{self.row.number}, the best at {where}, and {near}"
 
@@ -264,6 +273,73 @@ def one_for_all(per_level: list[LevelPlan], evidence: Evidence, slo: Targets | N
         else:
             found.append(OneForAll(row, best_at, tuple(within)))
     return max(found, key=lambda o: (len(o.best_at), -o.row.number)) if found else None
+
+
+# How a tie the race left is broken (``break_tie``), in the order the rules are tried.
+SERVES_EVERY_LEVEL = "one config for every level"
+FEWER_CHANGES = "fewer settings changed from the baseline"
+HIGHER_MEDIAN = "the higher median"
+
+
+def changed_from(row: TrialRow, baseline: TrialRow) -> int:
+    """How many settings ``row``'s config changes from the baseline's (set, unset or another value)."""
+    return sum(1 for name in {*row.params, *baseline.params} if row.params.get(name) != baseline.params.get(name))
+
+
+@dataclass(frozen=True)
+class TieBreak:
+    """A tie the race could not break (its configs within launch noise of each other), broken by
+    what else is known (``break_tie``): ``chosen`` of ``tied`` (the highest median first) by ``rule``;
+    ``changes``: trial -> settings it changes from the baseline (empty without a baseline)."""
+
+    chosen: TrialRow
+    tied: tuple[TrialRow, ...]
+    rule: str
+    where: str  # "at 1", "for the mix"
+    changes: dict[int, int] = field(default_factory=dict)
+    everywhere: OneForAll | None = None
+
+    def text(self) -> str:
+        """'the race left #3 and #1 tied at 1: #1 is exported, one config for every level (the best at
+        10 and 64); #3 only has the higher median at 1'."""
+        others = [r for r in self.tied if r.config_key != self.chosen.config_key]
+        names = " and ".join(f"#{r.number}" for r in self.tied)
+        head = f"the race left {names} tied {self.where}: #{self.chosen.number} is exported"
+        top = self.tied[0]
+        if self.rule == SERVES_EVERY_LEVEL and self.everywhere is not None:
+            why = f"{SERVES_EVERY_LEVEL} (the best at {self.everywhere.where})"
+        elif self.rule == FEWER_CHANGES:
+            why = f"{FEWER_CHANGES} ({self.changes[self.chosen.number]} against " + ", ".join(
+                f"#{r.number}'s {self.changes[r.number]}" for r in others) + ")"
+        else:
+            return f"{head}, {HIGHER_MEDIAN} {self.where} (nothing else tells them apart)"
+        tail = f"; #{top.number} only has {HIGHER_MEDIAN} {self.where}" if top.config_key != self.chosen.config_key \
+            else ""
+        return f"{head}, {why}{tail}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "chosen_trial": self.chosen.number, "tied_trials": [r.number for r in self.tied],
+                "higher_median_trial": self.tied[0].number,
+                "settings_changed": {str(n): c for n, c in self.changes.items()} or None, "text": self.text()}
+
+
+def break_tie(tied: list[TrialRow], where: str, everywhere: OneForAll | None = None,
+              baseline: TrialRow | None = None) -> TieBreak:
+    """Which of ``tied`` (configs the race could not tell apart, the highest median first) to name:
+    the plan's one config for every level (``one_for_all``) if it is among them, else the one that
+    changes the fewest settings from the baseline (what changes less has less to go wrong), else
+    the highest median."""
+    changes = {r.number: changed_from(r, baseline) for r in tied} if baseline is not None else {}
+    keys = [r.config_key for r in tied]
+    if everywhere is not None and everywhere.row.config_key in keys:
+        chosen = tied[keys.index(everywhere.row.config_key)]
+        return TieBreak(chosen, tuple(tied), SERVES_EVERY_LEVEL, where, changes, everywhere)
+    if changes:
+        fewest = min(changes.values())
+        chosen = next(r for r in tied if changes[r.number] == fewest)
+        if fewest < changes[tied[0].number]:
+            return TieBreak(chosen, tuple(tied), FEWER_CHANGES, where, changes)
+    return TieBreak(tied[0], tuple(tied), HIGHER_MEDIAN, where, changes)
 
 
 @dataclass(frozen=True)

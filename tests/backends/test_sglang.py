@@ -211,3 +211,6 @@ def test_custom_requested_on_four_pcie_gpus_warns_with_sglangs_own_reason():
     assert warning.startswith("all-reduce path: allreduce.backend=custom was requested but SGLang 0.5.23 turned it")
     assert "CustomAllreduce is disabled because it's not supported on more than two PCIe-only GPUs" in warning
     assert b.allreduce_warnings(b.normalize({"tp_size": 4, "allreduce.backend": "nccl"}), text) == []
+    (fell,) = b.engine_fallbacks(b.normalize({"tp_size": 4}), text)  # SGLang's default: the custom kernel
+    assert fell["text"].startswith("custom_all_reduce=true (the engine ran nccl: CustomAllreduce is disabled because")
+    assert b.engine_fallbacks(b.normalize({"tp_size": 4, "allreduce.backend": "nccl"}), text) == []

@@ -491,6 +491,30 @@ def test_custom_requested_on_four_pcie_gpus_warns_with_vllms_own_reason(version)
                                 vllm_log(f"vllm-{version}-4xpcie-tp4-custom-disabled.lines.log")) == []
 
 
+@pytest.mark.parametrize("asked, param, shown", [
+    ({"allreduce.backend": "custom"}, "allreduce.backend", "allreduce.backend=custom"),
+    ({"custom_all_reduce": True}, "custom_all_reduce", "custom_all_reduce=true"),
+    ({}, "custom_all_reduce", "custom_all_reduce=true")], ids=["allreduce.backend", "older-switch", "default"])
+def test_a_custom_path_turned_off_is_recorded_as_the_fallback_vllm_ran(asked, param, shown):
+    """Whatever asked for vLLM's custom all-reduce (the neutral param, the older switch, vLLM's own
+    default that a normalized config carries), the path it turned off on four PCIe-only GPUs is
+    recorded with what ran instead, the first backend its tensor-parallel group enabled (PYNCCL:
+    nccl); asking for NCCL, or without the custom kernel, there is no fallback."""
+    b = backend("0.33.0")
+    text = vllm_log("vllm-0.33.0-4xpcie-tp4-custom-disabled.lines.log")
+    (fell,) = b.engine_fallbacks(b.normalize({"tp_size": 4, **asked}), text)
+    said = ("Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. To silence "
+            "this warning, specify disable_custom_all_reduce=True explicitly.")
+    assert fell["param"] == param and fell["ran"] == "nccl" and fell["said"] == said
+    assert fell["ran_value"] == ("nccl" if param == "allreduce.backend" else False)
+    assert fell["text"] == f"{shown} (the engine ran nccl: {said})"
+    for other in ({"allreduce.backend": "nccl"}, {"custom_all_reduce": False}):
+        assert b.engine_fallbacks(b.normalize({"tp_size": 4, **other}), text) == []
+    kept = text.replace("Custom allreduce is disabled", "Custom allreduce is on").replace("['PYNCCL']",
+                                                                                          "['CUSTOM', 'PYNCCL']")
+    assert b.engine_fallbacks(b.normalize({"tp_size": 4, **asked}), kept) == []  # it ran what was asked
+
+
 def test_real_log_confirms_nccl_and_names_why_symmetric_memory_was_off():
     """A real vLLM 0.26.0 TP=2 log (2x H200, multicast kept off): PYNCCL alone, SYMM_MEM disabled."""
     text = vllm_log("vllm-0.26.0-2xh200-tp2-eager-p2poff-simple-nccl-info.log")

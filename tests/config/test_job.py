@@ -273,6 +273,45 @@ def test_bad_bench_values():
     bad("bench.max_repeats", "must be >= repeats (5)", job={"bench": {"repeats": 5, "max_repeats": 2}})
     bad("bench.concurrency[1]", "must be an integer >= 1", job={"bench": {"concurrency": [1, 0]}})
     bad("pruning.min_ratio", "must be a number > 0 and <= 1", job={"pruning": {"min_ratio": 1.5}})
+    bad("bench.prefix_reuse", "must be true or false", "not 'yes'", job={"bench": {"prefix_reuse": "yes"}})
+    bad("bench.prefix_reuse_", "did you mean 'prefix_reuse'", job={"bench": {"prefix_reuse_": True}})
+
+
+def test_every_request_its_own_prefix_unless_the_job_shares_them():
+    assert load_job(write()).bench.prefix_reuse is False  # TTFT measured on prompts the server has not seen
+    assert load_job(write(job={"bench": {"prefix_reuse": True}})).bench.prefix_reuse is True
+
+
+def traffic(*prompts: str, output_tokens: int = 64) -> dict:
+    Path("traffic.jsonl").write_text("".join(f'{{"prompt": "{p}", "output_tokens": {output_tokens}}}\n'
+                                             for p in prompts))
+    return {"traffic": "traffic.jsonl"}
+
+
+@pytest.mark.parametrize("settings", [
+    {"kind": "vllm", "settings": {"model": "m", "version": "0.26.0", "extra_args": ["--max-model-len", "4096"]}},
+    {"kind": "command", "settings": {"argv": ["vllm", "serve", "m", "--port", "{port}", "--max-model-len=4096"],
+                                     "model_name": "m"}},
+])
+def test_validate_names_the_traffic_line_longer_than_the_servers_limit(capsys, settings):
+    """The issue's case: two 30,000-character prompts against --max-model-len 4096 (the baseline failed
+    HTTP 400 and the run blamed it): validate names the longest line and its length, exit 2, one line."""
+    from orchestrator.cli import main
+
+    bench = traffic("short", "x" * 30000, "mid " * 100, "y" * 28000)
+    space = {"params": {"tp_size": {"choices": [1]}}}
+    write(job={"backend": settings, "bench": bench, "gpus_per_node": 1}, space=space)
+    assert main(["validate", "job.yaml"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    flag = "--max-model-len 4096"
+    assert err[0].startswith("ncclsweep: error: job.yaml: bench.traffic: traffic.jsonl line 2: a prompt of about 7500 "
+                             "tokens (30000 characters / 4) plus 64 output tokens = 7564 is more than "), err
+    assert flag in err[0] and "(2 of the 4 sampled requests are over it)" in err[0], err
+    assert "raise --max-model-len to at least 7564, or cut that request from the traffic" in err[0], err
+    write(job={"backend": settings, "bench": traffic("short", "z" * (4 * (4096 - 64))), "gpus_per_node": 1},
+          space=space)  # at the limit: it fits
+    assert main(["validate", "job.yaml"]) == 0
 
 
 

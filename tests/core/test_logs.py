@@ -1,6 +1,6 @@
 """The run's lines (core/logs.py): a driver.log that cannot be written (a full disk: /dev/full)
 prints no traceback and stops the run once, with one line naming the folder; the status line
-of a terminal, and lines that fit."""
+of a terminal, and lines that fit: shortened at a clause or a word, their figures kept."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_in_a_terminal_the_status_line_stays_below_what_is_printed(monkeypatch):
     assert shown.startswith(f"{erase}#0 warming up (3s)")
     assert f"{erase}  #0 -> 100.0 tok/s\n{erase}#0 warming up (3s)" in shown  # printed above, the status redrawn
     assert "0/16 requests" not in shown  # an event: the status line shows it instead
-    assert f"{erase}#0 measuring level 1: 2/16 requests (9s) | ~40s to go an..." in shown  # cut to 59
+    assert f"{erase}#0 measuring level 1: 2/16 requests (9s) | ~40s to go ...\r" in shown  # 59: at a word
     printed = [line.split(erase)[-1] for line in shown.split("\n")]
     assert all(len(line) <= 60 for line in printed) and printed[-3].startswith("    word")  # wrapped, indented
     assert shown.endswith(erase)  # closed: the status line erased
@@ -90,3 +90,34 @@ def test_in_a_log_the_phase_changes_are_lines_and_none_is_wider_than_120(tmp_pat
     logged = (tmp_path / "driver.log").read_text().splitlines()
     assert logged[0].endswith(lines[0]) and logged[0][:2] == "20"  # the stamp, then the same line
     assert all(len(line) <= 120 for line in logged[2:]) and len(logged) == 4
+
+
+# Lines shortened to fit (``logs.clip``: a status line, a trial's line between its number and the
+# best so far): at a clause or a word boundary, parenthesised clauses first, never a figure.
+GOODPUT = ("holds the SLO up to 128 stream(s) (the most asked, objective.goodput.max_concurrency 128) at 12949.5 "
+           "total tok/s (1.94x baseline)")
+
+
+def test_a_long_line_loses_its_clause_before_its_figures():
+    assert logs.clip(GOODPUT, 80) == "holds the SLO up to 128 stream(s) at 12949.5 total tok/s (1.94x baseline)"
+    tighter = logs.clip(GOODPUT, 70)
+    assert tighter == "holds the ... 128 stream(s) ... 12949.5 total tok/s (1.94x baseline)"
+    for width in range(20, len(GOODPUT)):
+        got = logs.clip(GOODPUT, width)
+        assert len(got) <= width
+        words = got.split()
+        assert all(w in GOODPUT.split() or w in ("...", "stream(s)") for w in words), (width, got)  # no word cut
+        if width >= 50:  # room for the figures: every one kept
+            assert "128" in words and "12949.5" in words and "tok/s" in words, (width, got)
+
+
+def test_a_plan_line_keeps_every_levels_figure_and_a_word_too_long_is_the_only_cut():
+    plan = "1: 433.9 decode tok/s (4.58x baseline), 10: 692.0 total tok/s (0.88x), 64: 3600.0 total tok/s (0.80x)"
+    assert logs.clip(plan, 90) == ("1: 433.9 decode tok/s (4.58x baseline), 10: 692.0 total tok/s, 64: 3600.0 total "
+                                   "tok/s")
+    reason = ("bench-error: HTTP 400: This model's maximum context length is 4096 tokens. However, your request has "
+              "7500 input tokens. Please reduce the length of the input messages.")
+    got = logs.clip(reason, 80)
+    assert len(got) <= 80 and "4096 tokens." in got and "7500 input tokens." in got and got.startswith("bench-error:")
+    assert logs.clip("x" * 500, 20) == "x" * 17 + "..."  # one word wider than the line: cut inside it
+    assert logs.clip("a short line", 80) == "a short line"

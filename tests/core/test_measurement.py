@@ -81,6 +81,16 @@ def test_a_level_is_its_median_with_its_precision_and_latencies():
     assert LevelResult.from_record(10, got.to_record()) == got
 
 
+def test_the_prefix_caches_share_is_shown_beside_the_ttft_where_counted():
+    got = LevelResult(64, samples=(900.0,), ttft=Latency(0.3, 0.4, 0.5, 64), tpot=Latency(0.01, 0.01, 0.01, 64),
+                      prefix_cache_hit_rate=0.0)
+    assert "TTFT 300.0/400.0/500.0 (prefix-cache hits 0%), TPOT 10.0/10.0/10.0" in level_text(got)
+    assert LevelResult.from_record(64, got.to_record()) == got and got.to_record()["prefix_cache_hit_rate"] == 0.0
+    uncounted = LevelResult(64, samples=(900.0,), ttft=Latency(0.3, 0.4, 0.5, 64))
+    assert "prefix-cache" not in level_text(uncounted) and "prefix_cache_hit_rate" not in uncounted.to_record()
+    assert LevelResult.from_record(64, {"value": 900.0}).prefix_cache_hit_rate is None  # an earlier record
+
+
 def test_every_version_of_a_stored_record_reads_back():
     """A record from before levels (level 1's decode samples), one with per-level records, the
     outcome constraints' one-shot totals of old, and the outcome's own keys kept apart."""

@@ -201,6 +201,26 @@ def test_a_goodput_trial_and_the_last_line_say_where_the_slo_stopped_holding(tmp
     assert [line.split("`")[1].split()[1] for line in lines if line.startswith("next:")] == ["report", "export"]
 
 
+def test_a_trials_line_too_long_loses_a_clause_not_its_figures(tmp_path):
+    """Held up to the most streams asked: the clause saying so goes before the tok/s and the ratio
+    (the line once ended '(the most asked, o... | best #0 12949.5 tok/s')."""
+    from orchestrator.core.measurement import GoodputResult, LevelResult, Measurement
+
+    job = load_job(write_job(tmp_path, objective={"goodput": {"max_concurrency": 128}}, slo={"tpot_p99": "20ms"}))
+    out = io.StringIO()
+    p = Progress(job, trials=4, timeout_s=None, out=out)
+    m = Measurement(levels={1: LevelResult(1, samples=(700.0,)), 128: LevelResult(128, samples=(12949.5,))},
+                    goodput=GoodputResult(128, (1, 128), 128, None))
+    best = TrialRow(number=0, state=COMPLETE, value=12949.5, counted=True, is_baseline=True, config_key="a",
+                    measurement=m)
+    p.ended(1, TrialResult(outcome=COMPLETE, config={}, value=m.value, measurement=m), best, 6674.0)
+    line = out.getvalue().rstrip("\n")
+    assert len(line) <= logs.LOG_WIDTH
+    said, tail = line.split(" | ")
+    assert tail.startswith("best #0 12949.5 tok/s = 1.94x baseline")
+    assert said == "  #1 -> holds ... 128 stream(s) ... 12949.5 total tok/s", line  # the figures whole, words cut
+
+
 # While trials run (issue 39): a phase change is one event line (a request done is none); the
 # time to go comes from the study's launch costs, else this run's pace, else a first trial's
 # requests; the start line counts this run's launches and the budget apart.

@@ -2,11 +2,13 @@
 (the stand-in that logs vLLM 0.33.0's own all-reduce lines for a PCIe-only box,
 tests/fake_vllm.py) turns its custom all-reduce off above two GPUs and only logs it; every such
 trial records the warning, and the run prints it once per study, not once per trial nor again
-when the study is resumed. Real: the driver, the journal, the server processes."""
+when the study is resumed; the export carries vLLM's line and what ran instead. Real: the driver,
+the journal, the server processes."""
 
 from __future__ import annotations
 
 import io
+import json
 import sys
 from pathlib import Path
 
@@ -17,11 +19,14 @@ from conftest import server_processes
 from orchestrator.config.job import load_job
 from orchestrator.driver.in_process import InProcessExecutor
 from orchestrator.driver.run import StudyDriver
+from orchestrator.results.export import export
 from orchestrator.study.history import trial_rows
 from orchestrator.study.storage import open_study
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 REPO = Path(__file__).resolve().parents[2]
+CUSTOM_OFF = ("Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. To silence "
+              "this warning, specify disable_custom_all_reduce=True explicitly.")
 SAID = ("all-reduce path: allreduce.backend=custom was requested but vLLM 0.33.0 did not enable it for the "
         "tensor-parallel group (its all-reduce backends: PYNCCL); vLLM said: Custom allreduce is disabled because "
         "it's not supported on more than two PCIe-only GPUs.")
@@ -77,3 +82,21 @@ def test_a_silently_disabled_path_is_warned_once_per_study(tmp_path):
                                   if r.params["tp_size"] > 2)
     assert "all-reduce path:" not in second
     assert not [(p, c) for p, c in server_processes("fake_vllm") if p not in before]
+
+    # the deploy artifact says it too: each exported config above two GPUs carries vLLM's line as an
+    # engine notice, and what ran instead of the custom path (its header, its documents)
+    all_rows = trial_rows(open_study(job, create=False))
+    docs = json.loads(export(job, all_rows, "json", top=4))
+    assert sorted(d["config"]["tp_size"] for d in docs) == [2, 4, 6, 8]
+    for doc in docs:
+        prov = doc["provenance"]
+        if doc["config"]["tp_size"] == 2:
+            assert prov["engine_notices"] == [] and prov["engine_fallbacks"] == []
+            continue
+        assert prov["engine_notices"] == [CUSTOM_OFF]
+        assert [f["text"] for f in prov["engine_fallbacks"]] == [f"allreduce.backend=custom (the engine ran nccl: "
+                                                                 f"{CUSTOM_OFF})"]
+    above_two = next(d["rank"] for d in docs if d["config"]["tp_size"] > 2)
+    block = export(job, all_rows, "cmd", top=4).split(f"# ===== {above_two} of 4:")[1].split("# =====")[0]
+    assert f"# engine notice: {CUSTOM_OFF}\n" in block
+    assert f"# engine fallback: allreduce.backend=custom (the engine ran nccl: {CUSTOM_OFF})\n" in block

@@ -19,7 +19,16 @@ at 64 streams B streams 4,900 tokens a second, more than a 2-core box shared wit
 serves and measures in Python without inflating its own p99; 16 tokens a request, so that one
 stall of the loaded box moves a request's TPOT by a fifteenth of it); the report draws throughput and
 p99 latency against concurrency with the target's line, and export carries the crossing. The
-real driver, real Optuna journal storage, the correctness gate on."""
+real driver, real Optuna journal storage, the correctness gate on.
+
+Issue 48: TTFT judged on prompts the server has not seen. The same server with vLLM's prefix cache
+(``--prefix-cache``: a prompt's blocks seen before are not prefilled; its counters in /metrics) and a
+prefill of 3 s per 1000 prompt tokens, or 9 s in the other config (3x slower: 0.9 s for a prompt of
+100 tokens, over an 800 ms ``ttft_p99`` target; 0.3 s within it). The rounds send the same two
+prompts again and again (the warm-up already sent both): measured on them, the slow config held the
+target at 64 streams on cache hits alone. Each request begins with a line of its own, so the slow
+config breaks the target at 64 streams, and each level's share of cache hits (0%) is in ``status
+--json``."""
 
 from __future__ import annotations
 
@@ -146,3 +155,33 @@ def test_goodput_crowns_b_and_finds_each_configs_crossing(tmp_path, capsys):
     told = "\n".join([*said, md, out, err, env_out, env_err, capsys.readouterr().out])
     assert "within noise" not in told.lower() and "not shown: launch noise unknown" in env_out
     assert not list(tmp_path.rglob("servers/*.json"))  # every server it started was ended
+
+
+PREFILL_SPACE = "params:\n  backend.prefill_cost: {choices: [3.0, 9.0]}\n"  # s per 1000 prompt tokens
+WORDS = "the harbor town woke slowly on the first cold morning of the year and every boat stayed in".split()
+
+
+def test_a_3x_slower_prefill_breaks_the_ttft_target_at_64_streams_whatever_the_prefix_cache_holds(tmp_path, capsys):
+    argv = ["{python}", FAKE, "--host", "{host}", "--port", "{port}", "--token-delay", "0.002", "--prefix-cache",
+            "--prefill-cost", "{backend.prefill_cost}"]
+    prompts = [" ".join(WORDS[(k + i) % len(WORDS)] for k in range(99)) for i in range(2)]  # 100 tokens with the line
+    job_path = write_job(tmp_path, study="prefill", space_text=PREFILL_SPACE,
+                         backend={"kind": "command", "settings": {"argv": argv, "model_name": "fake",
+                                                                  "metrics_path": "/metrics"}},
+                         baseline={"backend.prefill_cost": 3.0}, objective={"concurrency": [64]},
+                         slo={"ttft_p99": "800ms"}, budget={"trials": 2},
+                         bench={"prompts": "prompts.txt", "output_tokens": 16, "warmup": 2, "repeats": 1,
+                                "max_repeats": 1, "waves": 2},
+                         timeouts={"startup": "30s", "bench": "60s", "teardown": "5s"},
+                         correctness={"check_tokens": 8, "prompts": ["The quick brown fox"], "logprobs": False})
+    (tmp_path / "prompts.txt").write_text("\n".join(prompts) + "\n")
+    rows, _ = run(job_path)
+    fast, slow = by_config(rows, {"backend.prefill_cost": 3.0}), by_config(rows, {"backend.prefill_cost": 9.0})
+    assert fast.state == slow.state == "COMPLETE" and all(r.correctness.get("ok") for r in (fast, slow))
+    assert slow.at(64).ttft.p99 > 0.8 and any("SLO broken at 64: TTFT p99" in w for w in slow.warnings)
+    assert (slow.metrics or {}).get("slo_violations")  # it counts nowhere: never ranked, never exported as best
+    assert fast.at(64).ttft.p99 < 0.8 and not (fast.metrics or {}).get("slo_violations")
+    assert cli.main(["status", str(job_path), "--json"]) == 0
+    listed = {r["number"]: r for r in json.loads(capsys.readouterr().out)}
+    for row in (fast, slow):  # the share of each level's prompt tokens the cache answered, beside its TTFT
+        assert listed[row.number]["levels"]["64"]["prefix_cache_hit_rate"] == 0.0

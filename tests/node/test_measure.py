@@ -2,7 +2,8 @@
 streams like vLLM and, with --spec-tokens, speculates like it): every level over the prompt
 set in rounds, level N from its steady state, latency percentiles per level, tokens counted
 from usage (never chunks), acceptance read from /metrics, every level to a precision, the
-one early-stop rule across levels, and a limit set by the server's own pace."""
+one early-stop rule across levels, a limit set by the server's own pace, and prompts the
+server's prefix cache has not seen (with --prefix-cache it caches like vLLM)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from conftest import start_fake_openai
 from orchestrator.core.measurement import Measurement
 from orchestrator.core.slo import Slo, Targets
 from orchestrator.node import client
-from orchestrator.node.measure import PACE_FACTOR, bisect_next, measure
+from orchestrator.node.measure import PACE_FACTOR, Prefixes, bisect_next, measure
 from orchestrator.node.spec import BenchPlan
 
 MODEL = "fake"
@@ -252,10 +253,53 @@ def test_each_request_asks_its_own_length_and_the_lengths_are_measured(server):
     lengths = got.measurement.lengths
     assert got.ok and lengths.mismatched == 0 and not got.warnings
     assert (lengths.output.low, lengths.output.high) == (2, 30)
-    assert (lengths.input.low, lengths.input.high) == (1, 4)  # the server's own count of each prompt
+    # the server's own count of each prompt: its words, and the line each request begins with (one word here)
+    assert (lengths.input.low, lengths.input.high) == (1 + 1, 4 + 1)
     assert lengths.output.n == got.measurement.levels[1].requests + got.measurement.levels[3].requests
     assert measure(server.base_url, MODEL, plan(levels=(1,)), deadline=time.monotonic() + 60).measurement.lengths \
         is None  # without a traffic file, as before
     built = plan(prompts=tuple(" ".join(["word"] * n) for n in (300, 320)), levels=(1,), context=300)
     long = measure(server.base_url, MODEL, built, deadline=time.monotonic() + 60).measurement.lengths
-    assert (long.input.low, long.input.high) == (300, 320)  # long prompts: the lengths the server counted
+    assert (long.input.low, long.input.high) == (301, 321)  # long prompts: the lengths the server counted
+
+
+SYSTEM = " ".join(["You are a careful assistant who answers every question in full sentences."] * 4)  # 48 words
+
+
+def test_no_request_is_answered_from_the_prefix_cache_unless_the_job_shares_prefixes(tmp_path):
+    """A server that caches prefixes (vLLM's is on by default) answers a prompt it has seen without
+    most of its prefill; the rounds send the same prompts again and again. Every request begins
+    with a line of its own: the cache answers none of it at any level (its counters say 0%), and
+    TTFT is a whole prefill. With ``prefix_reuse`` the requests share what their prompts share
+    (here a system prompt of three blocks), never a request's own earlier sending."""
+    sp = start_fake_openai(tmp_path, "--token-delay", "0.002", "--prefix-cache", "--prefill-cost", "2")
+    prompts = tuple(f"{SYSTEM} Question {i}: what is {i} plus {i}?" for i in range(3))
+    tokens = len(fake.tokenize(prompts[0])) + 1  # the server's count of a request: its line, then the prompt
+    try:
+        fresh, shared = (measure(sp.spec.base_url, MODEL, plan(prompts=prompts, levels=(1, 4), prefix_reuse=reuse),
+                                 deadline=time.monotonic() + 60, metrics_url=sp.spec.metrics_url)
+                         for reuse in (False, True))
+    finally:
+        sp.stop(grace_s=1.0)
+    assert fresh.ok and shared.ok
+    for level, got in fresh.measurement.levels.items():
+        assert got.prefix_cache_hit_rate == 0.0, level  # every request a prefill of its own
+        assert got.ttft.p50 >= 0.9 * 2 * tokens / 1000, level  # the whole prompt's prefill
+    # per pass through the three prompts: the first computes the line and the system prompt, the other two find
+    # its whole blocks (the line and the system prompt's first 47 words); a pass never finds an earlier pass's
+    found = (1 + 47) // fake.BLOCK * fake.BLOCK
+    for level, got in shared.measurement.levels.items():
+        assert got.prefix_cache_hit_rate == pytest.approx(2 * found / (3 * tokens)), level
+    back = Measurement.from_record(fresh.measurement.to_record())  # stored and read back
+    assert back.levels[4].prefix_cache_hit_rate == 0.0
+    assert Measurement.from_record({"levels": {"1": {"value": 5.0, "samples": [5.0]}}}).levels[1] \
+        .prefix_cache_hit_rate is None  # a record of an earlier version: not counted, not 0
+
+
+def test_each_request_begins_with_a_line_no_other_request_of_the_launch_began_with():
+    lines = Prefixes(tag="t")
+    sent = lines.requests(("a", "b"), 5) + lines.requests(("a", "b"), 2)
+    assert sent == ["[t-1]\na", "[t-2]\nb", "[t-3]\na", "[t-4]\nb", "[t-5]\na", "[t-6]\na", "[t-7]\nb"]
+    passes = Prefixes(reuse=True, tag="t")  # one line per pass through the prompts
+    assert passes.requests(("a", "b"), 5) == ["[t-1]\na", "[t-1]\nb", "[t-2]\na", "[t-2]\nb", "[t-3]\na"]
+    assert Prefixes().tag != Prefixes().tag  # another launch, another tag

@@ -155,15 +155,36 @@ def test_summary_line():
 
 def test_what_the_engine_changed_beyond_the_config_is_noticed_once():
     """vLLM 0.26.0 with n-gram speculation says, from two processes, that it falls back to its V1
-    model runner and turns async scheduling off: each is one notice, without process and time."""
+    model runner and turns async scheduling off (and its weight prefetch, "... is disabled because
+    ..."): each is one notice, without process and time."""
     got = startup.notices(_log("vllm-0.26.0-h200-tp1-ngram-spec.log"))
     assert got == [
         "engine notice: Async scheduling not supported with ngram-based speculative decoding and will be disabled.",
         "engine notice: Model Runner V2 does not yet support ngram/ngram_gpu speculative decoding; using the V1 "
-        "model runner instead."]
+        "model runner instead.",
+        "engine notice: Auto-prefetch is disabled because the filesystem (EXT4) is not a recognized network FS "
+        "(NFS/Lustre). If you want to force prefetching, start vLLM with --safetensors-load-strategy=prefetch."]
     assert any("draft_model" in n for n in startup.notices(_log("vllm-0.26.0-h200-tp1-draft-model-spec.log")))
     assert startup.notices(_log("vllm-0.26.0-h200-tp1-graphs-serve.log")) == []  # eager and graphs: nothing new
     assert startup.notices("any other server\nusing the V1 model runner instead\n") == []  # no engine we know
+
+
+CUSTOM_OFF = ("Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. To silence "
+              "this warning, specify disable_custom_all_reduce=True explicitly.")
+
+
+@pytest.mark.parametrize("version", ["0.26.0", "0.33.0"])
+def test_vllms_custom_all_reduce_turned_off_is_a_notice_whatever_asked_for_it(version):
+    """vLLM's own line (custom_all_reduce.py, once per worker) on four PCIe-only GPUs, with the custom
+    kernel left at vLLM's default: one notice, whatever the config said; and any engine's "<X> is
+    disabled because <reason>", the engine known or not, is one too."""
+    log = _log(f"vllm-{version}-4xpcie-tp4-custom-disabled.lines.log")
+    assert log.count("Custom allreduce is disabled because") == 4  # one per worker
+    assert startup.notices(log) == [f"engine notice: {CUSTOM_OFF}"]
+    other = "starting\n[server] FancyKernel is disabled because the GPUs are not NVLink-connected.\nready\n"
+    assert startup.notices(other) == ["engine notice: [server] FancyKernel is disabled because the GPUs are not "
+                                      "NVLink-connected."]
+    assert startup.notices(log.replace("is disabled because", "is enabled as")) == []
 
 
 def test_what_sglang_turned_off_is_noticed_once_across_its_ranks():

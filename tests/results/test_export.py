@@ -14,6 +14,7 @@ import optuna
 import pytest
 import recorded_study as fx  # a real journal study with every outcome
 import yaml
+from plan_rows import PLAN, UP_TO_64, race_tied_at_one
 
 from conftest import write_job
 from orchestrator.backends.command import CommandBackend
@@ -313,6 +314,34 @@ def test_without_an_option_a_plan_names_the_level_it_chose(jobs):
     assert "objective" not in json.loads(plain)["provenance"] and json.loads(plain)["config"] == SMALL
 
 
+def test_a_tie_the_race_left_is_exported_as_the_config_for_every_level_and_says_so():
+    """The race could not tell graphs up to 8 (#2, the higher median at one stream) from up to 64 (#1,
+    the best at 10 and 64 by far; the plan's one config for every level): level 1's export names #1,
+    not the higher median, and says which rule broke the tie, in the header and the documents."""
+    job = SimpleNamespace(**vars(JOB), objective=PLAN)
+    raced = race_tied_at_one()
+    backend = CommandBackend(SETTINGS, "job.yaml")
+    said = ("tie broken: the race left #2 and #1 tied at 1: #1 is exported, one config for every level (the best at "
+            "10 and 64); #2 only has the higher median at 1")
+    for fmt in ("env", "cmd"):
+        text = export(job, raced, fmt, backend=backend)
+        assert f"# {said}\n" in text and "# study s, trial 1," in text
+        assert "could not tell trial 1 from trial 2" in text  # the tie itself, as before
+    for fmt in ("json", "yaml"):
+        text = export(job, raced, fmt, backend=backend)
+        doc = json.loads(text) if fmt == "json" else yaml.safe_load(text)
+        assert doc["config"] == UP_TO_64 and doc["provenance"]["trial"] == 1
+        tie = doc["provenance"]["tie_break"]
+        assert tie["rule"] == "one config for every level" and tie["chosen_trial"] == 1
+        assert tie["tied_trials"] == [2, 1] and tie["higher_median_trial"] == 2
+        race = doc["provenance"]["figure"]["race"]
+        assert not race["decided"] and race["tied_trials"] == [2]
+    assert notes(job, raced)[-1] == said
+    at_ten = json.loads(export(job, raced, "json", level=10, backend=backend))["provenance"]  # decided there
+    assert at_ten["trial"] == 1 and at_ten["tie_break"] is None and "tie broken" not in export(job, raced, "env",
+                                                                                                 level=10)
+
+
 def test_a_level_the_objective_lacks_or_a_mix_without_weights_is_refused(jobs):
     plan, _, one = jobs
     with pytest.raises(BadInput) as err:
@@ -524,8 +553,8 @@ def test_the_provenance_carries_latency_per_level_the_slo_and_goodputs_crossing(
     from orchestrator.core.slo import Slo, Targets
 
     def probed(number, params, curve, holds, breaks, **kw):
-        levels = {c: LevelResult(c, samples=(v,), ttft=Latency(0.01, 0.02, 0.03, 8), tpot=Latency(t / 2, t, t, 8))
-                  for c, (v, t) in curve.items()}
+        levels = {c: LevelResult(c, samples=(v,), ttft=Latency(0.01, 0.02, 0.03, 8), tpot=Latency(t / 2, t, t, 8),
+                                 prefix_cache_hit_rate=0.0 if c == 32 else None) for c, (v, t) in curve.items()}
         m = Measurement(levels=levels, goodput=GoodputResult(32, tuple(curve), holds, breaks))
         return TrialRow(number=number, state=COMPLETE, value=m.value, counted=True, config_key=config_key(params),
                         params=params, measurement=m, **kw)
@@ -544,7 +573,9 @@ def test_the_provenance_carries_latency_per_level_the_slo_and_goodputs_crossing(
     assert "# goodput: #1 holds the SLO up to 32 stream(s) at 4000 tok/s (all 32 tried); the baseline #0 up to 16 " \
            "at 850.0 tok/s\n" in env  # the answer once, not the config's crossing and then the same again
     assert "# value: 4000.000 tok/s total within the SLO" in env
-    assert "# latency at 32 (ms p50/p90/p99): TTFT 10.0/20.0/30.0, TPOT 6.0/12.0/12.0" in env
+    assert "# latency at 32 (ms p50/p90/p99): TTFT 10.0/20.0/30.0 (prefix-cache hits 0%), TPOT 6.0/12.0/12.0" in env
+    assert "# latency at 1 (ms p50/p90/p99): TTFT 10.0/20.0/30.0, TPOT" in env  # not counted there: not shown
+    assert prov["prefix_cache_hit_rate"] == {"32": 0.0}
     assert "# slo TPOT p99 <= 20 ms: holds them at every level measured" in env
     plain = json.loads(export(JOB, rows(), "json", backend=backend))["provenance"]
     assert plain["latency"] == {} and "goodput" not in plain and "slo" not in plain  # a study without them
@@ -722,3 +753,40 @@ def test_the_kept_h200_race_study_exports_one_estimate_and_its_interval(tmp_path
         text = export(job, rows, fmt)
         assert f"# vs baseline trial {base.number} (87.16): {said}" in text and ", 5.10x the baseline" in text
         assert "5.56x" not in text
+
+
+VLLM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
+CUSTOM_OFF = ("Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. To silence "
+              "this warning, specify disable_custom_all_reduce=True explicitly.")
+
+
+@pytest.mark.parametrize("asked", [{"allreduce.backend": "custom"}, {}], ids=["allreduce.backend", "default"])
+def test_an_all_reduce_path_the_engine_turned_off_is_in_the_header_and_the_documents(asked):
+    """vLLM 0.33.0 on four PCIe-only GPUs turned its custom all-reduce off (its own line, once per
+    worker), asked for by allreduce.backend=custom or by its default (custom_all_reduce: true, which
+    a normalized config carries): the trial's notices and fallbacks, read from that log as a trial
+    reads them, are in every export: the header names what ran instead, json/yaml carry both."""
+    from orchestrator.backends.vllm import VllmBackend
+    from orchestrator.node import startup
+
+    backend = VllmBackend({"model": "/models/m", "version": "0.33.0"}, "job.yaml")
+    log = (VLLM_FIXTURES / "vllm-0.33.0-4xpcie-tp4-custom-disabled.lines.log").read_text()
+    config = backend.normalize({"tp_size": 4, **asked})
+    measured = [TrialRow(number=0, state=COMPLETE, value=500.0, counted=True, is_baseline=True, config_key="a",
+                         params=backend.normalize({"tp_size": 4, "allreduce.backend": "nccl"})),
+                TrialRow(number=1, state=COMPLETE, value=760.0, counted=True, config_key="b", params=config,
+                         warnings=startup.notices(log) + backend.allreduce_warnings(config, log),
+                         server={"fallbacks": backend.engine_fallbacks(config, log)})]
+    job = SimpleNamespace(study="s", storage="journal:x", backend=backend, env={})
+    shown = f"{'allreduce.backend=custom' if asked else 'custom_all_reduce=true'} (the engine ran nccl: {CUSTOM_OFF})"
+    for fmt in ("cmd", "env"):
+        text = export(job, measured, fmt, backend=backend)
+        assert f"# engine notice: {CUSTOM_OFF}\n" in text
+        assert f"# engine fallback: {shown}\n" in text
+    for fmt in ("json", "yaml"):
+        text = export(job, measured, fmt, backend=backend)
+        prov = (json.loads(text) if fmt == "json" else yaml.safe_load(text))["provenance"]
+        assert prov["trial"] == 1 and prov["engine_notices"] == [CUSTOM_OFF]
+        (fell,) = prov["engine_fallbacks"]
+        assert fell["ran"] == "nccl" and fell["said"] == CUSTOM_OFF and fell["text"] == shown
+        assert fell["param"] == ("allreduce.backend" if asked else "custom_all_reduce")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import optuna
 import pytest
 import recorded_study as fx  # a real journal study with every outcome
+from plan_rows import relaunch, row
 
 from orchestrator.core.records import TrialResult
 from orchestrator.results.importance import effects_given_top, explained_share, knob_effects, span_text
@@ -114,8 +115,50 @@ def test_report_shows_the_tables(study_job):
     md = (job.report_dir / "report.md").read_text()
     section = md.split("## Which knobs mattered", 1)[1].split("\n## ", 1)[0]
     lines = [line for line in section.splitlines() if line.startswith("| ")]
-    assert lines[0].startswith("| Parameter | Explains")
-    assert lines[1].startswith("| graph_capture | 100% | 0: 105.6 (2), 1: 192.9 (4) | all 6 |")
+    assert lines[0].startswith("| Parameter | Matched effect | Explains (marginal) | Marginal mean tok/s by value |")
+    # eager and graphs never differ in that alone (capture sizes come with graphs): the share is marginal
+    assert lines[1].startswith("| graph_capture | 1 vs 0: no matched pair (configs that differ only in it) | 100% | "
+                               "0: 105.6 (n=2), 1: 192.9 (n=4) | all 6 |")
     assert "| capture_sizes |" in section and "| 4 where it applies |" in section
     assert "Among the 4 trials with graph_capture=1, as in the best config (tok/s 192.4-193.6" in section
     assert "tok/s 102.6-193.6, a 47.0% range" in section
+
+
+# Effects from matched comparisons (issue 48): vLLM turned its custom all-reduce off on 8 PCIe GPUs in
+# every launch that asked for it, so custom and nccl ran alike; one launch of each config, the custom
+# ones 2-3% faster by chance. The NCCL protocol made a difference beyond the launch noise in each pair.
+BASE = {"tp_size": 8, "allreduce.backend": "nccl", "env.NCCL_PROTO": "Simple"}
+OFF = {"fallbacks": [{"param": "allreduce.backend", "asked": "custom", "ran": "nccl", "ran_value": "nccl",
+                      "said": "Custom allreduce is disabled because it's not supported on more than two PCIe-only "
+                              "GPUs.", "text": "allreduce.backend=custom (the engine ran nccl: ...)"}]}
+
+
+def _pcie_study(engine_said: bool) -> list:
+    """The baseline and nccl with LL relaunched three times each (launch noise about +-3%), the custom
+    configs launched once."""
+    said = OFF if engine_said else {}
+    ll = {**BASE, "env.NCCL_PROTO": "LL"}
+    return [row(0, BASE, {1: [100.0]}, baseline=True),
+            row(1, {**BASE, "allreduce.backend": "custom"}, {1: [103.5]}, server=said),
+            row(2, ll, {1: [130.0]}),
+            row(3, {**ll, "allreduce.backend": "custom"}, {1: [134.0]}, server=said),
+            *(relaunch(4 + i, BASE, {1: [v]}) for i, v in enumerate([104.0, 97.0, 102.0])),
+            *(relaunch(7 + i, ll, {1: [v]}) for i, v in enumerate([126.0, 134.0, 131.0]))]
+
+
+@pytest.mark.parametrize("engine_said", [True, False], ids=["engine-turned-it-off", "one-launch-each"])
+def test_one_launch_of_identical_configs_credits_no_effect(engine_said):
+    effects, _ = knob_effects(_pcie_study(engine_said))
+    by = {e.name: e for e in effects}
+    (custom,) = by["allreduce.backend"].matched
+    assert (custom.value, custom.reference, custom.pairs) == ("custom", "nccl", 2)
+    assert custom.ratio is None  # the marginal means differ by 2%: no effect is credited from them
+    assert custom.text().startswith("custom vs nccl: no effect shown (2 matched pairs: ")
+    if engine_said:  # the engine ran nccl for custom: the two configs of each pair ran alike
+        assert custom.ran_alike == 2 and "2 ran alike (the engine turned the value off)" in custom.text()
+        assert by["allreduce.backend"].ran == {"custom": "the engine ran nccl in 2 of 2 config(s)"}
+    else:  # one launch each, 2-3% apart against +-3% launch noise
+        assert "2 within launch noise" in custom.text() and by["allreduce.backend"].ran == {}
+    (proto,) = by["env.NCCL_PROTO"].matched  # the knob that did matter, beyond noise in both pairs
+    assert (proto.value, proto.reference) == ("LL", "Simple") and proto.ratio == pytest.approx(1.3, abs=0.01)
+    assert "faster beyond launch noise in each of 2 matched pairs" in proto.text()

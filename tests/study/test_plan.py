@@ -11,7 +11,7 @@ import statistics
 from dataclasses import replace
 
 import pytest
-from plan_rows import EAGER, PLAN, UP_TO_8, UP_TO_64, relaunch, row, tied_at_one
+from plan_rows import EAGER, PLAN, UP_TO_8, UP_TO_64, race_tied_at_one, relaunch, row, tied_at_one
 
 from orchestrator.config.job import Objective
 from orchestrator.core.records import FAIL, TrialRow
@@ -21,6 +21,7 @@ from orchestrator.study.history import best_rows
 from orchestrator.study.plan import (
     best_at,
     best_for_mix,
+    break_tie,
     build_plan,
     format_plan,
     level_value,
@@ -231,3 +232,26 @@ def test_no_config_for_every_level_when_the_others_are_beyond_noise_or_break_the
     plan = build_plan(rows, Objective(concurrency=(1, 10, 64), slo=slo))
     assert [plan.at(lv).best.number for lv in (1, 10, 64)] == [2, 1, 1] and plan.everywhere is None
     assert build_plan(rows, PLAN).everywhere.row.number == 1  # the same rows without the target: it does
+
+
+def test_a_tie_the_race_left_is_broken_by_the_config_for_every_level_then_fewer_changes():
+    """The race could not tell up to 8 (#2, the higher median at 1) from up to 64 (#1, best at 10 and
+    64): the one config for every level breaks it; without one, the config that changes fewer
+    settings from the baseline; with nothing else known, the higher median, said as such."""
+    rows = race_tied_at_one()
+    plan = build_plan(rows, PLAN)
+    assert plan.at(1).best.number == 2 and plan.everywhere.row.number == 1
+    tied = [plan.at(1).best, plan.everywhere.row]
+    base = plan.baseline
+    tie = break_tie(tied, "at 1", plan.everywhere, base)
+    assert tie.chosen.number == 1 and tie.rule == "one config for every level"
+    assert tie.text() == ("the race left #2 and #1 tied at 1: #1 is exported, one config for every level (the best "
+                          "at 10 and 64); #2 only has the higher median at 1")
+    assert tie.to_dict()["chosen_trial"] == 1 and tie.to_dict()["tied_trials"] == [2, 1]
+    fewer = row(9, {"graph_capture": True}, {1: [400.0]})  # one setting changed from eager, not two
+    tie = break_tie([tied[0], fewer], "at 1", None, base)
+    assert tie.chosen.number == 9 and tie.rule == "fewer settings changed from the baseline"
+    assert "(1 against #2's 2); #2 only has the higher median at 1" in tie.text()
+    same = break_tie(tied, "at 1", None, base)  # two changes each: nothing else tells them apart
+    assert same.chosen.number == 2 and same.rule == "the higher median" and "nothing else tells them apart" in \
+        same.text()

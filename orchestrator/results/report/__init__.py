@@ -61,8 +61,8 @@ def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: 
     files.write_whole(csv_path, trials_frame(rows).to_csv(index=False))
     written.append(csv_path)
 
-    effects, notes = knob_effects(rows)
     objective = getattr(job, "objective", None)
+    effects, notes = knob_effects(rows, objective)
     plan = build_plan(rows, objective) if objective is not None and objective.is_plan else None
     plots = write_plots(rows, effects, notes, report_dir, plan=plan)
     plots.append(plot_startup(rows, StudyDir(report_dir).plot(STARTUP_PLOT)))

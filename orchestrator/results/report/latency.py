@@ -2,7 +2,8 @@
 
 - **Latency per level**: for the configs the report names (the baseline, the best, a plan's
   best at each level, goodput's best), each level's TTFT, TPOT, inter-token and end-to-end
-  latency at p50/p90/p99 (``core.measurement.LevelResult``), and with latency targets
+  latency at p50/p90/p99 (``core.measurement.LevelResult``), beside the TTFT the share of the
+  level's prompt tokens the server's prefix cache answered (where it counts them), and with latency targets
   (``slo:``, ``core.slo``) whether each level holds them, or what it broke and by how much;
   the configs that count nowhere under them (the baseline among them: reported, not a stop).
 - **Goodput** (``objective.goodput``): the answer (``study.goodput``), each measured config's
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core import slo as slos
-from orchestrator.core.measurement import QUANTILES, LevelResult
+from orchestrator.core.measurement import QUANTILES, LevelResult, cache_text
 from orchestrator.core.records import TrialRow
 from orchestrator.results.report import document as doc
 from orchestrator.results.report.document import Block
@@ -39,7 +40,10 @@ def _ms(seconds: float | None) -> str:
 
 def _percentiles(got: LevelResult, kind: str) -> str:
     lat = got.latency(kind)
-    return "-" if lat is None else "/".join(_ms(lat.at(q)) for q in QUANTILES)
+    if lat is None:
+        return "-"
+    cached = f" ({cache_text(got)})" if kind == "ttft" and cache_text(got) else ""
+    return "/".join(_ms(lat.at(q)) for q in QUANTILES) + cached
 
 
 def named_configs(rows: list[TrialRow], plan: Plan | None) -> list[tuple[str, TrialRow]]:
@@ -69,7 +73,9 @@ def latency_blocks(rows: list[TrialRow], objective: Any, plan: Plan | None) -> l
         return []
     targets = objectives.of(objective).slo
     out: list[Block] = [doc.heading(2, "Latency per level"), doc.para(
-        "Per level, each request's latencies in ms as p50/p90/p99: TTFT (to the first token), TPOT (per output "
+        "Per level, each request's latencies in ms as p50/p90/p99: TTFT (to the first token; beside it, where the "
+        "server counts it, the share of the prompt tokens its prefix cache answered: a TTFT is a whole prefill only "
+        "where that share is low), TPOT (per output "
         "token after the first), ITL (between streamed chunks) and E2E (the whole request)"
         + (f"; latency targets: {targets.describe()}." if targets else "."))]
     table = []

@@ -269,7 +269,7 @@ def plot_importance(effects: list[KnobEffect], notes: list[str], path: Path) -> 
     fig, ax = plt.subplots(figsize=(7.2, max(2.5, 0.45 * len(shown) + 1.5)))
     ax.barh(labels, [e.share for e in shown], color=[IMPORTANCE_COLOR if not e.conditional else "#bbbbbb"
                                                     for e in shown], height=0.6)
-    ax.set_xlabel("share of the tok/s variance explained by the parameter alone")
+    ax.set_xlabel("share of the tok/s variance the parameter explains alone (marginal: over every trial)")
     ax.set_title("Which knobs mattered")
     ax.set_xlim(0, 1.0)
     ax.grid(alpha=0.3, axis="x")

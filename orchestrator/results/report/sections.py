@@ -19,7 +19,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Protocol
 
-from orchestrator.backends import speculative
+from orchestrator.backends import allreduce, speculative
 from orchestrator.core import outcome
 from orchestrator.core.ceiling import ceiling_for, parse_bandwidth, speculative_ceiling
 from orchestrator.core.golden_check import disputed
@@ -400,6 +400,25 @@ def _failures(rows) -> list[Block]:
     return out
 
 
+def _fallbacks(rows: list[TrialRow], best: list[TrialRow]) -> list[Block]:
+    """The values the engine turned off, each with what it ran instead (``allreduce.fallbacks_of``),
+    per config: a value the engine disabled is reported as what ran, not as what was asked."""
+    by_text: dict[str, list[int]] = {}
+    best_keys = {b.config_key for b in best[:1]}
+    for r in rows:
+        for found in allreduce.fallbacks_of(r.server):
+            by_text.setdefault(found["text"], []).append(r.number)
+    if not by_text:
+        return []
+    tagged = {r.number for r in rows if r.config_key in best_keys}
+    table = [[clip(text, 300), ", ".join(f"{n}{' **(best config)**' if n in tagged else ''}" for n in numbers)]
+             for text, numbers in by_text.items()]
+    return [doc.heading(2, "What the engine ran instead"),
+            doc.para("Values of a config the engine turned off on its own (its log says so), and what it ran "
+                     "instead: those trials measured the fallback, not the value asked for."),
+            doc.table(["Asked (what ran)", "Trials"], table)]
+
+
 def _nccl_warnings(rows, best) -> list[Block]:
     """The NCCL settings the logs did not confirm (``nccl.is_verification_warning``), then, under
     their own heading where there are any, every other warning a trial recorded (the
@@ -723,9 +742,14 @@ def _importance_blocks(effects: list[KnobEffect], notes: list[str],
                        values: list[float] | None = None) -> list[Block]:
     out: list[Block] = [doc.heading(2, "Which knobs mattered")]
     if effects:
-        out.append(doc.para("Share of the variance in tok/s that each parameter explains on its own (one-way "
-                      "analysis of variance over the measured trials), and the mean tok/s of each value"
-                      + (f"; {span_text(values)}." if values else ".")))
+        out.append(doc.para(
+            "Matched effect: each value against the reference (the baseline's value) over configs that differ only "
+            "in this parameter, each pair's ratio over their launches with the study's launch noise; a ratio is "
+            "given only where every pair is beyond that noise the same way, and two configs the engine ran alike "
+            "(it turned the value off) count as no effect. The share of the variance in tok/s each parameter "
+            "explains on its own (one-way analysis of variance over the measured trials) and the mean tok/s of "
+            "each value are marginal: over whatever else each trial set, n the trials; a hint where to look"
+            + (f"; {span_text(values)}." if values else ".")))
         out.append(_effects_table(effects))
     for n in notes:
         out.append(doc.para(n))
@@ -740,10 +764,13 @@ def _importance_blocks(effects: list[KnobEffect], notes: list[str],
 def _effects_table(effects: list[KnobEffect]) -> Block:
     rows = []
     for e in effects:
-        by_value = ", ".join(f"{_fmt_value(v)}: {m:.1f} ({e.counts[v]})" for v, m in e.means.items())
+        by_value = ", ".join(f"{_fmt_value(v)}{f' ({e.ran[v]})' if v in e.ran else ''}: {m:.1f} (n={e.counts[v]})"
+                             for v, m in e.means.items())
         scope = f"{e.trials} where it applies" if e.conditional else f"all {e.trials}"
-        rows.append([e.name, f"{e.share:.0%}", by_value, scope])
-    return doc.table(["Parameter", "Explains", "Mean tok/s by value (trials)", "Trials"], rows)
+        matched = "; ".join(m.text() for m in e.matched) or "-"
+        rows.append([e.name, matched, f"{e.share:.0%}", by_value, scope])
+    return doc.table(["Parameter", "Matched effect", "Explains (marginal)", "Marginal mean tok/s by value", "Trials"],
+                     rows)
 
 
 def _fmt_value(v: Any) -> str:
@@ -853,7 +880,7 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
     levels = objectives.levels(objective)
     level = levels[0]
     ev = Evidence(rows)
-    effects, notes = importance if importance is not None else knob_effects(rows)
+    effects, notes = importance if importance is not None else knob_effects(rows, objective)
     title = f"ncclsweep report: {getattr(job, 'study', '?')}"
     blocks: list[Block] = [doc.heading(1, title)]
     kind = getattr(getattr(job, "backend", None), "kind", None) or getattr(backend, "kind", None)
@@ -880,13 +907,14 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
         ("importance.png", "Parameter importance"), ("timeline.png", "Trial timeline per node"))]
     blocks += startup_blocks(rows)
     blocks += _top_table(rows, best, base, ev, level)
-    given = effects_given_top(rows, effects, best[0].params) if best else None
+    given = effects_given_top(rows, effects, best[0].params, objective) if best else None
     blocks += _importance_blocks(effects, notes, given, [v for _, v, _ in measured_points(rows)])
     blocks += _compare(report_dir)
     ceiling_blocks, ceiling = _ceiling(job, rows, best, backend, bandwidth_bytes_s, allreduce_latency_s,
                                        Path(report_dir))
     blocks += ceiling_blocks
     blocks += _failures(rows)
+    blocks += _fallbacks(rows, best)
     blocks += _nccl_warnings(rows, best)
     blocks += _by_node(rows)
     blocks += [doc.para("Files: `trials.csv` (one row per trial), the PNG plots, `report.md`, `report.html`.")]

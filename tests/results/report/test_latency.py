@@ -29,9 +29,9 @@ def lat(p99: float) -> Latency:
 
 
 def a_row(number: int, params: dict, curve: dict[int, tuple[float, float]], *, goodput: GoodputResult | None = None,
-          lengths: Lengths | None = None, metrics: dict | None = None, **kw) -> TrialRow:
-    levels = {c: LevelResult(c, samples=(v, v), ttft=lat(0.05), tpot=lat(t), itl=lat(t), e2e=lat(0.5))
-              for c, (v, t) in curve.items()}
+          lengths: Lengths | None = None, metrics: dict | None = None, hits: float | None = None, **kw) -> TrialRow:
+    levels = {c: LevelResult(c, samples=(v, v), ttft=lat(0.05), tpot=lat(t), itl=lat(t), e2e=lat(0.5),
+                             prefix_cache_hit_rate=hits) for c, (v, t) in curve.items()}
     m = Measurement(levels=levels, goodput=goodput, lengths=lengths)
     return TrialRow(number=number, state=COMPLETE, params=params, value=m.value, counted=True,
                     config_key=config_key(params), measurement=m, metrics=metrics or {}, **kw)
@@ -52,6 +52,9 @@ def test_latency_per_level_with_what_the_targets_said():
     assert "best at 32 (trial 1)" in md
     plain = text(latency_blocks(rows, Objective(concurrency=(1, 32)), None))
     assert "| SLO |" not in plain and "| 15.6/28.1/31.2 |" in plain  # latency per level for every study
+    counted = [a_row(0, {"m": "a"}, {64: (900.0, 0.01)}, is_baseline=True, hits=0.0)]  # the server counted its cache
+    assert "| 64 | 25.0/45.0/50.0 (prefix-cache hits 0%) | 5.0/9.0/10.0 |" in text(
+        latency_blocks(counted, Objective(concurrency=(64,)), None))
 
 
 def test_a_baseline_that_counts_nowhere_is_reported_not_a_stop():

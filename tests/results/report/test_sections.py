@@ -331,6 +331,35 @@ def test_a_gate_warning_is_not_called_an_nccl_one(tmp_path):
     assert "Other trial warnings" not in md and "No warnings" in section(md, "NCCL verification")
 
 
+def test_a_path_the_engine_turned_off_is_reported_as_what_ran_and_credits_no_effect(tmp_path):
+    """vLLM turned its custom all-reduce off in both configs that asked for it (issue 48): the report
+    says what ran instead, for which trials, every trial's notice is among its warnings, and the
+    knobs table shows custom as what ran with no effect from the 2-3% its single launches measured."""
+    said = ("Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. To silence "
+            "this warning, specify disable_custom_all_reduce=True explicitly.")
+    fell = {"fallbacks": [{"param": "allreduce.backend", "asked": "custom", "ran": "nccl", "ran_value": "nccl",
+                           "said": said, "text": f"allreduce.backend=custom (the engine ran nccl: {said})"}]}
+    base = {"tp_size": 8, "allreduce.backend": "nccl", "env.NCCL_PROTO": "Simple"}
+    ll = {**base, "env.NCCL_PROTO": "LL"}
+    notice = [f"engine notice: {said}"]
+    rows = [dataclasses.replace(row(0, 100.0, base, is_baseline=True), config_key="base"),
+            dataclasses.replace(row(1, 102.0, {**base, "allreduce.backend": "custom"}, warnings=notice, server=fell),
+                                config_key="custom"),
+            dataclasses.replace(row(2, 130.0, ll), config_key="ll"),
+            dataclasses.replace(row(3, 133.0, {**ll, "allreduce.backend": "custom"}, warnings=notice, server=fell),
+                                config_key="custom-ll")]
+    job = SimpleNamespace(study="s", storage=f"journal:{tmp_path}/study.journal", report_dir=tmp_path,
+                          backend=SimpleNamespace(kind="command", settings={}), env={})
+    md = doc.render_markdown(build_blocks(job, rows, tmp_path, backend=backend(), bandwidth_bytes_s=BANDWIDTH)[0])
+    ran = section(md, "What the engine ran instead")
+    assert f"| allreduce.backend=custom (the engine ran nccl: {said}) | 1, 3 **(best config)** |" in ran
+    assert said in section(md, "Other trial warnings")
+    knobs = next(line for line in section(md, "Which knobs mattered").splitlines()
+                 if line.startswith("| allreduce.backend |"))
+    assert "custom vs nccl: no effect shown (2 matched pairs: 2 ran alike (the engine turned the value off))" in knobs
+    assert "custom (the engine ran nccl in 2 of 2 config(s)): 117.5 (n=2)" in knobs
+
+
 def test_nccl_verification_is_not_applicable_where_nccl_never_ran(tmp_path):
     """Issue 39: a CPU study's report said every NCCL setting was confirmed; NCCL never ran."""
     md, _ = spec_report(tmp_path, row(1, 700.0, {"env.NCCL_PROTO": "LL"}))

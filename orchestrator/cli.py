@@ -370,7 +370,7 @@ def cmd_status(args) -> int:
             print(orphaned, file=sys.stderr)
         return 0
     from orchestrator.study import race
-    from orchestrator.study.launches import load_note
+    from orchestrator.study.launches import HEADLINE, load_note
     from orchestrator.study.plan import build_plan, format_plan, format_verdict
 
     plan = build_plan(rows, job.objective)
@@ -391,7 +391,10 @@ def cmd_status(args) -> int:
             print(f"slo: {job.slo.describe()}")
             for line in infeasible_lines(rows):
                 print(f"  {line}")
-    for said in (race.said(race.outcomes(rows, job.objective), race.trial_numbers(rows)), load_note(rows)):
+    raced = race.said(race.outcomes(rows, job.objective), race.trial_numbers(rows))
+    level = HEADLINE if job.objective.goodput is not None else job.objective.levels[0]
+    drift = plan.evidence.drift(level).text() if plan.evidence is not None else ""
+    for said in (raced, load_note(rows), drift if drift not in raced else ""):  # the race says a drift itself
         if said:
             print(said)
     if orphaned:

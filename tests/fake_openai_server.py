@@ -57,7 +57,10 @@ or slow at random, or, with ``--launch-noise-seed S --launch-noise-counter FILE`
 of a sequence seeded by S (the counter file counts the launches that share it), so a study of
 such launches is the same study again. The log's first line says which (``launch: fast``).
 ``--speed-file PATH``: where that file exists at start, the launch's speed is multiplied by the
-number it holds (a machine that changed between a study and a later ``compare``).
+number it holds (a machine that changed between a study and a later ``compare``). ``--drift F
+--drift-start FILE``: a box that drifts, every launch slower by F a minute (its speed times (1 - F)
+to the power of the minutes since FILE's time, which the first launch sharing it writes): a box
+warming up, or a neighbour ramping its load, under every config alike.
 
 Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
 ``--exit-after N`` (exit 0 as request N + 1 arrives: N answered, then gone),
@@ -541,7 +544,31 @@ def _launch_speed(a: argparse.Namespace) -> float:
         with open(a.speed_file) as f:
             factor = float(f.read().strip())
         say(f"launch: speed x{factor:g} (from {a.speed_file})")
-    return factor * _noise_speed(a)
+    return factor * _noise_speed(a) * _drift_speed(a)
+
+
+def _drift_speed(a: argparse.Namespace) -> float:
+    """(1 - F) ** minutes since the drift's start file (module docstring, "Launch noise")."""
+    if not a.drift or not a.drift_start:
+        return 1.0
+    try:
+        fd = os.open(a.drift_start, os.O_WRONLY | os.O_CREAT | os.O_EXCL)  # the first launch: the start
+        os.write(fd, repr(time.time()).encode())
+        os.close(fd)
+    except FileExistsError:
+        pass
+    start = None
+    for _ in range(100):  # the first launch may be writing it
+        with open(a.drift_start) as f:
+            text = f.read().strip()
+        if text:
+            start = float(text)
+            break
+        time.sleep(0.01)
+    minutes = (time.time() - (start or time.time())) / 60.0
+    speed = (1.0 - a.drift) ** minutes
+    say(f"launch: drifted x{speed:.3f} ({minutes:.2f} min after the start)")
+    return speed
 
 
 def _noise_speed(a: argparse.Namespace) -> float:
@@ -603,6 +630,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--launch-noise-seed", type=int, default=None, metavar="S")
     p.add_argument("--launch-noise-counter", default=None, metavar="FILE")
     p.add_argument("--speed-file", default=None, metavar="PATH")
+    p.add_argument("--drift", type=float, default=0.0, metavar="F")
+    p.add_argument("--drift-start", default=None, metavar="FILE")
     a = p.parse_args(argv)
     if a.worker is not None:
         return _worker(a.worker, a.pid_dir, a.worker_dies_after)

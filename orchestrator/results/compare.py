@@ -6,9 +6,9 @@ order (baseline, best | best, baseline | ...), so the drift of the machine over 
 falls on both sides and a lucky single launch cannot carry the result. The ratio best /
 baseline at each concurrency comes with a confidence interval from the per-round ratios
 (``verdict.py``): "faster" or "slower" only when that interval lies off 1.0, otherwise
-"within noise" with the interval. Baseline and best being the same config (the baseline
-was never beaten) is never a verdict: the interval then measures the noise between
-launches of one config.
+"within noise" with the interval, and with no interval (one round) "not shown". Baseline and
+best being the same config (the baseline was never beaten) is never a verdict: the interval
+then measures the noise between launches of one config.
 
 While it runs it says, after every launch, what that launch measured at each level and the
 time to go (``core.pace``), and after every round the running verdict at each level; in a
@@ -336,7 +336,7 @@ def _rounds_done(data: dict[str, Any]) -> int:
 def check_constraints(rules: list[tuple[int, float]], data: dict[str, Any]) -> list[dict[str, Any]]:
     """The job's "best >= min_ratio x baseline at concurrency c" rules, judged like every verdict:
     VIOLATED only when the interval of best/baseline lies below min_ratio, met when it lies at
-    or above it, else within noise of the limit (``ok`` None)."""
+    or above it, else within noise of the limit, or not shown without an interval (``ok`` None)."""
     verdicts = []
     for c, min_ratio in rules:
         measured = str(c) in {str(x) for x in data.get("concurrency") or []}
@@ -346,6 +346,8 @@ def check_constraints(rules: list[tuple[int, float]], data: dict[str, Any]) -> l
             ok, state = None, "not measured"
         elif data.get("same_config"):  # the best is the baseline: its own ratio is 1 by definition
             ok, state = True, "met: same config"
+        elif not iv.bounded:  # no interval: nothing is shown either way
+            ok, state = None, f"{verdict.NOT_SHOWN}: {verdict.why_unbounded(iv)}"
         elif iv.bounded and iv.hi < min_ratio:  # type: ignore[operator]
             ok, state = False, "VIOLATED"
         elif iv.bounded and iv.lo >= min_ratio:  # type: ignore[operator]
@@ -438,6 +440,9 @@ def closing_lines(data: dict[str, Any], verdicts: dict[str, dict[str, Any]]) -> 
     if by.get(verdict.FASTER):
         lines.append(("p", "The best config is faster than the baseline beyond noise at concurrency "
                            + ", ".join(by[verdict.FASTER]) + "."))
+    if by.get(verdict.NOT_SHOWN):
+        lines.append(("p", f"Not shown at concurrency {', '.join(by[verdict.NOT_SHOWN])}: {n} round(s) give no "
+                           "interval there (it needs 2 rounds that measured both; more `--rounds`)."))
     if by.get(verdict.WITHIN_NOISE):
         lines.append(("p", f"Within noise at concurrency {', '.join(by[verdict.WITHIN_NOISE])}: {n} round(s) "
                            "cannot tell the two apart there (more `--rounds` narrow the interval)."))

@@ -41,10 +41,13 @@ each a header line of the line formats too.
 The figure (``figure``, ``value_tok_s``) is the median over every launch of the config
 (``study.launches``: its trials, the study's relaunches and race launches, the launches
 ``compare`` made), with their count, where a fresh launch should measure (95%, from the study's
-launch noise), and the verdict against the baseline over launches. Where that verdict is not
-beyond noise (``compare``'s fresh launches can make it so), where the race of the finalists could
-not break a tie (``study.race``: which configs tied), the header says so in a line of its own and
-``notes`` gives the lines the command line prints.
+launch noise), and the verdict against the baseline over launches, its ratio (``point``,
+``x_baseline``) the estimate its interval is built on (``verdict``: one estimator for both). Where
+that verdict is not beyond noise (``compare``'s fresh launches can make it so) or there is no
+interval to give one (the launch noise unknown: "not shown", never "within noise"), where the race
+of the finalists could not break a tie (``study.race``: which configs tied), where the box drifted
+during the study (``core.drift``: the figure will not repeat at another time), the header says so
+in a line of its own and ``notes`` gives the lines the command line prints.
 
 Which config is "best" (``choose``): for a job of one level, today's best (``history.best_rows``);
 ``level=N`` (``--concurrency N``), the best at level N of the objective (``study.plan``);
@@ -283,7 +286,7 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
     base = base if base is not None and base.state == COMPLETE and base.value is not None else None
     if choice.weights is not None:
         weights = choice.weights
-        values, noise = ev.mix_values(key, weights), ev.mix_noise(weights)
+        values, noise, drift = ev.mix_values(key, weights), ev.mix_noise(weights), ev.mix_drift(weights)
         fresh = ev.mix_fresh(key, weights)
         base_value = ev.mix_median(base.config_key, weights) if base is not None else None
         iv = ev.mix_interval(base.config_key, key, weights) if base is not None else None
@@ -292,6 +295,7 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
         level = choice.level if choice.level is not None else HEADLINE if obj.goodput is not None else \
             objectives.levels(obj)[0]
         values, noise, fresh = ev.values(key, level), ev.noise(level), ev.fresh(key, level)
+        drift = ev.drift(level)
         base_value = ev.median(base.config_key, level) if base is not None else None
         iv = ev.interval(base.config_key, key, level) if base is not None else None
         unit, contest = objectives.unit(level or 1), str(level)
@@ -303,6 +307,7 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
     out: dict[str, Any] = {
         "value": value, "unit": unit, "launches": len(values), "launch_values": values,
         "fresh_launch_95": list(fresh) if fresh else None, "launch_noise": noise.to_dict(),
+        "drift": drift.to_dict() if drift.drifted else None,
         "spread": _spread(row, choice.level),
         "baseline_trial": base.number if base is not None else None, "baseline_value": base_value,
         "compare_launches": sum(1 for r in ev.launches(key) if r.launch_role == COMPARE),
@@ -315,11 +320,10 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
     elif base is not None and iv is not None:
         same = base.config_key == key
         word = verdict.verdict(iv, same_config=same)
-        out["vs_baseline"] = {**iv.to_dict(), "point": value / base_value if value and base_value else None,
+        out["vs_baseline"] = {**iv.to_dict(), "point": iv.ratio,  # the interval's own estimate (``verdict``)
+                              "estimate": verdict.estimate_text(iv),
                               "verdict": word, "beyond_noise": word in (verdict.FASTER, verdict.SLOWER),
-                              "same_config": same,
-                              "text": verdict.describe(replace_ratio(iv, value / base_value if value and base_value
-                                                                    else None), same_config=same),
+                              "same_config": same, "text": verdict.describe(iv, same_config=same),
                               "compare_launches": sum(1 for r in ev.launches(base.config_key)
                                                       if r.launch_role == COMPARE)}
         fresh_iv = ev.compared(base.config_key, key, level) if choice.weights is None and not same else None
@@ -369,14 +373,10 @@ def _spread(row: TrialRow, level: int | None) -> float | None:
     return got.spread if got is not None else row.spread
 
 
-def replace_ratio(iv: verdict.RatioInterval, point: float | None) -> verdict.RatioInterval:
-    """The interval shown with the ratio of the figures (medians) as its point."""
-    return dataclasses.replace(iv, ratio=point) if point is not None and iv.ratio is not None else iv
-
-
 def notes(job: Any, rows: list[TrialRow], level: int | None = None, mix: bool = False) -> list[str]:
     """What the command line says beside an export: the exported config within noise of the
-    baseline (with how many fresh launches by ``compare``), a tie the race could not break."""
+    baseline (with how many fresh launches by ``compare``) or not shown to beat it (no interval), a
+    tie the race could not break and how it was broken, a box that drifted."""
     choice = choose(job, level, mix)
     best, tie = ranked(job, rows, choice, 1)
     if not best:
@@ -387,15 +387,18 @@ def notes(job: Any, rows: list[TrialRow], level: int | None = None, mix: bool = 
 
 def _warning_lines(fig: dict[str, Any], trial: int, *, said: bool = False) -> list[str]:
     """The export's warnings (``said``: the verdict's text is on a line above): within noise of the
-    baseline over every launch, or on ``compare``'s fresh launches alone; a tie the race left."""
+    baseline over every launch, or on ``compare``'s fresh launches alone; no interval to judge it by
+    (the launch noise unknown); a tie the race left; a box that drifted (its figure unrepeatable)."""
     out = []
     vs = fig.get("vs_baseline") or {}
     fresh_vs = fig.get("fresh_vs_baseline") or {}
     fresh = vs.get("compare_launches", 0) + fig.get("compare_launches", 0)
+    by = f" ({fresh} of the launches fresh from `ncclsweep compare`)" if fresh else ""
+    what = "" if said else f": {vs.get('text')}"
     if vs.get("verdict") == verdict.WITHIN_NOISE:  # not a same config, nor no figure to compare (no ratio)
-        by = f" ({fresh} of the launches fresh from `ncclsweep compare`)" if fresh else ""
-        what = "" if said else f": {vs['text']}"
         out.append(f"trial {trial} is WITHIN NOISE of the baseline{what}{by}: it is not shown to beat the baseline")
+    elif vs.get("verdict") == verdict.NOT_SHOWN:  # no interval: nothing is shown either way
+        out.append(f"trial {trial} is NOT SHOWN to beat the baseline{what}{by}")
     elif fresh_vs and not fresh_vs.get("beyond_noise"):
         out.append(f"trial {trial} is WITHIN NOISE of the baseline on the {fresh} launches fresh from `ncclsweep "
                    f"compare`: {fresh_vs['text']} (over every launch: {vs.get('text')}); the machine may have "
@@ -405,6 +408,9 @@ def _warning_lines(fig: dict[str, Any], trial: int, *, said: bool = False) -> li
         tied = ", ".join(f"trial {n}" for n in race["tied_trials"])
         out.append(f"TIE: the race of the finalists ({race['launches']} launches) could not tell trial {trial} from "
                    f"{tied}; any of them is as good on this evidence")
+    drift = (fig.get("drift") or {}).get("text")
+    if drift:
+        out.append(drift)
     return out
 
 
@@ -432,7 +438,7 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
         "figure": fig,
         "baseline_trial": base.number if base else None,
         "baseline_tok_s": base_value,
-        "x_baseline": (headline["value"] / base_value) if base_value and headline["value"] is not None else None,
+        "x_baseline": (headline.get("vs_baseline") or {}).get("point"),  # the verdict's own estimate
         "tie_break": tie.to_dict() if tie is not None and tie.chosen.config_key == row.config_key else None,
         "prompts": row.prompt_set or None,  # the decode prompts the figures were measured on
         "acceptance_rate": row.acceptance_rate,

@@ -7,9 +7,10 @@ several levels (``objective.concurrency``) answers, from its rows (``history.tri
 - per level: the best config there (ranked like ``history.best_rows``: only what
   ``outcome.rankable`` allows, by the median over every launch of a config), its figure there
   (that median, over how many launches), its ratio to the baseline at that level with its
-  interval and verdict over launches (``study.launches``: "faster" only beyond that level's
-  launch noise), and how the *anchor* (the best at the lowest level, what a single-request study
-  would crown) does there, against the baseline and against that level's best;
+  interval and verdict over launches (the ratio is the interval's own estimate; ``study.launches``:
+  "faster" only beyond that level's launch noise), and how the *anchor* (the best at the lowest
+  level, what a single-request study would crown) does there, against the baseline and against
+  that level's best;
 - the Pareto set across levels (configs no other config beats or ties at every level, on
   medians);
 - with ``objective.weights``, the best for the traffic mix (``objective.mix_value``) and its
@@ -32,7 +33,7 @@ whose best is ``history.best_rows``' best.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.config.job import Objective
@@ -123,16 +124,19 @@ def prune_thresholds(rows: list[TrialRow], levels: tuple[int, ...] | list[int],
 # ---- the plan -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Comparison:
-    """``row`` against ``other`` (the baseline, a level's best) at one level or for the mix:
-    ``point`` the ratio of their figures (medians over launches: what the plan's numbers show),
-    ``interval`` the interval of the ratio over their launches (``launches.Evidence``), which
-    alone decides the verdict."""
+    """``row`` against ``other`` (the baseline, a level's best) at one level or for the mix: the
+    interval of the ratio over their launches (``launches.Evidence``), which alone decides the
+    verdict, and whose own estimate is the ratio shown (``point``): one estimator for both."""
 
     row: TrialRow
     other: TrialRow
     interval: RatioInterval
     same_config: bool
-    point: float | None = None
+
+    @property
+    def point(self) -> float | None:
+        """The ratio shown: the interval's own estimate (never a ratio of medians beside it)."""
+        return self.interval.ratio
 
     @property
     def verdict(self) -> str:
@@ -144,10 +148,9 @@ class Comparison:
 
     @property
     def text(self) -> str:
-        """'4.58x faster (95% CI 4.10-5.11x)', '0.98x, within noise (...)', '..., same config'."""
-        shown = replace(self.interval, ratio=self.point) if self.point is not None and self.interval.ratio else \
-            self.interval
-        return verdict.describe(shown, same_config=self.same_config)
+        """'4.58x faster (95% CI 4.10-5.11x)', '0.98x, within noise (...)', '..., same config',
+        '2.19x, not shown: launch noise unknown (no config launched twice)'."""
+        return verdict.describe(self.interval, same_config=self.same_config)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.interval.to_dict(), "point": self.point, "trial": self.row.number,
@@ -157,9 +160,8 @@ class Comparison:
 def _compare(evidence: Evidence, row: TrialRow | None, other: TrialRow | None, level: int) -> Comparison | None:
     if row is None or other is None:
         return None
-    a, b = evidence.median(other.config_key, level), evidence.median(row.config_key, level)
     return Comparison(row, other, evidence.interval(other.config_key, row.config_key, level),
-                      row.config_key == other.config_key, point=b / a if a and b is not None else None)
+                      row.config_key == other.config_key)
 
 
 @dataclass(frozen=True)
@@ -449,11 +451,9 @@ def build_plan(rows: list[TrialRow], objective: Objective | None) -> Plan:
         if mix is not None:
             mix_val = evidence.mix_median(mix.config_key, obj.weights)
             mix_n = len(evidence.mix_values(mix.config_key, obj.weights))
-            base_mix = evidence.mix_median(base.config_key, obj.weights) if base is not None else None
             if base is not None:
                 mix_vs = Comparison(mix, base, evidence.mix_interval(base.config_key, mix.config_key, obj.weights),
-                                    mix.config_key == base.config_key,
-                                    point=mix_val / base_mix if mix_val is not None and base_mix else None)
+                                    mix.config_key == base.config_key)
     return Plan(levels=levels, weights=dict(obj.weights) if obj.weights else None, baseline=base, anchor=anchor,
                 per_level=tuple(per_level), pareto=tuple(pareto(rows, levels, slo)), mix=mix, mix_vs_baseline=mix_vs,
                 mix_value=mix_val, mix_launches=mix_n, evidence=evidence, slo=slo,

@@ -140,8 +140,20 @@ def test_goodput_crowns_b_and_finds_each_configs_crossing(tmp_path, capsys):
     assert "## Goodput: the most streams within the SLO" in md and (job.report_dir / "latency.png").stat().st_size
     assert "![Throughput and p99 latency against concurrency](latency.png)" in md
     assert cli.main(["export", str(job_path), "--format", "json"]) == 0
-    prov = json.loads(capsys.readouterr().out)["provenance"]
+    out, err = capsys.readouterr()
+    prov = json.loads(out)["provenance"]
     assert prov["goodput"]["holds"] == 24 and prov["goodput"]["baseline"]["holds"] == a.holds
+    # one launch per config (``relaunch: 0``): the launch noise is unknown, so no command says "within noise"
+    # of it (issue 48): the export's verdict is not shown, and says why
+    vs = prov["figure"]["vs_baseline"]
+    assert vs["verdict"] == "not shown" and vs["text"].endswith("x, not shown: launch noise unknown (no config "
+                                                                "launched twice)")
+    assert f"trial {b.row.number} is NOT SHOWN to beat the baseline" in err
+    assert cli.main(["export", str(job_path), "--format", "env"]) == 0
+    env_out, env_err = capsys.readouterr()
+    assert cli.main(["status", str(job_path)]) == 0
+    told = "\n".join([*said, md, out, err, env_out, env_err, capsys.readouterr().out])
+    assert "within noise" not in told.lower() and "not shown: launch noise unknown" in env_out
     assert not list(tmp_path.rglob("servers/*.json"))  # every server it started was ended
 
 

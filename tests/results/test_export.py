@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import statistics
 from dataclasses import replace
@@ -23,6 +24,7 @@ from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.core.records import COMPLETE, TrialRow, config_key
 from orchestrator.results.export import FORMATS, choose, export, load_config_file, nccl_tuner_rules, notes
 from orchestrator.study import history, storage
+from orchestrator.study.launches import Evidence
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +46,8 @@ def test_env(built):
     comments = [line for line in text.splitlines() if line.startswith("#")]
     blob = "\n".join(comments)
     for needle in ("study demo, trial 2", "# value: 57.000 tok/s single-request decode, the median of 1 launch",
-                   "+-1.0%", "# vs baseline trial 0 (17.50): 3.26x, within noise (no interval: launch noise not",
-                   "# trial 2 is WITHIN NOISE of the baseline: it is not shown to beat the baseline", "refserver",
+                   "+-1.0%", "# vs baseline trial 0 (17.50): 3.29x, not shown: launch noise unknown yet (2 launches",
+                   "# trial 2 is NOT SHOWN to beat the baseline", "refserver",
                    "NCCL 2.21.5", "CUDA 12.4", "driver 550.54.15", "NVIDIA H200", "model: tiny",
                    "graph_capture=1 tp_size=2 max_batch=8"):
         assert needle in blob, needle
@@ -73,9 +75,11 @@ def test_yaml_json_round_trip(built, tmp_path, fmt):
     doc = json.loads(text) if fmt == "json" else yaml.safe_load(text)
     prov = doc["provenance"]
     assert prov["trial"] == 2 and prov["study"] == "demo" and prov["value_tok_s"] == 57.0
-    # the figures are medians over launches: the baseline's config was launched twice (20 and 15 tok/s)
-    assert prov["spread"] == pytest.approx(0.01) and prov["x_baseline"] == pytest.approx(57 / 17.5)
-    assert prov["figure"]["launches"] == 1 and prov["figure"]["vs_baseline"]["verdict"] == "within noise"
+    # the figures are medians over launches: the baseline's config was launched twice (20 and 15 tok/s); the
+    # ratio is the one its interval is of, of the geometric means (issue 48: one estimator for both)
+    assert prov["spread"] == pytest.approx(0.01) and prov["x_baseline"] == pytest.approx(57 / math.sqrt(20 * 15))
+    vs = prov["figure"]["vs_baseline"]
+    assert prov["figure"]["launches"] == 1 and vs["verdict"] == "not shown" and vs["point"] == vs["ratio"]
     assert prov["backend"] == {"kind": "refserver", "version": "refserver 0.1.0"}
     assert prov["nccl_version"] == "2.21.5" and prov["cuda_version"] == "12.4"
     assert prov["driver_version"] == "550.54.15" and prov["gpu_model"] == "NVIDIA H200" and prov["model"] == "tiny"
@@ -291,7 +295,8 @@ def test_without_an_option_a_plan_names_the_level_it_chose(jobs):
     assert "# chosen for level 1 (the default for a plan, its lowest level; --concurrency N exports another of " \
            "1, 10, 64): 433.900 decode tok/s, 4.58x the baseline\n" in text
     assert "# value: 433.900 decode tok/s, the median of 1 launch" in text
-    assert "# vs baseline trial 0 (94.70): 4.58x, within noise (no interval: launch noise not measured" in text
+    assert "# vs baseline trial 0 (94.70): 4.58x, not shown: launch noise unknown (no config launched twice)" in text
+    assert "within noise" not in text and "WITHIN NOISE" not in text
     text = export(mix, ROWS, "json")
     obj = json.loads(text)["provenance"]["objective"]
     assert obj["mix"] == {"1": 0.2, "10": 0.4, "64": 0.4} and obj["level"] is None
@@ -716,6 +721,38 @@ def test_the_engines_notices_of_the_measured_launch_are_in_the_header_and_proven
         assert "# engine notice: Async scheduling not supported with ngram-based speculative decoding and will be " \
                "disabled.\n" in text and "# engine notice: two | lines; touch X\n" in text
         assert "no notice" not in text
+
+
+# ---- issue 48: one estimator for a ratio's point and its interval ------------------------------------------
+def test_the_kept_h200_race_study_exports_one_estimate_and_its_interval(tmp_path):
+    """The kept H200 race study (docs/gpu/h200-vllm-1b-race) exported `5.56x faster (95% CI 3.92-6.64x)`: a
+    ratio of medians (point 5.557) beside an interval centred on the geometric means' (5.102); relaunched and
+    measured by `vllm bench serve` the pair gave 4.86x. Its export now prints the estimate its interval is of."""
+    repo = Path(__file__).resolve().parents[2]
+    src = repo / "jobs" / "h200-vllm-1b-race.yaml"
+    doc = yaml.safe_load(src.read_text())
+    doc["space"] = str((src.parent / doc["space"]).resolve())
+    doc.pop("output_dir", None)
+    doc["report_dir"], doc["storage"] = str(tmp_path), f"journal:{tmp_path / 'study.journal'}"
+    (tmp_path / "study.journal").write_bytes((repo / "docs/gpu/h200-vllm-1b-race/study.journal").read_bytes())
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    job = load_job(tmp_path / "job.yaml")
+    rows = history.trial_rows(storage.open_study(job, create=False))
+    prov = yaml.safe_load(export(job, rows, "yaml"))["provenance"]
+    vs = prov["figure"]["vs_baseline"]
+    # one estimate: the point is the interval's own, the ratio of the launches' geometric means (at its centre)
+    ev = Evidence(rows)
+    best, base = (next(r for r in rows if r.number == n) for n in (prov["trial"], prov["figure"]["baseline_trial"]))
+    means = [math.exp(statistics.fmean(map(math.log, ev.values(r.config_key, 1)))) for r in (base, best)]
+    assert vs["point"] == vs["ratio"] == prov["x_baseline"] == pytest.approx(means[1] / means[0])
+    assert vs["point"] == pytest.approx(math.sqrt(vs["lo"] * vs["hi"]))  # the t interval, symmetric on logs
+    assert vs["point"] == pytest.approx(5.102, abs=0.001) and vs["verdict"] == "faster"
+    said = f"{vs['point']:.2f}x faster (95% CI {vs['lo']:.2f}-{vs['hi']:.2f}x"
+    assert vs["text"].startswith(said) and said == "5.10x faster (95% CI 3.92-6.64x"
+    for fmt in ("env", "cmd"):  # the header's line and its "chosen for" line: the same estimate, never 5.56x
+        text = export(job, rows, fmt)
+        assert f"# vs baseline trial {base.number} (87.16): {said}" in text and ", 5.10x the baseline" in text
+        assert "5.56x" not in text
 
 
 VLLM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"

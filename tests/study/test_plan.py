@@ -16,7 +16,7 @@ from plan_rows import EAGER, PLAN, UP_TO_8, UP_TO_64, race_tied_at_one, relaunch
 from orchestrator.config.job import Objective
 from orchestrator.core.records import FAIL, TrialRow
 from orchestrator.core.slo import Slo, Targets
-from orchestrator.core.verdict import FASTER, SAME_CONFIG, SLOWER, WITHIN_NOISE
+from orchestrator.core.verdict import FASTER, NOT_SHOWN, SAME_CONFIG, SLOWER, WITHIN_NOISE
 from orchestrator.study.history import best_rows
 from orchestrator.study.plan import (
     best_at,
@@ -50,11 +50,14 @@ def issue_table(relaunched: bool = True) -> list[TrialRow]:
 
 def test_one_launch_each_is_no_verdict_launch_noise_unknown():
     """Repeats within one launch are not what a relaunch measures: with every config launched once
-    the launch noise is unknown, so no level's verdict is beyond noise, and the text says why."""
+    the launch noise is unknown, so no level's verdict is shown (neither beyond nor within a noise nobody
+    measured), the text says why, and its ratio is the interval's own estimate."""
     plan = build_plan(issue_table(relaunched=False), PLAN)
     for lv in (1, 10, 64):
-        assert plan.at(lv).vs_baseline.verdict == WITHIN_NOISE and not plan.at(lv).vs_baseline.interval.bounded
-        assert "no interval: launch noise not measured yet" in plan.at(lv).vs_baseline.text
+        vs = plan.at(lv).vs_baseline
+        assert vs.verdict == NOT_SHOWN and not vs.interval.bounded and "within noise" not in vs.text
+        assert vs.text.endswith("x, not shown: launch noise unknown (no config launched twice)")
+        assert vs.point == vs.interval.ratio and vs.to_dict()["point"] == vs.interval.ratio
         assert plan.at(lv).best_launches == 1 and plan.at(lv).best_fresh is None
 
 

@@ -325,9 +325,11 @@ async def _drain(resp: aiohttp.ClientResponse) -> None:
 
 
 async def _exchange(session: aiohttp.ClientSession, req: _Request, st: _Stream, stall_s: float | None) -> None:
-    """Send the request, feed ``st`` each ``data:`` line, stamped when the read that delivered
-    the piece completing it returned; a read (the response's head, or a piece of its body) that
-    waits longer than ``stall_s`` raises ``_Stalled``."""
+    """Send the request, feed ``st`` each ``data:`` line, stamped as it is taken (as vLLM's
+    benchmark stamps each message: lines that came in one read get stamps of their own, in order,
+    so a client that fell behind still sees a span, never a whole stream at one instant); a read
+    (the response's head, or a piece of its body) that waits longer than ``stall_s`` raises
+    ``_Stalled``."""
     async with await _within(session.post(req.url, data=req.body), stall_s) as resp:
         if resp.status != 200:
             raw = b""
@@ -337,11 +339,10 @@ async def _exchange(session: aiohttp.ClientSession, req: _Request, st: _Stream, 
             return
         tail = b""
         while piece := await _within(resp.content.readany(), stall_s):
-            now = time.monotonic()
             *lines, tail = (tail + piece).split(b"\n")
             for line in lines:
                 payload = _sse_payload(line)
-                if payload is not None and st.feed(now, payload):
+                if payload is not None and st.feed(time.monotonic(), payload):
                     if st.done:
                         await _drain(resp)
                     return

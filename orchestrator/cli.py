@@ -29,7 +29,8 @@ a night, start to end:
   ncclsweep status JOB.yaml        every trial so far
   ncclsweep report JOB.yaml        report.md / report.html beside the study
   ncclsweep compare JOB.yaml       baseline vs best at several concurrencies
-  ncclsweep export JOB.yaml --format env     the best config, ready to deploy
+  ncclsweep export JOB.yaml        the best config, ready to deploy: environment and launch
+                                   command as a sh script (--format env|yaml|json|nccl-tuner)
                                    (a plan: --concurrency N for the best at N, --mix)
 
 exit codes: 0 success, 1 runtime failure, 2 bad input, 130 stopped by a signal.
@@ -88,7 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("export", "export the best configuration(s)")
     s.add_argument("job")
-    s.add_argument("--format", required=True, choices=["env", "yaml", "json", "cmd", "nccl-tuner"])
+    s.add_argument("--format", default="cmd", choices=["env", "yaml", "json", "cmd", "nccl-tuner"],
+                   help="cmd (the default): the deploy artifact, a sh script of the environment and the launch "
+                        "command; env: its environment half; yaml, json: the config with its provenance; "
+                        "nccl-tuner: NCCL tuner rules")
     s.add_argument("--top", type=int, default=1)
     which = s.add_mutually_exclusive_group()
     which.add_argument("--concurrency", metavar="N[@CONTEXT]",

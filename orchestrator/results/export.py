@@ -11,9 +11,10 @@ COMPLETE, counted, never a config that failed the correctness gate) as
 - ``yaml``/``json`` one document per config: ``config`` (the exact flat config, readable
                  back by ``load_config_file`` for ``ncclsweep bench --config``), ``env`` and
                  ``provenance``. ``--top K``: K YAML documents, or a JSON list of K objects.
-- ``cmd``        the deploy artifact: a ``sh`` script of the full shell-quoted launch command
-                 (env assignments, then argv), its header saying the address it listens on
-                 (``host``/``port``, default 0.0.0.0:8000: every interface).
+- ``cmd``        the deploy artifact (``ncclsweep export``'s default format): a ``sh`` script of
+                 the full shell-quoted launch command (env assignments, then argv), its header
+                 saying the address it listens on (``host``/``port``, default 0.0.0.0:8000:
+                 every interface).
 - ``nccl-tuner`` a rules file for NCCL's example tuner plugin: rules per measured size range
                  from the pre-screen's sweep where it ran at the winner's TP
                  (``tuner_sweep_rules``), else one rule from the winner's settings

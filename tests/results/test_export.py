@@ -517,8 +517,9 @@ def test_the_documents_carry_the_hostile_strings_as_data(hostile, fmt, tmp_path)
 
 
 def test_the_cmd_export_says_where_it_listens_and_takes_host_and_port(tmp_path, capsys):
-    """`export --format cmd` is a sh script whose header says the address it binds (0.0.0.0:8000
-    by default: every interface); --host/--port write it for another address."""
+    """`export --format cmd`, what `export` writes without --format, is a sh script whose header says
+    the address it binds (0.0.0.0:8000 by default: every interface); --host/--port write it for
+    another address."""
     from orchestrator.cli import main
 
     job_path = write_job(tmp_path, study="where")
@@ -529,7 +530,10 @@ def test_the_cmd_export_says_where_it_listens_and_takes_host_and_port(tmp_path, 
     fx.record(study, policy, config, fx.ok(config, 20.0), baseline=True,
               choices={"tp_size": [1], "backend.threads": [1]})
     assert main(["export", str(job_path), "--format", "cmd"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    cmd = capsys.readouterr().out
+    assert main(["export", str(job_path)]) == 0  # no --format: the deploy artifact (issue 50)
+    assert capsys.readouterr().out == cmd
+    lines = cmd.splitlines()
     assert lines[0] == "#!/bin/sh" and "the deploy artifact" in lines[1]
     assert lines[2].startswith("# the server listens on 0.0.0.0:8000 (every network interface of this machine)")
     argv = shlex.split([ln for ln in lines if ln and not ln.startswith("#")][0])

@@ -369,7 +369,14 @@ def cmd_status(args) -> int:
     rows = trial_rows(open_study(job, create=False))
     orphaned = _orphaned_trials(job, rows)
     if args.json:
-        print(json.dumps([r.to_json() for r in rows], indent=2, default=str))
+        listed = [r.to_json() for r in rows]
+        if job.objective.goodput is not None:  # each config's capacity, its curve and its price
+            from orchestrator.study.goodput import goodput_answer
+
+            capacities = {c.row.number: c.to_dict()
+                          for c in goodput_answer(rows, job.objective, job.pricing()).configs}
+            listed = [{**rec, "capacity": capacities.get(rec["number"])} for rec in listed]
+        print(json.dumps(listed, indent=2, default=str))
         if orphaned:
             print(orphaned, file=sys.stderr)
         return 0
@@ -386,7 +393,7 @@ def cmd_status(args) -> int:
         if job.objective.goodput is not None:  # the goodput answer is its verdict, not a figure at one stream
             from orchestrator.study.goodput import format_goodput, goodput_answer
 
-            print(format_goodput(goodput_answer(rows, job.objective)))
+            print(format_goodput(goodput_answer(rows, job.objective, job.pricing())))
         else:
             print(format_verdict(plan))
         if job.objective.goodput is None and job.slo:

@@ -37,6 +37,9 @@ sequences preempted and recomputed: a knee in TPOT at N, which a loaded client's
 cannot move as they move a crossing on ``--stream-cost``'s slope; both are set by the streams in
 flight as the server counts them and paced by sleeping to absolute times), ``--slow-after N:F`` (the
 streamed requests after the N-th are F times slower: a server that degrades mid-benchmark),
+``--capture-sizes 1,2,..,64 --eager-factor F`` (with more streams in flight than the largest
+captured size each token takes F times as long: the batch runs without its CUDA graphs, as vLLM's
+does, and the total tok/s falls off a cliff above it; the log's first lines say what was captured),
 ``--fail-above N`` (a stream that would make more than N in flight is answered HTTP 500: a
 config that breaks under load), ``--context-cost S`` (each token of a request takes S more per
 1000 words of its prompt, as attention over a long context slows every decode step, and its
@@ -406,12 +409,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def _token_delay(self, delay: float) -> float:
         """One token's delay now: the base, plus ``--stream-cost`` per other stream in flight, plus
-        ``--overflow``'s cost past its room."""
+        ``--overflow``'s cost past its room, all ``--eager-factor`` times as long past the largest
+        captured batch."""
         srv = self.server
         crowd = srv.in_flight  # type: ignore[attr-defined]
         room, over = srv.overflow  # type: ignore[attr-defined]
-        return (delay + srv.stream_cost * max(0, crowd - 1)  # type: ignore[attr-defined]
-                + (over if room is not None and crowd > room else 0.0))
+        graphs = srv.graphs_up_to  # type: ignore[attr-defined]
+        eager = srv.eager_factor if graphs is not None and crowd > graphs else 1.0  # type: ignore[attr-defined]
+        return eager * (delay + srv.stream_cost * max(0, crowd - 1)  # type: ignore[attr-defined]
+                        + (over if room is not None and crowd > room else 0.0))
 
     def _stream_tokens(self, body: dict, fake: dict, delay: float, ttft: float) -> None:
         hang_after = fake.get("hang_after")
@@ -444,7 +450,8 @@ class Handler(BaseHTTPRequestHandler):
                 self._chunk(b"data: [DONE]\n\n")
                 self._chunk(b"")
                 return
-            if self.server.stream_cost or self.server.overflow[0] is not None:  # type: ignore[attr-defined]
+            if self.server.stream_cost or self.server.overflow[0] is not None \
+                    or self.server.graphs_up_to is not None:  # type: ignore[attr-defined]
                 due = t_first if i == 0 else due + self._token_delay(delay)  # noqa: F821 - set at i == 0
             else:
                 due = t_first + i * delay
@@ -625,6 +632,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefix-cache", action="store_true")
     p.add_argument("--max-model-len", type=int, default=None, metavar="N")
     p.add_argument("--slow-after", default=None, metavar="N:F")
+    p.add_argument("--capture-sizes", default=None, metavar="N,N,...")
+    p.add_argument("--eager-factor", type=float, default=1.0, metavar="F")
     p.add_argument("--fail-above", type=int, default=None, metavar="N")
     p.add_argument("--launch-noise", type=float, default=0.0, metavar="F")
     p.add_argument("--launch-noise-seed", type=int, default=None, metavar="S")
@@ -675,6 +684,12 @@ def main(argv: list[str] | None = None) -> int:
     httpd.slow_after = (int(n), float(f)) if n else (None, 1.0)  # type: ignore[attr-defined]
     room, _, over = (a.overflow or ":").partition(":")
     httpd.overflow = (int(room), float(over)) if room else (None, 0.0)  # type: ignore[attr-defined]
+    sizes = [int(x) for x in (a.capture_sizes or "").split(",") if x.strip()]
+    httpd.graphs_up_to = max(sizes) if sizes else None  # type: ignore[attr-defined]
+    httpd.eager_factor = a.eager_factor  # type: ignore[attr-defined]
+    if sizes:
+        say(f"fake server: CUDA graphs captured for batches of {','.join(map(str, sizes))}; eager above "
+            f"({a.eager_factor:g}x a token)")
     say(f"fake server listening on {a.host}:{a.port}")
     threading.current_thread().name = "fake-openai"
     try:

@@ -173,6 +173,13 @@ class CommandBackend(Backend):
     def gpus_per_trial(self, config: Config) -> int:
         return int(self._values(config)["gpus"])
 
+    def gpus_occupied(self, config: Config, gpus_per_node: int) -> int:
+        """TP x PP where the template passes them on ({tp_size}, {pp_size} or {gpus}); else the
+        command may run on any of the node's GPUs: it takes the node."""
+        if {"tp_size", "pp_size", "gpus"} & {name for name, _ in placeholders(self.argv)}:
+            return self.gpus_per_trial(config)
+        return gpus_per_node
+
     def check_config(self, config: Config) -> None:
         file = self.job_file
         common.positive_int(config, "tp_size", file)

@@ -214,7 +214,7 @@ def judge_slo(result: TrialResult, judge: Callable[[Measurement], Judged] | None
     each level a COMPLETE trial breaks them at is a warning; one that counts nowhere for the
     objective stays COMPLETE (it was measured) but is infeasible (``slo_violations``, and
     ``slo_excess``: how far over), never ranked, and the sampler learns by how much. The
-    goodput bisection breaks them above its crossing by design: only a config that holds them
+    goodput search breaks them above its capacity point by design: only a config that holds them
     nowhere is said."""
     if judge is None or result.outcome != COMPLETE or result.measurement is None:
         return result

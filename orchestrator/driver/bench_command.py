@@ -110,9 +110,15 @@ def format_result(result: TrialResult) -> str:
         lines.append(f"decode: {one.value:.1f} tok/s (median of {len(one.samples)}: {samples}; "
                      f"cv {100 * (one.cv or 0):.1f}%)")
     lines.extend(f"level {level_text(lv)}" for lv in levels.values())
-    if got is not None and got.goodput is not None:  # the goodput objective's bisection
-        lines.append(f"goodput: {got.goodput.describe()}, {got.value or 0:.1f} total tok/s there "
-                     f"(probed {', '.join(map(str, got.goodput.probes))})")
+    if got is not None and got.goodput is not None:  # the goodput objective's search over the load
+        g = got.goodput
+        if g.bisection:
+            lines.append(f"goodput: {g.describe()}, {got.value or 0:.1f} total tok/s there "
+                         f"(probed {', '.join(map(str, g.probes))})")
+        else:
+            lines.append(f"goodput: {g.describe(got.value if g.holds is not None else None)} "
+                         f"(probed {', '.join(map(str, g.probes))})")
+            lines.extend(f"regime: {m.describe()}" for m in g.marks)
     if got is not None and got.lengths is not None:
         lines.append(f"lengths: {got.lengths.describe()}")
     verdict = result.correctness

@@ -200,7 +200,7 @@ class Progress:
         lead = ""  # said whole before a clipped reason (a failure's outcome)
         if result.outcome == COMPLETE and reached is not None:  # goodput: where the SLO stopped holding
             ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
-            what = (f"{reached.describe()} at {result.value:.1f} total tok/s{ratio}" if reached.holds is not None
+            what = (f"{reached.describe(result.value)}{ratio}" if reached.holds is not None
                     else f"{reached.describe()}: infeasible")
         elif result.outcome == COMPLETE:
             ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""

@@ -19,7 +19,7 @@ within launch noise of it, relaunched in interleaved rounds until the order is d
 ``budget.confirm`` launches are spent). Both are uncounted trials of the study; a run that
 finds its search's budget spent continues the relaunches (until the launch noise is known) and
 the race a stopped run left. A goodput study (``objective.goodput``) does neither: its answer
-is where each config stops holding the SLO (``study.goodput``), its figure the median over its
+is each config's capacity within the SLO (``study.goodput``), its figure the median over its
 launches (``launches.HEADLINE``). A write into the study's folder
 that fails (disk full, quota, read-only) stops the run with one line naming the folder and
 the cause; what was recorded before stays readable and resumable.
@@ -936,7 +936,8 @@ class StudyDriver:
             return None
         rows = self.policy.rows()
         plan = build_plan(rows, self.job.objective) if self.job.objective.is_plan else None
-        goodput = goodput_answer(rows, self.job.objective) if self.job.objective.goodput is not None else None
+        goodput = (goodput_answer(rows, self.job.objective, self.job.pricing())
+                   if self.job.objective.goodput is not None else None)
         return self.progress.best_summary(self.policy.best_row(), self.policy.baseline_row(), plan=plan,
                                           rows=rows, objective=self.job.objective, goodput=goodput)
 

@@ -11,7 +11,9 @@ constraints read), the prompts and the rounds. ``measure`` runs:
    prompt once (a decode tok/s sample per request). Level N sustains N streams, each sending
    ``plan.waves`` requests back to back through the prompts, and takes one total tok/s sample
    per round from the steady-state window (``core.measurement.steady_window``: the tokens that
-   arrived while all N streams were in flight, so the ramp and the tail are not in it). Every
+   arrived while all N streams were in flight, so the ramp and the tail are not in it), and from
+   the same requests the whole run's figure ``vllm bench serve`` reports (every output token over
+   the last end minus the first start: ``LevelResult.whole_run_tok_s``). Every
    request's TTFT, TPOT, inter-chunk gaps and end-to-end latency go into the level's
    percentiles. ``/metrics`` is read around each level's round (what speculative decoding
    accepted; the share of the prompt tokens the server's prefix cache answered there);
@@ -58,7 +60,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from orchestrator.core import prometheus, slo
+from orchestrator.core import capacity, prometheus, slo
 from orchestrator.core.level import context_of, streams
 from orchestrator.core.measurement import (
     Distribution,
@@ -78,12 +80,7 @@ from orchestrator.node.spec import PACE_FACTOR, BenchPlan
 
 METRICS_TIMEOUT_S = 5.0
 STALLED_MARK = "streams stalled"  # in a concurrent round's error: some of its streams went silent
-# Goodput: the bisection stops when the bracket around the crossing is at most this share of the
-# highest concurrency that held (exact below 20 streams): closer than that, the latency
-# percentiles of neighbouring concurrencies differ less than their own noise. Up to 64 streams
-# that is 1, 64, then 4 or 5 halvings: about 7 levels measured in one launch.
-GOODPUT_STEP = 0.1
-GOODPUT_PACE_PROBES = 3  # the limit's guess of a bisection's rounds: 1, then the top level 3 times over
+GOODPUT_PACE_PROBES = 3  # the limit's guess of the capacity search's refinement: the top level 3 times over
 
 # (level, requests done, requests of this level's round), told with 0 done as a round begins
 Progress = Callable[[int, int, int], None]
@@ -106,6 +103,7 @@ class _Level:
     prompt_tokens: list[int] = field(default_factory=list)  # each request's prompt, as the server counted it
     asked: list[int | None] = field(default_factory=list)  # the output tokens each request asked for
     cache: list[tuple[float, float]] = field(default_factory=list)  # per round: prompt tokens looked up, found
+    whole_run: list[float] = field(default_factory=list)  # per round at N > 1: output tok/s over the whole run
 
     def count_cache(self, before: dict[str, float] | None, after: dict[str, float] | None) -> None:
         """What the server's prefix cache answered during one round of this level (between the
@@ -146,7 +144,8 @@ class _Level:
             acceptance_rate=acceptance.get("acceptance_rate"),
             mean_accepted_length=acceptance.get("mean_accepted_length"),
             input_tokens=statistics.median(self.prompt_tokens) if input_tokens and self.prompt_tokens else None,
-            prefix_cache_hit_rate=sum(h for _, h in self.cache) / looked_up if looked_up else None)
+            prefix_cache_hit_rate=sum(h for _, h in self.cache) / looked_up if looked_up else None,
+            whole_run_tok_s=statistics.median(self.whole_run) if self.whole_run else None)
 
 
 @dataclass
@@ -399,7 +398,7 @@ def measure(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
             prune_below: Mapping[int, float] | None = None, progress: Progress | None = None) -> Benchmark:
     """Measure every level of ``plan`` (module docstring); never raises for what the server does.
     ``deadline``: the benchmark's limit at least (``timeouts.bench`` from its start); the pace
-    measured may extend it. A plan with ``goodput`` bisects over concurrency instead (``goodput``)."""
+    measured may extend it. A plan with ``goodput`` searches the load axis instead (``goodput``)."""
     if plan.goodput is not None:
         return goodput(base_url, model, plan, deadline=deadline, metrics_url=metrics_url, progress=progress)
     objective = sorted(plan.levels)
@@ -414,47 +413,35 @@ def measure(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
 
 def goodput(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metrics_url: str | None = None,
             progress: Progress | None = None) -> Benchmark:
-    """The goodput objective's measurement (module docstring): each concurrency the bisection
-    picks (``bisect_next``) measured as a level, in full, judged against ``plan.slo``
-    (``core.slo.holds``), up to ``plan.goodput`` streams; the crossing in ``Measurement.goodput``."""
+    """The goodput objective's measurement: each concurrency the capacity search picks
+    (``core.capacity.next_probe``: the coarse sweep with the server's regime marks, ``plan.marks``,
+    then refinement) measured as a level, in full, judged against ``plan.slo`` (``core.slo.holds``),
+    up to ``plan.goodput`` streams; the capacity point and every probe's verdict in
+    ``Measurement.goodput``."""
     top = int(plan.goodput or 1)
-    run = _Session(base_url, model, plan, deadline, metrics_url, progress, [1] + [top] * GOODPUT_PACE_PROBES)
+    marks = tuple(plan.marks)
+    run = _Session(base_url, model, plan, deadline, metrics_url, progress,
+                   capacity.coarse(top, marks) + [top] * GOODPUT_PACE_PROBES)
     failed = run.warm_up()
     if failed is not None:
         return failed
-    probes: list[int] = []
-    held, broke = 0, None
-    nxt: int | None = 1
+    seen: dict[int, capacity.Probe] = {}
+    order: list[int] = []
+    nxt = capacity.next_probe(seen, top, marks)
     while nxt is not None:
         got = run.rounds([nxt], [], None)
         if isinstance(got, Benchmark):
             return got
-        probes.append(nxt)
-        if slo.holds(run.acc[nxt].freeze(), plan.slo):
-            held = nxt
-        else:
-            broke = nxt
-        run.goodput = GoodputResult(top, tuple(probes), holds=held or None, breaks=broke)
+        level = run.acc[nxt].freeze()
+        seen[nxt] = capacity.Probe(nxt, level.value, slo.holds(level, plan.slo))
+        order.append(nxt)
+        run.goodput = capacity.result(top, order, seen, marks, plan.slo)
         if got == CUT:
-            run.out.warnings.append(f"the goodput bisection stopped at the benchmark's limit: the crossing lies "
-                                    f"between {held} and {broke or top} streams")
+            run.out.warnings.append(f"the capacity search stopped at the benchmark's limit after {len(order)} "
+                                    f"load(s) ({', '.join(map(str, order))}): its answer is the best of those")
             break
-        nxt = bisect_next(held, broke, top)
+        nxt = capacity.next_probe(seen, top, marks)
     return run.finish()
-
-
-def bisect_next(held: int, broke: int | None, top: int) -> int | None:
-    """The next concurrency the goodput bisection measures, or None when the crossing is found:
-    ``held`` the highest concurrency measured where every SLO held (0: none yet), ``broke`` the
-    lowest above it where one broke (None: none yet). First 1, then ``top``, then halving the
-    bracket until it is at most ``GOODPUT_STEP`` of ``held`` wide (1 below 20 streams)."""
-    if held == 0:
-        return 1 if broke is None else None  # broke at 1: no concurrency holds
-    if broke is None:
-        return top if held < top else None
-    if broke - held <= max(1, int(held * GOODPUT_STEP)):
-        return None
-    return (held + broke) // 2
 
 
 def _first(acc: dict[int, _Level], objective: list[int], plan: BenchPlan) -> dict[int, float | None]:
@@ -525,6 +512,9 @@ def _sustained_round(base_url: str, model: str, plan: BenchPlan, got: _Level, le
         return f"{len(bad)} of {total} requests failed{marked}: {errors}", any(r.timed_out for r in bad), None
     window = steady_window([StreamedRequest(stream, r.t_start, r.t_start + (r.latency_s or 0.0),
                                             tuple(r.token_times), r.n_tokens) for stream, r in streamed])
+    span = max(r.t_start + (r.latency_s or 0.0) for r in results) - min(r.t_start for r in results)
+    if span > 0:  # the whole run, as ``vllm bench serve`` counts output throughput
+        got.whole_run.append(sum(r.n_tokens for r in results) / span)
     if window is not None and window[1] > 0 and window[0] > 0:
         got.samples.append(window[0] / window[1])
         got.windows.append(window[1])

@@ -482,16 +482,22 @@ def _latency_provenance(job: Any, row: TrialRow, rows: list[TrialRow]) -> dict[s
             if got.prefix_cache_hit_rate is not None}
     if hits:
         out["prefix_cache_hit_rate"] = hits
+    whole = {str(level): {"tok_s": got.value, "whole_run_tok_s": got.whole_run_tok_s}
+             for level, got in row.levels.items() if got.whole_run_tok_s is not None}
+    if whole:  # the steady state's total tok/s and the whole run's (as ``vllm bench serve`` counts it)
+        out["throughput"] = whole
     if obj.slo:
         out["slo"] = {"targets": obj.slo.to_record(), "text": obj.slo.describe(),
                       "breaches": [b.to_record() for level, got in row.levels.items()
                                    for b in slo_breaches(got, obj.slo.at(level))]}
     if obj.goodput is not None:
-        answer = goodput_answer(rows, obj)
+        pricing = job.pricing() if callable(getattr(job, "pricing", None)) else None
+        answer = goodput_answer(rows, obj, pricing)
         mine = next((c for c in answer.configs if c.row.config_key == row.config_key), None)
         out["goodput"] = {**(mine.to_dict() if mine else {}),
                           "baseline": answer.baseline.to_dict() if answer.baseline else None, "answer": answer.text(),
-                          "is_best": answer.best is not None and answer.best.row.config_key == row.config_key}
+                          "is_best": answer.best is not None and answer.best.row.config_key == row.config_key,
+                          "cost": pricing.cost.to_record() if pricing is not None else None}
     bench = getattr(job, "bench", None)
     lengths = row.measurement.lengths if row.measurement is not None else None
     if getattr(bench, "traffic", None) is not None or lengths is not None:
@@ -543,9 +549,15 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
         vs = f", {obj['x_baseline']:.2f}x the baseline" if obj.get("x_baseline") else ""
         chosen = [f"chosen for {what} ({_one_line(obj['chosen_by'])}): {got}{vs}"]
     good = prov.get("goodput") or {}
-    if good.get("text"):  # the value is the total tok/s at the most streams within the SLO
+    if good.get("text"):  # the value is the total tok/s at the capacity point within the SLO
         chosen.append(f"goodput: {good.get('answer')}" if good.get("is_best") else
                       f"goodput: {good['text']}; {good.get('answer')}")
+    if (good.get("price") or {}).get("text"):
+        chosen.append(f"cost at its capacity point: {good['price']['text']}")
+    if good.get("curve"):  # every load the launch measured: the capacity curve
+        chosen.append("curve (streams: total tok/s, whole run, SLO): " + ", ".join(
+            f"{pt['load']}: {_tok(pt['tok_s'])}, {_tok(pt['whole_run_tok_s'])}, "
+            f"{'holds' if pt['held'] else 'breaks' if pt['held'] is False else '-'}" for pt in good["curve"]))
     slo = prov.get("slo")
     if slo:
         broke = "; ".join(b["text"] for b in slo["breaches"]) or "holds them at every level measured"
@@ -575,10 +587,17 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
     return [_comment(line) for line in lines]
 
 
+def _tok(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}" if value >= 1000 else f"{value:.1f}"
+
+
 def _latency_comment(prov: dict[str, Any]) -> list[str]:
-    """'latency at 1 (ms p50/p90/p99): TTFT 11.2/13.0/15.9, TPOT ...' per level measured (commented by
-    ``_comment_header``)."""
-    out = []
+    """'latency at 1 (ms p50/p90/p99): TTFT 11.2/13.0/15.9, TPOT ...' per level measured, and the
+    whole run's tok/s beside the steady state's (commented by ``_comment_header``)."""
+    whole = prov.get("throughput") or {}
+    out = [f"total tok/s at {level}: {_tok(rec['tok_s'])} in the steady state, {_tok(rec['whole_run_tok_s'])} over "
+           "the whole run (as vllm bench serve counts output throughput)" for level, rec in whole.items()
+           if not (prov.get("goodput") or {}).get("curve")]  # a goodput export says it in its curve
     hits = prov.get("prefix_cache_hit_rate") or {}
     for level, kinds in (prov.get("latency") or {}).items():
         parts = [f"{slo_labels.get(k, k)} " + "/".join(f"{1000 * rec[f'p{q}']:.1f}" for q in QUANTILES)

@@ -411,6 +411,24 @@ def test_goodput_needs_its_targets_and_finds_its_own_concurrency():
         job={"objective": {"goodput": {"max_concurrency": 8}}, "slo": {8: {"tpot_p99": 1}}})
 
 
+def test_cost_prices_a_goodput_studys_capacity_point_and_is_checked_like_any_key():
+    """Issue 47: ``cost: {gpu_hour: 2.50}`` or ``{node_hour: 20}``, one of the two, a positive number."""
+    goodput = {"objective": {"goodput": {"max_concurrency": 64}}, "slo": {"tpot_p99": "20ms"}}
+    job = load_job(write(job={**goodput, "cost": {"node_hour": 3}}))
+    assert job.cost.node_hour == 3.0 and job.cost.gpu_hour is None and job.pricing().cost is job.cost
+    assert job.pricing().gpus_of({"tp_size": 2}) == 2  # TP x PP, as the backend counts them
+    assert load_job(write(job=goodput)).cost is None and load_job(write(job=goodput)).pricing() is None
+    bad("cost", "give one price", "not both", job={**goodput, "cost": {"gpu_hour": 2.5, "node_hour": 20}})
+    bad("cost", "give one price", "not neither", job={**goodput, "cost": {}})
+    bad("cost", "must be {gpu_hour: DOLLARS}", job={**goodput, "cost": 2.5})
+    bad("cost.gpu_hours", "unknown key", "gpu_hour", job={**goodput, "cost": {"gpu_hours": 2.5}})
+    bad("cost.node_hour", "must be a number > 0", job={**goodput, "cost": {"node_hour": 0}})
+    bad("cost.node_hour", "must be a number > 0", job={**goodput, "cost": {"node_hour": "cheap"}})
+    bad("cost.node_hour", "finite", job={**goodput, "cost": {"node_hour": float("inf")}})
+    bad("cost.gpu_hour", "a CPU job", "node_hour", job={**goodput, "cost": {"gpu_hour": 2.5}})
+    bad("cost", "prices the capacity point of a goodput study", job={"cost": {"node_hour": 3}})
+
+
 def test_a_preset_expands_to_levels_and_targets_and_the_jobs_own_slo_replaces_its():
     from orchestrator.config.job import PRESETS
     from orchestrator.study import objective as objectives
@@ -427,7 +445,7 @@ def test_a_preset_expands_to_levels_and_targets_and_the_jobs_own_slo_replaces_it
 
 
 def test_goodput_takes_no_outcome_constraints():
-    bad("constraints", "goodput measures the concurrencies its bisection picks",
+    bad("constraints", "goodput measures the concurrencies its search picks",
         job={"objective": {"goodput": {"max_concurrency": 8}}, "slo": {"tpot_p99": "20ms"},
              "constraints": [{"concurrency": 2, "min_ratio": 0.9}]})
 
@@ -455,7 +473,7 @@ def test_bad_context_axis():
 
     bad("objective.context", "give bench.context (one length per study) or objective.context",
         job={"bench": {"context": 4096}, "objective": {"concurrency": [1], "context": [0, 4096]}})
-    bad("objective.context", "goodput bisects the concurrency at one prompt length",
+    bad("objective.context", "goodput searches the concurrency at one prompt length",
         job={"objective": {"goodput": {"max_concurrency": 8}, "context": [0, 4096]}, "slo": {"tpot_p99": 1}})
     bad("objective.context", "must be a non-empty list of prompt lengths", job={"objective": {"context": 4096}})
     bad("objective.context", "must be a non-empty list", job={"objective": {"context": []}})

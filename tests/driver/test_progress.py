@@ -201,6 +201,22 @@ def test_a_goodput_trial_and_the_last_line_say_where_the_slo_stopped_holding(tmp
     assert [line.split("`")[1].split()[1] for line in lines if line.startswith("next:")] == ["report", "export"]
 
 
+def test_a_capacity_trial_says_where_it_serves_the_most_within_the_slo(tmp_path):
+    """Issue 47: a launch of the capacity search names its capacity point and its tok/s there, and that
+    the SLO held above it (it is where the throughput peaked, not where the SLO stopped holding)."""
+    from orchestrator.core.measurement import GoodputResult, LevelResult, Measurement
+
+    job = load_job(write_job(tmp_path, objective={"goodput": {"max_concurrency": 128}}, slo={"tpot_p99": "20ms"}))
+    out = io.StringIO()
+    p = Progress(job, trials=4, timeout_s=None, out=out)
+    m = Measurement(levels={n: LevelResult(n, samples=(v,)) for n, v in {1: 20.0, 64: 1022.0, 65: 414.0,
+                                                                          128: 679.0}.items()},
+                    goodput=GoodputResult(128, (1, 64, 65, 128), 64, None, held=(True,) * 4))
+    p.ended(0, TrialResult(outcome=COMPLETE, config={}, value=m.value, measurement=m), None, None)
+    assert out.getvalue().startswith("  #0 -> serves the most within the SLO at 64 stream(s): 1022.0 total tok/s "
+                                     "(holds it up to 128)"), out.getvalue()
+
+
 def test_a_trials_line_too_long_loses_a_clause_not_its_figures(tmp_path):
     """Held up to the most streams asked: the clause saying so goes before the tok/s and the ratio
     (the line once ended '(the most asked, o... | best #0 12949.5 tok/s')."""

@@ -17,7 +17,7 @@ from conftest import start_fake_openai
 from orchestrator.core.measurement import Measurement
 from orchestrator.core.slo import Slo, Targets
 from orchestrator.node import client
-from orchestrator.node.measure import PACE_FACTOR, Prefixes, bisect_next, measure
+from orchestrator.node.measure import PACE_FACTOR, Prefixes, measure
 from orchestrator.node.spec import BenchPlan
 
 MODEL = "fake"
@@ -213,37 +213,40 @@ def test_a_slow_server_is_judged_by_its_own_pace(tmp_path):
     assert worse.limit_s == pytest.approx(max(0.5, PACE_FACTOR * warm * 9), rel=0.3)
 
 
-# ---- goodput's bisection and a traffic file's lengths (issue 35) -------------------------------------
-def test_the_bisection_probes_1_then_the_top_then_halves_the_bracket():
-    assert bisect_next(0, None, 64) == 1
-    assert bisect_next(0, 1, 64) is None  # broke at 1: nothing holds
-    assert bisect_next(1, None, 64) == 64 and bisect_next(64, None, 64) is None  # held at the top: done
-    assert bisect_next(1, None, 1) is None
-    seen, held, broke, nxt = [], 0, None, bisect_next(0, None, 64)
-    while nxt is not None:  # a server that holds up to 17 streams
-        seen.append(nxt)
-        held, broke = (nxt, broke) if nxt <= 17 else (held, nxt)
-        nxt = bisect_next(held, broke, 64)
-    assert seen == [1, 64, 32, 16, 24, 20, 18, 17] and (held, broke) == (17, 18)
-    assert len(seen) <= 2 + 6  # what a bisection of 64 needs
-    assert bisect_next(40, 44, 64) is None  # within 10% of what held: the noise of neighbouring levels
-
-
-def test_goodput_finds_the_crossing_of_a_server_that_slows_with_its_streams(tmp_path):
-    """Each token 4 ms, plus 8 ms per other stream in flight: TPOT(n) = 4 + 8(n - 1) ms, within
-    a 40 ms target up to 5 streams (36 ms), over it at 6 (44 ms)."""
-    sp = start_fake_openai(tmp_path, "--token-delay", "0.004", "--stream-cost", "0.008")
-    targets = Targets(every=(Slo.named("tpot_p99", 0.040),))
+# ---- goodput's capacity search and a traffic file's lengths (issues 35, 47) -----------------------------
+def test_goodput_finds_the_capacity_of_a_server_that_slows_with_its_streams(tmp_path):
+    """Each token 32 ms, plus 8 ms per other stream in flight: TPOT(n) = 32 + 8(n - 1) ms, within a 68
+    ms target up to 5 streams (64 ms), over it at 6 (72 ms); total tok/s rises with the streams, so the
+    capacity is the crossing. Every probe's verdict is in the record, and the whole run's tok/s beside
+    the steady state's at each level."""
+    sp = start_fake_openai(tmp_path, "--token-delay", "0.032", "--stream-cost", "0.008")
+    targets = Targets(every=(Slo.named("tpot_p99", 0.068),))
     try:
-        got = measure(sp.spec.base_url, MODEL, plan(goodput=8, slo=targets, waves=2, repeats=1, output_tokens=16,
+        got = measure(sp.spec.base_url, MODEL, plan(goodput=8, slo=targets, waves=2, repeats=1, output_tokens=8,
                                                     levels=(99,)), deadline=time.monotonic() + 60)
     finally:
         sp.stop(grace_s=1.0)
     g = got.measurement.goodput
-    assert got.ok and g.probes[:2] == (1, 8) and 99 not in got.measurement.levels  # the levels are not measured
-    assert abs(g.holds - 5) <= max(1, g.breaks - g.holds) and g.breaks == g.holds + 1  # within one step of 5
+    assert got.ok and g.probes[:3] == (1, 4, 8) and 99 not in got.measurement.levels  # the sweep, not the levels
+    assert abs(g.holds - 5) <= 1 and g.breaks == g.holds + 1 and len(g.probes) <= 12  # within one step of 5
+    assert dict(zip(g.probes, g.held)) == {p: p <= g.holds for p in g.probes} and g.targets == ("tpot_p99",)
     assert set(got.measurement.levels) == set(g.probes)  # every probe is a level of the record
-    assert got.value == got.measurement.levels[g.holds].value  # the total tok/s where the SLO last held
+    assert got.value == got.measurement.levels[g.holds].value  # the total tok/s at the capacity point
+    assert all(got.measurement.levels[p].whole_run_tok_s for p in g.probes if p > 1)
+
+
+def test_the_whole_runs_tok_s_counts_the_ramp_the_steady_state_leaves_out(tmp_path):
+    """``vllm bench serve`` counts output tokens over the whole run; the steady state only while every
+    stream is in flight. With each first token 0.2 s late, the first wave's wait is in the whole run:
+    4 streams x 3 waves of 12 tokens take ~0.74 s, of which ~0.54 s are the steady window."""
+    sp = start_fake_openai(tmp_path, "--token-delay", "0.004", "--ttft-delay", "0.2")
+    try:
+        got = measure(sp.spec.base_url, MODEL, plan(levels=(4,), repeats=1), deadline=time.monotonic() + 60)
+    finally:
+        sp.stop(grace_s=1.0)
+    four = got.measurement.levels[4]
+    assert got.ok and four.whole_run_tok_s < 0.9 * four.value
+    assert Measurement.from_record(got.measurement.to_record()).levels[4].whole_run_tok_s == four.whole_run_tok_s
 
 
 def test_each_request_asks_its_own_length_and_the_lengths_are_measured(server):

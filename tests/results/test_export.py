@@ -585,6 +585,37 @@ def test_the_provenance_carries_latency_per_level_the_slo_and_goodputs_crossing(
     assert plain["latency"] == {} and "goodput" not in plain and "slo" not in plain  # a study without them
 
 
+def test_the_export_carries_the_capacity_curve_its_price_and_the_whole_runs_tok_s():
+    """Issue 47: the capacity point with its curve (every measured load), $ per million output tokens
+    and tok/s per GPU with the job's cost, and at each level N the whole run's tok/s beside the steady
+    state's (what ``vllm bench serve`` counts)."""
+    from orchestrator.config.job import Objective
+    from orchestrator.core.capacity import Probe, result
+    from orchestrator.core.measurement import Latency, LevelResult, Measurement
+    from orchestrator.core.price import Cost, Pricing
+    from orchestrator.core.slo import Slo, Targets
+
+    targets = Targets(every=(Slo.named("tpot_p99", 0.020),))
+    curve = {1: (200.0, 0.005), 64: (19037.0, 0.003), 65: (7923.0, 0.008), 128: (12743.0, 0.010)}
+    levels = {c: LevelResult(c, samples=(v,), tpot=Latency(t / 2, t, t, 8), whole_run_tok_s=0.8 * v if c > 1 else None)
+              for c, (v, t) in curve.items()}
+    m = Measurement(levels=levels, goodput=result(128, list(curve), {c: Probe(c, v, True) for c, (v, _) in
+                                                                     curve.items()}, targets=targets))
+    row = TrialRow(number=0, state=COMPLETE, value=m.value, counted=True, config_key=config_key({}), params={},
+                   measurement=m, is_baseline=True)
+    job = SimpleNamespace(**vars(JOB), objective=Objective(goodput=128, slo=targets),
+                          pricing=lambda: Pricing(Cost(gpu_hour=2.5), 8, lambda config: 1))
+    backend = CommandBackend(SETTINGS, "job.yaml")
+    prov = json.loads(export(job, [row], "json", backend=backend))["provenance"]
+    assert prov["goodput"]["holds"] == 64 and [p["load"] for p in prov["goodput"]["curve"]] == [1, 64, 65, 128]
+    assert prov["goodput"]["price"]["tok_s_per_gpu"] == 19037.0 and prov["goodput"]["cost"] == {"gpu_hour": 2.5}
+    assert prov["throughput"]["64"] == {"tok_s": 19037.0, "whole_run_tok_s": 0.8 * 19037}
+    env = export(job, [row], "env", backend=backend)
+    assert "# cost at its capacity point: $0.0365 per million output tokens at $2.5 a GPU-hour, 19037 tok/s per GPU" \
+           in env
+    assert "# curve (streams: total tok/s, whole run, SLO): 1: 200.0, -, holds, 64: 19037, 15230, holds, 65: " in env
+
+
 # ---- NCCL tuner rules from the pre-screen's sweep ----------------------------------------------------
 
 PLUGIN_COLLECTIVES = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")

@@ -888,7 +888,7 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
                      + (f", backend {kind}" if kind else "")
                      + f". Open it interactively with `{storage.dashboard_command(getattr(job, 'storage', ''))}`."))
     if objectives.of(objective).goodput is not None and rows:
-        blocks += latency.goodput_headline(rows, objective)
+        blocks += latency.goodput_headline(rows, job)
     else:
         blocks += _headline(rows, best, base, ev, level, objective)
     if plan is not None:
@@ -896,9 +896,9 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
     if plan is not None:
         blocks += _plan(plan, Path(report_dir))
     blocks += _launch_noise(rows, ev, levels, objective)
-    blocks += latency.goodput_blocks(rows, objective)
+    blocks += latency.goodput_blocks(rows, job)
     if latency.wants_plot(objective):
-        blocks.append(doc.image(latency.LATENCY_PLOT, "Throughput and p99 latency against concurrency"))
+        blocks.append(doc.image(latency.LATENCY_PLOT, latency.plot_title(objective)))
     blocks += latency.latency_blocks(rows, objective, plan)
     blocks += latency.traffic_blocks(job, rows)
     blocks += _summary(rows)

@@ -56,8 +56,9 @@ Which config is "best" (``choose``): for a job of one level, today's best (``his
 neither, the mix's best when the job has weights, else the best at its lowest level. Whenever
 a level or the mix decided, the provenance says which (``objective``), and the line formats
 name it in their header. Where the race left that level (or the mix) tied, the tie is broken by
-what else is known, not by the higher median (``ranked``, ``study.plan.break_tie``): the plan's
-one config for every level, then the one with fewer settings changed from the baseline; the
+what else is known, not by the higher median (``ranked``, ``study.plan.break_tie``): the tied
+config that serves every other level (``study.plan.one_for_all``, the race's tie standing for
+the comparison at this one), then the one with fewer settings changed from the baseline; the
 header says which rule broke it (``tie broken: ...``), the provenance too (``tie_break``).
 """
 
@@ -99,7 +100,7 @@ from orchestrator.study import race as races
 from orchestrator.study.goodput import goodput_answer
 from orchestrator.study.history import baseline_row, best_rows, short_params
 from orchestrator.study.launches import COMPARE, HEADLINE, MIX, Evidence, mix_figure
-from orchestrator.study.plan import TieBreak, best_at, best_for_mix, break_tie, build_plan
+from orchestrator.study.plan import TieBreak, best_at, best_for_mix, break_tie, build_plan, one_for_all
 
 FORMATS = ("env", "yaml", "json", "cmd", "nccl-tuner")
 EXPORT_VERSION = 1
@@ -245,18 +246,23 @@ def tie_break(job: Any, rows: list[TrialRow], choice: Choice) -> TieBreak | None
     obj = objectives.of(objective)
     if obj.goodput is not None:
         return None
-    contest = MIX if choice.weights is not None else str(level_of(choice, obj))
+    level = level_of(choice, obj)
+    contest = MIX if level is None else str(level)
     found = next((o for o in races.outcomes(rows, objective) if o.contest.name == contest and o.tied and o.winner),
                  None)
-    if found is None:
+    if found is None or found.winner is None:
         return None
     members = {found.winner, *found.tied}
     tied = [r for r in choice.rank(rows, len(rows)) if r.config_key in members]
     if len(tied) < 2:
         return None
-    plan = build_plan(rows, objective) if obj.is_plan and choice.weights is None else None
-    where = "for the mix" if choice.weights is not None else f"at {level_of(choice, obj)}"
-    return break_tie(tied, where, plan.everywhere if plan is not None else None, baseline_row(rows))
+    plan = build_plan(rows, objective) if obj.is_plan and level is not None else None
+    # the config that serves the other levels, the race's tie standing for the comparison at this one
+    # (two finalists get no interval before enough rounds: the plan's own line may then name none)
+    everywhere = one_for_all(plan.per_level, plan.evidence, plan.slo, tie=(level, members)) \
+        if plan is not None and plan.evidence is not None and level is not None else None
+    where = "for the mix" if level is None else f"at {level}"
+    return break_tie(tied, where, everywhere, baseline_row(rows))
 
 
 def _objective_provenance(choice: Choice, figure: dict[str, Any]) -> dict[str, Any]:

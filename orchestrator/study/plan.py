@@ -22,8 +22,9 @@ several levels (``objective.concurrency``) answers, from its rows (``history.tri
   and whether the baseline does; the Pareto set counts a broken level as nothing.
 
 A tie the finalists' race left (``study.race``) is broken by what else is known (``break_tie``,
-which ``export`` names): the config that serves every level (``one_for_all``), then the one
-with fewer settings changed from the baseline, else the higher median.
+which ``export`` names): the config that serves every level (``one_for_all``; at the tied level
+the race's tie stands for the comparison), then the one with fewer settings changed from the
+baseline, else the higher median.
 
 ``build_plan(rows, objective)`` is what the run's last line (``driver.progress``),
 ``status``, the report, ``export --concurrency N | --mix`` and ``compare --plan`` read;
@@ -33,6 +34,7 @@ whose best is ``history.best_rows``' best.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,11 +228,13 @@ class LevelPlan:
 @dataclass(frozen=True)
 class OneForAll:
     """A config a user can run at every level of the plan: the best at ``best_at``, and at each
-    other level within launch noise of that level's best (``within``: its comparison with it)."""
+    other level within launch noise of that level's best (``within``: its comparison with it), or,
+    where a tie is broken (``break_tie``), tied with it in the race there (``tied_at``)."""
 
     row: TrialRow
     best_at: tuple[int, ...]
     within: tuple[tuple[int, Comparison], ...]  # (level, it against the best there) where another config is best
+    tied_at: tuple[tuple[int, TrialRow], ...] = ()  # (level, the best there) where the race left them tied
 
     @property
     def where(self) -> str:
@@ -239,10 +243,12 @@ class OneForAll:
                             else [str(self.best_at[0])])
 
     def text(self) -> str:
-        """'#1, the best at 10 and 64, and at 1 within launch noise of #3 (0.99x, within noise (...))'."""
-        where = self.where
-        near = "; ".join(f"at {level} within launch noise of #{c.other.number} ({c.text})" for level, c in self.within)
-        return f"#{self.row.number}, the best at {where}, and {near}"
+        """'#1, the best at 10 and 64, and at 1 within launch noise of #3 (0.99x, within noise (...))'; '...,
+        and at 1 tied with #3 in the race'."""
+        near = "; ".join([*(f"at {level} within launch noise of #{c.other.number} ({c.text})"
+                            for level, c in self.within),
+                          *(f"at {level} tied with #{best.number} in the race" for level, best in self.tied_at)])
+        return f"#{self.row.number}, the best at {self.where}" + (f", and {near}" if near else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {"trial": self.row.number, "config": dict(self.row.params),
@@ -251,19 +257,33 @@ class OneForAll:
                 "text": self.text()}
 
 
-def one_for_all(per_level: list[LevelPlan], evidence: Evidence, slo: Targets | None) -> OneForAll | None:
+def one_for_all(per_level: Sequence[LevelPlan], evidence: Evidence, slo: Targets | None,
+                tie: tuple[int, Collection[str]] | None = None) -> OneForAll | None:
     """When the levels' bests differ: the config among them that is the best at the most levels and
     within launch noise of the best at every other (and holds the SLO there), so that one config
-    serves the whole plan on this evidence; None when no config does, or there is only one best."""
+    serves the whole plan on this evidence; None when no config does, or there is only one best.
+
+    ``tie``: a level and the configs the race left tied there (``export`` breaking that tie): only
+    they are candidates, and at that level the race's tie stands for the comparison with the best
+    (the race could not tell them apart, and two finalists get no interval before enough rounds:
+    ``verdict.round_interval``)."""
     bests = [lp.best for lp in per_level if lp.best is not None]
     if len(bests) < len(per_level) or len({b.config_key for b in bests}) < 2:
         return None
     found = []
     for row in {b.config_key: b for b in bests}.values():
+        if tie is not None and row.config_key not in tie[1]:
+            continue
         best_at = tuple(lp.level for lp in per_level if lp.best is not None and lp.best.config_key == row.config_key)
         within = []
+        tied_at = []
         for lp in per_level:
             if lp.level in best_at:
+                continue
+            if tie is not None and lp.level == tie[0] and lp.best is not None and lp.best.config_key in tie[1]:
+                if breaches_at(row, lp.level, slo):
+                    break
+                tied_at.append((lp.level, lp.best))
                 continue
             c = _compare(evidence, row, lp.best, lp.level)
             if c is None or c.verdict != verdict.WITHIN_NOISE or not c.interval.bounded \
@@ -271,7 +291,7 @@ def one_for_all(per_level: list[LevelPlan], evidence: Evidence, slo: Targets | N
                 break
             within.append((lp.level, c))
         else:
-            found.append(OneForAll(row, best_at, tuple(within)))
+            found.append(OneForAll(row, best_at, tuple(within), tuple(tied_at)))
     return max(found, key=lambda o: (len(o.best_at), -o.row.number)) if found else None
 
 

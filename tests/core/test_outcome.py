@@ -24,6 +24,7 @@ from orchestrator.core.records import TrialResult, TrialRow
 from orchestrator.results import importance
 from orchestrator.results.export import export
 from orchestrator.study.history import best_rows, trial_rows
+from orchestrator.study.plan import HIGHER_MEDIAN
 from orchestrator.study.policy import SearchPolicy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,7 +152,7 @@ def test_the_drivers_best_is_the_exported_best_on_recorded_studies(journal, tmp_
                           backend=SimpleNamespace(kind="refserver", settings={"model": "tiny"}))
     doc = json.loads(export(job, rows, "json"))
     tie = doc["provenance"].get("tie_break")
-    if tie and tie.get("rule") != "higher median":  # a tie the race left, broken by what else is known (said)
+    if tie and tie.get("rule") != HIGHER_MEDIAN:  # a tie the race left, broken by what else is known (said)
         assert doc["provenance"]["trial"] != driver_best.number and driver_best.number in tie["tied_trials"]
         assert "tie broken:" in export(job, rows, "env")
     else:

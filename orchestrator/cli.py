@@ -29,7 +29,8 @@ a night, start to end:
   ncclsweep status JOB.yaml        every trial so far
   ncclsweep report JOB.yaml        report.md / report.html beside the study
   ncclsweep compare JOB.yaml       baseline vs best at several concurrencies
-  ncclsweep export JOB.yaml --format env     the best config, ready to deploy
+  ncclsweep export JOB.yaml        the best config, ready to deploy: environment and launch
+                                   command as a sh script (--format env|yaml|json|nccl-tuner)
                                    (a plan: --concurrency N for the best at N, --mix)
 
 exit codes: 0 success, 1 runtime failure, 2 bad input, 130 stopped by a signal.
@@ -88,7 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("export", "export the best configuration(s)")
     s.add_argument("job")
-    s.add_argument("--format", required=True, choices=["env", "yaml", "json", "cmd", "nccl-tuner"])
+    s.add_argument("--format", default="cmd", choices=["env", "yaml", "json", "cmd", "nccl-tuner"],
+                   help="cmd (the default): the deploy artifact, a sh script of the environment and the launch "
+                        "command; env: its environment half; yaml, json: the config with its provenance; "
+                        "nccl-tuner: NCCL tuner rules")
     s.add_argument("--top", type=int, default=1)
     which = s.add_mutually_exclusive_group()
     which.add_argument("--concurrency", metavar="N[@CONTEXT]",
@@ -365,12 +369,19 @@ def cmd_status(args) -> int:
     rows = trial_rows(open_study(job, create=False))
     orphaned = _orphaned_trials(job, rows)
     if args.json:
-        print(json.dumps([r.to_json() for r in rows], indent=2, default=str))
+        listed = [r.to_json() for r in rows]
+        if job.objective.goodput is not None:  # each config's capacity, its curve and its price
+            from orchestrator.study.goodput import goodput_answer
+
+            capacities = {c.row.number: c.to_dict()
+                          for c in goodput_answer(rows, job.objective, job.pricing()).configs}
+            listed = [{**rec, "capacity": capacities.get(rec["number"])} for rec in listed]
+        print(json.dumps(listed, indent=2, default=str))
         if orphaned:
             print(orphaned, file=sys.stderr)
         return 0
     from orchestrator.study import race
-    from orchestrator.study.launches import load_note
+    from orchestrator.study.launches import HEADLINE, load_note
     from orchestrator.study.plan import build_plan, format_plan, format_verdict
 
     plan = build_plan(rows, job.objective)
@@ -382,7 +393,7 @@ def cmd_status(args) -> int:
         if job.objective.goodput is not None:  # the goodput answer is its verdict, not a figure at one stream
             from orchestrator.study.goodput import format_goodput, goodput_answer
 
-            print(format_goodput(goodput_answer(rows, job.objective)))
+            print(format_goodput(goodput_answer(rows, job.objective, job.pricing())))
         else:
             print(format_verdict(plan))
         if job.objective.goodput is None and job.slo:
@@ -395,7 +406,10 @@ def cmd_status(args) -> int:
 
     for line in coverage.describe(coverage.of_job(job, rows)):
         print(line)
-    for said in (race.said(race.outcomes(rows, job.objective), race.trial_numbers(rows)), load_note(rows)):
+    raced = race.said(race.outcomes(rows, job.objective), race.trial_numbers(rows))
+    level = HEADLINE if job.objective.goodput is not None else job.objective.levels[0]
+    drift = plan.evidence.drift(level).text() if plan.evidence is not None else ""
+    for said in (raced, load_note(rows), drift if drift not in raced else ""):  # the race says a drift itself
         if said:
             print(said)
     if orphaned:

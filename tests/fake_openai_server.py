@@ -37,10 +37,21 @@ sequences preempted and recomputed: a knee in TPOT at N, which a loaded client's
 cannot move as they move a crossing on ``--stream-cost``'s slope; both are set by the streams in
 flight as the server counts them and paced by sleeping to absolute times), ``--slow-after N:F`` (the
 streamed requests after the N-th are F times slower: a server that degrades mid-benchmark),
+``--capture-sizes 1,2,..,64 --eager-factor F`` (with more streams in flight than the largest
+captured size each token takes F times as long: the batch runs without its CUDA graphs, as vLLM's
+does, and the total tok/s falls off a cliff above it; the log's first lines say what was captured),
 ``--fail-above N`` (a stream that would make more than N in flight is answered HTTP 500: a
 config that breaks under load), ``--context-cost S`` (each token of a request takes S more per
 1000 words of its prompt, as attention over a long context slows every decode step, and its
 first token ``PREFILL_FACTOR`` times that: the prefill reads the whole prompt).
+
+Prefill and its cache (flags): ``--prefill-cost S`` (a streamed request's first token S later per
+1000 prompt tokens that it computes), ``--prefix-cache`` (a streamed prompt's leading blocks of
+``BLOCK`` tokens that an earlier one of this process began with, the block and everything before it the
+same, are not computed: what vLLM's prefix caching does; ``/metrics`` counts the prompt tokens
+looked up and found under vLLM 0.26.0's names, ``vllm:prefix_cache_queries_total`` and
+``vllm:prefix_cache_hits_total``), ``--max-model-len N`` (a prompt longer than N tokens, or with
+``max_tokens`` more than N, is answered HTTP 400 with vLLM 0.26.0's message, streamed or not).
 
 Launch noise (flags): ``--launch-noise F`` makes the whole launch fast or slow by F, decided at
 start and kept for its life (every token delay divided by 1 + F or by 1 - F): what a relaunch of
@@ -49,7 +60,10 @@ or slow at random, or, with ``--launch-noise-seed S --launch-noise-counter FILE`
 of a sequence seeded by S (the counter file counts the launches that share it), so a study of
 such launches is the same study again. The log's first line says which (``launch: fast``).
 ``--speed-file PATH``: where that file exists at start, the launch's speed is multiplied by the
-number it holds (a machine that changed between a study and a later ``compare``).
+number it holds (a machine that changed between a study and a later ``compare``). ``--drift F
+--drift-start FILE``: a box that drifts, every launch slower by F a minute (its speed times (1 - F)
+to the power of the minutes since FILE's time, which the first launch sharing it writes): a box
+warming up, or a neighbour ramping its load, under every config alike.
 
 Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
 ``--exit-after N`` (exit 0 as request N + 1 arrives: N answered, then gone),
@@ -109,6 +123,7 @@ def say(text: str) -> None:
 
 
 PREFILL_FACTOR = 10  # ``--context-cost``: the first token's share of a long prompt, against a later token's
+BLOCK = 16  # ``--prefix-cache``: tokens per cached block (vLLM's default block size)
 _TOKEN_RE = re.compile(r"\s*\S+|\s+")
 
 
@@ -138,17 +153,61 @@ def accepted_per_step(prompt: str, k: int) -> int:
     return 0 if words <= 1 else min(k, round(k * min(1.0, words / 150)))
 
 
-def metrics_text(model: str, spec: dict | None) -> str:
+class PrefixCache:
+    """``--prefix-cache``: the blocks of ``BLOCK`` tokens computed so far, each keyed by itself and
+    everything before it (a prompt that begins otherwise shares none), and vLLM's two counters."""
+
+    def __init__(self) -> None:
+        self.blocks: set[bytes] = set()
+        self.queries = 0  # prompt tokens looked up
+        self.hits = 0  # of them, found
+        self.lock = threading.Lock()
+
+    def lookup(self, tokens: list[str]) -> int:
+        """How many leading tokens of a prompt are cached (whole blocks, its last token always
+        computed); its blocks are cached from now on."""
+        keys, key = [], b""
+        for end in range(BLOCK, len(tokens) + 1, BLOCK):
+            key = hashlib.sha1(key + "\x00".join(tokens[end - BLOCK:end]).encode()).digest()
+            keys.append(key)
+        with self.lock:
+            found = next((i for i, k in enumerate(keys) if k not in self.blocks), len(keys))
+            hits = min(found * BLOCK, max(0, (len(tokens) - 1) // BLOCK * BLOCK))
+            self.blocks.update(keys)
+            self.queries += len(tokens)
+            self.hits += hits
+        return hits
+
+
+def metrics_text(model: str, spec: dict | None, cache: PrefixCache | None = None) -> str:
     """``/metrics`` in Prometheus text format (vLLM 0.26.0's names)."""
     lines = ["# HELP vllm:num_requests_running Number of requests in model execution batches.",
              "# TYPE vllm:num_requests_running gauge",
              f'vllm:num_requests_running{{engine="0",model_name="{model}"}} 0.0']
+    counters = []
     if spec is not None:
-        for name, key in (("vllm:spec_decode_num_drafts_total", "drafts"),
-                          ("vllm:spec_decode_num_draft_tokens_total", "draft_tokens"),
-                          ("vllm:spec_decode_num_accepted_tokens_total", "accepted")):
-            lines += [f"# TYPE {name} counter", f'{name}{{engine="0",model_name="{model}"}} {float(spec[key])}']
+        counters += [("vllm:spec_decode_num_drafts_total", spec["drafts"]),
+                     ("vllm:spec_decode_num_draft_tokens_total", spec["draft_tokens"]),
+                     ("vllm:spec_decode_num_accepted_tokens_total", spec["accepted"])]
+    if cache is not None:
+        counters += [("vllm:prefix_cache_queries_total", cache.queries), ("vllm:prefix_cache_hits_total", cache.hits)]
+    for name, value in counters:
+        lines += [f"# TYPE {name} counter", f'{name}{{engine="0",model_name="{model}"}} {float(value)}']
     return "\n".join(lines) + "\n"
+
+
+def too_long(limit: int | None, prompt_tokens: int, max_tokens: int) -> str | None:
+    """vLLM 0.26.0's refusal of a request longer than ``--max-model-len`` (None: it fits)."""
+    if limit is None:
+        return None
+    if prompt_tokens > limit:
+        return (f"This model's maximum context length is {limit} tokens. However, your request has {prompt_tokens} "
+                "input tokens. Please reduce the length of the input messages.")
+    if prompt_tokens + max_tokens > limit:
+        return (f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum context "
+                f"length is {limit} tokens and your request has {prompt_tokens} input tokens ({max_tokens} > {limit} "
+                f"- {prompt_tokens}).")
+    return None
 
 
 def logprob(prev: str, tok: str) -> float:
@@ -202,7 +261,7 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200 if self._ready() else 503, {} if self._ready() else {"status": "loading"})
         elif self.path == "/metrics":
             spec = self.server.spec if self.server.spec_tokens else None  # type: ignore[attr-defined]
-            data = metrics_text(self.server.model, spec).encode()  # type: ignore[attr-defined]
+            data = metrics_text(self.server.model, spec, self.server.prefix_cache).encode()  # type: ignore[attr-defined]
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(data)))
@@ -256,6 +315,11 @@ class Handler(BaseHTTPRequestHandler):
             return
         if (body.get("echo") or body.get("logprobs") is not None) and self.server.no_logprobs:  # type: ignore[attr-defined]
             self._json(400, {"error": {"message": "echo/logprobs not supported", "code": 400}})
+            return
+        refused = too_long(self.server.max_model_len, len(tokenize(str(body.get("prompt", "")))),  # type: ignore[attr-defined]
+                           int(body.get("max_tokens") or 16))
+        if refused:
+            self._json(400, {"error": {"message": refused, "type": "BadRequestError", "param": None, "code": 400}})
             return
         try:
             if body.get("stream"):
@@ -317,8 +381,11 @@ class Handler(BaseHTTPRequestHandler):
         srv = self.server
         delay = float(fake.get("token_delay", srv.token_delay))  # type: ignore[attr-defined]
         ttft = float(fake.get("ttft_delay", srv.ttft_delay))  # type: ignore[attr-defined]
-        longer = srv.context_cost * len(tokenize(str(body.get("prompt", "")))) / 1000  # type: ignore[attr-defined]
+        prompt_tokens = tokenize(str(body.get("prompt", "")))
+        longer = srv.context_cost * len(prompt_tokens) / 1000  # type: ignore[attr-defined]
         delay, ttft = delay + longer, ttft + PREFILL_FACTOR * longer
+        cached = srv.prefix_cache.lookup(prompt_tokens) if srv.prefix_cache is not None else 0  # type: ignore[attr-defined]
+        ttft += srv.prefill_cost * (len(prompt_tokens) - cached) / 1000  # type: ignore[attr-defined]
         with srv.lock:  # type: ignore[attr-defined]
             limit = srv.fail_above  # type: ignore[attr-defined]
             if limit is not None and srv.in_flight >= limit:  # type: ignore[attr-defined]
@@ -342,12 +409,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def _token_delay(self, delay: float) -> float:
         """One token's delay now: the base, plus ``--stream-cost`` per other stream in flight, plus
-        ``--overflow``'s cost past its room."""
+        ``--overflow``'s cost past its room, all ``--eager-factor`` times as long past the largest
+        captured batch."""
         srv = self.server
         crowd = srv.in_flight  # type: ignore[attr-defined]
         room, over = srv.overflow  # type: ignore[attr-defined]
-        return (delay + srv.stream_cost * max(0, crowd - 1)  # type: ignore[attr-defined]
-                + (over if room is not None and crowd > room else 0.0))
+        graphs = srv.graphs_up_to  # type: ignore[attr-defined]
+        eager = srv.eager_factor if graphs is not None and crowd > graphs else 1.0  # type: ignore[attr-defined]
+        return eager * (delay + srv.stream_cost * max(0, crowd - 1)  # type: ignore[attr-defined]
+                        + (over if room is not None and crowd > room else 0.0))
 
     def _stream_tokens(self, body: dict, fake: dict, delay: float, ttft: float) -> None:
         hang_after = fake.get("hang_after")
@@ -380,7 +450,8 @@ class Handler(BaseHTTPRequestHandler):
                 self._chunk(b"data: [DONE]\n\n")
                 self._chunk(b"")
                 return
-            if self.server.stream_cost or self.server.overflow[0] is not None:  # type: ignore[attr-defined]
+            if self.server.stream_cost or self.server.overflow[0] is not None \
+                    or self.server.graphs_up_to is not None:  # type: ignore[attr-defined]
                 due = t_first if i == 0 else due + self._token_delay(delay)  # noqa: F821 - set at i == 0
             else:
                 due = t_first + i * delay
@@ -480,7 +551,31 @@ def _launch_speed(a: argparse.Namespace) -> float:
         with open(a.speed_file) as f:
             factor = float(f.read().strip())
         say(f"launch: speed x{factor:g} (from {a.speed_file})")
-    return factor * _noise_speed(a)
+    return factor * _noise_speed(a) * _drift_speed(a)
+
+
+def _drift_speed(a: argparse.Namespace) -> float:
+    """(1 - F) ** minutes since the drift's start file (module docstring, "Launch noise")."""
+    if not a.drift or not a.drift_start:
+        return 1.0
+    try:
+        fd = os.open(a.drift_start, os.O_WRONLY | os.O_CREAT | os.O_EXCL)  # the first launch: the start
+        os.write(fd, repr(time.time()).encode())
+        os.close(fd)
+    except FileExistsError:
+        pass
+    start = None
+    for _ in range(100):  # the first launch may be writing it
+        with open(a.drift_start) as f:
+            text = f.read().strip()
+        if text:
+            start = float(text)
+            break
+        time.sleep(0.01)
+    minutes = (time.time() - (start or time.time())) / 60.0
+    speed = (1.0 - a.drift) ** minutes
+    say(f"launch: drifted x{speed:.3f} ({minutes:.2f} min after the start)")
+    return speed
 
 
 def _noise_speed(a: argparse.Namespace) -> float:
@@ -533,12 +628,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stream-cost", type=float, default=0.0)
     p.add_argument("--overflow", default=None, metavar="N:S")
     p.add_argument("--context-cost", type=float, default=0.0)
+    p.add_argument("--prefill-cost", type=float, default=0.0, metavar="S")
+    p.add_argument("--prefix-cache", action="store_true")
+    p.add_argument("--max-model-len", type=int, default=None, metavar="N")
     p.add_argument("--slow-after", default=None, metavar="N:F")
+    p.add_argument("--capture-sizes", default=None, metavar="N,N,...")
+    p.add_argument("--eager-factor", type=float, default=1.0, metavar="F")
     p.add_argument("--fail-above", type=int, default=None, metavar="N")
     p.add_argument("--launch-noise", type=float, default=0.0, metavar="F")
     p.add_argument("--launch-noise-seed", type=int, default=None, metavar="S")
     p.add_argument("--launch-noise-counter", default=None, metavar="FILE")
     p.add_argument("--speed-file", default=None, metavar="PATH")
+    p.add_argument("--drift", type=float, default=0.0, metavar="F")
+    p.add_argument("--drift-start", default=None, metavar="FILE")
     a = p.parse_args(argv)
     if a.worker is not None:
         return _worker(a.worker, a.pid_dir, a.worker_dies_after)
@@ -572,6 +674,9 @@ def main(argv: list[str] | None = None) -> int:
     httpd.ttft_delay = a.ttft_delay  # type: ignore[attr-defined]
     httpd.stream_cost = a.stream_cost  # type: ignore[attr-defined]
     httpd.context_cost = a.context_cost  # type: ignore[attr-defined]
+    httpd.prefill_cost = a.prefill_cost  # type: ignore[attr-defined]
+    httpd.prefix_cache = PrefixCache() if a.prefix_cache else None  # type: ignore[attr-defined]
+    httpd.max_model_len = a.max_model_len  # type: ignore[attr-defined]
     httpd.in_flight = 0  # type: ignore[attr-defined]
     httpd.fail_above = a.fail_above  # type: ignore[attr-defined]
     httpd.streamed = 0  # type: ignore[attr-defined]
@@ -579,6 +684,12 @@ def main(argv: list[str] | None = None) -> int:
     httpd.slow_after = (int(n), float(f)) if n else (None, 1.0)  # type: ignore[attr-defined]
     room, _, over = (a.overflow or ":").partition(":")
     httpd.overflow = (int(room), float(over)) if room else (None, 0.0)  # type: ignore[attr-defined]
+    sizes = [int(x) for x in (a.capture_sizes or "").split(",") if x.strip()]
+    httpd.graphs_up_to = max(sizes) if sizes else None  # type: ignore[attr-defined]
+    httpd.eager_factor = a.eager_factor  # type: ignore[attr-defined]
+    if sizes:
+        say(f"fake server: CUDA graphs captured for batches of {','.join(map(str, sizes))}; eager above "
+            f"({a.eager_factor:g}x a token)")
     say(f"fake server listening on {a.host}:{a.port}")
     threading.current_thread().name = "fake-openai"
     try:

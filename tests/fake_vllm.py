@@ -6,6 +6,10 @@ deterministic "model", vLLM's chunk shape, ``/health``, echo + logprobs) on that
 under that model name. Every other flag is accepted and ignored: what the tests check is
 what the tuner launched (the argv and environment are in the trial log), not inference.
 
+As vLLM's, its prefix cache is on unless ``--no-enable-prefix-caching`` (the fake server's
+``--prefix-cache``: its counters in ``/metrics``), and ``--max-model-len N`` refuses a longer
+request with vLLM's HTTP 400.
+
 ``--speculative-config JSON`` (or ``-sc``) speculates the way the fake server does
 (``--spec-tokens`` = its ``num_speculative_tokens``: multi-token chunks, vLLM's /metrics
 counters). A method named in ``FAKE_VLLM_WRONG_METHODS`` (comma-separated, from the server's
@@ -52,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--speculative-config", "-sc", type=json.loads, default=None)
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     p.add_argument("--disable-custom-all-reduce", action="store_true")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--max-model-len", type=int, default=None)
     args, _ignored = p.parse_known_args(argv)
     print(f"fake vLLM {VERSION}: serving {args.model} as {args.served_model_name or args.model}", flush=True)
     if args.tensor_parallel_size > 1:
@@ -63,8 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         if method in os.environ.get("FAKE_VLLM_WRONG_METHODS", "").split(","):
             spec.append("--spec-corrupt")
         print(f"fake vLLM: speculative decoding {args.speculative_config}", flush=True)
-    return fake_openai_server.main(["--host", args.host, "--port", str(args.port), "--token-delay",
-                                    str(TOKEN_DELAY_S), "--model", args.served_model_name or args.model, *spec])
+    served = [*(["--prefix-cache"] if args.enable_prefix_caching else []),
+              *(["--max-model-len", str(args.max_model_len)] if args.max_model_len is not None else [])]
+    return fake_openai_server.main(["--host", args.host, "--port", str(args.port), "--token-delay", str(TOKEN_DELAY_S),
+                                    "--model", args.served_model_name or args.model, *spec, *served])
 
 
 PREFIX = "(Worker_TP0 pid=4242) {level} 12-03 10:00:00 [{where}] "

@@ -29,10 +29,11 @@ from __future__ import annotations
 import abc
 from typing import Any, ClassVar
 
-from orchestrator.backends import allreduce, speculative
+from orchestrator.backends import allreduce, common, speculative
 from orchestrator.core import nccl
 from orchestrator.core.errors import BadInput, ConfigRejected
 from orchestrator.core.launch import TRANSIENT_PROCESSES, LaunchSpec, WatchRules
+from orchestrator.core.measurement import GRAPHS, RegimeMark
 
 Config = dict[str, Any]
 
@@ -99,6 +100,24 @@ class Backend(abc.ABC):
         """GPUs one server for ``config`` needs: TP x PP (x DP where the server has data
         parallelism). The pre-flight and the space's TP checks compare it with the node's."""
         return int(config.get("tp_size", 1)) * int(config.get("pp_size", 1))
+
+    def gpus_occupied(self, config: Config, gpus_per_node: int) -> int:
+        """GPUs a server of ``config`` keeps to itself, what a GPU-hour price charges it
+        (``core.price``): ``gpus_per_trial``; a backend that cannot count them says the node's."""
+        return self.gpus_per_trial(config)
+
+    def load_marks(self, config: Config) -> list[RegimeMark]:
+        """Where a server of ``config`` changes regime as its batch grows (``core.capacity``: the
+        goodput search probes each and the load above it): here the largest of ``capture_sizes``
+        with graphs captured; a backend adds its own (max-num-seqs, ...). The engine's log, read by
+        the trial once the server is up, replaces a mark of the same kind."""
+        if config.get("graph_capture") is False or not config.get("capture_sizes"):
+            return []
+        try:
+            largest = max(common.capture_sizes_of(config["capture_sizes"]))
+        except ValueError:
+            return []
+        return [RegimeMark(largest, GRAPHS, "capture_sizes")]
 
     def normalize(self, config: Config) -> Config:
         """A config's effective settings, its identity in the study: two configs that run the

@@ -9,7 +9,7 @@ Settings::
                "--host", "{host}", "--port", "{port}", "{graph_capture?--graph-capture}",
                "--threads", "{backend.threads}"]
         health_path: /health      # GET this until it answers ready_status (default 200)
-        metrics_path: /metrics    # Prometheus metrics, for speculative decoding's acceptance (default none)
+        metrics_path: /metrics    # Prometheus metrics: speculation's acceptance, prefix-cache hits (default none)
         ready_status: 200
         model_name: tiny          # the OpenAI "model" field (default "")
         defaults: {backend.threads: 2}   # values for placeholders a config may lack
@@ -48,7 +48,7 @@ from orchestrator.core.errors import ConfigRejected, brief
 _SETTINGS = {
     "argv": "the command as a list, with {placeholders}",
     "health_path": "readiness path (default /health)",
-    "metrics_path": "Prometheus metrics path, for speculative decoding's acceptance (default none)",
+    "metrics_path": "Prometheus metrics path: speculation's acceptance, prefix-cache hits (default none)",
     "ready_status": "HTTP status that means ready (default 200)",
     "model_name": "the OpenAI 'model' field (default '')",
     "defaults": "values for placeholders a config may lack",
@@ -172,6 +172,13 @@ class CommandBackend(Backend):
 
     def gpus_per_trial(self, config: Config) -> int:
         return int(self._values(config)["gpus"])
+
+    def gpus_occupied(self, config: Config, gpus_per_node: int) -> int:
+        """TP x PP where the template passes them on ({tp_size}, {pp_size} or {gpus}); else the
+        command may run on any of the node's GPUs: it takes the node."""
+        if {"tp_size", "pp_size", "gpus"} & {name for name, _ in placeholders(self.argv)}:
+            return self.gpus_per_trial(config)
+        return gpus_per_node
 
     def check_config(self, config: Config) -> None:
         file = self.job_file

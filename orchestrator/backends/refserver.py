@@ -18,6 +18,7 @@ from orchestrator.backends import allreduce, common, speculative
 from orchestrator.backends.base import Backend, Config, LaunchSpec
 from orchestrator.backends.flags import did_you_mean
 from orchestrator.core.errors import ConfigRejected, brief
+from orchestrator.core.measurement import BATCH, RegimeMark
 from orchestrator.refserver.presets import PRESETS
 
 _SETTINGS = {
@@ -130,6 +131,15 @@ class RefServerBackend(Backend):
             if flag == "dtype" and value not in _DTYPES:
                 raise ConfigRejected(f"dtype must be one of {', '.join(_DTYPES)}, not {brief(value)}",
                                      file=self.job_file, key="backend.dtype")
+
+    def load_marks(self, config: Config) -> list[RegimeMark]:
+        """The largest captured batch (``capture_sizes``) and the batch the engine steps at most
+        (``backend.max_batch``, or the setting), where the config gives them."""
+        marks = super().load_marks(config)
+        batch = config.get("backend.max_batch", self.settings.get("max_batch"))
+        if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0:
+            marks.append(RegimeMark(batch, BATCH, f"--max-batch {batch}"))
+        return marks
 
     def normalize(self, config: Config) -> Config:
         out = super().normalize(config)

@@ -40,6 +40,7 @@ from orchestrator.backends.base import Backend, Config, LaunchSpec
 from orchestrator.backends.flags import FlagChecker, Spelling
 from orchestrator.core import versions
 from orchestrator.core.errors import brief
+from orchestrator.core.measurement import BATCH, GRAPHS, RegimeMark
 
 SHARED_SETTINGS = {
     "served_model_name": "name in the OpenAI API (default: model)",
@@ -69,6 +70,8 @@ class ServingBackend(Backend):
     SPELLINGS: ClassVar[dict[str, list[Spelling]]] = {}
     HANDLED: ClassVar[tuple[str, ...]] = ()  # backend.<flag> params graph_args consumes
     GRAPH_ONLY: ClassVar[tuple[str, ...]] = ()  # params that cannot matter without graphs
+    GRAPH_MAX_FLAGS: ClassVar[tuple[str, ...]] = ()  # flags naming the largest captured batch (``load_marks``)
+    BATCH_FLAGS: ClassVar[tuple[str, ...]] = ()  # flags naming the most sequences run at once (``load_marks``)
 
     def __init__(self, settings: dict[str, Any] | None, job_file: str | None = None):
         super().__init__(settings, job_file)
@@ -131,6 +134,39 @@ class ServingBackend(Backend):
     def pass_through(self) -> list[str]:
         """The extra arguments as they go on the command line."""
         return list(self.extra_args)
+
+    def load_marks(self, config: Config) -> list[RegimeMark]:
+        """The largest captured batch (``capture_sizes``, else a ``GRAPH_MAX_FLAGS`` value, as a
+        ``backend.<flag>`` param or in ``extra_args``; none without graphs) and the most sequences
+        run at once (``BATCH_FLAGS``): what the config asks for (the trial reads what the engine ran
+        with from its log)."""
+        marks = super().load_marks(config)
+        if config.get("graph_capture", True) is not False and not marks:
+            found = self._flag_value(config, self.GRAPH_MAX_FLAGS)
+            if found is not None:
+                marks.append(RegimeMark(found[0], GRAPHS, found[1]))
+        found = self._flag_value(config, self.BATCH_FLAGS)
+        if found is not None:
+            marks.append(RegimeMark(found[0], BATCH, found[1]))
+        return marks
+
+    def _flag_value(self, config: Config, flags: tuple[str, ...]) -> tuple[int, str] | None:
+        """(value, where it was given) of the first of ``flags`` the config's ``backend.<flag>`` params
+        or the ``extra_args`` give as a positive number (a list of sizes: its largest)."""
+        for flag in flags:
+            name = flag.lstrip("-").replace("-", "_")
+            value = _largest(config.get(f"backend.{name}"))
+            if value is not None:
+                return value, f"backend.{name} {value}"
+        args = self.pass_through()
+        for i, word in enumerate(args):
+            for flag in flags:
+                raw = args[i + 1] if word == flag and i + 1 < len(args) else \
+                    word.split("=", 1)[1] if word.startswith(flag + "=") else None
+                value = _largest(raw)
+                if value is not None:
+                    return value, f"{flag} {value}"
+        return None
 
     # ---- release and flags --------------------------------------------------------------------
     def probe_python(self) -> str | None:
@@ -307,3 +343,17 @@ class ServingBackend(Backend):
         """``settings.model_facts`` over what the checkpoint's config.json says (local
         Hugging Face directories only; a GGUF file says nothing here)."""
         return {**common.facts_from_checkpoint(self.model), **self.facts}
+
+
+def _largest(value: Any) -> int | None:
+    """A flag's positive batch size (the largest of a list, '1 2 4' or '1,2,4'); None for anything else."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        sizes = [_largest(v) for v in value]
+        return max((x for x in sizes if x is not None), default=None)
+    try:
+        found = [int(x) for x in str(value).replace(",", " ").split()]
+    except ValueError:
+        return None
+    return max(found) if found and min(found) > 0 else None

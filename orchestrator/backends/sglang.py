@@ -161,6 +161,8 @@ class SglangBackend(ServingBackend):
         ],
     }
     DP_PARAM = "backend.dp_size"
+    GRAPH_MAX_FLAGS = ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
+    BATCH_FLAGS = ("--max-running-requests",)
     GRAPH_ONLY = ("backend.cuda_graph_max_bs", "backend.cuda_graph_max_bs_decode",
                   "backend.cuda_graph_max_bs_prefill", "backend.cuda_graph_backend_decode",
                   "backend.cuda_graph_backend_prefill", "capture_sizes")

@@ -225,6 +225,8 @@ class VllmBackend(ServingBackend):
         "cudagraph_capture_sizes": [Spelling(None, None, None, "use the neutral capture_sizes param")],
     }
     HANDLED = ("cudagraph_mode",)
+    GRAPH_MAX_FLAGS = ("--max-cudagraph-capture-size", "--cuda-graph-sizes")
+    BATCH_FLAGS = ("--max-num-seqs",)
     GRAPH_ONLY = ("capture_sizes", "backend.cudagraph_mode", "backend.max_cudagraph_capture_size",
                   "backend.cuda_graph_sizes", "backend.max_seq_len_to_capture")
 

@@ -45,6 +45,7 @@ shown, an example for those three, whose meaning ends "(required)").
                                       # {"prompt": ..., "output_tokens": N} or a ShareGPT conversation
                                       # (orchestrator.config.traffic); each request its own output length
       traffic_sample: 64              # requests drawn from the traffic file, the same for every run of a study
+                                      # (one from each 1/traffic_sample of the lengths, the longest always)
       context: null                   # long context: every prompt made about this many tokens long with text
                                       # before it (the set's own, then the bundled texts); null: as they are
       output_tokens: 64               # tokens per timed request (greedy, fixed length)
@@ -55,6 +56,10 @@ shown, an example for those three, whose meaning ends "(required)").
                                       # median is above this
       waves: 3                        # at a level N > 1, each of the N streams sends this many requests back to
                                       # back; the sample is the steady state between the first and the last wave
+      prefix_reuse: false             # false: every request begins with a line of its own, so no server answers
+                                      # it from its prefix cache (TTFT is a whole prefill); true: one line per pass
+                                      # through the prompts, so requests share what the prompts share (a system
+                                      # prompt), as in production, but never a request's own earlier sending
       concurrency: [1, 2, 10, 64]     # levels `compare` (and constraints) measure total tok/s at
     objective:                        # or one word, a preset: latency, throughput or balanced (the guide
                                       # says what each expands to)
@@ -62,9 +67,11 @@ shown, an example for those three, whose meaning ends "(required)").
                                       # total output tok/s with N concurrent streams; several: a plan
       weights: null                   # a traffic mix, e.g. {1: 0.6, 10: 0.3, 64: 0.1}: one objective, the
                                       # weighted geometric mean of the levels' ratios to the baseline
-      goodput: null                   # {max_concurrency: 64} instead of concurrency: per config the most streams
-                                      # (up to 64) at which every slo holds, found by bisection in one launch,
-                                      # and the total tok/s there; the study maximizes that tok/s
+      goodput: null                   # {max_concurrency: 64} instead of concurrency: per config the capacity
+                                      # within the slo, the concurrency (up to 64) with the most total tok/s at
+                                      # which every target holds, found in one launch by a sweep over the load
+                                      # (where the engine changes regime too) and refinement, at most 12 loads;
+                                      # the study maximizes that tok/s
       context: []                     # long context as a level's second axis, e.g. [0, 8192]: every concurrency
                                       # measured with prompts made about each many tokens long (0: as they are),
                                       # the level 64@8192 (export --concurrency 64@8192); not with bench.context
@@ -72,6 +79,9 @@ shown, an example for those three, whose meaning ends "(required)").
     slo: null                         # latency targets, e.g. {tpot_p99: 20ms, ttft_p99: 1s} (ttft, tpot, itl,
                                       # e2e at p50, p90, p99) at every level, or a level's own: {32: {tpot_p99:
                                       # 50ms}}; a config that breaks one at a level is infeasible at that level
+    cost: null                        # {gpu_hour: 2.50} or {node_hour: 20} (dollars): a goodput study's capacity
+                                      # point priced in $ per million output tokens, and its tok/s per GPU; a
+                                      # config pays for the GPUs it occupies (a node's hour shared by its GPUs)
     timeouts:
       startup: 120s                   # spawn to healthy, at least (4x the study's longest measured start where
                                       # longer); longer is FAIL start-timeout
@@ -164,6 +174,7 @@ from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.level import make as make_level
 from orchestrator.core.level import parse as parse_level
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO
+from orchestrator.core.price import Cost, Pricing
 from orchestrator.core.slo import NAMES as SLO_NAMES
 from orchestrator.core.slo import Slo, Targets
 from orchestrator.core.study_dir import StudyDir
@@ -172,7 +183,7 @@ from orchestrator.core.versions import parse_version
 JOB_KEYS = ("study", "description", "output_dir", "storage", "report_dir", "backend", "gpus_per_node", "cpus_per_trial",
             "space", "baseline", "budget", "bench", "timeouts", "ray", "sampler", "correctness", "env",
             "allow_unsafe_nccl", "nccl_version", "remeasure", "max_consecutive_failures", "pruning", "constraints",
-            "hardware", "prescreen", "objective", "notify", "slo")
+            "hardware", "prescreen", "objective", "notify", "slo", "cost")
 STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # and not "." or "..": the name is a folder name
 NAME_MAX = 255  # the longest file or folder name Linux file systems allow (bytes)
 PATH_MAX = 4096  # the longest path; the study's files add up to this much below its folder:
@@ -231,6 +242,10 @@ class BenchSettings:
     traffic_sample: int = traffic_file.DEFAULT_SAMPLE
     output_lengths: tuple[int, ...] | None = None  # with a traffic file: each prompt's own output length
     context: int | None = None  # every prompt made about this many tokens long (``config.prompts.with_context``)
+    # the server's prefix cache may answer what the prompts share (``node.measure``: one line per pass); False:
+    # every request begins with a line of its own, and TTFT is a whole prefill
+    prefix_reuse: bool = False
+    traffic_lines: tuple[str, ...] | None = None  # with a traffic file: where each sampled request is ("line 12")
 
 
 @dataclass(frozen=True)
@@ -253,8 +268,9 @@ class Objective:
     # long context as a second axis (``core.level``): each concurrency at each of these prompt lengths
     # (tokens; 0: the prompts as they are); () : no axis, the levels are the concurrencies themselves
     context: tuple[int, ...] = ()
-    # goodput (``max_concurrency``): one objective, the total tok/s at the most streams at which every
-    # SLO holds, found by bisection up to it in each launch (``concurrency`` is then not used)
+    # goodput (``max_concurrency``): one objective, the total tok/s at the capacity point, the concurrency
+    # (up to it) with the most tok/s at which every SLO holds, found by the capacity search in each launch
+    # (``core.capacity``; ``concurrency`` is then not used)
     goodput: int | None = None
     slo: Targets | None = None  # the job's ``slo:`` (``core.slo``): what a level must hold to count there
     preset: str | None = None  # the one word the job gave (``PRESETS``), expanded into the fields above
@@ -374,6 +390,7 @@ class Job:
     # what is valid but likely not what the user meant, said by validate and before run launches
     # anything (``advice``): a prompt set that would misrank configs, a stall limit no start can reach
     advice: tuple[str, ...] = ()
+    cost: Cost | None = None  # the job's ``cost:`` (``core.price``): a goodput study's capacity point priced
     _backend: Any = field(default=None, compare=False, repr=False)
 
     def baseline_config(self) -> dict[str, Any]:
@@ -388,6 +405,16 @@ class Job:
     def slo(self) -> Targets | None:
         """The job's latency targets (``slo:``, or its preset's), kept with the objective."""
         return self.objective.slo
+
+    def gpus_of(self, config: Mapping[str, Any]) -> int:
+        """The GPUs a server of ``config`` occupies (``Backend.gpus_occupied``: TP x PP (x DP), or
+        the job's ``gpus_per_node`` where the backend cannot count them)."""
+        backend = self.backend_obj()
+        return backend.gpus_occupied(backend.normalize(dict(config)), self.gpus_per_node)
+
+    def pricing(self) -> Pricing | None:
+        """How the study prices its configs (``core.price``); None without ``cost:``."""
+        return Pricing(self.cost, self.gpus_per_node, self.gpus_of) if self.cost is not None else None
 
     def backend_obj(self):
         """The backend instance for ``backend.kind``/``settings`` (built once, cached)."""
@@ -479,6 +506,7 @@ def load_job(path: str | os.PathLike) -> Job:
     bench = _bench(top, job_path, study)
     objective = _objective(top, bench)
     timeouts = _timeouts(top)
+    _check_traffic_length(top, bench)
     advice = _advice(top, bench, timeouts) + _model_length_advice(top, bench, objective)
     ray = _ray(top)
     sampler = _sampler(top)
@@ -496,8 +524,9 @@ def load_job(path: str | os.PathLike) -> Job:
     prescreen = PrescreenSettings(enabled=prescreen_sec.flag("enabled", False), keep_within=keep_within,
                                   rounds=prescreen_sec.integer("rounds", 2, low=1))
     outcome_constraints = _outcome_constraints(top, bench)
+    cost = _cost(top, gpus, objective)
     if outcome_constraints and objective.goodput is not None:
-        raise top.bad("constraints", "goodput measures the concurrencies its bisection picks, not fixed levels: "
+        raise top.bad("constraints", "goodput measures the concurrencies its search picks, not fixed levels: "
                                      "bound a config by the latency targets (slo:) instead of constraints")
     env = _env(top, allow_unsafe)
 
@@ -566,7 +595,8 @@ def load_job(path: str | os.PathLike) -> Job:
                remeasure=remeasure, max_consecutive_failures=max_failures, pruning=pruning,
                constraints=outcome_constraints, hardware=hardware, prescreen=prescreen, objective=objective,
                notify=notify, space_path=space_path,
-               baseline_given=baseline_given, description=description, advice=advice, _backend=backend)
+               baseline_given=baseline_given, description=description, advice=advice, cost=cost,
+               _backend=backend)
 
 
 def notify_command(value: Any, *, file: str | None, key: str) -> tuple[str, ...] | None:
@@ -726,7 +756,8 @@ def _budget(top: Section) -> Budget:
 
 def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
     sec = top.section("bench", ("prompts", "prompt", "traffic", "traffic_sample", "context", "output_tokens",
-                                "warmup", "repeats", "max_repeats", "target_rel_ci", "waves", "concurrency"))
+                                "warmup", "repeats", "max_repeats", "target_rel_ci", "waves", "prefix_reuse",
+                                "concurrency"))
     given = [k for k in ("prompts", "prompt", "traffic") if sec.data.get(k) is not None]
     if len(given) > 1:
         raise sec.bad(given[1], f"give one of prompts (a file of decode prompts), prompt (one prompt) and traffic "
@@ -739,11 +770,12 @@ def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
     file = sec.text("prompts", None, none_ok=True)
     traffic = sec.text("traffic", None, none_ok=True)
     lengths: tuple[int, ...] | None = None
+    where: tuple[str, ...] | None = None
     if traffic is not None:
         path = _near_job(job_path, traffic)
         got = traffic_file.load(path, file=top.file, study=study, sample=sample, default_output=output_tokens,
                                 source=display_path(path))
-        prompts, lengths, source = got.prompts, got.output_tokens, got.describe()
+        prompts, lengths, source, where = got.prompts, got.output_tokens, got.describe(), got.lines
     elif file is not None:
         path = _near_job(job_path, file)
         prompts, source = decode_prompts.load(path, file=top.file, key="bench.prompts"), display_path(path)
@@ -765,6 +797,7 @@ def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
         raise sec.bad("max_repeats", f"must be >= repeats ({repeats}), not {max_repeats}")
     target = sec.number("target_rel_ci", None, above=0, at_most=1, none_ok=True)
     waves = sec.integer("waves", 3, low=1)
+    prefix_reuse = sec.flag("prefix_reuse", False)
     conc = sec.raw("concurrency", list(DEFAULT_CONCURRENCY))
     if conc is None:
         conc = []
@@ -777,7 +810,8 @@ def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
             raise sec.bad(f"concurrency[{i}]", f"duplicate level {c}; levels must be unique")
     return BenchSettings(prompts=prompts, prompts_from=source, output_tokens=output_tokens, warmup=warmup,
                          repeats=repeats, max_repeats=max_repeats, target_rel_ci=target, concurrency=tuple(conc),
-                         waves=waves, traffic=traffic, traffic_sample=sample, output_lengths=lengths, context=context)
+                         waves=waves, traffic=traffic, traffic_sample=sample, output_lengths=lengths, context=context,
+                         prefix_reuse=prefix_reuse, traffic_lines=where)
 
 
 # One-word objectives (``objective: balanced``): a starting point for a user without targets of
@@ -785,8 +819,8 @@ def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
 # guide renders this table (``config.schema``); a run and ``validate`` say what it expanded to.
 # - latency: what one user waiting sees: single-request decode, the first token within 1 s;
 # - throughput: total tok/s of 64 streams that still move (5 tok/s each) and start within 10 s;
-# - balanced: goodput: the most streams (up to 64) that each stream faster than people read
-#   (20 tok/s, TPOT p99 50 ms) and start within 2 s, and the total tok/s there.
+# - balanced: goodput: the most total tok/s (up to 64 streams) with each stream faster than people
+#   read (20 tok/s, TPOT p99 50 ms) and starting within 2 s.
 PRESETS: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
     "latency": ({"concurrency": [1]}, {"ttft_p99": "1s"}),
     "throughput": ({"concurrency": [64]}, {"tpot_p99": "200ms", "ttft_p99": "10s"}),
@@ -815,7 +849,7 @@ def _objective(top: Section, bench: BenchSettings) -> Objective:
         raise sec.bad("goodput", "goodput finds its own concurrency (up to max_concurrency): give goodput, or "
                                  "concurrency (with weights), not both")
     if goodput is not None and context:
-        raise sec.bad("context", "goodput bisects the concurrency at one prompt length: give goodput or context, "
+        raise sec.bad("context", "goodput searches the concurrency at one prompt length: give goodput or context, "
                                  "not both (bench.context sets the length goodput measures at)")
     slo_raw = top.raw("slo", None)
     if slo_raw is None and preset is not None:
@@ -859,7 +893,7 @@ def _goodput(sec: Section) -> int | None:
         raise sec.bad("goodput", f"must be {{max_concurrency: N}} (the most streams to try), not {shown(raw)}")
     inner = sec.section("goodput", GOODPUT_KEYS)
     if "max_concurrency" not in inner.data:
-        raise sec.bad("goodput", "needs max_concurrency (the most streams the bisection tries), e.g. "
+        raise sec.bad("goodput", "needs max_concurrency (the most streams the search tries), e.g. "
                                  "{max_concurrency: 64}")
     return inner.integer("max_concurrency", None, low=1)
 
@@ -947,6 +981,34 @@ def _level_key(key: Any) -> Any:
         return key
 
 
+COST_KEYS = ("gpu_hour", "node_hour")
+
+
+def _cost(top: Section, gpus: int, objective: Objective) -> Cost | None:
+    """``cost:``: dollars an hour of a GPU or of a node (``core.price``), one of the two; it prices a
+    goodput study's capacity point, so it needs one."""
+    raw = top.raw("cost", None)
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise top.bad("cost", f"must be {{gpu_hour: DOLLARS}} or {{node_hour: DOLLARS}}, not {shown(raw)}")
+    sec = top.section("cost", COST_KEYS)
+    given = [k for k in COST_KEYS if k in sec.data]
+    if len(given) != 1:
+        raise top.bad("cost", "give one price: gpu_hour (dollars an hour of one GPU) or node_hour (of one node), "
+                              f"not {'both' if given else 'neither'}")
+    value = sec.number(given[0], None, above=0)
+    if value == float("inf"):
+        raise sec.bad(given[0], "must be a finite number of dollars an hour, not .inf")
+    if objective.goodput is None:
+        raise top.bad("cost", "prices the capacity point of a goodput study: give objective: {goodput: "
+                              "{max_concurrency: N}} (or the balanced preset), or drop cost")
+    if given[0] == "gpu_hour" and gpus == 0:
+        raise top.bad("cost.gpu_hour", "a CPU job (gpus_per_node: 0) occupies no GPU: price it by node_hour")
+    return Cost(gpu_hour=float(value), node_hour=None) if given[0] == "gpu_hour" else \
+        Cost(gpu_hour=None, node_hour=float(value))
+
+
 def _timeouts(top: Section) -> Timeouts:
     sec = top.section("timeouts", ("startup", "bench", "teardown", "stall"))
     return Timeouts(startup_s=sec.duration("startup", "120s"), bench_s=sec.duration("bench", "60s"),
@@ -973,28 +1035,72 @@ def _advice(top: Section, bench: BenchSettings, timeouts: Timeouts) -> tuple[str
 MODEL_LENGTH_FLAGS = ("--max-model-len", "--context-length")
 
 
-def _model_length_advice(top: Section, bench: BenchSettings, objective: Objective) -> tuple[str, ...]:
-    """A server whose ``extra_args`` cap the sequence below the longest context plus the longest
-    output would refuse (or cut) the long prompts: said at load time, not as failed trials."""
-    longest = max([*objective.context, bench.context or 0])
+@dataclass(frozen=True)
+class _Limit:
+    """The sequence limit a job's server arguments give: ``--max-model-len 4096`` at ``key``."""
+
+    key: str  # backend.settings.extra_args, or a command's backend.settings.argv
+    flag: str
+    tokens: int
+
+
+def _model_length_limit(top: Section) -> _Limit | None:
+    """The smallest limit the job's ``backend.settings.extra_args`` (vLLM, SGLang) or a command's
+    ``argv`` give (``MODEL_LENGTH_FLAGS``; a templated value is not known here), None for none."""
     backend = top.data.get("backend")
     settings = backend.get("settings") if isinstance(backend, Mapping) else None
-    args = settings.get("extra_args") if isinstance(settings, Mapping) else None
-    if not longest or not isinstance(args, list):
-        return ()
-    words = [str(a) for a in args]
-    output = max(bench.output_lengths or (bench.output_tokens,))
-    out = []
-    for i, word in enumerate(words):
-        flag, _, value = word.partition("=")
-        if flag not in MODEL_LENGTH_FLAGS:
+    if not isinstance(settings, Mapping):
+        return None
+    found = []
+    for name in ("extra_args", "argv"):
+        args = settings.get(name)
+        if not isinstance(args, list):
             continue
-        value = value or (words[i + 1] if i + 1 < len(words) else "")
-        if value.isdigit() and int(value) < longest + output:
-            out.append(f"backend.settings.extra_args: {flag} {value} is less than the longest context ({longest}) plus "
-                       f"the output ({output}) = {longest + output} tokens: the server would refuse those prompts; "
-                       f"raise it to at least {longest + output}")
-    return tuple(out)
+        words = [str(a) for a in args]
+        for i, word in enumerate(words):
+            flag, _, value = word.partition("=")
+            if flag not in MODEL_LENGTH_FLAGS:
+                continue
+            value = value or (words[i + 1] if i + 1 < len(words) else "")
+            if value.isdigit():
+                found.append(_Limit(f"backend.settings.{name}", flag, int(value)))
+    return min(found, key=lambda limit: limit.tokens, default=None)
+
+
+def _model_length_advice(top: Section, bench: BenchSettings, objective: Objective) -> tuple[str, ...]:
+    """A server whose arguments cap the sequence below the longest context plus the longest
+    output would refuse (or cut) the long prompts: said at load time, not as failed trials."""
+    longest = max([*objective.context, bench.context or 0])
+    limit = _model_length_limit(top)
+    if not longest or limit is None:
+        return ()
+    output = max(bench.output_lengths or (bench.output_tokens,))
+    if limit.tokens >= longest + output:
+        return ()
+    return (f"{limit.key}: {limit.flag} {limit.tokens} is less than the longest context ({longest}) plus the output "
+            f"({output}) = {longest + output} tokens: the server would refuse those prompts; raise it to at least "
+            f"{longest + output}",)
+
+
+def _check_traffic_length(top: Section, bench: BenchSettings) -> None:
+    """A traffic file's request longer than the server's limit (its prompt's estimated tokens plus its
+    output, ``config.traffic.request_tokens``) would be refused by the server in every launch, the
+    baseline's first: one ``BadInput`` naming the line, its length and the limit."""
+    limit = _model_length_limit(top)
+    if bench.traffic is None or bench.output_lengths is None or limit is None:
+        return
+    requests = list(zip(bench.prompts, bench.output_lengths, bench.traffic_lines or ("?",) * len(bench.prompts)))
+    over = [r for r in requests if traffic_file.request_tokens(r[0], r[1]) > limit.tokens]
+    if not over:
+        return
+    prompt, output, at = max(over, key=lambda r: traffic_file.request_tokens(r[0], r[1]))
+    need = traffic_file.request_tokens(prompt, output)
+    more = f" ({len(over)} of the {len(requests)} sampled requests are over it)" if len(over) > 1 else ""
+    raise top.bad("bench.traffic", f"{bench.traffic} {at}: a prompt of about {need - output} tokens ({len(prompt)} "
+                                   f"characters / {decode_prompts.CHARS_PER_TOKEN}) plus {output} output tokens = "
+                                   f"{need} is more than {limit.key}'s {limit.flag} {limit.tokens}{more}: the server "
+                                   f"would refuse it; raise {limit.flag} to at least {need}, or cut that request from "
+                                   "the traffic")
 
 
 def _ray(top: Section) -> RaySettings:

@@ -137,6 +137,12 @@ def _json_prompt(number: int, line: str, where: str, file: str | None, key: str)
     return prompt
 
 
+def estimated_tokens(text: str) -> int:
+    """A text's length in tokens, estimated from its characters (``CHARS_PER_TOKEN``, rounded up):
+    the one estimate of the long-context prompts and of the checks against a server's limit."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
 def with_context(prompts: tuple[str, ...], tokens: int) -> tuple[str, ...]:
     """Each prompt with text before it until it is about ``tokens`` long (module docstring): the
     other prompts of the set and the bundled texts, in turn, each ending at a paragraph break;

@@ -17,7 +17,14 @@ file is JSON Lines, one request per line, in either shape (mixed freely):
 A file that is one JSON array of such objects (ShareGPT as it is distributed) reads the same.
 Every request asks for at least 2 tokens (decode tok/s needs two). ``bench.traffic_sample``
 requests are drawn from the file, deterministically for the study (seeded by its name): every
-run and every resume of a study measures the same requests, in the same order.
+run and every resume of a study measures the same requests, in the same order. The draw is
+stratified by length (``request_tokens``: the prompt's estimated tokens plus the output's): the
+file's requests in order of length, cut into as many equal shares as the sample has requests,
+one request from each share, and from the longest share its longest request. A trace's tail (the
+long prompts that decide TTFT and the server's limit) is in every study's sample at its weight,
+and its longest request always; a plain random draw kept neither of two long prompts of 200
+lines for most study names. ``describe`` says how the sample was drawn and which request is the
+longest (its line).
 
 A line that is not JSON, not an object, or neither shape is one ``BadInput`` naming the file
 and the line (exit 2).
@@ -32,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.prompts import estimated_tokens
 from orchestrator.core.errors import BadInput
 
 MAX_FILE_BYTES = 64 << 20  # read whole at every job load: cut a larger trace first
@@ -44,21 +52,52 @@ REPLY_ROLES = ("gpt", "assistant", "chatgpt", "bard", "bing", "model")
 
 
 @dataclass(frozen=True)
+class Request:
+    """One request of the file: its prompt, the output tokens it asks for, and where it is (``line 12``,
+    or ``item 3`` of a JSON array)."""
+
+    prompt: str
+    output_tokens: int
+    at: str
+
+    @property
+    def tokens(self) -> int:
+        """``request_tokens`` of this request."""
+        return request_tokens(self.prompt, self.output_tokens)
+
+
+def request_tokens(prompt: str, output_tokens: int) -> int:
+    """A request's length as a server's limit counts it: the prompt's estimated tokens
+    (``config.prompts.estimated_tokens``: the tuner has no tokenizer of the served model) plus the
+    output it asks for."""
+    return estimated_tokens(prompt) + output_tokens
+
+
+@dataclass(frozen=True)
 class Traffic:
-    """The requests a study measures: prompts and their output lengths, in order."""
+    """The requests a study measures: prompts and their output lengths, in order, and where each is
+    in the file (``lines``)."""
 
     source: str  # the file as the user reads it
     prompts: tuple[str, ...]
     output_tokens: tuple[int, ...]
     in_file: int  # usable requests in the file
     skipped: int = 0  # conversations without a reply
+    lines: tuple[str, ...] = ()  # where each request is in the file ("line 12")
 
     def describe(self) -> str:
-        """'traffic.jsonl: 50 of 50 requests (output tokens 8-96)'."""
+        """'traffic.jsonl: 64 of 200 requests, one from each 1/64 of the lengths (asked output tokens 8-96;
+        the longest, line 17, about 7564 tokens, kept)'."""
         low, high = min(self.output_tokens), max(self.output_tokens)
         skipped = f", {self.skipped} conversation(s) without a reply skipped" if self.skipped else ""
-        return (f"{self.source}: {len(self.prompts)} of {self.in_file} requests (asked output tokens {low}-{high}"
-                f"{skipped})")
+        drawn = f", one from each 1/{len(self.prompts)} of the lengths" if len(self.prompts) < self.in_file else ""
+        longest = ""
+        if self.lines and len(self.prompts) < self.in_file:
+            k = max(range(len(self.prompts)), key=lambda i: request_tokens(self.prompts[i], self.output_tokens[i]))
+            longest = (f"; the longest, {self.lines[k]}, about {request_tokens(self.prompts[k], self.output_tokens[k])}"
+                       " tokens, kept")
+        return (f"{self.source}: {len(self.prompts)} of {self.in_file} requests{drawn} (asked output tokens "
+                f"{low}-{high}{skipped}{longest})")
 
 
 def load(path: str | os.PathLike, *, file: str | None, study: str, sample: int, default_output: int,
@@ -84,14 +123,15 @@ def load(path: str | os.PathLike, *, file: str | None, study: str, sample: int, 
     if not requests:
         why = f" ({skipped} conversation(s) without a reply)" if skipped else ""
         raise BadInput(f"{where}: holds no request{why}", file=file, key=key)
-    picked = _sample(requests, sample, study)
-    return Traffic(source=source or str(p), prompts=tuple(r[0] for r in picked),
-                   output_tokens=tuple(r[1] for r in picked), in_file=len(requests), skipped=skipped)
+    picked = sample_requests(requests, sample, study)
+    return Traffic(source=source or str(p), prompts=tuple(r.prompt for r in picked),
+                   output_tokens=tuple(r.output_tokens for r in picked), in_file=len(requests), skipped=skipped,
+                   lines=tuple(r.at for r in picked))
 
 
 def _parse(text: str, where: str, file: str | None, key: str,
-           default_output: int) -> tuple[list[tuple[str, int]], int]:
-    """(prompt, output tokens) of every usable request, and the conversations skipped."""
+           default_output: int) -> tuple[list[Request], int]:
+    """Every usable request, and the conversations skipped."""
     stripped = text.lstrip()
     if stripped.startswith("["):  # one JSON array (ShareGPT as distributed)
         try:
@@ -117,7 +157,7 @@ def _parse(text: str, where: str, file: str | None, key: str,
         if got is None:
             skipped += 1
         else:
-            out.append(got)
+            out.append(Request(got[0], got[1], at))
     return out, skipped
 
 
@@ -154,11 +194,20 @@ def _turn(turn: Any, where: str, file: str | None, key: str) -> tuple[str, str]:
                    file=file, key=key)
 
 
-def _sample(requests: list[tuple[str, int]], sample: int, study: str) -> list[tuple[str, int]]:
-    """``sample`` requests of the file, the same for every run of the study (seeded by its name)."""
+def sample_requests(requests: list[Request], sample: int, study: str) -> list[Request]:
+    """``sample`` requests of the file, the same for every run of the study (seeded by its name),
+    stratified by length (module docstring): the requests in order of ``Request.tokens`` (the
+    file's order among equals) cut into ``sample`` shares of equal count (the larger ones, where
+    the count does not divide, at the short end: the long tail in shares of its own), one drawn
+    from each, the longest share's longest; in a shuffled order (the file's order may group
+    similar requests: the rounds mix them)."""
     rng = random.Random(f"ncclsweep traffic {study}")
-    if len(requests) <= sample:
-        order = list(range(len(requests)))
-        rng.shuffle(order)  # the file's order may group similar requests: the rounds mix them
-        return [requests[i] for i in order]
-    return [requests[i] for i in rng.sample(range(len(requests)), sample)]
+    n = len(requests)
+    if n <= sample:
+        picked = list(range(n))
+    else:
+        ranked = sorted(range(n), key=lambda i: requests[i].tokens)
+        bounds = [-(-k * n // sample) for k in range(sample + 1)]  # ceil(k n / s): the extras in the low shares
+        picked = [ranked[rng.randrange(lo, hi)] for lo, hi in zip(bounds[:-1], bounds[1:-1])] + [ranked[-1]]
+    rng.shuffle(picked)
+    return [requests[i] for i in picked]

@@ -13,7 +13,10 @@ A level is a number of requests in flight:
 - level N > 1: total output tok/s in the steady state, one sample per round: N streams each send
   ``waves`` requests back to back, and the tokens counted are those that arrive while every
   stream is in flight (after the last stream's first token, before the first stream's last
-  request ends: ``steady_window``), so neither the ramp nor the tail is in the figure.
+  request ends: ``steady_window``), so neither the ramp nor the tail is in the figure. Beside it,
+  from the same requests, the whole run's figure as ``vllm bench serve`` counts its output
+  throughput (``whole_run_tok_s``: every output token over the last request's end minus the first
+  one's start, ramp and drain included): lower wherever the ramp and the drain are slow.
 
 A level may also carry a prompt length (``core.level``: ``64@8192``, 64 streams whose prompts are
 about 8192 tokens long); its record is stored under that spelling, a context-0 level under its
@@ -21,13 +24,17 @@ bare number as always.
 
 Beside the throughput, each level keeps latency percentiles over its requests (p50, p90, p99):
 TTFT, TPOT, inter-token latency (gaps between streamed chunks, as ``vllm bench serve``'s ITL)
-and end-to-end latency, in seconds. ``median_ci``/``relative_ci`` are the one definition of a
-median's precision (a distribution-free interval from order statistics).
+and end-to-end latency, in seconds; and, where the server counts them, the share of its prompt
+tokens that the server's prefix cache answered (``prefix_cache_hit_rate``): a TTFT is a prefill's
+only where that share is low, so it is shown beside every TTFT (``cache_text``).
+``median_ci``/``relative_ci`` are the one definition of a median's precision (a distribution-free
+interval from order statistics).
 
-Two parts only some measurements have: ``GoodputResult`` (the goodput objective's bisection over
-concurrency: which concurrencies were probed, each a level of ``levels``, and where the SLOs
-stopped holding; the measurement's value is then the total tok/s at the highest concurrency that
-held) and ``Lengths`` (with a traffic file: the prompt and output lengths the requests had, as
+Two parts only some measurements have: ``GoodputResult`` (the goodput objective's search over
+concurrency, ``core.capacity``: which concurrencies were probed, each a level of ``levels``, whether
+every SLO held at each, where the engine changes regime (``RegimeMark``), and the capacity point,
+the concurrency with the most total tok/s where every SLO held; the measurement's value is the
+total tok/s there) and ``Lengths`` (with a traffic file: the prompt and output lengths the requests had, as
 the server counted them, and how many returned another length than they asked for).
 """
 
@@ -207,6 +214,10 @@ class LevelResult:
     acceptance_rate: float | None = None  # speculative decoding: drafted tokens accepted
     mean_accepted_length: float | None = None  # tokens per step
     input_tokens: float | None = None  # a context axis: the median prompt length the server counted here
+    # the share of this level's prompt tokens the server's prefix cache answered (its counters; None: not counted)
+    prefix_cache_hit_rate: float | None = None
+    # level N: median over rounds of the whole run's output tok/s (module docstring; None: not recorded)
+    whole_run_tok_s: float | None = None
 
     @property
     def unit(self) -> str:
@@ -245,7 +256,8 @@ class LevelResult:
             got = self.latency(kind)
             if got is not None:
                 out[kind] = got.to_record()
-        for name in ("e2e_tok_s", "window_s", "acceptance_rate", "mean_accepted_length", "input_tokens"):
+        for name in ("e2e_tok_s", "window_s", "acceptance_rate", "mean_accepted_length", "input_tokens",
+                     "prefix_cache_hit_rate", "whole_run_tok_s"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         if self.stream_decode_tok_s is not None:
@@ -268,7 +280,9 @@ class LevelResult:
                    requests=int(requests) if requests is not None else 0, window_s=_num(rec.get("window_s")),
                    acceptance_rate=_num(rec.get("acceptance_rate")),
                    mean_accepted_length=_num(rec.get("mean_accepted_length")),
-                   input_tokens=_num(rec.get("input_tokens")))
+                   input_tokens=_num(rec.get("input_tokens")),
+                   prefix_cache_hit_rate=_num(rec.get("prefix_cache_hit_rate")),
+                   whole_run_tok_s=_num(rec.get("whole_run_tok_s")))
 
 
 @dataclass(frozen=True)
@@ -339,39 +353,123 @@ class Lengths:
                    mismatched=int(_num(rec.get("mismatched")) or 0))
 
 
+# What a regime mark is (``RegimeMark.kind``): where a batch of more streams runs another way
+GRAPHS = "graphs"  # the largest batch with a captured CUDA graph: above it the batch runs eagerly
+BATCH = "batch"  # the most sequences the engine runs at once (max-num-seqs): above it requests wait
+KV_CACHE = "kv_cache"  # about the most requests the KV cache holds at once: above it sequences are preempted
+MARK_KINDS = (GRAPHS, BATCH, KV_CACHE)
+_MARK_WORDS = {GRAPHS: ("CUDA graphs captured up to {n}", "its graphs end"),
+               BATCH: ("at most {n} requests run at once", "requests wait for a slot"),
+               KV_CACHE: ("the KV cache holds about {n} requests", "its KV cache is full")}
+
+
+@dataclass(frozen=True)
+class RegimeMark:
+    """A concurrency where the engine changes regime (``kind``: ``MARK_KINDS``): the goodput search
+    probes it and the one above it, and the answer names it. ``source``: where it was read (a
+    param, a flag, the engine's log)."""
+
+    streams: int
+    kind: str
+    source: str = ""
+
+    def describe(self) -> str:
+        """'CUDA graphs captured up to 64 (capture_sizes)'."""
+        what = _MARK_WORDS.get(self.kind, ("{n}: " + self.kind, ""))[0].format(n=self.streams)
+        return what + (f" ({self.source})" if self.source else "")
+
+    @property
+    def above(self) -> str:
+        """What happens above it, as the answer says: 'its graphs end'."""
+        return _MARK_WORDS.get(self.kind, ("", f"{self.kind} ends"))[1]
+
+    def to_record(self) -> dict[str, Any]:
+        return {"streams": self.streams, "kind": self.kind, "source": self.source, "text": self.describe()}
+
+    @classmethod
+    def from_record(cls, rec: Any) -> RegimeMark | None:
+        if not isinstance(rec, Mapping) or _num(rec.get("streams")) is None or not isinstance(rec.get("kind"), str):
+            return None
+        return cls(int(_num(rec.get("streams"))), rec["kind"], str(rec.get("source") or ""))  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
 class GoodputResult:
-    """The goodput objective's bisection within one launch (``node.measure``): the concurrencies
-    probed, in order (each measured as a level of the same ``Measurement``), the highest one at
-    which every SLO held (``holds``; None: not even the lowest), and the lowest one above it
-    that broke one (``breaks``; None: they held up to ``max_concurrency``). The crossing lies
-    between the two."""
+    """The goodput objective's search within one launch (``node.measure``, ``core.capacity``): the
+    concurrencies probed, in order (each measured as a level of the same ``Measurement``), whether
+    every SLO held at each (``held``, parallel to ``probes``), the capacity point (``holds``: the
+    concurrency with the most total tok/s where every SLO held; None: none held, not even the
+    lowest), the lowest probe above it that broke one (``breaks``; None: none did), where the engine
+    changes regime (``marks``) and the targets judged (``targets``, their names).
+
+    A record of the bisection before it (``held`` None: ``bisection``) read back as it was: its
+    ``holds`` is the most streams at which every SLO held, which it took for the capacity point
+    (it assumed throughput rises with load)."""
 
     max_concurrency: int
     probes: tuple[int, ...] = ()
     holds: int | None = None
     breaks: int | None = None
+    held: tuple[bool, ...] | None = None
+    marks: tuple[RegimeMark, ...] = ()
+    targets: tuple[str, ...] = ()
 
-    def describe(self) -> str:
-        """'holds the SLO up to 48 streams (breaks at 52)'."""
+    @property
+    def bisection(self) -> bool:
+        """Recorded by the bisection before the capacity search (no per-probe verdicts)."""
+        return self.held is None
+
+    @property
+    def highest_held(self) -> int | None:
+        """The most streams at which every SLO held (the bisection's ``holds``)."""
+        if self.held is None:
+            return self.holds
+        return max((p for p, ok in zip(self.probes, self.held) if ok), default=None)
+
+    def describe(self, value: float | None = None) -> str:
+        """'serves the most within the SLO at 64 stream(s) (holds it up to 128)' (with ``value``:
+        '...at 64 stream(s): 19037.0 total tok/s (...)'); a bisection's 'holds the SLO up to 48
+        stream(s) (breaks at 52)'."""
         if self.holds is None:
             return f"breaks the SLO at {self.breaks or 1} stream(s) already"
-        above = (f" (breaks at {self.breaks})" if self.breaks is not None
-                 else f" (the most asked, objective.goodput.max_concurrency {self.max_concurrency})")
-        return f"holds the SLO up to {self.holds} stream(s){above}"
+        if self.bisection:
+            above = (f" (breaks at {self.breaks})" if self.breaks is not None
+                     else f" (the most asked, objective.goodput.max_concurrency {self.max_concurrency})")
+            return f"holds the SLO up to {self.holds} stream(s){above}" + (
+                f" at {value:.1f} total tok/s" if value is not None else "")
+        most = self.highest_held or self.holds
+        notes = ([f"holds it up to {most}"] if most > self.holds else []) + (
+            [f"breaks at {self.breaks}"] if self.breaks is not None else [])
+        if self.holds == self.max_concurrency:
+            notes.append(f"the most asked, objective.goodput.max_concurrency {self.max_concurrency}")
+        figure = f": {value:.1f} total tok/s" if value is not None else ""
+        return f"serves the most within the SLO at {self.holds} stream(s){figure}" + (
+            f" ({'; '.join(notes)})" if notes else "")
 
     def to_record(self) -> dict[str, Any]:
-        return {"max_concurrency": self.max_concurrency, "probes": list(self.probes), "holds": self.holds,
-                "breaks": self.breaks}
+        out: dict[str, Any] = {"max_concurrency": self.max_concurrency, "probes": list(self.probes),
+                               "holds": self.holds, "breaks": self.breaks}
+        if self.held is not None:
+            out.update(held=list(self.held), marks=[m.to_record() for m in self.marks], targets=list(self.targets))
+        return out
 
     @classmethod
     def from_record(cls, rec: Any) -> GoodputResult | None:
         if not isinstance(rec, Mapping) or _num(rec.get("max_concurrency")) is None:
             return None
         holds, breaks = _num(rec.get("holds")), _num(rec.get("breaks"))
+        probes = tuple(int(p) for p in _finite(rec.get("probes") or ()))
+        held = rec.get("held")
+        verdicts = (tuple(bool(h) for h in held) if isinstance(held, list) and len(held) == len(probes)
+                    and all(isinstance(h, bool) for h in held) else None)
+        recorded = rec.get("marks")
+        marks = tuple(m for m in (RegimeMark.from_record(r) for r in recorded) if m is not None) \
+            if isinstance(recorded, list) else ()
+        targets = rec.get("targets")
         return cls(max_concurrency=int(_num(rec.get("max_concurrency"))),  # type: ignore[arg-type]
-                   probes=tuple(int(p) for p in _finite(rec.get("probes") or ())),
-                   holds=int(holds) if holds is not None else None, breaks=int(breaks) if breaks is not None else None)
+                   probes=probes, holds=int(holds) if holds is not None else None,
+                   breaks=int(breaks) if breaks is not None else None, held=verdicts, marks=marks,
+                   targets=tuple(str(t) for t in targets) if isinstance(targets, list) else ())
 
 
 @dataclass(frozen=True)
@@ -556,13 +654,22 @@ def _ms(seconds: float) -> str:
     return f"{1000 * seconds:.1f}" if seconds < 10 else f"{1000 * seconds:.0f}"
 
 
+def cache_text(got: LevelResult) -> str:
+    """'prefix-cache hits 0%': the share of the level's prompt tokens its server's prefix cache
+    answered, shown beside its TTFT ('' where the server does not count them)."""
+    rate = got.prefix_cache_hit_rate
+    return "" if rate is None else f"prefix-cache hits {100 * rate:.0f}%"
+
+
 def latency_text(got: LevelResult) -> str:
-    """'TTFT p50/p90/p99 11.2/13.0/15.9 ms, TPOT 4.1/4.3/4.9 ms, ...' (what was measured)."""
+    """'p50/p90/p99 ms: TTFT 11.2/13.0/15.9 (prefix-cache hits 0%), TPOT 4.1/4.3/4.9, ...' (what was
+    measured)."""
     parts = []
     for kind, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E")):
         lat = got.latency(kind)
         if lat is not None:
-            parts.append(f"{name} {'/'.join(_ms(lat.at(q)) for q in QUANTILES)}")
+            cached = f" ({cache_text(got)})" if kind == "ttft" and cache_text(got) else ""
+            parts.append(f"{name} {'/'.join(_ms(lat.at(q)) for q in QUANTILES)}{cached}")
     return ("p50/p90/p99 ms: " + ", ".join(parts)) if parts else ""
 
 
@@ -576,8 +683,16 @@ def level_text(got: LevelResult) -> str:
     n = len(got.samples)
     over = (f"{n} requests" if streams(got.level) == 1 else f"{n} window(s) of {got.window_s:.1f}s" if got.window_s
             else f"{n} rounds")
+    whole = f"; {whole_run_text(got)}" if whole_run_text(got) else ""
     lat = latency_text(got)
-    return f"{got.level}: {value:.1f} {got.unit}{prec} (median of {over})" + (f"; {lat}" if lat else "")
+    return f"{got.level}: {value:.1f} {got.unit}{prec} (median of {over}{whole})" + (f"; {lat}" if lat else "")
+
+
+def whole_run_text(got: LevelResult) -> str:
+    """'whole run 17800.2 tok/s': the level's output tok/s over the whole run, as ``vllm bench serve``
+    counts it, shown beside the steady-state figure ('' at level 1 or where not recorded)."""
+    rate = got.whole_run_tok_s
+    return "" if rate is None or streams(got.level) == 1 else f"whole run {rate:.1f} tok/s"
 
 
 def outcome_metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -11,7 +11,11 @@ into the *final* outcome the study records, in this order, each step a
    FAIL ``interrupted``;
 2. the log shows the node, not the config, was at fault (port taken, no GPU visible,
    GPUs busy): FAIL ``env-error`` (``trial.py`` already says ``env-error`` when the
-   server command could not be executed at all);
+   server command could not be executed at all); the server refused a request as longer
+   than its sequence limit (``too_long``: vLLM's "maximum context length", SGLang's, llama.cpp's):
+   the job's requests against the server's limit, a job error (``Final.job_error``: the driver
+   stops the run with that one line, exit 2), never the config's nor the baseline's: FAIL
+   ``interrupted``, not counted, not banned;
 3. the correctness gate: a COMPLETE trial whose output differs from the golden
    reference becomes FAIL ``wrong-output``;
 4. the job's outcome constraints: a COMPLETE trial below ``min_ratio`` x the baseline at
@@ -84,6 +88,17 @@ ENV_LOG_MARKERS = (
     ("cudaerrordevicesunavailable", "the GPUs are busy (another process, or exclusive compute mode)"),
 )
 _LOG_KINDS = (FailureKind.START_CRASH, FailureKind.BENCH_ERROR)  # raw kinds whose log may show an environment cause
+# How servers refuse a request longer than their sequence limit (lower case), in the failed request's
+# error: the job's requests (its traffic, its context, its output length) against the server's limit.
+TOO_LONG_MARKERS = (
+    "maximum context length",  # vLLM and OpenAI: "This model's maximum context length is 4096 tokens. However, ..."
+    "longer than the maximum model length",  # vLLM's engine: "The decoder prompt (length N) is longer than ..."
+    "longer than the model's context length",  # SGLang: "The input (N tokens) is longer than the model's context ..."
+    "exceeds the available context size",  # llama.cpp's server
+)
+TOO_LONG_FIX = ("the job's requests, not the config: raise the server's limit (its --max-model-len or "
+                "--context-length) or shorten the requests (the traffic's longest, bench.context, "
+                "bench.output_tokens); no config is held to it")
 # what a stop that reaches the server does to a trial: its server dies (before ready, or while
 # measured) or stops answering; never a wrong answer or a setting NCCL refused
 STOPPED_SERVER_KINDS = (FailureKind.START_CRASH, FailureKind.BENCH_ERROR, FailureKind.HANG)
@@ -97,6 +112,7 @@ class Final:
     counted: bool  # counts toward the budget and is the config's cached answer
     blameless: bool  # not (yet shown to be) the config's fault: never cached, never banned
     requeue: bool  # put the config back once
+    job_error: str | None = None  # the job must change (one line): the driver stops the run with it, exit 2
 
 
 def early_stop(first: Mapping[Any, float | None], thresholds: Mapping[Any, float | None] | None) -> bool:
@@ -147,6 +163,16 @@ def environment_cause(result: TrialResult) -> str | None:
     return next((why for marker, why in ENV_LOG_MARKERS if marker in text), None)
 
 
+def too_long(result: TrialResult) -> str | None:
+    """The server's refusal of a request as longer than its sequence limit (``TOO_LONG_MARKERS``),
+    as the failure says it; None: not that. Read in the failure reason only (the failed request's
+    error), not in the log, where an engine names its limit at start."""
+    if result.outcome != FAIL or result.failure_kind != FailureKind.BENCH_ERROR:
+        return None
+    reason = result.failure_reason or ""
+    return reason if any(marker in reason.lower() for marker in TOO_LONG_MARKERS) else None
+
+
 def gate(result: TrialResult, golden) -> TrialResult:
     """The correctness gate: outputs that differ from the golden reference make the trial
     FAIL ``wrong-output`` (its measured tok/s kept as ``decode_tok_s_ignored``); a pass that
@@ -188,7 +214,7 @@ def judge_slo(result: TrialResult, judge: Callable[[Measurement], Judged] | None
     each level a COMPLETE trial breaks them at is a warning; one that counts nowhere for the
     objective stays COMPLETE (it was measured) but is infeasible (``slo_violations``, and
     ``slo_excess``: how far over), never ranked, and the sampler learns by how much. The
-    goodput bisection breaks them above its crossing by design: only a config that holds them
+    goodput search breaks them above its capacity point by design: only a config that holds them
     nowhere is said."""
     if judge is None or result.outcome != COMPLETE or result.measurement is None:
         return result
@@ -233,6 +259,11 @@ def decide(result: TrialResult, *, stop_signals: int = 0, golden=None, rules=(),
     if cause:
         result = replace(result, failure_kind=FailureKind.ENV_ERROR,
                          failure_reason=f"{cause} ({result.failure_reason})")
+    refused = too_long(result)
+    if refused is not None:
+        why = f"the server refused a request as longer than its limit ({refused})"
+        return Final(interrupted(result, f"the run stopped: {why}: {TOO_LONG_FIX}"), counted=False, blameless=True,
+                     requeue=False, job_error=f"{why}: {TOO_LONG_FIX}")
     result = gate(result, golden)
     result = judge_constraints(result, rules, baseline)
     result = judge_slo(result, slo)

@@ -1,8 +1,9 @@
-"""The Prometheus text a server's ``/metrics`` answers, and the speculative-decoding counters in it.
+"""The Prometheus text a server's ``/metrics`` answers: the speculative-decoding counters in it, and
+the prefix cache's.
 
 A speculative config's speed depends on how many drafted tokens the target model accepts,
 which the server counts; decode tok/s alone cannot tell a good draft from a lucky prompt.
-``spec_decode(text)`` reads the counters of one snapshot; ``acceptance(before, after)`` turns
+``snapshot(text)`` reads the counters of one snapshot; ``acceptance(before, after)`` turns
 two snapshots (taken around a benchmark) into what the trial records:
 
 - vLLM (0.26.0, captured: tests/fixtures/vllm/vllm-0.26.0-metrics-ngram-*.txt): counters
@@ -12,6 +13,18 @@ two snapshots (taken around a benchmark) into what the trial records:
   (the token the target model always contributes, plus the accepted drafts per step);
 - SGLang: gauges of the recent window, ``sglang:spec_accept_length`` (mean accepted length)
   and, where the release has it, ``sglang:spec_accept_rate``; read after the benchmark.
+
+A prefix cache answers the part of a prompt it has seen before: the first token of a prompt sent
+twice comes without most of its prefill. ``prefix_cache(before, after)`` is the share of the
+prompt tokens between two snapshots that the cache answered:
+
+- vLLM (0.26.0, captured: tests/fixtures/vllm/vllm-0.26.0-metrics-no-spec.txt): counters
+  ``vllm:prefix_cache_queries`` (prompt tokens looked up) and ``vllm:prefix_cache_hits`` (tokens
+  found), exposed with Prometheus's ``_total`` suffix, summed over their ``engine``/``model_name``
+  labels: hits / queries.
+
+An engine without these counters (or a gauge only, as SGLang's recent-window ``cache_hit_rate``:
+not a level's own figure) records no share.
 
 A server without any of these (no speculation, or no ``/metrics``) records nothing, and that
 is no error. Pure functions of the text.
@@ -31,7 +44,12 @@ VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
 SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
-_WANTED = (VLLM_DRAFTS, VLLM_DRAFT_TOKENS, VLLM_ACCEPTED, SGLANG_ACCEPT_LENGTH, SGLANG_ACCEPT_RATE)
+VLLM_PREFIX_QUERIES = "vllm:prefix_cache_queries"
+VLLM_PREFIX_HITS = "vllm:prefix_cache_hits"
+# a counter's exposed name (``_total``: Prometheus's suffix for counters) and the bare name, as the snapshot keys it
+_COUNTERS = {f"{name}_total": name for name in (VLLM_PREFIX_QUERIES, VLLM_PREFIX_HITS)}
+_WANTED = (VLLM_DRAFTS, VLLM_DRAFT_TOKENS, VLLM_ACCEPTED, SGLANG_ACCEPT_LENGTH, SGLANG_ACCEPT_RATE,
+           VLLM_PREFIX_QUERIES, VLLM_PREFIX_HITS)
 
 
 def samples(text: str) -> dict[str, float]:
@@ -53,12 +71,30 @@ def samples(text: str) -> dict[str, float]:
     return out
 
 
-def spec_decode(text: str | None) -> dict[str, float] | None:
-    """The speculative-decoding metrics of one ``/metrics`` snapshot, or None when it has none."""
+def snapshot(text: str | None) -> dict[str, float] | None:
+    """The metrics of one ``/metrics`` snapshot this module reads (speculative decoding, the prefix
+    cache; a counter under its bare name), or None when it has none."""
     if not text:
         return None
-    got = {k: v for k, v in samples(text).items() if k in _WANTED}
+    got: dict[str, float] = {}
+    for name, value in samples(text).items():
+        name = _COUNTERS.get(name, name)
+        if name in _WANTED:
+            got[name] = got.get(name, 0.0) + value
     return got or None
+
+
+def prefix_cache(before: Mapping[str, float] | None, after: Mapping[str, float] | None) -> tuple[float, float] | None:
+    """(prompt tokens looked up, tokens the prefix cache answered) between two snapshots (module
+    docstring); None when the server has no such counters or looked nothing up in between."""
+    if not after or VLLM_PREFIX_QUERIES not in after:
+        return None
+    before = before or {}
+    queries = after[VLLM_PREFIX_QUERIES] - before.get(VLLM_PREFIX_QUERIES, 0.0)
+    hits = after.get(VLLM_PREFIX_HITS, 0.0) - before.get(VLLM_PREFIX_HITS, 0.0)
+    if queries <= 0:
+        return None
+    return queries, min(max(hits, 0.0), queries)
 
 
 def acceptance(before: Mapping[str, float] | None, after: Mapping[str, float] | None) -> dict[str, Any] | None:

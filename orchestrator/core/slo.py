@@ -17,7 +17,7 @@ study tells Optuna (``outcome.infeasibility``) and the plan prints.
 What a breach means for the study is decided elsewhere, each in one place: a config
 infeasible at that level only (``study.plan`` ranks it nowhere there), for the whole objective
 where every level it is tuned for breaks (``core.outcome.judge_slo``), and the goodput
-bisection's crossing (``node.measure``).
+search's verdict at each load it tries (``core.capacity``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,10 @@
 
 A ratio of two measured speeds is only called "faster" or "slower" when its confidence
 interval lies entirely on one side of 1.0; otherwise it is "within noise", and the interval
-is shown so the reader sees how much a verdict would have needed. Machines are noisy (a
+is shown so the reader sees how much a verdict would have needed. Where there is no interval
+(the launch noise unknown: no config launched twice; too few rounds) nothing is shown either
+way: the verdict is "not shown", with the reason, never "within noise" of a noise nobody
+measured. Machines are noisy (a
 loaded CPU box moves 30% between launches, an idle H200 ~1%), so the interval is computed
 from the samples themselves, never from a fixed threshold:
 
@@ -28,14 +31,24 @@ from the samples themselves, never from a fixed threshold:
   between the study and ``compare``) pool into a noise the t interval underweights, the ranks do
   not. ``looks``: a comparison judged again after every
   round of a race is judged at 1 - (1 - confidence) / looks (Bonferroni), so that looking again and
-  again is no road to a verdict, and ``raced`` finalists get no interval until their ranks can bound
-  one. ``launch_range`` is where a fresh launch of a config should measure
+  again is no road to a verdict. ``shift_var``: where the box drifted (``core.drift``) the launches
+  are read at one time, and the slope's own uncertainty adds to the interval.
+  ``launch_range`` is where a fresh launch of a config should measure
   (a prediction interval: ``t * sd * sqrt(1 + 1/n)`` about the geometric mean of its launches).
+- **over rounds of launches** (a race's finalists: ``round_interval``): a blocked design, each round
+  launching every finalist once, so the two launches of a round are a pair and what the round
+  shares (the box drifting over the race, a neighbour's load) cancels in their ratio. A Student-t
+  interval on the per-round log ratios, held to the signed ranks' (Wilcoxon, on the Walsh averages)
+  where the rounds can bound one, at the race's looks; none before ``MIN_ROUNDS`` rounds measured
+  both. The rounds stand alone: the study's launch noise, pooled in, let a race whose relaunches had
+  all fallen in one state (fast or slow for their whole life) crown the slower config in replays.
 
-Both work on logs, so the interval of b/a is the exponent of an interval of a difference,
-and the ratio shown is the geometric mean ratio at its centre. With fewer than two pairs (or
-two samples on either side) there is no interval: the verdict is "within noise" and the text
-says why. A config compared with itself never gets a verdict: any difference between two
+All work on logs, so the interval of b/a is the exponent of an interval of a difference,
+and **the ratio shown is the estimate the interval is built on** (the geometric mean ratio at the
+t interval's centre): a point and its interval always come from one estimator, never a ratio of
+medians beside an interval of geometric means. With fewer than two pairs (or two samples on
+either side, or the launch noise unknown) there is no interval: the verdict is "not shown" and the
+text says why (``RatioInterval.why``). A config compared with itself never gets a verdict: any difference between two
 launches of one config is noise by definition (``same_config``), and its interval is shown
 as a measure of that noise.
 
@@ -47,10 +60,11 @@ against published table values and an independent numerical integration.
     ratio_interval(a, b, paired=..., confidence=0.95) -> RatioInterval   (b relative to a)
     pooled_noise(groups) -> LaunchNoise           the launch noise of groups of launch figures
     launch_interval(a, b, noise, looks=1)  -> RatioInterval   (b relative to a, over launches)
+    round_interval(a, b, looks=1)         -> RatioInterval   (b relative to a, paired by round)
     launch_range(values, noise)           -> (lo, hi) where a fresh launch should measure
-    verdict(interval, same_config=False)  -> FASTER | SLOWER | WITHIN_NOISE | SAME_CONFIG | NOT_MEASURED
+    verdict(interval, same_config=False)  -> FASTER | SLOWER | WITHIN_NOISE | NOT_SHOWN | SAME_CONFIG | NOT_MEASURED
     describe(interval, same_config=False) -> "1.31x faster (95% CI 1.22-1.41x)"
-    median_ratio_text(interval, medians)  -> "1.30x by medians (1.13x by geometric means)" where it must
+    estimate_text(interval)               -> "by the geometric means over launches": what the ratio is
     t_quantile(p, df)                     -> the p-quantile of Student's t with df degrees of freedom
 """
 
@@ -64,6 +78,7 @@ from typing import Any, Iterable, Sequence
 FASTER = "faster"
 SLOWER = "slower"
 WITHIN_NOISE = "within noise"
+NOT_SHOWN = "not shown"  # no interval: the noise it would be judged by is unknown (``RatioInterval.why``)
 SAME_CONFIG = "same config"
 NOT_MEASURED = "not measured"
 
@@ -75,6 +90,10 @@ DEFAULT_CONFIDENCE = 0.95
 # 200 replayed studies, at four in 3 (docs/benchmarks.md, "Racing the finalists"); the relaunches
 # during the search provide them (``study.relaunch``), ~6 launches of a night.
 MIN_NOISE_DF = 6
+# Rounds two finalists of a race need, both measured, before their paired interval is trusted: a
+# launch can be fast or slow for its whole life, and four rounds whose every pair fell the same way
+# (1 in 128 for two configs alike at even odds) is the race's risk, as four launches each were before.
+MIN_ROUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -91,6 +110,8 @@ class RatioInterval:
     confidence: float = DEFAULT_CONFIDENCE
     launches: tuple[int, int] | None = None  # over launches: how many of a and of b (``launch_interval``)
     noise: LaunchNoise | None = None  # over launches: the launch noise it carries
+    why: str | None = None  # unbounded: why there is no interval (the words every reader prints)
+    drift_removed: bool = False  # over launches: read at one time, the box's drift removed (``core.drift``)
 
     @property
     def bounded(self) -> bool:
@@ -102,6 +123,10 @@ class RatioInterval:
         if self.launches is not None:
             out["launches"] = list(self.launches)
             out["launch_noise"] = self.noise.to_dict() if self.noise is not None else None
+        if not self.bounded and self.ratio is not None:
+            out["why"] = why_unbounded(self)
+        if self.drift_removed:
+            out["drift_removed"] = True
         return out
 
 
@@ -128,9 +153,9 @@ class LaunchNoise:
     def text(self) -> str:
         """'launch noise +-4.1% (3 configs launched more than once, 8 launches)', or why unknown."""
         if not self.known:
-            return ("launch noise not measured yet (no config launched twice)" if self.df == 0 else
-                    f"launch noise not measured well enough yet ({self.launches} launches of {self.configs} "
-                    f"config(s) launched more than once; a verdict needs {self.configs + MIN_NOISE_DF})")
+            return ("launch noise unknown (no config launched twice)" if self.configs == 0 else
+                    f"launch noise unknown yet ({self.launches} launches of {self.configs} config(s) launched "
+                    f"more than once; a verdict needs {MIN_NOISE_DF + self.launches - self.df})")
         many = "config launched more than once" if self.configs == 1 else "configs launched more than once"
         return f"launch noise +-{100 * self.relative:.1f}% ({self.configs} {many}, {self.launches} launches)"  # type: ignore[operator]
 
@@ -273,9 +298,11 @@ def ratio_interval(a_samples: Sequence[float | None], b_samples: Sequence[float 
 
 
 # ---- over launches ---------------------------------------------------------------------------------
-def pooled_noise(groups: Iterable[Sequence[float | None]]) -> LaunchNoise:
+def pooled_noise(groups: Iterable[Sequence[float | None]], *, fitted: int = 0) -> LaunchNoise:
     """The launch noise of ``groups`` (each: one config's launch figures): a group of one launch
-    says nothing about it and is left out; none of two or more: not measured (df 0)."""
+    says nothing about it and is left out; none of two or more: not measured (df 0). ``fitted``:
+    parameters fitted to the figures besides each group's mean (the drift's slope, ``core.drift``),
+    each a degree of freedom less."""
     squares, df, configs, launches = 0.0, 0, 0, 0
     for group in groups:
         logs = [math.log(v) for v in _positive(group)]
@@ -286,8 +313,9 @@ def pooled_noise(groups: Iterable[Sequence[float | None]]) -> LaunchNoise:
         df += len(logs) - 1
         configs += 1
         launches += len(logs)
-    if df == 0:
-        return LaunchNoise()
+    df -= fitted if df else 0
+    if df <= 0:
+        return LaunchNoise(None, 0, configs, launches) if configs else LaunchNoise()
     return LaunchNoise(math.sqrt(squares / df), df, configs, launches)
 
 
@@ -297,13 +325,13 @@ def looked_confidence(confidence: float, looks: int) -> float:
 
 
 def launch_interval(a_values: Sequence[float | None], b_values: Sequence[float | None], noise: LaunchNoise, *,
-                    looks: int = 1, robust: bool = False, raced: bool = False,
+                    looks: int = 1, robust: bool = False, shift_var: float = 0.0, drift_removed: bool = False,
                     confidence: float = DEFAULT_CONFIDENCE) -> RatioInterval:
     """b/a over launches (module docstring): ``a_values``/``b_values`` one figure per launch; the
-    ratio is of their geometric means; unbounded while ``noise`` is unknown. ``robust``: also
-    held to the distribution-free interval of the launches (the union of the two) wherever the
-    launches are enough to bound one; ``raced`` (two finalists of a race): where they are not,
-    there is no interval."""
+    ratio is of their geometric means, the centre of the t interval; unbounded while ``noise`` is
+    unknown. ``robust``: also held to the distribution-free interval of the launches (the union of
+    the two) wherever the launches are enough to bound one. ``shift_var``: the variance the figures'
+    reading at one time adds (the drift's slope, ``core.drift``; ``drift_removed`` says so)."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), not {confidence}")
     conf = looked_confidence(confidence, looks)
@@ -314,15 +342,84 @@ def launch_interval(a_values: Sequence[float | None], b_values: Sequence[float |
         return RatioInterval(None, None, None, 0, False, conf, counts, noise)
     centre = statistics.fmean(xb) - statistics.fmean(xa)
     if not noise.known:
-        return RatioInterval(math.exp(centre), None, None, n, False, conf, counts, noise)
-    half = t_quantile(0.5 + conf / 2.0, noise.df) * noise.sd * math.sqrt(1.0 / len(xa) + 1.0 / len(xb))  # type: ignore[operator]
+        return RatioInterval(math.exp(centre), None, None, n, False, conf, counts, noise, why=noise.text(),
+                             drift_removed=drift_removed)
+    se = math.sqrt(noise.sd ** 2 * (1.0 / len(xa) + 1.0 / len(xb)) + max(0.0, shift_var))  # type: ignore[operator]
+    half = t_quantile(0.5 + conf / 2.0, noise.df) * se
     lo, hi = centre - half, centre + half
-    ranks = rank_shift_interval(xa, xb, conf) if robust or raced else None
+    ranks = rank_shift_interval(xa, xb, conf) if robust else None
     if ranks is not None:
         lo, hi = min(lo, ranks[0]), max(hi, ranks[1])
-    elif raced:
-        return RatioInterval(math.exp(centre), None, None, n, False, conf, counts, noise)
-    return RatioInterval(math.exp(centre), math.exp(lo), math.exp(hi), n, False, conf, counts, noise)
+    return RatioInterval(math.exp(centre), math.exp(lo), math.exp(hi), n, False, conf, counts, noise,
+                         drift_removed=drift_removed)
+
+
+def round_interval(a_values: Sequence[float | None], b_values: Sequence[float | None], *, looks: int = 1,
+                   drift_removed: bool = False, confidence: float = DEFAULT_CONFIDENCE) -> RatioInterval:
+    """b/a over rounds of launches (module docstring, "over rounds"): ``a_values[i]`` and
+    ``b_values[i]`` launched in round i (a round where either failed, None or 0, is dropped). The
+    ratio is the geometric mean of the rounds' ratios, the centre of the t interval on their logs at
+    the looked confidence, which is held to the signed ranks' interval wherever the rounds can bound
+    one; unbounded under ``MIN_ROUNDS`` rounds."""
+    if len(a_values) != len(b_values):
+        raise ValueError(f"paired launches need one a and one b per round, got {len(a_values)} and {len(b_values)}")
+    conf = looked_confidence(confidence, looks)
+    diffs = [math.log(py[0]) - math.log(px[0]) for x, y in zip(a_values, b_values)
+             if (px := _positive([x])) and (py := _positive([y]))]
+    n = len(diffs)
+    if n == 0:
+        return RatioInterval(None, None, None, 0, True, conf, (0, 0), drift_removed=drift_removed)
+    centre = statistics.fmean(diffs)
+    if n < MIN_ROUNDS:
+        return RatioInterval(math.exp(centre), None, None, n, True, conf, (n, n),
+                             why=f"{n} round(s) measured both; a verdict between finalists needs {MIN_ROUNDS}",
+                             drift_removed=drift_removed)
+    half = t_quantile(0.5 + conf / 2.0, n - 1) * statistics.stdev(diffs) / math.sqrt(n)
+    lo, hi = centre - half, centre + half
+    ranks = signed_rank_interval(diffs, conf)
+    if ranks is not None:
+        lo, hi = min(lo, ranks[0]), max(hi, ranks[1])
+    return RatioInterval(math.exp(centre), math.exp(lo), math.exp(hi), n, True, conf, (n, n),
+                         drift_removed=drift_removed)
+
+
+def _signed_rank_counts(n: int) -> list[int]:
+    """How many of the 2**n sign patterns give each value of the Wilcoxon signed-rank sum (0 .. n(n+1)/2)."""
+    counts = [1]
+    for rank in range(1, n + 1):
+        grown = counts + [0] * rank
+        for w, c in enumerate(counts):
+            grown[w + rank] += c
+        counts = grown
+    return counts
+
+
+def signed_rank_interval(diffs: Sequence[float], confidence: float) -> tuple[float, float] | None:
+    """The distribution-free ``confidence`` interval of the centre of paired differences (Hodges-Lehmann
+    on the Walsh averages): the k-th smallest and largest of the pairs' means (i <= j), k from the exact
+    signed-rank distribution (past 40 rounds its normal approximation); None when so few rounds cannot
+    bound it at that confidence."""
+    n = len(diffs)
+    if n == 0:
+        return None
+    tail = (1.0 - confidence) / 2.0
+    total_pairs = n * (n + 1) // 2
+    if n > 40:
+        sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24.0)
+        k = max(0, math.floor(total_pairs / 2.0 - statistics.NormalDist().inv_cdf(1.0 - tail) * sd - 0.5) + 1)
+    else:
+        counts = _signed_rank_counts(n)
+        total = 2 ** n
+        k, cum = 0, 0
+        for c in counts:
+            cum += c
+            if cum / total > tail:
+                break
+            k += 1
+    if k == 0:
+        return None
+    walsh = sorted((diffs[i] + diffs[j]) / 2.0 for i in range(n) for j in range(i, n))
+    return walsh[k - 1], walsh[len(walsh) - k]
 
 
 def _mann_whitney_counts(n: int, m: int) -> list[int]:
@@ -386,17 +483,32 @@ def launch_range(values: Sequence[float | None], noise: LaunchNoise,
 
 # ---- verdicts ------------------------------------------------------------------------------------------
 def verdict(interval: RatioInterval, *, same_config: bool = False) -> str:
-    """FASTER / SLOWER only when the whole interval is above / below 1.0; a config against
-    itself is SAME_CONFIG whatever the numbers say; no sample on a side is NOT_MEASURED."""
+    """FASTER / SLOWER only when the whole interval is above / below 1.0, WITHIN_NOISE when it
+    holds 1.0, NOT_SHOWN when there is no interval (the noise unknown: nothing is shown either
+    way); a config against itself is SAME_CONFIG whatever the numbers say; no sample on a side is
+    NOT_MEASURED."""
     if same_config:
         return SAME_CONFIG
     if interval.ratio is None:
         return NOT_MEASURED
-    if interval.bounded and interval.lo > 1.0:  # type: ignore[operator]
+    if not interval.bounded:
+        return NOT_SHOWN
+    if interval.lo > 1.0:  # type: ignore[operator]
         return FASTER
-    if interval.bounded and interval.hi < 1.0:  # type: ignore[operator]
+    if interval.hi < 1.0:  # type: ignore[operator]
         return SLOWER
     return WITHIN_NOISE
+
+
+def why_unbounded(interval: RatioInterval) -> str:
+    """Why ``interval`` has no bounds, in the words every reader prints: 'launch noise unknown (no
+    config launched twice)', 'needs 2 rounds', '2 round(s) measured both; ...'."""
+    if interval.why:
+        return interval.why
+    if interval.launches is not None:
+        noise = interval.noise or LaunchNoise()
+        return noise.text() if not noise.known else "a side was never launched"
+    return "needs 2 rounds" if interval.paired else "needs 2 samples of each"
 
 
 def _digits(interval: RatioInterval) -> int:
@@ -410,13 +522,24 @@ def _digits(interval: RatioInterval) -> int:
 def interval_text(interval: RatioInterval) -> str:
     """'95% CI 1.22-1.41x', or why there is none ('no interval: needs 2 rounds'). Over launches:
     '95% CI 1.22-1.41x, 3 vs 4 launches, launch noise +-4.1%', and where a side was launched once,
-    '..., 1 vs 3 launches (one launch: the study's launch noise +-4.1%)'."""
-    if interval.launches is not None:
-        return _launches_text(interval)
-    if interval.bounded:
-        d = _digits(interval)
-        return f"{confidence_text(interval.confidence)} CI {interval.lo:.{d}f}-{interval.hi:.{d}f}x"
-    return "no interval: needs 2 rounds" if interval.paired else "no interval: needs 2 samples of each"
+    '..., 1 vs 3 launches (one launch: the study's launch noise +-4.1%)'; over a race's rounds,
+    '98.75% CI 1.02-1.09x, 4 rounds paired'."""
+    if not interval.bounded:
+        return f"no interval: {why_unbounded(interval)}"
+    d = _digits(interval)
+    head = f"{confidence_text(interval.confidence)} CI {interval.lo:.{d}f}-{interval.hi:.{d}f}x"
+    if interval.launches is None:
+        return head
+    drift = ", the box's drift removed" if interval.drift_removed else ""
+    if interval.paired:
+        return f"{head}, {interval.n} rounds paired{drift}"
+    noise = interval.noise or LaunchNoise()
+    na, nb = interval.launches
+    head = f"{head}, {na} vs {nb} launches"
+    spread = f"launch noise +-{100 * (noise.relative or 0.0):.1f}%"
+    if min(na, nb) == 1:
+        return f"{head} (one launch: the study's {spread}){drift}"
+    return f"{head}, {spread}{drift}"
 
 
 def confidence_text(confidence: float) -> str:
@@ -424,42 +547,27 @@ def confidence_text(confidence: float) -> str:
     return f"{100 * confidence:.4g}%"
 
 
-def _launches_text(interval: RatioInterval) -> str:
-    noise = interval.noise or LaunchNoise()
-    if not interval.bounded:
-        return f"no interval: {noise.text()}" if not noise.known else "no interval: a side was never launched"
-    d = _digits(interval)
-    na, nb = interval.launches  # type: ignore[misc]
-    head = f"{confidence_text(interval.confidence)} CI {interval.lo:.{d}f}-{interval.hi:.{d}f}x, {na} vs {nb} launches"
-    spread = f"launch noise +-{100 * (noise.relative or 0.0):.1f}%"
-    if min(na, nb) == 1:
-        return f"{head} (one launch: the study's {spread})"
-    return f"{head}, {spread}"
+def ratio_text(interval: RatioInterval) -> str:
+    """'1.31x': the interval's own estimate, with three decimals where the interval is narrow."""
+    return f"{interval.ratio:.{_digits(interval)}f}x" if interval.ratio is not None else "n/a"
 
 
-def ratio_text(interval: RatioInterval, value: float | None = None) -> str:
-    """'1.31x': the interval's ratio, or ``value`` (e.g. a ratio of medians) shown beside it, with
-    three decimals where the interval is narrow."""
-    value = interval.ratio if value is None else value
-    return f"{value:.{_digits(interval)}f}x" if value is not None else "n/a"
-
-
-def median_ratio_text(interval: RatioInterval, medians: float) -> str:
-    """A ratio of medians (a trial's value is its median) shown beside ``interval``, which is of
-    the geometric-mean ratio: "1.89x", or, where the medians' ratio lies outside the interval
-    (samples spread unevenly, in two clusters say), "1.30x by medians (1.13x by geometric
-    means)": never a point estimate printed beside an interval that excludes it."""
-    text = ratio_text(interval, medians)
-    if interval.bounded and interval.ratio is not None and not interval.lo <= medians <= interval.hi:  # type: ignore[operator]
-        text += f" by medians ({ratio_text(interval)} by geometric means)"
-    return text
+def estimate_text(interval: RatioInterval) -> str:
+    """What the ratio shown estimates, the centre of its interval: 'by the geometric means over
+    launches', 'by the geometric mean of the rounds' paired ratios', 'by the geometric means of the
+    samples'."""
+    if interval.paired:
+        return "by the geometric mean of the rounds' paired ratios"
+    return "by the geometric means over launches" if interval.launches is not None else \
+        "by the geometric means of the samples"
 
 
 def describe(interval: RatioInterval, *, same_config: bool = False) -> str:
-    """The ratio, its verdict and its interval in one phrase:
+    """The ratio, its verdict and its interval in one phrase, the ratio the interval's own estimate:
 
     "1.31x faster (95% CI 1.22-1.41x)", "0.80x slower (95% CI 0.75-0.85x)",
-    "0.96x, within noise (95% CI 0.81-1.14x)", "0.96x, within noise: same config (95% CI ...)".
+    "0.96x, within noise (95% CI 0.81-1.14x)", "0.96x, within noise: same config (95% CI ...)",
+    "2.19x, not shown: launch noise unknown (no config launched twice)".
     """
     word = verdict(interval, same_config=same_config)
     if word == NOT_MEASURED:
@@ -467,6 +575,8 @@ def describe(interval: RatioInterval, *, same_config: bool = False) -> str:
     ratio = ratio_text(interval)
     if word in (FASTER, SLOWER):
         return f"{ratio} {word} ({interval_text(interval)})"
+    if word == NOT_SHOWN:
+        return f"{ratio}, {NOT_SHOWN}: {why_unbounded(interval)}"
     if word == SAME_CONFIG:
         extra = ""
         if interval.bounded and not interval.lo <= 1.0 <= interval.hi:  # type: ignore[operator]

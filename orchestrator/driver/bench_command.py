@@ -21,7 +21,7 @@ from typing import Any
 from orchestrator.config.job_checks import config_mapping, raw_message
 from orchestrator.core import correctness, nccl, outcome
 from orchestrator.core.errors import BadInput, ConfigRejected, NcclsweepError
-from orchestrator.core.measurement import level_text
+from orchestrator.core.measurement import cache_text, level_text
 from orchestrator.core.records import FailureKind, TrialResult
 from orchestrator.driver.progress import Progress
 from orchestrator.node.spec import TrialSpec, check_plan
@@ -110,9 +110,15 @@ def format_result(result: TrialResult) -> str:
         lines.append(f"decode: {one.value:.1f} tok/s (median of {len(one.samples)}: {samples}; "
                      f"cv {100 * (one.cv or 0):.1f}%)")
     lines.extend(f"level {level_text(lv)}" for lv in levels.values())
-    if got is not None and got.goodput is not None:  # the goodput objective's bisection
-        lines.append(f"goodput: {got.goodput.describe()}, {got.value or 0:.1f} total tok/s there "
-                     f"(probed {', '.join(map(str, got.goodput.probes))})")
+    if got is not None and got.goodput is not None:  # the goodput objective's search over the load
+        g = got.goodput
+        if g.bisection:
+            lines.append(f"goodput: {g.describe()}, {got.value or 0:.1f} total tok/s there "
+                         f"(probed {', '.join(map(str, g.probes))})")
+        else:
+            lines.append(f"goodput: {g.describe(got.value if g.holds is not None else None)} "
+                         f"(probed {', '.join(map(str, g.probes))})")
+            lines.extend(f"regime: {m.describe()}" for m in g.marks)
     if got is not None and got.lengths is not None:
         lines.append(f"lengths: {got.lengths.describe()}")
     verdict = result.correctness
@@ -129,7 +135,8 @@ def format_result(result: TrialResult) -> str:
             ([f"{100 * rate:.1f}% of drafted tokens accepted"] if rate is not None else [])
             + ([f"{length:.2f} tokens per target step"] if length is not None else [])))
     if one is not None and one.ttft is not None:
-        lines.append(f"ttft: {1000 * one.ttft.p50:.1f} ms   end-to-end: {one.e2e_tok_s or 0:.1f} tok/s")
+        cached = f" ({cache_text(one)})" if cache_text(one) else ""
+        lines.append(f"ttft: {1000 * one.ttft.p50:.1f} ms{cached}   end-to-end: {one.e2e_tok_s or 0:.1f} tok/s")
     if got is not None and got.host is not None and got.host.describe():
         lines.append(f"host: {got.host.describe()} while measured")
     t = result.timing

@@ -35,7 +35,7 @@ from orchestrator.study import race as races
 from orchestrator.study.bans import describe
 from orchestrator.study.cost import LaunchCost
 from orchestrator.study.goodput import GoodputAnswer
-from orchestrator.study.launches import Evidence, load_note
+from orchestrator.study.launches import HEADLINE, Evidence, load_note
 from orchestrator.study.plan import Plan, fmt, launches_text, level_value, noise_text
 
 
@@ -60,20 +60,22 @@ def spread(row: TrialRow) -> float | None:
     return row.rel_ci if row.rel_ci is not None else row.cv
 
 
-def vs_baseline_words(best: TrialRow, base: TrialRow | None, evidence: Evidence, level: int = 1) -> str | None:
+def vs_baseline_words(best: TrialRow, base: TrialRow | None, evidence: Evidence, level: int | None = 1) -> str | None:
     """The run's verdict on its best config against the baseline at ``level``, over their launches
-    (``launches.Evidence``): "beyond noise" only when the interval is off 1.0, else "within noise
-    of the baseline"; the baseline's own config is "the baseline itself". None without a baseline.
-    The ratio is of the figures (medians over launches), named beside the geometric means' where
-    the interval excludes it (``verdict.median_ratio_text``)."""
+    (``launches.Evidence``): "beyond noise" only when the interval is off 1.0, "within noise of the
+    baseline" when it holds 1.0, "not shown" and why when there is none (the launch noise unknown);
+    the baseline's own config is "the baseline itself". None without a baseline. The ratio is the
+    interval's own estimate (``verdict.ratio_text``)."""
     if base is None or not base.value or best.value is None:
         return None
     if best.config_key == base.config_key:
         return "the baseline itself"
     iv = evidence.interval(base.config_key, best.config_key, level)
-    beyond = verdict.verdict(iv) in (verdict.FASTER, verdict.SLOWER)
-    a, b = evidence.median(base.config_key, level), evidence.median(best.config_key, level)
-    ratio = verdict.median_ratio_text(iv, b / a) if a and b else verdict.ratio_text(iv)
+    word = verdict.verdict(iv)
+    ratio = verdict.ratio_text(iv)
+    if word == verdict.NOT_SHOWN:
+        return f"{ratio} the baseline, {verdict.NOT_SHOWN}: {verdict.why_unbounded(iv)}"
+    beyond = word in (verdict.FASTER, verdict.SLOWER)
     return (f"{ratio} the baseline, " + ("beyond noise" if beyond else "within noise of the baseline")
             + f", {verdict.interval_text(iv)}")
 
@@ -195,9 +197,10 @@ class Progress:
             self.say(head + logs.clip(self._levels_said(result, plan), logs.LOG_WIDTH - len(head) - len(tail)) + tail)
             return
         reached = result.measurement.goodput if result.measurement is not None else None
+        lead = ""  # said whole before a clipped reason (a failure's outcome)
         if result.outcome == COMPLETE and reached is not None:  # goodput: where the SLO stopped holding
             ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
-            what = (f"{reached.describe()} at {result.value:.1f} total tok/s{ratio}" if reached.holds is not None
+            what = (f"{reached.describe(result.value)}{ratio}" if reached.holds is not None
                     else f"{reached.describe()}: infeasible")
         elif result.outcome == COMPLETE:
             ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
@@ -207,17 +210,23 @@ class Progress:
             limit = (f" < threshold {below:.1f} tok/s ({self.job.pruning.min_ratio:g} x the best so far)"
                      if below else "")
             what = f"pruned after the first repeat: {result.value:.1f} tok/s{limit}"
-        else:
-            what = f"FAIL {result.failure_kind}: {result.failure_reason}"
+        else:  # the outcome is said whole; only its reason is shortened to fit
+            lead = f"FAIL {result.failure_kind}:"
             ignored = result.metrics.get("decode_tok_s_ignored")
             if result.failure_kind == FailureKind.WRONG_OUTPUT and ignored:
-                what = f"FAIL wrong-output (its {ignored:.1f} tok/s do not count): {result.failure_reason}"
+                lead = f"FAIL wrong-output (its {ignored:.1f} tok/s do not count):"
+            what = result.failure_reason or ""
         best_s = ""
         if best is not None and best.value is not None:
             ratio = f" = {best.value / base_value:.2f}x baseline" if base_value else ""
             best_s = f" | best #{best.number} {best.value:.1f} tok/s{ratio}"
         head, tail = f"  #{number} -> ", f"{best_s} (elapsed {self.elapsed()})"
-        self.say(head + logs.clip(what, logs.LOG_WIDTH - len(head) - len(tail)) + tail)
+        room = logs.LOG_WIDTH - len(head) - len(tail)
+        if lead:
+            said = lead if len(lead) + 4 >= room else f"{lead} {logs.clip(what, room - len(lead) - 1)}"
+        else:
+            said = logs.clip(what, room)
+        self.say(head + said + tail)
 
     @staticmethod
     def _levels_said(result: TrialResult, plan: Plan) -> str:
@@ -272,15 +281,20 @@ class Progress:
         """The race's plan: per contest its finalists, the budget, each finalist's cost per launch."""
         numbers = races.trial_numbers(rows)
         plan = state.plan
+        ev = Evidence(rows)
         parts = []
         for c in plan.contests:
             where = "for the mix" if c.weights is not None else f"at {c.level}"
             names = [f"#{numbers.get(k, '?')}" for k in c.finalists]
+            noise = ev.mix_noise(c.weights) if c.weights is not None else ev.noise(c.level or 1)
+            # with the launch noise unknown no config is beyond it, and none is shown within it either
+            near = "within launch noise of it" if noise.known else "not shown beyond it (launch noise unknown)"
             if len(names) == 1:
                 parts.append(f"{where} {names[0]} (no config within launch noise of it)")
             else:
-                extra = f" ({c.left_out} more within noise left out)" if c.left_out else ""
-                parts.append(f"{where} {names[0]} and {', '.join(names[1:])} within launch noise of it{extra}")
+                extra = f" ({c.left_out} more {'within noise' if noise.known else 'as near'} left out)" \
+                    if c.left_out else ""
+                parts.append(f"{where} {names[0]} and {', '.join(names[1:])} {near}{extra}")
         costs = []
         for key in state.contenders():
             per = state.launch_seconds(key, cost)
@@ -334,18 +348,19 @@ class Progress:
         rows = list(rows or [r for r in (best, base) if r is not None])
         level = objectives.levels(objective)[0]
         ev = Evidence(rows)
+        drift = ev.drift(HEADLINE if objectives.of(objective).goodput is not None else level)
         value = ev.median(best.config_key, level) or best.value
         base_value = (ev.median(base.config_key, level) or base.value) if base is not None else None
         iv = (ev.interval(base.config_key, best.config_key, level)
               if base is not None and base_value and best.config_key != base.config_key else None)
         out = {"number": best.number, "value": value, "config": dict(best.params) or None,
-               "spread": spread(best), "vs_baseline": (value / base_value) if base_value else None,
+               "spread": spread(best), "vs_baseline": iv.ratio if iv is not None else None,
                "interval": {"lo": iv.lo, "hi": iv.hi, "confidence": iv.confidence} if iv and iv.bounded else None,
                "launches": ev.count(best.config_key, level), "fresh": ev.fresh(best.config_key, level),
                "noise": ev.noise(level).to_dict(), "noise_text": ev.noise(level).text(),
                "verdict": vs_baseline_words(best, base, ev, level),
                "race": races.said(races.outcomes(rows, objective), races.trial_numbers(rows)),
-               "load": load_note(rows),
+               "load": load_note(rows), "drift": drift.text() or None,
                "baseline": None if base is None or not base_value else
                {"number": base.number, "value": base_value, "spread": spread(base),
                 "launches": ev.count(base.config_key, level)}}
@@ -391,7 +406,10 @@ class Progress:
                         f"next: `ncclsweep status {job}` shows every level's latency"]
             return [f"no config passed yet: see `ncclsweep status {job}` and the trial logs in {logs_dir}"]
         report = f"next: `ncclsweep report {job}` (writes {folder}/report.html)"
-        extra = [best[k] for k in ("race", "load") if best.get(k)]  # the race's outcome, launches under unlike load
+        # the race's outcome (with the box's drift where it drifted), launches under unlike load, the drift
+        extra = [best[k] for k in ("race", "load") if best.get(k)]
+        if best.get("drift") and best["drift"] not in (best.get("race") or ""):
+            extra.append(best["drift"])
         if best.get("plan"):
             mix = " (or --mix)" if best["plan"].get("weights") else ""
             return [*plan_lines(best["plan"]), *extra, report, f"next: `ncclsweep compare {job} --plan`",
@@ -399,7 +417,7 @@ class Progress:
         if best.get("goodput"):
             return [f"goodput: {best['goodput']['text']}",
                     *config_lines(f"  #{best['number']} config: ", best.get("config") or {}),
-                    *([best["load"]] if best.get("load") else []), report,
+                    *extra, report,
                     f"next: `ncclsweep export {job} --format cmd`"]
         base = best.get("baseline")
         figure = f"{best['value']:.1f} tok/s (median of {launches_text(best.get('launches') or 1)})"

@@ -19,7 +19,7 @@ within launch noise of it, relaunched in interleaved rounds until the order is d
 ``budget.confirm`` launches are spent). Both are uncounted trials of the study; a run that
 finds its search's budget spent continues the relaunches (until the launch noise is known) and
 the race a stopped run left. A goodput study (``objective.goodput``) does neither: its answer
-is where each config stops holding the SLO (``study.goodput``), its figure the median over its
+is each config's capacity within the SLO (``study.goodput``), its figure the median over its
 launches (``launches.HEADLINE``). A write into the study's folder
 that fails (disk full, quota, read-only) stops the run with one line naming the folder and
 the cause; what was recorded before stays readable and resumable.
@@ -203,6 +203,7 @@ class StudyDriver:
         self.consecutive_env_failures = 0
         self._repeat_no = 0
         self._empty_study: tuple[optuna.Study, bool] | None = None  # a study this run created, still empty
+        self._job_error = False  # the run stopped on the job's own error (``_stop_on_job_error``)
         self.prompt_set = storage.prompt_fingerprint(job) or {}  # what every trial is measured on
 
     def make_executor(self) -> Executor:
@@ -328,13 +329,16 @@ class StudyDriver:
     def _forget_unlaunched(self) -> None:
         """A run refused before anything ran (the golden reference file unusable, the
         pre-screen refused, Ctrl-C at start) leaves no study it created: nothing was measured
-        under these settings, and a fixed job must find none to clash with."""
+        under these settings, and a fixed job must find none to clash with. Nor does a run the job's
+        own error stopped (``_stop_on_job_error``) before anything of the study was measured."""
         empty, self._empty_study = self._empty_study, None
         if empty is None:
             return
         study, new_journal = empty
         try:
-            if study.get_trials(deepcopy=False):
+            trials = study.get_trials(deepcopy=False)
+            measured = [t for t in trials if t.state != optuna.trial.TrialState.FAIL]
+            if measured or (trials and not self._job_error):
                 return
             storage.forget_study(self.job, study, journal_made_here=new_journal)
         except Exception:  # the refusal is what the user must see
@@ -471,12 +475,14 @@ class StudyDriver:
         """A relaunch or race launch is back: judged like a trial (the correctness gate: a config that
         answers wrong on a fresh launch is wrong) and stored as an uncounted trial of its config."""
         assert launch.config is not None and launch.key is not None
-        result = outcome.decide(result, stop_signals=run.signals.count, golden=run.golden).result
+        final = outcome.decide(result, stop_signals=run.signals.count, golden=run.golden)
+        result = final.result
         role = RELAUNCH if launch.kind == "relaunch" else RACE
         attrs: dict[str, Any] = {ATTR_LAUNCH_ROLE: role}
         if launch.record is not None:
             attrs[ATTR_RACE] = launch.record
         self._store_extra(run.study, result, launch.config, attrs, key=launch.key)
+        self._stop_on_job_error(final, launch.shown)
         self.progress.finished += 1
         run.summary.relaunched += 1
         rows = run.policy.rows()
@@ -647,8 +653,9 @@ class StudyDriver:
                 run.said_paths.add(text)
                 self.say(f"warning ({launch.label}): {text}")
         if launch.kind == "repeat":
-            result = outcome.decide(result, stop_signals=run.signals.count, golden=run.golden).result
-            self._store_repeat(run.study, result)
+            repeat = outcome.decide(result, stop_signals=run.signals.count, golden=run.golden)
+            self._store_repeat(run.study, repeat.result)
+            self._stop_on_job_error(repeat, "the baseline's repeat")
             return
         if launch.kind in ("relaunch", "race"):
             self._store_launch(run, launch, result)
@@ -714,8 +721,20 @@ class StudyDriver:
         if final.requeue:
             policy.requeue(proposal)
         self._said_end(policy, proposal, final.result)
+        self._stop_on_job_error(final, f"#{proposal.number}")
         self.progress.bans(policy.bans())
         self._breaker(final)
+
+    def _stop_on_job_error(self, final: outcome.Final, label: str) -> None:
+        """A launch that failed on the job, not its config (``outcome.Final.job_error``: the server
+        refused the job's requests as longer than its limit) stops the run with that one line, exit 2:
+        no config is held to it, and a study this run created holds nothing measured, so it is
+        forgotten (``_forget_unlaunched``): the fixed job starts it afresh."""
+        if final.job_error is None:
+            return
+        self._job_error = True
+        key = "bench.traffic" if self.job.bench.traffic is not None else "bench"
+        raise BadInput(f"stopping: {label}: {final.job_error}", file=str(self.job.path), key=key)
 
     def _said_end(self, policy: SearchPolicy, proposal: Proposal, result: TrialResult) -> None:
         base = policy.baseline_row()
@@ -917,7 +936,8 @@ class StudyDriver:
             return None
         rows = self.policy.rows()
         plan = build_plan(rows, self.job.objective) if self.job.objective.is_plan else None
-        goodput = goodput_answer(rows, self.job.objective) if self.job.objective.goodput is not None else None
+        goodput = (goodput_answer(rows, self.job.objective, self.job.pricing())
+                   if self.job.objective.goodput is not None else None)
         return self.progress.best_summary(self.policy.best_row(), self.policy.baseline_row(), plan=plan,
                                           rows=rows, objective=self.job.objective, goodput=goodput)
 

@@ -22,32 +22,35 @@ stall limit (``stall_s``, the job's ``timeouts.stall``) a read that waits longer
 before the deadline, ends the request as ``stalled`` (``RequestResult.stalled``): the
 stream stopped, and the trial says ``hang`` instead of waiting out its deadline.
 
-Two clients, one chunk parser (``_Stream``): single requests (``stream_completion``) use a
-lean blocking ``http.client`` connection whose deadline is socket timeouts plus a watchdog
-that shuts the socket down; ``run_streams`` (and ``measure_concurrency``, its summary) runs
-every stream on one asyncio event loop (asyncio streams, HTTP/1.1 and chunked transfer
-decoding here), so one thread stamps all token times at any concurrency, where a thread
-per stream had hundreds of threads contending for the GIL (docs/benchmarks.md, "The
-concurrency client").
+HTTP is aiohttp's, the library ``vllm bench serve`` sends its requests with; this module only
+splits the body into SSE ``data:`` lines (``_sse_payload``, as vLLM's benchmark does) and parses
+them (``_Stream``). Every request runs on an asyncio event loop of the calling thread (which must
+not be running one): ``run_streams`` (and ``measure_concurrency``, its summary) runs all its
+streams on one loop, through one pool of keep-alive connections (a stream's next request reuses
+its connection where the server keeps it open), so one thread stamps all token times at any
+concurrency, where a thread per stream had hundreds of threads contending for the GIL
+(docs/benchmarks.md, "The concurrency client"); ``stream_completion`` runs one request on a loop
+of its own, and ``greedy_outputs`` its prompts on one. The deadlines are this module's
+(``asyncio.wait_for`` around a request, ``_within`` around each read), not aiohttp's timeouts,
+whose defaults are switched off.
 
 What is measured with these requests (levels, rounds, windows, percentiles) is
 ``node.measure``'s, the one producer of a measurement; ``median_ci`` and ``relative_ci`` are
-re-exported from ``core.measurement``. The standard library only.
+re-exported from ``core.measurement``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import http.client
+import errno
 import json
-import socket
 import statistics
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, TypeVar
+
+import aiohttp
 
 from orchestrator.core.measurement import median_ci, relative_ci
 
@@ -70,6 +73,10 @@ STALLED = "stalled"  # how the error of a request whose stream went silent for t
 # would overstate TPOT by the mean accepted length; the request fails instead.
 NO_USAGE = ("the stream ended without usage.completion_tokens (the tokens cannot be counted: a chunk may carry "
             "several); the server must honour stream_options.include_usage")
+# After [DONE], how long the rest of the body (its last chunk) may take to arrive: read, it lets the
+# connection go back to the pool for the stream's next request; a body that does not end by then
+# closes its connection instead (the next request opens one). The request's figures end at [DONE].
+DRAIN_S = 0.25
 
 
 class RequestFailed(Exception):
@@ -78,80 +85,38 @@ class RequestFailed(Exception):
 
 
 # --------------------------------------------------------------------------------------
-# HTTP plumbing with an overall deadline
+# HTTP through aiohttp, with this module's deadlines
 # --------------------------------------------------------------------------------------
 def _one_line(text: Any, limit: int = 300) -> str:
     s = " ".join(str(text).split())
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
-_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
+# identity: a compressed stream would be held back by the compressor, and no engine compresses one
+_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json",
+            "Accept-Encoding": "identity"}
 
 
-class _Call:
-    """One HTTP request with an overall deadline: per-operation socket timeouts plus a
-    watchdog that shuts the socket down at the deadline (unblocks a stuck read)."""
+@dataclass(frozen=True)
+class _Request:
+    """A JSON POST, encoded once: where it goes and its body."""
 
-    def __init__(self, base_url: str, timeout_s: float, stall_s: float | None = None):
-        parts = urlsplit(base_url if "://" in base_url else f"http://{base_url}")
-        self.prefix = parts.path.rstrip("/")
-        self.deadline = time.monotonic() + max(0.0, timeout_s)
-        self.stall_s = stall_s  # one read waits at most this long (None: until the deadline)
-        self.expired = False
-        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        self.conn = cls(parts.hostname or "127.0.0.1", parts.port, timeout=max(0.01, timeout_s))
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(max(0.0, timeout_s), self._abort)
-        self._timer.daemon = True
-        self._timer.start()
+    url: str
+    body: bytes
 
-    def _abort(self) -> None:
-        with self._lock:
-            self.expired = True
-            sock = self.conn.sock
-            if sock is not None:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()
+def _request(base_url: str, path: str, body: dict[str, Any]) -> _Request:
+    """The POST of ``body`` to ``path`` under ``base_url`` (a path in it is kept: a proxy's prefix)."""
+    base = base_url if "://" in base_url else f"http://{base_url}"
+    return _Request(base.rstrip("/") + path, json.dumps(body).encode())
 
-    def timed_out(self) -> bool:
-        return self.expired or self.remaining() <= 0
 
-    def tighten(self) -> None:
-        """Set the socket timeout to what is left of the deadline (raise if nothing)."""
-        left = self.remaining()
-        if left <= 0:
-            raise TimeoutError("deadline")
-        sock = self.conn.sock
-        if sock is not None:
-            sock.settimeout(min(left, self.stall_s) if self.stall_s else left)
-
-    def stalled(self, exc: BaseException) -> bool:
-        """``exc`` is a read that waited the stall limit with the deadline still ahead."""
-        return bool(self.stall_s) and isinstance(exc, TimeoutError) and not self.timed_out()
-
-    def post(self, path: str, body: dict[str, Any]) -> http.client.HTTPResponse:
-        data = json.dumps(body).encode()
-        self.conn.request("POST", self.prefix + path, body=data, headers=_HEADERS)
-        self.tighten()
-        return self.conn.getresponse()
-
-    def close(self) -> None:
-        self._timer.cancel()
-        if self._timer is not threading.current_thread():
-            self._timer.join(1.0)  # a cancelled watchdog exits at once: leave no thread behind
-        with self._lock:
-            self.conn.close()
-
-    def __enter__(self) -> "_Call":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def _session() -> aiohttp.ClientSession:
+    """A pool of keep-alive connections, unbounded (the callers bound what is in flight: a pool limit
+    would queue a request in the client, inside its TTFT), no proxy from the environment (a server
+    is reached directly, as before), and no timeout of aiohttp's: the deadlines are this module's."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), headers=_HEADERS,
+                                 timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False)
 
 
 def _http_error(status: int, body: bytes) -> str:
@@ -174,17 +139,39 @@ def _stalled_error(stall_s: float | None) -> str:
     return f"{STALLED}: no data for {stall_s:g}s (timeouts.stall)"
 
 
+def _refused(exc: aiohttp.ClientConnectorError) -> bool:
+    err = exc.os_error
+    return isinstance(err, ConnectionRefusedError) or getattr(err, "errno", None) == errno.ECONNREFUSED
+
+
 def _classify(exc: BaseException, timed_out: bool) -> str:
     """One line for a failed request's exception (``timed_out``: its deadline passed)."""
-    if timed_out or isinstance(exc, (TimeoutError, socket.timeout, asyncio.TimeoutError)):
+    if timed_out or isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
         return TIMEOUT
-    if isinstance(exc, ConnectionRefusedError):
+    if isinstance(exc, aiohttp.ClientConnectorError) and _refused(exc):
         return "connection refused"
-    if isinstance(exc, http.client.IncompleteRead):
+    if isinstance(exc, aiohttp.ClientPayloadError):
         return "stream ended without [DONE] (connection closed mid-chunk)"
-    if isinstance(exc, http.client.RemoteDisconnected):
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
         return "server closed the connection without a response"
     return _one_line(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+
+
+class _Stalled(Exception):
+    """A read of a stream waited longer than the stall limit (its deadline still ahead)."""
+
+
+_T = TypeVar("_T")
+
+
+async def _within(awaitable: Awaitable[_T], stall_s: float | None) -> _T:
+    """``await awaitable``, but at most ``stall_s`` (None: as long as it takes)."""
+    if not stall_s:
+        return await awaitable
+    try:
+        return await asyncio.wait_for(awaitable, stall_s)
+    except asyncio.TimeoutError:
+        raise _Stalled() from None
 
 
 # --------------------------------------------------------------------------------------
@@ -239,19 +226,6 @@ def _sse_payload(line: bytes) -> bytes | None:
     return line[5:].strip()
 
 
-def _iter_sse(resp: http.client.HTTPResponse, call: _Call) -> Iterator[tuple[float, bytes]]:
-    """(arrival time, payload) of each ``data:`` line; ends at EOF."""
-    while True:
-        call.tighten()
-        line = resp.readline(1 << 20)
-        if not line:
-            return
-        now = time.monotonic()
-        payload = _sse_payload(line)
-        if payload is not None:
-            yield now, payload
-
-
 def _completion_body(model: str, prompt: str, max_tokens: int, temperature: float, ignore_eos: bool,
                      extra: dict[str, Any] | None) -> dict[str, Any]:
     body: dict[str, Any] = {
@@ -269,8 +243,8 @@ def _completion_body(model: str, prompt: str, max_tokens: int, temperature: floa
 
 class _Stream:
     """What one streamed completion has delivered so far, fed the payloads of its
-    ``data:`` lines with their arrival times. No I/O and no clock: the synchronous client
-    and the asyncio one share it, so both parse chunks and usage the same way."""
+    ``data:`` lines with their arrival times. No I/O and no clock: what a chunk means is
+    decided here, apart from how it was read."""
 
     def __init__(self, t_start: float):
         self.res = RequestResult(ok=False, t_start=t_start)
@@ -341,6 +315,62 @@ class _Stream:
         return res
 
 
+async def _drain(resp: aiohttp.ClientResponse) -> None:
+    """Read what is left of a body after [DONE] (``DRAIN_S`` module constant), so that its
+    connection goes back to the pool; one that does not end in time is closed on release."""
+    try:
+        await asyncio.wait_for(resp.content.read(), DRAIN_S)
+    except (asyncio.TimeoutError, aiohttp.ClientError):
+        pass
+
+
+async def _exchange(session: aiohttp.ClientSession, req: _Request, st: _Stream, stall_s: float | None) -> None:
+    """Send the request, feed ``st`` each ``data:`` line, stamped as it is taken (as vLLM's
+    benchmark stamps each message: lines that came in one read get stamps of their own, in order,
+    so a client that fell behind still sees a span, never a whole stream at one instant); a read
+    (the response's head, or a piece of its body) that waits longer than ``stall_s`` raises
+    ``_Stalled``."""
+    async with await _within(session.post(req.url, data=req.body), stall_s) as resp:
+        if resp.status != 200:
+            raw = b""
+            while len(raw) < 4096 and (piece := await resp.content.read(4096 - len(raw))):
+                raw += piece
+            st.res.error = _http_error(resp.status, raw)
+            return
+        tail = b""
+        while piece := await _within(resp.content.readany(), stall_s):
+            *lines, tail = (tail + piece).split(b"\n")
+            for line in lines:
+                payload = _sse_payload(line)
+                if payload is not None and st.feed(time.monotonic(), payload):
+                    if st.done:
+                        await _drain(resp)
+                    return
+        payload = _sse_payload(tail)  # a last line without its newline
+        if payload is None or not st.feed(time.monotonic(), payload):
+            st.ended(False)
+
+
+async def _astream(req: _Request, timeout_s: float, stall_s: float | None = None,
+                   session: aiohttp.ClientSession | None = None) -> RequestResult:
+    """One streamed completion on the running loop, through ``session`` (None: a session of its
+    own); its deadline cancels it where it waits."""
+    if session is None:
+        async with _session() as own:
+            return await _astream(req, timeout_s, stall_s, own)
+    st = _Stream(time.monotonic())
+    expired = False
+    try:
+        await asyncio.wait_for(_exchange(session, req, st, stall_s), max(0.0, timeout_s))
+    except asyncio.TimeoutError:
+        expired = True
+    except _Stalled:
+        st.res.error = _stalled_error(stall_s)
+    except Exception as exc:  # noqa: BLE001 - a failed request is data
+        st.res.error = _classify(exc, False)
+    return st.result(expired)
+
+
 def stream_completion(
     base_url: str,
     model: str,
@@ -354,181 +384,42 @@ def stream_completion(
     stall_s: float | None = None,
 ) -> RequestResult:
     """Stream one completion and time its tokens; never raises for a failed request.
-    ``stall_s``: a read that waits longer ends it as stalled (module docstring)."""
-    body = _completion_body(model, prompt, max_tokens, temperature, ignore_eos, extra)
-    st = _Stream(time.monotonic())
-    st.res.max_tokens = int(max_tokens)
-    call = _Call(base_url, timeout_s, stall_s)
-    try:
-        resp = call.post("/v1/completions", body)
-        if resp.status != 200:
-            call.tighten()
-            st.res.error = _http_error(resp.status, resp.read(4096))
-        else:
-            for now, payload in _iter_sse(resp, call):
-                if st.feed(now, payload):
-                    break
-            st.ended(call.timed_out())
-    except Exception as exc:  # noqa: BLE001 - a failed request is data
-        st.res.error = _stalled_error(stall_s) if call.stalled(exc) else _classify(exc, call.timed_out())
-    finally:
-        call.close()
-    return st.result(call.expired)
+    ``stall_s``: a read that waits longer ends it as stalled (module docstring). It runs on an
+    event loop of its own: the calling thread must not be running one."""
+    req = _request(base_url, "/v1/completions",
+                   _completion_body(model, prompt, max_tokens, temperature, ignore_eos, extra))
+    res = asyncio.run(_astream(req, timeout_s, stall_s))
+    res.max_tokens = int(max_tokens)
+    return res
 
 
 # --------------------------------------------------------------------------------------
 # Concurrency: every stream on one asyncio event loop
 # --------------------------------------------------------------------------------------
-def _request_bytes(base_url: str, path: str, body: dict[str, Any]) -> tuple[str, int, bool, bytes]:
-    """(host, port, TLS?, the whole HTTP/1.1 request) of a JSON POST, as ``_Call`` sends it."""
-    parts = urlsplit(base_url if "://" in base_url else f"http://{base_url}")
-    tls = parts.scheme == "https"
-    data = json.dumps(body).encode()
-    head = [f"POST {parts.path.rstrip('/')}{path} HTTP/1.1", f"Host: {parts.netloc.rpartition('@')[2]}",
-            "Accept-Encoding: identity", f"Content-Length: {len(data)}", *(f"{k}: {v}" for k, v in _HEADERS.items())]
-    request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + data
-    return parts.hostname or "127.0.0.1", parts.port or (443 if tls else 80), tls, request
-
-
-async def _response_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
-    """Status and headers (names lower-cased) of an HTTP/1.1 response."""
-    line = await reader.readline()
-    if not line:
-        raise http.client.RemoteDisconnected("Remote end closed connection without response")
-    try:
-        status = int(line.split(None, 2)[1])
-    except (IndexError, ValueError):
-        raise http.client.BadStatusLine(_one_line(line)) from None
-    headers = {}
-    while (raw := await reader.readline()).strip():
-        name, _, value = raw.decode("latin-1").partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return status, headers
-
-
-class _Body:
-    """An HTTP/1.1 response body read as it arrives: chunked, ``Content-Length`` or up to
-    EOF. A connection that closes inside it raises ``http.client.IncompleteRead``, as in
-    the synchronous client, so both word that failure the same."""
-
-    def __init__(self, reader: asyncio.StreamReader, headers: dict[str, str]):
-        self.reader = reader
-        self.chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        length = headers.get("content-length")
-        self.left: int | None = 0 if self.chunked else (int(length) if length else None)  # None: to EOF
-        self.first = True
-        self.over = False
-
-    async def _chunk_head(self) -> None:
-        if not self.first and (await self.reader.readline()).strip():  # the CRLF after a chunk's data
-            raise http.client.IncompleteRead(b"")
-        self.first = False
-        try:
-            self.left = int((await self.reader.readline()).split(b";", 1)[0], 16)
-        except ValueError:  # EOF or not a chunk size
-            raise http.client.IncompleteRead(b"") from None
-        self.over = self.left == 0  # the last chunk (trailers are not read: the connection is closed next)
-
-    async def read(self) -> bytes:
-        """The next piece of the body; b"" at its end."""
-        if self.chunked and self.left == 0 and not self.over:
-            await self._chunk_head()
-        if self.over or self.left == 0:
-            return b""
-        piece = await self.reader.read(1 << 16 if self.left is None else min(self.left, 1 << 16))
-        if self.left is None:
-            self.over = not piece
-        elif piece:
-            self.left -= len(piece)
-        else:
-            raise http.client.IncompleteRead(b"")
-        return piece
-
-
-class _Stalled(Exception):
-    """A read of a stream waited longer than the stall limit (its deadline still ahead)."""
-
-
-async def _within(awaitable, stall_s: float | None):
-    """``await awaitable``, but at most ``stall_s`` (None: as long as it takes)."""
-    if not stall_s:
-        return await awaitable
-    try:
-        return await asyncio.wait_for(awaitable, stall_s)
-    except asyncio.TimeoutError:
-        raise _Stalled() from None
-
-
-async def _exchange(target: tuple[str, int, bool, bytes], st: _Stream, stall_s: float | None = None) -> None:
-    """Send the request, feed ``st`` each ``data:`` line, stamped when the read that
-    completed it returned (the synchronous client stamps when ``readline`` returns); a read
-    that waits longer than ``stall_s`` raises ``_Stalled``."""
-    host, port, tls, request = target
-    reader, writer = await asyncio.open_connection(host, port, ssl=True if tls else None)
-    try:
-        writer.write(request)
-        await writer.drain()
-        status, headers = await _within(_response_head(reader), stall_s)
-        body = _Body(reader, headers)
-        if status != 200:
-            raw = b""
-            while len(raw) < 4096 and (piece := await body.read()):
-                raw += piece
-            st.res.error = _http_error(status, raw[:4096])
-            return
-        tail = b""
-        while piece := await _within(body.read(), stall_s):
-            now = time.monotonic()
-            *lines, tail = (tail + piece).split(b"\n")
-            for line in lines:
-                payload = _sse_payload(line)
-                if payload is not None and st.feed(now, payload):
-                    return
-        payload = _sse_payload(tail)  # a last line without its newline (readline returns it too)
-        if payload is None or not st.feed(time.monotonic(), payload):
-            st.ended(False)
-    finally:
-        writer.close()
-
-
-async def _astream(target: tuple[str, int, bool, bytes], timeout_s: float,
-                   stall_s: float | None = None) -> RequestResult:
-    """One streamed completion on the running loop; its deadline cancels it where it waits."""
-    st = _Stream(time.monotonic())
-    expired = False
-    try:
-        await asyncio.wait_for(_exchange(target, st, stall_s), max(0.0, timeout_s))
-    except asyncio.TimeoutError:
-        expired = True
-    except _Stalled:
-        st.res.error = _stalled_error(stall_s)
-    except Exception as exc:  # noqa: BLE001 - a failed request is data
-        st.res.error = _classify(exc, False)
-    return st.result(expired)
-
-
-async def _streams(targets: Sequence[tuple[str, int, bool, bytes]], timeout_s: float, width: int,
+async def _streams(requests: Sequence[_Request], timeout_s: float, width: int,
                    n_requests: int, stall_s: float | None = None,
                    on_done: Callable[[RequestResult], None] | None = None, asked: Sequence[int] = (),
                    ) -> tuple[list[tuple[int, RequestResult]], float]:
     """``n_requests`` requests, ``width`` streams at a time, each stream sending its next request
-    as soon as its last one ended (a closed loop, as ``vllm bench serve --max-concurrency``); the
-    i-th request goes to ``targets[i % len]`` (asking ``asked[i % len]`` tokens): ([(stream,
-    result)], wall seconds)."""
+    as soon as its last one ended (a closed loop, as ``vllm bench serve --max-concurrency``), all
+    through one session; the i-th request is ``requests[i % len]`` (asking ``asked[i % len]``
+    tokens): ([(stream, result)], wall seconds)."""
     results: list[tuple[int, RequestResult]] = []
     todo = iter(range(n_requests))
 
-    async def worker(stream: int) -> None:
+    async def worker(stream: int, session: aiohttp.ClientSession) -> None:
         for i in todo:
-            res = await _astream(targets[i % len(targets)], timeout_s, stall_s)
+            res = await _astream(requests[i % len(requests)], timeout_s, stall_s, session)
             res.max_tokens = asked[i % len(asked)] if asked else None
             results.append((stream, res))
             if on_done is not None:
                 on_done(res)
 
-    t0 = time.monotonic()
-    await asyncio.gather(*(worker(k) for k in range(min(width, n_requests))))
-    return results, time.monotonic() - t0
+    async with _session() as session:
+        t0 = time.monotonic()
+        await asyncio.gather(*(worker(k, session) for k in range(min(width, n_requests))))
+        wall = time.monotonic() - t0
+    return results, wall
 
 
 def _median(samples: list[float]) -> float | None:
@@ -572,10 +463,10 @@ def run_streams(base_url: str, model: str, prompts: Sequence[str], output_tokens
     index, RequestResult)], wall seconds). ``on_done`` is called with each finished request (on
     that loop: keep it quick)."""
     lengths = [int(output_tokens)] * len(prompts) if isinstance(output_tokens, int) else [int(n) for n in output_tokens]
-    targets = [_request_bytes(base_url, "/v1/completions", _completion_body(model, p, lengths[i % len(lengths)], 0.0,
-                                                                            True, extra))
-               for i, p in enumerate(prompts)]
-    return asyncio.run(_streams(targets, timeout_s, max(1, int(concurrency)), max(1, int(n_requests)), stall_s,
+    requests = [_request(base_url, "/v1/completions", _completion_body(model, p, lengths[i % len(lengths)], 0.0,
+                                                                       True, extra))
+                for i, p in enumerate(prompts)]
+    return asyncio.run(_streams(requests, timeout_s, max(1, int(concurrency)), max(1, int(n_requests)), stall_s,
                                 on_done, [lengths[i % len(lengths)] for i in range(len(prompts))]))
 
 
@@ -616,21 +507,47 @@ def measure_concurrency(
 # --------------------------------------------------------------------------------------
 # Outputs for the correctness gate
 # --------------------------------------------------------------------------------------
-def _post_json(base_url: str, body: dict[str, Any], timeout_s: float) -> tuple[int, Any]:
-    """POST /v1/completions, non-streamed: (status, parsed JSON or raw text)."""
-    with _Call(base_url, timeout_s) as call:
-        try:
-            resp = call.post("/v1/completions", body)
-            call.tighten()
-            raw = resp.read()
-        except Exception as exc:
-            raise RequestFailed(_classify(exc, call.timed_out())) from exc
-        if call.expired:
-            raise RequestFailed(TIMEOUT)
+async def _apost_json(session: aiohttp.ClientSession, base_url: str, body: dict[str, Any],
+                      timeout_s: float) -> tuple[int, Any]:
+    """POST /v1/completions, non-streamed: (status, parsed JSON or raw text); ``RequestFailed`` when
+    the server could not be asked (connection, ``timeout_s`` passed)."""
+    req = _request(base_url, "/v1/completions", body)
+
+    async def exchange() -> tuple[int, bytes]:
+        async with session.post(req.url, data=req.body) as resp:
+            return resp.status, await resp.read()
+
     try:
-        return resp.status, json.loads(raw)
+        status, raw = await asyncio.wait_for(exchange(), max(0.0, timeout_s))
+    except asyncio.TimeoutError:
+        raise RequestFailed(TIMEOUT) from None
+    except Exception as exc:
+        raise RequestFailed(_classify(exc, False)) from exc
+    try:
+        return status, json.loads(raw)
     except ValueError:
-        return resp.status, raw.decode("utf-8", "replace")
+        return status, raw.decode("utf-8", "replace")
+
+
+async def _posts_json(base_url: str, bodies: Sequence[dict[str, Any]],
+                      timeout_s: float) -> list[tuple[int, Any] | RequestFailed]:
+    """Each body POSTed in turn through one session, ``timeout_s`` each: its answer, or why not."""
+    out: list[tuple[int, Any] | RequestFailed] = []
+    async with _session() as session:
+        for body in bodies:
+            try:
+                out.append(await _apost_json(session, base_url, body, timeout_s))
+            except RequestFailed as exc:
+                out.append(exc)
+    return out
+
+
+def _post_json(base_url: str, body: dict[str, Any], timeout_s: float) -> tuple[int, Any]:
+    """One ``_apost_json`` on an event loop of its own."""
+    got = asyncio.run(_posts_json(base_url, [body], timeout_s))[0]
+    if isinstance(got, RequestFailed):
+        raise got
+    return got
 
 
 def greedy_outputs(
@@ -650,27 +567,30 @@ def greedy_outputs(
     ``extra={"return_token_ids": True}``), ``finish_reason``, ``n_tokens``, and with
     ``top_logprobs=k`` the generated ``tokens`` (text pieces) and, per token, the
     server's ``top`` k candidates ({piece: log-probability}; None where not returned).
-    ``timeout_s`` bounds each request. Failures are items with ``ok=False``.
+    ``timeout_s`` bounds each request; all go through one session, one after another. Failures
+    are items with ``ok=False``.
     """
-    out = []
+    bodies = []
     for prompt in prompts:
-        item: dict[str, Any] = {
-            "prompt": prompt, "ok": False, "error": None, "text": None,
-            "token_ids": None, "finish_reason": None, "n_tokens": None,
-        }
-        body = {
+        body: dict[str, Any] = {
             "model": model, "prompt": prompt, "max_tokens": int(max_tokens),
             "temperature": 0.0, "ignore_eos": True, "stream": False,
         }
         if top_logprobs:
             body["logprobs"] = int(top_logprobs)
         body.update(extra or {})
-        try:
-            status, data = _post_json(base_url, body, timeout_s)
-        except RequestFailed as exc:
-            item["error"] = str(exc)
+        bodies.append(body)
+    out = []
+    for prompt, answer in zip(prompts, asyncio.run(_posts_json(base_url, bodies, timeout_s))):
+        item: dict[str, Any] = {
+            "prompt": prompt, "ok": False, "error": None, "text": None,
+            "token_ids": None, "finish_reason": None, "n_tokens": None,
+        }
+        if isinstance(answer, RequestFailed):
+            item["error"] = str(answer)
             out.append(item)
             continue
+        status, data = answer
         if status != 200:
             reply = json.dumps(data).encode() if not isinstance(data, str) else data.encode()
             item["error"] = _http_error(status, reply)

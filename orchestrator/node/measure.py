@@ -11,15 +11,31 @@ constraints read), the prompts and the rounds. ``measure`` runs:
    prompt once (a decode tok/s sample per request). Level N sustains N streams, each sending
    ``plan.waves`` requests back to back through the prompts, and takes one total tok/s sample
    per round from the steady-state window (``core.measurement.steady_window``: the tokens that
-   arrived while all N streams were in flight, so the ramp and the tail are not in it). Every
+   arrived while all N streams were in flight, so the ramp and the tail are not in it), and from
+   the same requests the whole run's figure ``vllm bench serve`` reports (every output token over
+   the last end minus the first start: ``LevelResult.whole_run_tok_s``). Every
    request's TTFT, TPOT, inter-chunk gaps and end-to-end latency go into the level's
-   percentiles. ``/metrics`` is read around each level (what speculative decoding accepted);
+   percentiles. ``/metrics`` is read around each level's round (what speculative decoding
+   accepted; the share of the prompt tokens the server's prefix cache answered there);
 3. after the first round, the one early-stop rule (``core.outcome.early_stop``) over the
    objective's levels: stop when every one is below its threshold; the constraint levels are
    measured only when the trial goes on;
 4. ``repeats`` rounds; then, while a level's median interval is wider than ``target_rel_ci``,
    more rounds of that level alone, up to ``max_repeats`` (every level is measured to the same
    precision, not level 1 alone).
+
+Prompts the server has not seen: a server with a prefix cache (vLLM's is on by default) answers a
+prompt it has seen before without most of its prefill, and the rounds send the same prompts again
+and again, level after level: a TTFT measured so is a cache hit's (a config whose prefill was 3x
+slower held an 800 ms TTFT target at 64 streams on hits alone). So every request, warm-up
+included, begins with a line of its own (``Prefixes``: a launch's random tag and the request's
+number), which no earlier request began with: a prefix cache keys its blocks from the first token
+on, so nothing of the request is found there, whatever the engine. With ``bench.prefix_reuse``
+the line is one per pass through the prompts instead: requests share what their prompts share
+(a system prompt, as in production), never a request's own earlier sending. The share of prompt
+tokens the cache did answer is recorded per level where the server counts it
+(``core.prometheus.prefix_cache``). The correctness gate's prompts are sent as they are
+(``node.trial``).
 
 Time: a benchmark is judged by its progress, not by one wall-clock figure. A stream silent for
 ``plan.stall_s`` has stalled (``hang``); the whole benchmark's limit is the larger of
@@ -35,6 +51,7 @@ streams still says what it did at 1.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 import urllib.error
@@ -43,7 +60,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from orchestrator.core import prometheus, slo
+from orchestrator.core import capacity, prometheus, slo
 from orchestrator.core.level import context_of, streams
 from orchestrator.core.measurement import (
     Distribution,
@@ -63,12 +80,7 @@ from orchestrator.node.spec import PACE_FACTOR, BenchPlan
 
 METRICS_TIMEOUT_S = 5.0
 STALLED_MARK = "streams stalled"  # in a concurrent round's error: some of its streams went silent
-# Goodput: the bisection stops when the bracket around the crossing is at most this share of the
-# highest concurrency that held (exact below 20 streams): closer than that, the latency
-# percentiles of neighbouring concurrencies differ less than their own noise. Up to 64 streams
-# that is 1, 64, then 4 or 5 halvings: about 7 levels measured in one launch.
-GOODPUT_STEP = 0.1
-GOODPUT_PACE_PROBES = 3  # the limit's guess of a bisection's rounds: 1, then the top level 3 times over
+GOODPUT_PACE_PROBES = 3  # the limit's guess of the capacity search's refinement: the top level 3 times over
 
 # (level, requests done, requests of this level's round), told with 0 done as a round begins
 Progress = Callable[[int, int, int], None]
@@ -90,6 +102,15 @@ class _Level:
     spec_after: dict[str, float] | None = None
     prompt_tokens: list[int] = field(default_factory=list)  # each request's prompt, as the server counted it
     asked: list[int | None] = field(default_factory=list)  # the output tokens each request asked for
+    cache: list[tuple[float, float]] = field(default_factory=list)  # per round: prompt tokens looked up, found
+    whole_run: list[float] = field(default_factory=list)  # per round at N > 1: output tok/s over the whole run
+
+    def count_cache(self, before: dict[str, float] | None, after: dict[str, float] | None) -> None:
+        """What the server's prefix cache answered during one round of this level (between the
+        snapshots taken around it: the other levels' rounds are not in it)."""
+        got = prometheus.prefix_cache(before, after)
+        if got is not None:
+            self.cache.append(got)
 
     def add(self, req: RequestResult) -> None:
         """One finished request's latencies and lengths."""
@@ -114,6 +135,7 @@ class _Level:
         """The level's record; ``input_tokens``: with its prompts' median length as the server counted
         them (a context axis: what each level's context came to)."""
         acceptance = prometheus.acceptance(self.spec_before, self.spec_after) or {}
+        looked_up = sum(q for q, _ in self.cache)
         return LevelResult(
             self.level, samples=tuple(self.samples), **{k: Latency.of(v) for k, v in self.latency.items()},
             e2e_tok_s=statistics.median(self.e2e_tok_s) if self.e2e_tok_s else None,
@@ -121,7 +143,9 @@ class _Level:
             requests=len(self.token_counts), window_s=statistics.median(self.windows) if self.windows else None,
             acceptance_rate=acceptance.get("acceptance_rate"),
             mean_accepted_length=acceptance.get("mean_accepted_length"),
-            input_tokens=statistics.median(self.prompt_tokens) if input_tokens and self.prompt_tokens else None)
+            input_tokens=statistics.median(self.prompt_tokens) if input_tokens and self.prompt_tokens else None,
+            prefix_cache_hit_rate=sum(h for _, h in self.cache) / looked_up if looked_up else None,
+            whole_run_tok_s=statistics.median(self.whole_run) if self.whole_run else None)
 
 
 @dataclass
@@ -155,14 +179,40 @@ class Benchmark:
 
 
 def read_metrics(url: str | None) -> dict[str, float] | None:
-    """The speculative-decoding metrics at ``url`` now (None: no /metrics, or none there)."""
+    """The metrics at ``url`` now that a level records (``core.prometheus.snapshot``: speculative
+    decoding, the prefix cache; None: no /metrics, or none of them there)."""
     if not url:
         return None
     try:
         with urllib.request.urlopen(url, timeout=METRICS_TIMEOUT_S) as reply:
-            return prometheus.spec_decode(reply.read(4 << 20).decode("utf-8", "replace"))
+            return prometheus.snapshot(reply.read(4 << 20).decode("utf-8", "replace"))
     except (OSError, urllib.error.URLError, ValueError):
         return None
+
+
+class Prefixes:
+    """The line each request begins with (module docstring): ``[TAG-N]``, TAG random for the
+    launch (a cache that outlives a server, on disk or shared, has not seen it either), N counted
+    over the launch: one per request, or with ``reuse`` one per pass through the prompts."""
+
+    def __init__(self, reuse: bool = False, tag: str | None = None):
+        self.reuse = reuse
+        self.tag = tag or os.urandom(4).hex()
+        self.n = 0
+
+    def _line(self) -> str:
+        self.n += 1
+        return f"[{self.tag}-{self.n}]\n"
+
+    def requests(self, prompts: tuple[str, ...] | list[str], count: int) -> list[str]:
+        """``count`` requests through ``prompts`` in turn (the i-th is ``prompts[i % len]``), each
+        begun with its line."""
+        out, line = [], ""
+        for i in range(count):
+            if not self.reuse or i % len(prompts) == 0:
+                line = self._line()
+            out.append(line + prompts[i % len(prompts)])
+        return out
 
 
 class _Pace:
@@ -219,6 +269,7 @@ class _Session:
         self.warmup_s = self.bench_s = 0.0
         self.rounds_done = 0
         self.goodput: GoodputResult | None = None
+        self.prefixes = Prefixes(plan.prefix_reuse)
 
     def left(self) -> float:
         return self.pace.deadline() - time.monotonic()
@@ -251,8 +302,9 @@ class _Session:
         at each context after them (``long_prompts``): the server meets each prompt length once
         untimed, and the pace is the slowest's, so the limit leaves room for the long prefills."""
         plan = self.plan
-        first = [plan.prompts[i % len(plan.prompts)] for i in range(plan.warmup)]
-        todo = [*first, *(prompts[0] for _, prompts in sorted(plan.long_prompts.items()))] if plan.warmup else first
+        first = self.prefixes.requests(plan.prompts, plan.warmup)
+        todo = [*first, *(self.prefixes.requests(prompts, 1)[0] for _, prompts in sorted(plan.long_prompts.items()))
+                ] if plan.warmup else first
         for i, prompt in enumerate(todo):
             if self.left() <= 0:
                 return self.fail(f"benchmark limit reached during warm-up ({i} of {len(todo)})", True)
@@ -294,9 +346,11 @@ class _Session:
                 if got.spec_before is None:
                     got.spec_before = before
                 started = time.monotonic()
-                error = (_decode_round(self.base_url, self.model, plan, got, self.left, self.progress, self.pace)
+                error = (_decode_round(self.base_url, self.model, plan, got, self.left, self.progress, self.pace,
+                                       self.prefixes)
                          if streams(level) == 1 else
-                         _sustained_round(self.base_url, self.model, plan, got, self.left, self.progress, self.pace))
+                         _sustained_round(self.base_url, self.model, plan, got, self.left, self.progress, self.pace,
+                                          self.prefixes))
                 if error is not None:
                     self.bench_s = time.monotonic() - (self.t1 or self.t0)
                     if rnd >= plan.repeats and error[1] and self.pace.deadline() - time.monotonic() <= 0:
@@ -307,6 +361,7 @@ class _Session:
                                      error[2], stalled=STALLED_MARK in error[0], level=level)
                 got.round_s = time.monotonic() - started
                 got.spec_after = read_metrics(self.metrics_url)
+                got.count_cache(before, got.spec_after)
             self.rounds_done = max(self.rounds_done, rnd + 1)
             if rnd == 0 and early_stop(_first(acc, objective, plan), prune_below):
                 out.pruned = True
@@ -343,7 +398,7 @@ def measure(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
             prune_below: Mapping[int, float] | None = None, progress: Progress | None = None) -> Benchmark:
     """Measure every level of ``plan`` (module docstring); never raises for what the server does.
     ``deadline``: the benchmark's limit at least (``timeouts.bench`` from its start); the pace
-    measured may extend it. A plan with ``goodput`` bisects over concurrency instead (``goodput``)."""
+    measured may extend it. A plan with ``goodput`` searches the load axis instead (``goodput``)."""
     if plan.goodput is not None:
         return goodput(base_url, model, plan, deadline=deadline, metrics_url=metrics_url, progress=progress)
     objective = sorted(plan.levels)
@@ -358,47 +413,35 @@ def measure(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
 
 def goodput(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metrics_url: str | None = None,
             progress: Progress | None = None) -> Benchmark:
-    """The goodput objective's measurement (module docstring): each concurrency the bisection
-    picks (``bisect_next``) measured as a level, in full, judged against ``plan.slo``
-    (``core.slo.holds``), up to ``plan.goodput`` streams; the crossing in ``Measurement.goodput``."""
+    """The goodput objective's measurement: each concurrency the capacity search picks
+    (``core.capacity.next_probe``: the coarse sweep with the server's regime marks, ``plan.marks``,
+    then refinement) measured as a level, in full, judged against ``plan.slo`` (``core.slo.holds``),
+    up to ``plan.goodput`` streams; the capacity point and every probe's verdict in
+    ``Measurement.goodput``."""
     top = int(plan.goodput or 1)
-    run = _Session(base_url, model, plan, deadline, metrics_url, progress, [1] + [top] * GOODPUT_PACE_PROBES)
+    marks = tuple(plan.marks)
+    run = _Session(base_url, model, plan, deadline, metrics_url, progress,
+                   capacity.coarse(top, marks) + [top] * GOODPUT_PACE_PROBES)
     failed = run.warm_up()
     if failed is not None:
         return failed
-    probes: list[int] = []
-    held, broke = 0, None
-    nxt: int | None = 1
+    seen: dict[int, capacity.Probe] = {}
+    order: list[int] = []
+    nxt = capacity.next_probe(seen, top, marks)
     while nxt is not None:
         got = run.rounds([nxt], [], None)
         if isinstance(got, Benchmark):
             return got
-        probes.append(nxt)
-        if slo.holds(run.acc[nxt].freeze(), plan.slo):
-            held = nxt
-        else:
-            broke = nxt
-        run.goodput = GoodputResult(top, tuple(probes), holds=held or None, breaks=broke)
+        level = run.acc[nxt].freeze()
+        seen[nxt] = capacity.Probe(nxt, level.value, slo.holds(level, plan.slo))
+        order.append(nxt)
+        run.goodput = capacity.result(top, order, seen, marks, plan.slo)
         if got == CUT:
-            run.out.warnings.append(f"the goodput bisection stopped at the benchmark's limit: the crossing lies "
-                                    f"between {held} and {broke or top} streams")
+            run.out.warnings.append(f"the capacity search stopped at the benchmark's limit after {len(order)} "
+                                    f"load(s) ({', '.join(map(str, order))}): its answer is the best of those")
             break
-        nxt = bisect_next(held, broke, top)
+        nxt = capacity.next_probe(seen, top, marks)
     return run.finish()
-
-
-def bisect_next(held: int, broke: int | None, top: int) -> int | None:
-    """The next concurrency the goodput bisection measures, or None when the crossing is found:
-    ``held`` the highest concurrency measured where every SLO held (0: none yet), ``broke`` the
-    lowest above it where one broke (None: none yet). First 1, then ``top``, then halving the
-    bracket until it is at most ``GOODPUT_STEP`` of ``held`` wide (1 below 20 streams)."""
-    if held == 0:
-        return 1 if broke is None else None  # broke at 1: no concurrency holds
-    if broke is None:
-        return top if held < top else None
-    if broke - held <= max(1, int(held * GOODPUT_STEP)):
-        return None
-    return (held + broke) // 2
 
 
 def _first(acc: dict[int, _Level], objective: list[int], plan: BenchPlan) -> dict[int, float | None]:
@@ -411,11 +454,13 @@ def _first(acc: dict[int, _Level], objective: list[int], plan: BenchPlan) -> dic
 
 
 def _decode_round(base_url: str, model: str, plan: BenchPlan, got: _Level, left, progress: Progress | None,
-                  pace: _Pace) -> tuple[str, bool, RequestResult | None] | None:
-    """Every prompt once as a single streamed request; (error, timed out, request) or None."""
+                  pace: _Pace, prefixes: Prefixes) -> tuple[str, bool, RequestResult | None] | None:
+    """Every prompt once as a single streamed request, each begun with its line (``Prefixes``);
+    (error, timed out, request) or None."""
     if progress is not None:
         _tell(progress, got.level, 0, len(plan.prompts))  # the round begins (the status line says so at once)
-    for i, prompt in enumerate(plan.prompts_at(got.level)):
+    prompts = plan.prompts_at(got.level)
+    for i, prompt in enumerate(prefixes.requests(prompts, len(prompts))):
         budget = left()
         if budget <= 0:
             return f"benchmark limit reached after {len(got.samples)} requests", True, None
@@ -437,8 +482,9 @@ def _decode_round(base_url: str, model: str, plan: BenchPlan, got: _Level, left,
 
 
 def _sustained_round(base_url: str, model: str, plan: BenchPlan, got: _Level, left, progress: Progress | None,
-                     pace: _Pace) -> tuple[str, bool, RequestResult | None] | None:
-    """``got.level`` streams, ``plan.waves`` requests each, back to back: one steady-state sample."""
+                     pace: _Pace, prefixes: Prefixes) -> tuple[str, bool, RequestResult | None] | None:
+    """``got.level`` streams, ``plan.waves`` requests each, back to back, through the prompts in turn
+    (each begun with its line: ``Prefixes``): one steady-state sample."""
     budget = left()
     if budget <= 0:
         return "benchmark limit reached", True, None
@@ -452,9 +498,11 @@ def _sustained_round(base_url: str, model: str, plan: BenchPlan, got: _Level, le
         if progress is not None:
             _tell(progress, got.level, done[0], total)
 
-    lengths = plan.output_lengths if plan.output_lengths is not None else plan.output_tokens
-    streamed, wall = client.run_streams(base_url, model, plan.prompts_at(got.level), lengths, streams(got.level), total,
-                                        timeout_s=budget, stall_s=plan.stall_s, on_done=one_done)
+    prompts = plan.prompts_at(got.level)
+    lengths = [plan.tokens_for(i % len(prompts)) for i in range(total)]
+    streamed, wall = client.run_streams(base_url, model, prefixes.requests(prompts, total), lengths,
+                                        streams(got.level), total, timeout_s=budget, stall_s=plan.stall_s,
+                                        on_done=one_done)
     results = [req for _, req in streamed]
     bad = [r for r in results if not r.ok]
     if bad:
@@ -464,6 +512,9 @@ def _sustained_round(base_url: str, model: str, plan: BenchPlan, got: _Level, le
         return f"{len(bad)} of {total} requests failed{marked}: {errors}", any(r.timed_out for r in bad), None
     window = steady_window([StreamedRequest(stream, r.t_start, r.t_start + (r.latency_s or 0.0),
                                             tuple(r.token_times), r.n_tokens) for stream, r in streamed])
+    span = max(r.t_start + (r.latency_s or 0.0) for r in results) - min(r.t_start for r in results)
+    if span > 0:  # the whole run, as ``vllm bench serve`` counts output throughput
+        got.whole_run.append(sum(r.n_tokens for r in results) / span)
     if window is not None and window[1] > 0 and window[0] > 0:
         got.samples.append(window[0] / window[1])
         got.windows.append(window[1])

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.config.prompts import with_context
 from orchestrator.core.level import context_of
+from orchestrator.core.measurement import RegimeMark
 from orchestrator.core.records import Config
 from orchestrator.core.slo import Targets
 from orchestrator.core.study_dir import trial_log_name
@@ -69,7 +70,8 @@ class BenchPlan:
     ``waves`` requests each, one steady-state sample a round), then the ``constraint_levels``;
     ``repeats`` rounds, more of a level up to ``max_repeats`` while its median's interval is wider
     than ``target_rel_ci``; ``timeout_s`` the benchmark's least limit. With ``goodput``, the
-    concurrencies a bisection picks, judged against ``slo``, instead of ``levels``."""
+    concurrencies the capacity search picks (``core.capacity``, probing ``marks``), judged against
+    ``slo``, instead of ``levels``."""
 
     prompts: tuple[str, ...]
     output_tokens: int = 64
@@ -87,8 +89,13 @@ class BenchPlan:
     # a context axis (``objective.context``): per prompt length, the prompts made that long; a level at that
     # context (``core.level``) is measured over them, a context-0 level over ``prompts``
     long_prompts: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
-    goodput: int | None = None  # the goodput objective: bisect concurrency up to this instead of ``levels``
-    slo: Targets | None = None  # what each concurrency the goodput bisection tries must hold
+    goodput: int | None = None  # the goodput objective: the capacity search up to this instead of ``levels``
+    slo: Targets | None = None  # what each concurrency the goodput search tries must hold
+    # where the server changes regime (``core.capacity``): the trial adds them once the server is up
+    marks: tuple[RegimeMark, ...] = ()
+    # every request begins with a line of its own (False), or one per pass through the prompts (True: the
+    # server's prefix cache may answer what the prompts share): ``node.measure``, ``bench.prefix_reuse``
+    prefix_reuse: bool = False
 
     def prompts_at(self, level: int) -> tuple[str, ...]:
         """The prompts ``level`` is measured over: those of its context (``long_prompts``), or the
@@ -167,6 +174,7 @@ class TrialSpec:
                             constraint_levels=tuple(c.concurrency for c in job.constraints),
                             stall_s=job.timeouts.stall_s, waves=bench.waves, output_lengths=bench.output_lengths,
                             context=bench.context, goodput=job.objective.goodput, slo=job.objective.slo,
+                            prefix_reuse=bench.prefix_reuse,
                             long_prompts={ctx: with_context(tuple(bench.prompts), ctx)
                                           for ctx in job.objective.context if ctx}),
             check=check or CheckPlan(), log_dir=str(log_dir or job.dir.logs), registry_dir=str(job.dir.servers),

@@ -24,6 +24,10 @@ line, spawn -> healthy or -> the failure), into one record (``TrialResult.startu
   ``process start`` before any output, ``start-up`` after it when no marker matched): where a
   start that stalls or fails was.
 
+Beside the start-up, ``engine_marks``: where the engine says it changes regime as its batch grows
+(the largest batch it captured a CUDA graph for, the most sequences it runs at once, the requests
+its KV cache holds), for the goodput search (``core.capacity``).
+
 Real vLLM 0.26.0 logs in tests/fixtures/vllm/ are parsed in tests/node/test_startup.py.
 """
 
@@ -33,6 +37,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from orchestrator.core.measurement import BATCH, GRAPHS, KV_CACHE, RegimeMark
 
 HEADER = "# ncclsweep:"  # the launch line the node writes first: not the server's output
 PROCESS_START = "process start"  # spawn -> first log line
@@ -320,6 +326,37 @@ def notices(text: str) -> list[str]:
                 message = cut
             if NOTICE + message not in out:
                 out.append(NOTICE + message)
+    return out
+
+
+# where an engine logs its regimes (the values it runs with, after its defaults): vLLM's engine config
+# ('max_cudagraph_capture_size': 512, 0 when eager; 'max_capture_size' before 0.11) and non-default args
+# ('max_num_seqs': 64), its "GPU KV cache size: 1,339,776 tokens"; SGLang's server args
+# (cuda_graph_max_bs=160, max_running_requests=128) and "max_total_num_tokens=665690"
+_LOGGED = ((GRAPHS, (_re(r"'max_cudagraph_capture_size': (\d+)"), _re(r"'max_capture_size': (\d+)"),
+                     _re(r"\bcuda_graph_max_bs(?:_decode)?=(\d+)"))),
+           (BATCH, (_re(r"'max_num_seqs': (\d+)"), _re(r"\bmax_running_requests=(\d+)"))),
+           (KV_CACHE, (_re(r"GPU KV cache size: ([\d,]+) tokens"), _re(r"\bmax_total_num_tokens=(\d+)"))))
+
+
+def engine_marks(text: str, tokens_per_request: float) -> list[RegimeMark]:
+    """Where the engine's log says it changes regime (module docstring), each kind's last value
+    logged (the effective one: vLLM logs its own default after the user's None): the largest
+    captured batch (0: it captured none), the most sequences at once, and the requests of
+    ``tokens_per_request`` tokens (prompt and output) its KV cache holds."""
+    lines = output_lines(text)
+    out = []
+    for kind, patterns in _LOGGED:
+        found = [(m.group(1), m.group(0)) for ln in lines for p in patterns for m in p.finditer(ln)]
+        if not found:
+            continue
+        value, said = int(found[-1][0].replace(",", "")), found[-1][1]
+        if kind == KV_CACHE:
+            if tokens_per_request <= 0:
+                continue
+            value = int(value // tokens_per_request)
+            said = f"{said}, {tokens_per_request:.0f} a request"
+        out.append(RegimeMark(value, kind, f"the engine's log: {said}"))
     return out
 
 

@@ -17,16 +17,17 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from orchestrator.backends import get_backend_class
-from orchestrator.core import nccl
+from orchestrator.config.prompts import estimated_tokens
+from orchestrator.core import capacity, nccl
 from orchestrator.core.errors import StorageWriteError, is_file_write_failure
 from orchestrator.core.launch import cache_locations, exit_text, server_environment
 from orchestrator.core.logs import capture_warnings
-from orchestrator.core.measurement import HostLoad, Measurement
+from orchestrator.core.measurement import HostLoad, Measurement, RegimeMark
 from orchestrator.core.records import COMPLETE, PRUNED, Config, FailureKind, TrialResult
 from orchestrator.node import client, gpus, phases, startup
 from orchestrator.node.hostload import HostSampler
@@ -44,7 +45,7 @@ from orchestrator.node.server import (
     SpawnFailed,
     free_port,
 )
-from orchestrator.node.spec import TrialSpec
+from orchestrator.node.spec import BenchPlan, TrialSpec
 
 # Candidates per generated token in the correctness capture (the pick and its runner-up).
 NEAR_TIE_CANDIDATES = 2
@@ -195,6 +196,8 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
         # constraints'); a first round below the prune threshold at every level ends it (node.measure);
         # the host's load beside it (a busy host's timeout is not the config's)
         plan = spec.bench
+        if plan.goodput is not None:  # where the engine changes regime: the capacity search probes there
+            plan = replace(plan, marks=regime_marks(backend, spec.config, _read(log_path), plan))
         report.phase(phases.WARMING_UP)
         benchmarking = HostSampler(record.pgid)
         got = with_host(measure(launch.base_url, launch.model_name, plan, deadline=time.monotonic() + plan.timeout_s,
@@ -354,3 +357,14 @@ def _read(path: Path) -> str:
 
 def _tail(text: str, lines: int) -> str:
     return "\n".join(text.splitlines()[-lines:])
+
+
+def regime_marks(backend: Any, config: Config, log_text: str, plan: BenchPlan) -> tuple[RegimeMark, ...]:
+    """Where this server changes regime as its batch grows (``core.capacity``): what the config asks
+    for (``Backend.load_marks``), replaced kind by kind by what the engine's log says it runs with
+    (``startup.engine_marks``; the KV cache's room in requests of the plan's mean prompt, as
+    characters / 4, and output)."""
+    prompts = plan.prompts or ("",)
+    per_request = (sum(estimated_tokens(p) for p in prompts) / len(prompts)
+                   + sum(plan.tokens_for(i) for i in range(len(prompts))) / len(prompts))
+    return capacity.merge_marks(backend.load_marks(config), startup.engine_marks(log_text, per_request))

@@ -6,9 +6,9 @@ order (baseline, best | best, baseline | ...), so the drift of the machine over 
 falls on both sides and a lucky single launch cannot carry the result. The ratio best /
 baseline at each concurrency comes with a confidence interval from the per-round ratios
 (``verdict.py``): "faster" or "slower" only when that interval lies off 1.0, otherwise
-"within noise" with the interval. Baseline and best being the same config (the baseline
-was never beaten) is never a verdict: the interval then measures the noise between
-launches of one config.
+"within noise" with the interval, and with no interval (one round) "not shown". Baseline and
+best being the same config (the baseline was never beaten) is never a verdict: the interval
+then measures the noise between launches of one config.
 
 While it runs it says, after every launch, what that launch measured at each level and the
 time to go (``core.pace``), and after every round the running verdict at each level; in a
@@ -57,7 +57,7 @@ from orchestrator.core.golden_check import disputed
 from orchestrator.core.level import key as level_key
 from orchestrator.core.level import parse as parse_level
 from orchestrator.core.level import streams
-from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES, Latency, LevelResult
+from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES, Latency, LevelResult, cache_text
 from orchestrator.core.pace import Pace
 from orchestrator.core.records import COMPLETE, TrialResult, TrialRow
 from orchestrator.core.slo import Targets, breaches
@@ -336,7 +336,7 @@ def _rounds_done(data: dict[str, Any]) -> int:
 def check_constraints(rules: list[tuple[int, float]], data: dict[str, Any]) -> list[dict[str, Any]]:
     """The job's "best >= min_ratio x baseline at concurrency c" rules, judged like every verdict:
     VIOLATED only when the interval of best/baseline lies below min_ratio, met when it lies at
-    or above it, else within noise of the limit (``ok`` None)."""
+    or above it, else within noise of the limit, or not shown without an interval (``ok`` None)."""
     verdicts = []
     for c, min_ratio in rules:
         measured = str(c) in {str(x) for x in data.get("concurrency") or []}
@@ -346,6 +346,8 @@ def check_constraints(rules: list[tuple[int, float]], data: dict[str, Any]) -> l
             ok, state = None, "not measured"
         elif data.get("same_config"):  # the best is the baseline: its own ratio is 1 by definition
             ok, state = True, "met: same config"
+        elif not iv.bounded:  # no interval: nothing is shown either way
+            ok, state = None, f"{verdict.NOT_SHOWN}: {verdict.why_unbounded(iv)}"
         elif iv.bounded and iv.hi < min_ratio:  # type: ignore[operator]
             ok, state = False, "VIOLATED"
         elif iv.bounded and iv.lo >= min_ratio:  # type: ignore[operator]
@@ -438,6 +440,9 @@ def closing_lines(data: dict[str, Any], verdicts: dict[str, dict[str, Any]]) -> 
     if by.get(verdict.FASTER):
         lines.append(("p", "The best config is faster than the baseline beyond noise at concurrency "
                            + ", ".join(by[verdict.FASTER]) + "."))
+    if by.get(verdict.NOT_SHOWN):
+        lines.append(("p", f"Not shown at concurrency {', '.join(by[verdict.NOT_SHOWN])}: {n} round(s) give no "
+                           "interval there (it needs 2 rounds that measured both; more `--rounds`)."))
     if by.get(verdict.WITHIN_NOISE):
         lines.append(("p", f"Within noise at concurrency {', '.join(by[verdict.WITHIN_NOISE])}: {n} round(s) "
                            "cannot tell the two apart there (more `--rounds` narrow the interval)."))
@@ -494,14 +499,17 @@ def level_records(data: dict[str, Any], label: str, level: Any) -> list[LevelRes
 
 
 def median_record(records: list[LevelResult], level: int) -> LevelResult:
-    """One level's latency percentiles as the median over the launches' (what compare judges)."""
+    """One level's latency percentiles, and the share its prefix cache answered, as the median over
+    the launches' (what compare judges)."""
     kinds: dict[str, Latency] = {}
     for kind in LATENCY_KINDS:
         got = [lat for r in records if (lat := r.latency(kind)) is not None]
         if got:
             p50, p90, p99 = (statistics.median(x.at(q) for x in got) for q in QUANTILES)
             kinds[kind] = Latency(p50=p50, p90=p90, p99=p99, n=sum(x.n for x in got))
-    return LevelResult(level, **kinds)  # type: ignore[arg-type]
+    hits = [r.prefix_cache_hit_rate for r in records if r.prefix_cache_hit_rate is not None]
+    return LevelResult(level, **kinds,  # type: ignore[arg-type]
+                       prefix_cache_hit_rate=statistics.median(hits) if hits else None)
 
 
 def latency_lines(data: dict[str, Any]) -> list[str]:
@@ -521,7 +529,8 @@ def latency_lines(data: dict[str, Any]) -> list[str]:
                 cells.append("-")
                 continue
             measured = True
-            cell = f"{_ms(got.ttft.p99 if got.ttft else None)} / {_ms(got.tpot.p99 if got.tpot else None)}"
+            cached = f" ({cache_text(got)})" if got.ttft is not None and cache_text(got) else ""
+            cell = f"{_ms(got.ttft.p99 if got.ttft else None)}{cached} / {_ms(got.tpot.p99 if got.tpot else None)}"
             if targets:
                 broke = breaches(got, targets.at(parse_level(c)))
                 cell += (" (breaks " + "; ".join(f"{b.slo.label} {_ms(b.measured_s)} ms" for b in broke) + ")"

@@ -11,9 +11,10 @@ COMPLETE, counted, never a config that failed the correctness gate) as
 - ``yaml``/``json`` one document per config: ``config`` (the exact flat config, readable
                  back by ``load_config_file`` for ``ncclsweep bench --config``), ``env`` and
                  ``provenance``. ``--top K``: K YAML documents, or a JSON list of K objects.
-- ``cmd``        the deploy artifact: a ``sh`` script of the full shell-quoted launch command
-                 (env assignments, then argv), its header saying the address it listens on
-                 (``host``/``port``, default 0.0.0.0:8000: every interface).
+- ``cmd``        the deploy artifact (``ncclsweep export``'s default format): a ``sh`` script of
+                 the full shell-quoted launch command (env assignments, then argv), its header
+                 saying the address it listens on (``host``/``port``, default 0.0.0.0:8000:
+                 every interface).
 - ``nccl-tuner`` a rules file for NCCL's example tuner plugin: rules per measured size range
                  from the pre-screen's sweep where it ran at the winner's TP
                  (``tuner_sweep_rules``), else one rule from the winner's settings
@@ -41,10 +42,13 @@ each a header line of the line formats too.
 The figure (``figure``, ``value_tok_s``) is the median over every launch of the config
 (``study.launches``: its trials, the study's relaunches and race launches, the launches
 ``compare`` made), with their count, where a fresh launch should measure (95%, from the study's
-launch noise), and the verdict against the baseline over launches. Where that verdict is not
-beyond noise (``compare``'s fresh launches can make it so), where the race of the finalists could
-not break a tie (``study.race``: which configs tied), the header says so in a line of its own and
-``notes`` gives the lines the command line prints.
+launch noise), and the verdict against the baseline over launches, its ratio (``point``,
+``x_baseline``) the estimate its interval is built on (``verdict``: one estimator for both). Where
+that verdict is not beyond noise (``compare``'s fresh launches can make it so) or there is no
+interval to give one (the launch noise unknown: "not shown", never "within noise"), where the race
+of the finalists could not break a tie (``study.race``: which configs tied), where the box drifted
+during the study (``core.drift``: the figure will not repeat at another time), the header says so
+in a line of its own and ``notes`` gives the lines the command line prints.
 
 Which config is "best" (``choose``): for a job of one level, today's best (``history.best_rows``);
 ``level=N`` (``--concurrency N``), the best at level N of the objective (``study.plan``);
@@ -52,8 +56,9 @@ Which config is "best" (``choose``): for a job of one level, today's best (``his
 neither, the mix's best when the job has weights, else the best at its lowest level. Whenever
 a level or the mix decided, the provenance says which (``objective``), and the line formats
 name it in their header. Where the race left that level (or the mix) tied, the tie is broken by
-what else is known, not by the higher median (``ranked``, ``study.plan.break_tie``): the plan's
-one config for every level, then the one with fewer settings changed from the baseline; the
+what else is known, not by the higher median (``ranked``, ``study.plan.break_tie``): the tied
+config that serves every other level (``study.plan.one_for_all``, the race's tie standing for
+the comparison at this one), then the one with fewer settings changed from the baseline; the
 header says which rule broke it (``tie broken: ...``), the provenance too (``tie_break``).
 """
 
@@ -95,7 +100,7 @@ from orchestrator.study import race as races
 from orchestrator.study.goodput import goodput_answer
 from orchestrator.study.history import baseline_row, best_rows, short_params
 from orchestrator.study.launches import COMPARE, HEADLINE, MIX, Evidence, mix_figure
-from orchestrator.study.plan import TieBreak, best_at, best_for_mix, break_tie, build_plan
+from orchestrator.study.plan import TieBreak, best_at, best_for_mix, break_tie, build_plan, one_for_all
 
 FORMATS = ("env", "yaml", "json", "cmd", "nccl-tuner")
 EXPORT_VERSION = 1
@@ -241,18 +246,23 @@ def tie_break(job: Any, rows: list[TrialRow], choice: Choice) -> TieBreak | None
     obj = objectives.of(objective)
     if obj.goodput is not None:
         return None
-    contest = MIX if choice.weights is not None else str(level_of(choice, obj))
+    level = level_of(choice, obj)
+    contest = MIX if level is None else str(level)
     found = next((o for o in races.outcomes(rows, objective) if o.contest.name == contest and o.tied and o.winner),
                  None)
-    if found is None:
+    if found is None or found.winner is None:
         return None
     members = {found.winner, *found.tied}
     tied = [r for r in choice.rank(rows, len(rows)) if r.config_key in members]
     if len(tied) < 2:
         return None
-    plan = build_plan(rows, objective) if obj.is_plan and choice.weights is None else None
-    where = "for the mix" if choice.weights is not None else f"at {level_of(choice, obj)}"
-    return break_tie(tied, where, plan.everywhere if plan is not None else None, baseline_row(rows))
+    plan = build_plan(rows, objective) if obj.is_plan and level is not None else None
+    # the config that serves the other levels, the race's tie standing for the comparison at this one
+    # (two finalists get no interval before enough rounds: the plan's own line may then name none)
+    everywhere = one_for_all(plan.per_level, plan.evidence, plan.slo, tie=(level, members)) \
+        if plan is not None and plan.evidence is not None and level is not None else None
+    where = "for the mix" if level is None else f"at {level}"
+    return break_tie(tied, where, everywhere, baseline_row(rows))
 
 
 def _objective_provenance(choice: Choice, figure: dict[str, Any]) -> dict[str, Any]:
@@ -283,7 +293,7 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
     base = base if base is not None and base.state == COMPLETE and base.value is not None else None
     if choice.weights is not None:
         weights = choice.weights
-        values, noise = ev.mix_values(key, weights), ev.mix_noise(weights)
+        values, noise, drift = ev.mix_values(key, weights), ev.mix_noise(weights), ev.mix_drift(weights)
         fresh = ev.mix_fresh(key, weights)
         base_value = ev.mix_median(base.config_key, weights) if base is not None else None
         iv = ev.mix_interval(base.config_key, key, weights) if base is not None else None
@@ -292,6 +302,7 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
         level = choice.level if choice.level is not None else HEADLINE if obj.goodput is not None else \
             objectives.levels(obj)[0]
         values, noise, fresh = ev.values(key, level), ev.noise(level), ev.fresh(key, level)
+        drift = ev.drift(level)
         base_value = ev.median(base.config_key, level) if base is not None else None
         iv = ev.interval(base.config_key, key, level) if base is not None else None
         unit, contest = objectives.unit(level or 1), str(level)
@@ -303,6 +314,7 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
     out: dict[str, Any] = {
         "value": value, "unit": unit, "launches": len(values), "launch_values": values,
         "fresh_launch_95": list(fresh) if fresh else None, "launch_noise": noise.to_dict(),
+        "drift": drift.to_dict() if drift.drifted else None,
         "spread": _spread(row, choice.level),
         "baseline_trial": base.number if base is not None else None, "baseline_value": base_value,
         "compare_launches": sum(1 for r in ev.launches(key) if r.launch_role == COMPARE),
@@ -315,11 +327,10 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
     elif base is not None and iv is not None:
         same = base.config_key == key
         word = verdict.verdict(iv, same_config=same)
-        out["vs_baseline"] = {**iv.to_dict(), "point": value / base_value if value and base_value else None,
+        out["vs_baseline"] = {**iv.to_dict(), "point": iv.ratio,  # the interval's own estimate (``verdict``)
+                              "estimate": verdict.estimate_text(iv),
                               "verdict": word, "beyond_noise": word in (verdict.FASTER, verdict.SLOWER),
-                              "same_config": same,
-                              "text": verdict.describe(replace_ratio(iv, value / base_value if value and base_value
-                                                                    else None), same_config=same),
+                              "same_config": same, "text": verdict.describe(iv, same_config=same),
                               "compare_launches": sum(1 for r in ev.launches(base.config_key)
                                                       if r.launch_role == COMPARE)}
         fresh_iv = ev.compared(base.config_key, key, level) if choice.weights is None and not same else None
@@ -369,14 +380,10 @@ def _spread(row: TrialRow, level: int | None) -> float | None:
     return got.spread if got is not None else row.spread
 
 
-def replace_ratio(iv: verdict.RatioInterval, point: float | None) -> verdict.RatioInterval:
-    """The interval shown with the ratio of the figures (medians) as its point."""
-    return dataclasses.replace(iv, ratio=point) if point is not None and iv.ratio is not None else iv
-
-
 def notes(job: Any, rows: list[TrialRow], level: int | None = None, mix: bool = False) -> list[str]:
     """What the command line says beside an export: the exported config within noise of the
-    baseline (with how many fresh launches by ``compare``), a tie the race could not break."""
+    baseline (with how many fresh launches by ``compare``) or not shown to beat it (no interval), a
+    tie the race could not break and how it was broken, a box that drifted."""
     choice = choose(job, level, mix)
     best, tie = ranked(job, rows, choice, 1)
     if not best:
@@ -387,15 +394,18 @@ def notes(job: Any, rows: list[TrialRow], level: int | None = None, mix: bool = 
 
 def _warning_lines(fig: dict[str, Any], trial: int, *, said: bool = False) -> list[str]:
     """The export's warnings (``said``: the verdict's text is on a line above): within noise of the
-    baseline over every launch, or on ``compare``'s fresh launches alone; a tie the race left."""
+    baseline over every launch, or on ``compare``'s fresh launches alone; no interval to judge it by
+    (the launch noise unknown); a tie the race left; a box that drifted (its figure unrepeatable)."""
     out = []
     vs = fig.get("vs_baseline") or {}
     fresh_vs = fig.get("fresh_vs_baseline") or {}
     fresh = vs.get("compare_launches", 0) + fig.get("compare_launches", 0)
+    by = f" ({fresh} of the launches fresh from `ncclsweep compare`)" if fresh else ""
+    what = "" if said else f": {vs.get('text')}"
     if vs.get("verdict") == verdict.WITHIN_NOISE:  # not a same config, nor no figure to compare (no ratio)
-        by = f" ({fresh} of the launches fresh from `ncclsweep compare`)" if fresh else ""
-        what = "" if said else f": {vs['text']}"
         out.append(f"trial {trial} is WITHIN NOISE of the baseline{what}{by}: it is not shown to beat the baseline")
+    elif vs.get("verdict") == verdict.NOT_SHOWN:  # no interval: nothing is shown either way
+        out.append(f"trial {trial} is NOT SHOWN to beat the baseline{what}{by}")
     elif fresh_vs and not fresh_vs.get("beyond_noise"):
         out.append(f"trial {trial} is WITHIN NOISE of the baseline on the {fresh} launches fresh from `ncclsweep "
                    f"compare`: {fresh_vs['text']} (over every launch: {vs.get('text')}); the machine may have "
@@ -405,6 +415,9 @@ def _warning_lines(fig: dict[str, Any], trial: int, *, said: bool = False) -> li
         tied = ", ".join(f"trial {n}" for n in race["tied_trials"])
         out.append(f"TIE: the race of the finalists ({race['launches']} launches) could not tell trial {trial} from "
                    f"{tied}; any of them is as good on this evidence")
+    drift = (fig.get("drift") or {}).get("text")
+    if drift:
+        out.append(drift)
     return out
 
 
@@ -432,7 +445,7 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
         "figure": fig,
         "baseline_trial": base.number if base else None,
         "baseline_tok_s": base_value,
-        "x_baseline": (headline["value"] / base_value) if base_value and headline["value"] is not None else None,
+        "x_baseline": (headline.get("vs_baseline") or {}).get("point"),  # the verdict's own estimate
         "tie_break": tie.to_dict() if tie is not None and tie.chosen.config_key == row.config_key else None,
         "prompts": row.prompt_set or None,  # the decode prompts the figures were measured on
         "acceptance_rate": row.acceptance_rate,
@@ -460,8 +473,10 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
 
 def _latency_provenance(job: Any, row: TrialRow, rows: list[TrialRow]) -> dict[str, Any]:
     """What the config measured besides throughput: each level's latency percentiles (``latency``,
-    seconds), and where the job has them, its latency targets and what it broke (``slo``), its
-    goodput crossing (``goodput``), the traffic and the lengths measured (``traffic``)."""
+    seconds) and, where the server counted it, the share of its prompt tokens the prefix cache
+    answered (``prefix_cache_hit_rate``, per level), and where the job has them, its latency targets
+    and what it broke (``slo``), its goodput crossing (``goodput``), the traffic and the lengths
+    measured (``traffic``)."""
     obj = objectives.of(getattr(job, "objective", None))
     latency: dict[str, Any] = {}
     for level, got in row.levels.items():
@@ -469,16 +484,26 @@ def _latency_provenance(job: Any, row: TrialRow, rows: list[TrialRow]) -> dict[s
         if any(lat is not None for lat in recorded.values()):
             latency[str(level)] = {kind: lat.to_record() for kind, lat in recorded.items() if lat is not None}
     out: dict[str, Any] = {"latency": latency}
+    hits = {str(level): got.prefix_cache_hit_rate for level, got in row.levels.items()
+            if got.prefix_cache_hit_rate is not None}
+    if hits:
+        out["prefix_cache_hit_rate"] = hits
+    whole = {str(level): {"tok_s": got.value, "whole_run_tok_s": got.whole_run_tok_s}
+             for level, got in row.levels.items() if got.whole_run_tok_s is not None}
+    if whole:  # the steady state's total tok/s and the whole run's (as ``vllm bench serve`` counts it)
+        out["throughput"] = whole
     if obj.slo:
         out["slo"] = {"targets": obj.slo.to_record(), "text": obj.slo.describe(),
                       "breaches": [b.to_record() for level, got in row.levels.items()
                                    for b in slo_breaches(got, obj.slo.at(level))]}
     if obj.goodput is not None:
-        answer = goodput_answer(rows, obj)
+        pricing = job.pricing() if callable(getattr(job, "pricing", None)) else None
+        answer = goodput_answer(rows, obj, pricing)
         mine = next((c for c in answer.configs if c.row.config_key == row.config_key), None)
         out["goodput"] = {**(mine.to_dict() if mine else {}),
                           "baseline": answer.baseline.to_dict() if answer.baseline else None, "answer": answer.text(),
-                          "is_best": answer.best is not None and answer.best.row.config_key == row.config_key}
+                          "is_best": answer.best is not None and answer.best.row.config_key == row.config_key,
+                          "cost": pricing.cost.to_record() if pricing is not None else None}
     bench = getattr(job, "bench", None)
     lengths = row.measurement.lengths if row.measurement is not None else None
     if getattr(bench, "traffic", None) is not None or lengths is not None:
@@ -530,9 +555,15 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
         vs = f", {obj['x_baseline']:.2f}x the baseline" if obj.get("x_baseline") else ""
         chosen = [f"chosen for {what} ({_one_line(obj['chosen_by'])}): {got}{vs}"]
     good = prov.get("goodput") or {}
-    if good.get("text"):  # the value is the total tok/s at the most streams within the SLO
+    if good.get("text"):  # the value is the total tok/s at the capacity point within the SLO
         chosen.append(f"goodput: {good.get('answer')}" if good.get("is_best") else
                       f"goodput: {good['text']}; {good.get('answer')}")
+    if (good.get("price") or {}).get("text"):
+        chosen.append(f"cost at its capacity point: {good['price']['text']}")
+    if good.get("curve"):  # every load the launch measured: the capacity curve
+        chosen.append("curve (streams: total tok/s, whole run, SLO): " + ", ".join(
+            f"{pt['load']}: {_tok(pt['tok_s'])}, {_tok(pt['whole_run_tok_s'])}, "
+            f"{'holds' if pt['held'] else 'breaks' if pt['held'] is False else '-'}" for pt in good["curve"]))
     slo = prov.get("slo")
     if slo:
         broke = "; ".join(b["text"] for b in slo["breaches"]) or "holds them at every level measured"
@@ -562,12 +593,21 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
     return [_comment(line) for line in lines]
 
 
+def _tok(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}" if value >= 1000 else f"{value:.1f}"
+
+
 def _latency_comment(prov: dict[str, Any]) -> list[str]:
-    """'latency at 1 (ms p50/p90/p99): TTFT 11.2/13.0/15.9, TPOT ...' per level measured (commented by
-    ``_comment_header``)."""
-    out = []
+    """'latency at 1 (ms p50/p90/p99): TTFT 11.2/13.0/15.9, TPOT ...' per level measured, and the
+    whole run's tok/s beside the steady state's (commented by ``_comment_header``)."""
+    whole = prov.get("throughput") or {}
+    out = [f"total tok/s at {level}: {_tok(rec['tok_s'])} in the steady state, {_tok(rec['whole_run_tok_s'])} over "
+           "the whole run (as vllm bench serve counts output throughput)" for level, rec in whole.items()
+           if not (prov.get("goodput") or {}).get("curve")]  # a goodput export says it in its curve
+    hits = prov.get("prefix_cache_hit_rate") or {}
     for level, kinds in (prov.get("latency") or {}).items():
         parts = [f"{slo_labels.get(k, k)} " + "/".join(f"{1000 * rec[f'p{q}']:.1f}" for q in QUANTILES)
+                 + (f" (prefix-cache hits {100 * hits[level]:.0f}%)" if k == "ttft" and level in hits else "")
                  for k, rec in kinds.items()]
         if parts:
             out.append(f"latency at {level} (ms p50/p90/p99): {', '.join(parts)}")

@@ -1,13 +1,19 @@
-"""The answer of a goodput study: per config, the most streams at which every SLO held, and the
-total tok/s there.
+"""The answer of a goodput study: per config its capacity within the SLO, the concurrency with the
+most total tok/s at which every target held, and what happens above it.
 
-A job with ``objective: {goodput: {max_concurrency: N}}`` measures each launch by a bisection
-over concurrency (``node.measure.goodput``; the crossing in ``core.measurement.GoodputResult``)
-and maximizes the total tok/s at the highest concurrency that held (``history.best_rows`` by the
-row's value). ``goodput_answer(rows, objective)`` says it in the words users deploy by: "#5
-holds the SLO up to 48 streams at 9800 tok/s; the baseline #0 up to 12 at 2100", with, for each
-measured config, where it crossed and what it broke there (``core.slo``). The run's last line,
-``status``, the report and ``export`` read it.
+A job with ``objective: {goodput: {max_concurrency: N}}`` measures each launch by the capacity
+search over the load axis (``node.measure.goodput``, ``core.capacity``; the launch's record in
+``core.measurement.GoodputResult``) and maximizes the total tok/s at the capacity point
+(``history.best_rows`` by the row's value). ``goodput_answer(rows, objective, pricing)`` says it
+in the words users deploy by: "#2 serves the most within the SLO at 64 streams: 19037 tok/s (TPOT
+p99 2.9 ms); above 64 its graphs end (65: 7923 tok/s); the baseline #0 at 16 streams: 2100
+tok/s", with, for each measured config, its curve (every measured load: ``core.capacity.curve``),
+where the engine changes regime, and, with the job's ``cost:`` (``core.price``), $ per million
+output tokens and tok/s per GPU at its capacity point. The run's last line, ``status`` (and
+``status --json``), the report and ``export`` read it.
+
+A launch recorded by the bisection before the capacity search (``GoodputResult.bisection``) is
+said as it was: "holds the SLO up to 48 streams at 9800 tok/s (breaks at 52: ...)".
 """
 
 from __future__ import annotations
@@ -16,8 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.config.job import Objective
+from orchestrator.core import capacity
+from orchestrator.core.measurement import GoodputResult
+from orchestrator.core.price import Priced, Pricing, money
 from orchestrator.core.records import COMPLETE, TrialRow
-from orchestrator.core.slo import Breach, Targets, breaches
+from orchestrator.core.slo import Breach, Targets, breaches, ms
 from orchestrator.study import objective as objectives
 from orchestrator.study.history import baseline_row, best_rows
 
@@ -29,53 +38,146 @@ def tok(value: float | None) -> str:
     return f"{value:.0f}" if value >= 1000 else f"{value:.1f}"
 
 
+def streams_text(n: int) -> str:
+    """'1 stream', '64 streams'."""
+    return f"{n} stream" + ("" if n == 1 else "s")
+
+
 @dataclass(frozen=True)
 class Crossing:
-    """Where one trial's config stopped holding the SLO (``core.measurement.GoodputResult``)."""
+    """One trial's config under the SLO (``core.measurement.GoodputResult``): its capacity point
+    (``holds``), the lowest load above it that broke a target (``breaks``) and what broke there."""
 
     row: TrialRow
-    holds: int | None  # the most streams at which every SLO held (None: not even 1)
-    breaks: int | None  # the fewest above it at which one broke (None: held up to max_concurrency)
+    holds: int | None  # the capacity point: the load with the most tok/s within the SLO (None: none held)
+    breaks: int | None  # the lowest load above it at which a target broke (None: none did)
     value: float | None  # total tok/s at ``holds`` (0.0 when none held)
     broken: tuple[Breach, ...] = ()  # what broke at ``breaks``
     max_concurrency: int = 0
+    result: GoodputResult | None = None
+    slo: Targets | None = None
+    priced: Priced | None = None  # with the job's cost: its price at the capacity point
+    gpus_per_node: int = 0
+
+    @property
+    def bisection(self) -> bool:
+        """Measured by the bisection before the capacity search (module docstring)."""
+        return self.result is None or self.result.bisection
+
+    @property
+    def whole_run(self) -> float | None:
+        """The whole run's output tok/s at the capacity point (``vllm bench serve``'s way)."""
+        got = self.row.at(self.holds) if self.holds is not None else None
+        return got.whole_run_tok_s if got is not None else None
+
+    def curve(self) -> list[capacity.CurvePoint]:
+        return capacity.curve(self.row.measurement, self.slo)
+
+    def price_text(self) -> str:
+        """'$0.036 per million output tokens at $2.5 a GPU-hour, 19037 tok/s per GPU (1 GPU)' ('': no cost)."""
+        return self.priced.describe(self.gpus_per_node) if self.priced is not None and self.holds is not None else ""
+
+    def short_price(self) -> str:
+        """'$0.036/Mtok' ('': no cost, or nothing served)."""
+        dollars = self.priced.dollars(self.gpus_per_node) if self.priced is not None and self.holds else None
+        return f"{money(dollars)}/Mtok" if dollars is not None else ""
+
+    def targets_text(self) -> str:
+        """'TPOT p99 2.9 ms': the targeted percentiles at the capacity point."""
+        got = self.row.at(self.holds) if self.holds is not None else None
+        if got is None or self.slo is None:
+            return ""
+        parts = []
+        for slo in self.slo.at(self.holds):  # type: ignore[arg-type]
+            lat = got.latency(slo.kind)
+            if lat is not None:
+                parts.append(f"{slo.label} {ms(lat.at(slo.quantile))}")
+        return ", ".join(parts)
+
+    def above(self) -> str:
+        """What the next measured load above the capacity point did: 'above 64 its graphs end
+        (65: 7923 tok/s)', 'above 16 it breaks the SLO: TPOT p99 ...', '128 streams is the most
+        asked'."""
+        load = self.holds
+        if load is None:
+            return ""
+        higher = sorted(lv for lv in self.row.levels if lv > load)
+        if not higher:
+            return f"{streams_text(load)} is the most asked (max_concurrency {self.max_concurrency})" \
+                if load >= self.max_concurrency else "nothing above it measured"
+        nxt = higher[0]
+        if nxt == self.breaks:
+            why = f": {self.broken[0].describe()}" if self.broken else ""
+            return f"above {load} it breaks the SLO{why}"
+        mark = capacity.mark_between(self.result.marks if self.result else (), load, nxt)
+        there = self.row.at(nxt)
+        return (f"above {load} {mark.above if mark else 'its throughput falls'} "
+                f"({nxt}: {tok(there.value if there is not None else None)} tok/s)")
 
     def describe(self) -> str:
-        """'holds the SLO up to 48 streams at 9800 tok/s (breaks at 52: TPOT p99 ...)'."""
+        """'serves the most within the SLO at 64 streams: 19037 tok/s (TPOT p99 2.9 ms); above 64 its
+        graphs end (65: 7923 tok/s)'; a bisection's 'holds the SLO up to 48 stream(s) at 9800 tok/s
+        (breaks at 52: TPOT p99 ...)'."""
         why = f": {self.broken[0].describe()}" if self.broken else ""
         if self.holds is None:
             return f"breaks the SLO at {self.breaks or 1} stream(s) already{why}"
-        above = (f" (breaks at {self.breaks}{why})" if self.breaks is not None
-                 else f" (all {self.max_concurrency} tried)")
-        return f"holds the SLO up to {self.holds} stream(s) at {tok(self.value)} tok/s{above}"
+        if self.bisection:
+            above = (f" (breaks at {self.breaks}{why})" if self.breaks is not None
+                     else f" (all {self.max_concurrency} tried)")
+            return f"holds the SLO up to {self.holds} stream(s) at {tok(self.value)} tok/s{above}"
+        said = self.targets_text()
+        price = self.price_text()
+        head = f"serves the most within the SLO at {streams_text(self.holds)}: {tok(self.value)} tok/s" + (
+            f" ({said})" if said else "") + (f", {price}" if price else "")
+        most = self.result.highest_held if self.result is not None else None
+        held = f"; it holds the SLO up to {most}" if most is not None and most > self.holds else ""
+        return f"{head}; {self.above()}{held}"
+
+    def brief(self) -> str:
+        """The baseline's part of the answer: 'at 16 streams: 2100 tok/s' (a bisection's 'up to 16
+        at 2100 tok/s')."""
+        price = f" ({self.short_price()})" if self.short_price() else ""
+        if self.bisection:
+            return f"up to {self.holds} at {tok(self.value)} tok/s{price}"
+        return f"at {streams_text(self.holds or 0)}: {tok(self.value)} tok/s{price}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"trial": self.row.number, "config": dict(self.row.params), "holds": self.holds,
-                "breaks": self.breaks, "value": self.value, "max_concurrency": self.max_concurrency,
-                "broken": [b.to_record() for b in self.broken], "text": self.describe()}
+        out = {"trial": self.row.number, "config": dict(self.row.params), "holds": self.holds,
+               "breaks": self.breaks, "value": self.value, "max_concurrency": self.max_concurrency,
+               "broken": [b.to_record() for b in self.broken], "text": self.describe(),
+               "whole_run_tok_s": self.whole_run, "search": "bisection" if self.bisection else "capacity",
+               "highest_held": self.result.highest_held if self.result is not None else self.holds,
+               "marks": [m.to_record() for m in (self.result.marks if self.result else ())],
+               "curve": [p.to_record() for p in self.curve()]}
+        if self.priced is not None:
+            out["price"] = self.priced.to_record(self.gpus_per_node) if self.holds is not None else None
+        return out
 
 
-def crossing(row: TrialRow | None, slo: Targets | None) -> Crossing | None:
+def crossing(row: TrialRow | None, slo: Targets | None, pricing: Pricing | None = None) -> Crossing | None:
     """The row's crossing (None: not a goodput measurement)."""
     got = row.measurement if row is not None else None
     if row is None or got is None or got.goodput is None:
         return None
     g = got.goodput
     found = tuple(breaches(got.at(g.breaks), slo.at(g.breaks))) if slo and g.breaks is not None else ()
-    return Crossing(row, g.holds, g.breaks, got.value, found, g.max_concurrency)
+    priced = pricing.price(row.params, got.value) if pricing is not None else None
+    return Crossing(row, g.holds, g.breaks, got.value, found, g.max_concurrency, result=g, slo=slo, priced=priced,
+                    gpus_per_node=pricing.gpus_per_node if pricing is not None else 0)
 
 
 @dataclass(frozen=True)
 class GoodputAnswer:
-    """The study's best by goodput, the baseline's crossing, and every measured config's."""
+    """The study's best by goodput, the baseline's, and every measured config's."""
 
     best: Crossing | None
     baseline: Crossing | None
     configs: tuple[Crossing, ...]
     slo: Targets | None
+    pricing: Pricing | None = None
 
     def text(self) -> str:
-        """'#5 holds the SLO up to 48 streams at 9800 tok/s (...); the baseline #0 up to 12 at 2100'."""
+        """'#2 serves the most within the SLO at 64 streams: ...; the baseline #0 at 16 streams: 2100 tok/s'."""
         if self.best is None:
             head = "no config holds the SLO at any concurrency yet"
         elif self.baseline is not None and self.baseline.row.config_key == self.best.row.config_key:
@@ -87,34 +189,37 @@ class GoodputAnswer:
             return head
         if base.holds is None:
             return f"{head}; the baseline #{base.row.number} {base.describe()}"
-        return f"{head}; the baseline #{base.row.number} up to {base.holds} at {tok(base.value)} tok/s"
+        return f"{head}; the baseline #{base.row.number} {base.brief()}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"best": self.best.to_dict() if self.best else None,
                 "baseline": self.baseline.to_dict() if self.baseline else None,
                 "configs": [c.to_dict() for c in self.configs],
-                "slo": self.slo.to_record() if self.slo else None, "text": self.text()}
+                "slo": self.slo.to_record() if self.slo else None, "text": self.text(),
+                "cost": self.pricing.cost.to_record() if self.pricing is not None else None}
 
 
-def goodput_answer(rows: list[TrialRow], objective: Objective | None) -> GoodputAnswer:
+def goodput_answer(rows: list[TrialRow], objective: Objective | None,
+                   pricing: Pricing | None = None) -> GoodputAnswer:
     """The goodput answer of a study's rows (module docstring): the best (``history.best_rows``),
-    the baseline, and each measured config once (its ranked trial, else its latest)."""
+    the baseline, and each measured config once (its ranked trial, else its latest); each priced
+    by ``pricing`` (the job's ``cost:``, ``Job.pricing``) where given."""
     slo = objectives.of(objective).slo
     ranked = best_rows(rows, len(rows))
-    best = crossing(ranked[0], slo) if ranked else None
+    best = crossing(ranked[0], slo, pricing) if ranked else None
     base_row = baseline_row(rows)
-    base = crossing(base_row, slo) if base_row is not None and base_row.state == COMPLETE else None
+    base = crossing(base_row, slo, pricing) if base_row is not None and base_row.state == COMPLETE else None
     latest: dict[str, TrialRow] = {}  # the configs that may not be ranked (they hold the SLO nowhere)
     for r in rows:
         if r.state == COMPLETE and r.counted and r.cached_from is None:
             latest[r.config_key] = r
     others = [r for key, r in latest.items() if key not in {x.config_key for x in ranked}]
-    configs = tuple(c for c in (crossing(r, slo) for r in ranked + others) if c is not None)
-    return GoodputAnswer(best=best, baseline=base, configs=configs, slo=slo)
+    configs = tuple(c for c in (crossing(r, slo, pricing) for r in ranked + others) if c is not None)
+    return GoodputAnswer(best=best, baseline=base, configs=configs, slo=slo, pricing=pricing)
 
 
 def format_goodput(answer: GoodputAnswer) -> str:
-    """The answer as ``status`` prints it: the verdict, then every measured config's crossing."""
+    """The answer as ``status`` prints it: the verdict, then every measured config's capacity."""
     slo = answer.slo.describe() if answer.slo else "none"
     lines = [f"goodput under {slo}: {answer.text()}"]
     lines += [f"  #{c.row.number}{' (baseline)' if c.row.is_baseline else ''} {c.describe()}" for c in answer.configs]

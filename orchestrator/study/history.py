@@ -52,7 +52,7 @@ from orchestrator.core.records import (
     config_key,
 )
 from orchestrator.core.verdict import WITHIN_NOISE, RatioInterval, verdict
-from orchestrator.study.launches import Evidence, measured_launches
+from orchestrator.study.launches import Evidence, at_one_time, figures, measured_launches
 from orchestrator.study.storage import (
     ATTR_BASELINE,
     ATTR_BASELINE_REPEAT,
@@ -372,8 +372,10 @@ def best_rows(rows: list[TrialRow], k: int = 1,
     A config is ranked by the median over *every launch* of it (``launches.measured_launches``:
     its trials, the relaunches and race launches of the study, the launches ``compare`` made),
     so one lucky launch does not win and fresh launches move it; ``n_measurements`` says how
-    many. It is represented by its lower-median counted trial, the baseline's config by the
-    baseline trial, the reference every "x baseline" is computed against.
+    many. Where the box drifted, the figures are read at one time first (``launches.at_one_time``):
+    a config launched late is not ranked below one launched early for the box's sake. It is
+    represented by its lower-median counted trial, the baseline's config by the baseline trial,
+    the reference every "x baseline" is computed against.
     ``value`` ranks by another number of a row (a concurrency level's median, the traffic
     mix: ``study.plan``); rows without it are not ranked. Default: ``TrialRow.value``.
     """
@@ -383,6 +385,7 @@ def best_rows(rows: list[TrialRow], k: int = 1,
         if score(r) is not None:
             groups.setdefault(r.config_key, []).append(r)
     evidence = measured_launches(rows)
+    read, _ = at_one_time(figures({**evidence, **{k: evidence.get(k, m) for k, m in groups.items()}}, score))
     base = baseline_row(rows)
     ranked: list[tuple[float, TrialRow]] = []
     for key, members in groups.items():
@@ -391,8 +394,8 @@ def best_rows(rows: list[TrialRow], k: int = 1,
             rep = base  # the baseline config is represented by the baseline trial, the study's reference
         else:
             rep = members[(len(members) - 1) // 2]  # lower median: no lucky winner
-        figures = [v for r in evidence.get(key, members) if (v := score(r)) is not None] or [score(rep) or 0.0]
-        ranked.append((statistics.median(figures), replace(rep, n_measurements=len(figures))))
+        got = [v for _, v in read.get(key, ())] or [score(rep) or 0.0]
+        ranked.append((statistics.median(got), replace(rep, n_measurements=len(got))))
     ranked.sort(key=lambda pair: (-pair[0], pair[1].number))
     return [rep for _, rep in ranked[: max(0, int(k))]]
 

@@ -16,31 +16,47 @@ the report compares the nodes with it. A config whose output was ever wrong has 
   level ``HEADLINE`` is a goodput launch's total tok/s within the SLO (a goodput study's figure);
 - per level, the launch noise (``verdict.pooled_noise`` over every config launched more than
   once, on logs), and for a traffic mix the same over each launch's weighted geometric mean;
+- the box's drift over time (``core.drift``, ``at_one_time``): where launches of one config
+  measured slower (or faster) the later they ran, every launch's figure is read at one time
+  before the ranking (``history.best_rows``), the noise and the intervals read it, and the
+  readers say the box drifted; the figures printed stay as measured;
 - the interval of one config against another over their launches (``verdict.launch_interval``):
   a config measured on one launch gets the study's launch noise in it; every one is held to the
   launches' ranks too wherever they can bound an interval (``verdict.launch_interval``'s
   ``robust``: launches in two states, or fresh launches on a machine that changed, are not
-  averaged into a verdict), and two finalists of a race are judged at the race's confidence
-  (``RACE_LOOKS``: a race looks at them after every round), by their ranks or not at all;
+  averaged into a verdict); two finalists of a race are judged over its rounds, each round's two
+  launches a pair (``verdict.round_interval``: what a round shares cancels), at the race's
+  confidence (``RACE_LOOKS``: a race looks at them after every round);
 - what ``compare``'s launches alone say of one config against another (``compared``): after a
   study, fresh launches on a machine that changed can put a winner within noise that the
   study's launches, pooled with them, still call faster; the readers say both;
 - where a fresh launch of a config should measure (``verdict.launch_range``).
 
     measured_launches(rows)     config key -> its launches, in trial order
+    at_one_time(figures(...))   each config's figures, read at one time where the box drifted; the drift
     Evidence(rows)              the study's evidence (above)
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.core import outcome
+from orchestrator.core.drift import Drift, trend
 from orchestrator.core.records import COMPLETE, TrialRow
-from orchestrator.core.verdict import LaunchNoise, RatioInterval, launch_interval, launch_range, pooled_noise
+from orchestrator.core.verdict import (
+    LaunchNoise,
+    RatioInterval,
+    launch_interval,
+    launch_range,
+    pooled_noise,
+    round_interval,
+)
 
 # The key of a race row's ``race`` record (``study.race``) that says how many times the race judged
 # its finalists: every comparison between two finalists of one contest is held to that many looks.
@@ -48,6 +64,7 @@ RACE_LOOKS = "looks"
 MIX = "mix"  # the contest name of the traffic mix (a level's is str(level))
 HEADLINE = None  # the "level" of a goodput launch's figure (``figure``)
 COMPARE = "compare"  # the ``launch_role`` of a launch ``compare`` made
+RACE = "race"  # the ``launch_role`` of a launch of the finalists' race (``study.race``)
 
 
 def is_launch(row: TrialRow) -> bool:
@@ -86,6 +103,60 @@ def mix_figure(row: TrialRow, weights: Mapping[int, float]) -> float | None:
     return math.exp(total / sum(weights.values()))
 
 
+def launch_time(row: TrialRow) -> float | None:
+    """When the launch measured (unix time: its end, else its start); None where not recorded."""
+    for text in (row.ended_at, row.started_at):
+        if text:
+            try:
+                return _dt.datetime.fromisoformat(text).timestamp()
+            except ValueError:
+                continue
+    return None
+
+
+Read = dict[str, list[tuple[TrialRow, float]]]  # config key -> (launch, its figure) in trial order
+
+
+def figures(by_key: Mapping[str, Sequence[TrialRow]], score: Callable[[TrialRow], float | None]) -> Read:
+    """Each config's launches with their figure by ``score`` (positive figures only)."""
+    return {k: [(r, v) for r in launches if (v := score(r)) is not None and v > 0] for k, launches in by_key.items()}
+
+
+def at_one_time(raw: Read) -> tuple[Read, Drift]:
+    """The box's drift over ``raw`` (``core.drift``: fitted on the study's own launches that recorded
+    their time, not ``compare``'s, a later session) and, where it drifted, each of those figures read at
+    one time (the study's first launch), which is what pairing launches close in time does for launches
+    that were not; elsewhere ``raw`` itself. The one rule the ranking (``history.best_rows``) and every
+    interval (``Evidence``) read figures by."""
+    drift = trend([(t, v) for r, v in got if r.launch_role != COMPARE and (t := launch_time(r)) is not None]
+                  for got in raw.values())
+    if not drift.drifted:
+        return raw, drift
+    out: Read = {}
+    for k, got in raw.items():
+        out[k] = []
+        for r, v in got:
+            t = launch_time(r) if r.launch_role != COMPARE else None
+            out[k].append((r, v * math.exp(-drift.shift(t - drift.start)) if t is not None else v))  # type: ignore[operator]
+    return out, drift
+
+
+@dataclass(frozen=True)
+class _Series:
+    """One contest's figures (a level, goodput's headline, the mix): as measured (``raw``), read at one
+    time where the box drifted (``read``), the drift, the launch noise."""
+
+    raw: Read
+    read: Read
+    drift: Drift
+    noise: LaunchNoise
+
+    def times(self, key: str) -> float | None:
+        """The mean time of the config's launches the drift's reading moved (None: none)."""
+        got = [t for r, _ in self.raw.get(key, ()) if r.launch_role != COMPARE and (t := launch_time(r)) is not None]
+        return statistics.fmean(got) if got else None
+
+
 class Evidence:
     """The study's launches as evidence (module docstring). Built once per reading of the rows;
     every figure and interval is computed on demand and kept."""
@@ -93,8 +164,22 @@ class Evidence:
     def __init__(self, rows: Sequence[TrialRow]):
         self.rows = list(rows)
         self.by_key = measured_launches(self.rows)
-        self._noise: dict[Any, LaunchNoise] = {}
+        self._series: dict[Any, _Series] = {}
         self._looks = _race_looks(self.rows)
+
+    def _of(self, contest: Any, score: Callable[[TrialRow], float | None]) -> _Series:
+        if contest not in self._series:
+            raw = figures(self.by_key, score)
+            read, drift = at_one_time(raw)
+            noise = pooled_noise(([v for _, v in got] for got in read.values()), fitted=1 if drift.drifted else 0)
+            self._series[contest] = _Series(raw, read, drift, noise)
+        return self._series[contest]
+
+    def _level(self, level: int | None) -> _Series:
+        return self._of(level, lambda r: figure(r, level))
+
+    def _mix(self, weights: Mapping[int, float]) -> _Series:
+        return self._of((MIX, tuple(sorted(weights.items()))), lambda r: mix_figure(r, weights))
 
     # ---- one config -------------------------------------------------------------------------
     def launches(self, key: str) -> list[TrialRow]:
@@ -102,7 +187,7 @@ class Evidence:
         return list(self.by_key.get(key, ()))
 
     def values(self, key: str, level: int | None) -> list[float]:
-        """The config's launch figures at ``level``."""
+        """The config's launch figures at ``level``, as measured."""
         return [v for r in self.by_key.get(key, ()) if (v := figure(r, level)) is not None]
 
     def mix_values(self, key: str, weights: Mapping[int, float]) -> list[float]:
@@ -121,22 +206,35 @@ class Evidence:
         values = self.mix_values(key, weights)
         return statistics.median(values) if values else None
 
-    # ---- the noise between launches ------------------------------------------------------------
+    def ranked(self, key: str, level: int | None) -> float | None:
+        """What the ranking reads of the config at ``level`` (``history.best_rows``): the median over its
+        launches, read at one time where the box drifted (``at_one_time``)."""
+        got = [v for _, v in self._level(level).read.get(key, ())]
+        return statistics.median(got) if got else None
+
+    def mix_ranked(self, key: str, weights: Mapping[int, float]) -> float | None:
+        got = [v for _, v in self._mix(weights).read.get(key, ())]
+        return statistics.median(got) if got else None
+
+    # ---- the noise between launches, the drift over time -----------------------------------------
     def noise(self, level: int | None) -> LaunchNoise:
-        """The launch noise at ``level``, pooled over every config launched more than once."""
-        if level not in self._noise:
-            self._noise[level] = pooled_noise(self.values(k, level) for k in self.by_key)
-        return self._noise[level]
+        """The launch noise at ``level``, pooled over every config launched more than once (about the
+        drift where the box drifted)."""
+        return self._level(level).noise
 
     def mix_noise(self, weights: Mapping[int, float]) -> LaunchNoise:
         """The launch noise of the mix's figure."""
-        key = (MIX, tuple(sorted(weights.items())))
-        if key not in self._noise:
-            self._noise[key] = pooled_noise(self.mix_values(k, weights) for k in self.by_key)
-        return self._noise[key]
+        return self._mix(weights).noise
 
     def noises(self, levels: Sequence[int]) -> dict[int, LaunchNoise]:
         return {lv: self.noise(lv) for lv in levels}
+
+    def drift(self, level: int | None) -> Drift:
+        """The box's drift at ``level`` over the study's launches (``core.drift``)."""
+        return self._level(level).drift
+
+    def mix_drift(self, weights: Mapping[int, float]) -> Drift:
+        return self._mix(weights).drift
 
     # ---- one config against another ------------------------------------------------------------
     def looks(self, contest: str, a: str, b: str) -> int:
@@ -145,16 +243,37 @@ class Evidence:
         return self._looks.get((contest, frozenset((a, b))), 1)
 
     def interval(self, a: str, b: str, level: int | None) -> RatioInterval:
-        """Config ``b`` relative to config ``a`` at ``level`` over their launches."""
-        looks = self.looks(str(level), a, b)
-        return launch_interval(self.values(a, level), self.values(b, level), self.noise(level), looks=looks,
-                               robust=True, raced=looks > 1)
+        """Config ``b`` relative to config ``a`` at ``level``: over the rounds of the race that had both
+        among its finalists there (paired by round, at its looks), else over their launches."""
+        return self._interval(self._level(level), str(level), a, b)
 
     def mix_interval(self, a: str, b: str, weights: Mapping[int, float]) -> RatioInterval:
-        """Config ``b`` relative to config ``a`` for the traffic mix, over their launches."""
-        looks = self.looks(MIX, a, b)
-        return launch_interval(self.mix_values(a, weights), self.mix_values(b, weights), self.mix_noise(weights),
-                               looks=looks, robust=True, raced=looks > 1)
+        """Config ``b`` relative to config ``a`` for the traffic mix (as ``interval``)."""
+        return self._interval(self._mix(weights), MIX, a, b)
+
+    def over_launches(self, a: str, b: str, level: int | None, weights: Mapping[int, float] | None = None, *,
+                      looks: int = 1) -> RatioInterval:
+        """Config ``b`` relative to ``a`` over their launches whether raced or not, held to ``looks`` (how
+        a race screens its finalists): at ``level``, or for the mix with ``weights``."""
+        series = self._mix(weights) if weights is not None else self._level(level)
+        return self._launches(series, a, b, looks=looks, robust=False)
+
+    def _interval(self, series: _Series, contest: str, a: str, b: str) -> RatioInterval:
+        pairs = _race_pairs(series.read, contest, a, b)
+        if pairs is not None:
+            return round_interval([x for x, _ in pairs], [y for _, y in pairs], looks=self.looks(contest, a, b),
+                                  drift_removed=series.drift.drifted)
+        return self._launches(series, a, b)
+
+    @staticmethod
+    def _launches(series: _Series, a: str, b: str, *, looks: int = 1, robust: bool = True) -> RatioInterval:
+        """b/a over the launches' figures as read (at one time where the box drifted, the slope's own
+        uncertainty over the distance between their mean times added)."""
+        ta, tb = series.times(a), series.times(b)
+        spread = series.drift.shift_var(tb - ta) if ta is not None and tb is not None else 0.0
+        return launch_interval([v for _, v in series.read.get(a, ())], [v for _, v in series.read.get(b, ())],
+                               series.noise, looks=looks, robust=robust, shift_var=spread,
+                               drift_removed=series.drift.drifted)
 
     def compared(self, a: str, b: str, level: int | None) -> RatioInterval | None:
         """Config ``b`` relative to ``a`` at ``level`` over the launches ``compare`` made of each (the
@@ -174,6 +293,24 @@ class Evidence:
 
     def mix_fresh(self, key: str, weights: Mapping[int, float]) -> tuple[float, float] | None:
         return launch_range(self.mix_values(key, weights), self.mix_noise(weights))
+
+
+def _race_pairs(read: Read, contest: str, a: str, b: str) -> list[tuple[float, float]] | None:
+    """The figures of ``a`` and ``b`` round by round in the latest race that had both among the finalists
+    of ``contest`` (a round where either has none left out); None when no race had both."""
+    races: dict[int, dict[int, dict[str, float]]] = {}
+    for key in (a, b):
+        for r, v in read.get(key, ()):
+            race = r.race or {}
+            if r.launch_role != RACE or not isinstance(race.get("id"), int):
+                continue
+            finalists = (race.get("contests") or {}).get(contest) or ()
+            if a in finalists and b in finalists:
+                races.setdefault(race["id"], {}).setdefault(int(race.get("round", 0)), {})[key] = v
+    if not races:
+        return None
+    rounds = races[max(races)]
+    return [(got[a], got[b]) for _, got in sorted(rounds.items()) if a in got and b in got]
 
 
 def _race_looks(rows: Sequence[TrialRow]) -> dict[tuple[str, frozenset[str]], int]:

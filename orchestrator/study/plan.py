@@ -7,9 +7,10 @@ several levels (``objective.concurrency``) answers, from its rows (``history.tri
 - per level: the best config there (ranked like ``history.best_rows``: only what
   ``outcome.rankable`` allows, by the median over every launch of a config), its figure there
   (that median, over how many launches), its ratio to the baseline at that level with its
-  interval and verdict over launches (``study.launches``: "faster" only beyond that level's
-  launch noise), and how the *anchor* (the best at the lowest level, what a single-request study
-  would crown) does there, against the baseline and against that level's best;
+  interval and verdict over launches (the ratio is the interval's own estimate; ``study.launches``:
+  "faster" only beyond that level's launch noise), and how the *anchor* (the best at the lowest
+  level, what a single-request study would crown) does there, against the baseline and against
+  that level's best;
 - the Pareto set across levels (configs no other config beats or ties at every level, on
   medians);
 - with ``objective.weights``, the best for the traffic mix (``objective.mix_value``) and its
@@ -21,8 +22,9 @@ several levels (``objective.concurrency``) answers, from its rows (``history.tri
   and whether the baseline does; the Pareto set counts a broken level as nothing.
 
 A tie the finalists' race left (``study.race``) is broken by what else is known (``break_tie``,
-which ``export`` names): the config that serves every level (``one_for_all``), then the one
-with fewer settings changed from the baseline, else the higher median.
+which ``export`` names): the config that serves every level (``one_for_all``; at the tied level
+the race's tie stands for the comparison), then the one with fewer settings changed from the
+baseline, else the higher median.
 
 ``build_plan(rows, objective)`` is what the run's last line (``driver.progress``),
 ``status``, the report, ``export --concurrency N | --mix`` and ``compare --plan`` read;
@@ -32,7 +34,8 @@ whose best is ``history.best_rows``' best.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.config.job import Objective
@@ -123,16 +126,19 @@ def prune_thresholds(rows: list[TrialRow], levels: tuple[int, ...] | list[int],
 # ---- the plan -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Comparison:
-    """``row`` against ``other`` (the baseline, a level's best) at one level or for the mix:
-    ``point`` the ratio of their figures (medians over launches: what the plan's numbers show),
-    ``interval`` the interval of the ratio over their launches (``launches.Evidence``), which
-    alone decides the verdict."""
+    """``row`` against ``other`` (the baseline, a level's best) at one level or for the mix: the
+    interval of the ratio over their launches (``launches.Evidence``), which alone decides the
+    verdict, and whose own estimate is the ratio shown (``point``): one estimator for both."""
 
     row: TrialRow
     other: TrialRow
     interval: RatioInterval
     same_config: bool
-    point: float | None = None
+
+    @property
+    def point(self) -> float | None:
+        """The ratio shown: the interval's own estimate (never a ratio of medians beside it)."""
+        return self.interval.ratio
 
     @property
     def verdict(self) -> str:
@@ -144,10 +150,9 @@ class Comparison:
 
     @property
     def text(self) -> str:
-        """'4.58x faster (95% CI 4.10-5.11x)', '0.98x, within noise (...)', '..., same config'."""
-        shown = replace(self.interval, ratio=self.point) if self.point is not None and self.interval.ratio else \
-            self.interval
-        return verdict.describe(shown, same_config=self.same_config)
+        """'4.58x faster (95% CI 4.10-5.11x)', '0.98x, within noise (...)', '..., same config',
+        '2.19x, not shown: launch noise unknown (no config launched twice)'."""
+        return verdict.describe(self.interval, same_config=self.same_config)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.interval.to_dict(), "point": self.point, "trial": self.row.number,
@@ -157,9 +162,8 @@ class Comparison:
 def _compare(evidence: Evidence, row: TrialRow | None, other: TrialRow | None, level: int) -> Comparison | None:
     if row is None or other is None:
         return None
-    a, b = evidence.median(other.config_key, level), evidence.median(row.config_key, level)
     return Comparison(row, other, evidence.interval(other.config_key, row.config_key, level),
-                      row.config_key == other.config_key, point=b / a if a and b is not None else None)
+                      row.config_key == other.config_key)
 
 
 @dataclass(frozen=True)
@@ -224,11 +228,13 @@ class LevelPlan:
 @dataclass(frozen=True)
 class OneForAll:
     """A config a user can run at every level of the plan: the best at ``best_at``, and at each
-    other level within launch noise of that level's best (``within``: its comparison with it)."""
+    other level within launch noise of that level's best (``within``: its comparison with it), or,
+    where a tie is broken (``break_tie``), tied with it in the race there (``tied_at``)."""
 
     row: TrialRow
     best_at: tuple[int, ...]
     within: tuple[tuple[int, Comparison], ...]  # (level, it against the best there) where another config is best
+    tied_at: tuple[tuple[int, TrialRow], ...] = ()  # (level, the best there) where the race left them tied
 
     @property
     def where(self) -> str:
@@ -237,10 +243,12 @@ class OneForAll:
                             else [str(self.best_at[0])])
 
     def text(self) -> str:
-        """'#1, the best at 10 and 64, and at 1 within launch noise of #3 (0.99x, within noise (...))'."""
-        where = self.where
-        near = "; ".join(f"at {level} within launch noise of #{c.other.number} ({c.text})" for level, c in self.within)
-        return f"#{self.row.number}, the best at {where}, and {near}"
+        """'#1, the best at 10 and 64, and at 1 within launch noise of #3 (0.99x, within noise (...))'; '...,
+        and at 1 tied with #3 in the race'."""
+        near = "; ".join([*(f"at {level} within launch noise of #{c.other.number} ({c.text})"
+                            for level, c in self.within),
+                          *(f"at {level} tied with #{best.number} in the race" for level, best in self.tied_at)])
+        return f"#{self.row.number}, the best at {self.where}" + (f", and {near}" if near else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {"trial": self.row.number, "config": dict(self.row.params),
@@ -249,19 +257,33 @@ class OneForAll:
                 "text": self.text()}
 
 
-def one_for_all(per_level: list[LevelPlan], evidence: Evidence, slo: Targets | None) -> OneForAll | None:
+def one_for_all(per_level: Sequence[LevelPlan], evidence: Evidence, slo: Targets | None,
+                tie: tuple[int, Collection[str]] | None = None) -> OneForAll | None:
     """When the levels' bests differ: the config among them that is the best at the most levels and
     within launch noise of the best at every other (and holds the SLO there), so that one config
-    serves the whole plan on this evidence; None when no config does, or there is only one best."""
+    serves the whole plan on this evidence; None when no config does, or there is only one best.
+
+    ``tie``: a level and the configs the race left tied there (``export`` breaking that tie): only
+    they are candidates, and at that level the race's tie stands for the comparison with the best
+    (the race could not tell them apart, and two finalists get no interval before enough rounds:
+    ``verdict.round_interval``)."""
     bests = [lp.best for lp in per_level if lp.best is not None]
     if len(bests) < len(per_level) or len({b.config_key for b in bests}) < 2:
         return None
     found = []
     for row in {b.config_key: b for b in bests}.values():
+        if tie is not None and row.config_key not in tie[1]:
+            continue
         best_at = tuple(lp.level for lp in per_level if lp.best is not None and lp.best.config_key == row.config_key)
         within = []
+        tied_at = []
         for lp in per_level:
             if lp.level in best_at:
+                continue
+            if tie is not None and lp.level == tie[0] and lp.best is not None and lp.best.config_key in tie[1]:
+                if breaches_at(row, lp.level, slo):
+                    break
+                tied_at.append((lp.level, lp.best))
                 continue
             c = _compare(evidence, row, lp.best, lp.level)
             if c is None or c.verdict != verdict.WITHIN_NOISE or not c.interval.bounded \
@@ -269,7 +291,7 @@ def one_for_all(per_level: list[LevelPlan], evidence: Evidence, slo: Targets | N
                 break
             within.append((lp.level, c))
         else:
-            found.append(OneForAll(row, best_at, tuple(within)))
+            found.append(OneForAll(row, best_at, tuple(within), tuple(tied_at)))
     return max(found, key=lambda o: (len(o.best_at), -o.row.number)) if found else None
 
 
@@ -449,11 +471,9 @@ def build_plan(rows: list[TrialRow], objective: Objective | None) -> Plan:
         if mix is not None:
             mix_val = evidence.mix_median(mix.config_key, obj.weights)
             mix_n = len(evidence.mix_values(mix.config_key, obj.weights))
-            base_mix = evidence.mix_median(base.config_key, obj.weights) if base is not None else None
             if base is not None:
                 mix_vs = Comparison(mix, base, evidence.mix_interval(base.config_key, mix.config_key, obj.weights),
-                                    mix.config_key == base.config_key,
-                                    point=mix_val / base_mix if mix_val is not None and base_mix else None)
+                                    mix.config_key == base.config_key)
     return Plan(levels=levels, weights=dict(obj.weights) if obj.weights else None, baseline=base, anchor=anchor,
                 per_level=tuple(per_level), pareto=tuple(pareto(rows, levels, slo)), mix=mix, mix_vs_baseline=mix_vs,
                 mix_value=mix_val, mix_launches=mix_n, evidence=evidence, slo=slo,

@@ -5,8 +5,11 @@ race's budget of launches (``budget.confirm``) is spent.
 Why: one launch can be fast or slow as a whole, and the search launched most configs once; the
 configs whose intervals over launches overlap the incumbent's cannot be told apart by what the
 search measured. SMAC's intensifier races a challenger against the incumbent on fresh runs before
-it may replace it; here every finalist is raced at once, in rounds A B C A B C ..., so a machine
-that drifts during the race drifts under every finalist alike.
+it may replace it; here every finalist is raced at once, in rounds A B C | C B A | A B C ..., and the
+race reads its rounds as pairs (a blocked design): two finalists are compared on the ratios of their
+launches round by round (``verdict.round_interval``), so what a round shares, a box that drifts
+during the race or a neighbour's load, cancels instead of swelling the noise, and the order turning
+each round cancels what is left of a steady drift within a round.
 
 Contests: a study of one level has one contest, that level; a plan has one per level and, with
 weights, one for the mix (``MIX``). Every launch measures every level, so one set of rounds serves
@@ -18,20 +21,26 @@ The rules:
 - finalists (``plan_race``): per contest, the incumbent (``history.best_rows``' best there: the
   median over its launches) and every other rankable config whose interval against it over launches
   does not lie below 1.0 at 1 - 5% / budget (generous: a config a race could still crown is not
-  left out by a single 95% look; none: the launch noise unknown), the best ``MAX_FINALISTS`` by
-  their medians; a contest where no config comes near the incumbent is decided without a launch.
-- rounds: round r launches every config in contention once; a launch that fails counts (a config
-  that no longer starts is not raced for ever) and, failing, adds no evidence.
-- after each whole round, in each undecided contest whose finalists have ``MIN_LAUNCHES`` each: the
-  leader is the finalist in contention with the best median over launches, and a finalist whose
-  interval against the leader lies below 1.0 leaves the contest; one finalist left is a decided
-  contest.
-- confidence: the race judges its finalists after every round, so each judgement is held to
-  1 - (1 - 95%) / ``looks`` (Bonferroni; ``looks`` the rounds the budget allows the finalists), and the
-  study's verdicts between two finalists of one contest keep it (``launches.Evidence.looks``): a
-  race is no way to a verdict by looking again and again.
+  left out by a single 95% look; none: the launch noise unknown), the best by their medians, as
+  many as the budget gives the ``verdict.MIN_ROUNDS`` rounds a verdict between two of them needs
+  (two finalists at least, ``MAX_FINALISTS`` at most); a contest where no config comes near the
+  incumbent is decided without a launch.
+- rounds: round r launches every config in contention once, the order turned every other round; a
+  launch that fails counts (a config that no longer starts is not raced for ever) and, failing,
+  leaves its round out of that finalist's pairs.
+- after each whole round, in each undecided contest: the leader is the finalist in contention with
+  the best median over launches (read at one time where the box drifted: ``launches.at_one_time``,
+  what the ranking reads), and a finalist whose interval against the leader over the race's rounds
+  lies below 1.0 leaves the contest (none before ``MIN_ROUNDS`` rounds measured both); one finalist
+  left is a decided contest.
+- confidence: the race judges its finalists after every round from the ``MIN_ROUNDS``-th, so each
+  judgement is held to 1 - (1 - 95%) / ``looks`` (Bonferroni; ``looks`` the judgements the rounds the
+  budget allows the finalists can make), and the study's verdicts between two finalists of one
+  contest keep it (``launches.Evidence.looks``): a race is no way to a verdict by looking again and
+  again.
 - the end: every contest decided, or the budget spent. A contest undecided then is a tie between
-  the configs still in it (``outcomes``).
+  the configs still in it (``outcomes``). Where the box drifted during the study (``core.drift``),
+  the outcome says so.
 - resuming: a race launch records its race (``id``: the counted trials when the race was planned),
   its round, the contests' finalists and the looks; the race's state is recomputed from those
   records and the rows alone (``race_state``), so a driver killed during the race continues it and
@@ -59,29 +68,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.config.job import DEFAULT_CONFIRM, Objective
+from orchestrator.core.drift import Drift
 from orchestrator.core.records import TrialRow
 from orchestrator.core.verdict import (
     DEFAULT_CONFIDENCE,
+    MIN_ROUNDS,
     SLOWER,
     RatioInterval,
-    launch_interval,
     looked_confidence,
     verdict,
 )
 from orchestrator.study import objective as objectives
 from orchestrator.study.cost import LaunchCost, trial_cost
-from orchestrator.study.launches import MIX, RACE_LOOKS, Evidence
+from orchestrator.study.launches import MIX, RACE, RACE_LOOKS, Evidence
 from orchestrator.study.plan import best_at, best_for_mix
 
-# At most this many finalists per contest (the incumbent and the closest rivals by their medians):
-# with the default budget, four finalists get two rounds; more would get one, which decides nothing.
+# At most this many finalists per contest (the incumbent and the closest rivals by their medians), and
+# no more than the budget gives ``MIN_ROUNDS`` rounds each: a finalist raced on fewer rounds can be
+# told from no other (the default budget of eight races two).
 MAX_FINALISTS = 4
-RACE = "race"  # the ``launch_role`` of a race launch
-# A contest is judged once each of its finalists has this many launches: launches can fall in two
-# states for their whole life, and three of one config in the same state (1 in 4 when the states are
-# even) would otherwise settle a race; with four, a 35%-fast-or-slow server crowned the slower of two
-# configs 5% apart beyond noise in 0.8% of 1000 simulated studies (docs/benchmarks.md).
-MIN_LAUNCHES = 4
 __all__ = ["DEFAULT_CONFIRM", "MAX_FINALISTS", "RACE", "Contest", "RacePlan", "RaceState", "ContestOutcome",
            "plan_race", "race_state", "race_rows", "outcomes", "said", "trial_numbers"]
 
@@ -100,25 +105,24 @@ class Contest:
     def label(self) -> str:
         return "the mix" if self.weights is not None else f"{self.level}"
 
-    def median(self, ev: Evidence, key: str) -> float | None:
-        return ev.mix_median(key, self.weights) if self.weights is not None else ev.median(key, self.level or 1)
+    def ranked(self, ev: Evidence, key: str) -> float | None:
+        """What the ranking reads of the finalist (``Evidence.ranked``)."""
+        return ev.mix_ranked(key, self.weights) if self.weights is not None else ev.ranked(key, self.level or 1)
+
+    def drift(self, ev: Evidence) -> Drift:
+        return ev.mix_drift(self.weights) if self.weights is not None else ev.drift(self.level or 1)
 
     def interval(self, ev: Evidence, a: str, b: str) -> RatioInterval:
-        """b against a over their launches, at the race's looks where both are its finalists."""
+        """b against a: over the race's rounds where both are its finalists (at its looks), else over
+        their launches."""
         if self.weights is not None:
             return ev.mix_interval(a, b, self.weights)
         return ev.interval(a, b, self.level or 1)
 
     def screen(self, ev: Evidence, a: str, b: str, looks: int) -> RatioInterval:
         """b against a as the finalists are chosen: over launches, held to ``looks`` looks."""
-        if self.weights is not None:
-            return launch_interval(ev.mix_values(a, self.weights), ev.mix_values(b, self.weights),
-                                   ev.mix_noise(self.weights), looks=looks)
-        level = self.level or 1
-        return launch_interval(ev.values(a, level), ev.values(b, level), ev.noise(level), looks=looks)
+        return ev.over_launches(a, b, self.level or 1, self.weights, looks=looks)
 
-    def launches(self, ev: Evidence, key: str) -> int:
-        return len(ev.mix_values(key, self.weights)) if self.weights is not None else ev.count(key, self.level or 1)
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,7 @@ def plan_race(rows: Sequence[TrialRow], objective: Objective | None, budget: int
     ev = Evidence(rows)
     contests = []
     configs: dict[str, TrialRow] = {}
+    most = min(MAX_FINALISTS, max(2, int(budget) // MIN_ROUNDS))
     for name, level, weights in _contests(objective):
         ranked = _ranked(rows, level, weights)
         if not ranked:
@@ -179,13 +184,14 @@ def plan_race(rows: Sequence[TrialRow], objective: Objective | None, budget: int
         probe = Contest(name, (), level, weights)
         near = [r for r in ranked[1:]  # generous: only a config beyond noise at the race's strictest stays out
                 if verdict(probe.screen(ev, incumbent.config_key, r.config_key, max(1, budget))) != SLOWER]
-        picked = [incumbent] + near[: MAX_FINALISTS - 1]
+        picked = [incumbent] + near[: most - 1]
         contests.append(Contest(name, tuple(r.config_key for r in picked), level, weights,
-                                left_out=max(0, len(near) - (MAX_FINALISTS - 1))))
+                                left_out=max(0, len(near) - (most - 1))))
         for r in picked:
             configs.setdefault(r.config_key, r)
     contending = {k for c in contests if len(c.finalists) > 1 for k in c.finalists}
-    looks = max(1, math.ceil(budget / max(1, len(contending)))) if contending else 1
+    rounds = math.ceil(budget / max(1, len(contending))) if contending else 0
+    looks = max(1, rounds - MIN_ROUNDS + 1)  # the judgements those rounds allow (module docstring)
     return RacePlan(race_id, tuple(contests), max(0, int(budget)), looks, configs)
 
 
@@ -227,9 +233,11 @@ class RaceState:
         return [c for c in self.plan.contests if len(self.alive.get(c.name, ())) > 1]
 
     def contenders(self) -> list[str]:
-        """Configs in contention in some undecided contest, in the plan's order."""
+        """Configs in contention in some undecided contest, in the round's order: the plan's, turned
+        every other round (a steady drift within a round falls first on one, then on the other)."""
         keys = {k for c in self.undecided() for k in self.alive[c.name]}
-        return [k for k in self.plan.order if k in keys]
+        order = [k for k in self.plan.order if k in keys]
+        return order[::-1] if self.round % 2 else order
 
     def next(self, in_flight: Iterable[str] = ()) -> str | None:
         """The config to launch next, None when none may start now (the round's others are in
@@ -310,12 +318,10 @@ def race_state(rows: Sequence[TrialRow], objective: Objective | None, budget: in
 
 def _judge(state: RaceState, ev: Evidence) -> None:
     """After a whole round: in each undecided contest, the finalists beyond noise slower than the
-    leader leave it (once each has ``MIN_LAUNCHES``)."""
+    leader over the race's rounds leave it (none before ``MIN_ROUNDS`` rounds measured both)."""
     for contest in state.undecided():
         alive = state.alive[contest.name]
-        if any(contest.launches(ev, k) < MIN_LAUNCHES for k in alive):
-            continue
-        leader = max(alive, key=lambda k: (contest.median(ev, k) or 0.0, -alive.index(k)))
+        leader = max(alive, key=lambda k: (contest.ranked(ev, k) or 0.0, -alive.index(k)))
         keep = []
         for key in alive:
             if key != leader and verdict(contest.interval(ev, leader, key)) == SLOWER:
@@ -339,6 +345,7 @@ class ContestOutcome:
     rounds: int
     confidence: float
     finished: bool  # the race is over (else still under way: a stopped run)
+    drift: str = ""  # the box drifted during the study at this contest (``core.drift``: its text), else ''
 
     def to_dict(self, numbers: Mapping[str, int]) -> dict[str, Any]:
         """JSON-able, configs named by their trial numbers (``numbers``: key -> trial)."""
@@ -346,7 +353,7 @@ class ContestOutcome:
                 "tied": [numbers.get(k) for k in self.tied],
                 "finalists": [numbers.get(k) for k in self.contest.finalists], "decided": self.decided,
                 "launches": self.launches, "rounds": self.rounds, "confidence": self.confidence,
-                "finished": self.finished}
+                "finished": self.finished, "drift": self.drift or None}
 
 
 def outcomes(rows: Sequence[TrialRow], objective: Objective | None) -> list[ContestOutcome]:
@@ -367,13 +374,14 @@ def outcomes(rows: Sequence[TrialRow], objective: Objective | None) -> list[Cont
                      and verdict(contest.interval(ev, winner, k)) != SLOWER)
         out.append(ContestOutcome(contest, winner, tied, decided=not tied, launches=len(mine),
                                   rounds=state.rounds_done, confidence=state.plan.confidence,
-                                  finished=state.over()))
+                                  finished=state.over(), drift=contest.drift(ev).text()))
     return out
 
 
 def said(outcomes: list[ContestOutcome], numbers: dict[str, int]) -> str:
     """'raced: at 1 #5 decided over #8 (8 launches)' / 'at 10 #5 tied with #8: the 8 launches did not
-    tell them apart'; '' when the study never raced."""
+    tell them apart', and where the box drifted, the drift (its first contest's: ``core.drift``);
+    '' when the study never raced."""
     if not outcomes:
         return ""
     parts = []
@@ -390,7 +398,8 @@ def said(outcomes: list[ContestOutcome], numbers: dict[str, int]) -> str:
     if not parts:
         return ""
     o = outcomes[0]
-    return f"raced ({o.launches} launches, {o.rounds} round(s)): " + "; ".join(parts)
+    drift = next((x.drift for x in outcomes if x.drift), "")
+    return f"raced ({o.launches} launches, {o.rounds} round(s)): " + "; ".join(parts) + (f"; {drift}" if drift else "")
 
 
 def trial_numbers(rows: list[TrialRow]) -> dict[str, int]:

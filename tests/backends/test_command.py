@@ -116,3 +116,15 @@ def test_example_job_loads_and_fills_every_config():
         words = b.launch_spec(config, "127.0.0.1", 8123).argv
         assert words[1:3] == ["-m", "orchestrator.refserver"] and "{" not in " ".join(words)
         assert words[words.index("--tp") + 1] == str(config["tp_size"])
+
+
+def test_the_gpus_a_config_occupies_and_where_it_changes_regime():
+    """Issue 47: a command that is told its TP x PP occupies those GPUs; one that is not may run on any
+    of the node's: it takes the node (what a GPU-hour price charges). Its capture sizes mark where its
+    graphs end."""
+    told = backend(argv=["srv", "--port", "{port}", "--tp", "{tp_size}"])
+    assert told.gpus_occupied({"tp_size": 4}, 8) == 4
+    assert backend(argv=["srv", "--port", "{port}"]).gpus_occupied({"tp_size": 1}, 8) == 8
+    graphs = backend(argv=["srv", "--port", "{port}", "--sizes", "{capture_sizes}"])
+    assert [(m.streams, m.kind) for m in graphs.load_marks({"capture_sizes": "1,2,4,64"})] == [(64, "graphs")]
+    assert graphs.load_marks({"capture_sizes": "1,2,4,64", "graph_capture": False}) == []

@@ -81,3 +81,12 @@ def test_dims_that_make_a_model_are_launched():
     argv = backend.launch_spec({"tp_size": 2}, "127.0.0.1", 1).argv
     assert argv[argv.index("--layers") + 1] == "2" and argv[argv.index("--kv-heads") + 1] == "4"
     assert backend.model_facts()["heads"] == 8
+
+
+def test_where_a_config_changes_regime_for_the_capacity_search():
+    """Issue 47: the largest captured batch and the batch the engine steps at most, where given."""
+    b = RefServerBackend({"model": "tiny", "device": "cpu", "max_batch": 32})
+    assert [(m.streams, m.kind) for m in b.load_marks({"graph_capture": False})] == [(32, "batch")]
+    cuda = RefServerBackend({"model": "tiny", "device": "cpu"})
+    marks = cuda.load_marks({"graph_capture": True, "capture_sizes": "1,2,4,16", "backend.max_batch": 48})
+    assert [(m.streams, m.kind) for m in marks] == [(16, "graphs"), (48, "batch")]

@@ -214,3 +214,14 @@ def test_custom_requested_on_four_pcie_gpus_warns_with_sglangs_own_reason():
     (fell,) = b.engine_fallbacks(b.normalize({"tp_size": 4}), text)  # SGLang's default: the custom kernel
     assert fell["text"].startswith("custom_all_reduce=true (the engine ran nccl: CustomAllreduce is disabled because")
     assert b.engine_fallbacks(b.normalize({"tp_size": 4, "allreduce.backend": "nccl"}), text) == []
+
+
+def test_where_a_config_changes_regime_for_the_capacity_search():
+    """Issue 47: SGLang's largest captured batch (--cuda-graph-max-bs) and --max-running-requests."""
+    from orchestrator.core.measurement import BATCH, GRAPHS
+
+    b = backend(extra_args=["--max-running-requests", "128"])
+    marks = b.load_marks({"graph_capture": True, "backend.cuda_graph_max_bs": 160})
+    assert [(m.streams, m.kind, m.source) for m in marks] == [
+        (160, GRAPHS, "backend.cuda_graph_max_bs 160"), (128, BATCH, "--max-running-requests 128")]
+    assert [m.kind for m in b.load_marks({"graph_capture": False, "backend.cuda_graph_max_bs": 160})] == [BATCH]

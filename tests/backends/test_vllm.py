@@ -544,3 +544,21 @@ def test_pcie_ipc_listed_but_never_set_up_without_graphs():
         "(Worker_TP0 pid=5000) INFO 12-03 10:00:09 [flashinfer_pcie_ipc_all_reduce.py:149] Initialized FlashInfer "
         "PCIe IPC all-reduce for TP2, hidden_dim=2048, dtype=torch.bfloat16, max_tokens=8.\n")
     assert b.allreduce_warnings(config, ready) == []
+
+
+def test_where_a_config_changes_regime_for_the_capacity_search():
+    """Issue 47: the largest captured batch (the capture sizes, else --max-cudagraph-capture-size) and
+    max-num-seqs, as a param or in extra_args; no graph mark without graphs."""
+    from orchestrator.core.measurement import BATCH, GRAPHS, RegimeMark
+
+    b = backend(extra_args=["--max-num-seqs", "256"])
+    assert b.load_marks(b.normalize({"graph_capture": True, "capture_sizes": "1,2,4,8,16,32,64"})) == [
+        RegimeMark(64, GRAPHS, "capture_sizes"), RegimeMark(256, BATCH, "--max-num-seqs 256")]
+    assert b.load_marks(b.normalize({"graph_capture": False, "capture_sizes": "1,2,4"})) == [
+        RegimeMark(256, BATCH, "--max-num-seqs 256")]
+    tuned = backend().load_marks({"graph_capture": True, "backend.max_cudagraph_capture_size": 128,
+                                  "backend.max_num_seqs": 96})
+    assert [(m.streams, m.kind) for m in tuned] == [(128, GRAPHS), (96, BATCH)]
+    assert backend(extra_args=["--max-num-seqs=32"]).load_marks({"graph_capture": True}) == [
+        RegimeMark(32, BATCH, "--max-num-seqs 32")]
+    assert backend().load_marks({"graph_capture": True}) == []  # vLLM's own defaults: its log says them

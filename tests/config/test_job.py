@@ -273,6 +273,45 @@ def test_bad_bench_values():
     bad("bench.max_repeats", "must be >= repeats (5)", job={"bench": {"repeats": 5, "max_repeats": 2}})
     bad("bench.concurrency[1]", "must be an integer >= 1", job={"bench": {"concurrency": [1, 0]}})
     bad("pruning.min_ratio", "must be a number > 0 and <= 1", job={"pruning": {"min_ratio": 1.5}})
+    bad("bench.prefix_reuse", "must be true or false", "not 'yes'", job={"bench": {"prefix_reuse": "yes"}})
+    bad("bench.prefix_reuse_", "did you mean 'prefix_reuse'", job={"bench": {"prefix_reuse_": True}})
+
+
+def test_every_request_its_own_prefix_unless_the_job_shares_them():
+    assert load_job(write()).bench.prefix_reuse is False  # TTFT measured on prompts the server has not seen
+    assert load_job(write(job={"bench": {"prefix_reuse": True}})).bench.prefix_reuse is True
+
+
+def traffic(*prompts: str, output_tokens: int = 64) -> dict:
+    Path("traffic.jsonl").write_text("".join(f'{{"prompt": "{p}", "output_tokens": {output_tokens}}}\n'
+                                             for p in prompts))
+    return {"traffic": "traffic.jsonl"}
+
+
+@pytest.mark.parametrize("settings", [
+    {"kind": "vllm", "settings": {"model": "m", "version": "0.26.0", "extra_args": ["--max-model-len", "4096"]}},
+    {"kind": "command", "settings": {"argv": ["vllm", "serve", "m", "--port", "{port}", "--max-model-len=4096"],
+                                     "model_name": "m"}},
+])
+def test_validate_names_the_traffic_line_longer_than_the_servers_limit(capsys, settings):
+    """The issue's case: two 30,000-character prompts against --max-model-len 4096 (the baseline failed
+    HTTP 400 and the run blamed it): validate names the longest line and its length, exit 2, one line."""
+    from orchestrator.cli import main
+
+    bench = traffic("short", "x" * 30000, "mid " * 100, "y" * 28000)
+    space = {"params": {"tp_size": {"choices": [1]}}}
+    write(job={"backend": settings, "bench": bench, "gpus_per_node": 1}, space=space)
+    assert main(["validate", "job.yaml"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    flag = "--max-model-len 4096"
+    assert err[0].startswith("ncclsweep: error: job.yaml: bench.traffic: traffic.jsonl line 2: a prompt of about 7500 "
+                             "tokens (30000 characters / 4) plus 64 output tokens = 7564 is more than "), err
+    assert flag in err[0] and "(2 of the 4 sampled requests are over it)" in err[0], err
+    assert "raise --max-model-len to at least 7564, or cut that request from the traffic" in err[0], err
+    write(job={"backend": settings, "bench": traffic("short", "z" * (4 * (4096 - 64))), "gpus_per_node": 1},
+          space=space)  # at the limit: it fits
+    assert main(["validate", "job.yaml"]) == 0
 
 
 
@@ -372,6 +411,24 @@ def test_goodput_needs_its_targets_and_finds_its_own_concurrency():
         job={"objective": {"goodput": {"max_concurrency": 8}}, "slo": {8: {"tpot_p99": 1}}})
 
 
+def test_cost_prices_a_goodput_studys_capacity_point_and_is_checked_like_any_key():
+    """Issue 47: ``cost: {gpu_hour: 2.50}`` or ``{node_hour: 20}``, one of the two, a positive number."""
+    goodput = {"objective": {"goodput": {"max_concurrency": 64}}, "slo": {"tpot_p99": "20ms"}}
+    job = load_job(write(job={**goodput, "cost": {"node_hour": 3}}))
+    assert job.cost.node_hour == 3.0 and job.cost.gpu_hour is None and job.pricing().cost is job.cost
+    assert job.pricing().gpus_of({"tp_size": 2}) == 2  # TP x PP, as the backend counts them
+    assert load_job(write(job=goodput)).cost is None and load_job(write(job=goodput)).pricing() is None
+    bad("cost", "give one price", "not both", job={**goodput, "cost": {"gpu_hour": 2.5, "node_hour": 20}})
+    bad("cost", "give one price", "not neither", job={**goodput, "cost": {}})
+    bad("cost", "must be {gpu_hour: DOLLARS}", job={**goodput, "cost": 2.5})
+    bad("cost.gpu_hours", "unknown key", "gpu_hour", job={**goodput, "cost": {"gpu_hours": 2.5}})
+    bad("cost.node_hour", "must be a number > 0", job={**goodput, "cost": {"node_hour": 0}})
+    bad("cost.node_hour", "must be a number > 0", job={**goodput, "cost": {"node_hour": "cheap"}})
+    bad("cost.node_hour", "finite", job={**goodput, "cost": {"node_hour": float("inf")}})
+    bad("cost.gpu_hour", "a CPU job", "node_hour", job={**goodput, "cost": {"gpu_hour": 2.5}})
+    bad("cost", "prices the capacity point of a goodput study", job={"cost": {"node_hour": 3}})
+
+
 def test_a_preset_expands_to_levels_and_targets_and_the_jobs_own_slo_replaces_its():
     from orchestrator.config.job import PRESETS
     from orchestrator.study import objective as objectives
@@ -388,7 +445,7 @@ def test_a_preset_expands_to_levels_and_targets_and_the_jobs_own_slo_replaces_it
 
 
 def test_goodput_takes_no_outcome_constraints():
-    bad("constraints", "goodput measures the concurrencies its bisection picks",
+    bad("constraints", "goodput measures the concurrencies its search picks",
         job={"objective": {"goodput": {"max_concurrency": 8}}, "slo": {"tpot_p99": "20ms"},
              "constraints": [{"concurrency": 2, "min_ratio": 0.9}]})
 
@@ -416,7 +473,7 @@ def test_bad_context_axis():
 
     bad("objective.context", "give bench.context (one length per study) or objective.context",
         job={"bench": {"context": 4096}, "objective": {"concurrency": [1], "context": [0, 4096]}})
-    bad("objective.context", "goodput bisects the concurrency at one prompt length",
+    bad("objective.context", "goodput searches the concurrency at one prompt length",
         job={"objective": {"goodput": {"max_concurrency": 8}, "context": [0, 4096]}, "slo": {"tpot_p99": 1}})
     bad("objective.context", "must be a non-empty list of prompt lengths", job={"objective": {"context": 4096}})
     bad("objective.context", "must be a non-empty list", job={"objective": {"context": []}})

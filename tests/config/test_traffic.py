@@ -4,6 +4,7 @@ study's deterministic sample, and a bad file as one line naming the file and the
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,29 @@ def test_the_sample_is_the_same_for_every_run_of_a_study_and_another_for_another
     other = traffic.load(path, file=None, study="beta", sample=50, default_output=8)
     assert len(one.prompts) == 50 and one == again and one.prompts != other.prompts
     assert all(n == 2 + int(p.split()[1]) for p, n in zip(one.prompts, one.output_tokens))  # pairs kept together
+
+
+def test_the_sample_keeps_the_traces_long_tail_for_every_study(tmp_path):
+    """The issue's files: two 30,000-character prompts among short ones. A random draw of 64 kept one of
+    the two from 65 lines, and from 200 lines most study names kept neither. Drawn one per 1/64 of the
+    lengths, the longest always: both from 65 lines, the longest from 200 for every name, and the
+    sample's lengths spread as the file's; the description names the longest and its line."""
+    long = [{"prompt": "x" * 30000, "output_tokens": 64}, {"prompt": "y" * 28000, "output_tokens": 64}]
+    for n in (65, 200):
+        short = [{"prompt": "w" * (40 + 7 * (i % 50)), "output_tokens": 8 + i % 40} for i in range(n - 2)]
+        rows = short[:n // 3] + long[:1] + short[n // 3:2 * n // 3] + long[1:] + short[2 * n // 3:]  # lines 22, 44
+        path = tmp_path / f"t{n}.jsonl"
+        path.write_text(lines(*rows))
+        lengths = sorted(len(r["prompt"]) // 4 + r["output_tokens"] for r in rows)
+        for study in ("alpha", "beta", "gamma", "delta", "epsilon"):
+            got = traffic.load(path, file=None, study=study, sample=64, default_output=8)
+            kept = [p for p in got.prompts if len(p) >= 28000]
+            assert len(kept) == (2 if n == 65 else 1) and "x" * 30000 in kept, (n, study)
+            drawn = sorted(len(p) // 4 + o for p, o in zip(got.prompts, got.output_tokens))
+            assert lengths[n // 4] <= statistics.median(drawn) <= lengths[3 * n // 4], (n, study)  # the bulk too
+            if n == 200:
+                assert "64 of 200 requests, one from each 1/64 of the lengths" in got.describe()
+                assert f"the longest, line {n // 3 + 1}, about 7564 tokens, kept" in got.describe(), got.describe()
 
 
 @pytest.mark.parametrize("content, says", [

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from orchestrator.core.measurement import (
+    GRAPHS,
     Distribution,
     GoodputResult,
     HostLoad,
@@ -15,6 +16,7 @@ from orchestrator.core.measurement import (
     Lengths,
     LevelResult,
     Measurement,
+    RegimeMark,
     StreamedRequest,
     level_text,
     outcome_metrics,
@@ -81,6 +83,16 @@ def test_a_level_is_its_median_with_its_precision_and_latencies():
     assert LevelResult.from_record(10, got.to_record()) == got
 
 
+def test_the_prefix_caches_share_is_shown_beside_the_ttft_where_counted():
+    got = LevelResult(64, samples=(900.0,), ttft=Latency(0.3, 0.4, 0.5, 64), tpot=Latency(0.01, 0.01, 0.01, 64),
+                      prefix_cache_hit_rate=0.0)
+    assert "TTFT 300.0/400.0/500.0 (prefix-cache hits 0%), TPOT 10.0/10.0/10.0" in level_text(got)
+    assert LevelResult.from_record(64, got.to_record()) == got and got.to_record()["prefix_cache_hit_rate"] == 0.0
+    uncounted = LevelResult(64, samples=(900.0,), ttft=Latency(0.3, 0.4, 0.5, 64))
+    assert "prefix-cache" not in level_text(uncounted) and "prefix_cache_hit_rate" not in uncounted.to_record()
+    assert LevelResult.from_record(64, {"value": 900.0}).prefix_cache_hit_rate is None  # an earlier record
+
+
 def test_every_version_of_a_stored_record_reads_back():
     """A record from before levels (level 1's decode samples), one with per-level records, the
     outcome constraints' one-shot totals of old, and the outcome's own keys kept apart."""
@@ -120,6 +132,28 @@ def test_a_goodput_measurement_is_worth_its_total_where_every_slo_last_held():
     none = Measurement(levels={1: LevelResult(1, samples=(700.0,))}, goodput=GoodputResult(64, (1,), None, 1))
     assert none.value == 0.0 and none.headline.level == 1
     assert "breaks the SLO at 1 stream(s) already" in none.goodput.describe()
+
+
+def test_a_capacity_search_keeps_each_probes_verdict_and_the_regimes_and_a_bisections_record_reads_as_it_was():
+    """Issue 47: the capacity point is the most tok/s within the SLO (64), not the most streams that held
+    it (128); the record keeps every probe's verdict, the engine's regime marks and the targets' names."""
+    levels = {n: LevelResult(n, samples=(v,), whole_run_tok_s=0.8 * v) for n, v in
+              {1: 190.0, 4: 700.0, 16: 2600.0, 64: 19037.0, 65: 7923.0, 128: 12743.0}.items()}
+    found = GoodputResult(128, (1, 4, 16, 64, 65, 128), holds=64, breaks=None, held=(True,) * 6,
+                          marks=(RegimeMark(64, GRAPHS, "capture_sizes"),), targets=("tpot_p99",))
+    m = Measurement(levels=levels, goodput=found)
+    back = Measurement.from_record(json.loads(json.dumps(m.to_record())))
+    assert back.goodput == found and back.value == 19037.0 and not found.bisection and found.highest_held == 128
+    assert found.describe(19037.0) == ("serves the most within the SLO at 64 stream(s): 19037.0 total tok/s (holds "
+                                       "it up to 128)")
+    assert found.marks[0].describe() == "CUDA graphs captured up to 64 (capture_sizes)"
+    assert found.marks[0].above == "its graphs end"
+    old = {"max_concurrency": 128, "probes": [1, 128], "holds": 128, "breaks": None}  # the bisection's record
+    was = GoodputResult.from_record(old)
+    assert was.bisection and was.held is None and was.marks == () and was.highest_held == 128
+    assert was.describe() == "holds the SLO up to 128 stream(s) (the most asked, objective.goodput.max_concurrency 128)"
+    assert was.to_record() == old  # written back as it was read
+    assert "whole run 15229.6 tok/s" in level_text(levels[64]) and "whole run" not in level_text(levels[1])
 
 
 def test_measured_lengths_read_back_and_a_record_without_them_reads_as_before():

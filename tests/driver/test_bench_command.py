@@ -73,3 +73,19 @@ def test_format_shows_goodputs_crossing_and_the_lengths_measured():
     text = format_result(TrialResult(outcome="COMPLETE", config={}, value=m.value, measurement=m))
     assert "goodput: holds the SLO up to 16 stream(s) (breaks at 17), 858.8 total tok/s there (probed 1, 32, 16" in text
     assert "lengths: input tokens min 5, p50 7" in text
+
+
+def test_format_shows_the_capacity_point_and_where_the_engine_changes_regime():
+    """Issue 47: `bench` of a goodput job says where the config serves the most within the SLO, the
+    loads it probed, and the regime marks it probed at."""
+    from orchestrator.core.measurement import GRAPHS, GoodputResult, LevelResult, Measurement, RegimeMark
+
+    m = Measurement(levels={n: LevelResult(n, samples=(v,), whole_run_tok_s=0.9 * v if n > 1 else None)
+                            for n, v in {1: 20.0, 64: 1022.0, 65: 414.0, 128: 679.0}.items()},
+                    goodput=GoodputResult(128, (1, 64, 65, 128), 64, None, held=(True,) * 4,
+                                          marks=(RegimeMark(64, GRAPHS, "capture_sizes"),)))
+    text = format_result(TrialResult(outcome="COMPLETE", config={}, value=m.value, measurement=m))
+    assert ("goodput: serves the most within the SLO at 64 stream(s): 1022.0 total tok/s (holds it up to 128) "
+            "(probed 1, 64, 65, 128)") in text
+    assert "regime: CUDA graphs captured up to 64 (capture_sizes)" in text
+    assert "whole run 919.8 tok/s" in text  # beside the steady state at each level N

@@ -143,7 +143,7 @@ def test_asyncio_stream_parses_like_the_sync_client(url, leaves_nothing):
     extra = {"fake": {"token_delay": 0.002}, "return_token_ids": True}
     sync = stream_completion(url, MODEL, "Hello there", 12, 10, extra=extra)
     body = client._completion_body(MODEL, "Hello there", 12, 0.0, True, extra)
-    r = asyncio.run(client._astream(client._request_bytes(url, "/v1/completions", body), 10))
+    r = asyncio.run(client._astream(client._request(url, "/v1/completions", body), 10))
     assert r.ok and sync.ok and r.error is None
     # 12 tokens: ignore_eos was sent (the fake stops at 8 without); prompt_tokens comes only
     # from the usage chunk, sent only for stream_options.include_usage

@@ -2,7 +2,8 @@
 streams like vLLM and, with --spec-tokens, speculates like it): every level over the prompt
 set in rounds, level N from its steady state, latency percentiles per level, tokens counted
 from usage (never chunks), acceptance read from /metrics, every level to a precision, the
-one early-stop rule across levels, and a limit set by the server's own pace."""
+one early-stop rule across levels, a limit set by the server's own pace, and prompts the
+server's prefix cache has not seen (with --prefix-cache it caches like vLLM)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from conftest import start_fake_openai
 from orchestrator.core.measurement import Measurement
 from orchestrator.core.slo import Slo, Targets
 from orchestrator.node import client
-from orchestrator.node.measure import PACE_FACTOR, bisect_next, measure
+from orchestrator.node.measure import PACE_FACTOR, Prefixes, measure
 from orchestrator.node.spec import BenchPlan
 
 MODEL = "fake"
@@ -212,37 +213,40 @@ def test_a_slow_server_is_judged_by_its_own_pace(tmp_path):
     assert worse.limit_s == pytest.approx(max(0.5, PACE_FACTOR * warm * 9), rel=0.3)
 
 
-# ---- goodput's bisection and a traffic file's lengths (issue 35) -------------------------------------
-def test_the_bisection_probes_1_then_the_top_then_halves_the_bracket():
-    assert bisect_next(0, None, 64) == 1
-    assert bisect_next(0, 1, 64) is None  # broke at 1: nothing holds
-    assert bisect_next(1, None, 64) == 64 and bisect_next(64, None, 64) is None  # held at the top: done
-    assert bisect_next(1, None, 1) is None
-    seen, held, broke, nxt = [], 0, None, bisect_next(0, None, 64)
-    while nxt is not None:  # a server that holds up to 17 streams
-        seen.append(nxt)
-        held, broke = (nxt, broke) if nxt <= 17 else (held, nxt)
-        nxt = bisect_next(held, broke, 64)
-    assert seen == [1, 64, 32, 16, 24, 20, 18, 17] and (held, broke) == (17, 18)
-    assert len(seen) <= 2 + 6  # what a bisection of 64 needs
-    assert bisect_next(40, 44, 64) is None  # within 10% of what held: the noise of neighbouring levels
-
-
-def test_goodput_finds_the_crossing_of_a_server_that_slows_with_its_streams(tmp_path):
-    """Each token 4 ms, plus 8 ms per other stream in flight: TPOT(n) = 4 + 8(n - 1) ms, within
-    a 40 ms target up to 5 streams (36 ms), over it at 6 (44 ms)."""
-    sp = start_fake_openai(tmp_path, "--token-delay", "0.004", "--stream-cost", "0.008")
-    targets = Targets(every=(Slo.named("tpot_p99", 0.040),))
+# ---- goodput's capacity search and a traffic file's lengths (issues 35, 47) -----------------------------
+def test_goodput_finds_the_capacity_of_a_server_that_slows_with_its_streams(tmp_path):
+    """Each token 32 ms, plus 8 ms per other stream in flight: TPOT(n) = 32 + 8(n - 1) ms, within a 68
+    ms target up to 5 streams (64 ms), over it at 6 (72 ms); total tok/s rises with the streams, so the
+    capacity is the crossing. Every probe's verdict is in the record, and the whole run's tok/s beside
+    the steady state's at each level."""
+    sp = start_fake_openai(tmp_path, "--token-delay", "0.032", "--stream-cost", "0.008")
+    targets = Targets(every=(Slo.named("tpot_p99", 0.068),))
     try:
-        got = measure(sp.spec.base_url, MODEL, plan(goodput=8, slo=targets, waves=2, repeats=1, output_tokens=16,
+        got = measure(sp.spec.base_url, MODEL, plan(goodput=8, slo=targets, waves=2, repeats=1, output_tokens=8,
                                                     levels=(99,)), deadline=time.monotonic() + 60)
     finally:
         sp.stop(grace_s=1.0)
     g = got.measurement.goodput
-    assert got.ok and g.probes[:2] == (1, 8) and 99 not in got.measurement.levels  # the levels are not measured
-    assert abs(g.holds - 5) <= max(1, g.breaks - g.holds) and g.breaks == g.holds + 1  # within one step of 5
+    assert got.ok and g.probes[:3] == (1, 4, 8) and 99 not in got.measurement.levels  # the sweep, not the levels
+    assert abs(g.holds - 5) <= 1 and g.breaks == g.holds + 1 and len(g.probes) <= 12  # within one step of 5
+    assert dict(zip(g.probes, g.held)) == {p: p <= g.holds for p in g.probes} and g.targets == ("tpot_p99",)
     assert set(got.measurement.levels) == set(g.probes)  # every probe is a level of the record
-    assert got.value == got.measurement.levels[g.holds].value  # the total tok/s where the SLO last held
+    assert got.value == got.measurement.levels[g.holds].value  # the total tok/s at the capacity point
+    assert all(got.measurement.levels[p].whole_run_tok_s for p in g.probes if p > 1)
+
+
+def test_the_whole_runs_tok_s_counts_the_ramp_the_steady_state_leaves_out(tmp_path):
+    """``vllm bench serve`` counts output tokens over the whole run; the steady state only while every
+    stream is in flight. With each first token 0.2 s late, the first wave's wait is in the whole run:
+    4 streams x 3 waves of 12 tokens take ~0.74 s, of which ~0.54 s are the steady window."""
+    sp = start_fake_openai(tmp_path, "--token-delay", "0.004", "--ttft-delay", "0.2")
+    try:
+        got = measure(sp.spec.base_url, MODEL, plan(levels=(4,), repeats=1), deadline=time.monotonic() + 60)
+    finally:
+        sp.stop(grace_s=1.0)
+    four = got.measurement.levels[4]
+    assert got.ok and four.whole_run_tok_s < 0.9 * four.value
+    assert Measurement.from_record(got.measurement.to_record()).levels[4].whole_run_tok_s == four.whole_run_tok_s
 
 
 def test_each_request_asks_its_own_length_and_the_lengths_are_measured(server):
@@ -252,10 +256,53 @@ def test_each_request_asks_its_own_length_and_the_lengths_are_measured(server):
     lengths = got.measurement.lengths
     assert got.ok and lengths.mismatched == 0 and not got.warnings
     assert (lengths.output.low, lengths.output.high) == (2, 30)
-    assert (lengths.input.low, lengths.input.high) == (1, 4)  # the server's own count of each prompt
+    # the server's own count of each prompt: its words, and the line each request begins with (one word here)
+    assert (lengths.input.low, lengths.input.high) == (1 + 1, 4 + 1)
     assert lengths.output.n == got.measurement.levels[1].requests + got.measurement.levels[3].requests
     assert measure(server.base_url, MODEL, plan(levels=(1,)), deadline=time.monotonic() + 60).measurement.lengths \
         is None  # without a traffic file, as before
     built = plan(prompts=tuple(" ".join(["word"] * n) for n in (300, 320)), levels=(1,), context=300)
     long = measure(server.base_url, MODEL, built, deadline=time.monotonic() + 60).measurement.lengths
-    assert (long.input.low, long.input.high) == (300, 320)  # long prompts: the lengths the server counted
+    assert (long.input.low, long.input.high) == (301, 321)  # long prompts: the lengths the server counted
+
+
+SYSTEM = " ".join(["You are a careful assistant who answers every question in full sentences."] * 4)  # 48 words
+
+
+def test_no_request_is_answered_from_the_prefix_cache_unless_the_job_shares_prefixes(tmp_path):
+    """A server that caches prefixes (vLLM's is on by default) answers a prompt it has seen without
+    most of its prefill; the rounds send the same prompts again and again. Every request begins
+    with a line of its own: the cache answers none of it at any level (its counters say 0%), and
+    TTFT is a whole prefill. With ``prefix_reuse`` the requests share what their prompts share
+    (here a system prompt of three blocks), never a request's own earlier sending."""
+    sp = start_fake_openai(tmp_path, "--token-delay", "0.002", "--prefix-cache", "--prefill-cost", "2")
+    prompts = tuple(f"{SYSTEM} Question {i}: what is {i} plus {i}?" for i in range(3))
+    tokens = len(fake.tokenize(prompts[0])) + 1  # the server's count of a request: its line, then the prompt
+    try:
+        fresh, shared = (measure(sp.spec.base_url, MODEL, plan(prompts=prompts, levels=(1, 4), prefix_reuse=reuse),
+                                 deadline=time.monotonic() + 60, metrics_url=sp.spec.metrics_url)
+                         for reuse in (False, True))
+    finally:
+        sp.stop(grace_s=1.0)
+    assert fresh.ok and shared.ok
+    for level, got in fresh.measurement.levels.items():
+        assert got.prefix_cache_hit_rate == 0.0, level  # every request a prefill of its own
+        assert got.ttft.p50 >= 0.9 * 2 * tokens / 1000, level  # the whole prompt's prefill
+    # per pass through the three prompts: the first computes the line and the system prompt, the other two find
+    # its whole blocks (the line and the system prompt's first 47 words); a pass never finds an earlier pass's
+    found = (1 + 47) // fake.BLOCK * fake.BLOCK
+    for level, got in shared.measurement.levels.items():
+        assert got.prefix_cache_hit_rate == pytest.approx(2 * found / (3 * tokens)), level
+    back = Measurement.from_record(fresh.measurement.to_record())  # stored and read back
+    assert back.levels[4].prefix_cache_hit_rate == 0.0
+    assert Measurement.from_record({"levels": {"1": {"value": 5.0, "samples": [5.0]}}}).levels[1] \
+        .prefix_cache_hit_rate is None  # a record of an earlier version: not counted, not 0
+
+
+def test_each_request_begins_with_a_line_no_other_request_of_the_launch_began_with():
+    lines = Prefixes(tag="t")
+    sent = lines.requests(("a", "b"), 5) + lines.requests(("a", "b"), 2)
+    assert sent == ["[t-1]\na", "[t-2]\nb", "[t-3]\na", "[t-4]\nb", "[t-5]\na", "[t-6]\na", "[t-7]\nb"]
+    passes = Prefixes(reuse=True, tag="t")  # one line per pass through the prompts
+    assert passes.requests(("a", "b"), 5) == ["[t-1]\na", "[t-1]\nb", "[t-2]\na", "[t-2]\nb", "[t-3]\na"]
+    assert Prefixes().tag != Prefixes().tag  # another launch, another tag

@@ -202,3 +202,25 @@ def test_what_sglang_turned_off_is_noticed_once_across_its_ranks():
         "engine notice: CustomAllreduce is disabled because it's not supported on more than two PCIe-only GPUs. "
         "To silence this warning, specify disable_custom_all_reduce=True explicitly."]
     assert startup.notices(log.replace("is disabled because", "is enabled as")) == []
+
+
+def test_where_the_engine_says_it_changes_regime():
+    """Issue 47: the capacity search probes where the engine changes regime, as its log says it runs
+    (after its defaults): vLLM 0.26.0's engine config ('max_cudagraph_capture_size': 128, 0 when eager,
+    after the user's None), its non-default 'max_num_seqs' and its KV cache's tokens in requests of the
+    plan's length; SGLang's server args and its pool's max_total_num_tokens."""
+    cold = _log("vllm-0.26.0-h200-tp1-graphs-cold-compile-miss.log")
+    graphs = {(m.kind, m.streams) for m in startup.engine_marks(cold, 2000.0)}
+    assert graphs == {("graphs", 128), ("batch", 64), ("kv_cache", 2_189_344 // 2000)}
+    eager = {m.kind: m for m in startup.engine_marks(_log("vllm-0.26.0-h200-tp1-eager-warm.log"), 0.0)}
+    assert eager["graphs"].streams == 0 and "kv_cache" not in eager  # captured none; no request length known
+    assert eager["graphs"].source == "the engine's log: 'max_cudagraph_capture_size': 0"
+    trial = {m.kind: m.streams for m in startup.engine_marks(_log("vllm-0.26.0-h200-tp1-graphs-trial.log"), 100.0)}
+    assert trial["graphs"] == 8  # the configured None first, the engine's 8 after it
+    sglang = ("[2026-01-05 10:00:00] server_args=ServerArgs(model_path='m', max_running_requests=128, "
+              "cuda_graph_max_bs=160, chunked_prefill_size=8192)\n"
+              "[2026-01-05 10:00:30 TP0] max_total_num_tokens=665690, chunked_prefill_size=8192, "
+              "max_prefill_tokens=16384, max_running_requests=4096, context_len=32768\n")
+    assert {(m.kind, m.streams) for m in startup.engine_marks(sglang, 1000.0)} == {
+        ("graphs", 160), ("batch", 4096), ("kv_cache", 665)}
+    assert startup.engine_marks("INFO nothing of the kind\n", 100.0) == []

@@ -222,3 +222,20 @@ def test_an_engine_that_shuts_down_cleanly_on_the_stop_is_not_the_configs_either
     assert final.result.failure_kind == "interrupted" and not final.counted and final.blameless
     assert final.result.failure_reason.startswith("its server "), final.result.failure_reason
     assert outcome.decide(result).counted  # the same failure with no stop under way is the config's
+
+
+def test_a_goodput_trial_probes_where_the_engine_says_it_changes_regime():
+    """Issue 47: what the config asks for (its capture sizes), replaced kind by kind by what the engine's
+    log says it runs with, and the KV cache's room in requests of the plan's length (characters / 4 of
+    the mean prompt, and its output)."""
+    from orchestrator.backends.command import CommandBackend
+    from orchestrator.node.trial import regime_marks
+
+    backend = CommandBackend({"argv": ["srv", "--port", "{port}", "--sizes", "{capture_sizes}"]})
+    plan = BenchPlan(prompts=("x" * 400,), output_tokens=100, goodput=128)
+    log = ("(EngineCore_DP0 pid=1) INFO [core.py:1] compilation_config={'max_cudagraph_capture_size': 32}\n"
+           "(EngineCore_DP0 pid=1) INFO [kv_cache_utils.py:1] GPU KV cache size: 20,000 tokens\n")
+    marks = regime_marks(backend, {"capture_sizes": "1,2,64"}, log, plan)
+    assert [(m.streams, m.kind) for m in marks] == [(32, "graphs"), (100, "kv_cache")]  # 20000 / (100 + 100)
+    assert [(m.streams, m.kind) for m in regime_marks(backend, {"capture_sizes": "1,2,64"}, "", plan)] == [
+        (64, "graphs")]

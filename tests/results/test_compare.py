@@ -4,6 +4,7 @@ end-to-end run with real servers is in tests/e2e/test_study_e2e.py)."""
 from __future__ import annotations
 
 import re
+import statistics
 
 import pytest
 import recorded_study as fx  # a real journal study with every outcome
@@ -168,3 +169,8 @@ def test_the_p99_latencies_per_concurrency_and_what_the_targets_say_of_them():
     assert "| 64 | 30.0 / 13.0 (holds the SLO) | 30.0 / 31.0 (breaks TPOT p99 31.0 ms) |" in text
     old = _data({"baseline": {1: [97.8, 97.1]}, "best": {1: [192.6, 191.0]}})  # a file without percentiles
     assert "p99 latency" not in format_compare(old)
+    for rnd in data["rounds"]:  # where the server counted its prefix cache's hits: beside the TTFT, the median
+        rnd["levels"]["64"]["prefix_cache_hit_rate"] = 0.1 * rnd["round"] if rnd["config"] == "best" else 0.0
+    hits = 100 * statistics.median(0.1 * r["round"] for r in data["rounds"] if r["config"] == "best")
+    assert f"| 64 | 30.0 (prefix-cache hits 0%) / 13.0 (holds the SLO) | 30.0 (prefix-cache hits {hits:.0f}%) / " \
+           "31.0 (breaks TPOT p99 31.0 ms) |" in format_compare(data)

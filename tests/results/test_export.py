@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import statistics
 from dataclasses import replace
@@ -21,8 +22,10 @@ from orchestrator.backends.refserver import RefServerBackend
 from orchestrator.config.job import load_job
 from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.core.records import COMPLETE, TrialRow, config_key
+from orchestrator.core.verdict import t_quantile
 from orchestrator.results.export import FORMATS, choose, export, load_config_file, nccl_tuner_rules, notes
 from orchestrator.study import history, storage
+from orchestrator.study.launches import Evidence
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +47,8 @@ def test_env(built):
     comments = [line for line in text.splitlines() if line.startswith("#")]
     blob = "\n".join(comments)
     for needle in ("study demo, trial 2", "# value: 57.000 tok/s single-request decode, the median of 1 launch",
-                   "+-1.0%", "# vs baseline trial 0 (17.50): 3.26x, within noise (no interval: launch noise not",
-                   "# trial 2 is WITHIN NOISE of the baseline: it is not shown to beat the baseline", "refserver",
+                   "+-1.0%", "# vs baseline trial 0 (17.50): 3.29x, not shown: launch noise unknown yet (2 launches",
+                   "# trial 2 is NOT SHOWN to beat the baseline", "refserver",
                    "NCCL 2.21.5", "CUDA 12.4", "driver 550.54.15", "NVIDIA H200", "model: tiny",
                    "graph_capture=1 tp_size=2 max_batch=8"):
         assert needle in blob, needle
@@ -73,9 +76,11 @@ def test_yaml_json_round_trip(built, tmp_path, fmt):
     doc = json.loads(text) if fmt == "json" else yaml.safe_load(text)
     prov = doc["provenance"]
     assert prov["trial"] == 2 and prov["study"] == "demo" and prov["value_tok_s"] == 57.0
-    # the figures are medians over launches: the baseline's config was launched twice (20 and 15 tok/s)
-    assert prov["spread"] == pytest.approx(0.01) and prov["x_baseline"] == pytest.approx(57 / 17.5)
-    assert prov["figure"]["launches"] == 1 and prov["figure"]["vs_baseline"]["verdict"] == "within noise"
+    # the figures are medians over launches: the baseline's config was launched twice (20 and 15 tok/s); the
+    # ratio is the one its interval is of, of the geometric means (issue 48: one estimator for both)
+    assert prov["spread"] == pytest.approx(0.01) and prov["x_baseline"] == pytest.approx(57 / math.sqrt(20 * 15))
+    vs = prov["figure"]["vs_baseline"]
+    assert prov["figure"]["launches"] == 1 and vs["verdict"] == "not shown" and vs["point"] == vs["ratio"]
     assert prov["backend"] == {"kind": "refserver", "version": "refserver 0.1.0"}
     assert prov["nccl_version"] == "2.21.5" and prov["cuda_version"] == "12.4"
     assert prov["driver_version"] == "550.54.15" and prov["gpu_model"] == "NVIDIA H200" and prov["model"] == "tiny"
@@ -291,7 +296,8 @@ def test_without_an_option_a_plan_names_the_level_it_chose(jobs):
     assert "# chosen for level 1 (the default for a plan, its lowest level; --concurrency N exports another of " \
            "1, 10, 64): 433.900 decode tok/s, 4.58x the baseline\n" in text
     assert "# value: 433.900 decode tok/s, the median of 1 launch" in text
-    assert "# vs baseline trial 0 (94.70): 4.58x, within noise (no interval: launch noise not measured" in text
+    assert "# vs baseline trial 0 (94.70): 4.58x, not shown: launch noise unknown (no config launched twice)" in text
+    assert "within noise" not in text and "WITHIN NOISE" not in text
     text = export(mix, ROWS, "json")
     obj = json.loads(text)["provenance"]["objective"]
     assert obj["mix"] == {"1": 0.2, "10": 0.4, "64": 0.4} and obj["level"] is None
@@ -512,8 +518,9 @@ def test_the_documents_carry_the_hostile_strings_as_data(hostile, fmt, tmp_path)
 
 
 def test_the_cmd_export_says_where_it_listens_and_takes_host_and_port(tmp_path, capsys):
-    """`export --format cmd` is a sh script whose header says the address it binds (0.0.0.0:8000
-    by default: every interface); --host/--port write it for another address."""
+    """`export --format cmd`, what `export` writes without --format, is a sh script whose header says
+    the address it binds (0.0.0.0:8000 by default: every interface); --host/--port write it for
+    another address."""
     from orchestrator.cli import main
 
     job_path = write_job(tmp_path, study="where")
@@ -524,7 +531,10 @@ def test_the_cmd_export_says_where_it_listens_and_takes_host_and_port(tmp_path, 
     fx.record(study, policy, config, fx.ok(config, 20.0), baseline=True,
               choices={"tp_size": [1], "backend.threads": [1]})
     assert main(["export", str(job_path), "--format", "cmd"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    cmd = capsys.readouterr().out
+    assert main(["export", str(job_path)]) == 0  # no --format: the deploy artifact (issue 50)
+    assert capsys.readouterr().out == cmd
+    lines = cmd.splitlines()
     assert lines[0] == "#!/bin/sh" and "the deploy artifact" in lines[1]
     assert lines[2].startswith("# the server listens on 0.0.0.0:8000 (every network interface of this machine)")
     argv = shlex.split([ln for ln in lines if ln and not ln.startswith("#")][0])
@@ -548,8 +558,8 @@ def test_the_provenance_carries_latency_per_level_the_slo_and_goodputs_crossing(
     from orchestrator.core.slo import Slo, Targets
 
     def probed(number, params, curve, holds, breaks, **kw):
-        levels = {c: LevelResult(c, samples=(v,), ttft=Latency(0.01, 0.02, 0.03, 8), tpot=Latency(t / 2, t, t, 8))
-                  for c, (v, t) in curve.items()}
+        levels = {c: LevelResult(c, samples=(v,), ttft=Latency(0.01, 0.02, 0.03, 8), tpot=Latency(t / 2, t, t, 8),
+                                 prefix_cache_hit_rate=0.0 if c == 32 else None) for c, (v, t) in curve.items()}
         m = Measurement(levels=levels, goodput=GoodputResult(32, tuple(curve), holds, breaks))
         return TrialRow(number=number, state=COMPLETE, value=m.value, counted=True, config_key=config_key(params),
                         params=params, measurement=m, **kw)
@@ -568,10 +578,43 @@ def test_the_provenance_carries_latency_per_level_the_slo_and_goodputs_crossing(
     assert "# goodput: #1 holds the SLO up to 32 stream(s) at 4000 tok/s (all 32 tried); the baseline #0 up to 16 " \
            "at 850.0 tok/s\n" in env  # the answer once, not the config's crossing and then the same again
     assert "# value: 4000.000 tok/s total within the SLO" in env
-    assert "# latency at 32 (ms p50/p90/p99): TTFT 10.0/20.0/30.0, TPOT 6.0/12.0/12.0" in env
+    assert "# latency at 32 (ms p50/p90/p99): TTFT 10.0/20.0/30.0 (prefix-cache hits 0%), TPOT 6.0/12.0/12.0" in env
+    assert "# latency at 1 (ms p50/p90/p99): TTFT 10.0/20.0/30.0, TPOT" in env  # not counted there: not shown
+    assert prov["prefix_cache_hit_rate"] == {"32": 0.0}
     assert "# slo TPOT p99 <= 20 ms: holds them at every level measured" in env
     plain = json.loads(export(JOB, rows(), "json", backend=backend))["provenance"]
     assert plain["latency"] == {} and "goodput" not in plain and "slo" not in plain  # a study without them
+
+
+def test_the_export_carries_the_capacity_curve_its_price_and_the_whole_runs_tok_s():
+    """Issue 47: the capacity point with its curve (every measured load), $ per million output tokens
+    and tok/s per GPU with the job's cost, and at each level N the whole run's tok/s beside the steady
+    state's (what ``vllm bench serve`` counts)."""
+    from orchestrator.config.job import Objective
+    from orchestrator.core.capacity import Probe, result
+    from orchestrator.core.measurement import Latency, LevelResult, Measurement
+    from orchestrator.core.price import Cost, Pricing
+    from orchestrator.core.slo import Slo, Targets
+
+    targets = Targets(every=(Slo.named("tpot_p99", 0.020),))
+    curve = {1: (200.0, 0.005), 64: (19037.0, 0.003), 65: (7923.0, 0.008), 128: (12743.0, 0.010)}
+    levels = {c: LevelResult(c, samples=(v,), tpot=Latency(t / 2, t, t, 8), whole_run_tok_s=0.8 * v if c > 1 else None)
+              for c, (v, t) in curve.items()}
+    m = Measurement(levels=levels, goodput=result(128, list(curve), {c: Probe(c, v, True) for c, (v, _) in
+                                                                     curve.items()}, targets=targets))
+    row = TrialRow(number=0, state=COMPLETE, value=m.value, counted=True, config_key=config_key({}), params={},
+                   measurement=m, is_baseline=True)
+    job = SimpleNamespace(**vars(JOB), objective=Objective(goodput=128, slo=targets),
+                          pricing=lambda: Pricing(Cost(gpu_hour=2.5), 8, lambda config: 1))
+    backend = CommandBackend(SETTINGS, "job.yaml")
+    prov = json.loads(export(job, [row], "json", backend=backend))["provenance"]
+    assert prov["goodput"]["holds"] == 64 and [p["load"] for p in prov["goodput"]["curve"]] == [1, 64, 65, 128]
+    assert prov["goodput"]["price"]["tok_s_per_gpu"] == 19037.0 and prov["goodput"]["cost"] == {"gpu_hour": 2.5}
+    assert prov["throughput"]["64"] == {"tok_s": 19037.0, "whole_run_tok_s": 0.8 * 19037}
+    env = export(job, [row], "env", backend=backend)
+    assert "# cost at its capacity point: $0.0365 per million output tokens at $2.5 a GPU-hour, 19037 tok/s per GPU" \
+           in env
+    assert "# curve (streams: total tok/s, whole run, SLO): 1: 200.0, -, holds, 64: 19037, 15230, holds, 65: " in env
 
 
 # ---- NCCL tuner rules from the pre-screen's sweep ----------------------------------------------------
@@ -714,6 +757,53 @@ def test_the_engines_notices_of_the_measured_launch_are_in_the_header_and_proven
         assert "# engine notice: Async scheduling not supported with ngram-based speculative decoding and will be " \
                "disabled.\n" in text and "# engine notice: two | lines; touch X\n" in text
         assert "no notice" not in text
+
+
+# ---- issue 48: one estimator for a ratio's point and its interval ------------------------------------------
+def test_the_kept_h200_race_study_exports_one_estimate_and_its_interval(tmp_path):
+    """The kept H200 race study (docs/gpu/h200-vllm-1b-race) exported `5.56x faster (95% CI 3.92-6.64x)`: a
+    ratio of medians (point 5.557) beside an interval centred on the geometric means' (5.102); relaunched and
+    measured by `vllm bench serve` the pair gave 4.86x. Its export now prints the estimate its interval is of,
+    for the config it names at one stream (#1: the race left it tied with #3 there, and it is the best at 10 and
+    64, so the tie is broken for it) and for the runner-up (#3, the one the issue quoted)."""
+    repo = Path(__file__).resolve().parents[2]
+    src = repo / "jobs" / "h200-vllm-1b-race.yaml"
+    doc = yaml.safe_load(src.read_text())
+    doc["space"] = str((src.parent / doc["space"]).resolve())
+    doc.pop("output_dir", None)
+    doc["report_dir"], doc["storage"] = str(tmp_path), f"journal:{tmp_path / 'study.journal'}"
+    (tmp_path / "study.journal").write_bytes((repo / "docs/gpu/h200-vllm-1b-race/study.journal").read_bytes())
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    job = load_job(tmp_path / "job.yaml")
+    rows = history.trial_rows(storage.open_study(job, create=False))
+    provs = [d["provenance"] for d in yaml.safe_load_all(export(job, rows, "yaml", top=2)) if d]
+    assert [p["trial"] for p in provs] == [1, 3] and provs[0]["tie_break"]["rule"] == "one config for every level"
+    ev = Evidence(rows)
+    said = {}
+    for prov in provs:
+        vs = prov["figure"]["vs_baseline"]
+        # one estimate: the point is the interval's own, the ratio of the launches' geometric means at the centre of
+        # the t interval over the launch noise, which the launches' ranks may only widen
+        best, base = (next(r for r in rows if r.number == n) for n in (prov["trial"], prov["figure"]["baseline_trial"]))
+        logs = [[math.log(v) for v in ev.values(r.config_key, 1)] for r in (base, best)]
+        assert vs["point"] == vs["ratio"] == prov["x_baseline"] == pytest.approx(math.exp(statistics.fmean(logs[1])
+                                                                                          - statistics.fmean(logs[0])))
+        noise = vs["launch_noise"]
+        half = t_quantile(0.975, noise["df"]) * noise["sd"] * math.sqrt(1 / len(logs[0]) + 1 / len(logs[1]))
+        assert vs["lo"] <= vs["point"] * math.exp(-half) * (1 + 1e-9) and vs["hi"] >= vs["point"] * math.exp(half) \
+            * (1 - 1e-9) and vs["verdict"] == "faster"
+        said[prov["trial"]] = f"{vs['point']:.2f}x faster (95% CI {vs['lo']:.2f}-{vs['hi']:.2f}x"
+        assert vs["text"].startswith(said[prov["trial"]])
+    # the runner-up is the issue's figure: its interval is the t interval itself, and its point the 5.10x at its centre
+    third = provs[1]["figure"]["vs_baseline"]
+    assert third["point"] == pytest.approx(math.sqrt(third["lo"] * third["hi"])) == pytest.approx(5.102, abs=0.001)
+    assert said[3] == "5.10x faster (95% CI 3.92-6.64x" and said[1] == "5.35x faster (95% CI 3.78-6.99x"
+    base = provs[0]["figure"]["baseline_trial"]
+    for fmt in ("env", "cmd"):  # the header's line and its "chosen for" line: the same estimate, never 5.56x
+        text = export(job, rows, fmt, top=2)
+        for trial, point in ((1, "5.35"), (3, "5.10")):
+            assert f"# vs baseline trial {base} (87.16): {said[trial]}" in text and f", {point}x the baseline" in text
+        assert "5.56x" not in text
 
 
 VLLM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"

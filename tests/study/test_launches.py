@@ -5,6 +5,7 @@ launches that ran under very different load said so."""
 
 from __future__ import annotations
 
+import datetime
 import statistics
 from dataclasses import replace
 
@@ -12,7 +13,9 @@ import pytest
 from launch_rows import launch, noise_rows
 
 from orchestrator.core.measurement import HostLoad
-from orchestrator.core.verdict import FASTER, WITHIN_NOISE, verdict
+from orchestrator.core.records import TrialRow
+from orchestrator.core.verdict import FASTER, NOT_SHOWN, WITHIN_NOISE, describe, verdict
+from orchestrator.study.history import best_rows
 from orchestrator.study.launches import Evidence, load_note, measured_launches
 
 
@@ -53,18 +56,24 @@ def test_the_noise_and_the_figures_are_per_level_and_for_the_mix():
     assert verdict(ev.interval("a", "b", 8)) == FASTER and verdict(ev.interval("b", "a", 1)) == FASTER
 
 
-def test_two_finalists_of_a_race_are_judged_at_its_confidence():
+def test_two_finalists_of_a_race_are_judged_on_its_rounds_at_its_confidence():
     race = {"id": 2, "round": 0, "looks": 4, "contests": {"1": ["a", "b"]}}
-    rows = [launch(0, "a", 100.0, baseline=True), launch(1, "b", 103.0), launch(2, "c", 50.0),
+    rows = [launch(0, "a", 100.0, baseline=True), launch(1, "b", 93.0), launch(2, "c", 50.0),
             launch(3, "a", 100.5, role="race", race=race), launch(4, "b", 103.5, role="race", race=race),
-            launch(5, "a", 99.5, role="race", race={**race, "round": 1}),
-            launch(6, "b", 102.5, role="race", race={**race, "round": 1})]
+            launch(5, "b", 102.5, role="race", race={**race, "round": 1}),
+            launch(6, "a", 99.5, role="race", race={**race, "round": 1})]
     ev = Evidence(rows)
     assert ev.looks("1", "a", "b") == 4 and ev.looks("1", "a", "c") == 1
     raced = ev.interval("a", "b", 1)
-    assert raced.confidence == pytest.approx(0.9875)
-    assert verdict(raced) == WITHIN_NOISE  # three launches each: their ranks cannot settle it at 98.75%
+    assert raced.confidence == pytest.approx(0.9875) and raced.paired and raced.n == 2
+    assert verdict(raced) == NOT_SHOWN  # two rounds: no verdict between finalists before four
     assert ev.interval("a", "c", 1).confidence == 0.95
+    # four rounds, each a pair (the search's launch of b, slow, is no part of it): 3% apart in every round
+    rows += [launch(7 + 2 * i + j, k, v * (1 - 0.01 * i), role="race", race={**race, "round": 2 + i})
+             for i in range(2) for j, (k, v) in enumerate([("a", 100.0), ("b", 103.0)])]
+    raced = Evidence(rows).interval("a", "b", 1)
+    assert raced.n == 4 and verdict(raced) == FASTER and raced.ratio == pytest.approx(1.03, abs=0.002)
+    assert "4 rounds paired" in describe(raced)
 
 
 def test_launches_under_very_different_load_are_said():
@@ -94,3 +103,35 @@ def test_what_compares_fresh_launches_alone_say():
     assert fresh is not None and fresh.launches == (3, 3) and verdict(fresh) == WITHIN_NOISE
     assert fresh.ratio == pytest.approx(1.0, abs=0.01)
     assert ev.compared("base", "best", 1) is not None and Evidence(rows[:8]).compared("base", "best", 1) is None
+
+
+def test_a_box_that_drifts_is_read_at_one_time():
+    """Issue 48: a box 2% slower every minute; the baseline launched early, the best (1.6x it) late, each
+    four or five times. Over launches as measured the later launches make the best look 1.3x; read at one time (the
+    slope fitted within each config's own launches) it is 1.6x, and the interval says the drift was removed.
+    The ranking reads the same: a config 3% faster but launched later is not ranked below one launched early."""
+    t0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+
+    def at(n: int, key: str, speed: float, minute: float, **kw) -> TrialRow:
+        return launch(n, key, speed * 0.98 ** minute, ended_at=(t0 + datetime.timedelta(minutes=minute)).isoformat(),
+                      **kw)
+
+    rows = [at(i, "base", 100.0 * (1.005 if i % 2 else 0.995), 2 * i, baseline=i == 0, role=None if i == 0 else
+               "relaunch") for i in range(5)]
+    rows += [at(5 + i, "best", 160.0 * (0.995 if i % 2 else 1.005), 10 + 2 * i, role=None if i == 0 else "relaunch")
+             for i in range(4)]
+    ev = Evidence(rows)
+    drift = ev.drift(1)
+    assert drift.drifted and drift.rate() == (pytest.approx(-0.02, abs=0.002), "minute")
+    iv = ev.interval("base", "best", 1)
+    assert iv.ratio == pytest.approx(1.6, rel=0.01) and iv.drift_removed and verdict(iv) == FASTER
+    assert ev.median("best", 1) / ev.median("base", 1) < 1.4  # the figures printed stay as measured
+    assert describe(iv).endswith(", 5 vs 4 launches, launch noise +-0.6%, the box's drift removed)")
+    # ranking: "late" is 3% faster than "early" but launched ten minutes later (its medians 15% lower)
+    ranked = rows + [at(9 + i, "early", 100.0, 1 + 2 * i, role="relaunch") for i in range(3)] + \
+        [replace(at(12, "early", 100.0, 0.5), launch_role=None, counted=True)] + \
+        [at(13 + i, "late", 103.0, 11 + 2 * i, role="relaunch") for i in range(3)] + \
+        [replace(at(16, "late", 103.0, 10.5), launch_role=None, counted=True)]
+    order = [r.config_key for r in best_rows(ranked, 4)]
+    assert order[:2] == ["best", "late"] and order.index("late") < order.index("early")
+    assert Evidence(ranked).median("late", 1) < Evidence(ranked).median("early", 1)

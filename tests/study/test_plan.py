@@ -11,12 +11,12 @@ import statistics
 from dataclasses import replace
 
 import pytest
-from plan_rows import EAGER, PLAN, UP_TO_8, UP_TO_64, race_tied_at_one, relaunch, row, tied_at_one
+from plan_rows import EAGER, PLAN, UP_TO_8, UP_TO_64, race_tied_at_one, raced, relaunch, row, tied_at_one
 
 from orchestrator.config.job import Objective
-from orchestrator.core.records import FAIL, TrialRow
+from orchestrator.core.records import FAIL, TrialRow, config_key
 from orchestrator.core.slo import Slo, Targets
-from orchestrator.core.verdict import FASTER, SAME_CONFIG, SLOWER, WITHIN_NOISE
+from orchestrator.core.verdict import FASTER, NOT_SHOWN, SAME_CONFIG, SLOWER, WITHIN_NOISE
 from orchestrator.study.history import best_rows
 from orchestrator.study.plan import (
     best_at,
@@ -26,6 +26,7 @@ from orchestrator.study.plan import (
     format_plan,
     level_value,
     mix_of,
+    one_for_all,
     pareto,
     prune_thresholds,
 )
@@ -50,11 +51,14 @@ def issue_table(relaunched: bool = True) -> list[TrialRow]:
 
 def test_one_launch_each_is_no_verdict_launch_noise_unknown():
     """Repeats within one launch are not what a relaunch measures: with every config launched once
-    the launch noise is unknown, so no level's verdict is beyond noise, and the text says why."""
+    the launch noise is unknown, so no level's verdict is shown (neither beyond nor within a noise nobody
+    measured), the text says why, and its ratio is the interval's own estimate."""
     plan = build_plan(issue_table(relaunched=False), PLAN)
     for lv in (1, 10, 64):
-        assert plan.at(lv).vs_baseline.verdict == WITHIN_NOISE and not plan.at(lv).vs_baseline.interval.bounded
-        assert "no interval: launch noise not measured yet" in plan.at(lv).vs_baseline.text
+        vs = plan.at(lv).vs_baseline
+        assert vs.verdict == NOT_SHOWN and not vs.interval.bounded and "within noise" not in vs.text
+        assert vs.text.endswith("x, not shown: launch noise unknown (no config launched twice)")
+        assert vs.point == vs.interval.ratio and vs.to_dict()["point"] == vs.interval.ratio
         assert plan.at(lv).best_launches == 1 and plan.at(lv).best_fresh is None
 
 
@@ -211,6 +215,29 @@ def test_one_config_within_noise_of_the_best_everywhere_is_named_for_every_level
     assert line.startswith("one config for every level: #1, the best at 10 and 64, and at 1 within launch noise "
                            "of #2 (")
     assert plan.to_dict()["one_config"]["trial"] == 1
+
+
+def test_a_race_too_short_for_a_verdict_leaves_a_tie_the_config_for_every_level_breaks():
+    """The kept H200 race study's shape: its race ended after two rounds, too few for a verdict between
+    its finalists (``verdict.round_interval``), so the plan claims no config within launch noise of the
+    best at 1; the race still left up to 8 (#2) and up to 64 (#1) tied there, and #1 is the best at 10
+    and 64 by far: the race's tie stands for the comparison at 1 and the tie is broken for #1."""
+    up_to_8, up_to_64 = config_key(UP_TO_8), config_key(UP_TO_64)
+    rows = raced(tied_at_one(), PLAN, {up_to_8: [{1: v, 10: 900.0, 64: 5000.0} for v in (470.0, 455.0)],
+                                       up_to_64: [{1: v, 10: 3500.0, 64: 14000.0} for v in (450.0, 480.0)]}, budget=4)
+    plan = build_plan(rows, PLAN)
+    assert [plan.at(lv).best.number for lv in (1, 10, 64)] == [2, 1, 1]
+    assert plan.evidence.interval(up_to_8, up_to_64, 1).why.startswith("2 round(s) measured both")
+    assert plan.everywhere is None and "one config for every level" not in format_plan(plan)  # no interval at 1
+    one = one_for_all(plan.per_level, plan.evidence, plan.slo, tie=(1, {up_to_8, up_to_64}))
+    assert one.row.number == 1 and one.best_at == (10, 64) and one.within == ()
+    assert one.text() == "#1, the best at 10 and 64, and at 1 tied with #2 in the race"
+    tie = break_tie([plan.at(1).best, one.row], "at 1", one, plan.baseline)
+    assert tie.chosen.number == 1 and tie.rule == "one config for every level"
+    assert tie.text().endswith("#1 is exported, one config for every level (the best at 10 and 64); #2 only has the "
+                               "higher median at 1")
+    # a tie #1 is not in: #2 is slower beyond noise at 10 and 64, so nothing serves every level
+    assert one_for_all(plan.per_level, plan.evidence, plan.slo, tie=(1, {up_to_8, config_key(EAGER)})) is None
 
 
 def test_no_config_for_every_level_when_the_others_are_beyond_noise_or_break_the_slo():

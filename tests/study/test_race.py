@@ -5,6 +5,8 @@ stored race launches, so a stopped race continues where it was, nothing launched
 
 from __future__ import annotations
 
+import datetime
+
 from launch_rows import launch, noise_rows
 
 from orchestrator.config.job import Objective
@@ -35,26 +37,29 @@ def test_the_finalists_are_the_incumbent_and_the_configs_within_noise_of_it():
     plan = plan_race(search(), None, 8, race_id=3)
     [contest] = plan.contests
     assert contest.finalists == ("fast", "base")  # the incumbent first; 40 tok/s is beyond noise of it
-    assert plan.order == ("fast", "base") and plan.looks == 4  # 8 launches over 2 finalists
-    unknown = plan_race(search()[:5], None, 8, race_id=3)  # no launch noise yet: no config is beyond it
-    assert len(unknown.contests[0].finalists) == 3
+    # 8 launches over 2 finalists: four rounds, judged once (after the fourth, ``MIN_ROUNDS``)
+    assert plan.order == ("fast", "base") and plan.looks == 1
+    unknown = plan_race(search()[:5], None, 8, race_id=3)  # no launch noise yet: no config is beyond it...
+    assert len(unknown.contests[0].finalists) == 2 and unknown.contests[0].left_out == 1  # ...but 8 race two
+    assert len(plan_race(search()[:5], None, 12, race_id=3).contests[0].finalists) == 3
     many = [launch(0, "base", 100.0, baseline=True)] + [launch(n, f"c{n}", 100.0 + n) for n in range(1, 8)]
-    capped = plan_race(many, None, 8, race_id=8).contests[0]
+    capped = plan_race(many, None, 16, race_id=8).contests[0]
     assert len(capped.finalists) == MAX_FINALISTS and capped.left_out == 8 - MAX_FINALISTS
     assert capped.finalists[0] == "c7"
 
 
-def test_rounds_interleave_and_a_clear_loser_leaves_after_enough_launches():
-    rows = race(search(), 8, {"fast": [130.0, 131.0, 129.5, 130.5], "base": [100.5, 99.8, 100.2, 100.1]})
+def test_rounds_interleave_and_a_clear_loser_leaves_after_enough_rounds():
+    rows = race(search(), 12, {"fast": [130.0, 131.0, 129.5, 130.5], "base": [100.5, 99.8, 100.2, 100.1]})
     raced = [(r.config_key, r.race["round"]) for r in rows if r.launch_role == RACE]
-    # A B A B ...: drift falls on both alike; decided once each has five launches (every one of fast's above
-    # every one of base's), two launches of the budget left unspent
-    assert raced == [("fast", 0), ("base", 0), ("fast", 1), ("base", 1), ("fast", 2), ("base", 2)]
-    state = race_state(rows, None, 8, 3)
-    assert state.over() and state.rounds_done == 3 and state.eliminated == [("1", "base", 2)]
+    # A B | B A | A B | B A: a drift falls on both alike, first on one then on the other; decided after the
+    # fourth round (``MIN_ROUNDS`` pairs), four launches of the budget left unspent
+    assert raced == [("fast", 0), ("base", 0), ("base", 1), ("fast", 1), ("fast", 2), ("base", 2),
+                     ("base", 3), ("fast", 3)]
+    state = race_state(rows, None, 12, 3)
+    assert state.over() and state.rounds_done == 4 and state.eliminated == [("1", "base", 3)]
     [o] = outcomes(rows, None)
-    assert o.decided and o.winner == "fast" and not o.tied and o.launches == 6
-    assert said([o], trial_numbers(rows)) == "raced (6 launches, 3 round(s)): at 1 #1 decided beyond noise over #0"
+    assert o.decided and o.winner == "fast" and not o.tied and o.launches == 8 and not o.drift
+    assert said([o], trial_numbers(rows)) == "raced (8 launches, 4 round(s)): at 1 #1 decided beyond noise over #0"
 
 
 def test_a_tie_the_budget_cannot_break_is_a_tie():
@@ -69,9 +74,9 @@ def test_a_stopped_race_continues_where_it_was_nothing_launched_twice():
     whole = race(search(), 8, figures)
     stopped = whole[:12 + 3]  # the driver died after the race's third launch (its fourth never stored)
     state = race_state(stopped, None, 8, 3)
-    assert state.launched == 3 and state.round == 1 and state.next() == "base"  # round 2's second launch
-    assert state.next(["base"]) is None  # in flight: nothing else may start in this round
-    resumed = race(stopped, 8, {"fast": figures["fast"][2:], "base": figures["base"][1:]})
+    assert state.launched == 3 and state.round == 1 and state.next() == "fast"  # round 2 (B A)'s second launch
+    assert state.next(["fast"]) is None  # in flight: nothing else may start in this round
+    resumed = race(stopped, 8, {"fast": figures["fast"][1:], "base": figures["base"][2:]})
     assert [(r.config_key, r.race.get("round")) for r in resumed] == \
         [(r.config_key, r.race.get("round")) for r in whole]
     assert outcomes(resumed, None)[0].winner == outcomes(whole, None)[0].winner == "fast"
@@ -91,3 +96,31 @@ def test_the_race_costs_each_finalists_own_launches():
     state = race_state(rows, None, 8, 3)
     assert state.launch_seconds("fast", None) == 60.0  # the median of its own launches' costs
     assert state.expected_seconds(None) == 8 * 60.0
+
+
+def test_a_box_that_drifts_is_raced_in_pairs_and_said_to_drift():
+    """Issue 48: every launch 2% slower than the one before (a box warming up, a neighbour ramping), two
+    configs 6% apart, no relaunch before the race (both finalists). Over launches the drift is noise and
+    the race ended tied; read as pairs, round by round, the faster one is decided, and the race says the
+    box drifted."""
+    t0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    clock = iter(range(100))
+
+    def at(key: str, speed: float, n: int, **kw) -> object:
+        i = next(clock)  # one launch a minute, each 2% slower
+        return launch(n, key, speed * 0.98 ** i, ended_at=(t0 + datetime.timedelta(minutes=i)).isoformat(), **kw)
+
+    rows = [at("base", 100.0, 0, baseline=True), at("fast", 106.0, 1)]
+    while True:
+        state = race_state(rows, None, 8, 2)
+        key = state.next()
+        if key is None:
+            break
+        rows.append(at(key, {"fast": 106.0, "base": 100.0}[key], len(rows), role=RACE,
+                       race=state.plan.record(state.round)))
+    [o] = outcomes(rows, None)
+    assert o.launches == 8 and o.rounds == 4
+    assert o.decided and o.winner == "fast" and not o.tied
+    assert o.drift.startswith("the box drifted: launches of one config measured 2.0% slower per minute")
+    text = said([o], trial_numbers(rows))
+    assert "#1 decided beyond noise over #0" in text and "the box drifted" in text

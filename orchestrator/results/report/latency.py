@@ -2,12 +2,18 @@
 
 - **Latency per level**: for the configs the report names (the baseline, the best, a plan's
   best at each level, goodput's best), each level's TTFT, TPOT, inter-token and end-to-end
-  latency at p50/p90/p99 (``core.measurement.LevelResult``), and with latency targets
+  latency at p50/p90/p99 (``core.measurement.LevelResult``), beside the TTFT the share of the
+  level's prompt tokens the server's prefix cache answered (where it counts them), and with latency targets
   (``slo:``, ``core.slo``) whether each level holds them, or what it broke and by how much;
   the configs that count nowhere under them (the baseline among them: reported, not a stop).
-- **Goodput** (``objective.goodput``): the answer (``study.goodput``), each measured config's
-  crossing, and ``latency.png``: throughput and the targeted p99 latency against concurrency
-  for the baseline and the best, the target as a line (drawn too for a plan with targets).
+- **Capacity within the SLO** (``objective.goodput``): the answer (``study.goodput``), each
+  measured config's capacity point (its total tok/s there, in the steady state and over the whole
+  run, what it costs with the job's ``cost:``, what happens above it), the curves of the baseline
+  and the best (every measured load), and ``latency.png``: throughput and the targeted latency
+  against concurrency for the baseline and the best, a marker at each measured load and a line
+  only between neighbours with nothing unseen between them (``core.capacity.resolved``), the
+  target as a line and where each engine changes regime (its largest captured CUDA graph, ...)
+  as a dotted one (drawn too for a plan with targets: its levels as markers).
 - **Traffic** (``bench.traffic``, ``bench.context``): the requests sampled from the file (or the
   prompts made long), and the prompt and output lengths the launches measured
   (``core.measurement.Lengths``).
@@ -18,14 +24,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core import capacity
 from orchestrator.core import slo as slos
-from orchestrator.core.measurement import QUANTILES, LevelResult
+from orchestrator.core.measurement import QUANTILES, LevelResult, cache_text
 from orchestrator.core.records import TrialRow
 from orchestrator.results.report import document as doc
 from orchestrator.results.report.document import Block
 from orchestrator.results.report.plots import BASELINE_COLOR, BEST_COLOR, _plt, _save
 from orchestrator.study import objective as objectives
-from orchestrator.study.goodput import goodput_answer, tok
+from orchestrator.study.goodput import Crossing, GoodputAnswer, goodput_answer, tok
 from orchestrator.study.history import baseline_row, best_rows, infeasible_lines, short_params
 from orchestrator.study.plan import Plan
 
@@ -39,7 +46,10 @@ def _ms(seconds: float | None) -> str:
 
 def _percentiles(got: LevelResult, kind: str) -> str:
     lat = got.latency(kind)
-    return "-" if lat is None else "/".join(_ms(lat.at(q)) for q in QUANTILES)
+    if lat is None:
+        return "-"
+    cached = f" ({cache_text(got)})" if kind == "ttft" and cache_text(got) else ""
+    return "/".join(_ms(lat.at(q)) for q in QUANTILES) + cached
 
 
 def named_configs(rows: list[TrialRow], plan: Plan | None) -> list[tuple[str, TrialRow]]:
@@ -69,9 +79,12 @@ def latency_blocks(rows: list[TrialRow], objective: Any, plan: Plan | None) -> l
         return []
     targets = objectives.of(objective).slo
     out: list[Block] = [doc.heading(2, "Latency per level"), doc.para(
-        "Per level, each request's latencies in ms as p50/p90/p99: TTFT (to the first token), TPOT (per output "
+        "Per level, each request's latencies in ms as p50/p90/p99: TTFT (to the first token; beside it, where the "
+        "server counts it, the share of the prompt tokens its prefix cache answered: a TTFT is a whole prefill only "
+        "where that share is low), TPOT (per output "
         "token after the first), ITL (between streamed chunks) and E2E (the whole request)"
         + (f"; latency targets: {targets.describe()}." if targets else "."))]
+    whole = any(got.whole_run_tok_s is not None for _, r in named for got in r.levels.values())
     table = []
     for label, row in named:
         for level, got in row.levels.items():
@@ -80,8 +93,14 @@ def latency_blocks(rows: list[TrialRow], objective: Any, plan: Plan | None) -> l
             if targets:
                 found = slos.breaches(got, targets.at(level))
                 cells.append("; ".join(b.describe() for b in found) if found else "holds")
+            if whole:  # the steady state's total tok/s, and the whole run's as ``vllm bench serve`` counts it
+                cells.append(tok(got.value) + (f" ({tok(got.whole_run_tok_s)})" if got.whole_run_tok_s else ""))
             table.append(cells)
-    out.append(doc.table(["Config", "Level", "TTFT", "TPOT", "ITL", "E2E"] + (["SLO"] if targets else []), table))
+    out.append(doc.table(["Config", "Level", "TTFT", "TPOT", "ITL", "E2E"] + (["SLO"] if targets else [])
+                         + (["tok/s (whole run)"] if whole else []), table))
+    if whole:
+        out.append(doc.para("tok/s at a level N is its steady state (every stream in flight); in brackets the whole "
+                            "run's, every output token over the run's duration, as `vllm bench serve` counts it."))
     lines = infeasible_lines(rows) if targets else []
     if lines:
         out.append(doc.warn("Configs that count nowhere under the latency targets (never ranked; the baseline "
@@ -89,11 +108,17 @@ def latency_blocks(rows: list[TrialRow], objective: Any, plan: Plan | None) -> l
     return out
 
 
-def goodput_headline(rows: list[TrialRow], objective: Any) -> list[Block]:
-    """A goodput study's headline: its answer (the most streams each config serves within the SLO),
+def answer_of(rows: list[TrialRow], job: Any) -> GoodputAnswer:
+    """The study's goodput answer, priced by the job's ``cost:`` where it has one."""
+    pricing = job.pricing() if callable(getattr(job, "pricing", None)) else None
+    return goodput_answer(rows, objectives.of(getattr(job, "objective", None)), pricing)
+
+
+def goodput_headline(rows: list[TrialRow], job: Any) -> list[Block]:
+    """A goodput study's headline: its answer (where each config serves the most within the SLO),
     not a figure at one stream, which is not what the study ranked by."""
-    obj = objectives.of(objective)
-    answer = goodput_answer(rows, obj)
+    obj = objectives.of(getattr(job, "objective", None))
+    answer = answer_of(rows, job)
     out: list[Block] = [doc.heading(2, "Headline"), doc.para(
         f"**{answer.text()}**, under {obj.slo.describe() if obj.slo else 'every target'}.")]
     if answer.best is not None:
@@ -101,22 +126,59 @@ def goodput_headline(rows: list[TrialRow], objective: Any) -> list[Block]:
     return out
 
 
-def goodput_blocks(rows: list[TrialRow], objective: Any) -> list[Block]:
-    """The goodput answer, each config's crossing, and the plot (module docstring)."""
-    obj = objectives.of(objective)
+def goodput_blocks(rows: list[TrialRow], job: Any) -> list[Block]:
+    """The goodput answer, each config's capacity point, and the curves (module docstring)."""
+    obj = objectives.of(getattr(job, "objective", None))
     if obj.goodput is None:
         return []
-    answer = goodput_answer(rows, obj)
-    out: list[Block] = [doc.heading(2, "Goodput: the most streams within the SLO"), doc.para(
-        f"Each launch bisected the concurrency up to {obj.goodput} streams and kept the highest at which "
-        f"{obj.slo.describe() if obj.slo else 'every target'} held; its total tok/s there is the config's "
-        f"goodput. **{answer.text()}**.")]
-    out.append(doc.table(["Trial", "Holds up to", "Total tok/s there", "Breaks at", "What broke", "Config"],
-                         [[str(c.row.number) + (" (baseline)" if c.row.is_baseline else ""),
-                           str(c.holds) if c.holds is not None else "none", tok(c.value),
-                           str(c.breaks) if c.breaks is not None else f"- (all {c.max_concurrency} held)",
-                           "; ".join(b.describe() for b in c.broken) or "-", short_params(c.row.params) or
-                           "(defaults)"] for c in answer.configs]))
+    answer = answer_of(rows, job)
+    targets = obj.slo.describe() if obj.slo else "every target"
+    out: list[Block] = [doc.heading(2, "Capacity within the SLO"), doc.para(
+        f"Each launch swept the load up to {obj.goodput} streams (1, every 4x, and where the engine changes "
+        f"regime: its largest captured CUDA graph and the batch above it, the most sequences it runs at once, what "
+        f"its KV cache holds), then refined the gap above the best point and each crossing of the target, at most "
+        f"{capacity.MAX_PROBES} loads; a config's capacity is the load with the most total tok/s at which {targets} "
+        f"held, never assuming throughput rises with load. **{answer.text()}**."), doc.para(
+        "Total tok/s is the steady state: the tokens that arrived while every stream was in flight. `vllm bench "
+        "serve` reports output throughput over the whole run (every output token over the run's duration, the ramp "
+        "and the drain included), lower wherever they are slow: the whole run's figure, from the same requests, is "
+        "beside it.")]
+    priced = answer.pricing is not None
+    rows_out = []
+    for c in answer.configs:
+        cells = [str(c.row.number) + (" (baseline)" if c.row.is_baseline else ""),
+                 str(c.holds) if c.holds is not None else "none", tok(c.value), tok(c.whole_run),
+                 c.targets_text() or "-", (c.above() if not c.bisection else
+                                            f"breaks at {c.breaks}" if c.breaks is not None else "-")
+                 or "-", "; ".join(b.describe() for b in c.broken) or "-"]
+        if priced:
+            cells += [c.short_price() or "-",
+                      tok(c.priced.per_gpu) if c.priced is not None and c.holds is not None else "-"]
+        rows_out.append(cells + [short_params(c.row.params) or "(defaults)"])
+    out.append(doc.table(["Trial", "Capacity at", "Total tok/s there", "Whole run", "Targets there", "Above it",
+                          "What broke"] + (["$/Mtok", "tok/s per GPU"] if priced else []) + ["Config"], rows_out))
+    if priced and answer.best is not None and answer.best.price_text():
+        out.append(doc.para(f"Cost at the best's capacity point: {answer.best.price_text()}."))
+    for label, c in _curves(answer):
+        points = c.curve()
+        if not points:
+            continue
+        names = [name for name, _ in points[0].latency]
+        out.append(doc.para(f"Curve of the {label} #{c.row.number} (every load measured):"))
+        out.append(doc.table(["Streams", "Total tok/s", "Whole run"] + [slos.Slo.named(n, 0).label for n in names]
+                             + ["SLO"],
+                             [[str(pt.load), tok(pt.tok_s), tok(pt.whole_run_tok_s)]
+                              + [_ms(dict(pt.latency).get(n)) + " ms" for n in names]
+                              + ["holds" if pt.held else "breaks" if pt.held is False else "-"] for pt in points]))
+    return out
+
+
+def _curves(answer: GoodputAnswer) -> list[tuple[str, Crossing]]:
+    """The configs whose curves the report draws: the baseline, the best (each once)."""
+    out: list[tuple[str, Crossing]] = []
+    for label, c in (("baseline", answer.baseline), ("best", answer.best)):
+        if c is not None and all(c.row.config_key != o.row.config_key for _, o in out):
+            out.append((label, c))
     return out
 
 
@@ -160,36 +222,79 @@ def wants_plot(objective: Any) -> bool:
     return obj.goodput is not None or (bool(obj.slo) and obj.is_plan)
 
 
+def plot_title(objective: Any) -> str:
+    """The plot's alternative text in the report."""
+    if objectives.of(objective).goodput is not None:
+        return "Capacity curve: throughput and the targeted latency against concurrency"
+    return "Throughput and p99 latency against concurrency"
+
+
+def segments(points: list[tuple[int, float]]) -> list[list[tuple[int, float]]]:
+    """Runs of neighbouring points with nothing unseen between them (``capacity.resolved``): a line
+    is drawn along each run, never across a gap the launch did not measure."""
+    runs: list[list[tuple[int, float]]] = []
+    for pt in points:
+        if runs and capacity.resolved(runs[-1][-1][0], pt[0]):
+            runs[-1].append(pt)
+        else:
+            runs.append([pt])
+    return [run for run in runs if len(run) > 1]
+
+
 def plot_latency(rows: list[TrialRow], objective: Any, path: Path) -> None:
-    """Throughput (left) and the targeted p99 latency (right) against concurrency for the
-    baseline and the best, the target drawn as a line (module docstring)."""
+    """Throughput (left) and the targeted latency (right) against concurrency for the baseline and
+    the best (module docstring): markers at the measured loads (hollow: the whole run's tok/s), lines
+    only between resolved neighbours, the target as a line, the regime marks dotted."""
     plt = _plt()
     target = _plotted_target(objective)
     kind, quantile = (target.kind, target.quantile) if target else ("tpot", 99)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10.0, 4.0))
     best = best_rows(rows, 1)
+    marked: set[tuple[int, str]] = set()
     for label, row, colour in (("baseline", baseline_row(rows), BASELINE_COLOR),
                                ("best", best[0] if best else None, BEST_COLOR)):
         if row is None or not row.levels:
             continue
         levels = sorted(row.levels)
-        values = [row.levels[lv].value for lv in levels]
-        lat = [row.levels[lv].latency(kind) for lv in levels]
         name = f"{label} (#{row.number})"
-        left.plot(levels, values, marker="o", color=colour, label=name)
-        pts = [(lv, 1000 * got.at(quantile)) for lv, got in zip(levels, lat) if got is not None]
-        if pts:
-            right.plot(*zip(*pts), marker="o", color=colour, label=name)
+        tput = [(lv, row.levels[lv].value) for lv in levels if row.levels[lv].value is not None]
+        lat = [(lv, 1000 * got.at(quantile)) for lv in levels
+               if (got := row.levels[lv].latency(kind)) is not None]
+        whole = [(lv, row.levels[lv].whole_run_tok_s) for lv in levels if row.levels[lv].whole_run_tok_s]
+        for ax, pts in ((left, tput), (right, lat)):
+            if pts:
+                ax.plot(*zip(*pts), linestyle="none", marker="o", color=colour, label=name)
+                for run in segments(pts):  # type: ignore[arg-type]
+                    ax.plot(*zip(*run), color=colour, linewidth=1.2)
+        if whole:
+            left.plot(*zip(*whole), linestyle="none", marker="o", markerfacecolor="none", color=colour,
+                      label=f"{name}, whole run")
+        search = row.measurement.goodput if row.measurement is not None else None
+        point = row.levels.get(search.holds) if search is not None and search.holds is not None else None
+        if point is not None and point.value is not None:  # the capacity point: the most tok/s within the SLO
+            left.plot([point.level], [point.value], linestyle="none", marker="*", markersize=14, color=colour,
+                      label=f"{name}: capacity at {point.level}")
+        for mark in search.marks if search is not None else ():
+            if (mark.streams, mark.kind) in marked:
+                continue
+            marked.add((mark.streams, mark.kind))
+            for ax in (left, right):
+                ax.axvline(mark.streams, color=colour, linestyle=":", linewidth=1.0)
+            left.annotate(mark.describe().split(" (")[0], (mark.streams, 0.02), xycoords=("data", "axes fraction"),
+                          rotation=90, fontsize=6, color=colour, ha="right", va="bottom")
     if target is not None:
         right.axhline(1000 * target.limit_s, color=SLO_COLOR, linestyle="--", label=f"SLO {target.describe()}")
-    left.set_xlabel("concurrency (streams)")
-    left.set_ylabel("tok/s (1: decode tok/s of a request; N: total)")
-    left.set_title("throughput")
-    right.set_xlabel("concurrency (streams)")
-    right.set_ylabel(f"{slos.LABELS[kind]} p{quantile} (ms)")
-    right.set_title(f"{slos.LABELS[kind]} p{quantile}")
+    from matplotlib.ticker import FuncFormatter  # heavy and optional, as _plt's pyplot
+
     for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+        ax.set_xlabel("concurrency (streams)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, frameon=False, loc="best")
+    left.set_ylabel("tok/s (1: decode tok/s of a request; N: total)")
+    left.set_title("throughput")
+    right.set_ylabel(f"{slos.LABELS[kind]} p{quantile} (ms)")
+    right.set_title(f"{slos.LABELS[kind]} p{quantile}")
     fig.tight_layout()
     _save(fig, path)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,13 +30,16 @@ from orchestrator.core.records import NOT_THE_CONFIGS_FAULT, TrialRow
 from orchestrator.core.study_dir import StudyDir
 from orchestrator.core.verdict import (
     FASTER,
+    NOT_SHOWN,
     SLOWER,
     WITHIN_NOISE,
     describe,
+    estimate_text,
     interval_text,
-    median_ratio_text,
     ratio_interval,
+    ratio_text,
     verdict,
+    why_unbounded,
 )
 from orchestrator.results.compare import (
     check_constraints,
@@ -97,16 +99,23 @@ def _pct(s: float | None) -> str:
     return "-" if s is None else f"+-{100 * s:.1f}%"
 
 
-def _ratio(a: float | None, b: float | None) -> str:
-    return "-" if a is None or not b else f"{a / b:.2f}x"
-
-
 def _noise_words(base: TrialRow, row: TrialRow, ev: Evidence, level: int) -> str:
     """The top table's "vs baseline": faster / slower (beyond the launch noise), within noise,
-    same config, or noise unknown (the launch noise not measured yet)."""
+    same config, or not shown and why (no interval: the launch noise unknown, say)."""
     iv = history.row_interval(base, row, ev, level)
     word = verdict(iv, same_config=row.config_key == base.config_key)
-    return "noise unknown" if word == WITHIN_NOISE and not iv.bounded else word
+    if word == NOT_SHOWN:  # the headline gives the whole reason; a cell, its gist
+        return f"{NOT_SHOWN}: launch noise unknown" if iv.noise is not None and not iv.noise.known else \
+            f"{NOT_SHOWN}: {why_unbounded(iv)}"
+    return word
+
+
+def _x_baseline(base: TrialRow | None, row: TrialRow, ev: Evidence, level: int) -> str:
+    """The top table's "x baseline": the estimate of the interval the "vs baseline" column judges."""
+    if base is None:
+        return "-"
+    iv = history.row_interval(base, row, ev, level)
+    return ratio_text(iv) if iv.ratio is not None else "-"
 
 
 def _job_value(job: Any, *names: str) -> Any:
@@ -174,12 +183,12 @@ def _headline(rows, best, base, ev: Evidence, level: int, objective: Any = None)
         else:
             noise = f"Too few launches to tell whether this exceeds the noise ({interval_text(iv)}){by}."
         out.append(doc.para(f"**Best: trial {b.number}, {value:.2f} tok/s ({over}), "
-                      f"{median_ratio_text(iv, value / base_value)} the baseline** (trial {base.number}, "
-                      f"{base_value:.2f} tok/s, the median of {launches_text(ev.count(base.config_key, level))}). "
-                      f"{noise}"))
-        if fresh and word not in (FASTER, SLOWER):
+                      f"{ratio_text(iv)} the baseline** (trial {base.number}, "
+                      f"{base_value:.2f} tok/s, the median of {launches_text(ev.count(base.config_key, level))}; "
+                      f"the ratio {estimate_text(iv)}). {noise}"))
+        if fresh and word == WITHIN_NOISE:
             out.append(doc.warn(f"fresh launches put trial {b.number} within noise of the baseline: "
-                                f"{describe(replace(iv, ratio=value / base_value))}"))
+                                f"{describe(iv)}"))
         elif fresh_iv is not None and fresh_within:
             out.append(doc.warn(f"fresh launches put trial {b.number} within noise of the baseline: "
                                 f"{describe(fresh_iv)} (`ncclsweep compare`'s launches alone)"))
@@ -192,6 +201,9 @@ def _headline(rows, best, base, ev: Evidence, level: int, objective: Any = None)
     said = races.said(races.outcomes(rows, objective), races.trial_numbers(rows))
     if said:
         out.append(doc.para(said[0].upper() + said[1:] + "."))
+    drift = ev.drift(level).text()
+    if drift:  # a figure measured at another time will differ: the reader is told once, here
+        out.append(doc.warn(drift))
     load = load_note(rows)
     if load:
         out.append(doc.warn(load))
@@ -310,7 +322,7 @@ def _top_table(rows, best, base, ev: Evidence, level: int) -> list[Block]:
     table = []
     for i, r in enumerate(best, 1):
         value = ev.median(r.config_key, level) or r.value
-        table.append([i, r.number, _tok(value), _pct(r.spread), _ratio(value, base_v),
+        table.append([i, r.number, _tok(value), _pct(r.spread), _x_baseline(base, r, ev, level) if base_v else "-",
                       _noise_words(base, r, ev, level) if base_v else "-", r.n_measurements]
                      + ([_acceptance(r)] if speculating else [])
                      + [f"`{short_params(r.params)}`"
@@ -713,12 +725,14 @@ def _by_node(rows) -> list[Block]:
                       f"{base[0]:.2f} {_pct(base[1])} (n={base[2]})" if base else "not measured here"])
     out: list[Block] = [doc.heading(2, "By node"),
                         doc.table(["Node", "Trials", "COMPLETE", "FAIL", "Best tok/s", "Baseline repeats"], table)]
-    flagged = []
+    flagged, unknown = [], []
     if len(per_node) >= 2:
         ref_node = max(per_node, key=lambda n: per_node[n][2])
         ref = per_node[ref_node]
         for node, (v, _s, _n) in per_node.items():
             iv = ratio_interval(samples[ref_node], samples[node])
+            if node != ref_node and verdict(iv) == NOT_SHOWN:
+                unknown.append(f"{node} ({why_unbounded(iv)})")
             if node != ref_node and verdict(iv) in (FASTER, SLOWER):
                 flagged.append(f"node {node}'s baseline ({v:.2f} tok/s) differs from {ref_node}'s "
                                f"({ref[0]:.2f} tok/s) beyond noise ({describe(iv)}): results from the two "
@@ -729,6 +743,9 @@ def _by_node(rows) -> list[Block]:
     if missing and per_node:
         out.append(doc.para("The baseline was not repeated on " + ", ".join(missing)
                       + ", so those nodes cannot be checked against it."))
+    elif unknown:
+        out.append(doc.para(f"Not shown whether the baseline repeats of {', '.join(unknown)} agree with "
+                            f"{ref_node}'s: too few samples for an interval."))
     elif not flagged and len(per_node) >= 2:
         out.append(doc.para("Baseline repeats agree across nodes within noise."))
     return out
@@ -885,7 +902,7 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
                      + (f", backend {kind}" if kind else "")
                      + f". Open it interactively with `{storage.dashboard_command(getattr(job, 'storage', ''))}`."))
     if objectives.of(objective).goodput is not None and rows:
-        blocks += latency.goodput_headline(rows, objective)
+        blocks += latency.goodput_headline(rows, job)
     else:
         blocks += _headline(rows, best, base, ev, level, objective)
     if plan is not None:
@@ -893,9 +910,9 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
     if plan is not None:
         blocks += _plan(plan, Path(report_dir))
     blocks += _launch_noise(rows, ev, levels, objective)
-    blocks += latency.goodput_blocks(rows, objective)
+    blocks += latency.goodput_blocks(rows, job)
     if latency.wants_plot(objective):
-        blocks.append(doc.image(latency.LATENCY_PLOT, "Throughput and p99 latency against concurrency"))
+        blocks.append(doc.image(latency.LATENCY_PLOT, latency.plot_title(objective)))
     blocks += latency.latency_blocks(rows, objective, plan)
     blocks += latency.traffic_blocks(job, rows)
     blocks += _summary(rows)

@@ -41,12 +41,14 @@ def test_markdown_answers_the_morning_questions(report):
     md = (job.report_dir / "report.md").read_text()
     head = section(md, "Headline")
     # figures over launches: the baseline's config was launched twice (20 and 15 tok/s), the best once; one
-    # config launched twice is too little launch noise for a verdict
-    assert "**Best: trial 2, 57.00 tok/s (the median of 1 launch), 3.26x the baseline** (trial 0, 17.50 tok/s, " \
-           "the median of 2 launches)" in head
-    assert "Too few launches to tell whether this exceeds the noise (no interval: launch noise not measured well " \
-           "enough yet" in head and "NCCL_PROTO Simple -> LL" in head
+    # config launched twice is too little launch noise for a verdict. The ratio is the one its interval is of
+    # (of the geometric means, 57 / sqrt(20 x 15)), and says so, not the medians' 3.26x
+    assert "**Best: trial 2, 57.00 tok/s (the median of 1 launch), 3.29x the baseline** (trial 0, 17.50 tok/s, " \
+           "the median of 2 launches; the ratio by the geometric means over launches)" in head
+    assert "Too few launches to tell whether this exceeds the noise (no interval: launch noise unknown yet (2 " \
+           "launches" in head and "NCCL_PROTO Simple -> LL" in head and "within noise" not in head
     top = section(md, "Top")
+    assert "| 1 | 2 | 57.00 | +-1.0% | 3.29x | not shown: launch noise unknown | 1 |" in top
     ranked = [int(line.split("|")[2]) for line in top.splitlines() if re.match(r"\| \d+ \|", line)]
     assert ranked[0] == 2 and 3 not in ranked and 10 not in ranked  # never a failure, never the garbage config
     fails = section(md, "Failures")
@@ -164,10 +166,10 @@ def test_fresh_launches_by_compare_join_the_headlines_verdict(tmp_path):
                                     DISTS, {storage.ATTR_LAUNCH_ROLE: "compare"})
     write_report(job)
     head = section((job.report_dir / "report.md").read_text(), "Headline")
-    assert "**Best: trial 2, 47.00 tok/s (the median of 4 launches), 1.18x the baseline**" in head
+    assert "**Best: trial 2, 47.00 tok/s (the median of 4 launches), 1.68x the baseline**" in head  # geometric means
     assert "The difference is within the launch noise (95% CI " in head
     assert "(6 of them fresh launches by `ncclsweep compare`): the best is **not** shown to beat the baseline" in head
-    assert "fresh launches put trial 2 within noise of the baseline: 1.18x, within noise (95% CI" in head
+    assert "fresh launches put trial 2 within noise of the baseline: 1.68x, within noise (95% CI" in head
 
 
 def test_fresh_launches_within_noise_are_said_beside_a_verdict_over_every_launch_that_is_not(tmp_path):

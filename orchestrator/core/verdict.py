@@ -355,12 +355,17 @@ def launch_interval(a_values: Sequence[float | None], b_values: Sequence[float |
 
 
 def round_interval(a_values: Sequence[float | None], b_values: Sequence[float | None], *, looks: int = 1,
-                   drift_removed: bool = False, confidence: float = DEFAULT_CONFIDENCE) -> RatioInterval:
+                   drift_removed: bool = False, confidence: float = DEFAULT_CONFIDENCE,
+                   noise: LaunchNoise | None = None) -> RatioInterval:
     """b/a over rounds of launches (module docstring, "over rounds"): ``a_values[i]`` and
     ``b_values[i]`` launched in round i (a round where either failed, None or 0, is dropped). The
     ratio is the geometric mean of the rounds' ratios, the centre of the t interval on their logs at
     the looked confidence, which is held to the signed ranks' interval wherever the rounds can bound
-    one; unbounded under ``MIN_ROUNDS`` rounds."""
+    one; unbounded under ``MIN_ROUNDS`` rounds. A round's ratio carries two launches' noise: with the
+    study's launch ``noise`` known, the rounds' variance is pooled with twice its variance (degrees of
+    freedom added), so a verdict stands beyond the noise measured launch to launch, not only beyond
+    how alike a few rounds happened to be (four rounds of launches fast or slow by 35% at random named
+    the slower of two configs 2x faster with an interval of +-1%; issue 49's replay)."""
     if len(a_values) != len(b_values):
         raise ValueError(f"paired launches need one a and one b per round, got {len(a_values)} and {len(b_values)}")
     conf = looked_confidence(confidence, looks)
@@ -374,7 +379,11 @@ def round_interval(a_values: Sequence[float | None], b_values: Sequence[float | 
         return RatioInterval(math.exp(centre), None, None, n, True, conf, (n, n),
                              why=f"{n} round(s) measured both; a verdict between finalists needs {MIN_ROUNDS}",
                              drift_removed=drift_removed)
-    half = t_quantile(0.5 + conf / 2.0, n - 1) * statistics.stdev(diffs) / math.sqrt(n)
+    var, df = statistics.variance(diffs), n - 1
+    if noise is not None and noise.known and noise.sd is not None:
+        var = (df * var + noise.df * 2.0 * noise.sd ** 2) / (df + noise.df)
+        df += noise.df
+    half = t_quantile(0.5 + conf / 2.0, df) * math.sqrt(var / n)
     lo, hi = centre - half, centre + half
     ranks = signed_rank_interval(diffs, conf)
     if ranks is not None:

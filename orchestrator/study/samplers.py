@@ -109,8 +109,8 @@ def make_sampler(
         # group=True is flagged experimental; that is a choice made knowingly here.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if key == "model":  # what proposes where the policy cannot enumerate the space: TPE as configured
-            opts.pop("exploration", None)
-            opts.pop("interaction", None)
+            for own in ("exploration", "interaction", "gaps"):  # the strategy's, not TPE's
+                opts.pop(own, None)
             key = "tpe"
         if key == "tpe":
             multivariate = opts.pop("multivariate", True)

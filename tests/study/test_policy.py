@@ -16,7 +16,7 @@ from orchestrator.study import objective as objectives
 from orchestrator.study.feasible import FeasibleSampler
 from orchestrator.study.history import trial_rows
 from orchestrator.study.policy import Proposal, SearchPolicy
-from orchestrator.study.replay import TableSpace, _replay_levels, load_table
+from orchestrator.study.replay import TableSpace, load_table, replay_levels
 from orchestrator.study.samplers import make_sampler
 from orchestrator.study.storage import CONSTRAINT
 from orchestrator.study.strategies import picks
@@ -577,7 +577,7 @@ def run_all(table, study, policy, thresholds=None):
         if p.cached is not None:
             policy.record(p, p.cached, counted=False)
             continue
-        policy.record(p, _replay_levels(rows[p.key], p.config, rng, 3, thresholds(policy) if thresholds else None))
+        policy.record(p, replay_levels(rows[p.key], p.config, rng, 3, thresholds(policy) if thresholds else None))
     return rows
 
 
@@ -644,7 +644,7 @@ def test_a_weighted_mix_is_one_value_the_weighted_geometric_mean(table):
 def test_a_plan_trial_a_dead_driver_left_with_its_record_is_told_as_recorded(table):
     study, policy = make_plan_policy(table)
     p = policy.next()
-    result = _replay_levels(table.by_key()[p.key], p.config, random.Random(0), 3, None)
+    result = replay_levels(table.by_key()[p.key], p.config, random.Random(0), 3, None)
     for name, value in {**result.to_attrs(), "config_key": p.key, "counted": True}.items():
         p.trial.set_user_attr(name, value)
     p.trial.set_constraint(CONSTRAINT, 0.0)  # the whole record, all but Optuna's final state

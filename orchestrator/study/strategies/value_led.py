@@ -141,8 +141,10 @@ class ValueLed:
         if len(worked) < GAP_FROM:
             return []
         continued = view.launched_this_run == 0 and view.launched > 0
-        if not continued and (stalled(rows, view) < STALL or view.launched_this_run % GAP_EVERY != 0):
+        if not continued and view.launched_this_run % GAP_EVERY != 0:
             return []
+        only_baseline = not continued and stalled(rows, view) < STALL  # before the stall: the baseline's values
+        base = next((r.params or {} for r in rows if r.is_baseline), None)
         configs = list(view.configs.values())
         names = sorted(set().union(*configs))
         choices = {n: sorted({additive.value_of(c, n) for c in configs}, key=repr) for n in names}
@@ -151,6 +153,9 @@ class ValueLed:
             return []
         together = coverage.companions(configs, names)
         for gap in cov.gaps:
+            if only_baseline and (base is None or gap.seen != 1 or not all(
+                    additive.value_of(base, n) == x for n, x in gap.values)):
+                continue
             carrying = [k for k in keys if all(additive.value_of(view.configs[k], n) == x for n, x in gap.values)]
             apart = {k: coverage.settings_apart(view.configs[k], cov.best, names, together) for k in carrying}
             near = [k for k in carrying if apart[k] <= len(gap.values)]

@@ -464,13 +464,13 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
             lines.append(f"at {lp['level']} none yet")
             continue
         vs = lp["vs_baseline"]
-        ratio = f" = {vs['text']} than the baseline" if vs and vs["verdict"] != "same config" else \
+        ratio = f" = {vs['text']} than the baseline" if vs and vs["verdict"] != verdict.SAME_CONFIG else \
             (" (the baseline)" if vs else "")
         n = lp.get("best_launches") or 1
         lines.append(f"at {lp['level']} #{lp['best_trial']} {fmt(lp['best_value'])} {lp['unit']} "
                      f"({launches_text(n)}){ratio}")
         lose = lp["anchor_vs_best"]
-        if lose and lose["verdict"] != "same config":
+        if lose and lose["verdict"] != verdict.SAME_CONFIG:
             losses.append(f"{fmt(lp['anchor_value'])} at {lp['level']} ({lose['text']})")
     if losses and plan.get("anchor_trial") is not None:
         lines.append(f"the best at {first} (#{plan['anchor_trial']}) does " + ", ".join(losses))
@@ -479,7 +479,9 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
     mix = plan.get("mix")
     if mix:
         vs = mix.get("vs_baseline")
-        lines.append(f"best for the mix #{mix['trial']}" + (f" = {vs['text']} than the baseline" if vs else ""))
+        lines.append(f"best for the mix #{mix['trial']}" + (f" = {vs['text']} than the baseline"
+                                                           if vs and vs["verdict"] != verdict.SAME_CONFIG else
+                                                           " (the baseline)" if vs else ""))
     return [f"plan: {line}" for line in lines]
 
 

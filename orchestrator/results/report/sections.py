@@ -785,7 +785,7 @@ def _plan_lead(plan: Plan) -> list[Block]:
         return []
     parts = []
     for level, lp in bests.items():
-        vs = f", {lp.vs_baseline.text} than the baseline" if lp.vs_baseline is not None else ""
+        vs = f", {lp.vs_baseline.than('the baseline')}" if lp.vs_baseline is not None else ""
         parts.append(f"at {level} trial {lp.best.number}{vs}")  # type: ignore[union-attr]
     out = [doc.warn("The best config depends on the load: " + "; ".join(parts) + ". The headline's best is "
                     "the best at the lowest level; the Plan section below says what it gives away at the "
@@ -841,7 +841,7 @@ def _plan(plan: Plan, report_dir: Path) -> list[Block]:
         if plan.mix is None:
             out.append(doc.para(f"Best for the traffic mix ({mix}): none yet."))
         else:
-            vs = f" = {plan.mix_vs_baseline.text} than the baseline" if plan.mix_vs_baseline else ""
+            vs = f" = {plan.mix_vs_baseline.than('the baseline')}" if plan.mix_vs_baseline else ""
             out.append(doc.para(f"Best for the traffic mix ({mix}): trial {plan.mix.number}{vs} (the weighted "
                                 "geometric mean of its ratios to the baseline; interval from the levels' intervals)."))
     if len(plan.levels) > 1:

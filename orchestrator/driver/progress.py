@@ -35,7 +35,7 @@ from orchestrator.study import race as races
 from orchestrator.study.bans import describe
 from orchestrator.study.cost import LaunchCost
 from orchestrator.study.goodput import GoodputAnswer
-from orchestrator.study.launches import HEADLINE, Evidence, load_note
+from orchestrator.study.launches import Evidence, load_note
 from orchestrator.study.plan import Plan, fmt, launches_text, level_value, noise_text
 
 
@@ -348,7 +348,7 @@ class Progress:
         rows = list(rows or [r for r in (best, base) if r is not None])
         level = objectives.levels(objective)[0]
         ev = Evidence(rows)
-        drift = ev.drift(HEADLINE if objectives.of(objective).goodput is not None else level)
+        drift = ev.headline_drift(objective)
         value = ev.median(best.config_key, level) or best.value
         base_value = (ev.median(base.config_key, level) or base.value) if base is not None else None
         iv = (ev.interval(base.config_key, best.config_key, level)

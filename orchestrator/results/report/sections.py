@@ -201,7 +201,7 @@ def _headline(rows, best, base, ev: Evidence, level: int, objective: Any = None)
     said = races.said(races.outcomes(rows, objective), races.trial_numbers(rows))
     if said:
         out.append(doc.para(said[0].upper() + said[1:] + "."))
-    drift = ev.drift(level).text()
+    drift = ev.headline_drift(objective).text()
     if drift:  # a figure measured at another time will differ: the reader is told once, here
         out.append(doc.warn(drift))
     load = load_note(rows)
@@ -888,7 +888,7 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
                      + (f", backend {kind}" if kind else "")
                      + f". Open it interactively with `{storage.dashboard_command(getattr(job, 'storage', ''))}`."))
     if objectives.of(objective).goodput is not None and rows:
-        blocks += latency.goodput_headline(rows, job)
+        blocks += latency.goodput_headline(rows, job, ev)
     else:
         blocks += _headline(rows, best, base, ev, level, objective)
     if plan is not None:

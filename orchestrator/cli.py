@@ -381,7 +381,7 @@ def cmd_status(args) -> int:
             print(orphaned, file=sys.stderr)
         return 0
     from orchestrator.study import race
-    from orchestrator.study.launches import HEADLINE, load_note
+    from orchestrator.study.launches import load_note
     from orchestrator.study.plan import build_plan, format_plan, format_verdict
 
     plan = build_plan(rows, job.objective)
@@ -407,8 +407,7 @@ def cmd_status(args) -> int:
     for line in coverage.describe(coverage.of_job(job, rows)):
         print(line)
     raced = race.said(race.outcomes(rows, job.objective), race.trial_numbers(rows))
-    level = HEADLINE if job.objective.goodput is not None else job.objective.levels[0]
-    drift = plan.evidence.drift(level).text() if plan.evidence is not None else ""
+    drift = plan.evidence.headline_drift(job.objective).text() if plan.evidence is not None else ""
     for said in (raced, load_note(rows), drift if drift not in raced else ""):  # the race says a drift itself
         if said:
             print(said)

@@ -49,8 +49,10 @@ t interval's centre): a point and its interval always come from one estimator, n
 medians beside an interval of geometric means. With fewer than two pairs (or two samples on
 either side, or the launch noise unknown) there is no interval: the verdict is "not shown" and the
 text says why (``RatioInterval.why``). A config compared with itself never gets a verdict: any difference between two
-launches of one config is noise by definition (``same_config``), and its interval is shown
-as a measure of that noise.
+launches of one config is noise by definition (``same_config``). Its launches paired with themselves
+(the plan's best against itself) say nothing: "the same config", no interval; two sets of its launches
+(``compare`` relaunching the baseline as the best) show their interval as a measure of that noise
+(``describe_one_config``).
 
 Student-t quantiles are computed here (no scipy): the t distribution's CDF through the
 regularised incomplete beta function (continued fraction), inverted by bisection; exact to
@@ -63,7 +65,8 @@ against published table values and an independent numerical integration.
     round_interval(a, b, looks=1)         -> RatioInterval   (b relative to a, paired by round)
     launch_range(values, noise)           -> (lo, hi) where a fresh launch should measure
     verdict(interval, same_config=False)  -> FASTER | SLOWER | WITHIN_NOISE | NOT_SHOWN | SAME_CONFIG | NOT_MEASURED
-    describe(interval, same_config=False) -> "1.31x faster (95% CI 1.22-1.41x)"
+    describe(interval, same_config=False) -> "1.31x faster (95% CI 1.22-1.41x)"; "the same config"
+    describe_one_config(interval)         -> "the same config, its launches 0.96x apart (95% CI ...)"
     estimate_text(interval)               -> "by the geometric means over launches": what the ratio is
     t_quantile(p, df)                     -> the p-quantile of Student's t with df degrees of freedom
 """
@@ -80,6 +83,7 @@ SLOWER = "slower"
 WITHIN_NOISE = "within noise"
 NOT_SHOWN = "not shown"  # no interval: the noise it would be judged by is unknown (``RatioInterval.why``)
 SAME_CONFIG = "same config"
+SAME_CONFIG_TEXT = "the same config"  # what ``describe`` says of a config compared with itself
 NOT_MEASURED = "not measured"
 
 DEFAULT_CONFIDENCE = 0.95
@@ -575,8 +579,10 @@ def describe(interval: RatioInterval, *, same_config: bool = False) -> str:
     """The ratio, its verdict and its interval in one phrase, the ratio the interval's own estimate:
 
     "1.31x faster (95% CI 1.22-1.41x)", "0.80x slower (95% CI 0.75-0.85x)",
-    "0.96x, within noise (95% CI 0.81-1.14x)", "0.96x, within noise: same config (95% CI ...)",
-    "2.19x, not shown: launch noise unknown (no config launched twice)".
+    "0.96x, within noise (95% CI 0.81-1.14x)",
+    "2.19x, not shown: launch noise unknown (no config launched twice)"; a config compared with itself
+    (``same_config``: the plan's best against itself, one config's launches on both sides) is "the
+    same config", with no verdict words and no interval, which would pair its launches with themselves.
     """
     word = verdict(interval, same_config=same_config)
     if word == NOT_MEASURED:
@@ -586,9 +592,21 @@ def describe(interval: RatioInterval, *, same_config: bool = False) -> str:
         return f"{ratio} {word} ({interval_text(interval)})"
     if word == NOT_SHOWN:
         return f"{ratio}, {NOT_SHOWN}: {why_unbounded(interval)}"
-    if word == SAME_CONFIG:
-        extra = ""
-        if interval.bounded and not interval.lo <= 1.0 <= interval.hi:  # type: ignore[operator]
-            extra = ", which excludes 1.0: launches of one config differ by more than this interval says"
-        return f"{ratio}, within noise: same config ({interval_text(interval)}{extra})"
+    if word == SAME_CONFIG:  # no verdict and no interval: a config's launches paired with themselves
+        return SAME_CONFIG_TEXT
     return f"{ratio}, within noise ({interval_text(interval)})"
+
+
+def describe_one_config(interval: RatioInterval) -> str:
+    """Two sets of launches of one config (``compare`` relaunching the baseline as the best too): no
+    verdict, the interval the measure of how much its launches differ: "the same config, its launches
+    0.96x apart (95% CI 0.81-1.14x)", with a note where that excludes 1.0; "the same config" where
+    there is no interval (one round)."""
+    if interval.ratio is None:
+        return "n/a (not measured)"
+    if not interval.bounded:
+        return SAME_CONFIG_TEXT
+    extra = ""
+    if not interval.lo <= 1.0 <= interval.hi:  # type: ignore[operator]
+        extra = ", which excludes 1.0: launches of one config differ by more than this interval says"
+    return f"{SAME_CONFIG_TEXT}, its launches {ratio_text(interval)} apart ({interval_text(interval)}{extra})"

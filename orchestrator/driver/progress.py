@@ -35,7 +35,7 @@ from orchestrator.study import race as races
 from orchestrator.study.bans import describe
 from orchestrator.study.cost import LaunchCost
 from orchestrator.study.goodput import GoodputAnswer
-from orchestrator.study.launches import HEADLINE, Evidence, load_note
+from orchestrator.study.launches import Evidence, load_note
 from orchestrator.study.plan import Plan, fmt, launches_text, level_value, noise_text
 
 
@@ -348,7 +348,7 @@ class Progress:
         rows = list(rows or [r for r in (best, base) if r is not None])
         level = objectives.levels(objective)[0]
         ev = Evidence(rows)
-        drift = ev.drift(HEADLINE if objectives.of(objective).goodput is not None else level)
+        drift = ev.headline_drift(objective)
         value = ev.median(best.config_key, level) or best.value
         base_value = (ev.median(base.config_key, level) or base.value) if base is not None else None
         iv = (ev.interval(base.config_key, best.config_key, level)
@@ -464,13 +464,13 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
             lines.append(f"at {lp['level']} none yet")
             continue
         vs = lp["vs_baseline"]
-        ratio = f" = {vs['text']} than the baseline" if vs and vs["verdict"] != "same config" else \
+        ratio = f" = {vs['text']} than the baseline" if vs and vs["verdict"] != verdict.SAME_CONFIG else \
             (" (the baseline)" if vs else "")
         n = lp.get("best_launches") or 1
         lines.append(f"at {lp['level']} #{lp['best_trial']} {fmt(lp['best_value'])} {lp['unit']} "
                      f"({launches_text(n)}){ratio}")
         lose = lp["anchor_vs_best"]
-        if lose and lose["verdict"] != "same config":
+        if lose and lose["verdict"] != verdict.SAME_CONFIG:
             losses.append(f"{fmt(lp['anchor_value'])} at {lp['level']} ({lose['text']})")
     if losses and plan.get("anchor_trial") is not None:
         lines.append(f"the best at {first} (#{plan['anchor_trial']}) does " + ", ".join(losses))
@@ -479,7 +479,9 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
     mix = plan.get("mix")
     if mix:
         vs = mix.get("vs_baseline")
-        lines.append(f"best for the mix #{mix['trial']}" + (f" = {vs['text']} than the baseline" if vs else ""))
+        lines.append(f"best for the mix #{mix['trial']}" + (f" = {vs['text']} than the baseline"
+                                                           if vs and vs["verdict"] != verdict.SAME_CONFIG else
+                                                           " (the baseline)" if vs else ""))
     return [f"plan: {line}" for line in lines]
 
 

@@ -203,8 +203,8 @@ def study_lines(job: Job) -> list[str]:
             continue
         where = f" at {lp.level}" if plan.levels != (1,) else ""
         out.append(f"The study's verdict{where} over every launch (compare's included): best #{lp.best.number} "
-                   f"{lp.best_value:.1f} {lp.unit} (median of {lp.best_launches}) = {lp.vs_baseline.text} the "
-                   "baseline.")
+                   f"{lp.best_value:.1f} {lp.unit} (median of {lp.best_launches}) = "
+                   f"{lp.vs_baseline.than('the baseline')}.")
         fresh = plan.evidence.compared(plan.baseline.config_key, lp.best.config_key, lp.level) \
             if plan.evidence is not None and plan.baseline is not None and not lp.vs_baseline.same_config else None
         if fresh is not None and lp.vs_baseline.beyond_noise and verdict.verdict(fresh) == verdict.WITHIN_NOISE:
@@ -410,13 +410,14 @@ def _level(rows: list[TrialRow]) -> int:
 # ---- the table ---------------------------------------------------------------------------------------
 def level_verdicts(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Concurrency -> {interval fields, verdict, text} of best vs baseline: from the file's rounds
-    (recomputed, so an older or hand-edited file is judged by today's rule)."""
+    (recomputed, so an older or hand-edited file is judged by today's rule). Where the best is the
+    baseline, each round launched it twice: no verdict, the interval the noise between its launches."""
     same = bool(data.get("same_config"))
     out = {}
     for c in data.get("concurrency") or []:
         iv = paired_interval(data, "baseline", "best", c)
         out[str(c)] = {**iv.to_dict(), "verdict": verdict.verdict(iv, same_config=same),
-                       "text": verdict.describe(iv, same_config=same),
+                       "text": verdict.describe_one_config(iv) if same else verdict.describe(iv),
                        "short": f"{verdict.ratio_text(iv)}, {verdict.interval_text(iv)}"}
     return out
 

@@ -35,6 +35,7 @@ the report compares the nodes with it. A config whose output was ever wrong has 
     measured_launches(rows)     config key -> its launches, in trial order
     at_one_time(figures(...))   each config's figures, read at one time where the box drifted; the drift
     Evidence(rows)              the study's evidence (above)
+    Evidence.headline_drift(objective)  the drift the study's answer carries (its headline's figure)
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from orchestrator.core.verdict import (
     round_interval,
     verdict,
 )
+from orchestrator.study import objective as objectives
 
 # The key of a race row's ``race`` record (``study.race``) that says how many times the race judged
 # its finalists: every comparison between two finalists of one contest is held to that many looks.
@@ -235,6 +237,11 @@ class Evidence:
     def drift(self, level: int | None) -> Drift:
         """The box's drift at ``level`` over the study's launches (``core.drift``)."""
         return self._level(level).drift
+
+    def headline_drift(self, objective: Any) -> Drift:
+        """The box's drift at the figure the study's answer is read at (a goodput study's ``HEADLINE``,
+        else its lowest level): the one the run's last lines, ``status`` and the report's headline say."""
+        return self.drift(HEADLINE if objectives.of(objective).goodput is not None else objectives.levels(objective)[0])
 
     def mix_drift(self, weights: Mapping[int, float]) -> Drift:
         return self._mix(weights).drift

@@ -150,9 +150,14 @@ class Comparison:
 
     @property
     def text(self) -> str:
-        """'4.58x faster (95% CI 4.10-5.11x)', '0.98x, within noise (...)', '..., same config',
+        """'4.58x faster (95% CI 4.10-5.11x)', '0.98x, within noise (...)', 'the same config',
         '2.19x, not shown: launch noise unknown (no config launched twice)'."""
         return verdict.describe(self.interval, same_config=self.same_config)
+
+    def than(self, other: str) -> str:
+        """The comparison in a sentence: '4.58x faster (95% CI 4.10-5.11x) than the baseline', or 'the
+        baseline itself' where the two are one config."""
+        return f"{other} itself" if self.same_config else f"{self.text} than {other}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.interval.to_dict(), "point": self.point, "trial": self.row.number,
@@ -558,7 +563,7 @@ def format_plan(plan: Plan) -> str:
         lines.append("pareto set (medians at " + "/".join(map(str, plan.levels)) + "): " + ", ".join(
             f"#{r.number} " + "/".join(fmt(ev.median(r.config_key, lv)) for lv in plan.levels) for r in plan.pareto))
     if plan.weights:
-        mix = (f"#{plan.mix.number}" + (f", {plan.mix_vs_baseline.text} the baseline" if plan.mix_vs_baseline
+        mix = (f"#{plan.mix.number}" + (f", {plan.mix_vs_baseline.than('the baseline')}" if plan.mix_vs_baseline
                                          else "") if plan.mix else "none yet")
         lines.append("best for the mix (" + ", ".join(f"{lv}: {w:g}" for lv, w in plan.weights.items()) + f"): {mix}")
     if plan.slo:

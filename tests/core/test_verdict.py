@@ -119,7 +119,8 @@ def test_paired_interval_on_a_config_against_itself():
         assert iv.paired and iv.n == 8 and iv.lo < 1.0 < iv.hi, (level, iv)
         assert v.verdict(iv) == v.WITHIN_NOISE
         assert v.verdict(iv, same_config=True) == v.SAME_CONFIG
-        assert describe(iv, same_config=True).startswith(f"{iv.ratio:.2f}x, within noise: same config (95% CI ")
+        assert describe(iv, same_config=True) == "the same config"
+        assert v.describe_one_config(iv).startswith(f"the same config, its launches {iv.ratio:.2f}x apart (95% CI ")
 
 
 def test_paired_interval_on_a_real_difference():
@@ -167,8 +168,10 @@ def test_a_config_against_itself_never_gets_a_verdict():
     iv = ratio_interval([100.0, 101.0, 100.5, 99.8], [90.0, 90.5, 91.0, 90.2], paired=True)
     assert v.verdict(iv) == v.SLOWER
     assert v.verdict(iv, same_config=True) == v.SAME_CONFIG
-    text = describe(iv, same_config=True)
-    assert "within noise: same config" in text and "excludes 1.0" in text and "slower" not in text
+    assert describe(iv, same_config=True) == "the same config"  # its launches paired with themselves: nothing
+    text = v.describe_one_config(iv)  # two sets of its launches: the interval, as the noise between them
+    assert text.startswith("the same config, its launches 0.901x apart (95% CI ") and "excludes 1.0" in text
+    assert "slower" not in text and "within noise" not in text
 
 
 

@@ -240,6 +240,21 @@ def test_a_race_too_short_for_a_verdict_leaves_a_tie_the_config_for_every_level_
     assert one_for_all(plan.per_level, plan.evidence, plan.slo, tie=(1, {up_to_8, config_key(EAGER)})) is None
 
 
+def test_a_config_against_itself_is_the_same_config_with_no_verdict_and_no_interval():
+    """Found after issue 48 was merged: where the best at 1 is the best here, the plan printed it against
+    itself as '1.00x, within noise: same config (no interval: 2 round(s) measured both; ...)': "within
+    noise" with no interval (what item 2 forbids), and rounds of one config paired with themselves. It is
+    "the same config", nothing more, in status's plan (and its JSON), with or without a launch noise."""
+    up_to_8, up_to_64 = config_key(UP_TO_8), config_key(UP_TO_64)
+    rows = raced(tied_at_one(), PLAN, {up_to_8: [{1: v, 10: 900.0, 64: 5000.0} for v in (470.0, 455.0)],
+                                       up_to_64: [{1: v, 10: 3500.0, 64: 14000.0} for v in (450.0, 480.0)]}, budget=4)
+    for plan in (build_plan(rows, PLAN), build_plan(issue_table(), PLAN)):  # the race's 2 rounds; 3 launches each
+        assert plan.at(1).anchor_vs_best.verdict == SAME_CONFIG and plan.at(1).anchor_vs_best.text == "the same config"
+        level_1 = next(line for line in format_plan(plan).splitlines() if line.split()[:1] == ["1"])
+        assert level_1.endswith("  the same config") and "within noise" not in level_1 and "no interval" not in level_1
+        assert plan.to_dict()["per_level"][0]["anchor_vs_best"]["text"] == "the same config"
+
+
 def test_no_config_for_every_level_when_the_others_are_beyond_noise_or_break_the_slo():
     assert build_plan(issue_table(), PLAN).everywhere is None  # up to 64 is slower at 1 beyond noise
     assert "one config for every level" not in format_plan(build_plan(issue_table(), PLAN))

@@ -34,6 +34,7 @@ from orchestrator.results.report.plots import BASELINE_COLOR, BEST_COLOR, _plt, 
 from orchestrator.study import objective as objectives
 from orchestrator.study.goodput import Crossing, GoodputAnswer, goodput_answer, tok
 from orchestrator.study.history import baseline_row, best_rows, infeasible_lines, short_params
+from orchestrator.study.launches import Evidence
 from orchestrator.study.plan import Plan
 
 LATENCY_PLOT = "latency.png"
@@ -114,13 +115,17 @@ def answer_of(rows: list[TrialRow], job: Any) -> GoodputAnswer:
     return goodput_answer(rows, objectives.of(getattr(job, "objective", None)), pricing)
 
 
-def goodput_headline(rows: list[TrialRow], job: Any) -> list[Block]:
+def goodput_headline(rows: list[TrialRow], job: Any, ev: Evidence | None = None) -> list[Block]:
     """A goodput study's headline: its answer (where each config serves the most within the SLO),
-    not a figure at one stream, which is not what the study ranked by."""
+    not a figure at one stream, which is not what the study ranked by; where the box drifted over
+    the study, that too (``Evidence.headline_drift``, as the other headline and the run's last lines)."""
     obj = objectives.of(getattr(job, "objective", None))
     answer = answer_of(rows, job)
     out: list[Block] = [doc.heading(2, "Headline"), doc.para(
         f"**{answer.text()}**, under {obj.slo.describe() if obj.slo else 'every target'}.")]
+    drift = (ev if ev is not None else Evidence(rows)).headline_drift(obj).text()
+    if drift:  # a figure measured at another time will differ
+        out.append(doc.warn(drift))
     if answer.best is not None:
         out.append(doc.para(f"Best config: `{short_params(answer.best.row.params) or '(defaults)'}`"))
     return out

@@ -201,7 +201,7 @@ def _headline(rows, best, base, ev: Evidence, level: int, objective: Any = None)
     said = races.said(races.outcomes(rows, objective), races.trial_numbers(rows))
     if said:
         out.append(doc.para(said[0].upper() + said[1:] + "."))
-    drift = ev.drift(level).text()
+    drift = ev.headline_drift(objective).text()
     if drift:  # a figure measured at another time will differ: the reader is told once, here
         out.append(doc.warn(drift))
     load = load_note(rows)
@@ -799,7 +799,7 @@ def _plan_lead(plan: Plan) -> list[Block]:
         return []
     parts = []
     for level, lp in bests.items():
-        vs = f", {lp.vs_baseline.text} than the baseline" if lp.vs_baseline is not None else ""
+        vs = f", {lp.vs_baseline.than('the baseline')}" if lp.vs_baseline is not None else ""
         parts.append(f"at {level} trial {lp.best.number}{vs}")  # type: ignore[union-attr]
     out = [doc.warn("The best config depends on the load: " + "; ".join(parts) + ". The headline's best is "
                     "the best at the lowest level; the Plan section below says what it gives away at the "
@@ -855,7 +855,7 @@ def _plan(plan: Plan, report_dir: Path) -> list[Block]:
         if plan.mix is None:
             out.append(doc.para(f"Best for the traffic mix ({mix}): none yet."))
         else:
-            vs = f" = {plan.mix_vs_baseline.text} than the baseline" if plan.mix_vs_baseline else ""
+            vs = f" = {plan.mix_vs_baseline.than('the baseline')}" if plan.mix_vs_baseline else ""
             out.append(doc.para(f"Best for the traffic mix ({mix}): trial {plan.mix.number}{vs} (the weighted "
                                 "geometric mean of its ratios to the baseline; interval from the levels' intervals)."))
     if len(plan.levels) > 1:
@@ -902,7 +902,7 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
                      + (f", backend {kind}" if kind else "")
                      + f". Open it interactively with `{storage.dashboard_command(getattr(job, 'storage', ''))}`."))
     if objectives.of(objective).goodput is not None and rows:
-        blocks += latency.goodput_headline(rows, job)
+        blocks += latency.goodput_headline(rows, job, ev)
     else:
         blocks += _headline(rows, best, base, ev, level, objective)
     if plan is not None:

@@ -4,6 +4,8 @@ lengths measured; the plot drawn for goodput and for a plan with targets, nothin
 
 from __future__ import annotations
 
+import datetime
+from dataclasses import replace
 from types import SimpleNamespace
 
 from orchestrator.config.job import Objective
@@ -30,6 +32,7 @@ from orchestrator.results.report.latency import (
     traffic_blocks,
     wants_plot,
 )
+from orchestrator.study.launches import HEADLINE, Evidence
 from orchestrator.study.plan import build_plan
 
 TARGETS = Targets(every=(Slo.named("tpot_p99", 0.020),))
@@ -148,6 +151,30 @@ def test_the_traffic_and_the_lengths_measured():
     assert "## Traffic" in md and "t.jsonl: 3 of 3 requests" in md
     assert "| baseline, best (trial 0) | output tokens | 2 | 40 | 85 | 95 | 96 | 46.0 | 3 |" in md
     assert traffic_blocks(SimpleNamespace(bench=SimpleNamespace(traffic=None)), rows) == []
+
+
+def test_a_goodput_studys_headline_says_the_box_drifted():
+    """Found after issue 48 was merged: the run's last lines, ``status`` and the other headline said the
+    box drifted (item 5: a drift that makes a figure unrepeatable is in the answer); a goodput study's
+    headline did not. A box 2% slower every minute, the baseline relaunched early and the best late: the
+    headline says so, by the same rule as the others (the drift of the figure the answer is read at)."""
+    t0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+
+    def at(n: int, params: dict, speed: float, minute: float, **kw) -> TrialRow:
+        v = speed * 0.98 ** minute * (1.005 if n % 2 else 0.995)
+        return replace(a_row(n, params, {1: (v / 20, 0.005), 64: (v, 0.010)}, goodput=GoodputResult(64, (1, 64), 64),
+                             ended_at=(t0 + datetime.timedelta(minutes=minute)).isoformat(), **kw),
+                       counted=minute in (0, 10), launch_role=None if minute in (0, 10) else "relaunch")
+
+    rows = [at(i, {"m": "eager"}, 1000.0, 2 * i, is_baseline=i == 0) for i in range(5)]
+    rows += [at(5 + i, {"m": "graphs"}, 1600.0, 10 + 2 * i) for i in range(4)]
+    objective = Objective(goodput=64, slo=TARGETS)
+    drift = Evidence(rows).drift(HEADLINE)  # the drift of the goodput figure, the answer's
+    assert drift.drifted and drift.text().startswith("the box drifted: launches of one config measured 2.0% slower")
+    md = text(goodput_headline(rows, SimpleNamespace(objective=objective)))
+    assert md.startswith("## Headline") and drift.text() in md
+    quiet = [replace(r, ended_at=t0.isoformat()) for r in rows]  # every launch at one time: nothing to say
+    assert "drifted" not in text(goodput_headline(quiet, SimpleNamespace(objective=objective)))
 
 
 def test_a_goodput_studys_headline_is_its_answer_not_a_figure_at_one_stream():

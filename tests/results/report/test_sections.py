@@ -210,7 +210,7 @@ def test_a_compare_of_the_baseline_with_itself_warns_of_nothing(tmp_path):
     comp = section((job.report_dir / "report.md").read_text(), "Concurrency comparison")
     table = [line for line in comp.splitlines() if line.startswith("| ")]
     assert "SLOWER" not in comp and "Warning" not in comp and not any("slower" in line for line in table)
-    assert comp.count(", within noise: same config (95% CI ") == 3
+    assert comp.count("the same config, its launches ") == 3 and "within noise" not in comp
     assert "Baseline and best are the same config (trial #0): no verdict" in comp
     # the rule alone, without knowing the two are one config, says the same on these rounds
     (job.report_dir / "compare.json").write_text(json.dumps({**data, "best_trial": 1, "same_config": False}))

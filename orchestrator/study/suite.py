@@ -472,8 +472,45 @@ NEAR_TIES = Box(
     startup=lambda c, f: glm5_startup(8 // c["tp_size"], c["graph_capture"], 0.8, f),
     noise=0.03, launch_noise=0.02, fixed=("ctas8", "buff16"))
 
+STANDIN_FACTORS = {"backend.layout": {"tp8": 1.0, "tp4pp2": 0.978, "tp2pp4": 0.85},
+                   "backend.graphs": {"full": 1.0, "eager": 0.468}, "backend.proto": {"LL": 1.0, "Simple": 0.749},
+                   "backend.algo": {"Ring": 1.0, "Tree": 0.96}, "backend.p2p": {"direct": 1.0, "host": 0.92}}
+
+
+def _standin_value(c: Config, e: Mapping[str, float]) -> float:
+    """tests/standin_server.py --interaction: the motivating factors, but Tree with LL is the fastest."""
+    value = 100.0
+    for name, factors in STANDIN_FACTORS.items():
+        value *= factors.get(c[name], 1.0)
+    if c["backend.algo"] == "Tree" and c["backend.proto"] == "LL":
+        value *= e["tree_with_ll"] / STANDIN_FACTORS["backend.algo"]["Tree"]
+    return value
+
+
+def _standin_failure(c: Config) -> Failure | None:
+    if c["backend.algo"] in ("NVLS", "PAT"):
+        return FailureKind.NCCL_INVALID, NCCL_REFUSED.format(c["backend.algo"])
+    return (FailureKind.WRONG_OUTPUT, "") if c["backend.proto"] == "LL128" else None
+
+
+def _standin_active(c: Config) -> Config:
+    return {k: v for k, v in c.items() if not (k == "backend.capture" and c["backend.graphs"] == "eager")}
+
+
+STANDIN = Box(
+    "standin-interaction", "the end-to-end test's stand-in (tests/standin_server.py --interaction): Tree, slow "
+    "alone, the fastest with LL; 216 configs, a budget of 15",
+    {"backend.layout": ("tp8", "tp4pp2", "tp2pp4"), "backend.graphs": ("eager", "full"),
+     "backend.capture": ("small", "large"), "backend.proto": ("LL", "Simple", "LL128"),
+     "backend.algo": ("Ring", "Tree", "NVLS", "PAT"), "backend.p2p": ("direct", "host")},
+    {"backend.layout": "tp8", "backend.graphs": "eager", "backend.proto": "Simple", "backend.algo": "Ring",
+     "backend.p2p": "direct"},
+    _standin_value, {"tree_with_ll": 1.08}, failure=_standin_failure, active=_standin_active,
+    startup=lambda c, f: (5.0, 0.0), noise=0.03, launch_noise=0.02,
+    synergy=(("backend.algo", "Tree"), ("backend.proto", "LL")))
+
 BOXES: tuple[Box, ...] = (MOTIVATING, GLM5_COMBINATION, PROTO_P2P, GRAPHS_LOAD, ALLREDUCE_TP, SPECULATION,
-                          SYNERGY, NEAR_TIES)
+                          SYNERGY, NEAR_TIES, STANDIN)
 NAMES = tuple(b.name for b in BOXES)
 RANDOM_PREFIX = "random-"
 

@@ -10,6 +10,9 @@ study's time."""
 from __future__ import annotations
 
 import io
+import re
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -72,6 +75,14 @@ def test_the_default_search_launches_the_interaction_optimum_within_15_launches_
         crashing = [r for r in launched if r.params.get("backend.algo") in ("NVLS", "PAT")]
         wrong = [r for r in launched if r.failure_kind == "wrong-output"]
         assert all(r.state == "FAIL" for r in crashing) and len(wrong) <= 2, launched
+    # status ends with what the study did not measure beside its best (15 launches of 216 configs)
+    status = subprocess.run([sys.executable, "-m", "orchestrator", "status", str(tmp_path / "0" / "job.yaml")],
+                            capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0, status.stderr
+    gaps = status.stdout[status.stdout.index("not explored ("):].splitlines()
+    assert "`run --trials N` goes there first" in gaps[0] and len(gaps) > 1
+    line = re.compile(r"  (\.\.\. and \d+ more|backend\.\w+=\S+(?: with backend\.\w+=\S+)?: \w)")
+    assert all(line.match(g) for g in gaps[1:]), gaps
     hits = {seed: hit for seed, (hit, _) in runs.items()}
     print(f"first optimal launch by seed: {hits}")  # shown with -s: the figure docs/benchmarks.md quotes
     assert all(h is not None and h <= 15 for h in hits.values()), hits

@@ -72,6 +72,11 @@ def test_markdown_answers_the_morning_questions(report):
     imp = section(md, "Which knobs mattered")
     assert "env.NCCL_PROTO" in imp and "not rated (one value in every measured trial)" in imp
     assert "optuna-dashboard " in md
+    # what the study did not measure beside its best (the values of the recorded study's space never
+    # measured working, or seen only in configs far below the best)
+    unexplored = section(md, "Not explored")
+    assert "`ncclsweep run JOB --trials N` launches there first" in unexplored
+    assert re.search(r"^- \S+=\S+.*: (never measured working|seen only at 0\.\d\dx the best)", unexplored, re.M)
 
 
 def test_compare_section_shows_other_trials_beside_the_best(report):

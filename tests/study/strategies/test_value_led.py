@@ -181,3 +181,24 @@ def test_a_space_too_large_to_enumerate_is_left_to_the_sampler():
 def test_the_exploration_is_checked():
     with pytest.raises(ValueError, match="exploration must be >= 0"):
         ValueLed(exploration=-1.0)
+
+
+def test_a_run_that_continues_a_study_starts_at_its_first_gap():
+    """Issue 49: `run --trials N` on a finished study goes first where the study has not explored:
+    its first launch is the first gap beside the best (b0, never measured), although the model had
+    not stalled."""
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    first = SearchPolicy(study, Grid(), dict, baseline={"a": "a2", "b": "b1", "c": "c0"}, budget=None, seed=0,
+                         strategy=ValueLed(exploration=0.0), run="night-1")
+    launch(first)
+    for params in ({"a": "a1", "b": "b2", "c": "c1"}, {"a": "a0", "b": "b2", "c": "c2"},
+                   {"a": "a1", "b": "b2", "c": "c2"}):  # the last one the best: the model is still improving
+        record(first, params)
+    again = SearchPolicy(study, Grid(), dict, baseline={"a": "a2", "b": "b1", "c": "c0"}, budget=None, seed=0,
+                         strategy=ValueLed(exploration=0.0), run="night-2")
+    pick = again.next()
+    assert pick.role == "gap" and pick.config == {"a": "a1", "b": "b0", "c": "c2"}  # one setting from the best
+    # had night 1 gone on, its model still improving, only a value seen in the baseline alone would be tried so
+    view = first.view()
+    assert [view.configs[k] for k in ValueLed(exploration=0.0).gap_candidates(view, view.remaining)] == [
+        {"a": "a2", "b": "b2", "c": "c2"}]

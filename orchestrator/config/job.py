@@ -248,12 +248,20 @@ class BenchSettings:
     traffic_lines: tuple[str, ...] | None = None  # with a traffic file: where each sampled request is ("line 12")
 
 
+# The job's timeouts when it names none: declared once, read by the job's reader, the frozen type and
+# the node's plans (``node.spec``), so a default changed here is the default everywhere
+DEFAULT_STARTUP_S = 120.0  # spawn to healthy (4x the study's longest measured start where longer)
+DEFAULT_BENCH_S = 60.0  # the benchmark's least limit (its own pace decides above it)
+DEFAULT_TEARDOWN_S = 10.0  # TERM to KILL
+DEFAULT_STALL_S = 600.0  # no output and not ready, or a stream silent, this long: a hang
+
+
 @dataclass(frozen=True)
 class Timeouts:
-    startup_s: float
-    bench_s: float
-    teardown_s: float
-    stall_s: float = 600.0  # no output and not ready, or a stream silent, this long: FAIL hang
+    startup_s: float = DEFAULT_STARTUP_S
+    bench_s: float = DEFAULT_BENCH_S
+    teardown_s: float = DEFAULT_TEARDOWN_S
+    stall_s: float = DEFAULT_STALL_S  # no output and not ready, or a stream silent, this long: FAIL hang
 
 
 @dataclass(frozen=True)
@@ -339,13 +347,14 @@ class PruningSettings:
 # cost 17-20% of decode, and Ring/Tree were not told apart. Settings from 2x (``LATE_RATIO``) to
 # 4x are launched, late: a prior, not a verdict.
 DEFAULT_KEEP_WITHIN = 4.0
+DEFAULT_PRESCREEN_ROUNDS = 2
 
 
 @dataclass(frozen=True)
 class PrescreenSettings:
-    enabled: bool  # measure all-reduce latency per NCCL setting before the study
-    keep_within: float  # drop settings slower than keep_within x the fastest at the same TP
-    rounds: int = 2  # probe launches per setting (driver.prescreen.merge_rounds)
+    enabled: bool = False  # measure all-reduce latency per NCCL setting before the study
+    keep_within: float = DEFAULT_KEEP_WITHIN  # drop settings slower than keep_within x the fastest at the same TP
+    rounds: int = DEFAULT_PRESCREEN_ROUNDS  # probe launches per setting (driver.prescreen.merge_rounds)
 
 
 @dataclass(frozen=True)
@@ -381,7 +390,7 @@ class Job:
     pruning: PruningSettings = PruningSettings(True, DEFAULT_PRUNE_RATIO)
     constraints: tuple[OutcomeConstraint, ...] = ()
     hardware: dict[str, float] = field(default_factory=dict)  # memory_bandwidth_bytes_s, allreduce_latency_s
-    prescreen: PrescreenSettings = PrescreenSettings(False, 1.2)
+    prescreen: PrescreenSettings = PrescreenSettings()
     objective: Objective = Objective()
     notify: tuple[str, ...] | None = None  # the command `run` tells how it ended (driver.notify)
     space_path: Path | None = None  # absolute path of the space file
@@ -522,7 +531,7 @@ def load_job(path: str | os.PathLike) -> Job:
     prescreen_sec = top.section("prescreen", ("enabled", "keep_within", "rounds"))
     keep_within = prescreen_sec.number("keep_within", DEFAULT_KEEP_WITHIN, above=1.0 - 1e-9)
     prescreen = PrescreenSettings(enabled=prescreen_sec.flag("enabled", False), keep_within=keep_within,
-                                  rounds=prescreen_sec.integer("rounds", 2, low=1))
+                                  rounds=prescreen_sec.integer("rounds", DEFAULT_PRESCREEN_ROUNDS, low=1))
     outcome_constraints = _outcome_constraints(top, bench)
     cost = _cost(top, gpus, objective)
     if outcome_constraints and objective.goodput is not None:
@@ -1011,8 +1020,9 @@ def _cost(top: Section, gpus: int, objective: Objective) -> Cost | None:
 
 def _timeouts(top: Section) -> Timeouts:
     sec = top.section("timeouts", ("startup", "bench", "teardown", "stall"))
-    return Timeouts(startup_s=sec.duration("startup", "120s"), bench_s=sec.duration("bench", "60s"),
-                    teardown_s=sec.duration("teardown", "10s"), stall_s=sec.duration("stall", "10m"))
+    startup, bench = sec.duration("startup", DEFAULT_STARTUP_S), sec.duration("bench", DEFAULT_BENCH_S)
+    return Timeouts(startup_s=startup, bench_s=bench, teardown_s=sec.duration("teardown", DEFAULT_TEARDOWN_S),
+                    stall_s=sec.duration("stall", DEFAULT_STALL_S))
 
 
 def _advice(top: Section, bench: BenchSettings, timeouts: Timeouts) -> tuple[str, ...]:

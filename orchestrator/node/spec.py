@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.config.job import DEFAULT_BENCH_S, DEFAULT_STARTUP_S, DEFAULT_TEARDOWN_S
 from orchestrator.config.prompts import with_context
 from orchestrator.core.level import context_of
 from orchestrator.core.measurement import RegimeMark
@@ -55,9 +56,9 @@ class ServerPlan:
     backend_settings: Mapping[str, Any]
     job_file: str | None
     env: Mapping[str, str]  # the job's fixed environment (the config's own env.* come from the backend)
-    startup_timeout_s: float = 300.0
+    startup_timeout_s: float = DEFAULT_STARTUP_S
     startup_basis: str = CONFIGURED_STARTUP  # what set the limit (``startup_limit``), said when it ends a start
-    teardown_grace_s: float = 10.0
+    teardown_grace_s: float = DEFAULT_TEARDOWN_S
     stall_s: float | None = None  # tree alive, no log output and not ready this long: FAIL hang (timeouts.stall)
     host: str = "127.0.0.1"
 
@@ -79,7 +80,7 @@ class BenchPlan:
     repeats: int = 3
     max_repeats: int | None = None
     target_rel_ci: float | None = None
-    timeout_s: float = 120.0
+    timeout_s: float = DEFAULT_BENCH_S
     levels: tuple[int, ...] = (1,)
     constraint_levels: tuple[int, ...] = ()  # total tok/s the job's outcome constraints read
     stall_s: float | None = None  # a stream silent this long has stalled (timeouts.stall)

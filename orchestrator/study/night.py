@@ -25,13 +25,13 @@ import dataclasses
 import random
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
 
-from orchestrator.config.job import DEFAULT_CONFIRM, DEFAULT_RELAUNCH
+from orchestrator.config.job import DEFAULT_CONFIRM, DEFAULT_RELAUNCH, Objective
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO
 from orchestrator.core.records import AFTER_START_KINDS, TrialResult
 from orchestrator.study import objective as objectives
@@ -92,14 +92,15 @@ def replay_night(table: Table, spec: SamplerSpec | str, seed: int, *, budget: in
     rng = random.Random(seed * 1_000_003 + 17)
     rows = table.by_key()
     optimal = table.optimal()
-    dists: dict[str, Any] = dict(space.distributions())
     compiled: set[str] = set()
     tally = {"search": 0, RELAUNCH: 0, RACE: 0}
     seconds = 0.0
     first: tuple[int, int, float] | None = None  # (launches, search launches, seconds) at the first optimal
 
-    def launch(key: str, config: dict[str, Any], threshold: float | None, role: str) -> TrialResult:
+    def answer(key: str, config: dict[str, Any], role: str) -> TrialResult:
         nonlocal seconds, first
+        threshold = (policy.prune_threshold(ratio) if ratio and role == "search" and key != policy.baseline_key
+                     else None)
         row = rows[key]
         ck = compile_key(row.params)
         result = replay_launch(row, config, rng, repeats, threshold, cold=ck not in compiled, noise=noise)
@@ -111,6 +112,29 @@ def replay_night(table: Table, spec: SamplerSpec | str, seed: int, *, budget: in
             first = (sum(tally.values()), tally["search"], seconds)
         return result
 
+    run_schedule(policy, table, objective, answer, budget=budget, confirm=confirm, relaunch=relaunch)
+    exported = best_rows(policy.rows(), 1)
+    key = exported[0].config_key if exported else None
+    true = (rows[key].median or 0.0) if key in rows else 0.0
+    costs = table.has_costs
+    return Night(seed, first[0] if first else None, first[1] if first else None, max(0.0, 1.0 - true / table.best),
+                 sum(tally.values()), tally["search"], tally[RELAUNCH], tally[RACE],
+                 seconds / 3600 if costs else None, first[2] / 3600 if (first and costs) else None, key)
+
+
+def run_schedule(policy: SearchPolicy, table: Table, objective: Objective,
+                 answer: Callable[[str, dict[str, Any], str], TrialResult], *, budget: int, confirm: int,
+                 relaunch: float) -> None:
+    """The driver's schedule of one night on an in-memory study of ``table`` (one slot): a relaunch
+    whenever ``study.relaunch`` says one is due, else the search's next launch, until its ``budget``;
+    then the race of the finalists (``study.race``, at most ``confirm`` launches). ``answer(key, config,
+    role)`` is what a launch of ``key`` measures (``role``: "search", ``RELAUNCH`` or ``RACE``);
+    relaunches and race launches are stored as the driver stores them, uncounted trials of their
+    config."""
+    study = policy.study
+    rows = table.by_key()
+    dists: dict[str, Any] = dict(TableSpace(table).distributions())
+
     def store(key: str, result: TrialResult, attrs: dict[str, Any]) -> None:
         full = {p: rows[key].params.get(p, vals[0]) for p, vals in table.choices.items()}
         add_uncounted_trial(study, result, full, key, dists, attrs)
@@ -120,7 +144,7 @@ def replay_night(table: Table, spec: SamplerSpec | str, seed: int, *, budget: in
         over = policy.budget_reached or policy.exhausted
         due = next_relaunch(done, objective, relaunch, policy.launch_cost(), search_over=over, budget=budget)
         if due is not None:
-            store(due.key, launch(due.key, dict(due.row.params), None, RELAUNCH), {ATTR_LAUNCH_ROLE: RELAUNCH})
+            store(due.key, answer(due.key, dict(due.row.params), RELAUNCH), {ATTR_LAUNCH_ROLE: RELAUNCH})
             continue
         proposal = policy.next()
         if proposal is None:
@@ -128,23 +152,15 @@ def replay_night(table: Table, spec: SamplerSpec | str, seed: int, *, budget: in
         if proposal.cached is not None:
             policy.record(proposal, proposal.cached, counted=False)
             continue
-        threshold = policy.prune_threshold(ratio) if ratio and proposal.key != policy.baseline_key else None
-        policy.record(proposal, launch(proposal.key, proposal.config, threshold, "search"))
+        policy.record(proposal, answer(proposal.key, proposal.config, "search"))
     race_id = policy.budget_used()
     while confirm > 0:
         state = race_state(policy.rows(), objective, confirm, race_id)
         key = state.next()
         if key is None:
             break
-        store(key, launch(key, dict(rows[key].params), None, RACE),
+        store(key, answer(key, dict(rows[key].params), RACE),
               {ATTR_LAUNCH_ROLE: RACE, ATTR_RACE: state.plan.record(state.round)})
-    exported = best_rows(policy.rows(), 1)
-    key = exported[0].config_key if exported else None
-    true = (rows[key].median or 0.0) if key in rows else 0.0
-    costs = table.has_costs
-    return Night(seed, first[0] if first else None, first[1] if first else None, max(0.0, 1.0 - true / table.best),
-                 sum(tally.values()), tally["search"], tally[RELAUNCH], tally[RACE],
-                 seconds / 3600 if costs else None, first[2] / 3600 if (first and costs) else None, key)
 
 
 @dataclass(frozen=True)

@@ -38,12 +38,12 @@ from orchestrator.core.verdict import FASTER, SLOWER, verdict
 from orchestrator.study import objective as objectives
 from orchestrator.study.history import baseline_row, best_rows
 from orchestrator.study.launches import Evidence
+from orchestrator.study.night import run_schedule
 from orchestrator.study.policy import SearchPolicy
-from orchestrator.study.race import RACE, race_state
-from orchestrator.study.relaunch import RELAUNCH, next_relaunch
+from orchestrator.study.race import RACE
+from orchestrator.study.relaunch import RELAUNCH
 from orchestrator.study.replay import Row, Table, TableSpace, load_table
 from orchestrator.study.samplers import make_sampler, make_strategy, startup_trials
-from orchestrator.study.storage import ATTR_LAUNCH_ROLE, ATTR_RACE, add_uncounted_trial
 
 LAUNCH_S = 60.0  # what one replayed launch costs (the schedule's shares need a cost; the table's own when it has one)
 FRESH = 5  # fresh launches of the exported config
@@ -110,42 +110,15 @@ def replay_verdicts(table: Table, seed: int, *, budget: int | None = None, confi
                           objective=objective)
     rng = random.Random(seed * 7919 + 3)
     rows_by_key = table.by_key()
-    dists: dict[str, Any] = dict(space.distributions())
+    tally = {"search": 0, RELAUNCH: 0, RACE: 0}
 
-    def store(key: str, result: TrialResult, attrs: dict[str, Any]) -> None:
-        config = dict(rows_by_key[key].params)
-        full = {p: config.get(p, vals[0]) for p, vals in table.choices.items()}
-        add_uncounted_trial(study, result, full, key, dists, attrs)
+    def answer(key: str, config: dict[str, Any], role: str) -> TrialResult:
+        tally[role] += 1
+        return _launch(rows_by_key[key], config, rng, noise, repeats)
 
-    launches = 0
-    while True:
-        rows = policy.rows()
-        over = policy.budget_reached or policy.exhausted
-        due = next_relaunch(rows, objective, relaunch, policy.launch_cost(), search_over=over)
-        if due is not None:
-            store(due.key, _launch(rows_by_key[due.key], due.row.params, rng, noise, repeats),
-                  {ATTR_LAUNCH_ROLE: RELAUNCH})
-            launches += 1
-            continue
-        proposal = policy.next()
-        if proposal is None:
-            break
-        if proposal.cached is not None:
-            policy.record(proposal, proposal.cached, counted=False)
-            continue
-        policy.record(proposal, _launch(rows_by_key[proposal.key], proposal.config, rng, noise, repeats))
-        launches += 1
-    race_id = policy.budget_used()
-    raced = 0
-    while confirm > 0:
-        state = race_state(policy.rows(), objective, confirm, race_id)
-        key = state.next()
-        if key is None:
-            break
-        store(key, _launch(rows_by_key[key], rows_by_key[key].params, rng, noise, repeats),
-              {ATTR_LAUNCH_ROLE: RACE, ATTR_RACE: state.plan.record(state.round)})
-        raced += 1
-    return _judge(policy.rows(), table, seed, rng, noise, repeats, launches + raced, raced, fresh)
+    run_schedule(policy, table, objective, answer, budget=budget, confirm=confirm, relaunch=relaunch)
+    launches, raced = sum(tally.values()), tally[RACE]
+    return _judge(policy.rows(), table, seed, rng, noise, repeats, launches, raced, fresh)
 
 
 def _judge(rows: list[TrialRow], table: Table, seed: int, rng: random.Random, noise: LaunchNoise, repeats: int,

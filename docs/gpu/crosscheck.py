@@ -62,10 +62,12 @@ def vllm_bench(base_url: str, model: str, served: str, prompts_file: Path, outpu
     tpot = data.get("median_tpot_ms")
     figure = (1000.0 / tpot if tpot else None) if level == 1 else data.get("output_throughput")
     return {"figure": figure, "output_throughput": data.get("output_throughput"), "median_tpot_ms": tpot,
+            "p99_tpot_ms": data.get("p99_tpot_ms"),
             "p99_itl_ms": data.get("p99_itl_ms"), "median_ttft_ms": data.get("median_ttft_ms"), "prompts": n}
 
 
-def one_launch(job, config: dict, k: int, rounds: int, prompts_file: Path, out: Path, model: str) -> dict:
+def one_launch(job, config: dict, k: int, rounds: int, prompts_file: Path, out: Path, model: str,
+               levels: list[int]) -> dict:
     spec = TrialSpec.from_job(job, 0, config)
     bench = spec.bench  # ours: exactly the study's measurement of a level (its repeats and precision target)
     log = out / f"launch-{k}.log"
@@ -78,14 +80,16 @@ def one_launch(job, config: dict, k: int, rounds: int, prompts_file: Path, out: 
         got["ready_s"] = time.monotonic() - t0
         for r in range(rounds):
             for client in (("ours", "vllm") if r % 2 == 0 else ("vllm", "ours")):
-                for level in sorted(bench.levels):
+                for level in levels:
                     if client == "ours":
                         b = measure(launch.base_url, launch.model_name, replace(bench, levels=(level,)),
                                     deadline=time.monotonic() + bench.timeout_s)
                         lv = b.measurement.levels.get(level)
                         rec = {"figure": lv.value if lv else None, "error": b.error,
+                               "whole_run_tok_s": lv.whole_run_tok_s if lv else None,
                                "p99_itl_ms": 1000 * lv.itl.p99 if lv and lv.itl else None,
-                               "median_tpot_ms": 1000 * lv.tpot.p50 if lv and lv.tpot else None}
+                               "median_tpot_ms": 1000 * lv.tpot.p50 if lv and lv.tpot else None,
+                               "p99_tpot_ms": 1000 * lv.tpot.p99 if lv and lv.tpot else None}
                     else:
                         rec = vllm_bench(launch.base_url, model, launch.model_name, prompts_file, bench.output_tokens,
                                          level,
@@ -126,6 +130,27 @@ def summary(launches: list[dict], levels: list[int]) -> str:
     return "\n".join(lines)
 
 
+def whole_runs(launches: list[dict], levels: list[int]) -> str:
+    """Above one stream, the figure `vllm bench serve` prints (output tokens over the whole run) against
+    ours counted the same way (``whole_run_tok_s``) and our steady-state window, and TPOT p99 by each
+    client: what a capacity point is checked against."""
+    lines = ["| level | ours: steady tok/s | ours: whole-run tok/s | vLLM: output throughput | whole-run ours / vLLM "
+             "| TPOT p99 ms ours | TPOT p99 ms vLLM |", "|---|---|---|---|---|---|---|"]
+    for level in [lv for lv in levels if lv > 1]:
+        def med(client: str, key: str, level: int = level) -> float | None:
+            xs = [x[key] for got in launches for x in got["rounds"]
+                  if x["level"] == level and x["client"] == client and x.get(key)]
+            return statistics.median(xs) if xs else None
+        steady, whole, theirs = med("ours", "figure"), med("ours", "whole_run_tok_s"), med("vllm", "output_throughput")
+        tp_o, tp_v = med("ours", "p99_tpot_ms"), med("vllm", "p99_tpot_ms")
+
+        def f(x: float | None, d: int = 0) -> str:
+            return "-" if x is None else f"{x:.{d}f}"
+        lines.append(f"| {level} | {f(steady)} | {f(whole)} | {f(theirs)} | "
+                     f"{f(whole / theirs, 3) if whole and theirs else '-'} | {f(tp_o, 2)} | {f(tp_v, 2)} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("job")
@@ -135,6 +160,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=540.0, help="no launch starts after this many seconds")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--levels", help="streams to measure, comma-separated (default: the objective's levels), "
+                                     "e.g. a capacity point and the load above it: 64,68,128")
     a = ap.parse_args()
     job = load_job(Path(a.job))
     config = config_of(job, a.config, a.sets)
@@ -143,14 +170,16 @@ def main() -> int:
     prompts = Path(tempfile.mkdtemp()) / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in job.bench.prompts))
     model = str(job.backend.settings["model"])
+    levels = [int(x) for x in a.levels.split(",")] if a.levels else sorted(job.objective.concurrency)
     t0, launches = time.monotonic(), []
     for k in range(a.launches):
         if launches and time.monotonic() - t0 > a.budget_s:
             print(f"stopping after {k} launches: --budget-s", flush=True)
             break
-        launches.append(one_launch(job, config, k, a.rounds, prompts, out, model))
+        launches.append(one_launch(job, config, k, a.rounds, prompts, out, model, levels))
         (out / "crosscheck.json").write_text(json.dumps({"config": config, "launches": launches}, indent=1))
-    print(summary(launches, sorted(job.objective.concurrency)))
+    print(summary(launches, levels))
+    print(whole_runs(launches, levels))
     if a.config:
         print(against_export(launches, a.config))
     return 0

@@ -25,7 +25,7 @@
 #                              kept in docs/gpu/<study>/ if any), status --json, report; its folder comes back as
 #                              $OUT/<study>.tgz
 #   STEP=bench JOB=jobs/x.yaml SETS="k=v ..."  one `ncclsweep bench` of a config (no study)
-#   STEP=crosscheck JOB=jobs/x.yaml [CONFIG=export [LEVEL=1]] [SETS="k=v ..."] [LAUNCHES=3] [ROUNDS=2] [SECS=480]
+#   STEP=crosscheck JOB=jobs/x.yaml [CONFIG=export [LEVEL=1]] [SETS="k=v ..."] [LEVELS=64,68] [LAUNCHES=3] [ROUNDS=2] [SECS=480]
 #                              docs/gpu/crosscheck.py: LAUNCHES fresh launches of a config (CONFIG=export: the kept
 #                              study's exported best at LEVEL, its header printed first, and each launch's figure
 #                              there against the range the export printed), each measured in ROUNDS interleaved
@@ -165,6 +165,7 @@ crosscheck)
     grep '^#' /tmp/xc-config.yaml | tee "$OUT/xc-$name-export.txt"; args=(--config /tmp/xc-config.yaml)
   fi
   for s in ${SETS:-}; do args+=(--set "$s"); done
+  [ -n "${LEVELS:-}" ] && args+=(--levels "$LEVELS")
   timeout $((${SECS:-480} + 200)) python3 docs/gpu/crosscheck.py "$JOB" "${args[@]}" --launches "${LAUNCHES:-3}" \
     --rounds "${ROUNDS:-2}" --budget-s "${SECS:-480}" --out /tmp/xc-$name 2>&1 | grep -v -e WARNING -e token-auth \
     | tee "$OUT/xc-$name.log"

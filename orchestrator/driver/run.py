@@ -69,6 +69,7 @@ from orchestrator.study.policy import Proposal, SearchPolicy
 from orchestrator.study.race import RACE, RaceState, race_state
 from orchestrator.study.relaunch import RELAUNCH, launches_to_know_noise, next_relaunch
 from orchestrator.study.samplers import make_sampler, make_strategy, startup_trials
+from orchestrator.study.shared import HEARTBEAT_S, SharedStudy, is_shared, shown
 from orchestrator.study.storage import (
     ATTR_BASELINE_REPEAT,
     ATTR_LAUNCH_ROLE,
@@ -205,6 +206,8 @@ class StudyDriver:
         self._empty_study: tuple[optuna.Study, bool] | None = None  # a study this run created, still empty
         self._job_error = False  # the run stopped on the job's own error (``_stop_on_job_error``)
         self.prompt_set = storage.prompt_fingerprint(job) or {}  # what every trial is measured on
+        self.shared: SharedStudy | None = None  # other drivers may run the study at once (``study.shared``)
+        self._took_over_at = 0.0  # when this run last looked for dead drivers' trials (a shared study)
 
     def make_executor(self) -> Executor:
         if self._executor is None:
@@ -253,8 +256,12 @@ class StudyDriver:
             sampler, strategy = self._sampler()
             self._preflight(executor)  # before the study is opened: a refused run creates or changes nothing
             new_journal = job.journal_path is not None and not job.journal_path.exists()
-            study = open_study(job, sampler, say=self.say)
-            self._empty_study = (study, new_journal) if not study.get_trials(deepcopy=False) else None
+            if is_shared(job.storage):
+                self.shared = SharedStudy(job.storage, job.study)
+            study = open_study(job, sampler, say=self.say, storage=self.shared.storage if self.shared else None)
+            # a shared study another driver may be running is never forgotten here
+            self._empty_study = (study, new_journal) if not study.get_trials(deepcopy=False) and not self.shared \
+                else None
             self.baseline_config = job.baseline_config()  # exactly the job's baseline: nothing sampled
             self.golden_source = GoldenSource(job, self.baseline_config, self.say)
             space = self._space(self.baseline_config)
@@ -262,7 +269,11 @@ class StudyDriver:
                                                 baseline=self.baseline_config, budget=self.trials,
                                                 remeasure=job.remeasure, seed=job.sampler.seed, strategy=strategy,
                                                 objective=job.objective, late=self._late,
-                                                run=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                                                run=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                                shared=self.shared is not None,
+                                                on_ask=self.shared.beat_one if self.shared else None)
+            if self.shared is not None:
+                self._share(policy)
             self.progress.expected_left = lambda n: self._expected_left(policy, executor, n)
             self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config
             self.say(f"study {job.study!r} of {job.path}: results in {display_path(self.report_dir)}")
@@ -294,6 +305,8 @@ class StudyDriver:
             finally:
                 if executor is not None and self._owns_executor:
                     executor.shutdown()
+                if self.shared is not None:
+                    self.shared.close()
                 lock.release()
                 for folder in created:  # nothing happened: leave no empty study folder (nor its parents made here)
                     if any(folder.iterdir()):
@@ -316,11 +329,39 @@ class StudyDriver:
             raise BadInput(str(exc), file=str(job.path), key="sampler") from None
         return sampler, strategy
 
+    def _share(self, policy: SearchPolicy) -> None:
+        """A shared study (``study.shared``): heartbeats for this run's trials in flight, and the
+        relaunches and the race left to the driver that holds them."""
+        shared = self.shared
+        assert shared is not None
+        self.say(f"study {self.job.study!r} is shared through {shown(self.job.storage)}: other drivers may run it at "
+                 "once (each with its own report_dir); none launches a config another measured or is measuring")
+        shared.start_beats(lambda: [p.number for p in policy.in_flight() if p.cached is None])
+        if (self.relaunch_share > 0 or self.confirm > 0) and not shared.take_extras():
+            self.relaunch_share, self.confirm = 0.0, 0
+            self.say("the relaunches and the race of the finalists are another driver's (it holds them): this run "
+                     "only searches")
+
+    def _take_over(self, policy: SearchPolicy, *, now: bool = False) -> None:
+        """A shared study: the trials of drivers that died (no heartbeat for ``shared.GRACE_S``) are
+        recorded interrupted and their configs re-queued, once every ``HEARTBEAT_S`` at most."""
+        if self.shared is None or (not now and time.monotonic() - self._took_over_at < HEARTBEAT_S):
+            return
+        self._took_over_at = time.monotonic()
+        kept, lost = policy.account_stale(self.shared.stale(policy.study))
+        for number in kept:
+            self.say(f"#{number} was left running by a driver that stopped after its result was stored: kept as "
+                     "recorded")
+        for number in lost:
+            self.say(f"#{number} was left running by a driver that stopped (no heartbeat): marked interrupted, "
+                     "re-queued")
+
     def _recover(self, executor: Executor, policy: SearchPolicy) -> None:
         """What a dead driver left: its servers ended, its RUNNING trials finished or re-queued."""
         killed = executor.cleanup_orphans(self.dir.servers)
         if killed:
             self.say(f"ended {len(killed)} server(s) left behind by a previous driver")
+        self._take_over(policy, now=True)
         for number in policy.finish_recorded():
             self.say(f"#{number} was left running by a dead driver after its result was stored: kept as recorded")
         for number in policy.recover_interrupted():
@@ -407,9 +448,15 @@ class StudyDriver:
             if run.signals.kill_now and run.in_flight:
                 run.executor.cancel_all()
             if not stop_starting:
+                self._take_over(run.policy)
                 self._start_repeats(run)
                 self._start_relaunches(run)
                 self._start_trials(run)
+            if not run.in_flight and not stop_starting and run.policy.others_running():
+                # a shared study: another driver's launches may come back to the pool (blameless, or
+                # its driver dies): wait for them rather than end
+                time.sleep(1.0)
+                continue
             if not run.in_flight:
                 if run.past_deadline():
                     run.summary.reason = "timeout"
@@ -603,7 +650,24 @@ class StudyDriver:
         return True
 
     def _start_trials(self, run: _Loop) -> None:
-        """Proposals into free slots; the golden reference's capture runs alone, first."""
+        """Proposals into free slots; the golden reference's capture runs alone, first. A shared
+        study's drivers pick one at a time (``SharedStudy.claim``); one that has no reference yet
+        takes the one another driver stored, and waits while another may be capturing it."""
+        if self.shared is None:
+            self._start_trials_here(run)
+            return
+        if len(run.in_flight) >= run.executor.slots or run.search_over:
+            return
+        with self.shared.claim():
+            if run.need_reference:
+                stored = storage.stored_golden(run.study)
+                if stored:
+                    run.golden = correctness.Golden.from_dict(stored)
+                elif run.policy.others_running():
+                    return  # the reference runs alone, and another driver's launch may be capturing it
+            self._start_trials_here(run)
+
+    def _start_trials_here(self, run: _Loop) -> None:
         job, policy = self.job, run.policy
         while len(run.in_flight) < run.executor.slots and not run.search_over:
             need_reference = run.need_reference

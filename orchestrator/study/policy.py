@@ -53,6 +53,7 @@ the study's trials, so a policy built on a resumed study continues where it stop
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ from typing import Any, Protocol
 
 import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from orchestrator.config.job import Objective
@@ -102,6 +104,8 @@ from orchestrator.study.storage import (
 )
 from orchestrator.study.strategies.base import Strategy, View
 from orchestrator.study.strategies.sampler_led import SamplerLed
+
+log = logging.getLogger(__name__)
 
 
 class SpaceLike(Protocol):
@@ -156,7 +160,8 @@ class SearchPolicy:
     ``TrialResult`` back to ``record``; it reads the study's standing through ``rows``,
     ``best_row``, ``baseline_row``, ``budget_used``, ``bans`` and ``prune_threshold``. The
     replay harness (``study.replay``) drives it the same way with recorded results. Not
-    thread-safe: one driver thread calls it (the driver lock keeps one driver per study).
+    thread-safe: one driver thread calls it (the driver lock keeps one driver per study; the
+    drivers of a shared study each have their own, and pick under ``study.shared``'s claim lock).
     Every answer is recomputed from storage, so a policy built on a resumed study continues
     where the last one stopped; nothing but ``record``, ``defer``, ``requeue``, ``mark`` and
     the recoveries writes.
@@ -177,6 +182,8 @@ class SearchPolicy:
         late: Callable[[Config], bool] | None = None,
         objective: Objective | None = None,
         run: str | None = None,
+        shared: bool = False,
+        on_ask: Callable[[int], None] | None = None,
         max_asks: int = 200,
         max_consecutive_duplicates: int = 200,
     ) -> None:
@@ -184,11 +191,17 @@ class SearchPolicy:
         the sampler leads (``SamplerLed``) with ``startup`` start-up launches picked by the
         policy (the start-up trials the sampler was built with: ``samplers.startup_trials``).
         ``late``: a prior that puts a (normalized) config last among equals (the pre-screen's
-        slow settings). ``run``: the driver's run that records results, stored on every record."""
+        slow settings). ``run``: the driver's run that records results, stored on every record.
+        ``shared``: other drivers run the study at once (``study.shared``): their trials in flight
+        are busy like this policy's own, count toward the budget, and are never recovered here
+        but through ``account_stale``; ``on_ask``: called with every trial number as soon as it is
+        asked (its first heartbeat)."""
         if budget is not None and budget < 0:
             raise ValueError(f"budget must be >= 0 or None, not {budget}")
         self.study = study
         self.run = run
+        self.shared = shared
+        self.on_ask = on_ask
         self.space = space
         self.normalize = normalize
         self.baseline = dict(baseline) if baseline is not None else None
@@ -301,6 +314,7 @@ class SearchPolicy:
         if enum is None:
             return None
         busy = {p.key for p in self._in_flight.values() if p.cached is None}
+        busy |= {t.user_attrs[ATTR_KEY] for t in self._others(st)}
         bans = self.bans()
         return [k for k in enum if k not in st.measured and k not in busy and not hit(self._enum_norm[k], bans)]
 
@@ -367,13 +381,25 @@ class SearchPolicy:
     def _launches_in_flight(self) -> int:
         return sum(1 for p in self._in_flight.values() if p.cached is None)
 
+    def _others(self, st: _State) -> list[FrozenTrial]:
+        """Launches other drivers of a shared study have in flight: RUNNING trials this policy did
+        not hand out whose config is known (``next`` writes it before the launch)."""
+        if not self.shared:
+            return []
+        return [t for t in st.running if t.number not in self._in_flight and ATTR_KEY in t.user_attrs]
+
+    def others_running(self) -> list[FrozenTrial]:
+        """Launches other drivers of a shared study have in flight (none for a study of one driver)."""
+        return self._others(self._scan())
+
     # ---- flags --------------------------------------------------------------------------------
     @property
     def budget_reached(self) -> bool:
         """True when counted trials plus launches in flight have reached the budget."""
         if self.budget is None:
             return False
-        return len(self._scan().counted) + self._launches_in_flight() >= self.budget
+        st = self._scan()
+        return len(st.counted) + self._launches_in_flight() + len(self._others(st)) >= self.budget
 
     @property
     def exhausted(self) -> bool:
@@ -402,7 +428,8 @@ class SearchPolicy:
         bad_streak = 0
         for _ in range(self.max_asks):
             st = self._scan()
-            if self.budget is not None and len(st.counted) + self._launches_in_flight() >= self.budget:
+            if self.budget is not None and \
+                    len(st.counted) + self._launches_in_flight() + len(self._others(st)) >= self.budget:
                 return None
             remaining = self._remaining(st)
             if remaining is not None and not remaining:
@@ -415,6 +442,8 @@ class SearchPolicy:
                 if pick is not None:
                     self._enqueue(pick.key, pick.role)
             trial = self.study.ask()
+            if self.on_ask is not None:
+                self.on_ask(trial.number)
             role = _role_of(trial.user_attrs)
             try:
                 is_base = role in ("baseline", "reference") or (
@@ -443,6 +472,7 @@ class SearchPolicy:
                 self._enqueue_fill(remaining)
                 continue
             busy = {p.key: n for n, p in self._in_flight.items() if p.cached is None}
+            busy.update({t.user_attrs[ATTR_KEY]: t.number for t in self._others(st)})
             if key in busy:
                 self._skip(trial, raw, (config, key), "in-flight-duplicate",
                            f"same config as trial {busy[key]}, still running", constraint=0.0)
@@ -581,6 +611,15 @@ class SearchPolicy:
             raise ValueError(f"trial {trial.number}: a COMPLETE result needs a value (at every level of the objective)")
         try:
             self._store(trial, result, attrs, not_the_config)
+        except UpdateFinishedTrialError:
+            if not self.shared:
+                raise
+            # another driver took it over as its driver's (no heartbeat for the grace period): it is
+            # recorded interrupted there and its config re-queued; this result is not stored
+            self._in_flight.pop(trial.number, None)
+            log.warning("#%s was taken over by another driver while it ran (no heartbeat): its result is not "
+                        "stored", trial.number)
+            return self._trial(trial.number)
         except StorageWriteError:  # half recorded: ``recover_interrupted`` may now tell it interrupted
             self._in_flight.pop(trial.number, None)
             raise
@@ -694,6 +733,31 @@ class SearchPolicy:
             done.append(t.number)
         return done
 
+    def account_stale(self, trials: list[FrozenTrial],
+                      reason: str = "its driver stopped while it ran (no heartbeat)") -> tuple[list[int], list[int]]:
+        """Trials of a dead driver of a shared study, which Optuna's heartbeat check has just moved
+        from RUNNING to FAIL (``shared.SharedStudy.stale``; each handed to one driver only). One
+        whose whole record was stored (its constraint set: ``finish_recorded``) is kept as recorded:
+        its user attributes say what it measured. Any other is recorded ``interrupted`` (uncounted,
+        the study user attribute ``recovered_attr``, as ``recover_interrupted``) and its config
+        re-queued once. Returns (kept, interrupted) trial numbers."""
+        kept, lost = [], []
+        for t in trials:
+            if any(k == "constraints" or k.startswith("constraints:") for k in t.system_attrs) \
+                    and t.user_attrs.get("outcome"):
+                kept.append(t.number)
+                continue
+            config = t.user_attrs.get("config") or dict(t.params)
+            left = TrialResult(outcome=FAIL, config=config, failure_kind=FailureKind.INTERRUPTED)
+            attrs = interrupted(left, reason).to_attrs()
+            attrs[ATTR_COUNTED] = False
+            attrs[ATTR_KEY] = t.user_attrs.get(ATTR_KEY) or self._key_of(dict(t.params))
+            self.study.set_user_attr(recovered_attr(t.number), attrs)
+            if ATTR_KEY in t.user_attrs:  # a launch (not a trial cut short while it was asked)
+                self.requeue(t)
+            lost.append(t.number)
+        return kept, lost
+
     # ---- queries ---------------------------------------------------------------------------------
     def budget_used(self) -> int:
         """How many counted trials are finished (launches in flight not included)."""
@@ -769,7 +833,10 @@ class SearchPolicy:
                    and t.user_attrs.get("outcome") == FAIL and t.user_attrs.get("failure_kind") in TIMEOUT_KINDS)
 
     def pending_running(self) -> list[FrozenTrial]:
-        """Trials RUNNING in storage that this policy did not hand out (left by a dead driver)."""
+        """Trials RUNNING in storage that this policy did not hand out (left by a dead driver). None
+        in a shared study: another driver's may be alive; dead ones' come through ``account_stale``."""
+        if self.shared:
+            return []
         return [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
                 if t.number not in self._in_flight]
 

@@ -155,12 +155,14 @@ def load_study(job: StudyJob):
 
 
 def open_study(job, sampler: optuna.samplers.BaseSampler | None = None, create: bool = True,
-               say=None) -> optuna.Study:
+               say=None, storage: Any = None) -> optuna.Study:
     """Create or load the job's study; refuse one that exists with a different identity
-    (``check_identity``). ``create=False``: only read an existing one (no write at all)."""
+    (``check_identity``). ``create=False``: only read an existing one (no write at all).
+    ``storage``: the storage object to open it in (a shared study's, ``study.shared``), else the
+    job's URL's."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        storage = storage_for(job.storage, create=create)
+        storage = storage if storage is not None else storage_for(job.storage, create=create)
     except NcclsweepError:
         raise
     except Exception as exc:  # noqa: BLE001 - any storage problem is one line for the user

@@ -1,0 +1,94 @@
+"""Two drivers on one study through a real PostgreSQL server (tests/postgres.py starts one of the
+test's own): both make progress, a kill -9 of one in the middle of a trial loses nothing (the
+survivor takes its trial over once its heartbeat is stale, and measures its config), and no
+config is measured twice."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import pytest
+
+from conftest import TEST_PROMPT, start_driver, study_servers, wait_for, write_job
+from orchestrator.config.job import load_job
+from orchestrator.core.study_dir import trial_log_name as log_name
+from orchestrator.study.history import trial_rows
+from orchestrator.study.storage import open_study
+from postgres import postgres_server
+
+pytestmark = pytest.mark.slow
+
+SPACE = "params:\n  tp_size: {choices: [1, 2]}\n  backend.max_batch: {choices: [8, 16, 32]}\n"
+CONFIGS = 6  # every config of SPACE
+
+
+def _job(directory, url):
+    directory.mkdir()
+    # one trial at a time per driver; long enough decodes that the kill lands while a trial runs
+    return write_job(directory, study="shared", storage=url, budget={"trials": CONFIGS}, space_text=SPACE,
+                     baseline={"tp_size": 1, "backend.max_batch": 8}, ray={"parallel": 1},
+                     bench={"prompt": TEST_PROMPT, "output_tokens": 150, "warmup": 1, "repeats": 2,
+                            "max_repeats": 2})
+
+
+def _launched_by(report_dir, numbers):
+    """The trials (of ``numbers``) whose server this driver launched: their logs are in its folder."""
+    return {n for n in numbers if (report_dir / "logs" / log_name(n)).exists()}
+
+
+def test_two_drivers_share_a_study_and_survive_a_kill_9(tmp_path, no_leftover_servers):
+    with postgres_server() as url:
+        job_a, job_b = _job(tmp_path / "a", url), _job(tmp_path / "b", url)
+        dir_a, dir_b = tmp_path / "a" / "reports" / "shared", tmp_path / "b" / "reports" / "shared"
+        log_a, log_b = tmp_path / "driver-a.log", tmp_path / "driver-b.log"
+        job = load_job(job_a)
+        a = start_driver(job_a, log_a)
+        b = None
+        try:
+            wait_for(lambda: "is shared through" in log_a.read_text(), 300, "the first driver to open the study")
+            b = start_driver(job_b, log_b)
+
+            def counted():
+                return {r.number for r in trial_rows(open_study(job, create=False))
+                        if r.counted and r.state == "COMPLETE"}
+
+            def ready_to_kill():
+                done = counted()
+                # both measured something, and the first driver has a server up for a trial not yet recorded
+                return (_launched_by(dir_a, done) and _launched_by(dir_b, done)
+                        and list((dir_a / "servers").glob("*.json")) and len(done) < CONFIGS - 1)
+
+            wait_for(ready_to_kill, 900, "both drivers to measure a config while the first runs another")
+            before_kill = counted()
+            os.kill(a.pid, signal.SIGKILL)
+            a.wait(30)
+            assert b.wait(900) == 0, log_b.read_text()[-3000:]
+        finally:
+            for proc in (a, b):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        out_b = log_b.read_text()
+        rows = trial_rows(open_study(job, create=False))
+
+    # the survivor took the dead driver's trial over: recorded interrupted, its config re-queued
+    taken = re.findall(r"#(\d+) was left running by a driver that stopped \(no heartbeat\): marked interrupted", out_b)
+    assert len(taken) == 1, out_b[-3000:]
+    lost = next(r for r in rows if r.number == int(taken[0]))
+    assert lost.failure_kind == "interrupted" and not lost.counted
+    assert (dir_a / "logs" / log_name(lost.number)).exists()  # it was the first driver's launch
+    assert not any(r.state == "RUNNING" for r in rows)
+    counted = [r for r in rows if r.counted]
+    # nothing lost: every config of the space measured; none measured twice
+    assert all(r.state == "COMPLETE" for r in counted)
+    assert len({r.config_key for r in counted}) == len(counted) == CONFIGS
+    assert sum(r.config_key == lost.config_key for r in counted) == 1
+    # what was measured before the kill is kept, and both drivers made progress
+    assert before_kill <= {r.number for r in counted}
+    numbers = {r.number for r in counted}
+    assert _launched_by(dir_a, numbers) and _launched_by(dir_b, numbers)
+    assert not _launched_by(dir_a, numbers) & _launched_by(dir_b, numbers)
+    assert not study_servers(tmp_path), "a server outlived the killed driver"
+    assert not list((dir_b / "servers").glob("*.json"))

@@ -390,7 +390,7 @@ class SearchPolicy:
 
     def others_running(self) -> list[FrozenTrial]:
         """Launches other drivers of a shared study have in flight (none for a study of one driver)."""
-        return self._others(self._scan())
+        return self._others(self._scan()) if self.shared else []
 
     # ---- flags --------------------------------------------------------------------------------
     @property

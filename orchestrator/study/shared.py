@@ -173,10 +173,13 @@ class SharedStudy:
         return found
 
     def close(self) -> None:
-        """Stop the heartbeats and give the locks back (closing the connection releases them)."""
+        """Stop the heartbeats and give the locks back (a driver killed without it: PostgreSQL releases
+        them when it sees its connection end)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        with contextlib.suppress(Exception):  # at once: the server would release them when it sees the connection end
+            self._sql("SELECT pg_advisory_unlock_all()")
         with contextlib.suppress(Exception):
             self._conn.close()
         with contextlib.suppress(Exception):

@@ -5,16 +5,18 @@ config is measured twice."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import signal
 
 import pytest
 
-from conftest import TEST_PROMPT, start_driver, study_servers, wait_for, write_job
+from conftest import TEST_PROMPT, run_in_process, start_driver, study_servers, wait_for, write_job
 from orchestrator.config.job import load_job
 from orchestrator.core.study_dir import trial_log_name as log_name
 from orchestrator.study.history import trial_rows
+from orchestrator.study.shared import SharedStudy
 from orchestrator.study.storage import open_study
 from postgres import postgres_server
 
@@ -92,3 +94,22 @@ def test_two_drivers_share_a_study_and_survive_a_kill_9(tmp_path, no_leftover_se
     assert not _launched_by(dir_a, numbers) & _launched_by(dir_b, numbers)
     assert not study_servers(tmp_path), "a server outlived the killed driver"
     assert not list((dir_b / "servers").glob("*.json"))
+
+
+def test_the_relaunches_and_the_race_are_the_driver_that_holds_them(tmp_path, no_leftover_servers):
+    # a second driver of the study holds them (its advisory lock): this one only searches, though its job
+    # asks for relaunches and a race
+    with postgres_server() as url:
+        holder = SharedStudy(url, "extras")
+        try:
+            assert holder.take_extras()
+            job = load_job(write_job(tmp_path, study="extras", storage=url,
+                                     budget={"trials": 2, "relaunch": 0.5, "confirm": 4}))
+            out = io.StringIO()
+            run_in_process(job, out=out)
+        finally:
+            holder.close()
+        rows = trial_rows(open_study(job, create=False))
+    assert "the relaunches and the race of the finalists are another driver's" in out.getvalue()
+    assert len([r for r in rows if r.counted and r.state == "COMPLETE"]) == 2
+    assert not [r for r in rows if r.launch_role], [(r.number, r.launch_role) for r in rows]

@@ -94,7 +94,7 @@ def test_the_claim_lock_excludes_and_the_extras_have_one_holder(pg_url):
             assert free("claim")
             assert a.take_extras() and a.take_extras()
             assert not b.take_extras()
-            a.close()  # its connection closes: the lock goes with it
+            a.close()  # it gives its locks back
             assert b.take_extras()
             assert not free("extras")
     finally:

@@ -5,8 +5,8 @@ The schema is llm-d-benchmark's (``llmdbenchmark/analysis/benchmark_report``, it
 ``br_v0_2_1_json_schema.json``; the copy the tests validate against is under
 ``tests/fixtures/benchmark_report``). Which configs: the baseline, the best (``export.choose`` and
 ``export.ranked``, so ``--concurrency N``, ``--mix`` and ``--top K`` choose as for every export)
-and each ``--trial N``; which levels: every level the config's trial measured (the objective's and
-``bench.concurrency``'s). Each report holds
+and each ``--trial N``; which levels: every level the config's trial measured (the objective's, and
+those its outcome constraints read). Each report holds
 
 - ``run``: a ``uid`` of its own (a UUID5 of the study's storage, name, trial and level: exporting
   again writes the same ids), an ``eid`` shared by the reports of one config (llm-d: "stages of the
@@ -79,8 +79,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 @dataclass(frozen=True)
 class Measured:
-    """One config to report: its row (the launch whose levels are reported) and what it is to
-    this export (``baseline``, ``best``, ``rank 2``, ``trial``: one or more)."""
+    """One launch to report: its row (a config's trial, or a launch ``--trial`` named) and what it
+    is to this export (``baseline``, ``best``, ``rank 2``, ``trial``: one or more)."""
 
     row: TrialRow
     roles: tuple[str, ...]
@@ -94,8 +94,9 @@ def chosen(job: Any, rows: list[TrialRow], *, top: int = 1, level: int | str | N
            trials: Sequence[int] = ()) -> list[Measured]:
     """The configs to report, in order: the baseline, the ``top`` best (as ``export`` chooses
     them), then each of ``trials`` (a trial number of the study: any launch that completed with a
-    measurement). A config met twice is reported once, its roles joined. BadInput for a trial the
-    study has not measured; RuntimeFailure where nothing is best (as ``export``)."""
+    measurement, a relaunch of a config included: its own launch is reported). A trial met twice is
+    reported once, its roles joined. BadInput for a trial the study has not measured; RuntimeFailure
+    where nothing is best (as ``export``)."""
     if not isinstance(top, int) or top < 1:
         raise BadInput(f"--top must be a positive integer, not {brief(top)}", key="--top")
     choice = exports.choose(job, level, mix)
@@ -118,9 +119,9 @@ def chosen(job: Any, rows: list[TrialRow], *, top: int = 1, level: int | str | N
             raise BadInput(f"trial {brief(number)} is not a measured trial of study {getattr(job, 'study', '?')} "
                            f"(trials with a measurement: {have})", key="--trial")
         picked.append((measured[number], "trial"))
-    out: dict[str, tuple[TrialRow, list[str]]] = {}
+    out: dict[int, tuple[TrialRow, list[str]]] = {}
     for row, role in picked:
-        got = out.setdefault(row.config_key, (row, []))
+        got = out.setdefault(row.number, (row, []))
         if role not in got[1]:
             got[1].append(role)
     return [Measured(row, tuple(roles)) for row, roles in out.values()]

@@ -162,7 +162,7 @@ def file_name(job: Any, item: Measured, level: int, stage: int) -> str:
     llm-d-benchmark's prefix (its tools glob ``benchmark_report_v0.2*``) and the stage number
     llm-d-prism reads from a file name."""
     study = _UNSAFE.sub("-", str(getattr(job, "study", "study"))).strip("-") or "study"
-    role = _UNSAFE.sub("-", item.role.replace("+", "-").replace(" ", "")).strip("-")
+    role = _UNSAFE.sub("-", item.role.replace("+", "-")).strip("-")
     ctx = f"-ctx{context_of(level)}" if context_of(level) else ""
     return f"benchmark_report_v{VERSION}_{study}_trial{item.row.number}_{role}_stage{stage}_c{streams(level)}{ctx}.yaml"
 

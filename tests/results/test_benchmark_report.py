@@ -202,3 +202,10 @@ def test_a_study_recorded_before_levels_kept_means_and_lengths_leaves_them_out_a
                                                                                             "NVIDIA H200")
         assert name == f"benchmark_report_v0.2.1_h200-vllm-1b-race_trial{row.number}_{'-'.join(own['roles'])}_" \
                        f"stage{sorted(row.levels).index(got.level)}_c{got.level}.yaml"
+    # --top 2: the runner-up too (export's rank 2), a file per level
+    runner_up = yaml.safe_load_all(export(job, rows, "yaml", top=2))
+    second = [d for d in runner_up if d][1]["provenance"]["trial"]
+    more = {name: doc for name, doc in br.reports(job, rows, top=2)}
+    assert len(more) == 3 * 3 and sorted(n for n in more if "_rank-2_" in n) == [
+        f"benchmark_report_v0.2.1_h200-vllm-1b-race_trial{second}_rank-2_stage{i}_c{lv}.yaml"
+        for i, lv in enumerate((1, 10, 64))]

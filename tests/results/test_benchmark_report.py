@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
+import statistics
 from pathlib import Path
 
 import jsonschema
@@ -21,13 +22,16 @@ from orchestrator.core.level import streams
 from orchestrator.results import benchmark_report as br
 from orchestrator.results.export import export
 from orchestrator.study import history, storage
+from orchestrator.study.launches import Evidence
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "tests/fixtures/benchmark_report/br_v0_2_1_json_schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 RECORDED = {  # a study and the job that recorded it
-    # the demo (jobs/demo.yaml) as `ncclsweep run` recorded it, levels with their latencies' means and lengths
+    # the demos (jobs/demo.yaml, jobs/demo-plan.yaml) as `ncclsweep run` recorded them, levels with their latencies'
+    # means and their requests' lengths
     "demo": ("tests/data/recorded/demo/study.journal", "tests/data/recorded/demo/job.yaml"),
+    "demo-plan": ("tests/data/recorded/demo-plan/study.journal", "tests/data/recorded/demo-plan/job.yaml"),
     # an H200 vLLM study recorded before levels kept them: no latency means, no lengths
     "h200-vllm-1b-race": ("docs/gpu/h200-vllm-1b-race/study.journal", "jobs/h200-vllm-1b-race.yaml"),
 }
@@ -49,6 +53,7 @@ def recorded(tmp_path: Path, name: str):
     doc["space"] = str((src.parent / doc["space"]).resolve())
     doc.pop("output_dir", None)
     doc["report_dir"], doc["storage"] = str(tmp_path), f"journal:{tmp_path / 'study.journal'}"
+    tmp_path.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / journal, tmp_path / "study.journal")
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -98,12 +103,14 @@ def demo(tmp_path_factory):
     return recorded(tmp_path_factory.mktemp("demo"), "demo")
 
 
-def test_the_demo_exports_one_valid_report_per_config_and_level_with_the_studys_figures(demo, tmp_path, capsys):
+@pytest.mark.parametrize("name,levels", [("demo", {1}), ("demo-plan", {1, 4})])
+def test_the_demo_exports_one_valid_report_per_config_and_level_with_the_studys_figures(name, levels, tmp_path,
+                                                                                      capsys):
     """The acceptance: `export --format benchmark-report -o out/` after the demo writes a file per config (the
-    baseline and the best) and level (the demo's trials measure level 1: bench.concurrency is compare's), each
-    valid, each with the figures `status` prints for the trial at that level and `export` prints for the config
-    over its launches."""
-    path, job, rows = demo
+    baseline and the best) and level (the demo's trials measure level 1: bench.concurrency is compare's; the
+    plan demo's 1 and 4), each valid, each with the figures `status` prints for the trial at that level and
+    `export` gives for the config over its launches, read as llm-d-prism reads them."""
+    path, job, rows = recorded(tmp_path / "study", name)
     assert main(["export", str(path), "--format", "benchmark-report", "-o", str(tmp_path / "out")]) == 0
     written = capsys.readouterr().out.split()
     assert sorted(written) == sorted(str(p) for p in (tmp_path / "out").iterdir())
@@ -111,7 +118,8 @@ def test_the_demo_exports_one_valid_report_per_config_and_level_with_the_studys_
     by_number = {r.number: r for r in rows}
     base = by_number[best["baseline_trial"]]
     expected = {(n, lv) for n in (base.number, best["trial"]) for lv in by_number[n].levels}
-    assert {lv for _, lv in expected} == {1} and len(written) == len(expected) == 2
+    assert {lv for _, lv in expected} == levels and len(written) == len(expected) == 2 * len(levels)
+    evidence = Evidence(rows)
     seen = set()
     for file in written:
         doc = yaml.safe_load(Path(file).read_text())
@@ -126,13 +134,14 @@ def test_the_demo_exports_one_valid_report_per_config_and_level_with_the_studys_
         assert rate["p50"] == got.value and rate["units"] == "tokens/s"  # status's figure at that level
         assert rate["min"] == min(got.samples) and rate["max"] == max(got.samples)
         assert agg["requests"] == {**agg["requests"], "total": got.requests, "failures": 0} and got.requests > 0
-        for kind, (name, units) in br.LATENCY_FIELDS.items():
+        assert agg["requests"]["output_length"]["max"] <= job.bench.output_tokens
+        for kind, (field, units) in br.LATENCY_FIELDS.items():
             lat = got.latency(kind)
-            assert agg["latency"][name] == {"units": units, "mean": lat.mean, "p50": lat.p50, "p90": lat.p90,
-                                            "p99": lat.p99}  # seconds, as recorded
+            assert agg["latency"][field] == {"units": units, "mean": lat.mean, "p50": lat.p50, "p90": lat.p90,
+                                             "p99": lat.p99}  # seconds, as recorded
         load = doc["scenario"]["load"]["standardized"]
-        assert load["concurrency"] == streams(level) and load["output_seq_len"] == {"distribution": "fixed",
-                                                                                    "value": 48}
+        assert load["concurrency"] == streams(level) and load["output_seq_len"] == {
+            "distribution": "fixed", "value": job.bench.output_tokens}
         assert load["input_seq_len"]["min"] == got.input_length.low and load["stage"] == sorted(row.levels).index(level)
         engine = doc["scenario"]["stack"][0]
         assert engine["standardized"]["accelerator"]["parallelism"]["tp"] == row.params["tp_size"]
@@ -140,16 +149,19 @@ def test_the_demo_exports_one_valid_report_per_config_and_level_with_the_studys_
             row.server["argv"]
         reads = prism_reads(doc)
         assert reads["model"] == "tiny" and reads["hardware"] == "cpu" and reads["concurrency"] == streams(level)
-        assert reads["label"] == f"tiny [demo trial {row.number} ({own['roles'][0]})]"
+        assert reads["label"] == f"tiny [{name} trial {row.number} ({own['roles'][0]})]"
+        over = own["over_launches"]  # the config's figure at this level over every launch of it
+        assert over["value"] == statistics.median(evidence.values(row.config_key, level))
+        assert over["launches"] == len(evidence.values(row.config_key, level)) >= 2
         if row.number == best["trial"] and level == 1:  # the exported figure and its verdict, as export says them
-            over = own["over_launches"]
-            assert over["value"] == best["value_tok_s"] and over["launches"] == best["measurements"]
+            assert over["value"] == best["figure"]["value"] and over["launches"] == best["figure"]["launches"]
             assert over["vs_baseline"]["text"] == best["figure"]["vs_baseline"]["text"]
-            assert over["vs_baseline"]["point"] == best["x_baseline"] and over["launch_noise"]["launches"] >= 2
+            assert over["vs_baseline"]["point"] == best["figure"]["vs_baseline"]["point"]
+            assert over["launch_noise"]["launches"] >= 2
     assert seen == expected
     # a config's reports share an experiment id, and no two reports share a uid
     docs = [yaml.safe_load(Path(f).read_text()) for f in written]
-    assert len({d["run"]["uid"] for d in docs}) == len({d["run"]["eid"] for d in docs}) == 2
+    assert len({d["run"]["uid"] for d in docs}) == len(docs) and len({d["run"]["eid"] for d in docs}) == 2
 
 
 def test_trial_n_adds_its_config_and_a_trial_the_study_has_not_measured_is_one_line(demo, tmp_path, capsys):

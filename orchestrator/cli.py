@@ -451,18 +451,23 @@ def cmd_export(args) -> int:
         raise BadInput(f"--port must be 1-65535, not {args.port}")
     if not args.host.strip() or any(c.isspace() for c in args.host):
         raise BadInput(f"--host must be an address such as 127.0.0.1 or 0.0.0.0, not {args.host!r}")
+    if args.trial and args.format != "benchmark-report":
+        raise BadInput("--trial chooses the configs of --format benchmark-report only")
     rows = trial_rows(open_study(job, create=False))
-    if args.format == "benchmark-report" and args.output:  # a folder: a file per config and level
+    if args.format == "benchmark-report":  # a file per config and level in the -o folder, else a YAML stream
         from orchestrator.results import benchmark_report
 
-        for path in benchmark_report.write(job, rows, args.output, top=args.top, level=args.concurrency,
-                                           mix=args.mix, trials=tuple(args.trial)):
-            print(path)
+        kw: dict[str, Any] = {"top": args.top, "level": args.concurrency, "mix": args.mix, "trials": tuple(args.trial)}
+        if args.output:
+            for path in benchmark_report.write(job, rows, args.output, **kw):
+                print(path)
+        else:
+            sys.stdout.write(benchmark_report.render(job, rows, **kw))
         for line in notes(job, rows, level=args.concurrency, mix=args.mix):
             print(f"export: {line}", file=sys.stderr)
         return 0
     text = export(job, rows, args.format, top=args.top, level=args.concurrency, mix=args.mix, host=args.host,
-                  port=args.port, trials=tuple(args.trial))
+                  port=args.port)
     if args.output:
         from orchestrator.core.files import write_whole
 

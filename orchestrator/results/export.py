@@ -15,9 +15,6 @@ COMPLETE, counted, never a config that failed the correctness gate) as
                  the full shell-quoted launch command (env assignments, then argv), its header
                  saying the address it listens on (``host``/``port``, default 0.0.0.0:8000:
                  every interface).
-- ``benchmark-report`` llm-d Benchmark Reports (v0.2.1), one per config and level: the baseline,
-                 the best and ``trials`` (``results.benchmark_report``; one YAML document each here,
-                 a file each with ``ncclsweep export -o FOLDER``).
 - ``nccl-tuner`` a rules file for NCCL's example tuner plugin: rules per measured size range
                  from the pre-screen's sweep where it ran at the winner's TP
                  (``tuner_sweep_rules``), else one rule from the winner's settings
@@ -105,8 +102,7 @@ from orchestrator.study.history import baseline_row, best_rows, short_params
 from orchestrator.study.launches import COMPARE, HEADLINE, MIX, Evidence, mix_figure
 from orchestrator.study.plan import TieBreak, best_at, best_for_mix, break_tie, build_plan, one_for_all
 
-FORMATS = ("env", "yaml", "json", "cmd", "nccl-tuner")  # a document of the best config(s) each
-REPORTS = ("benchmark-report",)  # the measured configs' reports (``results.benchmark_report``)
+FORMATS = ("env", "yaml", "json", "cmd", "nccl-tuner")
 EXPORT_VERSION = 1
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # the example tuner plugin reads lines with fgets into a 256-byte buffer: keep every line shorter
@@ -943,8 +939,7 @@ def _document(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any,
 
 
 def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, backend: Any = None,
-           host: str = "0.0.0.0", port: int = 8000, level: int | None = None, mix: bool = False,
-           trials: tuple[int, ...] = ()) -> str:
+           host: str = "0.0.0.0", port: int = 8000, level: int | None = None, mix: bool = False) -> str:
     """Render the ``top`` best configs in ``fmt`` (see module docstring); text ends with a newline.
 
     ``level``/``mix``: the best at that level of the objective, or for its traffic mix
@@ -953,16 +948,10 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
     reference is disputed (``reference.disputed``: no config is then best, the baseline
     included), or when ``cmd`` cannot be built.
     """
-    if fmt not in FORMATS + REPORTS:
-        raise BadInput(f"format must be one of {', '.join(FORMATS + REPORTS)}, not {brief(fmt)}", key="--format")
+    if fmt not in FORMATS:
+        raise BadInput(f"format must be one of {', '.join(FORMATS)}, not {brief(fmt)}", key="--format")
     if not isinstance(top, int) or top < 1:
         raise BadInput(f"--top must be a positive integer, not {brief(top)}", key="--top")
-    if fmt == "benchmark-report":
-        from orchestrator.results import benchmark_report
-
-        return benchmark_report.render(job, rows, top=top, level=level, mix=mix, trials=trials, backend=backend)
-    if trials:
-        raise BadInput("--trial chooses the configs of --format benchmark-report only", key="--trial")
     choice = choose(job, level, mix)
     best, tie = ranked(job, rows, choice, top)
     if not best:

@@ -170,7 +170,7 @@ def test_trial_n_adds_its_config_and_a_trial_the_study_has_not_measured_is_one_l
     path, job, rows = demo
     best = br.chosen(job, rows)[-1].row
     other = next(r for r in rows if r.launch_role == "relaunch" and r.config_key == best.config_key)
-    docs = list(yaml.safe_load_all(export(job, rows, "benchmark-report", trials=(other.number, best.number))))
+    docs = list(yaml.safe_load_all(br.render(job, rows, trials=(other.number, best.number))))
     assert len(docs) == 3
     own = {d["results"]["observability"]["ncclsweep"]["trial"]: d for d in docs}
     valid(own[other.number])

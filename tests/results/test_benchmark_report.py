@@ -181,6 +181,9 @@ def test_trial_n_adds_its_config_and_a_trial_the_study_has_not_measured_is_one_l
         "p50"] == other.at(1).value
     for key in ("value", "launches", "launch_values", "launch_noise", "vs_baseline"):  # one config: one figure
         assert mine["over_launches"][key] == theirs["over_launches"][key], key
+    assert main(["export", str(path), "--format", "benchmark-report", "--trial", str(other.number)]) == 0
+    streamed = list(yaml.safe_load_all(capsys.readouterr().out))  # without -o: a YAML stream on stdout
+    assert [d["run"]["uid"] for d in streamed] == [d["run"]["uid"] for d in docs]  # the same reports (one per trial)
     for args in (["--trial", "999"], ["--trial", "1", "--format", "cmd"]):
         assert main(["export", str(path), "--format", "benchmark-report", *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()

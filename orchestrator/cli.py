@@ -89,11 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("export", "export the best configuration(s)")
     s.add_argument("job")
-    s.add_argument("--format", default="cmd", choices=["env", "yaml", "json", "cmd", "nccl-tuner"],
+    s.add_argument("--format", default="cmd", choices=["env", "yaml", "json", "cmd", "nccl-tuner",
+                                                        "benchmark-report"],
                    help="cmd (the default): the deploy artifact, a sh script of the environment and the launch "
                         "command; env: its environment half; yaml, json: the config with its provenance; "
-                        "nccl-tuner: NCCL tuner rules")
+                        "nccl-tuner: NCCL tuner rules; benchmark-report: llm-d Benchmark Reports (v0.2.1), one per "
+                        "config and level (the baseline, the best, each --trial), a YAML file each in the -o folder")
     s.add_argument("--top", type=int, default=1)
+    s.add_argument("--trial", type=int, action="append", default=[], metavar="N",
+                   help="benchmark-report: trial N's config too (repeat for more)")
     which = s.add_mutually_exclusive_group()
     which.add_argument("--concurrency", metavar="N[@CONTEXT]",
                        help="the best at level N of the job's objective (objective.concurrency); with a context "
@@ -447,7 +451,21 @@ def cmd_export(args) -> int:
         raise BadInput(f"--port must be 1-65535, not {args.port}")
     if not args.host.strip() or any(c.isspace() for c in args.host):
         raise BadInput(f"--host must be an address such as 127.0.0.1 or 0.0.0.0, not {args.host!r}")
+    if args.trial and args.format != "benchmark-report":
+        raise BadInput("--trial chooses the configs of --format benchmark-report only")
     rows = trial_rows(open_study(job, create=False))
+    if args.format == "benchmark-report":  # a file per config and level in the -o folder, else a YAML stream
+        from orchestrator.results import benchmark_report
+
+        kw: dict[str, Any] = {"top": args.top, "level": args.concurrency, "mix": args.mix, "trials": tuple(args.trial)}
+        if args.output:
+            for path in benchmark_report.write(job, rows, args.output, **kw):
+                print(path)
+        else:
+            sys.stdout.write(benchmark_report.render(job, rows, **kw))
+        for line in notes(job, rows, level=args.concurrency, mix=args.mix):
+            print(f"export: {line}", file=sys.stderr)
+        return 0
     text = export(job, rows, args.format, top=args.top, level=args.concurrency, mix=args.mix, host=args.host,
                   port=args.port)
     if args.output:

@@ -22,11 +22,13 @@ A level may also carry a prompt length (``core.level``: ``64@8192``, 64 streams 
 about 8192 tokens long); its record is stored under that spelling, a context-0 level under its
 bare number as always.
 
-Beside the throughput, each level keeps latency percentiles over its requests (p50, p90, p99):
-TTFT, TPOT, inter-token latency (gaps between streamed chunks, as ``vllm bench serve``'s ITL)
-and end-to-end latency, in seconds; and, where the server counts them, the share of its prompt
-tokens that the server's prefix cache answered (``prefix_cache_hit_rate``): a TTFT is a prefill's
-only where that share is low, so it is shown beside every TTFT (``cache_text``).
+Beside the throughput, each level keeps latency percentiles over its requests (p50, p90, p99, and
+their mean): TTFT, TPOT, inter-token latency (gaps between streamed chunks, as ``vllm bench serve``'s
+ITL) and end-to-end latency, in seconds; the prompt and output tokens of its requests as the
+server's ``usage`` counted them (``input_length``, ``output_length``); and, where the server
+counts them, the share of its prompt tokens that the server's prefix cache answered
+(``prefix_cache_hit_rate``): a TTFT is a prefill's only where that share is low, so it is shown
+beside every TTFT (``cache_text``).
 ``median_ci``/``relative_ci`` are the one definition of a median's precision (a distribution-free
 interval from order statistics).
 
@@ -165,26 +167,30 @@ def steady_window(requests: Sequence[StreamedRequest]) -> tuple[float, float] | 
 # ---- the record ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Latency:
-    """Percentiles (seconds) of one latency over a level's requests (``n`` values)."""
+    """Percentiles (seconds) of one latency over a level's requests (``n`` values), and their mean
+    (None: recorded before the mean was)."""
 
     p50: float
     p90: float
     p99: float
     n: int
+    mean: float | None = None
 
     @classmethod
     def of(cls, values: Iterable[float]) -> Latency | None:
         xs = sorted(_finite(values))
         if not xs:
             return None
-        return cls(p50=percentile(xs, 50), p90=percentile(xs, 90), p99=percentile(xs, 99), n=len(xs))
+        return cls(p50=percentile(xs, 50), p90=percentile(xs, 90), p99=percentile(xs, 99), n=len(xs),
+                   mean=statistics.fmean(xs))
 
     def at(self, quantile: int) -> float:
         """The ``quantile`` (50, 90 or 99) percentile."""
         return {50: self.p50, 90: self.p90, 99: self.p99}[quantile]
 
     def to_record(self) -> dict[str, float]:
-        return {"p50": self.p50, "p90": self.p90, "p99": self.p99, "n": self.n}
+        out = {"p50": self.p50, "p90": self.p90, "p99": self.p99, "n": self.n}
+        return out if self.mean is None else {**out, "mean": self.mean}
 
     @classmethod
     def from_record(cls, rec: Any) -> Latency | None:
@@ -193,7 +199,7 @@ class Latency:
         p50, p90, p99, n = (_num(rec.get(k)) for k in ("p50", "p90", "p99", "n"))
         if p50 is None or p90 is None or p99 is None:
             return None
-        return cls(p50=p50, p90=p90, p99=p99, n=int(n) if n is not None else 0)
+        return cls(p50=p50, p90=p90, p99=p99, n=int(n) if n is not None else 0, mean=_num(rec.get("mean")))
 
 
 @dataclass(frozen=True)
@@ -218,6 +224,9 @@ class LevelResult:
     prefix_cache_hit_rate: float | None = None
     # level N: median over rounds of the whole run's output tok/s (module docstring; None: not recorded)
     whole_run_tok_s: float | None = None
+    # the prompt and output tokens of this level's requests, as the server counted them (None: not recorded)
+    input_length: Distribution | None = None
+    output_length: Distribution | None = None
 
     @property
     def unit(self) -> str:
@@ -262,6 +271,10 @@ class LevelResult:
                 out[name] = getattr(self, name)
         if self.stream_decode_tok_s is not None:
             out["stream_decode_tok_s"] = self.stream_decode_tok_s
+        for name in ("input_length", "output_length"):
+            got = getattr(self, name)
+            if got is not None:
+                out[name] = got.to_record()
         return out
 
     @classmethod
@@ -282,7 +295,9 @@ class LevelResult:
                    mean_accepted_length=_num(rec.get("mean_accepted_length")),
                    input_tokens=_num(rec.get("input_tokens")),
                    prefix_cache_hit_rate=_num(rec.get("prefix_cache_hit_rate")),
-                   whole_run_tok_s=_num(rec.get("whole_run_tok_s")))
+                   whole_run_tok_s=_num(rec.get("whole_run_tok_s")),
+                   input_length=Distribution.from_record(rec.get("input_length")),
+                   output_length=Distribution.from_record(rec.get("output_length")))
 
 
 @dataclass(frozen=True)

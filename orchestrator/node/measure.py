@@ -145,7 +145,8 @@ class _Level:
             mean_accepted_length=acceptance.get("mean_accepted_length"),
             input_tokens=statistics.median(self.prompt_tokens) if input_tokens and self.prompt_tokens else None,
             prefix_cache_hit_rate=sum(h for _, h in self.cache) / looked_up if looked_up else None,
-            whole_run_tok_s=statistics.median(self.whole_run) if self.whole_run else None)
+            whole_run_tok_s=statistics.median(self.whole_run) if self.whole_run else None,
+            input_length=Distribution.of(self.prompt_tokens), output_length=Distribution.of(self.token_counts))
 
 
 @dataclass

@@ -70,7 +70,10 @@ def test_percentiles_as_vllm_bench_reports_them():
     assert percentile(xs, 50) == pytest.approx(50.5) and percentile(xs, 99) == pytest.approx(99.01)
     lat = Latency.of([0.3, 0.1, 0.2, float("nan")])
     assert (lat.p50, lat.n) == (0.2, 3) and lat.p50 <= lat.p90 <= lat.p99 and lat.at(90) == lat.p90
+    assert lat.mean == pytest.approx(0.2) and Latency.from_record(lat.to_record()) == lat  # the mean is kept
     assert Latency.of([]) is None
+    earlier = Latency.from_record({"p50": 0.2, "p90": 0.3, "p99": 0.3, "n": 3})  # recorded before the mean was
+    assert earlier.mean is None and "mean" not in earlier.to_record()
 
 
 def test_a_level_is_its_median_with_its_precision_and_latencies():

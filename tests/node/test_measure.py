@@ -259,8 +259,14 @@ def test_each_request_asks_its_own_length_and_the_lengths_are_measured(server):
     # the server's own count of each prompt: its words, and the line each request begins with (one word here)
     assert (lengths.input.low, lengths.input.high) == (1 + 1, 4 + 1)
     assert lengths.output.n == got.measurement.levels[1].requests + got.measurement.levels[3].requests
-    assert measure(server.base_url, MODEL, plan(levels=(1,)), deadline=time.monotonic() + 60).measurement.lengths \
-        is None  # without a traffic file, as before
+    for level in (1, 3):  # each level's own requests, as the server counted them
+        got_level = got.measurement.levels[level]
+        assert got_level.output_length.n == got_level.requests and got_level.output_length.high <= 30
+    plain = measure(server.base_url, MODEL, plan(levels=(1,)), deadline=time.monotonic() + 60).measurement
+    assert plain.lengths is None  # without a traffic file, as before
+    one = plain.levels[1]  # but each level keeps its requests' lengths (the benchmark report's)
+    assert one.input_length.n == one.output_length.n == one.requests and one.input_length.low >= 1
+    assert Measurement.from_record(plain.to_record()).levels[1].input_length == one.input_length
     built = plan(prompts=tuple(" ".join(["word"] * n) for n in (300, 320)), levels=(1,), context=300)
     long = measure(server.base_url, MODEL, built, deadline=time.monotonic() + 60).measurement.lengths
     assert (long.input.low, long.input.high) == (301, 321)  # long prompts: the lengths the server counted

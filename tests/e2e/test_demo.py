@@ -82,7 +82,8 @@ def readme_example() -> list[str]:
 
 def shape(lines: list[str]) -> list[str]:
     """Lines with what changes from run to run (numbers, a config, how the run ended, the
-    verdict's side of the noise) left out: the format the README promises."""
+    verdict's side of the noise, the launches or the race's paired rounds it stands on) left out:
+    the format the README promises."""
     out = []
     for line in lines:
         line = re.sub(r"^(budget reached|space exhausted|timeout):", "END:", line)
@@ -90,6 +91,8 @@ def shape(lines: list[str]) -> list[str]:
         line = re.sub(r"beyond noise|within noise of the baseline", "VERDICT", line)
         line = re.sub(r" \(one launch: the study's (launch noise \S+)\)", r", \1", line)  # a best launched once
         line = re.sub(r"of (\d+) launch\)", r"of \1 launches)", line)
+        # a verdict the race's paired rounds decided says so instead of the launches and their noise (README)
+        line = re.sub(r", \d+ rounds paired", ", 0 vs 0 launches, launch noise +-0.0%", line)
         out.append(re.sub(r"\d+(\.\d+)?", "N", line))
     return out
 

@@ -93,6 +93,7 @@ def shape(lines: list[str]) -> list[str]:
         line = re.sub(r"of (\d+) launch\)", r"of \1 launches)", line)
         # a verdict the race's paired rounds decided says so instead of the launches and their noise (README)
         line = re.sub(r", \d+ rounds paired", ", 0 vs 0 launches, launch noise +-0.0%", line)
+        line = line.replace(", the box's drift removed", "")  # said where a drift was taken out of the interval
         out.append(re.sub(r"\d+(\.\d+)?", "N", line))
     return out
 

@@ -59,6 +59,22 @@ def test_a_trial_record_has_the_fields_status_prints():
     assert trial["additionalProperties"] is False
 
 
+def test_every_outcome_a_study_records_is_a_valid_trial_record(tmp_path):
+    """The recorded study's rows (COMPLETE, wrong-output, start-crash, interrupted, PRUNED, cached,
+    RUNNING, WAITING) as `status --json` prints them, against the trial's schema."""
+    from recorded_study import build_study
+
+    from orchestrator.study.history import trial_rows
+
+    _, study = build_study(tmp_path)
+    trial = schema("status")["oneOf"][0]["properties"]["trials"]["items"]
+    check = jsonschema.Draft202012Validator(trial)
+    rows = [json.loads(json.dumps(r.to_json(), default=str)) for r in trial_rows(study)]
+    assert {r["state"] for r in rows} == {"COMPLETE", "FAIL", "PRUNED", "RUNNING", "WAITING"}
+    for row in rows:
+        check.validate(row)
+
+
 def test_the_envelopes():
     assert list(record("status", job="j")) == ["schema", "job"]
     said = valid("export", error("export", "no completed trial to export", 1))

@@ -37,12 +37,14 @@ import io
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from conftest import write_job
 from logtext import log_lines
 from orchestrator import cli
 from orchestrator.config.job import load_job
+from orchestrator.core.json_schemas import schema
 from orchestrator.driver.in_process import InProcessExecutor
 from orchestrator.driver.run import StudyDriver
 from orchestrator.study.goodput import goodput_answer
@@ -238,7 +240,10 @@ def test_capacity_is_the_most_tok_s_within_the_slo_not_the_most_streams(tmp_path
     assert cli.main(["status", str(job_path)]) == 0
     assert price in capsys.readouterr().out
     assert cli.main(["status", str(job_path), "--json"]) == 0
-    listed = {r["number"]: r for r in json.loads(capsys.readouterr().out)["trials"]}
+    status = json.loads(capsys.readouterr().out)
+    jsonschema.Draft202012Validator(schema("status")).validate(status)  # the --json contract, a goodput study's too
+    assert status["goodput"]["best"]["trial"] == b.row.number and status["goodput"]["best"]["holds"] == 64
+    listed = {r["number"]: r for r in status["trials"]}
     curve = listed[b.row.number]["capacity"]["curve"]  # every measured point, in the record
     assert [p["load"] for p in curve] == sorted(b.result.probes) and all(p["held"] for p in curve)
     assert all(p["latency"]["tpot_p99"] < 1.0 and p["whole_run_tok_s"] for p in curve if p["load"] > 1)

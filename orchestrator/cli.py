@@ -10,6 +10,7 @@ the command) adds the traceback. Logging is configured here and nowhere else
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import sys
@@ -35,6 +36,10 @@ a night, start to end:
 
 exit codes: 0 success, 1 runtime failure, 2 bad input, 130 stopped by a signal.
 docs/guide.md walks through tuning your own server."""
+
+
+JSON_HELP = ("print one JSON record on stdout, its `schema` key versioned (docs/guide.md, \"Machine-readable "
+             "output\"); an error is a record too, with the exit code")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -73,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("job")
     s.add_argument("--commands", action="store_true",
                    help="print the env and argv of a few sampled configs and of each param value")
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
 
     s = command("run", "create or resume the job's study")
     s.add_argument("job")
@@ -82,10 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--notify", metavar="CMD", help="run CMD once when the run ends, fails or is stopped, its summary "
                    "as JSON on stdin and in NCCLSWEEP_* variables (no shell unless CMD names one; overrides the "
                    "job's notify:)")
+    s.add_argument("--json", action="store_true", help="at the end, the run's last lines as one JSON record on "
+                   "stdout (progress stays on stderr); " + JSON_HELP.split("; ", 1)[1])
 
     s = command("status", "one record per trial")
     s.add_argument("job")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
 
     s = command("export", "export the best configuration(s)")
     s.add_argument("job")
@@ -108,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "0.0.0.0: every network interface of the machine)")
     s.add_argument("--port", type=int, default=8000, help="the port the exported server listens on (cmd; "
                    "default 8000)")
+    s.add_argument("--json", action="store_true", help="the artifact and what it exports as one JSON record; "
+                   + JSON_HELP.split("; ", 1)[1])
 
     s = command("report", "write the study's report (markdown, html, csv, plots) into its folder")
     s.add_argument("job")
@@ -121,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "numbers, or 'ties' (the runners-up within the noise of the best)")
     s.add_argument("--plan", action="store_true", help="the plan's configs (the best at each level of the "
                    "objective, the mix's) and the baseline, interleaved, at every level as a trial measures them")
+    s.add_argument("--json", action="store_true", help="the rounds' figures and verdicts as one JSON record "
+                   "(progress on stderr); " + JSON_HELP.split("; ", 1)[1])
 
     s = command("bench", "measure one configuration once, no study")
     s.add_argument("job")
@@ -130,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--verify-nccl", action="store_true",
                    help="a verification launch: NCCL_DEBUG_SUBSYS adds TUNING, and the algorithm/protocol "
                         "NCCL chose per all-reduce size is printed (not for timing: TUNING logs every call)")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
 
     s = command("prescreen", "all-reduce latency per NCCL setting of the space, before any launch")
     s.add_argument("job")
@@ -141,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("doctor", "pre-flight checks: GPUs, topology, P2P, versions")
     s.add_argument("job", nargs="?")
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
 
     s = command("simulate", "replay recorded measurements to compare search strategies")
     try:
@@ -171,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
+    as_json = _json_command(argv)  # the command whose error is a JSON record too (None: not asked)
     state = logs.configure(debug)
     old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
     _signals_like_ctrl_c()
@@ -193,9 +207,12 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         _say_error(state, f"ncclsweep: error: {exc}")
+        if not isinstance(exc, _OutputFailed):
+            _say_json_error(as_json, f"{exc}", exc.exit_code)
         return exc.exit_code
     except KeyboardInterrupt:
         _say_error(state, "ncclsweep: interrupted")
+        _say_json_error(as_json, "interrupted", 130)
         return 130
     except BrokenPipeError:  # output piped into `head` and the like: not an error
         _drop_output(stdout)
@@ -205,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         _say_error(state, f"ncclsweep: internal error: {type(exc).__name__}: {exc} "
                           "(rerun with --debug for the traceback)")
+        _say_json_error(as_json, f"internal error: {type(exc).__name__}: {exc}", 1)
         return 1
     finally:
         sys.stdout = stdout
@@ -272,6 +290,26 @@ def _drop_output(stream) -> None:
         pass
 
 
+def _json_command(argv: list[str]) -> str | None:
+    """The command of ``argv`` when it asks for ``--json`` and has a record (``core.json_schemas``)."""
+    from orchestrator.core.json_schemas import COMMANDS
+
+    words = [a for a in argv if not a.startswith("-")]
+    return words[0] if words and words[0] in COMMANDS and "--json" in argv else None
+
+
+def _say_json_error(command: str | None, message: str, code: int) -> None:
+    """Under ``--json``, the error as its record on stdout too (``core.json_schemas.error``)."""
+    if command is None:
+        return
+    from orchestrator.core.json_schemas import error
+
+    try:
+        print(json.dumps(error(command, message, code)), flush=True)
+    except Exception:  # noqa: BLE001 - stdout is gone: the line on stderr is all there is
+        pass
+
+
 def _say_error(state, line: str) -> None:
     """The one error line: stderr (if it is still there) and the run's driver.log."""
     state.error_line(line)
@@ -296,6 +334,8 @@ def cmd_validate(args) -> int:
     check_sampler_installed(job)  # what `run` refuses before it starts, with the same line
     backend = job.backend_obj()
     size = job.space.size()
+    if args.json:
+        return _validate_json(args, job, backend, size)
     print(f"{args.job}: ok — study {job.study!r}, backend {job.backend.kind}, "
           f"{len(job.space.params)} params, {size if size is not None else 'unbounded'} configs, "
           f"storage {job.storage}")
@@ -308,14 +348,43 @@ def cmd_validate(args) -> int:
     if job.bench.traffic is not None:
         print(f"traffic: {job.bench.prompts_from}")
     if args.commands:
-        import dataclasses
-
         from orchestrator.core.launch import server_environment
 
         for label, config in sample_configs(job, backend, 4):
             spec = backend.launch_spec(config, "127.0.0.1", 8000)
             print(f"# {label}")  # the environment every trial server gets: NCCL logging, the job's env:, the config's
             print(dataclasses.replace(spec, env=server_environment(job.env, spec.env, instrumented=True)).shell_line())
+    return 0
+
+
+def _emit(command: str, **fields: Any) -> None:
+    """``command``'s JSON record on stdout (``core.json_schemas.record``)."""
+    from orchestrator.core.json_schemas import record
+
+    print(json.dumps(record(command, **fields), indent=2, default=str))
+
+
+def _validate_json(args, job, backend, size) -> int:
+    """``validate --json``: the job's record (its warnings on stderr too)."""
+    from orchestrator.study import objective as objectives
+
+    for advice in job.advice:
+        print(f"{args.job}: warning: {advice}", file=sys.stderr)
+    commands = None
+    if args.commands:
+        from orchestrator.core.launch import server_environment
+
+        commands = []
+        for label, config in sample_configs(job, backend, 4):
+            spec = backend.launch_spec(config, "127.0.0.1", 8000)
+            env = server_environment(job.env, spec.env, instrumented=True)
+            commands.append({"label": label, "config": config, "env": env, "argv": list(spec.argv),
+                             "line": dataclasses.replace(spec, env=env).shell_line()})
+    _emit("validate", job=args.job, ok=True, study=job.study, backend=job.backend.kind,
+          params=[p.name for p in job.space.params], configs=size, storage=str(job.storage),
+          objective=objectives.expansion(job.objective) or objectives.describe(job.objective),
+          traffic=str(job.bench.prompts_from) if job.bench.traffic is not None else None,
+          warnings=list(job.advice), commands=commands)
     return 0
 
 
@@ -362,7 +431,34 @@ def cmd_run(args) -> int:
     args.logging.log_to_file(job.dir.driver_log)
     route_optuna_logs()  # Optuna's warnings through our handlers: driver.log too
     summary = run_notified(driver, notify)
+    if args.json:
+        _run_json(job, driver, summary)
     return 130 if summary.interrupted else 0
+
+
+def _run_json(job, driver, summary) -> None:
+    """``run --json``: how the run ended (``driver.notify.ending``: the record a notify command gets),
+    its last lines, the best, the plan."""
+    from orchestrator.config.yaml_input import display_path
+    from orchestrator.core.json_schemas import best
+    from orchestrator.study import objective as objectives
+
+    counted = driver.counted()
+    rows = driver.policy.rows() if driver.policy is not None else None
+    lines = driver.progress.next_steps(summary, rows)
+    answer = [driver.progress.final_line(summary, counted or 0), *(ln for ln in lines if not ln.startswith("next:"))]
+    said = summary.best or {}
+    level = objectives.levels(job.objective)[0]
+    export = None
+    if said:
+        export = (f"ncclsweep export {job.path} --concurrency N --format cmd" if said.get("plan")
+                  else f"ncclsweep export {job.path} --format cmd")
+    _emit("run", status="stopped" if summary.interrupted else "finished", reason=summary.reason,
+          exit_code=130 if summary.interrupted else 0, job=str(job.path), study=job.study,
+          results=display_path(job.report_dir), trials_counted=counted, launched=summary.launched,
+          relaunched=summary.relaunched, answer=answer, best=best(summary.best, objectives.unit(level)),
+          plan=said.get("plan"), goodput=said.get("goodput"),
+          next=[ln.split("`")[1] for ln in lines if ln.startswith("next:") and ln.count("`") >= 2], export=export)
 
 
 def cmd_status(args) -> int:
@@ -373,14 +469,7 @@ def cmd_status(args) -> int:
     rows = trial_rows(open_study(job, create=False))
     orphaned = _orphaned_trials(job, rows)
     if args.json:
-        listed = [r.to_json() for r in rows]
-        if job.objective.goodput is not None:  # each config's capacity, its curve and its price
-            from orchestrator.study.goodput import goodput_answer
-
-            capacities = {c.row.number: c.to_dict()
-                          for c in goodput_answer(rows, job.objective, job.pricing()).configs}
-            listed = [{**rec, "capacity": capacities.get(rec["number"])} for rec in listed]
-        print(json.dumps(listed, indent=2, default=str))
+        _status_json(args, job, rows, orphaned)
         if orphaned:
             print(orphaned, file=sys.stderr)
         return 0
@@ -418,6 +507,41 @@ def cmd_status(args) -> int:
     if orphaned:
         print(orphaned)
     return 0
+
+
+def _status_json(args, job, rows, orphaned: str | None) -> None:
+    """``status --json``: every trial (``TrialRow.to_json``; a goodput study's with its capacity),
+    the best as ``run --json`` says it, the plan or the goodput answer, what was not explored."""
+    from orchestrator.core.json_schemas import best
+    from orchestrator.driver.progress import Progress
+    from orchestrator.study import coverage, race
+    from orchestrator.study import objective as objectives
+    from orchestrator.study.history import baseline_row, best_rows
+    from orchestrator.study.launches import load_note
+    from orchestrator.study.plan import build_plan
+
+    listed = [r.to_json() for r in rows]
+    goodput = None
+    if job.objective.goodput is not None:  # each config's capacity, its curve and its price
+        from orchestrator.study.goodput import goodput_answer
+
+        goodput = goodput_answer(rows, job.objective, job.pricing())
+        capacities = {c.row.number: c.to_dict() for c in goodput.configs}
+        listed = [{**rec, "capacity": capacities.get(rec["number"])} for rec in listed]
+    plan = build_plan(rows, job.objective)
+    ranked = best_rows(rows, 1)
+    base = baseline_row(rows)
+    base = base if base is not None and base.state == "COMPLETE" and base.value is not None else None
+    summary = Progress.best_summary(ranked[0] if ranked else None, base, plan=None, rows=rows,
+                                    objective=job.objective, goodput=None)
+    raced = race.said(race.outcomes(rows, job.objective), race.trial_numbers(rows))
+    drift = plan.evidence.headline_drift(job.objective).text() if plan.evidence is not None else ""
+    notes = [n for n in (raced, load_note(rows), drift if drift not in raced else "", orphaned) if n]
+    _emit("status", job=str(job.path), study=job.study, trials=listed,
+          best=best(summary, objectives.unit(objectives.levels(job.objective)[0])),
+          plan=plan.to_dict() if job.objective.is_plan else None,
+          goodput=goodput.to_dict() if goodput is not None else None,
+          not_explored=coverage.describe(coverage.of_job(job, rows)), notes=notes)
 
 
 def _orphaned_trials(job, rows) -> str | None:
@@ -472,10 +596,18 @@ def cmd_export(args) -> int:
         from orchestrator.core.files import write_whole
 
         write_whole(args.output, text)
-    else:
+    elif not args.json:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    for line in notes(job, rows, level=args.concurrency, mix=args.mix):  # once written: a failed write is one line
+    said = notes(job, rows, level=args.concurrency, mix=args.mix)
+    for line in said:  # once written: a failed write is one line
         print(f"export: {line}", file=sys.stderr)
+    if args.json:  # what was exported, as the json format documents it (rank, config, env, provenance)
+        docs = json.loads(export(job, rows, "json", top=args.top, level=args.concurrency, mix=args.mix,
+                                 host=args.host, port=args.port))
+        docs = docs if isinstance(docs, list) else [docs]
+        _emit("export", job=str(job.path), study=job.study, format=args.format, output=args.output, artifact=text,
+              exported=[{"rank": d["rank"], "trial": d["provenance"]["trial"], "config": d["config"],
+                         "env": d["env"], "provenance": d["provenance"]} for d in docs], notes=said)
     return 0
 
 
@@ -509,12 +641,15 @@ def cmd_compare(args) -> int:
 
     job = _load(args.job)
     if args.plan:
-        from orchestrator.results.compare import run_compare_plan
+        from orchestrator.results.compare import compare_plan_rounds, run_compare_plan
 
         if args.concurrency or args.also:
             raise BadInput("compare --plan measures the plan's configs at the objective's levels; it takes no "
                            "--concurrency or --also")
-        print(run_compare_plan(job, rounds=args.rounds))
+        if args.json:
+            _compare_json(job, "plan", compare_plan_rounds(job, rounds=args.rounds, say=_to_stderr))
+        else:
+            print(run_compare_plan(job, rounds=args.rounds))
         return 0
     levels = None
     if args.concurrency:
@@ -524,8 +659,42 @@ def cmd_compare(args) -> int:
             raise BadInput(f"--concurrency must be comma-separated integers, not {args.concurrency!r}") from None
         if not levels or min(levels) < 1:
             raise BadInput("--concurrency values must be >= 1")
-    print(run_compare(job, levels, rounds=args.rounds, also=parse_also(args.also)))
+    if args.json:
+        from orchestrator.results.compare import compare_rounds
+
+        _compare_json(job, "best", compare_rounds(job, levels, rounds=args.rounds, say=_to_stderr,
+                                                  also=parse_also(args.also)))
+    else:
+        print(run_compare(job, levels, rounds=args.rounds, also=parse_also(args.also)))
     return 0
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _compare_json(job, mode: str, data: dict) -> None:
+    """``compare --json``: the rounds' figures and verdicts (``compare.json`` without its raw rounds),
+    and the study's verdict over every launch."""
+    from orchestrator.config.yaml_input import display_path
+    from orchestrator.results.compare import study_lines
+
+    common = {"job": str(job.path), "study": job.study,
+              "file": display_path(job.dir.compare_plan if mode == "plan" else job.dir.compare),
+              "concurrency": data["concurrency"], "rounds_planned": data["rounds_planned"],
+              "rounds_done": data["rounds_done"], "complete": data["complete"],
+              "baseline_trial": data["baseline_trial"],
+              "failures": data["failures"], "study_verdict": study_lines(job), "mode": mode}
+    if mode == "plan":
+        keep = ("label", "trial", "roles", "median", "vs_baseline", "vs_anchor", "params")
+        _emit("compare", **common, anchor_trial=data.get("anchor_trial"),
+              configs=[{k: c[k] for k in keep if k in c} for c in data["configs"]])
+        return
+    _emit("compare", **common, best_trial=data["best_trial"], same_config=data["same_config"],
+          baseline=data["baseline"], best=data["best"], intervals=data["intervals"],
+          others=[{k: o[k] for k in ("trial", "label", "params", "median", "vs_best") if k in o}
+                  for o in data.get("others") or []],
+          constraints=data.get("constraints") or [])
 
 
 def parse_sets(pairs: list[str]) -> dict[str, Any]:
@@ -553,8 +722,8 @@ def cmd_bench(args) -> int:
     overrides.update(check_overrides(job, parse_sets(args.set), "--set"))
     golden = study_golden(job)
     result = bench_config(job, overrides, verify_nccl=args.verify_nccl, golden=golden)
-    if args.json:
-        print(json.dumps(result.to_attrs(), indent=2, default=str))
+    if args.json:  # the trial's record with the envelope's keys first (readers of its fields read them as before)
+        _emit("bench", job=args.job, gated=golden is not None, **result.to_attrs())
     else:
         print(format_result(result))
         if golden is None and result.outcome == "COMPLETE":
@@ -614,9 +783,14 @@ def cmd_cleanup(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from orchestrator.node.doctor import main_doctor
+    from orchestrator.node.doctor import examine, main_doctor
 
-    return main_doctor(args.job)
+    if not args.json:
+        return main_doctor(args.job)
+    found = examine(_load(args.job) if args.job else None)
+    _emit("doctor", job=args.job, ok=not found.warnings, gpus=found.gpus, versions=found.versions,
+          preflight=found.preflight, warnings=found.warnings, lines=found.lines)
+    return 0
 
 
 def cmd_simulate(args) -> int:

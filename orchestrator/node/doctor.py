@@ -28,6 +28,7 @@ import re
 import shutil
 import subprocess
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -293,14 +294,33 @@ def _torch_p2p(count: int) -> dict[tuple[str, str], str]:
         return {}
 
 
+@dataclass
+class Report:
+    """What ``doctor`` found: the report's lines and warnings, and the facts behind them (``gpus``
+    None: not checked; ``versions`` None: not probed; ``preflight`` None: no job)."""
+
+    lines: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    gpus: list[dict[str, Any]] | None = None
+    versions: dict[str, Any] | None = None
+    preflight: dict[str, Any] | None = None
+
+
 def run_doctor(job=None, runner: Runner | None = None, sysfs_root: str = "/",
                probe_versions: bool = True) -> tuple[list[str], list[str]]:
     """(report lines, warnings) for this machine and, when given, a loaded ``Job``."""
+    found = examine(job, runner, sysfs_root, probe_versions)
+    return found.lines, found.warnings
+
+
+def examine(job=None, runner: Runner | None = None, sysfs_root: str = "/", probe_versions: bool = True) -> Report:
+    """``run_doctor``'s report with its facts (``Report``)."""
     run = runner or default_runner
-    lines: list[str] = []
-    warnings: list[str] = []
+    report = Report()
+    lines, warnings = report.lines, report.warnings
     query = run([TOOL, f"--query-gpu={','.join(GPU_FIELDS)}", CSV])
     gpus = parse_gpu_query(query or "")
+    report.gpus = gpus if query is not None else None
     need = int(getattr(job, "gpus_per_node", 0) or 0) if job is not None else None
     if query is None or not gpus:
         lines.append("no NVIDIA GPU found (nvidia-smi is missing or lists no GPU): GPUs, topology, P2P and the "
@@ -339,14 +359,15 @@ def run_doctor(job=None, runner: Runner | None = None, sysfs_root: str = "/",
         lines += custom_allreduce_lines(topo, p2p, _tp_sizes(job, len(gpus)))
     if probe_versions:
         lines += _version_lines(job)
+        report.versions = {**versions.torch_versions(), "backends": _backend_releases()}
     nccl_env = {k: v for k, v in sorted(os.environ.items())
                 if k.startswith("NCCL_") and k != "NCCL_VERSION"}  # NVIDIA images set NCCL_VERSION
     if nccl_env:
         lines.append("NCCL variables set in this environment (every server inherits them): "
                      + " ".join(f"{k}={v}" for k, v in nccl_env.items()))
     if job is not None:
-        lines += _job_lines(job, warnings, len(gpus) if query is not None else None)
-    return lines, warnings
+        lines += _job_lines(job, warnings, len(gpus) if query is not None else None, report)
+    return report
 
 
 def _tp_sizes(job, gpus: int) -> list[int]:
@@ -369,19 +390,29 @@ def _version_lines(job) -> list[str]:
 def _backend_lines() -> list[str]:
     """The release each registered backend finds installed here (asked of the backend)."""
     out = []
-    for kind in backend_kinds():
-        try:
-            release = get_backend_class(kind).installed_release()
-        except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, not fatal
-            out.append(f"{kind}: cannot be loaded ({exc})")
-            continue
-        if release:
-            out.append(f"{kind}: {release}")
+    for kind, release in _backend_releases(broken=True).items():
+        out.append(f"{kind}: {release}")
     out += [f"entry point ignored, it names a built-in backend: {name}" for name in shadowed()]
     return out
 
 
-def _job_lines(job, warnings: list[str], gpus_seen: int | None) -> list[str]:
+def _backend_releases(broken: bool = False) -> dict[str, str]:
+    """Backend kind -> the release it finds installed here (asked of the backend; with ``broken``,
+    a backend that cannot be loaded too, saying so)."""
+    out = {}
+    for kind in backend_kinds():
+        try:
+            release = get_backend_class(kind).installed_release()
+        except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, not fatal
+            if broken:
+                out[kind] = f"cannot be loaded ({exc})"
+            continue
+        if release:
+            out[kind] = release
+    return out
+
+
+def _job_lines(job, warnings: list[str], gpus_seen: int | None, report: Report | None = None) -> list[str]:
     out = [f"job: study {job.study}, backend {job.backend.kind}, gpus_per_node {job.gpus_per_node}"]
     try:
         backend = job.backend_obj()
@@ -407,8 +438,11 @@ def _job_lines(job, warnings: list[str], gpus_seen: int | None) -> list[str]:
     need = preflight.needs(job)
     problems = preflight.node_problems(need)
     warnings += [f"pre-flight: {p}" for p in problems]
+    checked = _checked(need, gpus_seen)
     out.append("pre-flight on this node: " + ("; ".join(problems) if problems else "ok")
-               + f" (checked: {'; '.join(_checked(need, gpus_seen))})")
+               + f" (checked: {'; '.join(checked)})")
+    if report is not None:
+        report.preflight = {"ok": not problems, "problems": list(problems), "checked": checked}
     return out
 
 

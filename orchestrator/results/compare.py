@@ -215,6 +215,15 @@ def study_lines(job: Job) -> list[str]:
 
 def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = None, say=print,
                 also: list[int] | str | None = None) -> str:
+    """The baseline and the best (and the ``also`` trials) relaunched in interleaved rounds
+    (``compare_rounds``): the table, then the study's verdict over every launch (``study_lines``)."""
+    return "\n".join([format_compare(compare_rounds(job, levels, rounds, say, also)), *study_lines(job)])
+
+
+def compare_rounds(job: Job, levels: list[int] | None = None, rounds: int | None = None, say=print,
+                   also: list[int] | str | None = None) -> dict[str, Any]:
+    """Measure the rounds; the whole record, as ``compare.json`` holds it (rewritten after every
+    launch)."""
     rows = trial_rows(open_study(job, create=False))
     base = baseline_row(rows)
     ranked = best_rows(rows, 1)
@@ -266,7 +275,7 @@ def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = 
         raise
     summarize(data, rules)
     write_json_atomic(out, data)
-    return "\n".join([format_compare(data), *study_lines(job)])
+    return data
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -592,11 +601,16 @@ def measure_plan_launch(job: Job, row: TrialRow, label: str, round_no: int,
 
 
 def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
+    """``compare_plan_rounds``' table (``format_compare_plan``), then the study's verdict over every
+    launch (``study_lines``)."""
+    return "\n".join([format_compare_plan(compare_plan_rounds(job, rounds, say)), *study_lines(job)])
+
+
+def compare_plan_rounds(job: Job, rounds: int | None = None, say=print) -> dict[str, Any]:
     """Relaunch the baseline and the plan's configs (the best at each level of the objective,
     the mix's best) in interleaved rounds, each launch measured at every level as a trial is;
-    ``compare-plan.json`` is rewritten after every launch (as ``compare.json``). Returns the
-    table (``format_compare_plan``). A job of one level has no plan: BadInput, before anything
-    is read or launched."""
+    ``compare-plan.json`` is rewritten after every launch (as ``compare.json``). Returns its
+    record. A job of one level has no plan: BadInput, before anything is read or launched."""
     if not job.objective.is_plan:
         levels = ", ".join(map(str, job.objective.concurrency))
         raise BadInput(f"compare --plan compares the best configs of several levels, and this job's objective has "
@@ -651,7 +665,7 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
         raise
     summarize_plan(data)
     write_json_atomic(out, data)
-    return "\n".join([format_compare_plan(data), *study_lines(job)])
+    return data
 
 
 def _plan_figures(res: dict[str, Any]) -> str:

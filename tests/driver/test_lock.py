@@ -103,5 +103,5 @@ def test_status_says_when_a_running_trial_has_no_driver(tmp_path, capsys):
                     f"`ncclsweep run {job}` records it as interrupted and measures its config again")
     assert main(["status", str(job), "--json"]) == 0
     got = capsys.readouterr()
-    assert json.loads(got.out) and got.err.strip() == last  # the records stay JSON; the note goes to stderr
+    assert json.loads(got.out)["trials"] and got.err.strip() == last  # the records stay JSON; the note goes to stderr
     assert lock.exists()  # status only read it

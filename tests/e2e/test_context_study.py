@@ -99,7 +99,7 @@ def test_each_context_and_concurrency_pair_is_a_level_with_its_own_winner(tmp_pa
     assert "plan over levels 1, 4, 1@2048, 4@2048 (concurrency@context tokens)" in text, text
     assert f"#{a.number} (the best at the lowest level) breaks the SLO at 1@2048: TPOT p99 " in text
     assert cli.main(["status", str(job_path), "--json"]) == 0
-    listed = {r["number"]: r for r in json.loads(capsys.readouterr().out)}
+    listed = {r["number"]: r for r in json.loads(capsys.readouterr().out)["trials"]}
     seen = listed[b.number]["levels"]
     assert set(seen) == {"1", "4", "1@2048", "4@2048"} and all({"p50", "p90", "p99"} <= set(rec["ttft"])
                                                                for rec in seen.values())

@@ -146,7 +146,7 @@ def assert_start_ups_recorded(tmp_path) -> None:
     assert len({r.run for r in rows}) == 1 and rows[0].run  # one run recorded them all: the report's wall clock
     status = subprocess.run([sys.executable, "-m", "orchestrator", "status", "jobs/demo.yaml", "--json"],
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    shown = [t for t in json.loads(status.stdout) if t.get("startup_phases")]
+    shown = [t for t in json.loads(status.stdout)["trials"] if t.get("startup_phases")]
     assert {t["number"] for t in shown} >= {r.number for r in rows}
     report = subprocess.run([sys.executable, "-m", "orchestrator", "report", "jobs/demo.yaml"],
                             capture_output=True, text=True, timeout=300, cwd=tmp_path)

@@ -57,7 +57,7 @@ def test_actor_warnings_reach_driver_log_and_the_trial_record(tmp_path, no_lefto
     assert run_end(logged)[0].startswith("the baseline #0 is the best")
     status = subprocess.run([sys.executable, "-m", "orchestrator", "status", str(job_path), "--json"],
                             capture_output=True, text=True, timeout=120, cwd=REPO)
-    rows = json.loads(status.stdout)
+    rows = json.loads(status.stdout)["trials"]
     assert any("cannot remove server record" in w for w in rows[0]["warnings"]), rows[0]["warnings"]
     assert not study_servers(tmp_path / "reports")
     shutil.rmtree(report_dir / "servers")

@@ -52,7 +52,7 @@ def test_a_journal_cut_mid_line_is_read_by_status_and_resumed_by_run(tmp_path, r
 
     code, out, err = run_cli("status", str(job_path), "--json")
     assert code == 0, err
-    assert {r["number"]: r["value"] for r in json.loads(out) if r["state"] == "COMPLETE"} == before
+    assert {r["number"]: r["value"] for r in json.loads(out)["trials"] if r["state"] == "COMPLETE"} == before
     assert job.journal_path.read_bytes() == cut  # read only
 
     code, _, err = run_cli("run", str(job_path), "--trials", "3")

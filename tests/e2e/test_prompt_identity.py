@@ -45,7 +45,7 @@ def test_every_figure_says_which_prompts_and_a_changed_set_is_refused(tmp_path, 
     assert code == 0, err
     want = prompts.fingerprint(tuple(texts), str(tmp_path / "prompts.txt"))
     code, out, _ = cli("status", str(job), "--json")
-    (record,) = json.loads(out)
+    (record,) = json.loads(out)["trials"]
     assert record["state"] == "COMPLETE" and record["prompt_set"] == want
     code, out, _ = cli("export", str(job), "--format", "yaml")
     assert yaml.safe_load(out)["provenance"]["prompts"] == want

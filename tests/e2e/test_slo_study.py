@@ -37,12 +37,14 @@ import io
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from conftest import write_job
 from logtext import log_lines
 from orchestrator import cli
 from orchestrator.config.job import load_job
+from orchestrator.core.json_schemas import schema
 from orchestrator.driver.in_process import InProcessExecutor
 from orchestrator.driver.run import StudyDriver
 from orchestrator.study.goodput import goodput_answer
@@ -132,7 +134,7 @@ def test_goodput_crowns_b_and_finds_each_configs_crossing(tmp_path, capsys):
     assert f"the baseline #{a.row.number} at {a.holds} streams: " in verdict
 
     assert cli.main(["status", str(job_path), "--json"]) == 0
-    listed = {r["number"]: r for r in json.loads(capsys.readouterr().out)}
+    listed = {r["number"]: r for r in json.loads(capsys.readouterr().out)["trials"]}
     seen = listed[a.row.number]
     assert seen["goodput"]["holds"] == a.holds and set(seen["levels"]) == {str(c) for c in seen["goodput"]["probes"]}
     assert all({"p50", "p90", "p99"} <= set(rec["tpot"]) for rec in seen["levels"].values())  # latency per level
@@ -184,7 +186,7 @@ def test_a_3x_slower_prefill_breaks_the_ttft_target_at_64_streams_whatever_the_p
     assert (slow.metrics or {}).get("slo_violations")  # it counts nowhere: never ranked, never exported as best
     assert fast.at(64).ttft.p99 < 0.8 and not (fast.metrics or {}).get("slo_violations")
     assert cli.main(["status", str(job_path), "--json"]) == 0
-    listed = {r["number"]: r for r in json.loads(capsys.readouterr().out)}
+    listed = {r["number"]: r for r in json.loads(capsys.readouterr().out)["trials"]}
     for row in (fast, slow):  # the share of each level's prompt tokens the cache answered, beside its TTFT
         assert listed[row.number]["levels"]["64"]["prefix_cache_hit_rate"] == 0.0
 
@@ -238,7 +240,10 @@ def test_capacity_is_the_most_tok_s_within_the_slo_not_the_most_streams(tmp_path
     assert cli.main(["status", str(job_path)]) == 0
     assert price in capsys.readouterr().out
     assert cli.main(["status", str(job_path), "--json"]) == 0
-    listed = {r["number"]: r for r in json.loads(capsys.readouterr().out)}
+    status = json.loads(capsys.readouterr().out)
+    jsonschema.Draft202012Validator(schema("status")).validate(status)  # the --json contract, a goodput study's too
+    assert status["goodput"]["best"]["trial"] == b.row.number and status["goodput"]["best"]["holds"] == 64
+    listed = {r["number"]: r for r in status["trials"]}
     curve = listed[b.row.number]["capacity"]["curve"]  # every measured point, in the record
     assert [p["load"] for p in curve] == sorted(b.result.probes) and all(p["held"] for p in curve)
     assert all(p["latency"]["tpot_p99"] < 1.0 and p["whole_run_tok_s"] for p in curve if p["load"] > 1)

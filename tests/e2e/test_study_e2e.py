@@ -66,7 +66,7 @@ def test_short_study_runs_resumes_and_exports(tmp_path, no_leftover_servers):
 
     code, text = run_cli("status", str(job_path), "--json")
     assert code == 0
-    records = json.loads(text)
+    records = json.loads(text)["trials"]
     assert {r["number"] for r in records} >= {r.number for r in counted}
     assert all({"state", "params", "value", "failure_kind", "node", "started_at"} <= set(r) for r in records)
 

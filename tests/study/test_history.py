@@ -184,7 +184,7 @@ def test_a_config_outside_the_space_and_an_absurd_value_are_named_and_never_best
     job = edited_study(tmp_path, edit)
     code, out, err = cli(capsys, "status", str(job), "--json")
     assert code == 0, err
-    rows = {r["number"]: r for r in json.loads(out)}
+    rows = {r["number"]: r for r in json.loads(out)["trials"]}
     assert rows[1]["state"] == "FAIL" and rows[1]["value"] is None
     assert "its config's tp_size=8 is not a value of the space it was drawn from" in rows[1]["failure_reason"]
     assert rows[0]["state"] == "FAIL" and "its value 1e+09 tok/s lies outside the samples it was measured with " \
@@ -227,7 +227,7 @@ def test_a_config_edited_within_the_space_is_named_and_never_exported(tmp_path, 
     job = edited_study(tmp_path, edit)
     code, out, err = cli(capsys, "status", str(job), "--json")
     assert code == 0, err
-    rows = {r["number"]: r for r in json.loads(out)}
+    rows = {r["number"]: r for r in json.loads(out)["trials"]}
     assert rows[1]["state"] == "FAIL" and "its config's tp_size=1 is not the value Optuna drew for it (2)" in \
         rows[1]["failure_reason"]
     assert rows[0]["state"] == rows[2]["state"] == "COMPLETE" and "trial 1's record was changed" in said(err)

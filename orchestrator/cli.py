@@ -578,25 +578,25 @@ def cmd_export(args) -> int:
     if args.trial and args.format != "benchmark-report":
         raise BadInput("--trial chooses the configs of --format benchmark-report only")
     rows = trial_rows(open_study(job, create=False))
+    files: list[str] = []
     if args.format == "benchmark-report":  # a file per config and level in the -o folder, else a YAML stream
         from orchestrator.results import benchmark_report
 
         kw: dict[str, Any] = {"top": args.top, "level": args.concurrency, "mix": args.mix, "trials": tuple(args.trial)}
+        text = benchmark_report.render(job, rows, **kw)
         if args.output:
-            for path in benchmark_report.write(job, rows, args.output, **kw):
-                print(path)
-        else:
-            sys.stdout.write(benchmark_report.render(job, rows, **kw))
-        for line in notes(job, rows, level=args.concurrency, mix=args.mix):
-            print(f"export: {line}", file=sys.stderr)
-        return 0
-    text = export(job, rows, args.format, top=args.top, level=args.concurrency, mix=args.mix, host=args.host,
-                  port=args.port)
-    if args.output:
-        from orchestrator.core.files import write_whole
+            files = [str(path) for path in benchmark_report.write(job, rows, args.output, **kw)]
+            if not args.json:
+                print("\n".join(files))
+    else:
+        text = export(job, rows, args.format, top=args.top, level=args.concurrency, mix=args.mix, host=args.host,
+                      port=args.port)
+        if args.output:
+            from orchestrator.core.files import write_whole
 
-        write_whole(args.output, text)
-    elif not args.json:
+            write_whole(args.output, text)
+            files = [str(args.output)]
+    if not args.output and not args.json:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     said = notes(job, rows, level=args.concurrency, mix=args.mix)
     for line in said:  # once written: a failed write is one line
@@ -605,9 +605,9 @@ def cmd_export(args) -> int:
         docs = json.loads(export(job, rows, "json", top=args.top, level=args.concurrency, mix=args.mix,
                                  host=args.host, port=args.port))
         docs = docs if isinstance(docs, list) else [docs]
-        _emit("export", job=str(job.path), study=job.study, format=args.format, output=args.output, artifact=text,
-              exported=[{"rank": d["rank"], "trial": d["provenance"]["trial"], "config": d["config"],
-                         "env": d["env"], "provenance": d["provenance"]} for d in docs], notes=said)
+        _emit("export", job=str(job.path), study=job.study, format=args.format, output=args.output, files=files,
+              artifact=text, exported=[{"rank": d["rank"], "trial": d["provenance"]["trial"], "config": d["config"],
+                                        "env": d["env"], "provenance": d["provenance"]} for d in docs], notes=said)
     return 0
 
 

@@ -278,9 +278,13 @@ def _export() -> dict[str, Any]:
         "schema": _schema_key("export"),
         "job": _t("string", "the job file"),
         "study": _t("string", "the study's name"),
-        "format": _t("string", "the artifact's format (--format): cmd, env, yaml, json, nccl-tuner"),
-        "output": _t(_null("string"), "the file the artifact was written to (-o; null: it is in `artifact` only)"),
-        "artifact": _t("string", "the artifact itself, as `export` without --json prints it"),
+        "format": _t("string", "the artifact's format (--format): cmd, env, yaml, json, nccl-tuner, benchmark-report"),
+        "output": _t(_null("string"), "the file (benchmark-report: the folder) the artifact was written to (-o; null: "
+                                      "it is in `artifact` only)"),
+        "files": arr("the files written (-o): the artifact's file, or one benchmark report per config and level",
+                     _t("string", "a path")),
+        "artifact": _t("string", "the artifact itself, as `export` without --json and -o prints it (benchmark-report: "
+                                 "the reports as one YAML stream)"),
         "exported": arr("each exported config, best first (--top K)", obj("an exported config", {
             "rank": _t("integer", "1 is the best"),
             "trial": _t("integer", "its trial"),

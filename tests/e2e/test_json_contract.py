@@ -109,6 +109,15 @@ def test_export_json_carries_the_artifact_and_what_it_exports(study, tmp_path):
     assert got.returncode == 0, got.stderr
     export = record(got, "export")
     assert export["format"] == "env" and export["output"] == str(out) and out.read_text() == export["artifact"]
+    assert export["files"] == [str(out)]
+    # the benchmark reports: a file per config and level in the folder, named in the record
+    folder = tmp_path / "reports"
+    got = ncclsweep("export", str(job), "--format", "benchmark-report", "-o", str(folder), "--json")
+    assert got.returncode == 0, got.stderr
+    export = record(got, "export")
+    written = sorted(str(p) for p in folder.iterdir())
+    assert export["format"] == "benchmark-report" and sorted(export["files"]) == written and len(written) >= 2
+    assert all(Path(f).read_text() in export["artifact"] for f in written)
 
 
 def test_compare_json_is_the_rounds_verdict_with_progress_on_stderr(study, no_leftover_servers):

@@ -1,0 +1,31 @@
+"""``per_gpu: true`` on any throughput objective: tok/s divided by the GPUs the config occupies
+(TP x PP), so a config that occupies 4 of 8 GPUs is compared as the two replicas the box could run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.core.measurement import LevelResult
+from orchestrator.core.objectives.protocol import Measure
+
+
+@dataclass(frozen=True)
+class PerGpu(Measure):
+    """Throughput per GPU the config occupies."""
+
+    def worth(self, got: LevelResult | None, config: Mapping[str, Any] | None = None) -> float | None:
+        return self.of_value(super().worth(got, config), config)
+
+    def of_value(self, value: float | None, config: Mapping[str, Any] | None = None) -> float | None:
+        return value / self.gpus(config) if value is not None else None
+
+    def unit(self, level: int | None) -> str:
+        return super().unit(level) + " per GPU"
+
+    def name(self) -> str:
+        return "per GPU"
+
+    def identity(self) -> dict[str, Any] | None:
+        return {"per_gpu": True}

@@ -197,19 +197,22 @@ class Progress:
             self.say(head + logs.clip(self._levels_said(result, plan), logs.LOG_WIDTH - len(head) - len(tail)) + tail)
             return
         reached = result.measurement.goodput if result.measurement is not None else None
+        obj = objectives.of(getattr(self.job, "objective", None))
         lead = ""  # said whole before a clipped reason (a failure's outcome)
         if result.outcome == COMPLETE and reached is not None:  # goodput: where the SLO stopped holding
             ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
             what = (f"{reached.describe(result.value)}{ratio}" if reached.holds is not None
                     else f"{reached.describe()}: infeasible")
         elif result.outcome == COMPLETE:
-            ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
-            what = f"{result.value:.1f} tok/s{ratio}"
+            worth = obj.headline_worth(result.measurement, result.value, result.config)
+            ratio = f" ({obj.ratio(worth, base_value):.2f}x baseline)" if base_value and worth else ""
+            what = f"{obj.text(worth)}{ratio}"
         elif result.outcome == PRUNED:
             below = result.metrics.get("pruned_below")
-            limit = (f" < threshold {below:.1f} tok/s ({self.job.pruning.min_ratio:g} x the best so far)"
-                     if below else "")
-            what = f"pruned after the first repeat: {result.value:.1f} tok/s{limit}"
+            limit = (f" {obj.measure.worse_sign} threshold {obj.text(below)} "
+                     f"({self.job.pruning.min_ratio:g} x the best so far)" if below else "")
+            worth = obj.headline_worth(result.measurement, result.value, result.config)
+            what = f"pruned after the first repeat: {obj.text(worth)}{limit}"
         else:  # the outcome is said whole; only its reason is shortened to fit
             lead = f"FAIL {result.failure_kind}:"
             ignored = result.metrics.get("decode_tok_s_ignored")
@@ -217,9 +220,9 @@ class Progress:
                 lead = f"FAIL wrong-output (its {ignored:.1f} tok/s do not count):"
             what = result.failure_reason or ""
         best_s = ""
-        if best is not None and best.value is not None:
-            ratio = f" = {best.value / base_value:.2f}x baseline" if base_value else ""
-            best_s = f" | best #{best.number} {best.value:.1f} tok/s{ratio}"
+        if best is not None and best.worth is not None:
+            ratio = f" = {obj.ratio(best.worth, base_value):.2f}x baseline" if base_value else ""
+            best_s = f" | best #{best.number} {obj.text(best.worth)}{ratio}"
         head, tail = f"  #{number} -> ", f"{best_s} (elapsed {self.elapsed()})"
         room = logs.LOG_WIDTH - len(head) - len(tail)
         if lead:

@@ -739,7 +739,7 @@ class StudyDriver:
     def _said_end(self, policy: SearchPolicy, proposal: Proposal, result: TrialResult) -> None:
         base = policy.baseline_row()
         plan = build_plan(policy.rows(), self.job.objective) if self.job.objective.is_plan else None
-        self.progress.ended(proposal.number, result, policy.best_row(), base.value if base else None, plan=plan)
+        self.progress.ended(proposal.number, result, policy.best_row(), base.worth if base else None, plan=plan)
 
     def _finish(self, run: _Loop, proposal: Proposal, result: TrialResult) -> outcome.Final | None:
         """A trial's result decided and recorded, or held by the votes (None)."""

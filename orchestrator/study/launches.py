@@ -92,9 +92,8 @@ def figure(row: TrialRow, level: int | None) -> float | None:
     """One launch's figure at ``level`` (its median there); ``HEADLINE``: a goodput launch's total
     tok/s within the SLO (None for a launch that measured no goodput: ``compare``'s)."""
     if level is HEADLINE:
-        return row.value if row.measurement is not None and row.measurement.goodput is not None else None
-    got = row.at(level)
-    return got.value if got is not None else None
+        return row.worth if row.measurement is not None and row.measurement.goodput is not None else None
+    return row.worth_at(level)
 
 
 def mix_figure(row: TrialRow, weights: Mapping[int, float]) -> float | None:

@@ -10,9 +10,9 @@ weighted mix, goodput); ``minimize``: the lowest latency percentile at a level (
 from orchestrator.core.objectives.kinds import Goodput, Mix, Plan, Single
 from orchestrator.core.objectives.minimize import Latency
 from orchestrator.core.objectives.per_gpu import PerGpu
-from orchestrator.core.objectives.protocol import HEADLINE, MAXIMIZE, MINIMIZE, Measure, Objective
+from orchestrator.core.objectives.protocol import HEADLINE, MAXIMIZE, MINIMIZE, Measure, Objective, measure_of
 
 DEFAULT = Objective()
 
 __all__ = ["DEFAULT", "HEADLINE", "MAXIMIZE", "MINIMIZE", "Goodput", "Latency", "Measure", "Mix", "Objective",
-           "PerGpu", "Plan", "Single"]
+           "PerGpu", "Plan", "Single", "measure_of"]

@@ -9,7 +9,6 @@ from typing import Any, ClassVar
 
 from orchestrator.core.measurement import Measurement
 from orchestrator.core.objectives.protocol import HEADLINE, Objective, kind
-from orchestrator.core.records import TrialResult
 
 
 def _several(fields: Any) -> bool:
@@ -43,12 +42,12 @@ class Plan(Objective):
     by_level: ClassVar[bool] = True
     value_per_level: ClassVar[bool] = True
 
-    def told(self, result: TrialResult) -> list[float]:
+    def told(self, result: Any) -> list[float]:
         got = _needed(self, self.worths(result.measurement, result.config))
         broken = self.judged(result.measurement).breaches if self.slo else {}
         return [self.measure.worst() if lv in broken else self.measure.told(got[lv]) for lv in self.ascending]
 
-    def intermediate(self, result: TrialResult) -> float | None:
+    def intermediate(self, result: Any) -> float | None:
         return None  # Optuna takes no intermediate value for several objectives
 
     def _levels_text(self) -> str:
@@ -65,12 +64,12 @@ class Mix(Objective):
     kind_name: ClassVar[str] = "mix"
     by_level: ClassVar[bool] = True
 
-    def told(self, result: TrialResult) -> list[float]:
+    def told(self, result: Any) -> list[float]:
         mixed = self.mix_worth(_needed(self, self.worths(result.measurement, result.config)))
         assert mixed is not None  # every weighted level has a positive value
         return [self.measure.told(mixed)]
 
-    def intermediate(self, result: TrialResult) -> float | None:
+    def intermediate(self, result: Any) -> float | None:
         mixed = self.mix_worth(self.worths(result.measurement, result.config))
         return self.measure.told(mixed) if mixed is not None else None
 
@@ -91,7 +90,7 @@ class Goodput(Objective):
                        config: Mapping[str, Any] | None = None) -> float | None:
         return self.measure.of_value(measurement.value if measurement is not None else value, config)
 
-    def intermediate(self, result: TrialResult) -> float | None:
+    def intermediate(self, result: Any) -> float | None:
         got = self.headline_worth(result.measurement, result.value, result.config)
         return self.measure.told(got) if got is not None else None
 

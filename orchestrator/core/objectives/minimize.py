@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from orchestrator.core.measurement import LevelResult
-from orchestrator.core.objectives.protocol import MINIMIZE, Measure
+from orchestrator.core.objectives.protocol import MINIMIZE, Measure, measure
 from orchestrator.core.slo import LABELS, NAMES
+from orchestrator.core.verdict import RatioInterval
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Latency(Measure):
     better: ClassVar[str] = "lower"
     worse: ClassVar[str] = "higher"
     throughput: ClassVar[bool] = False
+    worse_sign: ClassVar[str] = ">"
 
     def __post_init__(self) -> None:
         if self.metric not in NAMES:
@@ -60,8 +62,21 @@ class Latency(Measure):
     def of_value(self, value: float | None, config: Mapping[str, Any] | None = None) -> float | None:
         return None  # a bare tok/s says nothing of a latency
 
+    def headline(self, value: float | None, got: LevelResult | None,
+                 config: Mapping[str, Any] | None = None) -> float | None:
+        return self.worth(got, config)
+
     def shown(self, worth: float) -> float:
         return 1000.0 / worth  # ms
+
+    def below(self, worth: float, limit: float, level: int) -> str:
+        return f"{self.label} {self.shown(worth):.1f} ms > {self.shown(limit):.1f} ms"
+
+    def text(self, worth: float) -> str:
+        return f"{self.shown(worth):.2f} ms {self.label}"
+
+    def oriented(self, interval: RatioInterval) -> RatioInterval:
+        return replace(interval, ratio=_inverse(interval.ratio), lo=_inverse(interval.hi), hi=_inverse(interval.lo))
 
     def worst(self) -> float:
         return math.inf
@@ -74,3 +89,12 @@ class Latency(Measure):
 
     def identity(self) -> dict[str, Any] | None:
         return {"minimize": self.metric}
+
+
+def _inverse(value: float | None) -> float | None:
+    return 1.0 / value if value else value
+
+
+@measure("minimize")
+def _stored(identity: dict[str, Any]) -> Measure:
+    return Latency(str(identity["minimize"]))

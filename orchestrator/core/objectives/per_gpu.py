@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.core.measurement import LevelResult
-from orchestrator.core.objectives.protocol import Measure
+from orchestrator.core.objectives.protocol import Measure, measure
 
 
 @dataclass(frozen=True)
@@ -29,3 +29,8 @@ class PerGpu(Measure):
 
     def identity(self) -> dict[str, Any] | None:
         return {"per_gpu": True}
+
+
+@measure("per_gpu")
+def _stored(identity: dict[str, Any]) -> Measure:
+    return PerGpu()

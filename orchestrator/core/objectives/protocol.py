@@ -23,8 +23,8 @@ from orchestrator.core import slo as slos
 from orchestrator.core.level import make as make_level
 from orchestrator.core.level import streams
 from orchestrator.core.measurement import LevelResult, Measurement
-from orchestrator.core.records import TrialResult
 from orchestrator.core.slo import Targets
+from orchestrator.core.verdict import FASTER, SLOWER, RatioInterval, describe
 
 HEADLINE = None  # the "level" of a capacity figure (a goodput launch's tok/s within the SLO)
 MAXIMIZE, MINIMIZE = "maximize", "minimize"
@@ -42,6 +42,7 @@ class Measure:
     better: ClassVar[str] = "faster"
     worse: ClassVar[str] = "slower"
     throughput: ClassVar[bool] = True  # a throughput (goodput's capacity can be read in it)
+    worse_sign: ClassVar[str] = "<"  # how a worse figure compares with a better one, as the user reads them
 
     def worth(self, got: LevelResult | None, config: Mapping[str, Any] | None = None) -> float | None:
         """The level's worth (its median tok/s); None where not measured."""
@@ -51,13 +52,46 @@ class Measure:
         """The worth of a bare headline tok/s (a record of only a value, goodput's capacity)."""
         return value
 
+    def headline(self, value: float | None, got: LevelResult | None,
+                 config: Mapping[str, Any] | None = None) -> float | None:
+        """A launch's one worth: of its headline ``value`` (a throughput's: the headline level's median,
+        goodput's capacity), where a measure reads its headline level ``got`` otherwise."""
+        return self.of_value(value, config)
+
     def shown(self, worth: float) -> float:
         """The figure a user reads for ``worth``, in ``unit``."""
         return worth
 
+    def shown_range(self, lo: float, hi: float) -> tuple[float, float]:
+        """A range of worths as the user reads it, low to high."""
+        a, b = self.shown(lo), self.shown(hi)
+        return (a, b) if a <= b else (b, a)
+
+    def oriented(self, interval: RatioInterval) -> RatioInterval:
+        """An interval of worths (b/a: > 1 is better) as the figures' own ratio (a latency's: inverted)."""
+        return interval
+
+    def word(self, said: str) -> str:
+        """A verdict's word in the measure's own (faster -> lower for a latency)."""
+        return self.better if said == FASTER else self.worse if said == SLOWER else said
+
+    def compared(self, interval: RatioInterval, *, same_config: bool = False) -> str:
+        """'1.31x faster (95% CI 1.22-1.41x)', '0.50x lower (...)' (``core.verdict.describe``)."""
+        return describe(self.oriented(interval), same_config=same_config, words=(self.better, self.worse))
+
     def told(self, worth: float) -> float:
         """What Optuna is told for ``worth`` under ``direction``."""
         return float(self.shown(worth))
+
+    def below(self, worth: float, limit: float, level: int) -> str:
+        """'41.2 < 45.0 tok/s': a first round worth less than the early stop's ``limit``."""
+        unit = "tok/s" if streams(level) == 1 else "total tok/s"
+        return f"{self.shown(worth):.1f} {self.worse_sign} {self.shown(limit):.1f} {unit}" + \
+            (f" {self.name()}" if self.name() else "")
+
+    def text(self, worth: float) -> str:
+        """'41.2 tok/s' (a launch's one figure as the run's lines say it)."""
+        return f"{self.shown(worth):.1f} tok/s{' ' + self.name() if self.name() else ''}"
 
     def worst(self) -> float:
         """What Optuna is told where a config is worth nothing (a failure, a broken target)."""
@@ -79,6 +113,28 @@ class Measure:
         """The GPUs a config occupies: TP x PP (1 each where not set)."""
         config = config or {}
         return max(1, _int(config.get("tp_size"))) * max(1, _int(config.get("pp_size")))
+
+
+_MEASURES: dict[str, Callable[[dict[str, Any]], Measure]] = {}
+
+
+def measure(key: str) -> Callable[[Callable[[dict[str, Any]], Measure]], Callable[[dict[str, Any]], Measure]]:
+    """Register how a measure is rebuilt from its ``identity`` (the key it stores), so a study's rows
+    are read with the measure the study was run with (``history.trial_rows``)."""
+    def register(build: Callable[[dict[str, Any]], Measure]) -> Callable[[dict[str, Any]], Measure]:
+        _MEASURES[key] = build
+        return build
+    return register
+
+
+def measure_of(identity: Any) -> Measure:
+    """The measure a stored ``identity`` names (``Measure.identity``); throughput for None or one
+    this release does not know."""
+    if isinstance(identity, dict):
+        for key, build in _MEASURES.items():
+            if key in identity:
+                return build(identity)
+    return Measure()
 
 
 def _num(value: Any) -> float | None:
@@ -220,7 +276,7 @@ class Objective:
         got = self.worths(measurement, config).get(self.levels[0])
         return got if got is not None else self.measure.of_value(value, config)
 
-    def told(self, result: TrialResult) -> list[float]:
+    def told(self, result: Any) -> list[float]:
         """What Optuna is told for a COMPLETE launch; ValueError when a level it needs is missing."""
         got = self.headline_worth(result.measurement, result.value, result.config)
         if got is None:
@@ -231,7 +287,7 @@ class Objective:
         """A config-caused failure: the worst value at every value told."""
         return [self.measure.worst()] * len(self.directions())
 
-    def intermediate(self, result: TrialResult) -> float | None:
+    def intermediate(self, result: Any) -> float | None:
         """What an early-stopped launch reports before it is told PRUNED (its first round, on the
         objective's scale); None where Optuna takes none (several values) or nothing was measured."""
         recorded = self.worths(result.measurement, result.config)
@@ -270,6 +326,15 @@ class Objective:
 
     def unit(self, level: int | None) -> str:
         return self.measure.unit(level)
+
+    def text(self, worth: float | None) -> str:
+        """A launch's one figure as the run's lines say it ('41.2 tok/s', '3.1 ms TPOT p99'; '-': none)."""
+        return self.measure.text(worth) if worth is not None else "-"
+
+    def ratio(self, worth: float, base: float) -> float:
+        """``worth`` against the baseline's, as the user reads the figures (2.0x the tok/s; 0.5x the
+        latency)."""
+        return self.measure.shown(worth) / self.measure.shown(base)
 
     @property
     def words(self) -> tuple[str, str]:

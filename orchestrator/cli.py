@@ -299,7 +299,7 @@ def cmd_validate(args) -> int:
         print(f"{args.job}: warning: {advice}", file=sys.stderr)
     from orchestrator.study import objective as objectives
 
-    if job.objective.preset or job.slo or job.objective.goodput is not None:  # what the study will tune for
+    if job.objective.preset or job.slo or job.objective.by_capacity:  # what the study will tune for
         print(objectives.expansion(job.objective) or f"objective: {objectives.describe(job.objective)}")
     if job.bench.traffic is not None:
         print(f"traffic: {job.bench.prompts_from}")
@@ -370,7 +370,7 @@ def cmd_status(args) -> int:
     orphaned = _orphaned_trials(job, rows)
     if args.json:
         listed = [r.to_json() for r in rows]
-        if job.objective.goodput is not None:  # each config's capacity, its curve and its price
+        if job.objective.by_capacity:  # each config's capacity, its curve and its price
             from orchestrator.study.goodput import goodput_answer
 
             capacities = {c.row.number: c.to_dict()
@@ -385,18 +385,18 @@ def cmd_status(args) -> int:
     from orchestrator.study.plan import build_plan, format_plan, format_verdict
 
     plan = build_plan(rows, job.objective)
-    if job.objective.is_plan:
+    if job.objective.by_level:
         print(format_status(rows, levels=job.objective.levels))
         print(format_plan(plan))
     else:
         print(format_status(rows))
-        if job.objective.goodput is not None:  # the goodput answer is its verdict, not a figure at one stream
+        if job.objective.by_capacity:  # the goodput answer is its verdict, not a figure at one stream
             from orchestrator.study.goodput import format_goodput, goodput_answer
 
             print(format_goodput(goodput_answer(rows, job.objective, job.pricing())))
         else:
             print(format_verdict(plan))
-        if job.objective.goodput is None and job.slo:
+        if not job.objective.by_capacity and job.slo:
             from orchestrator.study.history import infeasible_lines
 
             print(f"slo: {job.slo.describe()}")

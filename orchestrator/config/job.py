@@ -502,7 +502,7 @@ def load_job(path: str | os.PathLike) -> Job:
                                   rounds=prescreen_sec.integer("rounds", DEFAULT_PRESCREEN_ROUNDS, low=1))
     outcome_constraints = _outcome_constraints(top, bench)
     cost = _cost(top, gpus, objective)
-    if outcome_constraints and objective.goodput is not None:
+    if outcome_constraints and objective.by_capacity:
         raise top.bad("constraints", "goodput measures the concurrencies its search picks, not fixed levels: "
                                      "bound a config by the latency targets (slo:) instead of constraints")
     env = _env(top, allow_unsafe)
@@ -998,7 +998,7 @@ def _cost(top: Section, gpus: int, objective: Objective) -> Cost | None:
     value = sec.number(given[0], None, above=0)
     if value == float("inf"):
         raise sec.bad(given[0], "must be a finite number of dollars an hour, not .inf")
-    if objective.goodput is None:
+    if not objective.by_capacity:
         raise top.bad("cost", "prices the capacity point of a goodput study: give objective: {goodput: "
                               "{max_concurrency: N}} (or the balanced preset), or drop cost")
     if given[0] == "gpu_hour" and gpus == 0:

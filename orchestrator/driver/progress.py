@@ -287,9 +287,9 @@ class Progress:
         ev = Evidence(rows)
         parts = []
         for c in plan.contests:
-            where = "for the mix" if c.weights is not None else f"at {c.level}"
+            where = "for the mix" if c.is_mix else f"at {c.level}"
             names = [f"#{numbers.get(k, '?')}" for k in c.finalists]
-            noise = ev.mix_noise(c.weights) if c.weights is not None else ev.noise(c.level or 1)
+            noise = ev.mix_noise(c.weights) if c.weights else ev.noise(c.level or 1)
             # with the launch noise unknown no config is beyond it, and none is shown within it either
             near = "within launch noise of it" if noise.known else "not shown beyond it (launch noise unknown)"
             if len(names) == 1:
@@ -324,7 +324,7 @@ class Progress:
         numbers = races.trial_numbers(rows)
         gone = [f"#{numbers.get(k, '?')} out {'of the mix' if c == races.MIX else f'at {c}'}"
                 for c, k, r in state.eliminated if r == state.rounds_done - 1]
-        still = [f"{'the mix' if c.weights is not None else f'at {c.level}'}: "
+        still = [f"{'the mix' if c.is_mix else f'at {c.level}'}: "
                  + ", ".join(f"#{numbers.get(k, '?')}" for k in state.alive.get(c.name, ()))
                  for c in state.undecided()]
         said = "; ".join(gone) if gone else "nobody out yet"

@@ -597,7 +597,7 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
     ``compare-plan.json`` is rewritten after every launch (as ``compare.json``). Returns the
     table (``format_compare_plan``). A job of one level has no plan: BadInput, before anything
     is read or launched."""
-    if not job.objective.is_plan:
+    if not job.objective.by_level:
         levels = ", ".join(map(str, job.objective.concurrency))
         raise BadInput(f"compare --plan compares the best configs of several levels, and this job's objective has "
                        f"one (objective.concurrency: {levels}); use `ncclsweep compare {job.path} --concurrency "

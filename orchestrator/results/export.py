@@ -176,18 +176,23 @@ class Choice:
     slo: Targets | None = None  # the objective's latency targets: a level's best holds them there
 
     @property
+    def is_mix(self) -> bool:
+        """Best for the traffic mix (``--mix``)."""
+        return bool(self.weights)
+
+    @property
     def named(self) -> bool:
-        return self.level is not None or self.weights is not None
+        return self.level is not None or self.is_mix
 
     def rank(self, rows: list[TrialRow], k: int) -> list[TrialRow]:
-        if self.weights is not None:
+        if self.weights:
             return best_for_mix(rows, self.weights, k)
         if self.level is not None:
             return best_at(rows, self.level, k, slo=self.slo)
         return best_rows(rows, k)
 
     def describe(self) -> str:
-        if self.weights is not None:
+        if self.weights:
             return "the traffic mix " + ", ".join(f"{lv}: {w:g}" for lv, w in self.weights.items())
         level = self.level or 1
         at = f" with prompts of about {context_of(level)} tokens" if context_of(level) else ""
@@ -219,7 +224,7 @@ def choose(job: Any, level: int | str | None = None, mix: bool = False) -> Choic
             raise BadInput("the job's objective has no traffic mix (objective.weights, e.g. {1: 0.6, 10: 0.4}); "
                            "export one level with --concurrency N", key="--mix")
         return Choice(weights=dict(obj.weights), chosen_by="--mix")
-    if not obj.is_plan:
+    if not obj.by_level:
         return Choice()
     if obj.weights:
         return Choice(weights=dict(obj.weights),
@@ -244,7 +249,7 @@ def tie_break(job: Any, rows: list[TrialRow], choice: Choice) -> TieBreak | None
     """How the tie the race left in ``choice``'s contest is broken; None where it left none."""
     objective = getattr(job, "objective", None)
     obj = objectives.of(objective)
-    if obj.goodput is not None:
+    if obj.by_capacity:
         return None
     level = level_of(choice, obj)
     contest = MIX if level is None else str(level)
@@ -256,7 +261,7 @@ def tie_break(job: Any, rows: list[TrialRow], choice: Choice) -> TieBreak | None
     tied = [r for r in choice.rank(rows, len(rows)) if r.config_key in members]
     if len(tied) < 2:
         return None
-    plan = build_plan(rows, objective) if obj.is_plan and level is not None else None
+    plan = build_plan(rows, objective) if obj.by_level and level is not None else None
     # the config that serves the other levels, the race's tie standing for the comparison at this one
     # (two finalists get no interval before enough rounds: the plan's own line may then name none)
     everywhere = one_for_all(plan.per_level, plan.evidence, plan.slo, tie=(level, members)) \
@@ -291,7 +296,7 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
     key = row.config_key
     base = baseline_row(rows)
     base = base if base is not None and base.state == COMPLETE and base.value is not None else None
-    if choice.weights is not None:
+    if choice.weights:
         weights = choice.weights
         values, noise, drift = ev.mix_values(key, weights), ev.mix_noise(weights), ev.mix_drift(weights)
         fresh = ev.mix_fresh(key, weights)
@@ -299,7 +304,7 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
         iv = ev.mix_interval(base.config_key, key, weights) if base is not None else None
         unit, contest = "weighted geometric mean of the levels' tok/s", MIX
     else:
-        level = choice.level if choice.level is not None else HEADLINE if obj.goodput is not None else \
+        level = choice.level if choice.level is not None else HEADLINE if obj.by_capacity else \
             objectives.levels(obj)[0]
         values, noise, fresh = ev.values(key, level), ev.noise(level), ev.fresh(key, level)
         drift = ev.drift(level)
@@ -322,7 +327,7 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
         "baseline_compare_values": _compare_values(ev, base.config_key, choice, level_of(choice, obj))
         if base is not None else [],
         "race_launches": sum(1 for r in ev.launches(key) if r.launch_role == races.RACE)}
-    if base is not None and choice.weights is None and level is HEADLINE and base_value == 0:
+    if base is not None and not choice.is_mix and level is HEADLINE and base_value == 0:
         out["vs_baseline"] = _against_no_goodput(base)
     elif base is not None and iv is not None:
         same = base.config_key == key
@@ -333,7 +338,7 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
                               "same_config": same, "text": verdict.describe(iv, same_config=same),
                               "compare_launches": sum(1 for r in ev.launches(base.config_key)
                                                       if r.launch_role == COMPARE)}
-        fresh_iv = ev.compared(base.config_key, key, level) if choice.weights is None and not same else None
+        fresh_iv = ev.compared(base.config_key, key, level) if not choice.is_mix and not same else None
         if fresh_iv is not None:  # what compare's launches alone say (``launches.Evidence.compared``)
             fresh_word = verdict.verdict(fresh_iv)
             out["fresh_vs_baseline"] = {**fresh_iv.to_dict(), "verdict": fresh_word,
@@ -361,7 +366,7 @@ def _against_no_goodput(base: TrialRow) -> dict[str, Any]:
 
 def level_of(choice: Choice, objective: Any) -> int | None:
     """The level a figure is of (None: the mix)."""
-    if choice.weights is not None:
+    if choice.weights:
         return None
     return choice.level if choice.level is not None else objectives.levels(objective)[0]
 
@@ -496,7 +501,7 @@ def _latency_provenance(job: Any, row: TrialRow, rows: list[TrialRow]) -> dict[s
         out["slo"] = {"targets": obj.slo.to_record(), "text": obj.slo.describe(),
                       "breaches": [b.to_record() for level, got in row.levels.items()
                                    for b in slo_breaches(got, obj.slo.at(level))]}
-    if obj.goodput is not None:
+    if obj.by_capacity:
         pricing = job.pricing() if callable(getattr(job, "pricing", None)) else None
         answer = goodput_answer(rows, obj, pricing)
         mine = next((c for c in answer.configs if c.row.config_key == row.config_key), None)

@@ -240,7 +240,7 @@ class Evidence:
     def headline_drift(self, objective: Any) -> Drift:
         """The box's drift at the figure the study's answer is read at (a goodput study's ``HEADLINE``,
         else its lowest level): the one the run's last lines, ``status`` and the report's headline say."""
-        return self.drift(HEADLINE if objectives.of(objective).goodput is not None else objectives.levels(objective)[0])
+        return self.drift(objectives.of(objective).headline)
 
     def mix_drift(self, weights: Mapping[int, float]) -> Drift:
         return self._mix(weights).drift
@@ -264,7 +264,7 @@ class Evidence:
                       looks: int = 1) -> RatioInterval:
         """Config ``b`` relative to ``a`` over their launches whether raced or not, held to ``looks`` (how
         a race screens its finalists): at ``level``, or for the mix with ``weights``."""
-        series = self._mix(weights) if weights is not None else self._level(level)
+        series = self._mix(weights) if weights else self._level(level)
         return self._launches(series, a, b, looks=looks, robust=False)
 
     def _interval(self, series: _Series, contest: str, a: str, b: str) -> RatioInterval:

@@ -754,7 +754,7 @@ class SearchPolicy:
         stop, ``core.outcome.early_stop``, stops a trial below it at every level); None before
         any COMPLETE trial. For the default objective: ``{1: prune_threshold(min_ratio)}``; none
         for goodput (its first round is a concurrency the bisection may leave at once)."""
-        if self.objective.goodput is not None:
+        if self.objective.by_capacity:
             return None
         return prune_thresholds(self.rows(), self.levels, min_ratio, self.objective.slo)
 

@@ -46,7 +46,7 @@ FAILURE_RATIO = 0.1
 def row_value(row: TrialRow, objective: Objective | None = None) -> float | None:
     """What one measured trial brought back (module docstring), None when nothing."""
     obj = objectives.of(objective)
-    if obj.goodput is not None:
+    if obj.by_capacity:
         value = row.value
     elif len(obj.levels) > 1:
         weights = dict(obj.weights or {}) or {lv: 1.0 / len(obj.levels) for lv in obj.levels}

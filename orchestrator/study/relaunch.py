@@ -80,7 +80,7 @@ def candidates(rows: Sequence[TrialRow], objective: Objective | None) -> list[tu
     for level in levels:
         got = best_at(list(rows), level)
         if got:
-            out.append((got[0], f"the incumbent at {level}" if obj.is_plan else "the incumbent"))
+            out.append((got[0], f"the incumbent at {level}" if obj.by_level else "the incumbent"))
     if obj.weights:
         got = best_for_mix(list(rows), obj.weights)
         if got:

@@ -901,7 +901,7 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
     blocks.append(doc.para(f"Study `{getattr(job, 'study', '?')}` in `{getattr(job, 'storage', '?')}`"
                      + (f", backend {kind}" if kind else "")
                      + f". Open it interactively with `{storage.dashboard_command(getattr(job, 'storage', ''))}`."))
-    if objectives.of(objective).goodput is not None and rows:
+    if objectives.of(objective).by_capacity and rows:
         blocks += latency.goodput_headline(rows, job, ev)
     else:
         blocks += _headline(rows, best, base, ev, level, objective)

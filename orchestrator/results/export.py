@@ -302,7 +302,7 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
         fresh = ev.mix_fresh(key, weights)
         base_value = ev.mix_median(base.config_key, weights) if base is not None else None
         iv = ev.mix_interval(base.config_key, key, weights) if base is not None else None
-        unit, contest = "weighted geometric mean of the levels' tok/s", MIX
+        unit, contest = obj.measure.mix_unit(), MIX
     else:
         level = choice.level if choice.level is not None else HEADLINE if obj.by_capacity else \
             objectives.levels(obj)[0]
@@ -310,21 +310,20 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
         drift = ev.drift(level)
         base_value = ev.median(base.config_key, level) if base is not None else None
         iv = ev.interval(base.config_key, key, level) if base is not None else None
-        unit, contest = objectives.unit(level or 1), str(level)
-        if choice.level is None and level == 1:
-            unit = "tok/s single-request decode"
-        elif level is HEADLINE:
-            unit = "tok/s total within the SLO"
-    value = statistics.median(values) if values else row.value
+        unit, contest = obj.measure.export_unit(level, choice.level is not None), str(level)
+    value = statistics.median(values) if values else row.worth
+    shown = obj.shown
     out: dict[str, Any] = {
-        "value": value, "unit": unit, "launches": len(values), "launch_values": values,
-        "fresh_launch_95": list(fresh) if fresh else None, "launch_noise": noise.to_dict(),
+        "value": shown(value), "unit": unit, "direction": obj.direction, "launches": len(values),
+        "launch_values": [shown(v) for v in values],
+        "fresh_launch_95": list(obj.measure.shown_range(*fresh)) if fresh else None, "launch_noise": noise.to_dict(),
         "drift": drift.to_dict() if drift.drifted else None,
         "spread": _spread(row, choice.level),
-        "baseline_trial": base.number if base is not None else None, "baseline_value": base_value,
+        "baseline_trial": base.number if base is not None else None, "baseline_value": shown(base_value),
         "compare_launches": sum(1 for r in ev.launches(key) if r.launch_role == COMPARE),
-        "compare_values": _compare_values(ev, key, choice, level_of(choice, obj)),
-        "baseline_compare_values": _compare_values(ev, base.config_key, choice, level_of(choice, obj))
+        "compare_values": [shown(v) for v in _compare_values(ev, key, choice, level_of(choice, obj))],
+        "baseline_compare_values": [shown(v) for v in _compare_values(ev, base.config_key, choice,
+                                                                      level_of(choice, obj))]
         if base is not None else [],
         "race_launches": sum(1 for r in ev.launches(key) if r.launch_role == races.RACE)}
     if base is not None and not choice.is_mix and level is HEADLINE and base_value == 0:
@@ -332,18 +331,21 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
     elif base is not None and iv is not None:
         same = base.config_key == key
         word = verdict.verdict(iv, same_config=same)
-        out["vs_baseline"] = {**iv.to_dict(), "point": iv.ratio,  # the interval's own estimate (``verdict``)
+        said = obj.measure.oriented(iv)  # the figures' own ratio (a latency's: inverted)
+        out["vs_baseline"] = {**said.to_dict(), "point": said.ratio,  # the interval's own estimate (``verdict``)
                               "estimate": verdict.estimate_text(iv),
-                              "verdict": word, "beyond_noise": word in (verdict.FASTER, verdict.SLOWER),
-                              "same_config": same, "text": verdict.describe(iv, same_config=same),
+                              "verdict": obj.measure.word(word),
+                              "beyond_noise": word in (verdict.FASTER, verdict.SLOWER),
+                              "same_config": same, "text": obj.measure.compared(iv, same_config=same),
                               "compare_launches": sum(1 for r in ev.launches(base.config_key)
                                                       if r.launch_role == COMPARE)}
         fresh_iv = ev.compared(base.config_key, key, level) if not choice.is_mix and not same else None
         if fresh_iv is not None:  # what compare's launches alone say (``launches.Evidence.compared``)
             fresh_word = verdict.verdict(fresh_iv)
-            out["fresh_vs_baseline"] = {**fresh_iv.to_dict(), "verdict": fresh_word,
+            out["fresh_vs_baseline"] = {**obj.measure.oriented(fresh_iv).to_dict(),
+                                        "verdict": obj.measure.word(fresh_word),
                                         "beyond_noise": fresh_word in (verdict.FASTER, verdict.SLOWER),
-                                        "text": verdict.describe(fresh_iv)}
+                                        "text": obj.measure.compared(fresh_iv)}
     numbers = {r.config_key: r.number for r in sorted(rows, key=lambda r: (not r.counted, r.number))[::-1]}
     for o in races.outcomes(rows, getattr(job, "objective", None)):
         if o.contest.name == contest and key in o.contest.finalists:
@@ -376,7 +378,7 @@ def _compare_values(ev: Evidence, key: str, choice: Choice, level: int | None) -
     launches = [r for r in ev.launches(key) if r.launch_role == COMPARE]
     if level is None:
         return [v for r in launches if (v := mix_figure(r, choice.weights or {})) is not None]
-    return [v for r in launches if (got := r.at(level)) is not None and (v := got.value) is not None]
+    return [v for r in launches if (v := r.worth_at(level)) is not None]
 
 
 def _spread(row: TrialRow, level: int | None) -> float | None:

@@ -562,11 +562,12 @@ def format_status(rows: list[TrialRow], width: int | None = None, levels: Iterab
     if b is not None and b.value is not None:
         ev = Evidence(rows)
         level = b.headline.level if b.headline is not None else 1
-        figure = ev.median(b.config_key, level) or b.value
+        figure = ev.median(b.config_key, level) or b.worth or b.value
         base_fig = ev.median(base.config_key, level) if base is not None and base_value else None
-        ratio = f", {figure / base_fig:.2f}x baseline" if base_fig else ""
+        m = b.measure  # the figures are its worths: said in its unit
+        ratio = f", {m.shown(figure) / m.shown(base_fig):.2f}x baseline" if base_fig else ""
         n = b.n_measurements
-        lines.append(f"best: trial {b.number} {figure:.2f} tok/s (median of {n} launch{'' if n == 1 else 'es'})"
+        lines.append(f"best: trial {b.number} {m.text(figure, 2)} (median of {n} launch{'' if n == 1 else 'es'})"
                      f"{ratio}  {short_params(b.params)}")
     else:
         why = disputed(rows)

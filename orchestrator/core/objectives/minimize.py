@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from orchestrator.core.measurement import LevelResult
 from orchestrator.core.objectives.protocol import MINIMIZE, Measure, measure
 from orchestrator.core.slo import LABELS, NAMES
-from orchestrator.core.verdict import RatioInterval
+from orchestrator.core.verdict import RatioInterval, describe
 
 
 @dataclass(frozen=True)
@@ -72,17 +72,27 @@ class Latency(Measure):
     def below(self, worth: float, limit: float, level: int) -> str:
         return f"{self.label} {self.shown(worth):.1f} ms > {self.shown(limit):.1f} ms"
 
-    def text(self, worth: float) -> str:
-        return f"{self.shown(worth):.2f} ms {self.label}"
+    def text(self, worth: float, digits: int = 2) -> str:
+        return f"{self.shown(worth):.{max(2, digits)}f} ms {self.label}"
 
     def oriented(self, interval: RatioInterval) -> RatioInterval:
         return replace(interval, ratio=_inverse(interval.ratio), lo=_inverse(interval.hi), hi=_inverse(interval.lo))
+
+    def compared(self, interval: RatioInterval, *, same_config: bool = False) -> str:
+        # the latencies' own ratio: above 1.0 is higher (worse), below it lower (better)
+        return describe(self.oriented(interval), same_config=same_config, words=(self.worse, self.better))
 
     def worst(self) -> float:
         return math.inf
 
     def unit(self, level: int | None) -> str:
         return f"ms {self.label}"
+
+    def export_unit(self, level: int | None, named: bool) -> str:
+        return self.unit(level)
+
+    def mix_unit(self) -> str:
+        return f"weighted geometric mean of the levels' {self.label} (ms)"
 
     def name(self) -> str:
         return f"lowest {self.label}"

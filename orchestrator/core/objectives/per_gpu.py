@@ -27,6 +27,13 @@ class PerGpu(Measure):
     def name(self) -> str:
         return "per GPU"
 
+    def export_unit(self, level: int | None, named: bool) -> str:
+        unit = super().export_unit(level, named)
+        return unit if unit.endswith(" per GPU") else unit + " per GPU"
+
+    def mix_unit(self) -> str:
+        return super().mix_unit() + " per GPU"
+
     def identity(self) -> dict[str, Any] | None:
         return {"per_gpu": True}
 

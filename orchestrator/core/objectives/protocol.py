@@ -89,9 +89,9 @@ class Measure:
         return f"{self.shown(worth):.1f} {self.worse_sign} {self.shown(limit):.1f} {unit}" + \
             (f" {self.name()}" if self.name() else "")
 
-    def text(self, worth: float) -> str:
-        """'41.2 tok/s' (a launch's one figure as the run's lines say it)."""
-        return f"{self.shown(worth):.1f} tok/s{' ' + self.name() if self.name() else ''}"
+    def text(self, worth: float, digits: int = 1) -> str:
+        """'41.2 tok/s' (a launch's one figure as the run's lines and the report say it)."""
+        return f"{self.shown(worth):.{digits}f} tok/s{' ' + self.name() if self.name() else ''}"
 
     def worst(self) -> float:
         """What Optuna is told where a config is worth nothing (a failure, a broken target)."""
@@ -104,6 +104,19 @@ class Measure:
     def name(self) -> str:
         """A word or two the objective's description adds ('' for plain throughput)."""
         return ""
+
+    def export_unit(self, level: int | None, named: bool) -> str:
+        """The unit of an exported figure at ``level`` (``HEADLINE``: goodput's capacity; ``named``: the
+        user chose the level with ``--concurrency``)."""
+        if level is HEADLINE:
+            return "tok/s total within the SLO"
+        if not named and streams(level) == 1:
+            return "tok/s single-request decode"
+        return self.unit(level)
+
+    def mix_unit(self) -> str:
+        """The unit of a traffic mix's figure."""
+        return "weighted geometric mean of the levels' tok/s"
 
     def identity(self) -> dict[str, Any] | None:
         """What of the measure makes a study another study (None: throughput, every study before)."""

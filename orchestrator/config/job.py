@@ -77,7 +77,7 @@ shown, an example for those three, whose meaning ends "(required)").
                                       # recorded figure at the objective's level(s) wins; not with goodput
       per_gpu: false                  # true: a throughput objective's tok/s divided by the GPUs a config
                                       # occupies (TP x PP): a TP=4 config is worth the two replicas an 8-GPU
-                                      # box could run; not with minimize
+                                      # box could run; not with minimize nor goodput
       context: []                     # long context as a level's second axis, e.g. [0, 8192]: every concurrency
                                       # measured with prompts made about each many tokens long (0: as they are),
                                       # the level 64@8192 (export --concurrency 64@8192); not with bench.context
@@ -846,6 +846,9 @@ def _measure(sec: Section, goodput: int | None) -> Measure:
     ``minimize`` the lowest latency percentile (``core.objectives``)."""
     per_gpu = sec.flag("per_gpu", False)
     metric = sec.raw("minimize", None)
+    if per_gpu and goodput is not None:
+        raise sec.bad("per_gpu", "goodput answers with each config's capacity, priced per GPU by cost: "
+                                 "({gpu_hour: ...}): give per_gpu with concurrency, not with goodput")
     if metric is None:
         return PerGpu() if per_gpu else Measure()
     if not isinstance(metric, str) or metric not in SLO_NAMES:

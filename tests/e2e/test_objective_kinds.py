@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,3 +145,14 @@ def test_per_gpu_tp4_at_six_tenths_of_tp8_wins_per_gpu_and_the_plan_says_so(tmp_
     prov = json.loads(capsys.readouterr().out)["provenance"]
     assert prov["trial"] == tp4.number and prov["figure"]["unit"] == "total tok/s per GPU"
     assert not list(tmp_path.rglob("servers/*.json"))
+
+
+def test_a_bad_objective_is_one_line_and_exit_2(tmp_path):
+    job = write_job(tmp_path, objective={"minimize": "tpot_p95", "concurrency": 32})
+    for command in ("validate", "run"):
+        res = subprocess.run([sys.executable, "-m", "orchestrator", command, str(job)], capture_output=True, text=True,
+                             timeout=120, cwd=Path(__file__).resolve().parents[2])
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(lines) == 1, res.stderr
+        assert f"{job}: objective.minimize: unknown latency 'tpot_p95'" in lines[0] and "tpot_p99" in lines[0]
+    assert not (tmp_path / "reports").exists()  # nothing written

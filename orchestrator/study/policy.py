@@ -747,7 +747,7 @@ class SearchPolicy:
         if best is None or best.value is None:
             return None
         level = best.headline.level if best.headline is not None else 1
-        return float(Evidence(self.rows()).median(best.config_key, level) or best.value) * min_ratio
+        return float(Evidence(self.rows()).median(best.config_key, level) or best.worth or best.value) * min_ratio
 
     def prune_thresholds(self, min_ratio: float = DEFAULT_PRUNE_RATIO) -> dict[int, float] | None:
         """Per level of the objective, ``min_ratio`` x the best median so far there (the early

@@ -116,7 +116,7 @@ def held(rows: Sequence[TrialRow], budget: int | None) -> bool:
     record = 0.0
     last_gain = -1
     for i, r in enumerate(search):
-        v = r.value if r.state == COMPLETE and r.value is not None else 0.0
+        v = r.worth if r.state == COMPLETE and r.worth is not None else 0.0  # what the study ranks by
         if v > record * (1.0 + BETTER):
             last_gain = i
         record = max(record, v)

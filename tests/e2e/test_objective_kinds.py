@@ -32,6 +32,7 @@ from orchestrator.driver.in_process import InProcessExecutor
 from orchestrator.driver.run import StudyDriver
 from orchestrator.study.history import best_rows, trial_rows
 from orchestrator.study.plan import build_plan
+from orchestrator.study.replay import load_table, table_from_study
 from orchestrator.study.storage import open_study
 
 pytestmark = pytest.mark.slow
@@ -106,6 +107,12 @@ def test_minimizing_tpot_p99_at_32_streams_crowns_the_lowest_latency_not_the_mos
     capsys.readouterr()
     md = (job.report_dir / "report.md").read_text()
     assert f"**Best: trial {b.number}, {1000 * b.at(32).tpot.p99:.2f} ms TPOT p99 " in md
+    # the replay: the study written back as a table of each launch's worth, which ``simulate`` replays
+    table = tmp_path / "lowest-tpot.csv"
+    table_from_study(study).to_csv(table, index=False)
+    assert load_table(table).optimal() == {b.config_key}  # the lowest p99 is the table's best too
+    assert cli.main(["simulate", str(table), "--seeds", "2", "--sampler", "random"]) == 0
+    assert "**lowest-tpot.csv**: 2 configs (0 failing)" in capsys.readouterr().out
     assert not list(tmp_path.rglob("servers/*.json"))  # every server it started was ended
 
 

@@ -110,7 +110,7 @@ class Measure:
         user chose the level with ``--concurrency``)."""
         if level is HEADLINE:
             return "tok/s total within the SLO"
-        if not named and streams(level) == 1:
+        if not named and level == 1:
             return "tok/s single-request decode"
         return self.unit(level)
 

@@ -72,12 +72,13 @@ def vs_baseline_words(best: TrialRow, base: TrialRow | None, evidence: Evidence,
         return "the baseline itself"
     iv = evidence.interval(base.config_key, best.config_key, level)
     word = verdict.verdict(iv)
-    ratio = verdict.ratio_text(iv)
+    said = best.measure.oriented(iv)  # the figures' own ratio (a latency's: inverted)
+    ratio = verdict.ratio_text(said)
     if word == verdict.NOT_SHOWN:
         return f"{ratio} the baseline, {verdict.NOT_SHOWN}: {verdict.why_unbounded(iv)}"
     beyond = word in (verdict.FASTER, verdict.SLOWER)
     return (f"{ratio} the baseline, " + ("beyond noise" if beyond else "within noise of the baseline")
-            + f", {verdict.interval_text(iv)}")
+            + f", {verdict.interval_text(said)}")
 
 
 class Progress:
@@ -234,13 +235,13 @@ class Progress:
     @staticmethod
     def _levels_said(result: TrialResult, plan: Plan) -> str:
         """'1: 433.9 decode tok/s (4.58x baseline), 10: 692.0 total tok/s (0.88x)' of a trial."""
-        values = objectives.level_values(result)
         parts = []
         for i, level in enumerate(plan.levels):
-            got = values.get(level)
+            m = plan.at(level).measure  # the plan's figures are its worths: said in its unit
+            got = m.worth(result.measurement.at(level) if result.measurement is not None else None, result.config)
             base = level_value(plan.baseline, level) if plan.baseline is not None else None
-            ratio = f" ({got / base:.2f}x{' baseline' if i == 0 else ''})" if got and base else ""
-            parts.append(f"{level}: {fmt(got)} {objectives.unit(level)}{ratio}")
+            ratio = f" ({m.shown(got) / m.shown(base):.2f}x{' baseline' if i == 0 else ''})" if got and base else ""
+            parts.append(f"{level}: {fmt(m.shown(got) if got is not None else None)} {m.unit(level)}{ratio}")
         said = ", ".join(parts)
         if result.outcome == PRUNED:  # its reason says after which round and below what
             return f"pruned: {result.failure_reason}" if result.failure_reason else \
@@ -274,9 +275,10 @@ class Progress:
             self.say(f"  {what} of {shown} -> FAIL {result.failure_kind}: {result.failure_reason} "
                      f"(elapsed {self.elapsed()})")
             return
-        values = objectives.level_values(result)
+        obj = objectives.of(objective)
+        values = obj.worths(result.measurement, result.config)
         ev = Evidence(rows)
-        got = ", ".join(f"{lv}: {fmt(values.get(lv))} {objectives.unit(lv)}" for lv in levels)
+        got = ", ".join(f"{lv}: {fmt(obj.shown(values.get(lv)))} {obj.unit(lv)}" for lv in levels)
         noise = "; ".join(f"at {lv} {noise_text(ev.noise(lv))}" for lv in levels)
         self.say(f"  {what} of {shown} -> {got}; launch noise {noise} (elapsed {self.elapsed()})")
 
@@ -352,21 +354,26 @@ class Progress:
         level = objectives.levels(objective)[0]
         ev = Evidence(rows)
         drift = ev.headline_drift(objective)
-        value = ev.median(best.config_key, level) or best.value
-        base_value = (ev.median(base.config_key, level) or base.value) if base is not None else None
-        iv = (ev.interval(base.config_key, best.config_key, level)
+        m = best.measure  # the figures are its worths: given as the user reads them
+        value = ev.median(best.config_key, level) or best.worth
+        base_value = (ev.median(base.config_key, level) or base.worth) if base is not None else None
+        iv = (m.oriented(ev.interval(base.config_key, best.config_key, level))
               if base is not None and base_value and best.config_key != base.config_key else None)
-        out = {"number": best.number, "value": value, "config": dict(best.params) or None,
+        fresh = ev.fresh(best.config_key, level)
+        out = {"number": best.number, "value": m.shown(value) if value is not None else None,
+               "config": dict(best.params) or None,
                "spread": spread(best), "vs_baseline": iv.ratio if iv is not None else None,
                "interval": {"lo": iv.lo, "hi": iv.hi, "confidence": iv.confidence} if iv and iv.bounded else None,
-               "launches": ev.count(best.config_key, level), "fresh": ev.fresh(best.config_key, level),
+               "launches": ev.count(best.config_key, level), "fresh": m.shown_range(*fresh) if fresh else None,
                "noise": ev.noise(level).to_dict(), "noise_text": ev.noise(level).text(),
                "verdict": vs_baseline_words(best, base, ev, level),
                "race": races.said(races.outcomes(rows, objective), races.trial_numbers(rows)),
                "load": load_note(rows), "drift": drift.text() or None,
                "baseline": None if base is None or not base_value else
-               {"number": base.number, "value": base_value, "spread": spread(base),
+               {"number": base.number, "value": m.shown(base_value), "spread": spread(base),
                 "launches": ev.count(base.config_key, level)}}
+        if m.name():  # the unit, where it is not the tok/s every summary had
+            out["unit"] = m.unit(level)
         if plan is not None:
             out["plan"] = plan.to_dict()
         if goodput is not None:
@@ -423,7 +430,8 @@ class Progress:
                     *extra, report,
                     f"next: `ncclsweep export {job} --format cmd`"]
         base = best.get("baseline")
-        figure = f"{best['value']:.1f} tok/s (median of {launches_text(best.get('launches') or 1)})"
+        figure = (f"{best['value']:.1f} {best.get('unit', 'tok/s')} "
+                  f"(median of {launches_text(best.get('launches') or 1)})")
         if base is None:
             said = f"best #{best['number']} {figure} (no baseline measured to compare with)"
         elif base["number"] == best["number"]:

@@ -90,7 +90,9 @@ def test_minimizing_tpot_p99_at_32_streams_crowns_the_lowest_latency_not_the_mos
     plan = build_plan(rows, job.objective)
     assert plan.at(32).best.number == b.number and plan.at(32).unit == "ms TPOT p99"
     assert plan.at(32).shown(plan.at(32).best_value) == pytest.approx(1000 * b.at(32).tpot.p99)
-    assert any(f"best #{b.number} " in line and "ms TPOT p99" in line for line in said), said
+    assert any(f"| best #{b.number} " in line and "ms TPOT p99" in line for line in said), said  # a trial's line
+    last = next(line for line in said if line.startswith(f"best #{b.number} "))  # the run's last lines
+    assert f"{1000 * b.at(32).tpot.p99:.1f} ms TPOT p99 (median of 1 launch) = 0." in last, last
 
     assert cli.main(["status", str(job_path)]) == 0
     status = capsys.readouterr().out

@@ -1,5 +1,6 @@
-"""``per_gpu: true`` on any throughput objective: tok/s divided by the GPUs the config occupies
-(TP x PP), so a config that occupies 4 of 8 GPUs is compared as the two replicas the box could run."""
+"""``per_gpu: true`` on a throughput objective of levels (one, a plan, a mix): tok/s divided by the
+GPUs the config occupies (TP x PP), so a config that occupies 4 of 8 GPUs is compared as the two
+replicas the box could run."""
 
 from __future__ import annotations
 
@@ -21,6 +22,12 @@ class PerGpu(Measure):
     def of_value(self, value: float | None, config: Mapping[str, Any] | None = None) -> float | None:
         return value / self.gpus(config) if value is not None else None
 
+    @staticmethod
+    def gpus(config: Mapping[str, Any] | None) -> int:
+        """The GPUs a config occupies: TP x PP (1 each where not set)."""
+        config = config or {}
+        return max(1, _int(config.get("tp_size"))) * max(1, _int(config.get("pp_size")))
+
     def unit(self, level: int | None) -> str:
         return super().unit(level) + " per GPU"
 
@@ -36,6 +43,13 @@ class PerGpu(Measure):
 
     def identity(self) -> dict[str, Any] | None:
         return {"per_gpu": True}
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 1
 
 
 @measure("per_gpu")

@@ -122,11 +122,6 @@ class Measure:
         """What of the measure makes a study another study (None: throughput, every study before)."""
         return None
 
-    def gpus(self, config: Mapping[str, Any] | None) -> int:
-        """The GPUs a config occupies: TP x PP (1 each where not set)."""
-        config = config or {}
-        return max(1, _int(config.get("tp_size"))) * max(1, _int(config.get("pp_size")))
-
 
 _MEASURES: dict[str, Callable[[dict[str, Any]], Measure]] = {}
 
@@ -156,13 +151,6 @@ def _num(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return None if math.isnan(out) or math.isinf(out) else out
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 1
 
 
 Kind = type["Objective"]

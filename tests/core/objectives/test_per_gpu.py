@@ -31,6 +31,10 @@ def test_pipeline_stages_count_and_a_bare_value_is_divided_too():
     assert obj.headline_worth(None, 90.0, {"tp_size": 3}) == 30.0
 
 
+def test_the_gpus_a_config_occupies_are_tp_times_pp():
+    assert PerGpu.gpus({"tp_size": 4, "pp_size": 2}) == 8 and PerGpu.gpus({}) == 1 and PerGpu.gpus(None) == 1
+
+
 def test_per_gpu_is_part_of_the_studys_identity():
     assert Objective(measure=PerGpu()).identity() == {"concurrency": [1], "weights": None,
                                                       "measure": {"per_gpu": True}}

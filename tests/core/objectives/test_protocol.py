@@ -65,4 +65,3 @@ def test_an_early_stop_reports_its_first_round_or_the_objectives_level():
 def test_the_base_measure_is_the_median_tok_s():
     got = LevelResult(level=1, samples=(1.0, 2.0, 9.0))
     assert Measure().worth(got) == 2.0 and Measure().worth(None) is None
-    assert Measure().gpus({"tp_size": 4, "pp_size": 2}) == 8 and Measure().gpus({}) == 1

@@ -343,7 +343,7 @@ def cmd_validate(args) -> int:
         print(f"{args.job}: warning: {advice}", file=sys.stderr)
     from orchestrator.study import objective as objectives
 
-    if job.objective.preset or job.slo or job.objective.goodput is not None:  # what the study will tune for
+    if job.objective.preset or job.slo or job.objective.by_capacity:  # what the study will tune for
         print(objectives.expansion(job.objective) or f"objective: {objectives.describe(job.objective)}")
     if job.bench.traffic is not None:
         print(f"traffic: {job.bench.prompts_from}")
@@ -478,18 +478,18 @@ def cmd_status(args) -> int:
     from orchestrator.study.plan import build_plan, format_plan, format_verdict
 
     plan = build_plan(rows, job.objective)
-    if job.objective.is_plan:
+    if job.objective.by_level:
         print(format_status(rows, levels=job.objective.levels))
         print(format_plan(plan))
     else:
         print(format_status(rows))
-        if job.objective.goodput is not None:  # the goodput answer is its verdict, not a figure at one stream
+        if job.objective.by_capacity:  # the goodput answer is its verdict, not a figure at one stream
             from orchestrator.study.goodput import format_goodput, goodput_answer
 
             print(format_goodput(goodput_answer(rows, job.objective, job.pricing())))
         else:
             print(format_verdict(plan))
-        if job.objective.goodput is None and job.slo:
+        if not job.objective.by_capacity and job.slo:
             from orchestrator.study.history import infeasible_lines
 
             print(f"slo: {job.slo.describe()}")
@@ -522,7 +522,7 @@ def _status_json(args, job, rows, orphaned: str | None) -> None:
 
     listed = [r.to_json() for r in rows]
     goodput = None
-    if job.objective.goodput is not None:  # each config's capacity, its curve and its price
+    if job.objective.by_capacity:  # each config's capacity, its curve and its price
         from orchestrator.study.goodput import goodput_answer
 
         goodput = goodput_answer(rows, job.objective, job.pricing())
@@ -539,7 +539,7 @@ def _status_json(args, job, rows, orphaned: str | None) -> None:
     notes = [n for n in (raced, load_note(rows), drift if drift not in raced else "", orphaned) if n]
     _emit("status", job=str(job.path), study=job.study, trials=listed,
           best=best(summary, objectives.unit(objectives.levels(job.objective)[0])),
-          plan=plan.to_dict() if job.objective.is_plan else None,
+          plan=plan.to_dict() if job.objective.by_level else None,
           goodput=goodput.to_dict() if goodput is not None else None,
           not_explored=coverage.describe(coverage.of_job(job, rows)), notes=notes)
 

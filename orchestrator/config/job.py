@@ -72,6 +72,12 @@ shown, an example for those three, whose meaning ends "(required)").
                                       # which every target holds, found in one launch by a sweep over the load
                                       # (where the engine changes regime too) and refinement, at most 12 loads;
                                       # the study maximizes that tok/s
+      minimize: null                  # a latency percentile to minimize instead of a throughput, e.g. tpot_p99
+                                      # (ttft, tpot, itl, e2e at p50, p90, p99): the config with the lowest
+                                      # recorded figure at the objective's level(s) wins; not with goodput
+      per_gpu: false                  # true: a throughput objective's tok/s divided by the GPUs a config
+                                      # occupies (TP x PP): a TP=4 config is worth the two replicas an 8-GPU
+                                      # box could run; not with minimize nor goodput
       context: []                     # long context as a level's second axis, e.g. [0, 8192]: every concurrency
                                       # measured with prompts made about each many tokens long (0: as they are),
                                       # the level 64@8192 (export --concurrency 64@8192); not with bench.context
@@ -171,8 +177,8 @@ from orchestrator.config.yaml_input import Section, did_you_mean, display_path, 
 from orchestrator.core.ceiling import parse_bandwidth
 from orchestrator.core.durations import format_duration, parse_duration
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
-from orchestrator.core.level import make as make_level
 from orchestrator.core.level import parse as parse_level
+from orchestrator.core.objectives import Latency, Measure, Objective, PerGpu
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO
 from orchestrator.core.price import Cost, Pricing
 from orchestrator.core.slo import NAMES as SLO_NAMES
@@ -262,44 +268,6 @@ class Timeouts:
     bench_s: float = DEFAULT_BENCH_S
     teardown_s: float = DEFAULT_TEARDOWN_S
     stall_s: float = DEFAULT_STALL_S  # no output and not ready, or a stream silent, this long: FAIL hang
-
-
-@dataclass(frozen=True)
-class Objective:
-    """What the study maximizes: single-request decode at level 1, total tok/s at N > 1;
-    several levels without weights are a multi-objective search (a plan: the best config per
-    level, the Pareto set); with ``weights`` one objective, the weighted geometric mean of the
-    levels' ratios to the baseline."""
-
-    concurrency: tuple[int, ...] = (1,)
-    weights: dict[int, float] | None = None  # normalized to sum 1
-    # long context as a second axis (``core.level``): each concurrency at each of these prompt lengths
-    # (tokens; 0: the prompts as they are); () : no axis, the levels are the concurrencies themselves
-    context: tuple[int, ...] = ()
-    # goodput (``max_concurrency``): one objective, the total tok/s at the capacity point, the concurrency
-    # (up to it) with the most tok/s at which every SLO holds, found by the capacity search in each launch
-    # (``core.capacity``; ``concurrency`` is then not used)
-    goodput: int | None = None
-    slo: Targets | None = None  # the job's ``slo:`` (``core.slo``): what a level must hold to count there
-    preset: str | None = None  # the one word the job gave (``PRESETS``), expanded into the fields above
-
-    @property
-    def levels(self) -> tuple[int, ...]:
-        """Every level the study tunes for: the concurrencies, or each (concurrency, context) pair
-        (``core.level``; context 0 is the bare concurrency), in the job's order."""
-        if not self.context:
-            return self.concurrency
-        return tuple(make_level(c, ctx) for ctx in self.context for c in self.concurrency)
-
-    @property
-    def is_plan(self) -> bool:
-        """More than one level: the answer is a plan, not one number."""
-        return self.goodput is None and len(self.levels) > 1
-
-    @property
-    def multi_objective(self) -> bool:
-        """One Optuna objective per level (several levels, no weights)."""
-        return self.is_plan and self.weights is None
 
 
 @dataclass(frozen=True)
@@ -534,7 +502,7 @@ def load_job(path: str | os.PathLike) -> Job:
                                   rounds=prescreen_sec.integer("rounds", DEFAULT_PRESCREEN_ROUNDS, low=1))
     outcome_constraints = _outcome_constraints(top, bench)
     cost = _cost(top, gpus, objective)
-    if outcome_constraints and objective.goodput is not None:
+    if outcome_constraints and objective.by_capacity:
         raise top.bad("constraints", "goodput measures the concurrencies its search picks, not fixed levels: "
                                      "bound a config by the latency targets (slo:) instead of constraints")
     env = _env(top, allow_unsafe)
@@ -842,7 +810,7 @@ def _objective(top: Section, bench: BenchSettings) -> Objective:
     """The objective and its SLOs (``slo:``): a mapping, or a preset's word expanded."""
     raw = top.raw("objective", None)
     preset = None
-    keys = ("concurrency", "weights", "goodput", "context")
+    keys = ("concurrency", "weights", "goodput", "context", "minimize", "per_gpu")
     if isinstance(raw, str):
         if raw not in PRESETS:
             raise top.bad("objective", f"unknown preset {brief(raw)}{did_you_mean(raw, list(PRESETS))}; allowed: "
@@ -870,7 +838,29 @@ def _objective(top: Section, bench: BenchSettings) -> Objective:
         raise sec.bad("goodput", "needs the latency targets that bound it: slo: {tpot_p99: 50ms} (any of "
                                  f"{', '.join(SLO_NAMES)})")
     return Objective(concurrency=obj.concurrency, weights=obj.weights, context=context, goodput=goodput, slo=slo,
-                     preset=preset)
+                     preset=preset, measure=_measure(sec, goodput))
+
+
+def _measure(sec: Section, goodput: int | None) -> Measure:
+    """What one level of one launch is worth: its throughput (per GPU with ``per_gpu``), or with
+    ``minimize`` the lowest latency percentile (``core.objectives``)."""
+    per_gpu = sec.flag("per_gpu", False)
+    metric = sec.raw("minimize", None)
+    if per_gpu and goodput is not None:
+        raise sec.bad("per_gpu", "goodput answers with each config's capacity, priced per GPU by cost: "
+                                 "({gpu_hour: ...}): give per_gpu with concurrency, not with goodput")
+    if metric is None:
+        return PerGpu() if per_gpu else Measure()
+    if not isinstance(metric, str) or metric not in SLO_NAMES:
+        hint = did_you_mean(metric, SLO_NAMES) if isinstance(metric, str) else ""
+        raise sec.bad("minimize", f"unknown latency {brief(metric)}{hint}; allowed: {', '.join(SLO_NAMES)} (a "
+                                  "recorded percentile of TTFT, TPOT, ITL or E2E, lowest wins)")
+    if goodput is not None:
+        raise sec.bad("minimize", "goodput maximizes the tok/s within the SLO: give goodput or minimize, not both")
+    if per_gpu:
+        raise sec.bad("per_gpu", "divides a throughput by the GPUs a config occupies; a latency (minimize) is "
+                                 "not divided: give per_gpu or minimize, not both")
+    return Latency(metric)
 
 
 def _context_axis(sec: Section, bench: BenchSettings) -> tuple[int, ...]:
@@ -950,6 +940,8 @@ def _one_slo(top: Section, where: str, name: Any, limit: Any) -> Slo:
 
 def _objective_levels(sec: Section, context: tuple[int, ...] = ()) -> Objective:
     raw = sec.raw("concurrency", [1])
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        raw = [raw]  # one level: ``concurrency: 32``
     if not isinstance(raw, list) or not raw:
         raise sec.bad("concurrency", f"must be a non-empty list of levels such as [1, 10, 64], not {shown(raw)}")
     for i, level in enumerate(raw):
@@ -1009,7 +1001,7 @@ def _cost(top: Section, gpus: int, objective: Objective) -> Cost | None:
     value = sec.number(given[0], None, above=0)
     if value == float("inf"):
         raise sec.bad(given[0], "must be a finite number of dollars an hour, not .inf")
-    if objective.goodput is None:
+    if not objective.by_capacity:
         raise top.bad("cost", "prices the capacity point of a goodput study: give objective: {goodput: "
                               "{max_concurrency: N}} (or the balanced preset), or drop cost")
     if given[0] == "gpu_hour" and gpus == 0:

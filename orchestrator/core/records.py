@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.core.measurement import LevelResult, Measurement, outcome_metrics
+from orchestrator.core.objectives.protocol import Measure
 
 # Outcomes as the user sees them (storage may record a FAIL as an infeasible COMPLETE).
 COMPLETE = "COMPLETE"
@@ -203,6 +204,9 @@ class TrialRow:
     # launches of this row's config that ``history.best_rows`` ranked it by (not a trial field)
     n_measurements: int = 1
     measurement: Measurement | None = None  # the whole record (levels, rounds, the host's load)
+    # what a level of it is worth under the study's objective (``core.objectives``: throughput, per GPU,
+    # a latency's reciprocal); every ranking, interval and early stop reads ``worth``/``worth_at``
+    measure: Measure = field(default_factory=Measure, compare=False)
 
     def __post_init__(self) -> None:
         got = self.measurement
@@ -224,6 +228,16 @@ class TrialRow:
         """This row's record of ``level`` (None: not measured)."""
         return self.levels.get(level)
 
+    def worth_at(self, level: int) -> float | None:
+        """What ``level`` of this launch is worth under the study's objective (higher is better; a
+        throughput's is its median)."""
+        return self.measure.worth(self.levels.get(level), self.params)
+
+    @property
+    def worth(self) -> float | None:
+        """What this row is worth under the study's objective (its ``value`` for a throughput)."""
+        return self.measure.headline(self.value, self.headline, self.params) if self.value is not None else None
+
     @property
     def measured(self) -> float | None:
         """The headline level's median whatever the state: a pruned trial's first round, what a
@@ -236,7 +250,7 @@ class TrialRow:
         ``levels`` as stored ({"1": {"value", "samples", "ttft": {"p50", ...}, "tpot", "itl", "e2e"}});
         then the rounds, the host's load, goodput's crossing and a traffic file's lengths."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("n_measurements", "measurement")}
+               if f.name not in ("n_measurements", "measurement", "measure")}
         out["levels"] = {str(k): v.to_record() for k, v in self.levels.items()}
         got = self.measurement
         out["rounds"] = got.rounds if got is not None else 0

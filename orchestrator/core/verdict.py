@@ -575,7 +575,7 @@ def estimate_text(interval: RatioInterval) -> str:
         "by the geometric means of the samples"
 
 
-def describe(interval: RatioInterval, *, same_config: bool = False) -> str:
+def describe(interval: RatioInterval, *, same_config: bool = False, words: tuple[str, str] = (FASTER, SLOWER)) -> str:
     """The ratio, its verdict and its interval in one phrase, the ratio the interval's own estimate:
 
     "1.31x faster (95% CI 1.22-1.41x)", "0.80x slower (95% CI 0.75-0.85x)",
@@ -583,13 +583,14 @@ def describe(interval: RatioInterval, *, same_config: bool = False) -> str:
     "2.19x, not shown: launch noise unknown (no config launched twice)"; a config compared with itself
     (``same_config``: the plan's best against itself, one config's launches on both sides) is "the
     same config", with no verdict words and no interval, which would pair its launches with themselves.
+    ``words``: what faster and slower are called ("lower", "higher" for a latency: ``core.objectives``).
     """
     word = verdict(interval, same_config=same_config)
     if word == NOT_MEASURED:
         return "n/a (not measured)"
     ratio = ratio_text(interval)
     if word in (FASTER, SLOWER):
-        return f"{ratio} {word} ({interval_text(interval)})"
+        return f"{ratio} {words[0] if word == FASTER else words[1]} ({interval_text(interval)})"
     if word == NOT_SHOWN:
         return f"{ratio}, {NOT_SHOWN}: {why_unbounded(interval)}"
     if word == SAME_CONFIG:  # no verdict and no interval: a config's launches paired with themselves

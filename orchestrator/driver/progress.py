@@ -72,12 +72,13 @@ def vs_baseline_words(best: TrialRow, base: TrialRow | None, evidence: Evidence,
         return "the baseline itself"
     iv = evidence.interval(base.config_key, best.config_key, level)
     word = verdict.verdict(iv)
-    ratio = verdict.ratio_text(iv)
+    said = best.measure.oriented(iv)  # the figures' own ratio (a latency's: inverted)
+    ratio = verdict.ratio_text(said)
     if word == verdict.NOT_SHOWN:
         return f"{ratio} the baseline, {verdict.NOT_SHOWN}: {verdict.why_unbounded(iv)}"
     beyond = word in (verdict.FASTER, verdict.SLOWER)
     return (f"{ratio} the baseline, " + ("beyond noise" if beyond else "within noise of the baseline")
-            + f", {verdict.interval_text(iv)}")
+            + f", {verdict.interval_text(said)}")
 
 
 class Progress:
@@ -197,19 +198,22 @@ class Progress:
             self.say(head + logs.clip(self._levels_said(result, plan), logs.LOG_WIDTH - len(head) - len(tail)) + tail)
             return
         reached = result.measurement.goodput if result.measurement is not None else None
+        obj = objectives.of(getattr(self.job, "objective", None))
         lead = ""  # said whole before a clipped reason (a failure's outcome)
         if result.outcome == COMPLETE and reached is not None:  # goodput: where the SLO stopped holding
             ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
             what = (f"{reached.describe(result.value)}{ratio}" if reached.holds is not None
                     else f"{reached.describe()}: infeasible")
         elif result.outcome == COMPLETE:
-            ratio = f" ({result.value / base_value:.2f}x baseline)" if base_value and result.value else ""
-            what = f"{result.value:.1f} tok/s{ratio}"
+            worth = obj.headline_worth(result.measurement, result.value, result.config)
+            ratio = f" ({obj.ratio(worth, base_value):.2f}x baseline)" if base_value and worth else ""
+            what = f"{obj.text(worth)}{ratio}"
         elif result.outcome == PRUNED:
             below = result.metrics.get("pruned_below")
-            limit = (f" < threshold {below:.1f} tok/s ({self.job.pruning.min_ratio:g} x the best so far)"
-                     if below else "")
-            what = f"pruned after the first repeat: {result.value:.1f} tok/s{limit}"
+            limit = (f" {obj.measure.worse_sign} threshold {obj.text(below)} "
+                     f"({self.job.pruning.min_ratio:g} x the best so far)" if below else "")
+            worth = obj.headline_worth(result.measurement, result.value, result.config)
+            what = f"pruned after the first repeat: {obj.text(worth)}{limit}"
         else:  # the outcome is said whole; only its reason is shortened to fit
             lead = f"FAIL {result.failure_kind}:"
             ignored = result.metrics.get("decode_tok_s_ignored")
@@ -217,9 +221,9 @@ class Progress:
                 lead = f"FAIL wrong-output (its {ignored:.1f} tok/s do not count):"
             what = result.failure_reason or ""
         best_s = ""
-        if best is not None and best.value is not None:
-            ratio = f" = {best.value / base_value:.2f}x baseline" if base_value else ""
-            best_s = f" | best #{best.number} {best.value:.1f} tok/s{ratio}"
+        if best is not None and best.worth is not None:
+            ratio = f" = {obj.ratio(best.worth, base_value):.2f}x baseline" if base_value else ""
+            best_s = f" | best #{best.number} {obj.text(best.worth)}{ratio}"
         head, tail = f"  #{number} -> ", f"{best_s} (elapsed {self.elapsed()})"
         room = logs.LOG_WIDTH - len(head) - len(tail)
         if lead:
@@ -231,13 +235,13 @@ class Progress:
     @staticmethod
     def _levels_said(result: TrialResult, plan: Plan) -> str:
         """'1: 433.9 decode tok/s (4.58x baseline), 10: 692.0 total tok/s (0.88x)' of a trial."""
-        values = objectives.level_values(result)
         parts = []
         for i, level in enumerate(plan.levels):
-            got = values.get(level)
+            m = plan.at(level).measure  # the plan's figures are its worths: said in its unit
+            got = m.worth(result.measurement.at(level) if result.measurement is not None else None, result.config)
             base = level_value(plan.baseline, level) if plan.baseline is not None else None
-            ratio = f" ({got / base:.2f}x{' baseline' if i == 0 else ''})" if got and base else ""
-            parts.append(f"{level}: {fmt(got)} {objectives.unit(level)}{ratio}")
+            ratio = f" ({m.shown(got) / m.shown(base):.2f}x{' baseline' if i == 0 else ''})" if got and base else ""
+            parts.append(f"{level}: {fmt(m.shown(got) if got is not None else None)} {m.unit(level)}{ratio}")
         said = ", ".join(parts)
         if result.outcome == PRUNED:  # its reason says after which round and below what
             return f"pruned: {result.failure_reason}" if result.failure_reason else \
@@ -271,9 +275,10 @@ class Progress:
             self.say(f"  {what} of {shown} -> FAIL {result.failure_kind}: {result.failure_reason} "
                      f"(elapsed {self.elapsed()})")
             return
-        values = objectives.level_values(result)
+        obj = objectives.of(objective)
+        values = obj.worths(result.measurement, result.config)
         ev = Evidence(rows)
-        got = ", ".join(f"{lv}: {fmt(values.get(lv))} {objectives.unit(lv)}" for lv in levels)
+        got = ", ".join(f"{lv}: {fmt(obj.shown(values.get(lv)))} {obj.unit(lv)}" for lv in levels)
         noise = "; ".join(f"at {lv} {noise_text(ev.noise(lv))}" for lv in levels)
         self.say(f"  {what} of {shown} -> {got}; launch noise {noise} (elapsed {self.elapsed()})")
 
@@ -284,9 +289,9 @@ class Progress:
         ev = Evidence(rows)
         parts = []
         for c in plan.contests:
-            where = "for the mix" if c.weights is not None else f"at {c.level}"
+            where = "for the mix" if c.is_mix else f"at {c.level}"
             names = [f"#{numbers.get(k, '?')}" for k in c.finalists]
-            noise = ev.mix_noise(c.weights) if c.weights is not None else ev.noise(c.level or 1)
+            noise = ev.mix_noise(c.weights) if c.weights else ev.noise(c.level or 1)
             # with the launch noise unknown no config is beyond it, and none is shown within it either
             near = "within launch noise of it" if noise.known else "not shown beyond it (launch noise unknown)"
             if len(names) == 1:
@@ -321,7 +326,7 @@ class Progress:
         numbers = races.trial_numbers(rows)
         gone = [f"#{numbers.get(k, '?')} out {'of the mix' if c == races.MIX else f'at {c}'}"
                 for c, k, r in state.eliminated if r == state.rounds_done - 1]
-        still = [f"{'the mix' if c.weights is not None else f'at {c.level}'}: "
+        still = [f"{'the mix' if c.is_mix else f'at {c.level}'}: "
                  + ", ".join(f"#{numbers.get(k, '?')}" for k in state.alive.get(c.name, ()))
                  for c in state.undecided()]
         said = "; ".join(gone) if gone else "nobody out yet"
@@ -349,21 +354,26 @@ class Progress:
         level = objectives.levels(objective)[0]
         ev = Evidence(rows)
         drift = ev.headline_drift(objective)
-        value = ev.median(best.config_key, level) or best.value
-        base_value = (ev.median(base.config_key, level) or base.value) if base is not None else None
-        iv = (ev.interval(base.config_key, best.config_key, level)
+        m = best.measure  # the figures are its worths: given as the user reads them
+        value = ev.median(best.config_key, level) or best.worth
+        base_value = (ev.median(base.config_key, level) or base.worth) if base is not None else None
+        iv = (m.oriented(ev.interval(base.config_key, best.config_key, level))
               if base is not None and base_value and best.config_key != base.config_key else None)
-        out = {"number": best.number, "value": value, "config": dict(best.params) or None,
+        fresh = ev.fresh(best.config_key, level)
+        out = {"number": best.number, "value": m.shown(value) if value is not None else None,
+               "config": dict(best.params) or None,
                "spread": spread(best), "vs_baseline": iv.ratio if iv is not None else None,
                "interval": {"lo": iv.lo, "hi": iv.hi, "confidence": iv.confidence} if iv and iv.bounded else None,
-               "launches": ev.count(best.config_key, level), "fresh": ev.fresh(best.config_key, level),
+               "launches": ev.count(best.config_key, level), "fresh": m.shown_range(*fresh) if fresh else None,
                "noise": ev.noise(level).to_dict(), "noise_text": ev.noise(level).text(),
                "verdict": vs_baseline_words(best, base, ev, level),
                "race": races.said(races.outcomes(rows, objective), races.trial_numbers(rows)),
                "load": load_note(rows), "drift": drift.text() or None,
                "baseline": None if base is None or not base_value else
-               {"number": base.number, "value": base_value, "spread": spread(base),
+               {"number": base.number, "value": m.shown(base_value), "spread": spread(base),
                 "launches": ev.count(base.config_key, level)}}
+        if m.name():  # the unit, where it is not the tok/s every summary had
+            out["unit"] = m.unit(level)
         if plan is not None:
             out["plan"] = plan.to_dict()
         if goodput is not None:
@@ -420,7 +430,8 @@ class Progress:
                     *extra, report,
                     f"next: `ncclsweep export {job} --format cmd`"]
         base = best.get("baseline")
-        figure = f"{best['value']:.1f} tok/s (median of {launches_text(best.get('launches') or 1)})"
+        figure = (f"{best['value']:.1f} {best.get('unit', 'tok/s')} "
+                  f"(median of {launches_text(best.get('launches') or 1)})")
         if base is None:
             said = f"best #{best['number']} {figure} (no baseline measured to compare with)"
         elif base["number"] == best["number"]:

@@ -183,7 +183,7 @@ class StudyDriver:
         self.timeout_s = timeout_s if timeout_s is not None else job.budget.timeout_s
         # a goodput study's answer is its crossing (``study.goodput``), not a ratio over levels: it is not
         # relaunched nor raced (module docstring)
-        goodput = job.objective.goodput is not None
+        goodput = job.objective.by_capacity
         self.relaunch_share = 0.0 if goodput else job.budget.relaunch
         self.confirm = 0 if goodput else job.budget.confirm
         self.ray_address = ray_address or job.ray.address
@@ -802,8 +802,8 @@ class StudyDriver:
 
     def _said_end(self, policy: SearchPolicy, proposal: Proposal, result: TrialResult) -> None:
         base = policy.baseline_row()
-        plan = build_plan(policy.rows(), self.job.objective) if self.job.objective.is_plan else None
-        self.progress.ended(proposal.number, result, policy.best_row(), base.value if base else None, plan=plan)
+        plan = build_plan(policy.rows(), self.job.objective) if self.job.objective.by_level else None
+        self.progress.ended(proposal.number, result, policy.best_row(), base.worth if base else None, plan=plan)
 
     def _finish(self, run: _Loop, proposal: Proposal, result: TrialResult) -> outcome.Final | None:
         """A trial's result decided and recorded, or held by the votes (None)."""
@@ -999,9 +999,9 @@ class StudyDriver:
         if self.policy is None:
             return None
         rows = self.policy.rows()
-        plan = build_plan(rows, self.job.objective) if self.job.objective.is_plan else None
+        plan = build_plan(rows, self.job.objective) if self.job.objective.by_level else None
         goodput = (goodput_answer(rows, self.job.objective, self.job.pricing())
-                   if self.job.objective.goodput is not None else None)
+                   if self.job.objective.by_capacity else None)
         return self.progress.best_summary(self.policy.best_row(), self.policy.baseline_row(), plan=plan,
                                           rows=rows, objective=self.job.objective, goodput=goodput)
 

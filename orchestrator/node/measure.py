@@ -170,12 +170,12 @@ class Benchmark:
         """The headline level's median (level 1 where measured)."""
         return self.measurement.value
 
-    def first_round(self, prompts: int) -> dict[int, float | None]:
-        """Each level's median over its first round (what the early stop reads)."""
+    def first_round(self, plan: BenchPlan) -> dict[int, float | None]:
+        """Each level's worth over its first round (what the early stop reads: ``plan.measure``)."""
         out: dict[int, float | None] = {}
         for level, got in self.measurement.levels.items():
-            first = got.samples[:prompts if streams(level) == 1 else 1]
-            out[level] = statistics.median(first) if first else None
+            first = got.samples[:len(plan.prompts) if streams(level) == 1 else 1]
+            out[level] = plan.measure.worth(replace(got, samples=tuple(first)), plan.config) if first else None
         return out
 
 
@@ -446,11 +446,15 @@ def goodput(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
 
 
 def _first(acc: dict[int, _Level], objective: list[int], plan: BenchPlan) -> dict[int, float | None]:
-    """Each objective level's median over its first round."""
+    """Each objective level's worth over its first round (``plan.measure``: its median tok/s, per GPU, a
+    latency percentile's reciprocal), what the early stop's thresholds are in."""
     out: dict[int, float | None] = {}
     for level in objective:
-        first = acc[level].samples[:len(plan.prompts) if streams(level) == 1 else 1]
-        out[level] = statistics.median(first) if first else None
+        got = acc[level]
+        first = got.samples[:len(plan.prompts) if streams(level) == 1 else 1]
+        lat = {k: Latency.of(v) for k, v in got.latency.items()}
+        out[level] = plan.measure.worth(LevelResult(level, samples=tuple(first), ttft=lat["ttft"], tpot=lat["tpot"],
+                                                    itl=lat["itl"], e2e=lat["e2e"]), plan.config) if first else None
     return out
 
 

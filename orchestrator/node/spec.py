@@ -21,6 +21,7 @@ from orchestrator.config.job import DEFAULT_BENCH_S, DEFAULT_STARTUP_S, DEFAULT_
 from orchestrator.config.prompts import with_context
 from orchestrator.core.level import context_of
 from orchestrator.core.measurement import RegimeMark
+from orchestrator.core.objectives import Measure
 from orchestrator.core.records import Config
 from orchestrator.core.slo import Targets
 from orchestrator.core.study_dir import trial_log_name
@@ -97,6 +98,10 @@ class BenchPlan:
     # every request begins with a line of its own (False), or one per pass through the prompts (True: the
     # server's prefix cache may answer what the prompts share): ``node.measure``, ``bench.prefix_reuse``
     prefix_reuse: bool = False
+    # what a level is worth under the objective (``core.objectives``), of the config launched (its GPUs): the
+    # early stop compares the first round's worth with the thresholds, which are worths
+    measure: Measure = field(default_factory=Measure)
+    config: Mapping[str, Any] = field(default_factory=dict)
 
     def prompts_at(self, level: int) -> tuple[str, ...]:
         """The prompts ``level`` is measured over: those of its context (``long_prompts``), or the
@@ -175,7 +180,7 @@ class TrialSpec:
                             constraint_levels=tuple(c.concurrency for c in job.constraints),
                             stall_s=job.timeouts.stall_s, waves=bench.waves, output_lengths=bench.output_lengths,
                             context=bench.context, goodput=job.objective.goodput, slo=job.objective.slo,
-                            prefix_reuse=bench.prefix_reuse,
+                            prefix_reuse=bench.prefix_reuse, measure=job.objective.measure, config=dict(config),
                             long_prompts={ctx: with_context(tuple(bench.prompts), ctx)
                                           for ctx in job.objective.context if ctx}),
             check=check or CheckPlan(), log_dir=str(log_dir or job.dir.logs), registry_dir=str(job.dir.servers),

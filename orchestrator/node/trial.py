@@ -28,6 +28,7 @@ from orchestrator.core.errors import StorageWriteError, is_file_write_failure
 from orchestrator.core.launch import cache_locations, exit_text, server_environment
 from orchestrator.core.logs import capture_warnings
 from orchestrator.core.measurement import HostLoad, Measurement, RegimeMark
+from orchestrator.core.objectives import Measure
 from orchestrator.core.records import COMPLETE, PRUNED, Config, FailureKind, TrialResult
 from orchestrator.node import client, gpus, phases, startup
 from orchestrator.node.hostload import HostSampler
@@ -240,7 +241,7 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
         outcome = PRUNED if pruned else COMPLETE
         reason = None
         if pruned:
-            reason = _pruned_reason(got.first_round(len(plan.prompts)), spec.prune_below or {}, metrics)
+            reason = _pruned_reason(got.first_round(plan), spec.prune_below or {}, metrics, plan.measure)
         result = TrialResult(outcome=outcome, config=spec.config, value=got.value, metrics=metrics,
                              measurement=got.measurement, outputs=outputs, server=server_info, warnings=warnings,
                              failure_reason=reason, **common)
@@ -277,12 +278,11 @@ def write_failure(exc: BaseException, folder: Path) -> StorageWriteError | None:
     return None
 
 
-def _pruned_reason(first: dict[int, float | None], thresholds, metrics: dict[str, Any]) -> str:
-    """Why a trial stopped after its first round (the thresholds kept in its metrics)."""
+def _pruned_reason(first: dict[int, float | None], thresholds, metrics: dict[str, Any], measure: Measure) -> str:
+    """Why a trial stopped after its first round (the thresholds kept in its metrics, as worths)."""
     metrics["pruned_below"] = next(iter(thresholds.values()), None)  # the first level's, as progress reads it
     metrics["pruned_below_levels"] = {str(k): v for k, v in thresholds.items()}
-    unit = {1: "tok/s"}
-    parts = [f"{first[k]:.1f} < {v:.1f} {unit.get(k, 'total tok/s')}" + (f" at concurrency {k}" if k > 1 else "")
+    parts = [measure.below(first[k], v, k) + (f" at concurrency {k}" if k > 1 else "")  # type: ignore[arg-type]
              for k, v in thresholds.items() if first.get(k) is not None]
     return (f"first round below the pruning threshold at every level ({'; '.join(parts)}; a fraction of the best "
             "so far)")

@@ -611,7 +611,7 @@ def compare_plan_rounds(job: Job, rounds: int | None = None, say=print) -> dict[
     the mix's best) in interleaved rounds, each launch measured at every level as a trial is;
     ``compare-plan.json`` is rewritten after every launch (as ``compare.json``). Returns its
     record. A job of one level has no plan: BadInput, before anything is read or launched."""
-    if not job.objective.is_plan:
+    if not job.objective.by_level:
         levels = ", ".join(map(str, job.objective.concurrency))
         raise BadInput(f"compare --plan compares the best configs of several levels, and this job's objective has "
                        f"one (objective.concurrency: {levels}); use `ncclsweep compare {job.path} --concurrency "

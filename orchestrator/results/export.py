@@ -176,18 +176,23 @@ class Choice:
     slo: Targets | None = None  # the objective's latency targets: a level's best holds them there
 
     @property
+    def is_mix(self) -> bool:
+        """Best for the traffic mix (``--mix``)."""
+        return bool(self.weights)
+
+    @property
     def named(self) -> bool:
-        return self.level is not None or self.weights is not None
+        return self.level is not None or self.is_mix
 
     def rank(self, rows: list[TrialRow], k: int) -> list[TrialRow]:
-        if self.weights is not None:
+        if self.weights:
             return best_for_mix(rows, self.weights, k)
         if self.level is not None:
             return best_at(rows, self.level, k, slo=self.slo)
         return best_rows(rows, k)
 
     def describe(self) -> str:
-        if self.weights is not None:
+        if self.weights:
             return "the traffic mix " + ", ".join(f"{lv}: {w:g}" for lv, w in self.weights.items())
         level = self.level or 1
         at = f" with prompts of about {context_of(level)} tokens" if context_of(level) else ""
@@ -219,7 +224,7 @@ def choose(job: Any, level: int | str | None = None, mix: bool = False) -> Choic
             raise BadInput("the job's objective has no traffic mix (objective.weights, e.g. {1: 0.6, 10: 0.4}); "
                            "export one level with --concurrency N", key="--mix")
         return Choice(weights=dict(obj.weights), chosen_by="--mix")
-    if not obj.is_plan:
+    if not obj.by_level:
         return Choice()
     if obj.weights:
         return Choice(weights=dict(obj.weights),
@@ -244,7 +249,7 @@ def tie_break(job: Any, rows: list[TrialRow], choice: Choice) -> TieBreak | None
     """How the tie the race left in ``choice``'s contest is broken; None where it left none."""
     objective = getattr(job, "objective", None)
     obj = objectives.of(objective)
-    if obj.goodput is not None:
+    if obj.by_capacity:
         return None
     level = level_of(choice, obj)
     contest = MIX if level is None else str(level)
@@ -256,7 +261,7 @@ def tie_break(job: Any, rows: list[TrialRow], choice: Choice) -> TieBreak | None
     tied = [r for r in choice.rank(rows, len(rows)) if r.config_key in members]
     if len(tied) < 2:
         return None
-    plan = build_plan(rows, objective) if obj.is_plan and level is not None else None
+    plan = build_plan(rows, objective) if obj.by_level and level is not None else None
     # the config that serves the other levels, the race's tie standing for the comparison at this one
     # (two finalists get no interval before enough rounds: the plan's own line may then name none)
     everywhere = one_for_all(plan.per_level, plan.evidence, plan.slo, tie=(level, members)) \
@@ -291,54 +296,56 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
     key = row.config_key
     base = baseline_row(rows)
     base = base if base is not None and base.state == COMPLETE and base.value is not None else None
-    if choice.weights is not None:
+    if choice.weights:
         weights = choice.weights
         values, noise, drift = ev.mix_values(key, weights), ev.mix_noise(weights), ev.mix_drift(weights)
         fresh = ev.mix_fresh(key, weights)
         base_value = ev.mix_median(base.config_key, weights) if base is not None else None
         iv = ev.mix_interval(base.config_key, key, weights) if base is not None else None
-        unit, contest = "weighted geometric mean of the levels' tok/s", MIX
+        unit, contest = obj.measure.mix_unit(), MIX
     else:
-        level = choice.level if choice.level is not None else HEADLINE if obj.goodput is not None else \
+        level = choice.level if choice.level is not None else HEADLINE if obj.by_capacity else \
             objectives.levels(obj)[0]
         values, noise, fresh = ev.values(key, level), ev.noise(level), ev.fresh(key, level)
         drift = ev.drift(level)
         base_value = ev.median(base.config_key, level) if base is not None else None
         iv = ev.interval(base.config_key, key, level) if base is not None else None
-        unit, contest = objectives.unit(level or 1), str(level)
-        if choice.level is None and level == 1:
-            unit = "tok/s single-request decode"
-        elif level is HEADLINE:
-            unit = "tok/s total within the SLO"
-    value = statistics.median(values) if values else row.value
+        unit, contest = obj.measure.export_unit(level, choice.level is not None), str(level)
+    value = statistics.median(values) if values else row.worth
+    shown = obj.shown
     out: dict[str, Any] = {
-        "value": value, "unit": unit, "launches": len(values), "launch_values": values,
-        "fresh_launch_95": list(fresh) if fresh else None, "launch_noise": noise.to_dict(),
+        "value": shown(value), "unit": unit, "direction": obj.direction, "launches": len(values),
+        "launch_values": [shown(v) for v in values],
+        "fresh_launch_95": list(obj.measure.shown_range(*fresh)) if fresh else None, "launch_noise": noise.to_dict(),
         "drift": drift.to_dict() if drift.drifted else None,
         "spread": _spread(row, choice.level),
-        "baseline_trial": base.number if base is not None else None, "baseline_value": base_value,
+        "baseline_trial": base.number if base is not None else None, "baseline_value": shown(base_value),
         "compare_launches": sum(1 for r in ev.launches(key) if r.launch_role == COMPARE),
-        "compare_values": _compare_values(ev, key, choice, level_of(choice, obj)),
-        "baseline_compare_values": _compare_values(ev, base.config_key, choice, level_of(choice, obj))
+        "compare_values": [shown(v) for v in _compare_values(ev, key, choice, level_of(choice, obj))],
+        "baseline_compare_values": [shown(v) for v in _compare_values(ev, base.config_key, choice,
+                                                                      level_of(choice, obj))]
         if base is not None else [],
         "race_launches": sum(1 for r in ev.launches(key) if r.launch_role == races.RACE)}
-    if base is not None and choice.weights is None and level is HEADLINE and base_value == 0:
+    if base is not None and not choice.is_mix and level is HEADLINE and base_value == 0:
         out["vs_baseline"] = _against_no_goodput(base)
     elif base is not None and iv is not None:
         same = base.config_key == key
         word = verdict.verdict(iv, same_config=same)
-        out["vs_baseline"] = {**iv.to_dict(), "point": iv.ratio,  # the interval's own estimate (``verdict``)
+        said = obj.measure.oriented(iv)  # the figures' own ratio (a latency's: inverted)
+        out["vs_baseline"] = {**said.to_dict(), "point": said.ratio,  # the interval's own estimate (``verdict``)
                               "estimate": verdict.estimate_text(iv),
-                              "verdict": word, "beyond_noise": word in (verdict.FASTER, verdict.SLOWER),
-                              "same_config": same, "text": verdict.describe(iv, same_config=same),
+                              "verdict": obj.measure.word(word),
+                              "beyond_noise": word in (verdict.FASTER, verdict.SLOWER),
+                              "same_config": same, "text": obj.measure.compared(iv, same_config=same),
                               "compare_launches": sum(1 for r in ev.launches(base.config_key)
                                                       if r.launch_role == COMPARE)}
-        fresh_iv = ev.compared(base.config_key, key, level) if choice.weights is None and not same else None
+        fresh_iv = ev.compared(base.config_key, key, level) if not choice.is_mix and not same else None
         if fresh_iv is not None:  # what compare's launches alone say (``launches.Evidence.compared``)
             fresh_word = verdict.verdict(fresh_iv)
-            out["fresh_vs_baseline"] = {**fresh_iv.to_dict(), "verdict": fresh_word,
+            out["fresh_vs_baseline"] = {**obj.measure.oriented(fresh_iv).to_dict(),
+                                        "verdict": obj.measure.word(fresh_word),
                                         "beyond_noise": fresh_word in (verdict.FASTER, verdict.SLOWER),
-                                        "text": verdict.describe(fresh_iv)}
+                                        "text": obj.measure.compared(fresh_iv)}
     numbers = {r.config_key: r.number for r in sorted(rows, key=lambda r: (not r.counted, r.number))[::-1]}
     for o in races.outcomes(rows, getattr(job, "objective", None)):
         if o.contest.name == contest and key in o.contest.finalists:
@@ -361,7 +368,7 @@ def _against_no_goodput(base: TrialRow) -> dict[str, Any]:
 
 def level_of(choice: Choice, objective: Any) -> int | None:
     """The level a figure is of (None: the mix)."""
-    if choice.weights is not None:
+    if choice.weights:
         return None
     return choice.level if choice.level is not None else objectives.levels(objective)[0]
 
@@ -371,7 +378,7 @@ def _compare_values(ev: Evidence, key: str, choice: Choice, level: int | None) -
     launches = [r for r in ev.launches(key) if r.launch_role == COMPARE]
     if level is None:
         return [v for r in launches if (v := mix_figure(r, choice.weights or {})) is not None]
-    return [v for r in launches if (got := r.at(level)) is not None and (v := got.value) is not None]
+    return [v for r in launches if (v := r.worth_at(level)) is not None]
 
 
 def _spread(row: TrialRow, level: int | None) -> float | None:
@@ -496,7 +503,7 @@ def _latency_provenance(job: Any, row: TrialRow, rows: list[TrialRow]) -> dict[s
         out["slo"] = {"targets": obj.slo.to_record(), "text": obj.slo.describe(),
                       "breaches": [b.to_record() for level, got in row.levels.items()
                                    for b in slo_breaches(got, obj.slo.at(level))]}
-    if obj.goodput is not None:
+    if obj.by_capacity:
         pricing = job.pricing() if callable(getattr(job, "pricing", None)) else None
         answer = goodput_answer(rows, obj, pricing)
         mine = next((c for c in answer.configs if c.row.config_key == row.config_key), None)

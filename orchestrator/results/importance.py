@@ -40,7 +40,7 @@ from orchestrator.core.records import PRUNED, TrialRow
 from orchestrator.core.verdict import FASTER, SLOWER, RatioInterval, describe, verdict
 from orchestrator.study import objective as objectives
 from orchestrator.study.history import baseline_row
-from orchestrator.study.launches import HEADLINE, Evidence
+from orchestrator.study.launches import Evidence
 
 MIN_TRIALS = 3  # fewer measured trials: no shares at all
 FEW_TRIALS = 10  # fewer: the shares are stated with a caveat
@@ -179,7 +179,7 @@ def knob_effects(rows: list[TrialRow], objective: Any = None) -> tuple[list[Knob
 def _first_level(objective: Any) -> int | None:
     """The level effects are judged at: the objective's first (a goodput study's figure: ``HEADLINE``)."""
     obj = objectives.of(objective)
-    return HEADLINE if obj.goodput is not None else objectives.levels(obj)[0]
+    return obj.headline
 
 
 def effects_given_top(rows: list[TrialRow], effects: list[KnobEffect], best_params: dict[str, Any],

@@ -41,6 +41,7 @@ from orchestrator.core import outcome
 from orchestrator.core.golden_check import disputed
 from orchestrator.core.level import context_of
 from orchestrator.core.measurement import Measurement
+from orchestrator.core.objectives import Measure, measure_of
 from orchestrator.core.records import (
     COMPLETE,
     FAIL,
@@ -65,6 +66,7 @@ from orchestrator.study.storage import (
     ATTR_REFERENCE_RUN,
     ATTR_RUN,
     ATTR_SKIPPED,
+    MEASURE_ATTR,
     OUTVOTED_ATTR,
     contains,
     recovered_attr,
@@ -325,6 +327,9 @@ def trial_rows(study: optuna.Study) -> list[TrialRow]:
     rows = [replace(r, correctness={**r.correctness, "ok": False, "outvoted": True,
                                     "reason": "outvoted as the golden reference"})
             if r.number in outvoted else r for r in rows]  # a golden reference later trials outvoted was wrong
+    measure = measure_of(study_attrs.get(MEASURE_ATTR))
+    if measure != Measure():  # a study of another measure than throughput (per GPU, a latency): its rows read by it
+        rows = [replace(r, measure=measure) for r in rows]
     hosts = _hosts_with_concurrent_nodes(rows)
     return [replace(r, node=f"{r.node}/{r.node_id[:8]}") if r.node in hosts and r.node_id else r for r in rows]
 
@@ -379,7 +384,7 @@ def best_rows(rows: list[TrialRow], k: int = 1,
     ``value`` ranks by another number of a row (a concurrency level's median, the traffic
     mix: ``study.plan``); rows without it are not ranked. Default: ``TrialRow.value``.
     """
-    score = value or (lambda r: r.value)
+    score = value or (lambda r: r.worth)
     groups: dict[str, list[TrialRow]] = {}
     for r in outcome.rankable(rows):
         if score(r) is not None:
@@ -557,11 +562,12 @@ def format_status(rows: list[TrialRow], width: int | None = None, levels: Iterab
     if b is not None and b.value is not None:
         ev = Evidence(rows)
         level = b.headline.level if b.headline is not None else 1
-        figure = ev.median(b.config_key, level) or b.value
+        figure = ev.median(b.config_key, level) or b.worth or b.value
         base_fig = ev.median(base.config_key, level) if base is not None and base_value else None
-        ratio = f", {figure / base_fig:.2f}x baseline" if base_fig else ""
+        m = b.measure  # the figures are its worths: said in its unit
+        ratio = f", {m.shown(figure) / m.shown(base_fig):.2f}x baseline" if base_fig else ""
         n = b.n_measurements
-        lines.append(f"best: trial {b.number} {figure:.2f} tok/s (median of {n} launch{'' if n == 1 else 'es'})"
+        lines.append(f"best: trial {b.number} {m.text(figure, 2)} (median of {n} launch{'' if n == 1 else 'es'})"
                      f"{ratio}  {short_params(b.params)}")
     else:
         why = disputed(rows)

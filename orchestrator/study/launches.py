@@ -92,9 +92,8 @@ def figure(row: TrialRow, level: int | None) -> float | None:
     """One launch's figure at ``level`` (its median there); ``HEADLINE``: a goodput launch's total
     tok/s within the SLO (None for a launch that measured no goodput: ``compare``'s)."""
     if level is HEADLINE:
-        return row.value if row.measurement is not None and row.measurement.goodput is not None else None
-    got = row.at(level)
-    return got.value if got is not None else None
+        return row.worth if row.measurement is not None and row.measurement.goodput is not None else None
+    return row.worth_at(level)
 
 
 def mix_figure(row: TrialRow, weights: Mapping[int, float]) -> float | None:
@@ -241,7 +240,7 @@ class Evidence:
     def headline_drift(self, objective: Any) -> Drift:
         """The box's drift at the figure the study's answer is read at (a goodput study's ``HEADLINE``,
         else its lowest level): the one the run's last lines, ``status`` and the report's headline say."""
-        return self.drift(HEADLINE if objectives.of(objective).goodput is not None else objectives.levels(objective)[0])
+        return self.drift(objectives.of(objective).headline)
 
     def mix_drift(self, weights: Mapping[int, float]) -> Drift:
         return self._mix(weights).drift
@@ -265,7 +264,7 @@ class Evidence:
                       looks: int = 1) -> RatioInterval:
         """Config ``b`` relative to ``a`` over their launches whether raced or not, held to ``looks`` (how
         a race screens its finalists): at ``level``, or for the mix with ``weights``."""
-        series = self._mix(weights) if weights is not None else self._level(level)
+        series = self._mix(weights) if weights else self._level(level)
         return self._launches(series, a, b, looks=looks, robust=False)
 
     def _interval(self, series: _Series, contest: str, a: str, b: str) -> RatioInterval:

@@ -35,17 +35,15 @@ Optuna allows one (single objective: ``Trial.report`` is not supported for sever
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from typing import Any
 
-from orchestrator.config.job import Objective
 from orchestrator.core import slo
-from orchestrator.core.level import streams
 from orchestrator.core.measurement import Measurement
+from orchestrator.core.objectives import DEFAULT, Objective
 from orchestrator.core.records import TrialResult
 
-DEFAULT = Objective()
+__all__ = ["DEFAULT", "describe", "directions", "expansion", "failed_values", "has_values", "identity",
+           "intermediate", "judged", "level_values", "levels", "mix_value", "of", "told_values", "unit"]
 
 
 def of(objective: Objective | None) -> Objective:
@@ -56,53 +54,23 @@ def of(objective: Objective | None) -> Objective:
 def levels(objective: Objective | None) -> tuple[int, ...]:
     """The levels in ascending order (the order every trial measures them in; with a context
     axis, ``core.level``'s: by context, then concurrency)."""
-    return tuple(sorted(of(objective).levels))
+    return of(objective).ascending
 
 
 def directions(objective: Objective | None) -> list[str]:
-    """Optuna's study directions: one per level for a plan without weights, else one."""
-    obj = of(objective)
-    return ["maximize"] * (len(obj.levels) if obj.multi_objective else 1)
+    """Optuna's study directions: one per value told (``Objective.directions``)."""
+    return of(objective).directions()
 
 
-def identity(objective: Objective | None) -> dict[str, Any] | None:
-    """What of the objective makes a study another study (None for the default: a study
-    recorded before objectives existed keeps its identity). Latency targets are part of it:
-    what a trial was told depends on them, and goodput measures by them."""
-    obj = of(objective)
-    if tuple(obj.concurrency) == DEFAULT.concurrency and obj.weights is None and obj.goodput is None \
-            and not obj.slo and not obj.context:
-        return None
-    out: dict[str, Any] = {"concurrency": sorted(obj.concurrency),
-                           "weights": {str(k): round(v, 12) for k, v in sorted(obj.weights.items())}
-                           if obj.weights else None}
-    if obj.goodput is not None:
-        out["goodput"] = {"max_concurrency": obj.goodput}
-    if obj.context:
-        out["context"] = sorted(obj.context)
-    if obj.slo:
-        out["slo"] = obj.slo.to_record()
-    return out
+def identity(objective: Objective | None) -> dict | None:
+    """What of the objective makes a study another study (``Objective.identity``)."""
+    return of(objective).identity()
 
 
 def describe(objective: Objective | None) -> str:
     """'concurrency 1, 10, 64 (a plan)' / '... weighted 0.6/0.3/0.1' / 'concurrency 1' /
     'goodput up to 64 streams'; with latency targets, 'under TPOT p99 <= 20 ms'."""
-    obj = of(objective)
-    if obj.goodput is not None:
-        text = f"goodput up to {obj.goodput} streams"
-    else:
-        text = "concurrency " + ", ".join(map(str, levels(obj)))
-        if obj.context:  # the pairs, spelled as everything else spells them (``core.level``)
-            text = (f"concurrency {', '.join(map(str, obj.concurrency))} x context "
-                    f"{', '.join(map(str, obj.context))} tokens: levels {', '.join(map(str, levels(obj)))}")
-        if obj.weights:
-            text += " weighted " + "/".join(f"{obj.weights[lv]:g}" for lv in levels(obj))
-        elif obj.is_plan:
-            text += " (a plan)"
-    if obj.slo:
-        text += f" under {obj.slo.describe()}"
-    return text
+    return of(objective).describe()
 
 
 def expansion(objective: Objective | None) -> str | None:
@@ -113,24 +81,13 @@ def expansion(objective: Objective | None) -> str | None:
 
 
 def judged(objective: Objective | None, measurement: Measurement | None) -> slo.Judged:
-    """The objective's latency targets against one launch (``core.slo.judge``): a plan counts a
-    config at each level apart, one level or a mix needs every level, goodput some concurrency."""
-    obj = of(objective)
-    return slo.judge(measurement, obj.slo, levels(obj), each_level=obj.multi_objective,
-                     goodput=obj.goodput is not None)
+    """The objective's latency targets against one launch (``Objective.judged``)."""
+    return of(objective).judged(measurement)
 
 
-def unit(level: int) -> str:
-    """What a level's number is (``node.measure``'s definition)."""
-    return "decode tok/s" if streams(level) == 1 else "total tok/s"
-
-
-def _num(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(out) or math.isinf(out) else out
+def unit(level: int, objective: Objective | None = None) -> str:
+    """What a level's number is (the objective's measure; ``node.measure``'s definition)."""
+    return of(objective).unit(level)
 
 
 def level_values(result: TrialResult) -> dict[int, float | None]:
@@ -140,45 +97,13 @@ def level_values(result: TrialResult) -> dict[int, float | None]:
 
 def mix_value(values: Mapping[int, float | None], weights: Mapping[int, float]) -> float | None:
     """The weighted geometric mean of the levels' values (None when a weighted level has none)."""
-    total = 0.0
-    for level, w in weights.items():
-        v = values.get(level)
-        if v is None or v <= 0:
-            return None
-        total += w * math.log(v)
-    return math.exp(total / sum(weights.values()))
+    return Objective(concurrency=tuple(weights), weights=dict(weights)).mix_worth(values)
 
 
 def told_values(objective: Objective | None, result: TrialResult) -> list[float]:
     """What Optuna is told for a COMPLETE result (module docstring); ValueError when a level
     the objective needs was not measured."""
-    obj = of(objective)
-    if not obj.is_plan:
-        value = _single(obj, result)
-        if value is None:
-            raise ValueError("a COMPLETE result needs a value")
-        return [float(value)]
-    values = level_values(result)
-    missing = [lv for lv in levels(obj) if values.get(lv) is None]
-    if missing:
-        raise ValueError(f"a COMPLETE result needs a value at every level of the objective; "
-                         f"level(s) {', '.join(map(str, missing))} missing")
-    if obj.weights:
-        mixed = mix_value(values, obj.weights)
-        assert mixed is not None  # every weighted level has a positive value
-        return [mixed]
-    broken = judged(obj, result.measurement).breaches if obj.slo else {}
-    return [0.0 if lv in broken else float(values[lv]) for lv in levels(obj)]  # type: ignore[arg-type]
-
-
-def _single(obj: Objective, result: TrialResult) -> float | None:
-    """The one level's value: its median where the trial recorded levels (a trial may measure
-    more levels than the objective tells, as the replay harness's do), else the result's value;
-    goodput's, the measurement's (the total tok/s where every SLO last held)."""
-    if obj.goodput is not None:
-        return result.measurement.value if result.measurement is not None else result.value
-    value = level_values(result).get(obj.levels[0])
-    return value if value is not None else result.value
+    return of(objective).told(result)
 
 
 def has_values(objective: Objective | None, result: TrialResult) -> bool:
@@ -191,23 +116,12 @@ def has_values(objective: Objective | None, result: TrialResult) -> bool:
 
 
 def failed_values(objective: Objective | None) -> list[float]:
-    """A config-caused failure: 0.0 at every level (with the infeasible constraint)."""
-    return [0.0] * len(directions(objective))
+    """A config-caused failure: the worst value at every value told (0.0 for a throughput)."""
+    return of(objective).failed()
 
 
 def intermediate(objective: Objective | None, result: TrialResult) -> float | None:
     """The value reported for an early-stopped trial before it is told PRUNED: its first
     round, on the objective's scale; None for a plan (Optuna takes no intermediate value
     for several objectives) or when nothing was measured."""
-    obj = of(objective)
-    if obj.multi_objective:
-        return None
-    if obj.goodput is not None:
-        return _single(obj, result)
-    if obj.weights:
-        return mix_value(level_values(result), obj.weights)
-    recorded = level_values(result)
-    if obj.levels[0] in recorded and min(recorded) != obj.levels[0]:
-        return recorded[obj.levels[0]]  # the trial measured lower levels too: the objective's own
-    inter = result.metrics.get("intermediate")
-    return _num(inter) if inter is not None else result.value
+    return of(objective).intermediate(result)

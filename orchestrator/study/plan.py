@@ -44,6 +44,7 @@ from orchestrator.core import verdict
 from orchestrator.core.level import context_of
 from orchestrator.core.level import key as level_key
 from orchestrator.core.measurement import Latency, LevelResult
+from orchestrator.core.objectives import Measure
 from orchestrator.core.records import TrialRow
 from orchestrator.core.slo import Breach, Targets
 from orchestrator.core.verdict import LaunchNoise, RatioInterval
@@ -57,8 +58,7 @@ MAX_BROKEN = 3  # faster configs a level names as kept out by the latency target
 # ---- one row at one level ---------------------------------------------------------------------
 def level_value(row: TrialRow, level: int) -> float | None:
     """The row's median at ``level`` (None when not measured)."""
-    got = row.at(level)
-    return got.value if got is not None else None
+    return row.worth_at(level)
 
 
 def level_samples(row: TrialRow, level: int) -> list[float]:
@@ -151,8 +151,9 @@ class Comparison:
     @property
     def text(self) -> str:
         """'4.58x faster (95% CI 4.10-5.11x)', '0.98x, within noise (...)', 'the same config',
-        '2.19x, not shown: launch noise unknown (no config launched twice)'."""
-        return verdict.describe(self.interval, same_config=self.same_config)
+        '2.19x, not shown: launch noise unknown (no config launched twice)'; in the objective's own
+        words ('0.50x lower' for a latency: ``Measure.compared``)."""
+        return self.row.measure.compared(self.interval, same_config=self.same_config)
 
     def than(self, other: str) -> str:
         """The comparison in a sentence: '4.58x faster (95% CI 4.10-5.11x) than the baseline', or 'the
@@ -160,8 +161,9 @@ class Comparison:
         return f"{other} itself" if self.same_config else f"{self.text} than {other}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.interval.to_dict(), "point": self.point, "trial": self.row.number,
-                "against": self.other.number, "verdict": self.verdict, "text": self.text}
+        shown = self.row.measure.oriented(self.interval)
+        return {**shown.to_dict(), "point": shown.ratio, "trial": self.row.number,
+                "against": self.other.number, "verdict": self.row.measure.word(self.verdict), "text": self.text}
 
 
 def _compare(evidence: Evidence, row: TrialRow | None, other: TrialRow | None, level: int) -> Comparison | None:
@@ -191,10 +193,19 @@ class LevelPlan:
     broken: tuple[tuple[TrialRow, tuple[Breach, ...]], ...] = ()
     anchor_breaches: tuple[Breach, ...] = ()
     baseline_breaches: tuple[Breach, ...] = ()
+    measure: Measure = field(default_factory=Measure)  # the objective's (the figures above are its worths)
 
     @property
     def unit(self) -> str:
-        return objectives.unit(self.level)
+        return self.measure.unit(self.level)
+
+    def shown(self, worth: float | None) -> float | None:
+        """A figure above as the user reads it (tok/s, ms)."""
+        return self.measure.shown(worth) if worth is not None else None
+
+    @property
+    def fresh_shown(self) -> tuple[float, float] | None:
+        return self.measure.shown_range(*self.best_fresh) if self.best_fresh else None
 
     def slo_lines(self, anchor: TrialRow | None, baseline: TrialRow | None) -> list[str]:
         """What the latency targets did here: '#3 (the best at 1) breaks the SLO at 32: TPOT p99
@@ -216,11 +227,11 @@ class LevelPlan:
     def to_dict(self) -> dict[str, Any]:
         return {"level": level_key(self.level), "unit": self.unit,
                 "best_trial": self.best.number if self.best else None,
-                "best_config": dict(self.best.params) if self.best else None, "best_value": self.best_value,
+                "best_config": dict(self.best.params) if self.best else None, "best_value": self.shown(self.best_value),
                 "best_launches": self.best_launches,
-                "best_fresh": list(self.best_fresh) if self.best_fresh else None,
+                "best_fresh": list(self.fresh_shown) if self.fresh_shown else None,
                 "launch_noise": self.noise.to_dict(),
-                "baseline_value": self.baseline_value, "anchor_value": self.anchor_value,
+                "baseline_value": self.shown(self.baseline_value), "anchor_value": self.shown(self.anchor_value),
                 "vs_baseline": self.vs_baseline.to_dict() if self.vs_baseline else None,
                 "anchor_vs_baseline": self.anchor_vs_baseline.to_dict() if self.anchor_vs_baseline else None,
                 "anchor_vs_best": self.anchor_vs_best.to_dict() if self.anchor_vs_best else None,
@@ -420,9 +431,11 @@ class Plan:
                 "anchor_trial": self.anchor.number if self.anchor else None,
                 "per_level": [lp.to_dict() for lp in self.per_level],
                 "pareto": [{"trial": r.number, "config": dict(r.params),
-                            "values": {str(lv): level_value(r, lv) for lv in self.levels}} for r in self.pareto],
+                            "values": {str(lv): self.at(lv).shown(level_value(r, lv)) for lv in self.levels}}
+                           for r in self.pareto],
                 "mix": None if self.mix is None else {
-                    "trial": self.mix.number, "config": dict(self.mix.params), "value": self.mix_value,
+                    "trial": self.mix.number, "config": dict(self.mix.params),
+                    "value": self.mix.measure.shown(self.mix_value) if self.mix_value is not None else None,
                     "launches": self.mix_launches,
                     "vs_baseline": self.mix_vs_baseline.to_dict() if self.mix_vs_baseline else None},
                 "slo": self.slo.to_record() if self.slo else None,
@@ -467,7 +480,7 @@ def build_plan(rows: list[TrialRow], objective: Objective | None) -> Plan:
             best_launches=evidence.count(best.config_key, level) if best else 0,
             best_fresh=evidence.fresh(best.config_key, level) if best else None, noise=evidence.noise(level),
             broken=tuple(broken), anchor_breaches=tuple(breaches_at(anchor, level, slo)),
-            baseline_breaches=tuple(breaches_at(base, level, slo))))
+            baseline_breaches=tuple(breaches_at(base, level, slo)), measure=obj.measure))
     mix = mix_vs = mix_val = None
     mix_n = 0
     if obj.weights:
@@ -520,8 +533,8 @@ def format_verdict(plan: Plan) -> str:
     against = ("the baseline itself" if vs is not None and vs.same_config else
                f"{vs.text} than baseline #{plan.baseline.number}" if vs is not None and plan.baseline else
                "no baseline measured")
-    return (f"verdict: best #{lp.best.number} {fmt(lp.best_value)} {lp.unit} (median of "
-            f"{launches_text(lp.best_launches)}) = {against}; {fresh_text(lp.best_fresh)}; "
+    return (f"verdict: best #{lp.best.number} {fmt(lp.shown(lp.best_value))} {lp.unit} (median of "
+            f"{launches_text(lp.best_launches)}) = {against}; {fresh_text(lp.fresh_shown)}; "
             f"launch noise {noise_text(lp.noise)}")
 
 
@@ -548,8 +561,9 @@ def format_plan(plan: Plan) -> str:
     table = [["level", "unit", "baseline", f"best at {first}", "best here", "best here vs baseline",
               f"best at {first} vs best here"] + (["best here p99 TTFT/TPOT ms"] if long else [])]
     for lp in plan.per_level:
-        table.append([str(lp.level), lp.unit, fmt(lp.baseline_value), fmt(lp.anchor_value),
-                      f"#{lp.best.number} {fmt(lp.best_value)} ({launches_text(lp.best_launches)})" if lp.best else "-",
+        table.append([str(lp.level), lp.unit, fmt(lp.shown(lp.baseline_value)), fmt(lp.shown(lp.anchor_value)),
+                      f"#{lp.best.number} {fmt(lp.shown(lp.best_value))} ({launches_text(lp.best_launches)})"
+                      if lp.best else "-",
                       lp.vs_baseline.text if lp.vs_baseline else "-",
                       lp.anchor_vs_best.text if lp.anchor_vs_best else "-"]
                      + ([_p99_text(lp.best.at(lp.level) if lp.best else None)] if long else []))
@@ -561,7 +575,8 @@ def format_plan(plan: Plan) -> str:
     if plan.pareto:
         ev = plan.evidence or Evidence([])
         lines.append("pareto set (medians at " + "/".join(map(str, plan.levels)) + "): " + ", ".join(
-            f"#{r.number} " + "/".join(fmt(ev.median(r.config_key, lv)) for lv in plan.levels) for r in plan.pareto))
+            f"#{r.number} " + "/".join(fmt(plan.at(lv).shown(ev.median(r.config_key, lv))) for lv in plan.levels)
+            for r in plan.pareto))
     if plan.weights:
         mix = (f"#{plan.mix.number}" + (f", {plan.mix_vs_baseline.than('the baseline')}" if plan.mix_vs_baseline
                                          else "") if plan.mix else "none yet")

@@ -811,14 +811,14 @@ class SearchPolicy:
         if best is None or best.value is None:
             return None
         level = best.headline.level if best.headline is not None else 1
-        return float(Evidence(self.rows()).median(best.config_key, level) or best.value) * min_ratio
+        return float(Evidence(self.rows()).median(best.config_key, level) or best.worth or best.value) * min_ratio
 
     def prune_thresholds(self, min_ratio: float = DEFAULT_PRUNE_RATIO) -> dict[int, float] | None:
         """Per level of the objective, ``min_ratio`` x the best median so far there (the early
         stop, ``core.outcome.early_stop``, stops a trial below it at every level); None before
         any COMPLETE trial. For the default objective: ``{1: prune_threshold(min_ratio)}``; none
         for goodput (its first round is a concurrency the bisection may leave at once)."""
-        if self.objective.goodput is not None:
+        if self.objective.by_capacity:
             return None
         return prune_thresholds(self.rows(), self.levels, min_ratio, self.objective.slo)
 

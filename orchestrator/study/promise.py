@@ -46,16 +46,17 @@ FAILURE_RATIO = 0.1
 def row_value(row: TrialRow, objective: Objective | None = None) -> float | None:
     """What one measured trial brought back (module docstring), None when nothing."""
     obj = objectives.of(objective)
-    if obj.goodput is not None:
-        value = row.value
+    if obj.by_capacity:
+        value = row.worth
     elif len(obj.levels) > 1:
         weights = dict(obj.weights or {}) or {lv: 1.0 / len(obj.levels) for lv in obj.levels}
         value = mix_of(row, weights)
-    else:  # the one level the study optimizes, as Optuna is told it (``objective._single``)
+    else:  # the one level the study optimizes, as Optuna is told it (its worth: ``core.objectives``)
         value = level_value(row, obj.levels[0])
-        value = row.value if value is None else value
-        if value is None and row.state == PRUNED:  # stopped early: the first repeat, what the early stop saw
-            value = (row.metrics or {}).get("intermediate")
+        value = row.worth if value is None else value
+        first = (row.metrics or {}).get("intermediate")
+        if value is None and row.state == PRUNED and isinstance(first, (int, float)):  # stopped early: the first
+            value = row.measure.of_value(float(first), row.params)  # repeat, what the early stop saw
     try:
         value = float(value) if value is not None else None
     except (TypeError, ValueError):

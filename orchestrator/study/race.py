@@ -102,20 +102,25 @@ class Contest:
     weights: Mapping[int, float] | None = None
     left_out: int = 0  # configs within noise of the incumbent beyond MAX_FINALISTS
 
+    @property
+    def is_mix(self) -> bool:
+        """The contest is the traffic mix's (else a level's)."""
+        return bool(self.weights)
+
     def label(self) -> str:
-        return "the mix" if self.weights is not None else f"{self.level}"
+        return "the mix" if self.is_mix else f"{self.level}"
 
     def ranked(self, ev: Evidence, key: str) -> float | None:
         """What the ranking reads of the finalist (``Evidence.ranked``)."""
-        return ev.mix_ranked(key, self.weights) if self.weights is not None else ev.ranked(key, self.level or 1)
+        return ev.mix_ranked(key, self.weights) if self.weights else ev.ranked(key, self.level or 1)
 
     def drift(self, ev: Evidence) -> Drift:
-        return ev.mix_drift(self.weights) if self.weights is not None else ev.drift(self.level or 1)
+        return ev.mix_drift(self.weights) if self.weights else ev.drift(self.level or 1)
 
     def interval(self, ev: Evidence, a: str, b: str) -> RatioInterval:
         """b against a: over the race's rounds where both are its finalists (at its looks), else over
         their launches."""
-        if self.weights is not None:
+        if self.weights:
             return ev.mix_interval(a, b, self.weights)
         return ev.interval(a, b, self.level or 1)
 
@@ -164,7 +169,7 @@ def _contests(objective: Objective | None) -> list[tuple[str, int | None, Mappin
 
 
 def _ranked(rows: list[TrialRow], level: int | None, weights: Mapping[int, float] | None) -> list[TrialRow]:
-    if weights is not None:
+    if weights:
         return best_for_mix(rows, dict(weights), len(rows))
     return best_at(rows, level or 1, len(rows))
 
@@ -386,7 +391,7 @@ def said(outcomes: list[ContestOutcome], numbers: dict[str, int]) -> str:
         return ""
     parts = []
     for o in outcomes:
-        where = "for the mix" if o.contest.weights is not None else f"at {o.contest.level}"
+        where = "for the mix" if o.contest.is_mix else f"at {o.contest.level}"
         win = f"#{numbers.get(o.winner or '', '?')}"
         others = [f"#{numbers.get(k, '?')}" for k in o.contest.finalists if k != o.winner]
         if o.tied:

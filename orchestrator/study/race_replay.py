@@ -101,7 +101,7 @@ def replay_verdicts(table: Table, seed: int, *, budget: int | None = None, confi
     objective = Objective()
     made = make_sampler(sampler, seed=seed, budget=budget, space_size=space.size(),
                         search_space=space.distributions())
-    study = optuna.create_study(direction="maximize", sampler=made)
+    study = optuna.create_study(directions=objective.directions(), sampler=made)  # type: ignore[arg-type]
     base = table.baseline
     baseline = {p: base.params.get(p, vals[0]) for p, vals in table.choices.items()} if base is not None else None
     policy = SearchPolicy(study, space, space.normalize, baseline=baseline, budget=budget, seed=seed,

@@ -80,7 +80,7 @@ def candidates(rows: Sequence[TrialRow], objective: Objective | None) -> list[tu
     for level in levels:
         got = best_at(list(rows), level)
         if got:
-            out.append((got[0], f"the incumbent at {level}" if obj.is_plan else "the incumbent"))
+            out.append((got[0], f"the incumbent at {level}" if obj.by_level else "the incumbent"))
     if obj.weights:
         got = best_for_mix(list(rows), obj.weights)
         if got:
@@ -116,7 +116,7 @@ def held(rows: Sequence[TrialRow], budget: int | None) -> bool:
     record = 0.0
     last_gain = -1
     for i, r in enumerate(search):
-        v = r.value if r.state == COMPLETE and r.value is not None else 0.0
+        v = r.worth if r.state == COMPLETE and r.worth is not None else 0.0  # what the study ranks by
         if v > record * (1.0 + BETTER):
             last_gain = i
         record = max(record, v)

@@ -89,6 +89,8 @@ from orchestrator.core.correctness import TEXT_DIFFERS
 from orchestrator.core.errors import BadInput, brief
 from orchestrator.core.level import parse as parse_level
 from orchestrator.core.level import streams
+from orchestrator.core.measurement import Measurement
+from orchestrator.core.objectives import Measure, measure_of
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO, early_stop
 from orchestrator.core.records import (
     AFTER_START_KINDS,
@@ -105,7 +107,7 @@ from orchestrator.study.cost import compile_key
 from orchestrator.study.plan import best_at, prune_thresholds
 from orchestrator.study.policy import SearchPolicy
 from orchestrator.study.samplers import make_sampler, make_strategy, startup_trials
-from orchestrator.study.storage import ATTR_BASELINE, ATTR_COUNTED, ATTR_KEY, ATTR_SKIPPED
+from orchestrator.study.storage import ATTR_BASELINE, ATTR_COUNTED, ATTR_KEY, ATTR_SKIPPED, MEASURE_ATTR
 from orchestrator.study.strategies.base import Strategy
 
 LEVEL_PREFIX = "samples@"  # a plan table's per-level sample columns: samples@1, samples@10, ...
@@ -438,10 +440,14 @@ def table_from_study(study: optuna.Study):
     Reads the records user attrs: ``config``, ``outcome``, ``failure_kind``,
     ``metrics.decode_samples``, ``counted``, ``is_baseline``, ``startup_phases`` (the
     ``startup_s`` column: the median of its launches' spawn -> ready, or -> the failure).
-    Cached answers, never-launched proposals and interrupted trials are left out.
+    Cached answers, never-launched proposals and interrupted trials are left out. A study of another
+    measure than throughput (``core.objectives``: per GPU, a latency) is written as each launch's
+    worth at each level (one sample per launch; higher is better, as the replay maximizes), so its
+    replay ranks as the study did.
     """
     import pandas as pd  # heavy: imported only when a table is built
 
+    measure = measure_of(study.user_attrs.get(MEASURE_ATTR))
     merged: dict[str, dict[str, Any]] = {}
     for t in study.get_trials(deepcopy=False):
         ua = t.user_attrs
@@ -459,6 +465,14 @@ def table_from_study(study: optuna.Study):
             entry["startup"].append(float(started))
         if outcome == "FAIL":
             entry["failure"] = entry["failure"] or ua.get("failure_kind")
+        elif measure != Measure():  # each launch's worth at each level
+            recorded = Measurement.from_record(ua.get("metrics") or {})
+            worths = {lv: w for lv, level in (recorded.levels.items() if recorded is not None else ())
+                      if (w := measure.worth(level, ua["config"])) is not None}
+            for lv, w in worths.items():
+                entry.setdefault("levels", {}).setdefault(lv, []).append(w)
+            if worths:
+                entry["samples"].append(worths[min(worths)])
         else:
             samples = (ua.get("metrics") or {}).get("decode_samples") or []
             if not samples and ua.get("value") is not None:

@@ -60,6 +60,7 @@ GOLDEN_ATTR = "golden"  # the golden reference (correctness.Golden.to_dict + its
 FINGERPRINT_ATTR = "space_fingerprint"  # the study's identity
 PROMPTS_ATTR = "prompt_set"  # the decode prompts its figures were measured on (part of its identity)
 BACKEND_ATTR = "backend"  # the backend kind, for a reader without the job
+MEASURE_ATTR = "measure"  # what a level of a launch is worth, where not its throughput (``Measure.identity``)
 OUTVOTED_ATTR = "outvoted_references"  # trial numbers whose golden reference later trials outvoted
 
 # The study's one Optuna constraint (feasible when <= 0): ``Trial.set_constraint(CONSTRAINT,
@@ -186,6 +187,9 @@ def open_study(job, sampler: optuna.samplers.BaseSampler | None = None, create: 
                                     directions=wanted, load_if_exists=True)  # type: ignore[arg-type]
     check_identity(job, study, say or log.warning)
     check_prompts(job, study, say or log.warning)
+    measure = objectives.of(getattr(job, "objective", None)).measure.identity()
+    if measure is not None and study.user_attrs.get(MEASURE_ATTR) != measure:  # every reader's rows read by it
+        study.set_user_attr(MEASURE_ATTR, measure)
     return study
 
 

@@ -411,6 +411,27 @@ def test_goodput_needs_its_targets_and_finds_its_own_concurrency():
         job={"objective": {"goodput": {"max_concurrency": 8}}, "slo": {8: {"tpot_p99": 1}}})
 
 
+def test_minimize_and_per_gpu_build_their_objective_and_bad_ones_are_one_line():
+    """Issue 46: ``minimize: tpot_p99`` (a recorded percentile, lowest wins) and ``per_gpu: true``."""
+    from orchestrator.core.objectives import Latency, PerGpu, Single
+
+    obj = load_job(write(job={"objective": {"minimize": "tpot_p99", "concurrency": 32}})).objective
+    assert isinstance(obj, Single) and obj.levels == (32,) and obj.measure == Latency("tpot_p99")
+    assert obj.directions() == ["minimize"] and obj.minimize == "tpot_p99" and not obj.per_gpu
+    obj = load_job(write(job={"objective": {"concurrency": [1, 8], "per_gpu": True}})).objective
+    assert obj.by_level and obj.measure == PerGpu() and obj.per_gpu and obj.directions() == ["maximize"] * 2
+    bad("objective.minimize", "unknown latency 'tpot_p95'", "did you mean", "tpot_p99",
+        job={"objective": {"minimize": "tpot_p95", "concurrency": 32}})
+    bad("objective.minimize", "goodput or minimize, not both",
+        job={"objective": {"minimize": "ttft_p99", "goodput": {"max_concurrency": 8}}, "slo": {"tpot_p99": "1s"}})
+    bad("objective.per_gpu", "per_gpu or minimize, not both",
+        job={"objective": {"minimize": "e2e_p50", "per_gpu": True}})
+    bad("objective.per_gpu", "not with goodput",
+        job={"objective": {"per_gpu": True, "goodput": {"max_concurrency": 8}}, "slo": {"tpot_p99": "1s"}})
+    bad("objective.per_gpu", "true or false", job={"objective": {"per_gpu": "yes"}})
+    bad("objective.concurrency", "non-empty list", job={"objective": {"concurrency": "32"}})
+
+
 def test_cost_prices_a_goodput_studys_capacity_point_and_is_checked_like_any_key():
     """Issue 47: ``cost: {gpu_hour: 2.50}`` or ``{node_hour: 20}``, one of the two, a positive number."""
     goodput = {"objective": {"goodput": {"max_concurrency": 64}}, "slo": {"tpot_p99": "20ms"}}

@@ -24,6 +24,7 @@ from orchestrator.study.plan import (
     break_tie,
     build_plan,
     format_plan,
+    format_verdict,
     level_value,
     mix_of,
     one_for_all,
@@ -294,3 +295,61 @@ def test_a_tie_the_race_left_is_broken_by_the_config_for_every_level_then_fewer_
     same = break_tie(tied, "at 1", None, base)  # two changes each: nothing else tells them apart
     assert same.chosen.number == 2 and same.rule == "the higher median" and "nothing else tells them apart" in \
         same.text()
+
+
+# ---- issue 46: a latency objective (``minimize``) read through the same plan, early stop and race ----------
+def _latency_launch(number: int, key: str, tpot_p99: float, tok_s: float, *, baseline: bool = False,
+                    role: str | None = None) -> TrialRow:
+    from orchestrator.core.measurement import Latency as Percentiles
+    from orchestrator.core.measurement import LevelResult, Measurement
+    from orchestrator.core.objectives import Latency
+
+    level = LevelResult(32, samples=(tok_s,), tpot=Percentiles(p50=tpot_p99 / 2, p90=tpot_p99, p99=tpot_p99, n=64))
+    m = Measurement(levels={32: level}, rounds=1)
+    return TrialRow(number=number, state="COMPLETE", params={"k": key}, value=m.value, config_key=key,
+                    counted=role is None, is_baseline=baseline, measurement=m, launch_role=role,
+                    measure=Latency("tpot_p99"))
+
+
+def _latency_study() -> list[TrialRow]:
+    """A (the baseline): 800 tok/s, TPOT p99 ~40 ms; B: 230 tok/s, ~15 ms; each launched four times (six
+    degrees of launch noise, +-1%)."""
+    rows = []
+    for i, (a, b) in enumerate([(0.040, 0.015), (0.0404, 0.0151), (0.0396, 0.0149), (0.0402, 0.0150)]):
+        role = None if i == 0 else "relaunch"
+        rows += [_latency_launch(2 * i, "A", a, 800.0, baseline=i == 0, role=role),
+                 _latency_launch(2 * i + 1, "B", b, 230.0, role=role)]
+    return rows
+
+
+def test_a_latency_plan_crowns_the_lowest_p99_and_says_lower_in_ms():
+    from orchestrator.core.objectives import Latency
+
+    obj = Objective(concurrency=(32,), measure=Latency("tpot_p99"))
+    rows = _latency_study()
+    plan = build_plan(rows, obj)
+    lp = plan.at(32)
+    assert lp.best.config_key == "B" and best_rows(rows)[0].config_key == "B"  # not A's 3.5x the tok/s
+    assert lp.unit == "ms TPOT p99" and lp.shown(lp.best_value) == pytest.approx(15.0, rel=0.01)
+    assert lp.vs_baseline.verdict == FASTER  # beyond noise, in the direction that is better ...
+    assert lp.vs_baseline.text.startswith("0.375x lower (95% CI 0.3"), lp.vs_baseline.text  # ... said as it is
+    assert lp.vs_baseline.to_dict()["verdict"] == "lower" and lp.vs_baseline.to_dict()["point"] < 1
+    assert "verdict: best #1 15.0 ms TPOT p99 (median of 4 launches) = 0.375x lower" in format_verdict(plan)
+
+
+def test_the_early_stop_and_the_race_run_the_latencys_way():
+    from orchestrator.core.measurement import LevelResult
+    from orchestrator.core.objectives import Latency
+    from orchestrator.core.outcome import early_stop
+    from orchestrator.study.race import plan_race
+
+    obj = Objective(concurrency=(32,), measure=Latency("tpot_p99"))
+    rows = _latency_study()
+    limits = prune_thresholds(rows, [32], 0.5)  # 0.5 x the best's worth: twice its p99, 30 ms
+    assert obj.shown(limits[32]) == pytest.approx(30.0, rel=0.02)
+    first = {lv: obj.worth(rows[0].at(lv)) for lv in (32,)}  # A's 40 ms: worse than 30 ms, stopped
+    assert early_stop(first, limits)
+    assert not early_stop({32: obj.worth(LevelResult(32, tpot=rows[1].at(32).tpot))}, limits)  # B's 15 ms goes on
+    race = plan_race(rows, obj, budget=8, race_id=1)
+    assert race.contests[0].finalists[0] == "B"  # the incumbent is the lowest latency
+    assert "A" not in race.contests[0].finalists  # beyond noise worse: not a finalist

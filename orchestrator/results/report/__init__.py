@@ -63,7 +63,7 @@ def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: 
 
     objective = getattr(job, "objective", None)
     effects, notes = knob_effects(rows, objective)
-    plan = build_plan(rows, objective) if objective is not None and objective.is_plan else None
+    plan = build_plan(rows, objective) if objective is not None and objective.by_level else None
     plots = write_plots(rows, effects, notes, report_dir, plan=plan)
     plots.append(plot_startup(rows, StudyDir(report_dir).plot(STARTUP_PLOT)))
     if latency.wants_plot(objective):  # goodput, or targets over several levels

@@ -134,7 +134,7 @@ def goodput_headline(rows: list[TrialRow], job: Any, ev: Evidence | None = None)
 def goodput_blocks(rows: list[TrialRow], job: Any) -> list[Block]:
     """The goodput answer, each config's capacity point, and the curves (module docstring)."""
     obj = objectives.of(getattr(job, "objective", None))
-    if obj.goodput is None:
+    if not obj.by_capacity:
         return []
     answer = answer_of(rows, job)
     targets = obj.slo.describe() if obj.slo else "every target"
@@ -224,12 +224,12 @@ def _plotted_target(objective: Any) -> slos.Slo | None:
 def wants_plot(objective: Any) -> bool:
     """Goodput, or latency targets over several levels: the report draws ``latency.png``."""
     obj = objectives.of(objective)
-    return obj.goodput is not None or (bool(obj.slo) and obj.is_plan)
+    return obj.by_capacity or (bool(obj.slo) and obj.by_level)
 
 
 def plot_title(objective: Any) -> str:
     """The plot's alternative text in the report."""
-    if objectives.of(objective).goodput is not None:
+    if objectives.of(objective).by_capacity:
         return "Capacity curve: throughput and the targeted latency against concurrency"
     return "Throughput and p99 latency against concurrency"
 

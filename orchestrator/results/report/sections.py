@@ -156,15 +156,16 @@ def _headline(rows, best, base, ev: Evidence, level: int, objective: Any = None)
                                    "reference is in question.")]
         return out + [doc.warn("No trial completed and passed the correctness gate: there is no best config.")]
     b = best[0]
-    value = ev.median(b.config_key, level) or b.value
+    m = objectives.of(objective).measure  # the figures are its worths: said in its unit and words
+    value = ev.median(b.config_key, level) or b.worth
     n = ev.count(b.config_key, level)
     base_ok = base is not None and base.state == COMPLETE and base.value is not None
     over = f"the median of {launches_text(n)}"
     if base_ok and b.config_key == base.config_key:
         out.append(doc.para(f"**The baseline (trial {base.number}) is the best config found: "
-                      f"{value:.2f} tok/s ({over}).** No other config beat it."))
+                      f"{m.text(value, 2)} ({over}).** No other config beat it."))
     elif base_ok:
-        base_value = ev.median(base.config_key, level) or base.value
+        base_value = ev.median(base.config_key, level) or base.worth
         iv = history.row_interval(base, b, ev, level)
         word = verdict(iv)
         fresh = sum(1 for k in (b.config_key, base.config_key) for r in ev.launches(k) if r.launch_role == COMPARE)
@@ -172,32 +173,35 @@ def _headline(rows, best, base, ev: Evidence, level: int, objective: Any = None)
         fresh_iv = ev.compared(base.config_key, b.config_key, level)  # compare's launches alone
         fresh_within = fresh_iv is not None and verdict(fresh_iv) == WITHIN_NOISE
         if word in (FASTER, SLOWER) and fresh_iv is not None and fresh_within:
-            noise = (f"Over every launch the difference is beyond the launch noise ({interval_text(iv)}){by}, but "
-                     f"`ncclsweep compare`'s fresh launches alone put it within noise ({describe(fresh_iv)}): the "
+            noise = (f"Over every launch the difference is beyond the launch noise ({interval_text(m.oriented(iv))})"
+                     f"{by}, but `ncclsweep compare`'s fresh launches alone put it within noise "
+                     f"({m.compared(fresh_iv)}): the "
                      "best is **not** shown to beat the baseline now; the machine may have changed since the study.")
         elif word in (FASTER, SLOWER):
-            noise = f"The difference is beyond the launch noise ({interval_text(iv)}){by}."
+            noise = f"The difference is beyond the launch noise ({interval_text(m.oriented(iv))}){by}."
         elif iv.bounded:
-            noise = (f"The difference is within the launch noise ({interval_text(iv)}){by}: the best is **not** "
-                     "shown to beat the baseline; treat the two as equal.")
+            noise = (f"The difference is within the launch noise ({interval_text(m.oriented(iv))}){by}: the best is "
+                     "**not** shown to beat the baseline; treat the two as equal.")
         else:
-            noise = f"Too few launches to tell whether this exceeds the noise ({interval_text(iv)}){by}."
-        out.append(doc.para(f"**Best: trial {b.number}, {value:.2f} tok/s ({over}), "
-                      f"{ratio_text(iv)} the baseline** (trial {base.number}, "
-                      f"{base_value:.2f} tok/s, the median of {launches_text(ev.count(base.config_key, level))}; "
+            noise = f"Too few launches to tell whether this exceeds the noise ({interval_text(m.oriented(iv))}){by}."
+        out.append(doc.para(f"**Best: trial {b.number}, {m.text(value, 2)} ({over}), "
+                      f"{ratio_text(m.oriented(iv))} the baseline** (trial {base.number}, "
+                      f"{m.text(base_value, 2)}, the median of {launches_text(ev.count(base.config_key, level))}; "
                       f"the ratio {estimate_text(iv)}). {noise}"))
         if fresh and word == WITHIN_NOISE:
             out.append(doc.warn(f"fresh launches put trial {b.number} within noise of the baseline: "
-                                f"{describe(iv)}"))
+                                f"{m.compared(iv)}"))
         elif fresh_iv is not None and fresh_within:
             out.append(doc.warn(f"fresh launches put trial {b.number} within noise of the baseline: "
-                                f"{describe(fresh_iv)} (`ncclsweep compare`'s launches alone)"))
+                                f"{m.compared(fresh_iv)} (`ncclsweep compare`'s launches alone)"))
     else:
         why = (f"{base.state}" + (f" ({base.failure_kind}: {clip(base.failure_reason, 120)})"
                                      if base and base.failure_kind else "")) if base else "missing"
-        out.append(doc.para(f"**Best: trial {b.number}, {value:.2f} tok/s ({over}).** "
+        out.append(doc.para(f"**Best: trial {b.number}, {m.text(value, 2)} ({over}).** "
                       f"No ratio: the baseline is {why}."))
-    out.append(doc.para(fresh_text(ev.fresh(b.config_key, level)).capitalize() + f" ({ev.noise(level).text()})."))
+    to_come = ev.fresh(b.config_key, level)
+    out.append(doc.para(fresh_text(m.shown_range(*to_come) if to_come else None).capitalize()
+                        + f" ({ev.noise(level).text()})."))
     said = races.said(races.outcomes(rows, objective), races.trial_numbers(rows))
     if said:
         out.append(doc.para(said[0].upper() + said[1:] + "."))
@@ -901,7 +905,7 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
     blocks.append(doc.para(f"Study `{getattr(job, 'study', '?')}` in `{getattr(job, 'storage', '?')}`"
                      + (f", backend {kind}" if kind else "")
                      + f". Open it interactively with `{storage.dashboard_command(getattr(job, 'storage', ''))}`."))
-    if objectives.of(objective).goodput is not None and rows:
+    if objectives.of(objective).by_capacity and rows:
         blocks += latency.goodput_headline(rows, job, ev)
     else:
         blocks += _headline(rows, best, base, ev, level, objective)

@@ -1,0 +1,98 @@
+"""The objective kinds, one class per question: one level, a plan over levels, a weighted traffic
+mix, goodput (the capacity under the SLO). ``Objective(...)`` builds the one its fields make; each
+says what Optuna is told, what an early-stopped launch reports and how it describes itself."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from orchestrator.core.measurement import Measurement
+from orchestrator.core.objectives.protocol import HEADLINE, Objective, kind
+
+
+def _several(fields: Any) -> bool:
+    """The fields name more than one level (concurrencies x contexts)."""
+    return len(fields.concurrency) * max(1, len(fields.context)) > 1
+
+
+@kind(0, lambda f: True)
+class Single(Objective):
+    """One level (the default ``[1]``: single-request decode tok/s): that level's figure, one value."""
+
+    kind_name: ClassVar[str] = "single"
+
+
+def _needed(obj: Objective, worths: Mapping[int, float | None]) -> dict[int, float]:
+    missing = [lv for lv in obj.ascending if worths.get(lv) is None]
+    if missing:
+        raise ValueError(f"a COMPLETE result needs a value at every level of the objective; "
+                         f"level(s) {', '.join(map(str, missing))} missing")
+    return {lv: float(worths[lv]) for lv in obj.ascending}  # type: ignore[arg-type]
+
+
+@kind(10, lambda f: f.goodput is None and f.weights is None and _several(f))
+class Plan(Objective):
+    """Several levels, no weights: one value per level (Optuna's multi-objective samplers); the answer
+    is the best config per level and the Pareto set (``study.plan``). A level where a config breaks a
+    latency target is told the worst value there (worth nothing at that level; the Pareto front of the
+    other levels keeps it)."""
+
+    kind_name: ClassVar[str] = "plan"
+    by_level: ClassVar[bool] = True
+    value_per_level: ClassVar[bool] = True
+
+    def told(self, result: Any) -> list[float]:
+        got = _needed(self, self.worths(result.measurement, result.config))
+        broken = self.judged(result.measurement).breaches if self.slo else {}
+        return [self.measure.worst() if lv in broken else self.measure.told(got[lv]) for lv in self.ascending]
+
+    def intermediate(self, result: Any) -> float | None:
+        return None  # Optuna takes no intermediate value for several objectives
+
+    def _levels_text(self) -> str:
+        return super()._levels_text() + " (a plan)"
+
+
+@kind(20, lambda f: f.goodput is None and f.weights is not None and _several(f))
+class Mix(Objective):
+    """Several levels with ``weights`` (a traffic mix): one value, the weighted geometric mean of the
+    levels' figures. Dividing by the baseline's own weighted mean would make it the weighted geometric
+    mean of the ratios to the baseline, but that divisor is one constant for the whole study, so both
+    order every pair of configs the same way; the plan (``study.plan``) shows the ratio to the baseline."""
+
+    kind_name: ClassVar[str] = "mix"
+    by_level: ClassVar[bool] = True
+
+    def told(self, result: Any) -> list[float]:
+        mixed = self.mix_worth(_needed(self, self.worths(result.measurement, result.config)))
+        assert mixed is not None  # every weighted level has a positive value
+        return [self.measure.told(mixed)]
+
+    def intermediate(self, result: Any) -> float | None:
+        mixed = self.mix_worth(self.worths(result.measurement, result.config))
+        return self.measure.told(mixed) if mixed is not None else None
+
+
+@kind(30, lambda f: f.goodput is not None)
+class Goodput(Objective):
+    """Goodput (``objective.goodput``): one value, the total tok/s at the most streams at which every
+    SLO held (``core.measurement.GoodputResult``; 0.0 where none held)."""
+
+    kind_name: ClassVar[str] = "goodput"
+    by_capacity: ClassVar[bool] = True
+
+    @property
+    def headline(self) -> int | None:
+        return HEADLINE
+
+    def headline_worth(self, measurement: Measurement | None, value: float | None,
+                       config: Mapping[str, Any] | None = None) -> float | None:
+        return self.measure.of_value(measurement.value if measurement is not None else value, config)
+
+    def intermediate(self, result: Any) -> float | None:
+        got = self.headline_worth(result.measurement, result.value, result.config)
+        return self.measure.told(got) if got is not None else None
+
+    def _levels_text(self) -> str:
+        return f"goodput up to {self.goodput} streams"

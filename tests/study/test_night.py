@@ -42,3 +42,18 @@ def test_the_suite_result_sums_nights_up():
     [r] = night.run_nights([t], ["random"], seeds=3, budget=10, confirm=2)
     assert len(r.nights) == 3 and r.found == 3  # budget = the table: every night measures the best
     assert r.median_first <= 10 + 4 and "| t | random |" in night.format_suite([r])
+
+
+def test_reached_is_the_best_config_any_launch_ran_and_a_miss_beside_it_is_the_picks_fault():
+    t = table(n=10, best=9)
+    full = night.replay_night(t, "random", seed=1, budget=10, confirm=2)
+    assert full.reached == 0.0  # every config launched: the best among them
+    short = night.replay_night(t, "random", seed=0, budget=3, confirm=0)
+    assert 0.0 <= short.reached <= short.regret  # the export is one of the configs launched
+
+    def one(regret, reached):
+        return night.Night(0, None, None, regret, 1, 1, 0, 0, None, None, None, reached)
+
+    r = night.SuiteResult("t", "s", (one(0.05, 0.0), one(0.05, 0.05), one(0.0, 0.0), one(0.03, 0.01)), 0.0)
+    assert r.found == 1 and r.missed_picks == 2  # a launch within 2% in two of the three misses
+    assert "| 1/4 | 2/3 |" in night.format_suite([r]) and night.to_dict(r)["missed_picks"] == 2

@@ -77,7 +77,7 @@ def replay_night(table: Table, spec: SamplerSpec | str, seed: int, *, budget: in
     until ``budget``, relaunches on the schedule with ``relaunch`` as its share, then a race of up
     to ``confirm`` launches."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    if table.is_plan:
+    if table.by_level:
         raise ValueError(f"{table.name}: a night replays a table of one level")
     if isinstance(spec, str):
         spec = SamplerSpec.parse(spec)

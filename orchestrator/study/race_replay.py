@@ -93,7 +93,7 @@ def replay_verdicts(table: Table, seed: int, *, budget: int | None = None, confi
                     relaunch: float = DEFAULT_RELAUNCH, noise: LaunchNoise = LaunchNoise(), repeats: int = 3,
                     sampler: str = "tpe", fresh: int = FRESH) -> Verdicts:
     """One study of ``table`` under launch noise (module docstring)."""
-    if table.is_plan or any(r.failure for r in table.rows):
+    if table.by_level or any(r.failure for r in table.rows):
         raise ValueError("replay_verdicts takes a table of one level whose every row works")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     space = TableSpace(table)

@@ -178,7 +178,7 @@ class Table:
         return max(m for r in self.rows if (m := r.median_at(level)) is not None)
 
     @property
-    def is_plan(self) -> bool:
+    def by_level(self) -> bool:
         return len(self.levels) > 1
 
     @property
@@ -558,7 +558,7 @@ class SamplerSpec:
     def objective(self, table: Table) -> Objective:
         """What the search is told on ``table`` (module docstring); ValueError for a level the
         table lacks or weights that do not match the levels."""
-        if not table.is_plan:
+        if not table.by_level:
             if self.levels not in (None, (1,)) or self.weights:
                 raise ValueError(f"{brief(self.text)}: levels/weights need a table with {LEVEL_PREFIX}N columns; "
                                  f"{table.name} has one level")
@@ -819,7 +819,7 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
     rows = table.by_key()
     floor = (1.0 - target) * table.best
     floors = {lv: (1.0 - target) * table.best_at(lv) for lv in table.levels}
-    optimal = table.optimal() if not table.is_plan else set()
+    optimal = table.optimal() if not table.by_level else set()
     launches = reps = pruned = failed = cached = pruned_good = 0
     seconds = 0.0
     hit_l: int | None = None
@@ -844,7 +844,7 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
         row = rows[proposal.key]
         key = compile_key(row.params)
         cold = key not in compiled
-        if table.is_plan:  # every level is measured whatever the search is told: thresholds at every level
+        if table.by_level:  # every level is measured whatever the search is told: thresholds at every level
             result = replay_levels(row, proposal.config, rng, repeats,
                                     prune_thresholds(policy.rows(), table.levels, ratio) if ratio else None,
                                     cold=cold, noise=noise)
@@ -866,7 +866,7 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
         policy.record(proposal, result)
         if hit_l is not None:
             return
-        if table.is_plan:
+        if table.by_level:
             if within(policy.rows()):
                 hit_l, hit_r = launches, reps
             return
@@ -893,7 +893,7 @@ def replay_once(table: Table, spec: SamplerSpec | str, seed: int, *, budget: int
         if len(in_flight) >= parallel:
             settle(*in_flight.pop(0))
     ratio_best = 0.0
-    if table.is_plan:  # the worst level's: the plan's best there against the level's best
+    if table.by_level:  # the worst level's: the plan's best there against the level's best
         final = policy.rows()
         picks = {lv: best_at(final, lv) for lv in table.levels}
         ratio_best = min(((rows[picks[lv][0].config_key].median_at(lv) or 0.0) / table.best_at(lv)

@@ -144,7 +144,7 @@ def _nights(args: argparse.Namespace, noise: Noise, out) -> int:
         if args.write_suite:
             for t in tables[len(args.tables):]:
                 write_table(t, Path(args.write_suite) / f"{t.name}.csv")
-    plan = [t.name for t in tables if t.is_plan]
+    plan = [t.name for t in tables if t.by_level]
     if plan:
         raise BadInput(f"a night replays a table of one level; {', '.join(plan)} has several (drop --night)")
     specs = [s for s in args.sampler.split(",") if s.strip()]

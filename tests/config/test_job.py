@@ -400,7 +400,7 @@ def test_bad_slo():
 def test_goodput_needs_its_targets_and_finds_its_own_concurrency():
     path = write(job={"objective": {"goodput": {"max_concurrency": 48}}, "slo": {"tpot_p99": "20ms"}})
     obj = load_job(path).objective
-    assert obj.goodput == 48 and not obj.is_plan and obj.slo.every[0].name == "tpot_p99"
+    assert obj.goodput == 48 and not obj.by_level and obj.slo.every[0].name == "tpot_p99"
     bad("objective.goodput", "needs the latency targets", job={"objective": {"goodput": {"max_concurrency": 8}}})
     bad("objective.goodput", "not both", job={"objective": {"concurrency": [1, 8], "goodput": {"max_concurrency": 8}},
                                              "slo": {"tpot_p99": "20ms"}})
@@ -479,7 +479,7 @@ def test_a_context_axis_makes_each_concurrency_and_context_pair_a_level():
     job = load_job(write(job={"objective": {"concurrency": [1, 64], "context": [0, 8192]},
                               "slo": {"tpot_p99": "50ms", "64@8192": {"ttft_p99": "2s"}}}))
     obj = job.objective
-    assert obj.levels == (1, 64, make(1, 8192), make(64, 8192)) and obj.is_plan and obj.multi_objective
+    assert obj.levels == (1, 64, make(1, 8192), make(64, 8192)) and obj.by_level and obj.value_per_level
     assert [context_of(lv) for lv in obj.levels] == [0, 0, 8192, 8192] and type(obj.levels[1]) is int
     assert {s.describe() for s in job.slo.at(make(64, 8192))} == {"TPOT p99 <= 50 ms", "TTFT p99 <= 2 s"}
     assert {s.describe() for s in job.slo.at(64)} == {"TPOT p99 <= 50 ms"}  # 64 is 64 streams at context 0 only

@@ -51,10 +51,10 @@ def test_two_drivers_share_a_study_and_survive_a_kill_9(tmp_path, no_leftover_se
         try:
             wait_for(lambda: "is shared through" in log_a.read_text(), 300, "the first driver to open the study")
             b = start_driver(job_b, log_b)
+            shared = open_study(job, create=False)  # one storage (its connection pool) for every look
 
             def counted():
-                return {r.number for r in trial_rows(open_study(job, create=False))
-                        if r.counted and r.state == "COMPLETE"}
+                return {r.number for r in trial_rows(shared) if r.counted and r.state == "COMPLETE"}
 
             def ready_to_kill():
                 done = counted()

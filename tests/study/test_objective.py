@@ -107,7 +107,7 @@ def job_copy(tmp_path: Path, journal: str, job_file: str, objective: dict | None
 @pytest.mark.parametrize("journal,job_file", RECORDED, ids=IDS)
 def test_a_recorded_study_holds_what_the_default_objective_tells(journal, job_file):
     job = load_job(REPO / job_file)
-    assert "objective" not in yaml.safe_load((REPO / job_file).read_text()) and not job.objective.is_plan
+    assert "objective" not in yaml.safe_load((REPO / job_file).read_text()) and not job.objective.by_level
     read = storage.storage_for(f"journal:{REPO / journal}", create=False)
     study = optuna.load_study(study_name=optuna.get_all_study_names(read)[0], storage=read)
     assert [d.name.lower() for d in study.directions] == objectives.directions(job.objective)

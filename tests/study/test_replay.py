@@ -192,8 +192,8 @@ DOC_BUDGETS = {"motivating-case.csv": 40}
 # strategies"); here, the properties that make it (test_the_motivating_space_*)
 SPACE_TABLE = "motivating-space.csv"
 SINGLE_LEVEL_TABLES = sorted(p.name for p in TABLES.glob("*.csv")
-                             if not load_table(p).is_plan and p.name != SPACE_TABLE)
-PLAN_TABLES = sorted(p.name for p in TABLES.glob("*.csv") if load_table(p).is_plan)
+                             if not load_table(p).by_level and p.name != SPACE_TABLE)
+PLAN_TABLES = sorted(p.name for p in TABLES.glob("*.csv") if load_table(p).by_level)
 
 
 @pytest.mark.parametrize("name", SINGLE_LEVEL_TABLES)
@@ -277,12 +277,12 @@ def write(tmp_path: Path, text: str, name: str = "t.csv") -> Path:
 
 def test_a_plan_table_has_one_sample_column_per_level(tmp_path):
     t = load_table(write(tmp_path, TABLE))
-    assert t.levels == (1, 8) and t.is_plan and len(t.rows) == 6
+    assert t.levels == (1, 8) and t.by_level and len(t.rows) == 6
     assert t.best_at(1) == 250 and t.best_at(8) == 700
     solo2 = next(r for r in t.rows if r.params == {"mode": "solo", "size": 2})
     assert solo2.median_at(8) == 240 and solo2.samples == [250, 251, 249]  # `samples`: the lowest level's
     old = load_table(TABLES / "h200-graphs-small.csv")  # a table of one level reads as before
-    assert old.levels == () and not old.is_plan and old.rows[0].median_at(1) == old.rows[0].median
+    assert old.levels == () and not old.by_level and old.rows[0].median_at(1) == old.rows[0].median
 
 
 @pytest.mark.parametrize("text,needle", [
@@ -361,7 +361,7 @@ def test_the_plan_tables_in_docs_load_and_the_synthetic_ones_regenerate(tmp_path
     assert real.levels == (1, 10, 64) and len(real.rows) == 3
     for name in ("plan-h200-vllm-graphs.csv", "plan-pcie-8gpu.csv"):
         t = load_table(TABLES / name)
-        assert t.is_plan and t.baseline is not None
+        assert t.by_level and t.baseline is not None
         bests = {lv: max(t.rows, key=lambda r, lv=lv: r.median_at(lv) or 0).key for lv in t.levels}
         assert len(set(bests.values())) == 3  # by construction a different config is best at each level
     copy = tmp_path / "gen"

@@ -231,16 +231,6 @@ class Objective:
         return bool((self.measure.identity() or {}).get("per_gpu", False))
 
     @property
-    def is_plan(self) -> bool:
-        """The answer is per level (the name readers used before the kinds: ``by_level``)."""
-        return self.by_level
-
-    @property
-    def multi_objective(self) -> bool:
-        """One Optuna value per level (the name readers used before the kinds: ``value_per_level``)."""
-        return self.value_per_level
-
-    @property
     def ascending(self) -> tuple[int, ...]:
         """The levels in ascending order (the order every trial measures them in)."""
         return tuple(sorted(self.levels))

@@ -77,9 +77,9 @@ def bests(view: View) -> list[Config]:
     rows = view.rows()
     objective = view.objective
     levels = objectives.levels(objective)
-    if objective.goodput is not None:
+    if objective.by_capacity:
         picked = best_rows(rows, 1)  # by the row's value: the goodput
-    elif not objective.is_plan:
+    elif not objective.by_level:
         picked = best_at(rows, levels[0])  # the default objective: history.best_rows' best
     else:
         picked = [r for lv in levels for r in best_at(rows, lv, slo=objective.slo)]

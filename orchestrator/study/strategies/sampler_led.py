@@ -69,7 +69,7 @@ class SamplerLed:
     def pick(self, view: View) -> Pick | None:
         if self.startup_order == "diverse" and view.launched < self.startup:
             return Pick(picks.most_diverse(view, view.not_late(view.remaining), cost_aware=self.cost_aware), "startup")
-        if view.objective.multi_objective and self.plan_step == "levels":
+        if view.objective.value_per_level and self.plan_step == "levels":
             return self._level_step(view)
         return None
 

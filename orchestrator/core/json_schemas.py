@@ -31,6 +31,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.files import write_whole
+
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 VERSION = 1
 COMMANDS = ("validate", "run", "status", "export", "compare", "doctor", "bench")
@@ -527,7 +529,7 @@ def write(path: str | Path) -> None:
     pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
     if not pattern.search(text):
         raise SystemExit(f"{path}: no section between {BEGIN!r} and {END!r}")
-    target.write_text(pattern.sub(lambda _: render(), text))
+    write_whole(target, pattern.sub(lambda _: render(), text))  # the guide whole or as it was
 
 
 def committed(path: str | Path) -> str | None:

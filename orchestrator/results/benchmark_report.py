@@ -57,9 +57,8 @@ from typing import Any
 import yaml
 
 import orchestrator
-from orchestrator.core.errors import BadInput, RuntimeFailure, brief
+from orchestrator.core.errors import BadInput, brief
 from orchestrator.core.files import write_whole
-from orchestrator.core.golden_check import disputed
 from orchestrator.core.level import context_of, streams
 from orchestrator.core.measurement import LATENCY_KINDS, Distribution, Latency, LevelResult
 from orchestrator.core.records import COMPLETE, TrialRow
@@ -97,16 +96,7 @@ def chosen(job: Any, rows: list[TrialRow], *, top: int = 1, level: int | str | N
     measurement, a relaunch of a config included: its own launch is reported). A trial met twice is
     reported once, its roles joined. BadInput for a trial the study has not measured; RuntimeFailure
     where nothing is best (as ``export``)."""
-    if not isinstance(top, int) or top < 1:
-        raise BadInput(f"--top must be a positive integer, not {brief(top)}", key="--top")
-    choice = exports.choose(job, level, mix)
-    best, _ = exports.ranked(job, rows, choice, top)
-    if not best:
-        why = disputed(rows)
-        if why:
-            raise RuntimeFailure(f"nothing to export: {why}; no config is exported as best while the golden "
-                                 "reference is in question")
-        raise RuntimeFailure("no completed trial to export")
+    _, best, _ = exports.exported(job, rows, top, level, mix)  # the configs every format exports
     measured = {r.number: r for r in rows if r.state == COMPLETE and r.levels and r.cached_from is None}
     picked: list[tuple[TrialRow, str]] = []
     base = baseline_row(rows)

@@ -233,6 +233,24 @@ def choose(job: Any, level: int | str | None = None, mix: bool = False) -> Choic
                                              f"another of {', '.join(map(str, levels))}", slo=obj.slo)
 
 
+def exported(job: Any, rows: list[TrialRow], top: int, level: int | str | None = None, mix: bool = False
+             ) -> tuple[Choice, list[TrialRow], TieBreak | None]:
+    """What any export format exports: the choice (``choose``), its ``top`` configs best first and
+    the tie-break (``ranked``). BadInput for ``top < 1``; RuntimeFailure when no trial completed or
+    the golden reference is disputed (no config is then best, the baseline included)."""
+    if not isinstance(top, int) or top < 1:
+        raise BadInput(f"--top must be a positive integer, not {brief(top)}", key="--top")
+    choice = choose(job, level, mix)
+    best, tie = ranked(job, rows, choice, top)
+    if not best:
+        why = disputed(rows)
+        if why:
+            raise RuntimeFailure(f"nothing to export: {why}; no config is exported as best while the golden "
+                                 "reference is in question")
+        raise RuntimeFailure("no completed trial to export")
+    return choice, best, tie
+
+
 def ranked(job: Any, rows: list[TrialRow], choice: Choice, k: int) -> tuple[list[TrialRow], TieBreak | None]:
     """The ``k`` configs to export for ``choice``, best first, and how a tie the race left at its
     level (or mix) was broken (``plan.break_tie``: the config that serves every level, then the one
@@ -957,16 +975,7 @@ def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, back
     """
     if fmt not in FORMATS:
         raise BadInput(f"format must be one of {', '.join(FORMATS)}, not {brief(fmt)}", key="--format")
-    if not isinstance(top, int) or top < 1:
-        raise BadInput(f"--top must be a positive integer, not {brief(top)}", key="--top")
-    choice = choose(job, level, mix)
-    best, tie = ranked(job, rows, choice, top)
-    if not best:
-        why = disputed(rows)
-        if why:
-            raise RuntimeFailure(f"nothing to export: {why}; no config is exported as best while the golden "
-                                 "reference is in question")
-        raise RuntimeFailure("no completed trial to export")
+    choice, best, tie = exported(job, rows, top, level, mix)
     backend = resolve_backend(job, backend)
     if fmt in ("yaml", "json"):
         docs = [_document(job, row, rows, backend, i + 1, host, port, choice, tie) for i, row in enumerate(best)]

@@ -722,16 +722,21 @@ class SearchPolicy:
         """
         done = []
         for t in self.pending_running():
-            config = t.user_attrs.get("config") or dict(t.params)
-            left = TrialResult(outcome=FAIL, config=config, failure_kind=FailureKind.INTERRUPTED)
-            attrs = interrupted(left, reason).to_attrs()
-            attrs[ATTR_COUNTED] = False
-            attrs[ATTR_KEY] = t.user_attrs.get(ATTR_KEY) or self._key_of(dict(t.params))
-            self.study.set_user_attr(recovered_attr(t.number), attrs)
+            self._record_interrupted(t, reason)
             self.study.tell(t.number, state=TrialState.FAIL)
             self.requeue(t)
             done.append(t.number)
         return done
+
+    def _record_interrupted(self, t: FrozenTrial, reason: str) -> None:
+        """The record of a trial whose launch ended with its driver: ``interrupted``, uncounted, as
+        the study user attribute ``recovered_attr`` (the trial's own attributes are its asker's)."""
+        config = t.user_attrs.get("config") or dict(t.params)
+        left = TrialResult(outcome=FAIL, config=config, failure_kind=FailureKind.INTERRUPTED)
+        attrs = interrupted(left, reason).to_attrs()
+        attrs[ATTR_COUNTED] = False
+        attrs[ATTR_KEY] = t.user_attrs.get(ATTR_KEY) or self._key_of(dict(t.params))
+        self.study.set_user_attr(recovered_attr(t.number), attrs)
 
     def account_stale(self, trials: list[FrozenTrial],
                       reason: str = "its driver stopped while it ran (no heartbeat)") -> tuple[list[int], list[int]]:
@@ -747,12 +752,7 @@ class SearchPolicy:
                     and t.user_attrs.get("outcome"):
                 kept.append(t.number)
                 continue
-            config = t.user_attrs.get("config") or dict(t.params)
-            left = TrialResult(outcome=FAIL, config=config, failure_kind=FailureKind.INTERRUPTED)
-            attrs = interrupted(left, reason).to_attrs()
-            attrs[ATTR_COUNTED] = False
-            attrs[ATTR_KEY] = t.user_attrs.get(ATTR_KEY) or self._key_of(dict(t.params))
-            self.study.set_user_attr(recovered_attr(t.number), attrs)
+            self._record_interrupted(t, reason)
             if ATTR_KEY in t.user_attrs:  # a launch (not a trial cut short while it was asked)
                 self.requeue(t)
             lost.append(t.number)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from tiny_table import TINY
 
 from orchestrator.config.job import Objective
 from orchestrator.config.sampler_options import DEFAULT_SAMPLER
@@ -38,24 +39,12 @@ from orchestrator.study.simulate import main
 
 TABLES = Path(__file__).resolve().parents[2] / "docs" / "tables"
 
-TINY = """tp_size,graph,proto,samples,failure,baseline,note
-1,false,,10;10.2;9.9,,,NCCL does not matter at TP=1
-1,true,,14;14.1,,,
-2,false,LL,12;12.5;12.1,,1,
-2,false,Simple,11;11.2,,,
-2,true,LL,20;20.4;19.8,,,best
-2,true,Simple,18;18.1,,,
-2,true,LL128,,wrong-output,,
-4,true,LL,,start-crash,,
-"""
-
 
 @pytest.fixture
 def tiny(tmp_path):
     path = tmp_path / "tiny.csv"
     path.write_text(TINY)
     return path
-
 
 def test_load_table_types_wildcards_and_best(tiny):
     t = load_table(tiny)

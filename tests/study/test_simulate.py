@@ -7,20 +7,10 @@ import argparse
 import json
 
 import pytest
+from tiny_table import TINY
 
 from orchestrator.study.replay import load_table
 from orchestrator.study.simulate import add_simulate_args, main
-
-TINY = """tp_size,graph,proto,samples,failure,baseline,note
-1,false,,10;10.2;9.9,,,NCCL does not matter at TP=1
-1,true,,14;14.1,,,
-2,false,LL,12;12.5;12.1,,1,
-2,false,Simple,11;11.2,,,
-2,true,LL,20;20.4;19.8,,,best
-2,true,Simple,18;18.1,,,
-2,true,LL128,,wrong-output,,
-4,true,LL,,start-crash,,
-"""
 
 
 @pytest.fixture
@@ -28,7 +18,6 @@ def tiny(tmp_path):
     path = tmp_path / "tiny.csv"
     path.write_text(TINY)
     return path
-
 
 def test_cli_prints_markdown_and_refuses_bad_input(tiny, tmp_path, capsys):
     out = tmp_path / "runs.json"

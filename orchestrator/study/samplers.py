@@ -52,11 +52,18 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from orchestrator.config.sampler_options import DEFAULT_SAMPLER, MODEL_BASED, OPTIONS, SAMPLER_NAMES, missing_packages
+from orchestrator.config.sampler_options import (
+    DEFAULT_SAMPLER,
+    MODEL_BASED,
+    MODEL_STRATEGY_OPTIONS,
+    OPTIONS,
+    SAMPLER_NAMES,
+    missing_packages,
+)
 from orchestrator.core.errors import brief
 from orchestrator.study.strategies.base import Strategy
 from orchestrator.study.strategies.sampler_led import SamplerLed
-from orchestrator.study.strategies.value_led import DEFAULT_EXPLORATION, DEFAULT_INTERACTION, ValueLed
+from orchestrator.study.strategies.value_led import ValueLed
 
 
 def default_startup_trials(budget: int | None, space_size: int | None = None) -> int:
@@ -109,7 +116,7 @@ def make_sampler(
         # group=True is flagged experimental; that is a choice made knowingly here.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if key == "model":  # what proposes where the policy cannot enumerate the space: TPE as configured
-            for own in ("exploration", "interaction", "gaps"):  # the strategy's, not TPE's
+            for own in MODEL_STRATEGY_OPTIONS:  # the strategy's, not TPE's
                 opts.pop(own, None)
             key = "tpe"
         if key == "tpe":
@@ -146,14 +153,13 @@ def make_strategy(name: str, *, startup: int = 0, options: Mapping[str, Any] | N
     key = _sampler_key(name)
     opts = _check_options(key, options or {})
     cls: Any = ValueLed if key == "model" else SamplerLed
-    fields = set(cls.__dataclass_fields__) - {"name", "startup", "exploration", "interaction", "gaps"}
+    fields = set(cls.__dataclass_fields__) - {"name", "startup", *MODEL_STRATEGY_OPTIONS}
     unknown = sorted(set(switches) - fields)
     if unknown:
         raise ValueError(f"{', '.join(unknown)}: not a setting of sampler {key} (it has: {', '.join(sorted(fields))})")
     if key == "model":
-        return ValueLed(exploration=opts.get("exploration", DEFAULT_EXPLORATION),
-                        interaction=opts.get("interaction", DEFAULT_INTERACTION), gaps=opts.get("gaps", True),
-                        **switches)
+        own = {name: opts[name] for name in MODEL_STRATEGY_OPTIONS if name in opts}
+        return ValueLed(**own, **switches)
     return SamplerLed(name=key, startup=startup, **switches)
 
 

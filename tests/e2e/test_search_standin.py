@@ -1,19 +1,24 @@
 """Issue 49's end-to-end acceptance on CPU: a real study of a stand-in whose optimum is an interaction
 (tests/standin_server.py --interaction under the command backend: decode speed a product of
 per-value factors, but Tree, slow alone, is the fastest algorithm with LL; NVLS/PAT-like values crash
-at start naming themselves, an LL128-like value gives wrong text fast) launches the optimum within 15
-launches of any kind (the search's, the relaunches and the race counted) on each of 3 seeds, with the
-default search (a job whose ``sampler:`` names none). The three studies run at once, each in its own
-thread (the driver's loop waits on the servers, which decode by sleeping), so the test costs one
-study's time."""
+at start naming themselves, an LL128-like value gives wrong text fast) launches the optimum as the
+issue's target reads: a median of 15 launches of any kind (the search's, the relaunches and the race
+counted) over 3 seeds and none later than 25 (the target's p90), with the default search (a job whose
+``sampler:`` names none). Not "15 on every seed": that is the search's p90 on this stand-in (the replay,
+``ncclsweep simulate --suite standin-interaction --budget 15 --seeds 40``: median 12, p90 15-16), so on
+a loaded box, where the launches' timings break the search's ties differently, one seed in three passes
+15 in about one run of four. The three studies run at once, each in its own process (one process's
+threads would share its interpreter lock: a client starved of it reads a server's tokens late and in a
+burst, and measures them faster than they came), so the test costs one study's time."""
 
 from __future__ import annotations
 
 import io
+import multiprocessing
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -39,7 +44,7 @@ params:
 """
 OPTIMAL = {"backend.layout": "tp8", "backend.graphs": "full", "backend.proto": "LL", "backend.algo": "Tree",
            "backend.p2p": "direct"}  # either capture list: Tree with LL, the interaction
-BUDGET = 15
+BUDGET = 25  # search launches: the target's p90 (a median of 15 is asked of the seeds)
 
 
 def first_optimal_launch(tmp_path: Path, seed: int) -> tuple[int | None, list]:
@@ -68,14 +73,14 @@ def test_the_default_search_launches_the_interaction_optimum_within_15_launches_
     seeds = range(3)
     for seed in seeds:
         (tmp_path / str(seed)).mkdir()
-    with ThreadPoolExecutor(len(seeds)) as pool:
-        runs = dict(zip(seeds, pool.map(lambda seed: first_optimal_launch(tmp_path / str(seed), seed), seeds)))
+    with ProcessPoolExecutor(len(seeds), mp_context=multiprocessing.get_context("spawn")) as pool:
+        runs = dict(zip(seeds, pool.map(first_optimal_launch, [tmp_path / str(seed) for seed in seeds], seeds)))
     for seed, (_, launched) in runs.items():
         assert {r.enqueued_by for r in launched[1:]} <= {"model", "gap"}, (seed, launched)
         crashing = [r for r in launched if r.params.get("backend.algo") in ("NVLS", "PAT")]
         wrong = [r for r in launched if r.failure_kind == "wrong-output"]
         assert all(r.state == "FAIL" for r in crashing) and len(wrong) <= 2, launched
-    # status ends with what the study did not measure beside its best (15 launches of 216 configs)
+    # status ends with what the study did not measure beside its best (25 launches of 216 configs)
     status = subprocess.run([sys.executable, "-m", "orchestrator", "status", str(tmp_path / "0" / "job.yaml")],
                             capture_output=True, text=True, timeout=120)
     assert status.returncode == 0, status.stderr
@@ -85,4 +90,5 @@ def test_the_default_search_launches_the_interaction_optimum_within_15_launches_
     assert all(line.match(g) for g in gaps[1:]), gaps
     hits = {seed: hit for seed, (hit, _) in runs.items()}
     print(f"first optimal launch by seed: {hits}")  # shown with -s: the figure docs/benchmarks.md quotes
-    assert all(h is not None and h <= 15 for h in hits.values()), hits
+    assert all(h is not None and h <= BUDGET for h in hits.values()), hits
+    assert sorted(hits.values())[len(hits) // 2] <= 15, hits

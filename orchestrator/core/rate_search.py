@@ -9,7 +9,9 @@ capacity requests queue and their latency grows (``node.open_loop``). The search
 1. a coarse sweep, ascending: ``min_rate`` (default ``max_rate / 8``), doubling, up to ``max_rate``;
    it stops early once ``BREAKS_TO_STOP`` rates in a row broke (each rate above them only queues
    more, and an overloaded probe is the slowest to drain);
-2. then refinement: the gap between the highest rate that held and the lowest above it that broke is
+2. where no rate of the sweep held, halving below its lowest (at most ``BELOW`` times) until one does:
+   a ``max_rate`` guessed far too high still finds the capacity;
+3. then refinement: the gap between the highest rate that held and the lowest above it that broke is
    bisected until it is at most ``STEP`` of the held rate wide.
 
 At most ``RateAxis.max_probes`` probes. Nothing assumes attainment falls with the rate: every probe is
@@ -32,6 +34,7 @@ BREAKS_TO_STOP = 2  # the coarse sweep goes no higher after this many broken rat
 LOWEST_SHARE = 8  # the coarse sweep starts at max_rate / this unless min_rate says otherwise
 DEFAULT_REQUESTS = 100  # requests a probe sends
 DEFAULT_PROBES = 8  # probes a launch measures at most
+BELOW = 3  # where no rate of the sweep held: halvings below its lowest rate, at most
 
 
 @dataclass(frozen=True)
@@ -100,8 +103,11 @@ def next_rate(held: Mapping[float, bool], axis: RateAxis) -> float | None:
         if streak >= BREAKS_TO_STOP:
             break
     best = capacity(held)
+    if best is None:  # nothing held: below the sweep, halving
+        low = min(held)
+        return low / 2 if low / 2 >= axis.lowest / 2 ** BELOW * (1 - 1e-9) else None
     above = broke_above(held, best)
-    if best is None or above is None or resolved(best, above):
+    if above is None or resolved(best, above):
         return None
     return (best + above) / 2
 

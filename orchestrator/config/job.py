@@ -846,8 +846,9 @@ def _objective(top: Section, bench: BenchSettings) -> Objective:
         raise sec.bad("goodput", f"goodput finds its own {what}: give goodput, or concurrency (with weights), "
                                  "not both")
     if searched and context:
-        raise sec.bad("context", "goodput searches the load at one prompt length: give goodput or context, "
-                                 "not both (bench.context sets the length goodput measures at)")
+        raise sec.bad("context", f"goodput searches the {'concurrency' if rate is None else 'request rate'} at one "
+                                 "prompt length: give goodput or context, not both (bench.context sets the length "
+                                 "goodput measures at)")
     slo_raw = top.raw("slo", None)
     if slo_raw is None and preset is not None:
         slo_raw = PRESETS[preset][1]
@@ -916,9 +917,9 @@ def _goodput(sec: Section) -> int | None:
     inner = sec.section("goodput", GOODPUT_KEYS)
     given = [k for k in ("max_concurrency", "max_rate", "max_speed") if k in inner.data]
     if len(given) != 1:
-        raise sec.bad("goodput", "needs one of max_concurrency (the most streams the search tries, e.g. "
-                                 "{max_concurrency: 64}), max_rate (the highest request rate, req/s, e.g. {max_rate: "
-                                 "40}) and max_speed (a trace's pace, e.g. {max_speed: 4}), "
+        raise sec.bad("goodput", "needs max_concurrency (the most streams the search tries, e.g. {max_concurrency: "
+                                 "64}), or max_rate (the highest request rate, req/s, e.g. {max_rate: 40}), or "
+                                 "max_speed (a trace's pace, e.g. {max_speed: 4}): one of them, "
                                  f"not {' and '.join(given) if given else 'none'}")
     if given[0] != "max_concurrency":
         return None
@@ -1014,7 +1015,9 @@ def _per_request(top: Section, raw: Mapping[Any, Any], by_rate: bool) -> tuple[t
     """``slo``'s per-request targets ({ttft: 200ms, tpot: 10ms}) and ``attainment``, the share of
     requests that must meet every one (``core.attainment``): judged over an open-loop load only."""
     names = [k for k in raw if k in REQUEST_NAMES]
-    if not names and ATTAINMENT not in raw:
+    known = (*SLO_NAMES, *REQUEST_NAMES, ATTAINMENT)
+    unknown = [k for k in raw if k not in known and not isinstance(_level_key(k), int)]
+    if (not names and ATTAINMENT not in raw) or unknown:  # (an unknown name: said by ``_one_slo``, first)
         return (), None
     first = names[0] if names else ATTAINMENT
     if not by_rate:

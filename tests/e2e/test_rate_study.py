@@ -165,4 +165,4 @@ def test_a_trace_with_timestamps_replays_at_its_own_pace_and_faster(tmp_path):
     assert searched.probes[0].held and searched.probes[0].ttft.p99 < TTFT_S  # its own pace: the slots keep up
     assert abs(searched.holds - truth) <= searched.breaks - searched.holds, (searched.probes, truth)
     verdict = next(line for line in said if line.startswith("goodput: "))
-    assert f"x the trace's pace): " in verdict, verdict
+    assert f"{searched.holds:.3g} req/s ({searched.holds / own:.3g}x the trace's pace): " in verdict, verdict

@@ -37,7 +37,10 @@ concurrency, ``core.capacity``: which concurrencies were probed, each a level of
 every SLO held at each, where the engine changes regime (``RegimeMark``), and the capacity point,
 the concurrency with the most total tok/s where every SLO held; the measurement's value is the
 total tok/s there) and ``Lengths`` (with a traffic file: the prompt and output lengths the requests had, as
-the server counted them, and how many returned another length than they asked for).
+the server counted them, and how many returned another length than they asked for). A search by
+request rate (``RateResult``, ``core.rate_search``: each probe an open-loop load, ``RateProbe``: its
+rate, attainment, tok/s and percentiles) has no levels: its value is the output tok/s at the highest
+rate that held.
 """
 
 from __future__ import annotations

@@ -40,6 +40,9 @@ streamed requests after the N-th are F times slower: a server that degrades mid-
 ``--capture-sizes 1,2,..,64 --eager-factor F`` (with more streams in flight than the largest
 captured size each token takes F times as long: the batch runs without its CUDA graphs, as vLLM's
 does, and the total tok/s falls off a cliff above it; the log's first lines say what was captured),
+``--slots K`` (at most K streams decode at once; a stream beyond them waits, first come first served,
+for one to end before its first token: an engine with K sequences' room and a queue, so past the rate K
+over a request's duration requests queue and their TTFT grows without bound),
 ``--fail-above N`` (a stream that would make more than N in flight is answered HTTP 500: a
 config that breaks under load), ``--context-cost S`` (each token of a request takes S more per
 1000 words of its prompt, as attention over a long context slows every decode step, and its
@@ -401,9 +404,14 @@ class Handler(BaseHTTPRequestHandler):
         if refused:
             self._json(500, {"error": {"message": f"more than {limit} streams at once", "code": 500}})
             return
+        slots = srv.slots  # type: ignore[attr-defined]
         try:
+            if slots is not None:
+                slots.acquire()
             self._stream_tokens(body, fake, delay, ttft)
         finally:
+            if slots is not None:
+                slots.release()
             with srv.lock:  # type: ignore[attr-defined]
                 srv.in_flight -= 1  # type: ignore[attr-defined]
 
@@ -501,6 +509,28 @@ class Handler(BaseHTTPRequestHandler):
                 choice["token_ids"] = [tok for _, tok in take]
             self._event({**base, "choices": [choice], "usage": None})
         self._finish_stream(body, base, prompt, n)
+
+
+class Slots:
+    """``--slots K``: at most K holders at once, the others served in the order they came."""
+
+    def __init__(self, k: int):
+        self.free, self.queue, self.cond = k, [], threading.Condition()
+
+    def acquire(self) -> None:
+        me = object()
+        with self.cond:
+            self.queue.append(me)
+            while self.queue[0] is not me or self.free == 0:
+                self.cond.wait()
+            self.queue.pop(0)
+            self.free -= 1
+            self.cond.notify_all()
+
+    def release(self) -> None:
+        with self.cond:
+            self.free += 1
+            self.cond.notify_all()
 
 
 class _Server(ThreadingHTTPServer):
@@ -635,6 +665,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--capture-sizes", default=None, metavar="N,N,...")
     p.add_argument("--eager-factor", type=float, default=1.0, metavar="F")
     p.add_argument("--fail-above", type=int, default=None, metavar="N")
+    p.add_argument("--slots", type=int, default=None, metavar="K")
     p.add_argument("--launch-noise", type=float, default=0.0, metavar="F")
     p.add_argument("--launch-noise-seed", type=int, default=None, metavar="S")
     p.add_argument("--launch-noise-counter", default=None, metavar="FILE")
@@ -679,6 +710,7 @@ def main(argv: list[str] | None = None) -> int:
     httpd.max_model_len = a.max_model_len  # type: ignore[attr-defined]
     httpd.in_flight = 0  # type: ignore[attr-defined]
     httpd.fail_above = a.fail_above  # type: ignore[attr-defined]
+    httpd.slots = Slots(a.slots) if a.slots else None  # type: ignore[attr-defined]
     httpd.streamed = 0  # type: ignore[attr-defined]
     n, _, f = (a.slow_after or ":").partition(":")
     httpd.slow_after = (int(n), float(f)) if n else (None, 1.0)  # type: ignore[attr-defined]

@@ -43,7 +43,9 @@ shown, an example for those three, whose meaning ends "(required)").
       prompt: ...                     # one decode prompt instead of a set (not with prompts)
       traffic: null                   # the user's own requests instead of prompts: JSON Lines, each line
                                       # {"prompt": ..., "output_tokens": N} or a ShareGPT conversation
-                                      # (orchestrator.config.traffic); each request its own output length
+                                      # (orchestrator.config.traffic); each request its own output length; with
+                                      # "timestamp": SECONDS on every line a trace, replayed at its own pace by
+                                      # goodput's rate search
       traffic_sample: 64              # requests drawn from the traffic file, the same for every run of a study
                                       # (one from each 1/traffic_sample of the lengths, the longest always)
       context: null                   # long context: every prompt made about this many tokens long with text
@@ -71,7 +73,12 @@ shown, an example for those three, whose meaning ends "(required)").
                                       # within the slo, the concurrency (up to 64) with the most total tok/s at
                                       # which every target holds, found in one launch by a sweep over the load
                                       # (where the engine changes regime too) and refinement, at most 12 loads;
-                                      # the study maximizes that tok/s
+                                      # the study maximizes that tok/s; or by request rate, an open loop:
+                                      # {max_rate: 40} (req/s; min_rate: max_rate/8, burstiness: 1 (gamma
+                                      # arrivals, 1: Poisson), requests: 100 a probe, max_probes: 8, seed: 0),
+                                      # or {max_speed: 4} to replay bench.traffic's timestamps up to 4x their
+                                      # pace (min_speed): the highest rate at which the slo held, found by a
+                                      # coarse sweep (doubling) and bisection; the study maximizes the tok/s there
       minimize: null                  # a latency percentile to minimize instead of a throughput, e.g. tpot_p99
                                       # (ttft, tpot, itl, e2e at p50, p90, p99): the config with the lowest
                                       # recorded figure at the objective's level(s) wins; not with goodput
@@ -84,7 +91,10 @@ shown, an example for those three, whose meaning ends "(required)").
                                       # nor goodput; []: no axis
     slo: null                         # latency targets, e.g. {tpot_p99: 20ms, ttft_p99: 1s} (ttft, tpot, itl,
                                       # e2e at p50, p90, p99) at every level, or a level's own: {32: {tpot_p99:
-                                      # 50ms}}; a config that breaks one at a level is infeasible at that level
+                                      # 50ms}}; a config that breaks one at a level is infeasible at that level;
+                                      # with goodput by rate, per-request targets judged as attainment: {ttft:
+                                      # 200ms, tpot: 10ms, attainment: 0.99} (ttft, tpot, e2e of each request;
+                                      # the share of requests that must meet every one)
     cost: null                        # {gpu_hour: 2.50} or {node_hour: 20} (dollars): a goodput study's capacity
                                       # point priced in $ per million output tokens, and its tok/s per GPU; a
                                       # config pays for the GPUs it occupies (a node's hour shared by its GPUs)
@@ -174,6 +184,7 @@ from orchestrator.config.sampler_options import DEFAULT_SAMPLER, SAMPLER_NAMES
 from orchestrator.config.sampler_options import OPTIONS as SAMPLER_OPTIONS
 from orchestrator.config.space import SearchSpace, env_str, env_value, space_from_dict
 from orchestrator.config.yaml_input import Section, did_you_mean, display_path, read_yaml_mapping, shown, type_name
+from orchestrator.core import arrivals, rate_search
 from orchestrator.core.ceiling import parse_bandwidth
 from orchestrator.core.durations import format_duration, parse_duration
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
@@ -181,8 +192,9 @@ from orchestrator.core.level import parse as parse_level
 from orchestrator.core.objectives import Latency, Measure, Objective, PerGpu
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO
 from orchestrator.core.price import Cost, Pricing
+from orchestrator.core.rate_search import RateAxis
+from orchestrator.core.slo import ATTAINMENT, REQUEST_NAMES, RequestSlo, Slo, Targets
 from orchestrator.core.slo import NAMES as SLO_NAMES
-from orchestrator.core.slo import Slo, Targets
 from orchestrator.core.study_dir import StudyDir
 from orchestrator.core.versions import parse_version
 
@@ -252,6 +264,7 @@ class BenchSettings:
     # every request begins with a line of its own, and TTFT is a whole prefill
     prefix_reuse: bool = False
     traffic_lines: tuple[str, ...] | None = None  # with a traffic file: where each sampled request is ("line 12")
+    arrival_times: tuple[float, ...] | None = None  # a trace's timestamps (seconds), one per prompt, in order
 
 
 # The job's timeouts when it names none: declared once, read by the job's reader, the frozen type and
@@ -748,11 +761,12 @@ def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
     traffic = sec.text("traffic", None, none_ok=True)
     lengths: tuple[int, ...] | None = None
     where: tuple[str, ...] | None = None
+    times: tuple[float, ...] | None = None
     if traffic is not None:
         path = _near_job(job_path, traffic)
         got = traffic_file.load(path, file=top.file, study=study, sample=sample, default_output=output_tokens,
                                 source=display_path(path))
-        prompts, lengths, source, where = got.prompts, got.output_tokens, got.describe(), got.lines
+        prompts, lengths, source, where, times = got.prompts, got.output_tokens, got.describe(), got.lines, got.times
     elif file is not None:
         path = _near_job(job_path, file)
         prompts, source = decode_prompts.load(path, file=top.file, key="bench.prompts"), display_path(path)
@@ -788,7 +802,7 @@ def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
     return BenchSettings(prompts=prompts, prompts_from=source, output_tokens=output_tokens, warmup=warmup,
                          repeats=repeats, max_repeats=max_repeats, target_rel_ci=target, concurrency=tuple(conc),
                          waves=waves, traffic=traffic, traffic_sample=sample, output_lengths=lengths, context=context,
-                         prefix_reuse=prefix_reuse, traffic_lines=where)
+                         prefix_reuse=prefix_reuse, traffic_lines=where, arrival_times=times)
 
 
 # One-word objectives (``objective: balanced``): a starting point for a user without targets of
@@ -803,7 +817,10 @@ PRESETS: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
     "throughput": ({"concurrency": [64]}, {"tpot_p99": "200ms", "ttft_p99": "10s"}),
     "balanced": ({"goodput": {"max_concurrency": 64}}, {"tpot_p99": "50ms", "ttft_p99": "2s"}),
 }
-GOODPUT_KEYS = ("max_concurrency",)
+RATE_KEYS = ("max_rate", "min_rate", "max_speed", "min_speed", "burstiness", "requests", "max_probes", "seed")
+GOODPUT_KEYS = ("max_concurrency", *RATE_KEYS)
+MAX_RATE_REQUESTS = 100_000  # requests one probe of the rate search sends at most
+MAX_RATE_PROBES = 32  # probes one launch of the rate search measures at most
 
 
 def _objective(top: Section, bench: BenchSettings) -> Objective:
@@ -822,23 +839,28 @@ def _objective(top: Section, bench: BenchSettings) -> Objective:
     context = _context_axis(sec, bench)
     obj = _objective_levels(sec, context)
     goodput = _goodput(sec)
-    if goodput is not None and ("concurrency" in sec.data or "weights" in sec.data):
-        raise sec.bad("goodput", "goodput finds its own concurrency (up to max_concurrency): give goodput, or "
-                                 "concurrency (with weights), not both")
-    if goodput is not None and context:
-        raise sec.bad("context", "goodput searches the concurrency at one prompt length: give goodput or context, "
-                                 "not both (bench.context sets the length goodput measures at)")
+    rate = _rate_axis(sec, bench)
+    searched = goodput is not None or rate is not None
+    if searched and ("concurrency" in sec.data or "weights" in sec.data):
+        what = "concurrency (up to max_concurrency)" if rate is None else "request rate (up to max_rate)"
+        raise sec.bad("goodput", f"goodput finds its own {what}: give goodput, or concurrency (with weights), "
+                                 "not both")
+    if searched and context:
+        raise sec.bad("context", f"goodput searches the {'concurrency' if rate is None else 'request rate'} at one "
+                                 "prompt length: give goodput or context, not both (bench.context sets the length "
+                                 "goodput measures at)")
     slo_raw = top.raw("slo", None)
     if slo_raw is None and preset is not None:
         slo_raw = PRESETS[preset][1]
-    levels = (goodput,) if goodput is not None else obj.levels
-    slo = _slo(top, slo_raw, levels if goodput is not None else tuple(levels) + tuple(bench.concurrency),
-               goodput is not None)
-    if goodput is not None and slo is None:
-        raise sec.bad("goodput", "needs the latency targets that bound it: slo: {tpot_p99: 50ms} (any of "
-                                 f"{', '.join(SLO_NAMES)})")
+    levels = (goodput,) if goodput is not None else () if rate is not None else obj.levels
+    slo = _slo(top, slo_raw, levels if searched else tuple(levels) + tuple(bench.concurrency), searched,
+               rate is not None)
+    if searched and slo is None:
+        targets = f"{', '.join(SLO_NAMES)}" + (", or per request ttft, tpot, e2e with attainment: {ttft: 200ms, "
+                                                "attainment: 0.99}" if rate is not None else "")
+        raise sec.bad("goodput", f"needs the latency targets that bound it: slo: {{tpot_p99: 50ms}} (any of {targets})")
     return Objective(concurrency=obj.concurrency, weights=obj.weights, context=context, goodput=goodput, slo=slo,
-                     preset=preset, measure=_measure(sec, goodput))
+                     preset=preset, measure=_measure(sec, goodput if rate is None else 0), rate=rate)
 
 
 def _measure(sec: Section, goodput: int | None) -> Measure:
@@ -885,20 +907,80 @@ def _context_axis(sec: Section, bench: BenchSettings) -> tuple[int, ...]:
 
 
 def _goodput(sec: Section) -> int | None:
+    """``objective.goodput`` over concurrency: its ``max_concurrency`` (None: not given, or by rate)."""
     raw = sec.raw("goodput", None)
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
-        raise sec.bad("goodput", f"must be {{max_concurrency: N}} (the most streams to try), not {shown(raw)}")
+        raise sec.bad("goodput", f"must be {{max_concurrency: N}} (the most streams to try) or {{max_rate: R}} (the "
+                                 f"highest request rate to try, req/s), not {shown(raw)}")
     inner = sec.section("goodput", GOODPUT_KEYS)
-    if "max_concurrency" not in inner.data:
-        raise sec.bad("goodput", "needs max_concurrency (the most streams the search tries), e.g. "
-                                 "{max_concurrency: 64}")
+    given = [k for k in ("max_concurrency", "max_rate", "max_speed") if k in inner.data]
+    if len(given) != 1:
+        raise sec.bad("goodput", "needs max_concurrency (the most streams the search tries, e.g. {max_concurrency: "
+                                 "64}), or max_rate (the highest request rate, req/s, e.g. {max_rate: 40}), or "
+                                 "max_speed (a trace's pace, e.g. {max_speed: 4}): one of them, "
+                                 f"not {' and '.join(given) if given else 'none'}")
+    if given[0] != "max_concurrency":
+        return None
+    extra = [k for k in RATE_KEYS if k in inner.data]
+    if extra:
+        raise inner.bad(extra[0], "is a key of goodput by request rate (max_rate); allowed with "
+                                  "max_concurrency: none")
     return inner.integer("max_concurrency", None, low=1)
 
 
-def _slo(top: Section, raw: Any, levels: tuple[int, ...], goodput: bool) -> Targets | None:
-    """``slo:``: targets at every level ({tpot_p99: 20ms}) and a level's own ({32: {tpot_p99: 50ms}})."""
+def _rate_axis(sec: Section, bench: BenchSettings) -> RateAxis | None:
+    """``objective.goodput`` by request rate (``core.rate_search``): ``max_rate`` (req/s), or
+    ``max_speed`` over a traffic file's timestamps (the trace's own rate times it)."""
+    raw = sec.raw("goodput", None)
+    if not isinstance(raw, Mapping) or "max_concurrency" in raw:
+        return None
+    inner = sec.section("goodput", GOODPUT_KEYS)
+    trace = bench.arrival_times
+    own = arrivals.own_rate(trace) if trace else None
+    if "max_speed" in inner.data or "min_speed" in inner.data:
+        word = "max_speed" if "max_speed" in inner.data else "min_speed"
+        if own is None:
+            why = ("its requests share one timestamp" if trace else "it has no timestamps" if bench.traffic
+                   else "the job has no bench.traffic")
+            raise inner.bad(word, f"replays a trace's timestamps faster or slower, but {why}: give bench.traffic with "
+                                  "\"timestamp\": SECONDS on every line, or max_rate (req/s)")
+        if "min_rate" in inner.data:
+            raise inner.bad("min_rate", "give min_speed with max_speed (a share of the trace's pace), not min_rate")
+        top = _finite_positive(inner, "max_speed") * own
+        low = _finite_positive(inner, "min_speed") * own if "min_speed" in inner.data else None
+    else:
+        top = _finite_positive(inner, "max_rate")
+        low = _finite_positive(inner, "min_rate") if "min_rate" in inner.data else None
+    if low is not None and low > top:
+        raise inner.bad("min_rate" if "min_rate" in inner.data else "min_speed",
+                        f"must be at most the highest rate searched ({top:g} req/s), not {low:g}")
+    for key in ("burstiness", "requests"):
+        if trace and key in inner.data:
+            raise inner.bad(key, f"draws arrivals; bench.traffic's timestamps are replayed instead (its first "
+                                 f"{len(trace)} requests in time order, bench.traffic_sample): drop {key}")
+    burstiness = _finite_positive(inner, "burstiness") if "burstiness" in inner.data else 1.0
+    requests = inner.integer("requests", rate_search.DEFAULT_REQUESTS, low=1)
+    if requests > MAX_RATE_REQUESTS:
+        raise inner.bad("requests", f"must be at most {MAX_RATE_REQUESTS} (requests one probe sends), not {requests}")
+    probes = inner.integer("max_probes", rate_search.DEFAULT_PROBES, low=2)
+    if probes > MAX_RATE_PROBES:
+        raise inner.bad("max_probes", f"must be at most {MAX_RATE_PROBES} (probes one launch measures), not {probes}")
+    return RateAxis(max_rate=top, min_rate=low, burstiness=burstiness, requests=len(trace) if trace else requests,
+                    max_probes=probes, seed=inner.integer("seed", 0, low=0))
+
+
+def _finite_positive(sec: Section, key: str) -> float:
+    value = sec.number(key, None, above=0)
+    if value == float("inf"):
+        raise sec.bad(key, "must be a finite number > 0, not .inf")
+    return value
+
+
+def _slo(top: Section, raw: Any, levels: tuple[int, ...], goodput: bool, by_rate: bool = False) -> Targets | None:
+    """``slo:``: targets at every level ({tpot_p99: 20ms}) and a level's own ({32: {tpot_p99: 50ms}});
+    with goodput by request rate, per-request targets and their attainment ({ttft: 200ms, attainment: 0.99})."""
     if raw is None:
         return None
     rule = (f"a mapping of targets to durations such as {{tpot_p99: 20ms, ttft_p99: 1s}} (targets: "
@@ -907,7 +989,10 @@ def _slo(top: Section, raw: Any, levels: tuple[int, ...], goodput: bool) -> Targ
         raise top.bad("slo", f"must be {rule}, not {shown(raw)}")
     every: list[Slo] = []
     per_level: dict[int, tuple[Slo, ...]] = {}
+    per_request, share = _per_request(top, raw, by_rate)
     for key, value in raw.items():
+        if key in REQUEST_NAMES or key == ATTAINMENT:
+            continue
         level = _level_key(key)
         if isinstance(level, int) and not isinstance(level, bool):
             where = f"slo.{level}"
@@ -922,15 +1007,50 @@ def _slo(top: Section, raw: Any, levels: tuple[int, ...], goodput: bool) -> Targ
                 raise top.bad(where, f"must map targets to durations, e.g. {{tpot_p99: 50ms}}, not {shown(value)}")
             per_level[level] = tuple(_one_slo(top, f"{where}.{name}", name, limit) for name, limit in value.items())
         else:
-            every.append(_one_slo(top, f"slo.{key if isinstance(key, str) else brief(key)}", key, value))
-    return Targets(every=tuple(every), per_level=per_level)
+            every.append(_one_slo(top, f"slo.{key if isinstance(key, str) else brief(key)}", key, value, by_rate))
+    return Targets(every=tuple(every), per_level=per_level, per_request=per_request, attainment=share)
 
 
-def _one_slo(top: Section, where: str, name: Any, limit: Any) -> Slo:
+def _per_request(top: Section, raw: Mapping[Any, Any], by_rate: bool) -> tuple[tuple[RequestSlo, ...], float | None]:
+    """``slo``'s per-request targets ({ttft: 200ms, tpot: 10ms}) and ``attainment``, the share of
+    requests that must meet every one (``core.attainment``): judged over an open-loop load only."""
+    names = [k for k in raw if k in REQUEST_NAMES]
+    known = (*SLO_NAMES, *REQUEST_NAMES, ATTAINMENT)
+    unknown = [k for k in raw if k not in known and not isinstance(_level_key(k), int)]
+    if (not names and ATTAINMENT not in raw) or unknown:  # (an unknown name: said by ``_one_slo``, first)
+        return (), None
+    first = names[0] if names else ATTAINMENT
+    if not by_rate:
+        raise top.bad(f"slo.{first}", "per-request targets and their attainment judge an open-loop load at a "
+                                      "request rate: give objective: {goodput: {max_rate: R}}, or a percentile "
+                                      f"target ({', '.join(SLO_NAMES)})")
+    if not names:
+        raise top.bad(f"slo.{ATTAINMENT}", "is the share of requests that meet every per-request target: give one "
+                                           f"or more of {', '.join(REQUEST_NAMES)} beside it, e.g. {{ttft: 200ms, "
+                                           "attainment: 0.99}")
+    if ATTAINMENT not in raw:
+        raise top.bad("slo", f"per-request targets ({', '.join(names)}) need attainment: the share of requests that "
+                             "must meet every one, a number > 0 and <= 1, e.g. attainment: 0.99")
+    share = raw[ATTAINMENT]
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+        raise top.bad(f"slo.{ATTAINMENT}", f"must be a number > 0 and <= 1 (the share of requests that meet every "
+                                           f"per-request target), not {shown(share)}")
+    out = []
+    for name in names:
+        try:
+            out.append(RequestSlo.named(name, parse_duration(raw[name])))
+        except BadInput as exc:
+            raise top.bad(f"slo.{name}", str(exc)) from None
+    return tuple(out), float(share)
+
+
+def _one_slo(top: Section, where: str, name: Any, limit: Any, by_rate: bool = False) -> Slo:
     if not isinstance(name, str) or name not in SLO_NAMES:
-        hint = did_you_mean(name, SLO_NAMES) if isinstance(name, str) else ""
-        raise top.bad(where, f"unknown target {brief(name)}{hint}; allowed: {', '.join(SLO_NAMES)}, or a level "
-                             "(an integer, or N@CONTEXT such as 64@8192) mapping to those")
+        hint = did_you_mean(name, SLO_NAMES + (REQUEST_NAMES + (ATTAINMENT,) if by_rate else ())) \
+            if isinstance(name, str) else ""
+        per_request = (f"; per request: {', '.join(REQUEST_NAMES)} and {ATTAINMENT}" if by_rate else "")
+        raise top.bad(where, f"unknown target {brief(name)}{hint}; allowed: {', '.join(SLO_NAMES)}{per_request}, or "
+                             "a level (an integer, or N@CONTEXT such as 64@8192) mapping to those")
     try:
         seconds = parse_duration(limit)
     except BadInput as exc:

@@ -14,6 +14,12 @@ file is JSON Lines, one request per line, in either shape (mixed freely):
   without a user turn followed by a reply is skipped (and counted), as ``vllm bench serve``
   skips it.
 
+A request may carry ``"timestamp"``: when it arrived, in seconds (any origin; a trace's own clock).
+Then every request must carry one, and the file is a trace that an open-loop load replays at its
+own pace (``objective.goodput``'s rate search, ``core.arrivals.replay``: each rate the trace's own
+gaps scaled, ``max_speed: 2.0`` halves them): its sample is not drawn by length but is the first
+``bench.traffic_sample`` requests in time order, a window that keeps the trace's bursts, in that order.
+
 A file that is one JSON array of such objects (ShareGPT as it is distributed) reads the same.
 Every request asks for at least 2 tokens (decode tok/s needs two). ``bench.traffic_sample``
 requests are drawn from the file, deterministically for the study (seeded by its name): every
@@ -33,6 +39,7 @@ and the line (exit 2).
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 from dataclasses import dataclass
@@ -59,6 +66,7 @@ class Request:
     prompt: str
     output_tokens: int
     at: str
+    time: float | None = None  # its ``timestamp`` (seconds), where the file is a trace
 
     @property
     def tokens(self) -> int:
@@ -84,6 +92,7 @@ class Traffic:
     in_file: int  # usable requests in the file
     skipped: int = 0  # conversations without a reply
     lines: tuple[str, ...] = ()  # where each request is in the file ("line 12")
+    times: tuple[float, ...] | None = None  # a trace's timestamps (seconds), in order; None: no timestamps
 
     def describe(self) -> str:
         """'traffic.jsonl: 64 of 200 requests, one from each 1/64 of the lengths (asked output tokens 8-96;
@@ -96,6 +105,11 @@ class Traffic:
             k = max(range(len(self.prompts)), key=lambda i: request_tokens(self.prompts[i], self.output_tokens[i]))
             longest = (f"; the longest, {self.lines[k]}, about {request_tokens(self.prompts[k], self.output_tokens[k])}"
                        " tokens, kept")
+        if self.times is not None:
+            drawn, longest = ", the first in time order", ""
+            span = max(self.times) - min(self.times)
+            if span > 0:
+                longest = f"; timestamps over {span:.3g} s, {(len(self.times) - 1) / span:.3g} req/s"
         return (f"{self.source}: {len(self.prompts)} of {self.in_file} requests{drawn} (asked output tokens "
                 f"{low}-{high}{skipped}{longest})")
 
@@ -123,10 +137,29 @@ def load(path: str | os.PathLike, *, file: str | None, study: str, sample: int, 
     if not requests:
         why = f" ({skipped} conversation(s) without a reply)" if skipped else ""
         raise BadInput(f"{where}: holds no request{why}", file=file, key=key)
-    picked = sample_requests(requests, sample, study)
+    timed = _timed(requests, where, file, key)
+    picked = first_in_time(requests, sample) if timed else sample_requests(requests, sample, study)
     return Traffic(source=source or str(p), prompts=tuple(r.prompt for r in picked),
                    output_tokens=tuple(r.output_tokens for r in picked), in_file=len(requests), skipped=skipped,
-                   lines=tuple(r.at for r in picked))
+                   lines=tuple(r.at for r in picked),
+                   times=tuple(r.time for r in picked) if timed else None)  # type: ignore[misc]
+
+
+def _timed(requests: list[Request], where: str, file: str | None, key: str) -> bool:
+    """Whether the file is a trace: every request has a timestamp (one without, where others have
+    one, is refused by its line)."""
+    without = [r for r in requests if r.time is None]
+    if len(without) == len(requests):
+        return False
+    if without:
+        raise BadInput(f"{where}: {without[0].at} has no 'timestamp' where other requests have one; a trace "
+                       "needs one on every request (seconds)", file=file, key=key)
+    return True
+
+
+def first_in_time(requests: list[Request], sample: int) -> list[Request]:
+    """A trace's first ``sample`` requests in time order (the file's order among equal times)."""
+    return sorted(requests, key=lambda r: r.time)[:sample]  # type: ignore[arg-type, return-value]
 
 
 def _parse(text: str, where: str, file: str | None, key: str,
@@ -157,8 +190,18 @@ def _parse(text: str, where: str, file: str | None, key: str,
         if got is None:
             skipped += 1
         else:
-            out.append(Request(got[0], got[1], at))
+            out.append(Request(got[0], got[1], at, _timestamp(item, f"{where}: {at}", file, key)))
     return out, skipped
+
+
+def _timestamp(item: dict[str, Any], where: str, file: str | None, key: str) -> float | None:
+    """A request's ``timestamp`` (seconds), None where it has none."""
+    value = item.get("timestamp")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise BadInput(f"{where}: 'timestamp' must be a number of seconds, not {value!r}", file=file, key=key)
+    return float(value)
 
 
 def _request(item: Any, where: str, file: str | None, key: str, default_output: int) -> tuple[str, int] | None:

@@ -149,7 +149,7 @@ class CurvePoint:
     run, the targeted percentiles (name, seconds) and whether every target held (None: not judged,
     a bisection's record read without targets)."""
 
-    load: int
+    load: float  # streams (a request rate's curve: req/s)
     tok_s: float | None
     whole_run_tok_s: float | None
     held: bool | None

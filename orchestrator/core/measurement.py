@@ -37,7 +37,10 @@ concurrency, ``core.capacity``: which concurrencies were probed, each a level of
 every SLO held at each, where the engine changes regime (``RegimeMark``), and the capacity point,
 the concurrency with the most total tok/s where every SLO held; the measurement's value is the
 total tok/s there) and ``Lengths`` (with a traffic file: the prompt and output lengths the requests had, as
-the server counted them, and how many returned another length than they asked for).
+the server counted them, and how many returned another length than they asked for). A search by
+request rate (``RateResult``, ``core.rate_search``: each probe an open-loop load, ``RateProbe``: its
+rate, attainment, tok/s and percentiles) has no levels: its value is the output tok/s at the highest
+rate that held.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ BUSY_SHARE = 0.5  # other work on at least this share of the host's CPUs: a busy
 # constraint violations, the ignored value of a wrong config, the pruning thresholds, ...)
 RECORD_KEYS = ("levels", "repeats", "prompts", "output_tokens", "warmup_s", "bench_s", "host", "decode_tok_s",
                "decode_samples", "ttft_s", "ttft_samples", "e2e_tok_s", "cv", "rel_ci", "acceptance_rate",
-               "mean_accepted_length", "concurrency", "goodput", "lengths")
+               "mean_accepted_length", "concurrency", "goodput", "lengths", "rate")
 
 
 # ---- statistics --------------------------------------------------------------------------------
@@ -487,6 +490,173 @@ class GoodputResult:
                    targets=tuple(str(t) for t in targets) if isinstance(targets, list) else ())
 
 
+def rate_text(rate: float) -> str:
+    """'18.8 req/s', '0.45 req/s': a request rate as the answer prints it."""
+    return f"{rate:.3g} req/s"
+
+
+@dataclass(frozen=True)
+class RateProbe:
+    """One request rate of an open-loop load (``node.open_loop``): ``requests`` sent at ``rate``
+    requests/s on the arrival schedule, how many were ``good`` (met every per-request target;
+    ``core.attainment``), ``failed`` (an error) or ``unfinished`` (cut at the probe's limit), the
+    output tok/s of the whole probe (every output token over the first send to the last end), the
+    rate the client kept (``sent_rate``: the requests over the span of their sends), each request's
+    TTFT, TPOT, ITL and end-to-end latency as percentiles, which targets requests missed and whether
+    the rate ``held`` (attainment and every percentile target)."""
+
+    rate: float
+    requests: int
+    good: int
+    held: bool
+    tok_s: float | None = None
+    sent_rate: float | None = None
+    failed: int = 0
+    unfinished: int = 0
+    ttft: Latency | None = None
+    tpot: Latency | None = None
+    itl: Latency | None = None
+    e2e: Latency | None = None
+    missed: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def attainment(self) -> float | None:
+        """good / requests (None: none sent)."""
+        return self.good / self.requests if self.requests else None
+
+    def latency(self, kind: str) -> Latency | None:
+        """One of ``LATENCY_KINDS``."""
+        if kind not in LATENCY_KINDS:
+            raise ValueError(f"unknown latency {kind!r}; one of {', '.join(LATENCY_KINDS)}")
+        return getattr(self, kind)
+
+    def describe(self) -> str:
+        """'20 req/s: attainment 91.7% (55 of 60), 812.3 tok/s'."""
+        share = f"attainment {100 * self.attainment:.1f}% ({self.good} of {self.requests})" \
+            if self.attainment is not None else "no request"
+        tok = f", {self.tok_s:.1f} tok/s" if self.tok_s is not None else ""
+        return f"{rate_text(self.rate)}: {share}{tok}"
+
+    def to_record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"rate": self.rate, "requests": self.requests, "good": self.good,
+                               "attainment": self.attainment, "held": self.held, "tok_s": self.tok_s,
+                               "sent_rate": self.sent_rate, "failed": self.failed, "unfinished": self.unfinished,
+                               "missed": dict(self.missed)}
+        for kind in LATENCY_KINDS:
+            got = self.latency(kind)
+            if got is not None:
+                out[kind] = got.to_record()
+        return out
+
+    @classmethod
+    def from_record(cls, rec: Any) -> RateProbe | None:
+        if not isinstance(rec, Mapping) or _num(rec.get("rate")) is None or _num(rec.get("requests")) is None:
+            return None
+        missed = rec.get("missed")
+        return cls(rate=float(rec["rate"]), requests=int(rec["requests"]), good=int(_num(rec.get("good")) or 0),
+                   held=bool(rec.get("held")), tok_s=_num(rec.get("tok_s")), sent_rate=_num(rec.get("sent_rate")),
+                   failed=int(_num(rec.get("failed")) or 0), unfinished=int(_num(rec.get("unfinished")) or 0),
+                   **{kind: Latency.from_record(rec.get(kind)) for kind in LATENCY_KINDS},
+                   missed={str(k): int(v) for k, v in missed.items() if _num(v) is not None}
+                   if isinstance(missed, Mapping) else {})
+
+
+@dataclass(frozen=True)
+class RateResult:
+    """The capacity search by request rate within one launch (``core.rate_search``): every rate
+    probed, in the order measured (the curve, kept whole), the capacity (``holds``: the highest rate
+    that held; None: none did), the lowest rate above it that broke (``breaks``), the attainment
+    required, the targets judged (names), how arrivals were drawn (``burstiness``, ``seed``; a
+    trace's own rate where a traffic file's timestamps were replayed, ``trace_rate``) and the range
+    searched."""
+
+    max_rate: float
+    min_rate: float
+    probes: tuple[RateProbe, ...] = ()
+    holds: float | None = None
+    breaks: float | None = None
+    attainment: float | None = None
+    targets: tuple[str, ...] = ()
+    burstiness: float = 1.0
+    seed: int = 0
+    trace_rate: float | None = None
+
+    def at(self, rate: float | None) -> RateProbe | None:
+        """The probe at ``rate`` (the last one measured there)."""
+        return next((p for p in reversed(self.probes) if p.rate == rate), None) if rate is not None else None
+
+    @property
+    def capacity(self) -> RateProbe | None:
+        return self.at(self.holds)
+
+    @property
+    def value(self) -> float:
+        """Output tok/s at the capacity (0.0 where no rate held)."""
+        got = self.capacity
+        return got.tok_s or 0.0 if got is not None else 0.0
+
+    def curve(self) -> list[RateProbe]:
+        """Every probe, by rate (the last measurement of a rate probed twice)."""
+        return sorted({p.rate: p for p in self.probes}.values(), key=lambda p: p.rate)
+
+    def shortfall(self) -> float:
+        """How far the lowest rate was from holding: the attainment it lacked (0.0: unknown)."""
+        low = min(self.probes, key=lambda p: p.rate, default=None)
+        if low is None or low.attainment is None:
+            return 0.0
+        return max(0.0, (1.0 if self.attainment is None else self.attainment) - low.attainment)
+
+    def speed_text(self, rate: float) -> str:
+        """' (2.5x the trace's pace)' where a trace was replayed ('' otherwise)."""
+        return f" ({rate / self.trace_rate:.3g}x the trace's pace)" if self.trace_rate else ""
+
+    def describe(self, value: float | None = None) -> str:
+        """'serves the most within the SLO at 18.8 req/s: 950.1 tok/s (attainment 100.0%; breaks at 20
+        req/s: attainment 91.7%)'; 'breaks the SLO at 5 req/s already (attainment 40.0%)'."""
+        if self.holds is None:
+            low = min(self.probes, key=lambda p: p.rate, default=None)
+            if low is None:
+                return "measured no request rate"
+            share = f" (attainment {100 * low.attainment:.1f}%)" if low.attainment is not None else ""
+            return f"breaks the SLO at {rate_text(low.rate)}{self.speed_text(low.rate)} already{share}"
+        got = self.capacity
+        tok = value if value is not None else (got.tok_s if got is not None else None)
+        figure = f": {tok:.1f} tok/s" if tok is not None else ""
+        notes = [f"attainment {100 * got.attainment:.1f}%"] if got is not None and got.attainment is not None else []
+        above = self.at(self.breaks)
+        if above is not None:
+            notes.append(f"breaks at {rate_text(above.rate)}" + (
+                f": attainment {100 * above.attainment:.1f}%" if above.attainment is not None else ""))
+        elif self.holds >= self.max_rate:
+            notes.append(f"the most asked, objective.goodput.max_rate {self.max_rate:g}")
+        lower = sorted(p.rate for p in self.probes if not p.held and p.rate < self.holds)
+        if lower:  # not monotone: a lower rate broke where a higher one held
+            notes.append(f"though it broke at {rate_text(lower[-1])} below it")
+        return (f"serves the most within the SLO at {rate_text(self.holds)}{self.speed_text(self.holds)}{figure}"
+                + (f" ({'; '.join(notes)})" if notes else ""))
+
+    def to_record(self) -> dict[str, Any]:
+        return {"max_rate": self.max_rate, "min_rate": self.min_rate, "probes": [p.to_record() for p in self.probes],
+                "holds": self.holds, "breaks": self.breaks, "attainment": self.attainment,
+                "targets": list(self.targets), "burstiness": self.burstiness, "seed": self.seed,
+                "trace_rate": self.trace_rate}
+
+    @classmethod
+    def from_record(cls, rec: Any) -> RateResult | None:
+        if not isinstance(rec, Mapping) or _num(rec.get("max_rate")) is None:
+            return None
+        probes = rec.get("probes")
+        targets = rec.get("targets")
+        return cls(max_rate=float(rec["max_rate"]), min_rate=_num(rec.get("min_rate")) or float(rec["max_rate"]),
+                   probes=tuple(p for p in (RateProbe.from_record(r) for r in probes) if p is not None)
+                   if isinstance(probes, list) else (),
+                   holds=_num(rec.get("holds")), breaks=_num(rec.get("breaks")),
+                   attainment=_num(rec.get("attainment")),
+                   targets=tuple(str(t) for t in targets) if isinstance(targets, list) else (),
+                   burstiness=_num(rec.get("burstiness")) or 1.0, seed=int(_num(rec.get("seed")) or 0),
+                   trace_rate=_num(rec.get("trace_rate")))
+
+
 @dataclass(frozen=True)
 class HostLoad:
     """How busy the machine was while a launch was measured (on a CPU box the launches compete
@@ -563,6 +733,12 @@ class Measurement:
     host: HostLoad | None = None
     goodput: GoodputResult | None = None  # the goodput objective's bisection (its probes are ``levels``)
     lengths: Lengths | None = None  # with a traffic file: the requests' prompt and output lengths
+    rate: RateResult | None = None  # the capacity search by request rate (its probes are its own, not levels)
+
+    @property
+    def by_capacity(self) -> bool:
+        """A capacity search's measurement (over concurrency or request rate): its value is the capacity's."""
+        return self.goodput is not None or self.rate is not None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "levels", dict(sorted(self.levels.items())))
@@ -578,7 +754,10 @@ class Measurement:
     @property
     def value(self) -> float | None:
         """The headline's median; for goodput the total tok/s where every SLO last held (0.0 where
-        none held even at the lowest concurrency)."""
+        none held even at the lowest concurrency); by request rate, the output tok/s at the highest rate
+        that held (0.0 where none did)."""
+        if self.rate is not None:
+            return self.rate.value
         if self.goodput is not None and self.goodput.holds is None:
             return 0.0
         head = self.headline
@@ -608,6 +787,8 @@ class Measurement:
             out["goodput"] = self.goodput.to_record()
         if self.lengths is not None:
             out["lengths"] = self.lengths.to_record()
+        if self.rate is not None:
+            out["rate"] = self.rate.to_record()
         one = self.levels.get(1)
         if one is not None:
             out.update(decode_tok_s=one.value, decode_samples=list(one.samples),
@@ -634,7 +815,8 @@ class Measurement:
                 except ValueError:
                     continue
                 levels[level] = LevelResult.from_record(level, rec)
-        if not levels:
+        rate = RateResult.from_record(metrics.get("rate"))
+        if not levels and rate is None:  # (a search by rate has no levels: its value is its capacity's)
             samples = _finite(metrics.get("decode_samples") or ())
             one = value if value is not None else _num(metrics.get("decode_tok_s"))
             if samples or one is not None:
@@ -653,7 +835,7 @@ class Measurement:
                     continue
                 if level not in levels and _num(total) is not None:
                     levels[level] = LevelResult(level, samples=(_num(total),))  # type: ignore[arg-type]
-        if not levels:
+        if not levels and rate is None:
             return None
         rounds = _num(metrics.get("repeats"))
         return cls(levels=levels, rounds=int(rounds) if rounds is not None else 0,
@@ -662,7 +844,7 @@ class Measurement:
                    warmup_s=_num(metrics.get("warmup_s")) or 0.0, bench_s=_num(metrics.get("bench_s")) or 0.0,
                    host=HostLoad.from_record(metrics.get("host")),
                    goodput=GoodputResult.from_record(metrics.get("goodput")),
-                   lengths=Lengths.from_record(metrics.get("lengths")))
+                   lengths=Lengths.from_record(metrics.get("lengths")), rate=rate)
 
 
 def _ms(seconds: float) -> str:

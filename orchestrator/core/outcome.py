@@ -219,7 +219,7 @@ def judge_slo(result: TrialResult, judge: Callable[[Measurement], Judged] | None
     if judge is None or result.outcome != COMPLETE or result.measurement is None:
         return result
     got = judge(result.measurement)
-    goodput = result.measurement.goodput is not None
+    goodput = result.measurement.by_capacity
     warned = [] if goodput else [f"{SLO_PREFIX}{level}: " + "; ".join(b.describe() for b in found)
                                  for level, found in got.breaches.items()]
     if not got.infeasible:

@@ -8,6 +8,15 @@ p50, p90 and p99), for every level or for one level::
     slo: {tpot_p99: 50ms, 1: {ttft_p99: 200ms}}    # and a target of level 1's own
     slo: {tpot_p99: 50ms, 1@8192: {ttft_p99: 2s}}  # of one level of a context axis (``core.level``)
 
+and, for an open-loop load at a request rate (``objective.goodput.max_rate``), targets of each
+request judged as attainment, as DistServe, GuideLLM and AIPerf define goodput::
+
+    slo: {ttft: 200ms, tpot: 10ms, attainment: 0.99}   # 99% of requests within every target
+
+A request is good when it succeeded and meets every per-request target (``RequestSlo``: its own
+TTFT, TPOT and end-to-end latency); the attainment is the good requests over all sent
+(``core.attainment``). Percentile targets may stand beside them: a rate holds where both do.
+
 A target of a level replaces the one of the same name for every level there. A level breaks
 a target when the measured percentile is above it (``breaches``); a level without that
 latency recorded (a record written before percentiles were kept) breaks nothing: unknown is
@@ -32,6 +41,8 @@ from orchestrator.core.level import parse as parse_level
 from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES, LevelResult
 
 NAMES = tuple(f"{kind}_p{q}" for kind in LATENCY_KINDS for q in QUANTILES)  # tpot_p99, ...
+REQUEST_NAMES = ("ttft", "tpot", "e2e")  # a request's own latencies a per-request target bounds
+ATTAINMENT = "attainment"  # the share of requests that must meet every per-request target
 _NAME = re.compile(r"(ttft|tpot|itl|e2e)_p(50|90|99)")
 LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E latency"}
 
@@ -76,6 +87,33 @@ class Slo:
 
 
 @dataclass(frozen=True)
+class RequestSlo:
+    """A per-request target: each request's own ``kind`` (ttft, tpot, e2e) at most ``limit_s``."""
+
+    kind: str
+    limit_s: float
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+    @property
+    def label(self) -> str:
+        """'TPOT'."""
+        return LABELS[self.kind].replace(" latency", "")
+
+    def describe(self) -> str:
+        """'TPOT <= 10 ms'."""
+        return f"{self.label} <= {ms(self.limit_s)}"
+
+    @classmethod
+    def named(cls, name: str, limit_s: float) -> RequestSlo:
+        if name not in REQUEST_NAMES:
+            raise ValueError(f"unknown per-request target {name!r}; one of {', '.join(REQUEST_NAMES)}")
+        return cls(name, float(limit_s))
+
+
+@dataclass(frozen=True)
 class Breach:
     """A level's measured percentile above its target."""
 
@@ -104,9 +142,11 @@ class Targets:
 
     every: tuple[Slo, ...] = ()
     per_level: Mapping[int, tuple[Slo, ...]] = field(default_factory=dict)
+    per_request: tuple[RequestSlo, ...] = ()  # each request's own latencies (a rate objective's)
+    attainment: float | None = None  # the share of requests that must meet every per-request target
 
     def __bool__(self) -> bool:
-        return bool(self.every) or any(self.per_level.values())
+        return bool(self.every) or any(self.per_level.values()) or bool(self.per_request)
 
     def at(self, level: int) -> tuple[Slo, ...]:
         """The targets that hold at ``level``: its own, and every level's it does not replace."""
@@ -115,15 +155,26 @@ class Targets:
         return tuple(s for s in self.every if s.name not in names) + tuple(own)
 
     def describe(self) -> str:
-        """'TPOT p99 <= 20 ms, TTFT p99 <= 1 s; at 1: TTFT p99 <= 200 ms'."""
-        parts = [", ".join(s.describe() for s in self.every)] if self.every else []
+        """'TPOT p99 <= 20 ms, TTFT p99 <= 1 s; at 1: TTFT p99 <= 200 ms'; per request 'TTFT <= 200 ms
+        and TPOT <= 10 ms for 99% of requests'."""
+        parts = [self.per_request_text()] if self.per_request else []
+        parts += [", ".join(s.describe() for s in self.every)] if self.every else []
         parts += [f"at {lv}: " + ", ".join(s.describe() for s in slos)
                   for lv, slos in sorted(self.per_level.items()) if slos]
         return "; ".join(parts) or "none"
 
+    def per_request_text(self) -> str:
+        """'TTFT <= 200 ms and TPOT <= 10 ms for 99% of requests'."""
+        share = f"{100 * self.attainment:g}%" if self.attainment is not None else "every one"
+        return " and ".join(s.describe() for s in self.per_request) + f" for {share} of requests"
+
     def to_record(self) -> dict[str, Any]:
-        """The job's form ({name: seconds, level: {name: seconds}}): the study's identity, the export."""
-        out: dict[str, Any] = {s.name: s.limit_s for s in self.every}
+        """The job's form ({name: seconds, level: {name: seconds}}, and {ttft: seconds, attainment:
+        share} per request): the study's identity, the export."""
+        out: dict[str, Any] = {s.name: s.limit_s for s in self.per_request}
+        if self.attainment is not None:
+            out[ATTAINMENT] = self.attainment
+        out.update({s.name: s.limit_s for s in self.every})
         for level, slos in sorted(self.per_level.items()):
             if slos:
                 out[str(level)] = {s.name: s.limit_s for s in slos}
@@ -134,13 +185,17 @@ class Targets:
         """``to_record``'s form read back (a file that ``compare`` wrote); None for none."""
         if not isinstance(rec, Mapping) or not rec:
             return None
-        every, per_level = [], {}
+        every, per_level, per_request, share = [], {}, [], None
         for key, value in rec.items():
             if isinstance(value, Mapping):
                 per_level[parse_level(key)] = tuple(Slo.named(n, float(v)) for n, v in value.items())
+            elif key == ATTAINMENT:
+                share = float(value)
+            elif key in REQUEST_NAMES:
+                per_request.append(RequestSlo.named(str(key), float(value)))
             else:
                 every.append(Slo.named(str(key), float(value)))
-        return cls(every=tuple(every), per_level=per_level)
+        return cls(every=tuple(every), per_level=per_level, per_request=tuple(per_request), attainment=share)
 
 
 def breaches(got: LevelResult | None, slos: Iterable[Slo]) -> list[Breach]:
@@ -201,9 +256,14 @@ def judge(measurement: Any, targets: Targets | None, levels: Iterable[int], *, e
     objective's ``levels``: ``each_level`` (a plan) makes a config infeasible only where every
     level breaks (elsewhere it counts at the levels that hold); otherwise (one level, a traffic
     mix) one breach makes it infeasible. With ``goodput`` it is infeasible when no concurrency
-    held, not even the lowest."""
+    held, not even the lowest (a search by request rate: no rate held)."""
     if not targets or measurement is None:
         return Judged()
+    if goodput and measurement.rate is not None:
+        searched = measurement.rate
+        if searched.holds is not None:
+            return Judged()
+        return Judged(infeasible=True, excess=searched.shortfall(), why=searched.describe())
     found = breaches_at(measurement.levels, targets,
                         None if goodput else [lv for lv in levels if lv in measurement.levels])
     if goodput:

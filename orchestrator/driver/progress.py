@@ -197,7 +197,8 @@ class Progress:
             head, tail = f"  #{number} -> ", f"{self._plan_bests(plan)} (elapsed {self.elapsed()})"
             self.say(head + logs.clip(self._levels_said(result, plan), logs.LOG_WIDTH - len(head) - len(tail)) + tail)
             return
-        reached = result.measurement.goodput if result.measurement is not None else None
+        got = result.measurement
+        reached = (got.goodput or got.rate) if got is not None else None  # a capacity search's, over load or rate
         obj = objectives.of(getattr(self.job, "objective", None))
         lead = ""  # said whole before a clipped reason (a failure's outcome)
         if result.outcome == COMPLETE and reached is not None:  # goodput: where the SLO stopped holding

@@ -59,6 +59,7 @@ __all__ = [
     "RequestFailed",
     "stream_completion",
     "run_streams",
+    "run_open_loop",
     "measure_concurrency",
     "greedy_outputs",
     "score_continuation",
@@ -420,6 +421,49 @@ async def _streams(requests: Sequence[_Request], timeout_s: float, width: int,
         await asyncio.gather(*(worker(k, session) for k in range(min(width, n_requests))))
         wall = time.monotonic() - t0
     return results, wall
+
+
+async def _open_loop(requests: Sequence[_Request], offsets: Sequence[float], deadline_s: float,
+                     stall_s: float | None, asked: Sequence[int], on_done: Callable[[RequestResult], None] | None,
+                     ) -> tuple[list[tuple[float, RequestResult]], float]:
+    """Each request sent at its offset after the start, whatever the earlier ones are doing; each ends
+    by ``deadline_s`` after the start at the latest: ([(the time it was due, result)], wall seconds)."""
+    results: list[tuple[float, RequestResult]] = []
+
+    async def one(i: int, t0: float, session: aiohttp.ClientSession) -> None:
+        due = t0 + offsets[i]
+        wait = due - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        res = await _astream(requests[i], t0 + deadline_s - time.monotonic(), stall_s, session)
+        res.max_tokens = asked[i]
+        results.append((due, res))
+        if on_done is not None:
+            on_done(res)
+
+    async with _session() as session:
+        t0 = time.monotonic()
+        await asyncio.gather(*(one(i, t0, session) for i in range(len(requests))))
+        wall = time.monotonic() - t0
+    return results, wall
+
+
+def run_open_loop(base_url: str, model: str, prompts: Sequence[str], output_tokens: Sequence[int],
+                  offsets: Sequence[float], *, deadline_s: float, stall_s: float | None = None,
+                  extra: dict[str, Any] | None = None, on_done: Callable[[RequestResult], None] | None = None,
+                  ) -> tuple[list[tuple[float, RequestResult]], float]:
+    """An open-loop load: the i-th of ``prompts`` (asking ``output_tokens[i]``) sent ``offsets[i]``
+    seconds after the start whether or not earlier requests have finished (a server slower than the
+    rate queues them, as production traffic does), all on one asyncio event loop of the calling
+    thread through one session, timed as ``stream_completion`` times a request; a request not done
+    ``deadline_s`` after the start ends as a timeout. ([(monotonic time it was due, RequestResult)]
+    in the order they ended, wall seconds); a result's ``t_start`` minus its due time is how late the
+    client sent it."""
+    if not (len(prompts) == len(output_tokens) == len(offsets)):
+        raise ValueError("one output length and one offset per prompt")
+    requests = [_request(base_url, "/v1/completions", _completion_body(model, p, int(n), 0.0, True, extra))
+                for p, n in zip(prompts, output_tokens)]
+    return asyncio.run(_open_loop(requests, offsets, deadline_s, stall_s, [int(n) for n in output_tokens], on_done))
 
 
 def _median(samples: list[float]) -> float | None:

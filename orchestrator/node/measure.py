@@ -69,6 +69,7 @@ from orchestrator.core.measurement import (
     Lengths,
     LevelResult,
     Measurement,
+    RateResult,
     StreamedRequest,
     relative_ci,
     steady_window,
@@ -248,11 +249,11 @@ class _Pace:
         return max(self.floor, self.t0 + PACE_FACTOR * guess) if guess is not None else self.floor
 
 
-CUT = "cut"  # ``_Session.rounds``: the adaptive rounds reached the benchmark's limit (the level is kept)
+CUT = "cut"  # ``Session.rounds``: the adaptive rounds reached the benchmark's limit (the level is kept)
 DONE = "done"
 
 
-class _Session:
+class Session:
     """One benchmark while it runs (``measure``, ``goodput``): the levels measured so far, the
     pace and its limit, the warm-up and the rounds, and how it ends."""
 
@@ -270,6 +271,8 @@ class _Session:
         self.warmup_s = self.bench_s = 0.0
         self.rounds_done = 0
         self.goodput: GoodputResult | None = None
+        self.rate: RateResult | None = None  # goodput by request rate (``node.open_loop``)
+        self.open_loop = _Level(0)  # the open-loop probes' requests (their lengths), outside every level
         self.prefixes = Prefixes(plan.prefix_reuse)
 
     def left(self) -> float:
@@ -279,7 +282,7 @@ class _Session:
         plan = self.plan
         lengths = None
         if plan.output_lengths is not None or plan.context or plan.long_prompts:  # traffic, long prompts: lengths
-            levels = list(self.acc.values())
+            levels = [*self.acc.values(), self.open_loop]
             asked = [(a, n) for lv in levels for a, n in zip(lv.asked, lv.token_counts)]
             lengths = Lengths(input=Distribution.of(t for lv in levels for t in lv.prompt_tokens),
                               output=Distribution.of(n for lv in levels for n in lv.token_counts),
@@ -287,7 +290,7 @@ class _Session:
         return Measurement(levels={lv: a.freeze(bool(plan.long_prompts)) for lv, a in self.acc.items() if a.samples},
                            rounds=self.rounds_done,
                            prompts=len(plan.prompts), output_tokens=plan.output_tokens, warmup_s=self.warmup_s,
-                           bench_s=self.bench_s, goodput=self.goodput, lengths=lengths)
+                           bench_s=self.bench_s, goodput=self.goodput, lengths=lengths, rate=self.rate)
 
     def fail(self, err: str, timed_out: bool, req: RequestResult | None = None, stalled: bool = False,
              level: int | None = None) -> Benchmark:
@@ -379,7 +382,8 @@ class _Session:
                 out.warnings.append(f"requests returned {short} tokens, not {plan.output_tokens} (does the server "
                                     "honour ignore_eos?)")
         else:
-            asked = [(a, n) for lv in acc.values() for a, n in zip(lv.asked, lv.token_counts) if a is not None]
+            asked = [(a, n) for lv in [*acc.values(), self.open_loop] for a, n in zip(lv.asked, lv.token_counts)
+                     if a is not None]
             wrong = [(a, n) for a, n in asked if a != n]
             if wrong:
                 out.warnings.append(f"{len(wrong)} of {len(asked)} requests returned another length than asked "
@@ -404,7 +408,7 @@ def measure(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
         return goodput(base_url, model, plan, deadline=deadline, metrics_url=metrics_url, progress=progress)
     objective = sorted(plan.levels)
     extra_levels = sorted(set(plan.constraint_levels) - set(objective))
-    run = _Session(base_url, model, plan, deadline, metrics_url, progress, objective + extra_levels)
+    run = Session(base_url, model, plan, deadline, metrics_url, progress, objective + extra_levels)
     failed = run.warm_up()
     if failed is not None:
         return failed
@@ -421,7 +425,7 @@ def goodput(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
     ``Measurement.goodput``."""
     top = int(plan.goodput or 1)
     marks = tuple(plan.marks)
-    run = _Session(base_url, model, plan, deadline, metrics_url, progress,
+    run = Session(base_url, model, plan, deadline, metrics_url, progress,
                    capacity.coarse(top, marks) + [top] * GOODPUT_PACE_PROBES)
     failed = run.warm_up()
     if failed is not None:

@@ -22,6 +22,7 @@ from orchestrator.config.prompts import with_context
 from orchestrator.core.level import context_of
 from orchestrator.core.measurement import RegimeMark
 from orchestrator.core.objectives import Measure
+from orchestrator.core.rate_search import RateAxis
 from orchestrator.core.records import Config
 from orchestrator.core.slo import Targets
 from orchestrator.core.study_dir import trial_log_name
@@ -73,7 +74,8 @@ class BenchPlan:
     ``repeats`` rounds, more of a level up to ``max_repeats`` while its median's interval is wider
     than ``target_rel_ci``; ``timeout_s`` the benchmark's least limit. With ``goodput``, the
     concurrencies the capacity search picks (``core.capacity``, probing ``marks``), judged against
-    ``slo``, instead of ``levels``."""
+    ``slo``, instead of ``levels``; with ``rate``, the request rates the rate search picks
+    (``core.rate_search``), each an open-loop load judged by its attainment."""
 
     prompts: tuple[str, ...]
     output_tokens: int = 64
@@ -92,6 +94,9 @@ class BenchPlan:
     # context (``core.level``) is measured over them, a context-0 level over ``prompts``
     long_prompts: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     goodput: int | None = None  # the goodput objective: the capacity search up to this instead of ``levels``
+    # goodput by request rate: the open-loop rate search (``node.open_loop``) instead of ``levels``
+    rate: RateAxis | None = None
+    arrival_times: tuple[float, ...] | None = None  # a trace's timestamps, one per prompt: its own pattern replayed
     slo: Targets | None = None  # what each concurrency the goodput search tries must hold
     # where the server changes regime (``core.capacity``): the trial adds them once the server is up
     marks: tuple[RegimeMark, ...] = ()
@@ -181,6 +186,7 @@ class TrialSpec:
                             stall_s=job.timeouts.stall_s, waves=bench.waves, output_lengths=bench.output_lengths,
                             context=bench.context, goodput=job.objective.goodput, slo=job.objective.slo,
                             prefix_reuse=bench.prefix_reuse, measure=job.objective.measure, config=dict(config),
+                            rate=job.objective.rate, arrival_times=bench.arrival_times,
                             long_prompts={ctx: with_context(tuple(bench.prompts), ctx)
                                           for ctx in job.objective.context if ctx}),
             check=check or CheckPlan(), log_dir=str(log_dir or job.dir.logs), registry_dir=str(job.dir.servers),

@@ -34,6 +34,7 @@ from orchestrator.node import client, gpus, phases, startup
 from orchestrator.node.hostload import HostSampler
 from orchestrator.node.hwprobe import memory_bandwidth, node_info
 from orchestrator.node.measure import PACE_FACTOR, Benchmark, measure, with_host
+from orchestrator.node.open_loop import measure_rates
 from orchestrator.node.preflight import resolve
 from orchestrator.node.server import (
     PortTaken,
@@ -201,7 +202,10 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
             plan = replace(plan, marks=regime_marks(backend, spec.config, _read(log_path), plan))
         report.phase(phases.WARMING_UP)
         benchmarking = HostSampler(record.pgid)
-        got = with_host(measure(launch.base_url, launch.model_name, plan, deadline=time.monotonic() + plan.timeout_s,
+        deadline = time.monotonic() + plan.timeout_s
+        got = with_host(measure_rates(launch.base_url, launch.model_name, plan, deadline=deadline,
+                                      metrics_url=launch.metrics_url) if plan.rate is not None else
+                        measure(launch.base_url, launch.model_name, plan, deadline=deadline,
                                 metrics_url=launch.metrics_url, prune_below=spec.prune_below,
                                 progress=report.measuring),
                         benchmarking.finish())

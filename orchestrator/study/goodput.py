@@ -1,5 +1,6 @@
 """The answer of a goodput study: per config its capacity within the SLO, the concurrency with the
-most total tok/s at which every target held, and what happens above it.
+most total tok/s at which every target held (or, by request rate, the highest rate at which it held:
+``RateCrossing``), and what happens above it.
 
 A job with ``objective: {goodput: {max_concurrency: N}}`` measures each launch by the capacity
 search over the load axis (``node.measure.goodput``, ``core.capacity``; the launch's record in
@@ -23,10 +24,10 @@ from typing import Any
 
 from orchestrator.config.job import Objective
 from orchestrator.core import capacity
-from orchestrator.core.measurement import GoodputResult
+from orchestrator.core.measurement import GoodputResult, RateResult, rate_text
 from orchestrator.core.price import Priced, Pricing, money
 from orchestrator.core.records import COMPLETE, TrialRow
-from orchestrator.core.slo import Breach, Targets, breaches, ms
+from orchestrator.core.slo import Breach, Slo, Targets, breaches, ms
 from orchestrator.study import objective as objectives
 from orchestrator.study.history import baseline_row, best_rows
 
@@ -49,8 +50,10 @@ class Crossing:
     (``holds``), the lowest load above it that broke a target (``breaks``) and what broke there."""
 
     row: TrialRow
-    holds: int | None  # the capacity point: the load with the most tok/s within the SLO (None: none held)
-    breaks: int | None  # the lowest load above it at which a target broke (None: none did)
+    # the capacity point: the load with the most tok/s within the SLO (None: none held); streams (a rate
+    # crossing's: req/s)
+    holds: float | None
+    breaks: float | None  # the lowest load above it at which a target broke (None: none did)
     value: float | None  # total tok/s at ``holds`` (0.0 when none held)
     broken: tuple[Breach, ...] = ()  # what broke at ``breaks``
     max_concurrency: int = 0
@@ -67,7 +70,7 @@ class Crossing:
     @property
     def whole_run(self) -> float | None:
         """The whole run's output tok/s at the capacity point (``vllm bench serve``'s way)."""
-        got = self.row.at(self.holds) if self.holds is not None else None
+        got = self.row.at(int(self.holds)) if self.holds is not None else None
         return got.whole_run_tok_s if got is not None else None
 
     def curve(self) -> list[capacity.CurvePoint]:
@@ -84,11 +87,11 @@ class Crossing:
 
     def targets_text(self) -> str:
         """'TPOT p99 2.9 ms': the targeted percentiles at the capacity point."""
-        got = self.row.at(self.holds) if self.holds is not None else None
+        got = self.row.at(int(self.holds)) if self.holds is not None else None
         if got is None or self.slo is None:
             return ""
         parts = []
-        for slo in self.slo.at(self.holds):  # type: ignore[arg-type]
+        for slo in self.slo.at(int(self.holds)):  # type: ignore[arg-type]
             lat = got.latency(slo.kind)
             if lat is not None:
                 parts.append(f"{slo.label} {ms(lat.at(slo.quantile))}")
@@ -98,7 +101,7 @@ class Crossing:
         """What the next measured load above the capacity point did: 'above 64 its graphs end
         (65: 7923 tok/s)', 'above 16 it breaks the SLO: TPOT p99 ...', '128 streams is the most
         asked'."""
-        load = self.holds
+        load = int(self.holds) if self.holds is not None else None
         if load is None:
             return ""
         higher = sorted(lv for lv in self.row.levels if lv > load)
@@ -127,7 +130,7 @@ class Crossing:
             return f"holds the SLO up to {self.holds} stream(s) at {tok(self.value)} tok/s{above}"
         said = self.targets_text()
         price = self.price_text()
-        head = f"serves the most within the SLO at {streams_text(self.holds)}: {tok(self.value)} tok/s" + (
+        head = f"serves the most within the SLO at {streams_text(int(self.holds))}: {tok(self.value)} tok/s" + (
             f" ({said})" if said else "") + (f", {price}" if price else "")
         most = self.result.highest_held if self.result is not None else None
         held = f"; it holds the SLO up to {most}" if most is not None and most > self.holds else ""
@@ -139,7 +142,7 @@ class Crossing:
         price = f" ({self.short_price()})" if self.short_price() else ""
         if self.bisection:
             return f"up to {self.holds} at {tok(self.value)} tok/s{price}"
-        return f"at {streams_text(self.holds or 0)}: {tok(self.value)} tok/s{price}"
+        return f"at {streams_text(int(self.holds or 0))}: {tok(self.value)} tok/s{price}"
 
     def to_dict(self) -> dict[str, Any]:
         out = {"trial": self.row.number, "config": dict(self.row.params), "holds": self.holds,
@@ -154,9 +157,83 @@ class Crossing:
         return out
 
 
+@dataclass(frozen=True)
+class RateCrossing(Crossing):
+    """One trial's config under the SLO by request rate (``core.measurement.RateResult``): its
+    capacity (``holds``: the highest rate, req/s, at which the SLO held), the lowest rate above it that
+    broke (``breaks``) and every probe (``rates``). Said as the concurrency crossing is: '#2 serves
+    the most within the SLO at 18.8 req/s: 950 tok/s (attainment 100.0%; breaks at 20 req/s: ...)'."""
+
+    rates: RateResult | None = None
+
+    @property
+    def bisection(self) -> bool:
+        return False
+
+    @property
+    def whole_run(self) -> float | None:
+        """An open-loop probe's tok/s is already its whole run's."""
+        return self.value if self.holds is not None else None
+
+    def curve(self) -> list[capacity.CurvePoint]:
+        """Every rate probed: its tok/s (the whole run's), whether the SLO held, the targeted percentiles."""
+        names = [s.name for s in self.slo.every] if self.slo else []
+        out = []
+        for p in self.rates.curve() if self.rates is not None else []:
+            lat = [(n, got.at(Slo.named(n, 0).quantile)) for n in names
+                   if (got := p.latency(Slo.named(n, 0).kind)) is not None]
+            out.append(capacity.CurvePoint(p.rate, p.tok_s, p.tok_s, p.held, tuple(lat)))
+        return out
+
+    def targets_text(self) -> str:
+        """'attainment 99.4%': the share of requests within every target at the capacity."""
+        got = self.rates.capacity if self.rates is not None else None
+        return f"attainment {100 * got.attainment:.1f}%" if got is not None and got.attainment is not None else ""
+
+    def above(self) -> str:
+        """'above 18.8 req/s it breaks the SLO (20 req/s: attainment 91.7%)'."""
+        above = self.rates.at(self.breaks) if self.rates is not None else None
+        if self.holds is None:
+            return ""
+        if above is None:
+            return "nothing above it measured" if self.holds < self.max_rate else \
+                f"{rate_text(self.holds)} is the most asked (max_rate {self.max_rate:g})"
+        return f"above {rate_text(self.holds)} it breaks the SLO ({above.describe()})"
+
+    @property
+    def max_rate(self) -> float:
+        return self.rates.max_rate if self.rates is not None else 0.0
+
+    def describe(self) -> str:
+        """'serves the most within the SLO at 18.8 req/s: 950.1 tok/s (attainment 100.0%; breaks at 20
+        req/s: attainment 91.7%)', priced where the job has a cost."""
+        if self.rates is None:
+            return "measured no request rate"
+        price = self.price_text()
+        return self.rates.describe(self.value if self.holds is not None else None) + (f", {price}" if price else "")
+
+    def brief(self) -> str:
+        """The baseline's part of the answer: 'at 12.5 req/s: 640 tok/s'."""
+        price = f" ({self.short_price()})" if self.short_price() else ""
+        return f"at {rate_text(self.holds or 0)}: {tok(self.value)} tok/s{price}"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        got = self.rates.capacity if self.rates is not None else None
+        out.update(search="rate", unit="req/s", max_rate=self.max_rate, max_concurrency=None, highest_held=self.holds,
+                   attainment=got.attainment if got is not None else None,
+                   probes=[p.to_record() for p in self.rates.probes] if self.rates is not None else [],
+                   trace_rate=self.rates.trace_rate if self.rates is not None else None)
+        return out
+
+
 def crossing(row: TrialRow | None, slo: Targets | None, pricing: Pricing | None = None) -> Crossing | None:
     """The row's crossing (None: not a goodput measurement)."""
     got = row.measurement if row is not None else None
+    if row is not None and got is not None and got.rate is not None:
+        priced = pricing.price(row.params, got.value) if pricing is not None else None
+        return RateCrossing(row, got.rate.holds, got.rate.breaks, got.value, (), 0, slo=slo, priced=priced,
+                            gpus_per_node=pricing.gpus_per_node if pricing is not None else 0, rates=got.rate)
     if row is None or got is None or got.goodput is None:
         return None
     g = got.goodput
@@ -175,11 +252,12 @@ class GoodputAnswer:
     configs: tuple[Crossing, ...]
     slo: Targets | None
     pricing: Pricing | None = None
+    by_rate: bool = False  # the capacity is a request rate (``objective.goodput.max_rate``)
 
     def text(self) -> str:
         """'#2 serves the most within the SLO at 64 streams: ...; the baseline #0 at 16 streams: 2100 tok/s'."""
         if self.best is None:
-            head = "no config holds the SLO at any concurrency yet"
+            head = "no config holds the SLO at any " + ("request rate" if self.by_rate else "concurrency") + " yet"
         elif self.baseline is not None and self.baseline.row.config_key == self.best.row.config_key:
             head = f"the baseline #{self.best.row.number} is the best: it {self.best.describe()}"
         else:
@@ -215,7 +293,8 @@ def goodput_answer(rows: list[TrialRow], objective: Objective | None,
             latest[r.config_key] = r
     others = [r for key, r in latest.items() if key not in {x.config_key for x in ranked}]
     configs = tuple(c for c in (crossing(r, slo, pricing) for r in ranked + others) if c is not None)
-    return GoodputAnswer(best=best, baseline=base, configs=configs, slo=slo, pricing=pricing)
+    return GoodputAnswer(best=best, baseline=base, configs=configs, slo=slo, pricing=pricing,
+                         by_rate=objectives.of(objective).rate is not None)
 
 
 def format_goodput(answer: GoodputAnswer) -> str:

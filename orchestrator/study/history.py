@@ -270,7 +270,9 @@ def _damage(trial: FrozenTrial, config: Any, value: float | None, metrics: dict[
 def _holds_nowhere(metrics: dict[str, Any]) -> bool:
     """A goodput measurement whose SLO broke at the first concurrency it tried: its value, 0 tok/s
     within the SLO, is a measured rate (an eager baseline under a tight TPOT target), not damage."""
-    gp = metrics.get("goodput")
+    gp, rate = metrics.get("goodput"), metrics.get("rate")
+    if isinstance(rate, dict):  # by request rate: no rate held, and some was probed
+        return rate.get("holds") is None and bool(rate.get("probes"))
     return isinstance(gp, dict) and not gp.get("holds") and gp.get("breaks") is not None
 
 

@@ -92,7 +92,7 @@ def figure(row: TrialRow, level: int | None) -> float | None:
     """One launch's figure at ``level`` (its median there); ``HEADLINE``: a goodput launch's total
     tok/s within the SLO (None for a launch that measured no goodput: ``compare``'s)."""
     if level is HEADLINE:
-        return row.worth if row.measurement is not None and row.measurement.goodput is not None else None
+        return row.worth if row.measurement is not None and row.measurement.by_capacity else None
     return row.worth_at(level)
 
 

@@ -549,3 +549,100 @@ def test_notify_is_an_argv_split_like_shell_words_or_given_as_a_list():
     (3, "must be a command line or a list of its words"), (["ok", 2], "must be a command line or a list")])
 def test_bad_notify(value, words):
     bad("notify", words, job={"notify": value})
+
+
+# ---- goodput by request rate (issue 47 item 2) ---------------------------------------------
+
+RATE_SLO = {"ttft": "200ms", "tpot": "10ms", "attainment": 0.99}
+
+
+def test_goodput_by_rate_reads_its_axis_and_its_attainment_targets():
+    obj = load_job(write(job={"objective": {"goodput": {"max_rate": 40, "burstiness": 0.5, "requests": 200,
+                                                        "seed": 3}},
+                              "slo": {**RATE_SLO, "tpot_p99": "20ms"}})).objective
+    assert obj.by_capacity and obj.goodput is None and obj.kind_name == "goodput by rate"
+    axis = obj.rate
+    assert (axis.max_rate, axis.lowest, axis.burstiness, axis.requests, axis.max_probes, axis.seed) == \
+        (40, 5, 0.5, 200, 8, 3)
+    assert [(s.kind, s.limit_s) for s in obj.slo.per_request] == [("ttft", 0.2), ("tpot", 0.01)]
+    assert obj.slo.attainment == 0.99 and obj.slo.every[0].name == "tpot_p99"  # a percentile target beside them
+    assert obj.describe() == ("goodput up to 40 req/s (gamma arrivals, burstiness 0.5, 200 requests a probe) under "
+                              "TTFT <= 200 ms and TPOT <= 10 ms for 99% of requests; TPOT p99 <= 20 ms")
+    assert obj.identity()["goodput"] == {"max_rate": 40, "min_rate": 5, "burstiness": 0.5, "requests": 200,
+                                         "max_probes": 8, "seed": 3}
+    assert obj.identity()["slo"] == {"ttft": 0.2, "tpot": 0.01, "attainment": 0.99, "tpot_p99": 0.02}
+
+
+def test_jobs_without_the_new_keys_are_read_as_before():
+    job = {"objective": {"goodput": {"max_concurrency": 48}}, "slo": {"tpot_p99": "20ms"}}
+    obj = load_job(write(job=job)).objective
+    assert obj.rate is None and obj.goodput == 48 and obj.kind_name == "goodput"
+    assert obj.identity() == {"concurrency": [1], "weights": None, "goodput": {"max_concurrency": 48},
+                              "slo": {"tpot_p99": 0.02}}
+
+
+@pytest.mark.parametrize("job, key, words", [
+    ({"objective": {"goodput": {"max_rate": 0}}, "slo": RATE_SLO}, "objective.goodput.max_rate", ["> 0", "not 0"]),
+    ({"objective": {"goodput": {"max_rate": ".inf"}}, "slo": RATE_SLO}, "objective.goodput.max_rate", ["number"]),
+    ({"objective": {"goodput": {"max_rate": 10, "min_rate": 20}}, "slo": RATE_SLO}, "objective.goodput.min_rate",
+     ["at most the highest rate searched (10 req/s), not 20"]),
+    ({"objective": {"goodput": {"max_rate": 10, "burstiness": -1}}, "slo": RATE_SLO},
+     "objective.goodput.burstiness", ["> 0"]),
+    ({"objective": {"goodput": {"max_rate": 10, "requests": 0}}, "slo": RATE_SLO}, "objective.goodput.requests",
+     [">= 1"]),
+    ({"objective": {"goodput": {"max_rate": 10, "max_probes": 1}}, "slo": RATE_SLO},
+     "objective.goodput.max_probes", [">= 2"]),
+    ({"objective": {"goodput": {"max_rate": 10, "max_rates": 3}}, "slo": RATE_SLO}, "objective.goodput.max_rates",
+     ["did you mean", "max_rate"]),
+    ({"objective": {"goodput": {"max_rate": 10, "max_concurrency": 8}}, "slo": RATE_SLO}, "objective.goodput",
+     ["one of them, not max_concurrency and max_rate"]),
+    ({"objective": {"goodput": {"max_concurrency": 8, "burstiness": 2}}, "slo": {"tpot_p99": "1s"}},
+     "objective.goodput.burstiness", ["a key of goodput by request rate (max_rate)"]),
+    ({"objective": {"goodput": {"max_speed": 2}}, "slo": RATE_SLO}, "objective.goodput.max_speed",
+     ["replays a trace's timestamps", "the job has no bench.traffic"]),
+    ({"objective": {"goodput": {"max_rate": 10}}}, "objective.goodput", ["needs the latency targets",
+                                                                          "ttft, tpot, e2e with attainment"]),
+    ({"objective": {"concurrency": [1, 8]}, "slo": RATE_SLO}, "slo.ttft",
+     ["judge an open-loop load at a request rate", "goodput: {max_rate: R}"]),
+    ({"objective": {"goodput": {"max_rate": 10}}, "slo": {"ttft": "1s"}}, "slo", ["need attainment", "0.99"]),
+    ({"objective": {"goodput": {"max_rate": 10}}, "slo": {"attainment": 0.9}}, "slo.attainment",
+     ["give one or more of ttft, tpot, e2e"]),
+    ({"objective": {"goodput": {"max_rate": 10}}, "slo": {"ttft": "1s", "attainment": 1.5}}, "slo.attainment",
+     ["a number > 0 and <= 1", "not 1.5"]),
+    ({"objective": {"goodput": {"max_rate": 10}}, "slo": {"ttft": "soon", "attainment": 0.9}}, "slo.ttft", []),
+    ({"objective": {"goodput": {"max_rate": 10}}, "slo": {"itl": "1s", "attainment": 0.9}}, "slo.itl",
+     ["unknown target 'itl'", "per request: ttft, tpot, e2e and attainment"]),
+    ({"objective": {"goodput": {"max_rate": 10}, "concurrency": [1, 8]}, "slo": RATE_SLO}, "objective.goodput",
+     ["finds its own request rate (up to max_rate)"]),
+    ({"objective": {"goodput": {"max_rate": 10}}, "slo": RATE_SLO, "constraints": [{"concurrency": 2,
+                                                                                     "min_ratio": 0.9}]},
+     "constraints", ["slo:"]),
+])
+def test_a_bad_rate_objective_or_attainment_target_is_one_line_naming_the_key(job, key, words):
+    bad(key, *words, job=job)
+
+
+def test_a_bad_rate_key_is_one_line_and_exit_2_from_the_command_line(capsys):
+    from orchestrator import cli
+
+    write(job={"objective": {"goodput": {"max_rate": 10, "burstiness": 0}}, "slo": RATE_SLO})
+    assert cli.main(["validate", "job.yaml"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said == ["ncclsweep: error: job.yaml: objective.goodput.burstiness: must be a number > 0, not 0"], said
+
+
+def test_a_trace_replays_at_a_speed_and_refuses_drawing_arrivals(tmp_path):
+    Path("trace.jsonl").write_text("".join(f'{{"prompt": "p{i}", "output_tokens": 4, "timestamp": {t}}}\n'
+                                           for i, t in enumerate([10.0, 10.5, 11.0, 12.0, 14.0])))
+    job = load_job(write(job={"bench": {"traffic": "trace.jsonl"}, "slo": RATE_SLO,
+                              "objective": {"goodput": {"max_speed": 4, "min_speed": 0.5}}}))
+    assert job.bench.arrival_times == (10.0, 10.5, 11.0, 12.0, 14.0)  # its own 1 req/s
+    assert (job.objective.rate.max_rate, job.objective.rate.lowest, job.objective.rate.requests) == (4, 0.5, 5)
+    assert load_job(write(job={"bench": {"traffic": "trace.jsonl"}, "slo": RATE_SLO,
+                               "objective": {"goodput": {"max_rate": 8}}})).objective.rate.max_rate == 8
+    bad("objective.goodput.burstiness", "bench.traffic's timestamps are replayed instead", "drop burstiness",
+        job={"bench": {"traffic": "trace.jsonl"}, "slo": RATE_SLO,
+             "objective": {"goodput": {"max_rate": 8, "burstiness": 2}}})
+    bad("objective.goodput.min_rate", "give min_speed with max_speed",
+        job={"bench": {"traffic": "trace.jsonl"}, "slo": RATE_SLO,
+             "objective": {"goodput": {"max_speed": 8, "min_rate": 2}}})

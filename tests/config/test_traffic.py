@@ -132,3 +132,27 @@ def test_a_missing_or_oversized_file_is_refused(tmp_path, monkeypatch):
     with pytest.raises(BadInput, match="at most 0 MB|cut it first"):
         traffic.load(big, file="job.yaml", study="s", sample=8, default_output=8)
     assert Path(big).exists()
+
+
+def test_a_trace_with_timestamps_keeps_its_first_requests_in_time_order(tmp_path):
+    path = tmp_path / "trace.jsonl"
+    path.write_text(lines(*({"prompt": f"p{i}", "output_tokens": 4, "timestamp": 100.0 + (9 - i) * 0.5}
+                            for i in range(10))))  # the file's order is not the trace's
+    got = traffic.load(path, file="job.yaml", study="s", sample=4, default_output=8)
+    assert got.prompts == ("p9", "p8", "p7", "p6") and got.times == (100.0, 100.5, 101.0, 101.5)
+    assert "the first in time order" in got.describe() and "2 req/s" in got.describe()
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(lines({"prompt": "a", "output_tokens": 3}))
+    assert traffic.load(plain, file="job.yaml", study="s", sample=4, default_output=8).times is None
+
+
+@pytest.mark.parametrize("content, says", [
+    (lines({"prompt": "a", "timestamp": 1.0}, {"prompt": "b"}), "line 2 has no 'timestamp' where other requests"),
+    (lines({"prompt": "a", "timestamp": "noon"}), "line 1: 'timestamp' must be a number of seconds, not 'noon'"),
+])
+def test_a_bad_timestamp_names_the_line(tmp_path, content, says):
+    path = tmp_path / "t.jsonl"
+    path.write_text(content)
+    with pytest.raises(BadInput) as info:
+        traffic.load(path, file="job.yaml", study="s", sample=64, default_output=8)
+    assert says in str(info.value) and "job.yaml: bench.traffic: " in str(info.value)

@@ -16,6 +16,8 @@ from orchestrator.core.measurement import (
     Lengths,
     LevelResult,
     Measurement,
+    RateProbe,
+    RateResult,
     RegimeMark,
     StreamedRequest,
     level_text,
@@ -169,3 +171,23 @@ def test_measured_lengths_read_back_and_a_record_without_them_reads_as_before():
     plain = Measurement(levels={1: LevelResult(1, samples=(5.0,))})
     assert "goodput" not in plain.to_record() and "lengths" not in plain.to_record()  # as before
     assert Measurement.from_record(plain.to_record()).goodput is None
+
+
+def test_a_search_by_request_rate_is_stored_and_read_back_whole_and_is_worth_its_capacitys_tok_s():
+    lat = Latency(0.05, 0.08, 0.3, 100, mean=0.06)
+    probes = (RateProbe(10, 100, 100, True, tok_s=400.0, sent_rate=10.0, ttft=lat, e2e=lat),
+              RateProbe(20, 100, 62, False, tok_s=610.0, failed=1, unfinished=3, missed={"ttft": 38}, ttft=lat),
+              RateProbe(15, 100, 99, True, tok_s=590.0))
+    searched = RateResult(20, 10, probes, holds=15, breaks=20, attainment=0.99, targets=("ttft",), burstiness=2.0,
+                          seed=4)
+    m = Measurement(rate=searched)
+    assert m.value == 590.0 and m.by_capacity and not m.levels and m.headline is None
+    stored = m.to_record()
+    assert stored["rate"]["probes"][1] == {**stored["rate"]["probes"][1], "rate": 20, "attainment": 0.62,
+                                           "held": False, "missed": {"ttft": 38}, "unfinished": 3}
+    back = Measurement.from_record(stored, 590.0)
+    assert back.rate == searched and not back.levels  # no level 1 made up from the value
+    assert [p.rate for p in back.rate.curve()] == [10, 15, 20]
+    assert searched.describe(590.0) == ("serves the most within the SLO at 15 req/s: 590.0 tok/s (attainment 99.0%; "
+                                        "breaks at 20 req/s: attainment 62.0%)")
+    assert Measurement.from_record({"levels": {}}) is None  # records of every earlier version still read as before

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.core.measurement import GoodputResult, Latency, LevelResult, Measurement
-from orchestrator.core.slo import NAMES, Slo, Targets, breaches, breaches_at, holds, judge
+from orchestrator.core.slo import NAMES, RequestSlo, Slo, Targets, breaches, breaches_at, holds, judge
 
 
 def level(n: int, *, tpot_p99: float | None = None, ttft_p99: float | None = None, value: float = 100.0) -> LevelResult:
@@ -85,3 +85,13 @@ def test_breaches_at_leaves_out_the_levels_that_hold():
     levels = {1: level(1, tpot_p99=0.005), 8: level(8, tpot_p99=0.021)}
     assert list(breaches_at(levels, TPOT_20MS)) == [8]
     assert breaches_at(levels, None) == {}
+
+
+def test_per_request_targets_and_their_attainment_are_kept_beside_the_percentile_targets():
+    targets = Targets(every=(Slo.named("tpot_p99", 0.02),), per_request=(RequestSlo("ttft", 0.2),), attainment=0.99)
+    assert targets and Targets(per_request=(RequestSlo("e2e", 2.0),), attainment=0.5)
+    assert targets.describe() == "TTFT <= 200 ms for 99% of requests; TPOT p99 <= 20 ms"
+    assert targets.to_record() == {"ttft": 0.2, "attainment": 0.99, "tpot_p99": 0.02}
+    assert Targets.from_record(targets.to_record()) == targets
+    assert Targets(every=(Slo.named("tpot_p99", 0.02),)).to_record() == {"tpot_p99": 0.02}  # as every study had it
+    assert holds(LevelResult(8, samples=(1.0,)), Targets(per_request=(RequestSlo("ttft", 0.2),), attainment=0.9))

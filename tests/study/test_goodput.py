@@ -4,9 +4,10 @@ total tok/s there; the best against the baseline in the words users deploy by.""
 from __future__ import annotations
 
 from orchestrator.config.job import Objective
-from orchestrator.core.measurement import GoodputResult, Latency, LevelResult, Measurement
+from orchestrator.core.measurement import GoodputResult, Latency, LevelResult, Measurement, RateProbe, RateResult
+from orchestrator.core.rate_search import RateAxis
 from orchestrator.core.records import COMPLETE, TrialRow, config_key
-from orchestrator.core.slo import Slo, Targets
+from orchestrator.core.slo import RequestSlo, Slo, Targets
 from orchestrator.study.goodput import format_goodput, goodput_answer
 
 TARGETS = Targets(every=(Slo.named("tpot_p99", 0.020),))
@@ -116,3 +117,26 @@ def test_with_a_price_the_answer_gives_dollars_per_million_tokens_and_tok_s_per_
     assert by[2]["dollars_per_million_tokens"] < by[1]["dollars_per_million_tokens"]
     assert got.to_dict()["cost"] == {"gpu_hour": 2.5}
     assert "$0.278 per million output tokens" in format_goodput(got)
+
+
+def test_by_request_rate_the_answer_names_the_rate_the_tok_s_there_and_the_attainment():
+    slo = Targets(per_request=(RequestSlo("ttft", 0.2),), attainment=0.99)
+
+    def trial(number, params, probes, holds, breaks, **kw):
+        m = Measurement(rate=RateResult(40, 5, tuple(RateProbe(r, 200, g, g >= 198, tok_s=t) for r, g, t in probes),
+                                        holds=holds, breaks=breaks, attainment=0.99))
+        return TrialRow(number=number, state=COMPLETE, params=params, value=m.value, counted=True,
+                        config_key=config_key(params), measurement=m, **kw)
+
+    rows = [trial(0, {"mode": "a"}, [(5, 200, 300.0), (10, 150, 500.0), (7.5, 199, 420.0)], 7.5, 10,
+                  is_baseline=True),
+            trial(1, {"mode": "b"}, [(5, 200, 310.0), (10, 200, 620.0), (20, 120, 900.0), (15, 199, 888.0)], 15, 20)]
+    answer = goodput_answer(rows, Objective(rate=RateAxis(40), slo=slo))
+    assert answer.best.row.number == 1 and answer.best.holds == 15
+    assert answer.text() == ("#1 serves the most within the SLO at 15 req/s: 888.0 tok/s (attainment 99.5%; breaks at "
+                             "20 req/s: attainment 60.0%); the baseline #0 at 7.5 req/s: 420.0 tok/s")
+    best = answer.to_dict()["best"]
+    assert best["search"] == "rate" and best["unit"] == "req/s" and best["attainment"] == 0.995
+    assert [p["rate"] for p in best["probes"]] == [5, 10, 20, 15]  # every probe, in the order measured
+    assert [p["load"] for p in best["curve"]] == [5, 10, 15, 20]
+    assert format_goodput(answer).splitlines()[0].startswith("goodput under TTFT <= 200 ms for 99% of requests: #1 ")

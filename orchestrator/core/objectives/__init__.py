@@ -3,11 +3,12 @@
 ``protocol``: ``Objective`` (the protocol every reader calls: values told and their directions, a
 launch's worth at a level, units, words, description, identity) and ``Measure`` (what one level of
 one launch is worth: throughput by default); ``kinds``: one class per kind (one level, a plan, a
-weighted mix, goodput); ``minimize``: the lowest latency percentile at a level (minimize);
-``per_gpu``: throughput per GPU the config occupies. ``config.job`` builds the object from the job.
+weighted mix, goodput over concurrency or by request rate); ``minimize``: the lowest latency
+percentile at a level (minimize); ``per_gpu``: throughput per GPU the config occupies.
+``config.job`` builds the object from the job.
 """
 
-from orchestrator.core.objectives.kinds import Goodput, Mix, Plan, Single
+from orchestrator.core.objectives.kinds import Goodput, Mix, Plan, RateGoodput, Single
 from orchestrator.core.objectives.minimize import Latency
 from orchestrator.core.objectives.per_gpu import PerGpu
 from orchestrator.core.objectives.protocol import HEADLINE, MAXIMIZE, MINIMIZE, Measure, Objective, measure_of
@@ -15,4 +16,4 @@ from orchestrator.core.objectives.protocol import HEADLINE, MAXIMIZE, MINIMIZE, 
 DEFAULT = Objective()
 
 __all__ = ["DEFAULT", "HEADLINE", "MAXIMIZE", "MINIMIZE", "Goodput", "Latency", "Measure", "Mix", "Objective",
-           "PerGpu", "Plan", "Single", "measure_of"]
+           "PerGpu", "Plan", "RateGoodput", "Single", "measure_of"]

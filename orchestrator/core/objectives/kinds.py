@@ -1,5 +1,6 @@
 """The objective kinds, one class per question: one level, a plan over levels, a weighted traffic
-mix, goodput (the capacity under the SLO). ``Objective(...)`` builds the one its fields make; each
+mix, goodput (the capacity under the SLO, over concurrency or by open-loop request rate).
+``Objective(...)`` builds the one its fields make; each
 says what Optuna is told, what an early-stopped launch reports and how it describes itself."""
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class Mix(Objective):
         return self.measure.told(mixed) if mixed is not None else None
 
 
-@kind(30, lambda f: f.goodput is not None)
+@kind(30, lambda f: f.goodput is not None or f.rate is not None)
 class Goodput(Objective):
     """Goodput (``objective.goodput``): one value, the total tok/s at the most streams at which every
     SLO held (``core.measurement.GoodputResult``; 0.0 where none held)."""
@@ -96,3 +97,17 @@ class Goodput(Objective):
 
     def _levels_text(self) -> str:
         return f"goodput up to {self.goodput} streams"
+
+
+@kind(40, lambda f: f.rate is not None)
+class RateGoodput(Goodput):
+    """Goodput by request rate (``objective.goodput.max_rate``): one value, the output tok/s at the
+    highest open-loop rate at which the SLO held (``core.rate_search``; 0.0 where none held). The rate
+    is the answer users read (``study.goodput``); its tok/s is what Optuna maximizes, as the
+    concurrency search's, so every reader of a goodput study's figure reads it unchanged."""
+
+    kind_name: ClassVar[str] = "goodput by rate"
+
+    def _levels_text(self) -> str:
+        assert self.rate is not None
+        return self.rate.describe()

@@ -23,6 +23,7 @@ from orchestrator.core import slo as slos
 from orchestrator.core.level import make as make_level
 from orchestrator.core.level import streams
 from orchestrator.core.measurement import LevelResult, Measurement
+from orchestrator.core.rate_search import RateAxis
 from orchestrator.core.slo import Targets
 from orchestrator.core.verdict import FASTER, SLOWER, RatioInterval, describe
 
@@ -176,6 +177,7 @@ class _Fields:
     slo: Targets | None = None
     preset: str | None = None
     measure: Measure = field(default_factory=Measure)
+    rate: RateAxis | None = None
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,9 @@ class Objective:
     slo: Targets | None = None  # the job's ``slo:`` (``core.slo``): what a level must hold to count there
     preset: str | None = None  # the one word the job gave (``PRESETS``), expanded into the fields above
     measure: Measure = field(default_factory=Measure)  # what one level of one launch is worth
+    # goodput by request rate (``max_rate``): the output tok/s at the highest open-loop rate within the SLO,
+    # found by the rate search in each launch (``core.rate_search``; ``concurrency`` is then not used)
+    rate: RateAxis | None = None
 
     kind_name: ClassVar[str] = "objective"
     # the answer per level (a plan: the best per level, the Pareto set), one value told per level,
@@ -306,7 +311,7 @@ class Objective:
     # ---- the latency targets ---------------------------------------------------------------------
     def judged(self, measurement: Measurement | None) -> slos.Judged:
         """The latency targets against one launch (``core.slo.judge``): a plan counts a config at each
-        level apart, one level or a mix needs every level, goodput some concurrency."""
+        level apart, one level or a mix needs every level, goodput some concurrency (or request rate)."""
         return slos.judge(measurement, self.slo, self.ascending, each_level=self.value_per_level,
                           goodput=self.by_capacity)
 
@@ -358,13 +363,15 @@ class Objective:
         told depends on them, and goodput measures by them."""
         measure = self.measure.identity()
         if tuple(self.concurrency) == (1,) and self.weights is None and self.goodput is None \
-                and not self.slo and not self.context and measure is None:
+                and not self.slo and not self.context and measure is None and self.rate is None:
             return None
         out: dict[str, Any] = {"concurrency": sorted(self.concurrency),
                                "weights": {str(k): round(v, 12) for k, v in sorted(self.weights.items())}
                                if self.weights else None}
         if self.goodput is not None:
             out["goodput"] = {"max_concurrency": self.goodput}
+        if self.rate is not None:
+            out["goodput"] = self.rate.identity()
         if self.context:
             out["context"] = sorted(self.context)
         if self.slo:

@@ -6,10 +6,11 @@ import math
 
 import pytest
 
-from orchestrator.core.measurement import GoodputResult, Latency, LevelResult, Measurement
-from orchestrator.core.objectives import Goodput, Mix, Objective, Plan
+from orchestrator.core.measurement import GoodputResult, Latency, LevelResult, Measurement, RateProbe, RateResult
+from orchestrator.core.objectives import Goodput, Mix, Objective, Plan, RateGoodput
+from orchestrator.core.rate_search import RateAxis
 from orchestrator.core.records import TrialResult
-from orchestrator.core.slo import Slo, Targets
+from orchestrator.core.slo import RequestSlo, Slo, Targets
 
 
 def result(levels: dict[int, LevelResult], goodput: GoodputResult | None = None) -> TrialResult:
@@ -47,6 +48,22 @@ def test_goodput_tells_the_capacity_and_zero_where_no_load_held():
     none = GoodputResult(max_concurrency=32, probes=(1,), holds=None, breaks=1)
     assert obj.told(result({1: level(1, 50.0, tpot_p99=0.05)}, none)) == [0.0]
     assert obj.describe().startswith("goodput up to 32 streams")
+
+
+def test_goodput_by_rate_tells_the_tok_s_at_the_highest_rate_that_held_and_zero_where_none_did():
+    slo = Targets(per_request=(RequestSlo("ttft", 0.2),), attainment=0.99)
+    obj = Objective(rate=RateAxis(40), slo=slo)
+    assert isinstance(obj, RateGoodput) and obj.by_capacity and obj.headline is None and not obj.by_level
+    probes = (RateProbe(5, 100, 100, True, tok_s=320.0), RateProbe(10, 100, 90, False, tok_s=560.0))
+    got = Measurement(rate=RateResult(40, 5, probes, holds=5, breaks=10, attainment=0.99))
+    assert obj.told(TrialResult(outcome="COMPLETE", config={}, value=got.value, measurement=got)) == [320.0]
+    none = Measurement(rate=RateResult(40, 5, probes[1:], holds=None, breaks=10, attainment=0.99))
+    assert obj.told(TrialResult(outcome="COMPLETE", config={}, value=none.value, measurement=none)) == [0.0]
+    judged = obj.judged(none)
+    assert judged.infeasible and judged.why == "breaks the SLO at 10 req/s already (attainment 90.0%)"
+    assert judged.excess == pytest.approx(0.09) and not obj.judged(got).infeasible
+    assert obj.describe() == ("goodput up to 40 req/s (Poisson arrivals, 100 requests a probe) under TTFT <= 200 ms "
+                              "for 99% of requests")
 
 
 def test_identity_keeps_every_earlier_study_and_names_what_changed():

@@ -1,0 +1,119 @@
+"""Goodput by request rate on the node: each probe an open-loop load at one rate, the rate search
+over them (``core.rate_search``); the measurement's ``rate`` record.
+
+After the warm-up (``node.measure``'s, so a cold server is not judged), each probe sends its
+requests on the arrival schedule (``core.arrivals``: the job's seeded gamma draws, or a traffic
+file's own timestamps made as fast as the rate) through ``client.run_open_loop``: each request at its
+time, whether or not the earlier ones finished. Every request's TTFT, TPOT, inter-token gaps and
+end-to-end latency are timed as a level's are; the probe's attainment is the share of its requests
+that met every per-request target (``core.attainment``; a failed request, or one not done by the
+probe's limit, met none), and it holds where the attainment reaches ``slo.attainment`` and every
+percentile target holds over its requests.
+
+Time: a probe ends by its limit, ``PACE_FACTOR`` x (its schedule's span plus one request's time at
+the warm-up's pace): an overloaded server drains a backlog that grows with the rate, and a request
+still running at the limit is counted unfinished (not served within any target), so a probe far
+above the capacity ends as a broken rate instead of a benchmark timeout. A probe whose every request
+failed (a server that stopped answering) fails the benchmark, as a closed-loop level does.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from orchestrator.core import arrivals, rate_search
+from orchestrator.core.attainment import Timing, attainment
+from orchestrator.core.measurement import Latency, RateProbe, rate_text
+from orchestrator.core.rate_search import RateAxis
+from orchestrator.node import client
+from orchestrator.node.client import RequestResult
+from orchestrator.node.measure import STALLED_MARK, Benchmark, Session
+from orchestrator.node.spec import PACE_FACTOR, BenchPlan
+
+LATE_SHARE = 0.5  # a request sent later than this share of the mean gap: the client did not keep the rate
+
+
+def offsets(plan: BenchPlan, axis: RateAxis, rate: float) -> list[float]:
+    """The send times of a probe at ``rate``: the trace's timestamps made that fast, else the job's draws."""
+    return arrivals.at_rate(rate, axis.requests, axis.burstiness, axis.seed, plan.arrival_times)
+
+
+def timing(req: RequestResult) -> Timing:
+    """What the attainment judges of one request."""
+    return Timing(ok=req.ok, ttft=req.ttft_s, tpot=req.tpot_s, e2e=req.latency_s)
+
+
+def probe_record(rate: float, results: list[RequestResult], plan: BenchPlan) -> RateProbe:
+    """One probe's record (module docstring) from its requests' results."""
+    got = attainment((timing(r) for r in results), plan.slo.per_request if plan.slo else ())
+    ok = [r for r in results if r.ok]
+    lat = {"ttft": Latency.of(r.ttft_s for r in ok if r.ttft_s is not None),
+           "tpot": Latency.of(r.tpot_s for r in ok if r.tpot_s is not None),
+           "itl": Latency.of(b - a for r in ok for a, b in zip(r.token_times, r.token_times[1:])),
+           "e2e": Latency.of(r.latency_s for r in ok if r.latency_s is not None)}
+    ends = [r.t_start + (r.latency_s or 0.0) for r in ok]
+    starts = sorted(r.t_start for r in results)
+    span = (max(ends) - starts[0]) if ends else 0.0
+    sent = (len(starts) - 1) / (starts[-1] - starts[0]) if len(starts) > 1 and starts[-1] > starts[0] else None
+    tok_s = sum(r.n_tokens for r in ok) / span if span > 0 else None
+    return RateProbe(rate=rate, requests=len(results), good=got.good, held=rate_search.holds(got, lat, plan.slo),
+                     tok_s=tok_s, sent_rate=sent, failed=sum(1 for r in results if not r.ok and not r.timed_out),
+                     unfinished=sum(1 for r in results if r.timed_out), missed=dict(got.missed), **lat)
+
+
+def _probe(run: Session, axis: RateAxis, rate: float) -> RateProbe | Benchmark:
+    """One rate measured (module docstring): its record, or the failed benchmark."""
+    plan = run.plan
+    when = offsets(plan, axis, rate)
+    n = len(when)
+    prompts = run.prefixes.requests(plan.prompts, n)
+    lengths = [plan.tokens_for(i) for i in range(n)]
+    per_request = (run.pace.per_token or 0.0) * max(lengths)
+    limit = PACE_FACTOR * ((when[-1] if when else 0.0) + per_request) + 1.0
+    sent, _ = client.run_open_loop(run.base_url, run.model, prompts, lengths, when, deadline_s=limit,
+                                   stall_s=plan.stall_s)
+    results = [req for _, req in sent]
+    for req in results:
+        if req.ok:
+            run.open_loop.add(req)
+    bad = [r for r in results if not r.ok and not r.timed_out]
+    if results and len(bad) == len(results):
+        stalled = [r for r in bad if r.stalled]
+        marked = f" ({len(stalled)} {STALLED_MARK})" if stalled else ""
+        return run.fail(f"request rate {rate_text(rate)}: {len(bad)} of {n} requests failed{marked}: "
+                        f"{bad[0].error or '?'}", False, bad[0], stalled=bool(stalled))
+    if bad:
+        run.out.warnings.append(f"request rate {rate_text(rate)}: {len(bad)} of {n} requests failed (counted against "
+                                f"its attainment): {bad[0].error or '?'}")
+    late = [req.t_start - due for due, req in sent]
+    gap = (when[-1] / (n - 1)) if n > 1 and when[-1] > 0 else None
+    if gap is not None and late and max(late) > LATE_SHARE * gap:
+        run.out.warnings.append(f"request rate {rate_text(rate)}: the client sent a request {1000 * max(late):.0f} ms "
+                                f"late (median {1000 * statistics.median(late):.1f} ms), more than half the mean gap "
+                                "between requests: the rate offered was lower than asked (a busy host?)")
+    return probe_record(rate, results, plan)
+
+
+def measure_rates(base_url: str, model: str, plan: BenchPlan, *, deadline: float,
+                  metrics_url: str | None = None) -> Benchmark:
+    """The rate search of ``plan.rate`` (``core.rate_search.next_rate``), each rate an open-loop probe,
+    after ``node.measure``'s warm-up (``deadline``: its limit); the launch's ``RateResult`` in its
+    measurement (``Measurement.rate``). Never raises for what the server does."""
+    axis = plan.rate
+    assert axis is not None
+    run = Session(base_url, model, plan, deadline, metrics_url, None, [])
+    failed = run.warm_up()
+    if failed is not None:
+        return failed
+    trace_rate = arrivals.own_rate(plan.arrival_times) if plan.arrival_times else None
+    probes: list[RateProbe] = []
+    nxt = rate_search.next_rate({}, axis)
+    while nxt is not None:
+        got = _probe(run, axis, nxt)
+        if isinstance(got, Benchmark):
+            return got
+        probes.append(got)
+        run.rate = rate_search.result(axis, probes, plan.slo, trace_rate)
+        run.rounds_done = len(probes)
+        nxt = rate_search.next_rate({p.rate: p.held for p in probes}, axis)
+    return run.finish()

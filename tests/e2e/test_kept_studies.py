@@ -53,7 +53,8 @@ def study_copy(tmp_path: Path, folders: list[Path], job_file: Path) -> Path:
         for name in KEPT_FILES:
             if (folder / name).exists():
                 shutil.copy(folder / name, tmp_path / name)
-    journal = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "study.journal")))
+    backend = optuna.storages.journal.JournalFileBackend(str(tmp_path / "study.journal"))
+    journal = optuna.storages.JournalStorage(backend)
     doc = yaml.safe_load(job_file.read_text())
     doc["space"] = str((job_file.parent / doc["space"]).resolve())
     doc.pop("output_dir", None)

@@ -647,7 +647,7 @@ def cmd_compare(args) -> int:
             raise BadInput("compare --plan measures the plan's configs at the objective's levels; it takes no "
                            "--concurrency or --also")
         if args.json:
-            _compare_json(job, "plan", compare_plan_rounds(job, rounds=args.rounds, say=_to_stderr))
+            _compare_json(job, "plan", compare_plan_rounds(job, rounds=args.rounds, say=_to_stderr).to_record())
         else:
             print(run_compare_plan(job, rounds=args.rounds))
         return 0
@@ -663,7 +663,7 @@ def cmd_compare(args) -> int:
         from orchestrator.results.compare import compare_rounds
 
         _compare_json(job, "best", compare_rounds(job, levels, rounds=args.rounds, say=_to_stderr,
-                                                  also=parse_also(args.also)))
+                                                  also=parse_also(args.also)).to_record())
     else:
         print(run_compare(job, levels, rounds=args.rounds, also=parse_also(args.also)))
     return 0
@@ -674,7 +674,7 @@ def _to_stderr(line: str) -> None:
 
 
 def _compare_json(job, mode: str, data: dict) -> None:
-    """``compare --json``: the rounds' figures and verdicts (``compare.json`` without its raw rounds),
+    """``compare --json``: the rounds' figures and verdicts (``compare.json``'s record without its raw rounds),
     and the study's verdict over every launch."""
     from orchestrator.config.yaml_input import display_path
     from orchestrator.results.compare import study_lines

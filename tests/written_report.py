@@ -12,7 +12,7 @@ from typing import Any
 import optuna
 import recorded_study as fx  # a real journal study with every outcome
 
-from orchestrator.results.compare import summarize
+from orchestrator.results.compare_file import CompareFile
 from orchestrator.results.report import write_report
 from orchestrator.study import storage
 
@@ -69,7 +69,7 @@ def one_trial_study(tmp_path):
     return job, study
 
 
-summarize(COMPARE)  # the per-level intervals, as compare writes them
+COMPARE = CompareFile.from_record(COMPARE).to_record()  # the per-level intervals, as compare writes them
 
 
 def write_demo_report(directory: Path) -> tuple[Any, list[Path]]:

@@ -790,15 +790,7 @@ def _bench(top: Section, job_path: Path, study: str) -> BenchSettings:
     waves = sec.integer("waves", 3, low=1)
     prefix_reuse = sec.flag("prefix_reuse", False)
     conc = sec.raw("concurrency", list(DEFAULT_CONCURRENCY))
-    if conc is None:
-        conc = []
-    if not isinstance(conc, list):
-        raise sec.bad("concurrency", f"must be a list of integers >= 1 such as [1, 2, 10, 64], not {shown(conc)}")
-    for i, c in enumerate(conc):
-        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
-            raise sec.bad(f"concurrency[{i}]", f"must be an integer >= 1, not {shown(c)}")
-        if c in conc[:i]:
-            raise sec.bad(f"concurrency[{i}]", f"duplicate level {c}; levels must be unique")
+    conc = _level_list(sec, [] if conc is None else conc, "must be a list of integers >= 1 such as [1, 2, 10, 64]")
     return BenchSettings(prompts=prompts, prompts_from=source, output_tokens=output_tokens, warmup=warmup,
                          repeats=repeats, max_repeats=max_repeats, target_rel_ci=target, concurrency=tuple(conc),
                          waves=waves, traffic=traffic, traffic_sample=sample, output_lengths=lengths, context=context,
@@ -1058,17 +1050,25 @@ def _one_slo(top: Section, where: str, name: Any, limit: Any, by_rate: bool = Fa
     return Slo.named(name, seconds)
 
 
+def _level_list(sec: Section, raw: Any, shape: str, each: str = "", empty: bool = True) -> list[int]:
+    """A section's ``concurrency``: a list of levels (requests in flight), each an integer >= 1, none
+    twice; the one rule ``bench`` and ``objective`` read it by (``shape``/``each``: their words)."""
+    if not isinstance(raw, list) or not (raw or empty):
+        raise sec.bad("concurrency", f"{shape}, not {shown(raw)}")
+    for i, level in enumerate(raw):
+        if isinstance(level, bool) or not isinstance(level, int) or level < 1:
+            raise sec.bad(f"concurrency[{i}]", f"must be an integer >= 1{each}, not {shown(level)}")
+        if level in raw[:i]:
+            raise sec.bad(f"concurrency[{i}]", f"duplicate level {level}; levels must be unique")
+    return raw
+
+
 def _objective_levels(sec: Section, context: tuple[int, ...] = ()) -> Objective:
     raw = sec.raw("concurrency", [1])
     if isinstance(raw, int) and not isinstance(raw, bool):
         raw = [raw]  # one level: ``concurrency: 32``
-    if not isinstance(raw, list) or not raw:
-        raise sec.bad("concurrency", f"must be a non-empty list of levels such as [1, 10, 64], not {shown(raw)}")
-    for i, level in enumerate(raw):
-        if isinstance(level, bool) or not isinstance(level, int) or level < 1:
-            raise sec.bad(f"concurrency[{i}]", f"must be an integer >= 1 (requests in flight), not {shown(level)}")
-        if level in raw[:i]:
-            raise sec.bad(f"concurrency[{i}]", f"duplicate level {level}; levels must be unique")
+    raw = _level_list(sec, raw, "must be a non-empty list of levels such as [1, 10, 64]", each=" (requests in flight)",
+                      empty=False)
     plain = Objective(concurrency=tuple(raw), context=context)
     levels = plain.levels
     weights = sec.raw("weights", None)

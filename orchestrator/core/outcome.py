@@ -139,13 +139,13 @@ def ended_by_the_stop(result: TrialResult, stop_signals: int) -> str | None:
     came back then was running as the stop began). A stop that reaches every process (a
     service manager's) ends the servers too, each as its engine does on SIGTERM: killed by
     it, or a shutdown with a code of its own, its workers first or its front. The text says
-    how the server ended where the node saw it (``metrics["server_exit_code"]``). A config that
+    how the server ended where the node saw it (``signals.server_exit_code``). A config that
     crashed on its own just then is measured again by the next run: one launch, against a
     config banned for a stop."""
     if not stop_signals or result.outcome != FAIL or result.failure_kind not in STOPPED_SERVER_KINDS:
         return None
-    code = result.metrics.get("server_exit_code")
-    return f"its server ended ({exit_text(code)})" if isinstance(code, int) else "its server failed"
+    code = result.signals.server_exit_code
+    return f"its server ended ({exit_text(code)})" if code is not None else "its server failed"
 
 
 def busy_host(result: TrialResult) -> bool:

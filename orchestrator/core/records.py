@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.core.errors import StorageWriteError
 from orchestrator.core.measurement import LevelResult, Measurement, outcome_metrics
 from orchestrator.core.objectives.protocol import Measure
 
@@ -67,6 +68,43 @@ START_KINDS = (FailureKind.START_CRASH, FailureKind.NCCL_INVALID)
 AFTER_START_KINDS = (FailureKind.BENCH_TIMEOUT, FailureKind.BENCH_ERROR, FailureKind.WRONG_OUTPUT)
 
 Config = dict[str, Any]
+SIGNAL_KEYS = ("server_exit_code", "gpus_usable", "write_failed")  # where ``Signals`` are stored in ``metrics``
+
+
+@dataclass(frozen=True)
+class Signals:
+    """What a trial tells the driver beside its outcome: how its server ended where the node saw it
+    (``server_exit_code``: ``outcome.ended_by_the_stop`` names it), whether the GPUs were usable
+    after the teardown (``gpus_usable``), and a write into the study's folder that failed
+    (``write_failed``): each stops the run or explains a failure, none is a metric. Stored in
+    ``metrics`` under their names (every version kept them there) and read back from it."""
+
+    server_exit_code: int | None = None
+    gpus_usable: bool | None = None
+    write_failed: Mapping[str, Any] | None = None  # ``StorageWriteError.to_dict``: data crosses to the driver
+
+    @property
+    def write_error(self) -> StorageWriteError | None:
+        """The failed write, to stop the run with (None: every write went through)."""
+        return StorageWriteError.from_dict(dict(self.write_failed)) if self.write_failed is not None else None
+
+    def to_record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.server_exit_code is not None:
+            out["server_exit_code"] = self.server_exit_code
+        if self.gpus_usable is not None:
+            out["gpus_usable"] = self.gpus_usable
+        if self.write_failed is not None:
+            out["write_failed"] = dict(self.write_failed)
+        return out
+
+    @classmethod
+    def from_record(cls, metrics: Mapping[str, Any] | None) -> Signals:
+        metrics = metrics or {}
+        code, usable, failed = (metrics.get(k) for k in SIGNAL_KEYS)
+        return cls(server_exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+                   gpus_usable=usable if isinstance(usable, bool) else None,
+                   write_failed=dict(failed) if isinstance(failed, Mapping) else None)
 
 def config_key(config: Config) -> str:
     """Stable identity of a normalized config (same effective settings -> same key)."""
@@ -116,11 +154,14 @@ class TrialResult:
     # the decode prompts it was measured on (``config.prompts.fingerprint``: hash, count, lengths)
     prompt_set: dict[str, Any] = field(default_factory=dict)
     measurement: Measurement | None = None  # what the benchmark found (``core.measurement``)
+    signals: Signals = field(default_factory=Signals)  # what the driver acts on beside the outcome
 
     def __post_init__(self) -> None:
         if self.measurement is None:  # a record read back, or written by hand: its measurement typed
             self.measurement = Measurement.from_record(self.metrics)
-        self.metrics = outcome_metrics(self.metrics)
+        if self.signals == Signals():  # a record read back: its signals typed
+            self.signals = Signals.from_record(self.metrics)
+        self.metrics = {k: v for k, v in outcome_metrics(self.metrics).items() if k not in SIGNAL_KEYS}
         if self.outcome not in (COMPLETE, FAIL, PRUNED):
             raise ValueError(f"outcome must be COMPLETE, FAIL or PRUNED, not {self.outcome!r}")
         if self.outcome == FAIL and self.failure_kind not in FAILURE_KINDS:
@@ -131,10 +172,13 @@ class TrialResult:
         return cls(outcome=FAIL, config=config, failure_kind=kind, failure_reason=reason, **kw)
 
     def to_attrs(self) -> dict[str, Any]:
-        """Flat dict for ``trial.set_user_attr`` (JSON values only); the measurement is stored
-        merged into ``metrics`` (``Measurement.to_record``), where every version kept it."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "measurement"}
-        data["metrics"] = {**(self.measurement.to_record() if self.measurement else {}), **self.metrics}
+        """Flat dict for ``trial.set_user_attr`` (JSON values only); the measurement and the signals
+        are stored merged into ``metrics`` (``Measurement.to_record``, ``Signals.to_record``), where
+        every version kept them."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("measurement", "signals")}
+        data["metrics"] = {**(self.measurement.to_record() if self.measurement else {}), **self.metrics,
+                           **self.signals.to_record()}
         return json.loads(json.dumps(data, default=str))
 
     @classmethod

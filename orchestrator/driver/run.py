@@ -953,9 +953,10 @@ class StudyDriver:
     # ---- circuit breakers and the end -------------------------------------------------------
     def _breaker(self, final: outcome.Final) -> None:
         result = final.result
-        if result.metrics.get("write_failed"):  # the trial could not write into the study's folder
-            raise StorageWriteError.from_dict(result.metrics["write_failed"])
-        if result.metrics.get("gpus_usable") is False:
+        stop = result.signals.write_error
+        if stop is not None:  # the trial could not write into the study's folder
+            raise stop
+        if result.signals.gpus_usable is False:
             raise CircuitOpen("stopping: the GPUs were not usable after a teardown "
                               f"({'; '.join(result.warnings[-1:])}); check nvidia-smi for stuck processes "
                               "and the kernel log (dmesg) for Xid errors, then `ncclsweep run` resumes")

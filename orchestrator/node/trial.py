@@ -13,6 +13,7 @@ log as it writes it, then warming up, measuring, the correctness check, stopping
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -91,7 +92,7 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
         ended_s = time.monotonic() - proc.started_at if spawned else None  # type: ignore[operator]
         ended_on_its_own = proc.exited() if spawned else None  # before the teardown: how it ended (outcome reads it)
         if ended_on_its_own is not None:
-            result.metrics["server_exit_code"] = ended_on_its_own
+            result.signals = dataclasses.replace(result.signals, server_exit_code=ended_on_its_own)
         report.phase(phases.STOPPING)
         timing["teardown_s"] = proc.stop(spec.server.teardown_grace_s)
         if on_server:
@@ -122,7 +123,7 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
                              **server_identity(backend, launch, env), **({"fallbacks": fallbacks} if fallbacks else {}))
         if spec.device_check:
             ok, why = gpus.usable()
-            result.metrics["gpus_usable"] = ok
+            result.signals = dataclasses.replace(result.signals, gpus_usable=ok)
             if not ok:
                 result.warnings.append(f"GPUs not usable after teardown: {why}")
         result.ended_at = time.time()
@@ -254,7 +255,7 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
         full = write_failure(exc, Path(spec.log_dir).parent)
         if full is not None:  # the study's folder refused a write (disk full): the driver stops the study
             result = failed(FailureKind.ENV_ERROR, full.where)
-            result.metrics["write_failed"] = full.to_dict()
+            result.signals = dataclasses.replace(result.signals, write_failed=full.to_dict())
             return result
         if isinstance(exc, SpawnFailed):  # the command or its interpreter is missing here: not the config's fault
             return failed(FailureKind.ENV_ERROR,

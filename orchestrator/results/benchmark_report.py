@@ -170,7 +170,7 @@ def report(job: Any, rows: list[TrialRow], item: Measured, level: int, got: Leve
     if load is not None:
         scenario["load"] = load
     doc["scenario"] = scenario
-    figure = exports.figure_of(job, rows, row, exports.Choice(level=level))
+    figure = exports.figure_of(job, rows, row, exports.Choice(level=level)).to_record()
     doc["results"] = {"request_performance": {"aggregate": _aggregate(got)},
                       "observability": {TOOL: _own(study, row, item, level, got, figure)}}
     return _plain(doc)

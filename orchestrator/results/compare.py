@@ -42,31 +42,31 @@ says whether it wins there beyond noise.
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.core import files, logs, verdict
+from orchestrator.core import logs, verdict
 from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.core.golden_check import disputed
 from orchestrator.core.level import key as level_key
 from orchestrator.core.level import parse as parse_level
-from orchestrator.core.level import streams
 from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES, Latency, LevelResult, cache_text
 from orchestrator.core.pace import Pace
 from orchestrator.core.records import COMPLETE, TrialResult, TrialRow
-from orchestrator.core.slo import Targets, breaches
+from orchestrator.core.slo import breaches
 from orchestrator.node.hostload import HostSampler
 from orchestrator.node.measure import Benchmark, measure
 from orchestrator.node.phases import LAUNCHING, WARMING_UP, PhaseReporter, TrialPhase
 from orchestrator.node.server import ServerError
-from orchestrator.node.spec import TrialSpec
+from orchestrator.node.spec import BenchPlan, TrialSpec
 from orchestrator.node.trial import prepare_server
+from orchestrator.results import compare_file
+from orchestrator.results.compare_file import BASELINE, BEST, CompareFile, Config, Failed, Judged, Launch
 from orchestrator.study import objective as objectives
 from orchestrator.study.history import TOP_N, baseline_row, best_rows, ties_with_best, trial_rows
 from orchestrator.study.launches import COMPARE, Evidence
@@ -116,14 +116,17 @@ class Said:
             self.say(f"  {line}")
 
 
-def _figures(levels: dict[Any, Any]) -> str:
-    """'1: 139.8 decode tok/s, 10: 812.0 total tok/s' of one launch (``failed`` where a level failed)."""
-    parts = []
-    for level, got in sorted(levels.items()):
-        rec = got if isinstance(got, dict) else {"value": got}
-        value = None if rec.get("failures") else rec.get("value", rec.get("total_tok_s"))
-        parts.append(f"{level}: {value:.1f} {rec.get('unit') or 'total tok/s'}" if value else f"{level}: failed")
-    return ", ".join(parts)
+@dataclass(frozen=True)
+class Measured:
+    """What one launch measured at each level (``LevelResult``), the levels that failed and why,
+    or why the whole launch failed (``error``)."""
+
+    levels: dict[str, LevelResult]
+    failed: dict[str, Failed]
+    error: str | None = None
+
+    def launch(self, round_no: int, label: str, trial: int, seconds: float) -> Launch:
+        return Launch(round_no, label, trial, seconds, self.levels, self.failed, self.error)
 
 
 @contextmanager
@@ -150,18 +153,14 @@ def launched(job: Job, config: dict, label: str, log_name: str, report: PhaseRep
         proc.stop(job.timeouts.teardown_s)
 
 
-def measure_levels(job: Job, row: TrialRow, levels: list[int], label: str, round_no: int,
-                   report: PhaseReporter | None = None) -> dict[int, dict[str, Any]]:
-    """One launch of ``row``'s config, measured as a trial measures it (``node.measure``, one round:
-    level 1 decode tok/s over the prompts, level N total tok/s of N sustained streams), recorded in
-    the study (``record_launch``): each level's record (``LevelResult.to_record``), or
-    ``{"failures": 1, "errors": [...]}`` at the level that failed. Each step is told to ``report``
-    (the status line)."""
-    config = row.params
-    bench = replace(TrialSpec.from_job(job, 0, config).bench, levels=tuple(sorted(levels)), constraint_levels=(),
-                    repeats=1, max_repeats=None, target_rel_ci=None, warmup=max(1, job.bench.warmup), goodput=None)
+def measure_launch(job: Job, row: TrialRow, label: str, log_name: str, bench: BenchPlan,
+                   report: PhaseReporter | None = None) -> Measured:
+    """One launch of ``row``'s config, measured as a trial measures it (``node.measure``: level 1
+    decode tok/s over the prompts, level N total tok/s of N sustained streams), recorded in the
+    study (``record_launch``): each level's record, or the level that failed (``compare``) and why.
+    Each step is told to ``report`` (the status line)."""
     started = time.time()
-    with launched(job, config, label, f"{label}-{round_no}.log", report) as (launch, pgid):
+    with launched(job, row.params, label, log_name, report) as (launch, pgid):
         if report is not None:
             report.phase(WARMING_UP)
         host = HostSampler(pgid)
@@ -169,10 +168,21 @@ def measure_levels(job: Job, row: TrialRow, levels: list[int], label: str, round
                       metrics_url=launch.metrics_url, progress=report.measuring if report else None)
         got = dataclasses.replace(got, measurement=dataclasses.replace(got.measurement, host=host.finish()))
     record_launch(job, row, got, started)
-    out: dict[int, dict[str, Any]] = {lv: rec.to_record() for lv, rec in got.measurement.levels.items()}
-    if not got.ok:
-        out[got.failed_level or min(levels)] = {"failures": 1, "errors": [got.error or "the benchmark failed"]}
-    return out
+    levels = {str(lv): rec for lv, rec in got.measurement.levels.items()}
+    if got.ok:
+        return Measured(levels, {})
+    failed = str(got.failed_level or min(bench.levels))
+    levels.pop(failed, None)
+    return Measured(levels, {failed: Failed(1, (got.error or "the benchmark failed",))},
+                    got.error or "the benchmark failed")
+
+
+def measure_levels(job: Job, row: TrialRow, levels: list[int], label: str, round_no: int,
+                   report: PhaseReporter | None = None) -> Measured:
+    """One ``compare`` launch: ``levels``, one round each (``measure_launch``)."""
+    bench = replace(TrialSpec.from_job(job, 0, row.params).bench, levels=tuple(sorted(levels)), constraint_levels=(),
+                    repeats=1, max_repeats=None, target_rel_ci=None, warmup=max(1, job.bench.warmup), goodput=None)
+    return dataclasses.replace(measure_launch(job, row, label, f"{label}-{round_no}.log", bench, report), error=None)
 
 
 def record_launch(job: Job, row: TrialRow, got: Benchmark, started: float) -> int | None:
@@ -220,8 +230,17 @@ def run_compare(job: Job, levels: list[int] | None = None, rounds: int | None = 
     return "\n".join([format_compare(compare_rounds(job, levels, rounds, say, also)), *study_lines(job)])
 
 
+def _no_baseline_or_best(rows: list[TrialRow], what: str) -> RuntimeFailure:
+    """Why there is nothing to compare: the golden reference in question, else ``what`` is missing."""
+    why = disputed(rows)
+    if why:
+        return RuntimeFailure(f"nothing to compare: {why}; no config is best while the golden reference is in "
+                              "question")
+    return RuntimeFailure(what)
+
+
 def compare_rounds(job: Job, levels: list[int] | None = None, rounds: int | None = None, say=print,
-                   also: list[int] | str | None = None) -> dict[str, Any]:
+                   also: list[int] | str | None = None) -> CompareFile:
     """Measure the rounds; the whole record, as ``compare.json`` holds it (rewritten after every
     launch)."""
     rows = trial_rows(open_study(job, create=False))
@@ -229,144 +248,60 @@ def compare_rounds(job: Job, levels: list[int] | None = None, rounds: int | None
     ranked = best_rows(rows, 1)
     best = ranked[0] if ranked else None
     if base is None or best is None:
-        why = disputed(rows)
-        if why:
-            raise RuntimeFailure(f"nothing to compare: {why}; no config is best while the golden reference is in "
-                                 "question")
-        raise RuntimeFailure("compare needs a completed baseline and a completed best trial; run the study first")
+        raise _no_baseline_or_best(rows, "compare needs a completed baseline and a completed best trial; run the "
+                                         "study first")
     others = _also_rows(rows, best, base, also)
     levels = levels or list(job.bench.concurrency)
     rounds = max(1, DEFAULT_ROUNDS if rounds is None else rounds)
-    configs = [("baseline", base), ("best", best)] + [(f"trial-{r.number}", r) for r in others]
-    data: dict[str, Any] = {
-        "concurrency": levels, "rounds_planned": rounds, "complete": False,
-        "baseline_trial": base.number, "best_trial": best.number,
-        "same_config": base.config_key == best.config_key,
-        "others": [{"trial": row.number, "label": label, "params": row.params} for label, row in configs[2:]],
-        "rounds": [], "failures": [], "slo": job.slo.to_record() if job.slo else None,
-    }
-    out = job.dir.compare
-    rules = [(int(rule.concurrency), float(rule.min_ratio)) for rule in getattr(job, "constraints", ()) or ()]
-    said = Said(say, rounds * len(configs), "compare")
+    configs = [(BASELINE, base), (BEST, best)] + [(f"trial-{r.number}", r) for r in others]
+    record = CompareFile(
+        concurrency=tuple(levels), rounds_planned=rounds, baseline_trial=base.number, best_trial=best.number,
+        same_config=base.config_key == best.config_key,
+        configs=tuple(Config(label, row.number, row.params if i >= 2 else {})  # the file names the others' params
+                      for i, (label, row) in enumerate(configs)),
+        slo=job.slo, rules=tuple((int(rule.concurrency), float(rule.min_ratio))
+                                 for rule in getattr(job, "constraints", ()) or ()))
+
+    def measured(label: str, row: TrialRow, r: int, report: PhaseReporter) -> Measured:
+        return measure_levels(job, row, levels, label, r, report)
+
+    def so_far(now: CompareFile) -> list[str]:
+        return [f"at {c}: best vs the baseline {v.text}" for c, v in now.level_verdicts().items()]
+
+    return _rounds(record, configs, measured, Said(say, rounds * len(configs), "compare"), job.dir.compare, so_far)
+
+
+def _rounds(record: CompareFile, configs: list[tuple[str, TrialRow]], measured, said: Said, out: Path,
+            so_far) -> CompareFile:
+    """Launch every config once per round, in alternating order (baseline, best | best, baseline |
+    ...), the file rewritten after every launch; an interruption (Ctrl-C included) records why the
+    rounds stopped, then is raised."""
+    rounds = record.rounds_planned or 1
     try:
         for r in range(rounds):
             for label, row in (configs if r % 2 == 0 else configs[::-1]):
                 t0 = time.monotonic()
-                report = said.launching(f"round {r + 1}/{rounds}: {label} (trial #{row.number})")
-                res = measure_levels(job, row, levels, label, r, report)
-                for level, m in res.items():
-                    if m.get("failures"):
-                        data["failures"].append(f"{label} round {r} c={level}: {m['failures']} failed requests "
-                                                f"({m['errors'][:1]})")
-                data["rounds"].append({"round": r, "config": label, "trial": row.number,
-                                       "seconds": time.monotonic() - t0,
-                                       "levels": {str(k): v for k, v in res.items()}})
-                summarize(data, rules)
-                write_json_atomic(out, data)
-                said.measured(_figures(res))
-            said.round_done(r, rounds, [f"at {c}: best vs the baseline {v['text']}"
-                                        for c, v in level_verdicts(data).items()])
-        data["complete"] = True
+                got = measured(label, row, r, said.launching(f"round {r + 1}/{rounds}: {label} (trial #{row.number})"))
+                record = record.launched(got.launch(r, label, row.number, time.monotonic() - t0),
+                                         _failures(record, label, r, got))
+                compare_file.write(out, record)
+                said.measured(got.launch(r, label, row.number, 0.0).figures())
+            said.round_done(r, rounds, so_far(record))
+        record = dataclasses.replace(record, complete=True)
     except BaseException as exc:  # Ctrl-C included: record why the rounds stopped, then re-raise
         logs.status("")
-        data["stopped"] = f"{type(exc).__name__}: {exc}".rstrip(": ")
-        summarize(data, rules)
-        write_json_atomic(out, data)
+        compare_file.write(out, dataclasses.replace(record, stopped=f"{type(exc).__name__}: {exc}".rstrip(": ")))
         raise
-    summarize(data, rules)
-    write_json_atomic(out, data)
-    return data
+    compare_file.write(out, record)
+    return record
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write ``path`` so that it is always either the old or the new whole document."""
-    files.write_whole(path, json.dumps(data, indent=2))
-
-
-# ---- what the rounds say ---------------------------------------------------------------------------
-def per_round(data: dict[str, Any], label: str, level: Any) -> dict[int, float | None]:
-    """Round number -> total tok/s of ``label`` at ``level`` (None where it failed)."""
-    out: dict[int, float | None] = {}
-    for rnd in data.get("rounds") or []:
-        if isinstance(rnd, dict) and rnd.get("config") == label:
-            m = (rnd.get("levels") or {}).get(str(level))
-            v = (m.get("value", m.get("total_tok_s")) if not m.get("failures") else None) if isinstance(m, dict) else m
-            out[int(rnd.get("round", len(out)))] = float(v) if v else None
-    return out
-
-
-def paired_interval(data: dict[str, Any], a: str, b: str, level: Any) -> verdict.RatioInterval:
-    """b / a at ``level`` from the rounds where both were measured (paired by round). A file
-    without rounds (written before rounds were kept) gives an unpaired interval of its samples."""
-    ra, rb = per_round(data, a, level), per_round(data, b, level)
-    if ra or rb:
-        common = sorted(set(ra) & set(rb))
-        return verdict.ratio_interval([ra[i] for i in common], [rb[i] for i in common], paired=True)
-    samples = lambda which: (data.get(f"{which}_samples") or {}).get(str(level)) or []  # noqa: E731
-    return verdict.ratio_interval(samples(a), samples(b))
-
-
-def summarize(data: dict[str, Any], rules: list[tuple[int, float]] | None = None) -> dict[str, Any]:
-    """Fill the derived fields of ``data`` from its rounds: medians, samples, and the interval
-    and verdict of best vs baseline (and of every other trial vs best) at each concurrency."""
-    levels = data["concurrency"]
-
-    def samples(label: str) -> dict[str, list[float]]:
-        return {str(c): [v for _, v in sorted(per_round(data, label, c).items()) if v] for c in levels}
-
-    for which in ("baseline", "best"):
-        data[f"{which}_samples"] = samples(which)
-        data[which] = {c: _med(v) for c, v in data[f"{which}_samples"].items()}
-    data["intervals"] = level_verdicts(data)
-    for other in data.get("others") or []:
-        label = other.get("label") or f"trial-{other['trial']}"
-        other["samples"] = samples(label)
-        other["median"] = {c: _med(v) for c, v in other["samples"].items()}
-        other["vs_best"] = {}
-        for c in levels:
-            iv = paired_interval(data, "best", label, c)
-            other["vs_best"][str(c)] = {**iv.to_dict(), "verdict": verdict.verdict(iv),
-                                        "text": verdict.describe(iv)}
-    data["rounds_done"] = _rounds_done(data)
-    if rules is not None:
-        data["constraints"] = check_constraints(rules, data)
-    return data
-
-
-def _rounds_done(data: dict[str, Any]) -> int:
-    """Rounds in which every config was launched."""
-    labels = {"baseline", "best"} | {o.get("label") or f"trial-{o['trial']}" for o in data.get("others") or []}
-    by_round: dict[int, set[str]] = {}
-    for r in data.get("rounds") or []:
-        by_round.setdefault(int(r["round"]), set()).add(r["config"])
-    return sum(1 for got in by_round.values() if labels <= got)
-
-
-def check_constraints(rules: list[tuple[int, float]], data: dict[str, Any]) -> list[dict[str, Any]]:
-    """The job's "best >= min_ratio x baseline at concurrency c" rules, judged like every verdict:
-    VIOLATED only when the interval of best/baseline lies below min_ratio, met when it lies at
-    or above it, else within noise of the limit, or not shown without an interval (``ok`` None)."""
-    verdicts = []
-    for c, min_ratio in rules:
-        measured = str(c) in {str(x) for x in data.get("concurrency") or []}
-        iv = (paired_interval(data, "baseline", "best", c) if measured
-              else verdict.RatioInterval(None, None, None, 0, True))
-        if iv.ratio is None:
-            ok, state = None, "not measured"
-        elif data.get("same_config"):  # the best is the baseline: its own ratio is 1 by definition
-            ok, state = True, "met: same config"
-        elif not iv.bounded:  # no interval: nothing is shown either way
-            ok, state = None, f"{verdict.NOT_SHOWN}: {verdict.why_unbounded(iv)}"
-        elif iv.bounded and iv.hi < min_ratio:  # type: ignore[operator]
-            ok, state = False, "VIOLATED"
-        elif iv.bounded and iv.lo >= min_ratio:  # type: ignore[operator]
-            ok, state = True, "met"
-        else:
-            ok, state = None, "within noise of the limit"
-        verdicts.append({"concurrency": c, "min_ratio": min_ratio, "ratio": iv.ratio, "lo": iv.lo, "hi": iv.hi,
-                         "ok": ok, "state": state, "measured": measured,
-                         "text": verdict.interval_text(iv) if iv.ratio is not None else ""})
-    return verdicts
+def _failures(record: CompareFile, label: str, r: int, got: Measured) -> tuple[str, ...]:
+    """The lines a failed launch adds to the file's ``failures``."""
+    if record.plan:
+        return (f"{label} round {r}: {got.error}",) if got.error else ()
+    return tuple(f"{label} round {r} c={level}: {f.failures} failed requests ({list(f.errors[:1])})"
+                 for level, f in got.failed.items())
 
 
 def _also_rows(rows: list[TrialRow], best: TrialRow, base: TrialRow,
@@ -417,30 +352,16 @@ def _level(rows: list[TrialRow]) -> int:
 
 
 # ---- the table ---------------------------------------------------------------------------------------
-def level_verdicts(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Concurrency -> {interval fields, verdict, text} of best vs baseline: from the file's rounds
-    (recomputed, so an older or hand-edited file is judged by today's rule). Where the best is the
-    baseline, each round launched it twice: no verdict, the interval the noise between its launches."""
-    same = bool(data.get("same_config"))
-    out = {}
-    for c in data.get("concurrency") or []:
-        iv = paired_interval(data, "baseline", "best", c)
-        out[str(c)] = {**iv.to_dict(), "verdict": verdict.verdict(iv, same_config=same),
-                       "text": verdict.describe_one_config(iv) if same else verdict.describe(iv),
-                       "short": f"{verdict.ratio_text(iv)}, {verdict.interval_text(iv)}"}
-    return out
-
-
-def closing_lines(data: dict[str, Any], verdicts: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+def closing_lines(record: CompareFile, verdicts: dict[str, Judged]) -> list[tuple[str, str]]:
     """("warn"|"p", sentence): what the rounds establish, in the words both the command and the
     report print. A loss is only claimed beyond noise."""
     by: dict[str, list[str]] = {}
     for c, v in verdicts.items():
-        by.setdefault(v["verdict"], []).append(f"{c} ({v['short']})" if v["verdict"] == verdict.SLOWER else c)
-    n = data.get("rounds_done", 0)
+        by.setdefault(v.verdict, []).append(f"{c} ({v.short})" if v.verdict == verdict.SLOWER else c)
+    n = record.rounds_done
     lines: list[tuple[str, str]] = []
-    if data.get("same_config"):
-        lines.append(("p", f"Baseline and best are the same config (trial #{data.get('best_trial')}): no verdict; "
+    if record.same_config:
+        lines.append(("p", f"Baseline and best are the same config (trial #{record.best_trial}): no verdict; "
                            f"the intervals show how much launches of one config differ over {n} round(s)."))
         return lines
     if by.get(verdict.SLOWER):
@@ -459,53 +380,46 @@ def closing_lines(data: dict[str, Any], verdicts: dict[str, dict[str, Any]]) -> 
     return lines
 
 
-def format_compare(data: dict[str, Any]) -> str:
-    others = data.get("others") or []
-    extra = [f"trial {o['trial']}" for o in others]
-    verdicts = level_verdicts(data)
-    conf = next((v["confidence"] for v in verdicts.values()), verdict.DEFAULT_CONFIDENCE)
-    lines = [f"Baseline (trial #{data['baseline_trial']}) vs best (trial #{data['best_trial']})"
+def format_compare(record: CompareFile) -> str:
+    others = record.others
+    extra = [f"trial {o.trial}" for o in others]
+    verdicts = record.level_verdicts()
+    conf = next((v.interval.confidence for v in verdicts.values()), verdict.DEFAULT_CONFIDENCE)
+    lines = [f"Baseline (trial #{record.baseline_trial}) vs best (trial #{record.best_trial})"
              + (" and " + ", ".join(extra) if extra else "")
-             + f", total output tok/s (median of {data.get('rounds_done', 0)} interleaved round(s)); Improvement: "
+             + f", total output tok/s (median of {record.rounds_done} interleaved round(s)); Improvement: "
              f"best/baseline measured side by side in each round (geometric mean) with its {100 * conf:g}% "
              "confidence interval",
              "", "| Concurrency | baseline | best | Improvement |" + "".join(f" {e} |" for e in extra),
              "|---|---|---|---|" + "---|" * len(extra)]
-    for c in data["concurrency"]:
-        b, w = data["baseline"].get(str(c)), data["best"].get(str(c))
-        cells = "".join(f" {vs_best((o.get('median') or {}).get(str(c)), (o.get('vs_best') or {}).get(str(c)))} |"
-                        for o in others)
-        lines.append(f"| {c} | {_fmt(b)} | {_fmt(w)} | {verdicts[str(c)]['text']} |{cells}")
+    for c in record.concurrency:
+        cells = "".join(f" {vs_best(record.median(o.label, c), record.vs_best(o.label)[str(c)])} |" for o in others)
+        lines.append(f"| {c} | {_fmt(record.median(BASELINE, c))} | {_fmt(record.median(BEST, c))} | "
+                     f"{verdicts[str(c)].text} |{cells}")
     lines.append("")
-    for _kind, text in closing_lines(data, verdicts):
+    for _kind, text in closing_lines(record, verdicts):
         lines.append(text[0].upper() + text[1:])
     if others:
         lines.append("Other trials: tok/s and their ratio to the best at the same concurrency, same rule.")
-    for v in data.get("constraints") or []:
-        shown = "not measured" if v.get("ratio") is None else f"{v['ratio']:.2f}x ({v.get('text')})"
-        lines.append(f"Constraint: best >= {v['min_ratio']}x baseline at concurrency {v['concurrency']}: "
-                     f"{v.get('state') or ('met' if v['ok'] else 'VIOLATED')} ({shown}).")
-    latency = latency_lines(data)
+    for v in record.constraints():
+        shown = "not measured" if v.interval.ratio is None else f"{v.interval.ratio:.2f}x ({v.text})"
+        lines.append(f"Constraint: best >= {v.min_ratio}x baseline at concurrency {v.concurrency}: "
+                     f"{v.state} ({shown}).")
+    return "\n".join(lines + _tail(record, "Failed requests"))
+
+
+def _tail(record: CompareFile, failed: str) -> list[str]:
+    """The table's last lines: the latencies, the failures, how far an interrupted compare got."""
+    lines = []
+    latency = latency_lines(record)
     if latency:
         lines += [""] + latency
-    for f in data.get("failures", []):
-        lines.append(f"Failed requests: {f}")
-    if not data.get("complete", True):
-        lines.append(f"Stopped after {data.get('rounds_done', 0)} of {data.get('rounds_planned')} rounds"
-                     + (f" ({data['stopped']})" if data.get("stopped") else "") + ".")
-    return "\n".join(lines)
-
-
-def level_records(data: dict[str, Any], label: str, level: Any) -> list[LevelResult]:
-    """``label``'s record of ``level`` in every round that measured it (``LevelResult``): a
-    ``compare`` round keeps it under "levels", a ``compare --plan`` round under "records"."""
-    out = []
-    for rnd in data.get("rounds") or []:
-        if isinstance(rnd, dict) and rnd.get("config") == label:
-            rec = (rnd.get("records") or rnd.get("levels") or {}).get(str(level))
-            if isinstance(rec, dict) and not rec.get("failures"):
-                out.append(LevelResult.from_record(parse_level(level), rec))
-    return out
+    for f in record.failures:
+        lines.append(f"{failed}: {f}")
+    if record.complete is False:
+        lines.append(f"Stopped after {record.rounds_done} of {record.rounds_planned} rounds"
+                     + (f" ({record.stopped})" if record.stopped else "") + ".")
+    return lines
 
 
 def median_record(records: list[LevelResult], level: int) -> LevelResult:
@@ -522,19 +436,15 @@ def median_record(records: list[LevelResult], level: int) -> LevelResult:
                        prefix_cache_hit_rate=statistics.median(hits) if hits else None)
 
 
-def latency_lines(data: dict[str, Any]) -> list[str]:
+def latency_lines(record: CompareFile) -> list[str]:
     """Per concurrency, each config's TTFT and TPOT p99 (median over the launches, ms) and, with
     the job's latency targets (``slo``), what each broke there (``core.slo`` on those medians)."""
-    targets = Targets.from_record(data.get("slo"))
-    if data.get("plan"):
-        labels = [c["label"] for c in data.get("configs") or []]
-    else:
-        labels = ["baseline", "best"] + [o.get("label") or f"trial-{o['trial']}" for o in data.get("others") or []]
+    targets = record.slo
     rows, measured = [], False
-    for c in data.get("concurrency") or []:
+    for c in record.concurrency:
         cells = []
-        for label in labels:
-            got = median_record(level_records(data, label, c), parse_level(c))
+        for label in record.labels:
+            got = median_record(record.level_records(label, c), parse_level(c))
             if got.ttft is None and got.tpot is None:
                 cells.append("-")
                 continue
@@ -551,23 +461,19 @@ def latency_lines(data: dict[str, Any]) -> list[str]:
         return []
     head = "p99 latency, TTFT / TPOT in ms (median over the launches)" + (
         f"; latency targets: {targets.describe()}" if targets else "")
-    return [head, "", "| Concurrency | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)] + rows
+    return [head, "", "| Concurrency | " + " | ".join(record.labels) + " |", "|---|" + "---|" * len(record.labels)] \
+        + rows
 
 
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{1000 * seconds:.1f}"
 
 
-def vs_best(value: float | None, interval: dict[str, Any] | None = None) -> str:
+def vs_best(value: float | None, judged: Judged | None = None) -> str:
     """'3590.0 tok/s; vs best 1.14x faster (95% CI 1.05-1.24x)': another trial against the best."""
     if not value:
         return "failed"
-    text = (interval or {}).get("text")
-    return f"{value:.1f} tok/s" + (f"; vs best {text}" if text else "")
-
-
-def _med(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
+    return f"{value:.1f} tok/s" + (f"; vs best {judged.text}" if judged is not None and judged.text else "")
 
 
 def _fmt(v: float | None) -> str:
@@ -576,28 +482,12 @@ def _fmt(v: float | None) -> str:
 
 # ---- compare --plan: the plan's configs at every level ------------------------------------------
 def measure_plan_launch(job: Job, row: TrialRow, label: str, round_no: int,
-                        report: PhaseReporter | None = None) -> dict[str, Any]:
-    """One launch of ``row``'s config, measured as a trial measures it (``node.measure``: level 1
-    decode tok/s per request, level N total tok/s of N streams, every level of the objective,
-    the job's rounds), recorded in the study (``record_launch``): {"levels": {level: median},
-    "samples": {level: [...]}} or {"error": ...}."""
-    config = row.params
-    bench = replace(TrialSpec.from_job(job, 0, config).bench, goodput=None)  # the plan's levels, not a bisection
-    started = time.time()
-    with launched(job, config, label, f"plan-{label}-{round_no}.log", report) as (launch, pgid):
-        if report is not None:
-            report.phase(WARMING_UP)
-        host = HostSampler(pgid)
-        got = measure(launch.base_url, launch.model_name, bench, deadline=time.monotonic() + bench.timeout_s,
-                      metrics_url=launch.metrics_url, progress=report.measuring if report else None)
-        got = dataclasses.replace(got, measurement=dataclasses.replace(got.measurement, host=host.finish()))
-    record_launch(job, row, got, started)
-    if not got.ok:
-        return {"error": got.error or "the benchmark failed"}
-    levels = got.measurement.levels
-    return {"levels": {str(k): v.value for k, v in levels.items()},
-            "samples": {str(k): list(v.samples) for k, v in levels.items()},
-            "records": {str(k): v.to_record() for k, v in levels.items()}}  # the latency percentiles too
+                        report: PhaseReporter | None = None) -> Measured:
+    """One ``compare --plan`` launch: every level of the objective, the job's rounds, as a trial
+    (``measure_launch``)."""
+    bench = replace(TrialSpec.from_job(job, 0, row.params).bench, goodput=None)  # the plan's levels, not a bisection
+    got = measure_launch(job, row, label, f"plan-{label}-{round_no}.log", bench, report)
+    return got if got.error is None else Measured({}, {}, got.error)  # a failed launch: none of its levels
 
 
 def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
@@ -606,7 +496,7 @@ def run_compare_plan(job: Job, rounds: int | None = None, say=print) -> str:
     return "\n".join([format_compare_plan(compare_plan_rounds(job, rounds, say)), *study_lines(job)])
 
 
-def compare_plan_rounds(job: Job, rounds: int | None = None, say=print) -> dict[str, Any]:
+def compare_plan_rounds(job: Job, rounds: int | None = None, say=print) -> CompareFile:
     """Relaunch the baseline and the plan's configs (the best at each level of the objective,
     the mix's best) in interleaved rounds, each launch measured at every level as a trial is;
     ``compare-plan.json`` is rewritten after every launch (as ``compare.json``). Returns its
@@ -621,151 +511,72 @@ def compare_plan_rounds(job: Job, rounds: int | None = None, say=print) -> dict[
     plan = build_plan(rows, job.objective)
     base = plan.baseline
     if base is None or not plan.found:
-        why = disputed(rows)
-        if why:
-            raise RuntimeFailure(f"nothing to compare: {why}; no config is best while the golden reference is in "
-                                 "question")
-        raise RuntimeFailure("compare --plan needs a completed baseline and a plan; run the study first")
+        raise _no_baseline_or_best(rows, "compare --plan needs a completed baseline and a plan; run the study first")
     others = [r for r in plan.configs if r.config_key != base.config_key]
     if not others:
         raise RuntimeFailure(f"the baseline (trial {base.number}) is the plan's config at every level: nothing to "
                              "compare it with")
     rounds = max(1, DEFAULT_ROUNDS if rounds is None else rounds)
-    configs = [("baseline", base)] + [(f"trial-{r.number}", r) for r in others]
-    data: dict[str, Any] = {
-        "plan": True, "concurrency": [level_key(lv) for lv in plan.levels], "rounds_planned": rounds, "complete": False,
-        "baseline_trial": base.number, "anchor_trial": plan.anchor.number if plan.anchor else None,
-        "configs": [{"label": label, "trial": row.number, "params": row.params, "roles": plan.roles(row)}
-                    for label, row in configs],
-        "rounds": [], "failures": [], "slo": job.slo.to_record() if job.slo else None,
-    }
-    out = job.dir.compare_plan
+    configs = [(BASELINE, base)] + [(f"trial-{r.number}", r) for r in others]
+    record = CompareFile(
+        concurrency=tuple(level_key(lv) for lv in plan.levels), rounds_planned=rounds, plan=True,
+        baseline_trial=base.number, anchor_trial=plan.anchor.number if plan.anchor else None,
+        configs=tuple(Config(label, row.number, row.params, tuple(plan.roles(row))) for label, row in configs),
+        slo=job.slo)
+
+    def measured(label: str, row: TrialRow, r: int, report: PhaseReporter) -> Measured:
+        return measure_plan_launch(job, row, label, r, report)
+
     said = Said(say, rounds * len(configs), "compare --plan", rounds=job.bench.repeats)
-    try:
-        for r in range(rounds):
-            for label, row in (configs if r % 2 == 0 else configs[::-1]):
-                t0 = time.monotonic()
-                report = said.launching(f"round {r + 1}/{rounds}: {label} (trial #{row.number})")
-                res = measure_plan_launch(job, row, label, r, report)
-                if res.get("error"):
-                    data["failures"].append(f"{label} round {r}: {res['error']}")
-                data["rounds"].append({"round": r, "config": label, "trial": row.number,
-                                       "seconds": time.monotonic() - t0, "levels": res.get("levels") or {},
-                                       "samples": res.get("samples") or {}, "records": res.get("records") or {}})
-                summarize_plan(data)
-                write_json_atomic(out, data)
-                said.measured(_plan_figures(res))
-            said.round_done(r, rounds, _plan_round_lines(data))
-        data["complete"] = True
-    except BaseException as exc:  # Ctrl-C included: record why the rounds stopped, then re-raise
-        logs.status("")
-        data["stopped"] = f"{type(exc).__name__}: {exc}".rstrip(": ")
-        summarize_plan(data)
-        write_json_atomic(out, data)
-        raise
-    summarize_plan(data)
-    write_json_atomic(out, data)
-    return data
+    return _rounds(record, configs, measured, said, job.dir.compare_plan, _plan_round_lines)
 
 
-def _plan_figures(res: dict[str, Any]) -> str:
-    """'1: 139.8 decode tok/s, 10: 812.0 total tok/s' of one ``compare --plan`` launch."""
-    if res.get("error"):
-        return f"failed: {res['error']}"
-    return ", ".join(f"{lv}: {v:.1f} {'decode' if streams(parse_level(lv)) == 1 else 'total'} tok/s" if v
-                     else f"{lv}: failed" for lv, v in (res.get("levels") or {}).items())
-
-
-def _plan_round_lines(data: dict[str, Any]) -> list[str]:
+def _plan_round_lines(record: CompareFile) -> list[str]:
     """Each plan config against the baseline at each level, so far."""
-    return [f"at {lv}: {c['label']} vs the baseline {(c.get('vs_baseline') or {}).get(str(lv), {}).get('text', 'n/a')}"
-            for c in data["configs"] if c["label"] != "baseline" for lv in data["concurrency"]]
+    return [f"at {lv}: {c.label} vs the baseline {record.judged(BASELINE, c.label, lv).text}"
+            for c in record.configs if c.label != BASELINE for lv in record.concurrency]
 
 
-def summarize_plan(data: dict[str, Any]) -> dict[str, Any]:
-    """Fill the derived fields of a ``compare --plan`` file from its rounds: per config and
-    level the median and the paired interval against the baseline; per level, each config
-    against the anchor (the best at the lowest level), the claim a plan makes."""
-    levels = data["concurrency"]
-    labels = [c["label"] for c in data["configs"]]
-    anchor = next((c["label"] for c in data["configs"] if c["trial"] == data.get("anchor_trial")), None)
-    for c in data["configs"]:
-        label = c["label"]
-        c["median"] = {str(lv): _med([v for v in per_round(data, label, lv).values() if v]) for lv in levels}
-        c["vs_baseline"], c["vs_anchor"] = {}, {}
-        for lv in levels:
-            same = label == "baseline"
-            iv = paired_interval(data, "baseline", label, lv)
-            c["vs_baseline"][str(lv)] = {**iv.to_dict(), "verdict": verdict.verdict(iv, same_config=same),
-                                        "text": verdict.describe(iv, same_config=same)}
-            if anchor is not None:
-                same = label == anchor
-                iv = paired_interval(data, anchor, label, lv)
-                c["vs_anchor"][str(lv)] = {**iv.to_dict(), "verdict": verdict.verdict(iv, same_config=same),
-                                          "text": verdict.describe(iv, same_config=same)}
-    by_round: dict[int, set[str]] = {}
-    for r in data.get("rounds") or []:
-        by_round.setdefault(int(r["round"]), set()).add(r["config"])
-    data["rounds_done"] = sum(1 for got in by_round.values() if set(labels) <= got)
-    return data
-
-
-def plan_closing_lines(data: dict[str, Any]) -> list[str]:
+def plan_closing_lines(record: CompareFile) -> list[str]:
     """What the relaunched rounds establish about the plan: at each level where the plan picks
     another config than the best at the lowest level, whether it beats that one beyond noise."""
-    anchor = next((c for c in data["configs"] if c["trial"] == data.get("anchor_trial")), None)
+    anchor = record.anchor()
     if anchor is None:
         return []
     lines = []
-    for lv in data["concurrency"]:
-        picked = next((c for c in data["configs"] if f"best at {lv}" in c.get("roles", [])), None)
+    for lv in record.concurrency:
+        picked = next((c for c in record.configs if f"best at {lv}" in c.roles), None)
         if picked is None or picked is anchor:
             continue
-        v = (picked.get("vs_anchor") or {}).get(str(lv)) or {}
-        lines.append(f"At concurrency {lv} the plan's config (trial #{picked['trial']}) against the best at "
-                     f"{data['concurrency'][0]} (trial #{anchor['trial']}): {v.get('text', 'n/a')}.")
+        said = record.judged(anchor.label, picked.label, lv, same=picked.label == anchor.label).text
+        lines.append(f"At concurrency {lv} the plan's config (trial #{picked.trial}) against the best at "
+                     f"{record.concurrency[0]} (trial #{anchor.trial}): {said}.")
     return lines
 
 
-def plan_table_rows(data: dict[str, Any]) -> list[list[str]]:
+def plan_table_rows(record: CompareFile) -> list[list[str]]:
     """The relaunched plan's rows, one per level: the level, then per config (the baseline and
-    each plan config, as ``column`` heads them) its median and its ratio to the baseline."""
+    each plan config, as ``Config.column`` heads them) its median and its ratio to the baseline."""
     rows = []
-    for lv in data.get("concurrency") or []:
+    for lv in record.concurrency:
         cells = [str(lv)]
-        for c in data["configs"]:
-            med = (c.get("median") or {}).get(str(lv))
-            vs = (c.get("vs_baseline") or {}).get(str(lv)) or {}
-            cells.append("failed" if not med else f"{med:.1f}" + ("" if c["label"] == "baseline" else
-                                                                   f"; {vs.get('text', '')}"))
+        for c in record.configs:
+            med = record.median(c.label, lv)
+            cells.append("failed" if not med else f"{med:.1f}" + ("" if c.label == BASELINE else
+                                                                   f"; {record.judged(BASELINE, c.label, lv).text}"))
         rows.append(cells)
     return rows
 
 
-def format_compare_plan(data: dict[str, Any]) -> str:
+def format_compare_plan(record: CompareFile) -> str:
     """The ``compare --plan`` table: levels as rows, the baseline and each plan config as columns."""
-    configs = data["configs"]
-    head = ["Concurrency"] + [column(c) for c in configs]
-    lines = [f"The plan's configs relaunched in {data.get('rounds_done', 0)} interleaved round(s), each launch "
+    head = ["Concurrency"] + [c.column() for c in record.configs]
+    lines = [f"The plan's configs relaunched in {record.rounds_done} interleaved round(s), each launch "
              "measured as a trial is (1: decode tok/s per request; N: total tok/s of N streams); the median of the "
              "rounds, and the ratio to the baseline measured side by side in each round (geometric mean) with its "
              "95% confidence interval", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in plan_table_rows(data):
+    for row in plan_table_rows(record):
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
-    lines += plan_closing_lines(data)
-    latency = latency_lines(data)
-    if latency:
-        lines += [""] + latency
-    for f in data.get("failures", []):
-        lines.append(f"Failed: {f}")
-    if not data.get("complete", True):
-        lines.append(f"Stopped after {data.get('rounds_done', 0)} of {data.get('rounds_planned')} rounds"
-                     + (f" ({data['stopped']})" if data.get("stopped") else "") + ".")
-    return "\n".join(lines)
-
-
-def column(config: dict[str, Any]) -> str:
-    """A ``compare --plan`` column's name: 'trial-3 (best at 1)', 'baseline'."""
-    roles = ", ".join(config.get("roles") or [])
-    return f"{config['label']} ({roles})" if roles else config["label"]
+    lines += plan_closing_lines(record)
+    return "\n".join(lines + _tail(record, "Failed"))

@@ -70,6 +70,7 @@ import json
 import math
 import re
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -95,6 +96,7 @@ from orchestrator.core.slo import LABELS as slo_labels
 from orchestrator.core.slo import Targets
 from orchestrator.core.slo import breaches as slo_breaches
 from orchestrator.node.startup import NOTICE
+from orchestrator.results.figure import ExportDocument, Figure, Provenance, RaceStanding, Verdict
 from orchestrator.study import objective as objectives
 from orchestrator.study import race as races
 from orchestrator.study.goodput import goodput_answer
@@ -103,7 +105,6 @@ from orchestrator.study.launches import COMPARE, HEADLINE, MIX, Evidence, mix_fi
 from orchestrator.study.plan import TieBreak, best_at, best_for_mix, break_tie, build_plan, one_for_all
 
 FORMATS = ("env", "yaml", "json", "cmd", "nccl-tuner")
-EXPORT_VERSION = 1
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # the example tuner plugin reads lines with fgets into a 256-byte buffer: keep every line shorter
 _TUNER_MAX_LINE = 200
@@ -288,22 +289,22 @@ def tie_break(job: Any, rows: list[TrialRow], choice: Choice) -> TieBreak | None
     return break_tie(tied, where, everywhere, baseline_row(rows))
 
 
-def _objective_provenance(choice: Choice, figure: dict[str, Any]) -> dict[str, Any]:
+def _objective_provenance(choice: Choice, figure: Figure) -> dict[str, Any]:
     """What the chosen level (or mix) measured for this config, against the baseline (``figure``)."""
-    vs = figure.get("vs_baseline") or {}
+    vs = figure.vs_baseline
     out: dict[str, Any] = {"mix": {str(k): v for k, v in choice.weights.items()} if choice.weights else None,
                            "level": level_key(choice.level) if choice.level is not None else None,
                            "context": context_of(choice.level) if choice.level is not None else None,
-                           "unit": figure["unit"], "spread": figure.get("spread"),
-                           "value": figure["value"], "launches": figure["launches"],
-                           "baseline_value": figure.get("baseline_value"), "x_baseline": vs.get("point"),
+                           "unit": figure.unit, "spread": figure.spread,
+                           "value": figure.value, "launches": figure.launches,
+                           "baseline_value": figure.baseline_value, "x_baseline": vs.point if vs else None,
                            "chosen_by": choice.chosen_by}
-    if vs.get("lo") is not None:
-        out["x_baseline_interval"] = [vs["lo"], vs["hi"]]
+    if vs is not None and vs.lo is not None:
+        out["x_baseline_interval"] = [vs.lo, vs.hi]
     return out
 
 
-def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | None = None) -> dict[str, Any]:
+def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | None = None) -> Figure:
     """The exported figure of ``row``'s config (module docstring): its median over launches at the
     chosen level (the objective's for a job of one level) or for the mix, their count, where a
     fresh launch should measure, the launch noise, the verdict against the baseline over launches,
@@ -331,57 +332,57 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
         unit, contest = obj.measure.export_unit(level, choice.level is not None), str(level)
     value = statistics.median(values) if values else row.worth
     shown = obj.shown
-    out: dict[str, Any] = {
-        "value": shown(value), "unit": unit, "direction": obj.direction, "launches": len(values),
-        "launch_values": [shown(v) for v in values],
-        "fresh_launch_95": list(obj.measure.shown_range(*fresh)) if fresh else None, "launch_noise": noise.to_dict(),
-        "drift": drift.to_dict() if drift.drifted else None,
-        "spread": _spread(row, choice.level),
-        "baseline_trial": base.number if base is not None else None, "baseline_value": shown(base_value),
-        "compare_launches": sum(1 for r in ev.launches(key) if r.launch_role == COMPARE),
-        "compare_values": [shown(v) for v in _compare_values(ev, key, choice, level_of(choice, obj))],
-        "baseline_compare_values": [shown(v) for v in _compare_values(ev, base.config_key, choice,
-                                                                      level_of(choice, obj))]
-        if base is not None else [],
-        "race_launches": sum(1 for r in ev.launches(key) if r.launch_role == races.RACE)}
+    vs, fresh_vs = None, None
     if base is not None and not choice.is_mix and level is HEADLINE and base_value == 0:
-        out["vs_baseline"] = _against_no_goodput(base)
+        vs = _against_no_goodput(base)
     elif base is not None and iv is not None:
         same = base.config_key == key
         word = verdict.verdict(iv, same_config=same)
-        said = obj.measure.oriented(iv)  # the figures' own ratio (a latency's: inverted)
-        out["vs_baseline"] = {**said.to_dict(), "point": said.ratio,  # the interval's own estimate (``verdict``)
-                              "estimate": verdict.estimate_text(iv),
-                              "verdict": obj.measure.word(word),
-                              "beyond_noise": word in (verdict.FASTER, verdict.SLOWER),
-                              "same_config": same, "text": obj.measure.compared(iv, same_config=same),
-                              "compare_launches": sum(1 for r in ev.launches(base.config_key)
-                                                      if r.launch_role == COMPARE)}
+        vs = Verdict(obj.measure.compared(iv, same_config=same), obj.measure.word(word),
+                     word in (verdict.FASTER, verdict.SLOWER),
+                     obj.measure.oriented(iv),  # the figures' own ratio (a latency's: inverted), its own estimate
+                     verdict.estimate_text(iv), same,
+                     sum(1 for r in ev.launches(base.config_key) if r.launch_role == COMPARE))
         fresh_iv = ev.compared(base.config_key, key, level) if not choice.is_mix and not same else None
         if fresh_iv is not None:  # what compare's launches alone say (``launches.Evidence.compared``)
             fresh_word = verdict.verdict(fresh_iv)
-            out["fresh_vs_baseline"] = {**obj.measure.oriented(fresh_iv).to_dict(),
-                                        "verdict": obj.measure.word(fresh_word),
-                                        "beyond_noise": fresh_word in (verdict.FASTER, verdict.SLOWER),
-                                        "text": obj.measure.compared(fresh_iv)}
+            fresh_vs = Verdict(obj.measure.compared(fresh_iv), obj.measure.word(fresh_word),
+                               fresh_word in (verdict.FASTER, verdict.SLOWER), obj.measure.oriented(fresh_iv),
+                               compare_launches=None)
+    at = level_of(choice, obj)
+    return Figure(
+        value=shown(value), unit=unit, direction=obj.direction, launch_values=tuple(shown(v) for v in values),
+        fresh_launch_95=obj.measure.shown_range(*fresh) if fresh else None, launch_noise=noise,
+        drift=drift.to_dict() if drift.drifted else None, spread=_spread(row, choice.level),
+        baseline_trial=base.number if base is not None else None, baseline_value=shown(base_value),
+        compare_launches=sum(1 for r in ev.launches(key) if r.launch_role == COMPARE),
+        compare_values=tuple(shown(v) for v in _compare_values(ev, key, choice, at)),
+        baseline_compare_values=tuple(shown(v) for v in _compare_values(ev, base.config_key, choice, at))
+        if base is not None else (),
+        race_launches=sum(1 for r in ev.launches(key) if r.launch_role == races.RACE),
+        vs_baseline=vs, fresh_vs_baseline=fresh_vs, race=_race_standing(job, rows, key, contest))
+
+
+def _race_standing(job: Any, rows: list[TrialRow], key: str, contest: str) -> RaceStanding | None:
+    """How the finalists' race of ``contest`` ended for the config ``key`` (None: not a finalist)."""
     numbers = {r.config_key: r.number for r in sorted(rows, key=lambda r: (not r.counted, r.number))[::-1]}
+    out = None
     for o in races.outcomes(rows, getattr(job, "objective", None)):
         if o.contest.name == contest and key in o.contest.finalists:
             tied = [k for k in (o.winner, *o.tied) if k] if o.tied else []  # the configs it could not tell apart
-            out["race"] = {"decided": key not in tied, "winner_trial": numbers.get(o.winner or ""),
-                           "tied_trials": [numbers.get(k) for k in tied if k != key] if key in tied else [],
-                           "finalists": [numbers.get(k) for k in o.contest.finalists], "launches": o.launches,
-                           "rounds": o.rounds, "confidence": o.confidence, "finished": o.finished}
+            out = RaceStanding(key not in tied, numbers.get(o.winner or ""),
+                               tuple(numbers.get(k) for k in tied if k != key) if key in tied else (),
+                               tuple(numbers.get(k) for k in o.contest.finalists), o.launches, o.rounds,
+                               o.confidence, o.finished)
     return out
 
 
-def _against_no_goodput(base: TrialRow) -> dict[str, Any]:
+def _against_no_goodput(base: TrialRow) -> Verdict:
     """The verdict against a baseline that held the SLO at no concurrency it tried: its goodput is
     0 tok/s, so there is no ratio to give, and no noise to be within; the goodput answer says what
     each config held."""
-    return {"no_ratio": True, "verdict": None, "beyond_noise": None, "same_config": False, "point": None,
-            "text": f"no ratio: the baseline #{base.number} holds the SLO at no concurrency it tried (0 tok/s "
-                    f"within the SLO)", "compare_launches": 0}
+    return Verdict(f"no ratio: the baseline #{base.number} holds the SLO at no concurrency it tried (0 tok/s "
+                   f"within the SLO)", None, None)
 
 
 def level_of(choice: Choice, objective: Any) -> int | None:
@@ -417,83 +418,67 @@ def notes(job: Any, rows: list[TrialRow], level: int | None = None, mix: bool = 
     return _warning_lines(fig, best[0].number) + ([f"tie broken: {tie.text()}"] if tie is not None else [])
 
 
-def _warning_lines(fig: dict[str, Any], trial: int, *, said: bool = False) -> list[str]:
+def _warning_lines(fig: Figure, trial: int, *, said: bool = False) -> list[str]:
     """The export's warnings (``said``: the verdict's text is on a line above): within noise of the
     baseline over every launch, or on ``compare``'s fresh launches alone; no interval to judge it by
     (the launch noise unknown); a tie the race left; a box that drifted (its figure unrepeatable)."""
     out = []
-    vs = fig.get("vs_baseline") or {}
-    fresh_vs = fig.get("fresh_vs_baseline") or {}
-    fresh = vs.get("compare_launches", 0) + fig.get("compare_launches", 0)
+    vs, fresh_vs = fig.vs_baseline, fig.fresh_vs_baseline
+    fresh = (vs.compare_launches or 0 if vs is not None else 0) + fig.compare_launches
     by = f" ({fresh} of the launches fresh from `ncclsweep compare`)" if fresh else ""
-    what = "" if said else f": {vs.get('text')}"
-    if vs.get("verdict") == verdict.WITHIN_NOISE:  # not a same config, nor no figure to compare (no ratio)
+    what = "" if said else f": {vs.text if vs is not None else None}"
+    word = vs.verdict if vs is not None else None
+    if word == verdict.WITHIN_NOISE:  # not a same config, nor no figure to compare (no ratio)
         out.append(f"trial {trial} is WITHIN NOISE of the baseline{what}{by}: it is not shown to beat the baseline")
-    elif vs.get("verdict") == verdict.NOT_SHOWN:  # no interval: nothing is shown either way
+    elif word == verdict.NOT_SHOWN:  # no interval: nothing is shown either way
         out.append(f"trial {trial} is NOT SHOWN to beat the baseline{what}{by}")
-    elif fresh_vs and not fresh_vs.get("beyond_noise"):
+    elif fresh_vs is not None and not fresh_vs.beyond_noise:
         out.append(f"trial {trial} is WITHIN NOISE of the baseline on the {fresh} launches fresh from `ncclsweep "
-                   f"compare`: {fresh_vs['text']} (over every launch: {vs.get('text')}); the machine may have "
-                   "changed since the study: it is not shown to beat the baseline now")
-    race = fig.get("race") or {}
-    if race.get("tied_trials"):
-        tied = ", ".join(f"trial {n}" for n in race["tied_trials"])
-        out.append(f"TIE: the race of the finalists ({race['launches']} launches) could not tell trial {trial} from "
+                   f"compare`: {fresh_vs.text} (over every launch: {vs.text if vs is not None else None}); the "
+                   "machine may have changed since the study: it is not shown to beat the baseline now")
+    race = fig.race
+    if race is not None and race.tied_trials:
+        tied = ", ".join(f"trial {n}" for n in race.tied_trials)
+        out.append(f"TIE: the race of the finalists ({race.launches} launches) could not tell trial {trial} from "
                    f"{tied}; any of them is as good on this evidence")
-    drift = (fig.get("drift") or {}).get("text")
-    if drift:
-        out.append(drift)
+    if fig.drift_text:
+        out.append(fig.drift_text)
     return out
 
 
 def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any = None,
-               rank: int = 1, choice: Choice | None = None, tie: TieBreak | None = None) -> dict[str, Any]:
+               rank: int = 1, choice: Choice | None = None, tie: TieBreak | None = None) -> Provenance:
     """Where a config came from and what it measured (JSON-able); with a named ``choice``
     (a level, the mix), what it measured there (``objective``); ``tie``: how the tie the race left
     was broken for it (``tie_break``: None where there was none)."""
     node, nccl = row.node_info or {}, row.nccl or {}
     base = baseline_row(rows)
     headline = figure_of(job, rows, row)
-    fig = figure_of(job, rows, row, choice) if choice is not None and choice.named else headline
-    base_value = headline.get("baseline_value")
-    extra = {"objective": _objective_provenance(choice, fig)} if choice is not None and choice.named else {}
-    return {
-        "study": getattr(job, "study", None),
-        "storage": getattr(job, "storage", None),
-        "trial": row.number,
-        "rank": rank,
-        "value_tok_s": headline["value"],
-        "spread": row.spread,
-        "cv": row.cv,
-        "rel_ci": row.rel_ci,
-        "measurements": headline["launches"],
-        "figure": fig,
-        "baseline_trial": base.number if base else None,
-        "baseline_tok_s": base_value,
-        "x_baseline": (headline.get("vs_baseline") or {}).get("point"),  # the verdict's own estimate
-        "tie_break": tie.to_dict() if tie is not None and tie.chosen.config_key == row.config_key else None,
-        "prompts": row.prompt_set or None,  # the decode prompts the figures were measured on
-        "acceptance_rate": row.acceptance_rate,
-        "mean_accepted_length": row.mean_accepted_length,
+    named = choice is not None and choice.named
+    fig = figure_of(job, rows, row, choice) if named else headline
+    return Provenance(
+        study=getattr(job, "study", None), storage=getattr(job, "storage", None), trial=row.number, rank=rank,
+        headline=headline, figure=fig, spread=row.spread, cv=row.cv, rel_ci=row.rel_ci,
+        baseline_trial=base.number if base else None,
+        tie_break=tie.to_dict() if tie is not None and tie.chosen.config_key == row.config_key else None,
+        prompts=row.prompt_set or None,  # the decode prompts the figures were measured on
+        acceptance_rate=row.acceptance_rate, mean_accepted_length=row.mean_accepted_length,
         # what the engine said it changed or refused for this config (vLLM: "... is disabled because ..."),
         # and each value it turned off with what it ran instead (``Backend.engine_fallbacks``)
-        "engine_notices": [w[len(NOTICE):] for w in row.warnings if str(w).startswith(NOTICE)],
-        "engine_fallbacks": allreduce.fallbacks_of(row.server),
-        "backend": {"kind": _backend_kind(job, backend), "version": _safe_version(backend)},
-        "model": _model_of(backend, job),
-        "nccl_version": _first(nccl.get("version"), nccl.get("nccl_version"), node.get("nccl_version")),
-        "cuda_version": _first(node.get("cuda_version"), nccl.get("cuda_version"), node.get("cuda")),
-        "driver_version": _first(node.get("driver_version"), nccl.get("driver_version"), node.get("driver")),
-        "gpu_model": node.get("gpu_model"),
-        "gpus": _first(node.get("gpus"), node.get("gpu_count")),
-        "topology": _first(node.get("topology"), nccl.get("topology"), nccl.get("transports")),
-        "node": row.node,
-        "measured_at": row.ended_at,
-        "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "ncclsweep_version": _tool_version(),
-        **extra,
-        **_latency_provenance(job, row, rows),
-    }
+        engine_notices=tuple(w[len(NOTICE):] for w in row.warnings if str(w).startswith(NOTICE)),
+        engine_fallbacks=tuple(allreduce.fallbacks_of(row.server)),
+        backend_kind=_backend_kind(job, backend), backend_version=_safe_version(backend),
+        model=_model_of(backend, job),
+        nccl_version=_first(nccl.get("version"), nccl.get("nccl_version"), node.get("nccl_version")),
+        cuda_version=_first(node.get("cuda_version"), nccl.get("cuda_version"), node.get("cuda")),
+        driver_version=_first(node.get("driver_version"), nccl.get("driver_version"), node.get("driver")),
+        gpu_model=node.get("gpu_model"), gpus=_first(node.get("gpus"), node.get("gpu_count")),
+        topology=_first(node.get("topology"), nccl.get("topology"), nccl.get("transports")),
+        node=row.node, measured_at=row.ended_at,
+        exported_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        ncclsweep_version=_tool_version(),
+        objective=_objective_provenance(choice, fig) if named and choice is not None else None,
+        measured=_latency_provenance(job, row, rows))
 
 
 def _latency_provenance(job: Any, row: TrialRow, rows: list[TrialRow]) -> dict[str, Any]:
@@ -567,19 +552,19 @@ def _comment(text: str) -> str:
     return "# " + _one_line(text, width=10_000)
 
 
-def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
+def _comment_header(fmt: str, prov: Provenance, total: int) -> list[str]:
     """The provenance of one exported config, as comment lines (each one physical line)."""
-    fig = prov["figure"]
-    be = prov["backend"]
+    fig = prov.figure
     chosen = []
-    obj = prov.get("objective")
+    obj = prov.objective
     if obj:
         what = (f"level {obj['level']}" if obj["level"] is not None else
                 "the traffic mix " + ", ".join(f"{k}: {v:g}" for k, v in obj["mix"].items()))
         got = f"{obj['value']:.3f} {obj['unit']}" if obj["value"] is not None else "not measured"
         vs = f", {obj['x_baseline']:.2f}x the baseline" if obj.get("x_baseline") else ""
         chosen = [f"chosen for {what} ({_one_line(obj['chosen_by'])}): {got}{vs}"]
-    good = prov.get("goodput") or {}
+    measured = prov.measured
+    good = measured.get("goodput") or {}
     if good.get("text"):  # the value is the total tok/s at the capacity point within the SLO
         chosen.append(f"goodput: {good.get('answer')}" if good.get("is_best") else
                       f"goodput: {good['text']}; {good.get('answer')}")
@@ -589,29 +574,29 @@ def _comment_header(fmt: str, prov: dict[str, Any], total: int) -> list[str]:
         chosen.append("curve (streams: total tok/s, whole run, SLO): " + ", ".join(
             f"{pt['load']}: {_tok(pt['tok_s'])}, {_tok(pt['whole_run_tok_s'])}, "
             f"{'holds' if pt['held'] else 'breaks' if pt['held'] is False else '-'}" for pt in good["curve"]))
-    slo = prov.get("slo")
+    slo = measured.get("slo")
     if slo:
         broke = "; ".join(b["text"] for b in slo["breaches"]) or "holds them at every level measured"
         chosen.append(f"slo {slo['text']}: {broke}")
-    traffic = prov.get("traffic")
+    traffic = measured.get("traffic")
     if traffic and traffic.get("text"):
         chosen.append(f"traffic {traffic['requests']}: measured {traffic['text']}")
     lines = [
-        f"ncclsweep {_one_line(prov['ncclsweep_version'])} export ({fmt}), rank {prov['rank']} of {total}",
+        f"ncclsweep {_one_line(prov.ncclsweep_version)} export ({fmt}), rank {prov.rank} of {total}",
         *chosen,
-        f"study {_one_line(prov['study'])}, trial {prov['trial']}, measured {_one_line(prov['measured_at'])}"
-        f" on {_one_line(prov['node'] or 'unknown node')}",
+        f"study {_one_line(prov.study)}, trial {prov.trial}, measured {_one_line(prov.measured_at)}"
+        f" on {_one_line(prov.node or 'unknown node')}",
         *figure_lines(fig),
-        *_warning_lines(fig, prov["trial"], said=True),
-        *([f"tie broken: {prov['tie_break']['text']}"] if prov.get("tie_break") else []),
-        *_latency_comment(prov),
-        f"measured on the decode prompts: {decode_prompts.describe(prov.get('prompts'))}",
-        f"backend: {_one_line(be['kind'])} {_one_line(be['version'] or '(version unknown)')}; "
-        f"model: {_one_line(prov['model'])}",
-        f"NCCL {_one_line(prov['nccl_version'])}; CUDA {_one_line(prov['cuda_version'])}; "
-        f"driver {_one_line(prov['driver_version'])}",
-        f"GPU: {_one_line(prov['gpu_model'])} (devices {_one_line(prov['gpus'])}); "
-        f"topology: {_one_line(prov['topology'], 100)}",
+        *_warning_lines(fig, prov.trial, said=True),
+        *([f"tie broken: {prov.tie_break['text']}"] if prov.tie_break else []),
+        *_latency_comment(measured),
+        f"measured on the decode prompts: {decode_prompts.describe(dict(prov.prompts) if prov.prompts else None)}",
+        f"backend: {_one_line(prov.backend_kind)} {_one_line(prov.backend_version or '(version unknown)')}; "
+        f"model: {_one_line(prov.model)}",
+        f"NCCL {_one_line(prov.nccl_version)}; CUDA {_one_line(prov.cuda_version)}; "
+        f"driver {_one_line(prov.driver_version)}",
+        f"GPU: {_one_line(prov.gpu_model)} (devices {_one_line(prov.gpus)}); "
+        f"topology: {_one_line(prov.topology, 100)}",
         *_speculation_comment(prov),
         *_notice_comments(prov),
     ]
@@ -622,7 +607,7 @@ def _tok(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}" if value >= 1000 else f"{value:.1f}"
 
 
-def _latency_comment(prov: dict[str, Any]) -> list[str]:
+def _latency_comment(prov: Mapping[str, Any]) -> list[str]:
     """'latency at 1 (ms p50/p90/p99): TTFT 11.2/13.0/15.9, TPOT ...' per level measured, and the
     whole run's tok/s beside the steady state's (commented by ``_comment_header``)."""
     whole = prov.get("throughput") or {}
@@ -639,38 +624,35 @@ def _latency_comment(prov: dict[str, Any]) -> list[str]:
     return out
 
 
-def figure_lines(fig: dict[str, Any]) -> list[str]:
+def figure_lines(fig: Figure) -> list[str]:
     """The header's figure: its value over launches, where a fresh launch should measure, and its
     verdict against the baseline over launches (each a line ``_comment_header`` comments)."""
-    value = fig.get("value")
-    n = fig.get("launches") or 0
-    got = f"{value:.3f} {fig['unit']}" if value is not None else "not measured"
-    spread = f" (+-{100 * fig['spread']:.1f}% within its trial)" if fig.get("spread") is not None else ""
+    value, n = fig.value, fig.launches
+    got = f"{value:.3f} {fig.unit}" if value is not None else "not measured"
+    spread = f" (+-{100 * fig.spread:.1f}% within its trial)" if fig.spread is not None else ""
     lines = [f"value: {got}, the median of {n} launch{'' if n == 1 else 'es'}{spread}"]
-    fresh = fig.get("fresh_launch_95")
-    noise = fig.get("launch_noise") or {}
+    fresh, noise = fig.fresh_launch_95, fig.launch_noise
     if fresh:
         lines.append(f"a fresh launch should measure {fresh[0]:.3f}-{fresh[1]:.3f} (95%; launch noise "
-                     f"+-{100 * (noise.get('relative') or 0.0):.1f}% from {noise.get('launches')} launches)")
+                     f"+-{100 * (noise.relative or 0.0):.1f}% from {noise.launches} launches)")
     else:
         lines.append("no range for a fresh launch yet: the launch noise is not measured")
-    vs = fig.get("vs_baseline")
-    if vs and fig.get("baseline_value"):
-        what = "the baseline itself" if vs.get("same_config") else vs["text"]
-        lines.append(f"vs baseline trial {fig['baseline_trial']} ({fig['baseline_value']:.2f}): {what}")
-    fresh_values = fig.get("compare_values") or []
-    if fresh_values:
-        base_values = fig.get("baseline_compare_values") or []
-        shown = ", ".join(f"{v:.2f}" for v in fresh_values)
-        beside = f" (the baseline: {', '.join(f'{v:.2f}' for v in base_values)})" if base_values and \
-            not (vs or {}).get("same_config") else ""
-        lines.append(f"`ncclsweep compare` launched it {len(fresh_values)} time(s): {shown}{beside}")
+    vs = fig.vs_baseline
+    same = vs is not None and vs.same_config
+    if vs is not None and fig.baseline_value:
+        what = "the baseline itself" if same else vs.text
+        lines.append(f"vs baseline trial {fig.baseline_trial} ({fig.baseline_value:.2f}): {what}")
+    if fig.compare_values:
+        shown = ", ".join(f"{v:.2f}" for v in fig.compare_values)
+        base_values = fig.baseline_compare_values
+        beside = f" (the baseline: {', '.join(f'{v:.2f}' for v in base_values)})" if base_values and not same else ""
+        lines.append(f"`ncclsweep compare` launched it {len(fig.compare_values)} time(s): {shown}{beside}")
     return lines
 
 
-def _speculation_comment(prov: dict[str, Any]) -> list[str]:
+def _speculation_comment(prov: Provenance) -> list[str]:
     """What speculative decoding achieved in the measurement, where the server counted it."""
-    rate, length = prov.get("acceptance_rate"), prov.get("mean_accepted_length")
+    rate, length = prov.acceptance_rate, prov.mean_accepted_length
     if rate is None and length is None:
         return []
     parts = ([f"{100 * rate:.1f}% of drafted tokens accepted"] if rate is not None else []) + (
@@ -678,11 +660,11 @@ def _speculation_comment(prov: dict[str, Any]) -> list[str]:
     return [f"speculative decoding: {', '.join(parts)} (the server's counters over the benchmark prompts)"]
 
 
-def _notice_comments(prov: dict[str, Any]) -> list[str]:
+def _notice_comments(prov: Provenance) -> list[str]:
     """The engine's notices in the measured launch, and each value it turned off with what it ran
     instead: a config can change more than it says."""
-    return [f"engine notice: {_one_line(n, 10_000)}" for n in prov.get("engine_notices") or []] + [
-        f"engine fallback: {_one_line(f.get('text'), 10_000)}" for f in prov.get("engine_fallbacks") or []]
+    return [f"engine notice: {_one_line(n, 10_000)}" for n in prov.engine_notices] + [
+        f"engine fallback: {_one_line(f.get('text'), 10_000)}" for f in prov.engine_fallbacks]
 
 
 # ---- environment & command --------------------------------------------------------------------------
@@ -954,13 +936,8 @@ _TUNER_PREAMBLE = [
 # ---- the entry point ----------------------------------------------------------------------------------
 def _document(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any, rank: int, host: str,
               port: int, choice: Choice | None = None, tie: TieBreak | None = None) -> dict[str, Any]:
-    return {
-        "ncclsweep_export": EXPORT_VERSION,
-        "rank": rank,
-        "config": dict(row.params),
-        "env": effective_env(job, row.params, backend, host, port),
-        "provenance": provenance(job, row, rows, backend, rank, choice, tie),
-    }
+    return ExportDocument(rank, dict(row.params), effective_env(job, row.params, backend, host, port),
+                          provenance(job, row, rows, backend, rank, choice, tie)).to_record()
 
 
 def export(job: ExportJob, rows: list[TrialRow], fmt: str, top: int = 1, *, backend: Any = None,

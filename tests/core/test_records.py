@@ -16,6 +16,7 @@ from orchestrator.core.records import (
     FAILURE_KINDS,
     NOT_THE_CONFIGS_FAULT,
     FailureKind,
+    Signals,
     TrialResult,
     TrialRow,
     config_key,
@@ -67,3 +68,18 @@ def test_a_row_prints_every_field_but_its_ranking_count():
     assert json.loads(json.dumps(printed))["failure_kind"] == "wrong-output" and printed["counted"] is False
     with pytest.raises(AttributeError):
         row.state = "COMPLETE"  # type: ignore[misc]  # a row is what was stored: frozen
+
+
+def test_the_signals_to_the_driver_are_typed_and_stored_where_every_version_kept_them():
+    """How the server ended, whether the GPUs were usable, a write that failed: typed fields the
+    driver reads (``Signals``), not metrics; stored in ``metrics`` under the names records always had,
+    so a trial recorded before reads back the same."""
+    stored = {"pruned_below": 12.0, "server_exit_code": -15, "gpus_usable": False,
+              "write_failed": {"folder": "/r", "errno": 28, "cause": "No space left on device", "name": "t.log"}}
+    result = TrialResult.failed({"tp_size": 1}, "env-error", "cannot write", metrics=stored)
+    assert result.signals == Signals(server_exit_code=-15, gpus_usable=False, write_failed=stored["write_failed"])
+    assert result.metrics == {"pruned_below": 12.0}  # the outcome's own keys only
+    assert result.signals.write_error is not None and result.signals.write_error.hint == "free space there"
+    assert result.to_attrs()["metrics"] == stored
+    assert TrialResult.from_attrs(result.to_attrs()).signals == result.signals
+    assert TrialResult(outcome="COMPLETE", config={}).signals.write_error is None

@@ -20,7 +20,6 @@ import pytest
 
 from conftest import FAKE_OPENAI, mounted_tmpfs
 from orchestrator.core import correctness, outcome
-from orchestrator.core.errors import StorageWriteError
 from orchestrator.core.records import COMPLETE, FAIL, PRUNED
 from orchestrator.node.spec import BenchPlan, CheckPlan, ServerPlan, TrialSpec
 from orchestrator.node.trial import run_trial
@@ -107,8 +106,8 @@ def test_a_trial_that_cannot_write_into_the_full_study_folder_is_not_the_configs
         assert result.failure_reason.startswith(f"cannot write to {disk}") and "No space left" in result.failure_reason
         final = outcome.decide(result)
         assert final.blameless and not final.counted
-        stop = StorageWriteError.from_dict(result.metrics["write_failed"])
-        assert stop.where == result.failure_reason and stop.hint == "free space there"
+        stop = result.signals.write_error
+        assert stop is not None and stop.where == result.failure_reason and stop.hint == "free space there"
 
 
 def test_an_engine_notice_in_the_servers_log_is_in_the_trials_warnings(tmp_path, no_leftover_servers):
@@ -179,7 +178,7 @@ def test_a_server_ended_by_a_stop_signal_from_outside_says_so_and_is_not_the_con
     result = run_trial(spec, on_server=lambda s: servers.append(s) if s is not None else None,
                        on_phase=stop_once_measuring)
     assert (result.outcome, result.failure_kind) == (FAIL, "bench-error"), result.failure_reason
-    assert "killed by SIGTERM" in result.failure_reason and result.metrics["server_exit_code"] == -signal.SIGTERM
+    assert "killed by SIGTERM" in result.failure_reason and result.signals.server_exit_code == -signal.SIGTERM
     assert outcome.ended_by_the_stop(result, 1) == "its server ended (killed by SIGTERM)"
     final = outcome.decide(result, stop_signals=1)  # the run is being stopped: the same stop ended its server
     assert final.result.failure_kind == "interrupted"

@@ -3,6 +3,7 @@ end-to-end run with real servers is in tests/e2e/test_study_e2e.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import statistics
 
@@ -11,7 +12,8 @@ import recorded_study as fx  # a real journal study with every outcome
 
 from orchestrator.cli import main
 from orchestrator.core.errors import BadInput
-from orchestrator.results.compare import _also_rows, check_constraints, format_compare, summarize
+from orchestrator.results.compare import _also_rows, format_compare
+from orchestrator.results.compare_file import CompareFile
 from orchestrator.study import history, storage
 
 
@@ -92,12 +94,15 @@ def _rounds(per_config: dict[str, dict[int, list[float]]]) -> list[dict]:
     return out
 
 
-def _data(per_config, *, same_config=False, others=()):
-    data = {"concurrency": sorted(next(iter(per_config.values()))), "baseline_trial": 0,
+def _file(per_config, *, same_config=False, others=()) -> dict:
+    return {"concurrency": sorted(next(iter(per_config.values()))), "baseline_trial": 0,
             "best_trial": 0 if same_config else 3, "same_config": same_config, "complete": True,
             "others": [{"trial": t, "label": f"trial-{t}", "params": {"backend.max_batch": 256}} for t in others],
             "rounds": _rounds(per_config), "failures": []}
-    return summarize(data, [])
+
+
+def _data(per_config, **kw) -> CompareFile:
+    return CompareFile.from_record(_file(per_config, **kw))
 
 
 def test_table_shows_other_trials_against_the_best():
@@ -123,11 +128,11 @@ def test_a_loss_is_only_claimed_beyond_noise():
     steady 10% loss over 5 rounds is SLOWER."""
     noisy = _data({"baseline": {10: [120.3, 94.9, 146.8]}, "best": {10: [101.0, 140.2, 122.0]}})
     text = format_compare(noisy)
-    assert noisy["intervals"]["10"]["verdict"] == "within noise" and "SLOWER" not in text and "slower" not in text
+    assert noisy.level_verdicts()["10"].verdict == "within noise" and "SLOWER" not in text and "slower" not in text
     steady = _data({"baseline": {10: [120.0, 100.0, 140.0, 110.0, 130.0]},
                     "best": {10: [108.5, 89.0, 126.5, 99.5, 116.0]}})
     text = format_compare(steady)
-    assert steady["intervals"]["10"]["verdict"] == "slower"
+    assert steady.level_verdicts()["10"].verdict == "slower"
     assert ("The best config is SLOWER than the baseline beyond noise at concurrency 10 "
             "(0.899x, 95% CI 0.890-0.908x).") in text
 
@@ -136,7 +141,7 @@ def test_a_config_against_itself_is_never_a_verdict():
     """Baseline and best the same config: even a run of launches that drifted one way is no verdict."""
     data = _data({"baseline": {1: [100.0, 101.0, 100.5, 99.8], 2: [150.0, 140.0, 160.0, 155.0]},
                   "best": {1: [90.0, 90.5, 91.0, 90.2], 2: [152.0, 139.0, 158.0, 161.0]}}, same_config=True)
-    assert {v["verdict"] for v in data["intervals"].values()} == {"same config"}
+    assert {v.verdict for v in data.level_verdicts().values()} == {"same config"}
     text = format_compare(data)
     assert "slower" not in text.replace("excludes 1.0", "") and "SLOWER" not in text and "faster" not in text
     assert text.count("the same config, its launches ") == 2 and "within noise" not in text
@@ -146,24 +151,25 @@ def test_a_config_against_itself_is_never_a_verdict():
 def test_constraints_are_judged_by_the_same_rule():
     data = _data({"baseline": {8: [100.0, 90.0, 110.0, 95.0, 105.0], 16: [100.0, 80.0, 120.0]},
                   "best": {8: [70.0, 62.0, 78.0, 66.0, 74.0], 16: [85.0, 95.0, 80.0]}})
-    rules = check_constraints([(8, 0.9), (16, 0.9), (64, 0.9)], data)
-    assert [(r["concurrency"], r["state"], r["ok"]) for r in rules] == [
+    rules = dataclasses.replace(data, rules=((8, 0.9), (16, 0.9), (64, 0.9))).constraints()
+    assert [(r.concurrency, r.state, r.ok) for r in rules] == [
         (8, "VIOLATED", False), (16, "within noise of the limit", None), (64, "not measured", None)]
 
 
 def test_the_p99_latencies_per_concurrency_and_what_the_targets_say_of_them():
     """Each launch's level record carries its percentiles: the table gives each config's TTFT and
     TPOT p99 as the median over its launches, and with the job's targets what they broke there."""
-    data = _data({"baseline": {1: [97.8, 97.1, 98.4], 64: [3000.0, 3001.0, 3002.0]},
+    data = _file({"baseline": {1: [97.8, 97.1, 98.4], 64: [3000.0, 3001.0, 3002.0]},
                   "best": {1: [192.6, 191.0, 193.9], 64: [4000.0, 4001.0, 4002.0]}})
     for rnd in data["rounds"]:
         for c, rec in rnd["levels"].items():
             tpot = 0.004 if c == "1" else (0.030 if rnd["config"] == "best" else 0.012) + 0.001 * rnd["round"]
             rec.update(value=rec["total_tok_s"], ttft={"p50": 0.01, "p90": 0.02, "p99": 0.03, "n": 8},
                        tpot={"p50": tpot / 2, "p90": tpot, "p99": tpot, "n": 8})
-    assert "p99 latency" in format_compare(data) and "holds the SLO" not in format_compare(data)
+    text = format_compare(CompareFile.from_record(data))
+    assert "p99 latency" in text and "holds the SLO" not in text
     data["slo"] = {"tpot_p99": 0.020}
-    text = format_compare(data)
+    text = format_compare(CompareFile.from_record(data))
     assert "p99 latency, TTFT / TPOT in ms (median over the launches); latency targets: TPOT p99 <= 20 ms" in text
     assert "| 1 | 30.0 / 4.0 (holds the SLO) | 30.0 / 4.0 (holds the SLO) |" in text
     assert "| 64 | 30.0 / 13.0 (holds the SLO) | 30.0 / 31.0 (breaks TPOT p99 31.0 ms) |" in text
@@ -173,4 +179,4 @@ def test_the_p99_latencies_per_concurrency_and_what_the_targets_say_of_them():
         rnd["levels"]["64"]["prefix_cache_hit_rate"] = 0.1 * rnd["round"] if rnd["config"] == "best" else 0.0
     hits = 100 * statistics.median(0.1 * r["round"] for r in data["rounds"] if r["config"] == "best")
     assert f"| 64 | 30.0 (prefix-cache hits 0%) / 13.0 (holds the SLO) | 30.0 (prefix-cache hits {hits:.0f}%) / " \
-           "31.0 (breaks TPOT p99 31.0 ms) |" in format_compare(data)
+           "31.0 (breaks TPOT p99 31.0 ms) |" in format_compare(CompareFile.from_record(data))

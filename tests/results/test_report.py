@@ -16,7 +16,8 @@ from conftest import write_job
 from orchestrator.config.job import load_job
 from orchestrator.core.measurement import Latency, LevelResult
 from orchestrator.core.records import COMPLETE, TrialRow, config_key
-from orchestrator.results.compare import format_compare_plan, summarize_plan
+from orchestrator.results.compare import format_compare_plan
+from orchestrator.results.compare_file import CompareFile
 from orchestrator.results.report import write_report
 from orchestrator.study import storage
 
@@ -85,7 +86,7 @@ RELAUNCHED = ROWS + [replace(row(3 + i, params, levels), counted=False, launch_r
 
 
 def compare_data() -> dict:
-    """What `compare --plan` writes: three rounds of the baseline and the plan's two configs."""
+    """What `compare --plan` writes: three rounds of the baseline and the plan's two configs (its facts)."""
     rounds = []
     for r, (b, s, lg) in enumerate([((95, 760), (430, 690), (362, 3600)), ((96, 740), (436, 700), (365, 3700)),
                                     ((94, 770), (428, 680), (360, 3550))]):
@@ -96,17 +97,18 @@ def compare_data() -> dict:
             "configs": [{"label": "baseline", "trial": 0, "params": EAGER, "roles": []},
                         {"label": "trial-1", "trial": 1, "params": SMALL, "roles": ["best at 1"]},
                         {"label": "trial-2", "trial": 2, "params": LARGE, "roles": ["best at 10"]}]}
-    return summarize_plan(data)
+    return data
 
 
 def test_compare_plan_pairs_rounds_at_every_level_and_says_what_the_plan_wins():
-    data = compare_data()
-    assert data["rounds_done"] == 3
+    record = CompareFile.from_record(compare_data())
+    data = record.to_record()  # as written: the medians and intervals beside the rounds
+    assert record.rounds_done == data["rounds_done"] == 3
     small, large = data["configs"][1], data["configs"][2]
     assert small["median"] == {"1": 430, "10": 690} and large["median"]["10"] == 3600
     assert small["vs_baseline"]["1"]["verdict"] == "faster" and small["vs_baseline"]["10"]["verdict"] == "slower"
     assert large["vs_anchor"]["10"]["verdict"] == "faster" and small["vs_anchor"]["1"]["verdict"] == "same config"
-    text = format_compare_plan(data)
+    text = format_compare_plan(record)
     assert "| Concurrency | baseline | trial-1 (best at 1) | trial-2 (best at 10) |" in text
     assert "At concurrency 10 the plan's config (trial #2) against the best at 1 (trial #1): 5.2" in text
     assert "faster (95% CI" in text.splitlines()[-1]
@@ -124,15 +126,16 @@ def test_compare_plan_prints_each_configs_latency_per_level_against_the_jobs_tar
                                           tpot=Latency(ms / 2000, ms / 1000, (ms if lv == "10" else 2) / 1000,
                                                        8)).to_record()
                           for lv, v in rnd["levels"].items()}
-    text = format_compare_plan(data)
+    text = format_compare_plan(CompareFile.from_record(data))
     assert "p99 latency, TTFT / TPOT in ms (median over the launches)" in text
     assert "| 10 | 40.0 / 14.0 | 40.0 / 24.0 | 40.0 / 7.0 |" in text
     data["slo"] = {"tpot_p99": 0.010}
-    text = format_compare_plan(data)
+    text = format_compare_plan(CompareFile.from_record(data))
     assert "latency targets: TPOT p99 <= 10 ms" in text
     assert "| 10 | 40.0 / 14.0 (breaks TPOT p99 14.0 ms) | 40.0 / 24.0 (breaks TPOT p99 24.0 ms) | " \
            "40.0 / 7.0 (holds the SLO) |" in text
-    assert "p99 latency" not in format_compare_plan(compare_data())  # launches recorded before latency was
+    before = CompareFile.from_record(compare_data())  # launches recorded before latency was
+    assert "p99 latency" not in format_compare_plan(before)
 
 
 def test_the_report_of_a_plan_has_its_table_configs_pareto_set_and_plot(tmp_path):

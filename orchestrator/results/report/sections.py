@@ -41,16 +41,9 @@ from orchestrator.core.verdict import (
     verdict,
     why_unbounded,
 )
-from orchestrator.results.compare import (
-    check_constraints,
-    closing_lines,
-    column,
-    level_verdicts,
-    per_round,
-    plan_closing_lines,
-    plan_table_rows,
-    vs_best,
-)
+from orchestrator.results import compare_file
+from orchestrator.results.compare import closing_lines, plan_closing_lines, plan_table_rows, vs_best
+from orchestrator.results.compare_file import BASELINE, BEST
 from orchestrator.results.importance import (
     KnobEffect,
     effects_given_top,
@@ -538,7 +531,10 @@ def _resolve_latency(job: ReportJob, best: list[TrialRow], allreduce_latency_s: 
 
 def _prescreened_latency(path: Path, params: dict[str, Any]) -> tuple[float | None, str]:
     """The latency `ncclsweep prescreen` measured for the best config's NCCL setting."""
-    data = load_compare(path) or {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
     for row in data.get("rows") or []:
         setting = {k: v for k, v in row.items() if k == "tp_size" or k.startswith("env.")}
         if row.get("ok") and setting and all(str(params.get(k)) == str(v) for k, v in setting.items()):
@@ -622,85 +618,56 @@ def _speculation_lines(b: TrialRow, c: dict[str, Any], frac: float) -> list[str]
     return out
 
 
-def load_compare(path: Path) -> dict[str, Any] | None:
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _by_conc(mapping: Any) -> dict[str, float]:
-    if isinstance(mapping, dict):
-        return {str(k): float(v) for k, v in mapping.items() if v is not None}
-    return {}
-
-
 def _compare(report_dir: Path) -> list[Block]:
-    data = load_compare(StudyDir(report_dir).compare)
-    if data is None:
+    """``compare``'s rounds (``compare.json``), judged by today's rule whatever wrote the file."""
+    record = compare_file.read(StudyDir(report_dir).compare)
+    if record is None:
         return []
     out: list[Block] = [doc.heading(2, "Concurrency comparison (total output tok/s)")]
-    base, best = _by_conc(data.get("baseline")), _by_conc(data.get("best"))
-    others = [o for o in data.get("others") or [] if isinstance(o, dict)]
-    levels = [str(c) for c in (data.get("concurrency") or sorted({*base, *best}, key=lambda x: float(x)))]
-    data = {**data, "concurrency": levels}
-    verdicts = level_verdicts(data)  # recomputed from the rounds: today's rule, whatever wrote the file
-    ranges: dict[tuple[str, str], list[float]] = {}
-    for which in ("baseline", "best"):
-        for c in levels:
-            vals = [v for v in per_round(data, which, c).values() if v]
-            if not vals:
-                vals = [float(v) for v in ((data.get(f"{which}_samples") or {}).get(c) or []) if v is not None]
-            ranges[(which, c)] = vals
+    others = record.others
+    verdicts = record.level_verdicts()
+
     def fmt(which: str, c: str, v: float | None) -> str:
         if v is None:
             return "-"
-        rng = ranges.get((which, c))
+        rng = record.samples(which, c)
         extra = f" ({min(rng):.1f}-{max(rng):.1f}, {len(rng)} rounds)" if rng and len(rng) > 1 else ""
         return f"{v:.1f} tok/s{extra}"
 
     table = []
-    for c in levels:
-        bv, wv = base.get(c), best.get(c)
-        cell = verdicts[c]["text"] if bv and wv is not None else "-"
-        if verdicts[c]["verdict"] == SLOWER:
+    for c in map(str, record.concurrency):
+        bv, wv = record.median(BASELINE, c), record.median(BEST, c)
+        cell = verdicts[c].text if bv and wv is not None else "-"
+        if verdicts[c].verdict == SLOWER:
             cell = f"**{cell}**"
-
-        other_cells = [vs_best(_by_conc(o.get("median")).get(c), (o.get("vs_best") or {}).get(c))
-                       if c in (o.get("median") or {}) else "-" for o in others]
-        table.append([c, fmt("baseline", c, bv), fmt("best", c, wv), cell] + other_cells)
-    out.append(doc.table(["Concurrency", "baseline", "best", "Improvement"]
-                      + [f"trial {o.get('trial')}" for o in others], table))
+        other_cells = [vs_best(record.median(o.label, c), record.vs_best(o.label)[c]) for o in others]
+        table.append([c, fmt(BASELINE, c, bv), fmt(BEST, c, wv), cell] + other_cells)
+    out.append(doc.table(["Concurrency", "baseline", "best", "Improvement"] + [f"trial {o.trial}" for o in others],
+                         table))
     if others:
         out.append(doc.para("Other trials (`ncclsweep compare --also`): total tok/s and the ratio to the best at "
-                      "the same concurrency, measured in the same rounds. "
-                      + " ".join(f"Trial {o.get('trial')}: `{short_params(o.get('params'))}`." for o in others)))
-    for kind, text in closing_lines(data, verdicts):
+                            "the same concurrency, measured in the same rounds. "
+                            + " ".join(f"Trial {o.trial}: `{short_params(dict(o.params))}`." for o in others)))
+    for kind, text in closing_lines(record, verdicts):
         out.append(doc.warn(text) if kind == "warn" else doc.para(text))
-    saved = [r for r in data.get("constraints") or [] if isinstance(r, dict) and r.get("concurrency") is not None]
-    rules = check_constraints([(int(r["concurrency"]), float(r["min_ratio"])) for r in saved], data)  # today's rule
-    for rule in rules:
-        ratio = rule.get("ratio")
-        shown = ("not measured" if ratio is None
-                 else f"{ratio:.2f}x" + (f" ({rule['text']})" if rule.get("text") else ""))
-        line = (f"constraint: at concurrency {rule.get('concurrency')} the best must reach "
-                f"{rule.get('min_ratio')}x the baseline; measured {shown}")
-        state = rule.get("state") or ("ok" if rule.get("ok") else "VIOLATED")
-        out.append(doc.warn(line + ": VIOLATED.") if rule.get("ok") is False else doc.para(f"{line}: {state}."))
-    for failure in data.get("failures") or []:
+    for rule in record.constraints():  # today's rule
+        ratio = rule.interval.ratio
+        shown = "not measured" if ratio is None else f"{ratio:.2f}x" + (f" ({rule.text})" if rule.text else "")
+        line = (f"constraint: at concurrency {rule.concurrency} the best must reach {rule.min_ratio}x the baseline; "
+                f"measured {shown}")
+        out.append(doc.warn(line + ": VIOLATED.") if rule.ok is False else doc.para(f"{line}: {rule.state}."))
+    for failure in record.failures:
         out.append(doc.warn(f"failed requests during compare: {clip(failure, 300)}"))
-    if data.get("complete") is False:
-        out.append(doc.warn(f"compare stopped after {data.get('rounds_done', 0)} of {data.get('rounds_planned')} rounds"
-                         + (f" ({clip(data['stopped'], 200)})" if data.get("stopped") else "")
-                         + ": the table shows the finished launches only."))
+    if record.complete is False:
+        out.append(doc.warn(f"compare stopped after {record.rounds_done} of {record.rounds_planned} rounds"
+                            + (f" ({clip(record.stopped, 200)})" if record.stopped else "")
+                            + ": the table shows the finished launches only."))
     trials = ""
-    if data.get("baseline_trial") is not None and data.get("best_trial") is not None:
-        trials = f" (baseline trial {data['baseline_trial']}, best trial {data['best_trial']})"
+    if record.baseline_trial is not None and record.best_trial is not None:
+        trials = f" (baseline trial {record.baseline_trial}, best trial {record.best_trial})"
     out.append(doc.para(f"Baseline and best were relaunched in rounds, in alternating order{trials}, so drift and a "
-                  "lucky launch show; values are medians over rounds, and a ratio is called faster or slower "
-                  "only when its confidence interval from the per-round ratios excludes 1.0."))
+                        "lucky launch show; values are medians over rounds, and a ratio is called faster or slower "
+                        "only when its confidence interval from the per-round ratios excludes 1.0."))
     return out
 
 
@@ -870,19 +837,16 @@ def _plan(plan: Plan, report_dir: Path) -> list[Block]:
 
 def _compare_plan(report_dir: Path) -> list[Block]:
     """``compare --plan``'s relaunched rounds (``compare-plan.json``), when run."""
-    data = load_compare(StudyDir(report_dir).compare_plan)
-    if not data or not data.get("configs"):
+    record = compare_file.read(StudyDir(report_dir).compare_plan)
+    if record is None or not record.plan or not record.configs:
         return []
-    configs = data["configs"]
-    head = ["Concurrency"] + [column(c) for c in configs]
-    table = plan_table_rows(data)
+    head = ["Concurrency"] + [c.column() for c in record.configs]
     out: list[Block] = [doc.heading(3, "The plan relaunched (`compare --plan`)"),
-                        doc.para(f"{data.get('rounds_done', 0)} interleaved round(s) of fresh launches; ratios to the "
-                                 "baseline paired by round."), doc.table(head, table)]
-    out += [doc.para(line) for line in plan_closing_lines(data)]
-    if not data.get("complete", True):
-        out.append(doc.warn(f"compare --plan stopped after {data.get('rounds_done', 0)} of "
-                            f"{data.get('rounds_planned')} rounds."))
+                        doc.para(f"{record.rounds_done} interleaved round(s) of fresh launches; ratios to the "
+                                 "baseline paired by round."), doc.table(head, plan_table_rows(record))]
+    out += [doc.para(line) for line in plan_closing_lines(record)]
+    if record.complete is False:
+        out.append(doc.warn(f"compare --plan stopped after {record.rounds_done} of {record.rounds_planned} rounds."))
     return out
 
 

@@ -20,7 +20,7 @@ from written_report import COMPARE, EXPECTED, ROUNDS, one_trial_study, section, 
 from conftest import TESTS
 from orchestrator.backends.command import CommandBackend
 from orchestrator.core.records import COMPLETE, TrialRow
-from orchestrator.results.compare import summarize
+from orchestrator.results.compare_file import CompareFile
 from orchestrator.results.export import notes as export_notes
 from orchestrator.results.report import document as doc
 from orchestrator.results.report import write_report
@@ -208,8 +208,9 @@ def test_a_compare_of_the_baseline_with_itself_warns_of_nothing(tmp_path):
     warning, no verdict, the intervals shown as the noise between launches."""
     job, study = one_trial_study(tmp_path)
     rounds = json.loads((TESTS / "data" / "verdict" / "self-compare-cpu-8-rounds.json").read_text())["rounds"]
-    data = summarize({"concurrency": [1, 2, 10], "baseline_trial": 0, "best_trial": 0, "same_config": True,
-                      "rounds_planned": 8, "complete": True, "others": [], "rounds": rounds, "failures": []})
+    data = CompareFile.from_record({"concurrency": [1, 2, 10], "baseline_trial": 0, "best_trial": 0,
+                                    "same_config": True, "rounds_planned": 8, "complete": True, "others": [],
+                                    "rounds": rounds, "failures": []}).to_record()
     (job.report_dir / "compare.json").write_text(json.dumps(data))
     write_report(job, study=study)
     comp = section((job.report_dir / "report.md").read_text(), "Concurrency comparison")
@@ -226,11 +227,9 @@ def test_a_compare_of_the_baseline_with_itself_warns_of_nothing(tmp_path):
 
 def test_an_interrupted_compare_shows_its_finished_rounds(tmp_path):
     job, study = one_trial_study(tmp_path)
-    # a deep copy: summarize fills COMPARE's "others" in place, and the module's report fixture writes
-    # COMPARE as it is when it runs (with -n 4 it ran after this test and showed these 2 rounds' figures)
     data = {**copy.deepcopy(COMPARE), "rounds": [r for r in ROUNDS if r["round"] < 2] + [ROUNDS[6]],
             "complete": False, "stopped": "KeyboardInterrupt", "rounds_planned": 5}
-    (job.report_dir / "compare.json").write_text(json.dumps(summarize(data)))
+    (job.report_dir / "compare.json").write_text(json.dumps(CompareFile.from_record(data).to_record()))
     write_report(job, study=study)
     comp = section((job.report_dir / "report.md").read_text(), "Concurrency comparison")
     # rounds 0 and 1 whole, round 2 cut after the baseline's launch: the ratio pairs rounds 0 and 1

@@ -24,12 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_job
+from conftest import run_in_process, write_job
 from logtext import log_lines
 from orchestrator import cli
 from orchestrator.config.job import load_job
-from orchestrator.driver.in_process import InProcessExecutor
-from orchestrator.driver.run import StudyDriver
 from orchestrator.study.history import best_rows, trial_rows
 from orchestrator.study.plan import build_plan
 from orchestrator.study.replay import load_table, table_from_study
@@ -45,11 +43,7 @@ PROMPT = "Explain how a ring all-reduce works across eight GPUs."
 def run(job_path: Path) -> tuple[list, list[str]]:
     job = load_job(job_path)
     out = io.StringIO()
-    executor = InProcessExecutor()
-    try:
-        summary = StudyDriver(job, executor=executor, out=out).run()
-    finally:
-        executor.shutdown()
+    summary = run_in_process(job, out=out)
     assert summary.reason == "space exhausted", out.getvalue()
     return trial_rows(open_study(job, create=False)), log_lines(out.getvalue())
 

@@ -29,14 +29,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import write_job
+from conftest import run_in_process, write_job
 from logtext import log_lines
 from orchestrator import cli
 from orchestrator.config.job import load_job
 from orchestrator.core.arrivals import schedule
 from orchestrator.core.json_schemas import schema
-from orchestrator.driver.in_process import InProcessExecutor
-from orchestrator.driver.run import StudyDriver
 from orchestrator.study.goodput import goodput_answer
 from orchestrator.study.history import trial_rows
 from orchestrator.study.storage import open_study
@@ -88,11 +86,7 @@ def queue_job(tmp_path: Path, study: str, goodput: dict, **bench) -> Path:
 def run(job_path: Path):
     job = load_job(job_path)
     out = io.StringIO()
-    executor = InProcessExecutor()
-    try:
-        summary = StudyDriver(job, executor=executor, out=out).run()
-    finally:
-        executor.shutdown()
+    summary = run_in_process(job, out=out)
     assert summary.reason == "space exhausted", out.getvalue()
     (row,) = [r for r in trial_rows(open_study(job, create=False)) if r.counted]
     assert row.state == "COMPLETE" and row.correctness.get("ok"), (row.state, row.failure_reason)

@@ -106,6 +106,9 @@ shown, an example for those three, whose meaning ends "(required)").
       bench: 60s                      # the whole benchmark of one trial, at least (4x what its rounds take at
                                       # its warm-up's pace where longer); longer is FAIL bench-timeout
       teardown: 10s                   # SIGTERM grace before SIGKILL of the server's process group
+      takeover: 45s                   # a shared study's trial without a heartbeat this long belongs to a driver
+                                      # that died: another driver takes it over (heartbeats every takeover/4, at
+                                      # most 10 s; at least 4s; give every driver of the study the same)
     ray:
       address: null                   # an existing cluster (HOST:PORT, ray://...); null: a fresh local Ray
       parallel: null                  # trials at once; null: one per matching node
@@ -273,6 +276,8 @@ DEFAULT_STARTUP_S = 120.0  # spawn to healthy (4x the study's longest measured s
 DEFAULT_BENCH_S = 60.0  # the benchmark's least limit (its own pace decides above it)
 DEFAULT_TEARDOWN_S = 10.0  # TERM to KILL
 DEFAULT_STALL_S = 600.0  # no output and not ready, or a stream silent, this long: a hang
+DEFAULT_TAKEOVER_S = 45.0  # a shared study's trial without a heartbeat this long: its driver died (study.shared)
+MIN_TAKEOVER_S = 4.0  # four heartbeats of a second each within it
 
 
 @dataclass(frozen=True)
@@ -281,6 +286,7 @@ class Timeouts:
     bench_s: float = DEFAULT_BENCH_S
     teardown_s: float = DEFAULT_TEARDOWN_S
     stall_s: float = DEFAULT_STALL_S  # no output and not ready, or a stream silent, this long: FAIL hang
+    takeover_s: float = DEFAULT_TAKEOVER_S  # a shared study's trial without a heartbeat this long is taken over
 
 
 @dataclass(frozen=True)
@@ -1131,10 +1137,14 @@ def _cost(top: Section, gpus: int, objective: Objective) -> Cost | None:
 
 
 def _timeouts(top: Section) -> Timeouts:
-    sec = top.section("timeouts", ("startup", "bench", "teardown", "stall"))
+    sec = top.section("timeouts", ("startup", "bench", "teardown", "stall", "takeover"))
     startup, bench = sec.duration("startup", DEFAULT_STARTUP_S), sec.duration("bench", DEFAULT_BENCH_S)
+    takeover = sec.duration("takeover", DEFAULT_TAKEOVER_S)
+    if takeover < MIN_TAKEOVER_S:
+        raise sec.bad("takeover", f"at least {MIN_TAKEOVER_S:.0f}s (a heartbeat every takeover/4, at least 1 s "
+                                  f"apart), not {format_duration(takeover)}")
     return Timeouts(startup_s=startup, bench_s=bench, teardown_s=sec.duration("teardown", DEFAULT_TEARDOWN_S),
-                    stall_s=sec.duration("stall", DEFAULT_STALL_S))
+                    stall_s=sec.duration("stall", DEFAULT_STALL_S), takeover_s=takeover)
 
 
 def _advice(top: Section, bench: BenchSettings, timeouts: Timeouts) -> tuple[str, ...]:

@@ -69,7 +69,7 @@ from orchestrator.study.policy import Proposal, SearchPolicy
 from orchestrator.study.race import RACE, RaceState, race_state
 from orchestrator.study.relaunch import RELAUNCH, launches_to_know_noise, next_relaunch
 from orchestrator.study.samplers import make_sampler, make_strategy, startup_trials
-from orchestrator.study.shared import HEARTBEAT_S, SharedStudy, is_shared, shown
+from orchestrator.study.shared import SharedStudy, is_shared, shown
 from orchestrator.study.storage import (
     ATTR_BASELINE_REPEAT,
     ATTR_LAUNCH_ROLE,
@@ -257,7 +257,7 @@ class StudyDriver:
             self._preflight(executor)  # before the study is opened: a refused run creates or changes nothing
             new_journal = job.journal_path is not None and not job.journal_path.exists()
             if is_shared(job.storage):
-                self.shared = SharedStudy(job.storage, job.study)
+                self.shared = SharedStudy(job.storage, job.study, grace_s=round(job.timeouts.takeover_s))
             study = open_study(job, sampler, say=self.say, storage=self.shared.storage if self.shared else None)
             # a shared study another driver may be running is never forgotten here
             self._empty_study = (study, new_journal) if not study.get_trials(deepcopy=False) and not self.shared \
@@ -343,9 +343,9 @@ class StudyDriver:
                      "only searches")
 
     def _take_over(self, policy: SearchPolicy, *, now: bool = False) -> None:
-        """A shared study: the trials of drivers that died (no heartbeat for ``shared.GRACE_S``) are
-        recorded interrupted and their configs re-queued, once every ``HEARTBEAT_S`` at most."""
-        if self.shared is None or (not now and time.monotonic() - self._took_over_at < HEARTBEAT_S):
+        """A shared study: the trials of drivers that died (no heartbeat for ``timeouts.takeover``) are
+        recorded interrupted and their configs re-queued, once every heartbeat period at most."""
+        if self.shared is None or (not now and time.monotonic() - self._took_over_at < self.shared.heartbeat_s):
             return
         self._took_over_at = time.monotonic()
         kept, lost = policy.account_stale(self.shared.stale(policy.study))

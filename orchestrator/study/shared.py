@@ -10,9 +10,11 @@ through the database alone:
   (``claim``), so the next driver to pick sees it RUNNING and picks another; no config is
   launched by two drivers at once, nor one already measured;
 - **heartbeats**: every trial a driver has in flight gets Optuna's heartbeat
-  (``RDBStorage.record_heartbeat``, the database's clock) every ``HEARTBEAT_S`` seconds from a
-  thread of the driver, and once as soon as it is asked;
-- **take-over**: a trial whose heartbeat is older than ``GRACE_S`` belongs to a driver that died
+  (``RDBStorage.record_heartbeat``, the database's clock) every ``heartbeat_every(grace_s)``
+  seconds (``HEARTBEAT_S`` with the default grace) from a thread of the driver, and once as soon
+  as it is asked;
+- **take-over**: a trial whose heartbeat is older than the grace period (``GRACE_S``, the job's
+  ``timeouts.takeover``) belongs to a driver that died
   (kill -9, a lost node): Optuna's ``fail_stale_trials`` moves it to FAIL (one driver wins that
   update) and hands it to ``stale``'s caller, which records it ``interrupted`` and re-queues its
   config (``SearchPolicy.account_stale``), as a journal study's next ``run`` does;
@@ -41,12 +43,19 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.trial import FrozenTrial
 from sqlalchemy.pool import NullPool
 
+from orchestrator.config.job import DEFAULT_TAKEOVER_S
 from orchestrator.core.errors import RuntimeFailure
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 10  # a driver's in-flight trials get a heartbeat this often
-GRACE_S = 45  # a RUNNING trial without one for this long is taken over (its driver died)
+HEARTBEAT_S = 10  # a driver's in-flight trials get a heartbeat this often, at most
+GRACE_S = round(DEFAULT_TAKEOVER_S)  # a RUNNING trial without one this long is taken over: timeouts.takeover
+
+
+def heartbeat_every(grace_s: float) -> int:
+    """Whole seconds between heartbeats for a grace period: four of them within it, at most
+    ``HEARTBEAT_S`` apart, at least a second."""
+    return max(1, min(HEARTBEAT_S, int(grace_s // 4)))
 _ASK_WARNING = "Heartbeat of storage is supposed to be used with Study.optimize"
 
 
@@ -74,10 +83,10 @@ class SharedStudy:
     """One driver's side of a shared study (module docstring): the heartbeat-enabled storage
     Optuna opens the study with (``storage``), the advisory locks, the heartbeat thread."""
 
-    def __init__(self, url: str, study: str, *, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_S):
+    def __init__(self, url: str, study: str, *, heartbeat_s: int | None = None, grace_s: int = GRACE_S):
         self.url = url
         self.study = study
-        self.heartbeat_s = heartbeat_s
+        self.heartbeat_s = heartbeat_every(grace_s) if heartbeat_s is None else heartbeat_s
         self._stale: list[FrozenTrial] = []
         self._ids: dict[int, int] = {}
         self._study_id: int | None = None

@@ -190,6 +190,23 @@ def test_bad_duration():
         job={"timeouts": {"startup": "2 minutes"}})
 
 
+def test_a_shared_studys_takeover_has_its_default_and_a_floor(tmp_path):
+    """timeouts.takeover: how long a shared study's trial may go without a heartbeat before another
+    driver takes it over; 45 s unless set, at least 4 s (a heartbeat every quarter of it, a second
+    at least); a value below is one line naming the file and the key, exit code 2 from the CLI."""
+    assert load_job(write()).timeouts.takeover_s == 45
+    assert load_job(write(job={"timeouts": {"takeover": "8s"}})).timeouts.takeover_s == 8
+    bad("timeouts.takeover", "at least 4s", "not 2s", job={"timeouts": {"takeover": "2s"}})
+    bad("timeouts.takeover", "must be a duration", job={"timeouts": {"takeover": "soon"}})
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "orchestrator", "validate", write(job={"timeouts": {"takeover": 1}})],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "job.yaml: timeouts.takeover: at least 4s" in done.stderr and "not 1s" in done.stderr, done.stderr
+
+
 def test_bad_budget():
     bad("budget", "at least one of trials", job={"budget": {}})
     bad("budget.trials", "must be an integer >= 1", job={"budget": {"trials": 0}})

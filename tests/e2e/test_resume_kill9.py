@@ -27,7 +27,8 @@ def test_kill_9_mid_trial_then_resume(tmp_path, no_leftover_servers):
     space = "params:\n  tp_size: {choices: [1, 2]}\n  backend.max_batch: {choices: [8, 16]}\n"
     job_path = write_job(tmp_path, study="kill9", budget={"trials": 3}, space_text=space,
                          baseline={"tp_size": 1, "backend.max_batch": 8},
-                         bench={"prompt": TEST_PROMPT, "output_tokens": 200, "warmup": 1, "repeats": 3,
+                         # a launch and 4 x 100 tokens: the kill, 1 s after the server is recorded, lands in it
+                         bench={"prompt": TEST_PROMPT, "output_tokens": 100, "warmup": 1, "repeats": 3,
                                 "max_repeats": 3})
     log_path = tmp_path / "driver1.log"
     driver = start_driver(job_path, log_path)

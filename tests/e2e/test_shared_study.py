@@ -28,11 +28,13 @@ CONFIGS = 6  # every config of SPACE
 
 def _job(directory, url):
     directory.mkdir()
-    # one trial at a time per driver; long enough decodes that the kill lands while a trial runs
+    # one trial at a time per driver; long enough decodes that the kill lands while a trial runs; a dead
+    # driver's trial is taken over after 8 s without a heartbeat (timeouts.takeover; 45 s by default)
     return write_job(directory, study="shared", storage=url, budget={"trials": CONFIGS}, space_text=SPACE,
                      baseline={"tp_size": 1, "backend.max_batch": 8}, ray={"parallel": 1},
-                     bench={"prompt": TEST_PROMPT, "output_tokens": 150, "warmup": 1, "repeats": 2,
-                            "max_repeats": 2})
+                     bench={"prompt": TEST_PROMPT, "output_tokens": 75, "warmup": 1, "repeats": 2,
+                            "max_repeats": 2},
+                     timeouts={"startup": "60s", "bench": "30s", "teardown": "5s", "takeover": "8s"})
 
 
 def _launched_by(report_dir, numbers):

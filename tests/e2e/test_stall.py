@@ -27,8 +27,9 @@ FAKE = str(Path(__file__).resolve().parents[1] / "fake_openai_server.py")
 def test_a_start_that_hangs_silently_is_a_hang_in_the_stall_limit(tmp_path, ray_local):
     """The command backend's test server prints its lines, starts two workers, then says
     nothing and never turns healthy (a deadlocked start: NCCL_P2P_LEVEL too high on a PCIe
-    box). timeouts.startup 30m, timeouts.stall 20s: every launch ends as hang after about the
-    stall, far below the start-up timeout, and the run ends."""
+    box). timeouts.startup 30m, timeouts.stall 10s (the test server's lines come within a second of
+    its start): every launch ends as hang after about the stall, far below the start-up timeout, and
+    the run ends."""
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     argv = ["{python}", FAKE, "--host", "{host}", "--port", "{port}", "--model", "fake", "--ready-after", "100000",
@@ -36,8 +37,8 @@ def test_a_start_that_hangs_silently_is_a_hang_in_the_stall_limit(tmp_path, ray_
     job = load_job(write_job(tmp_path, study="hang", space_text="params:\n  tp_size: {choices: [1]}\n",
                              backend={"kind": "command", "settings": {"argv": argv, "model_name": "fake"}},
                              baseline={"tp_size": 1}, correctness={"enabled": False}, budget={"trials": 1},
-                             timeouts={"startup": "30m", "stall": "20s", "bench": "30s", "teardown": "5s"}))
-    assert (job.timeouts.startup_s, job.timeouts.stall_s) == (1800, 20)
+                             timeouts={"startup": "30m", "stall": "10s", "bench": "30s", "teardown": "5s"}))
+    assert (job.timeouts.startup_s, job.timeouts.stall_s) == (1800, 10)
     out = io.StringIO()
     summary = StudyDriver(job, out=out).run()
     assert summary.reason == "space exhausted", out.getvalue()  # the one config has its answer: hang
@@ -45,7 +46,7 @@ def test_a_start_that_hangs_silently_is_a_hang_in_the_stall_limit(tmp_path, ray_
     assert [(r.state, r.failure_kind) for r in rows] == [("FAIL", "hang")] * len(rows), out.getvalue()
     timeouts_until_blamed(rows)  # re-queued once, like a first timeout (again on a busy host), then the config's
     for r in rows:
-        assert r.failure_reason.startswith("stalled in start-up: no log output for 20 s and not ready")
+        assert r.failure_reason.startswith("stalled in start-up: no log output for 10 s and not ready")
         phases = r.startup_phases
         assert phases["stalled_in"] == "start-up" and phases["last_phase"] == "start-up"
         assert phases["first_line_s"] < phases["ended_s"]  # it printed, then went silent

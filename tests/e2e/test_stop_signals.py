@@ -89,7 +89,8 @@ def test_a_signal_stops_the_run_cleanly_and_the_study_resumes(tmp_path, sig, cou
     job_path = write_job(tmp_path, study=study, budget={"trials": 2}, space_text=space,
                          notify=[sys.executable, str(TESTS / "notify_recorder.py"), str(told)],
                          baseline={"tp_size": 1, "backend.max_batch": 8},
-                         bench={"prompt": TEST_PROMPT, "output_tokens": 300, "warmup": 1, "repeats": 3,
+                         # a trial of a launch and 4 x 150 tokens outlasts the stops sent 2.5-3 s into it
+                         bench={"prompt": TEST_PROMPT, "output_tokens": 150, "warmup": 1, "repeats": 3,
                                 "max_repeats": 3},
                          timeouts={"startup": "60s", "bench": "120s", "teardown": "5s"})  # TP=2 on a busy box
     log_path = tmp_path / "driver.out"

@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("report", "write the study's report (markdown, html, csv, plots) into its folder")
     s.add_argument("job")
+    s.add_argument("--trial", type=int, action="append", default=[], metavar="N",
+                   help="a study by request rate: trial N's curve too, beside the baseline's and the best's "
+                        "(repeat for more)")
 
     s = command("compare", "baseline vs best (and --also trials) at several concurrencies, interleaved")
     s.add_argument("job")
@@ -615,7 +618,7 @@ def cmd_report(args) -> int:
     from orchestrator.results.report import write_report
 
     job = _load(args.job)
-    paths = write_report(job)
+    paths = write_report(job, trials=args.trial)
     for path in paths:
         print(path)
     return 0
@@ -725,7 +728,7 @@ def cmd_bench(args) -> int:
     if args.json:  # the trial's record with the envelope's keys first (readers of its fields read them as before)
         _emit("bench", job=args.job, gated=golden is not None, **result.to_attrs())
     else:
-        print(format_result(result))
+        print(format_result(result, job.slo))
         if golden is None and result.outcome == "COMPLETE":
             why = ("the job turns the gate off (correctness.enabled: false)" if not job.correctness.enabled else
                    f"the study has no golden reference yet (`ncclsweep run {args.job}` captures it from the "

@@ -16,7 +16,8 @@ capacity requests queue and their latency grows (``node.open_loop``). The search
 
 At most ``RateAxis.max_probes`` probes. Nothing assumes attainment falls with the rate: every probe is
 recorded (``core.measurement.RateResult``: rate, attainment, tok/s, percentiles), the capacity is the
-highest rate that held, and a lower rate that broke is said beside it.
+highest rate that held, and a lower rate that broke is said beside it. ``probe_line`` says one probe with
+the percentiles its targets read (``targeted``), as ``bench`` prints it and the report tabulates it.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.core.attainment import Attainment
-from orchestrator.core.measurement import Latency, RateProbe, RateResult
-from orchestrator.core.slo import Targets
+from orchestrator.core.measurement import QUANTILES, Latency, RateProbe, RateResult
+from orchestrator.core.slo import Targets, ms
 
 STEP = 0.1  # refinement stops when the gap above the capacity is at most this share of it
 BREAKS_TO_STOP = 2  # the coarse sweep goes no higher after this many broken rates in a row
@@ -138,3 +139,46 @@ def result(axis: RateAxis, probes: Sequence[RateProbe], targets: Targets | None 
     return RateResult(max_rate=axis.max_rate, min_rate=axis.lowest, probes=tuple(probes), holds=best,
                       breaks=broke_above(held, best), attainment=targets.attainment if targets else None,
                       targets=names, burstiness=axis.burstiness, seed=axis.seed, trace_rate=trace_rate)
+
+
+def quantile_for(share: float | None) -> int:
+    """The recorded percentile a per-request target's attainment reads as: the lowest of ``QUANTILES``
+    at or above the share (0.99: p99, 0.9: p90), p99 above them all or with no share."""
+    if share is None:
+        return QUANTILES[-1]
+    return next((q for q in QUANTILES if q >= 100 * share - 1e-9), QUANTILES[-1])
+
+
+@dataclass(frozen=True)
+class Targeted:
+    """One targeted percentile of a probe: 'TTFT p99' measured against its limit (seconds)."""
+
+    label: str
+    measured_s: float
+    limit_s: float
+
+    def describe(self) -> str:
+        """'TTFT p99 120 ms (target 300 ms)'."""
+        return f"{self.label} {ms(self.measured_s)} (target {ms(self.limit_s)})"
+
+
+def targeted(probe: RateProbe, targets: Targets | None) -> list[Targeted]:
+    """The percentiles the SLO targets at one probe, each once: a per-request target's kind at the
+    attainment's percentile (``quantile_for``), then every percentile target's own."""
+    if targets is None:
+        return []
+    q = quantile_for(targets.attainment)
+    wanted = [(f"{s.label} p{q}", s.kind, q, s.limit_s) for s in targets.per_request]
+    wanted += [(s.label, s.kind, s.quantile, s.limit_s) for s in targets.every]
+    out: list[Targeted] = []
+    for label, kind, quantile, limit in wanted:
+        lat = probe.latency(kind)
+        if lat is not None and all(t.label != label for t in out):
+            out.append(Targeted(label, lat.at(quantile), limit))
+    return out
+
+
+def probe_line(probe: RateProbe, targets: Targets | None) -> str:
+    """'15 req/s: attainment 100.0% (100 of 100), 146.6 tok/s, TTFT p99 120 ms (target 300 ms): holds'."""
+    said = [probe.describe()] + [t.describe() for t in targeted(probe, targets)]
+    return ", ".join(said) + (": holds" if probe.held else ": breaks")

@@ -19,10 +19,11 @@ import time
 from typing import Any
 
 from orchestrator.config.job_checks import config_mapping, raw_message
-from orchestrator.core import correctness, nccl, outcome
+from orchestrator.core import correctness, nccl, outcome, rate_search
 from orchestrator.core.errors import BadInput, ConfigRejected, NcclsweepError
 from orchestrator.core.measurement import cache_text, level_text
 from orchestrator.core.records import FailureKind, TrialResult
+from orchestrator.core.slo import Targets
 from orchestrator.driver.progress import Progress
 from orchestrator.node.spec import TrialSpec, check_plan
 from orchestrator.node.trial import run_trial
@@ -88,7 +89,9 @@ def bench_config(job, overrides: dict[str, Any], number: int = 0, verify_nccl: b
     return result
 
 
-def format_result(result: TrialResult) -> str:
+def format_result(result: TrialResult, targets: Targets | None = None) -> str:
+    """What ``bench`` prints of its one launch; ``targets``: the job's SLO (a rate search's probes say
+    the percentiles it targets)."""
     params = " ".join(f"{k}={v}" for k, v in result.config.items())
     lines = [f"config: {params}"]
     if result.outcome != "COMPLETE":
@@ -119,6 +122,9 @@ def format_result(result: TrialResult) -> str:
             lines.append(f"goodput: {g.describe(got.value if g.holds is not None else None)} "
                          f"(probed {', '.join(map(str, g.probes))})")
             lines.extend(f"regime: {m.describe()}" for m in g.marks)
+    if got is not None and got.rate is not None:  # the capacity search by request rate: every probe, then the answer
+        lines.extend(f"rate {rate_search.probe_line(p, targets)}" for p in got.rate.probes)
+        lines.append(f"goodput: {got.rate.describe(got.value if got.rate.holds is not None else None)}")
     if got is not None and got.lengths is not None:
         lines.append(f"lengths: {got.lengths.describe()}")
     verdict = result.correctness

@@ -20,6 +20,7 @@ failed (a server that stopped answering) fails the benchmark, as a closed-loop l
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 
 from orchestrator.core import arrivals, rate_search
 from orchestrator.core.attainment import Timing, attainment
@@ -31,6 +32,7 @@ from orchestrator.node.measure import STALLED_MARK, Benchmark, Session
 from orchestrator.node.spec import PACE_FACTOR, BenchPlan
 
 LATE_SHARE = 0.5  # a request sent later than this share of the mean gap: the client did not keep the rate
+RateProgress = Callable[[float, int, int], None]  # (rate, requests done, requests the probe sends)
 
 
 def offsets(plan: BenchPlan, axis: RateAxis, rate: float) -> list[float]:
@@ -61,7 +63,31 @@ def probe_record(rate: float, results: list[RequestResult], plan: BenchPlan) -> 
                      unfinished=sum(1 for r in results if r.timed_out), missed=dict(got.missed), **lat)
 
 
-def _probe(run: Session, axis: RateAxis, rate: float) -> RateProbe | Benchmark:
+def _say(progress: RateProgress, rate: float, done: int, total: int) -> None:
+    """Report a probe's progress; a failing reporter never fails the measurement."""
+    try:
+        progress(rate, done, total)
+    except Exception:  # noqa: BLE001 - progress is for the eye only
+        pass
+
+
+def _teller(progress: RateProgress | None, rate: float, total: int) -> Callable[[RequestResult], None] | None:
+    """The probe begins (0 of ``total`` told), and what the client calls as each of its requests
+    ends: "measuring 15 req/s: 37/100 requests" on the status line."""
+    if progress is None:
+        return None
+    done = 0
+
+    def tell(_: RequestResult) -> None:
+        nonlocal done
+        done += 1
+        _say(progress, rate, done, total)
+
+    _say(progress, rate, 0, total)
+    return tell
+
+
+def _probe(run: Session, axis: RateAxis, rate: float, progress: RateProgress | None = None) -> RateProbe | Benchmark:
     """One rate measured (module docstring): its record, or the failed benchmark."""
     plan = run.plan
     when = offsets(plan, axis, rate)
@@ -71,7 +97,7 @@ def _probe(run: Session, axis: RateAxis, rate: float) -> RateProbe | Benchmark:
     per_request = (run.pace.per_token or 0.0) * max(lengths)
     limit = PACE_FACTOR * ((when[-1] if when else 0.0) + per_request) + 1.0
     sent, _ = client.run_open_loop(run.base_url, run.model, prompts, lengths, when, deadline_s=limit,
-                                   stall_s=plan.stall_s)
+                                   stall_s=plan.stall_s, on_done=_teller(progress, rate, n))
     results = [req for _, req in sent]
     for req in results:
         if req.ok:
@@ -95,10 +121,11 @@ def _probe(run: Session, axis: RateAxis, rate: float) -> RateProbe | Benchmark:
 
 
 def measure_rates(base_url: str, model: str, plan: BenchPlan, *, deadline: float,
-                  metrics_url: str | None = None) -> Benchmark:
+                  metrics_url: str | None = None, progress: RateProgress | None = None) -> Benchmark:
     """The rate search of ``plan.rate`` (``core.rate_search.next_rate``), each rate an open-loop probe,
     after ``node.measure``'s warm-up (``deadline``: its limit); the launch's ``RateResult`` in its
-    measurement (``Measurement.rate``). Never raises for what the server does."""
+    measurement (``Measurement.rate``); ``progress(rate, done, total)`` as each request of a probe ends.
+    Never raises for what the server does."""
     axis = plan.rate
     assert axis is not None
     run = Session(base_url, model, plan, deadline, metrics_url, None, [])
@@ -109,7 +136,7 @@ def measure_rates(base_url: str, model: str, plan: BenchPlan, *, deadline: float
     probes: list[RateProbe] = []
     nxt = rate_search.next_rate({}, axis)
     while nxt is not None:
-        got = _probe(run, axis, nxt)
+        got = _probe(run, axis, nxt, progress)
         if isinstance(got, Benchmark):
             return got
         probes.append(got)

@@ -9,7 +9,8 @@ which draws the status line (``driver.progress``). The phases:
   ``node.startup`` reads from the server's own log as it is written (``starting: weights``,
   ``starting: torch.compile``, ``starting: graph capture``, ...; ``starting`` where the log
   names none);
-- ``warming up``, ``measuring`` (a level, with its requests done of the total),
+- ``warming up``, ``measuring`` (a level, with its requests done of the total; by request rate, the
+  rate probed, with its requests done of those it sends),
   ``correctness check``, ``stopping``.
 
 A report is a courtesy: ``PhaseReporter`` swallows whatever the sink raises (a relay that
@@ -24,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from orchestrator.core.measurement import rate_text
 from orchestrator.node import startup
 
 log = logging.getLogger(__name__)
@@ -63,17 +65,18 @@ class TrialPhase:
     done: int | None = None  # measuring: requests done at this level over its rounds ...
     total: int | None = None  # ... of this many planned (its rounds x a round's requests)
     level_s: float = 0.0  # measuring: seconds this level was measured before ``since`` (earlier rounds)
+    rate: float | None = None  # measuring by request rate: the rate probed (req/s), instead of a level
 
     @property
-    def key(self) -> tuple[str, int | None]:
+    def key(self) -> tuple[str, int | None, float | None]:
         """What changes the phase (a new request done does not)."""
-        return self.name, self.level
+        return self.name, self.level, self.rate
 
     def text(self) -> str:
-        """'measuring level 2: 12/24 requests', 'starting: weights'."""
+        """'measuring level 2: 12/24 requests', 'measuring 15 req/s: 37/100 requests', 'starting: weights'."""
         if self.name != MEASURING:
             return self.name
-        what = f"{MEASURING} level {self.level}"
+        what = f"{MEASURING} {rate_text(self.rate)}" if self.rate is not None else f"{MEASURING} level {self.level}"
         return what + (f": {self.done}/{self.total} requests" if self.total else "")
 
 
@@ -106,16 +109,17 @@ class PhaseReporter:
         with self._lock:
             self._enter(name, level, done, total)
 
-    def _enter(self, name: str, level: int | None, done: int | None, total: int | None) -> None:
+    def _enter(self, name: str, level: int | None, done: int | None, total: int | None,
+               rate: float | None = None) -> None:
         self._starting = name == LAUNCHING or name.startswith(STARTING)
         now = time.time()
         old = self._current
-        same = old is not None and old.key == (name, level)
+        same = old is not None and old.key == (name, level, rate)
         if old is not None and not same and old.name == MEASURING and old.level is not None:
             self._level_s[old.level] = old.level_s + now - old.since  # leaving a level: its time kept
         level_s = self._level_s.get(level, 0.0) if name == MEASURING and level is not None else 0.0
         since = old.since if same and old is not None else now
-        self._current = TrialPhase(self.number, name, self.started, since, level, done, total, level_s)
+        self._current = TrialPhase(self.number, name, self.started, since, level, done, total, level_s, rate)
         self._send(self._current)
 
     def server_output(self, lines: Iterable[str]) -> None:
@@ -139,6 +143,11 @@ class PhaseReporter:
                 self._rounds[level] = self._rounds.get(level, 0) + 1
             begun = max(1, self._rounds.get(level, 1))
             self._enter(MEASURING, level, (begun - 1) * total + done, max(self.rounds, begun) * total)
+
+    def measuring_rate(self, rate: float, done: int, total: int) -> None:
+        """``node.open_loop``'s progress: ``done`` of the ``total`` requests a probe at ``rate`` sends."""
+        with self._lock:
+            self._enter(MEASURING, None, done, total, rate)
 
     def _send(self, phase: TrialPhase) -> None:
         if self.sink is None:

@@ -205,7 +205,8 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
         benchmarking = HostSampler(record.pgid)
         deadline = time.monotonic() + plan.timeout_s
         got = with_host(measure_rates(launch.base_url, launch.model_name, plan, deadline=deadline,
-                                      metrics_url=launch.metrics_url) if plan.rate is not None else
+                                      metrics_url=launch.metrics_url, progress=report.measuring_rate)
+                        if plan.rate is not None else
                         measure(launch.base_url, launch.model_name, plan, deadline=deadline,
                                 metrics_url=launch.metrics_url, prune_below=spec.prune_below,
                                 progress=report.measuring),

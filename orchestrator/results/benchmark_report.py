@@ -119,7 +119,12 @@ def chosen(job: Any, rows: list[TrialRow], *, top: int = 1, level: int | str | N
 
 def reports(job: Any, rows: list[TrialRow], *, top: int = 1, level: int | str | None = None, mix: bool = False,
             trials: Sequence[int] = (), backend: Any = None) -> list[tuple[str, dict[str, Any]]]:
-    """(file name, report) for every chosen config (``chosen``) and level its row measured."""
+    """(file name, report) for every chosen config (``chosen``) and level its row measured; a study by
+    request rate, which measured no level, is refused in one line (BadInput), not answered with none."""
+    if getattr(getattr(job, "objective", None), "rate", None) is not None:
+        raise BadInput(f"--format {FORMAT} writes a report per closed-loop level, and this study measured request "
+                       "rates (objective.goodput.max_rate), no level; --format yaml or json states each config's "
+                       "capacity by rate with every rate probed", key="--format")
     backend = exports.resolve_backend(job, backend)
     out = []
     for item in chosen(job, rows, top=top, level=level, mix=mix, trials=trials):

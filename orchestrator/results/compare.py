@@ -239,10 +239,26 @@ def _no_baseline_or_best(rows: list[TrialRow], what: str) -> RuntimeFailure:
     return RuntimeFailure(what)
 
 
+def refuse_by_rate(job: Job, what: str = "compare") -> None:
+    """A study by request rate (``objective.goodput.max_rate``) is refused in one line, before anything
+    is read or launched: compare's figure is total tok/s at a concurrency (a closed loop), and such a
+    study ranks by the capacity an open loop finds, so its verdict would answer another question; a
+    config's capacity by rate is re-measured by ``bench`` (every probe and the capacity, docs/guide.md)."""
+    if objectives.of(job.objective).rate is None:
+        return
+    raise BadInput(f"{what} measures total tok/s at concurrencies (a closed loop), not the capacity by request rate "
+                   f"this study ranks by; re-measure a config's capacity by rate with `ncclsweep export {job.path} "
+                   f"--format yaml -o best.yaml` and `ncclsweep bench {job.path} --config best.yaml` (every rate "
+                   f"probed, the capacity); `ncclsweep report {job.path}` draws each config's curve against "
+                   "request rate",
+                   file=str(job.path), key="objective.goodput.max_rate")
+
+
 def compare_rounds(job: Job, levels: list[int] | None = None, rounds: int | None = None, say=print,
                    also: list[int] | str | None = None) -> CompareFile:
     """Measure the rounds; the whole record, as ``compare.json`` holds it (rewritten after every
-    launch)."""
+    launch). A study by request rate is refused (``refuse_by_rate``)."""
+    refuse_by_rate(job)
     rows = trial_rows(open_study(job, create=False))
     base = baseline_row(rows)
     ranked = best_rows(rows, 1)
@@ -501,6 +517,7 @@ def compare_plan_rounds(job: Job, rounds: int | None = None, say=print) -> Compa
     the mix's best) in interleaved rounds, each launch measured at every level as a trial is;
     ``compare-plan.json`` is rewritten after every launch (as ``compare.json``). Returns its
     record. A job of one level has no plan: BadInput, before anything is read or launched."""
+    refuse_by_rate(job, "compare --plan")
     if not job.objective.by_level:
         levels = ", ".join(map(str, job.objective.concurrency))
         raise BadInput(f"compare --plan compares the best configs of several levels, and this job's objective has "

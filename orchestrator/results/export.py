@@ -570,7 +570,13 @@ def _comment_header(fmt: str, prov: Provenance, total: int) -> list[str]:
                       f"goodput: {good['text']}; {good.get('answer')}")
     if (good.get("price") or {}).get("text"):
         chosen.append(f"cost at its capacity point: {good['price']['text']}")
-    if good.get("curve"):  # every load the launch measured: the capacity curve
+    if good.get("search") == "rate" and good.get("probes"):  # every rate probed: the curve by request rate
+        chosen.append("curve (req/s: output tok/s, attainment, SLO): " + ", ".join(
+            f"{p['rate']:.3g}: {_tok(p['tok_s'])}, "
+            f"{'-' if p.get('attainment') is None else format(100 * p['attainment'], '.1f') + '%'}, "
+            f"{'holds' if p['held'] else 'breaks'}"
+            for p in sorted({p["rate"]: p for p in good["probes"]}.values(), key=lambda p: p["rate"])))
+    elif good.get("curve"):  # every load the launch measured: the capacity curve
         chosen.append("curve (streams: total tok/s, whole run, SLO): " + ", ".join(
             f"{pt['load']}: {_tok(pt['tok_s'])}, {_tok(pt['whole_run_tok_s'])}, "
             f"{'holds' if pt['held'] else 'breaks' if pt['held'] is False else '-'}" for pt in good["curve"]))

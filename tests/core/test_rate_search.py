@@ -10,7 +10,17 @@ import pytest
 
 from orchestrator.core.attainment import Attainment
 from orchestrator.core.measurement import Latency, RateProbe, RateResult
-from orchestrator.core.rate_search import STEP, RateAxis, coarse, holds, next_rate, result
+from orchestrator.core.rate_search import (
+    STEP,
+    RateAxis,
+    coarse,
+    holds,
+    next_rate,
+    probe_line,
+    quantile_for,
+    result,
+    targeted,
+)
 from orchestrator.core.slo import RequestSlo, Slo, Targets
 
 
@@ -83,3 +93,17 @@ def test_a_probe_holds_by_attainment_and_every_percentile_target():
     assert not holds(Attainment(100, 100), {"tpot": slow}, targets)  # TPOT p99 50 ms over its 20 ms
     assert holds(Attainment(100, 100), {"tpot": fast}, Targets(every=(Slo("tpot", 99, 0.02),)))  # percentiles only
     assert not holds(Attainment(0, 10, {"failed": 10}), {}, Targets(every=(Slo("tpot", 99, 0.02),)))
+
+
+def test_a_probe_says_the_percentiles_its_targets_read():
+    """A per-request target reads its kind at the attainment's percentile (99% of requests: p99), a
+    percentile target its own; ``bench`` and the report say them beside the attainment."""
+    probe = RateProbe(15.0, 100, 98, False, tok_s=146.6, ttft=Latency(0.1, 0.2, 0.35, 100),
+                      e2e=Latency(0.2, 0.3, 0.4, 100))
+    targets = Targets(per_request=(RequestSlo("ttft", 0.3),), attainment=0.99, every=(Slo("e2e", 90, 0.5),))
+    assert [(t.label, t.measured_s, t.limit_s) for t in targeted(probe, targets)] == [
+        ("TTFT p99", 0.35, 0.3), ("E2E latency p90", 0.3, 0.5)]
+    assert quantile_for(0.9) == 90 and quantile_for(0.95) == 99 and quantile_for(None) == 99
+    assert probe_line(probe, targets) == ("15 req/s: attainment 98.0% (98 of 100), 146.6 tok/s, TTFT p99 350 ms "
+                                          "(target 300 ms), E2E latency p90 300 ms (target 500 ms): breaks")
+    assert probe_line(probe, None).endswith("146.6 tok/s: breaks")

@@ -89,3 +89,26 @@ def test_format_shows_the_capacity_point_and_where_the_engine_changes_regime():
             "(probed 1, 64, 65, 128)") in text
     assert "regime: CUDA graphs captured up to 64 (capture_sizes)" in text
     assert "whole run 919.8 tok/s" in text  # beside the steady state at each level N
+
+
+def test_format_shows_each_rate_probed_and_the_capacity():
+    """`bench` of a job by request rate prints each probe (rate, attainment, tok/s, the targeted
+    percentile, whether it held) and the capacity line, as it does for the search over concurrency."""
+    from orchestrator.core.measurement import Latency, Measurement, RateProbe, RateResult
+    from orchestrator.core.slo import RequestSlo, Targets
+
+    probes = (RateProbe(15.0, 100, 100, True, tok_s=146.6, ttft=Latency(0.05, 0.1, 0.16, 100)),
+              RateProbe(30.0, 100, 23, False, tok_s=194.0, ttft=Latency(0.5, 1.2, 1.7, 100)),
+              RateProbe(22.5, 100, 100, True, tok_s=187.1, ttft=Latency(0.1, 0.2, 0.25, 100)))
+    m = Measurement(levels={}, rate=RateResult(30.0, 15.0, probes, holds=22.5, breaks=30.0, attainment=0.99,
+                                               targets=("ttft",)))
+    targets = Targets(per_request=(RequestSlo("ttft", 0.3),), attainment=0.99)
+    lines = format_result(TrialResult(outcome="COMPLETE", config={}, value=m.value, measurement=m), targets)
+    said = lines.splitlines()
+    assert [line for line in said if line.startswith("rate ")] == [
+        "rate 15 req/s: attainment 100.0% (100 of 100), 146.6 tok/s, TTFT p99 160 ms (target 300 ms): holds",
+        "rate 30 req/s: attainment 23.0% (23 of 100), 194.0 tok/s, TTFT p99 1.7 s (target 300 ms): breaks",
+        "rate 22.5 req/s: attainment 100.0% (100 of 100), 187.1 tok/s, TTFT p99 250 ms (target 300 ms): holds"]
+    assert ("goodput: serves the most within the SLO at 22.5 req/s: 187.1 tok/s (attainment 100.0%; breaks at "
+            "30 req/s: attainment 23.0%)") in said
+    assert not any("stream" in line or "level" in line for line in said)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 import io
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -126,6 +127,32 @@ def test_the_rate_search_finds_the_highest_rate_within_99_percent_attainment(tmp
     assert cli.main(["export", str(job_path), "--format", "json"]) == 0
     prov = json.loads(capsys.readouterr().out)["provenance"]
     assert prov["goodput"]["holds"] == searched.holds and prov["goodput"]["attainment"] >= SHARE
+    said_at_capacity = f"{searched.holds:.3g} req/s: {row.measurement.value:.1f} tok/s (attainment "
+    for fmt in ("yaml", "cmd", "env"):  # the deploy artifacts say the capacity in req/s and attainment
+        assert cli.main(["export", str(job_path), "--format", fmt]) == 0
+        exported = capsys.readouterr().out
+        assert said_at_capacity in exported and "stream" not in exported, fmt
+    assert f"# curve (req/s: output tok/s, attainment, SLO): {probes[min(probes)].rate:.3g}: " in exported
+    assert cli.main(["export", str(job_path), "--format", "benchmark-report"]) == 2  # llm-d's reports are per level
+    assert "this study measured request rates" in capsys.readouterr().err
+
+    # while it ran, the status line said each rate probed, not "warming up" throughout
+    measuring = [line for line in said if " measuring " in line]
+    assert measuring and all(re.search(r"#0 measuring ([0-9.]+) req/s: \d+/100 requests", line) for line in measuring)
+    assert {re.search(r"measuring ([0-9.]+) req/s", line)[1] for line in measuring} <= {f"{r:.3g}" for r in probes}
+
+    # the report: the capacity curve against request rate, in req/s and attainment
+    assert cli.main(["report", str(job_path)]) == 0
+    capsys.readouterr()
+    report = (job.report_dir / "report.md").read_text()
+    assert "## Capacity within the SLO by request rate" in report
+    assert f"Curve of the baseline, best #{row.number} (every rate probed):" in report
+    for p in searched.curve():
+        assert f"| {p.rate:.3g} | {p.sent_rate:.3g} | {p.tok_s:.1f} | {100 * p.attainment:.1f}% ({p.good} of " \
+               f"{p.requests}) |" in report
+    assert "Capacity curve: output tok/s, attainment and the targeted latency against request rate" in report
+    assert (job.report_dir / "latency.png").stat().st_size > 0
+    assert "stream" not in report.lower() and "concurrency" not in report.lower()
 
 
 def trace(path: Path, gaps: list[float]) -> list[float]:

@@ -63,8 +63,14 @@ def test_a_request_not_done_by_the_deadline_is_a_timeout(server):
 def test_the_rate_search_on_one_slot_finds_under_5_requests_a_second(server):
     """One slot of 0.2 s serves 5 req/s at most; Poisson bursts queue below that. Every probe recorded."""
     axis = RateAxis(max_rate=8, min_rate=2, requests=16, max_probes=4)
-    got = measure_rates(server.spec.base_url, MODEL, plan(axis), deadline=time.monotonic() + 30)
+    told: list[tuple[float, int, int]] = []
+    got = measure_rates(server.spec.base_url, MODEL, plan(axis), deadline=time.monotonic() + 30,
+                        progress=lambda *said: told.append(said))
     assert got.ok, got.error
+    # each probe's progress, for the status line: its rate and requests done of those it sends, 0 first
+    assert [t for t in told if t[1] == 0] == [(p.rate, 0, 16) for p in got.measurement.rate.probes]
+    for rate in {t[0] for t in told}:
+        assert [d for r, d, _ in told if r == rate] == list(range(17))
     searched = got.measurement.rate
     assert [p.rate for p in searched.probes][:3] == [2, 4, 8] and len(searched.probes) == 4
     assert searched.probes[0].held and not searched.at(8).held  # 8 req/s on a 5 req/s server: the queue grows

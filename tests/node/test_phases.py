@@ -102,3 +102,18 @@ def test_a_trial_reports_every_step_in_order(tmp_path, no_leftover_servers):
         next(q for q in said if q.level == 2)))  # level 1's second round, after level 2's first
     assert second.level_s > 0  # the time of its first round is kept: the pace is the level's own
     assert all(p.number == 3 for p in said)
+
+
+def test_a_rate_probe_says_its_rate_and_its_requests_done():
+    """By request rate the status line says the rate probed, not a level ("warming up" no longer
+    stands for the whole search); each rate is a new phase, a request done is not."""
+    said: list[phases.TrialPhase] = []
+    reporter = phases.PhaseReporter(3, said.append)
+    reporter.phase(phases.WARMING_UP)
+    for rate, done in ((15.0, 0), (15.0, 37), (30.0, 0), (22.5, 100)):
+        reporter.measuring_rate(rate, done, 100)
+    assert [p.text() for p in said] == ["warming up", "measuring 15 req/s: 0/100 requests",
+                                        "measuring 15 req/s: 37/100 requests", "measuring 30 req/s: 0/100 requests",
+                                        "measuring 22.5 req/s: 100/100 requests"]
+    assert said[2].key == said[1].key and said[2].since == said[1].since
+    assert len({p.key for p in said[1:]}) == 3

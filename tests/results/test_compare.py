@@ -76,6 +76,26 @@ def test_compare_plan_of_a_single_level_study_refuses_before_any_launch(tmp_path
     assert not (tmp_path / "reports" / "demo" / "compare-logs").exists()  # no server launched
 
 
+@pytest.mark.parametrize("plan", [[], ["--plan"], ["--concurrency", "1,8"]])
+def test_compare_of_a_study_by_request_rate_refuses_in_one_line_saying_what_measures_it(tmp_path, capsys, plan):
+    """compare's figure is total tok/s at a concurrency; a study by request rate ranks by its capacity
+    in req/s: one line (exit 2) naming what re-measures that (export, then bench) and what draws it
+    (report), before anything is read or launched."""
+    from conftest import write_job
+
+    job = write_job(tmp_path, study="rate", objective={"goodput": {"max_rate": 30}},
+                    slo={"ttft": "300ms", "attainment": 0.99})
+    assert main(["compare", str(job), *plan]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    what = "compare --plan" if plan == ["--plan"] else "compare"
+    assert err == [f"ncclsweep: error: {job}: objective.goodput.max_rate: {what} measures total tok/s at "
+                   "concurrencies (a closed loop), not the capacity by request rate this study ranks by; re-measure "
+                   f"a config's capacity by rate with `ncclsweep export {job} --format yaml -o best.yaml` and "
+                   f"`ncclsweep bench {job} --config best.yaml` (every rate probed, the capacity); `ncclsweep "
+                   f"report {job}` draws each config's curve against request rate"]
+    assert not (tmp_path / "reports" / "rate" / "compare-logs").exists()  # no server launched
+
+
 @pytest.mark.parametrize("number", [3, 6, 11, 99])  # wrong output, stopped early, running, absent
 def test_also_refuses_a_trial_that_is_not_a_ranked_measurement(rows, number):
     with pytest.raises(BadInput, match=rf"trial {number} is not a measured, ranked trial.*ranked trials: "):

@@ -7,7 +7,9 @@
     history.png, params.png, importance.png, timeline.png    the plots (``report.plots``)
     pareto.png      a plan only (objective over several levels): the Pareto plot
     latency.png     goodput, or latency targets over several levels: throughput and p99 latency
-                    against concurrency for the baseline and the best, the target as a line
+                    against concurrency for the baseline and the best, the target as a line; a study
+                    by request rate: output tok/s, attainment and the targeted latency against
+                    req/s for the baseline, the best and each ``trials`` (``report.rate_curve``)
     startup.png     each trial's start-up phases, stacked (``report.startup``)
     report.md       headline, the plan (several levels), top configs, failures by kind, NCCL warnings, ceiling,
                     concurrency comparison (from ``compare.json`` when present), by node
@@ -22,6 +24,7 @@ same thing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +47,13 @@ __all__ = ["ReportJob", "write_report"]
 
 def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: Any = None,
                  bandwidth_bytes_s: float | None = None, allreduce_latency_s: float | None = None,
-                 study: Any = None, rows: list[TrialRow] | None = None) -> list[Path]:
+                 study: Any = None, rows: list[TrialRow] | None = None, trials: Sequence[int] = ()) -> list[Path]:
     """Write the report files into ``out_dir`` (default ``job.report_dir``); returns their paths.
 
     ``bandwidth_bytes_s``/``allreduce_latency_s`` override what the job declares or the trials
-    measured; ``study``/``rows`` skip loading the study from ``job.storage``.
+    measured; ``study``/``rows`` skip loading the study from ``job.storage``; ``trials``: configs the
+    user names (``report --trial N``) whose curves a study by request rate shows beside the baseline's
+    and the best's.
     """
     report_dir = Path(out_dir if out_dir is not None else job.report_dir)
     if rows is None:  # before any folder is made: no study, no empty report folder
@@ -68,11 +73,11 @@ def write_report(job: ReportJob, out_dir: str | Path | None = None, *, backend: 
     plots.append(plot_startup(rows, StudyDir(report_dir).plot(STARTUP_PLOT)))
     if latency.wants_plot(objective):  # goodput, or targets over several levels
         plots.append(StudyDir(report_dir).plot(latency.LATENCY_PLOT))
-        latency.plot_latency(rows, objective, plots[-1])
+        latency.plot_capacity(rows, job, plots[-1], trials)
     written += plots
 
     blocks, _summary_dict = build_blocks(job, rows, report_dir, backend, bandwidth_bytes_s, allreduce_latency_s,
-                                         importance=(effects, notes), plan=plan)
+                                         importance=(effects, notes), plan=plan, trials=trials)
     md_path = StudyDir(report_dir).report_md
     files.write_whole(md_path, render_markdown(blocks))
     images = {path.name: path.read_bytes() for path in plots}

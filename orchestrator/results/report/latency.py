@@ -14,6 +14,8 @@
   only between neighbours with nothing unseen between them (``core.capacity.resolved``), the
   target as a line and where each engine changes regime (its largest captured CUDA graph, ...)
   as a dotted one (drawn too for a plan with targets: its levels as markers).
+  A study by request rate (``objective.goodput.max_rate``) is said and drawn against req/s instead
+  (``report.rate_curve``).
 - **Traffic** (``bench.traffic``, ``bench.context``): the requests sampled from the file (or the
   prompts made long), and the prompt and output lengths the launches measured
   (``core.measurement.Lengths``).
@@ -21,14 +23,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from orchestrator.core import capacity
 from orchestrator.core import slo as slos
+from orchestrator.core.errors import BadInput, brief
 from orchestrator.core.measurement import QUANTILES, LevelResult, cache_text
-from orchestrator.core.records import TrialRow
+from orchestrator.core.records import COMPLETE, TrialRow
 from orchestrator.results.report import document as doc
+from orchestrator.results.report import rate_curve
 from orchestrator.results.report.document import Block
 from orchestrator.results.report.plots import BASELINE_COLOR, BEST_COLOR, _plt, _save
 from orchestrator.study import objective as objectives
@@ -131,12 +136,15 @@ def goodput_headline(rows: list[TrialRow], job: Any, ev: Evidence | None = None)
     return out
 
 
-def goodput_blocks(rows: list[TrialRow], job: Any) -> list[Block]:
-    """The goodput answer, each config's capacity point, and the curves (module docstring)."""
+def goodput_blocks(rows: list[TrialRow], job: Any, trials: Sequence[int] = ()) -> list[Block]:
+    """The goodput answer, each config's capacity point, and the curves (module docstring); by request
+    rate, ``rate_curve``'s (with each of ``trials``' curves)."""
     obj = objectives.of(getattr(job, "objective", None))
     if not obj.by_capacity:
         return []
     answer = answer_of(rows, job)
+    if obj.rate is not None:
+        return rate_curve.rate_blocks(rows, answer, trials)
     targets = obj.slo.describe() if obj.slo else "every target"
     out: list[Block] = [doc.heading(2, "Capacity within the SLO"), doc.para(
         f"Each launch swept the load up to {obj.goodput} streams (1, every 4x, and where the engine changes "
@@ -229,6 +237,8 @@ def wants_plot(objective: Any) -> bool:
 
 def plot_title(objective: Any) -> str:
     """The plot's alternative text in the report."""
+    if objectives.of(objective).rate is not None:
+        return rate_curve.plot_title()
     if objectives.of(objective).by_capacity:
         return "Capacity curve: throughput and the targeted latency against concurrency"
     return "Throughput and p99 latency against concurrency"
@@ -246,18 +256,43 @@ def segments(points: list[tuple[int, float]]) -> list[list[tuple[int, float]]]:
     return [run for run in runs if len(run) > 1]
 
 
-def plot_latency(rows: list[TrialRow], objective: Any, path: Path) -> None:
-    """Throughput (left) and the targeted latency (right) against concurrency for the baseline and
-    the best (module docstring): markers at the measured loads (hollow: the whole run's tok/s), lines
-    only between resolved neighbours, the target as a line, the regime marks dotted."""
+def plot_capacity(rows: list[TrialRow], job: Any, path: Path, trials: Sequence[int] = ()) -> None:
+    """``latency.png``: against request rate for a study by rate (``rate_curve.plot_rates``: the
+    baseline, the best and each of ``trials``), else against concurrency (``plot_latency``)."""
+    objective = getattr(job, "objective", None)
+    obj = objectives.of(objective)
+    if obj.rate is not None:
+        rate_curve.plot_rates(rate_curve.curves(rows, answer_of(rows, job), trials), obj.slo, path)
+    else:
+        plot_latency(rows, objective, path, trials)
+
+
+def _named(rows: list[TrialRow], trials: Sequence[int]) -> list[tuple[str, TrialRow | None, str]]:
+    """The rows the concurrency plot draws: the baseline, the best, each of ``trials`` (a measured
+    trial; BadInput for another)."""
+    best = best_rows(rows, 1)
+    out: list[tuple[str, TrialRow | None, str]] = [("baseline", baseline_row(rows), BASELINE_COLOR),
+                                                   ("best", best[0] if best else None, BEST_COLOR)]
+    measured = {r.number: r for r in rows if r.state == COMPLETE and r.levels}
+    for i, number in enumerate(trials):
+        if number not in measured:
+            have = ", ".join(str(n) for n in sorted(measured)) or "none"
+            raise BadInput(f"trial {brief(number)} is not a measured trial of this study (trials with a "
+                           f"measurement: {have})", key="--trial")
+        out.append((f"trial {number}", measured[number], rate_curve.OTHER_COLORS[i % len(rate_curve.OTHER_COLORS)]))
+    return out
+
+
+def plot_latency(rows: list[TrialRow], objective: Any, path: Path, trials: Sequence[int] = ()) -> None:
+    """Throughput (left) and the targeted latency (right) against concurrency for the baseline, the
+    best and each of ``trials`` (module docstring): markers at the measured loads (hollow: the whole
+    run's tok/s), lines only between resolved neighbours, the target as a line, the regime marks dotted."""
     plt = _plt()
     target = _plotted_target(objective)
     kind, quantile = (target.kind, target.quantile) if target else ("tpot", 99)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10.0, 4.0))
-    best = best_rows(rows, 1)
     marked: set[tuple[int, str]] = set()
-    for label, row, colour in (("baseline", baseline_row(rows), BASELINE_COLOR),
-                               ("best", best[0] if best else None, BEST_COLOR)):
+    for label, row, colour in _named(rows, trials):
         if row is None or not row.levels:
             continue
         levels = sorted(row.levels)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -70,7 +71,7 @@ from orchestrator.study.history import (
     best_rows,
     short_params,
 )
-from orchestrator.study.launches import COMPARE, Evidence, load_note
+from orchestrator.study.launches import COMPARE, HEADLINE, Evidence, load_note
 from orchestrator.study.plan import Plan, fmt, fresh_text, launches_text
 
 
@@ -224,8 +225,11 @@ def _launch_noise(rows, ev: Evidence, levels: tuple[int, ...], objective: Any) -
                         "over launches: each launch's figure is one value, and the launch noise is the spread of "
                         "launches of one config (the standard deviation of their logs, pooled over every config "
                         "launched more than once). A config measured on one launch gets the study's launch noise."))
-    table = [[str(lv), ev.noise(lv).text()] for lv in levels]
-    out.append(doc.table(["Concurrency", "Launch noise"], table))
+    if objectives.of(objective).rate is not None:  # a study by request rate has one figure, no concurrency
+        out.append(doc.table(["Figure", "Launch noise"], [["output tok/s at the capacity (req/s within the SLO)",
+                                                           ev.noise(HEADLINE).text()]]))
+    else:
+        out.append(doc.table(["Concurrency", "Launch noise"], [[str(lv), ev.noise(lv).text()] for lv in levels]))
     numbers = races.trial_numbers(rows)
     extra = [r for r in rows if r.launch_role in ("relaunch", "race", COMPARE) and r.state == COMPLETE]
     if extra:
@@ -853,9 +857,10 @@ def _compare_plan(report_dir: Path) -> list[Block]:
 def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend: Any = None,
                  bandwidth_bytes_s: float | None = None, allreduce_latency_s: float | None = None,
                  importance: tuple[list[KnobEffect], list[str]] | None = None,
-                 plan: Plan | None = None) -> tuple[list[Block], dict]:
+                 plan: Plan | None = None, trials: Sequence[int] = ()) -> tuple[list[Block], dict]:
     """The report's content (blocks) and a summary dict (best, baseline, ceiling, ...);
-    ``plan``: the study's plan (an objective over several levels), as its own section."""
+    ``plan``: the study's plan (an objective over several levels), as its own section; ``trials``:
+    the configs the user names (a study by request rate shows their curves)."""
     best = best_rows(rows, TOP_N)
     base = baseline_row(rows)
     objective = getattr(job, "objective", None)
@@ -878,7 +883,7 @@ def build_blocks(job: ReportJob, rows: list[TrialRow], report_dir: Path, backend
     if plan is not None:
         blocks += _plan(plan, Path(report_dir))
     blocks += _launch_noise(rows, ev, levels, objective)
-    blocks += latency.goodput_blocks(rows, job)
+    blocks += latency.goodput_blocks(rows, job, trials)
     if latency.wants_plot(objective):
         blocks.append(doc.image(latency.LATENCY_PLOT, latency.plot_title(objective)))
     blocks += latency.latency_blocks(rows, objective, plan)

@@ -8,7 +8,10 @@ import datetime
 from dataclasses import replace
 from types import SimpleNamespace
 
+import pytest
+
 from orchestrator.config.job import Objective
+from orchestrator.core.errors import BadInput
 from orchestrator.core.measurement import (
     GRAPHS,
     Distribution,
@@ -24,6 +27,7 @@ from orchestrator.core.records import COMPLETE, TrialRow, config_key
 from orchestrator.core.slo import Slo, Targets
 from orchestrator.results.report import document as doc
 from orchestrator.results.report.latency import (
+    _named,
     goodput_blocks,
     goodput_headline,
     latency_blocks,
@@ -106,6 +110,22 @@ def test_goodput_section_and_its_plot(tmp_path):
     plot_latency([base, best], objective, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
     assert goodput_blocks([base, best], SimpleNamespace(objective=Objective())) == []
+
+
+def test_the_concurrency_plot_draws_each_trial_the_user_names_and_refuses_one_not_measured(tmp_path):
+    """``report --trial N``: the named trial's curve beside the baseline's and the best's; a number the
+    study did not measure is one line naming those it did."""
+    base = a_row(0, {"m": "lane"}, {1: (700.0, 0.0014), 16: (858.8, 0.0194)}, is_baseline=True)
+    best = a_row(1, {"m": "batch"}, {1: (900.0, 0.005), 16: (4641.0, 0.0145)})
+    other = a_row(2, {"m": "mid"}, {1: (400.0, 0.003), 16: (2000.0, 0.017)})
+    objective = Objective(concurrency=(1, 16), slo=TARGETS)
+    assert [(label, row.number) for label, row, _ in _named([base, best, other], [2])] == [
+        ("baseline", 0), ("best", 1), ("trial 2", 2)]
+    plot_latency([base, best, other], objective, tmp_path / "latency.png", trials=[2])
+    assert (tmp_path / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(BadInput, match=r"trial 9 is not a measured trial of this study \(trials with a measurement: "
+                                       r"0, 1, 2\)"):
+        _named([base, best, other], [9])
 
 
 def test_the_capacity_section_names_the_cliff_its_curve_and_its_price(tmp_path):

@@ -738,13 +738,12 @@ def cmd_bench(args) -> int:
 
 
 def cmd_prescreen(args) -> int:
-    from orchestrator.driver.prescreen import format_prescreen, run_prescreen
+    from orchestrator.driver.prescreen import require_device, run_prescreen
+    from orchestrator.driver.prescreen_table import format_prescreen
 
     job = _load(args.job)
     if args.iters < 1:
         raise BadInput(f"--iters must be >= 1, not {args.iters}")
-    from orchestrator.driver.prescreen import require_device
-
     require_device(job, job.backend_obj().device())  # at once, before anything is launched
     measured: dict[int, tuple[dict, float]] = {}
     try:  # a finished study gives "the rest" of a step, for the predicted decode tok/s
@@ -758,7 +757,7 @@ def cmd_prescreen(args) -> int:
     except NcclsweepError:
         pass
     data = run_prescreen(job, iters=args.iters, measured=measured, say=lambda line: print(line, file=sys.stderr))
-    if not data["rows"]:
+    if not data.rows:
         print("nothing to pre-screen: the space has no TP > 1 configuration (NCCL is idle at TP=1)")
         return 0
     print(format_prescreen(data))

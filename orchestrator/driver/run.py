@@ -28,7 +28,6 @@ the cause; what was recorded before stays readable and resumable.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -41,21 +40,21 @@ import optuna
 
 from orchestrator.config.job_checks import check_sampler_installed
 from orchestrator.config.yaml_input import display_path
-from orchestrator.core import correctness, golden_check, logs, nccl, outcome
+from orchestrator.core import correctness, golden_check, logs, nccl, outcome, prescreened
 from orchestrator.core.errors import BadInput, CircuitOpen, RuntimeFailure, StorageWriteError, is_file_write_failure
 from orchestrator.core.records import COMPLETE, FAIL, PRUNED, FailureKind, TrialResult, config_key
 from orchestrator.driver.executor import Executor
 from orchestrator.driver.golden import GateVotes, GoldenSource, Launched
 from orchestrator.driver.lock import DriverLock
-from orchestrator.driver.prescreen import (
+from orchestrator.driver.prescreen import run_prescreen
+from orchestrator.driver.prescreen_drop import (
     LATE_RATIO,
     PrescreenedSpace,
     dropped_settings,
-    format_prescreen,
     late_settings,
-    run_prescreen,
     setting_key,
 )
+from orchestrator.driver.prescreen_table import format_prescreen
 from orchestrator.driver.progress import Progress, RunSummary, fmt_s
 from orchestrator.driver.ray_executor import RayExecutor
 from orchestrator.driver.signals import StopSignals
@@ -399,7 +398,7 @@ class StudyDriver:
             return self.job.space
         stored = self.dir.prescreen
         if stored.exists():
-            data = json.loads(stored.read_text())
+            data = prescreened.load(stored)
         else:
             self.say("pre-screen: measuring all-reduce latency per NCCL setting before any server launch")
             data = run_prescreen(self.job, say=self.say)

@@ -83,7 +83,7 @@ from orchestrator.backends import allreduce, get_backend_class
 from orchestrator.backends.base import Backend
 from orchestrator.config import prompts as decode_prompts
 from orchestrator.config.yaml_input import load_yaml_documents, read_text_bounded
-from orchestrator.core import verdict
+from orchestrator.core import prescreened, verdict
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.golden_check import disputed
 from orchestrator.core.launch import env_value_problem, server_environment
@@ -91,6 +91,7 @@ from orchestrator.core.level import context_of, streams
 from orchestrator.core.level import key as level_key
 from orchestrator.core.level import parse as parse_level
 from orchestrator.core.measurement import LATENCY_KINDS, QUANTILES
+from orchestrator.core.prescreened import Prescreen
 from orchestrator.core.records import COMPLETE, TrialRow
 from orchestrator.core.slo import LABELS as slo_labels
 from orchestrator.core.slo import Targets
@@ -847,7 +848,7 @@ def _channels(config: dict[str, Any]) -> int:
     return -1
 
 
-def tuner_sweep_rules(config: dict[str, Any], sweep: dict[str, Any]) -> tuple[list[str], list[str]] | None:
+def tuner_sweep_rules(config: dict[str, Any], sweep: Prescreen) -> tuple[list[str], list[str]] | None:
     """Rules per measured size range from the pre-screen's sweep (``prescreen.json``), for the
     winner ``config``: its TP (nRanks) and channels; among the swept settings at that TP whose
     other NCCL variables are the winner's (P2P, channels: what moves latency besides the
@@ -858,11 +859,11 @@ def tuner_sweep_rules(config: dict[str, Any], sweep: dict[str, Any]) -> tuple[li
     nearest its end, on a log scale), so none there is wider than 16 KB; past the largest
     measured size there is no rule (NCCL's own choice). None: the sweep has nothing at this TP."""
     tp = config.get("tp_size")
-    same_tp = [r for r in sweep.get("rows") or [] if r.get("ok") and r.get("sweep") and r.get("tp_size") == tp]
+    same_tp = [r for r in sweep.rows if r.ok and r.sweep and r.tp_size == tp]
     if not same_tp:
         return None
     others = {k: str(v) for k, v in config.items() if k.startswith("env.NCCL_") and k not in _PINNED}
-    rows = [r for r in same_tp if {k: str(v) for k, v in r.items()
+    rows = [r for r in same_tp if {k: str(v) for k, v in r.env.items()
                                    if k.startswith("env.NCCL_") and k not in _PINNED} == others]
     notes = []
     if not rows:
@@ -870,19 +871,19 @@ def tuner_sweep_rules(config: dict[str, Any], sweep: dict[str, Any]) -> tuple[li
         notes.append(f"no swept setting at tp_size={tp} has the winner's other NCCL variables "
                      f"({' '.join(f'{k[4:]}={v}' for k, v in others.items()) or 'none'}); every swept one is used")
     best: dict[int, tuple[float, str, str] | None] = {}
-    for size in sorted({p["bytes"] for r in rows for p in r["sweep"]}):
-        here = sorted(((p["latency_us"], i, r, p) for i, r in enumerate(rows) for p in r["sweep"]
-                       if p["bytes"] == size), key=lambda h: (h[0], h[1]))
+    for size in sorted({p.nbytes for r in rows for p in r.sweep}):
+        here = sorted(((p.latency_us, i, r, p) for i, r in enumerate(rows) for p in r.sweep
+                       if p.nbytes == size), key=lambda h: (h[0], h[1]))
         # within 10% of the fastest (the pre-screen's CLEAR_MARGIN: less is launch noise), the winner's own setting
         top = here[0][0] if here else 0.0
         own = [h for h in here if h[0] < top * 1.10 and all(
-            str(h[2].get(k, "")) == str(config.get(k, "")) for k in ("env.NCCL_ALGO", "env.NCCL_PROTO"))]
+            str(h[2].env.get(k, "")) == str(config.get(k, "")) for k in ("env.NCCL_ALGO", "env.NCCL_PROTO"))]
         best[size] = None
         for latency, _, r, p in (own or here)[:1]:
-            algo = _allreduce_choice(r.get("env.NCCL_ALGO"), _TUNER_ALGOS, "NCCL_ALGO")[0] or \
-                _allreduce_choice(p.get("algo"), _TUNER_ALGOS, "NCCL_ALGO")[0]
-            proto = _allreduce_choice(r.get("env.NCCL_PROTO"), _TUNER_PROTOS, "NCCL_PROTO")[0] or \
-                _allreduce_choice(p.get("proto"), _TUNER_PROTOS, "NCCL_PROTO")[0]
+            algo = _allreduce_choice(r.env.get("env.NCCL_ALGO"), _TUNER_ALGOS, "NCCL_ALGO")[0] or \
+                _allreduce_choice(p.algo, _TUNER_ALGOS, "NCCL_ALGO")[0]
+            proto = _allreduce_choice(r.env.get("env.NCCL_PROTO"), _TUNER_PROTOS, "NCCL_PROTO")[0] or \
+                _allreduce_choice(p.proto, _TUNER_PROTOS, "NCCL_PROTO")[0]
             best[size] = (latency, algo, proto) if algo and proto and algo != "pat" else None
     measured = sorted(best)
     edges = sorted({*measured, *(e for e in range(TUNER_BIN, TUNER_FINE_UP_TO + 1, TUNER_BIN) if e <= measured[-1])})
@@ -899,9 +900,9 @@ def tuner_sweep_rules(config: dict[str, Any], sweep: dict[str, Any]) -> tuple[li
     if unknown:
         notes.append(f"{unknown} size range(s) without a rule: their fastest setting pins no algorithm or protocol "
                      f"and NCCL logged none (TUNING runs on CUDA only)")
-    for c in sweep.get("crossovers") or []:
-        if c.get("custom") and c.get("tp_size") == tp and c.get("below") == "custom":
-            notes.append(f"the custom all-reduce measured faster than NCCL up to about {c['bytes']} bytes at "
+    for c in sweep.crossovers:
+        if c.custom and c.tp_size == tp and c.below == "custom":
+            notes.append(f"the custom all-reduce measured faster than NCCL up to about {c.nbytes} bytes at "
                          f"tp_size={tp} (allreduce.backend custom, which a tuner rule cannot choose)")
     return rules, notes
 
@@ -913,22 +914,18 @@ def _tuner_block(job: ExportJob, row: TrialRow, backend: Any, host: str, port: i
     sweep = _sweep_of(job)
     made = tuner_sweep_rules(row.params, sweep) if sweep else None
     rules, notes = made if made is not None else nccl_tuner_rules(row.params, row.nccl)
-    version = _first((row.nccl or {}).get("version"), (sweep or {}).get("nccl_version"))
+    version = _first((row.nccl or {}).get("version"), sweep.nccl_version if sweep else None)
     source = (f"the pre-screen's sweep ({len(rules)} size ranges, prescreen.json) and trial {row.number}'s settings"
               if made is not None else f"trial {row.number}'s settings (no pre-screen sweep at its TP: one rule)")
     return ([_comment(f"rules from {source}; NCCL {version or 'unknown'}; tuner API {tuner_api(version)}")]
             + [_comment(n) for n in notes] + rules)
 
 
-def _sweep_of(job: ExportJob) -> dict[str, Any] | None:
-    """The pre-screen's data of the job's study, when it ran (``ncclsweep prescreen``)."""
+def _sweep_of(job: ExportJob) -> Prescreen | None:
+    """The pre-screen of the job's study, when it ran (``ncclsweep prescreen``)."""
     where = getattr(job, "dir", None)
     path = getattr(where, "prescreen", None)
-    try:
-        data = json.loads(Path(path).read_text()) if path is not None else None
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return prescreened.read(Path(path)) if path is not None else None
 
 
 _TUNER_PREAMBLE = [

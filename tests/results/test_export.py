@@ -675,7 +675,7 @@ def test_tuner_rules_from_a_cpu_sweep_load_in_the_plugins_reader(tmp_path):
     data = run_prescreen(job, iters=20, say=lambda _: None)
     table = job.dir.prescreen_sweep.read_text().splitlines()
     assert table[0] == "tp_size,setting,bytes,latency_us,ci_lo_us,ci_hi_us,algo,proto,fastest"
-    sizes = data["sizes"]
+    sizes = data.sizes
     assert len(table) - 1 == 2 * len(sizes)  # every size, both settings
     fast: dict[int, set[str]] = {}  # per size, the settings clearly fastest or within the noise of it
     for line in table[1:]:

@@ -14,14 +14,13 @@ allows are ranked; a config that failed the correctness gate is never "best".
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.backends import allreduce, speculative
-from orchestrator.core import outcome
+from orchestrator.core import outcome, prescreened
 from orchestrator.core.ceiling import ceiling_for, parse_bandwidth, speculative_ceiling
 from orchestrator.core.golden_check import disputed
 from orchestrator.core.logs import clip
@@ -535,14 +534,10 @@ def _resolve_latency(job: ReportJob, best: list[TrialRow], allreduce_latency_s: 
 
 def _prescreened_latency(path: Path, params: dict[str, Any]) -> tuple[float | None, str]:
     """The latency `ncclsweep prescreen` measured for the best config's NCCL setting."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        data = {}
-    for row in data.get("rows") or []:
-        setting = {k: v for k, v in row.items() if k == "tp_size" or k.startswith("env.")}
-        if row.get("ok") and setting and all(str(params.get(k)) == str(v) for k, v in setting.items()):
-            return float(row["latency_us"]) * 1e-6, "measured by `ncclsweep prescreen` for this setting"
+    data = prescreened.read(path)
+    row = data.row_of(params) if data is not None else None
+    if row is not None:
+        return row.latency_us * 1e-6, "measured by `ncclsweep prescreen` for this setting"
     return None, ""
 
 

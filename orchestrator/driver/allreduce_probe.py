@@ -46,7 +46,7 @@ def _probe(args: argparse.Namespace) -> None:
             children.append(subprocess.Popen([sys.executable, "-m", "orchestrator.driver.allreduce_probe",
                                               *sys.argv[1:], "--rank", str(r)], env=env))
     else:
-        die_with_parent()
+        die_with_parent(PARENT_ENV)
     cuda = args.device == "cuda"
     if cuda:
         torch.cuda.set_device(rank)

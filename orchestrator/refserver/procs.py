@@ -38,9 +38,10 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
         raise OSError(err, f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(err)}")
 
 
-def die_with_parent() -> None:
-    """In a spawned rank: get SIGKILL when the parent dies; exit now if it already has."""
-    expected = os.environ.get(PARENT_ENV)
+def die_with_parent(parent_env: str = PARENT_ENV) -> None:
+    """In a spawned rank: get SIGKILL when the parent dies; exit now if it already has (the parent's
+    pid is in the environment variable ``parent_env``, which the parent set when it spawned it)."""
+    expected = os.environ.get(parent_env)
     set_parent_death_signal()
     if expected and os.getppid() != int(expected):
         os._exit(1)

@@ -118,3 +118,20 @@ def test_sigterm_ends_every_rank(tmp_path):
         assert wait_group_gone(s.pgid, 10) == []  # every rank gone, though only rank 0 was signalled
     finally:
         s.stop()
+
+
+def test_a_rank_whose_parent_is_already_gone_exits_at_once_under_the_variable_its_spawner_names(tmp_path):
+    """``die_with_parent(name)`` reads the parent's pid from the variable the spawner set (the
+    reference server's ranks and the pre-screen's probe each name their own): a rank whose recorded
+    parent is not its parent any more exits 1 before doing anything; one under its parent goes on."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from orchestrator.refserver.procs import die_with_parent; "
+            "die_with_parent('NCCLSWEEP_TEST_PARENT'); print('alive')")
+    gone = subprocess.run([sys.executable, "-c", code], env={**os.environ, "NCCLSWEEP_TEST_PARENT": "1"},
+                          capture_output=True, text=True, timeout=60)
+    assert gone.returncode == 1 and "alive" not in gone.stdout
+    kept = subprocess.run([sys.executable, "-c", code], env={**os.environ, "NCCLSWEEP_TEST_PARENT": str(os.getpid())},
+                          capture_output=True, text=True, timeout=60)
+    assert kept.returncode == 0 and kept.stdout.strip() == "alive", kept.stderr

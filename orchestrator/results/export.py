@@ -330,7 +330,7 @@ def figure_of(job: Any, rows: list[TrialRow], row: TrialRow, choice: Choice | No
         drift = ev.drift(level)
         base_value = ev.median(base.config_key, level) if base is not None else None
         iv = ev.interval(base.config_key, key, level) if base is not None else None
-        unit, contest = obj.measure.export_unit(level, choice.level is not None), str(level)
+        unit, contest = obj.export_unit(level, choice.level is not None), str(level)
     value = statistics.median(values) if values else row.worth
     shown = obj.shown
     vs, fresh_vs = None, None

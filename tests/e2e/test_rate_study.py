@@ -126,6 +126,7 @@ def test_the_rate_search_finds_the_highest_rate_within_99_percent_attainment(tmp
     assert "goodput under TTFT <= 300 ms for 99% of requests: the baseline" in capsys.readouterr().out
     assert cli.main(["export", str(job_path), "--format", "json"]) == 0
     prov = json.loads(capsys.readouterr().out)["provenance"]
+    assert prov["figure"]["unit"] == "output tok/s within the SLO"  # the capacity's tok/s is output tok/s
     assert prov["goodput"]["holds"] == searched.holds and prov["goodput"]["attainment"] >= SHARE
     said_at_capacity = f"{searched.holds:.3g} req/s: {row.measurement.value:.1f} tok/s (attainment "
     for fmt in ("yaml", "cmd", "env"):  # the deploy artifacts say the capacity in req/s and attainment

@@ -108,6 +108,10 @@ class RateGoodput(Goodput):
 
     kind_name: ClassVar[str] = "goodput by rate"
 
+    def export_unit(self, level: int | None, named: bool) -> str:
+        """A capacity by rate is the output tok/s at the highest rate that held, not a total at N streams."""
+        return "output tok/s within the SLO" if level is HEADLINE else super().export_unit(level, named)
+
     def _levels_text(self) -> str:
         assert self.rate is not None
         return self.rate.describe()

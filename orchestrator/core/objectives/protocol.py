@@ -323,6 +323,11 @@ class Objective:
     def unit(self, level: int | None) -> str:
         return self.measure.unit(level)
 
+    def export_unit(self, level: int | None, named: bool) -> str:
+        """The unit of an exported figure (``Measure.export_unit``; a kind whose capacity is another
+        figure says so)."""
+        return self.measure.export_unit(level, named)
+
     def text(self, worth: float | None) -> str:
         """A launch's one figure as the run's lines say it ('41.2 tok/s', '3.1 ms TPOT p99'; '-': none)."""
         return self.measure.text(worth) if worth is not None else "-"

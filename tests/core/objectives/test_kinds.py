@@ -54,6 +54,8 @@ def test_goodput_by_rate_tells_the_tok_s_at_the_highest_rate_that_held_and_zero_
     slo = Targets(per_request=(RequestSlo("ttft", 0.2),), attainment=0.99)
     obj = Objective(rate=RateAxis(40), slo=slo)
     assert isinstance(obj, RateGoodput) and obj.by_capacity and obj.headline is None and not obj.by_level
+    assert obj.export_unit(obj.headline, named=False) == "output tok/s within the SLO"
+    assert Objective(goodput=32, slo=slo).export_unit(None, named=False) == "tok/s total within the SLO"
     probes = (RateProbe(5, 100, 100, True, tok_s=320.0), RateProbe(10, 100, 90, False, tok_s=560.0))
     got = Measurement(rate=RateResult(40, 5, probes, holds=5, breaks=10, attainment=0.99))
     assert obj.told(TrialResult(outcome="COMPLETE", config={}, value=got.value, measurement=got)) == [320.0]

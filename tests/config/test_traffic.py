@@ -87,6 +87,8 @@ def test_the_sample_keeps_the_traces_long_tail_for_every_study(tmp_path):
     (lines({"prompt": ""}), "line 1: 'prompt' must be a non-empty string"),
     (lines({"text": "neither"}), "line 1 has neither 'prompt'"),
     (lines({"conversations": [{"speaker": "x"}]}), "line 1: a conversation turn must be"),
+    (lines({"prompt": "a", "timestamp": 1.0}, {"prompt": "b"}), "line 2 has no 'timestamp' where other requests"),
+    (lines({"prompt": "a", "timestamp": "noon"}), "line 1: 'timestamp' must be a number of seconds, not 'noon'"),
 ])
 def test_a_bad_traffic_file_names_the_line(tmp_path, content, says):
     path = tmp_path / "t.jsonl"
@@ -144,15 +146,3 @@ def test_a_trace_with_timestamps_keeps_its_first_requests_in_time_order(tmp_path
     plain = tmp_path / "plain.jsonl"
     plain.write_text(lines({"prompt": "a", "output_tokens": 3}))
     assert traffic.load(plain, file="job.yaml", study="s", sample=4, default_output=8).times is None
-
-
-@pytest.mark.parametrize("content, says", [
-    (lines({"prompt": "a", "timestamp": 1.0}, {"prompt": "b"}), "line 2 has no 'timestamp' where other requests"),
-    (lines({"prompt": "a", "timestamp": "noon"}), "line 1: 'timestamp' must be a number of seconds, not 'noon'"),
-])
-def test_a_bad_timestamp_names_the_line(tmp_path, content, says):
-    path = tmp_path / "t.jsonl"
-    path.write_text(content)
-    with pytest.raises(BadInput) as info:
-        traffic.load(path, file="job.yaml", study="s", sample=64, default_output=8)
-    assert says in str(info.value) and "job.yaml: bench.traffic: " in str(info.value)

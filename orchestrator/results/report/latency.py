@@ -35,7 +35,7 @@ from orchestrator.core.records import COMPLETE, TrialRow
 from orchestrator.results.report import document as doc
 from orchestrator.results.report import rate_curve
 from orchestrator.results.report.document import Block
-from orchestrator.results.report.plots import BASELINE_COLOR, BEST_COLOR, _plt, _save
+from orchestrator.results.report.plots import BASELINE_COLOR, BEST_COLOR, _plt, _save, measured_runs
 from orchestrator.study import objective as objectives
 from orchestrator.study.goodput import Crossing, GoodputAnswer, goodput_answer, tok
 from orchestrator.study.history import baseline_row, best_rows, infeasible_lines, short_params
@@ -245,15 +245,9 @@ def plot_title(objective: Any) -> str:
 
 
 def segments(points: list[tuple[int, float]]) -> list[list[tuple[int, float]]]:
-    """Runs of neighbouring points with nothing unseen between them (``capacity.resolved``): a line
-    is drawn along each run, never across a gap the launch did not measure."""
-    runs: list[list[tuple[int, float]]] = []
-    for pt in points:
-        if runs and capacity.resolved(runs[-1][-1][0], pt[0]):
-            runs[-1].append(pt)
-        else:
-            runs.append([pt])
-    return [run for run in runs if len(run) > 1]
+    """Runs of neighbouring concurrencies with nothing unseen between them (``capacity.resolved``;
+    ``plots.measured_runs``)."""
+    return measured_runs(points, capacity.resolved)
 
 
 def plot_capacity(rows: list[TrialRow], job: Any, path: Path, trials: Sequence[int] = ()) -> None:

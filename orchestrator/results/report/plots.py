@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,20 @@ def _save(fig, path: Path) -> None:
     finally:
         _plt().close(fig)
     files.write_whole(path, png.getvalue())
+
+
+def measured_runs(points: list[tuple[Any, float]],
+                  resolved: Callable[[Any, Any], bool]) -> list[list[tuple[Any, float]]]:
+    """Runs of neighbouring points (by load) that ``resolved`` says have nothing unmeasured between them:
+    a curve's line is drawn along each run, never across a gap no probe measured (runs of one point
+    are markers only)."""
+    runs: list[list[tuple[Any, float]]] = []
+    for pt in points:
+        if runs and resolved(runs[-1][-1][0], pt[0]):
+            runs[-1].append(pt)
+        else:
+            runs.append([pt])
+    return [run for run in runs if len(run) > 1]
 
 
 def _note_figure(path: Path, title: str, note: str) -> None:

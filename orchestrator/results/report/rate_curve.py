@@ -25,7 +25,7 @@ from orchestrator.core.records import COMPLETE, TrialRow
 from orchestrator.core.slo import Targets, ms
 from orchestrator.results.report import document as doc
 from orchestrator.results.report.document import Block
-from orchestrator.results.report.plots import BASELINE_COLOR, BEST_COLOR, _plt, _save
+from orchestrator.results.report.plots import BASELINE_COLOR, BEST_COLOR, _plt, _save, measured_runs
 from orchestrator.study.goodput import GoodputAnswer, RateCrossing, crossing, tok
 from orchestrator.study.history import short_params
 
@@ -166,15 +166,9 @@ def curve_table(curve: Curve, targets: Targets | None) -> list[Block]:
 
 
 def segments(points: list[tuple[float, float]]) -> list[list[tuple[float, float]]]:
-    """Runs of neighbouring rates the search left nothing between (``rate_search.resolved``): a line is
-    drawn along each run, never across a gap no probe measured."""
-    runs: list[list[tuple[float, float]]] = []
-    for pt in points:
-        if runs and rate_search.resolved(runs[-1][-1][0], pt[0]):
-            runs[-1].append(pt)
-        else:
-            runs.append([pt])
-    return [run for run in runs if len(run) > 1]
+    """Runs of neighbouring rates the search left nothing between (``rate_search.resolved``;
+    ``plots.measured_runs``)."""
+    return measured_runs(points, rate_search.resolved)
 
 
 def plot_title() -> str:

@@ -68,6 +68,7 @@ def test_the_tree_is_the_root_and_its_descendants(family):
     assert all(m.start == proctree.start_time(m.pid) for m in members)
     # a child just spawned can show an empty command line for a moment (its exec under way)
     assert _until(lambda: {m.cmdline for m in proctree.tree(parent.pid) if m.pid in kids} == {"sleep 1000"})
+    members = proctree.tree(parent.pid)  # read again once every exec has finished
     assert proctree.tree(parent.pid, start=members[0].start + 1) == []  # a reused pid has no tree of ours
     again = [proctree.Member.from_dict(m.to_dict()) for m in members]  # as the supervisor writes them
     assert again == members and "sleep 1000" in again[-1].describe()

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.core.objectives import MAXIMIZE  # an export written before directions were stored: higher was better
 from orchestrator.core.verdict import LaunchNoise, RatioInterval
 
 EXPORT_VERSION = 1
@@ -162,7 +163,7 @@ class Figure:
         fresh, vs, fresh_vs, race = (rec.get(k) for k in ("fresh_launch_95", "vs_baseline", "fresh_vs_baseline",
                                                           "race"))
         return cls(
-            value=rec.get("value"), unit=str(rec.get("unit") or ""), direction=str(rec.get("direction") or "maximize"),
+            value=rec.get("value"), unit=str(rec.get("unit") or ""), direction=str(rec.get("direction") or MAXIMIZE),
             launch_values=tuple(rec.get("launch_values") or ()),
             fresh_launch_95=(fresh[0], fresh[1]) if isinstance(fresh, list) and len(fresh) == 2 else None,
             launch_noise=_noise(rec.get("launch_noise") or {}), drift=rec.get("drift") or None,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import sys
 
 from orchestrator.backends import refserver_engine, sglang_engine, vllm_engine
 from orchestrator.backends.base import Backend, LaunchSpec
@@ -74,9 +75,18 @@ def get_backend_class(kind: str) -> type[Backend]:
     return cls
 
 
+_LOADED_FOR: list[tuple[str, ...]] = []  # the sys.path the installed backends were last loaded for
+
+
 def load_registered_backends() -> None:
     """Load every backend other distributions register, so that its class registers its engine
-    (``Backend.ENGINE``); one that cannot be loaded is left out (``doctor`` names it)."""
+    (``Backend.ENGINE``); one that cannot be loaded is left out (``doctor`` names it). Read again
+    only when ``sys.path`` changed (where distributions are found): reading the entry points
+    costs tens of milliseconds, and a log is read against the engines on every poll."""
+    where = tuple(sys.path)
+    if _LOADED_FOR == [where]:
+        return
+    _LOADED_FOR[:] = [where]
     for kind in registry():
         if kind not in BUILTIN:
             try:

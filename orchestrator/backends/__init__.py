@@ -8,14 +8,23 @@ installed distribution adds one without editing ncclsweep, by an entry point::
     tgi = "my_package.tgi_backend:TgiBackend"     # a Backend subclass whose kind is "tgi"
 
 A built-in kind cannot be replaced that way: the built-in wins and ``doctor`` warns.
+
+Each backend declares the engine it runs (``Backend.ENGINE``: what its log and ``/metrics`` say,
+``core.engines``), registered when its class is defined. Importing this package registers the
+built-in engines, in the order a log is matched against them (``BUILTIN_ENGINES``), and has the
+registry load every other registered backend before it answers, so that an installed backend's
+engine is known wherever a log or ``/metrics`` is read (the ``command`` backend runs any engine).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import sys
 
+from orchestrator.backends import refserver_engine, sglang_engine, vllm_engine
 from orchestrator.backends.base import Backend, LaunchSpec
+from orchestrator.core import engines
 
 ENTRY_POINT_GROUP = "ncclsweep.backends"
 
@@ -26,6 +35,10 @@ BUILTIN: dict[str, str] = {
     "command": "orchestrator.backends.command:CommandBackend",
     "llamacpp": "orchestrator.backends.llamacpp:LlamaCppBackend",
 }
+
+
+# the built-in engines, in the order a log is matched against them (the first whose line it has)
+BUILTIN_ENGINES = (vllm_engine.ENGINE, sglang_engine.ENGINE, refserver_engine.ENGINE)
 
 
 def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
@@ -60,6 +73,31 @@ def get_backend_class(kind: str) -> type[Backend]:
     if not (isinstance(cls, type) and issubclass(cls, Backend)) or getattr(cls, "kind", None) != kind:
         raise ImportError(f"backend {kind!r} ({target}) is not a Backend subclass whose kind is {kind!r}")
     return cls
+
+
+_LOADED_FOR: list[tuple[str, ...]] = []  # the sys.path the installed backends were last loaded for
+
+
+def load_registered_backends() -> None:
+    """Load every backend other distributions register, so that its class registers its engine
+    (``Backend.ENGINE``); one that cannot be loaded is left out (``doctor`` names it). Read again
+    only when ``sys.path`` changed (where distributions are found): reading the entry points
+    costs tens of milliseconds, and a log is read against the engines on every poll."""
+    where = tuple(sys.path)
+    if _LOADED_FOR == [where]:
+        return
+    _LOADED_FOR[:] = [where]
+    for kind in registry():
+        if kind not in BUILTIN:
+            try:
+                get_backend_class(kind)
+            except ImportError:
+                continue
+
+
+for _engine in BUILTIN_ENGINES:
+    engines.register(_engine)
+engines.add_loader(load_registered_backends)
 
 
 def __getattr__(name: str):

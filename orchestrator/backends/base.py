@@ -30,7 +30,8 @@ import abc
 from typing import Any, ClassVar
 
 from orchestrator.backends import allreduce, common, speculative
-from orchestrator.core import nccl
+from orchestrator.core import engines, nccl
+from orchestrator.core.engines import Engine
 from orchestrator.core.errors import BadInput, ConfigRejected
 from orchestrator.core.launch import TRANSIENT_PROCESSES, LaunchSpec, WatchRules
 from orchestrator.core.measurement import GRAPHS, RegimeMark
@@ -182,6 +183,22 @@ class Backend(abc.ABC):
             values canonical: ``common.config_env``); where readiness is asked
             (``health_path``, ``ready_status``) and the OpenAI ``model`` name.
         """
+
+    # The engine this backend's servers run, as their log and /metrics say it (start-up phases,
+    # notices, regime lines, speculative and prefix-cache metric names, custom all-reduce world
+    # sizes: ``core.engines.Engine``); registered when the class is defined, so that the node reads
+    # it in every log (the ``command`` backend's too). None: no engine of its own to read.
+    ENGINE: ClassVar[Engine | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register the subclass's engine (``ENGINE``) with ``core.engines``.
+
+        Raises:
+            ValueError: another engine of the same name is registered already.
+        """
+        super().__init_subclass__(**kwargs)
+        if cls.ENGINE is not None:
+            engines.register(cls.ENGINE)
 
     # What the tree watch (orchestrator/node/treewatch.py) knows of this engine: lines it logs
     # when it is dead though its first process still runs, and helper processes (regular

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 import orchestrator
-from orchestrator.backends import allreduce, common, speculative
+from orchestrator.backends import allreduce, common, refserver_engine, speculative
 from orchestrator.backends.base import Backend, Config, LaunchSpec
 from orchestrator.backends.flags import did_you_mean
 from orchestrator.core.errors import ConfigRejected, brief
@@ -42,6 +42,7 @@ DIMS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")  # the dimensio
 
 class RefServerBackend(Backend):
     kind = "refserver"
+    ENGINE = refserver_engine.ENGINE  # its ranks' start-up lines
 
     def __init__(self, settings: dict[str, Any] | None, job_file: str | None = None):
         super().__init__(settings, job_file)

@@ -81,7 +81,7 @@ import re
 import sys
 from typing import Any
 
-from orchestrator.backends import allreduce, common, speculative
+from orchestrator.backends import allreduce, common, sglang_engine, speculative
 from orchestrator.backends.base import Config
 from orchestrator.backends.flags import Spelling
 from orchestrator.backends.serving import ServingBackend
@@ -120,6 +120,7 @@ class SglangBackend(ServingBackend):
     """``python -m sglang.launch_server``; see the module docstring."""
 
     kind = "sglang"
+    ENGINE = sglang_engine.ENGINE  # its log's start-up and notices, its /metrics, its custom all-reduce
     # SGLang's scheduler/detokenizer log this and SIGQUIT their parent when they die
     FATAL_LOG_PATTERNS = (r"Scheduler hit an exception", r"DetokenizerManager hit an exception",
                           r"Received sigquit from a child process")

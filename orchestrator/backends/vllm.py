@@ -114,7 +114,7 @@ import re
 import shutil
 from typing import Any
 
-from orchestrator.backends import allreduce, common, speculative
+from orchestrator.backends import allreduce, common, speculative, vllm_engine
 from orchestrator.backends.base import Config
 from orchestrator.backends.flags import Spelling, vstr
 from orchestrator.backends.serving import ServingBackend
@@ -170,6 +170,7 @@ class VllmBackend(ServingBackend):
     """``vllm serve``; see the module docstring for the mapping and the releases."""
 
     kind = "vllm"
+    ENGINE = vllm_engine.ENGINE  # its log's start-up and notices, its /metrics, its custom all-reduce
     # Seen in real vLLM 0.26 logs: a worker or the engine core died while the API server
     # stayed up and never turned healthy (tests/fixtures/vllm/).
     FATAL_LOG_PATTERNS = (r"WorkerProc hit an exception", r"WorkerProc failed to start",

@@ -27,7 +27,12 @@ An engine without these counters (or a gauge only, as SGLang's recent-window ``c
 not a level's own figure) records no share.
 
 A server without any of these (no speculation, or no ``/metrics``) records nothing, and that
-is no error. Pure functions of the text.
+is no error. Pure functions of the text and the engines registered.
+
+The metric names are each engine's (``core.engines``: ``Engine.speculation``, counters or gauges,
+and ``Engine.prefix_cache``), declared with its backend (``backends/vllm_engine.py``,
+``sglang_engine.py``); the engines are asked in their registration order, the first whose metric
+the snapshot has answers.
 """
 
 from __future__ import annotations
@@ -37,19 +42,28 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from orchestrator.core.engines import Engine, SpecCounters, SpecGauges, registered
+
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
-VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
-VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
-VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
-SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
-VLLM_PREFIX_QUERIES = "vllm:prefix_cache_queries"
-VLLM_PREFIX_HITS = "vllm:prefix_cache_hits"
-# a counter's exposed name (``_total``: Prometheus's suffix for counters) and the bare name, as the snapshot keys it
-_COUNTERS = {f"{name}_total": name for name in (VLLM_PREFIX_QUERIES, VLLM_PREFIX_HITS)}
-_WANTED = (VLLM_DRAFTS, VLLM_DRAFT_TOKENS, VLLM_ACCEPTED, SGLANG_ACCEPT_LENGTH, SGLANG_ACCEPT_RATE,
-           VLLM_PREFIX_QUERIES, VLLM_PREFIX_HITS)
+
+
+def _wanted(engines: tuple[Engine, ...]) -> tuple[set[str], dict[str, str]]:
+    """(the names a snapshot keeps, every engine's; the prefix cache's counters: exposed name, with
+    Prometheus's ``_total`` suffix for counters, -> the bare name the snapshot keys it by)."""
+    wanted: set[str] = set()
+    counters: dict[str, str] = {}
+    for engine in engines:
+        spec = engine.speculation
+        if isinstance(spec, SpecCounters):
+            wanted.update((spec.drafts, spec.draft_tokens, spec.accepted))
+        elif isinstance(spec, SpecGauges):
+            wanted.update(name for name in (spec.accept_length, spec.accept_rate) if name)
+        if engine.prefix_cache is not None:
+            for name in (engine.prefix_cache.queries, engine.prefix_cache.hits):
+                wanted.add(name)
+                counters[f"{name}_total"] = name
+    return wanted, counters
 
 
 def samples(text: str) -> dict[str, float]:
@@ -76,10 +90,11 @@ def snapshot(text: str | None) -> dict[str, float] | None:
     cache; a counter under its bare name), or None when it has none."""
     if not text:
         return None
+    wanted, counters = _wanted(registered())
     got: dict[str, float] = {}
     for name, value in samples(text).items():
-        name = _COUNTERS.get(name, name)
-        if name in _WANTED:
+        name = counters.get(name, name)
+        if name in wanted:
             got[name] = got.get(name, 0.0) + value
     return got or None
 
@@ -87,11 +102,14 @@ def snapshot(text: str | None) -> dict[str, float] | None:
 def prefix_cache(before: Mapping[str, float] | None, after: Mapping[str, float] | None) -> tuple[float, float] | None:
     """(prompt tokens looked up, tokens the prefix cache answered) between two snapshots (module
     docstring); None when the server has no such counters or looked nothing up in between."""
-    if not after or VLLM_PREFIX_QUERIES not in after:
+    if not after:
+        return None
+    names = next((e.prefix_cache for e in registered() if e.prefix_cache and e.prefix_cache.queries in after), None)
+    if names is None:
         return None
     before = before or {}
-    queries = after[VLLM_PREFIX_QUERIES] - before.get(VLLM_PREFIX_QUERIES, 0.0)
-    hits = after.get(VLLM_PREFIX_HITS, 0.0) - before.get(VLLM_PREFIX_HITS, 0.0)
+    queries = after[names.queries] - before.get(names.queries, 0.0)
+    hits = after.get(names.hits, 0.0) - before.get(names.hits, 0.0)
     if queries <= 0:
         return None
     return queries, min(max(hits, 0.0), queries)
@@ -103,21 +121,32 @@ def acceptance(before: Mapping[str, float] | None, after: Mapping[str, float] | 
     None when the server reports no speculation or drafted nothing in between."""
     if not after:
         return None
-    before = before or {}
-    if VLLM_DRAFTS in after:
-        drafts = after.get(VLLM_DRAFTS, 0.0) - before.get(VLLM_DRAFTS, 0.0)
-        tokens = after.get(VLLM_DRAFT_TOKENS, 0.0) - before.get(VLLM_DRAFT_TOKENS, 0.0)
-        accepted = after.get(VLLM_ACCEPTED, 0.0) - before.get(VLLM_ACCEPTED, 0.0)
-        if drafts <= 0 or tokens <= 0:
-            return None
-        return {"acceptance_rate": accepted / tokens, "mean_accepted_length": 1.0 + accepted / drafts,
-                "drafts": drafts, "draft_tokens": tokens, "accepted_tokens": accepted, "source": "vllm counters"}
-    if SGLANG_ACCEPT_LENGTH in after:
-        length = after[SGLANG_ACCEPT_LENGTH]
-        if not length > 0:
-            return None
-        out: dict[str, Any] = {"mean_accepted_length": length, "source": "sglang gauges (recent window)"}
-        if SGLANG_ACCEPT_RATE in after:
-            out["acceptance_rate"] = after[SGLANG_ACCEPT_RATE]
-        return out
+    for engine in registered():
+        spec = engine.speculation
+        if isinstance(spec, SpecCounters) and spec.drafts in after:
+            return _counted(spec, before or {}, after)
+        if isinstance(spec, SpecGauges) and spec.accept_length in after:
+            return _gauged(spec, after)
     return None
+
+
+def _counted(spec: SpecCounters, before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, Any] | None:
+    """``acceptance`` from counters since the server started: the difference of two snapshots."""
+    drafts = after.get(spec.drafts, 0.0) - before.get(spec.drafts, 0.0)
+    tokens = after.get(spec.draft_tokens, 0.0) - before.get(spec.draft_tokens, 0.0)
+    accepted = after.get(spec.accepted, 0.0) - before.get(spec.accepted, 0.0)
+    if drafts <= 0 or tokens <= 0:
+        return None
+    return {"acceptance_rate": accepted / tokens, "mean_accepted_length": 1.0 + accepted / drafts,
+            "drafts": drafts, "draft_tokens": tokens, "accepted_tokens": accepted, "source": spec.source}
+
+
+def _gauged(spec: SpecGauges, after: Mapping[str, float]) -> dict[str, Any] | None:
+    """``acceptance`` from gauges of a recent window: what the snapshot after says."""
+    length = after[spec.accept_length]
+    if not length > 0:
+        return None
+    out: dict[str, Any] = {"mean_accepted_length": length, "source": spec.source}
+    if spec.accept_rate and spec.accept_rate in after:
+        out["acceptance_rate"] = after[spec.accept_rate]
+    return out

@@ -10,8 +10,9 @@ its ``nccl_version`` or torch's NCCL in the server's Python); the P2P level NCCL
 (``NCCL_P2P_DISABLE``/``NCCL_P2P_LEVEL`` of the job and this environment, else NCCL's default,
 PXB: no P2P across a CPU's root ports) and, for each GPU pair, its path and whether NCCL uses
 P2P there and why (``nccl.p2p_decision``); and at each TP size the job may use, whether the
-engines' custom all-reduce can run (world sizes 2, 4, 6, 8; more than two GPUs only when all
-are NVLink-connected; P2P between every pair: vLLM's and SGLang's own conditions).
+engines' custom all-reduce can run (the world sizes each engine declares with its backend,
+``core.engines``: 2, 4, 6, 8 for vLLM and SGLang; more than two GPUs only when all are
+NVLink-connected; P2P between every pair: vLLM's and SGLang's own conditions).
 
 What it did not check it says so: without an NVIDIA tool the GPUs are "not checked", and a
 job's pre-flight line lists each check and what it found (never "GPUs present" unseen).
@@ -35,7 +36,7 @@ from typing import Any, Callable
 from orchestrator.backends import backend_kinds, get_backend_class, shadowed
 from orchestrator.config.job import load_job
 from orchestrator.config.job_checks import nccl_release
-from orchestrator.core import nccl, versions
+from orchestrator.core import engines, nccl, versions
 from orchestrator.node import (
     nvidia_smi,
     preflight,  # the checks `ncclsweep run` makes on every node before a launch
@@ -183,7 +184,6 @@ def assess(gpus: list[dict], apps: list[dict], topo: dict, p2p: dict, acs: list[
 
 _PATH_WHY = {"NVL": "NVLink", "PIX": "through at most one PCIe switch", "PXB": "through PCIe switches, not the CPU",
              "PHB": "through the CPU's root ports", "SYS": "across CPU sockets"}
-CUSTOM_WORLD_SIZES = (2, 4, 6, 8)  # vLLM's and SGLang's custom all-reduce (custom_all_reduce*.py)
 
 
 def _pairs(topo: dict) -> list[tuple[str, str, str]]:
@@ -228,9 +228,18 @@ def p2p_lines(topo: dict, p2p: dict, env: dict[str, str], cpu_vendor: str | None
     return lines, warnings
 
 
+def custom_world_sizes() -> tuple[int, ...]:
+    """The world sizes where a registered engine's custom all-reduce runs
+    (``Engine.custom_allreduce_world_sizes``, declared with each backend: vLLM's and SGLang's
+    2, 4, 6, 8), in order."""
+    return tuple(sorted({size for engine in engines.registered() for size in engine.custom_allreduce_world_sizes}))
+
+
 def custom_allreduce_lines(topo: dict, p2p: dict, tp_sizes: list[int]) -> list[str]:
     """At each TP size, whether the engines' custom all-reduce can run on the first TP GPUs,
-    by vLLM's and SGLang's own conditions (the module docstring)."""
+    by vLLM's and SGLang's own conditions (the module docstring; the world sizes the registered
+    engines declare, ``custom_world_sizes``)."""
+    sizes = custom_world_sizes()
     gpus = list(topo.get("gpus") or [])
     links = {frozenset((a, b)): v for a, b, v in _pairs(topo)}
     out = []
@@ -242,8 +251,8 @@ def custom_allreduce_lines(topo: dict, p2p: dict, tp_sizes: list[int]) -> list[s
         pair_links = [(a, b, links.get(frozenset((a, b)), "")) for i, a in enumerate(group) for b in group[i + 1:]]
         nvlink = all(v.upper().startswith("NV") for _, _, v in pair_links)
         no_p2p = [(a, b) for a, b, _ in pair_links if (p2p.get((a, b)) or p2p.get((b, a)) or "OK") != "OK"]
-        if tp not in CUSTOM_WORLD_SIZES:
-            verdict = f"no: it runs at TP {', '.join(map(str, CUSTOM_WORLD_SIZES))} only"
+        if tp not in sizes:
+            verdict = f"no: it runs at TP {', '.join(map(str, sizes))} only"
         elif tp > 2 and not nvlink:
             verdict = ("no: more than two PCIe-only GPUs; vLLM and SGLang turn it off by themselves and only log "
                        "it (the trial warns once per study)")

@@ -1,6 +1,7 @@
 """Backends registered by another distribution through the ``ncclsweep.backends``
-entry-point group, found without editing ncclsweep; ``doctor`` asks every registered
-backend for its installed release.
+entry-point group, found without editing ncclsweep, their engines' knowledge with them (start-up
+phases, notices, /metrics names: ``Backend.ENGINE``); ``doctor`` asks every registered backend
+for its installed release.
 
 The third party is a real distribution on ``sys.path``: a module and a ``.dist-info``
 folder whose ``entry_points.txt`` names it, exactly what ``pip install`` leaves."""
@@ -17,6 +18,8 @@ import pytest
 
 from orchestrator.backends import BUILTIN, backend_kinds, get_backend_class, registry, shadowed
 from orchestrator.backends.vllm import VllmBackend
+from orchestrator.core import prometheus
+from orchestrator.node import startup
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -79,6 +82,99 @@ def third_party(tmp_path, monkeypatch) -> Path:
         "broken = tinyserver_plugin_missing:Whatever\n")
     monkeypatch.syspath_prepend(str(site))
     return site
+
+
+ENGINE_PLUGIN = '''
+import re
+
+from orchestrator.backends.base import Backend, LaunchSpec
+from orchestrator.core.engines import Engine, Reported, SpecCounters, pattern
+
+ACME = Engine(
+    name="acme",
+    detect=pattern(r"^acme-serve\\["),
+    markers=(("kernel autotune", pattern(r"autotuning kernels")),
+             ("page pool", pattern(r"page pool reserved")),
+             ("ready", pattern(r"acme listening on"))),
+    reported=(Reported("autotune_s", pattern(r"autotune done in ([\\d.]+)s")),),
+    segments=(("kernel autotune", ("autotune_s",), ()),),
+    process=re.compile(r"^acme-serve\\[(shard\\d+)\\]"),
+    notices=(pattern(r"falling back to the slow sampler"),),
+    line_prefixes=(re.compile(r"^acme-serve\\[shard\\d+\\]\\s*"),),
+    speculation=SpecCounters(drafts="acme_spec_rounds_total", draft_tokens="acme_spec_proposed_total",
+                             accepted="acme_spec_kept_total", source="acme counters"),
+)
+
+
+class AcmeBackend(Backend):
+    """A server of another distribution whose engine ncclsweep has never heard of."""
+
+    kind = "acme"
+    ENGINE = ACME
+
+    @classmethod
+    def example_settings(cls):
+        return {}
+
+    def default_config(self):
+        return {"tp_size": 1}
+
+    def launch_spec(self, config, host, port):
+        return LaunchSpec(argv=["acme-serve", "--port", str(port)], env={}, host=host, port=port, model_name="m")
+'''
+
+ACME_LOG = """acme-serve[shard0] acme-serve 3.1 starting
+acme-serve[shard0] autotuning kernels for 2 shards
+acme-serve[shard1] autotuning kernels for 2 shards
+acme-serve[shard0] autotune done in 4.5s
+acme-serve[shard1] autotune done in 6.0s
+acme-serve[shard1] sampler: falling back to the slow sampler (top-k too large)
+acme-serve[shard0] sampler: falling back to the slow sampler (top-k too large)
+acme-serve[shard0] page pool reserved: 1200 pages
+acme-serve[shard0] acme listening on 127.0.0.1:8000
+acme-serve[shard0] autotune done in 99.0s
+"""
+ACME_METRICS = (
+    "# TYPE {name}_spec_rounds_total counter\n{name}_spec_rounds_total{{shard=\"0\"}} {rounds}\n"
+    "{name}_spec_proposed_total{{shard=\"0\"}} {proposed}\n{name}_spec_kept_total{{shard=\"0\"}} {kept}\n")
+
+
+@pytest.fixture
+def engine_plugin(tmp_path, monkeypatch) -> Path:
+    """A distribution that registers the ``acme`` backend, with an engine of its own, by entry point."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "acme_plugin.py").write_text(textwrap.dedent(ENGINE_PLUGIN))
+    dist = site / "acme_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[ncclsweep.backends]\nacme = acme_plugin:AcmeBackend\n")
+    monkeypatch.syspath_prepend(str(site))
+    return site
+
+
+def test_a_third_party_backend_brings_its_engines_knowledge(engine_plugin):
+    """Issue 46: the engine of a backend another distribution registers is read like a built-in one,
+    with no line of ncclsweep edited: its log's start-up phases (its own markers, its durations per
+    process, the slowest shard's, and nothing after its ready line), its notices (without its line
+    prefix), and its speculative counters in /metrics. Nothing loads the backend first: being
+    installed is enough."""
+    phases = startup.parse(ACME_LOG, first_line_s=1.0, ready_s=20.0)
+    assert phases["engine"] == "acme"
+    assert phases["autotune_s"] == 6.0  # shard1 is the slower; the 99 s after "listening" is no start-up
+    assert phases["segments"] == [["process start", 1.0], ["kernel autotune", 6.0], ["other", 13.0]]
+    assert phases["last_phase"] == "ready"
+    assert startup.last_phase("\n".join(ACME_LOG.splitlines()[:2])) == "kernel autotune"
+    # said by both shards: one notice, without the shard
+    assert startup.notices(ACME_LOG) == ["engine notice: sampler: falling back to the slow sampler (top-k too large)"]
+    before = prometheus.snapshot(ACME_METRICS.format(name="acme", rounds=100, proposed=400, kept=200))
+    after = prometheus.snapshot(ACME_METRICS.format(name="acme", rounds=300, proposed=1200, kept=700))
+    got = prometheus.acceptance(before, after)
+    assert got == {"acceptance_rate": 500 / 800, "mean_accepted_length": 1 + 500 / 200, "drafts": 200.0,
+                   "draft_tokens": 800.0, "accepted_tokens": 500.0, "source": "acme counters"}
+    # another engine's lines and counters of the same shape are not acme's
+    assert startup.parse(ACME_LOG.replace("acme-serve[", "other-serve["))["segments"] == []
+    assert prometheus.snapshot(ACME_METRICS.format(name="other", rounds=1, proposed=1, kept=1)) is None
 
 
 def test_builtins_need_no_entry_point():

@@ -1,7 +1,8 @@
 """Speculative decoding's acceptance, read from real /metrics captures of vLLM 0.26.0 (an
 ngram server before and after 10 prompts x 2 greedy streams, and a server without
 speculation), and from SGLang's gauges; the prefix cache's share of the prompt tokens, from
-the same captures (each prompt sent twice: about half its tokens found)."""
+the same captures (each prompt sent twice: about half its tokens found). The metric names are the
+engines' (backends/vllm_engine.py, sglang_engine.py), read through the registry they fill."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.backends import vllm_engine
 from orchestrator.core import prometheus
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
@@ -25,9 +27,9 @@ def _counter(text: str, name: str) -> float:
 
 def test_the_real_ngram_capture():
     got = prometheus.acceptance(prometheus.snapshot(BEFORE), prometheus.snapshot(AFTER))
-    drafts = _counter(AFTER, prometheus.VLLM_DRAFTS) - _counter(BEFORE, prometheus.VLLM_DRAFTS)
-    tokens = _counter(AFTER, prometheus.VLLM_DRAFT_TOKENS) - _counter(BEFORE, prometheus.VLLM_DRAFT_TOKENS)
-    accepted = _counter(AFTER, prometheus.VLLM_ACCEPTED) - _counter(BEFORE, prometheus.VLLM_ACCEPTED)
+    drafts = _counter(AFTER, vllm_engine.DRAFTS) - _counter(BEFORE, vllm_engine.DRAFTS)
+    tokens = _counter(AFTER, vllm_engine.DRAFT_TOKENS) - _counter(BEFORE, vllm_engine.DRAFT_TOKENS)
+    accepted = _counter(AFTER, vllm_engine.ACCEPTED) - _counter(BEFORE, vllm_engine.ACCEPTED)
     assert (drafts, tokens, accepted) == (707.0, 2503.0, 1538.0)  # what the capture's server counted
     assert got["acceptance_rate"] == pytest.approx(accepted / tokens)
     assert got["mean_accepted_length"] == pytest.approx(1 + accepted / drafts)

@@ -17,6 +17,7 @@ from smi_outputs import (
     PCIE_TOPO,
 )
 
+from orchestrator.backends import sglang_engine, vllm_engine
 from orchestrator.core import versions
 from orchestrator.node import doctor, nvidia_smi
 
@@ -173,6 +174,9 @@ def test_custom_allreduce_by_the_engines_own_conditions():
     assert "TP 2 on GPU0..GPU1: yes" in "\n".join(doctor.custom_allreduce_lines(nvlink, {}, [2]))
     no_p2p = {("GPU0", "GPU1"): "CNS"}
     assert "no P2P between GPU0 and GPU1" in "\n".join(doctor.custom_allreduce_lines(topo, no_p2p, [2]))
+    # the world sizes are the ones vLLM and SGLang declare with their backends
+    assert doctor.custom_world_sizes() == (2, 4, 6, 8)
+    assert vllm_engine.ENGINE.custom_allreduce_world_sizes == sglang_engine.ENGINE.custom_allreduce_world_sizes
 
 
 def test_cpu_vendor(tmp_path):

@@ -23,9 +23,11 @@ _NSGA2_OPTIONS: dict[str, type] = {"population_size": int, "mutation_prob": floa
                                    "swapping_prob": float}
 _BRUTEFORCE_OPTIONS: dict[str, type] = {"avoid_premature_stop": bool}
 # "model": the per-value model leads (orchestrator.study.strategies.value_led); gaps: false leaves the
-# study's gaps to the model's bound alone (the search of issue 37). These are the strategy's own
+# study's gaps to the model's bound alone (the search of issue 37); learn: true lets the launches'
+# evidence choose the model's kernel weights and noise (study.kernel; not better on the suite, see
+# docs/benchmarks.md, "Search on spaces it has not seen"). These are the strategy's own
 # (``MODEL_STRATEGY_OPTIONS``); n_startup_trials is TPE's, where the space is too large to enumerate.
-MODEL_STRATEGY_OPTIONS: dict[str, type] = {"exploration": float, "interaction": float, "gaps": bool}
+MODEL_STRATEGY_OPTIONS: dict[str, type] = {"exploration": float, "interaction": float, "gaps": bool, "learn": bool}
 _MODEL_OPTIONS: dict[str, type] = {**MODEL_STRATEGY_OPTIONS, "n_startup_trials": int}
 OPTIONS: dict[str, dict[str, type]] = {"tpe": _TPE_OPTIONS, "gp": _GP_OPTIONS, "random": {}, "grid": {},
                                        "bruteforce": _BRUTEFORCE_OPTIONS, "nsga2": _NSGA2_OPTIONS,

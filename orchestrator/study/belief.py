@@ -13,7 +13,10 @@ regression on one effect per parameter value, each N(0, effect^2), the additive 
 is slower than Ring with one protocol and faster with another) is possible but small.
 ``pair^2`` is set so that all pairs together vary a config's value ``interaction`` times as much
 as all single values do (0: the additive shape alone; the spaces this tool tunes are nearly
-additive in the log: a factor per layout, graph mode, protocol, algorithm, P2P).
+additive in the log: a factor per layout, graph mode, protocol, algorithm, P2P). The kernel itself
+is ``study.kernel.Kernel``; with ``learn`` its weights (a third term of every order among them) and
+the noise are the ones the measured launches' evidence favours (``kernel.most_likely``, issue 49: on
+the suite it did not find the optimum sooner, so it is an option, not the default).
 
 - the center: the mean of the working launches' log values; a launch's log value is its
   config's plus N(0, ``noise``^2) (the benchmark's noise and what the kernel misses);
@@ -39,6 +42,7 @@ import numpy as np  # the posterior's linear algebra (numpy comes with optuna, p
 
 from orchestrator.core.records import Config
 from orchestrator.study.additive import value_of
+from orchestrator.study.kernel import Kernel, most_likely
 
 Value = tuple[str, Any]  # (parameter, value as additive.value_of keys it)
 
@@ -49,8 +53,7 @@ class Belief:
 
     names: tuple[str, ...]
     group: dict[Value, int]  # each value's column: values always seen together share one
-    effect: float  # prior spread of one value's effect
-    pair: float  # prior spread of one pair's effect
+    kernel: Kernel  # the prior's weights: one value's effect, one pair's, every order's
     center: float
     seen: Any  # numpy (points x groups) 0/1: the launched configs (measured and in flight)
     inverse: Any  # (K + noise^2 I)^-1 over the launched configs
@@ -58,11 +61,13 @@ class Belief:
 
     @classmethod
     def fit(cls, space: Sequence[Config], data: Iterable[tuple[Config, float | None]], *, effect: float,
-            noise: float, interaction: float = 0.0) -> "Belief":
+            noise: float, interaction: float = 0.0, learn: bool = False) -> "Belief":
         """The posterior over the configs of ``space`` (those a study may launch) given ``data``:
         (config, log value) of each launch, None for one in flight; ``effect``: the prior spread
         of one value's effect (log), ``noise``: of a launch around its config's value,
-        ``interaction``: how much all pairs of values vary a config against all single values."""
+        ``interaction``: how much all pairs of values vary a config against all single values;
+        ``learn``: the kernel's weights and the noise chosen by the measured launches' evidence
+        (``kernel.most_likely``, centered on ``effect`` and ``noise``; ``interaction`` unused)."""
         data = list(data)
         names = tuple(sorted(set().union(*space, *(cfg for cfg, _ in data))))
         where: dict[Value, set[int]] = {}
@@ -78,25 +83,27 @@ class Belief:
         width = max(group.values(), default=-1) + 1
         seen = _matrix([cfg for cfg, _ in data], names, group, width)
         per_config = int(_matrix(space, names, group, width).sum(axis=1).max(initial=1.0))  # choices a config makes
-        pair = effect * (2 * interaction / max(1, per_config - 1)) ** 0.5
         ys = np.array([np.nan if y is None else y for _, y in data], dtype=float)
         known = ~np.isnan(ys)
+        kernel = Kernel.of(effect, per_config, interaction=interaction)
+        if learn:
+            kernel, noise = most_likely(seen[known], ys[known], per_config=per_config, spread=effect, noise=noise)
         center = statistics.fmean(ys[known]) if known.any() else 0.0
-        gram = _kernel(seen, seen, effect, pair) + noise ** 2 * np.eye(len(data))
+        gram = kernel.between(seen, seen) + noise ** 2 * np.eye(len(data))
         inverse = np.linalg.inv(gram) if len(data) else np.zeros((0, 0))
         # the mean from the measured points alone; the in-flight ones only narrow the spread
         weights = np.zeros(len(data))
         if known.any():
             kk = gram[np.ix_(known, known)]
             weights[known] = np.linalg.solve(kk, ys[known] - center)
-        return cls(names, group, effect, pair, center, seen, inverse, weights)
+        return cls(names, group, kernel, center, seen, inverse, weights)
 
     def predict(self, configs: Sequence[Config]) -> tuple[list[float], list[float]]:
         """(mean, standard deviation) of each config's log value."""
         x = _matrix(configs, self.names, self.group, self.seen.shape[1])
-        cross = _kernel(x, self.seen, self.effect, self.pair)
+        cross = self.kernel.between(x, self.seen)
         means = self.center + cross @ self.weights
-        own = _kernel_diag(x, self.effect, self.pair)
+        own = self.kernel.own(x)
         var = own - np.einsum("ij,jk,ik->i", cross, self.inverse, cross)
         return [float(m) for m in means], [float(s) for s in np.sqrt(np.maximum(var, 0.0))]
 
@@ -111,12 +118,3 @@ def _matrix(configs: Sequence[Config], names: tuple[str, ...], group: dict[Value
                 out[i, j] = 1.0
     return out
 
-
-def _kernel(a: Any, b: Any, effect: float, pair: float) -> Any:
-    shared = a @ b.T
-    return effect ** 2 * shared + pair ** 2 * shared * (shared - 1) / 2
-
-
-def _kernel_diag(a: Any, effect: float, pair: float) -> Any:
-    own = a.sum(axis=1)
-    return effect ** 2 * own + pair ** 2 * own * (own - 1) / 2

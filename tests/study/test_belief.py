@@ -72,3 +72,14 @@ def test_interactions_let_a_pair_never_seen_together_stay_uncertain():
     plain = Belief.fit(SPACE, data, effect=0.5, noise=0.01, interaction=0.0).predict([pair_never])[1][0]
     paired = Belief.fit(SPACE, data, effect=0.5, noise=0.01, interaction=0.25).predict([pair_never])[1][0]
     assert paired > plain
+
+
+def test_weights_learned_from_the_launches_keep_an_additive_truth_additive():
+    """``learn``: the same seven launches of an additive truth leave the kernel additive (no pair,
+    no every-order term) and the other configs predicted as well as with the weights given."""
+    launched = [SPACE[i] for i in (0, 4, 8, 9, 13, 15, 16)]
+    belief = Belief.fit(SPACE, [(c, truth(c)) for c in launched], effect=0.5, noise=0.01, learn=True)
+    assert belief.kernel.pair == 0.0 and belief.kernel.high == 0.0
+    rest = [c for c in SPACE if c not in launched]
+    means, _ = belief.predict(rest)
+    assert max(abs(m - truth(c)) for m, c in zip(means, rest)) < 0.05

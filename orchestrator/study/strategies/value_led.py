@@ -84,7 +84,9 @@ GAP_FROM = 3  # working launches before a best config is worth filling gaps besi
 @dataclass(frozen=True)
 class ValueLed:
     """The per-value model leads (module docstring). ``gaps``: fill the study's gaps beside the best
-    as the module docstring says (off: the model's bound alone, the search of issue 37)."""
+    as the module docstring says (off: the model's bound alone, the search of issue 37). ``learn``:
+    the model's kernel weights and noise from the launches' evidence (``study.kernel.most_likely``;
+    ``interaction`` then unused), not the fixed ones."""
 
     name: str = "model"
     startup: int = 0  # the policy picks every launch: nothing is left to a sampler's start-up
@@ -92,6 +94,7 @@ class ValueLed:
     interaction: float = DEFAULT_INTERACTION
     cost_aware: bool = True
     gaps: bool = True
+    learn: bool = False
 
     def __post_init__(self) -> None:
         if not self.exploration >= 0:
@@ -125,7 +128,7 @@ class ValueLed:
             (r.params or {}, math.log(v)) for r in rows if (v := row_value(r, view.objective))]
         data += [(cfg, None) for cfg in view.in_flight]  # known to be measured soon: less uncertain
         belief = Belief.fit(list(view.configs.values()), data, effect=self.scale(data), noise=NOISE,
-                            interaction=self.interaction)
+                            interaction=self.interaction, learn=self.learn)
         configs = [view.configs[k] for k in keys]
         means, sds = belief.predict(configs)
         works = Culprits.fit(rows, names, view.bans()).works(configs)

@@ -14,7 +14,7 @@ import pytest
 from orchestrator.core.records import COMPLETE, TrialResult
 from orchestrator.study.belief import Belief
 from orchestrator.study.policy import SearchPolicy
-from orchestrator.study.replay import load_table, replay_once
+from orchestrator.study.replay import SamplerSpec, load_table, replay_once
 from orchestrator.study.strategies.value_led import EQUAL_WITHIN, NOISE, ValueLed
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -202,3 +202,19 @@ def test_a_run_that_continues_a_study_starts_at_its_first_gap():
     view = first.view()
     assert [view.configs[k] for k in ValueLed(exploration=0.0).gap_candidates(view, view.remaining)] == [
         {"a": "a2", "b": "b2", "c": "c2"}]
+
+
+def test_learned_weights_are_a_sampler_option_and_pick_from_the_same_candidates():
+    """``model:learn=true``: the kernel's weights from the launches' evidence (``study.kernel``);
+    the search still picks an unmeasured config, and on this additive grid the same one."""
+    assert SamplerSpec.parse("model:learn=true").strategy(0).learn is True
+    picks = []
+    for strategy in (ValueLed(exploration=0.0, gaps=False), ValueLed(exploration=0.0, gaps=False, learn=True)):
+        _, pol = policy(strategy)
+        launch(pol)
+        for params in ({"a": "a1", "b": "b1", "c": "c1"}, {"a": "a2", "b": "b2", "c": "c0"},
+                       {"a": "a0", "b": "b2", "c": "c2"}, {"a": "a1", "b": "b0", "c": "c2"},
+                       {"a": "a2", "b": "b0", "c": "c1"}):
+            record(pol, params)
+        picks.append(pol.next().config)
+    assert picks[0] == picks[1] == {"a": "a2", "b": "b2", "c": "c2"}

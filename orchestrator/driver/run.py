@@ -41,8 +41,9 @@ import optuna
 from orchestrator.config.job_checks import check_sampler_installed
 from orchestrator.config.yaml_input import display_path
 from orchestrator.core import correctness, golden_check, logs, nccl, outcome, prescreened
-from orchestrator.core.errors import BadInput, CircuitOpen, RuntimeFailure, StorageWriteError, is_file_write_failure
-from orchestrator.core.records import COMPLETE, FAIL, PRUNED, FailureKind, TrialResult, config_key
+from orchestrator.core.errors import BadInput, RuntimeFailure, StorageWriteError, is_file_write_failure
+from orchestrator.core.records import COMPLETE, FAIL, FailureKind, TrialResult, config_key
+from orchestrator.driver.breaker import Breaker
 from orchestrator.driver.executor import Executor
 from orchestrator.driver.golden import GateVotes, GoldenSource, Launched
 from orchestrator.driver.lock import DriverLock
@@ -83,8 +84,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["StudyDriver", "RunSummary", "Launch"]
 
-# Environment failures in a row that stop the study: the node, not the configs, needs fixing.
-ENV_BREAKER = 2
 # Launches outside the search have no Optuna trial number while they run; their log files
 # are numbered apart from the trials': the reference config's run is trial-8001.log, the
 # n-th baseline repeat of a run trial-(9000 + n).log.
@@ -199,8 +198,7 @@ class StudyDriver:
         self.votes: GateVotes | None = None
         self.policy: SearchPolicy | None = None
         self._late: Callable[[dict], bool] | None = None  # the pre-screen's prior: settings tried late
-        self.consecutive_failures = 0
-        self.consecutive_env_failures = 0
+        self.breaker = Breaker(job.max_consecutive_failures, self.dir.logs, job.path)
         self._repeat_no = 0
         self._empty_study: tuple[optuna.Study, bool] | None = None  # a study this run created, still empty
         self._job_error = False  # the run stopped on the job's own error (``_stop_on_job_error``)
@@ -786,7 +784,7 @@ class StudyDriver:
         self._said_end(policy, proposal, final.result)
         self._stop_on_job_error(final, f"#{proposal.number}")
         self.progress.bans(policy.bans())
-        self._breaker(final)
+        self.breaker.check(final)
 
     def _stop_on_job_error(self, final: outcome.Final, label: str) -> None:
         """A launch that failed on the job, not its config (``outcome.Final.job_error``: the server
@@ -819,7 +817,7 @@ class StudyDriver:
             return final
         if vote.decision == "hold":
             self._said_end(run.policy, proposal, final.result)
-            self._breaker(final)  # a held failure is a failure: the circuit breaker counts it now
+            self.breaker.check(final)  # a held failure is a failure: the circuit breaker counts it now
             return None
         numbers = [p.number for p, _ in vote.release]
         for held, held_final in vote.release:  # not held against these configs: the reference was wrong
@@ -949,36 +947,7 @@ class StudyDriver:
         return storage.add_uncounted_trial(study, result, config, key or config_key(config),
                                            self.job.space.distributions(), attrs, values=values)
 
-    # ---- circuit breakers and the end -------------------------------------------------------
-    def _breaker(self, final: outcome.Final) -> None:
-        result = final.result
-        stop = result.signals.write_error
-        if stop is not None:  # the trial could not write into the study's folder
-            raise stop
-        if result.signals.gpus_usable is False:
-            raise CircuitOpen("stopping: the GPUs were not usable after a teardown "
-                              f"({'; '.join(result.warnings[-1:])}); check nvidia-smi for stuck processes "
-                              "and the kernel log (dmesg) for Xid errors, then `ncclsweep run` resumes")
-        if result.outcome == FAIL and result.failure_kind == FailureKind.ENV_ERROR:
-            self.consecutive_env_failures += 1
-            if self.consecutive_env_failures >= ENV_BREAKER:
-                raise CircuitOpen(
-                    f"stopping after {self.consecutive_env_failures} trials in a row failed for a reason outside "
-                    f"their configs (env-error: {result.failure_reason}); {outcome.env_hint(result.failure_reason)}; "
-                    "no config was banned for it, and `ncclsweep run` re-queues them")
-            return
-        self.consecutive_env_failures = 0
-        if result.outcome == FAIL and final.counted:
-            self.consecutive_failures += 1
-        elif result.outcome in (COMPLETE, PRUNED):
-            self.consecutive_failures = 0
-        limit = self.job.max_consecutive_failures
-        if limit and self.consecutive_failures >= limit:
-            raise CircuitOpen(
-                f"stopping after {self.consecutive_failures} consecutive failed trials (last: "
-                f"{result.failure_kind}: {result.failure_reason}); look at the trial logs in {self.dir.logs} "
-                f"and `ncclsweep status {self.job.path}`; the study resumes with `ncclsweep run`")
-
+    # ---- the end --------------------------------------------------------------------------
     def counted(self) -> int | None:
         """The study's counted trials now (None: no study opened, or it cannot be read)."""
         try:

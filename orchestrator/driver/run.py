@@ -31,10 +31,9 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, TextIO
 
 import optuna
 
@@ -47,6 +46,7 @@ from orchestrator.driver.breaker import Breaker
 from orchestrator.driver.executor import Executor
 from orchestrator.driver.golden import GateVotes, GoldenSource, Launched
 from orchestrator.driver.lock import DriverLock
+from orchestrator.driver.loop_state import EXTRA_NUMBERS, Launch, LoopState
 from orchestrator.driver.prescreen import run_prescreen
 from orchestrator.driver.prescreen_drop import (
     LATE_RATIO,
@@ -59,6 +59,7 @@ from orchestrator.driver.prescreen_table import format_prescreen
 from orchestrator.driver.progress import Progress, RunSummary, fmt_s
 from orchestrator.driver.ray_executor import RayExecutor
 from orchestrator.driver.signals import StopSignals
+from orchestrator.driver.time_budget import TimeBudget
 from orchestrator.node import preflight
 from orchestrator.node.spec import TrialSpec, check_plan
 from orchestrator.study import objective as objectives
@@ -83,89 +84,6 @@ from orchestrator.study.strategies.base import Strategy
 log = logging.getLogger(__name__)
 
 __all__ = ["StudyDriver", "RunSummary", "Launch"]
-
-# Launches outside the search have no Optuna trial number while they run; their log files
-# are numbered apart from the trials': the reference config's run is trial-8001.log, the
-# n-th baseline repeat of a run trial-(9000 + n).log.
-REFERENCE_RUN_NUMBER = 8001
-REPEAT_NUMBERS = 9000
-# Relaunches and race launches: trial-(7000 + n).log for the study's n-th of them.
-EXTRA_NUMBERS = 7000
-
-LaunchKind = Literal["search", "reference", "repeat", "reference-config", "relaunch", "race"]
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One server launch the driver started and waits for.
-
-    ``kind``: ``search``, a trial of the study (``proposal``); ``reference``, the baseline
-    launched alone to capture the golden reference (``proposal``; every later trial is
-    compared with it); ``repeat``, the baseline again on another ``node`` (are the nodes
-    comparable?), stored as an uncounted trial; ``reference-config``, the run of the config
-    ``correctness.reference`` names. ``number`` names its log file: the Optuna trial number,
-    or ``REPEAT_NUMBERS + n`` / ``REFERENCE_RUN_NUMBER``. ``relaunch``: the baseline or the
-    incumbent again during the search (``study.relaunch``), ``race``: a launch of the finalists'
-    race (``study.race``), both stored as uncounted trials of their config (``key``, ``config``),
-    numbered ``EXTRA_NUMBERS + n``."""
-
-    kind: LaunchKind
-    number: int
-    proposal: Proposal | None = None
-    node: str | None = None  # the node a repeat runs on
-    key: str | None = None  # a relaunch's or race launch's config key
-    config: dict | None = None  # ... and its config
-    record: dict | None = None  # a race launch's race record (``RacePlan.record``)
-    shown: str = ""  # how the lines name its config ("#5")
-
-    @classmethod
-    def of(cls, proposal: Proposal, *, reference: bool) -> Launch:
-        return cls("reference" if reference else "search", proposal.trial.number, proposal)
-
-    @classmethod
-    def repeat(cls, n: int, node: str) -> Launch:
-        return cls("repeat", REPEAT_NUMBERS + n, node=node)
-
-    @classmethod
-    def reference_config(cls) -> Launch:
-        return cls("reference-config", REFERENCE_RUN_NUMBER)
-
-    @property
-    def label(self) -> str:
-        """How the driver's log names it."""
-        if self.kind in ("relaunch", "race"):
-            return f"{self.kind} of {self.shown}"
-        return {"repeat": "baseline repeat", "reference-config": "reference config"}.get(self.kind, f"#{self.number}")
-
-
-@dataclass
-class _Loop:
-    """The state of one run's loop: what it talks to and what is in flight."""
-
-    study: optuna.Study
-    policy: SearchPolicy
-    executor: Executor
-    signals: StopSignals
-    summary: RunSummary
-    deadline: float | None
-    checks: bool  # the job's correctness gate is on
-    golden: correctness.Golden | None = None
-    in_flight: dict[int, Launch] = field(default_factory=dict)  # executor ticket -> what runs there
-    repeats: list[str] = field(default_factory=list)  # node ids still to repeat the baseline on
-    search_over: bool = False  # no search trial starts any more (the rest of the time is the race's)
-    said_paths: set[str] = field(default_factory=set)  # engine all-reduce path warnings the study has shown
-
-    def flying(self, kind: str) -> list[Launch]:
-        return [launch for launch in self.in_flight.values() if launch.kind == kind]
-
-    @property
-    def need_reference(self) -> bool:
-        """The golden reference is still to be captured (by the baseline, first and alone)."""
-        return self.checks and self.golden is None
-
-    def past_deadline(self) -> bool:
-        return self.deadline is not None and time.monotonic() >= self.deadline
-
 
 class StudyDriver:
     """Runs one ``ncclsweep run`` invocation of a job's study (module docstring).
@@ -414,10 +332,10 @@ class StudyDriver:
 
     # ---- the loop ---------------------------------------------------------------------------
     def _loop(self, study: optuna.Study, policy: SearchPolicy, executor: Executor) -> RunSummary:
-        deadline = self.progress.t_start + self.timeout_s if self.timeout_s else None
         with StopSignals(self.say) as signals:
-            run = _Loop(study, policy, executor, signals, RunSummary("budget reached"), deadline,
-                        checks=self.job.correctness.enabled)
+            run = LoopState(study, policy, executor, signals, RunSummary("budget reached"),
+                            TimeBudget(self.timeout_s, self.progress.t_start),
+                            checks=self.job.correctness.enabled)
             try:
                 run.said_paths = _path_warnings(study)
                 run.golden = self._golden(run)
@@ -436,12 +354,12 @@ class StudyDriver:
             self.say(line)
         return run.summary
 
-    def _trials(self, run: _Loop) -> None:
+    def _trials(self, run: LoopState) -> None:
         """Start what the free slots allow, collect what finished, until nothing runs and
         nothing more may start."""
         while True:
             logs.check_driver_log()  # a driver.log that cannot be written stops the run like the journal
-            stop_starting = run.signals.count > 0 or run.past_deadline()
+            stop_starting = run.stop_starting()
             if run.signals.kill_now and run.in_flight:
                 run.executor.cancel_all()
             if not stop_starting:
@@ -455,7 +373,7 @@ class StudyDriver:
                 time.sleep(1.0)
                 continue
             if not run.in_flight:
-                if run.past_deadline():
+                if run.time.past():
                     run.summary.reason = "timeout"
                 if run.signals.count:
                     run.summary.reason = "stopped by signal"
@@ -466,7 +384,7 @@ class StudyDriver:
             self.progress.running([(run.in_flight[t].label, phase) for t, phase in run.executor.phases().items()
                                    if t in run.in_flight])
 
-    def _start_repeats(self, run: _Loop) -> None:
+    def _start_repeats(self, run: LoopState) -> None:
         """The baseline once on every other matching node: are the nodes comparable?"""
         while run.repeats and len(run.in_flight) < run.executor.slots:
             node = run.repeats.pop(0)
@@ -477,7 +395,7 @@ class StudyDriver:
                 run.in_flight[run.executor.submit(spec, node_id=node)] = launch
                 self.say(f"repeating the baseline on node {node[:8]} (are the nodes comparable?)")
 
-    def _start_relaunches(self, run: _Loop) -> None:
+    def _start_relaunches(self, run: LoopState) -> None:
         """The baseline or the incumbent again, when the schedule of ``study.relaunch`` says so:
         the launch noise every verdict carries, measured as the search goes."""
         policy, share = run.policy, self.relaunch_share
@@ -505,17 +423,17 @@ class StudyDriver:
         return next_relaunch(policy.rows(), self.job.objective, self.relaunch_share, policy.launch_cost(),
                              search_over=True) is not None
 
-    def _submit_extra(self, run: _Loop, launch: Launch) -> None:
+    def _submit_extra(self, run: LoopState, launch: Launch) -> None:
         assert launch.config is not None  # relaunches and race launches carry their config
         spec = self.spec_for(launch.number, launch.config, run.golden.texts if run.golden else None)
         run.in_flight[run.executor.submit(spec)] = launch
 
-    def _extra_number(self, run: _Loop, rows: list) -> int:
+    def _extra_number(self, run: LoopState, rows: list) -> int:
         """The next relaunch's or race launch's log number (module constant ``EXTRA_NUMBERS``)."""
         stored = sum(1 for r in rows if r.launch_role in (RELAUNCH, RACE))
         return EXTRA_NUMBERS + stored + len(run.flying("relaunch")) + len(run.flying("race")) + 1
 
-    def _store_launch(self, run: _Loop, launch: Launch, result: TrialResult) -> None:
+    def _store_launch(self, run: LoopState, launch: Launch, result: TrialResult) -> None:
         """A relaunch or race launch is back: judged like a trial (the correctness gate: a config that
         answers wrong on a fresh launch is wrong) and stored as an uncounted trial of its config."""
         assert launch.config is not None and launch.key is not None
@@ -542,10 +460,10 @@ class StudyDriver:
         state = race_state(policy.rows(), self.job.objective, budget, policy.budget_used())
         return None if state.over() else state
 
-    def _race(self, run: _Loop) -> None:
+    def _race(self, run: LoopState) -> None:
         """The finalists relaunched in interleaved rounds until the order is decided or the
         race's budget is spent (``study.race``); a stopped run's race continues here."""
-        if run.past_deadline() or (run.checks and run.golden is None):
+        if run.time.past() or (run.checks and run.golden is None):
             return
         state = self._race_state(run.policy)
         if state is None:
@@ -555,7 +473,7 @@ class StudyDriver:
         rounds_seen = state.rounds_done
         while True:
             logs.check_driver_log()
-            stop = run.signals.count > 0 or run.past_deadline()
+            stop = run.stop_starting()
             if run.signals.kill_now and run.in_flight:
                 run.executor.cancel_all()
             if not stop:
@@ -570,11 +488,11 @@ class StudyDriver:
                     self.progress.race_round(state, run.policy.rows())
         if run.signals.count:
             run.summary.reason = "stopped by signal"
-        elif run.past_deadline() and not state.over():
+        elif run.time.past() and not state.over():
             run.summary.reason = "timeout"
         self.progress.race_over(state, run.policy.rows(), self.job.objective)
 
-    def _start_race_launches(self, run: _Loop, state: RaceState, cost) -> None:
+    def _start_race_launches(self, run: LoopState, state: RaceState, cost) -> None:
         while len(run.in_flight) < run.executor.slots:
             flying = [launch.key for launch in run.flying("race") if launch.key]
             key = state.next(flying)
@@ -584,7 +502,7 @@ class StudyDriver:
             if row is None:
                 return
             expected = state.launch_seconds(key, cost)
-            if run.deadline is not None and expected is not None and time.monotonic() + expected > run.deadline:
+            if run.time.ends_past(expected):
                 self.say("the race stops here: its next launch would end past the time budget")
                 run.search_over = True
                 return
@@ -619,14 +537,14 @@ class StudyDriver:
         per = (cost.predict(best.params) if best is not None else None) or cost.median
         return budget * per
 
-    def _leave_time_for_race(self, run: _Loop) -> bool:
+    def _leave_time_for_race(self, run: LoopState) -> bool:
         """With a time budget, the search stops when what is left is what the race needs (and the
         next search launch would eat into it); said once. Not before two configs are measured: one
         config alone has no race (on a loaded box the first launch's cost once stopped the demo
         after its baseline). A race longer than the run's whole time
         budget stops nothing: the search goes on, and the race runs in the runs after it (a run that
         finds the search's budget spent continues it, launch by launch within its time)."""
-        if run.deadline is None or self.confirm <= 0:
+        if run.time.deadline is None or self.confirm <= 0:
             return False
         measured = {r.config_key for r in run.policy.rows() if r.state == COMPLETE and r.value is not None}
         if len(measured) < 2:  # nothing to race yet: a time budget spent on one config's race is lost
@@ -635,9 +553,9 @@ class StudyDriver:
         cost = run.policy.launch_cost()
         if race is None or cost.median is None:
             return False
-        if self.timeout_s is not None and race + cost.median > self.timeout_s:
+        if run.time.timeout_s is not None and race + cost.median > run.time.timeout_s:
             return False
-        left = run.deadline - time.monotonic()
+        left = run.time.deadline - time.monotonic()
         if left >= race + cost.median:
             return False
         run.search_over = True
@@ -646,7 +564,7 @@ class StudyDriver:
                  f"needs ~{fmt_s(race)} ({self.confirm} launches, budget.confirm)")
         return True
 
-    def _start_trials(self, run: _Loop) -> None:
+    def _start_trials(self, run: LoopState) -> None:
         """Proposals into free slots; the golden reference's capture runs alone, first. A shared
         study's drivers pick one at a time (``SharedStudy.claim``); one that has no reference yet
         takes the one another driver stored, and waits while another may be capturing it."""
@@ -664,7 +582,7 @@ class StudyDriver:
                     return  # the reference runs alone, and another driver's launch may be capturing it
             self._start_trials_here(run)
 
-    def _start_trials_here(self, run: _Loop) -> None:
+    def _start_trials_here(self, run: LoopState) -> None:
         job, policy = self.job, run.policy
         while len(run.in_flight) < run.executor.slots and not run.search_over:
             need_reference = run.need_reference
@@ -704,7 +622,7 @@ class StudyDriver:
         for advice in getattr(self.job, "advice", ()):
             log.warning("%s", advice)
 
-    def _collect(self, run: _Loop, launch: Launch, result: TrialResult) -> None:
+    def _collect(self, run: LoopState, launch: Launch, result: TrialResult) -> None:
         """A launch is back: store it as what it was (a repeat, the reference, a trial), with the
         prompt set it was measured on."""
         result = dataclasses.replace(result, prompt_set=dict(self.prompt_set))
@@ -733,7 +651,7 @@ class StudyDriver:
         if measured and proposal.key == self.baseline_key:
             run.repeats = self._other_nodes(run.executor, result)
 
-    def _stop_in_flight(self, run: _Loop) -> None:
+    def _stop_in_flight(self, run: LoopState) -> None:
         """The loop is leaving (an error, the breaker, a signal while waiting): end the servers
         still running and record their trials ``interrupted`` (re-queued once), so no trial
         stays RUNNING in storage."""
@@ -766,7 +684,7 @@ class StudyDriver:
             log.warning("trials left RUNNING, the next run marks them interrupted: %s", exc)
 
     # ---- one finished trial ----------------------------------------------------------------
-    def _decide(self, run: _Loop, proposal: Proposal, result: TrialResult,
+    def _decide(self, run: LoopState, proposal: Proposal, result: TrialResult,
                 golden: correctness.Golden | None) -> outcome.Final:
         base = run.policy.baseline_row()
         objective = self.job.objective
@@ -802,7 +720,7 @@ class StudyDriver:
         plan = build_plan(policy.rows(), self.job.objective) if self.job.objective.by_level else None
         self.progress.ended(proposal.number, result, policy.best_row(), base.worth if base else None, plan=plan)
 
-    def _finish(self, run: _Loop, proposal: Proposal, result: TrialResult) -> outcome.Final | None:
+    def _finish(self, run: LoopState, proposal: Proposal, result: TrialResult) -> outcome.Final | None:
         """A trial's result decided and recorded, or held by the votes (None)."""
         final = self._decide(run, proposal, result, run.golden)
         if run.golden is None or self.votes is None:
@@ -838,7 +756,7 @@ class StudyDriver:
             self.policy.record(proposal, final.result, counted=final.counted, blameless=final.blameless)
 
     # ---- the golden reference ---------------------------------------------------------------
-    def _golden(self, run: _Loop) -> correctness.Golden | None:
+    def _golden(self, run: LoopState) -> correctness.Golden | None:
         """The golden reference every trial is compared with: the stored one, the job's file,
         or a run of the config the job names; None: the baseline captures it first (or the
         job turns correctness off, and nothing is ever compared)."""
@@ -855,7 +773,7 @@ class StudyDriver:
             return self._reference_run(run)
         return None
 
-    def _start_votes(self, run: _Loop) -> None:
+    def _start_votes(self, run: LoopState) -> None:
         """The votes on the reference, confirmed already when a config other than the
         reference's own passed the gate (a resumed study)."""
         source = self.golden_source
@@ -867,7 +785,7 @@ class StudyDriver:
         self.votes = GateVotes(self.baseline_config, self.backend.default_values(), ref_key,
                                confirmed=golden_check.vindicated(run.policy.rows()))
 
-    def _reference_result(self, run: _Loop, proposal: Proposal, result: TrialResult) -> correctness.Golden | None:
+    def _reference_result(self, run: LoopState, proposal: Proposal, result: TrialResult) -> correctness.Golden | None:
         """The reference trial is back: check the reference it captured. A usable one is
         stored and returned; a blameless failure (environment, interruption, first
         timeout) re-queues it (None: still no reference); anything else stops the study
@@ -892,7 +810,7 @@ class StudyDriver:
         self._record(run.policy, proposal, final)
         return golden
 
-    def _reference_run(self, run: _Loop) -> correctness.Golden:
+    def _reference_run(self, run: LoopState) -> correctness.Golden:
         """The job names a reference config other than the baseline: one launch of it,
         before anything else, captures and checks the golden reference (stored as an
         uncounted trial)."""

@@ -70,6 +70,7 @@ def test_the_search_stops_for_the_race_only_once_two_configs_are_measured(tmp_pa
     import recorded_study as fx
 
     from orchestrator.driver.run import StudyDriver
+    from orchestrator.driver.time_budget import TimeBudget
     from orchestrator.study.policy import SearchPolicy
 
     job = load_job(write_job(tmp_path, study="race-time", budget={"trials": 8, "timeout": "15m", "confirm": 8}))
@@ -80,7 +81,7 @@ def test_the_search_stops_for_the_race_only_once_two_configs_are_measured(tmp_pa
     fx.record(study, policy, base, fx.ok(base, 20.0), baseline=True, choices=choices)  # one launch: 60 s
     out = io.StringIO()
     driver = StudyDriver(job, executor=SimpleNamespace(), out=out)
-    run = SimpleNamespace(deadline=time.monotonic() + 300, policy=policy, search_over=False,
+    run = SimpleNamespace(time=TimeBudget(15 * 60, time.monotonic() - 600), policy=policy, search_over=False,
                           summary=SimpleNamespace(reason=None))  # 300 s left: less than 8 launches of 60 s
     assert driver._leave_time_for_race(run) is False and not run.search_over
     other = {"tp_size": 2, "backend.threads": 2}

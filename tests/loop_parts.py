@@ -28,7 +28,7 @@ def loop_state(tmp_path: Path, *, timeout_s: float | None = None, parallel: int 
     job = load_job(write_job(tmp_path, study=study, ray={"parallel": parallel}, **sections))
     opened = open_study(job)
     policy = SearchPolicy(opened, job.space, job.backend_obj().normalize, baseline=job.baseline_config(),
-                          budget=job.budget.trials)
+                          budget=job.budget.trials, run="2024-05-01T22:00:00+00:00")
     executor = InProcessExecutor(parallel)
     try:
         yield job, LoopState(opened, policy, executor, StopSignals(lambda line: None), RunSummary("budget reached"),

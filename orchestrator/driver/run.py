@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
@@ -41,12 +41,13 @@ from orchestrator.config.job_checks import check_sampler_installed
 from orchestrator.config.yaml_input import display_path
 from orchestrator.core import correctness, golden_check, logs, nccl, outcome, prescreened
 from orchestrator.core.errors import BadInput, RuntimeFailure, StorageWriteError, is_file_write_failure
-from orchestrator.core.records import COMPLETE, FAIL, FailureKind, TrialResult, config_key
+from orchestrator.core.records import COMPLETE, FAIL, FailureKind, TrialResult
 from orchestrator.driver.breaker import Breaker
 from orchestrator.driver.executor import Executor
 from orchestrator.driver.golden import GateVotes, GoldenSource, Launched
+from orchestrator.driver.launcher import Launcher
 from orchestrator.driver.lock import DriverLock
-from orchestrator.driver.loop_state import EXTRA_NUMBERS, Launch, LoopState
+from orchestrator.driver.loop_state import Launch, LoopState
 from orchestrator.driver.prescreen import run_prescreen
 from orchestrator.driver.prescreen_drop import (
     LATE_RATIO,
@@ -58,23 +59,21 @@ from orchestrator.driver.prescreen_drop import (
 from orchestrator.driver.prescreen_table import format_prescreen
 from orchestrator.driver.progress import Progress, RunSummary, fmt_s
 from orchestrator.driver.ray_executor import RayExecutor
+from orchestrator.driver.recorder import Recorder
 from orchestrator.driver.signals import StopSignals
 from orchestrator.driver.time_budget import TimeBudget
 from orchestrator.node import preflight
-from orchestrator.node.spec import TrialSpec, check_plan
 from orchestrator.study import objective as objectives
 from orchestrator.study import storage
 from orchestrator.study.goodput import goodput_answer
 from orchestrator.study.plan import build_plan
 from orchestrator.study.policy import Proposal, SearchPolicy
-from orchestrator.study.race import RACE, RaceState, race_state
-from orchestrator.study.relaunch import RELAUNCH, launches_to_know_noise, next_relaunch
+from orchestrator.study.race import RaceState, race_state
+from orchestrator.study.relaunch import launches_to_know_noise, next_relaunch
 from orchestrator.study.samplers import make_sampler, make_strategy, startup_trials
 from orchestrator.study.shared import SharedStudy, is_shared, shown
 from orchestrator.study.storage import (
     ATTR_BASELINE_REPEAT,
-    ATTR_LAUNCH_ROLE,
-    ATTR_RACE,
     ATTR_REFERENCE,
     ATTR_REFERENCE_RUN,
     open_study,
@@ -117,9 +116,10 @@ class StudyDriver:
         self.policy: SearchPolicy | None = None
         self._late: Callable[[dict], bool] | None = None  # the pre-screen's prior: settings tried late
         self.breaker = Breaker(job.max_consecutive_failures, self.dir.logs, job.path)
+        self.launcher = Launcher(job)
+        self.recorder = Recorder(job, self.progress, self.breaker, self.launcher)
         self._repeat_no = 0
         self._empty_study: tuple[optuna.Study, bool] | None = None  # a study this run created, still empty
-        self._job_error = False  # the run stopped on the job's own error (``_stop_on_job_error``)
         self.prompt_set = storage.prompt_fingerprint(job) or {}  # what every trial is measured on
         self.shared: SharedStudy | None = None  # other drivers may run the study at once (``study.shared``)
         self._took_over_at = 0.0  # when this run last looked for dead drivers' trials (a shared study)
@@ -131,15 +131,6 @@ class StudyDriver:
                                          cpus_per_trial=self.job.cpus_per_trial, parallel=self.job.ray.parallel,
                                          resources=sel.get("resources"), accelerator_type=sel.get("gpu_model"))
         return self._executor
-
-    def spec_for(self, number: int, config: dict, reference_texts: list[str] | None,
-                 prune_below: Mapping[int, float] | None = None) -> TrialSpec:
-        """Trial ``number``'s spec: the gate's capture scored against ``reference_texts``
-        (None: capture the golden reference itself), the early stop's thresholds per level, its
-        start-up limit from the starts this study has measured (``node.spec.startup_limit``)."""
-        starts = [row.durations.get("launch_s") for row in self.policy.rows()] if self.policy is not None else []
-        return TrialSpec.from_job(self.job, number, config, check=check_plan(self.job, reference_texts),
-                                  prune_below=prune_below, measured_starts=starts)
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self) -> RunSummary:
@@ -286,7 +277,7 @@ class StudyDriver:
         """A run refused before anything ran (the golden reference file unusable, the
         pre-screen refused, Ctrl-C at start) leaves no study it created: nothing was measured
         under these settings, and a fixed job must find none to clash with. Nor does a run the job's
-        own error stopped (``_stop_on_job_error``) before anything of the study was measured."""
+        own error stopped (``Recorder.stop_on_job_error``) before anything of the study was measured."""
         empty, self._empty_study = self._empty_study, None
         if empty is None:
             return
@@ -294,7 +285,7 @@ class StudyDriver:
         try:
             trials = study.get_trials(deepcopy=False)
             measured = [t for t in trials if t.state != optuna.trial.TrialState.FAIL]
-            if measured or (trials and not self._job_error):
+            if measured or (trials and not self.recorder.job_error):
                 return
             storage.forget_study(self.job, study, journal_made_here=new_journal)
         except Exception:  # the refusal is what the user must see
@@ -391,7 +382,8 @@ class StudyDriver:
             if node in run.executor.nodes():
                 self._repeat_no += 1
                 launch = Launch.repeat(self._repeat_no, node)
-                spec = self.spec_for(launch.number, self.baseline_config, run.golden.texts if run.golden else None)
+                spec = self.launcher.spec(run.policy, launch.number, self.baseline_config,
+                                          run.golden.texts if run.golden else None)
                 run.in_flight[run.executor.submit(spec, node_id=node)] = launch
                 self.say(f"repeating the baseline on node {node[:8]} (are the nodes comparable?)")
 
@@ -411,9 +403,9 @@ class StudyDriver:
                                 search_over=over, budget=policy.budget)
             if due is None:
                 return
-            launch = Launch("relaunch", self._extra_number(run, rows), key=due.key, config=dict(due.row.params),
+            launch = Launch("relaunch", self.launcher.extra_number(run, rows), key=due.key, config=dict(due.row.params),
                             shown=f"#{due.row.number}")
-            self._submit_extra(run, launch)
+            self.launcher.start_extra(run, launch)
             self.progress.relaunching(launch.shown, due.why, due.launches + 1)
 
     def _noise_relaunch_due(self, policy: SearchPolicy) -> bool:
@@ -422,33 +414,6 @@ class StudyDriver:
             return False
         return next_relaunch(policy.rows(), self.job.objective, self.relaunch_share, policy.launch_cost(),
                              search_over=True) is not None
-
-    def _submit_extra(self, run: LoopState, launch: Launch) -> None:
-        assert launch.config is not None  # relaunches and race launches carry their config
-        spec = self.spec_for(launch.number, launch.config, run.golden.texts if run.golden else None)
-        run.in_flight[run.executor.submit(spec)] = launch
-
-    def _extra_number(self, run: LoopState, rows: list) -> int:
-        """The next relaunch's or race launch's log number (module constant ``EXTRA_NUMBERS``)."""
-        stored = sum(1 for r in rows if r.launch_role in (RELAUNCH, RACE))
-        return EXTRA_NUMBERS + stored + len(run.flying("relaunch")) + len(run.flying("race")) + 1
-
-    def _store_launch(self, run: LoopState, launch: Launch, result: TrialResult) -> None:
-        """A relaunch or race launch is back: judged like a trial (the correctness gate: a config that
-        answers wrong on a fresh launch is wrong) and stored as an uncounted trial of its config."""
-        assert launch.config is not None and launch.key is not None
-        final = outcome.decide(result, stop_signals=run.signals.count, golden=run.golden)
-        result = final.result
-        role = RELAUNCH if launch.kind == "relaunch" else RACE
-        attrs: dict[str, Any] = {ATTR_LAUNCH_ROLE: role}
-        if launch.record is not None:
-            attrs[ATTR_RACE] = launch.record
-        self._store_extra(run.study, result, launch.config, attrs, key=launch.key)
-        self._stop_on_job_error(final, launch.shown)
-        self.progress.finished += 1
-        run.summary.relaunched += 1
-        rows = run.policy.rows()
-        self.progress.launch_back(launch.kind, launch.shown, result, rows, self.job.objective)
 
     # ---- the race of the finalists --------------------------------------------------------------
     def _race_state(self, policy: SearchPolicy) -> RaceState | None:
@@ -507,9 +472,9 @@ class StudyDriver:
                 run.search_over = True
                 return
             rows = run.policy.rows()
-            launch = Launch("race", self._extra_number(run, rows), key=key, config=dict(row.params),
+            launch = Launch("race", self.launcher.extra_number(run, rows), key=key, config=dict(row.params),
                             record=state.plan.record(state.round), shown=f"#{row.number}")
-            self._submit_extra(run, launch)
+            self.launcher.start_extra(run, launch)
             self.progress.racing(launch.shown, state, len(flying) + 1, state.expected_seconds(cost))
 
     def _expected_left(self, policy: SearchPolicy, executor: Executor, launches: int) -> float | None:
@@ -608,7 +573,7 @@ class StudyDriver:
             policy.mark(proposal, baseline=is_baseline, reference=need_reference)
             prune = (policy.prune_thresholds(job.pruning.min_ratio)  # per level: early_stop needs every one
                      if job.pruning.enabled and not is_baseline and not need_reference else None)
-            spec = self.spec_for(proposal.number, proposal.config,
+            spec = self.launcher.spec(run.policy, proposal.number, proposal.config,
                                  None if need_reference else (run.golden.texts if run.golden else None), prune)
             run.in_flight[run.executor.submit(spec)] = Launch.of(proposal, reference=need_reference)
             run.summary.launched += 1
@@ -633,11 +598,11 @@ class StudyDriver:
                 self.say(f"warning ({launch.label}): {text}")
         if launch.kind == "repeat":
             repeat = outcome.decide(result, stop_signals=run.signals.count, golden=run.golden)
-            self._store_repeat(run.study, repeat.result)
-            self._stop_on_job_error(repeat, "the baseline's repeat")
+            self._store_repeat(run, repeat.result)
+            self.recorder.stop_on_job_error(repeat, "the baseline's repeat")
             return
         if launch.kind in ("relaunch", "race"):
-            self._store_launch(run, launch, result)
+            self.recorder.launch_back(run, launch, result)
             return
         proposal = launch.proposal
         assert proposal is not None  # search and reference launches carry their proposal
@@ -684,57 +649,21 @@ class StudyDriver:
             log.warning("trials left RUNNING, the next run marks them interrupted: %s", exc)
 
     # ---- one finished trial ----------------------------------------------------------------
-    def _decide(self, run: LoopState, proposal: Proposal, result: TrialResult,
-                golden: correctness.Golden | None) -> outcome.Final:
-        base = run.policy.baseline_row()
-        objective = self.job.objective
-        return outcome.decide(result, stop_signals=run.signals.count, golden=golden, rules=self.job.constraints,
-                              baseline=base.measurement if base else None,
-                              earlier_timeouts=run.policy.earlier_timeouts(proposal.key, proposal.number),
-                              slo=(lambda m: objectives.judged(objective, m)) if objective.slo else None)
-
-    def _record(self, policy: SearchPolicy, proposal: Proposal, final: outcome.Final) -> None:
-        """Store the final outcome, re-queue what was not the config's fault, say it, and
-        trip the circuit breakers."""
-        policy.record(proposal, final.result, counted=final.counted, blameless=final.blameless)
-        if final.requeue:
-            policy.requeue(proposal)
-        self._said_end(policy, proposal, final.result)
-        self._stop_on_job_error(final, f"#{proposal.number}")
-        self.progress.bans(policy.bans())
-        self.breaker.check(final)
-
-    def _stop_on_job_error(self, final: outcome.Final, label: str) -> None:
-        """A launch that failed on the job, not its config (``outcome.Final.job_error``: the server
-        refused the job's requests as longer than its limit) stops the run with that one line, exit 2:
-        no config is held to it, and a study this run created holds nothing measured, so it is
-        forgotten (``_forget_unlaunched``): the fixed job starts it afresh."""
-        if final.job_error is None:
-            return
-        self._job_error = True
-        key = "bench.traffic" if self.job.bench.traffic is not None else "bench"
-        raise BadInput(f"stopping: {label}: {final.job_error}", file=str(self.job.path), key=key)
-
-    def _said_end(self, policy: SearchPolicy, proposal: Proposal, result: TrialResult) -> None:
-        base = policy.baseline_row()
-        plan = build_plan(policy.rows(), self.job.objective) if self.job.objective.by_level else None
-        self.progress.ended(proposal.number, result, policy.best_row(), base.worth if base else None, plan=plan)
-
     def _finish(self, run: LoopState, proposal: Proposal, result: TrialResult) -> outcome.Final | None:
         """A trial's result decided and recorded, or held by the votes (None)."""
-        final = self._decide(run, proposal, result, run.golden)
+        final = self.recorder.decide(run, proposal, result, run.golden)
         if run.golden is None or self.votes is None:
-            self._record(run.policy, proposal, final)
+            self.recorder.record(run.policy, proposal, final)
             return final
         vote = self.votes.consider(Launched(proposal.number, proposal.key, proposal.config), proposal, final,
                                    run.golden)
         if vote.decision == "record":
             for held, held_final in vote.release:
                 run.policy.record(held, held_final.result, counted=held_final.counted, blameless=held_final.blameless)
-            self._record(run.policy, proposal, final)
+            self.recorder.record(run.policy, proposal, final)
             return final
         if vote.decision == "hold":
-            self._said_end(run.policy, proposal, final.result)
+            self.recorder.said_end(run.policy, proposal, final.result)
             self.breaker.check(final)  # a held failure is a failure: the circuit breaker counts it now
             return None
         numbers = [p.number for p, _ in vote.release]
@@ -790,16 +719,16 @@ class StudyDriver:
         stored and returned; a blameless failure (environment, interruption, first
         timeout) re-queues it (None: still no reference); anything else stops the study
         with one line naming the cause, and is not held against the config."""
-        final = self._decide(run, proposal, result, None)
+        final = self.recorder.decide(run, proposal, result, None)
         r = final.result
         if r.outcome == FAIL and final.blameless:
-            self._record(run.policy, proposal, final)
+            self.recorder.record(run.policy, proposal, final)
             return None
         golden, why, warnings = self.golden_source.from_launch(r)
         if why:
             final = outcome.reference_failed(r, why)
             run.policy.record(proposal, final.result, counted=False, blameless=True)
-            self._said_end(run.policy, proposal, final.result)
+            self.recorder.said_end(run.policy, proposal, final.result)
             raise RuntimeFailure(self.golden_source.stop_line(proposal.number, why, self.dir.logs))
         assert golden is not None  # calibrate gives a reference or says why not
         storage.store_golden(run.study, golden.to_dict(), proposal.number)
@@ -807,7 +736,7 @@ class StudyDriver:
             r, warnings=[*r.warnings, *warnings],
             correctness={"ok": True, "reference": True, "tolerance": golden.tolerance,
                          "self_drift": golden.self_drift}))
-        self._record(run.policy, proposal, final)
+        self.recorder.record(run.policy, proposal, final)
         return golden
 
     def _reference_run(self, run: LoopState) -> correctness.Golden:
@@ -816,7 +745,7 @@ class StudyDriver:
         uncounted trial)."""
         config = self.golden_source.config()
         assert config is not None  # called only when the job names a reference config
-        spec = self.spec_for(Launch.reference_config().number, config, None)
+        spec = self.launcher.spec(run.policy, Launch.reference_config().number, config, None)
         self.say("capturing the golden reference from correctness.reference: "
                  + " ".join(f"{k}={v}" for k, v in config.items()))
         ticket = run.executor.submit(spec)
@@ -828,7 +757,7 @@ class StudyDriver:
             golden.source = "config"
         result = dataclasses.replace(result, correctness={**result.correctness, "ok": why is None, "reference": True,
                                                           **({"reason": why} if why else {})})
-        number = self._store_extra(run.study, result, config, {ATTR_REFERENCE_RUN: True, ATTR_REFERENCE: True})
+        number = self.launcher.store_uncounted(run, result, config, {ATTR_REFERENCE_RUN: True, ATTR_REFERENCE: True})
         if why:
             raise RuntimeFailure(f"stopping: the golden reference is unusable: the reference config "
                                  f"(correctness.reference, trial {number}) {why}; fix it or name another reference")
@@ -845,25 +774,14 @@ class StudyDriver:
             return []
         return [n for n in executor.nodes() if n != baseline.node.get("node_id")]
 
-    def _store_repeat(self, study: optuna.Study, result: TrialResult) -> None:
+    def _store_repeat(self, run: LoopState, result: TrialResult) -> None:
         """A baseline repeat is a real measurement of the baseline's config on another node:
         stored as its own (uncounted) trial so the report can compare nodes."""
-        self._store_extra(study, result, self.baseline_config, {ATTR_BASELINE_REPEAT: True}, key=self.baseline_key)
+        self.launcher.store_uncounted(run, result, self.baseline_config, {ATTR_BASELINE_REPEAT: True},
+                                      key=self.baseline_key)
         ok = result.outcome == COMPLETE
         what = f"{result.value:.1f} tok/s" if ok else f"FAIL {result.failure_kind}: {result.failure_reason}"
         self.say(f"  baseline repeat on node {str(result.node.get('node_id'))[:8]} -> {what}")
-
-    def _store_extra(self, study: optuna.Study, result: TrialResult, config: dict, attrs: dict,
-                     key: str | None = None) -> int:
-        """A launch outside the search, stored as an uncounted trial (with this run's start: the
-        report's wall clock counts it); returns its number."""
-        if self.policy is not None and self.policy.run:
-            attrs = {**attrs, storage.ATTR_RUN: self.policy.run}
-        values = None
-        if result.outcome == COMPLETE and self.policy is not None and objectives.has_values(self.job.objective, result):
-            values = self.policy.told_values(result)  # what the objective tells Optuna (one per level for a plan)
-        return storage.add_uncounted_trial(study, result, config, key or config_key(config),
-                                           self.job.space.distributions(), attrs, values=values)
 
     # ---- the end --------------------------------------------------------------------------
     def counted(self) -> int | None:

@@ -39,12 +39,13 @@ import optuna
 
 from orchestrator.config.job_checks import check_sampler_installed
 from orchestrator.config.yaml_input import display_path
-from orchestrator.core import correctness, golden_check, logs, nccl, outcome, prescreened
+from orchestrator.core import correctness, logs, nccl, outcome, prescreened
 from orchestrator.core.errors import BadInput, RuntimeFailure, StorageWriteError, is_file_write_failure
-from orchestrator.core.records import COMPLETE, FAIL, FailureKind, TrialResult
+from orchestrator.core.records import COMPLETE, FailureKind, TrialResult
 from orchestrator.driver.breaker import Breaker
 from orchestrator.driver.executor import Executor
-from orchestrator.driver.golden import GateVotes, GoldenSource, Launched
+from orchestrator.driver.golden import GoldenSource
+from orchestrator.driver.golden_lifecycle import GoldenLifecycle
 from orchestrator.driver.launcher import Launcher
 from orchestrator.driver.lock import DriverLock
 from orchestrator.driver.loop_state import Launch, LoopState
@@ -67,15 +68,13 @@ from orchestrator.study import objective as objectives
 from orchestrator.study import storage
 from orchestrator.study.goodput import goodput_answer
 from orchestrator.study.plan import build_plan
-from orchestrator.study.policy import Proposal, SearchPolicy
+from orchestrator.study.policy import SearchPolicy
 from orchestrator.study.race import RaceState, race_state
 from orchestrator.study.relaunch import launches_to_know_noise, next_relaunch
 from orchestrator.study.samplers import make_sampler, make_strategy, startup_trials
 from orchestrator.study.shared import SharedStudy, is_shared, shown
 from orchestrator.study.storage import (
     ATTR_BASELINE_REPEAT,
-    ATTR_REFERENCE,
-    ATTR_REFERENCE_RUN,
     open_study,
 )
 from orchestrator.study.strategies.base import Strategy
@@ -111,8 +110,7 @@ class StudyDriver:
         self.say = self.progress.say
         self.baseline_config: dict[str, Any] = {}
         self.baseline_key: str | None = None
-        self.golden_source = GoldenSource(job, {}, self.say)
-        self.votes: GateVotes | None = None
+        self.reference: GoldenLifecycle | None = None  # built once the study's policy is
         self.policy: SearchPolicy | None = None
         self._late: Callable[[dict], bool] | None = None  # the pre-screen's prior: settings tried late
         self.breaker = Breaker(job.max_consecutive_failures, self.dir.logs, job.path)
@@ -169,7 +167,6 @@ class StudyDriver:
             self._empty_study = (study, new_journal) if not study.get_trials(deepcopy=False) and not self.shared \
                 else None
             self.baseline_config = job.baseline_config()  # exactly the job's baseline: nothing sampled
-            self.golden_source = GoldenSource(job, self.baseline_config, self.say)
             space = self._space(self.baseline_config)
             policy = self.policy = SearchPolicy(study, space, self.backend.normalize,
                                                 baseline=self.baseline_config, budget=self.trials,
@@ -182,6 +179,8 @@ class StudyDriver:
                 self._share(policy)
             self.progress.expected_left = lambda n: self._expected_left(policy, executor, n)
             self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config
+            self.reference = GoldenLifecycle(job, GoldenSource(job, self.baseline_config, self.say), self.baseline_key,
+                                             self.backend.default_values(), self.recorder, self.launcher, self.say)
             self.say(f"study {job.study!r} of {job.path}: results in {display_path(self.report_dir)}")
             self._warn_advice()
             expanded = objectives.expansion(job.objective)
@@ -323,14 +322,16 @@ class StudyDriver:
 
     # ---- the loop ---------------------------------------------------------------------------
     def _loop(self, study: optuna.Study, policy: SearchPolicy, executor: Executor) -> RunSummary:
+        reference = self.reference
+        assert reference is not None  # built with the policy, before the loop
         with StopSignals(self.say) as signals:
             run = LoopState(study, policy, executor, signals, RunSummary("budget reached"),
                             TimeBudget(self.timeout_s, self.progress.t_start),
                             checks=self.job.correctness.enabled)
             try:
                 run.said_paths = _path_warnings(study)
-                run.golden = self._golden(run)
-                self._start_votes(run)
+                run.golden = reference.golden(run)
+                reference.start_votes(run)
                 self.progress.bans(policy.bans())
                 self._trials(run)
                 if not run.signals.count:
@@ -606,11 +607,13 @@ class StudyDriver:
             return
         proposal = launch.proposal
         assert proposal is not None  # search and reference launches carry their proposal
+        reference = self.reference
+        assert reference is not None  # built with the policy, before the loop
         if launch.kind == "reference":
-            run.golden = self._reference_result(run, proposal, result)
+            run.golden = reference.reference_back(run, proposal, result)
             measured = run.golden is not None
         else:
-            final = self._finish(run, proposal, result)
+            final = reference.tell(run, proposal, result)
             measured = final is not None and final.result.outcome == COMPLETE
         self.progress.finished += 1
         if measured and proposal.key == self.baseline_key:
@@ -648,125 +651,6 @@ class StudyDriver:
         except Exception as exc:  # noqa: BLE001 - the next run recovers them
             log.warning("trials left RUNNING, the next run marks them interrupted: %s", exc)
 
-    # ---- one finished trial ----------------------------------------------------------------
-    def _finish(self, run: LoopState, proposal: Proposal, result: TrialResult) -> outcome.Final | None:
-        """A trial's result decided and recorded, or held by the votes (None)."""
-        final = self.recorder.decide(run, proposal, result, run.golden)
-        if run.golden is None or self.votes is None:
-            self.recorder.record(run.policy, proposal, final)
-            return final
-        vote = self.votes.consider(Launched(proposal.number, proposal.key, proposal.config), proposal, final,
-                                   run.golden)
-        if vote.decision == "record":
-            for held, held_final in vote.release:
-                run.policy.record(held, held_final.result, counted=held_final.counted, blameless=held_final.blameless)
-            self.recorder.record(run.policy, proposal, final)
-            return final
-        if vote.decision == "hold":
-            self.recorder.said_end(run.policy, proposal, final.result)
-            self.breaker.check(final)  # a held failure is a failure: the circuit breaker counts it now
-            return None
-        numbers = [p.number for p, _ in vote.release]
-        for held, held_final in vote.release:  # not held against these configs: the reference was wrong
-            run.policy.record(held, held_final.result, counted=False, blameless=True)
-        ref_trial = storage.outvote_golden(run.study)
-        raise RuntimeFailure(
-            f"stopping: the golden reference (the baseline, trial {ref_trial}) looks wrong: {vote.why}; check the "
-            "baseline config (a shard-order bug or an unsafe NCCL setting there makes every correct config fail the "
-            f"gate); trials {', '.join(map(str, numbers))} are not held against their configs, and `ncclsweep run` "
-            "measures the baseline again")
-
-    def _release_held(self) -> None:
-        """Record the gate failures held so far as what they are: wrong output (their progress
-        lines were printed when they came back)."""
-        if self.votes is None or self.policy is None:
-            return
-        for proposal, final in self.votes.release():
-            self.policy.record(proposal, final.result, counted=final.counted, blameless=final.blameless)
-
-    # ---- the golden reference ---------------------------------------------------------------
-    def _golden(self, run: LoopState) -> correctness.Golden | None:
-        """The golden reference every trial is compared with: the stored one, the job's file,
-        or a run of the config the job names; None: the baseline captures it first (or the
-        job turns correctness off, and nothing is ever compared)."""
-        if not self.job.correctness.enabled:
-            return None
-        data = storage.stored_golden(run.study)
-        if data:
-            return correctness.Golden.from_dict(data)
-        golden = self.golden_source.from_file()
-        if golden is not None:
-            storage.store_golden(run.study, golden.to_dict())
-            return golden
-        if self.golden_source.config() is not None:
-            return self._reference_run(run)
-        return None
-
-    def _start_votes(self, run: LoopState) -> None:
-        """The votes on the reference, confirmed already when a config other than the
-        reference's own passed the gate (a resumed study)."""
-        source = self.golden_source
-        if self.job.correctness.reference_kind == "file":
-            ref_key = None
-        else:
-            config = source.config()
-            ref_key = self.baseline_key if config is None else run.policy.key_of(config)[1]
-        self.votes = GateVotes(self.baseline_config, self.backend.default_values(), ref_key,
-                               confirmed=golden_check.vindicated(run.policy.rows()))
-
-    def _reference_result(self, run: LoopState, proposal: Proposal, result: TrialResult) -> correctness.Golden | None:
-        """The reference trial is back: check the reference it captured. A usable one is
-        stored and returned; a blameless failure (environment, interruption, first
-        timeout) re-queues it (None: still no reference); anything else stops the study
-        with one line naming the cause, and is not held against the config."""
-        final = self.recorder.decide(run, proposal, result, None)
-        r = final.result
-        if r.outcome == FAIL and final.blameless:
-            self.recorder.record(run.policy, proposal, final)
-            return None
-        golden, why, warnings = self.golden_source.from_launch(r)
-        if why:
-            final = outcome.reference_failed(r, why)
-            run.policy.record(proposal, final.result, counted=False, blameless=True)
-            self.recorder.said_end(run.policy, proposal, final.result)
-            raise RuntimeFailure(self.golden_source.stop_line(proposal.number, why, self.dir.logs))
-        assert golden is not None  # calibrate gives a reference or says why not
-        storage.store_golden(run.study, golden.to_dict(), proposal.number)
-        final = dataclasses.replace(final, result=dataclasses.replace(
-            r, warnings=[*r.warnings, *warnings],
-            correctness={"ok": True, "reference": True, "tolerance": golden.tolerance,
-                         "self_drift": golden.self_drift}))
-        self.recorder.record(run.policy, proposal, final)
-        return golden
-
-    def _reference_run(self, run: LoopState) -> correctness.Golden:
-        """The job names a reference config other than the baseline: one launch of it,
-        before anything else, captures and checks the golden reference (stored as an
-        uncounted trial)."""
-        config = self.golden_source.config()
-        assert config is not None  # called only when the job names a reference config
-        spec = self.launcher.spec(run.policy, Launch.reference_config().number, config, None)
-        self.say("capturing the golden reference from correctness.reference: "
-                 + " ".join(f"{k}={v}" for k, v in config.items()))
-        ticket = run.executor.submit(spec)
-        result = None
-        while result is None:
-            result = next((r for t, r in run.executor.wait(1.0) if t == ticket), None)
-        golden, why, warnings = self.golden_source.from_launch(result)
-        if golden is not None:
-            golden.source = "config"
-        result = dataclasses.replace(result, correctness={**result.correctness, "ok": why is None, "reference": True,
-                                                          **({"reason": why} if why else {})})
-        number = self.launcher.store_uncounted(run, result, config, {ATTR_REFERENCE_RUN: True, ATTR_REFERENCE: True})
-        if why:
-            raise RuntimeFailure(f"stopping: the golden reference is unusable: the reference config "
-                                 f"(correctness.reference, trial {number}) {why}; fix it or name another reference")
-        assert golden is not None  # calibrate gives a reference or says why not
-        for w in warnings:
-            self.say(f"warning: {w}")
-        storage.store_golden(run.study, golden.to_dict(), number)
-        return golden
-
     # ---- launches outside the search --------------------------------------------------------
     def _other_nodes(self, executor: Executor, baseline: TrialResult) -> list[str]:
         """Matching nodes other than the baseline's: each repeats the baseline once."""
@@ -784,6 +668,11 @@ class StudyDriver:
         self.say(f"  baseline repeat on node {str(result.node.get('node_id'))[:8]} -> {what}")
 
     # ---- the end --------------------------------------------------------------------------
+    def _release_held(self) -> None:
+        """The gate failures held when the run ends, recorded as what they are (``GoldenLifecycle.release_held``)."""
+        if self.reference is not None and self.policy is not None:
+            self.reference.release_held(self.policy)
+
     def counted(self) -> int | None:
         """The study's counted trials now (None: no study opened, or it cannot be read)."""
         try:

@@ -23,13 +23,14 @@ from orchestrator.study.storage import open_study
 
 @contextmanager
 def loop_state(tmp_path: Path, *, timeout_s: float | None = None, parallel: int = 1, study: str = "t",
+               executor_class: type[InProcessExecutor] = InProcessExecutor,
                **sections) -> Iterator[tuple[object, LoopState]]:
     """(job, LoopState) of a fresh study; ``sections`` override the job's YAML keys."""
     job = load_job(write_job(tmp_path, study=study, ray={"parallel": parallel}, **sections))
     opened = open_study(job)
     policy = SearchPolicy(opened, job.space, job.backend_obj().normalize, baseline=job.baseline_config(),
                           budget=job.budget.trials, run="2024-05-01T22:00:00+00:00")
-    executor = InProcessExecutor(parallel)
+    executor = executor_class(parallel)
     try:
         yield job, LoopState(opened, policy, executor, StopSignals(lambda line: None), RunSummary("budget reached"),
                              TimeBudget(timeout_s, time.monotonic()), checks=job.correctness.enabled)

@@ -89,7 +89,6 @@ class LoopState:
     checks: bool  # the job's correctness gate is on
     golden: correctness.Golden | None = None
     in_flight: dict[int, Launch] = field(default_factory=dict)  # executor ticket -> what runs there
-    repeats: list[str] = field(default_factory=list)  # node ids still to repeat the baseline on
     search_over: bool = False  # no search trial starts any more (the rest of the time is the race's)
     said_paths: set[str] = field(default_factory=set)  # engine all-reduce path warnings the study has shown
 

@@ -39,9 +39,10 @@ import optuna
 
 from orchestrator.config.job_checks import check_sampler_installed
 from orchestrator.config.yaml_input import display_path
-from orchestrator.core import correctness, logs, nccl, outcome, prescreened
+from orchestrator.core import correctness, logs, nccl, prescreened
 from orchestrator.core.errors import BadInput, RuntimeFailure, StorageWriteError, is_file_write_failure
 from orchestrator.core.records import COMPLETE, FailureKind, TrialResult
+from orchestrator.driver.baseline_repeats import BaselineRepeats
 from orchestrator.driver.breaker import Breaker
 from orchestrator.driver.executor import Executor
 from orchestrator.driver.golden import GoldenSource
@@ -61,6 +62,7 @@ from orchestrator.driver.prescreen_table import format_prescreen
 from orchestrator.driver.progress import Progress, RunSummary, fmt_s
 from orchestrator.driver.ray_executor import RayExecutor
 from orchestrator.driver.recorder import Recorder
+from orchestrator.driver.relaunch_schedule import RelaunchSchedule
 from orchestrator.driver.signals import StopSignals
 from orchestrator.driver.time_budget import TimeBudget
 from orchestrator.node import preflight
@@ -70,11 +72,9 @@ from orchestrator.study.goodput import goodput_answer
 from orchestrator.study.plan import build_plan
 from orchestrator.study.policy import SearchPolicy
 from orchestrator.study.race import RaceState, race_state
-from orchestrator.study.relaunch import launches_to_know_noise, next_relaunch
 from orchestrator.study.samplers import make_sampler, make_strategy, startup_trials
 from orchestrator.study.shared import SharedStudy, is_shared, shown
 from orchestrator.study.storage import (
-    ATTR_BASELINE_REPEAT,
     open_study,
 )
 from orchestrator.study.strategies.base import Strategy
@@ -98,7 +98,6 @@ class StudyDriver:
         # a goodput study's answer is its crossing (``study.goodput``), not a ratio over levels: it is not
         # relaunched nor raced (module docstring)
         goodput = job.objective.by_capacity
-        self.relaunch_share = 0.0 if goodput else job.budget.relaunch
         self.confirm = 0 if goodput else job.budget.confirm
         self.ray_address = ray_address or job.ray.address
         self._executor = executor
@@ -116,7 +115,9 @@ class StudyDriver:
         self.breaker = Breaker(job.max_consecutive_failures, self.dir.logs, job.path)
         self.launcher = Launcher(job)
         self.recorder = Recorder(job, self.progress, self.breaker, self.launcher)
-        self._repeat_no = 0
+        self.relaunches = RelaunchSchedule(job.objective, 0.0 if goodput else job.budget.relaunch, self.launcher,
+                                           self.progress)
+        self.repeats = BaselineRepeats(self.launcher, self.recorder, self.say)
         self._empty_study: tuple[optuna.Study, bool] | None = None  # a study this run created, still empty
         self.prompt_set = storage.prompt_fingerprint(job) or {}  # what every trial is measured on
         self.shared: SharedStudy | None = None  # other drivers may run the study at once (``study.shared``)
@@ -189,7 +190,7 @@ class StudyDriver:
             self._recover(executor, policy)
             if self.trials is not None and policy.budget_used() >= self.trials:
                 self.say(f"budget reached: {policy.budget_used()} of {self.trials} trials already ran")
-                if self._noise_relaunch_due(policy):
+                if self.relaunches.noise_due(policy):
                     self.say("the launch noise is not known yet: relaunching until it is")
                 elif self._race_state(policy) is None:
                     summary = RunSummary("budget reached", best=self._best_summary())
@@ -242,8 +243,8 @@ class StudyDriver:
         self.say(f"study {self.job.study!r} is shared through {shown(self.job.storage)}: other drivers may run it at "
                  "once (each with its own report_dir); none launches a config another measured or is measuring")
         shared.start_beats(lambda: [p.number for p in policy.in_flight() if p.cached is None])
-        if (self.relaunch_share > 0 or self.confirm > 0) and not shared.take_extras():
-            self.relaunch_share, self.confirm = 0.0, 0
+        if (self.relaunches.share > 0 or self.confirm > 0) and not shared.take_extras():
+            self.relaunches.share, self.confirm = 0.0, 0
             self.say("the relaunches and the race of the finalists are another driver's (it holds them): this run "
                      "only searches")
 
@@ -356,8 +357,8 @@ class StudyDriver:
                 run.executor.cancel_all()
             if not stop_starting:
                 self._take_over(run.policy)
-                self._start_repeats(run)
-                self._start_relaunches(run)
+                self.repeats.start(run)
+                self.relaunches.start(run)
                 self._start_trials(run)
             if not run.in_flight and not stop_starting and run.policy.others_running():
                 # a shared study: another driver's launches may come back to the pool (blameless, or
@@ -375,46 +376,6 @@ class StudyDriver:
                 self.progress.counted = run.policy.budget_used()
             self.progress.running([(run.in_flight[t].label, phase) for t, phase in run.executor.phases().items()
                                    if t in run.in_flight])
-
-    def _start_repeats(self, run: LoopState) -> None:
-        """The baseline once on every other matching node: are the nodes comparable?"""
-        while run.repeats and len(run.in_flight) < run.executor.slots:
-            node = run.repeats.pop(0)
-            if node in run.executor.nodes():
-                self._repeat_no += 1
-                launch = Launch.repeat(self._repeat_no, node)
-                spec = self.launcher.spec(run.policy, launch.number, self.baseline_config,
-                                          run.golden.texts if run.golden else None)
-                run.in_flight[run.executor.submit(spec, node_id=node)] = launch
-                self.say(f"repeating the baseline on node {node[:8]} (are the nodes comparable?)")
-
-    def _start_relaunches(self, run: LoopState) -> None:
-        """The baseline or the incumbent again, when the schedule of ``study.relaunch`` says so:
-        the launch noise every verdict carries, measured as the search goes."""
-        policy, share = run.policy, self.relaunch_share
-        if share <= 0 or run.need_reference or run.search_over:
-            return
-        over = policy.budget_reached or policy.exhausted  # then only the relaunches that make the noise known
-        while len(run.in_flight) < run.executor.slots:
-            if over and run.flying("search"):
-                return
-            rows = policy.rows()
-            due = next_relaunch(rows, self.job.objective, share, policy.launch_cost(),
-                                in_flight=[launch.key for launch in run.flying("relaunch") if launch.key],
-                                search_over=over, budget=policy.budget)
-            if due is None:
-                return
-            launch = Launch("relaunch", self.launcher.extra_number(run, rows), key=due.key, config=dict(due.row.params),
-                            shown=f"#{due.row.number}")
-            self.launcher.start_extra(run, launch)
-            self.progress.relaunching(launch.shown, due.why, due.launches + 1)
-
-    def _noise_relaunch_due(self, policy: SearchPolicy) -> bool:
-        """A search that is over left the launch noise unknown (a run stopped during its relaunches)."""
-        if self.relaunch_share <= 0:
-            return False
-        return next_relaunch(policy.rows(), self.job.objective, self.relaunch_share, policy.launch_cost(),
-                             search_over=True) is not None
 
     # ---- the race of the finalists --------------------------------------------------------------
     def _race_state(self, policy: SearchPolicy) -> RaceState | None:
@@ -485,10 +446,7 @@ class StudyDriver:
         search = policy.expected_seconds(launches)
         if search is None:
             return None
-        relaunch = 0.0
-        if self.relaunch_share > 0:
-            needed = launches_to_know_noise(policy.rows(), self.job.objective) * (policy.launch_cost().median or 0.0)
-            relaunch = max(search * self.relaunch_share, needed)
+        relaunch = self.relaunches.seconds(policy, search)
         total = search + relaunch + (self._race_seconds(policy) or 0.0)
         return total / max(1, executor.slots)
 
@@ -598,9 +556,7 @@ class StudyDriver:
                 run.said_paths.add(text)
                 self.say(f"warning ({launch.label}): {text}")
         if launch.kind == "repeat":
-            repeat = outcome.decide(result, stop_signals=run.signals.count, golden=run.golden)
-            self._store_repeat(run, repeat.result)
-            self.recorder.stop_on_job_error(repeat, "the baseline's repeat")
+            self.repeats.back(run, result)
             return
         if launch.kind in ("relaunch", "race"):
             self.recorder.launch_back(run, launch, result)
@@ -617,7 +573,7 @@ class StudyDriver:
             measured = final is not None and final.result.outcome == COMPLETE
         self.progress.finished += 1
         if measured and proposal.key == self.baseline_key:
-            run.repeats = self._other_nodes(run.executor, result)
+            self.repeats.baseline_measured(run, result)
 
     def _stop_in_flight(self, run: LoopState) -> None:
         """The loop is leaving (an error, the breaker, a signal while waiting): end the servers
@@ -650,22 +606,6 @@ class StudyDriver:
             log.debug("trials left RUNNING", exc_info=True)
         except Exception as exc:  # noqa: BLE001 - the next run recovers them
             log.warning("trials left RUNNING, the next run marks them interrupted: %s", exc)
-
-    # ---- launches outside the search --------------------------------------------------------
-    def _other_nodes(self, executor: Executor, baseline: TrialResult) -> list[str]:
-        """Matching nodes other than the baseline's: each repeats the baseline once."""
-        if executor.slots < 2:
-            return []
-        return [n for n in executor.nodes() if n != baseline.node.get("node_id")]
-
-    def _store_repeat(self, run: LoopState, result: TrialResult) -> None:
-        """A baseline repeat is a real measurement of the baseline's config on another node:
-        stored as its own (uncounted) trial so the report can compare nodes."""
-        self.launcher.store_uncounted(run, result, self.baseline_config, {ATTR_BASELINE_REPEAT: True},
-                                      key=self.baseline_key)
-        ok = result.outcome == COMPLETE
-        what = f"{result.value:.1f} tok/s" if ok else f"FAIL {result.failure_kind}: {result.failure_reason}"
-        self.say(f"  baseline repeat on node {str(result.node.get('node_id'))[:8]} -> {what}")
 
     # ---- the end --------------------------------------------------------------------------
     def _release_held(self) -> None:

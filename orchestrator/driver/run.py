@@ -59,7 +59,8 @@ from orchestrator.driver.prescreen_drop import (
     setting_key,
 )
 from orchestrator.driver.prescreen_table import format_prescreen
-from orchestrator.driver.progress import Progress, RunSummary, fmt_s
+from orchestrator.driver.progress import Progress, RunSummary
+from orchestrator.driver.race_runner import RaceRunner
 from orchestrator.driver.ray_executor import RayExecutor
 from orchestrator.driver.recorder import Recorder
 from orchestrator.driver.relaunch_schedule import RelaunchSchedule
@@ -71,7 +72,6 @@ from orchestrator.study import storage
 from orchestrator.study.goodput import goodput_answer
 from orchestrator.study.plan import build_plan
 from orchestrator.study.policy import SearchPolicy
-from orchestrator.study.race import RaceState, race_state
 from orchestrator.study.samplers import make_sampler, make_strategy, startup_trials
 from orchestrator.study.shared import SharedStudy, is_shared, shown
 from orchestrator.study.storage import (
@@ -98,7 +98,6 @@ class StudyDriver:
         # a goodput study's answer is its crossing (``study.goodput``), not a ratio over levels: it is not
         # relaunched nor raced (module docstring)
         goodput = job.objective.by_capacity
-        self.confirm = 0 if goodput else job.budget.confirm
         self.ray_address = ray_address or job.ray.address
         self._executor = executor
         self._owns_executor = executor is None
@@ -118,6 +117,7 @@ class StudyDriver:
         self.relaunches = RelaunchSchedule(job.objective, 0.0 if goodput else job.budget.relaunch, self.launcher,
                                            self.progress)
         self.repeats = BaselineRepeats(self.launcher, self.recorder, self.say)
+        self.race = RaceRunner(job.objective, 0 if goodput else job.budget.confirm, self.launcher, self.progress)
         self._empty_study: tuple[optuna.Study, bool] | None = None  # a study this run created, still empty
         self.prompt_set = storage.prompt_fingerprint(job) or {}  # what every trial is measured on
         self.shared: SharedStudy | None = None  # other drivers may run the study at once (``study.shared``)
@@ -192,7 +192,7 @@ class StudyDriver:
                 self.say(f"budget reached: {policy.budget_used()} of {self.trials} trials already ran")
                 if self.relaunches.noise_due(policy):
                     self.say("the launch noise is not known yet: relaunching until it is")
-                elif self._race_state(policy) is None:
+                elif self.race.state(policy) is None:
                     summary = RunSummary("budget reached", best=self._best_summary())
                     for line in self.progress.next_steps(summary, policy.rows()):
                         self.say(line)
@@ -243,8 +243,8 @@ class StudyDriver:
         self.say(f"study {self.job.study!r} is shared through {shown(self.job.storage)}: other drivers may run it at "
                  "once (each with its own report_dir); none launches a config another measured or is measuring")
         shared.start_beats(lambda: [p.number for p in policy.in_flight() if p.cached is None])
-        if (self.relaunches.share > 0 or self.confirm > 0) and not shared.take_extras():
-            self.relaunches.share, self.confirm = 0.0, 0
+        if (self.relaunches.share > 0 or self.race.budget > 0) and not shared.take_extras():
+            self.relaunches.share, self.race.budget = 0.0, 0
             self.say("the relaunches and the race of the finalists are another driver's (it holds them): this run "
                      "only searches")
 
@@ -336,7 +336,7 @@ class StudyDriver:
                 self.progress.bans(policy.bans())
                 self._trials(run)
                 if not run.signals.count:
-                    self._race(run)
+                    self.race.run(run, self._collect)
             finally:
                 self.progress.idle()
                 self._stop_in_flight(run)
@@ -377,68 +377,6 @@ class StudyDriver:
             self.progress.running([(run.in_flight[t].label, phase) for t, phase in run.executor.phases().items()
                                    if t in run.in_flight])
 
-    # ---- the race of the finalists --------------------------------------------------------------
-    def _race_state(self, policy: SearchPolicy) -> RaceState | None:
-        """The race this study's search calls for now, None when there is none to run (no budget,
-        nothing to race, or it is over)."""
-        budget = self.confirm
-        if budget <= 0:
-            return None
-        state = race_state(policy.rows(), self.job.objective, budget, policy.budget_used())
-        return None if state.over() else state
-
-    def _race(self, run: LoopState) -> None:
-        """The finalists relaunched in interleaved rounds until the order is decided or the
-        race's budget is spent (``study.race``); a stopped run's race continues here."""
-        if run.time.past() or (run.checks and run.golden is None):
-            return
-        state = self._race_state(run.policy)
-        if state is None:
-            return
-        cost = run.policy.launch_cost()
-        self.progress.race_planned(state, run.policy.rows(), cost)
-        rounds_seen = state.rounds_done
-        while True:
-            logs.check_driver_log()
-            stop = run.stop_starting()
-            if run.signals.kill_now and run.in_flight:
-                run.executor.cancel_all()
-            if not stop:
-                self._start_race_launches(run, state, cost)
-            if not run.in_flight:
-                break
-            for ticket, result in run.executor.wait(0.5):
-                self._collect(run, run.in_flight.pop(ticket), result)
-                state = race_state(run.policy.rows(), self.job.objective, self.confirm, state.plan.id)
-                if state.rounds_done > rounds_seen:
-                    rounds_seen = state.rounds_done
-                    self.progress.race_round(state, run.policy.rows())
-        if run.signals.count:
-            run.summary.reason = "stopped by signal"
-        elif run.time.past() and not state.over():
-            run.summary.reason = "timeout"
-        self.progress.race_over(state, run.policy.rows(), self.job.objective)
-
-    def _start_race_launches(self, run: LoopState, state: RaceState, cost) -> None:
-        while len(run.in_flight) < run.executor.slots:
-            flying = [launch.key for launch in run.flying("race") if launch.key]
-            key = state.next(flying)
-            if key is None:
-                return
-            row = state.plan.configs.get(key)
-            if row is None:
-                return
-            expected = state.launch_seconds(key, cost)
-            if run.time.ends_past(expected):
-                self.say("the race stops here: its next launch would end past the time budget")
-                run.search_over = True
-                return
-            rows = run.policy.rows()
-            launch = Launch("race", self.launcher.extra_number(run, rows), key=key, config=dict(row.params),
-                            record=state.plan.record(state.round), shown=f"#{row.number}")
-            self.launcher.start_extra(run, launch)
-            self.progress.racing(launch.shown, state, len(flying) + 1, state.expected_seconds(cost))
-
     def _expected_left(self, policy: SearchPolicy, executor: Executor, launches: int) -> float | None:
         """Seconds the rest of the run should take by the measured launch costs: the search's
         launches left, the relaunches (their share, or the ones the launch noise still needs if
@@ -447,46 +385,8 @@ class StudyDriver:
         if search is None:
             return None
         relaunch = self.relaunches.seconds(policy, search)
-        total = search + relaunch + (self._race_seconds(policy) or 0.0)
+        total = search + relaunch + (self.race.seconds(policy) or 0.0)
         return total / max(1, executor.slots)
-
-    def _race_seconds(self, policy: SearchPolicy) -> float | None:
-        """What the race should take: ``budget.confirm`` launches at the cost of the study's best
-        configs (the likely finalists) by the measured launch costs."""
-        budget = self.confirm
-        cost = policy.launch_cost()
-        if budget <= 0 or cost.median is None:
-            return 0.0 if budget <= 0 else None
-        best = policy.best_row()
-        per = (cost.predict(best.params) if best is not None else None) or cost.median
-        return budget * per
-
-    def _leave_time_for_race(self, run: LoopState) -> bool:
-        """With a time budget, the search stops when what is left is what the race needs (and the
-        next search launch would eat into it); said once. Not before two configs are measured: one
-        config alone has no race (on a loaded box the first launch's cost once stopped the demo
-        after its baseline). A race longer than the run's whole time
-        budget stops nothing: the search goes on, and the race runs in the runs after it (a run that
-        finds the search's budget spent continues it, launch by launch within its time)."""
-        if run.time.deadline is None or self.confirm <= 0:
-            return False
-        measured = {r.config_key for r in run.policy.rows() if r.state == COMPLETE and r.value is not None}
-        if len(measured) < 2:  # nothing to race yet: a time budget spent on one config's race is lost
-            return False
-        race = self._race_seconds(run.policy)
-        cost = run.policy.launch_cost()
-        if race is None or cost.median is None:
-            return False
-        if run.time.timeout_s is not None and race + cost.median > run.time.timeout_s:
-            return False
-        left = run.time.deadline - time.monotonic()
-        if left >= race + cost.median:
-            return False
-        run.search_over = True
-        run.summary.reason = "timeout"
-        self.say(f"stopping the search with {fmt_s(left)} left of the time budget: the race of the finalists "
-                 f"needs ~{fmt_s(race)} ({self.confirm} launches, budget.confirm)")
-        return True
 
     def _start_trials(self, run: LoopState) -> None:
         """Proposals into free slots; the golden reference's capture runs alone, first. A shared
@@ -512,7 +412,7 @@ class StudyDriver:
             need_reference = run.need_reference
             if need_reference and run.in_flight:
                 return  # the reference runs alone: every later trial is compared with it
-            if not need_reference and self._leave_time_for_race(run):
+            if not need_reference and self.race.leave_time(run):
                 return
             if need_reference:
                 policy.ensure_baseline_next()  # the golden reference comes from the baseline, never another config

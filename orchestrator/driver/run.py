@@ -5,8 +5,13 @@ dead driver left behind, recovers trials it left RUNNING, then loops: ask the se
 policy (``study.policy``) for configs, hand their ``TrialSpec``s to the executor, decide
 each result's final outcome (``core.outcome.decide``, the correctness gate included),
 record it through the policy, and stop on the budget, the deadline, a signal
-(``driver.signals``) or a circuit breaker. The golden reference and the votes that can
-outvote it are ``driver.golden``'s; every line the run prints is ``driver.progress``'s.
+(``driver.signals``) or a circuit breaker. The loop asks, starts, collects and tells; each
+other job is an object handed to it: the tell step (``driver.recorder``), the launches
+(``driver.launcher``), the golden reference's lifecycle (``driver.golden_lifecycle``, its votes
+``driver.golden``'s), the relaunch schedule (``driver.relaunch_schedule``), the baseline's
+repeats (``driver.baseline_repeats``), the race of the finalists (``driver.race_runner``), the
+deadline (``driver.time_budget``) and the circuit breaker (``driver.breaker``); what runs is
+``driver.loop_state``'s, every line the run prints ``driver.progress``'s.
 
 A driver that stops for any reason first ends its running trials and records them
 ``interrupted`` (re-queued once): no trial stays RUNNING.
@@ -83,6 +88,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["StudyDriver", "RunSummary", "Launch"]
 
+
 class StudyDriver:
     """Runs one ``ncclsweep run`` invocation of a job's study (module docstring).
 
@@ -95,9 +101,6 @@ class StudyDriver:
         self.job = job
         self.trials = trials if trials is not None else job.budget.trials
         self.timeout_s = timeout_s if timeout_s is not None else job.budget.timeout_s
-        # a goodput study's answer is its crossing (``study.goodput``), not a ratio over levels: it is not
-        # relaunched nor raced (module docstring)
-        goodput = job.objective.by_capacity
         self.ray_address = ray_address or job.ray.address
         self._executor = executor
         self._owns_executor = executor is None
@@ -114,6 +117,9 @@ class StudyDriver:
         self.breaker = Breaker(job.max_consecutive_failures, self.dir.logs, job.path)
         self.launcher = Launcher(job)
         self.recorder = Recorder(job, self.progress, self.breaker, self.launcher)
+        # a goodput study's answer is its crossing (``study.goodput``), not a ratio over levels: it is not
+        # relaunched nor raced (module docstring)
+        goodput = job.objective.by_capacity
         self.relaunches = RelaunchSchedule(job.objective, 0.0 if goodput else job.budget.relaunch, self.launcher,
                                            self.progress)
         self.repeats = BaselineRepeats(self.launcher, self.recorder, self.say)
@@ -321,6 +327,22 @@ class StudyDriver:
             self._late = lambda config: setting_key(config) in late
         return PrescreenedSpace(self.job.space, dropped, self.backend.normalize)
 
+    def _expected_left(self, policy: SearchPolicy, executor: Executor, launches: int) -> float | None:
+        """Seconds the rest of the run should take by the measured launch costs: the search's
+        launches left, the relaunches (their share, or the ones the launch noise still needs if
+        more), and the race."""
+        search = policy.expected_seconds(launches)
+        if search is None:
+            return None
+        relaunch = self.relaunches.seconds(policy, search)
+        total = search + relaunch + (self.race.seconds(policy) or 0.0)
+        return total / max(1, executor.slots)
+
+    def _warn_advice(self) -> None:
+        """What the job allows but likely does not mean (``Job.advice``), said before anything is launched."""
+        for advice in getattr(self.job, "advice", ()):
+            log.warning("%s", advice)
+
     # ---- the loop ---------------------------------------------------------------------------
     def _loop(self, study: optuna.Study, policy: SearchPolicy, executor: Executor) -> RunSummary:
         reference = self.reference
@@ -377,17 +399,6 @@ class StudyDriver:
             self.progress.running([(run.in_flight[t].label, phase) for t, phase in run.executor.phases().items()
                                    if t in run.in_flight])
 
-    def _expected_left(self, policy: SearchPolicy, executor: Executor, launches: int) -> float | None:
-        """Seconds the rest of the run should take by the measured launch costs: the search's
-        launches left, the relaunches (their share, or the ones the launch noise still needs if
-        more), and the race."""
-        search = policy.expected_seconds(launches)
-        if search is None:
-            return None
-        relaunch = self.relaunches.seconds(policy, search)
-        total = search + relaunch + (self.race.seconds(policy) or 0.0)
-        return total / max(1, executor.slots)
-
     def _start_trials(self, run: LoopState) -> None:
         """Proposals into free slots; the golden reference's capture runs alone, first. A shared
         study's drivers pick one at a time (``SharedStudy.claim``); one that has no reference yet
@@ -433,18 +444,13 @@ class StudyDriver:
             prune = (policy.prune_thresholds(job.pruning.min_ratio)  # per level: early_stop needs every one
                      if job.pruning.enabled and not is_baseline and not need_reference else None)
             spec = self.launcher.spec(run.policy, proposal.number, proposal.config,
-                                 None if need_reference else (run.golden.texts if run.golden else None), prune)
+                                      None if need_reference else (run.golden.texts if run.golden else None), prune)
             run.in_flight[run.executor.submit(spec)] = Launch.of(proposal, reference=need_reference)
             run.summary.launched += 1
             self.progress.started(proposal.number, proposal.config, run.summary.launched, policy.budget_used(),
                                   is_baseline)
             if need_reference:
                 return
-
-    def _warn_advice(self) -> None:
-        """What the job allows but likely does not mean (``Job.advice``), said before anything is launched."""
-        for advice in getattr(self.job, "advice", ()):
-            log.warning("%s", advice)
 
     def _collect(self, run: LoopState, launch: Launch, result: TrialResult) -> None:
         """A launch is back: store it as what it was (a repeat, the reference, a trial), with the

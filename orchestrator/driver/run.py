@@ -5,8 +5,13 @@ dead driver left behind, recovers trials it left RUNNING, then loops: ask the se
 policy (``study.policy``) for configs, hand their ``TrialSpec``s to the executor, decide
 each result's final outcome (``core.outcome.decide``, the correctness gate included),
 record it through the policy, and stop on the budget, the deadline, a signal
-(``driver.signals``) or a circuit breaker. The golden reference and the votes that can
-outvote it are ``driver.golden``'s; every line the run prints is ``driver.progress``'s.
+(``driver.signals``) or a circuit breaker. The loop asks, starts, collects and tells; each
+other job is an object handed to it: the tell step (``driver.recorder``), the launches
+(``driver.launcher``), the golden reference's lifecycle (``driver.golden_lifecycle``, its votes
+``driver.golden``'s), the relaunch schedule (``driver.relaunch_schedule``), the baseline's
+repeats (``driver.baseline_repeats``), the race of the finalists (``driver.race_runner``), the
+deadline (``driver.time_budget``) and the circuit breaker (``driver.breaker``); what runs is
+``driver.loop_state``'s, every line the run prints ``driver.progress``'s.
 
 A driver that stops for any reason first ends its running trials and records them
 ``interrupted`` (re-queued once): no trial stays RUNNING.
@@ -30,22 +35,26 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, TextIO
 
 import optuna
 
 from orchestrator.config.job_checks import check_sampler_installed
 from orchestrator.config.yaml_input import display_path
-from orchestrator.core import correctness, golden_check, logs, nccl, outcome, prescreened
-from orchestrator.core.errors import BadInput, CircuitOpen, RuntimeFailure, StorageWriteError, is_file_write_failure
-from orchestrator.core.records import COMPLETE, FAIL, PRUNED, FailureKind, TrialResult, config_key
+from orchestrator.core import correctness, logs, nccl, prescreened
+from orchestrator.core.errors import BadInput, RuntimeFailure, StorageWriteError, is_file_write_failure
+from orchestrator.core.records import COMPLETE, FailureKind, TrialResult
+from orchestrator.driver.baseline_repeats import BaselineRepeats
+from orchestrator.driver.breaker import Breaker
 from orchestrator.driver.executor import Executor
-from orchestrator.driver.golden import GateVotes, GoldenSource, Launched
+from orchestrator.driver.golden import GoldenSource
+from orchestrator.driver.golden_lifecycle import GoldenLifecycle
+from orchestrator.driver.launcher import Launcher
 from orchestrator.driver.lock import DriverLock
+from orchestrator.driver.loop_state import Launch, LoopState
 from orchestrator.driver.prescreen import run_prescreen
 from orchestrator.driver.prescreen_drop import (
     LATE_RATIO,
@@ -55,26 +64,22 @@ from orchestrator.driver.prescreen_drop import (
     setting_key,
 )
 from orchestrator.driver.prescreen_table import format_prescreen
-from orchestrator.driver.progress import Progress, RunSummary, fmt_s
+from orchestrator.driver.progress import Progress, RunSummary
+from orchestrator.driver.race_runner import RaceRunner
 from orchestrator.driver.ray_executor import RayExecutor
+from orchestrator.driver.recorder import Recorder
+from orchestrator.driver.relaunch_schedule import RelaunchSchedule
 from orchestrator.driver.signals import StopSignals
+from orchestrator.driver.time_budget import TimeBudget
 from orchestrator.node import preflight
-from orchestrator.node.spec import TrialSpec, check_plan
 from orchestrator.study import objective as objectives
 from orchestrator.study import storage
 from orchestrator.study.goodput import goodput_answer
 from orchestrator.study.plan import build_plan
-from orchestrator.study.policy import Proposal, SearchPolicy
-from orchestrator.study.race import RACE, RaceState, race_state
-from orchestrator.study.relaunch import RELAUNCH, launches_to_know_noise, next_relaunch
+from orchestrator.study.policy import SearchPolicy
 from orchestrator.study.samplers import make_sampler, make_strategy, startup_trials
 from orchestrator.study.shared import SharedStudy, is_shared, shown
 from orchestrator.study.storage import (
-    ATTR_BASELINE_REPEAT,
-    ATTR_LAUNCH_ROLE,
-    ATTR_RACE,
-    ATTR_REFERENCE,
-    ATTR_REFERENCE_RUN,
     open_study,
 )
 from orchestrator.study.strategies.base import Strategy
@@ -82,90 +87,6 @@ from orchestrator.study.strategies.base import Strategy
 log = logging.getLogger(__name__)
 
 __all__ = ["StudyDriver", "RunSummary", "Launch"]
-
-# Environment failures in a row that stop the study: the node, not the configs, needs fixing.
-ENV_BREAKER = 2
-# Launches outside the search have no Optuna trial number while they run; their log files
-# are numbered apart from the trials': the reference config's run is trial-8001.log, the
-# n-th baseline repeat of a run trial-(9000 + n).log.
-REFERENCE_RUN_NUMBER = 8001
-REPEAT_NUMBERS = 9000
-# Relaunches and race launches: trial-(7000 + n).log for the study's n-th of them.
-EXTRA_NUMBERS = 7000
-
-LaunchKind = Literal["search", "reference", "repeat", "reference-config", "relaunch", "race"]
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One server launch the driver started and waits for.
-
-    ``kind``: ``search``, a trial of the study (``proposal``); ``reference``, the baseline
-    launched alone to capture the golden reference (``proposal``; every later trial is
-    compared with it); ``repeat``, the baseline again on another ``node`` (are the nodes
-    comparable?), stored as an uncounted trial; ``reference-config``, the run of the config
-    ``correctness.reference`` names. ``number`` names its log file: the Optuna trial number,
-    or ``REPEAT_NUMBERS + n`` / ``REFERENCE_RUN_NUMBER``. ``relaunch``: the baseline or the
-    incumbent again during the search (``study.relaunch``), ``race``: a launch of the finalists'
-    race (``study.race``), both stored as uncounted trials of their config (``key``, ``config``),
-    numbered ``EXTRA_NUMBERS + n``."""
-
-    kind: LaunchKind
-    number: int
-    proposal: Proposal | None = None
-    node: str | None = None  # the node a repeat runs on
-    key: str | None = None  # a relaunch's or race launch's config key
-    config: dict | None = None  # ... and its config
-    record: dict | None = None  # a race launch's race record (``RacePlan.record``)
-    shown: str = ""  # how the lines name its config ("#5")
-
-    @classmethod
-    def of(cls, proposal: Proposal, *, reference: bool) -> Launch:
-        return cls("reference" if reference else "search", proposal.trial.number, proposal)
-
-    @classmethod
-    def repeat(cls, n: int, node: str) -> Launch:
-        return cls("repeat", REPEAT_NUMBERS + n, node=node)
-
-    @classmethod
-    def reference_config(cls) -> Launch:
-        return cls("reference-config", REFERENCE_RUN_NUMBER)
-
-    @property
-    def label(self) -> str:
-        """How the driver's log names it."""
-        if self.kind in ("relaunch", "race"):
-            return f"{self.kind} of {self.shown}"
-        return {"repeat": "baseline repeat", "reference-config": "reference config"}.get(self.kind, f"#{self.number}")
-
-
-@dataclass
-class _Loop:
-    """The state of one run's loop: what it talks to and what is in flight."""
-
-    study: optuna.Study
-    policy: SearchPolicy
-    executor: Executor
-    signals: StopSignals
-    summary: RunSummary
-    deadline: float | None
-    checks: bool  # the job's correctness gate is on
-    golden: correctness.Golden | None = None
-    in_flight: dict[int, Launch] = field(default_factory=dict)  # executor ticket -> what runs there
-    repeats: list[str] = field(default_factory=list)  # node ids still to repeat the baseline on
-    search_over: bool = False  # no search trial starts any more (the rest of the time is the race's)
-    said_paths: set[str] = field(default_factory=set)  # engine all-reduce path warnings the study has shown
-
-    def flying(self, kind: str) -> list[Launch]:
-        return [launch for launch in self.in_flight.values() if launch.kind == kind]
-
-    @property
-    def need_reference(self) -> bool:
-        """The golden reference is still to be captured (by the baseline, first and alone)."""
-        return self.checks and self.golden is None
-
-    def past_deadline(self) -> bool:
-        return self.deadline is not None and time.monotonic() >= self.deadline
 
 
 class StudyDriver:
@@ -180,11 +101,6 @@ class StudyDriver:
         self.job = job
         self.trials = trials if trials is not None else job.budget.trials
         self.timeout_s = timeout_s if timeout_s is not None else job.budget.timeout_s
-        # a goodput study's answer is its crossing (``study.goodput``), not a ratio over levels: it is not
-        # relaunched nor raced (module docstring)
-        goodput = job.objective.by_capacity
-        self.relaunch_share = 0.0 if goodput else job.budget.relaunch
-        self.confirm = 0 if goodput else job.budget.confirm
         self.ray_address = ray_address or job.ray.address
         self._executor = executor
         self._owns_executor = executor is None
@@ -195,15 +111,20 @@ class StudyDriver:
         self.say = self.progress.say
         self.baseline_config: dict[str, Any] = {}
         self.baseline_key: str | None = None
-        self.golden_source = GoldenSource(job, {}, self.say)
-        self.votes: GateVotes | None = None
+        self.reference: GoldenLifecycle | None = None  # built once the study's policy is
         self.policy: SearchPolicy | None = None
         self._late: Callable[[dict], bool] | None = None  # the pre-screen's prior: settings tried late
-        self.consecutive_failures = 0
-        self.consecutive_env_failures = 0
-        self._repeat_no = 0
+        self.breaker = Breaker(job.max_consecutive_failures, self.dir.logs, job.path)
+        self.launcher = Launcher(job)
+        self.recorder = Recorder(job, self.progress, self.breaker, self.launcher)
+        # a goodput study's answer is its crossing (``study.goodput``), not a ratio over levels: it is not
+        # relaunched nor raced (module docstring)
+        goodput = job.objective.by_capacity
+        self.relaunches = RelaunchSchedule(job.objective, 0.0 if goodput else job.budget.relaunch, self.launcher,
+                                           self.progress)
+        self.repeats = BaselineRepeats(self.launcher, self.recorder, self.say)
+        self.race = RaceRunner(job.objective, 0 if goodput else job.budget.confirm, self.launcher, self.progress)
         self._empty_study: tuple[optuna.Study, bool] | None = None  # a study this run created, still empty
-        self._job_error = False  # the run stopped on the job's own error (``_stop_on_job_error``)
         self.prompt_set = storage.prompt_fingerprint(job) or {}  # what every trial is measured on
         self.shared: SharedStudy | None = None  # other drivers may run the study at once (``study.shared``)
         self._took_over_at = 0.0  # when this run last looked for dead drivers' trials (a shared study)
@@ -215,15 +136,6 @@ class StudyDriver:
                                          cpus_per_trial=self.job.cpus_per_trial, parallel=self.job.ray.parallel,
                                          resources=sel.get("resources"), accelerator_type=sel.get("gpu_model"))
         return self._executor
-
-    def spec_for(self, number: int, config: dict, reference_texts: list[str] | None,
-                 prune_below: Mapping[int, float] | None = None) -> TrialSpec:
-        """Trial ``number``'s spec: the gate's capture scored against ``reference_texts``
-        (None: capture the golden reference itself), the early stop's thresholds per level, its
-        start-up limit from the starts this study has measured (``node.spec.startup_limit``)."""
-        starts = [row.durations.get("launch_s") for row in self.policy.rows()] if self.policy is not None else []
-        return TrialSpec.from_job(self.job, number, config, check=check_plan(self.job, reference_texts),
-                                  prune_below=prune_below, measured_starts=starts)
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self) -> RunSummary:
@@ -262,7 +174,6 @@ class StudyDriver:
             self._empty_study = (study, new_journal) if not study.get_trials(deepcopy=False) and not self.shared \
                 else None
             self.baseline_config = job.baseline_config()  # exactly the job's baseline: nothing sampled
-            self.golden_source = GoldenSource(job, self.baseline_config, self.say)
             space = self._space(self.baseline_config)
             policy = self.policy = SearchPolicy(study, space, self.backend.normalize,
                                                 baseline=self.baseline_config, budget=self.trials,
@@ -275,6 +186,8 @@ class StudyDriver:
                 self._share(policy)
             self.progress.expected_left = lambda n: self._expected_left(policy, executor, n)
             self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config
+            self.reference = GoldenLifecycle(job, GoldenSource(job, self.baseline_config, self.say), self.baseline_key,
+                                             self.backend.default_values(), self.recorder, self.launcher, self.say)
             self.say(f"study {job.study!r} of {job.path}: results in {display_path(self.report_dir)}")
             self._warn_advice()
             expanded = objectives.expansion(job.objective)
@@ -283,9 +196,9 @@ class StudyDriver:
             self._recover(executor, policy)
             if self.trials is not None and policy.budget_used() >= self.trials:
                 self.say(f"budget reached: {policy.budget_used()} of {self.trials} trials already ran")
-                if self._noise_relaunch_due(policy):
+                if self.relaunches.noise_due(policy):
                     self.say("the launch noise is not known yet: relaunching until it is")
-                elif self._race_state(policy) is None:
+                elif self.race.state(policy) is None:
                     summary = RunSummary("budget reached", best=self._best_summary())
                     for line in self.progress.next_steps(summary, policy.rows()):
                         self.say(line)
@@ -336,8 +249,8 @@ class StudyDriver:
         self.say(f"study {self.job.study!r} is shared through {shown(self.job.storage)}: other drivers may run it at "
                  "once (each with its own report_dir); none launches a config another measured or is measuring")
         shared.start_beats(lambda: [p.number for p in policy.in_flight() if p.cached is None])
-        if (self.relaunch_share > 0 or self.confirm > 0) and not shared.take_extras():
-            self.relaunch_share, self.confirm = 0.0, 0
+        if (self.relaunches.share > 0 or self.race.budget > 0) and not shared.take_extras():
+            self.relaunches.share, self.race.budget = 0.0, 0
             self.say("the relaunches and the race of the finalists are another driver's (it holds them): this run "
                      "only searches")
 
@@ -370,7 +283,7 @@ class StudyDriver:
         """A run refused before anything ran (the golden reference file unusable, the
         pre-screen refused, Ctrl-C at start) leaves no study it created: nothing was measured
         under these settings, and a fixed job must find none to clash with. Nor does a run the job's
-        own error stopped (``_stop_on_job_error``) before anything of the study was measured."""
+        own error stopped (``Recorder.stop_on_job_error``) before anything of the study was measured."""
         empty, self._empty_study = self._empty_study, None
         if empty is None:
             return
@@ -378,7 +291,7 @@ class StudyDriver:
         try:
             trials = study.get_trials(deepcopy=False)
             measured = [t for t in trials if t.state != optuna.trial.TrialState.FAIL]
-            if measured or (trials and not self._job_error):
+            if measured or (trials and not self.recorder.job_error):
                 return
             storage.forget_study(self.job, study, journal_made_here=new_journal)
         except Exception:  # the refusal is what the user must see
@@ -414,20 +327,38 @@ class StudyDriver:
             self._late = lambda config: setting_key(config) in late
         return PrescreenedSpace(self.job.space, dropped, self.backend.normalize)
 
+    def _expected_left(self, policy: SearchPolicy, executor: Executor, launches: int) -> float | None:
+        """Seconds the rest of the run should take by the measured launch costs: the search's
+        launches left, the relaunches (their share, or the ones the launch noise still needs if
+        more), and the race."""
+        search = policy.expected_seconds(launches)
+        if search is None:
+            return None
+        relaunch = self.relaunches.seconds(policy, search)
+        total = search + relaunch + (self.race.seconds(policy) or 0.0)
+        return total / max(1, executor.slots)
+
+    def _warn_advice(self) -> None:
+        """What the job allows but likely does not mean (``Job.advice``), said before anything is launched."""
+        for advice in getattr(self.job, "advice", ()):
+            log.warning("%s", advice)
+
     # ---- the loop ---------------------------------------------------------------------------
     def _loop(self, study: optuna.Study, policy: SearchPolicy, executor: Executor) -> RunSummary:
-        deadline = self.progress.t_start + self.timeout_s if self.timeout_s else None
+        reference = self.reference
+        assert reference is not None  # built with the policy, before the loop
         with StopSignals(self.say) as signals:
-            run = _Loop(study, policy, executor, signals, RunSummary("budget reached"), deadline,
-                        checks=self.job.correctness.enabled)
+            run = LoopState(study, policy, executor, signals, RunSummary("budget reached"),
+                            TimeBudget(self.timeout_s, self.progress.t_start),
+                            checks=self.job.correctness.enabled)
             try:
                 run.said_paths = _path_warnings(study)
-                run.golden = self._golden(run)
-                self._start_votes(run)
+                run.golden = reference.golden(run)
+                reference.start_votes(run)
                 self.progress.bans(policy.bans())
                 self._trials(run)
                 if not run.signals.count:
-                    self._race(run)
+                    self.race.run(run, self._collect)
             finally:
                 self.progress.idle()
                 self._stop_in_flight(run)
@@ -438,18 +369,18 @@ class StudyDriver:
             self.say(line)
         return run.summary
 
-    def _trials(self, run: _Loop) -> None:
+    def _trials(self, run: LoopState) -> None:
         """Start what the free slots allow, collect what finished, until nothing runs and
         nothing more may start."""
         while True:
             logs.check_driver_log()  # a driver.log that cannot be written stops the run like the journal
-            stop_starting = run.signals.count > 0 or run.past_deadline()
+            stop_starting = run.stop_starting()
             if run.signals.kill_now and run.in_flight:
                 run.executor.cancel_all()
             if not stop_starting:
                 self._take_over(run.policy)
-                self._start_repeats(run)
-                self._start_relaunches(run)
+                self.repeats.start(run)
+                self.relaunches.start(run)
                 self._start_trials(run)
             if not run.in_flight and not stop_starting and run.policy.others_running():
                 # a shared study: another driver's launches may come back to the pool (blameless, or
@@ -457,7 +388,7 @@ class StudyDriver:
                 time.sleep(1.0)
                 continue
             if not run.in_flight:
-                if run.past_deadline():
+                if run.time.past():
                     run.summary.reason = "timeout"
                 if run.signals.count:
                     run.summary.reason = "stopped by signal"
@@ -468,187 +399,7 @@ class StudyDriver:
             self.progress.running([(run.in_flight[t].label, phase) for t, phase in run.executor.phases().items()
                                    if t in run.in_flight])
 
-    def _start_repeats(self, run: _Loop) -> None:
-        """The baseline once on every other matching node: are the nodes comparable?"""
-        while run.repeats and len(run.in_flight) < run.executor.slots:
-            node = run.repeats.pop(0)
-            if node in run.executor.nodes():
-                self._repeat_no += 1
-                launch = Launch.repeat(self._repeat_no, node)
-                spec = self.spec_for(launch.number, self.baseline_config, run.golden.texts if run.golden else None)
-                run.in_flight[run.executor.submit(spec, node_id=node)] = launch
-                self.say(f"repeating the baseline on node {node[:8]} (are the nodes comparable?)")
-
-    def _start_relaunches(self, run: _Loop) -> None:
-        """The baseline or the incumbent again, when the schedule of ``study.relaunch`` says so:
-        the launch noise every verdict carries, measured as the search goes."""
-        policy, share = run.policy, self.relaunch_share
-        if share <= 0 or run.need_reference or run.search_over:
-            return
-        over = policy.budget_reached or policy.exhausted  # then only the relaunches that make the noise known
-        while len(run.in_flight) < run.executor.slots:
-            if over and run.flying("search"):
-                return
-            rows = policy.rows()
-            due = next_relaunch(rows, self.job.objective, share, policy.launch_cost(),
-                                in_flight=[launch.key for launch in run.flying("relaunch") if launch.key],
-                                search_over=over, budget=policy.budget)
-            if due is None:
-                return
-            launch = Launch("relaunch", self._extra_number(run, rows), key=due.key, config=dict(due.row.params),
-                            shown=f"#{due.row.number}")
-            self._submit_extra(run, launch)
-            self.progress.relaunching(launch.shown, due.why, due.launches + 1)
-
-    def _noise_relaunch_due(self, policy: SearchPolicy) -> bool:
-        """A search that is over left the launch noise unknown (a run stopped during its relaunches)."""
-        if self.relaunch_share <= 0:
-            return False
-        return next_relaunch(policy.rows(), self.job.objective, self.relaunch_share, policy.launch_cost(),
-                             search_over=True) is not None
-
-    def _submit_extra(self, run: _Loop, launch: Launch) -> None:
-        assert launch.config is not None  # relaunches and race launches carry their config
-        spec = self.spec_for(launch.number, launch.config, run.golden.texts if run.golden else None)
-        run.in_flight[run.executor.submit(spec)] = launch
-
-    def _extra_number(self, run: _Loop, rows: list) -> int:
-        """The next relaunch's or race launch's log number (module constant ``EXTRA_NUMBERS``)."""
-        stored = sum(1 for r in rows if r.launch_role in (RELAUNCH, RACE))
-        return EXTRA_NUMBERS + stored + len(run.flying("relaunch")) + len(run.flying("race")) + 1
-
-    def _store_launch(self, run: _Loop, launch: Launch, result: TrialResult) -> None:
-        """A relaunch or race launch is back: judged like a trial (the correctness gate: a config that
-        answers wrong on a fresh launch is wrong) and stored as an uncounted trial of its config."""
-        assert launch.config is not None and launch.key is not None
-        final = outcome.decide(result, stop_signals=run.signals.count, golden=run.golden)
-        result = final.result
-        role = RELAUNCH if launch.kind == "relaunch" else RACE
-        attrs: dict[str, Any] = {ATTR_LAUNCH_ROLE: role}
-        if launch.record is not None:
-            attrs[ATTR_RACE] = launch.record
-        self._store_extra(run.study, result, launch.config, attrs, key=launch.key)
-        self._stop_on_job_error(final, launch.shown)
-        self.progress.finished += 1
-        run.summary.relaunched += 1
-        rows = run.policy.rows()
-        self.progress.launch_back(launch.kind, launch.shown, result, rows, self.job.objective)
-
-    # ---- the race of the finalists --------------------------------------------------------------
-    def _race_state(self, policy: SearchPolicy) -> RaceState | None:
-        """The race this study's search calls for now, None when there is none to run (no budget,
-        nothing to race, or it is over)."""
-        budget = self.confirm
-        if budget <= 0:
-            return None
-        state = race_state(policy.rows(), self.job.objective, budget, policy.budget_used())
-        return None if state.over() else state
-
-    def _race(self, run: _Loop) -> None:
-        """The finalists relaunched in interleaved rounds until the order is decided or the
-        race's budget is spent (``study.race``); a stopped run's race continues here."""
-        if run.past_deadline() or (run.checks and run.golden is None):
-            return
-        state = self._race_state(run.policy)
-        if state is None:
-            return
-        cost = run.policy.launch_cost()
-        self.progress.race_planned(state, run.policy.rows(), cost)
-        rounds_seen = state.rounds_done
-        while True:
-            logs.check_driver_log()
-            stop = run.signals.count > 0 or run.past_deadline()
-            if run.signals.kill_now and run.in_flight:
-                run.executor.cancel_all()
-            if not stop:
-                self._start_race_launches(run, state, cost)
-            if not run.in_flight:
-                break
-            for ticket, result in run.executor.wait(0.5):
-                self._collect(run, run.in_flight.pop(ticket), result)
-                state = race_state(run.policy.rows(), self.job.objective, self.confirm, state.plan.id)
-                if state.rounds_done > rounds_seen:
-                    rounds_seen = state.rounds_done
-                    self.progress.race_round(state, run.policy.rows())
-        if run.signals.count:
-            run.summary.reason = "stopped by signal"
-        elif run.past_deadline() and not state.over():
-            run.summary.reason = "timeout"
-        self.progress.race_over(state, run.policy.rows(), self.job.objective)
-
-    def _start_race_launches(self, run: _Loop, state: RaceState, cost) -> None:
-        while len(run.in_flight) < run.executor.slots:
-            flying = [launch.key for launch in run.flying("race") if launch.key]
-            key = state.next(flying)
-            if key is None:
-                return
-            row = state.plan.configs.get(key)
-            if row is None:
-                return
-            expected = state.launch_seconds(key, cost)
-            if run.deadline is not None and expected is not None and time.monotonic() + expected > run.deadline:
-                self.say("the race stops here: its next launch would end past the time budget")
-                run.search_over = True
-                return
-            rows = run.policy.rows()
-            launch = Launch("race", self._extra_number(run, rows), key=key, config=dict(row.params),
-                            record=state.plan.record(state.round), shown=f"#{row.number}")
-            self._submit_extra(run, launch)
-            self.progress.racing(launch.shown, state, len(flying) + 1, state.expected_seconds(cost))
-
-    def _expected_left(self, policy: SearchPolicy, executor: Executor, launches: int) -> float | None:
-        """Seconds the rest of the run should take by the measured launch costs: the search's
-        launches left, the relaunches (their share, or the ones the launch noise still needs if
-        more), and the race."""
-        search = policy.expected_seconds(launches)
-        if search is None:
-            return None
-        relaunch = 0.0
-        if self.relaunch_share > 0:
-            needed = launches_to_know_noise(policy.rows(), self.job.objective) * (policy.launch_cost().median or 0.0)
-            relaunch = max(search * self.relaunch_share, needed)
-        total = search + relaunch + (self._race_seconds(policy) or 0.0)
-        return total / max(1, executor.slots)
-
-    def _race_seconds(self, policy: SearchPolicy) -> float | None:
-        """What the race should take: ``budget.confirm`` launches at the cost of the study's best
-        configs (the likely finalists) by the measured launch costs."""
-        budget = self.confirm
-        cost = policy.launch_cost()
-        if budget <= 0 or cost.median is None:
-            return 0.0 if budget <= 0 else None
-        best = policy.best_row()
-        per = (cost.predict(best.params) if best is not None else None) or cost.median
-        return budget * per
-
-    def _leave_time_for_race(self, run: _Loop) -> bool:
-        """With a time budget, the search stops when what is left is what the race needs (and the
-        next search launch would eat into it); said once. Not before two configs are measured: one
-        config alone has no race (on a loaded box the first launch's cost once stopped the demo
-        after its baseline). A race longer than the run's whole time
-        budget stops nothing: the search goes on, and the race runs in the runs after it (a run that
-        finds the search's budget spent continues it, launch by launch within its time)."""
-        if run.deadline is None or self.confirm <= 0:
-            return False
-        measured = {r.config_key for r in run.policy.rows() if r.state == COMPLETE and r.value is not None}
-        if len(measured) < 2:  # nothing to race yet: a time budget spent on one config's race is lost
-            return False
-        race = self._race_seconds(run.policy)
-        cost = run.policy.launch_cost()
-        if race is None or cost.median is None:
-            return False
-        if self.timeout_s is not None and race + cost.median > self.timeout_s:
-            return False
-        left = run.deadline - time.monotonic()
-        if left >= race + cost.median:
-            return False
-        run.search_over = True
-        run.summary.reason = "timeout"
-        self.say(f"stopping the search with {fmt_s(left)} left of the time budget: the race of the finalists "
-                 f"needs ~{fmt_s(race)} ({self.confirm} launches, budget.confirm)")
-        return True
-
-    def _start_trials(self, run: _Loop) -> None:
+    def _start_trials(self, run: LoopState) -> None:
         """Proposals into free slots; the golden reference's capture runs alone, first. A shared
         study's drivers pick one at a time (``SharedStudy.claim``); one that has no reference yet
         takes the one another driver stored, and waits while another may be capturing it."""
@@ -666,13 +417,13 @@ class StudyDriver:
                     return  # the reference runs alone, and another driver's launch may be capturing it
             self._start_trials_here(run)
 
-    def _start_trials_here(self, run: _Loop) -> None:
+    def _start_trials_here(self, run: LoopState) -> None:
         job, policy = self.job, run.policy
         while len(run.in_flight) < run.executor.slots and not run.search_over:
             need_reference = run.need_reference
             if need_reference and run.in_flight:
                 return  # the reference runs alone: every later trial is compared with it
-            if not need_reference and self._leave_time_for_race(run):
+            if not need_reference and self.race.leave_time(run):
                 return
             if need_reference:
                 policy.ensure_baseline_next()  # the golden reference comes from the baseline, never another config
@@ -692,8 +443,8 @@ class StudyDriver:
             policy.mark(proposal, baseline=is_baseline, reference=need_reference)
             prune = (policy.prune_thresholds(job.pruning.min_ratio)  # per level: early_stop needs every one
                      if job.pruning.enabled and not is_baseline and not need_reference else None)
-            spec = self.spec_for(proposal.number, proposal.config,
-                                 None if need_reference else (run.golden.texts if run.golden else None), prune)
+            spec = self.launcher.spec(run.policy, proposal.number, proposal.config,
+                                      None if need_reference else (run.golden.texts if run.golden else None), prune)
             run.in_flight[run.executor.submit(spec)] = Launch.of(proposal, reference=need_reference)
             run.summary.launched += 1
             self.progress.started(proposal.number, proposal.config, run.summary.launched, policy.budget_used(),
@@ -701,12 +452,7 @@ class StudyDriver:
             if need_reference:
                 return
 
-    def _warn_advice(self) -> None:
-        """What the job allows but likely does not mean (``Job.advice``), said before anything is launched."""
-        for advice in getattr(self.job, "advice", ()):
-            log.warning("%s", advice)
-
-    def _collect(self, run: _Loop, launch: Launch, result: TrialResult) -> None:
+    def _collect(self, run: LoopState, launch: Launch, result: TrialResult) -> None:
         """A launch is back: store it as what it was (a repeat, the reference, a trial), with the
         prompt set it was measured on."""
         result = dataclasses.replace(result, prompt_set=dict(self.prompt_set))
@@ -716,26 +462,26 @@ class StudyDriver:
                 run.said_paths.add(text)
                 self.say(f"warning ({launch.label}): {text}")
         if launch.kind == "repeat":
-            repeat = outcome.decide(result, stop_signals=run.signals.count, golden=run.golden)
-            self._store_repeat(run.study, repeat.result)
-            self._stop_on_job_error(repeat, "the baseline's repeat")
+            self.repeats.back(run, result)
             return
         if launch.kind in ("relaunch", "race"):
-            self._store_launch(run, launch, result)
+            self.recorder.launch_back(run, launch, result)
             return
         proposal = launch.proposal
         assert proposal is not None  # search and reference launches carry their proposal
+        reference = self.reference
+        assert reference is not None  # built with the policy, before the loop
         if launch.kind == "reference":
-            run.golden = self._reference_result(run, proposal, result)
+            run.golden = reference.reference_back(run, proposal, result)
             measured = run.golden is not None
         else:
-            final = self._finish(run, proposal, result)
+            final = reference.tell(run, proposal, result)
             measured = final is not None and final.result.outcome == COMPLETE
         self.progress.finished += 1
         if measured and proposal.key == self.baseline_key:
-            run.repeats = self._other_nodes(run.executor, result)
+            self.repeats.baseline_measured(run, result)
 
-    def _stop_in_flight(self, run: _Loop) -> None:
+    def _stop_in_flight(self, run: LoopState) -> None:
         """The loop is leaving (an error, the breaker, a signal while waiting): end the servers
         still running and record their trials ``interrupted`` (re-queued once), so no trial
         stays RUNNING in storage."""
@@ -767,217 +513,11 @@ class StudyDriver:
         except Exception as exc:  # noqa: BLE001 - the next run recovers them
             log.warning("trials left RUNNING, the next run marks them interrupted: %s", exc)
 
-    # ---- one finished trial ----------------------------------------------------------------
-    def _decide(self, run: _Loop, proposal: Proposal, result: TrialResult,
-                golden: correctness.Golden | None) -> outcome.Final:
-        base = run.policy.baseline_row()
-        objective = self.job.objective
-        return outcome.decide(result, stop_signals=run.signals.count, golden=golden, rules=self.job.constraints,
-                              baseline=base.measurement if base else None,
-                              earlier_timeouts=run.policy.earlier_timeouts(proposal.key, proposal.number),
-                              slo=(lambda m: objectives.judged(objective, m)) if objective.slo else None)
-
-    def _record(self, policy: SearchPolicy, proposal: Proposal, final: outcome.Final) -> None:
-        """Store the final outcome, re-queue what was not the config's fault, say it, and
-        trip the circuit breakers."""
-        policy.record(proposal, final.result, counted=final.counted, blameless=final.blameless)
-        if final.requeue:
-            policy.requeue(proposal)
-        self._said_end(policy, proposal, final.result)
-        self._stop_on_job_error(final, f"#{proposal.number}")
-        self.progress.bans(policy.bans())
-        self._breaker(final)
-
-    def _stop_on_job_error(self, final: outcome.Final, label: str) -> None:
-        """A launch that failed on the job, not its config (``outcome.Final.job_error``: the server
-        refused the job's requests as longer than its limit) stops the run with that one line, exit 2:
-        no config is held to it, and a study this run created holds nothing measured, so it is
-        forgotten (``_forget_unlaunched``): the fixed job starts it afresh."""
-        if final.job_error is None:
-            return
-        self._job_error = True
-        key = "bench.traffic" if self.job.bench.traffic is not None else "bench"
-        raise BadInput(f"stopping: {label}: {final.job_error}", file=str(self.job.path), key=key)
-
-    def _said_end(self, policy: SearchPolicy, proposal: Proposal, result: TrialResult) -> None:
-        base = policy.baseline_row()
-        plan = build_plan(policy.rows(), self.job.objective) if self.job.objective.by_level else None
-        self.progress.ended(proposal.number, result, policy.best_row(), base.worth if base else None, plan=plan)
-
-    def _finish(self, run: _Loop, proposal: Proposal, result: TrialResult) -> outcome.Final | None:
-        """A trial's result decided and recorded, or held by the votes (None)."""
-        final = self._decide(run, proposal, result, run.golden)
-        if run.golden is None or self.votes is None:
-            self._record(run.policy, proposal, final)
-            return final
-        vote = self.votes.consider(Launched(proposal.number, proposal.key, proposal.config), proposal, final,
-                                   run.golden)
-        if vote.decision == "record":
-            for held, held_final in vote.release:
-                run.policy.record(held, held_final.result, counted=held_final.counted, blameless=held_final.blameless)
-            self._record(run.policy, proposal, final)
-            return final
-        if vote.decision == "hold":
-            self._said_end(run.policy, proposal, final.result)
-            self._breaker(final)  # a held failure is a failure: the circuit breaker counts it now
-            return None
-        numbers = [p.number for p, _ in vote.release]
-        for held, held_final in vote.release:  # not held against these configs: the reference was wrong
-            run.policy.record(held, held_final.result, counted=False, blameless=True)
-        ref_trial = storage.outvote_golden(run.study)
-        raise RuntimeFailure(
-            f"stopping: the golden reference (the baseline, trial {ref_trial}) looks wrong: {vote.why}; check the "
-            "baseline config (a shard-order bug or an unsafe NCCL setting there makes every correct config fail the "
-            f"gate); trials {', '.join(map(str, numbers))} are not held against their configs, and `ncclsweep run` "
-            "measures the baseline again")
-
+    # ---- the end --------------------------------------------------------------------------
     def _release_held(self) -> None:
-        """Record the gate failures held so far as what they are: wrong output (their progress
-        lines were printed when they came back)."""
-        if self.votes is None or self.policy is None:
-            return
-        for proposal, final in self.votes.release():
-            self.policy.record(proposal, final.result, counted=final.counted, blameless=final.blameless)
-
-    # ---- the golden reference ---------------------------------------------------------------
-    def _golden(self, run: _Loop) -> correctness.Golden | None:
-        """The golden reference every trial is compared with: the stored one, the job's file,
-        or a run of the config the job names; None: the baseline captures it first (or the
-        job turns correctness off, and nothing is ever compared)."""
-        if not self.job.correctness.enabled:
-            return None
-        data = storage.stored_golden(run.study)
-        if data:
-            return correctness.Golden.from_dict(data)
-        golden = self.golden_source.from_file()
-        if golden is not None:
-            storage.store_golden(run.study, golden.to_dict())
-            return golden
-        if self.golden_source.config() is not None:
-            return self._reference_run(run)
-        return None
-
-    def _start_votes(self, run: _Loop) -> None:
-        """The votes on the reference, confirmed already when a config other than the
-        reference's own passed the gate (a resumed study)."""
-        source = self.golden_source
-        if self.job.correctness.reference_kind == "file":
-            ref_key = None
-        else:
-            config = source.config()
-            ref_key = self.baseline_key if config is None else run.policy.key_of(config)[1]
-        self.votes = GateVotes(self.baseline_config, self.backend.default_values(), ref_key,
-                               confirmed=golden_check.vindicated(run.policy.rows()))
-
-    def _reference_result(self, run: _Loop, proposal: Proposal, result: TrialResult) -> correctness.Golden | None:
-        """The reference trial is back: check the reference it captured. A usable one is
-        stored and returned; a blameless failure (environment, interruption, first
-        timeout) re-queues it (None: still no reference); anything else stops the study
-        with one line naming the cause, and is not held against the config."""
-        final = self._decide(run, proposal, result, None)
-        r = final.result
-        if r.outcome == FAIL and final.blameless:
-            self._record(run.policy, proposal, final)
-            return None
-        golden, why, warnings = self.golden_source.from_launch(r)
-        if why:
-            final = outcome.reference_failed(r, why)
-            run.policy.record(proposal, final.result, counted=False, blameless=True)
-            self._said_end(run.policy, proposal, final.result)
-            raise RuntimeFailure(self.golden_source.stop_line(proposal.number, why, self.dir.logs))
-        assert golden is not None  # calibrate gives a reference or says why not
-        storage.store_golden(run.study, golden.to_dict(), proposal.number)
-        final = dataclasses.replace(final, result=dataclasses.replace(
-            r, warnings=[*r.warnings, *warnings],
-            correctness={"ok": True, "reference": True, "tolerance": golden.tolerance,
-                         "self_drift": golden.self_drift}))
-        self._record(run.policy, proposal, final)
-        return golden
-
-    def _reference_run(self, run: _Loop) -> correctness.Golden:
-        """The job names a reference config other than the baseline: one launch of it,
-        before anything else, captures and checks the golden reference (stored as an
-        uncounted trial)."""
-        config = self.golden_source.config()
-        assert config is not None  # called only when the job names a reference config
-        spec = self.spec_for(Launch.reference_config().number, config, None)
-        self.say("capturing the golden reference from correctness.reference: "
-                 + " ".join(f"{k}={v}" for k, v in config.items()))
-        ticket = run.executor.submit(spec)
-        result = None
-        while result is None:
-            result = next((r for t, r in run.executor.wait(1.0) if t == ticket), None)
-        golden, why, warnings = self.golden_source.from_launch(result)
-        if golden is not None:
-            golden.source = "config"
-        result = dataclasses.replace(result, correctness={**result.correctness, "ok": why is None, "reference": True,
-                                                          **({"reason": why} if why else {})})
-        number = self._store_extra(run.study, result, config, {ATTR_REFERENCE_RUN: True, ATTR_REFERENCE: True})
-        if why:
-            raise RuntimeFailure(f"stopping: the golden reference is unusable: the reference config "
-                                 f"(correctness.reference, trial {number}) {why}; fix it or name another reference")
-        assert golden is not None  # calibrate gives a reference or says why not
-        for w in warnings:
-            self.say(f"warning: {w}")
-        storage.store_golden(run.study, golden.to_dict(), number)
-        return golden
-
-    # ---- launches outside the search --------------------------------------------------------
-    def _other_nodes(self, executor: Executor, baseline: TrialResult) -> list[str]:
-        """Matching nodes other than the baseline's: each repeats the baseline once."""
-        if executor.slots < 2:
-            return []
-        return [n for n in executor.nodes() if n != baseline.node.get("node_id")]
-
-    def _store_repeat(self, study: optuna.Study, result: TrialResult) -> None:
-        """A baseline repeat is a real measurement of the baseline's config on another node:
-        stored as its own (uncounted) trial so the report can compare nodes."""
-        self._store_extra(study, result, self.baseline_config, {ATTR_BASELINE_REPEAT: True}, key=self.baseline_key)
-        ok = result.outcome == COMPLETE
-        what = f"{result.value:.1f} tok/s" if ok else f"FAIL {result.failure_kind}: {result.failure_reason}"
-        self.say(f"  baseline repeat on node {str(result.node.get('node_id'))[:8]} -> {what}")
-
-    def _store_extra(self, study: optuna.Study, result: TrialResult, config: dict, attrs: dict,
-                     key: str | None = None) -> int:
-        """A launch outside the search, stored as an uncounted trial (with this run's start: the
-        report's wall clock counts it); returns its number."""
-        if self.policy is not None and self.policy.run:
-            attrs = {**attrs, storage.ATTR_RUN: self.policy.run}
-        values = None
-        if result.outcome == COMPLETE and self.policy is not None and objectives.has_values(self.job.objective, result):
-            values = self.policy.told_values(result)  # what the objective tells Optuna (one per level for a plan)
-        return storage.add_uncounted_trial(study, result, config, key or config_key(config),
-                                           self.job.space.distributions(), attrs, values=values)
-
-    # ---- circuit breakers and the end -------------------------------------------------------
-    def _breaker(self, final: outcome.Final) -> None:
-        result = final.result
-        stop = result.signals.write_error
-        if stop is not None:  # the trial could not write into the study's folder
-            raise stop
-        if result.signals.gpus_usable is False:
-            raise CircuitOpen("stopping: the GPUs were not usable after a teardown "
-                              f"({'; '.join(result.warnings[-1:])}); check nvidia-smi for stuck processes "
-                              "and the kernel log (dmesg) for Xid errors, then `ncclsweep run` resumes")
-        if result.outcome == FAIL and result.failure_kind == FailureKind.ENV_ERROR:
-            self.consecutive_env_failures += 1
-            if self.consecutive_env_failures >= ENV_BREAKER:
-                raise CircuitOpen(
-                    f"stopping after {self.consecutive_env_failures} trials in a row failed for a reason outside "
-                    f"their configs (env-error: {result.failure_reason}); {outcome.env_hint(result.failure_reason)}; "
-                    "no config was banned for it, and `ncclsweep run` re-queues them")
-            return
-        self.consecutive_env_failures = 0
-        if result.outcome == FAIL and final.counted:
-            self.consecutive_failures += 1
-        elif result.outcome in (COMPLETE, PRUNED):
-            self.consecutive_failures = 0
-        limit = self.job.max_consecutive_failures
-        if limit and self.consecutive_failures >= limit:
-            raise CircuitOpen(
-                f"stopping after {self.consecutive_failures} consecutive failed trials (last: "
-                f"{result.failure_kind}: {result.failure_reason}); look at the trial logs in {self.dir.logs} "
-                f"and `ncclsweep status {self.job.path}`; the study resumes with `ncclsweep run`")
+        """The gate failures held when the run ends, recorded as what they are (``GoldenLifecycle.release_held``)."""
+        if self.reference is not None and self.policy is not None:
+            self.reference.release_held(self.policy)
 
     def counted(self) -> int | None:
         """The study's counted trials now (None: no study opened, or it cannot be read)."""

@@ -55,35 +55,3 @@ def test_a_driver_that_stops_on_an_error_leaves_no_trial_running(tmp_path, no_le
     assert states["slow-start:60"] == ("FAIL", "interrupted"), out.getvalue()
     assert "re-queued" in out.getvalue()
     assert not study_servers(tmp_path / "reports")
-
-
-
-
-def test_the_search_stops_for_the_race_only_once_two_configs_are_measured(tmp_path):
-    """Found running the demo beside the test suite on a busy 2-core box: its baseline's first
-    launch cost so much that the time left looked like only the race's (8 launches), and the
-    search stopped after the baseline, a race with nothing to race. One config has no race; with
-    two, the search stops for it when the time left is what it needs."""
-    import time
-    from types import SimpleNamespace
-
-    import recorded_study as fx
-
-    from orchestrator.driver.run import StudyDriver
-    from orchestrator.study.policy import SearchPolicy
-
-    job = load_job(write_job(tmp_path, study="race-time", budget={"trials": 8, "timeout": "15m", "confirm": 8}))
-    study = open_study(job)
-    policy = SearchPolicy(study, fx.Space(), lambda c: dict(c), baseline=None, budget=None)
-    choices = {"tp_size": [1, 2], "backend.threads": [1, 2]}
-    base = {"tp_size": 1, "backend.threads": 1}
-    fx.record(study, policy, base, fx.ok(base, 20.0), baseline=True, choices=choices)  # one launch: 60 s
-    out = io.StringIO()
-    driver = StudyDriver(job, executor=SimpleNamespace(), out=out)
-    run = SimpleNamespace(deadline=time.monotonic() + 300, policy=policy, search_over=False,
-                          summary=SimpleNamespace(reason=None))  # 300 s left: less than 8 launches of 60 s
-    assert driver._leave_time_for_race(run) is False and not run.search_over
-    other = {"tp_size": 2, "backend.threads": 2}
-    fx.record(study, policy, other, fx.ok(other, 30.0, at=70), choices=choices)
-    assert driver._leave_time_for_race(run) is True and run.search_over and run.summary.reason == "timeout"
-    assert "the race of the finalists needs ~" in out.getvalue()

@@ -28,7 +28,9 @@ ITL) and end-to-end latency, in seconds; the prompt and output tokens of its req
 server's ``usage`` counted them (``input_length``, ``output_length``); and, where the server
 counts them, the share of its prompt tokens that the server's prefix cache answered
 (``prefix_cache_hit_rate``): a TTFT is a prefill's only where that share is low, so it is shown
-beside every TTFT (``cache_text``).
+beside every TTFT (``cache_text``); and how late the measuring client's event loop ran while the
+level was measured (``ClientLag``; None in a record from before it was watched: unknown), which
+``core.client_bound`` judges.
 ``median_ci``/``relative_ci`` are the one definition of a median's precision (a distribution-free
 interval from order statistics).
 
@@ -230,6 +232,8 @@ class LevelResult:
     # the prompt and output tokens of this level's requests, as the server counted them (None: not recorded)
     input_length: Distribution | None = None
     output_length: Distribution | None = None
+    # how late the measuring client's loop ran here (None: recorded before it was watched, unknown)
+    client_lag: ClientLag | None = None
 
     @property
     def unit(self) -> str:
@@ -274,7 +278,7 @@ class LevelResult:
                 out[name] = getattr(self, name)
         if self.stream_decode_tok_s is not None:
             out["stream_decode_tok_s"] = self.stream_decode_tok_s
-        for name in ("input_length", "output_length"):
+        for name in ("input_length", "output_length", "client_lag"):
             got = getattr(self, name)
             if got is not None:
                 out[name] = got.to_record()
@@ -300,7 +304,8 @@ class LevelResult:
                    prefix_cache_hit_rate=_num(rec.get("prefix_cache_hit_rate")),
                    whole_run_tok_s=_num(rec.get("whole_run_tok_s")),
                    input_length=Distribution.from_record(rec.get("input_length")),
-                   output_length=Distribution.from_record(rec.get("output_length")))
+                   output_length=Distribution.from_record(rec.get("output_length")),
+                   client_lag=ClientLag.from_record(rec.get("client_lag")))
 
 
 @dataclass(frozen=True)
@@ -339,6 +344,60 @@ class Distribution:
         if any(v is None for v in got.values()):
             return None
         return cls(n=int(got.pop("n")), **got)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class ClientLag:
+    """How late the measuring client's event loop ran while a level was measured (``node.looplag``:
+    a ticker on the loop that streams the level's requests), in milliseconds: over its ``n``
+    wake-ups (p50, p99, max) and, what ``core.client_bound`` judges, ``span_short_ms``: the median
+    over the level's requests of the loop's lateness at the first token less its lateness at the
+    last, how much shorter than the server's each decode span was stamped (negative: longer, a
+    client that fell further behind as the request went on); and how many times the level was
+    measured (2: the first measurement was client-bound and measured again; this record is the
+    second's)."""
+
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    n: int
+    span_short_ms: float | None = None
+    attempts: int = 1
+
+    @classmethod
+    def of(cls, seconds: Iterable[float], span_short: Iterable[float] = (), attempts: int = 1) -> ClientLag | None:
+        """From the wake-ups' lateness and each request's lateness at its first token less at its
+        last (seconds)."""
+        xs = sorted(_finite(seconds))
+        if not xs:
+            return None
+        short = _finite(span_short)
+        return cls(p50_ms=1000 * percentile(xs, 50), p99_ms=1000 * percentile(xs, 99), max_ms=1000 * xs[-1],
+                   n=len(xs), span_short_ms=1000 * statistics.median(short) if short else None, attempts=attempts)
+
+    def describe(self) -> str:
+        """'client loop late p50 0.1, p99 1.8, max 4.0 ms, spans stamped 0.3 short (n 2400)'."""
+        first = f", spans stamped {self.span_short_ms:.1f} short" if self.span_short_ms is not None else ""
+        again = ", measured twice" if self.attempts > 1 else ""
+        return (f"client loop late p50 {self.p50_ms:.1f}, p99 {self.p99_ms:.1f}, max {self.max_ms:.1f} ms{first} "
+                f"(n {self.n}{again})")
+
+    def to_record(self) -> dict[str, float | None]:
+        return {name: getattr(self, name) for name in ("p50_ms", "p99_ms", "max_ms", "n", "span_short_ms",
+                                                        "attempts")}
+
+    @classmethod
+    def from_record(cls, rec: Any) -> ClientLag | None:
+        """A stored record; None where absent (recorded before the client watched its loop: unknown)."""
+        if not isinstance(rec, Mapping):
+            return None
+        got = {name: _num(rec.get(name)) for name in ("p50_ms", "p99_ms", "max_ms", "n")}
+        if any(v is None for v in got.values()):
+            return None
+        attempts = _num(rec.get("attempts"))
+        return cls(p50_ms=got["p50_ms"], p99_ms=got["p99_ms"], max_ms=got["max_ms"],  # type: ignore[arg-type]
+                   n=int(got["n"]), span_short_ms=_num(rec.get("span_short_ms")),  # type: ignore[arg-type]
+                   attempts=int(attempts) if attempts else 1)
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from orchestrator.core.measurement import median_ci, relative_ci
+from orchestrator.node.looplag import LoopLag
 
 __all__ = [
     "RequestResult",
@@ -383,13 +384,16 @@ def stream_completion(
     ignore_eos: bool = True,
     extra: dict[str, Any] | None = None,
     stall_s: float | None = None,
+    lag: LoopLag | None = None,
 ) -> RequestResult:
     """Stream one completion and time its tokens; never raises for a failed request.
     ``stall_s``: a read that waits longer ends it as stalled (module docstring). It runs on an
-    event loop of its own: the calling thread must not be running one."""
+    event loop of its own: the calling thread must not be running one. ``lag``: records how late
+    that loop ran meanwhile (``node.looplag``)."""
     req = _request(base_url, "/v1/completions",
                    _completion_body(model, prompt, max_tokens, temperature, ignore_eos, extra))
-    res = asyncio.run(_astream(req, timeout_s, stall_s))
+    work = _astream(req, timeout_s, stall_s)
+    res = asyncio.run(lag.watching(work) if lag is not None else work)
     res.max_tokens = int(max_tokens)
     return res
 
@@ -499,19 +503,20 @@ def _summary(results: list[RequestResult], concurrency: int, n_requests: int, wa
 def run_streams(base_url: str, model: str, prompts: Sequence[str], output_tokens: int | Sequence[int],
                 concurrency: int, n_requests: int, *, timeout_s: float, stall_s: float | None = None,
                 extra: dict[str, Any] | None = None,
-                on_done: Callable[[RequestResult], None] | None = None,
+                on_done: Callable[[RequestResult], None] | None = None, lag: LoopLag | None = None,
                 ) -> tuple[list[tuple[int, RequestResult]], float]:
     """``n_requests`` streamed completions, ``concurrency`` streams at a time in a closed loop, all
     on one asyncio event loop of the calling thread (which must not be running one), through
     ``prompts`` in turn, each asking ``output_tokens`` (one length, or one per prompt): ([(stream
     index, RequestResult)], wall seconds). ``on_done`` is called with each finished request (on
-    that loop: keep it quick)."""
+    that loop: keep it quick). ``lag``: records how late that loop ran meanwhile (``node.looplag``)."""
     lengths = [int(output_tokens)] * len(prompts) if isinstance(output_tokens, int) else [int(n) for n in output_tokens]
     requests = [_request(base_url, "/v1/completions", _completion_body(model, p, lengths[i % len(lengths)], 0.0,
                                                                        True, extra))
                 for i, p in enumerate(prompts)]
-    return asyncio.run(_streams(requests, timeout_s, max(1, int(concurrency)), max(1, int(n_requests)), stall_s,
-                                on_done, [lengths[i % len(lengths)] for i in range(len(prompts))]))
+    work = _streams(requests, timeout_s, max(1, int(concurrency)), max(1, int(n_requests)), stall_s, on_done,
+                    [lengths[i % len(lengths)] for i in range(len(prompts))])
+    return asyncio.run(lag.watching(work) if lag is not None else work)
 
 
 def measure_concurrency(

@@ -22,7 +22,14 @@ constraints read), the prompts and the rounds. ``measure`` runs:
    measured only when the trial goes on;
 4. ``repeats`` rounds; then, while a level's median interval is wider than ``target_rel_ci``,
    more rounds of that level alone, up to ``max_repeats`` (every level is measured to the same
-   precision, not level 1 alone).
+   precision, not level 1 alone);
+5. the measuring client watched meanwhile: every level's requests run with a ticker on their
+   event loop (``node.looplag``), and the level records how late the loop ran (``ClientLag``:
+   over its wake-ups, and at each request's first token against its last). A level whose figures
+   are client-bound (``core.client_bound.judge``: a starved client stamps the first tokens late
+   and overstates decode) is measured once more from scratch (``Session.recheck``); still client-bound, the
+   second measurement is kept and the benchmark warns with the rule's notice (``client notice:
+   ...``), which the trial carries. Never a failure: the limit grows by the rounds measured again.
 
 Prompts the server has not seen: a server with a prefix cache (vLLM's is on by default) answers a
 prompt it has seen before without most of its prefill, and the rounds send the same prompts again
@@ -60,9 +67,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from orchestrator.core import capacity, prometheus, slo
+from orchestrator.core import capacity, client_bound, prometheus, slo
 from orchestrator.core.level import context_of, streams
 from orchestrator.core.measurement import (
+    ClientLag,
     Distribution,
     GoodputResult,
     Latency,
@@ -77,6 +85,7 @@ from orchestrator.core.measurement import (
 from orchestrator.core.outcome import early_stop
 from orchestrator.node import client
 from orchestrator.node.client import RequestResult
+from orchestrator.node.looplag import LoopLag
 from orchestrator.node.spec import PACE_FACTOR, BenchPlan
 
 METRICS_TIMEOUT_S = 5.0
@@ -105,6 +114,10 @@ class _Level:
     asked: list[int | None] = field(default_factory=list)  # the output tokens each request asked for
     cache: list[tuple[float, float]] = field(default_factory=list)  # per round: prompt tokens looked up, found
     whole_run: list[float] = field(default_factory=list)  # per round at N > 1: output tok/s over the whole run
+    attempts: int = 1  # 2: measured again, the first measurement client-bound (``Session.recheck``)
+    lag: LoopLag = field(default_factory=LoopLag)  # how late the client's loop ran while this level was measured
+    # each request: the loop's lateness at its first token less at its last (how much short its span was stamped)
+    span_short: list[float] = field(default_factory=list)
 
     def count_cache(self, before: dict[str, float] | None, after: dict[str, float] | None) -> None:
         """What the server's prefix cache answered during one round of this level (between the
@@ -125,6 +138,10 @@ class _Level:
             lat["e2e"].append(req.latency_s)
         self.token_counts.append(req.n_tokens)
         self.asked.append(req.max_tokens)
+        first, last = (self.lag.at(req.token_times[0]), self.lag.at(req.token_times[-1])) if req.token_times \
+            else (None, None)
+        if first is not None and last is not None:
+            self.span_short.append(first - last)
         if req.prompt_tokens is not None:
             self.prompt_tokens.append(req.prompt_tokens)
 
@@ -147,7 +164,8 @@ class _Level:
             input_tokens=statistics.median(self.prompt_tokens) if input_tokens and self.prompt_tokens else None,
             prefix_cache_hit_rate=sum(h for _, h in self.cache) / looked_up if looked_up else None,
             whole_run_tok_s=statistics.median(self.whole_run) if self.whole_run else None,
-            input_length=Distribution.of(self.prompt_tokens), output_length=Distribution.of(self.token_counts))
+            input_length=Distribution.of(self.prompt_tokens), output_length=Distribution.of(self.token_counts),
+            client_lag=ClientLag.of(self.lag.late, self.span_short, self.attempts))
 
 
 @dataclass
@@ -373,8 +391,23 @@ class Session:
         self.bench_s = time.monotonic() - (self.t1 or self.t0)
         return DONE
 
+    def recheck(self, levels: list[int]) -> str | Benchmark:
+        """Each of ``levels`` whose figures are client-bound (``core.client_bound.judge``) measured once
+        more, its first measurement dropped (a transient hiccup of the client goes away): as
+        ``rounds`` returns. The benchmark's limit grows by those levels' rounds: the client's delay
+        is never the config's timeout."""
+        bound = [lv for lv in levels if lv in self.acc and self.acc[lv].attempts == 1 and self.acc[lv].samples
+                 and client_bound.judge(self.acc[lv].freeze()) is not None]
+        if not bound:
+            return DONE
+        for lv in bound:
+            self.acc[lv] = _Level(lv, attempts=2)
+        self.pace.levels = [*self.pace.levels, *bound]
+        return self.rounds(bound, [], None)
+
     def finish(self) -> Benchmark:
-        """The benchmark that went to its end, with what it should warn about."""
+        """The benchmark that went to its end, with what it should warn about (a level still
+        client-bound after its second measurement: the notice, ``core.client_bound``)."""
         out, plan, acc = self.out, self.plan, self.acc
         if plan.output_lengths is None:
             short = sorted({c for c in (acc[1].token_counts if 1 in acc else []) if c != plan.output_tokens})
@@ -396,6 +429,10 @@ class Session:
                                         f"after {rounds} rounds")
         out.ok = True
         out.measurement = self.frozen()
+        for measured in out.measurement.levels.values():
+            bound = client_bound.judge(measured)
+            if bound is not None and bound.notice() not in out.warnings:
+                out.warnings.append(bound.notice())
         return out
 
 
@@ -413,7 +450,10 @@ def measure(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
     if failed is not None:
         return failed
     got = run.rounds(objective, extra_levels, prune_below)
-    return got if isinstance(got, Benchmark) else run.finish()
+    if isinstance(got, Benchmark):
+        return got
+    again = run.recheck(objective + extra_levels)
+    return again if isinstance(again, Benchmark) else run.finish()
 
 
 def goodput(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metrics_url: str | None = None,
@@ -437,6 +477,10 @@ def goodput(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
         got = run.rounds([nxt], [], None)
         if isinstance(got, Benchmark):
             return got
+        again = run.recheck([nxt])
+        if isinstance(again, Benchmark):
+            return again
+        got = CUT if CUT in (got, again) else DONE
         level = run.acc[nxt].freeze()
         seen[nxt] = capacity.Probe(nxt, level.value, slo.holds(level, plan.slo))
         order.append(nxt)
@@ -473,7 +517,8 @@ def _decode_round(base_url: str, model: str, plan: BenchPlan, got: _Level, left,
         budget = left()
         if budget <= 0:
             return f"benchmark limit reached after {len(got.samples)} requests", True, None
-        req = client.stream_completion(base_url, model, prompt, plan.tokens_for(i), budget, stall_s=plan.stall_s)
+        req = client.stream_completion(base_url, model, prompt, plan.tokens_for(i), budget, stall_s=plan.stall_s,
+                                       lag=got.lag)
         if not req.ok:
             return f"request {len(got.samples) + 1} failed: {req.error}", req.timed_out, req
         if req.decode_tok_s is None:
@@ -511,7 +556,7 @@ def _sustained_round(base_url: str, model: str, plan: BenchPlan, got: _Level, le
     lengths = [plan.tokens_for(i % len(prompts)) for i in range(total)]
     streamed, wall = client.run_streams(base_url, model, prefixes.requests(prompts, total), lengths,
                                         streams(got.level), total, timeout_s=budget, stall_s=plan.stall_s,
-                                        on_done=one_done)
+                                        on_done=one_done, lag=got.lag)
     results = [req for _, req in streamed]
     bad = [r for r in results if not r.ok]
     if bad:

@@ -37,7 +37,9 @@ speculative config what the server counted: ``acceptance_rate`` and ``mean_accep
 ``engine_notices`` (every "... is disabled because ..." it logged, whatever asked for it) and
 ``engine_fallbacks`` (each value of the config it turned off, with what it ran instead:
 ``allreduce.backend=custom (the engine ran nccl: Custom allreduce is disabled because ...)``),
-each a header line of the line formats too.
+and what the node said of its own measuring client: ``client_notices`` (only where there is one:
+the client fell behind and its decode figures may be overstated, ``core.client_bound``), each a
+header line of the line formats too.
 
 The figure (``figure``, ``value_tok_s``) is the median over every launch of the config
 (``study.launches``: its trials, the study's relaunches and race launches, the launches
@@ -84,6 +86,7 @@ from orchestrator.backends.base import Backend
 from orchestrator.config import prompts as decode_prompts
 from orchestrator.config.yaml_input import load_yaml_documents, read_text_bounded
 from orchestrator.core import prescreened, verdict
+from orchestrator.core.client_bound import NOTICE as CLIENT_NOTICE
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.golden_check import disputed
 from orchestrator.core.launch import env_value_problem, server_environment
@@ -468,6 +471,8 @@ def provenance(job: ExportJob, row: TrialRow, rows: list[TrialRow], backend: Any
         # and each value it turned off with what it ran instead (``Backend.engine_fallbacks``)
         engine_notices=tuple(w[len(NOTICE):] for w in row.warnings if str(w).startswith(NOTICE)),
         engine_fallbacks=tuple(allreduce.fallbacks_of(row.server)),
+        # the measuring client fell behind in this launch: its decode figures may be overstated
+        client_notices=tuple(w[len(CLIENT_NOTICE):] for w in row.warnings if str(w).startswith(CLIENT_NOTICE)),
         backend_kind=_backend_kind(job, backend), backend_version=_safe_version(backend),
         model=_model_of(backend, job),
         nccl_version=_first(nccl.get("version"), nccl.get("nccl_version"), node.get("nccl_version")),
@@ -669,9 +674,11 @@ def _speculation_comment(prov: Provenance) -> list[str]:
 
 def _notice_comments(prov: Provenance) -> list[str]:
     """The engine's notices in the measured launch, and each value it turned off with what it ran
-    instead: a config can change more than it says."""
+    instead: a config can change more than it says; and where the measuring client fell behind, its
+    notice (the figure may be overstated)."""
     return [f"engine notice: {_one_line(n, 10_000)}" for n in prov.engine_notices] + [
-        f"engine fallback: {_one_line(f.get('text'), 10_000)}" for f in prov.engine_fallbacks]
+        f"engine fallback: {_one_line(f.get('text'), 10_000)}" for f in prov.engine_fallbacks] + [
+        f"client notice: {_one_line(n, 10_000)}" for n in prov.client_notices]
 
 
 # ---- environment & command --------------------------------------------------------------------------

@@ -7,7 +7,9 @@ reads one back, every version (``ncclsweep_export``):
 
 - 1: the only version so far; its provenance's ``figure`` may lack ``vs_baseline`` (no baseline),
   ``fresh_vs_baseline`` (no launch by ``compare``) and ``race`` (no race), and older exports lack
-  ``prompts``, ``engine_notices`` and ``engine_fallbacks`` (None, empty).
+  ``prompts``, ``engine_notices`` and ``engine_fallbacks`` (None, empty); ``client_notices`` is
+  written only where there is one (a measurement the measuring client may have distorted,
+  ``core.client_bound``), so its absence reads as none.
 """
 
 from __future__ import annotations
@@ -200,6 +202,7 @@ class Provenance:
     mean_accepted_length: float | None = None
     engine_notices: tuple[str, ...] = ()
     engine_fallbacks: tuple[Mapping[str, Any], ...] = ()
+    client_notices: tuple[str, ...] = ()  # the measuring client fell behind (``core.client_bound``)
     backend_kind: str | None = None
     backend_version: str | None = None
     model: Any = None
@@ -235,6 +238,7 @@ class Provenance:
             "prompts": dict(self.prompts) if self.prompts else None, "acceptance_rate": self.acceptance_rate,
             "mean_accepted_length": self.mean_accepted_length, "engine_notices": list(self.engine_notices),
             "engine_fallbacks": [dict(f) for f in self.engine_fallbacks],
+            **({"client_notices": list(self.client_notices)} if self.client_notices else {}),
             "backend": {"kind": self.backend_kind, "version": self.backend_version}, "model": self.model,
             "nccl_version": self.nccl_version, "cuda_version": self.cuda_version,
             "driver_version": self.driver_version, "gpu_model": self.gpu_model, "gpus": self.gpus,
@@ -266,7 +270,8 @@ class Provenance:
             tie_break=rec.get("tie_break"), prompts=rec.get("prompts"), acceptance_rate=rec.get("acceptance_rate"),
             mean_accepted_length=rec.get("mean_accepted_length"),
             engine_notices=tuple(rec.get("engine_notices") or ()),
-            engine_fallbacks=tuple(rec.get("engine_fallbacks") or ()), backend_kind=backend.get("kind"),
+            engine_fallbacks=tuple(rec.get("engine_fallbacks") or ()),
+            client_notices=tuple(rec.get("client_notices") or ()), backend_kind=backend.get("kind"),
             backend_version=backend.get("version"), model=rec.get("model"), nccl_version=rec.get("nccl_version"),
             cuda_version=rec.get("cuda_version"), driver_version=rec.get("driver_version"),
             gpu_model=rec.get("gpu_model"), gpus=rec.get("gpus"), topology=rec.get("topology"), node=rec.get("node"),

@@ -9,6 +9,7 @@ import pytest
 
 from orchestrator.core.measurement import (
     GRAPHS,
+    ClientLag,
     Distribution,
     GoodputResult,
     HostLoad,
@@ -122,6 +123,24 @@ def test_a_record_survives_storage_as_json():
     assert back == m and list(back.levels) == [1, 64] and back.headline.level == 1
     assert back.host.others_cpus == pytest.approx(0.5) and not back.host.busy
     assert "other work took 0.5 of 2 CPUs (load 2.0)" == back.host.describe()
+
+
+def test_the_clients_lateness_is_kept_per_level_and_an_older_level_reads_it_as_unknown():
+    """How late the measuring client's loop ran (p50, p99, max over its wake-ups; the median at a first
+    token; how many times the level was measured) survives storage; a level stored before it was
+    watched has none (unknown, never zero)."""
+    lag = ClientLag.of([0.0005, 0.001, 0.002, 0.080], span_short=[0.079, 0.081, -0.0004], attempts=2)
+    assert (lag.p50_ms, lag.max_ms, lag.span_short_ms, lag.n, lag.attempts) == pytest.approx((1.5, 80.0, 79.0, 4, 2))
+    assert lag.p99_ms == pytest.approx(77.66)  # linear between the two highest, as every percentile here
+    m = Measurement(levels={1: LevelResult(1, samples=(100.0,), client_lag=lag)}, rounds=1)
+    back = Measurement.from_record(json.loads(json.dumps(m.to_record())))
+    assert back == m and back.levels[1].client_lag == lag
+    said = lag.describe()
+    assert "p99 77.7" in said and "spans stamped 79.0 short" in said and "measured twice" in said
+    older = {"levels": {"1": {"value": 100.0, "samples": [100.0]}}}
+    assert Measurement.from_record(older).levels[1].client_lag is None
+    assert ClientLag.from_record({"p50_ms": 1.0, "p99_ms": 2.0, "max_ms": 3.0, "n": 9}) == ClientLag(1.0, 2.0, 3.0, 9)
+    assert ClientLag.of([]) is None and ClientLag.from_record({"p50_ms": 1.0}) is None
 
 
 def test_a_goodput_measurement_is_worth_its_total_where_every_slo_last_held():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import re
 import sys
 import threading
 import time
@@ -24,10 +25,12 @@ from orchestrator.node.client import (
     score_continuation,
     stream_completion,
 )
+from orchestrator.node.looplag import INTERVAL_S, LoopLag
 from orchestrator.node.server import free_port
 
 sys.path.insert(0, str(TESTS))
 import fake_openai_server as fake_model  # its deterministic "model", for expectations
+from starved_loop import starved
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -298,3 +301,35 @@ def test_concurrent_streams_that_stop_are_counted_as_stalls(url, leaves_nothing)
     assert got["failures"] == 3 and got["stalls"] == 3 and got["timeouts"] == 0
     assert got["wall_s"] < deadline_s / 10
     assert got["errors"][0].startswith("stalled")
+
+
+def _sent_at(res) -> list[float]:
+    """Each token's send time on the server (its ``stamp`` knob: ``time.monotonic()`` in the text)."""
+    return [float(t) for t in re.findall(r"@([0-9.]+)", res.text)]
+
+
+def test_the_loops_lateness_at_a_first_token_is_how_late_it_was_stamped(url, leaves_nothing):
+    """A request whose loop is blocked for 100 ms just as its first tokens come in
+    (tests/starved_loop.py): the server's own send times (one clock on one host) say the first token
+    was stamped 40+ ms late and the last on time, so the decode rate is above the server's pace;
+    the ticker, on the same loop, saw that lateness at the first token's stamp."""
+    extra = {"fake": {"token_delay": 0.01, "ttft_delay": 0.06, "stamp": True}}
+    lag = LoopLag()
+    with starved():
+        res = stream_completion(url, MODEL, "Hello there", 24, 30, extra=extra, lag=lag)
+    assert res.ok and res.n_tokens == 24 and len(lag.late) > 0
+    sent = _sent_at(res)
+    first_late, last_late = res.token_times[0] - sent[0], res.token_times[-1] - sent[-1]
+    assert first_late >= 0.04 and last_late < first_late
+    assert res.decode_tok_s > 23 / (sent[-1] - sent[0])  # the span shortened: the figure overstated
+    assert lag.at(res.token_times[0]) >= first_late - 2 * INTERVAL_S
+
+
+def test_every_stream_of_a_level_is_watched_on_its_one_loop(url, leaves_nothing):
+    """``run_streams`` with a ``LoopLag``: the ticker ran on the streams' loop for the whole round, so
+    every request's first and last token have a lateness beside them."""
+    lag = LoopLag()
+    got, _ = client.run_streams(url, MODEL, ["a", "b"], 12, 4, 8, timeout_s=30, lag=lag,
+                                extra={"fake": {"token_delay": 0.005}})
+    assert len(got) == 8 and all(r.ok for _, r in got)
+    assert all(lag.at(r.token_times[0]) is not None and lag.at(r.token_times[-1]) is not None for _, r in got)

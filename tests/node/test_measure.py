@@ -12,8 +12,10 @@ import time
 
 import fake_openai_server as fake  # the stand-in's own rules, for expectations
 import pytest
+from starved_loop import starved
 
 from conftest import start_fake_openai
+from orchestrator.core import client_bound
 from orchestrator.core.measurement import Measurement
 from orchestrator.core.slo import Slo, Targets
 from orchestrator.node import client
@@ -312,3 +314,35 @@ def test_each_request_begins_with_a_line_no_other_request_of_the_launch_began_wi
     passes = Prefixes(reuse=True, tag="t")  # one line per pass through the prompts
     assert passes.requests(("a", "b"), 5) == ["[t-1]\na", "[t-1]\nb", "[t-2]\na", "[t-2]\nb", "[t-3]\na"]
     assert Prefixes().tag != Prefixes().tag  # another launch, another tag
+
+
+def test_a_starved_client_is_measured_again_then_flagged_and_its_figure_was_off(tmp_path):
+    """The server sends 24 tokens 10 ms apart, the first 60 ms after the request (100 decode tok/s).
+    Unstarved, the client's loop is watched, on time at the first tokens, and nothing is said.
+    Starved (every loop the client makes blocked for 100 ms just as the first tokens come in:
+    tests/starved_loop.py), the level's lateness is recorded, the level is measured a second time,
+    and, still client-bound, kept with the notice; its figure is visibly above the unstarved one (the
+    first tokens stamped late, the span shortened): what the notice warns of. The benchmark still
+    succeeds: a client-bound level is never the config's failure."""
+    sp = start_fake_openai(tmp_path, "--token-delay", "0.01", "--ttft-delay", "0.06")
+    bench = plan(levels=(1,), output_tokens=24)
+    try:
+        calm = measure(sp.spec.base_url, MODEL, bench, deadline=time.monotonic() + 60)
+        with starved():
+            hungry = measure(sp.spec.base_url, MODEL, bench, deadline=time.monotonic() + 60)
+    finally:
+        sp.stop(grace_s=1.0)
+    assert calm.ok and hungry.ok
+    one, off = calm.measurement.levels[1], hungry.measurement.levels[1]
+    assert one.client_lag is not None and one.client_lag.n > 0 and one.client_lag.attempts == 1
+    assert client_bound.judge(one) is None and not [w for w in calm.warnings if "client" in w]
+    lag = off.client_lag
+    assert lag is not None and lag.attempts == 2 and len(off.samples) == 2 * 3  # the second measurement's alone
+    assert lag.span_short_ms >= 50 and lag.p99_ms >= 50  # blocked 100 ms: the first tokens read 50+ ms late
+    flagged = client_bound.judge(off)
+    assert flagged is not None and [w for w in hungry.warnings if w.startswith(client_bound.NOTICE)] == [
+        flagged.notice()]
+    assert "the measuring client fell behind by" in flagged.notice() and "at 1 stream:" in flagged.notice()
+    assert off.value > 1.15 * one.value  # the flagged figure overstates the server's pace (about +50%)
+    back = Measurement.from_record(hungry.measurement.to_record())
+    assert back.levels[1].client_lag == lag  # stored with the trial

@@ -759,6 +759,20 @@ def test_the_engines_notices_of_the_measured_launch_are_in_the_header_and_proven
         assert "no notice" not in text
 
 
+def test_a_measurement_the_client_may_have_distorted_says_so_in_the_header_and_provenance():
+    """The node measured a level twice and its client was still behind: the trial's notice travels
+    with the export (the figure may be overstated), beside the engine's notices; an export of a
+    launch without one has no such key."""
+    said = ["client notice: the measuring client fell behind by 83.9 ms (p99) at 1 stream: its decode figures "
+            "may be overstated by up to 50% (its event loop was 81.3 ms late at the median request's first token)"]
+    backend = CommandBackend(SETTINGS, "job.yaml")
+    prov = json.loads(export(JOB, rows(warnings=said), "json", backend=backend))["provenance"]
+    assert prov["client_notices"] == [said[0][len("client notice: "):]] and prov["engine_notices"] == []
+    for fmt in ("cmd", "env"):
+        assert f"# {said[0]}\n" in export(JOB, rows(warnings=said), fmt, backend=backend)
+    assert "client_notices" not in json.loads(export(JOB, rows(), "json", backend=backend))["provenance"]
+
+
 # ---- issue 48: one estimator for a ratio's point and its interval ------------------------------------------
 def test_the_kept_h200_race_study_exports_one_estimate_and_its_interval(tmp_path):
     """The kept H200 race study (docs/gpu/h200-vllm-1b-race) exported `5.56x faster (95% CI 3.92-6.64x)`: a

@@ -47,4 +47,5 @@ def test_an_export_of_an_earlier_release_reads():
         doc["provenance"].pop(key)
     prov = ExportDocument.from_record(doc).provenance
     assert prov.prompts is None and prov.engine_notices == () and prov.engine_fallbacks == ()
+    assert prov.client_notices == ()  # written only where there is one
     assert prov.value_tok_s == doc["provenance"]["value_tok_s"] and prov.x_baseline == doc["provenance"]["x_baseline"]

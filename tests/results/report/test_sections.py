@@ -335,6 +335,17 @@ def test_a_gate_warning_is_not_called_an_nccl_one(tmp_path):
     assert "Other trial warnings" not in md and "No warnings" in section(md, "NCCL verification")
 
 
+def test_a_measurement_the_client_may_have_distorted_is_said_where_the_trials_warnings_are(tmp_path):
+    """The best config's launch was measured by a client that fell behind (``core.client_bound``): the
+    headline says its trial warned, with the notice, and the notice is among the trial warnings, never
+    among NCCL's."""
+    said = ("client notice: the measuring client fell behind by 83.9 ms (p99) at 1 stream: its decode figures may "
+            "be overstated by up to 50% (its event loop was 81.3 ms late at the median request's first token)")
+    md, _ = spec_report(tmp_path, row(1, 700.0, NGRAM, warnings=[said]))
+    assert f"trial warned: {said}" in section(md, "Headline")
+    assert said in section(md, "Other trial warnings") and said not in section(md, "NCCL verification")
+
+
 def test_a_path_the_engine_turned_off_is_reported_as_what_ran_and_credits_no_effect(tmp_path):
     """vLLM turned its custom all-reduce off in both configs that asked for it (issue 48): the report
     says what ran instead, for which trials, every trial's notice is among its warnings, and the

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import orchestrator.backends  # noqa: F401 - fills core.engines' registry with every backend's engine
 from orchestrator.backends import backend_kinds, get_backend_class, shadowed
 from orchestrator.config.job import load_job
 from orchestrator.config.job_checks import nccl_release

@@ -67,6 +67,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import orchestrator.backends  # noqa: F401 - fills core.engines' registry with every backend's engine
 from orchestrator.core import capacity, client_bound, prometheus, slo
 from orchestrator.core.level import context_of, streams
 from orchestrator.core.measurement import (

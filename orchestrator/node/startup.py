@@ -41,6 +41,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import orchestrator.backends  # noqa: F401 - fills core.engines' registry with every backend's engine
 from orchestrator.core.engines import Engine, pattern, registered
 from orchestrator.core.measurement import KV_CACHE, RegimeMark
 

@@ -23,6 +23,8 @@ from orchestrator.node import nvidia_smi
 
 
 def _measure(device: str) -> float:
+    if device == "cpu":
+        return _measure_cpu()
     import torch  # heavy: imported only where a measurement runs on the device
 
     n_bytes = (1 << 30) if device == "cuda" else (256 << 20)
@@ -43,6 +45,30 @@ def _measure(device: str) -> float:
             elapsed = time.perf_counter() - t0
         if i >= 2:  # warm-up copies excluded
             times.append(elapsed)
+    times.sort()
+    return 2 * n_bytes / times[len(times) // 2]
+
+
+def _measure_cpu(n_bytes: int = 256 << 20) -> float:
+    """The host's copy bandwidth as torch's parallel CPU copy gets it (one slice of the array per
+    thread, torch's intra-op threads), with numpy: importing torch costs a probe 2 CPU-seconds,
+    more than the copies, on every node where a study starts."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    threads = max(1, len(os.sched_getaffinity(0)))
+    src = np.ones(n_bytes // 4, dtype=np.float32)  # written, so every page is real (zeros would share one)
+    dst = np.empty_like(src)
+    bounds = np.linspace(0, src.size, threads + 1, dtype=np.int64)
+    parts = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+    times = []
+    with ThreadPoolExecutor(threads) as pool:  # numpy copies without the interpreter lock
+        for i in range(8):
+            t0 = time.perf_counter()
+            list(pool.map(lambda part: np.copyto(dst[part], src[part]), parts))
+            if i >= 2:  # warm-up copies excluded
+                times.append(time.perf_counter() - t0)
     times.sort()
     return 2 * n_bytes / times[len(times) // 2]
 

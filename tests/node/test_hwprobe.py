@@ -7,12 +7,15 @@ where it is missing, nothing is invented.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import TESTS
-from orchestrator.node.hwprobe import node_info
+from orchestrator.node.hwprobe import memory_bandwidth, node_info
 
 TOPO = TESTS / "fixtures" / "nvidia-smi-topo-2xh200.txt"
 
@@ -43,3 +46,16 @@ def test_cpu_node_records_no_gpu_facts(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     info = node_info()
     assert info["hostname"] and info["gpus"] == "" and "gpu_model" not in info and "topology" not in info
+
+
+def test_a_cpu_nodes_bandwidth_is_measured_without_torch():
+    """The CPU copy bandwidth (the decode ceiling's denominator on a CPU node) comes back as a
+    real figure, measured in a child that never imports torch (2 CPU-seconds on every node where
+    a study starts); the same child measures a GPU with torch."""
+    got = subprocess.run([sys.executable, "-c", "import json, sys\nfrom orchestrator.node import hwprobe\n"
+                          "print(json.dumps([hwprobe._measure('cpu'), 'torch' in sys.modules]))"],
+                         capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    bandwidth, torch_imported = json.loads(got.stdout)
+    assert 1e8 < bandwidth < 1e13 and not torch_imported  # between 100 MB/s and 10 TB/s: a machine's
+    assert memory_bandwidth("cpu")["bytes_s"] > 1e8  # through the probe's own process

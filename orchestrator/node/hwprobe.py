@@ -16,8 +16,11 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any
+
+import numpy as np  # the CPU probe's copies (numpy comes with optuna, pandas and torch)
 
 from orchestrator.node import nvidia_smi
 
@@ -53,10 +56,6 @@ def _measure_cpu(n_bytes: int = 256 << 20) -> float:
     """The host's copy bandwidth as torch's parallel CPU copy gets it (one slice of the array per
     thread, torch's intra-op threads), with numpy: importing torch costs a probe 2 CPU-seconds,
     more than the copies, on every node where a study starts."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import numpy as np
-
     threads = max(1, len(os.sched_getaffinity(0)))
     src = np.ones(n_bytes // 4, dtype=np.float32)  # written, so every page is real (zeros would share one)
     dst = np.empty_like(src)

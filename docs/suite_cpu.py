@@ -1,0 +1,95 @@
+"""Where the test suite's CPU goes, by kind of process (docs/benchmarks.md, "Where the suite's CPU goes").
+
+The suite is bound by CPU on a 2-core box, and most of its work happens in processes the tests
+start (servers, Ray's services, the command line), which pytest's own timings cannot split. This
+samples every process whose environment carries a marker, twice a second, keeps each one's last
+CPU seconds (user + system) and its command line, and sums them by kind:
+
+    python docs/suite_cpu.py sample MARK out.json &      # MARK: a string in the suite's environment
+    NCCLSWEEP_SUITE_MARK=MARK python -m pytest -q -p no:cacheprovider -n 3 --dist worksteal
+    touch out.json.stop                                   # the sampler writes its last sample and ends
+    python docs/suite_cpu.py table out.json
+
+A process that lives less than half a second may be missed; one that changes its command line
+(Ray's workers as they become actors) is counted under the first one seen.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import time
+
+KINDS = (  # (what a command line contains, its kind): the first that matches
+    ("default_worker.py", "Ray: worker"), ("ray::", "Ray: worker"), ("gcs_server", "Ray: GCS"),
+    ("dashboard", "Ray: dashboard and agents"), ("agent", "Ray: dashboard and agents"),
+    ("log_monitor", "Ray: monitors"), ("monitor.py", "Ray: monitors"), ("raylet/raylet", "Ray: raylet"),
+    ("orchestrator.refserver", "reference server"), ("fake_openai_server", "fake OpenAI server"),
+    ("standin_server", "stand-in server"), ("import sys;exec", "pytest worker"),
+    ("orchestrator.node.supervise", "server supervisor"), ("orchestrator.node.hwprobe", "bandwidth probe"),
+    ("orchestrator.driver.allreduce_probe", "all-reduce probe"), ("-m orchestrator ", "command line"),
+    ("postgres", "PostgreSQL"), ("import torch", "torch one-liners"),
+)
+
+
+def kind(command: str) -> str:
+    return next((name for needle, name in KINDS if needle in command), "other")
+
+
+def sample(mark: str, out: str) -> None:
+    """Until ``out``.stop exists: every process with ``mark`` in its environment, its CPU seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+    seen: dict[tuple[int, bytes], list] = {}
+    other: set[tuple[int, bytes]] = set()
+    marker = mark.encode()
+    while True:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    stat = f.read()
+                fields = stat[stat.rfind(b")") + 2:].split()
+                key = (int(entry), fields[19])  # pid and start time: a reused pid is another process
+                if key in other:
+                    continue
+                if key not in seen:
+                    with open(f"/proc/{entry}/environ", "rb") as f:
+                        if marker not in f.read():
+                            other.add(key)
+                            continue
+                    with open(f"/proc/{entry}/cmdline", "rb") as f:
+                        seen[key] = [0.0, f.read().replace(b"\0", b" ").decode(errors="replace")[:300]]
+                seen[key][0] = (int(fields[11]) + int(fields[12])) / tick
+            except (FileNotFoundError, ProcessLookupError, PermissionError):
+                continue
+        with open(out + ".tmp", "w") as f:
+            json.dump([[pid, cpu, command] for (pid, _), (cpu, command) in seen.items()], f)
+        os.replace(out + ".tmp", out)
+        if os.path.exists(out + ".stop"):
+            return
+        time.sleep(0.5)
+
+
+def table(path: str) -> None:
+    cpu: collections.Counter = collections.Counter()
+    count: collections.Counter = collections.Counter()
+    with open(path) as f:
+        for _, seconds, command in json.load(f):
+            cpu[kind(command)] += seconds
+            count[kind(command)] += 1
+    print("| kind | processes | CPU-s | CPU-s each |\n|---|---:|---:|---:|")
+    for name, seconds in cpu.most_common():
+        print(f"| {name} | {count[name]} | {seconds:.0f} | {seconds / count[name]:.2f} |")
+    print(f"| all | {sum(count.values())} | {sum(cpu.values()):.0f} | |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "sample":
+        sample(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 3 and sys.argv[1] == "table":
+        table(sys.argv[2])
+    else:
+        sys.exit(__doc__)

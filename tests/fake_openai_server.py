@@ -42,7 +42,9 @@ captured size each token takes F times as long: the batch runs without its CUDA 
 does, and the total tok/s falls off a cliff above it; the log's first lines say what was captured),
 ``--slots K`` (at most K streams decode at once; a stream beyond them waits, first come first served,
 for one to end before its first token: an engine with K sequences' room and a queue, so past the rate K
-over a request's duration requests queue and their TTFT grows without bound),
+over a request's duration requests queue and their TTFT grows without bound; a stream's slot time is
+scheduled, not woken: it starts when its request came or when its slot's last holder was due to end,
+whichever is later, so a busy host's late thread wake-ups do not add up along the queue),
 ``--fail-above N`` (a stream that would make more than N in flight is answered HTTP 500: a
 config that breaks under load), ``--context-cost S`` (each token of a request takes S more per
 1000 words of its prompt, as attention over a long context slows every decode step, and its
@@ -380,6 +382,7 @@ class Handler(BaseHTTPRequestHandler):
                          "usage": {"prompt_tokens": ptok, "completion_tokens": n, "total_tokens": ptok + n}})
 
     def _stream(self, body: dict) -> None:
+        arrived = time.monotonic()
         fake = body.get("fake") or {}
         srv = self.server
         delay = float(fake.get("token_delay", srv.token_delay))  # type: ignore[attr-defined]
@@ -405,13 +408,14 @@ class Handler(BaseHTTPRequestHandler):
             self._json(500, {"error": {"message": f"more than {limit} streams at once", "code": 500}})
             return
         slots = srv.slots  # type: ignore[attr-defined]
+        slot, start, end = None, None, None
         try:
             if slots is not None:
-                slots.acquire()
-            self._stream_tokens(body, fake, delay, ttft)
+                slot, start = slots.acquire(arrived)
+            end = self._stream_tokens(body, fake, delay, ttft, start)
         finally:
-            if slots is not None:
-                slots.release()
+            if slot is not None:
+                slots.release(slot, end)
             with srv.lock:  # type: ignore[attr-defined]
                 srv.in_flight -= 1  # type: ignore[attr-defined]
 
@@ -427,7 +431,8 @@ class Handler(BaseHTTPRequestHandler):
         return eager * (delay + srv.stream_cost * max(0, crowd - 1)  # type: ignore[attr-defined]
                         + (over if room is not None and crowd > room else 0.0))
 
-    def _stream_tokens(self, body: dict, fake: dict, delay: float, ttft: float) -> None:
+    def _stream_tokens(self, body: dict, fake: dict, delay: float, ttft: float, start: float | None = None) -> float:
+        """The stream, its tokens due from ``start`` (now if None); returns when its last token was due."""
         hang_after = fake.get("hang_after")
         drop_after = fake.get("drop_after")
         malformed_after = fake.get("malformed_after")
@@ -442,25 +447,25 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         base = {"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()), "model": body["model"]}
-        t_first = time.monotonic() + ttft
+        t_first = (time.monotonic() if start is None else start) + ttft
+        due = t_first
         k = self.server.spec_tokens  # type: ignore[attr-defined]
         if k and hang_after is None and drop_after is None and malformed_after is None and not stamp:
-            self._stream_speculative(body, base, gen, n, k, delay, t_first, prompt)
-            return
+            return self._stream_speculative(body, base, gen, n, k, delay, t_first, prompt)
         for i, (text, tok_id) in enumerate(gen):
             if hang_after is not None and i >= int(hang_after):
                 time.sleep(3600)  # keep the connection open, send nothing
             if drop_after is not None and i >= int(drop_after):
                 self._chunk(b"")  # clean end of the HTTP body, but no [DONE]
-                return
+                return due
             if malformed_after is not None and i >= int(malformed_after):
                 self._chunk(b'data: {"choices": [\n\n')
                 self._chunk(b"data: [DONE]\n\n")
                 self._chunk(b"")
-                return
+                return due
             if self.server.stream_cost or self.server.overflow[0] is not None \
                     or self.server.graphs_up_to is not None:  # type: ignore[attr-defined]
-                due = t_first if i == 0 else due + self._token_delay(delay)  # noqa: F821 - set at i == 0
+                due = t_first if i == 0 else due + self._token_delay(delay)
             else:
                 due = t_first + i * delay
             wait = due - time.monotonic()
@@ -476,6 +481,7 @@ class Handler(BaseHTTPRequestHandler):
                 choice["token_ids"] = [tok_id]
             self._event({**base, "choices": [choice], "usage": None})
         self._finish_stream(body, base, prompt, n)
+        return due
 
     def _finish_stream(self, body: dict, base: dict, prompt: str, n: int) -> None:
         if (body.get("stream_options") or {}).get("include_usage") and not (body.get("fake") or {}).get("no_usage"):
@@ -486,8 +492,9 @@ class Handler(BaseHTTPRequestHandler):
         self._chunk(b"")
 
     def _stream_speculative(self, body: dict, base: dict, gen: list, n: int, k: int, delay: float, t_first: float,
-                            prompt: str) -> None:
-        """Steps of 1 + accepted tokens, each one chunk; the drafts counted for /metrics."""
+                            prompt: str) -> float:
+        """Steps of 1 + accepted tokens, each one chunk; the drafts counted for /metrics. Returns when the
+        last step was due."""
         accept = accepted_per_step(prompt, k)
         step = delay * (1 + self.server.spec_overhead * k)  # type: ignore[attr-defined]
         i, steps = 0, 0
@@ -509,27 +516,38 @@ class Handler(BaseHTTPRequestHandler):
                 choice["token_ids"] = [tok for _, tok in take]
             self._event({**base, "choices": [choice], "usage": None})
         self._finish_stream(body, base, prompt, n)
+        return t_first + (steps - 1) * step
 
 
 class Slots:
-    """``--slots K``: at most K holders at once, the others served in the order they came."""
+    """``--slots K``: at most K holders at once, the others served in the order they came. Each slot
+    keeps when its last holder was due to end, so a holder's time is scheduled: it starts at
+    max(its arrival, that time), however late its thread woke, and a queue of N waiting requests is
+    N service times long, not N service times plus N wake-ups."""
 
     def __init__(self, k: int):
-        self.free, self.queue, self.cond = k, [], threading.Condition()
+        self.due_free: list[float | None] = [0.0] * k  # None: held
+        self.queue: list[object] = []
+        self.cond = threading.Condition()
 
-    def acquire(self) -> None:
+    def acquire(self, arrived: float) -> tuple[int, float]:
+        """Wait for a free slot, first come first served: (its index, when this holder's time starts)."""
         me = object()
         with self.cond:
             self.queue.append(me)
-            while self.queue[0] is not me or self.free == 0:
+            while self.queue[0] is not me or all(d is None for d in self.due_free):
                 self.cond.wait()
             self.queue.pop(0)
-            self.free -= 1
+            slot = min((i for i, d in enumerate(self.due_free) if d is not None), key=lambda i: self.due_free[i])
+            start = max(arrived, self.due_free[slot])
+            self.due_free[slot] = None
             self.cond.notify_all()
+            return slot, start
 
-    def release(self) -> None:
+    def release(self, slot: int, due_end: float | None) -> None:
+        """Give the slot back; its next holder starts from ``due_end`` (now when the stream failed)."""
         with self.cond:
-            self.free += 1
+            self.due_free[slot] = time.monotonic() if due_end is None else due_end
             self.cond.notify_all()
 
 

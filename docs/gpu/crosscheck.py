@@ -7,7 +7,9 @@ one a server exactly as a trial starts it (``node.trial.prepare_server``). On ea
 ``--rounds`` interleaved rounds, it measures every level of the job's objective twice: with the
 project's own measurement (``node.measure``, the job's bench settings, one round) and with
 ``vllm bench serve`` over the same prompts (``--dataset-name custom``, greedy, ``--ignore-eos``,
-the job's output length, ``--max-concurrency N``; ``--num-prompts`` max(8, 10 N)). vLLM's figure
+the job's output length, ``--max-concurrency N``; ``--num-prompts``: at one stream 10, above it the
+requests ours sends, N streams x the job's ``bench.waves``, so both whole-run figures count the same
+requests with the same ramp-up and drain). vLLM's figure
 at level 1 is 1000 / median TPOT (what our decode tok/s is for one request), above it its output
 throughput. Writes <out>/crosscheck.json (every figure) and prints a table: per level, the median
 ratio ours / vLLM's over every round, and the launch-to-launch spread of each client's launch
@@ -46,8 +48,8 @@ def config_of(job, config_file: str | None, sets: list[str]) -> dict:
 
 
 def vllm_bench(base_url: str, model: str, served: str, prompts_file: Path, output_tokens: int, level: int,
-               out: Path) -> dict:
-    n = max(8, 10 * level)
+               out: Path, waves: int) -> dict:
+    n = 10 if level == 1 else max(8, waves * level)
     cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "vllm",
            "--base-url", base_url, "--model", model, "--served-model-name", served, "--tokenizer", model,
            "--dataset-name", "custom",
@@ -92,8 +94,7 @@ def one_launch(job, config: dict, k: int, rounds: int, prompts_file: Path, out: 
                                "p99_tpot_ms": 1000 * lv.tpot.p99 if lv and lv.tpot else None}
                     else:
                         rec = vllm_bench(launch.base_url, model, launch.model_name, prompts_file, bench.output_tokens,
-                                         level,
-                                         out / f"vllm-{k}-{r}-{level}.json")
+                                         level, out / f"vllm-{k}-{r}-{level}.json", bench.waves)
                     got["rounds"].append({"round": r, "client": client, "level": level, **rec})
                     print(f"launch {k} round {r} {client:5s} level {level}: {rec.get('figure')}", flush=True)
     finally:

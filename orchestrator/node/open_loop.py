@@ -8,7 +8,8 @@ time, whether or not the earlier ones finished. Every request's TTFT, TPOT, inte
 end-to-end latency are timed as a level's are; the probe's attainment is the share of its requests
 that met every per-request target (``core.attainment``; a failed request, or one not done by the
 probe's limit, met none), and it holds where the attainment reaches ``slo.attainment`` and every
-percentile target holds over its requests.
+percentile target holds over its requests. A probe the client itself sent late (a busy host: more
+than half the mean gap behind its schedule) is measured again before it is judged.
 
 Time: a probe ends by its limit, ``PACE_FACTOR`` x (its schedule's span plus one request's time at
 the warm-up's pace): an overloaded server drains a backlog that grows with the rate, and a request
@@ -32,6 +33,7 @@ from orchestrator.node.measure import STALLED_MARK, Benchmark, Session
 from orchestrator.node.spec import PACE_FACTOR, BenchPlan
 
 LATE_SHARE = 0.5  # a request sent later than this share of the mean gap: the client did not keep the rate
+LATE_RETRIES = 1  # a probe the client sent late is measured again this many times at most
 RateProgress = Callable[[float, int, int], None]  # (rate, requests done, requests the probe sends)
 
 
@@ -88,21 +90,28 @@ def _teller(progress: RateProgress | None, rate: float, total: int) -> Callable[
 
 
 def _probe(run: Session, axis: RateAxis, rate: float, progress: RateProgress | None = None) -> RateProbe | Benchmark:
-    """One rate measured (module docstring): its record, or the failed benchmark."""
+    """One rate measured (module docstring): its record, or the failed benchmark. A probe the client
+    sent late (``late_by``) did not offer the rate asked: bunched requests queue as the rate would not
+    have made them, so it is measured again, ``LATE_RETRIES`` times at most, and the last one kept."""
     plan = run.plan
     when = offsets(plan, axis, rate)
-    n = len(when)
-    prompts = run.prefixes.requests(plan.prompts, n)
-    lengths = [plan.tokens_for(i) for i in range(n)]
-    per_request = (run.pace.per_token or 0.0) * max(lengths)
-    limit = PACE_FACTOR * ((when[-1] if when else 0.0) + per_request) + 1.0
-    sent, _ = client.run_open_loop(run.base_url, run.model, prompts, lengths, when, deadline_s=limit,
-                                   stall_s=plan.stall_s, on_done=_teller(progress, rate, n))
+    for attempt in range(LATE_RETRIES + 1):
+        sent = _send(run, plan, when, rate, progress)
+        late = late_by(sent, when)
+        if late is None:
+            break
+        again = attempt < LATE_RETRIES
+        run.out.warnings.append(f"request rate {rate_text(rate)}: the client sent a request {1000 * late[0]:.0f} ms "
+                                f"late (median {1000 * late[1]:.1f} ms), more than half the mean gap between "
+                                "requests: the rate offered was lower than asked and its requests bunched (a busy "
+                                "host?); " + ("measured again" if again else
+                                              f"late on all {LATE_RETRIES + 1} measurements, the last one kept"))
     results = [req for _, req in sent]
     for req in results:
         if req.ok:
             run.open_loop.add(req)
     bad = [r for r in results if not r.ok and not r.timed_out]
+    n = len(when)
     if results and len(bad) == len(results):
         stalled = [r for r in bad if r.stalled]
         marked = f" ({len(stalled)} {STALLED_MARK})" if stalled else ""
@@ -111,13 +120,31 @@ def _probe(run: Session, axis: RateAxis, rate: float, progress: RateProgress | N
     if bad:
         run.out.warnings.append(f"request rate {rate_text(rate)}: {len(bad)} of {n} requests failed (counted against "
                                 f"its attainment): {bad[0].error or '?'}")
+    return probe_record(rate, results, plan)
+
+
+def _send(run: Session, plan: BenchPlan, when: list[float], rate: float,
+          progress: RateProgress | None) -> list[tuple[float, RequestResult]]:
+    """One probe's requests sent on their schedule ``when``: [(due time, result)]."""
+    n = len(when)
+    prompts = run.prefixes.requests(plan.prompts, n)
+    lengths = [plan.tokens_for(i) for i in range(n)]
+    per_request = (run.pace.per_token or 0.0) * max(lengths)
+    limit = PACE_FACTOR * ((when[-1] if when else 0.0) + per_request) + 1.0
+    sent, _ = client.run_open_loop(run.base_url, run.model, prompts, lengths, when, deadline_s=limit,
+                                   stall_s=plan.stall_s, on_done=_teller(progress, rate, n))
+    return sent
+
+
+def late_by(sent: list[tuple[float, RequestResult]], when: list[float]) -> tuple[float, float] | None:
+    """(the latest send, the median lateness) in seconds where the client sent a request later than
+    ``LATE_SHARE`` of the schedule's mean gap; None where it kept the schedule."""
+    n = len(when)
     late = [req.t_start - due for due, req in sent]
     gap = (when[-1] / (n - 1)) if n > 1 and when[-1] > 0 else None
-    if gap is not None and late and max(late) > LATE_SHARE * gap:
-        run.out.warnings.append(f"request rate {rate_text(rate)}: the client sent a request {1000 * max(late):.0f} ms "
-                                f"late (median {1000 * statistics.median(late):.1f} ms), more than half the mean gap "
-                                "between requests: the rate offered was lower than asked (a busy host?)")
-    return probe_record(rate, results, plan)
+    if gap is None or not late or max(late) <= LATE_SHARE * gap:
+        return None
+    return max(late), statistics.median(late)
 
 
 def measure_rates(base_url: str, model: str, plan: BenchPlan, *, deadline: float,

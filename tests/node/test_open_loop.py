@@ -104,3 +104,35 @@ def test_a_server_that_stopped_answering_fails_the_benchmark(tmp_path):
     axis = RateAxis(max_rate=4, min_rate=4, requests=4, max_probes=2)
     got = measure_rates(sp.spec.base_url, MODEL, plan(axis, warmup=0), deadline=time.monotonic() + 30)
     assert not got.ok and got.error == "request rate 4 req/s: 4 of 4 requests failed: connection refused", got.error
+
+
+def test_a_probe_the_client_sent_late_is_measured_again_and_the_on_time_one_kept(server):
+    """The client's thread stalls for 0.8 s 0.7 s into the first probe (an alarm whose handler sleeps, in
+    the thread that runs the client's event loop, as a busy host's scheduler would stall it), so its
+    requests due meanwhile go out late and bunched: that probe did not offer 2 req/s. It is measured
+    again, the warning says so, and the record kept is the second, sent on time."""
+    import signal
+
+    axis = RateAxis(max_rate=2, min_rate=2, requests=6, max_probes=1)
+    starts: list[float] = []
+
+    def told(rate: float, done: int, total: int) -> None:
+        if done == 0:
+            starts.append(time.monotonic())
+            if len(starts) == 1:  # the first measurement only
+                signal.setitimer(signal.ITIMER_REAL, 0.7)
+
+    old = signal.signal(signal.SIGALRM, lambda *_: time.sleep(0.8))
+    try:
+        got = measure_rates(server.spec.base_url, MODEL, plan(axis), deadline=time.monotonic() + 60, progress=told)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert got.ok, got.error
+    assert len(starts) == 2  # the probe at 2 req/s began twice
+    late = [w for w in got.warnings if "late" in w]
+    assert len(late) == 1 and late[0].startswith("request rate 2 req/s: the client sent a request ") \
+        and late[0].endswith("measured again"), got.warnings
+    probe = got.measurement.rate.probes[0]
+    assert len(got.measurement.rate.probes) == 1 and probe.requests == 6 and probe.held
+    assert probe.sent_rate == pytest.approx(2.0, rel=0.1)  # the kept measurement kept the schedule

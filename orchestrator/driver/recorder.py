@@ -69,7 +69,7 @@ class Recorder:
         """A launch that failed on the job, not its config (``outcome.Final.job_error``: the server
         refused the job's requests as longer than its limit) stops the run with that one line, exit 2:
         no config is held to it, and a study this run created holds nothing measured, so it is
-        forgotten (``StudyDriver._forget_unlaunched``): the fixed job starts it afresh."""
+        forgotten (``StudyStart.forget_unlaunched``): the fixed job starts it afresh."""
         if final.job_error is None:
             return
         self.job_error = True

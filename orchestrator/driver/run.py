@@ -6,12 +6,14 @@ policy (``study.policy``) for configs, hand their ``TrialSpec``s to the executor
 each result's final outcome (``core.outcome.decide``, the correctness gate included),
 record it through the policy, and stop on the budget, the deadline, a signal
 (``driver.signals``) or a circuit breaker. The loop asks, starts, collects and tells; each
-other job is an object handed to it: the tell step (``driver.recorder``), the launches
-(``driver.launcher``), the golden reference's lifecycle (``driver.golden_lifecycle``, its votes
-``driver.golden``'s), the relaunch schedule (``driver.relaunch_schedule``), the baseline's
-repeats (``driver.baseline_repeats``), the race of the finalists (``driver.race_runner``), the
-deadline (``driver.time_budget``) and the circuit breaker (``driver.breaker``); what runs is
-``driver.loop_state``'s, every line the run prints ``driver.progress``'s.
+other job is an object handed to it: the study's start-up (``driver.study_start``: sampler,
+pre-flight, pre-screened space, the study opened, what a dead driver left), the tell step
+(``driver.recorder``), the launches (``driver.launcher``), the golden reference's lifecycle
+(``driver.golden_lifecycle``, its votes ``driver.golden``'s), the relaunch schedule
+(``driver.relaunch_schedule``), the baseline's repeats (``driver.baseline_repeats``), the race of
+the finalists (``driver.race_runner``), the deadline (``driver.time_budget``) and the circuit
+breaker (``driver.breaker``); what runs is ``driver.loop_state``'s, every line the run prints
+``driver.progress``'s.
 
 A driver that stops for any reason first ends its running trials and records them
 ``interrupted`` (re-queued once): no trial stays RUNNING.
@@ -35,7 +37,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
@@ -44,8 +45,8 @@ import optuna
 
 from orchestrator.config.job_checks import check_sampler_installed
 from orchestrator.config.yaml_input import display_path
-from orchestrator.core import correctness, logs, nccl, prescreened
-from orchestrator.core.errors import BadInput, RuntimeFailure, StorageWriteError, is_file_write_failure
+from orchestrator.core import correctness, logs, nccl
+from orchestrator.core.errors import RuntimeFailure, StorageWriteError, is_file_write_failure
 from orchestrator.core.records import COMPLETE, FailureKind, TrialResult
 from orchestrator.driver.baseline_repeats import BaselineRepeats
 from orchestrator.driver.breaker import Breaker
@@ -55,34 +56,19 @@ from orchestrator.driver.golden_lifecycle import GoldenLifecycle
 from orchestrator.driver.launcher import Launcher
 from orchestrator.driver.lock import DriverLock
 from orchestrator.driver.loop_state import Launch, LoopState
-from orchestrator.driver.prescreen import run_prescreen
-from orchestrator.driver.prescreen_drop import (
-    LATE_RATIO,
-    PrescreenedSpace,
-    dropped_settings,
-    late_settings,
-    setting_key,
-)
-from orchestrator.driver.prescreen_table import format_prescreen
 from orchestrator.driver.progress import Progress, RunSummary
 from orchestrator.driver.race_runner import RaceRunner
 from orchestrator.driver.ray_executor import RayExecutor
 from orchestrator.driver.recorder import Recorder
 from orchestrator.driver.relaunch_schedule import RelaunchSchedule
 from orchestrator.driver.signals import StopSignals
+from orchestrator.driver.study_start import StudyStart, path_warnings
 from orchestrator.driver.time_budget import TimeBudget
-from orchestrator.node import preflight
 from orchestrator.study import objective as objectives
 from orchestrator.study import storage
 from orchestrator.study.goodput import goodput_answer
 from orchestrator.study.plan import build_plan
 from orchestrator.study.policy import SearchPolicy
-from orchestrator.study.samplers import make_sampler, make_strategy, startup_trials
-from orchestrator.study.shared import SharedStudy, is_shared, shown
-from orchestrator.study.storage import (
-    open_study,
-)
-from orchestrator.study.strategies.base import Strategy
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +99,6 @@ class StudyDriver:
         self.baseline_key: str | None = None
         self.reference: GoldenLifecycle | None = None  # built once the study's policy is
         self.policy: SearchPolicy | None = None
-        self._late: Callable[[dict], bool] | None = None  # the pre-screen's prior: settings tried late
         self.breaker = Breaker(job.max_consecutive_failures, self.dir.logs, job.path)
         self.launcher = Launcher(job)
         self.recorder = Recorder(job, self.progress, self.breaker, self.launcher)
@@ -124,10 +109,10 @@ class StudyDriver:
                                            self.progress)
         self.repeats = BaselineRepeats(self.launcher, self.recorder, self.say)
         self.race = RaceRunner(job.objective, 0 if goodput else job.budget.confirm, self.launcher, self.progress)
-        self._empty_study: tuple[optuna.Study, bool] | None = None  # a study this run created, still empty
         self.prompt_set = storage.prompt_fingerprint(job) or {}  # what every trial is measured on
-        self.shared: SharedStudy | None = None  # other drivers may run the study at once (``study.shared``)
-        self._took_over_at = 0.0  # when this run last looked for dead drivers' trials (a shared study)
+        # the study's start-up: sampler, pre-flight, pre-screened space, the study opened (shared or
+        # not), what a dead driver left, a study this run created and left empty
+        self.start = StudyStart(job, trials=self.trials, normalize=self.backend.normalize, say=self.say)
 
     def make_executor(self) -> Executor:
         if self._executor is None:
@@ -164,36 +149,31 @@ class StudyDriver:
         executor = None
         try:
             executor = self.make_executor()  # first: a cluster that cannot be reached leaves no study behind
-            sampler, strategy = self._sampler()
-            self._preflight(executor)  # before the study is opened: a refused run creates or changes nothing
-            new_journal = job.journal_path is not None and not job.journal_path.exists()
-            if is_shared(job.storage):
-                self.shared = SharedStudy(job.storage, job.study, grace_s=round(job.timeouts.takeover_s))
-            study = open_study(job, sampler, say=self.say, storage=self.shared.storage if self.shared else None)
-            # a shared study another driver may be running is never forgotten here
-            self._empty_study = (study, new_journal) if not study.get_trials(deepcopy=False) and not self.shared \
-                else None
+            start = self.start
+            sampler, strategy = start.sampler()
+            start.preflight(executor)  # before the study is opened: a refused run creates or changes nothing
+            study = start.open(sampler)
             self.baseline_config = job.baseline_config()  # exactly the job's baseline: nothing sampled
-            space = self._space(self.baseline_config)
+            space = start.space(self.baseline_config)
             policy = self.policy = SearchPolicy(study, space, self.backend.normalize,
                                                 baseline=self.baseline_config, budget=self.trials,
                                                 remeasure=job.remeasure, seed=job.sampler.seed, strategy=strategy,
-                                                objective=job.objective, late=self._late,
+                                                objective=job.objective, late=start.late,
                                                 run=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                                shared=self.shared is not None,
-                                                on_ask=self.shared.beat_one if self.shared else None)
-            if self.shared is not None:
-                self._share(policy)
+                                                shared=start.shared is not None,
+                                                on_ask=start.shared.beat_one if start.shared else None)
+            if start.shared is not None:
+                start.share(policy, self.relaunches, self.race)
             self.progress.expected_left = lambda n: self._expected_left(policy, executor, n)
             self.baseline_key = policy.baseline_key  # the policy's identity of the baseline config
             self.reference = GoldenLifecycle(job, GoldenSource(job, self.baseline_config, self.say), self.baseline_key,
                                              self.backend.default_values(), self.recorder, self.launcher, self.say)
             self.say(f"study {job.study!r} of {job.path}: results in {display_path(self.report_dir)}")
-            self._warn_advice()
+            start.warn_advice()
             expanded = objectives.expansion(job.objective)
             if expanded:  # a one-word objective: say what it means
                 self.say(expanded)
-            self._recover(executor, policy)
+            start.recover(executor, policy)
             if self.trials is not None and policy.budget_used() >= self.trials:
                 self.say(f"budget reached: {policy.budget_used()} of {self.trials} trials already ran")
                 if self.relaunches.noise_due(policy):
@@ -207,7 +187,7 @@ class StudyDriver:
                     self.say("the race of the finalists is not over: continuing it")
             return self._loop(study, policy, executor)
         except BaseException:
-            self._forget_unlaunched()
+            self.start.forget_unlaunched(self.recorder.job_error)
             raise
         finally:
             try:
@@ -217,115 +197,13 @@ class StudyDriver:
             finally:
                 if executor is not None and self._owns_executor:
                     executor.shutdown()
-                if self.shared is not None:
-                    self.shared.close()
+                if self.start.shared is not None:
+                    self.start.shared.close()
                 lock.release()
                 for folder in created:  # nothing happened: leave no empty study folder (nor its parents made here)
                     if any(folder.iterdir()):
                         break
                     folder.rmdir()
-
-    def _sampler(self) -> tuple[optuna.samplers.BaseSampler, Strategy]:
-        """The job's sampler and what the policy does with it (``samplers.make_strategy``: with the
-        start-up trials the sampler was built with, which the policy picks)."""
-        job = self.job
-        budget, space_size = self.trials or 50, job.space.size()
-        try:
-            sampler = make_sampler(job.sampler.name, seed=job.sampler.seed, budget=budget, space_size=space_size,
-                                   n_startup_trials=job.sampler.n_startup_trials, options=job.sampler.options,
-                                   search_space=job.space.distributions())
-            startup = startup_trials(job.sampler.name, budget=budget, space_size=space_size,
-                                     n_startup_trials=job.sampler.n_startup_trials, options=job.sampler.options)
-            strategy = make_strategy(job.sampler.name, startup=startup, options=job.sampler.options)
-        except ValueError as exc:
-            raise BadInput(str(exc), file=str(job.path), key="sampler") from None
-        return sampler, strategy
-
-    def _share(self, policy: SearchPolicy) -> None:
-        """A shared study (``study.shared``): heartbeats for this run's trials in flight, and the
-        relaunches and the race left to the driver that holds them."""
-        shared = self.shared
-        assert shared is not None
-        self.say(f"study {self.job.study!r} is shared through {shown(self.job.storage)}: other drivers may run it at "
-                 "once (each with its own report_dir); none launches a config another measured or is measuring")
-        shared.start_beats(lambda: [p.number for p in policy.in_flight() if p.cached is None])
-        if (self.relaunches.share > 0 or self.race.budget > 0) and not shared.take_extras():
-            self.relaunches.share, self.race.budget = 0.0, 0
-            self.say("the relaunches and the race of the finalists are another driver's (it holds them): this run "
-                     "only searches")
-
-    def _take_over(self, policy: SearchPolicy, *, now: bool = False) -> None:
-        """A shared study: the trials of drivers that died (no heartbeat for ``timeouts.takeover``) are
-        recorded interrupted and their configs re-queued, once every heartbeat period at most."""
-        if self.shared is None or (not now and time.monotonic() - self._took_over_at < self.shared.heartbeat_s):
-            return
-        self._took_over_at = time.monotonic()
-        kept, lost = policy.account_stale(self.shared.stale(policy.study))
-        for number in kept:
-            self.say(f"#{number} was left running by a driver that stopped after its result was stored: kept as "
-                     "recorded")
-        for number in lost:
-            self.say(f"#{number} was left running by a driver that stopped (no heartbeat): marked interrupted, "
-                     "re-queued")
-
-    def _recover(self, executor: Executor, policy: SearchPolicy) -> None:
-        """What a dead driver left: its servers ended, its RUNNING trials finished or re-queued."""
-        killed = executor.cleanup_orphans(self.dir.servers)
-        if killed:
-            self.say(f"ended {len(killed)} server(s) left behind by a previous driver")
-        self._take_over(policy, now=True)
-        for number in policy.finish_recorded():
-            self.say(f"#{number} was left running by a dead driver after its result was stored: kept as recorded")
-        for number in policy.recover_interrupted():
-            self.say(f"#{number} was left running by a dead driver: marked interrupted, re-queued")
-
-    def _forget_unlaunched(self) -> None:
-        """A run refused before anything ran (the golden reference file unusable, the
-        pre-screen refused, Ctrl-C at start) leaves no study it created: nothing was measured
-        under these settings, and a fixed job must find none to clash with. Nor does a run the job's
-        own error stopped (``Recorder.stop_on_job_error``) before anything of the study was measured."""
-        empty, self._empty_study = self._empty_study, None
-        if empty is None:
-            return
-        study, new_journal = empty
-        try:
-            trials = study.get_trials(deepcopy=False)
-            measured = [t for t in trials if t.state != optuna.trial.TrialState.FAIL]
-            if measured or (trials and not self.recorder.job_error):
-                return
-            storage.forget_study(self.job, study, journal_made_here=new_journal)
-        except Exception:  # the refusal is what the user must see
-            log.debug("could not remove the study this run created", exc_info=True)
-
-    def _preflight(self, executor: Executor) -> None:
-        """Before the first launch: does every node have what the trials need? One line per
-        node with a problem, and nothing launched (``orchestrator.node.preflight``)."""
-        problem = preflight.format_problems(executor.preflight(preflight.needs(self.job)))
-        if problem:
-            raise RuntimeFailure(problem)
-
-    def _space(self, baseline: dict):
-        """The job's space, minus NCCL settings the all-reduce pre-screen dropped (if enabled);
-        the baseline's own setting always stays (every result reads as x baseline)."""
-        if not self.job.prescreen.enabled:
-            return self.job.space
-        stored = self.dir.prescreen
-        if stored.exists():
-            data = prescreened.load(stored)
-        else:
-            self.say("pre-screen: measuring all-reduce latency per NCCL setting before any server launch")
-            data = run_prescreen(self.job, say=self.say)
-            self.say(format_prescreen(data))
-        dropped = dropped_settings(data, self.job.prescreen.keep_within)
-        dropped.pop(setting_key(baseline) or "", None)
-        if dropped:
-            self.say(f"pre-screen: {len(dropped)} NCCL setting(s) dropped before launch")
-        late = late_settings(data) - set(dropped)
-        if late:
-            self.say(f"pre-screen: {len(late)} NCCL setting(s) {LATE_RATIO:g}x the fastest all-reduce or slower, "
-                     "tried late")
-            self._late = lambda config: setting_key(config) in late
-        return PrescreenedSpace(self.job.space, dropped, self.backend.normalize)
 
     def _expected_left(self, policy: SearchPolicy, executor: Executor, launches: int) -> float | None:
         """Seconds the rest of the run should take by the measured launch costs: the search's
@@ -338,11 +216,6 @@ class StudyDriver:
         total = search + relaunch + (self.race.seconds(policy) or 0.0)
         return total / max(1, executor.slots)
 
-    def _warn_advice(self) -> None:
-        """What the job allows but likely does not mean (``Job.advice``), said before anything is launched."""
-        for advice in getattr(self.job, "advice", ()):
-            log.warning("%s", advice)
-
     # ---- the loop ---------------------------------------------------------------------------
     def _loop(self, study: optuna.Study, policy: SearchPolicy, executor: Executor) -> RunSummary:
         reference = self.reference
@@ -352,7 +225,7 @@ class StudyDriver:
                             TimeBudget(self.timeout_s, self.progress.t_start),
                             checks=self.job.correctness.enabled)
             try:
-                run.said_paths = _path_warnings(study)
+                run.said_paths = path_warnings(study)
                 run.golden = reference.golden(run)
                 reference.start_votes(run)
                 self.progress.bans(policy.bans())
@@ -378,7 +251,7 @@ class StudyDriver:
             if run.signals.kill_now and run.in_flight:
                 run.executor.cancel_all()
             if not stop_starting:
-                self._take_over(run.policy)
+                self.start.take_over(run.policy)
                 self.repeats.start(run)
                 self.relaunches.start(run)
                 self._start_trials(run)
@@ -403,12 +276,13 @@ class StudyDriver:
         """Proposals into free slots; the golden reference's capture runs alone, first. A shared
         study's drivers pick one at a time (``SharedStudy.claim``); one that has no reference yet
         takes the one another driver stored, and waits while another may be capturing it."""
-        if self.shared is None:
+        shared = self.start.shared
+        if shared is None:
             self._start_trials_here(run)
             return
         if len(run.in_flight) >= run.executor.slots or run.search_over:
             return
-        with self.shared.claim():
+        with shared.claim():
             if run.need_reference:
                 stored = storage.stored_golden(run.study)
                 if stored:
@@ -545,10 +419,3 @@ class StudyDriver:
         return self.progress.best_summary(self.policy.best_row(), self.policy.baseline_row(), plan=plan,
                                           rows=rows, objective=self.job.objective, goodput=goodput)
 
-
-def _path_warnings(study: optuna.Study) -> set[str]:
-    """The engine all-reduce path warnings (``nccl.ENGINE_PATH_WARNING``) earlier runs of the
-    study recorded: each is shown once per study, not once per run."""
-    attrs = study.user_attrs
-    return {w for t in study.get_trials(deepcopy=False)
-            for w in storage.trial_attrs(t, attrs).get("warnings") or () if str(w).startswith(nccl.ENGINE_PATH_WARNING)}

@@ -43,7 +43,8 @@ from orchestrator.study.history import best_rows
 from orchestrator.study.policy import SearchPolicy
 from orchestrator.study.race import RACE, race_state
 from orchestrator.study.relaunch import RELAUNCH, next_relaunch
-from orchestrator.study.replay import Noise, SamplerSpec, Table, TableSpace, nearest_rank, replay_launch
+from orchestrator.study.replay import Noise, SamplerSpec, TableSpace, nearest_rank, replay_launch
+from orchestrator.study.replay_table import Table
 from orchestrator.study.samplers import make_sampler, startup_trials
 from orchestrator.study.storage import ATTR_LAUNCH_ROLE, ATTR_RACE, add_uncounted_trial
 

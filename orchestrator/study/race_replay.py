@@ -42,7 +42,8 @@ from orchestrator.study.night import run_schedule
 from orchestrator.study.policy import SearchPolicy
 from orchestrator.study.race import RACE
 from orchestrator.study.relaunch import RELAUNCH
-from orchestrator.study.replay import Row, Table, TableSpace, load_table
+from orchestrator.study.replay import TableSpace
+from orchestrator.study.replay_table import Row, Table, load_table
 from orchestrator.study.samplers import make_sampler, make_strategy, startup_trials
 
 LAUNCH_S = 60.0  # what one replayed launch costs (the schedule's shares need a cost; the table's own when it has one)

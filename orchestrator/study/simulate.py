@@ -27,14 +27,12 @@ from orchestrator.study import night, suite
 from orchestrator.study.replay import (
     DEFAULT_SAMPLERS,
     Noise,
-    Table,
     format_comparison,
     format_summary,
     format_table,
-    load_table,
     run_simulation,
-    write_table,
 )
+from orchestrator.study.replay_table import Table, load_table, write_table
 
 
 def add_simulate_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.core.records import Config, FailureKind, config_key
-from orchestrator.study.replay import Row, Table, TableError, index_table
+from orchestrator.study.replay_table import Row, Table, TableError, index_table
 
 Failure = tuple[str, str]  # (failure kind, what the server's log says)
 

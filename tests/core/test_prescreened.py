@@ -12,8 +12,8 @@ from orchestrator.core import prescreened
 from orchestrator.core.prescreened import VERSION, Prescreen
 from orchestrator.driver.prescreen_drop import dropped_settings, late_settings
 from orchestrator.driver.prescreen_table import format_prescreen, sweep_csv
-from orchestrator.results.export import tuner_sweep_rules
 from orchestrator.results.report.sections import _prescreened_latency
+from orchestrator.results.tuner_rules import tuner_sweep_rules
 
 FIXTURES = REPO / "tests" / "fixtures" / "prescreen"
 WINNER = {"tp_size": 2, "env.NCCL_PROTO": "LL", "env.NCCL_ALGO": "Ring"}

@@ -30,7 +30,7 @@ from orchestrator import cli
 from orchestrator.config.job import load_job
 from orchestrator.study.history import best_rows, trial_rows
 from orchestrator.study.plan import build_plan
-from orchestrator.study.replay import load_table, table_from_study
+from orchestrator.study.replay_table import load_table, table_from_study
 from orchestrator.study.storage import open_study
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.study import night
-from orchestrator.study.replay import Row, index_table
+from orchestrator.study.replay_table import Row, index_table
 
 
 def table(n=6, best=5):

@@ -16,7 +16,8 @@ from orchestrator.study import objective as objectives
 from orchestrator.study.feasible import FeasibleSampler
 from orchestrator.study.history import trial_rows
 from orchestrator.study.policy import Proposal, SearchPolicy
-from orchestrator.study.replay import TableSpace, load_table, replay_levels
+from orchestrator.study.replay import TableSpace, replay_levels
+from orchestrator.study.replay_table import load_table
 from orchestrator.study.samplers import make_sampler
 from orchestrator.study.storage import CONSTRAINT
 from orchestrator.study.strategies import picks

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.study.race_replay import LaunchNoise, main, replay_verdicts
-from orchestrator.study.replay import load_table
+from orchestrator.study.replay_table import load_table
 
 
 def table(tmp_path: Path, rows: str):

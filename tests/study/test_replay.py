@@ -1,40 +1,32 @@
-"""Replay harness: table format, the table space, replays, reports, tables from studies, CLI."""
+"""Replay harness: the table space, replays, the noise model, reports, the comparison's command line
+(the tables themselves: test_replay_table.py)."""
 
 from __future__ import annotations
 
 import io
 import random
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
-import optuna
 import pytest
-from tiny_table import TINY
+from tiny_table import COSTLY, PLAN, TINY, write
 
 from orchestrator.config.job import Objective
 from orchestrator.config.sampler_options import DEFAULT_SAMPLER
-from orchestrator.core.errors import BadInput
-from orchestrator.study.policy import SearchPolicy
 from orchestrator.study.replay import (
     LAUNCH_OVERHEAD_S,
     REPEAT_S,
     Noise,
     SamplerSpec,
-    TableError,
     TableSpace,
     format_comparison,
     format_summary,
     format_table,
-    load_table,
     replay_launch,
-    replay_levels,
     replay_once,
     run_simulation,
-    table_from_frame,
-    table_from_study,
 )
+from orchestrator.study.replay_table import load_table
 from orchestrator.study.simulate import main
 
 TABLES = Path(__file__).resolve().parents[2] / "docs" / "tables"
@@ -45,36 +37,6 @@ def tiny(tmp_path):
     path = tmp_path / "tiny.csv"
     path.write_text(TINY)
     return path
-
-def test_load_table_types_wildcards_and_best(tiny):
-    t = load_table(tiny)
-    assert len(t.rows) == 8 and t.best == 20.0
-    assert t.choices == {"tp_size": [1, 2, 4], "graph": [False, True], "proto": ["LL", "Simple", "LL128"]}
-    assert t.baseline.params == {"tp_size": 2, "graph": False, "proto": "LL"}
-    assert t.rows[0].params == {"tp_size": 1, "graph": False}  # empty cell: does not matter
-    assert t.lookup({"tp_size": 1, "graph": False, "proto": "LL128"}) is t.rows[0]
-    assert t.lookup({"tp_size": 4, "graph": False, "proto": "LL"}) is None
-    assert [r.params["proto"] for r in t.within(0.02)] == ["LL"]
-
-
-@pytest.mark.parametrize("text, message", [
-    ("a,samples\n1,\n", "needs at least one sample"),
-    ("a,samples,failure\n1,,crashed\n", "failure must be empty or one of start-crash"),
-    ("a,samples,failure\n1,,interrupted\n", "failure must be empty or one of"),
-    ("a,samples\n1,3;x\n", "samples must be numbers"),
-    ("a,samples\n1,-3\n", "positive"),
-    ("a\n1\n", "needs a 'samples' column"),
-    ("samples\n3\n", "at least one parameter column"),
-    ("a,b,samples\n1,,3\n1,2,4\n", "describe the same configuration"),
-    ("a,samples,baseline\n1,3,1\n2,4,1\n", "at most one row"),
-    ("a,samples,failure\n1,,start-crash\n", "every row fails"),
-])
-def test_bad_tables_are_refused_with_the_rule(tmp_path, text, message):
-    path = tmp_path / "bad.csv"
-    path.write_text(text)
-    with pytest.raises(TableError, match=message):
-        load_table(path)
-
 
 def test_table_space_normalizes_like_a_backend(tiny):
     space = TableSpace(load_table(tiny))
@@ -136,41 +98,6 @@ def test_run_simulation_and_markdown(tiny):
     assert "launches to within 2%: median" in md
     d = res.to_dict()
     assert d["samplers"][0]["spec"] == "tpe" and len(d["samplers"][0]["runs"]) == 3
-
-
-def test_table_from_study_round_trip(tiny):
-    t = load_table(tiny)
-    space = TableSpace(t)
-    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
-    base = {p: t.baseline.params.get(p, v[0]) for p, v in t.choices.items()}
-    policy = SearchPolicy(study, space, space.normalize, baseline=base, budget=None, seed=0)
-    rng = random.Random(0)
-    rows = t.by_key()
-    while (p := policy.next()) is not None:
-        if p.cached is not None:
-            policy.record(p, p.cached, counted=False)
-            continue
-        policy.record(p, replay_launch(rows[p.key], p.config, rng, 3, None))
-    df = table_from_study(study)
-    assert len(df) == 8
-    again = table_from_frame(df, "from-study")
-    assert {r.key for r in again.rows} == set(rows)
-    assert again.baseline.params == t.baseline.params
-    assert sorted(r.failure for r in again.rows if r.failure) == ["start-crash", "wrong-output"]
-    for r in again.rows:
-        if not r.failure:
-            assert set(r.samples) <= set(rows[r.key].samples)
-
-
-def test_shipped_tables_are_valid():
-    case = load_table(TABLES / "motivating-case.csv")
-    assert len(case.rows) == 84 and sum(r.failure is not None for r in case.rows) == 48
-    assert case.baseline.params == {"tp_size": 8, "graph_mode": "eager", "env.NCCL_PROTO": "Simple",
-                                    "env.NCCL_ALGO": "Ring"}
-    assert case.baseline.median == pytest.approx(20.0, rel=0.05)  # published enforce-eager figure
-    assert case.best == pytest.approx(57.0, rel=0.03)  # published "~57 after NCCL tuning"
-    small = load_table(TABLES / "h200-graphs-small.csv")
-    assert len(small.rows) < 24
 
 
 # the budgets of the commands in docs/benchmarks.md, "Search efficiency" (None: the table's size)
@@ -240,58 +167,13 @@ def test_a_replay_stops_proposing_a_value_that_gives_wrong_output_everywhere(tmp
         assert run.launches == len(table.rows) - 2  # the other two wrong rows were never launched
 
 
-# The replay harness on per-level (plan) tables (study/replay.py): the table format with one
-# ``samples@N`` column per level and its one-line errors, a replay that counts launches until the
-# plan's best at every level is within the target, single-level and random search on the same
-# table, a finished plan study written back as a table, and the plan tables in docs/tables (the
-# synthetic ones regenerate byte for byte).
-REPO = Path(__file__).resolve().parents[2]
-# the best config differs by level: solo/2 at 1, batch/2 at 8; batch/1 is the runner-up at 8
-TABLE = """\
-mode,size,samples@1,samples@8,failure,baseline,note
-solo,1,100;101;99,200;201;199,,1,
-solo,2,250;251;249,240;241;239,,,
-batch,1,120;121;119,600;601;599,,,
-batch,2,130;131;129,700;701;699,,,
-mega,1,,,start-crash,,
-mega,2,90;91;89,300;301;299,,,
-"""
-
-
-def write(tmp_path: Path, text: str, name: str = "t.csv") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
-def test_a_plan_table_has_one_sample_column_per_level(tmp_path):
-    t = load_table(write(tmp_path, TABLE))
-    assert t.levels == (1, 8) and t.by_level and len(t.rows) == 6
-    assert t.best_at(1) == 250 and t.best_at(8) == 700
-    solo2 = next(r for r in t.rows if r.params == {"mode": "solo", "size": 2})
-    assert solo2.median_at(8) == 240 and solo2.samples == [250, 251, 249]  # `samples`: the lowest level's
-    old = load_table(TABLES / "h200-graphs-small.csv")  # a table of one level reads as before
-    assert old.levels == () and not old.by_level and old.rows[0].median_at(1) == old.rows[0].median
-
-
-@pytest.mark.parametrize("text,needle", [
-    ("a,samples,samples@8,failure\nx,1,2,\n", "either a 'samples' column or one samples@N"),
-    ("a,samples@x,failure\nx,1,\n", "column 'samples@x': a level column is samples@N with N >= 1"),
-    ("a,samples@0,failure\nx,1,\n", "samples@N with N >= 1"),
-    ("a,samples@1,samples@8,failure\nx,1,,\n", "line 2: a row without a failure needs samples at every level "
-                                               "(samples@8 is empty)"),
-    ("a,samples@1,samples@8,failure\nx,1,-3,\n", "line 2: samples@8 must be positive tok/s"),
-    ("a,failure\nx,\n", "or one samples@N column per concurrency level"),
-])
-def test_a_bad_plan_table_is_one_line(tmp_path, text, needle):
-    with pytest.raises(TableError, match=None) as err:
-        load_table(write(tmp_path, text))
-    assert needle in str(err.value) and "\n" not in str(err.value)
-    assert isinstance(err.value, BadInput) and err.value.exit_code == 2
+# The replay harness on per-level (plan) tables: a replay that counts launches until the plan's best
+# at every level is within the target, single-level and random search on the same table (the table
+# format and a finished plan study written back: test_replay_table.py).
 
 
 def test_sampler_specs_name_the_levels_the_search_is_told(tmp_path):
-    t = load_table(write(tmp_path, TABLE))
+    t = load_table(write(tmp_path, PLAN))
     assert SamplerSpec.parse("tpe").objective(t) == Objective(concurrency=(1, 8))
     assert SamplerSpec.parse("tpe:levels=1").objective(t) == Objective(concurrency=(1,))
     mix = SamplerSpec.parse("tpe:weights=3+1").objective(t)
@@ -306,7 +188,7 @@ def test_sampler_specs_name_the_levels_the_search_is_told(tmp_path):
 
 
 def test_a_plan_replay_counts_launches_until_every_levels_best_is_within_target(tmp_path):
-    t = load_table(write(tmp_path, TABLE))
+    t = load_table(write(tmp_path, PLAN))
     for spec in ("tpe", "tpe:levels=1", "random", "nsga2"):
         run = replay_once(t, spec, 0, budget=6)
         assert run.launches_to_target is not None, (spec, run)  # within the budget: the whole table
@@ -316,57 +198,12 @@ def test_a_plan_replay_counts_launches_until_every_levels_best_is_within_target(
 
 
 def test_run_simulation_reports_every_level_against_single_level_and_random(tmp_path):
-    res = run_simulation(write(tmp_path, TABLE), "tpe,tpe:levels=1,random", seeds=3)
+    res = run_simulation(write(tmp_path, PLAN), "tpe,tpe:levels=1,random", seeds=3)
     assert res.levels == (1, 8) and res.level_bests == {1: 250, 8: 700}
     text = format_table(res)
     assert "over concurrency 1, 8, best 250 at 1, 700 at 8; target: the plan's best within 2% at every level" in text
     assert "| tpe:levels=1 |" in text and "launches to within 2% at every level" in text
     assert "t.csv (every level of 1, 8)" in format_summary([res])
-
-
-def test_a_finished_plan_study_becomes_a_plan_table(tmp_path):
-    t = load_table(write(tmp_path, TABLE))
-    study = optuna.create_study(directions=["maximize", "maximize"])
-    space = TableSpace(t)
-    policy = SearchPolicy(study, space, space.normalize, baseline=None, budget=None,
-                          objective=Objective(concurrency=(1, 8)))
-    rng = random.Random(0)
-    while (p := policy.next()) is not None:
-        policy.record(p, p.cached if p.cached else replay_levels(t.by_key()[p.key], p.config, rng, 3, None),
-                      counted=p.cached is None)
-    frame = table_from_study(study)
-    assert [c for c in frame.columns if c.startswith("samples")] == ["samples@1", "samples@8"]
-    back = table_from_frame(frame, name="back")
-    assert back.levels == (1, 8) and len(back.rows) == len(t.rows)
-    for row in back.rows:
-        want = next(r for r in t.rows if r.params == row.params)
-        assert row.failure == want.failure
-        if not want.failure:
-            assert set(row.levels[8]) <= set(want.levels[8])  # every sample drawn from the table's own
-
-
-def test_the_plan_tables_in_docs_load_and_the_synthetic_ones_regenerate(tmp_path):
-    real = load_table(TABLES / "plan-h200-vllm-1b.csv")
-    assert real.levels == (1, 10, 64) and len(real.rows) == 3
-    for name in ("plan-h200-vllm-graphs.csv", "plan-pcie-8gpu.csv"):
-        t = load_table(TABLES / name)
-        assert t.by_level and t.baseline is not None
-        bests = {lv: max(t.rows, key=lambda r, lv=lv: r.median_at(lv) or 0).key for lv in t.levels}
-        assert len(set(bests.values())) == 3  # by construction a different config is best at each level
-    copy = tmp_path / "gen"
-    copy.mkdir()
-    (copy / "generate_plan.py").write_bytes((TABLES / "generate_plan.py").read_bytes())
-    subprocess.run([sys.executable, str(copy / "generate_plan.py")], check=True, timeout=120)
-    for name in ("plan-h200-vllm-graphs.csv", "plan-pcie-8gpu.csv"):
-        assert (copy / name).read_bytes() == (TABLES / name).read_bytes(), name
-
-
-COSTLY = """tp_size,graph,env.NCCL_PROTO,samples,failure,baseline,startup_s,compile_s,note
-2,false,LL,10;10;10,,1,100,0,
-2,true,LL,20;20;20,,,300,50,compiles once per graph setting
-2,true,Simple,21;21;21,,,300,50,same compile key as the LL row: NCCL only
-2,false,Simple,9;9;9,start-crash,,40,0,
-"""
 
 
 def test_a_replay_with_start_up_costs_counts_the_hours_each_launch_took(tmp_path):
@@ -384,43 +221,7 @@ def test_a_replay_with_start_up_costs_counts_the_hours_each_launch_took(tmp_path
     assert "hours to within 2%: median" in text
 
 
-def test_a_bad_start_up_cell_is_one_line(tmp_path):
-    bad = COSTLY.replace("2,true,LL,20;20;20,,,300,", "2,true,LL,20;20;20,,,soon,")
-    with pytest.raises(TableError, match="line 3: startup_s must be seconds"):
-        load_table(write(tmp_path, bad))
-
-
-# ---- the motivating space (issue 37): its table, the noise model, the comparison ---------------------
-def test_the_motivating_space_regenerates_and_has_the_properties_it_stands_for(tmp_path):
-    """docs/tables/generate.py writes the table byte for byte; the table is the 672-config space of
-    the motivating job with its unsafe NCCL values: 6 optimal configs, TP4xPP2 with the same NCCL
-    settings 2.2% slower, NVLS and PAT refused at start with a log naming them, LL128 wrong text
-    after a full start, 1% noise per sample and launch noise, GLM-5-like start-up costs."""
-    copy = tmp_path / "gen"
-    copy.mkdir()
-    (copy / "generate.py").write_bytes((TABLES / "generate.py").read_bytes())
-    subprocess.run([sys.executable, str(copy / "generate.py"), "--out", str(copy)], check=True, timeout=120)
-    assert (copy / SPACE_TABLE).read_bytes() == (TABLES / SPACE_TABLE).read_bytes()
-    t = load_table(TABLES / SPACE_TABLE)
-    assert len(t.rows) == 672 and len(t.optimal()) == 6 and t.best == 57.0
-    assert {r.params["tp_size"] for r in t.rows if r.key in t.optimal()} == {8}
-    nccl = {"env.NCCL_PROTO": "LL", "env.NCCL_ALGO": "Ring", "env.NCCL_P2P_DISABLE": 0}  # the optimal configs'
-    assert all(all(r.params[k] == v for k, v in nccl.items()) for r in t.rows if r.key in t.optimal())
-    runner_up = max(r.median or 0 for r in t.rows if r.params["tp_size"] == 4
-                    and all(r.params[k] == v for k, v in nccl.items()))
-    assert runner_up == pytest.approx(0.978 * t.best)  # TP4xPP2, the same NCCL settings: 2.2% slower
-    assert sorted({r.median for r in t.rows if r.median})[-2] == runner_up  # the next best of the table
-    crashes = [r for r in t.rows if r.params["env.NCCL_ALGO"] in ("NVLS", "PAT")]
-    assert all(r.failure == "nccl-invalid" and r.params["env.NCCL_ALGO"] in r.log for r in crashes)
-    wrong = [r for r in t.rows if r.params["env.NCCL_PROTO"] == "LL128" and r not in crashes]
-    assert wrong and all(r.failure == "wrong-output" and r.startup_s > 200 for r in wrong)
-    working = [r for r in t.rows if not r.failure]
-    assert {(r.noise, r.launch_noise) for r in working} == {(0.01, 0.005)}
-    tp8_graphs = [r.startup_s for r in working if r.params["tp_size"] == 8 and r.params["graph_capture"]]
-    assert t.has_costs and max(tp8_graphs) == 450.0  # GLM-5 on 8 PCIe GPUs: 7.5 minutes with vLLM's default graphs
-    assert t.baseline.params["graph_capture"] is False and t.baseline.median == pytest.approx(20.0, rel=0.01)
-
-
+# ---- the motivating space (issue 37): the noise model, the comparison  ---------------------
 @pytest.mark.parametrize("seed", range(3))
 def test_on_the_motivating_space_the_default_launches_an_optimal_config_early_and_bans_the_bad_values(seed):
     """The properties behind docs/benchmarks.md's 20-seed figures, seed by seed: an optimal config
@@ -460,12 +261,6 @@ def test_a_failing_rows_log_is_what_its_replayed_failure_says(tmp_path):
     row = load_table(write(tmp_path, text)).rows[1]
     res = replay_launch(row, row.params, random.Random(0), 3, None)
     assert res.failure_kind == "nccl-invalid" and res.log_tail == "algorithm NVLS is not supported"
-
-
-@pytest.mark.parametrize("column, raw", [("noise", "2"), ("launch_noise", "-0.1"), ("noise", "lots")])
-def test_a_bad_noise_cell_is_one_line(tmp_path, column, raw):
-    with pytest.raises(TableError, match=f"line 2: {column} must be a coefficient of variation"):
-        load_table(write(tmp_path, f"a,samples,{column}\nx,10,{raw}\n"))
 
 
 def test_the_comparison_counts_the_first_optimal_launch_and_the_runs_within_target_by_a_launch(tiny, capsys):

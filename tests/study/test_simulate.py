@@ -9,7 +9,7 @@ import json
 import pytest
 from tiny_table import TINY
 
-from orchestrator.study.replay import load_table
+from orchestrator.study.replay_table import load_table
 from orchestrator.study.simulate import add_simulate_args, main
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.study import suite
-from orchestrator.study.replay import TableError, load_table, write_table
+from orchestrator.study.replay_table import TableError, load_table, write_table
 
 TABLES = Path(__file__).resolve().parents[2] / "docs" / "tables"
 

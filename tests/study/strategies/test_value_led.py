@@ -14,7 +14,8 @@ import pytest
 from orchestrator.core.records import COMPLETE, TrialResult
 from orchestrator.study.belief import Belief
 from orchestrator.study.policy import SearchPolicy
-from orchestrator.study.replay import SamplerSpec, load_table, replay_once
+from orchestrator.study.replay import SamplerSpec, replay_once
+from orchestrator.study.replay_table import load_table
 from orchestrator.study.strategies.value_led import EQUAL_WITHIN, NOISE, ValueLed
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)

@@ -82,6 +82,7 @@ class Goodput(Objective):
 
     kind_name: ClassVar[str] = "goodput"
     by_capacity: ClassVar[bool] = True
+    searches_load: ClassVar[bool] = True
 
     @property
     def headline(self) -> int | None:
@@ -107,6 +108,7 @@ class RateGoodput(Goodput):
     concurrency search's, so every reader of a goodput study's figure reads it unchanged."""
 
     kind_name: ClassVar[str] = "goodput by rate"
+    searches_load: ClassVar[bool] = False  # its probes are open-loop rates (``node.open_loop``)
 
     def export_unit(self, level: int | None, named: bool) -> str:
         """A capacity by rate is the output tok/s at the highest rate that held, not a total at N streams."""

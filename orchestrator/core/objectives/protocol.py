@@ -206,6 +206,9 @@ class Objective:
     by_level: ClassVar[bool] = False
     value_per_level: ClassVar[bool] = False
     by_capacity: ClassVar[bool] = False
+    # a launch searches the load axis (the concurrencies ``core.capacity`` picks, probing where the engine
+    # changes regime) instead of measuring the levels
+    searches_load: ClassVar[bool] = False
 
     def __new__(cls, *args: Any, **kw: Any) -> Objective:
         if cls is Objective or args or kw:  # build the kind the fields make (unpickling passes none)

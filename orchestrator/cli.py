@@ -524,11 +524,12 @@ def _status_json(args, job, rows, orphaned: str | None) -> None:
     from orchestrator.study.plan import build_plan
 
     listed = [r.to_json() for r in rows]
-    goodput = None
+    answer = None  # goodput's (None for every other kind)
     if job.objective.by_capacity:  # each config's capacity, its curve and its price
         from orchestrator.study.goodput import goodput_answer
 
         goodput = goodput_answer(rows, job.objective, job.pricing())
+        answer = goodput.to_dict()
         capacities = {c.row.number: c.to_dict() for c in goodput.configs}
         listed = [{**rec, "capacity": capacities.get(rec["number"])} for rec in listed]
     plan = build_plan(rows, job.objective)
@@ -536,14 +537,14 @@ def _status_json(args, job, rows, orphaned: str | None) -> None:
     base = baseline_row(rows)
     base = base if base is not None and base.state == "COMPLETE" and base.value is not None else None
     summary = Progress.best_summary(ranked[0] if ranked else None, base, plan=None, rows=rows,
-                                    objective=job.objective, goodput=None)
+                                    objective=job.objective)
     raced = race.said(race.outcomes(rows, job.objective), race.trial_numbers(rows))
     drift = plan.evidence.headline_drift(job.objective).text() if plan.evidence is not None else ""
     notes = [n for n in (raced, load_note(rows), drift if drift not in raced else "", orphaned) if n]
     _emit("status", job=str(job.path), study=job.study, trials=listed,
           best=best(summary, objectives.unit(objectives.levels(job.objective)[0])),
           plan=plan.to_dict() if job.objective.by_level else None,
-          goodput=goodput.to_dict() if goodput is not None else None,
+          goodput=answer,
           not_explored=coverage.describe(coverage.of_job(job, rows)), notes=notes)
 
 

@@ -192,7 +192,7 @@ from orchestrator.core.ceiling import parse_bandwidth
 from orchestrator.core.durations import format_duration, parse_duration
 from orchestrator.core.errors import BadInput, RuntimeFailure, brief
 from orchestrator.core.level import parse as parse_level
-from orchestrator.core.objectives import Latency, Measure, Objective, PerGpu
+from orchestrator.core.objectives import Draft, Latency, Measure, Objective, PerGpu, Refused
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO
 from orchestrator.core.price import Cost, Pricing
 from orchestrator.core.rate_search import RateAxis
@@ -835,48 +835,34 @@ def _objective(top: Section, bench: BenchSettings) -> Objective:
     else:
         sec = top.section("objective", keys)
     context = _context_axis(sec, bench)
-    obj = _objective_levels(sec, context)
-    goodput = _goodput(sec)
-    rate = _rate_axis(sec, bench)
-    searched = goodput is not None or rate is not None
-    if searched and ("concurrency" in sec.data or "weights" in sec.data):
-        what = "concurrency (up to max_concurrency)" if rate is None else "request rate (up to max_rate)"
-        raise sec.bad("goodput", f"goodput finds its own {what}: give goodput, or concurrency (with weights), "
-                                 "not both")
-    if searched and context:
-        raise sec.bad("context", f"goodput searches the {'concurrency' if rate is None else 'request rate'} at one "
-                                 "prompt length: give goodput or context, not both (bench.context sets the length "
-                                 "goodput measures at)")
-    slo_raw = top.raw("slo", None)
-    if slo_raw is None and preset is not None:
-        slo_raw = PRESETS[preset][1]
-    levels = (goodput,) if goodput is not None else () if rate is not None else obj.levels
-    slo = _slo(top, slo_raw, levels if searched else tuple(levels) + tuple(bench.concurrency), searched,
-               rate is not None)
-    if searched and slo is None:
-        targets = f"{', '.join(SLO_NAMES)}" + (", or per request ttft, tpot, e2e with attainment: {ttft: 200ms, "
-                                                "attainment: 0.99}" if rate is not None else "")
-        raise sec.bad("goodput", f"needs the latency targets that bound it: slo: {{tpot_p99: 50ms}} (any of {targets})")
-    return Objective(concurrency=obj.concurrency, weights=obj.weights, context=context, goodput=goodput, slo=slo,
-                     preset=preset, measure=_measure(sec, goodput if rate is None else 0), rate=rate)
+    concurrency = _concurrency(sec)
+    draft = Draft(concurrency=concurrency, context=context,
+                  weights=_weights(sec, Draft(concurrency=concurrency, context=context).levels),
+                  goodput=_goodput(sec), rate=_rate_axis(sec, bench), given=frozenset(sec.data), preset=preset)
+    try:  # the kind the fields make says what it refuses, which levels the targets may name, and builds it
+        kind = draft.kind
+        slo_raw = top.raw("slo", None)
+        if slo_raw is None and preset is not None:
+            slo_raw = PRESETS[preset][1]
+        slo = _slo(top, slo_raw, kind.slo_levels(draft, tuple(bench.concurrency)), kind.by_capacity,
+                   kind.per_request_slo)
+        return draft.build(slo, _measure(sec))
+    except Refused as exc:
+        raise sec.bad(exc.key, exc.why) from None
 
 
-def _measure(sec: Section, goodput: int | None) -> Measure:
+def _measure(sec: Section) -> Measure:
     """What one level of one launch is worth: its throughput (per GPU with ``per_gpu``), or with
-    ``minimize`` the lowest latency percentile (``core.objectives``)."""
+    ``minimize`` the lowest latency percentile (``core.objectives``); the kind refuses one it does
+    not answer in (``Objective.refuse_measure``)."""
     per_gpu = sec.flag("per_gpu", False)
     metric = sec.raw("minimize", None)
-    if per_gpu and goodput is not None:
-        raise sec.bad("per_gpu", "goodput answers with each config's capacity, priced per GPU by cost: "
-                                 "({gpu_hour: ...}): give per_gpu with concurrency, not with goodput")
     if metric is None:
         return PerGpu() if per_gpu else Measure()
     if not isinstance(metric, str) or metric not in SLO_NAMES:
         hint = did_you_mean(metric, SLO_NAMES) if isinstance(metric, str) else ""
         raise sec.bad("minimize", f"unknown latency {brief(metric)}{hint}; allowed: {', '.join(SLO_NAMES)} (a "
                                   "recorded percentile of TTFT, TPOT, ITL or E2E, lowest wins)")
-    if goodput is not None:
-        raise sec.bad("minimize", "goodput maximizes the tok/s within the SLO: give goodput or minimize, not both")
     if per_gpu:
         raise sec.bad("per_gpu", "divides a throughput by the GPUs a config occupies; a latency (minimize) is "
                                  "not divided: give per_gpu or minimize, not both")
@@ -1069,34 +1055,33 @@ def _level_list(sec: Section, raw: Any, shape: str, each: str = "", empty: bool 
     return raw
 
 
-def _objective_levels(sec: Section, context: tuple[int, ...] = ()) -> Objective:
+def _concurrency(sec: Section) -> tuple[int, ...]:
+    """``objective.concurrency``: the levels (requests in flight); one level may be a bare number."""
     raw = sec.raw("concurrency", [1])
     if isinstance(raw, int) and not isinstance(raw, bool):
         raw = [raw]  # one level: ``concurrency: 32``
-    raw = _level_list(sec, raw, "must be a non-empty list of levels such as [1, 10, 64]", each=" (requests in flight)",
-                      empty=False)
-    plain = Objective(concurrency=tuple(raw), context=context)
-    levels = plain.levels
-    weights = sec.raw("weights", None)
-    if weights is None:
-        return plain
-    if not isinstance(weights, Mapping) or not weights:
+    return tuple(_level_list(sec, raw, "must be a non-empty list of levels such as [1, 10, 64]",
+                             each=" (requests in flight)", empty=False))
+
+
+def _weights(sec: Section, levels: tuple[int, ...]) -> dict[int, float] | None:
+    """``objective.weights``: each level's share of the traffic as given (None: not given); a mix weighs
+    every level (``core.objectives.shares``, which normalizes them)."""
+    raw = sec.raw("weights", None)
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or not raw:
         raise sec.bad("weights", f"must map each level to its share of the traffic, e.g. {{1: 0.6, 10: 0.4}}, "
-                                 f"not {shown(weights)}")
+                                 f"not {shown(raw)}")
     out: dict[int, float] = {}
-    for key, value in weights.items():
+    for key, value in raw.items():
         level = _level_key(key)
         if level not in levels:
             raise sec.bad(f"weights.{brief(key)}", f"is not a level of the objective ({', '.join(map(str, levels))})")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise sec.bad(f"weights.{level}", f"must be a number > 0 (a share of the traffic), not {shown(value)}")
         out[level] = float(value)
-    missing = [lv for lv in levels if lv not in out]
-    if missing:
-        raise sec.bad("weights", f"gives no weight to level(s) {', '.join(map(str, missing))}; weigh every level "
-                                 "of the objective, or drop weights for a plan per level")
-    total = sum(out.values())
-    return Objective(concurrency=plain.concurrency, context=context, weights={lv: out[lv] / total for lv in levels})
+    return out
 
 
 def _level_key(key: Any) -> Any:

@@ -42,7 +42,8 @@ total tok/s there) and ``Lengths`` (with a traffic file: the prompt and output l
 the server counted them, and how many returned another length than they asked for). A search by
 request rate (``RateResult``, ``core.rate_search``: each probe an open-loop load, ``RateProbe``: its
 rate, attainment, tok/s and percentiles) has no levels: its value is the output tok/s at the highest
-rate that held.
+rate that held. Either search's record is the measurement's ``capacity`` (``Capacity``: its figure,
+where it holds and breaks, what it says), which readers ask instead of checking which one was run.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from orchestrator.core.level import parse as parse_level
 from orchestrator.core.level import streams
@@ -485,6 +486,7 @@ class GoodputResult:
 
     max_concurrency: int
     probes: tuple[int, ...] = ()
+    record_key: ClassVar[str] = "goodput"  # its key in the stored ``metrics``
     holds: int | None = None
     breaks: int | None = None
     held: tuple[bool, ...] | None = None
@@ -522,6 +524,33 @@ class GoodputResult:
         figure = f": {value:.1f} total tok/s" if value is not None else ""
         return f"serves the most within the SLO at {self.holds} stream(s){figure}" + (
             f" ({'; '.join(notes)})" if notes else "")
+
+    def level(self, levels: Mapping[int, LevelResult]) -> LevelResult | None:
+        """The level its figure is read at: the capacity point (None: none held, or not measured)."""
+        return levels.get(self.holds) if self.holds is not None else None
+
+    def figure(self, levels: Mapping[int, LevelResult]) -> float | None:
+        """Total tok/s at the capacity point: 0.0 where none held, None where its level is missing."""
+        if self.holds is None:
+            return 0.0
+        got = levels.get(self.holds)
+        return got.value if got is not None else None
+
+    def answer(self, value: float | None) -> str:
+        """The search's one line as ``bench`` prints it, with the probes in the order measured."""
+        probed = f"(probed {', '.join(map(str, self.probes))})"
+        if self.bisection:
+            return f"{self.describe()}, {value or 0:.1f} total tok/s there {probed}"
+        return f"{self.describe(value if self.holds is not None else None)} {probed}"
+
+    def notes(self) -> list[str]:
+        """Where the engine changes regime (a bisection recorded none)."""
+        return [] if self.bisection else [f"regime: {m.describe()}" for m in self.marks]
+
+    @property
+    def rate_probes(self) -> tuple[RateProbe, ...]:
+        """None: its probes are the measurement's levels."""
+        return ()
 
     def to_record(self) -> dict[str, Any]:
         out: dict[str, Any] = {"max_concurrency": self.max_concurrency, "probes": list(self.probes),
@@ -632,6 +661,7 @@ class RateResult:
     max_rate: float
     min_rate: float
     probes: tuple[RateProbe, ...] = ()
+    record_key: ClassVar[str] = "rate"  # its key in the stored ``metrics``
     holds: float | None = None
     breaks: float | None = None
     attainment: float | None = None
@@ -653,6 +683,26 @@ class RateResult:
         """Output tok/s at the capacity (0.0 where no rate held)."""
         got = self.capacity
         return got.tok_s or 0.0 if got is not None else 0.0
+
+    def level(self, levels: Mapping[int, LevelResult]) -> LevelResult | None:
+        """None: a search by rate has no levels."""
+        return None
+
+    def figure(self, levels: Mapping[int, LevelResult]) -> float | None:
+        """Output tok/s at the capacity (0.0 where no rate held)."""
+        return self.value
+
+    def answer(self, value: float | None) -> str:
+        """The search's one line as ``bench`` prints it."""
+        return self.describe(value if self.holds is not None else None)
+
+    def notes(self) -> list[str]:
+        return []
+
+    @property
+    def rate_probes(self) -> tuple[RateProbe, ...]:
+        """Every open-loop probe, in the order measured."""
+        return self.probes
 
     def curve(self) -> list[RateProbe]:
         """Every probe, by rate (the last measurement of a rate probed twice)."""
@@ -714,6 +764,43 @@ class RateResult:
                    targets=tuple(str(t) for t in targets) if isinstance(targets, list) else (),
                    burstiness=_num(rec.get("burstiness")) or 1.0, seed=int(_num(rec.get("seed")) or 0),
                    trace_rate=_num(rec.get("trace_rate")))
+
+
+class Capacity(Protocol):
+    """A capacity search's record, over concurrency (``GoodputResult``) or by request rate
+    (``RateResult``): what readers ask of it, whichever axis was searched."""
+
+    record_key: ClassVar[str]
+
+    @property
+    def holds(self) -> float | None:
+        """The capacity point (streams, or req/s); None: none held."""
+
+    @property
+    def breaks(self) -> float | None:
+        """The lowest point above it that broke a target; None: none did."""
+
+    def level(self, levels: Mapping[int, LevelResult]) -> LevelResult | None:
+        """The level its figure is read at (None: none, or a search without levels)."""
+
+    def figure(self, levels: Mapping[int, LevelResult]) -> float | None:
+        """The launch's figure: the tok/s at the capacity point (0.0 where none held)."""
+
+    def describe(self, value: float | None = None) -> str:
+        """What it found, as the run's line and the answer say it (with ``value``, the figure there)."""
+
+    def answer(self, value: float | None) -> str:
+        """Its one line as ``bench`` prints it."""
+
+    def notes(self) -> list[str]:
+        """The lines ``bench`` prints after it."""
+
+    @property
+    def rate_probes(self) -> tuple[RateProbe, ...]:
+        """The open-loop probes ``bench`` prints before it."""
+
+    def to_record(self) -> dict[str, Any]:
+        """The stored form, under ``record_key``."""
 
 
 @dataclass(frozen=True)
@@ -795,9 +882,14 @@ class Measurement:
     rate: RateResult | None = None  # the capacity search by request rate (its probes are its own, not levels)
 
     @property
+    def capacity(self) -> Capacity | None:
+        """The capacity search's record, whichever axis it searched (None: the levels were measured)."""
+        return next((got for got in (self.goodput, self.rate) if got is not None), None)
+
+    @property
     def by_capacity(self) -> bool:
         """A capacity search's measurement (over concurrency or request rate): its value is the capacity's."""
-        return self.goodput is not None or self.rate is not None
+        return self.capacity is not None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "levels", dict(sorted(self.levels.items())))
@@ -806,8 +898,10 @@ class Measurement:
     def headline(self) -> LevelResult | None:
         """Level 1 where measured, else the lowest level: the trial's one number; for goodput the
         level where every SLO last held (else the lowest probed)."""
-        if self.goodput is not None and self.goodput.holds in self.levels:
-            return self.levels[self.goodput.holds]  # type: ignore[index]
+        searched = self.capacity
+        got = searched.level(self.levels) if searched is not None else None
+        if got is not None:
+            return got
         return self.levels.get(1) or next(iter(self.levels.values()), None)
 
     @property
@@ -815,10 +909,10 @@ class Measurement:
         """The headline's median; for goodput the total tok/s where every SLO last held (0.0 where
         none held even at the lowest concurrency); by request rate, the output tok/s at the highest rate
         that held (0.0 where none did)."""
-        if self.rate is not None:
-            return self.rate.value
-        if self.goodput is not None and self.goodput.holds is None:
-            return 0.0
+        searched = self.capacity
+        figure = searched.figure(self.levels) if searched is not None else None
+        if figure is not None:
+            return figure
         head = self.headline
         return head.value if head is not None else None
 
@@ -842,12 +936,11 @@ class Measurement:
                                "warmup_s": self.warmup_s, "bench_s": self.bench_s}
         if self.host is not None:
             out["host"] = self.host.to_record()
-        if self.goodput is not None:
-            out["goodput"] = self.goodput.to_record()
+        searched = self.capacity
+        if searched is not None:  # under its own key: ``goodput`` (over concurrency) or ``rate``
+            out[searched.record_key] = searched.to_record()
         if self.lengths is not None:
             out["lengths"] = self.lengths.to_record()
-        if self.rate is not None:
-            out["rate"] = self.rate.to_record()
         one = self.levels.get(1)
         if one is not None:
             out.update(decode_tok_s=one.value, decode_samples=list(one.samples),

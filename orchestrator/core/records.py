@@ -300,7 +300,7 @@ class TrialRow:
         out["rounds"] = got.rounds if got is not None else 0
         out["host"] = got.host.to_record() if got is not None and got.host is not None else None
         # goodput's crossing and a traffic file's lengths (None where the study has neither)
-        out["goodput"] = got.goodput.to_record() if got is not None and got.goodput is not None else None
+        out["goodput"] = got.to_record().get("goodput") if got is not None else None
         out["lengths"] = got.lengths.to_record() if got is not None and got.lengths is not None else None
         return out
 

@@ -113,18 +113,11 @@ def format_result(result: TrialResult, targets: Targets | None = None) -> str:
         lines.append(f"decode: {one.value:.1f} tok/s (median of {len(one.samples)}: {samples}; "
                      f"cv {100 * (one.cv or 0):.1f}%)")
     lines.extend(f"level {level_text(lv)}" for lv in levels.values())
-    if got is not None and got.goodput is not None:  # the goodput objective's search over the load
-        g = got.goodput
-        if g.bisection:
-            lines.append(f"goodput: {g.describe()}, {got.value or 0:.1f} total tok/s there "
-                         f"(probed {', '.join(map(str, g.probes))})")
-        else:
-            lines.append(f"goodput: {g.describe(got.value if g.holds is not None else None)} "
-                         f"(probed {', '.join(map(str, g.probes))})")
-            lines.extend(f"regime: {m.describe()}" for m in g.marks)
-    if got is not None and got.rate is not None:  # the capacity search by request rate: every probe, then the answer
-        lines.extend(f"rate {rate_search.probe_line(p, targets)}" for p in got.rate.probes)
-        lines.append(f"goodput: {got.rate.describe(got.value if got.rate.holds is not None else None)}")
+    searched = got.capacity if got is not None else None
+    if searched is not None:  # a capacity search: its open-loop probes, its answer, where the engine changes regime
+        lines.extend(f"rate {rate_search.probe_line(p, targets)}" for p in searched.rate_probes)
+        lines.append(f"goodput: {searched.answer(got.value)}")  # type: ignore[union-attr]
+        lines.extend(searched.notes())
     if got is not None and got.lengths is not None:
         lines.append(f"lengths: {got.lengths.describe()}")
     verdict = result.correctness

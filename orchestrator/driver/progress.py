@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -34,7 +34,6 @@ from orchestrator.study import objective as objectives
 from orchestrator.study import race as races
 from orchestrator.study.bans import describe
 from orchestrator.study.cost import LaunchCost
-from orchestrator.study.goodput import GoodputAnswer
 from orchestrator.study.launches import Evidence, load_note
 from orchestrator.study.plan import Plan, fmt, launches_text, level_value, noise_text
 
@@ -198,7 +197,7 @@ class Progress:
             self.say(head + logs.clip(self._levels_said(result, plan), logs.LOG_WIDTH - len(head) - len(tail)) + tail)
             return
         got = result.measurement
-        reached = (got.goodput or got.rate) if got is not None else None  # a capacity search's, over load or rate
+        reached = got.capacity if got is not None else None  # a capacity search's, over load or rate
         obj = objectives.of(getattr(self.job, "objective", None))
         lead = ""  # said whole before a clipped reason (a failure's outcome)
         if result.outcome == COMPLETE and reached is not None:  # goodput: where the SLO stopped holding
@@ -344,11 +343,12 @@ class Progress:
     @staticmethod
     def best_summary(best: TrialRow | None, base: TrialRow | None, plan: Plan | None = None,
                      rows: list[TrialRow] | None = None, objective: Any = None,
-                     goodput: GoodputAnswer | None = None) -> dict[str, Any] | None:
+                     answers: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
         """The run's best as plain data (``RunSummary.best``): its figure over its launches, the
         verdict against the baseline over launches, where a fresh launch should measure, the race;
         with a ``plan`` (several levels), the plan too (``Plan.to_dict``, under ``plan``); for
-        goodput, the answer (``GoodputAnswer.to_dict``, under ``goodput``)."""
+        goodput, its answer among ``answers``, the sections the objective's kind adds under their keys
+        (``GoodputAnswer.section``)."""
         if best is None or best.value is None:
             return None
         rows = list(rows or [r for r in (best, base) if r is not None])
@@ -377,8 +377,7 @@ class Progress:
             out["unit"] = m.unit(level)
         if plan is not None:
             out["plan"] = plan.to_dict()
-        if goodput is not None:
-            out["goodput"] = goodput.to_dict()
+        out.update(answers or {})
         return out
 
     def final_line(self, summary: RunSummary, counted: int) -> str:

@@ -414,8 +414,8 @@ class StudyDriver:
             return None
         rows = self.policy.rows()
         plan = build_plan(rows, self.job.objective) if self.job.objective.by_level else None
-        goodput = (goodput_answer(rows, self.job.objective, self.job.pricing())
-                   if self.job.objective.by_capacity else None)
+        answers = (goodput_answer(rows, self.job.objective, self.job.pricing()).section()
+                   if self.job.objective.by_capacity else {})
         return self.progress.best_summary(self.policy.best_row(), self.policy.baseline_row(), plan=plan,
-                                          rows=rows, objective=self.job.objective, goodput=goodput)
+                                          rows=rows, objective=self.job.objective, answers=answers)
 

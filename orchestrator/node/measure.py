@@ -441,8 +441,8 @@ def measure(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
             prune_below: Mapping[int, float] | None = None, progress: Progress | None = None) -> Benchmark:
     """Measure every level of ``plan`` (module docstring); never raises for what the server does.
     ``deadline``: the benchmark's limit at least (``timeouts.bench`` from its start); the pace
-    measured may extend it. A plan with ``goodput`` searches the load axis instead (``goodput``)."""
-    if plan.goodput is not None:
+    measured may extend it. A plan whose kind searches the load axis does so instead (``goodput``)."""
+    if plan.kind.searches_load:
         return goodput(base_url, model, plan, deadline=deadline, metrics_url=metrics_url, progress=progress)
     objective = sorted(plan.levels)
     extra_levels = sorted(set(plan.constraint_levels) - set(objective))

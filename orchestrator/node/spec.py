@@ -21,7 +21,7 @@ from orchestrator.config.job import DEFAULT_BENCH_S, DEFAULT_STARTUP_S, DEFAULT_
 from orchestrator.config.prompts import with_context
 from orchestrator.core.level import context_of
 from orchestrator.core.measurement import RegimeMark
-from orchestrator.core.objectives import Measure
+from orchestrator.core.objectives import Measure, Objective
 from orchestrator.core.rate_search import RateAxis
 from orchestrator.core.records import Config
 from orchestrator.core.slo import Targets
@@ -107,6 +107,13 @@ class BenchPlan:
     # early stop compares the first round's worth with the thresholds, which are worths
     measure: Measure = field(default_factory=Measure)
     config: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> Objective:
+        """The objective kind the plan's fields make (``Objective(...)``), asked how a launch measures:
+        the levels, the capacity search over the load, or by request rate."""
+        return Objective(concurrency=self.levels, goodput=self.goodput, slo=self.slo, measure=self.measure,
+                         rate=self.rate)
 
     def prompts_at(self, level: int) -> tuple[str, ...]:
         """The prompts ``level`` is measured over: those of its context (``long_prompts``), or the

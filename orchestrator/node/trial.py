@@ -199,7 +199,7 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
         # constraints'); a first round below the prune threshold at every level ends it (node.measure);
         # the host's load beside it (a busy host's timeout is not the config's)
         plan = spec.bench
-        if plan.goodput is not None:  # where the engine changes regime: the capacity search probes there
+        if plan.kind.searches_load:  # where the engine changes regime: the capacity search probes there
             plan = replace(plan, marks=regime_marks(backend, spec.config, _read(log_path), plan))
         report.phase(phases.WARMING_UP)
         benchmarking = HostSampler(record.pgid)

@@ -24,7 +24,7 @@ from typing import Any
 
 from orchestrator.config.job import Objective
 from orchestrator.core import capacity
-from orchestrator.core.measurement import GoodputResult, RateResult, rate_text
+from orchestrator.core.measurement import GoodputResult, Measurement, RateResult, rate_text
 from orchestrator.core.price import Priced, Pricing, money
 from orchestrator.core.records import COMPLETE, TrialRow
 from orchestrator.core.slo import Breach, Slo, Targets, breaches, ms
@@ -61,6 +61,16 @@ class Crossing:
     slo: Targets | None = None
     priced: Priced | None = None  # with the job's cost: its price at the capacity point
     gpus_per_node: int = 0
+
+    @classmethod
+    def of(cls, row: TrialRow, got: Measurement, slo: Targets | None, priced: Priced | None,
+           gpus_per_node: int) -> Crossing:
+        """The crossing of ``got``'s search over concurrency: what broke at ``breaks`` is read at that level."""
+        g = got.goodput
+        assert g is not None
+        found = tuple(breaches(got.at(g.breaks), slo.at(g.breaks))) if slo and g.breaks is not None else ()
+        return cls(row, g.holds, g.breaks, got.value, found, g.max_concurrency, result=g, slo=slo, priced=priced,
+                   gpus_per_node=gpus_per_node)
 
     @property
     def bisection(self) -> bool:
@@ -166,6 +176,15 @@ class RateCrossing(Crossing):
 
     rates: RateResult | None = None
 
+    @classmethod
+    def of(cls, row: TrialRow, got: Measurement, slo: Targets | None, priced: Priced | None,
+           gpus_per_node: int) -> Crossing:
+        """The crossing of ``got``'s search by rate (its probes carry what broke)."""
+        r = got.rate
+        assert r is not None
+        return cls(row, r.holds, r.breaks, got.value, (), 0, slo=slo, priced=priced, gpus_per_node=gpus_per_node,
+                   rates=r)
+
     @property
     def bisection(self) -> bool:
         return False
@@ -230,17 +249,15 @@ class RateCrossing(Crossing):
 def crossing(row: TrialRow | None, slo: Targets | None, pricing: Pricing | None = None) -> Crossing | None:
     """The row's crossing (None: not a goodput measurement)."""
     got = row.measurement if row is not None else None
-    if row is not None and got is not None and got.rate is not None:
-        priced = pricing.price(row.params, got.value) if pricing is not None else None
-        return RateCrossing(row, got.rate.holds, got.rate.breaks, got.value, (), 0, slo=slo, priced=priced,
-                            gpus_per_node=pricing.gpus_per_node if pricing is not None else 0, rates=got.rate)
-    if row is None or got is None or got.goodput is None:
+    searched = got.capacity if got is not None else None
+    if row is None or got is None or searched is None:
         return None
-    g = got.goodput
-    found = tuple(breaches(got.at(g.breaks), slo.at(g.breaks))) if slo and g.breaks is not None else ()
     priced = pricing.price(row.params, got.value) if pricing is not None else None
-    return Crossing(row, g.holds, g.breaks, got.value, found, g.max_concurrency, result=g, slo=slo, priced=priced,
-                    gpus_per_node=pricing.gpus_per_node if pricing is not None else 0)
+    return CROSSINGS[searched.record_key].of(row, got, slo, priced, pricing.gpus_per_node if pricing is not None else 0)
+
+
+# each capacity record's crossing, by the record's key (``core.measurement.Capacity``)
+CROSSINGS: dict[str, type[Crossing]] = {GoodputResult.record_key: Crossing, RateResult.record_key: RateCrossing}
 
 
 @dataclass(frozen=True)
@@ -268,6 +285,10 @@ class GoodputAnswer:
         if base.holds is None:
             return f"{head}; the baseline #{base.row.number} {base.describe()}"
         return f"{head}; the baseline #{base.row.number} {base.brief()}"
+
+    def section(self) -> dict[str, Any]:
+        """The answer as the run's summary carries it, under its key."""
+        return {"goodput": self.to_dict()}
 
     def to_dict(self) -> dict[str, Any]:
         return {"best": self.best.to_dict() if self.best else None,

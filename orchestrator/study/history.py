@@ -432,7 +432,7 @@ def decode_samples(row: TrialRow) -> list[float]:
     """The trial's single-request decode samples (every timed repeat), [] when none were kept; of a
     goodput trial, the samples behind its value: the total tok/s where every SLO last held."""
     got = row.measurement
-    one = got.headline if got is not None and got.goodput is not None else row.at(1)
+    one = got.headline if got is not None and got.by_capacity else row.at(1)
     return list(one.samples) if one is not None else []
 
 

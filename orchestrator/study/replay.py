@@ -54,6 +54,7 @@ from orchestrator.config.job import Objective
 from orchestrator.config.sampler_options import SAMPLER_NAMES
 from orchestrator.core.correctness import TEXT_DIFFERS
 from orchestrator.core.errors import brief
+from orchestrator.core.objectives import Draft
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO, early_stop
 from orchestrator.core.records import (
     AFTER_START_KINDS,
@@ -182,14 +183,11 @@ class SamplerSpec:
         if bad:
             raise ValueError(f"{brief(self.text)}: level(s) {', '.join(map(str, bad))} not in {table.name} "
                              f"(levels {', '.join(map(str, table.levels))})")
-        if self.weights is None:
-            return Objective(concurrency=tuple(sorted(levels)))
-        if len(self.weights) != len(levels) or any(w <= 0 for w in self.weights):
+        given = self.weights or ()  # in level order (none: a plan)
+        if given and (len(given) != len(levels) or any(w <= 0 for w in given)):
             raise ValueError(f"{brief(self.text)}: weights must be {len(levels)} positive numbers, one per level "
                              f"({', '.join(map(str, sorted(levels)))})")
-        total = sum(self.weights)
-        return Objective(concurrency=tuple(sorted(levels)),
-                         weights={lv: w / total for lv, w in zip(sorted(levels), self.weights)})
+        return Draft(concurrency=tuple(sorted(levels)), weights=dict(zip(sorted(levels), given)) or None).build()
 
     def strategy(self, startup: int) -> Strategy:
         """The search policy's strategy for this spec (``samplers.make_strategy``): random search

@@ -210,3 +210,30 @@ def test_a_search_by_request_rate_is_stored_and_read_back_whole_and_is_worth_its
     assert searched.describe(590.0) == ("serves the most within the SLO at 15 req/s: 590.0 tok/s (attainment 99.0%; "
                                         "breaks at 20 req/s: attainment 62.0%)")
     assert Measurement.from_record({"levels": {}}) is None  # records of every earlier version still read as before
+
+
+def test_either_capacity_search_is_the_measurements_one_capacity_record_and_its_stored_form_is_unchanged():
+    """Issue 46: readers ask ``Measurement.capacity`` (its figure, the level it is read at, holds and
+    breaks, its lines) instead of checking which search ran; each record stays under its own key."""
+    levels = {1: LevelResult(1, samples=(700.0,)), 16: LevelResult(16, samples=(858.0,)),
+              17: LevelResult(17, samples=(862.0,))}
+    load = GoodputResult(32, (1, 32, 16, 17), holds=16, breaks=17, held=(True, False, True, False),
+                         marks=(RegimeMark(16, GRAPHS),))
+    by_load = Measurement(levels=levels, goodput=load)
+    assert by_load.capacity is load and by_load.capacity.level(levels).level == 16
+    assert load.figure(levels) == 858.0 and load.rate_probes == ()
+    assert load.notes() == ["regime: " + RegimeMark(16, GRAPHS).describe()]
+    assert load.answer(858.0) == f"{load.describe(858.0)} (probed 1, 32, 16, 17)"
+    bisected = GoodputResult(32, (1, 32, 16), holds=16, breaks=None)
+    assert bisected.answer(None) == f"{bisected.describe()}, 0.0 total tok/s there (probed 1, 32, 16)"
+    assert bisected.notes() == []
+    assert GoodputResult(32, (1,), None, 1).figure(levels) == 0.0  # none held: worth nothing
+    assert GoodputResult(32, (1, 64), 64, None).figure(levels) is None  # its level missing: the headline's
+    probes = (RateProbe(10, 100, 100, True, tok_s=400.0), RateProbe(20, 100, 62, False, tok_s=610.0))
+    rate = RateResult(20, 10, probes, holds=10, breaks=20)
+    by_rate = Measurement(rate=rate)
+    assert by_rate.capacity is rate and rate.level(levels) is None and rate.figure(levels) == 400.0
+    assert rate.rate_probes == probes and rate.notes() == [] and rate.answer(400.0) == rate.describe(400.0)
+    assert Measurement(levels=levels).capacity is None
+    assert set(by_load.to_record()) >= {"goodput"} and "rate" not in by_load.to_record()
+    assert by_rate.to_record()["rate"] == rate.to_record() and "goodput" not in by_rate.to_record()

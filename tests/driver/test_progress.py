@@ -194,7 +194,7 @@ def test_a_goodput_trial_and_the_last_line_say_where_the_slo_stopped_holding(tmp
     assert out.getvalue().startswith("  #0 -> holds the SLO up to 16 stream(s) (breaks at 17) at 858.8 total tok/s")
     row0 = TrialRow(number=0, state=COMPLETE, value=m.value, counted=True, is_baseline=True, config_key="a",
                     measurement=m)
-    best = p.best_summary(row0, row0, goodput=goodput_answer([row0], job.objective))
+    best = p.best_summary(row0, row0, answers=goodput_answer([row0], job.objective).section())
     lines = p.next_steps(RunSummary("space exhausted", best=best), [row0])
     assert lines[0].startswith("goodput: the baseline #0 is the best: it holds the SLO up to 16 stream(s) at 858.8 "
                                "tok/s")

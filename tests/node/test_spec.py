@@ -73,3 +73,17 @@ def test_the_start_up_limit_grows_with_the_longest_start_the_study_measured(job)
     slow = TrialSpec.from_job(job, 2, {"tp_size": 1}, measured_starts=[12.0, 40.0, None])
     assert slow.server.startup_timeout_s == 160
     assert slow.server.startup_basis == "4x the longest start this study measured, 40s, above timeouts.startup 90s"
+
+
+def test_the_bench_plan_says_how_a_launch_measures_through_its_objectives_kind():
+    """Issue 46: the node asks the plan's kind (``Objective(...)`` of its fields) whether a launch searches
+    the load axis, not whether a field is set."""
+    from orchestrator.core.objectives import Goodput, RateGoodput, Single
+    from orchestrator.core.rate_search import RateAxis
+    from orchestrator.node.spec import BenchPlan
+
+    assert isinstance(BenchPlan(prompts=("x",)).kind, Single) and not BenchPlan(prompts=("x",)).kind.searches_load
+    load = BenchPlan(prompts=("x",), goodput=64)
+    assert isinstance(load.kind, Goodput) and load.kind.searches_load
+    rate = BenchPlan(prompts=("x",), rate=RateAxis(40))
+    assert isinstance(rate.kind, RateGoodput) and not rate.kind.searches_load

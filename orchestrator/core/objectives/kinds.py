@@ -9,7 +9,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from orchestrator.core.measurement import Measurement
-from orchestrator.core.objectives.protocol import HEADLINE, Objective, kind
+from orchestrator.core.objectives.protocol import HEADLINE, Measure, Objective, Refused, kind
+from orchestrator.core.slo import NAMES as SLO_NAMES
+from orchestrator.core.slo import Targets
 
 
 def _several(fields: Any) -> bool:
@@ -82,6 +84,42 @@ class Goodput(Objective):
 
     kind_name: ClassVar[str] = "goodput"
     by_capacity: ClassVar[bool] = True
+    searches_load: ClassVar[bool] = True
+    axis: ClassVar[str] = "concurrency"  # what the search finds, as a refusal says it
+    axis_limit: ClassVar[str] = "max_concurrency"  # the job's key for the most it tries
+
+    @classmethod
+    def refuse(cls, draft: Any) -> None:
+        if {"concurrency", "weights"} & set(draft.given):
+            raise Refused("goodput", f"goodput finds its own {cls.axis} (up to {cls.axis_limit}): give goodput, or "
+                                     "concurrency (with weights), not both")
+        if draft.context:
+            raise Refused("context", f"goodput searches the {cls.axis} at one prompt length: give goodput or "
+                                     "context, not both (bench.context sets the length goodput measures at)")
+
+    @classmethod
+    def slo_levels(cls, draft: Any, measured: tuple[int, ...]) -> tuple[int, ...]:
+        return (draft.goodput,)  # every concurrency it tries is judged by the same targets
+
+    @classmethod
+    def refuse_slo(cls, slo: Targets | None) -> None:
+        if slo is None:
+            raise Refused("goodput", f"needs the latency targets that bound it: slo: {{tpot_p99: 50ms}} (any of "
+                                     f"{cls._targets_text()})")
+
+    @classmethod
+    def _targets_text(cls) -> str:
+        return ", ".join(SLO_NAMES)
+
+    @classmethod
+    def refuse_measure(cls, measure: Measure) -> None:
+        said = measure.identity() or {}
+        if said.get("per_gpu"):
+            raise Refused("per_gpu", "goodput answers with each config's capacity, priced per GPU by cost: "
+                                     "({gpu_hour: ...}): give per_gpu with concurrency, not with goodput")
+        if said.get("minimize"):
+            raise Refused("minimize", "goodput maximizes the tok/s within the SLO: give goodput or minimize, not "
+                                      "both")
 
     @property
     def headline(self) -> int | None:
@@ -107,6 +145,19 @@ class RateGoodput(Goodput):
     concurrency search's, so every reader of a goodput study's figure reads it unchanged."""
 
     kind_name: ClassVar[str] = "goodput by rate"
+    searches_load: ClassVar[bool] = False  # its probes are open-loop rates (``node.open_loop``)
+    per_request_slo: ClassVar[bool] = True
+    axis: ClassVar[str] = "request rate"
+    axis_limit: ClassVar[str] = "max_rate"
+
+    @classmethod
+    def slo_levels(cls, draft: Any, measured: tuple[int, ...]) -> tuple[int, ...]:
+        return ()  # its probes are rates: no level to name a target at
+
+    @classmethod
+    def _targets_text(cls) -> str:
+        return super()._targets_text() + ", or per request ttft, tpot, e2e with attainment: {ttft: 200ms, " \
+            "attainment: 0.99}"
 
     def export_unit(self, level: int | None, named: bool) -> str:
         """A capacity by rate is the output tok/s at the highest rate that held, not a total at N streams."""

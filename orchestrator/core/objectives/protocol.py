@@ -158,6 +158,20 @@ Kind = type["Objective"]
 _KINDS: list[tuple[int, Callable[[Any], bool], Kind]] = []
 
 
+class Refused(ValueError):
+    """An objective its kind does not answer: ``key`` (under the job's ``objective``) and ``why``, which
+    the loader says as the job's error at that key."""
+
+    def __init__(self, key: str, why: str):
+        super().__init__(why)
+        self.key, self.why = key, why
+
+
+def kind_of(fields: Any) -> Kind:
+    """The kind ``fields`` make (an object with the fields as attributes): the highest-ranked that claims them."""
+    return next(k for _, claims, k in _KINDS if claims(fields))
+
+
 def kind(rank: int, claims: Callable[[Any], bool]) -> Callable[[Kind], Kind]:
     """Register an objective kind: ``Objective(...)`` builds the highest-ranked kind that claims its
     fields (``claims(fields)``: an object with the fields as attributes)."""
@@ -206,15 +220,36 @@ class Objective:
     by_level: ClassVar[bool] = False
     value_per_level: ClassVar[bool] = False
     by_capacity: ClassVar[bool] = False
+    # a launch searches the load axis (the concurrencies ``core.capacity`` picks, probing where the engine
+    # changes regime) instead of measuring the levels
+    searches_load: ClassVar[bool] = False
+    per_request_slo: ClassVar[bool] = False  # per-request targets and their attainment judge it (open-loop probes)
 
     def __new__(cls, *args: Any, **kw: Any) -> Objective:
         if cls is Objective or args or kw:  # build the kind the fields make (unpickling passes none)
-            fields = _Fields(*args, **kw)
-            cls = next(k for _, claims, k in _KINDS if claims(fields))
+            cls = kind_of(_Fields(*args, **kw))
         return object.__new__(cls)
 
     def __reduce__(self) -> Any:
         return (_rebuild, (type(self), {f: getattr(self, f) for f in _Fields.__dataclass_fields__}))
+
+    # ---- how a job's objective becomes this kind (``build.Draft``) ------------------------------
+    @classmethod
+    def refuse(cls, draft: Any) -> None:
+        """``Refused`` for what the job gave that this kind does not answer (the levels' kinds: nothing)."""
+
+    @classmethod
+    def slo_levels(cls, draft: Any, measured: tuple[int, ...]) -> tuple[int, ...]:
+        """The levels the job's ``slo:`` may name a target at: the objective's and the ``measured`` ones."""
+        return tuple(draft.levels) + tuple(measured)
+
+    @classmethod
+    def refuse_slo(cls, slo: Targets | None) -> None:
+        """``Refused`` where the kind needs latency targets the job did not give (the levels' kinds: none)."""
+
+    @classmethod
+    def refuse_measure(cls, measure: Measure) -> None:
+        """``Refused`` for a measure the kind does not answer in (the levels' kinds: every one)."""
 
     # ---- the levels --------------------------------------------------------------------------
     @property

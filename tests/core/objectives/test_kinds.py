@@ -30,6 +30,7 @@ def test_a_plan_tells_one_value_per_level_and_the_worst_where_a_target_breaks():
     with pytest.raises(ValueError, match="level.s. 32 missing"):
         plan.told(result({1: level(1, 50.0)}))
     assert plan.describe() == "concurrency 1, 32 (a plan) under TPOT p99 <= 20 ms" and plan.by_level
+    assert not plan.searches_load  # its levels are measured, not searched
 
 
 def test_a_mix_tells_the_weighted_geometric_mean():
@@ -48,12 +49,14 @@ def test_goodput_tells_the_capacity_and_zero_where_no_load_held():
     none = GoodputResult(max_concurrency=32, probes=(1,), holds=None, breaks=1)
     assert obj.told(result({1: level(1, 50.0, tpot_p99=0.05)}, none)) == [0.0]
     assert obj.describe().startswith("goodput up to 32 streams")
+    assert obj.searches_load  # each launch searches the concurrencies (node.measure asks the plan's kind)
 
 
 def test_goodput_by_rate_tells_the_tok_s_at_the_highest_rate_that_held_and_zero_where_none_did():
     slo = Targets(per_request=(RequestSlo("ttft", 0.2),), attainment=0.99)
     obj = Objective(rate=RateAxis(40), slo=slo)
     assert isinstance(obj, RateGoodput) and obj.by_capacity and obj.headline is None and not obj.by_level
+    assert not obj.searches_load  # its probes are open-loop rates, not loads of streams
     assert obj.export_unit(obj.headline, named=False) == "output tok/s within the SLO"
     assert Objective(goodput=32, slo=slo).export_unit(None, named=False) == "tok/s total within the SLO"
     probes = (RateProbe(5, 100, 100, True, tok_s=320.0), RateProbe(10, 100, 90, False, tok_s=560.0))

@@ -297,17 +297,20 @@ class CompareFile:
                         "vs_best": {c: j.to_record() for c, j in self.vs_best(o.label).items()}}
                        for o in self.others],
             "rounds": [launch.to_record(False) for launch in self.launches], "failures": list(self.failures),
-            "slo": self.slo.to_record() if self.slo else None}
-        if self.stopped is not None:
-            out["stopped"] = self.stopped
+            "slo": self.slo.to_record() if self.slo else None, **self._stopped(early=True)}
         for which in (BASELINE, BEST):
             out[f"{which}_samples"] = {c: self.samples(which, c) for c in levels}
             out[which] = {c: self.median(which, c) for c in levels}
         out["intervals"] = {c: j.to_record() for c, j in self.level_verdicts().items()}
         out["rounds_done"] = self.rounds_done
-        if self.rules:
-            out["constraints"] = [c.to_record() for c in self.constraints()]
-        return out
+        out["constraints"] = [c.to_record() for c in self.constraints()]  # [] without rules, as ever written
+        return {**out, **self._stopped(early=False)}
+
+    def _stopped(self, *, early: bool) -> dict[str, Any]:
+        """``{"stopped": why}`` at the place in the file every version wrote it (``early``: right
+        after ``slo``, where it stands when no launch had finished; else last), or nothing there."""
+        here = self.stopped is not None and early == (not self.launches)
+        return {"stopped": self.stopped} if here else {}
 
     def _plan_record(self) -> dict[str, Any]:
         anchor = self.anchor()
@@ -328,11 +331,9 @@ class CompareFile:
             "rounds_planned": self.rounds_planned, "complete": self.complete, "baseline_trial": self.baseline_trial,
             "anchor_trial": self.anchor_trial, "configs": configs,
             "rounds": [launch.to_record(True) for launch in self.launches], "failures": list(self.failures),
-            "slo": self.slo.to_record() if self.slo else None}
-        if self.stopped is not None:
-            out["stopped"] = self.stopped
+            "slo": self.slo.to_record() if self.slo else None, **self._stopped(early=True)}
         out["rounds_done"] = self.rounds_done
-        return out
+        return {**out, **self._stopped(early=False)}
 
     @classmethod
     def from_record(cls, data: Mapping[str, Any]) -> CompareFile:

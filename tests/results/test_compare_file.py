@@ -5,7 +5,10 @@ still judge."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+
+import pytest
 
 from conftest import REPO
 from orchestrator.results import compare_file
@@ -13,6 +16,7 @@ from orchestrator.results.compare import format_compare, format_compare_plan
 from orchestrator.results.compare_file import VERSION, CompareFile
 
 FIXTURES = REPO / "tests" / "fixtures" / "compare"
+KEPT = sorted((REPO / "docs" / "gpu").glob("*/compare.json"))  # real compares on GPUs, written by older code
 
 
 def test_a_compare_file_of_the_format_before_versions_prints_the_same_table_and_writes_the_same_keys(tmp_path):
@@ -48,3 +52,42 @@ def test_no_file_or_not_a_compare_file_reads_as_none(tmp_path):
     assert compare_file.read(tmp_path / "compare.json") is None
     (tmp_path / "compare.json").write_text("[1, 2]")
     assert compare_file.read(tmp_path / "compare.json") is None
+
+
+@pytest.mark.parametrize("path", KEPT, ids=[p.parent.name for p in KEPT])
+def test_a_kept_gpu_compare_file_writes_back_every_key_it_had(tmp_path, path):
+    """Every key such a file holds is written back as it was (its ``constraints: []`` without rules
+    included), but its rounds, whose level records are today's (``value`` beside ``total_tok_s``),
+    with the same figure in every round; the table it prints is the same read back."""
+    stored = json.loads(path.read_text())
+    record = compare_file.read(path)
+    assert record is not None and record.launches
+    compare_file.write(tmp_path / "compare.json", record)
+    written = json.loads((tmp_path / "compare.json").read_text())
+    assert {k: written[k] for k in stored if k != "rounds"} == {k: v for k, v in stored.items() if k != "rounds"}
+    again = compare_file.read(tmp_path / "compare.json")
+    assert again is not None and format_compare(again) == format_compare(record)
+    for label in record.labels:
+        for c in record.concurrency:
+            assert again.per_round(label, c) == record.per_round(label, c)
+
+
+def test_stopped_stands_where_the_code_before_typed_records_wrote_it():
+    """Last once a launch had finished (the derived figures were written before it); right after
+    ``slo`` when none had (they were added after it): the file's key order as it always was."""
+    for name in ("compare", "compare-plan"):
+        record = compare_file.read(FIXTURES / f"{name}.json")
+        assert record is not None
+        keys = list(dataclasses.replace(record, stopped="KeyboardInterrupt").to_record())
+        assert keys[-1] == "stopped" and keys.count("stopped") == 1
+        keys = list(dataclasses.replace(record, stopped="KeyboardInterrupt", launches=()).to_record())
+        assert keys[keys.index("slo") + 1] == "stopped" and keys.count("stopped") == 1
+        assert "stopped" not in record.to_record()
+
+
+def test_a_compare_without_rules_writes_its_empty_constraints():
+    record = compare_file.read(FIXTURES / "compare.json")
+    assert record is not None and record.rules
+    assert dataclasses.replace(record, rules=()).to_record()["constraints"] == []
+    plan = compare_file.read(FIXTURES / "compare-plan.json")
+    assert plan is not None and "constraints" not in plan.to_record()  # a plan never had them

@@ -9,15 +9,17 @@
                     lowest level against every other level, the Pareto set joined, each
                     level's best and the baseline marked
 
-``trial_spans`` (a launched trial's start and end) is also what the report's summary
-counts busy and idle time from.
+``trial_spans`` (each launched trial's ``Span``: its start and end on its node) is also what the
+report's summary counts busy and idle time from.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -298,8 +300,21 @@ def _short(name: str) -> str:
     return name.split(".", 1)[1] if name.startswith(("env.", "backend.")) else name
 
 
-def trial_spans(rows: list[TrialRow]) -> list[dict[str, Any]]:
-    """Each launched trial's {row, start, end, node} (unix times; the end from its timings when missing)."""
+@dataclass(frozen=True)
+class Span:
+    """A launched trial's time on its node (unix times): one bar of the timeline, and what the
+    report's summary counts busy and idle time from."""
+
+    row: TrialRow
+    start: float
+    end: float
+    node: str  # "unknown" where the trial did not record one
+    lane: int = 0  # its line within the node, so parallel trials do not overlap (``_lanes``)
+
+
+def trial_spans(rows: list[TrialRow]) -> list[Span]:
+    """Each launched trial's span, in the rows' order (the end from its timings when missing; a
+    trial never launched, or without a start or an end, has none)."""
     out = []
     for r in rows:
         start, end = parse_iso(r.started_at), parse_iso(r.ended_at)
@@ -310,23 +325,25 @@ def trial_spans(rows: list[TrialRow]) -> list[dict[str, Any]]:
             end = start + float(total) if total else None
         if end is None:
             continue
-        out.append({"row": r, "start": start, "end": end, "node": r.node or "unknown"})
+        out.append(Span(r, start, end, r.node or "unknown"))
     return out
 
 
-def _lanes(spans: list[dict[str, Any]]) -> None:
-    """Assign each span a lane within its node so parallel trials do not overlap."""
-    for node in {s["node"] for s in spans}:
+def _lanes(spans: list[Span]) -> list[Span]:
+    """The spans, in their order, each with a lane within its node so parallel trials do not overlap."""
+    lane: dict[int, int] = {}  # index in ``spans`` -> its lane
+    for node in {s.node for s in spans}:
         lanes: list[float] = []
-        for s in sorted((s for s in spans if s["node"] == node), key=lambda s: s["start"]):
-            for i, free_at in enumerate(lanes):
-                if free_at <= s["start"]:
-                    lanes[i] = s["end"]
-                    s["lane"] = i
+        for i, s in sorted(((i, s) for i, s in enumerate(spans) if s.node == node), key=lambda p: p[1].start):
+            for n, free_at in enumerate(lanes):
+                if free_at <= s.start:
+                    lanes[n] = s.end
+                    lane[i] = n
                     break
             else:
-                lanes.append(s["end"])
-                s["lane"] = len(lanes) - 1
+                lanes.append(s.end)
+                lane[i] = len(lanes) - 1
+    return [dataclasses.replace(s, lane=lane[i]) for i, s in enumerate(spans)]
 
 
 def _phase_seconds(r: TrialRow) -> dict[str, float]:
@@ -347,23 +364,23 @@ def plot_timeline(rows: list[TrialRow], path: Path) -> None:
     if not spans:
         _note_figure(path, "Trial timeline", "no finished trials with start and end times yet")
         return
-    _lanes(spans)
-    t0 = min(s["start"] for s in spans)
-    nodes = sorted({s["node"] for s in spans})
+    spans = _lanes(spans)
+    t0 = min(s.start for s in spans)
+    nodes = sorted({s.node for s in spans})
     ylabels, ypos, y = [], {}, 0
     for node in nodes:
-        for lane in range(1 + max(s["lane"] for s in spans if s["node"] == node)):
+        for lane in range(1 + max(s.lane for s in spans if s.node == node)):
             ypos[(node, lane)] = y
             ylabels.append(f"{clip(node, 18)}" + (f" #{lane + 1}" if lane else ""))
             y += 1
-    scale = 60.0 if max(s["end"] for s in spans) - t0 > 600 else 1.0
+    scale = 60.0 if max(s.end for s in spans) - t0 > 600 else 1.0
     unit = "min" if scale == 60.0 else "s"
     fig, ax = plt.subplots(figsize=(10.8 if len(spans) > 20 else 7.2, max(2.6, 0.5 * y + 1.8)))
     seen: set[str] = set()
     for s in spans:
-        r, yy = s["row"], ypos[(s["node"], s["lane"])]
-        x = (s["start"] - t0) / scale
-        width = (s["end"] - s["start"]) / scale
+        r, yy = s.row, ypos[(s.node, s.lane)]
+        x = (s.start - t0) / scale
+        width = (s.end - s.start) / scale
         cursor = x
         durations = _phase_seconds(r)
         for phase, color in PHASE_COLORS.items():

@@ -54,7 +54,7 @@ from orchestrator.results.importance import (
 from orchestrator.results.report import document as doc
 from orchestrator.results.report import latency
 from orchestrator.results.report.document import Block
-from orchestrator.results.report.plots import trial_spans
+from orchestrator.results.report.plots import Span, trial_spans
 from orchestrator.results.report.startup import startup_blocks
 from orchestrator.study import bans as value_bans
 from orchestrator.study import coverage, history, storage
@@ -259,11 +259,11 @@ def _summary(rows) -> list[Block]:
     spans = trial_spans(rows)
     if spans:
         runs = _by_run(spans)
-        wall = sum(max(s["end"] for s in run) - min(s["start"] for s in run) for run in runs)
-        busy = sum(s["end"] - s["start"] for s in spans)
-        launch = sum(float((s["row"].durations or {}).get("launch_s") or 0) for s in spans)
-        teardown = sum(float((s["row"].durations or {}).get("teardown_s") or 0) for s in spans)
-        bench = sum(float((s["row"].durations or {}).get("bench_s") or 0) for s in spans)
+        wall = sum(max(s.end for s in run) - min(s.start for s in run) for run in runs)
+        busy = sum(s.end - s.start for s in spans)
+        launch = sum(float((s.row.durations or {}).get("launch_s") or 0) for s in spans)
+        teardown = sum(float((s.row.durations or {}).get("teardown_s") or 0) for s in spans)
+        bench = sum(float((s.row.durations or {}).get("bench_s") or 0) for s in spans)
         over = f" over {len(runs)} runs of `ncclsweep run`" if len(runs) > 1 else ""
         items.append(f"wall clock {wall / 60:.1f} min{over}; trials busy {busy / 60:.1f} min; "
                      f"server start {launch / 60:.1f} min, teardown {teardown / 60:.1f} min, "
@@ -277,28 +277,29 @@ def _summary(rows) -> list[Block]:
     return [doc.heading(2, "Summary"), doc.items(items)]
 
 
-def _by_run(spans) -> list[list[dict[str, Any]]]:
+def _by_run(spans: list[Span]) -> list[list[Span]]:
     """The spans grouped by the `run` that recorded them: the time between two runs (a night
     between a study and its resumption) is neither wall clock nor idle time. A trial recorded
     without its run (before runs were stored) is a group of its own, unless no trial has one
     (an older study: one group, as before)."""
-    if not any(s["row"].run for s in spans):
+    if not any(s.row.run for s in spans):
         return [spans]
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[Span]] = {}
     for s in spans:
-        groups.setdefault(s["row"].run or f"#{s['row'].number}", []).append(s)
+        groups.setdefault(s.row.run or f"#{s.row.number}", []).append(s)
     return list(groups.values())
 
 
-def _idle_gaps(spans) -> dict[str, float]:
+def _idle_gaps(spans: list[Span]) -> dict[str, float]:
+    """Node -> seconds it ran no trial between its first start and its last end."""
     out = {}
-    for node in {s["node"] for s in spans}:
-        mine = sorted((s for s in spans if s["node"] == node), key=lambda s: s["start"])
+    for node in {s.node for s in spans}:
+        mine = sorted((s for s in spans if s.node == node), key=lambda s: s.start)
         idle, last_end = 0.0, None
         for s in mine:
-            if last_end is not None and s["start"] > last_end:
-                idle += s["start"] - last_end
-            last_end = s["end"] if last_end is None else max(last_end, s["end"])
+            if last_end is not None and s.start > last_end:
+                idle += s.start - last_end
+            last_end = s.end if last_end is None else max(last_end, s.end)
         out[node] = idle
     return out
 

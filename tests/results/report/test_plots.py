@@ -13,6 +13,7 @@ import pytest
 import recorded_study as fx  # a real journal study with every outcome
 from written_report import write_demo_report
 
+from orchestrator.core.records import TrialRow
 from orchestrator.results.importance import knob_effects
 from orchestrator.results.report import plots
 from orchestrator.study import history, storage
@@ -69,16 +70,28 @@ def test_the_timeline_spans_only_launched_trials(tmp_path):
     job, _study = fx.build_study(tmp_path)
     rows = history.trial_rows(storage.load_study(job))
     spans = plots.trial_spans(rows)
-    numbers = [s["row"].number for s in spans]
+    numbers = [s.row.number for s in spans]
     assert 7 not in numbers  # answered from trial 2's measurement: never launched
     assert not {11, 12} & set(numbers)  # still running, waiting: no span yet
     assert numbers == sorted(numbers) and len(numbers) == 10
-    assert all(s["end"] > s["start"] for s in spans)
-    by = {s["row"].number: s for s in spans}
-    assert by[2]["end"] - by[2]["start"] == 60.0 and by[1]["node"] == "nodeB"
+    assert all(s.end > s.start for s in spans)
+    by = {s.row.number: s for s in spans}
+    assert by[2].end - by[2].start == 60.0 and by[1].node == "nodeB"
     no_end = dataclasses.replace(rows[2], ended_at=None)  # a record cut before its end: the end from its timings
     (span,) = plots.trial_spans([no_end])
-    assert span["end"] - span["start"] == rows[2].durations["total_s"]
+    assert span.end - span.start == rows[2].durations["total_s"]
+
+
+def test_parallel_trials_on_one_node_take_lanes_and_keep_their_order():
+    """Two trials at once on one node: two lanes; a third after both: the first lane again; another
+    node's trial its own first lane. The spans come back in the rows' order."""
+    def row(n, node, start, end):
+        return TrialRow(number=n, state="COMPLETE", node=node, started_at=f"2026-01-01T00:{start:02d}:00+00:00",
+                        ended_at=f"2026-01-01T00:{end:02d}:00+00:00")
+
+    spans = plots._lanes(plots.trial_spans([row(0, "a", 0, 10), row(1, "a", 5, 15), row(2, "b", 1, 2),
+                                            row(3, "a", 20, 30)]))
+    assert [(s.row.number, s.lane) for s in spans] == [(0, 0), (1, 1), (2, 0), (3, 0)]
 
 
 def test_a_wrong_output_is_drawn_refused_never_at_its_speed(tmp_path):

@@ -12,6 +12,11 @@ CPU seconds (user + system) and its command line, and sums them by kind:
 
 A process that lives less than half a second may be missed; one that changes its command line
 (Ray's workers as they become actors) is counted under the first one seen.
+
+One command's processes the same way, sampled ten times a second (what one study, one server's
+start costs; run it a few times, interleaved with what it is compared with):
+
+    python docs/suite_cpu.py measure -- python -m pytest -q -p no:cacheprovider tests/e2e/test_x.py
 """
 
 from __future__ import annotations
@@ -19,8 +24,12 @@ from __future__ import annotations
 import collections
 import json
 import os
+import subprocess
 import sys
+import tempfile
+import threading
 import time
+import uuid
 
 KINDS = (  # (what a command line contains, its kind): the first that matches
     ("default_worker.py", "Ray: worker"), ("ray::", "Ray: worker"), ("gcs_server", "Ray: GCS"),
@@ -38,7 +47,7 @@ def kind(command: str) -> str:
     return next((name for needle, name in KINDS if needle in command), "other")
 
 
-def sample(mark: str, out: str) -> None:
+def sample(mark: str, out: str, every_s: float = 0.5) -> None:
     """Until ``out``.stop exists: every process with ``mark`` in its environment, its CPU seconds."""
     tick = os.sysconf("SC_CLK_TCK")
     seen: dict[tuple[int, bytes], list] = {}
@@ -70,10 +79,10 @@ def sample(mark: str, out: str) -> None:
         os.replace(out + ".tmp", out)
         if os.path.exists(out + ".stop"):
             return
-        time.sleep(0.5)
+        time.sleep(every_s)
 
 
-def table(path: str) -> None:
+def table(path: str, digits: int = 0) -> None:
     cpu: collections.Counter = collections.Counter()
     count: collections.Counter = collections.Counter()
     with open(path) as f:
@@ -82,8 +91,25 @@ def table(path: str) -> None:
             count[kind(command)] += 1
     print("| kind | processes | CPU-s | CPU-s each |\n|---|---:|---:|---:|")
     for name, seconds in cpu.most_common():
-        print(f"| {name} | {count[name]} | {seconds:.0f} | {seconds / count[name]:.2f} |")
-    print(f"| all | {sum(count.values())} | {sum(cpu.values()):.0f} | |")
+        print(f"| {name} | {count[name]} | {seconds:.{digits}f} | {seconds / count[name]:.2f} |")
+    print(f"| all | {sum(count.values())} | {sum(cpu.values()):.{digits}f} | |")
+
+
+def measure(command: list[str]) -> int:
+    """``command`` with a marker of its own in its environment; its processes' CPU seconds by kind."""
+    mark = f"SUITE_CPU_{uuid.uuid4().hex}"
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "cpu.json")
+        sampler = threading.Thread(target=sample, args=(mark, out, 0.1))
+        sampler.start()
+        try:
+            code = subprocess.call(command, env=dict(os.environ, NCCLSWEEP_SUITE_MARK=mark))
+            time.sleep(1.0)  # what the command left behind exits (or is counted as it is)
+        finally:
+            open(out + ".stop", "w").close()
+            sampler.join()
+        table(out, digits=2)
+    return code
 
 
 if __name__ == "__main__":
@@ -91,5 +117,7 @@ if __name__ == "__main__":
         sample(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 3 and sys.argv[1] == "table":
         table(sys.argv[2])
+    elif len(sys.argv) > 3 and sys.argv[1:3] == ["measure", "--"]:
+        sys.exit(measure(sys.argv[3:]))
     else:
         sys.exit(__doc__)

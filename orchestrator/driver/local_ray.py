@@ -15,6 +15,18 @@ So each service Ray spawns here leads a process group of its own, as Ray already
 Windows: the driver alone decides how the run stops, and stops Ray. They still die with the
 driver (Ray's parent-death signal), which is why this is done only where the kernel offers
 that signal: without it Ray's reaper needs them in the driver's group.
+
+Only the services a run uses (``only_what_a_run_uses``, ``SYSTEM_CONFIG``): the driver talks to
+its GCS and raylet (nodes, actors, ``get``/``wait``/``kill``) and to nothing else. Ray's head
+also starts the autoscaler's monitor (a fixed local node has nothing to scale), the log monitor
+(it tails the workers' logs for the driver, which asks for none: ``log_to_driver=False``), the
+API server behind the dashboard, ``ray job`` and the state API (none used; Ray runs without it
+where it fails to start), and, when a driver connects, one Python worker per CPU ahead of any
+task (a run asks for one actor per trial slot). Each is a Python process of its own: 0.5-0.9
+CPU-s to start, and they poll while the run lasts. None is started: a local study's Ray cost
+3.3 CPU-s, not 6.0, over a 20-second study on the 2-core VM (docs/benchmarks.md). The GCS, the
+raylet and the raylet's two agents (it needs them) are started as before; an address given to
+``ray.init`` is a cluster somebody else started, which this does not touch.
 """
 
 from __future__ import annotations
@@ -29,6 +41,12 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 LOOPBACK_ONLY = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+# ``ray.init(_system_config=...)`` of the private local Ray: no worker started before a task asks
+SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
+
+# the head's services a run does not use (module docstring): ``Node``'s methods that start them
+UNUSED_SERVICES = ("start_monitor", "start_log_monitor", "start_api_server")
 
 
 def on_loopback() -> None:
@@ -78,3 +96,39 @@ def own_process_groups() -> Iterator[bool]:
         yield True
     finally:
         setattr(services, "ConsolePopen", popen)  # noqa: B010 - and put back
+
+
+def _not_started(name: str):
+    """What ``Node.<name>`` does instead while ``only_what_a_run_uses`` is open: nothing, and
+    for the API server what Ray records where it could not start one (no dashboard URL)."""
+
+    def skip(self: Any, *args: Any, **kwargs: Any) -> None:
+        if name == "start_api_server":
+            self._webui_url = None
+        log.debug("local Ray: %s skipped (a run does not use it)", name)
+
+    return skip
+
+
+@contextlib.contextmanager
+def only_what_a_run_uses() -> Iterator[list[str]]:
+    """While the context is open, a Ray node started in this process does not start the head's
+    services a run does not use (``UNUSED_SERVICES``, module docstring). Yields the names of
+    those it skips: none where this Ray starts its services some other way (then all are
+    started, as before). Ray's own methods are put back when the context closes."""
+    try:
+        from ray._private.node import Node
+    except ImportError:  # pragma: no cover - Ray always has it today
+        yield []
+        return
+    saved = {name: Node.__dict__[name] for name in UNUSED_SERVICES if callable(Node.__dict__.get(name))}
+    if len(saved) < len(UNUSED_SERVICES):  # another Ray: leave it as it is
+        yield []
+        return
+    for name in saved:
+        setattr(Node, name, _not_started(name))
+    try:
+        yield list(saved)
+    finally:
+        for name, method in saved.items():
+            setattr(Node, name, method)

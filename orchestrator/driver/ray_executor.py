@@ -28,7 +28,8 @@ existing cluster; an address where nothing listens fails at once, one where some
 listens that does not answer as Ray (or refuses the token) within ``CONNECT_TIMEOUT_S``,
 as one ``RuntimeFailure`` line (Ray itself would retry for minutes). Without an address
 a fresh local Ray is started (``address="local"``), never a cluster found on the host, on
-loopback only and with its services out of the driver's process group (``local_ray``).
+loopback only, with its services out of the driver's process group and only those a run
+uses (``local_ray``).
 
 Killing: ``ray.kill`` does not reach a server started in its own session, so an actor
 kills its server's process group itself (``stop``), and the server carries a
@@ -247,9 +248,10 @@ def connect_ray(address: str | None, local_num_cpus: int | None = None):
             notice.setLevel(logging.ERROR)
             try:
                 local_ray.on_loopback()
-                with local_ray.own_process_groups():
+                with local_ray.own_process_groups(), local_ray.only_what_a_run_uses():
                     ray.init(address="local", num_cpus=local_num_cpus, include_dashboard=False,
-                             logging_level=logging.WARNING, log_to_driver=False)
+                             logging_level=logging.WARNING, log_to_driver=False,
+                             _system_config=dict(local_ray.SYSTEM_CONFIG))
             finally:
                 notice.setLevel(level)
     except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, version mismatch, ...

@@ -1,7 +1,7 @@
 """The private local Ray a run starts (``driver.local_ray``), started for real in a process of
-its own session, as a driver is: its services listen on loopback only, and none of them is in
+its own session, as a driver is: its services listen on loopback only, none of them is in
 the driver's process group, so a signal to that group (``timeout``'s SIGTERM) reaches the
-driver alone."""
+driver alone, and only the services a run uses are started."""
 
 from __future__ import annotations
 
@@ -20,16 +20,22 @@ pytestmark = pytest.mark.slow
 REPORT = """
 import json, os, psutil
 from ray._private import services
+from ray._private.node import Node
 from orchestrator.driver.ray_executor import connect_ray
 popen = services.ConsolePopen
-ray = connect_ray(None, 1)
+starts = {name: getattr(Node, name) for name in ("start_monitor", "start_log_monitor", "start_api_server")}
+ray = connect_ray(None, 2)
 node_ip = ray.get(ray.remote(lambda: ray.util.get_node_ip_address()).remote())
 under = psutil.Process().children(recursive=True)
 tree = {p.pid for p in under} | {os.getpid()}
 listening = sorted({c.laddr.ip for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.pid in tree})
 groups = {f"{p.pid} {p.name()}": os.getpgid(p.pid) for p in under}
+commands = [" ".join(p.cmdline()) for p in under]
 print(json.dumps({"node_ip": node_ip, "listening": listening, "driver_group": os.getpgid(0), "groups": groups,
-                  "popen_restored": services.ConsolePopen is popen}))
+                  "popen_restored": services.ConsolePopen is popen, "commands": commands,
+                  "starts_restored": all(getattr(Node, n) is f for n, f in starts.items()),
+                  "tasks_answer": ray.get(ray.remote(lambda: 6 * 7).remote()),
+                  "nodes": len(ray.nodes())}))
 ray.shutdown()
 """
 
@@ -58,3 +64,19 @@ def test_no_ray_service_shares_the_drivers_process_group(report):
     shared = [name for name, group in report["groups"].items() if group == report["driver_group"]]
     assert not shared, f"in the driver's process group: {shared}"
     assert report["popen_restored"]
+
+
+def test_only_the_services_a_run_uses_are_started(report):
+    """No autoscaler monitor (a local node has nothing to scale), no log monitor (the driver asks
+    for no worker logs), no API server (no dashboard, job or state API is used) and no worker
+    started ahead of a task: 0.5-0.9 CPU-s each a study. What a run needs still works (a task,
+    the node list), Ray's own methods are put back, and the raylet keeps its agents."""
+    commands = report["commands"]
+    for service in ("autoscaler/_private/monitor.py", "log_monitor.py", "dashboard/dashboard.py"):
+        assert not [c for c in commands if service in c], (service, commands)
+    assert any("raylet" in c for c in commands) and any("gcs_server" in c for c in commands), commands
+    assert any("dashboard/agent.py" in c for c in commands), commands  # the raylet's, kept
+    workers = [c for c in commands if "default_worker.py" in c]
+    assert len(workers) == 1, workers  # the tasks', none started ahead (Ray starts one per CPU: 2 here)
+    assert report["tasks_answer"] == 42 and report["nodes"] == 1
+    assert report["starts_restored"]

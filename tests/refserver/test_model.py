@@ -26,7 +26,7 @@ from orchestrator.refserver.presets import BOS_ID, PRESETS
 
 torch = pytest.importorskip("torch")
 
-from orchestrator.refserver.model import ShardedLlama, fused_choice, kv_buckets  # noqa: E402
+from orchestrator.refserver.model import ShardedLlama, fused_choice, kv_buckets, zeros  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -185,6 +185,37 @@ def test_cpu_model_does_not_import_triton():
             "dtype=torch.float32, seed=0, max_slots=1, max_len=8, all_reduce=lambda x: None, "
             "with_head=True); m.forward(torch.tensor([[1]]), torch.tensor([[0]]), "
             "torch.tensor([0]), 1); assert not m.fused; assert 'triton' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_cpu_zeros_are_zeros_and_writable(dtype):
+    shape = (2, 3, 1, 5, 4)
+    z = zeros(shape, device=torch.device("cpu"), dtype=dtype)
+    assert z.shape == shape and z.dtype == dtype and z.is_contiguous()
+    assert torch.equal(z, torch.zeros(shape, dtype=dtype))
+    z[1, 2, 0, 4] = 3.0  # written in place, as the cache is
+    assert float(z.sum()) == 12.0 and float(z[0].sum()) == 0.0
+    assert zeros((0, 4), device=torch.device("cpu"), dtype=dtype).shape == (0, 4)
+
+
+def test_cpu_kv_cache_takes_memory_only_where_written():
+    """A CPU rank's KV cache (0.5 GiB for the tiny preset's 65 slots x 2048 tokens) is not
+    memset at start: the server's resident memory grows by what prefill writes, not by the cache
+    (it was 0.2 CPU-s and 0.5 GiB a start, 218 starts in the suite)."""
+    code = ("import torch; from orchestrator.refserver.model import ShardedLlama; "
+            "from orchestrator.refserver.presets import PRESETS; "
+            "rss = lambda: int(open('/proc/self/statm').read().split()[1]) * 4096; "
+            "torch.set_num_threads(1); before = rss(); "
+            "m = ShardedLlama(PRESETS['tiny'], tp=1, rank=0, device=torch.device('cpu'), "
+            "dtype=torch.float32, seed=0, max_slots=64, max_len=2048, all_reduce=lambda x: None, "
+            "with_head=True); "
+            "cache = sum(c.numel() * c.element_size() for c in m.kv_cache); "
+            "m.forward(torch.tensor([[1, 2, 3]]), torch.tensor([[0, 1, 2]]), torch.tensor([5]), 3); "
+            "grown = rss() - before; "
+            "assert cache > 2**29, cache; assert grown < cache / 4, (grown, cache); "
+            "assert all(float(c.abs().sum()) == 0 for c in (x[:, :5] for x in m.kv_cache)); "
+            "assert all(float(c[:, 5, :, :3].abs().sum()) > 0 for c in m.kv_cache)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 

@@ -74,7 +74,7 @@ def measure(nodes: int, trials: int, slow_start: float, keep: Path | None) -> di
 
     from orchestrator.config.job import load_job
     from orchestrator.driver.run import StudyDriver
-    from orchestrator.study.storage import open_study
+    from orchestrator.study.storage.storage import open_study
 
     if ray.is_initialized():
         ray.shutdown()

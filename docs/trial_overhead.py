@@ -12,8 +12,8 @@ import sys
 from datetime import datetime
 
 from orchestrator.config.job import load_job
-from orchestrator.study.history import trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage.storage import open_study
 
 PARTS = ("launch_s", "warmup_s", "bench_s", "check_s", "teardown_s")
 

@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("simulate", "replay recorded measurements to compare search strategies")
     try:
-        from orchestrator.study.simulate import add_simulate_args
+        from orchestrator.study.simulation.simulate import add_simulate_args
 
         add_simulate_args(s)
     except ImportError:  # pragma: no cover - module missing
@@ -344,7 +344,7 @@ def cmd_validate(args) -> int:
           f"storage {job.storage}")
     for advice in job.advice:  # valid, but likely not meant (run says it again before it launches anything)
         print(f"{args.job}: warning: {advice}", file=sys.stderr)
-    from orchestrator.study import objective as objectives
+    from orchestrator.study.storage import objective as objectives
 
     if job.objective.preset or job.slo or job.objective.by_capacity:  # what the study will tune for
         print(objectives.expansion(job.objective) or f"objective: {objectives.describe(job.objective)}")
@@ -369,7 +369,7 @@ def _emit(command: str, **fields: Any) -> None:
 
 def _validate_json(args, job, backend, size) -> int:
     """``validate --json``: the job's record (its warnings on stderr too)."""
-    from orchestrator.study import objective as objectives
+    from orchestrator.study.storage import objective as objectives
 
     for advice in job.advice:
         print(f"{args.job}: warning: {advice}", file=sys.stderr)
@@ -423,7 +423,7 @@ def cmd_run(args) -> int:
     from orchestrator.core.durations import parse_duration
     from orchestrator.driver.notify import run_notified
     from orchestrator.driver.run import StudyDriver
-    from orchestrator.study.storage import route_optuna_logs
+    from orchestrator.study.storage.storage import route_optuna_logs
 
     job = _load(args.job)
     if args.trials is not None and args.trials < 1:
@@ -444,7 +444,7 @@ def _run_json(job, driver, summary) -> None:
     its last lines, the best, the plan."""
     from orchestrator.config.yaml_input import display_path
     from orchestrator.core.json_schemas import best
-    from orchestrator.study import objective as objectives
+    from orchestrator.study.storage import objective as objectives
 
     counted = driver.counted()
     rows = driver.policy.rows() if driver.policy is not None else None
@@ -465,8 +465,8 @@ def _run_json(job, driver, summary) -> None:
 
 
 def cmd_status(args) -> int:
-    from orchestrator.study.history import format_status, trial_rows
-    from orchestrator.study.storage import open_study
+    from orchestrator.study.evidence.history import format_status, trial_rows
+    from orchestrator.study.storage.storage import open_study
 
     job = _load(args.job)
     rows = trial_rows(open_study(job, create=False))
@@ -476,9 +476,9 @@ def cmd_status(args) -> int:
         if orphaned:
             print(orphaned, file=sys.stderr)
         return 0
-    from orchestrator.study import race
-    from orchestrator.study.launches import load_note
-    from orchestrator.study.plan import build_plan, format_plan, format_verdict
+    from orchestrator.study.evidence.launches import load_note
+    from orchestrator.study.evidence.plan import build_plan, format_plan, format_verdict
+    from orchestrator.study.search import race
 
     plan = build_plan(rows, job.objective)
     if job.objective.by_level:
@@ -487,18 +487,18 @@ def cmd_status(args) -> int:
     else:
         print(format_status(rows))
         if job.objective.by_capacity:  # the goodput answer is its verdict, not a figure at one stream
-            from orchestrator.study.goodput import format_goodput, goodput_answer
+            from orchestrator.study.evidence.goodput import format_goodput, goodput_answer
 
             print(format_goodput(goodput_answer(rows, job.objective, job.pricing())))
         else:
             print(format_verdict(plan))
         if not job.objective.by_capacity and job.slo:
-            from orchestrator.study.history import infeasible_lines
+            from orchestrator.study.evidence.history import infeasible_lines
 
             print(f"slo: {job.slo.describe()}")
             for line in infeasible_lines(rows):
                 print(f"  {line}")
-    from orchestrator.study import coverage
+    from orchestrator.study.model import coverage
 
     for line in coverage.describe(coverage.of_job(job, rows)):
         print(line)
@@ -517,16 +517,17 @@ def _status_json(args, job, rows, orphaned: str | None) -> None:
     the best as ``run --json`` says it, the plan or the goodput answer, what was not explored."""
     from orchestrator.core.json_schemas import best
     from orchestrator.driver.progress import Progress
-    from orchestrator.study import coverage, race
-    from orchestrator.study import objective as objectives
-    from orchestrator.study.history import baseline_row, best_rows
-    from orchestrator.study.launches import load_note
-    from orchestrator.study.plan import build_plan
+    from orchestrator.study.evidence.history import baseline_row, best_rows
+    from orchestrator.study.evidence.launches import load_note
+    from orchestrator.study.evidence.plan import build_plan
+    from orchestrator.study.model import coverage
+    from orchestrator.study.search import race
+    from orchestrator.study.storage import objective as objectives
 
     listed = [r.to_json() for r in rows]
     answer = None  # goodput's (None for every other kind)
     if job.objective.by_capacity:  # each config's capacity, its curve and its price
-        from orchestrator.study.goodput import goodput_answer
+        from orchestrator.study.evidence.goodput import goodput_answer
 
         goodput = goodput_answer(rows, job.objective, job.pricing())
         answer = goodput.to_dict()
@@ -569,8 +570,8 @@ def _orphaned_trials(job, rows) -> str | None:
 
 def cmd_export(args) -> int:
     from orchestrator.results.export import export, notes
-    from orchestrator.study.history import trial_rows
-    from orchestrator.study.storage import open_study
+    from orchestrator.study.evidence.history import trial_rows
+    from orchestrator.study.storage.storage import open_study
 
     job = _load(args.job)
     if args.top < 1:
@@ -748,8 +749,8 @@ def cmd_prescreen(args) -> int:
     require_device(job, job.backend_obj().device())  # at once, before anything is launched
     measured: dict[int, tuple[dict, float]] = {}
     try:  # a finished study gives "the rest" of a step, for the predicted decode tok/s
-        from orchestrator.study.history import trial_rows
-        from orchestrator.study.storage import open_study
+        from orchestrator.study.evidence.history import trial_rows
+        from orchestrator.study.storage.storage import open_study
 
         for row in trial_rows(open_study(job, create=False)):
             tp = int(row.params.get("tp_size", 1))
@@ -797,7 +798,7 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_simulate(args) -> int:
-    from orchestrator.study.simulate import main_simulate
+    from orchestrator.study.simulation.simulate import main_simulate
 
     return main_simulate(args)
 

@@ -17,8 +17,8 @@ from orchestrator.driver.loop_state import LoopState
 from orchestrator.driver.progress import RunSummary
 from orchestrator.driver.signals import StopSignals
 from orchestrator.driver.time_budget import TimeBudget
-from orchestrator.study.policy import SearchPolicy
-from orchestrator.study.storage import open_study
+from orchestrator.study.search.policy import SearchPolicy
+from orchestrator.study.storage.storage import open_study
 
 
 @contextmanager

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from orchestrator.config.job import Objective
 from orchestrator.core.records import COMPLETE, TrialRow, config_key
-from orchestrator.study.race import RACE, race_state
+from orchestrator.study.search.race import RACE, race_state
 
 
 def row(number: int, params: dict, levels: dict[int, list[float]], *, baseline: bool = False,

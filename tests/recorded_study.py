@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import optuna
 
 from orchestrator.core.records import TrialResult, config_key
-from orchestrator.study import storage
-from orchestrator.study.policy import Proposal, SearchPolicy
+from orchestrator.study.search.policy import Proposal, SearchPolicy
+from orchestrator.study.storage import storage
 
 T0 = 1_700_000_000.0
 CHOICES = {

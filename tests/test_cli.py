@@ -133,7 +133,7 @@ def test_status_and_report_from_another_directory_find_the_same_study(tmp_path):
         assert res.returncode == 1 and "ncclsweep run" in res.stderr, res.stderr
     assert not (jobs / "reports").exists() and not (tmp_path / "reports").exists()
     from orchestrator.config.job import load_job
-    from orchestrator.study.storage import open_study
+    from orchestrator.study.storage.storage import open_study
 
     open_study(load_job(job))  # the study exists now (no trials)
     assert (jobs / "reports" / "anchored" / "study.journal").exists()

@@ -1,9 +1,10 @@
-"""The house's rules, read from the code: imports point one way between the layer packages,
-no module imports inside a function (but cli.py, for start-up time, and optional
+"""The house's rules, read from the code: imports point one way between the layer packages
+(and between the study's subpackages), no module imports inside a function (but cli.py, for start-up time, and optional
 dependencies, each with a comment saying so), no import circle, and docs/architecture.md
 lists every module where it lives and every import edge between packages that the code has.
 
-A new cross-package edge fails here until it is allowed in LAYERS and drawn in the map."""
+A new cross-package edge fails here until it is allowed in LAYERS and drawn in the map; a new edge
+between two of the study's subpackages, until it is allowed in STUDY_LAYERS and drawn there too."""
 
 from __future__ import annotations
 
@@ -29,6 +30,16 @@ LAYERS: dict[str, set[str]] = {
     "driver": {"core", "backends", "config", "study", "node", "refserver"},
     "results": {"core", "backends", "config", "study", "node"},
     "cli": {"core", "backends", "config", "study", "node", "driver", "results", "refserver"},
+}
+# the study's subpackages -> those they may import (besides themselves): storage < evidence <
+# model < search < simulation, each only those before it (nothing else of ours imports simulation
+# but the cli)
+STUDY_LAYERS: dict[str, set[str]] = {
+    "storage": set(),
+    "evidence": {"storage"},
+    "model": {"storage", "evidence"},
+    "search": {"storage", "evidence", "model"},
+    "simulation": {"storage", "evidence", "model", "search"},
 }
 # third-party modules that may be imported inside a function (optional or heavy, each with a
 # comment at the import saying why)
@@ -94,6 +105,38 @@ def edges() -> dict[tuple[str, str], list[str]]:
 def test_every_module_is_in_a_layer_package():
     stray = [m for m in modules() if package_of(m) not in LAYERS]
     assert not stray, f"modules outside the layer packages {sorted(LAYERS)}: {stray}"
+
+
+def study_part_of(module: str) -> str | None:
+    """The study subpackage of a module of the study (``study.model.cost`` -> ``model``), else None."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "study" and len(parts) > 1 else None
+
+
+def study_edges() -> dict[tuple[str, str], list[str]]:
+    """(study subpackage, imported study subpackage) -> the imports that make it (in functions too)."""
+    out: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for module, path in modules().items():
+        for imported, line, _ in _imports(path):
+            a, b = study_part_of(module), study_part_of(imported)
+            if a and b and a != b:
+                out[(a, b)].append(f"{path.relative_to(REPO)}:{line} imports orchestrator.{imported}")
+    return out
+
+
+def test_every_study_module_is_in_a_subpackage():
+    stray = [m for m in modules() if m.startswith("study.") and study_part_of(m) not in STUDY_LAYERS]
+    assert not stray, f"study modules outside its subpackages {sorted(STUDY_LAYERS)}: {stray}"
+
+
+def test_study_imports_point_one_way():
+    bad = [f"study.{a} -> study.{b}: {where[0]}" for (a, b), where in study_edges().items()
+           if b not in STUDY_LAYERS[a]]
+    assert not bad, "imports against the study's subpackages:\n" + "\n".join(bad)
+    outside = [f"{module}: imports orchestrator.{imported}" for module, path in modules().items()
+               if package_of(module) not in ("study", "cli")
+               for imported, _, _ in _imports(path) if study_part_of(imported) == "simulation"]
+    assert not outside, "the offline harness is the cli's and the study's alone:\n" + "\n".join(outside)
 
 
 def test_imports_point_one_way():
@@ -187,3 +230,14 @@ def test_the_map_draws_every_import_edge_between_packages_and_no_other():
     stale = sorted(f"{a} -> {b}" for a, b in drawn - real)
     assert not undrawn, "edges the code has that docs/architecture.md does not draw:\n" + "\n".join(undrawn)
     assert not stale, f"edges docs/architecture.md draws that the code does not have: {stale}"
+
+
+def test_the_map_draws_every_import_edge_between_study_subpackages_and_no_other():
+    text = ARCHITECTURE.read_text()
+    drawn = set(re.findall(r"^\s*-\s*`study\.(\w+)`\s*->\s*`study\.(\w+)`", text, re.MULTILINE))
+    real = study_edges()
+    undrawn = sorted(f"study.{a} -> study.{b} ({where[0]})" for (a, b), where in real.items() if (a, b) not in drawn)
+    stale = sorted(f"study.{a} -> study.{b}" for a, b in drawn - set(real))
+    assert not undrawn, "edges between the study's subpackages docs/architecture.md does not draw:\n" + \
+        "\n".join(undrawn)
+    assert not stale, f"edges between the study's subpackages docs/architecture.md draws that the code lacks: {stale}"

@@ -14,7 +14,7 @@ import recorded_study as fx  # a real journal study with every outcome
 
 from orchestrator.results.compare_file import CompareFile
 from orchestrator.results.report import write_report
-from orchestrator.study import storage
+from orchestrator.study.storage import storage
 
 EXPECTED = {"trials.csv", "history.png", "params.png", "importance.png", "timeline.png", "startup.png", "report.md",
             "report.html"}

@@ -217,13 +217,13 @@ def with_startup(rows: list[dict]) -> list[dict]:
 #     fast (the correctness gate fails it after the benchmark: wrong-output).
 # M5: NCCL_ALGO: Tree x0.96; NVLS (needs NVSwitch) and PAT (inter-node only) are refused when NCCL
 #     creates its communicators: nccl-invalid, at start, the log naming the algorithm (the log column;
-#     the wording of NCCL's warning, as tests/study/test_bans.py has it).
+#     the wording of NCCL's warning, as tests/study/evidence/test_bans.py has it).
 # M6: NCCL_P2P_DISABLE=1 (traffic through host memory) x0.92.
 # M7: noise: every benchmark sample is the config's value x a normal draw with 1% coefficient of
 #     variation (measurement noise), and every launch multiplies all of its samples by one normal
 #     draw with 0.5% CV (launch noise: clocks, placement, what the box did meanwhile). The table
 #     stores the true value as the one sample and the two CVs in its noise and launch_noise columns;
-#     the replay draws the noise (orchestrator/study/replay.py).
+#     the replay draws the noise (orchestrator/study/simulation/replay.py).
 # Start-up costs, GLM-5-like (S1-S7 above, and):
 # S8: capture time is proportional to the sizes captured: the 7-size list takes S1's 208 s in
 #     FULL_AND_PIECEWISE, the 4-size list 4/7 of it; PIECEWISE captures 76% (S3), FULL_DECODE_ONLY the

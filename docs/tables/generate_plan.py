@@ -4,7 +4,7 @@
 
 A plan table has one ``samples@N`` column per concurrency level (level 1: single-request
 decode tok/s; N > 1: total output tok/s with N concurrent streams; format in
-``orchestrator/study/replay_table.py``). Every number here is a figure of issue 24 (listed in
+``orchestrator/study/simulation/replay_table.py``). Every number here is a figure of issue 24 (listed in
 docs/tables/README.md, "Plan tables") or an assumption labelled P<n>; the samples are
 SYNTHETIC: a mean per configuration and level from the model, then 3-5 repeats with a
 per-configuration coefficient of variation drawn from a range.

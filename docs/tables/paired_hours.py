@@ -18,7 +18,7 @@ import random
 import statistics
 import sys
 
-from orchestrator.study.replay import nearest_rank
+from orchestrator.study.simulation.replay import nearest_rank
 
 BLOCK = 20
 

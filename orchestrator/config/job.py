@@ -119,7 +119,7 @@ shown, an example for those three, whose meaning ends "(required)").
       name: model                     # model (the per-value model leads), tpe, gp, random, grid, bruteforce, nsga2
       seed: 0                         # null: not reproducible
       n_startup_trials: null          # null: sized to the budget
-      options: {}                     # sampler options (see orchestrator.study.samplers)
+      options: {}                     # sampler options (see orchestrator.study.search.samplers)
     correctness:
       enabled: true                   # compare every trial's output with a golden reference
       reference: baseline             # baseline, a config mapping ({tp_size: 1}), or a reference JSON file

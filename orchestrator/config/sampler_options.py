@@ -1,13 +1,13 @@
 """The samplers a job may name, the options each takes and the packages each needs: the one
 table both the job's validation (``orchestrator.config.job``, ``validate``) and the sampler's
-construction (``orchestrator.study.samplers``) read."""
+construction (``orchestrator.study.search.samplers``) read."""
 
 from __future__ import annotations
 
 import importlib.util
 
 SAMPLER_NAMES = ("model", "tpe", "gp", "random", "grid", "bruteforce", "nsga2")
-# the per-value model leads (orchestrator.study.strategies.value_led): on the motivating space an
+# the per-value model leads (orchestrator.study.search.strategies.value_led): on the motivating space an
 # optimal config at launch 9 (median, 20 seeds) against 34 for TPE, and no worse at the median on
 # any shipped table at 20 seeds (docs/benchmarks.md, "Search strategies")
 DEFAULT_SAMPLER = "model"
@@ -22,7 +22,7 @@ _GP_OPTIONS: dict[str, type] = {"deterministic_objective": bool, "n_startup_tria
 _NSGA2_OPTIONS: dict[str, type] = {"population_size": int, "mutation_prob": float, "crossover_prob": float,
                                    "swapping_prob": float}
 _BRUTEFORCE_OPTIONS: dict[str, type] = {"avoid_premature_stop": bool}
-# "model": the per-value model leads (orchestrator.study.strategies.value_led); gaps: false leaves the
+# "model": the per-value model leads (orchestrator.study.search.strategies.value_led); gaps: false leaves the
 # study's gaps to the model's bound alone (the search of issue 37); learn: true lets the launches'
 # evidence choose the model's kernel weights and noise (study.kernel; not better on the suite, see
 # docs/benchmarks.md, "Search on spaces it has not seen"). These are the strategy's own

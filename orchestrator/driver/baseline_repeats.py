@@ -15,7 +15,7 @@ from orchestrator.core.records import COMPLETE, TrialResult
 from orchestrator.driver.launcher import Launcher
 from orchestrator.driver.loop_state import Launch, LoopState
 from orchestrator.driver.recorder import Recorder
-from orchestrator.study.storage import ATTR_BASELINE_REPEAT
+from orchestrator.study.storage.storage import ATTR_BASELINE_REPEAT
 
 
 class BaselineRepeats:

@@ -27,7 +27,7 @@ from orchestrator.core.slo import Targets
 from orchestrator.driver.progress import Progress
 from orchestrator.node.spec import TrialSpec, check_plan
 from orchestrator.node.trial import run_trial
-from orchestrator.study.storage import GOLDEN_ATTR, load_study
+from orchestrator.study.storage.storage import GOLDEN_ATTR, load_study
 
 
 def check_overrides(job, overrides: dict[str, Any], source: str) -> dict[str, Any]:

@@ -23,9 +23,9 @@ from orchestrator.driver.golden import GateVotes, GoldenSource, Launched
 from orchestrator.driver.launcher import Launcher
 from orchestrator.driver.loop_state import Launch, LoopState
 from orchestrator.driver.recorder import Recorder
-from orchestrator.study import storage
-from orchestrator.study.policy import Proposal, SearchPolicy
-from orchestrator.study.storage import ATTR_REFERENCE, ATTR_REFERENCE_RUN
+from orchestrator.study.search.policy import Proposal, SearchPolicy
+from orchestrator.study.storage import storage
+from orchestrator.study.storage.storage import ATTR_REFERENCE, ATTR_REFERENCE_RUN
 
 
 class GoldenLifecycle:

@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from orchestrator.core.records import COMPLETE, TrialResult, config_key
 from orchestrator.driver.loop_state import EXTRA_NUMBERS, Launch, LoopState
 from orchestrator.node.spec import TrialSpec, check_plan
-from orchestrator.study import objective as objectives
-from orchestrator.study import storage
-from orchestrator.study.policy import SearchPolicy
-from orchestrator.study.race import RACE
-from orchestrator.study.relaunch import RELAUNCH
+from orchestrator.study.search.policy import SearchPolicy
+from orchestrator.study.search.race import RACE
+from orchestrator.study.search.relaunch import RELAUNCH
+from orchestrator.study.storage import objective as objectives
+from orchestrator.study.storage import storage
 
 
 class Launcher:

@@ -20,7 +20,7 @@ from orchestrator.driver.executor import Executor
 from orchestrator.driver.progress import RunSummary
 from orchestrator.driver.signals import StopSignals
 from orchestrator.driver.time_budget import TimeBudget
-from orchestrator.study.policy import Proposal, SearchPolicy
+from orchestrator.study.search.policy import Proposal, SearchPolicy
 
 # Launches outside the search have no Optuna trial number while they run; their log files
 # are numbered apart from the trials': the reference config's run is trial-8001.log, the

@@ -31,7 +31,7 @@ from orchestrator.core.records import config_key
 from orchestrator.driver.allreduce_probe import measure_setting
 from orchestrator.driver.prescreen_paths import crossovers
 from orchestrator.driver.prescreen_table import sweep_csv
-from orchestrator.study import objective as objectives
+from orchestrator.study.storage import objective as objectives
 
 # ---- what to measure ----------------------------------------------------------------------------
 

@@ -29,13 +29,13 @@ from orchestrator.core import golden_check, logs, verdict
 from orchestrator.core.pace import fmt_s
 from orchestrator.core.records import COMPLETE, PRUNED, FailureKind, TrialResult, TrialRow
 from orchestrator.node.phases import MEASURING, TrialPhase
-from orchestrator.study import history
-from orchestrator.study import objective as objectives
-from orchestrator.study import race as races
-from orchestrator.study.bans import describe
-from orchestrator.study.cost import LaunchCost
-from orchestrator.study.launches import Evidence, load_note
-from orchestrator.study.plan import Plan, fmt, launches_text, level_value, noise_text
+from orchestrator.study.evidence import history
+from orchestrator.study.evidence.bans import describe
+from orchestrator.study.evidence.launches import Evidence, load_note
+from orchestrator.study.evidence.plan import Plan, fmt, launches_text, level_value, noise_text
+from orchestrator.study.model.cost import LaunchCost
+from orchestrator.study.search import race as races
+from orchestrator.study.storage import objective as objectives
 
 
 @dataclass

@@ -19,9 +19,9 @@ from orchestrator.core.records import COMPLETE, TrialResult
 from orchestrator.driver.launcher import Launcher
 from orchestrator.driver.loop_state import Launch, LoopState
 from orchestrator.driver.progress import Progress, fmt_s
-from orchestrator.study.cost import LaunchCost
-from orchestrator.study.policy import SearchPolicy
-from orchestrator.study.race import RaceState, race_state
+from orchestrator.study.model.cost import LaunchCost
+from orchestrator.study.search.policy import SearchPolicy
+from orchestrator.study.search.race import RaceState, race_state
 
 # the loop's own step for a launch that came back (``StudyDriver._collect``)
 Collect = Callable[[LoopState, Launch, TrialResult], None]

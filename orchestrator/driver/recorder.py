@@ -19,12 +19,12 @@ from orchestrator.driver.breaker import Breaker
 from orchestrator.driver.launcher import Launcher
 from orchestrator.driver.loop_state import Launch, LoopState
 from orchestrator.driver.progress import Progress
-from orchestrator.study import objective as objectives
-from orchestrator.study.plan import build_plan
-from orchestrator.study.policy import Proposal, SearchPolicy
-from orchestrator.study.race import RACE
-from orchestrator.study.relaunch import RELAUNCH
-from orchestrator.study.storage import ATTR_LAUNCH_ROLE, ATTR_RACE
+from orchestrator.study.evidence.plan import build_plan
+from orchestrator.study.search.policy import Proposal, SearchPolicy
+from orchestrator.study.search.race import RACE
+from orchestrator.study.search.relaunch import RELAUNCH
+from orchestrator.study.storage import objective as objectives
+from orchestrator.study.storage.storage import ATTR_LAUNCH_ROLE, ATTR_RACE
 
 
 class Recorder:

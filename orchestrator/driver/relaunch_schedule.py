@@ -14,8 +14,8 @@ from __future__ import annotations
 from orchestrator.driver.launcher import Launcher
 from orchestrator.driver.loop_state import Launch, LoopState
 from orchestrator.driver.progress import Progress
-from orchestrator.study.policy import SearchPolicy
-from orchestrator.study.relaunch import launches_to_know_noise, next_relaunch
+from orchestrator.study.search.policy import SearchPolicy
+from orchestrator.study.search.relaunch import launches_to_know_noise, next_relaunch
 
 
 class RelaunchSchedule:

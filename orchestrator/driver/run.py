@@ -64,11 +64,11 @@ from orchestrator.driver.relaunch_schedule import RelaunchSchedule
 from orchestrator.driver.signals import StopSignals
 from orchestrator.driver.study_start import StudyStart, path_warnings
 from orchestrator.driver.time_budget import TimeBudget
-from orchestrator.study import objective as objectives
-from orchestrator.study import storage
-from orchestrator.study.goodput import goodput_answer
-from orchestrator.study.plan import build_plan
-from orchestrator.study.policy import SearchPolicy
+from orchestrator.study.evidence.goodput import goodput_answer
+from orchestrator.study.evidence.plan import build_plan
+from orchestrator.study.search.policy import SearchPolicy
+from orchestrator.study.storage import objective as objectives
+from orchestrator.study.storage import storage
 
 log = logging.getLogger(__name__)
 

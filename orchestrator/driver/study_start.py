@@ -31,12 +31,12 @@ from orchestrator.driver.prescreen_table import format_prescreen
 from orchestrator.driver.race_runner import RaceRunner
 from orchestrator.driver.relaunch_schedule import RelaunchSchedule
 from orchestrator.node import preflight
-from orchestrator.study import storage
-from orchestrator.study.policy import SearchPolicy
-from orchestrator.study.samplers import make_sampler, make_strategy, startup_trials
-from orchestrator.study.shared import SharedStudy, is_shared, shown
-from orchestrator.study.storage import open_study
-from orchestrator.study.strategies.base import Strategy
+from orchestrator.study.search.policy import SearchPolicy
+from orchestrator.study.search.samplers import make_sampler, make_strategy, startup_trials
+from orchestrator.study.search.strategies.base import Strategy
+from orchestrator.study.storage import storage
+from orchestrator.study.storage.shared import SharedStudy, is_shared, shown
+from orchestrator.study.storage.storage import open_study
 
 # the run's own logger: driver.log names the logger of every warning (the job's advice), and start-up's
 # lines are the run's, as they were before start-up had a module of its own

@@ -63,7 +63,7 @@ from orchestrator.core.level import context_of, streams
 from orchestrator.core.measurement import LATENCY_KINDS, Distribution, Latency, LevelResult
 from orchestrator.core.records import COMPLETE, TrialRow
 from orchestrator.results import export as exports
-from orchestrator.study.history import baseline_row, short_params
+from orchestrator.study.evidence.history import baseline_row, short_params
 
 FORMAT = "benchmark-report"
 VERSION = "0.2.1"

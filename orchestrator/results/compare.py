@@ -67,11 +67,11 @@ from orchestrator.node.spec import BenchPlan, TrialSpec
 from orchestrator.node.trial import prepare_server
 from orchestrator.results import compare_file
 from orchestrator.results.compare_file import BASELINE, BEST, CompareFile, Config, Failed, Judged, Launch
-from orchestrator.study import objective as objectives
-from orchestrator.study.history import TOP_N, baseline_row, best_rows, ties_with_best, trial_rows
-from orchestrator.study.launches import COMPARE, Evidence
-from orchestrator.study.plan import build_plan
-from orchestrator.study.storage import ATTR_LAUNCH_ROLE, add_uncounted_trial, open_study
+from orchestrator.study.evidence.history import TOP_N, baseline_row, best_rows, ties_with_best, trial_rows
+from orchestrator.study.evidence.launches import COMPARE, Evidence
+from orchestrator.study.evidence.plan import build_plan
+from orchestrator.study.storage import objective as objectives
+from orchestrator.study.storage.storage import ATTR_LAUNCH_ROLE, add_uncounted_trial, open_study
 
 if TYPE_CHECKING:
     from orchestrator.config.job import Job

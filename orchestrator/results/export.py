@@ -100,12 +100,12 @@ from orchestrator.core.slo import breaches as slo_breaches
 from orchestrator.node.startup import NOTICE
 from orchestrator.results import tuner_rules
 from orchestrator.results.figure import ExportDocument, Figure, Provenance, RaceStanding, Verdict
-from orchestrator.study import objective as objectives
-from orchestrator.study import race as races
-from orchestrator.study.goodput import goodput_answer
-from orchestrator.study.history import baseline_row, best_rows, short_params
-from orchestrator.study.launches import COMPARE, HEADLINE, MIX, Evidence, mix_figure
-from orchestrator.study.plan import TieBreak, best_at, best_for_mix, break_tie, build_plan, one_for_all
+from orchestrator.study.evidence.goodput import goodput_answer
+from orchestrator.study.evidence.history import baseline_row, best_rows, short_params
+from orchestrator.study.evidence.launches import COMPARE, HEADLINE, MIX, Evidence, mix_figure
+from orchestrator.study.evidence.plan import TieBreak, best_at, best_for_mix, break_tie, build_plan, one_for_all
+from orchestrator.study.search import race as races
+from orchestrator.study.storage import objective as objectives
 
 FORMATS = ("env", "yaml", "json", "cmd", "nccl-tuner")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -38,9 +38,9 @@ from orchestrator.backends import allreduce
 from orchestrator.core import outcome
 from orchestrator.core.records import PRUNED, TrialRow
 from orchestrator.core.verdict import FASTER, SLOWER, RatioInterval, describe, verdict
-from orchestrator.study import objective as objectives
-from orchestrator.study.history import baseline_row
-from orchestrator.study.launches import Evidence
+from orchestrator.study.evidence.history import baseline_row
+from orchestrator.study.evidence.launches import Evidence
+from orchestrator.study.storage import objective as objectives
 
 MIN_TRIALS = 3  # fewer measured trials: no shares at all
 FEW_TRIALS = 10  # fewer: the shares are stated with a caveat

@@ -233,8 +233,8 @@ def test_a_study_tunes_the_real_llama_server(tmp_path):
 
     from conftest import server_processes, write_job
     from orchestrator.config.job import load_job
-    from orchestrator.study.history import trial_rows
-    from orchestrator.study.storage import open_study
+    from orchestrator.study.evidence.history import trial_rows
+    from orchestrator.study.storage.storage import open_study
 
     model = write_tiny_llama(tmp_path / "tiny.gguf")
     before = {pid for pid, _ in server_processes(REAL)}

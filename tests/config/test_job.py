@@ -469,7 +469,7 @@ def test_cost_prices_a_goodput_studys_capacity_point_and_is_checked_like_any_key
 
 def test_a_preset_expands_to_levels_and_targets_and_the_jobs_own_slo_replaces_its():
     from orchestrator.config.job import PRESETS
-    from orchestrator.study import objective as objectives
+    from orchestrator.study.storage import objective as objectives
 
     for word in PRESETS:
         obj = load_job(write(job={"objective": word})).objective

@@ -81,7 +81,7 @@ WRITES = re.compile(r"""\bopen\([^)]*["'][rb]*[wax+][rwabx+]*["']|(?<!files)\.wr
                     r"""FileHandler\b|\.touch\(|shutil\.(copy|move)""")
 OWN_RULES = {
     "orchestrator/core/files.py": "the one writer: a temporary file, flushed, renamed",
-    "orchestrator/study/journal.py": "the journal: appended at line boundaries, a partial line moved aside",
+    "orchestrator/study/storage/journal.py": "the journal: appended at line boundaries, a partial line moved aside",
     "orchestrator/node/server.py": "a server's log: a stream the server itself appends to",
     "orchestrator/driver/lock.py": "the lock file is the locked inode; a failed owner line removes it",
     "orchestrator/core/logs.py": "driver.log: a stream of lines; a failed write stops the run",

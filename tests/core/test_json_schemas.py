@@ -15,7 +15,7 @@ from conftest import REPO, write_job
 from orchestrator.cli import _json_command, build_parser, main
 from orchestrator.core import json_schemas
 from orchestrator.core.json_schemas import COMMANDS, IDS, best, error, fields, record, render, schema
-from orchestrator.study.history import ROW_KEYS
+from orchestrator.study.evidence.history import ROW_KEYS
 
 GUIDE = REPO / "docs" / "guide.md"
 
@@ -64,7 +64,7 @@ def test_every_outcome_a_study_records_is_a_valid_trial_record(tmp_path):
     RUNNING, WAITING) as `status --json` prints them, against the trial's schema."""
     from recorded_study import build_study
 
-    from orchestrator.study.history import trial_rows
+    from orchestrator.study.evidence.history import trial_rows
 
     _, study = build_study(tmp_path)
     trial = schema("status")["oneOf"][0]["properties"]["trials"]["items"]

@@ -23,9 +23,9 @@ from orchestrator.core.measurement import HostLoad, LevelResult, Measurement
 from orchestrator.core.records import TrialResult, TrialRow
 from orchestrator.results import importance
 from orchestrator.results.export import export
-from orchestrator.study.history import best_rows, trial_rows
-from orchestrator.study.plan import HIGHER_MEDIAN
-from orchestrator.study.policy import SearchPolicy
+from orchestrator.study.evidence.history import best_rows, trial_rows
+from orchestrator.study.evidence.plan import HIGHER_MEDIAN
+from orchestrator.study.search.policy import SearchPolicy
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = sorted(REPO.glob("docs/gpu/*/study.journal")) + [REPO / "tests/data/recorded/cpu-faults/study.journal"]

@@ -17,7 +17,7 @@ from orchestrator.driver.launcher import Launcher
 from orchestrator.driver.loop_state import REPEAT_NUMBERS
 from orchestrator.driver.progress import Progress
 from orchestrator.driver.recorder import Recorder
-from orchestrator.study.history import trial_rows
+from orchestrator.study.evidence.history import trial_rows
 
 pytestmark = pytest.mark.slow
 

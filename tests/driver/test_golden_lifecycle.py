@@ -20,8 +20,8 @@ from orchestrator.driver.golden_lifecycle import GoldenLifecycle
 from orchestrator.driver.launcher import Launcher
 from orchestrator.driver.progress import Progress
 from orchestrator.driver.recorder import Recorder
-from orchestrator.study import storage
-from orchestrator.study.history import trial_rows
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage import storage
 
 pytestmark = pytest.mark.slow
 

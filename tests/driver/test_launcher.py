@@ -12,9 +12,9 @@ from loop_parts import loop_state, wait_for
 from orchestrator.core.records import COMPLETE
 from orchestrator.driver.launcher import Launcher
 from orchestrator.driver.loop_state import EXTRA_NUMBERS, Launch
-from orchestrator.study.history import trial_rows
-from orchestrator.study.relaunch import RELAUNCH
-from orchestrator.study.storage import ATTR_LAUNCH_ROLE
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.search.relaunch import RELAUNCH
+from orchestrator.study.storage.storage import ATTR_LAUNCH_ROLE
 
 pytestmark = pytest.mark.slow
 

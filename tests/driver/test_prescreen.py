@@ -14,8 +14,8 @@ from orchestrator.core import prescreened
 from orchestrator.core.prescreened import Point, Probed
 from orchestrator.driver.prescreen import decode_sizes, merge_rounds, run_prescreen, sweep_sizes
 from orchestrator.driver.prescreen_table import format_prescreen
-from orchestrator.study.history import trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage.storage import open_study
 
 SPACE = "params:\n  tp_size: {choices: [1, 2]}\n  env.NCCL_PROTO: {choices: [LL, Simple]}\n"
 

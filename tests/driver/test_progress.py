@@ -21,8 +21,8 @@ from orchestrator.core import logs
 from orchestrator.core.records import COMPLETE, PRUNED, TrialResult, TrialRow, config_key
 from orchestrator.driver.progress import Progress, RunSummary, plan_lines, vs_baseline_words
 from orchestrator.node.phases import TrialPhase
-from orchestrator.study.launches import Evidence
-from orchestrator.study.plan import build_plan
+from orchestrator.study.evidence.launches import Evidence
+from orchestrator.study.evidence.plan import build_plan
 
 
 def _launches(first: int, key: str, figures: list[float]) -> list[TrialRow]:
@@ -183,7 +183,7 @@ def test_under_latency_targets_the_last_line_reports_a_baseline_that_breaks_them
 
 def test_a_goodput_trial_and_the_last_line_say_where_the_slo_stopped_holding(tmp_path):
     from orchestrator.core.measurement import GoodputResult, LevelResult, Measurement
-    from orchestrator.study.goodput import goodput_answer
+    from orchestrator.study.evidence.goodput import goodput_answer
 
     job = load_job(write_job(tmp_path, objective={"goodput": {"max_concurrency": 32}}, slo={"tpot_p99": "20ms"}))
     out = io.StringIO()

@@ -17,8 +17,8 @@ from orchestrator.driver.launcher import Launcher
 from orchestrator.driver.progress import Progress
 from orchestrator.driver.race_runner import RaceRunner
 from orchestrator.driver.time_budget import TimeBudget
-from orchestrator.study.policy import SearchPolicy
-from orchestrator.study.storage import open_study
+from orchestrator.study.search.policy import SearchPolicy
+from orchestrator.study.storage.storage import open_study
 
 CHOICES = {"tp_size": [1, 2], "backend.threads": [1, 2]}
 BASE = {"tp_size": 1, "backend.threads": 1}

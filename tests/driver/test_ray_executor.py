@@ -24,8 +24,8 @@ from orchestrator.config.job import load_job
 from orchestrator.core.errors import RuntimeFailure
 from orchestrator.driver.ray_executor import RayExecutor, probe_address
 from orchestrator.node import preflight
-from orchestrator.study.history import trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage.storage import open_study
 
 
 def _unused_port() -> int:

@@ -18,8 +18,8 @@ from orchestrator.driver.launcher import Launcher
 from orchestrator.driver.loop_state import EXTRA_NUMBERS, Launch
 from orchestrator.driver.progress import Progress
 from orchestrator.driver.recorder import Recorder
-from orchestrator.study.history import trial_rows
-from orchestrator.study.relaunch import RELAUNCH
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.search.relaunch import RELAUNCH
 
 pytestmark = pytest.mark.slow
 

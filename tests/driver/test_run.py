@@ -12,8 +12,8 @@ import pytest
 from conftest import run_in_process, study_servers, write_job
 from orchestrator.config.job import load_job
 from orchestrator.core.errors import CircuitOpen
-from orchestrator.study.history import trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage.storage import open_study
 
 pytestmark = pytest.mark.slow
 

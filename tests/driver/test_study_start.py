@@ -21,7 +21,7 @@ from orchestrator.core.nccl import ENGINE_PATH_WARNING
 from orchestrator.core.prescreened import Prescreen
 from orchestrator.driver.prescreen_drop import PrescreenedSpace, setting_key
 from orchestrator.driver.study_start import StudyStart, path_warnings
-from orchestrator.study import storage
+from orchestrator.study.storage import storage
 
 SPACE = "params:\n  tp_size: {choices: [1, 2]}\n  env.NCCL_PROTO: {choices: [LL, Simple]}\n"
 # at TP=2 Simple's all-reduce is 5x LL's: dropped under the default keep_within (4x), late if kept

@@ -20,8 +20,8 @@ from conftest import server_processes
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.driver.run import StudyDriver
-from orchestrator.study.history import trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage.storage import open_study
 
 pytestmark = pytest.mark.slow
 

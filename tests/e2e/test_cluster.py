@@ -21,8 +21,8 @@ from orchestrator.config.job import load_job
 from orchestrator.core.errors import RuntimeFailure
 from orchestrator.driver.ray_executor import RayExecutor
 from orchestrator.driver.run import StudyDriver
-from orchestrator.study.history import trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage.storage import open_study
 
 NODES = 3
 SELECTOR = {"trial_node": 1}

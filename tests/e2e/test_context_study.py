@@ -34,9 +34,9 @@ from orchestrator.config.job import load_job
 from orchestrator.core.level import make
 from orchestrator.driver.in_process import InProcessExecutor
 from orchestrator.driver.run import StudyDriver
-from orchestrator.study.history import trial_rows
-from orchestrator.study.plan import build_plan
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.evidence.plan import build_plan
+from orchestrator.study.storage.storage import open_study
 
 pytestmark = pytest.mark.slow
 

@@ -24,8 +24,8 @@ from orchestrator.config.job import load_job
 from orchestrator.core.launch import LaunchSpec
 from orchestrator.node.client import greedy_outputs
 from orchestrator.node.server import ServerProcess, free_port
-from orchestrator.study.history import trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage.storage import open_study
 
 pytestmark = pytest.mark.slow
 

@@ -20,8 +20,8 @@ from conftest import TESTS, write_job
 from logtext import log_lines
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
-from orchestrator.study.history import trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage.storage import open_study
 
 
 def run_cli(*argv: str) -> tuple[int, str]:

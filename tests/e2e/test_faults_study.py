@@ -9,8 +9,8 @@ import pytest
 
 from conftest import TEST_PROMPT, run_in_process, timeouts_until_blamed, write_job
 from orchestrator.config.job import load_job
-from orchestrator.study.history import best_rows, trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import best_rows, trial_rows
+from orchestrator.study.storage.storage import open_study
 
 pytestmark = pytest.mark.slow
 

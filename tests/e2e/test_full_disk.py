@@ -17,7 +17,7 @@ import recorded_study as fx
 
 from conftest import REPO, fill_disk, mounted_tmpfs, write_job
 from orchestrator.config.job import load_job
-from orchestrator.study import storage
+from orchestrator.study.storage import storage
 
 
 def cli(*argv: str, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:

@@ -17,8 +17,8 @@ from logtext import log_lines
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.core.records import TIMEOUT_KINDS
-from orchestrator.study.history import best_rows, trial_rows
-from orchestrator.study.storage import GOLDEN_ATTR, open_study
+from orchestrator.study.evidence.history import best_rows, trial_rows
+from orchestrator.study.storage.storage import GOLDEN_ATTR, open_study
 
 
 def run_cli(*argv: str) -> tuple[int, str]:

@@ -28,10 +28,10 @@ from conftest import run_in_process, write_job
 from logtext import log_lines
 from orchestrator import cli
 from orchestrator.config.job import load_job
-from orchestrator.study.history import best_rows, trial_rows
-from orchestrator.study.plan import build_plan
-from orchestrator.study.replay_table import load_table, table_from_study
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import best_rows, trial_rows
+from orchestrator.study.evidence.plan import build_plan
+from orchestrator.study.simulation.replay_table import load_table, table_from_study
+from orchestrator.study.storage.storage import open_study
 
 pytestmark = pytest.mark.slow
 

@@ -21,8 +21,8 @@ from conftest import kill_pids, write_job
 from logtext import log_lines
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
-from orchestrator.study.history import trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage.storage import open_study
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,8 @@ import pytest
 from conftest import TEST_PROMPT, TESTS, kill_pids, run_in_process, write_job
 from orchestrator.config.job import load_job
 from orchestrator.node import proctree
-from orchestrator.study.history import trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage.storage import open_study
 
 pytestmark = pytest.mark.slow
 

@@ -35,9 +35,9 @@ from logtext import said
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.results.export import FORMATS
-from orchestrator.study.history import trial_rows
-from orchestrator.study.race import RACE, outcomes
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.search.race import RACE, outcomes
+from orchestrator.study.storage.storage import open_study
 
 pytestmark = pytest.mark.slow
 

@@ -36,9 +36,9 @@ from orchestrator import cli
 from orchestrator.config.job import load_job
 from orchestrator.core.arrivals import schedule
 from orchestrator.core.json_schemas import schema
-from orchestrator.study.goodput import goodput_answer
-from orchestrator.study.history import trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.goodput import goodput_answer
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage.storage import open_study
 
 pytestmark = pytest.mark.slow
 

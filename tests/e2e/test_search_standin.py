@@ -25,10 +25,10 @@ import pytest
 
 from conftest import run_in_process, write_job
 from orchestrator.config.job import load_job
-from orchestrator.study.history import trial_rows
-from orchestrator.study.race import RACE
-from orchestrator.study.relaunch import RELAUNCH
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.search.race import RACE
+from orchestrator.study.search.relaunch import RELAUNCH
+from orchestrator.study.storage.storage import open_study
 
 pytestmark = pytest.mark.slow
 

@@ -15,9 +15,9 @@ import pytest
 from conftest import TEST_PROMPT, run_in_process, start_driver, study_servers, wait_for, write_job
 from orchestrator.config.job import load_job
 from orchestrator.core.study_dir import trial_log_name as log_name
-from orchestrator.study.history import trial_rows
-from orchestrator.study.shared import SharedStudy
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage.shared import SharedStudy
+from orchestrator.study.storage.storage import open_study
 from postgres import postgres_server
 
 pytestmark = pytest.mark.slow

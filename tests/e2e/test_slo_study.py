@@ -47,10 +47,10 @@ from orchestrator.config.job import load_job
 from orchestrator.core.json_schemas import schema
 from orchestrator.driver.in_process import InProcessExecutor
 from orchestrator.driver.run import StudyDriver
-from orchestrator.study.goodput import goodput_answer
-from orchestrator.study.history import trial_rows
-from orchestrator.study.plan import build_plan
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.goodput import goodput_answer
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.evidence.plan import build_plan
+from orchestrator.study.storage.storage import open_study
 
 pytestmark = pytest.mark.slow
 

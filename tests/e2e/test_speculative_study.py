@@ -24,8 +24,8 @@ from orchestrator.driver.in_process import InProcessExecutor
 from orchestrator.driver.run import StudyDriver
 from orchestrator.results.export import export
 from orchestrator.results.report import write_report
-from orchestrator.study.history import best_rows, trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import best_rows, trial_rows
+from orchestrator.study.storage.storage import open_study
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 REPO = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ from orchestrator.config.job import load_job
 from orchestrator.driver.run import StudyDriver
 from orchestrator.node import proctree
 from orchestrator.node.server import ServerRegistry
-from orchestrator.study.history import trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage.storage import open_study
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ import pytest
 from conftest import TEST_PROMPT, TESTS, start_driver, study_servers, wait_for, write_job
 from logtext import log_lines
 from orchestrator.config.job import load_job
-from orchestrator.study.history import trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage.storage import open_study
 
 pytestmark = pytest.mark.slow
 

@@ -26,8 +26,8 @@ from orchestrator import cli
 from orchestrator.config.job import load_job
 from orchestrator.driver.in_process import InProcessExecutor
 from orchestrator.driver.run import StudyDriver
-from orchestrator.study.history import trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage.storage import open_study
 
 pytestmark = pytest.mark.slow
 

@@ -12,9 +12,9 @@ import pytest
 from conftest import run_in_process, write_job
 from orchestrator.config.job import load_job
 from orchestrator.results.report import write_report
-from orchestrator.study import bans
-from orchestrator.study.history import trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence import bans
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage.storage import open_study
 
 
 @pytest.mark.slow

@@ -17,8 +17,8 @@ from conftest import FAKE_OPENAI, timeouts_until_blamed, write_job
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.node.spec import startup_limit
-from orchestrator.study.history import trial_rows
-from orchestrator.study.storage import open_study
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage.storage import open_study
 
 pytestmark = pytest.mark.slow
 

@@ -21,8 +21,9 @@ from orchestrator.config.job import load_job
 from orchestrator.core.level import streams
 from orchestrator.results import benchmark_report as br
 from orchestrator.results.export import export
-from orchestrator.study import history, storage
-from orchestrator.study.launches import Evidence
+from orchestrator.study.evidence import history
+from orchestrator.study.evidence.launches import Evidence
+from orchestrator.study.storage import storage
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "tests/fixtures/benchmark_report/br_v0_2_1_json_schema.json").read_text())

@@ -14,7 +14,8 @@ from orchestrator.cli import main
 from orchestrator.core.errors import BadInput
 from orchestrator.results.compare import _also_rows, format_compare
 from orchestrator.results.compare_file import CompareFile
-from orchestrator.study import history, storage
+from orchestrator.study.evidence import history
+from orchestrator.study.storage import storage
 
 
 @pytest.fixture(scope="module")

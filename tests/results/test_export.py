@@ -24,8 +24,9 @@ from orchestrator.core.errors import BadInput, RuntimeFailure
 from orchestrator.core.records import COMPLETE, TrialRow, config_key
 from orchestrator.core.verdict import t_quantile
 from orchestrator.results.export import FORMATS, choose, export, load_config_file, notes
-from orchestrator.study import history, storage
-from orchestrator.study.launches import Evidence
+from orchestrator.study.evidence import history
+from orchestrator.study.evidence.launches import Evidence
+from orchestrator.study.storage import storage
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,9 @@ from plan_rows import relaunch, row
 from orchestrator.core.records import TrialResult
 from orchestrator.results.importance import effects_given_top, explained_share, knob_effects, span_text
 from orchestrator.results.report import write_report
-from orchestrator.study import history, storage
-from orchestrator.study.policy import SearchPolicy
+from orchestrator.study.evidence import history
+from orchestrator.study.search.policy import SearchPolicy
+from orchestrator.study.storage import storage
 
 CHOICES = {"graph_capture": [False, True], "capture_sizes": ["1,2,4,8", "1,2,4,8,16,32,64"],
            "backend.max_batch": [64, 256], "tp_size": [1]}

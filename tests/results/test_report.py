@@ -19,7 +19,7 @@ from orchestrator.core.records import COMPLETE, TrialRow, config_key
 from orchestrator.results.compare import format_compare_plan
 from orchestrator.results.compare_file import CompareFile
 from orchestrator.results.report import write_report
-from orchestrator.study import storage
+from orchestrator.study.storage import storage
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +203,7 @@ def test_a_plan_whose_bests_differ_says_so_before_its_single_level_headline(tmp_
 
 
 def test_a_plan_whose_best_at_one_level_is_only_tied_names_one_config_for_every_level(tmp_path):
-    """The H200 race study's shape (tests/study/test_plan.py's ``tied_at_one``): the report says
+    """The H200 race study's shape (tests/study/evidence/test_plan.py's ``tied_at_one``): the report says
     which single config serves every level, and how to export it."""
     from plan_rows import tied_at_one
 

@@ -25,7 +25,7 @@ from orchestrator.results.tuner_rules import (
     tuner_api,
     tuner_sweep_rules,
 )
-from orchestrator.study import history
+from orchestrator.study.evidence import history
 
 
 def test_nccl_tuner_rule_variants():

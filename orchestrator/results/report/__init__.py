@@ -39,8 +39,9 @@ from orchestrator.results.report.plots import write_plots
 from orchestrator.results.report.sections import ReportJob, build_blocks
 from orchestrator.results.report.startup import STARTUP_PLOT, plot_startup
 from orchestrator.results.report.trials_csv import trials_frame
-from orchestrator.study import history, storage
-from orchestrator.study.plan import build_plan
+from orchestrator.study.evidence import history
+from orchestrator.study.evidence.plan import build_plan
+from orchestrator.study.storage import storage
 
 __all__ = ["ReportJob", "write_report"]
 

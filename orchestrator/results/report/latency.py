@@ -36,11 +36,11 @@ from orchestrator.results.report import document as doc
 from orchestrator.results.report import rate_curve
 from orchestrator.results.report.document import Block
 from orchestrator.results.report.plots import BASELINE_COLOR, BEST_COLOR, _plt, _save, measured_runs
-from orchestrator.study import objective as objectives
-from orchestrator.study.goodput import Crossing, GoodputAnswer, goodput_answer, tok
-from orchestrator.study.history import baseline_row, best_rows, infeasible_lines, short_params
-from orchestrator.study.launches import Evidence
-from orchestrator.study.plan import Plan
+from orchestrator.study.evidence.goodput import Crossing, GoodputAnswer, goodput_answer, tok
+from orchestrator.study.evidence.history import baseline_row, best_rows, infeasible_lines, short_params
+from orchestrator.study.evidence.launches import Evidence
+from orchestrator.study.evidence.plan import Plan
+from orchestrator.study.storage import objective as objectives
 
 LATENCY_PLOT = "latency.png"
 SLO_COLOR = "#d62728"

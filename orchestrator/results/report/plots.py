@@ -28,10 +28,10 @@ from orchestrator.core.logs import clip
 from orchestrator.core.records import TrialRow
 from orchestrator.core.study_dir import StudyDir
 from orchestrator.results.importance import KnobEffect, sort_values
-from orchestrator.study import history
-from orchestrator.study import objective as objectives
-from orchestrator.study.history import COMPLETE, FAIL, PRUNED, baseline_row, parse_iso
-from orchestrator.study.plan import Plan, level_value
+from orchestrator.study.evidence import history
+from orchestrator.study.evidence.history import COMPLETE, FAIL, PRUNED, baseline_row, parse_iso
+from orchestrator.study.evidence.plan import Plan, level_value
+from orchestrator.study.storage import objective as objectives
 
 PLOTS = ("history.png", "params.png", "importance.png", "timeline.png")
 PLAN_PLOT = "pareto.png"

@@ -26,8 +26,8 @@ from orchestrator.core.slo import Targets, ms
 from orchestrator.results.report import document as doc
 from orchestrator.results.report.document import Block
 from orchestrator.results.report.plots import BASELINE_COLOR, BEST_COLOR, _plt, _save, measured_runs
-from orchestrator.study.goodput import GoodputAnswer, RateCrossing, crossing, tok
-from orchestrator.study.history import short_params
+from orchestrator.study.evidence.goodput import GoodputAnswer, RateCrossing, crossing, tok
+from orchestrator.study.evidence.history import short_params
 
 OTHER_COLORS = ("#1f77b4", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")  # each --trial's, in turn
 SLO_COLOR = "#d62728"

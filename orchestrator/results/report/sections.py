@@ -56,11 +56,9 @@ from orchestrator.results.report import latency
 from orchestrator.results.report.document import Block
 from orchestrator.results.report.plots import Span, trial_spans
 from orchestrator.results.report.startup import startup_blocks
-from orchestrator.study import bans as value_bans
-from orchestrator.study import coverage, history, storage
-from orchestrator.study import objective as objectives
-from orchestrator.study import race as races
-from orchestrator.study.history import (
+from orchestrator.study.evidence import bans as value_bans
+from orchestrator.study.evidence import history
+from orchestrator.study.evidence.history import (
     COMPLETE,
     FAIL,
     PRUNED,
@@ -70,8 +68,12 @@ from orchestrator.study.history import (
     best_rows,
     short_params,
 )
-from orchestrator.study.launches import COMPARE, HEADLINE, Evidence, load_note
-from orchestrator.study.plan import Plan, fmt, fresh_text, launches_text
+from orchestrator.study.evidence.launches import COMPARE, HEADLINE, Evidence, load_note
+from orchestrator.study.evidence.plan import Plan, fmt, fresh_text, launches_text
+from orchestrator.study.model import coverage
+from orchestrator.study.search import race as races
+from orchestrator.study.storage import objective as objectives
+from orchestrator.study.storage import storage
 
 
 class ReportJob(Protocol):

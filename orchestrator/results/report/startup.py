@@ -18,7 +18,7 @@ from orchestrator.core.records import FAIL, FailureKind, TrialRow
 from orchestrator.results.report import document as doc
 from orchestrator.results.report.document import Block
 from orchestrator.results.report.plots import OTHER_COLOR, STATE_COLORS, _note_figure, _plt, _save
-from orchestrator.study.history import short_params
+from orchestrator.study.evidence.history import short_params
 
 STARTUP_PLOT = "startup.png"
 # one color per phase name, the same in every report (names not listed take the next free one)

@@ -36,8 +36,8 @@ from orchestrator.results.report.latency import (
     traffic_blocks,
     wants_plot,
 )
-from orchestrator.study.launches import HEADLINE, Evidence
-from orchestrator.study.plan import build_plan
+from orchestrator.study.evidence.launches import HEADLINE, Evidence
+from orchestrator.study.evidence.plan import build_plan
 
 TARGETS = Targets(every=(Slo.named("tpot_p99", 0.020),))
 

@@ -16,7 +16,8 @@ from written_report import write_demo_report
 from orchestrator.core.records import TrialRow
 from orchestrator.results.importance import knob_effects
 from orchestrator.results.report import plots
-from orchestrator.study import history, storage
+from orchestrator.study.evidence import history
+from orchestrator.study.storage import storage
 
 matplotlib.use("Agg", force=True)
 

@@ -22,7 +22,7 @@ from orchestrator.results.report.rate_curve import (
     plot_rates,
     rate_blocks,
 )
-from orchestrator.study.goodput import goodput_answer
+from orchestrator.study.evidence.goodput import goodput_answer
 
 TARGETS = Targets(per_request=(RequestSlo("ttft", 0.3),), attainment=0.99)
 OBJECTIVE = Objective(rate=RateAxis(max_rate=30, min_rate=15), slo=TARGETS)

@@ -25,8 +25,8 @@ from orchestrator.results.export import notes as export_notes
 from orchestrator.results.report import document as doc
 from orchestrator.results.report import write_report
 from orchestrator.results.report.sections import build_blocks
-from orchestrator.study import storage
-from orchestrator.study.history import trial_rows
+from orchestrator.study.evidence.history import trial_rows
+from orchestrator.study.storage import storage
 
 DISTS = {k: optuna.distributions.CategoricalDistribution(v) for k, v in fx.CHOICES.items()}
 

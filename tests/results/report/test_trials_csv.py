@@ -8,7 +8,8 @@ import pytest
 import recorded_study as fx  # a real journal study with every outcome
 
 from orchestrator.results.report.trials_csv import trials_frame
-from orchestrator.study import history, storage
+from orchestrator.study.evidence import history
+from orchestrator.study.storage import storage
 
 
 @pytest.fixture(scope="module")

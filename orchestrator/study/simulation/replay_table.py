@@ -44,6 +44,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -278,7 +279,11 @@ def _samples(raw: str, name: str, line: int, column: str) -> list[float]:
     if any(not math.isfinite(s) or s <= 0 for s in samples):
         raise TableError(f"{name}: line {line}: {column} must be positive tok/s, not {brief(raw)}")
     return samples
-def _seconds_cell(df, column: str, i: int, name: str, line: int) -> float | None:
+
+
+def _number_cell(df, column: str, i: int, name: str, line: int, ok: Callable[[float], bool],
+                 what: str) -> float | None:
+    """A cell that is a number ``ok`` accepts or empty (None); a TableError naming ``what`` it must be."""
     raw = df[column].iloc[i].strip() if column in df.columns else ""
     if not raw:
         return None
@@ -286,23 +291,18 @@ def _seconds_cell(df, column: str, i: int, name: str, line: int) -> float | None
         value = float(raw)
     except ValueError:
         value = float("nan")
-    if not math.isfinite(value) or value < 0:
-        raise TableError(f"{name}: line {line}: {column} must be seconds (a number >= 0) or empty, not {brief(raw)}")
+    if not math.isfinite(value) or not ok(value):
+        raise TableError(f"{name}: line {line}: {column} must be {what} or empty, not {brief(raw)}")
     return value
+
+
+def _seconds_cell(df, column: str, i: int, name: str, line: int) -> float | None:
+    return _number_cell(df, column, i, name, line, lambda v: v >= 0, "seconds (a number >= 0)")
 
 
 def _cv_cell(df, column: str, i: int, name: str, line: int) -> float | None:
-    raw = df[column].iloc[i].strip() if column in df.columns else ""
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 <= value < 1:
-        raise TableError(f"{name}: line {line}: {column} must be a coefficient of variation between 0 and 1 "
-                         f"(0.01 = 1%) or empty, not {brief(raw)}")
-    return value
+    return _number_cell(df, column, i, name, line, lambda v: 0 <= v < 1,
+                        "a coefficient of variation between 0 and 1 (0.01 = 1%)")
 
 
 def table_from_study(study: optuna.Study):

@@ -418,21 +418,30 @@ def signed_rank_interval(diffs: Sequence[float], confidence: float) -> tuple[flo
     tail = (1.0 - confidence) / 2.0
     total_pairs = n * (n + 1) // 2
     if n > 40:
-        sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24.0)
-        k = max(0, math.floor(total_pairs / 2.0 - statistics.NormalDist().inv_cdf(1.0 - tail) * sd - 0.5) + 1)
+        k = _normal_rank(total_pairs / 2.0, math.sqrt(n * (n + 1) * (2 * n + 1) / 24.0), tail)
     else:
-        counts = _signed_rank_counts(n)
-        total = 2 ** n
-        k, cum = 0, 0
-        for c in counts:
-            cum += c
-            if cum / total > tail:
-                break
-            k += 1
+        k = _exact_rank(_signed_rank_counts(n), tail)
     if k == 0:
         return None
     walsh = sorted((diffs[i] + diffs[j]) / 2.0 for i in range(n) for j in range(i, n))
     return walsh[k - 1], walsh[len(walsh) - k]
+
+
+def _exact_rank(counts: Sequence[int], tail: float) -> int:
+    """The k of a rank interval from a statistic's exact distribution (``counts``: how many
+    orderings give each value): the most values whose cumulative share stays within ``tail``."""
+    total, k, cum = sum(counts), 0, 0
+    for c in counts:
+        cum += c
+        if cum / total > tail:
+            break
+        k += 1
+    return k
+
+
+def _normal_rank(mean: float, sd: float, tail: float) -> int:
+    """The same k from the statistic's normal approximation, with a continuity correction."""
+    return max(0, math.floor(mean - statistics.NormalDist().inv_cdf(1.0 - tail) * sd - 0.5) + 1)
 
 
 def _mann_whitney_counts(n: int, m: int) -> list[int]:
@@ -464,17 +473,9 @@ def rank_shift_interval(xa: Sequence[float], xb: Sequence[float], confidence: fl
         return None
     tail = (1.0 - confidence) / 2.0
     if n * m > 400:
-        sd = math.sqrt(n * m * (n + m + 1) / 12.0)
-        k = max(0, math.floor(n * m / 2.0 - statistics.NormalDist().inv_cdf(1.0 - tail) * sd - 0.5) + 1)
+        k = _normal_rank(n * m / 2.0, math.sqrt(n * m * (n + m + 1) / 12.0), tail)
     else:
-        counts = _mann_whitney_counts(n, m)
-        total = sum(counts)
-        k, cum = 0, 0
-        for c in counts:
-            cum += c
-            if cum / total > tail:
-                break
-            k += 1
+        k = _exact_rank(_mann_whitney_counts(n, m), tail)
     if k == 0:
         return None
     diffs = sorted(b - a for a in xa for b in xb)

@@ -547,6 +547,13 @@ class GoodputResult:
         """Where the engine changes regime (a bisection recorded none)."""
         return [] if self.bisection else [f"regime: {m.describe()}" for m in self.marks]
 
+    def unheld(self, found: Mapping[int, Sequence[Any]]) -> tuple[float, str]:
+        """Where none held: the lowest probe's worst excess over its targets (``found``: the breaches at
+        each measured level, its probes among them) and why."""
+        lowest = found.get(min(self.probes)) if self.probes else None
+        excess = max((b.excess for b in lowest or ()), default=0.0)
+        return excess, self.describe() + (f": {lowest[0].describe()}" if lowest else "")
+
     @property
     def rate_probes(self) -> tuple[RateProbe, ...]:
         """None: its probes are the measurement's levels."""
@@ -715,6 +722,11 @@ class RateResult:
             return 0.0
         return max(0.0, (1.0 if self.attainment is None else self.attainment) - low.attainment)
 
+    def unheld(self, found: Mapping[int, Sequence[Any]]) -> tuple[float, str]:
+        """Where none held: the attainment the lowest rate lacked and why (its probes carry what broke,
+        not ``found``: it has no levels)."""
+        return self.shortfall(), self.describe()
+
     def speed_text(self, rate: float) -> str:
         """' (2.5x the trace's pace)' where a trace was replayed ('' otherwise)."""
         return f" ({rate / self.trace_rate:.3g}x the trace's pace)" if self.trace_rate else ""
@@ -788,6 +800,10 @@ class Capacity(Protocol):
 
     def describe(self, value: float | None = None) -> str:
         """What it found, as the run's line and the answer say it (with ``value``, the figure there)."""
+
+    def unheld(self, found: Mapping[int, Sequence[Any]]) -> tuple[float, str]:
+        """Where none held: how far from holding (what Optuna's constraint is told) and why, one line
+        (``found``: the targets each measured level breaks, ``core.slo.breaches_at``)."""
 
     def answer(self, value: float | None) -> str:
         """Its one line as ``bench`` prints it."""

@@ -259,20 +259,14 @@ def judge(measurement: Any, targets: Targets | None, levels: Iterable[int], *, e
     held, not even the lowest (a search by request rate: no rate held)."""
     if not targets or measurement is None:
         return Judged()
-    if goodput and measurement.rate is not None:
-        searched = measurement.rate
-        if searched.holds is not None:
-            return Judged()
-        return Judged(infeasible=True, excess=searched.shortfall(), why=searched.describe())
     found = breaches_at(measurement.levels, targets,
                         None if goodput else [lv for lv in levels if lv in measurement.levels])
-    if goodput:
-        got = measurement.goodput
-        if got is None or got.holds is not None:
+    if goodput:  # the capacity search's record, whichever axis, says how far from holding it was
+        searched = measurement.capacity
+        if searched is None or searched.holds is not None:
             return Judged(breaches=found)
-        lowest = found.get(min(got.probes)) if got.probes else None
-        return Judged(breaches=found, infeasible=True, excess=worst_excess(lowest or ()),
-                      why=got.describe() + (f": {lowest[0].describe()}" if lowest else ""))
+        excess, why = searched.unheld(found)
+        return Judged(breaches=found, infeasible=True, excess=excess, why=why)
     measured = [lv for lv in levels if lv in measurement.levels]
     if not found or not measured:
         return Judged(breaches=found)

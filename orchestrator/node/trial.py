@@ -206,7 +206,7 @@ def _run_trial(spec: TrialSpec, cancel: threading.Event, on_server: Callable[[Se
         deadline = time.monotonic() + plan.timeout_s
         got = with_host(measure_rates(launch.base_url, launch.model_name, plan, deadline=deadline,
                                       metrics_url=launch.metrics_url, progress=report.measuring_rate)
-                        if plan.rate is not None else
+                        if plan.kind.open_loop else
                         measure(launch.base_url, launch.model_name, plan, deadline=deadline,
                                 metrics_url=launch.metrics_url, prune_below=spec.prune_below,
                                 progress=report.measuring),

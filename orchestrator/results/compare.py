@@ -244,7 +244,7 @@ def refuse_by_rate(job: Job, what: str = "compare") -> None:
     is read or launched: compare's figure is total tok/s at a concurrency (a closed loop), and such a
     study ranks by the capacity an open loop finds, so its verdict would answer another question; a
     config's capacity by rate is re-measured by ``bench`` (every probe and the capacity, docs/guide.md)."""
-    if objectives.of(job.objective).rate is None:
+    if not objectives.of(job.objective).open_loop:
         return
     raise BadInput(f"{what} measures total tok/s at concurrencies (a closed loop), not the capacity by request rate "
                    f"this study ranks by; re-measure a config's capacity by rate with `ncclsweep export {job.path} "

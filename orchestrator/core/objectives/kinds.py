@@ -85,7 +85,6 @@ class Goodput(Objective):
     kind_name: ClassVar[str] = "goodput"
     by_capacity: ClassVar[bool] = True
     searches_load: ClassVar[bool] = True
-    axis: ClassVar[str] = "concurrency"  # what the search finds, as a refusal says it
     axis_limit: ClassVar[str] = "max_concurrency"  # the job's key for the most it tries
 
     @classmethod
@@ -147,6 +146,7 @@ class RateGoodput(Goodput):
     kind_name: ClassVar[str] = "goodput by rate"
     searches_load: ClassVar[bool] = False  # its probes are open-loop rates (``node.open_loop``)
     per_request_slo: ClassVar[bool] = True
+    open_loop: ClassVar[bool] = True
     axis: ClassVar[str] = "request rate"
     axis_limit: ClassVar[str] = "max_rate"
 

@@ -224,6 +224,10 @@ class Objective:
     # changes regime) instead of measuring the levels
     searches_load: ClassVar[bool] = False
     per_request_slo: ClassVar[bool] = False  # per-request targets and their attainment judge it (open-loop probes)
+    # a launch probes open-loop request rates (``node.open_loop``) instead of streams: it has no concurrency,
+    # its one figure is the capacity's, and what measures a closed loop (``compare``) does not answer it
+    open_loop: ClassVar[bool] = False
+    axis: ClassVar[str] = "concurrency"  # the load axis its levels or its search run along, as the answer says it
 
     def __new__(cls, *args: Any, **kw: Any) -> Objective:
         if cls is Objective or args or kw:  # build the kind the fields make (unpickling passes none)

@@ -143,7 +143,7 @@ def goodput_blocks(rows: list[TrialRow], job: Any, trials: Sequence[int] = ()) -
     if not obj.by_capacity:
         return []
     answer = answer_of(rows, job)
-    if obj.rate is not None:
+    if obj.open_loop:
         return rate_curve.rate_blocks(rows, answer, trials)
     targets = obj.slo.describe() if obj.slo else "every target"
     out: list[Block] = [doc.heading(2, "Capacity within the SLO"), doc.para(
@@ -237,7 +237,7 @@ def wants_plot(objective: Any) -> bool:
 
 def plot_title(objective: Any) -> str:
     """The plot's alternative text in the report."""
-    if objectives.of(objective).rate is not None:
+    if objectives.of(objective).open_loop:
         return rate_curve.plot_title()
     if objectives.of(objective).by_capacity:
         return "Capacity curve: throughput and the targeted latency against concurrency"
@@ -255,7 +255,7 @@ def plot_capacity(rows: list[TrialRow], job: Any, path: Path, trials: Sequence[i
     baseline, the best and each of ``trials``), else against concurrency (``plot_latency``)."""
     objective = getattr(job, "objective", None)
     obj = objectives.of(objective)
-    if obj.rate is not None:
+    if obj.open_loop:
         rate_curve.plot_rates(rate_curve.curves(rows, answer_of(rows, job), trials), obj.slo, path)
     else:
         plot_latency(rows, objective, path, trials)

@@ -226,7 +226,7 @@ def _launch_noise(rows, ev: Evidence, levels: tuple[int, ...], objective: Any) -
                         "over launches: each launch's figure is one value, and the launch noise is the spread of "
                         "launches of one config (the standard deviation of their logs, pooled over every config "
                         "launched more than once). A config measured on one launch gets the study's launch noise."))
-    if objectives.of(objective).rate is not None:  # a study by request rate has one figure, no concurrency
+    if objectives.of(objective).open_loop:  # a study by request rate has one figure, no concurrency
         out.append(doc.table(["Figure", "Launch noise"], [["output tok/s at the capacity (req/s within the SLO)",
                                                            ev.noise(HEADLINE).text()]]))
     else:

@@ -269,12 +269,12 @@ class GoodputAnswer:
     configs: tuple[Crossing, ...]
     slo: Targets | None
     pricing: Pricing | None = None
-    by_rate: bool = False  # the capacity is a request rate (``objective.goodput.max_rate``)
+    axis: str = "concurrency"  # what the capacity is found along (the objective's ``axis``: or "request rate")
 
     def text(self) -> str:
         """'#2 serves the most within the SLO at 64 streams: ...; the baseline #0 at 16 streams: 2100 tok/s'."""
         if self.best is None:
-            head = "no config holds the SLO at any " + ("request rate" if self.by_rate else "concurrency") + " yet"
+            head = f"no config holds the SLO at any {self.axis} yet"
         elif self.baseline is not None and self.baseline.row.config_key == self.best.row.config_key:
             head = f"the baseline #{self.best.row.number} is the best: it {self.best.describe()}"
         else:
@@ -315,7 +315,7 @@ def goodput_answer(rows: list[TrialRow], objective: Objective | None,
     others = [r for key, r in latest.items() if key not in {x.config_key for x in ranked}]
     configs = tuple(c for c in (crossing(r, slo, pricing) for r in ranked + others) if c is not None)
     return GoodputAnswer(best=best, baseline=base, configs=configs, slo=slo, pricing=pricing,
-                         by_rate=objectives.of(objective).rate is not None)
+                         axis=objectives.of(objective).axis)
 
 
 def format_goodput(answer: GoodputAnswer) -> str:

@@ -4,6 +4,7 @@ host's load, and records of every version read back the same."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import pytest
 
@@ -237,3 +238,24 @@ def test_either_capacity_search_is_the_measurements_one_capacity_record_and_its_
     assert Measurement(levels=levels).capacity is None
     assert set(by_load.to_record()) >= {"goodput"} and "rate" not in by_load.to_record()
     assert by_rate.to_record()["rate"] == rate.to_record() and "goodput" not in by_rate.to_record()
+
+
+def test_either_capacity_record_says_how_far_from_holding_it_was_where_none_held():
+    """``core.slo.judge`` asks the record (``Capacity.unheld``) instead of checking which search ran: the
+    concurrency search reads the lowest probe's breaches, the rate search its own lowest probe."""
+
+    @dataclass(frozen=True)
+    class Broke:
+        excess: float
+        text: str
+
+        def describe(self) -> str:
+            return self.text
+
+    load = GoodputResult(32, (4, 1), holds=None, breaks=1)
+    found = {1: [Broke(0.5, "TPOT p99 30 ms > 20 ms"), Broke(0.8, "TTFT")], 4: [Broke(2.0, "worse")]}
+    assert load.unheld(found) == (0.8, f"{load.describe()}: TPOT p99 30 ms > 20 ms")
+    assert load.unheld({}) == (0.0, load.describe())  # the lowest probe's breaches not measured
+    probes = (RateProbe(20, 100, 62, False), RateProbe(10, 100, 90, False))
+    rate = RateResult(20, 10, probes, holds=None, breaks=10, attainment=0.99)
+    assert rate.unheld(found) == (pytest.approx(0.09), rate.describe())  # its own probes, not levels

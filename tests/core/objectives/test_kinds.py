@@ -50,6 +50,7 @@ def test_goodput_tells_the_capacity_and_zero_where_no_load_held():
     assert obj.told(result({1: level(1, 50.0, tpot_p99=0.05)}, none)) == [0.0]
     assert obj.describe().startswith("goodput up to 32 streams")
     assert obj.searches_load  # each launch searches the concurrencies (node.measure asks the plan's kind)
+    assert not obj.open_loop and obj.axis == "concurrency"  # closed loop: compare answers it, the report per stream
 
 
 def test_goodput_by_rate_tells_the_tok_s_at_the_highest_rate_that_held_and_zero_where_none_did():
@@ -57,6 +58,9 @@ def test_goodput_by_rate_tells_the_tok_s_at_the_highest_rate_that_held_and_zero_
     obj = Objective(rate=RateAxis(40), slo=slo)
     assert isinstance(obj, RateGoodput) and obj.by_capacity and obj.headline is None and not obj.by_level
     assert not obj.searches_load  # its probes are open-loop rates, not loads of streams
+    assert obj.open_loop and obj.axis == "request rate"  # node.trial probes rates; compare refuses it
+    assert not any(Objective(concurrency=c).open_loop for c in ((1,), (1, 64)))
+    assert Objective().axis == "concurrency"
     assert obj.export_unit(obj.headline, named=False) == "output tok/s within the SLO"
     assert Objective(goodput=32, slo=slo).export_unit(None, named=False) == "tok/s total within the SLO"
     probes = (RateProbe(5, 100, 100, True, tok_s=320.0), RateProbe(10, 100, 90, False, tok_s=560.0))

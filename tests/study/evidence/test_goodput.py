@@ -140,3 +140,8 @@ def test_by_request_rate_the_answer_names_the_rate_the_tok_s_there_and_the_attai
     assert [p["rate"] for p in best["probes"]] == [5, 10, 20, 15]  # every probe, in the order measured
     assert [p["load"] for p in best["curve"]] == [5, 10, 15, 20]
     assert format_goodput(answer).splitlines()[0].startswith("goodput under TTFT <= 200 ms for 99% of requests: #1 ")
+    assert answer.axis == "request rate"  # the objective's axis, asked (issue 46), not its fields
+    held_nowhere = trial(2, {"mode": "c"}, [(5, 100, 200.0)], None, 5,
+                         metrics={"slo_violations": ["breaks the SLO at 5 req/s already"], "slo_excess": 0.49})
+    assert goodput_answer([held_nowhere], Objective(rate=RateAxis(40), slo=slo)).text() == \
+        "no config holds the SLO at any request rate yet"

@@ -251,7 +251,7 @@ def build_rank(s: Settings, rank: int, master_port: int, listen_fd: int | None =
     if rank == 0:
         kv_gib = (s.max_batch + 1) * s.max_model_len * s.dims.kv_bytes_per_token(
             DTYPE_BYTES[s.dtype]) / world / 2**30
-        log(f"weights built in {time.monotonic() - t0:.1f}s ({s.dims.param_count() / 1e6:.1f}M "
+        log(f"weights built in {time.monotonic() - t0:.3f}s ({s.dims.param_count() / 1e6:.1f}M "
             f"params, {s.dtype}, tp={world}, threads={s.threads}); KV cache {kv_gib:.2f} GiB "
             f"per rank ({s.max_batch} slots x {s.max_model_len} tokens); fused kernels "
             f"{'on' if model.fused else 'off'} ({model.fused_why})")
@@ -262,7 +262,7 @@ def build_rank(s: Settings, rank: int, master_port: int, listen_fd: int | None =
         graphs.capture()
         if rank == 0:
             log(f"captured {len(graphs.graphs)} CUDA graphs (batch sizes {graphs.sizes}, "
-                f"kv lengths {graphs.buckets}) in {time.monotonic() - t0:.1f}s")
+                f"kv lengths {graphs.buckets}) in {time.monotonic() - t0:.3f}s")
     channel = Channel(ctrl, world, capacity=3 * max(s.max_batch, 64))
     return model, graphs, channel
 

@@ -22,7 +22,8 @@ also starts the autoscaler's monitor (a fixed local node has nothing to scale), 
 (it tails the workers' logs for the driver, which asks for none: ``log_to_driver=False``), the
 API server behind the dashboard, ``ray job`` and the state API (none used; Ray runs without it
 where it fails to start), and, when a driver connects, one Python worker per CPU ahead of any
-task (a run asks for one actor per trial slot). Each is a Python process of its own: 0.5-0.9
+task (a run asks for one actor per trial slot; once its first task or actor is asked for, Ray
+starts the per-CPU workers all the same). Each is a Python process of its own: 0.5-0.9
 CPU-s to start, and they poll while the run lasts. None is started: a local study's Ray cost
 3.3 CPU-s, not 6.0, over a 20-second study on the 2-core VM (docs/benchmarks.md). The GCS, the
 raylet and the raylet's two agents (it needs them) are started as before; an address given to

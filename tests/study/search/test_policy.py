@@ -8,6 +8,7 @@ import random
 import optuna
 import pytest
 from optuna.trial import TrialState
+from tiny_table import PLAN as PLAN_TABLE
 
 from orchestrator.config.job import Objective
 from orchestrator.core.outcome import DEFAULT_PRUNE_RATIO, early_stop
@@ -536,15 +537,7 @@ def test_a_study_recorded_before_set_constraint_resumes_with_one_constraint_for_
 # values per level, a config-caused failure 0.0 at every level and infeasible, an early stop
 # PRUNED without an intermediate value, the cache of measured configs, the per-level early-stop
 # thresholds, the neighbor fill from every level's best; the weighted mix as one value.
-TABLE = """\
-mode,size,samples@1,samples@8,failure,baseline,note
-solo,1,100;101;99,200;201;199,,1,
-solo,2,250;251;249,240;241;239,,,
-batch,1,120;121;119,600;601;599,,,
-batch,2,130;131;129,700;701;699,,,
-mega,1,,,start-crash,,
-mega,2,90;91;89,300;301;299,,,
-"""
+TABLE = PLAN_TABLE  # the best config differs by level (tests/tiny_table.py)
 PLAN = Objective(concurrency=(1, 8))
 
 

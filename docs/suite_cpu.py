@@ -9,6 +9,7 @@ CPU seconds (user + system) and its command line, and sums them by kind:
     NCCLSWEEP_SUITE_MARK=MARK python -m pytest -q -p no:cacheprovider -n 3 --dist worksteal
     touch out.json.stop                                   # the sampler writes its last sample and ends
     python docs/suite_cpu.py table out.json
+    python docs/suite_cpu.py files out.json              # by the test that started each process
 
 A process that lives less than half a second may be missed; one that changes its command line
 (Ray's workers as they become actors) is counted under the first one seen.
@@ -66,16 +67,19 @@ def sample(mark: str, out: str, every_s: float = 0.5) -> None:
                     continue
                 if key not in seen:
                     with open(f"/proc/{entry}/environ", "rb") as f:
-                        if marker not in f.read():
-                            other.add(key)
-                            continue
+                        environ = f.read()
+                    if marker not in environ:
+                        other.add(key)
+                        continue
+                    test = next((v[len(b"PYTEST_CURRENT_TEST="):] for v in environ.split(b"\0")
+                                 if v.startswith(b"PYTEST_CURRENT_TEST=")), b"").decode(errors="replace")
                     with open(f"/proc/{entry}/cmdline", "rb") as f:
-                        seen[key] = [0.0, f.read().replace(b"\0", b" ").decode(errors="replace")[:300]]
+                        seen[key] = [0.0, f.read().replace(b"\0", b" ").decode(errors="replace")[:300], test]
                 seen[key][0] = (int(fields[11]) + int(fields[12])) / tick
             except (FileNotFoundError, ProcessLookupError, PermissionError):
                 continue
         with open(out + ".tmp", "w") as f:
-            json.dump([[pid, cpu, command] for (pid, _), (cpu, command) in seen.items()], f)
+            json.dump([[pid, *record] for (pid, _), record in seen.items()], f)
         os.replace(out + ".tmp", out)
         if os.path.exists(out + ".stop"):
             return
@@ -86,13 +90,29 @@ def table(path: str, digits: int = 0) -> None:
     cpu: collections.Counter = collections.Counter()
     count: collections.Counter = collections.Counter()
     with open(path) as f:
-        for _, seconds, command in json.load(f):
+        for _, seconds, command, *_ in json.load(f):
             cpu[kind(command)] += seconds
             count[kind(command)] += 1
     print("| kind | processes | CPU-s | CPU-s each |\n|---|---:|---:|---:|")
     for name, seconds in cpu.most_common():
         print(f"| {name} | {count[name]} | {seconds:.{digits}f} | {seconds / count[name]:.2f} |")
     print(f"| all | {sum(count.values())} | {sum(cpu.values()):.{digits}f} | |")
+
+
+def files(path: str, rows: int = 40) -> None:
+    """CPU seconds by the test file that started each process (its ``PYTEST_CURRENT_TEST`` at the
+    process's start; the test workers themselves carry none), with its reference-server starts."""
+    cpu: collections.Counter = collections.Counter()
+    servers: collections.Counter = collections.Counter()
+    with open(path) as f:
+        for _, seconds, command, *test in json.load(f):
+            name = (test[0].split("::")[0] if test and test[0] else f"({kind(command)})")
+            cpu[name] += seconds
+            servers[name] += kind(command) == "reference server"
+    print("| test file | CPU-s | reference-server starts |\n|---|---:|---:|")
+    for name, seconds in cpu.most_common(rows):
+        print(f"| {name} | {seconds:.0f} | {servers[name]} |")
+    print(f"| all | {sum(cpu.values()):.0f} | {sum(servers.values())} |")
 
 
 def measure(command: list[str]) -> int:
@@ -117,6 +137,8 @@ if __name__ == "__main__":
         sample(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 3 and sys.argv[1] == "table":
         table(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "files":
+        files(sys.argv[2])
     elif len(sys.argv) > 3 and sys.argv[1:3] == ["measure", "--"]:
         sys.exit(measure(sys.argv[3:]))
     else:

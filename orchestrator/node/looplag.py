@@ -31,36 +31,53 @@ _T = TypeVar("_T")
 
 class LoopLag:
     """The ticker's wake-ups (``time.monotonic`` seconds) and how late each was (seconds), in time
-    order, over every loop it watched."""
+    order, over every loop it watched, and the spans it watched them."""
 
     def __init__(self, interval_s: float = INTERVAL_S):
         self.interval_s = interval_s
         self.woke: list[float] = []
         self.late: list[float] = []
+        self.watched: list[tuple[float, float, float]] = []  # (start, end, how late the pending wake-up was at end)
 
-    async def _tick(self) -> None:
+    async def _tick(self, due: list[float]) -> None:
+        """Wake every interval; ``due[0]``: when the pending wake-up was asked for (the first one
+        an interval after the watch began: a loop held before the ticker first ran is seen late)."""
         while True:
-            due = time.monotonic() + self.interval_s
-            await asyncio.sleep(self.interval_s)
+            await asyncio.sleep(max(0.0, due[0] - time.monotonic()))
             now = time.monotonic()
             self.woke.append(now)
-            self.late.append(max(0.0, now - due))
+            self.late.append(max(0.0, now - due[0]))
+            due[0] = now + self.interval_s
 
     async def watching(self, work: Awaitable[_T]) -> _T:
         """``await work`` with the ticker running on the same loop until it ends (raised or
         cancelled included)."""
-        ticker = asyncio.ensure_future(self._tick())
+        start = time.monotonic()
+        due = [start + self.interval_s]
+        ticker = asyncio.ensure_future(self._tick(due))
         try:
             return await work
         finally:
+            end = time.monotonic()  # the loop is ours again: a wake-up still pending is as late as this
+            self.watched.append((start, end, max(0.0, end - due[0])))
             ticker.cancel()
             await asyncio.gather(ticker, return_exceptions=True)  # a cancel of the caller still propagates
 
     def at(self, t: float) -> float | None:
         """How late the loop was around monotonic time ``t`` (a token's stamp): the latest of the
-        wake-ups within one interval of it (a stamp taken right after a stall is taken in the same
-        turn of the loop as the ticker's wake-up that the stall delayed; a free loop wakes the
-        ticker at least once in any two intervals); None: no wake-up there (not watched then)."""
-        lo = bisect.bisect_left(self.woke, t - self.interval_s)
-        hi = bisect.bisect_right(self.woke, t + self.interval_s)
-        return max(self.late[lo:hi]) if hi > lo else None
+        wake-ups within one interval of it and of the first wake-up after it (a stamp taken just
+        before or after a stall is taken within the turn that the stall delayed the ticker's
+        wake-up to; a stall longer than the interval leaves a gap between wake-ups that a stamp
+        inside it is still judged by); None: ``t`` outside every span watched (unknown)."""
+        span = next(((s, e, pending) for s, e, pending in self.watched
+                     if s - self.interval_s <= t <= e + self.interval_s), None)
+        if span is None:
+            return None
+        start, end, pending = span
+        lo = bisect.bisect_left(self.woke, max(start, t - self.interval_s))
+        after = bisect.bisect_left(self.woke, t)
+        hi = max(bisect.bisect_right(self.woke, min(end, t + self.interval_s)), after + 1)
+        near = [late for woke, late in zip(self.woke[lo:hi], self.late[lo:hi]) if woke <= end]
+        if after >= len(self.woke) or self.woke[after] > end:  # no wake-up after it in this span: the end tells
+            near.append(pending)
+        return max(near) if near else 0.0

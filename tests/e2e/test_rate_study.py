@@ -1,20 +1,23 @@
 """Issue 47 item 2 acceptance, end to end: capacity by request rate, an open loop. A real study (the
 real driver, real Optuna journal storage, the correctness gate on) of a real server process
 (tests/fake_openai_server.py through the command backend) that decodes at most K = 4 requests at
-once (``--slots 4``) and queues the rest first come first served; each request takes 0.2 s in its
-slot (its first token 20 ms after it gets one, then 9 more at 20 ms each), so from about 20 req/s
+once (``--slots 4``) and queues the rest first come first served; each request takes 0.4 s in its
+slot (its first token 40 ms after it gets one, then 9 more at 40 ms each), so from about 10 req/s
 requests wait and their TTFT grows without bound.
 
-The job asks for the highest rate at which 99% of the requests get their first token within 300 ms
-(``slo: {ttft: 300ms, attainment: 0.99}``), Poisson arrivals of 100 requests a probe, searched from 15
-to 30 req/s. The truth is computed from the server's parameters: the same seeded schedule the
+The job asks for the highest rate at which 99% of the requests get their first token within 600 ms
+(``slo: {ttft: 600ms, attainment: 0.99}``), Poisson arrivals of 100 requests a probe, searched from 7.5
+to 15 req/s. The truth is computed from the server's parameters: the same seeded schedule the
 probes send (``core.arrivals.schedule``) through a first-come-first-served queue of 4 slots of 0.2 s
-each gives every request's wait, and the highest rate at which 99% of them wait at most 280 ms is
-found by bisection on that simulation (about 22 req/s: a backlog of 100 requests' bursts). The
+each gives every request's wait, and the highest rate at which 99% of them wait at most 560 ms is
+found by bisection on that simulation (about 9 req/s: a backlog of 100 requests' bursts). The
 study finds it within one refinement step, records every probe (rate, attainment, tok/s,
 percentiles), and says it as users deploy by. TTFT grows from queueing alone, which a closed loop of
 N streams never shows. (A target several times the box's own hiccups: 50 ms more on every TTFT
-moves this truth by 3%, within the step; on a 100 ms target it moved it by 30%.)
+moved the truth by 3% at half these times, within the step; on a 100 ms target it moved it by 30%.
+CI's busy host sent a probe's requests up to 160 ms late at half these times, and 3 of 100 missed a
+300 ms target at 0.8x the capacity: at these times the same hiccups are half as large against the
+target and bunch half as many requests.)
 
 A trace with timestamps replays at its own pace: its requests arrive at its own gaps, the rate search
 scales them (``max_speed``: 2.0 halves them) and the answer names the trace's pace."""
@@ -43,9 +46,10 @@ from orchestrator.study.storage.storage import open_study
 pytestmark = pytest.mark.slow
 
 FAKE = str(Path(__file__).resolve().parents[1] / "fake_openai_server.py")
-SLOTS, FIRST_S, TOKEN_S, TOKENS = 4, 0.02, 0.02, 10  # the stand-in: a request holds a slot 0.02 + 9 x 0.02 s
+SLOTS, FIRST_S, TOKEN_S, TOKENS = 4, 0.04, 0.04, 10  # the stand-in: a request holds a slot 0.04 + 9 x 0.04 s
 SERVICE_S = FIRST_S + (TOKENS - 1) * TOKEN_S
-TTFT_S, SHARE, REQUESTS = 0.3, 0.99, 100
+TTFT_S, SHARE, REQUESTS = 0.6, 0.99, 100
+LOW, HIGH = 7.5, 15  # the rates the search starts from
 CHECK = {"check_tokens": 4, "prompts": ["The quick brown fox"], "logprobs": False}
 
 
@@ -96,18 +100,18 @@ def run(job_path: Path):
 
 def test_the_rate_search_finds_the_highest_rate_within_99_percent_attainment(tmp_path, capsys):
     truth = true_capacity()
-    job_path = queue_job(tmp_path, "rate", {"max_rate": 30, "min_rate": 15, "requests": REQUESTS})
+    job_path = queue_job(tmp_path, "rate", {"max_rate": HIGH, "min_rate": LOW, "requests": REQUESTS})
     job, row, said = run(job_path)
     searched = row.measurement.rate
     probes = {p.rate: p for p in searched.probes}
-    assert [p.rate for p in searched.probes][:2] == [15, 30] and len(probes) <= 8  # the coarse sweep, then bisection
+    assert [p.rate for p in searched.probes][:2] == [LOW, HIGH] and len(probes) <= 8  # the coarse sweep, then bisection
     step = searched.breaks - searched.holds  # the last gap the refinement left
     assert abs(searched.holds - truth) <= step, (searched.holds, searched.breaks, truth, searched.probes)
     assert probes[searched.holds].attainment >= SHARE > probes[searched.breaks].attainment
     for p in searched.probes:  # every probe recorded, the curve kept
         assert p.requests == REQUESTS and p.held == (p.attainment >= SHARE) and p.tok_s > 0
         assert p.ttft.p99 > 0 and p.e2e.p50 >= SERVICE_S - 0.01 and p.missed.get("ttft", 0) == REQUESTS - p.good
-    assert probes[30].ttft.p99 > 2 * TTFT_S  # past the capacity the queue grows: TTFT explodes, not the decode
+    assert probes[HIGH].ttft.p99 > 2 * TTFT_S  # past the capacity the queue grows: TTFT explodes, not the decode
     answer = goodput_answer(trial_rows(open_study(job, create=False)), job.objective)
     assert answer.best.row.number == row.number
     verdict = next(line for line in said if line.startswith("goodput: "))  # the run's answer
@@ -123,7 +127,7 @@ def test_the_rate_search_finds_the_highest_rate_within_99_percent_attainment(tmp
     assert best["search"] == "rate" and best["holds"] == searched.holds and best["unit"] == "req/s"
     assert [p["rate"] for p in best["probes"]] == [p.rate for p in searched.probes]
     assert cli.main(["status", str(job_path)]) == 0
-    assert "goodput under TTFT <= 300 ms for 99% of requests: the baseline" in capsys.readouterr().out
+    assert f"goodput under TTFT <= {TTFT_S * 1000:.0f} ms for 99% of requests: the baseline" in capsys.readouterr().out
     assert cli.main(["export", str(job_path), "--format", "json"]) == 0
     prov = json.loads(capsys.readouterr().out)["provenance"]
     assert prov["figure"]["unit"] == "output tok/s within the SLO"  # the capacity's tok/s is output tok/s
@@ -168,10 +172,10 @@ def trace(path: Path, gaps: list[float]) -> list[float]:
 
 
 def test_a_trace_with_timestamps_replays_at_its_own_pace_and_faster(tmp_path):
-    """A trace of 40 requests at its own 10.8 req/s, in bursts of 4 at once every 0.4 s: at its own
+    """A trace of 40 requests at its own 5.4 req/s, in bursts of 4 at once every 0.8 s: at its own
     pace the 4 slots serve each burst at once; at 2x (``speed`` 2: the gaps halved) a burst comes every
-    0.2 s, as the slots free; at 4x every 0.1 s, and the bursts queue."""
-    times = trace(tmp_path / "trace.jsonl", ([0.0] * 3 + [0.4]) * 9 + [0.0] * 3)
+    0.4 s, as the slots free; at 4x every 0.2 s, and the bursts queue."""
+    times = trace(tmp_path / "trace.jsonl", ([0.0] * 3 + [0.8]) * 9 + [0.0] * 3)
     own = (len(times) - 1) / (times[-1] - times[0])
 
     def attained(rate: float) -> float:

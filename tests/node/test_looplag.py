@@ -65,3 +65,39 @@ def test_every_loop_watched_adds_to_one_record_in_time_order():
     for _ in range(2):
         asyncio.run(lag.watching(asyncio.sleep(0.02)))
     assert lag.woke == sorted(lag.woke) and len(lag.woke) >= 2
+
+
+def test_a_stamp_in_a_gap_a_stall_left_between_wake_ups_is_judged_not_unknown():
+    """A busy host stalls the loop's thread between two of its own turns: a stamp taken at the start
+    of the watch (before the first wake-up) and one taken right before a stall longer than two
+    intervals have no wake-up within one interval of them, yet were watched; each is judged by the
+    wake-up the stall delayed."""
+    lag, marks = LoopLag(), {}
+
+    async def stalls() -> None:
+        marks["first"] = time.monotonic()  # before the ticker's first wake-up
+        time.sleep(4 * INTERVAL_S)  # the thread held from the start
+        await asyncio.sleep(0.02)
+        marks["before"] = time.monotonic()
+        time.sleep(BLOCK_S)  # held again right after a stamp
+        await asyncio.sleep(0.02)
+
+    asyncio.run(lag.watching(stalls()))
+    assert lag.at(marks["first"]) >= 3 * INTERVAL_S
+    assert lag.at(marks["before"]) >= BLOCK_S - INTERVAL_S  # judged by the delayed wake-up: never overlooked
+    (start, end, _), = lag.watched
+    assert lag.at(start - 1.0) is None and lag.at(end + 1.0) is None  # outside the watch: unknown
+
+
+def test_the_end_of_a_watch_judges_a_last_stamp_with_no_wake_up_after_it():
+    """The work ends right after a stall: no wake-up came after its last stamp, and the pending
+    wake-up's lateness at the end is what that stamp is judged by."""
+    lag, marks = LoopLag(), {}
+
+    async def ends_stalled() -> None:
+        await asyncio.sleep(0.02)
+        time.sleep(BLOCK_S)
+        marks["last"] = time.monotonic()
+
+    asyncio.run(lag.watching(ends_stalled()))
+    assert lag.at(marks["last"]) >= BLOCK_S - 2 * INTERVAL_S

@@ -31,6 +31,9 @@ def _started_by_this_session(pid: int) -> bool:
     return f"{SESSION_TAG_VAR}={SESSION_TAG}".encode() in environ.split(b"\0")
 
 
+FAKE_MARKER = "fake_openai_server"  # in the command line of every fake OpenAI server (tests/fake_openai_server.py)
+
+
 def server_processes(marker: str = "orchestrator.refserver") -> list[tuple[int, str]]:
     """Live reference-server processes that this test session started (zombies excluded)."""
     found = []
@@ -47,16 +50,17 @@ def server_processes(marker: str = "orchestrator.refserver") -> list[tuple[int, 
     return found
 
 
-def end_leftover_servers(before: set[int], wait_s: float = 10.0) -> list[tuple[int, str]]:
-    """Servers of this session that appeared after ``before`` and are still alive after
-    ``wait_s``: SIGKILLed, and returned so the test can fail on them."""
+def end_leftover_servers(before: set[int], wait_s: float = 10.0,
+                         marker: str = "orchestrator.refserver") -> list[tuple[int, str]]:
+    """Servers of this session (``marker`` in their command line) that appeared after ``before`` and
+    are still alive after ``wait_s``: SIGKILLed, and returned so the test can fail on them."""
     import signal
     import time
 
     deadline = time.monotonic() + wait_s
     left: list[tuple[int, str]] = []
     while time.monotonic() < deadline:
-        left = [(p, c) for p, c in server_processes() if p not in before]
+        left = [(p, c) for p, c in server_processes(marker) if p not in before]
         if not left:
             break
         time.sleep(0.2)
@@ -87,6 +91,16 @@ def no_leftover_servers():
     yield
     left = end_leftover_servers(before)
     assert not left, f"server processes left behind: {left}"
+
+
+@pytest.fixture
+def no_leftover_fake_servers():
+    """``no_leftover_servers`` for the fake OpenAI server (tests/fake_openai_server.py, or a wrapper
+    script named after it): the tests that launch it where a reference server is not needed."""
+    before = {pid for pid, _ in server_processes(FAKE_MARKER)}
+    yield
+    left = end_leftover_servers(before, marker=FAKE_MARKER)
+    assert not left, f"fake server processes left behind: {left}"
 
 
 @pytest.fixture(scope="session")
@@ -196,9 +210,9 @@ def timeouts_until_blamed(rows) -> None:
     assert all(BUSY_HOST_NOTE in r.failure_reason for r in rows[1:-1]), rows
 
 
-def study_servers(report_dir: Path) -> list[tuple[int, str]]:
-    """Live server processes started by one study (found by the ports in its trial logs),
-    so a check is not confused by servers of other tests running at the same time."""
+def study_servers(report_dir: Path, marker: str = "orchestrator.refserver") -> list[tuple[int, str]]:
+    """Live server processes (``marker`` in their command line) started by one study (found by the
+    ports in its trial logs), so a check is not confused by servers of other tests running at the same time."""
     import re
 
     ports = set()
@@ -207,7 +221,7 @@ def study_servers(report_dir: Path) -> list[tuple[int, str]]:
         m = re.search(r"--port (\d+)", head[0]) if head else None
         if m:
             ports.add(m.group(1))
-    return [(pid, cmd) for pid, cmd in server_processes()
+    return [(pid, cmd) for pid, cmd in server_processes(marker)
             if any(f"--port {port} " in cmd + " " for port in ports)]
 
 

@@ -31,11 +31,17 @@ def _started_by_this_session(pid: int) -> bool:
     return f"{SESSION_TAG_VAR}={SESSION_TAG}".encode() in environ.split(b"\0")
 
 
-FAKE_MARKER = "fake_openai_server"  # in the command line of every fake OpenAI server (tests/fake_openai_server.py)
+REFSERVER = "orchestrator.refserver"
+# the stand-in servers' command lines (their helper processes' too: tests/fake_openai_server.py's workers run it)
+STANDINS = ("fake_openai_server", "standin_server.py", "fault_server.py")  # the first: wrapped_server's scripts too
+FAKE_MARKER = STANDINS[0]  # in the command line of every fake OpenAI server, run directly or by a wrapper script
+ANY_SERVER = (REFSERVER, *STANDINS)
 
 
-def server_processes(marker: str = "orchestrator.refserver") -> list[tuple[int, str]]:
-    """Live reference-server processes that this test session started (zombies excluded)."""
+def server_processes(marker: str | tuple[str, ...] = REFSERVER) -> list[tuple[int, str]]:
+    """Live server processes that this test session started (zombies excluded): the reference server's,
+    or those whose command lines contain ``marker`` (or one of several, e.g. ``ANY_SERVER``)."""
+    markers = (marker,) if isinstance(marker, str) else marker
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -45,15 +51,16 @@ def server_processes(marker: str = "orchestrator.refserver") -> list[tuple[int, 
             state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if marker in cmd and state != "Z" and int(entry) != os.getpid() and _started_by_this_session(int(entry)):
+        if (any(m in cmd for m in markers) and state != "Z" and int(entry) != os.getpid()
+                and _started_by_this_session(int(entry))):
             found.append((int(entry), cmd.strip()))
     return found
 
 
 def end_leftover_servers(before: set[int], wait_s: float = 10.0,
-                         marker: str = "orchestrator.refserver") -> list[tuple[int, str]]:
-    """Servers of this session (``marker`` in their command line) that appeared after ``before`` and
-    are still alive after ``wait_s``: SIGKILLed, and returned so the test can fail on them."""
+                         marker: str | tuple[str, ...] = REFSERVER) -> list[tuple[int, str]]:
+    """Servers of this session that appeared after ``before`` and are still alive after
+    ``wait_s``: SIGKILLed, and returned so the test can fail on them."""
     import signal
     import time
 
@@ -94,13 +101,13 @@ def no_leftover_servers():
 
 
 @pytest.fixture
-def no_leftover_fake_servers():
-    """``no_leftover_servers`` for the fake OpenAI server (tests/fake_openai_server.py, or a wrapper
-    script named after it): the tests that launch it where a reference server is not needed."""
-    before = {pid for pid, _ in server_processes(FAKE_MARKER)}
+def no_leftover_standins():
+    """``no_leftover_servers`` for a test whose servers are stand-ins (``STANDINS``: the fake server
+    and the scripts that run it, their worker processes included) or the reference server."""
+    before = {pid for pid, _ in server_processes(ANY_SERVER)}
     yield
-    left = end_leftover_servers(before, marker=FAKE_MARKER)
-    assert not left, f"fake server processes left behind: {left}"
+    left = end_leftover_servers(before, marker=ANY_SERVER)
+    assert not left, f"server processes left behind: {left}"
 
 
 @pytest.fixture(scope="session")
@@ -210,9 +217,9 @@ def timeouts_until_blamed(rows) -> None:
     assert all(BUSY_HOST_NOTE in r.failure_reason for r in rows[1:-1]), rows
 
 
-def study_servers(report_dir: Path, marker: str = "orchestrator.refserver") -> list[tuple[int, str]]:
-    """Live server processes (``marker`` in their command line) started by one study (found by the
-    ports in its trial logs), so a check is not confused by servers of other tests running at the same time."""
+def study_servers(report_dir: Path, marker: str | tuple[str, ...] = REFSERVER) -> list[tuple[int, str]]:
+    """Live server processes started by one study (found by the ports in its trial logs),
+    so a check is not confused by servers of other tests running at the same time."""
     import re
 
     ports = set()

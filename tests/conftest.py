@@ -92,18 +92,9 @@ def kill_pids(pids) -> None:
 
 @pytest.fixture
 def no_leftover_servers():
-    """Fail a test that leaves a reference-server process behind (and kill it): only
-    processes this test session started are looked at."""
-    before = {pid for pid, _ in server_processes()}
-    yield
-    left = end_leftover_servers(before)
-    assert not left, f"server processes left behind: {left}"
-
-
-@pytest.fixture
-def no_leftover_standins():
-    """``no_leftover_servers`` for a test whose servers are stand-ins (``STANDINS``: the fake server
-    and the scripts that run it, their worker processes included) or the reference server."""
+    """Fail a test that leaves a server process behind (and kill it): the reference server's and
+    the stand-ins' (``STANDINS``: the fake server, the scripts that run it and its worker processes);
+    only processes this test session started are looked at."""
     before = {pid for pid, _ in server_processes(ANY_SERVER)}
     yield
     left = end_leftover_servers(before, marker=ANY_SERVER)

@@ -13,7 +13,7 @@ from pathlib import Path
 from conftest import FAKE_MARKER, FAKE_OPENAI, write_job
 
 SERVER = "run-orchestrator.refserver"  # the name carries the marker the leftover-server guard looks for
-FAKE_SERVER = f"run-{FAKE_MARKER}"  # the marker no_leftover_standins looks for (and suite_cpu.py's kind)
+FAKE_SERVER = f"run-{FAKE_MARKER}"  # the marker no_leftover_servers looks for (and suite_cpu.py's kind)
 _FAKE_SCRIPT = """\
 #!{interpreter}
 # The reference server's command line served by the fake OpenAI server (tests/wrapped_server.py).

@@ -24,7 +24,7 @@ def test_format_shows_what_nccl_took_and_its_per_call_choices():
 
 
 @pytest.mark.slow
-def test_verification_launch_adds_tuning_to_the_server_env(tmp_path, no_leftover_standins):
+def test_verification_launch_adds_tuning_to_the_server_env(tmp_path, no_leftover_servers):
     job = load_job(write_job(tmp_path, study="verify", backend=fake_backend(tmp_path)))
     result = bench_config(job, {"tp_size": 2}, verify_nccl=True)
     assert result.outcome == "COMPLETE", result.failure_reason
@@ -33,7 +33,7 @@ def test_verification_launch_adds_tuning_to_the_server_env(tmp_path, no_leftover
 
 
 @pytest.mark.slow
-def test_bench_applies_the_studys_correctness_gate_and_keeps_one_log_per_run(tmp_path, no_leftover_standins):
+def test_bench_applies_the_studys_correctness_gate_and_keeps_one_log_per_run(tmp_path, no_leftover_servers):
     """Once the study holds a golden reference, `bench` gates its output like a trial: a
     shard-order bug (fault garbage) is FAIL wrong-output, exit 1; each run has its own log."""
     import subprocess

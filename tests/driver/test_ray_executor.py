@@ -141,7 +141,7 @@ def token_head(tmp_path):
         yield address, TOKEN
 
 
-def test_without_an_address_a_fresh_local_ray_never_a_foreign_one(tmp_path, no_leftover_standins):
+def test_without_an_address_a_fresh_local_ray_never_a_foreign_one(tmp_path, no_leftover_servers):
     """A Ray cluster already runs on the host (and RAY_ADDRESS names it): a run without an
     address starts its own local Ray. The foreign head has no CPU, so a driver that joined
     it would find no node for the trial (a fake server's)."""

@@ -33,7 +33,7 @@ def measure_the_search(run, launcher: Launcher) -> None:
         run.policy.record(proposal, result)
 
 
-def test_a_search_over_with_the_noise_unknown_relaunches_the_baseline(tmp_path, no_leftover_standins):
+def test_a_search_over_with_the_noise_unknown_relaunches_the_baseline(tmp_path, no_leftover_servers):
     out = io.StringIO()
     with loop_state(tmp_path, correctness={"enabled": False}, budget={"trials": 2},
                     backend=fake_backend(tmp_path)) as (job, run):
@@ -53,7 +53,7 @@ def test_a_search_over_with_the_noise_unknown_relaunches_the_baseline(tmp_path, 
         assert len(run.in_flight) == 1
 
 
-def test_no_share_relaunches_nothing_and_keeps_no_time(tmp_path, no_leftover_standins):
+def test_no_share_relaunches_nothing_and_keeps_no_time(tmp_path, no_leftover_servers):
     with loop_state(tmp_path, correctness={"enabled": False}, budget={"trials": 2},
                     backend=fake_backend(tmp_path)) as (job, run):
         launcher = Launcher(job)

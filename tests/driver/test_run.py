@@ -20,7 +20,7 @@ from orchestrator.study.storage.storage import open_study
 pytestmark = pytest.mark.slow
 
 
-def test_timeout_stops_starting_trials(tmp_path, no_leftover_standins):
+def test_timeout_stops_starting_trials(tmp_path, no_leftover_servers):
     job = load_job(write_job(tmp_path, study="deadline", budget={"trials": 4}, backend=fake_backend(tmp_path)))
     summary = run_in_process(job, timeout_s=1.0, out=io.StringIO())
     assert summary.reason == "timeout"
@@ -28,7 +28,7 @@ def test_timeout_stops_starting_trials(tmp_path, no_leftover_standins):
     assert len(rows) == 1 and rows[0].state == "COMPLETE"  # the running trial finished cleanly
 
 
-def test_circuit_breaker_stops_after_consecutive_failures(tmp_path, no_leftover_standins):
+def test_circuit_breaker_stops_after_consecutive_failures(tmp_path, no_leftover_servers):
     space = 'params:\n  backend.fault: {choices: [none, crash-on-start, "crash-after:1", garbage]}\n'
     job = load_job(write_job(tmp_path, study="breaker", space_text=space, baseline={"backend.fault": "none"},
                              budget={"trials": 4}, backend=fake_backend(tmp_path), max_consecutive_failures=2,
@@ -39,7 +39,7 @@ def test_circuit_breaker_stops_after_consecutive_failures(tmp_path, no_leftover_
     assert [r.state for r in rows] == ["COMPLETE", "FAIL", "FAIL"]
 
 
-def test_a_driver_that_stops_on_an_error_leaves_no_trial_running(tmp_path, no_leftover_standins):
+def test_a_driver_that_stops_on_an_error_leaves_no_trial_running(tmp_path, no_leftover_servers):
     """Two trials in flight; one crashes and trips the breaker: the other's server is ended
     and its trial recorded interrupted (re-queued), not left RUNNING for the next run."""
     space = 'params:\n  backend.fault: {choices: [none, crash-on-start, "slow-start:60"]}\n'

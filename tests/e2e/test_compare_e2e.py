@@ -56,7 +56,7 @@ def constrained(tmp_path_factory):
     return job_path, tmp / "reports" / "cmp"
 
 
-def test_compare_on_a_job_with_constraints_completes_and_writes_compare_json(constrained, no_leftover_standins):
+def test_compare_on_a_job_with_constraints_completes_and_writes_compare_json(constrained, no_leftover_servers):
     job_path, report_dir = constrained
     buf = io.StringIO()
     with redirect_stdout(buf):
@@ -92,7 +92,7 @@ def test_compare_on_a_job_with_constraints_completes_and_writes_compare_json(con
     assert f"Constraint: best >= 0.5x baseline at concurrency 2: {rule['state']}" in table
 
 
-def test_compare_killed_mid_way_leaves_its_finished_launches_on_disk(constrained, no_leftover_standins):
+def test_compare_killed_mid_way_leaves_its_finished_launches_on_disk(constrained, no_leftover_servers):
     """SIGKILL (no handler runs) after the first launch of round 2: rounds written as they
     finished are a whole JSON document on disk, marked incomplete, and still judged."""
     job_path, report_dir = constrained

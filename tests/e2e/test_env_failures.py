@@ -41,7 +41,7 @@ def no_config_banned(job) -> None:
 
 @pytest.mark.slow
 def test_missing_server_command_stops_at_preflight_then_the_fixed_run_measures_the_baseline(
-        tmp_path, ray_local, no_leftover_standins):
+        tmp_path, ray_local, no_leftover_servers):
     exe = tmp_path / "bin" / FAKE_SERVER  # not there yet
     job_path = command_job(tmp_path, exe, budget={"trials": 2})
     told = tmp_path / "told.jsonl"
@@ -68,7 +68,7 @@ def test_missing_server_command_stops_at_preflight_then_the_fixed_run_measures_t
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["command", "refserver"])
 def test_the_full_path_the_preflight_advises_is_taken_and_the_next_run_measures_the_baseline(
-        tmp_path, ray_local, no_leftover_servers, no_leftover_standins, kind):
+        tmp_path, ray_local, no_leftover_servers, no_leftover_servers, kind):
     """The issue's path: the server is not where the job says; pre-flight refuses and says
     to set its full path; the user does; the next run measures the baseline (the server's
     location is not part of the study's identity, and the refused run left no study). The
@@ -104,7 +104,7 @@ def test_the_full_path_the_preflight_advises_is_taken_and_the_next_run_measures_
 
 @pytest.mark.slow
 def test_a_command_that_cannot_execute_is_env_error_twice_then_stops_and_bans_nothing(
-        tmp_path, ray_local, no_leftover_standins):
+        tmp_path, ray_local, no_leftover_servers):
     """The script is there (pre-flight finds it) but the Python it names is gone, as when a
     virtual environment was deleted: the launch fails before any server runs."""
     exe = fake_wrapper(tmp_path, interpreter=str(tmp_path / "gone-venv" / "bin" / "python"))

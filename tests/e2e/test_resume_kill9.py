@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow
 
 
 
-def test_kill_9_mid_trial_then_resume(tmp_path, no_leftover_standins):
+def test_kill_9_mid_trial_then_resume(tmp_path, no_leftover_servers):
     before = {pid for pid, _ in server_processes(ANY_SERVER)}
     space = "params:\n  tp_size: {choices: [1, 2]}\n  backend.max_batch: {choices: [8, 16]}\n"
     argv = ["{python}", str(FAKE_OPENAI), "--host", "{host}", "--port", "{port}", "--model", "tiny",

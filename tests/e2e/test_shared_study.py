@@ -61,7 +61,7 @@ def _launched_by(report_dir, numbers):
     return {n for n in numbers if (report_dir / "logs" / log_name(n)).exists()}
 
 
-def test_two_drivers_share_a_study_and_survive_a_kill_9(tmp_path, no_leftover_standins):
+def test_two_drivers_share_a_study_and_survive_a_kill_9(tmp_path, no_leftover_servers):
     before = {pid for pid, _ in server_processes(ANY_SERVER)}
     with postgres_server() as url:
         job_a, job_b = _job(tmp_path / "a", url), _job(tmp_path / "b", url)
@@ -120,7 +120,7 @@ def test_two_drivers_share_a_study_and_survive_a_kill_9(tmp_path, no_leftover_st
     assert not list((dir_b / "servers").glob("*.json"))
 
 
-def test_the_relaunches_and_the_race_are_the_driver_that_holds_them(tmp_path, no_leftover_standins):
+def test_the_relaunches_and_the_race_are_the_driver_that_holds_them(tmp_path, no_leftover_servers):
     # a second driver of the study holds them (its advisory lock): this one only searches, though its job
     # asks for relaunches and a race
     with postgres_server() as url:

@@ -77,7 +77,7 @@ def _session_processes(sid: int) -> list[str]:
 
 
 @pytest.mark.parametrize("sig,count,to", STOPS, ids=["int-once", "int-twice", "hup-group", "term-group", "term-every"])
-def test_a_signal_stops_the_run_cleanly_and_the_study_resumes(tmp_path, sig, count, to, no_leftover_standins):
+def test_a_signal_stops_the_run_cleanly_and_the_study_resumes(tmp_path, sig, count, to, no_leftover_servers):
     """Ctrl-C, SIGTERM and SIGHUP mid-trial: once finishes the trial, twice kills it; the
     driver exits 130, leaves no trial RUNNING, no server and no process of its own (Ray's
     services included), and `run` continues the study. A signal to the driver's whole group

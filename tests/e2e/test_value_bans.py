@@ -58,7 +58,7 @@ def test_two_always_crashing_values_are_each_launched_at_most_twice(tmp_path, no
 
 
 @pytest.mark.slow
-def test_a_value_that_always_gives_wrong_output_is_launched_at_most_twice(tmp_path, no_leftover_standins):
+def test_a_value_that_always_gives_wrong_output_is_launched_at_most_twice(tmp_path, no_leftover_servers):
     """Acceptance (issue 28, item 6), real servers: `backend.fault: garbage` gives wrong output
     with every thread count. Three of the six configs carry it and the budget would launch all
     six; after two wrong launches (once a correct config other than the baseline passed) it is

@@ -70,7 +70,7 @@ def fake_golden(tmp_path_factory):
     return _golden(tmp_path_factory.mktemp("fake-reference"), reference=False)
 
 
-def test_a_pruned_wrong_config_fails_the_gate(tmp_path, fake_golden, no_leftover_standins):
+def test_a_pruned_wrong_config_fails_the_gate(tmp_path, fake_golden, no_leftover_servers):
     golden = fake_golden
     # a threshold no server here reaches: the first repeat prunes the trial
     slow = run_trial(_spec(tmp_path, 1, "garbage", reference_texts=golden.texts, prune_below=1e9))
@@ -95,7 +95,7 @@ def test_a_server_whose_scores_are_not_its_models_passes_the_gate_with_a_warning
     assert verdict["disowned_scores"]["prompts"] and any("not its model's" in w for w in final.warnings)
 
 
-def test_a_cancel_that_comes_as_the_server_is_spawned_is_not_lost(tmp_path, no_leftover_standins):
+def test_a_cancel_that_comes_as_the_server_is_spawned_is_not_lost(tmp_path, no_leftover_servers):
     # the executor's cancel_all stops the server it knows of; a cancel between the spawn and the
     # moment the trial hands the server over finds none to stop, so the trial itself must see it
     # there, not after waiting out the start-up timeout on a server that never turns healthy
@@ -109,7 +109,7 @@ def test_a_cancel_that_comes_as_the_server_is_spawned_is_not_lost(tmp_path, no_l
 
 
 def test_a_trial_that_cannot_write_into_the_full_study_folder_is_not_the_configs_fault(tmp_path,
-                                                                                     no_leftover_standins):
+                                                                                     no_leftover_servers):
     """The server's log and record live in the study's folder: a full disk there fails the
     trial as env-error (never banned) with the folder named, and the driver stops on it."""
     disk = tmp_path / "disk"
@@ -183,7 +183,7 @@ def test_a_start_timeout_on_a_busy_host_is_not_the_configs_fault(tmp_path, no_le
 
 
 def test_a_server_ended_by_a_stop_signal_from_outside_says_so_and_is_not_the_configs_when_the_run_is_stopping(
-        tmp_path, no_leftover_standins):
+        tmp_path, no_leftover_servers):
     # a service manager stopping the run signals every process (systemd's control-group kill),
     # the trial's server too: the trial records how its server ended, and the driver, which got
     # the same stop, does not hold the failure against the config

@@ -68,7 +68,7 @@ def test_missing_server_command_stops_at_preflight_then_the_fixed_run_measures_t
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["command", "refserver"])
 def test_the_full_path_the_preflight_advises_is_taken_and_the_next_run_measures_the_baseline(
-        tmp_path, ray_local, no_leftover_servers, no_leftover_servers, kind):
+        tmp_path, ray_local, no_leftover_servers, kind):
     """The issue's path: the server is not where the job says; pre-flight refuses and says
     to set its full path; the user does; the next run measures the baseline (the server's
     location is not part of the study's identity, and the refused run left no study). The

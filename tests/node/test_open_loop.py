@@ -17,7 +17,7 @@ from orchestrator.core.measurement import Measurement
 from orchestrator.core.rate_search import RateAxis
 from orchestrator.core.slo import RequestSlo, Slo, Targets
 from orchestrator.node import client
-from orchestrator.node.open_loop import measure_rates, offsets
+from orchestrator.node.open_loop import LATE_RETRIES, measure_rates, offsets
 from orchestrator.node.spec import BenchPlan
 
 MODEL = "fake"
@@ -67,10 +67,19 @@ def test_the_rate_search_on_one_slot_finds_under_5_requests_a_second(server):
     got = measure_rates(server.spec.base_url, MODEL, plan(axis), deadline=time.monotonic() + 30,
                         progress=lambda *said: told.append(said))
     assert got.ok, got.error
-    # each probe's progress, for the status line: its rate and requests done of those it sends, 0 first
-    assert [t for t in told if t[1] == 0] == [(p.rate, 0, 16) for p in got.measurement.rate.probes]
-    for rate in {t[0] for t in told}:
-        assert [d for r, d, _ in told if r == rate] == list(range(17))
+    # each probe's progress, for the status line: its rate and requests done of those it sends, 0 first;
+    # a probe the client sent late is measured again (``LATE_RETRIES``) and its progress starts over
+    runs: list[list[tuple[float, int, int]]] = []
+    for t in told:
+        if t[1] == 0:
+            runs.append([])
+        runs[-1].append(t)
+    assert all([d for _, d, _ in run] == list(range(17)) and len({r for r, _, _ in run}) == 1 for run in runs)
+    starts = [run[0] for run in runs]
+    again = [s for prev, s in zip(starts, starts[1:]) if s == prev]
+    assert len(again) <= LATE_RETRIES * len(starts)
+    assert [s for i, s in enumerate(starts) if i == 0 or s != starts[i - 1]] == \
+        [(p.rate, 0, 16) for p in got.measurement.rate.probes]
     searched = got.measurement.rate
     assert [p.rate for p in searched.probes][:3] == [2, 4, 8] and len(searched.probes) == 4
     assert searched.probes[0].held and not searched.at(8).held  # 8 req/s on a 5 req/s server: the queue grows

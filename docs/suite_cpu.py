@@ -37,7 +37,7 @@ KINDS = (  # (what a command line contains, its kind): the first that matches
     ("dashboard", "Ray: dashboard and agents"), ("agent", "Ray: dashboard and agents"),
     ("log_monitor", "Ray: monitors"), ("monitor.py", "Ray: monitors"), ("raylet/raylet", "Ray: raylet"),
     ("orchestrator.refserver", "reference server"), ("fake_openai_server", "fake OpenAI server"),
-    ("standin_server", "stand-in server"), ("import sys;exec", "pytest worker"),
+    ("standin_server", "stand-in server"), ("fault_server", "stand-in server"), ("import sys;exec", "pytest worker"),
     ("orchestrator.node.supervise", "server supervisor"), ("orchestrator.node.hwprobe", "bandwidth probe"),
     ("orchestrator.driver.allreduce_probe", "all-reduce probe"), ("-m orchestrator ", "command line"),
     ("postgres", "PostgreSQL"), ("import torch", "torch one-liners"),

@@ -31,8 +31,17 @@ def _started_by_this_session(pid: int) -> bool:
     return f"{SESSION_TAG_VAR}={SESSION_TAG}".encode() in environ.split(b"\0")
 
 
-def server_processes(marker: str = "orchestrator.refserver") -> list[tuple[int, str]]:
-    """Live reference-server processes that this test session started (zombies excluded)."""
+REFSERVER = "orchestrator.refserver"
+# the stand-in servers' command lines (their helper processes' too: tests/fake_openai_server.py's workers run it)
+STANDINS = ("fake_openai_server", "standin_server.py", "fault_server.py")  # the first: wrapped_server's scripts too
+FAKE_MARKER = STANDINS[0]  # in the command line of every fake OpenAI server, run directly or by a wrapper script
+ANY_SERVER = (REFSERVER, *STANDINS)
+
+
+def server_processes(marker: str | tuple[str, ...] = REFSERVER) -> list[tuple[int, str]]:
+    """Live server processes that this test session started (zombies excluded): the reference server's,
+    or those whose command lines contain ``marker`` (or one of several, e.g. ``ANY_SERVER``)."""
+    markers = (marker,) if isinstance(marker, str) else marker
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -42,12 +51,14 @@ def server_processes(marker: str = "orchestrator.refserver") -> list[tuple[int, 
             state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if marker in cmd and state != "Z" and int(entry) != os.getpid() and _started_by_this_session(int(entry)):
+        if (any(m in cmd for m in markers) and state != "Z" and int(entry) != os.getpid()
+                and _started_by_this_session(int(entry))):
             found.append((int(entry), cmd.strip()))
     return found
 
 
-def end_leftover_servers(before: set[int], wait_s: float = 10.0) -> list[tuple[int, str]]:
+def end_leftover_servers(before: set[int], wait_s: float = 10.0,
+                         marker: str | tuple[str, ...] = REFSERVER) -> list[tuple[int, str]]:
     """Servers of this session that appeared after ``before`` and are still alive after
     ``wait_s``: SIGKILLed, and returned so the test can fail on them."""
     import signal
@@ -56,7 +67,7 @@ def end_leftover_servers(before: set[int], wait_s: float = 10.0) -> list[tuple[i
     deadline = time.monotonic() + wait_s
     left: list[tuple[int, str]] = []
     while time.monotonic() < deadline:
-        left = [(p, c) for p, c in server_processes() if p not in before]
+        left = [(p, c) for p, c in server_processes(marker) if p not in before]
         if not left:
             break
         time.sleep(0.2)
@@ -81,11 +92,12 @@ def kill_pids(pids) -> None:
 
 @pytest.fixture
 def no_leftover_servers():
-    """Fail a test that leaves a reference-server process behind (and kill it): only
-    processes this test session started are looked at."""
-    before = {pid for pid, _ in server_processes()}
+    """Fail a test that leaves a server process behind (and kill it): the reference server's and
+    the stand-ins' (``STANDINS``: the fake server, the scripts that run it and its worker processes);
+    only processes this test session started are looked at."""
+    before = {pid for pid, _ in server_processes(ANY_SERVER)}
     yield
-    left = end_leftover_servers(before)
+    left = end_leftover_servers(before, marker=ANY_SERVER)
     assert not left, f"server processes left behind: {left}"
 
 
@@ -196,7 +208,7 @@ def timeouts_until_blamed(rows) -> None:
     assert all(BUSY_HOST_NOTE in r.failure_reason for r in rows[1:-1]), rows
 
 
-def study_servers(report_dir: Path) -> list[tuple[int, str]]:
+def study_servers(report_dir: Path, marker: str | tuple[str, ...] = REFSERVER) -> list[tuple[int, str]]:
     """Live server processes started by one study (found by the ports in its trial logs),
     so a check is not confused by servers of other tests running at the same time."""
     import re
@@ -207,7 +219,7 @@ def study_servers(report_dir: Path) -> list[tuple[int, str]]:
         m = re.search(r"--port (\d+)", head[0]) if head else None
         if m:
             ports.add(m.group(1))
-    return [(pid, cmd) for pid, cmd in server_processes()
+    return [(pid, cmd) for pid, cmd in server_processes(marker)
             if any(f"--port {port} " in cmd + " " for port in ports)]
 
 

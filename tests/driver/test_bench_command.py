@@ -1,8 +1,10 @@
-"""`ncclsweep bench`: one configuration measured once, and its NCCL verification launch."""
+"""`ncclsweep bench`: one configuration measured once, and its NCCL verification launch (real server
+processes: the fake OpenAI server on the reference server's command line, its garbage fault wrong text)."""
 
 from __future__ import annotations
 
 import pytest
+from wrapped_server import fake_backend
 
 from conftest import write_job
 from orchestrator.config.job import load_job
@@ -23,7 +25,7 @@ def test_format_shows_what_nccl_took_and_its_per_call_choices():
 
 @pytest.mark.slow
 def test_verification_launch_adds_tuning_to_the_server_env(tmp_path, no_leftover_servers):
-    job = load_job(write_job(tmp_path, study="verify"))
+    job = load_job(write_job(tmp_path, study="verify", backend=fake_backend(tmp_path)))
     result = bench_config(job, {"tp_size": 2}, verify_nccl=True)
     assert result.outcome == "COMPLETE", result.failure_reason
     assert result.server["env"]["NCCL_DEBUG_SUBSYS"] == "INIT,ENV,TUNING"
@@ -41,7 +43,7 @@ def test_bench_applies_the_studys_correctness_gate_and_keeps_one_log_per_run(tmp
 
     space = "params:\n  tp_size: {choices: [1, 2]}\n  backend.fault: {choices: [none, garbage]}\n"
     job_path = write_job(tmp_path, study="gated", space_text=space, baseline={"tp_size": 1, "backend.fault": "none"},
-                         budget={"trials": 1})
+                         budget={"trials": 1}, backend=fake_backend(tmp_path))
 
     def ncclsweep(*argv):
         return subprocess.run([sys.executable, "-m", "orchestrator", *argv], capture_output=True, text=True,
@@ -60,7 +62,7 @@ def test_bench_applies_the_studys_correctness_gate_and_keeps_one_log_per_run(tmp
     assert "which does not count: the output is wrong" in bad.stdout
     logs = sorted((tmp_path / "reports" / "gated" / "bench-logs").glob("bench-*.log"))
     assert len(logs) == 3, logs  # one per bench run, never appended
-    assert all(log.read_text().count("ready on http") == 1 for log in logs)
+    assert all(log.read_text().count("fake server listening on") == 1 for log in logs)  # one server's start each
 
 
 def test_format_shows_goodputs_crossing_and_the_lengths_measured():

@@ -17,7 +17,7 @@ import threading
 import time
 
 import pytest
-from wrapped_server import SERVER, command_job, wrapper
+from wrapped_server import SERVER, command_job, fake_backend, wrapper
 
 from conftest import REPO, write_job
 from orchestrator.config.job import load_job
@@ -144,10 +144,10 @@ def token_head(tmp_path):
 def test_without_an_address_a_fresh_local_ray_never_a_foreign_one(tmp_path, no_leftover_servers):
     """A Ray cluster already runs on the host (and RAY_ADDRESS names it): a run without an
     address starts its own local Ray. The foreign head has no CPU, so a driver that joined
-    it would find no node for the trial."""
+    it would find no node for the trial (a fake server's)."""
     import os
 
-    job_path = write_job(tmp_path, study="local", budget={"trials": 1})
+    job_path = write_job(tmp_path, study="local", budget={"trials": 1}, backend=fake_backend(tmp_path))
     with _ray_head(tmp_path / "head.log", "--num-cpus=0") as address:
         env = {**os.environ, "RAY_ADDRESS": address}
         proc = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(job_path)], capture_output=True,

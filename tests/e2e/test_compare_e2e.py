@@ -1,7 +1,7 @@
-"""compare end to end with real parts: a study of the reference server on CPU (Optuna
-journal), then ``ncclsweep compare`` relaunching real servers: on a job with outcome
-constraints it completes and writes compare.json; killed mid-way, the finished launches are
-on disk."""
+"""compare end to end with real parts: a study of real server processes (tests/fake_openai_server.py
+through the command backend, Optuna journal), then ``ncclsweep compare`` relaunching them: on a job
+with outcome constraints it completes and writes compare.json; killed mid-way, the finished launches
+are on disk."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from conftest import REPO, TEST_PROMPT, run_end, run_in_process, write_job
+from conftest import FAKE_OPENAI, REPO, TEST_PROMPT, run_end, run_in_process, write_job
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.study.evidence.history import best_rows, trial_rows
@@ -31,7 +31,11 @@ def constrained(tmp_path_factory):
     """A finished two-trial study of a job with ``constraints:`` (best >= 0.5x baseline at
     concurrency 2), run on this host without Ray; returns (job path, report dir)."""
     tmp = tmp_path_factory.mktemp("compare-e2e")
+    # the batch's room: the fake server's slots (streams decoded at once; both hold the 2 streams); a token every 20 ms
+    argv = ["{python}", str(FAKE_OPENAI), "--host", "{host}", "--port", "{port}", "--model", "tiny",
+            "--slots", "{backend.max_batch}", "--token-delay", "0.02"]
     job_path = write_job(tmp, study="cmp", space_text="params:\n  backend.max_batch: {choices: [4, 8]}\n",
+                         backend={"kind": "command", "settings": {"argv": argv, "model_name": "tiny"}},
                          baseline={"backend.max_batch": 8}, budget={"trials": 2},
                          bench={"prompt": TEST_PROMPT, "output_tokens": 16, "warmup": 1, "repeats": 2, "max_repeats": 2,
                                 "concurrency": [1, 2]},

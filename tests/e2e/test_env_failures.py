@@ -2,7 +2,8 @@
 the run at pre-flight (one line per node, nothing launched); one that cannot be executed
 once launched is `env-error`: never cached, never banned, re-queued, and two in a row stop
 the study with what to fix. After the fix the next run measures the baseline. Real Ray,
-real processes (the reference server behind a wrapper script), real Optuna journals."""
+real processes (a server behind a wrapper script: the fake OpenAI server where the job's command
+is at stake, the reference server where its own ``python`` setting is), real Optuna journals."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from wrapped_server import SERVER, command_job, wrapper
+from wrapped_server import FAKE_SERVER, command_job, fake_wrapper
 
 from conftest import TESTS, write_job
 from logtext import log_lines
@@ -41,7 +42,7 @@ def no_config_banned(job) -> None:
 @pytest.mark.slow
 def test_missing_server_command_stops_at_preflight_then_the_fixed_run_measures_the_baseline(
         tmp_path, ray_local, no_leftover_servers):
-    exe = tmp_path / "bin" / SERVER  # not there yet
+    exe = tmp_path / "bin" / FAKE_SERVER  # not there yet
     job_path = command_job(tmp_path, exe, budget={"trials": 2})
     told = tmp_path / "told.jsonl"
     code, err = run_cli("run", str(job_path), "--notify", f"{sys.executable} {TESTS / 'notify_recorder.py'} {told}")
@@ -54,7 +55,7 @@ def test_missing_server_command_stops_at_preflight_then_the_fixed_run_measures_t
     assert len(lines) == first + 2 and str(exe) in lines[-1] and "not found on this node's PATH" in lines[-1]
     assert not (tmp_path / "reports").exists()  # a run refused before any launch creates no study
 
-    wrapper(tmp_path)  # the fix: the command exists on the node
+    fake_wrapper(tmp_path)  # the fix: the command exists on the node
     code, err = run_cli("run", str(job_path))
     assert code == 0, err
     job = load_job(job_path)
@@ -70,10 +71,11 @@ def test_the_full_path_the_preflight_advises_is_taken_and_the_next_run_measures_
         tmp_path, ray_local, no_leftover_servers, kind):
     """The issue's path: the server is not where the job says; pre-flight refuses and says
     to set its full path; the user does; the next run measures the baseline (the server's
-    location is not part of the study's identity, and the refused run left no study)."""
-    exe = wrapper(tmp_path)  # installed, but not on PATH
+    location is not part of the study's identity, and the refused run left no study). The
+    command's server is the fake one; the refserver kind's ``python`` runs the reference server."""
     if kind == "command":
-        job_path = command_job(tmp_path, Path(SERVER), budget={"trials": 1})  # a bare name: not found
+        exe = fake_wrapper(tmp_path)  # installed, but not on PATH
+        job_path = command_job(tmp_path, Path(FAKE_SERVER), budget={"trials": 1})  # a bare name: not found
         fixed, found = {"argv": [str(exe)]}, str(exe)
     else:
         missing = str(tmp_path / "venv" / "python")
@@ -105,7 +107,7 @@ def test_a_command_that_cannot_execute_is_env_error_twice_then_stops_and_bans_no
         tmp_path, ray_local, no_leftover_servers):
     """The script is there (pre-flight finds it) but the Python it names is gone, as when a
     virtual environment was deleted: the launch fails before any server runs."""
-    exe = wrapper(tmp_path, interpreter=str(tmp_path / "gone-venv" / "bin" / "python"))
+    exe = fake_wrapper(tmp_path, interpreter=str(tmp_path / "gone-venv" / "bin" / "python"))
     job_path = command_job(tmp_path, exe, budget={"trials": 3})
     code, err = run_cli("run", str(job_path))
     last = log_lines(err)[-1]
@@ -117,7 +119,7 @@ def test_a_command_that_cannot_execute_is_env_error_twice_then_stops_and_bans_no
     assert all(r.is_baseline for r in rows)  # the baseline, re-queued once, never replaced by another config
     no_config_banned(job)
 
-    wrapper(tmp_path)  # the fix
+    fake_wrapper(tmp_path)  # the fix
     code, err = run_cli("run", str(job_path))
     assert code == 0, err
     rows = trial_rows(open_study(job, create=False))

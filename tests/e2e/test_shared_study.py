@@ -1,7 +1,9 @@
 """Two drivers on one study through a real PostgreSQL server (tests/postgres.py starts one of the
 test's own): both make progress, a kill -9 of one in the middle of a trial loses nothing (the
 survivor takes its trial over once its heartbeat is stale, and measures its config), and no
-config is measured twice."""
+config is measured twice. The servers: tests/fake_openai_server.py through the command backend, a
+front and one worker process per rank (``--workers``: like an engine's, they outlive a front killed
+with SIGKILL)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,18 @@ import signal
 
 import pytest
 
-from conftest import TEST_PROMPT, run_in_process, start_driver, study_servers, wait_for, write_job
+from conftest import (
+    ANY_SERVER,
+    FAKE_OPENAI,
+    STANDINS,
+    TEST_PROMPT,
+    run_in_process,
+    server_processes,
+    start_driver,
+    study_servers,
+    wait_for,
+    write_job,
+)
 from orchestrator.config.job import load_job
 from orchestrator.core.study_dir import trial_log_name as log_name
 from orchestrator.study.evidence.history import trial_rows
@@ -24,14 +37,20 @@ pytestmark = pytest.mark.slow
 
 SPACE = "params:\n  tp_size: {choices: [1, 2]}\n  backend.max_batch: {choices: [8, 16, 32]}\n"
 CONFIGS = 6  # every config of SPACE
+# the fake server, a token every 40 ms: one worker process per rank, the batch's room its slots
+ARGV = ["{python}", str(FAKE_OPENAI), "--host", "{host}", "--port", "{port}", "--model", "tiny",
+        "--workers", "{tp_size}", "--slots", "{backend.max_batch}", "--token-delay", "0.04"]
+BACKEND = {"kind": "command", "settings": {"argv": ARGV, "model_name": "tiny"}}
 
 
 def _job(directory, url):
     directory.mkdir()
-    # one trial at a time per driver; long enough decodes that the kill lands while a trial runs; a dead
-    # driver's trial is taken over after 8 s without a heartbeat (timeouts.takeover; 45 s by default)
+    # one trial at a time per driver; long enough decodes (3 x 75 tokens at 25 tok/s: 9 s) that the kill lands while
+    # a trial runs, and that the first driver has configs left to measure once the second (its start, a new Ray)
+    # measured one; a dead driver's trial is taken over after 8 s without a heartbeat (timeouts.takeover; 45 s by
+    # default)
     return write_job(directory, study="shared", storage=url, budget={"trials": CONFIGS}, space_text=SPACE,
-                     baseline={"tp_size": 1, "backend.max_batch": 8}, ray={"parallel": 1},
+                     backend=BACKEND, baseline={"tp_size": 1, "backend.max_batch": 8}, ray={"parallel": 1},
                      bench={"prompt": TEST_PROMPT, "output_tokens": 75, "warmup": 1, "repeats": 2,
                             "max_repeats": 2},
                      timeouts={"startup": "60s", "bench": "30s", "teardown": "5s", "takeover": "8s"})
@@ -43,6 +62,7 @@ def _launched_by(report_dir, numbers):
 
 
 def test_two_drivers_share_a_study_and_survive_a_kill_9(tmp_path, no_leftover_servers):
+    before = {pid for pid, _ in server_processes(ANY_SERVER)}
     with postgres_server() as url:
         job_a, job_b = _job(tmp_path / "a", url), _job(tmp_path / "b", url)
         dir_a, dir_b = tmp_path / "a" / "reports" / "shared", tmp_path / "b" / "reports" / "shared"
@@ -94,7 +114,9 @@ def test_two_drivers_share_a_study_and_survive_a_kill_9(tmp_path, no_leftover_se
     numbers = {r.number for r in counted}
     assert _launched_by(dir_a, numbers) and _launched_by(dir_b, numbers)
     assert not _launched_by(dir_a, numbers) & _launched_by(dir_b, numbers)
-    assert not study_servers(tmp_path), "a server outlived the killed driver"
+    assert not study_servers(tmp_path, STANDINS), "a server outlived the killed driver"
+    # nor a worker of one (their command lines name no port)
+    assert not [(p, c) for p, c in server_processes(ANY_SERVER) if p not in before]
     assert not list((dir_b / "servers").glob("*.json"))
 
 
@@ -105,7 +127,8 @@ def test_the_relaunches_and_the_race_are_the_driver_that_holds_them(tmp_path, no
         holder = SharedStudy(url, "extras")
         try:
             assert holder.take_extras()
-            job = load_job(write_job(tmp_path, study="extras", storage=url,
+            job = load_job(write_job(tmp_path, study="extras", storage=url, backend=BACKEND, space_text=SPACE,
+                                     baseline={"tp_size": 1, "backend.max_batch": 8},
                                      budget={"trials": 2, "relaunch": 0.5, "confirm": 4}))
             out = io.StringIO()
             run_in_process(job, out=out)

@@ -2,7 +2,9 @@
 twice (it is killed), SIGHUP to the whole process group (the ssh session dropped); the
 driver exits 130, leaves no trial RUNNING and no server behind, tells the job's `notify:`
 command once that it stopped, and the next `run` resumes the study (and tells it finished).
-A real driver process, real Ray, real reference servers."""
+A real driver process, real Ray, real server processes: tests/fake_openai_server.py through the
+command backend, a front and one worker process per rank (``--workers``: like an engine's, they
+outlive a front killed with SIGKILL, so a stop must end the server's whole tree)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import TEST_PROMPT, TESTS, start_driver, study_servers, wait_for, write_job
+from conftest import FAKE_OPENAI, STANDINS, TEST_PROMPT, TESTS, start_driver, study_servers, wait_for, write_job
 from logtext import log_lines
 from orchestrator.config.job import load_job
 from orchestrator.study.evidence.history import trial_rows
@@ -82,17 +84,20 @@ def test_a_signal_stops_the_run_cleanly_and_the_study_resumes(tmp_path, sig, cou
     reaches only the driver: the local Ray it started keeps serving until the driver stops it.
     A stop that reaches every process ends the trial's server too: that trial is interrupted
     (not counted, not banned: re-queued, as the int-twice case's is measured by the next run)."""
-    # one intra-op thread per rank: oversubscribed OpenMP threads stall on a loaded 2-core box
     space = "params:\n  tp_size: {choices: [1, 2]}\n  backend.max_batch: {choices: [8, 16]}\n"
     study = f"sig-{signal.Signals(sig).name.lower()}-{count}-{to}"
     told = tmp_path / "told.jsonl"
+    argv = ["{python}", str(FAKE_OPENAI), "--host", "{host}", "--port", "{port}", "--model", "tiny",
+            "--workers", "{tp_size}", "--slots", "{backend.max_batch}", "--token-delay", "0.02"]
     job_path = write_job(tmp_path, study=study, budget={"trials": 2}, space_text=space,
                          notify=[sys.executable, str(TESTS / "notify_recorder.py"), str(told)],
+                         backend={"kind": "command", "settings": {"argv": argv, "model_name": "tiny"}},
                          baseline={"tp_size": 1, "backend.max_batch": 8},
-                         # a trial of a launch and 4 x 150 tokens outlasts the stops sent 2.5-3 s into it
+                         # a trial of a launch and 4 x 150 tokens at 50 tok/s (12 s) outlasts the stops sent
+                         # 2.5-3 s into it
                          bench={"prompt": TEST_PROMPT, "output_tokens": 150, "warmup": 1, "repeats": 3,
                                 "max_repeats": 3},
-                         timeouts={"startup": "60s", "bench": "120s", "teardown": "5s"})  # TP=2 on a busy box
+                         timeouts={"startup": "60s", "bench": "120s", "teardown": "5s"})
     log_path = tmp_path / "driver.out"
     driver = start_driver(job_path, log_path)
     try:
@@ -130,7 +135,7 @@ def test_a_signal_stops_the_run_cleanly_and_the_study_resumes(tmp_path, sig, cou
     # driver.log in the study's folder has what the terminal showed
     logged = (tmp_path / "reports" / study / "driver.log").read_text()
     assert f"{name}: stopping after the running trial" in logged and "starting #0" in logged
-    assert not study_servers(tmp_path / "reports")
+    assert not study_servers(tmp_path / "reports", STANDINS)
     (stopped,) = [json.loads(line)["stdin"] for line in told.read_text().splitlines()]  # told once
     assert stopped["status"] == "stopped" and stopped["exit_code"] == 130 and stopped["study"] == study
     if count == 1 and sig != signal.SIGHUP:
@@ -142,7 +147,7 @@ def test_a_signal_stops_the_run_cleanly_and_the_study_resumes(tmp_path, sig, cou
     counted = [r for r in trial_rows(open_study(load_job(job_path), create=False)) if r.counted]
     assert len(counted) == 2 and all(r.state == "COMPLETE" for r in counted), \
         [(r.state, r.failure_kind, r.failure_reason) for r in counted]
-    assert not study_servers(tmp_path / "reports")
+    assert not study_servers(tmp_path / "reports", STANDINS)
     finished = json.loads(told.read_text().splitlines()[-1])["stdin"]  # the rerun told once more
     assert len(told.read_text().splitlines()) == 2 and finished["status"] == "finished"
     assert finished["best"]["trial"] in {r.number for r in counted} and finished["export"].startswith(

@@ -1,7 +1,8 @@
 """Values banned in real studies of real servers: a value whose launches crash at start (a
 preset the reference server does not know, its crash-on-start fault) or give wrong output
-(its garbage fault) is launched at most twice, then never proposed again; the driver says so
-and the report lists it."""
+(the garbage fault, of tests/fault_server.py: the fake server under the reference server's
+fault name) is launched at most twice, then never proposed again; the driver says so and the
+report lists it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import io
 
 import pytest
 
-from conftest import run_in_process, write_job
+from conftest import TESTS, run_in_process, write_job
 from orchestrator.config.job import load_job
 from orchestrator.results.report import write_report
 from orchestrator.study.evidence import bans
@@ -61,10 +62,16 @@ def test_a_value_that_always_gives_wrong_output_is_launched_at_most_twice(tmp_pa
     """Acceptance (issue 28, item 6), real servers: `backend.fault: garbage` gives wrong output
     with every thread count. Three of the six configs carry it and the budget would launch all
     six; after two wrong launches (once a correct config other than the baseline passed) it is
-    not proposed again, the driver says so, and the report lists it."""
+    not proposed again, the driver says so, and the report lists it. The servers: the fake server
+    under the reference server's fault names (tests/fault_server.py; the thread count reaches its
+    command line, as a tuned value must, and changes nothing), a token every 20 ms."""
+    argv = ["{python}", str(TESTS / "fault_server.py"), "--fault", "{backend.fault}", "--title",
+            "threads-{backend.threads}", "--token-delay", "0.02", "--model", "tiny", "--host", "{host}",
+            "--port", "{port}"]
     space = "params:\n  backend.threads: {choices: [1, 2, 3]}\n  backend.fault: {choices: [none, garbage]}\n"
     job_path = write_job(tmp_path, study="wrong-value", space_text=space, budget={"trials": 6},
                          max_consecutive_failures=10, baseline={"backend.threads": 1, "backend.fault": "none"},
+                         backend={"kind": "command", "settings": {"argv": argv, "model_name": "tiny"}},
                          sampler={"name": "tpe", "seed": 0})
     job = load_job(job_path)
     out = io.StringIO()

@@ -1,10 +1,13 @@
-"""run_trial with real reference servers: a trial stopped early for speed still answers the
+"""run_trial with real server processes: a trial stopped early for speed still answers the
 correctness prompts, so a config that is wrong is reported wrong (and banned), not merely
 slow (on a loaded box the demo's garbage config was pruned before its check and the gate
 never saw it); a trial that cannot write into its study folder (a full tmpfs) is env-error,
-never the config's fault; a server whose echo scores are not its model's passes with a warning; a
-cancel is never lost, whenever it comes; a start that runs out of time while other work takes every
-CPU says how busy the host was and is not held against the config (issue 38)."""
+never the config's fault; a server whose echo scores are not its model's passes with a warning (the
+reference server's misscored-prompts fault, against its own golden reference); a cancel is never
+lost, whenever it comes; a start that runs out of time while other work takes every CPU says how
+busy the host was and is not held against the config (issue 38). Where the reference server's
+model is not at stake the server is the fake OpenAI server on its command line (tests/wrapped_server.py),
+its faults as the fake's flags."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from wrapped_server import fake_settings, fake_wrapper
 
 from conftest import FAKE_OPENAI, mounted_tmpfs
 from orchestrator.core import correctness, outcome
@@ -29,10 +33,17 @@ pytestmark = pytest.mark.slow
 PROMPTS = ["The quick brown fox", "Once upon a time"]
 
 
-def _spec(tmp_path, number: int, fault: str, reference_texts=None, prune_below=None) -> TrialSpec:
+def _server(tmp_path, reference: bool = False) -> ServerPlan:
+    """The tiny reference server's launch, or (``reference`` false) the fake server's on its command line."""
+    kind, settings = ("refserver", {"model": "tiny", "device": "cpu"}) if reference else \
+        ("command", fake_settings(fake_wrapper(tmp_path)))
+    return ServerPlan(kind, settings, None, {}, startup_timeout_s=60, teardown_grace_s=5)
+
+
+def _spec(tmp_path, number: int, fault: str, reference_texts=None, prune_below=None,
+          reference: bool = False) -> TrialSpec:
     return TrialSpec(number=number, config={"tp_size": 1, "backend.fault": fault},
-                     server=ServerPlan("refserver", {"model": "tiny", "device": "cpu"}, None, {},
-                                       startup_timeout_s=60, teardown_grace_s=5),
+                     server=_server(tmp_path, reference),
                      bench=BenchPlan(prompts=("Hello",), output_tokens=16, warmup=1, repeats=2, timeout_s=30),
                      check=CheckPlan(prompts=tuple(PROMPTS), tokens=12,
                                      reference_texts=tuple(reference_texts) if reference_texts else None),
@@ -40,17 +51,28 @@ def _spec(tmp_path, number: int, fault: str, reference_texts=None, prune_below=N
                      prune_below={1: prune_below} if prune_below else None, measure_bandwidth=False)
 
 
-@pytest.fixture(scope="module")
-def golden(tmp_path_factory):
-    """The golden reference of a healthy reference server, captured once for the module's gate tests."""
-    ref = run_trial(_spec(tmp_path_factory.mktemp("reference"), 0, "none"))
+def _golden(tmp_path, reference: bool):
+    ref = run_trial(_spec(tmp_path, 0, "none", reference=reference))
     golden, why = correctness.calibrate(PROMPTS, ref.outputs["first"], ref.outputs["second"])
     assert golden is not None, why
     return golden
 
 
-def test_a_pruned_wrong_config_fails_the_gate(tmp_path, golden, no_leftover_servers):
-    # a threshold no CPU server reaches: the first repeat prunes the trial
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory):
+    """The golden reference of a healthy reference server, captured once for the module's tests of its scores."""
+    return _golden(tmp_path_factory.mktemp("reference"), reference=True)
+
+
+@pytest.fixture(scope="module")
+def fake_golden(tmp_path_factory):
+    """The golden reference of a healthy fake server (on the reference server's command line)."""
+    return _golden(tmp_path_factory.mktemp("fake-reference"), reference=False)
+
+
+def test_a_pruned_wrong_config_fails_the_gate(tmp_path, fake_golden, no_leftover_servers):
+    golden = fake_golden
+    # a threshold no server here reaches: the first repeat prunes the trial
     slow = run_trial(_spec(tmp_path, 1, "garbage", reference_texts=golden.texts, prune_below=1e9))
     assert slow.outcome == PRUNED and slow.outputs, slow.failure_reason
     final = outcome.decide(slow, golden=golden).result
@@ -65,7 +87,7 @@ def test_a_server_whose_scores_are_not_its_models_passes_the_gate_with_a_warning
     # the refserver's misscored-prompts fault scores echo text one position late (its generation is
     # right), as vLLM 0.26.0 with a draft model did on a GPU: same greedy text, scores 26-27 nats off;
     # a model that is wrong fails on both channels (the garbage config of the test above)
-    skewed = run_trial(_spec(tmp_path, 1, "misscored-prompts", reference_texts=golden.texts))
+    skewed = run_trial(_spec(tmp_path, 1, "misscored-prompts", reference_texts=golden.texts, reference=True))
     final = outcome.decide(skewed, golden=golden).result
     assert final.outcome == COMPLETE, final.failure_reason
     verdict = final.correctness
@@ -86,7 +108,8 @@ def test_a_cancel_that_comes_as_the_server_is_spawned_is_not_lost(tmp_path, no_l
     assert result.failure_reason == "stopped by the user as its server was spawned"  # not after the timeout
 
 
-def test_a_trial_that_cannot_write_into_the_full_study_folder_is_not_the_configs_fault(tmp_path, no_leftover_servers):
+def test_a_trial_that_cannot_write_into_the_full_study_folder_is_not_the_configs_fault(tmp_path,
+                                                                                     no_leftover_servers):
     """The server's log and record live in the study's folder: a full disk there fails the
     trial as env-error (never banned) with the folder named, and the driver stops on it."""
     disk = tmp_path / "disk"
@@ -97,8 +120,7 @@ def test_a_trial_that_cannot_write_into_the_full_study_folder_is_not_the_configs
             while True:  # the disk is full
                 fh.write(b"\0" * 4096)
         spec = TrialSpec(number=0, config={"tp_size": 1},
-                         server=ServerPlan("refserver", {"model": "tiny", "device": "cpu"}, None, {},
-                                           startup_timeout_s=60, teardown_grace_s=5),
+                         server=_server(tmp_path),
                          bench=BenchPlan(prompts=("Hello",), output_tokens=8, warmup=1, repeats=2, timeout_s=30),
                          log_dir=str(disk / "logs"), registry_dir=str(disk / "servers"), measure_bandwidth=False)
         result = run_trial(spec)

@@ -294,6 +294,26 @@ def test_parallel_caps_at_what_the_nodes_hold_and_spreads_first():
         RayExecutor(address=None, gpus_per_node=0, cpus_per_trial=2, accelerator_type="A100", ray_api=fake)
 
 
+def test_the_first_trial_starts_an_actor_on_every_other_node_up_to_the_slots():
+    """The actors of the nodes the baseline does not run on start beside it, not after it: on busy nodes
+    an actor took 25-30 s to start, and the first round of trials waited for it while the one node whose
+    actor was up ran trial after trial."""
+    nodes = [_node(1, CPU=4), _node(2, CPU=4), _node(3, CPU=4)]
+    fake = _FakeRay(nodes)
+    ex = RayExecutor(address=None, gpus_per_node=0, cpus_per_trial=4, ray_api=fake)
+    assert fake.started == []  # nothing before a trial is sent (an executor may be made only to count nodes)
+    ex.submit(_spec(0))
+    assert sorted(fake.started) == sorted(n["NodeID"] for n in nodes)  # one actor a node, started at once
+    ex.submit(_spec(1))
+    ex.submit(_spec(2))
+    assert len(fake.started) == 3  # the next trials found theirs up: none started again
+    assert sorted(r[1] for r in ex._busy) == sorted(n["NodeID"] for n in nodes)  # one trial a node
+    fake = _FakeRay(nodes)
+    ex = RayExecutor(address=None, gpus_per_node=0, cpus_per_trial=4, parallel=2, ray_api=fake)
+    ex.submit(_spec(0))
+    assert len(fake.started) == 2  # no more actors than slots: a third node is left free
+
+
 def test_ray_preflight_runs_on_each_matching_node(tmp_path, ray_local):
     from orchestrator.driver.ray_executor import RayExecutor
 

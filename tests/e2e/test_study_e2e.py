@@ -1,6 +1,7 @@
 """End to end with real parts: job YAML -> Optuna journal -> trial (the driver's executor in
 this process) -> reference server -> decode tok/s; resume; status; export; compare; bench of
-an exported config; `run` (real Ray) refusing a changed space."""
+an exported config; `run` (real Ray) refusing a changed space. The outcome constraint's test runs
+the fake server instead (its docstring says why)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from conftest import TEST_PROMPT, run_in_process, write_job
+from conftest import FAKE_OPENAI, TEST_PROMPT, run_in_process, write_job
 from orchestrator.cli import main
 from orchestrator.config.job import load_job
 from orchestrator.study.evidence.history import best_rows, trial_rows
@@ -144,11 +145,22 @@ def test_command_backend_runs_the_reference_server_end_to_end(tmp_path, no_lefto
 
 def test_outcome_constraint_makes_a_config_that_loses_under_load_infeasible(tmp_path, no_leftover_servers):
     """max_batch=1 serializes 8 concurrent requests: whatever its single-request speed, it
-    breaks "no worse than 0.9x baseline at concurrency 8" and can never be best."""
+    breaks "no worse than 0.9x baseline at concurrency 8" and can never be best.
+
+    The server is the fake (tests/fake_openai_server.py through the command backend), its batch the
+    ``--slots`` queue: at most max_batch streams decode at once, each at 100 tok/s paced by sleeping to
+    scheduled times, so at 8 streams max_batch=1 serves 0.125x what max_batch=8 does (100 against 800
+    tok/s), whatever else the box runs. The reference server on CPU was the stand-in before: its batching
+    gain is CPU, and on a 2-core box kept busy by other work both configs were bound by the CPU's per-token
+    handling of the streams, not by the batch (max_batch=1 299 tok/s at 8 streams, max_batch=8 268)."""
+    argv = ["{python}", str(FAKE_OPENAI), "--host", "{host}", "--port", "{port}", "--model", "fake",
+            "--token-delay", "0.01", "--slots", "{backend.max_batch}"]
     job_path = write_job(tmp_path, study="constrained", space_text="params:\n  backend.max_batch: {choices: [1, 8]}\n",
+                         backend={"kind": "command", "settings": {"argv": argv, "model_name": "fake"}},
                          baseline={"backend.max_batch": 8}, budget={"trials": 2},
-                         bench={"prompt": TEST_PROMPT, "output_tokens": 64, "warmup": 1, "repeats": 2, "max_repeats": 2,
+                         bench={"prompt": TEST_PROMPT, "output_tokens": 8, "warmup": 1, "repeats": 2, "max_repeats": 2,
                                 "concurrency": [1, 8]},
+                         correctness={"check_tokens": 8, "prompts": ["The quick brown fox"], "logprobs": False},
                          constraints=[{"concurrency": 8, "min_ratio": 0.9}])
     job = load_job(job_path)
     run_in_process(job, out=io.StringIO())

@@ -66,12 +66,9 @@ of a sequence seeded by S (the counter file counts the launches that share it), 
 such launches is the same study again. The log's first line says which (``launch: fast``).
 ``--speed-file PATH``: where that file exists at start, the launch's speed is multiplied by the
 number it holds (a machine that changed between a study and a later ``compare``). ``--drift F
---drift-start FILE``: a box that drifts, slower by F a minute under every launch (a streamed
-request's tokens paced at its speed when the request came: (1 - F) to the power of the minutes
-since FILE's time, which the first launch sharing it writes; the log's first lines say the speed
-at start): a box warming up, or a neighbour ramping its load, under every config alike. The speed
-is read at each request, not fixed at the launch's start: a launch's figures are the box's when
-they were measured, however long the launch took to start (on a busy host 1 to 17 s).
+--drift-start FILE``: a box that drifts, every launch slower by F a minute (its speed times (1 - F)
+to the power of the minutes since FILE's time, which the first launch sharing it writes): a box
+warming up, or a neighbour ramping its load, under every config alike.
 
 Start-up behaviours (flags): ``--crash-on-start CODE`` (print and exit at once),
 ``--exit-after N`` (exit 0 as request N + 1 arrives: N answered, then gone),
@@ -388,8 +385,7 @@ class Handler(BaseHTTPRequestHandler):
         arrived = time.monotonic()
         fake = body.get("fake") or {}
         srv = self.server
-        # the box's speed when the request came (``--drift``): a box that drifts, drifts while a launch runs too
-        delay = float(fake.get("token_delay", srv.token_delay)) / srv.drift.speed()  # type: ignore[attr-defined]
+        delay = float(fake.get("token_delay", srv.token_delay))  # type: ignore[attr-defined]
         ttft = float(fake.get("ttft_delay", srv.ttft_delay))  # type: ignore[attr-defined]
         prompt_tokens = tokenize(str(body.get("prompt", "")))
         longer = srv.context_cost * len(prompt_tokens) / 1000  # type: ignore[attr-defined]
@@ -597,47 +593,37 @@ def _start_tree(a: argparse.Namespace) -> None:
 
 def _launch_speed(a: argparse.Namespace) -> float:
     """This launch's speed for its whole life (module docstring, "Launch noise"): 1 + F or 1 - F,
-    times the speed file's factor (the box's drift is not in it: ``Drift``)."""
+    times the speed file's factor."""
     factor = 1.0
     if a.speed_file and os.path.exists(a.speed_file):
         with open(a.speed_file) as f:
             factor = float(f.read().strip())
         say(f"launch: speed x{factor:g} (from {a.speed_file})")
-    return factor * _noise_speed(a)
+    return factor * _noise_speed(a) * _drift_speed(a)
 
 
-class Drift:
-    """``--drift F --drift-start FILE`` (module docstring, "Launch noise"): the box's speed now,
-    (1 - F) ** minutes since the time in FILE (which the first launch sharing it writes)."""
-
-    def __init__(self, rate: float, start_file: str | None):
-        self.rate = rate
-        self.start: float | None = None
-        if not rate or not start_file:
-            return
-        try:
-            fd = os.open(start_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL)  # the first launch: the start
-            os.write(fd, repr(time.time()).encode())
-            os.close(fd)
-        except FileExistsError:
-            pass
-        for _ in range(100):  # the first launch may be writing it
-            with open(start_file) as f:
-                text = f.read().strip()
-            if text:
-                self.start = float(text)
-                break
-            time.sleep(0.01)
-        if self.start is None:
-            self.start = time.time()
-        say(f"launch: drifted x{self.speed():.3f} ({self.minutes():.2f} min after the start)")
-
-    def minutes(self) -> float:
-        return 0.0 if self.start is None else (time.time() - self.start) / 60.0
-
-    def speed(self) -> float:
-        """The box's speed now (1.0 without a drift)."""
-        return 1.0 if self.start is None else (1.0 - self.rate) ** self.minutes()
+def _drift_speed(a: argparse.Namespace) -> float:
+    """(1 - F) ** minutes since the drift's start file (module docstring, "Launch noise")."""
+    if not a.drift or not a.drift_start:
+        return 1.0
+    try:
+        fd = os.open(a.drift_start, os.O_WRONLY | os.O_CREAT | os.O_EXCL)  # the first launch: the start
+        os.write(fd, repr(time.time()).encode())
+        os.close(fd)
+    except FileExistsError:
+        pass
+    start = None
+    for _ in range(100):  # the first launch may be writing it
+        with open(a.drift_start) as f:
+            text = f.read().strip()
+        if text:
+            start = float(text)
+            break
+        time.sleep(0.01)
+    minutes = (time.time() - (start or time.time())) / 60.0
+    speed = (1.0 - a.drift) ** minutes
+    say(f"launch: drifted x{speed:.3f} ({minutes:.2f} min after the start)")
+    return speed
 
 
 def _noise_speed(a: argparse.Namespace) -> float:
@@ -722,7 +708,6 @@ def main(argv: list[str] | None = None) -> int:
     httpd = _Server((a.host, a.port), Handler)
     httpd.model = a.model  # type: ignore[attr-defined]
     httpd.token_delay = a.token_delay / _launch_speed(a)  # type: ignore[attr-defined]
-    httpd.drift = Drift(a.drift, a.drift_start)  # type: ignore[attr-defined]
     httpd.no_logprobs = a.no_logprobs  # type: ignore[attr-defined]
     httpd.ready_at = time.monotonic() + a.ready_after  # type: ignore[attr-defined]
     httpd.serving_at = time.monotonic() + a.warming  # type: ignore[attr-defined]

@@ -1,8 +1,7 @@
 """The relaunch schedule on a real study: with no share nothing is relaunched, nor is any time
 kept for it; a search that is over (the baseline and one other config measured) with the launch
 noise unknown relaunches the baseline (its second launch) into a free slot, numbered apart from
-the trials, and keeps the time the noise still needs (real server processes: the fake OpenAI server on
-the reference server's command line; a real journal)."""
+the trials, and keeps the time the noise still needs (real reference servers, a real journal)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ import io
 
 import pytest
 from loop_parts import loop_state, wait_for
-from wrapped_server import fake_backend
 
 from orchestrator.core.records import COMPLETE
 from orchestrator.driver.launcher import Launcher
@@ -35,8 +33,7 @@ def measure_the_search(run, launcher: Launcher) -> None:
 
 def test_a_search_over_with_the_noise_unknown_relaunches_the_baseline(tmp_path, no_leftover_servers):
     out = io.StringIO()
-    with loop_state(tmp_path, correctness={"enabled": False}, budget={"trials": 2},
-                    backend=fake_backend(tmp_path)) as (job, run):
+    with loop_state(tmp_path, correctness={"enabled": False}, budget={"trials": 2}) as (job, run):
         launcher = Launcher(job)
         schedule = RelaunchSchedule(job.objective, 0.2, launcher, Progress(job, trials=2, timeout_s=None, out=out))
         assert not schedule.noise_due(run.policy)  # nothing measured: nothing to relaunch
@@ -54,8 +51,7 @@ def test_a_search_over_with_the_noise_unknown_relaunches_the_baseline(tmp_path, 
 
 
 def test_no_share_relaunches_nothing_and_keeps_no_time(tmp_path, no_leftover_servers):
-    with loop_state(tmp_path, correctness={"enabled": False}, budget={"trials": 2},
-                    backend=fake_backend(tmp_path)) as (job, run):
+    with loop_state(tmp_path, correctness={"enabled": False}, budget={"trials": 2}) as (job, run):
         launcher = Launcher(job)
         schedule = RelaunchSchedule(job.objective, 0.0, launcher, Progress(job, trials=2, timeout_s=None,
                                                                             out=io.StringIO()))

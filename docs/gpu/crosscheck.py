@@ -9,7 +9,9 @@ project's own measurement (``node.measure``, the job's bench settings, one round
 ``vllm bench serve`` over the same prompts (``--dataset-name custom``, greedy, ``--ignore-eos``,
 the job's output length, ``--max-concurrency N``; ``--num-prompts``: at one stream 10, above it the
 requests ours sends, N streams x the job's ``bench.waves``, so both whole-run figures count the same
-requests with the same ramp-up and drain). vLLM's figure
+requests with the same ramp-up and drain). Each of vLLM's requests begins with a line of its own, as
+ours do (``node.measure.Prefixes``): neither client is answered from the prefix cache. Ours measures
+each level alone (a goodput job's capacity search is set aside: the level is what is compared). vLLM's figure
 at level 1 is 1000 / median TPOT (what our decode tok/s is for one request), above it its output
 throughput. Writes <out>/crosscheck.json (every figure) and prints a table: per level, the median
 ratio ours / vLLM's over every round, and the launch-to-launch spread of each client's launch
@@ -24,7 +26,6 @@ import math
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from orchestrator.cli import parse_sets
 from orchestrator.config.job import load_job
 from orchestrator.driver.bench_command import check_overrides, resolve_config
-from orchestrator.node.measure import measure
+from orchestrator.node.measure import Prefixes, measure
 from orchestrator.node.spec import TrialSpec
 from orchestrator.node.trial import prepare_server
 from orchestrator.results.export import load_config_file
@@ -47,9 +48,11 @@ def config_of(job, config_file: str | None, sets: list[str]) -> dict:
     return resolve_config(job, overrides)
 
 
-def vllm_bench(base_url: str, model: str, served: str, prompts_file: Path, output_tokens: int, level: int,
+def vllm_bench(base_url: str, model: str, served: str, prompts: tuple[str, ...], output_tokens: int, level: int,
                out: Path, waves: int) -> dict:
     n = 10 if level == 1 else max(8, waves * level)
+    prompts_file = out.with_suffix(".prompts.jsonl")  # n requests, each begun with its own line, as ours
+    prompts_file.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in Prefixes().requests(prompts, n)))
     cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "vllm",
            "--base-url", base_url, "--model", model, "--served-model-name", served, "--tokenizer", model,
            "--dataset-name", "custom",
@@ -68,7 +71,7 @@ def vllm_bench(base_url: str, model: str, served: str, prompts_file: Path, outpu
             "p99_itl_ms": data.get("p99_itl_ms"), "median_ttft_ms": data.get("median_ttft_ms"), "prompts": n}
 
 
-def one_launch(job, config: dict, k: int, rounds: int, prompts_file: Path, out: Path, model: str,
+def one_launch(job, config: dict, k: int, rounds: int, out: Path, model: str,
                levels: list[int]) -> dict:
     spec = TrialSpec.from_job(job, 0, config)
     bench = spec.bench  # ours: exactly the study's measurement of a level (its repeats and precision target)
@@ -84,19 +87,23 @@ def one_launch(job, config: dict, k: int, rounds: int, prompts_file: Path, out: 
             for client in (("ours", "vllm") if r % 2 == 0 else ("vllm", "ours")):
                 for level in levels:
                     if client == "ours":
-                        b = measure(launch.base_url, launch.model_name, replace(bench, levels=(level,)),
+                        alone = replace(bench, levels=(level,), constraint_levels=(), goodput=None, rate=None,
+                                        arrival_times=None)
+                        b = measure(launch.base_url, launch.model_name, alone,
                                     deadline=time.monotonic() + bench.timeout_s)
                         lv = b.measurement.levels.get(level)
-                        rec = {"figure": lv.value if lv else None, "error": b.error,
+                        rec = {"figure": lv.value if lv else None, "error": b.error, "warnings": list(b.warnings),
                                "whole_run_tok_s": lv.whole_run_tok_s if lv else None,
                                "p99_itl_ms": 1000 * lv.itl.p99 if lv and lv.itl else None,
                                "median_tpot_ms": 1000 * lv.tpot.p50 if lv and lv.tpot else None,
                                "p99_tpot_ms": 1000 * lv.tpot.p99 if lv and lv.tpot else None}
                     else:
-                        rec = vllm_bench(launch.base_url, model, launch.model_name, prompts_file, bench.output_tokens,
+                        rec = vllm_bench(launch.base_url, model, launch.model_name, bench.prompts, bench.output_tokens,
                                          level, out / f"vllm-{k}-{r}-{level}.json", bench.waves)
                     got["rounds"].append({"round": r, "client": client, "level": level, **rec})
-                    print(f"launch {k} round {r} {client:5s} level {level}: {rec.get('figure')}", flush=True)
+                    why = "" if rec.get("figure") else f" ({str(rec.get('error'))[-300:]})"
+                    print(f"launch {k} round {r} {client:5s} level {level}: {rec.get('figure')}"
+                          f" whole-run {rec.get('whole_run_tok_s') or rec.get('output_throughput')}{why}", flush=True)
     finally:
         proc.stop(job.timeouts.teardown_s)
     return got
@@ -168,8 +175,6 @@ def main() -> int:
     config = config_of(job, a.config, a.sets)
     out = Path(a.out)
     (out / "servers").mkdir(parents=True, exist_ok=True)
-    prompts = Path(tempfile.mkdtemp()) / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in job.bench.prompts))
     model = str(job.backend.settings["model"])
     levels = [int(x) for x in a.levels.split(",")] if a.levels else sorted(job.objective.concurrency)
     t0, launches = time.monotonic(), []
@@ -177,7 +182,7 @@ def main() -> int:
         if launches and time.monotonic() - t0 > a.budget_s:
             print(f"stopping after {k} launches: --budget-s", flush=True)
             break
-        launches.append(one_launch(job, config, k, a.rounds, prompts, out, model, levels))
+        launches.append(one_launch(job, config, k, a.rounds, out, model, levels))
         (out / "crosscheck.json").write_text(json.dumps({"config": config, "launches": launches}, indent=1))
     print(summary(launches, levels))
     print(whole_runs(launches, levels))

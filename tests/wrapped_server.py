@@ -10,28 +10,25 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from conftest import FAKE_MARKER, FAKE_OPENAI, write_job
+from conftest import FAKE_MARKER, write_job
 
 SERVER = "run-orchestrator.refserver"  # the name carries the marker the leftover-server guard looks for
+FAULT_SERVER = Path(__file__).resolve().parent / "fault_server.py"  # the fault names -> the fake's flags
 FAKE_SERVER = f"run-{FAKE_MARKER}"  # the marker no_leftover_servers looks for (and suite_cpu.py's kind)
 _FAKE_SCRIPT = """\
 #!{interpreter}
-# The reference server's command line served by the fake OpenAI server (tests/wrapped_server.py).
+# The reference server's command line served by the fake OpenAI server (tests/wrapped_server.py), its
+# --fault NAME[:N] as tests/fault_server.py maps it to the fake's flags.
 import runpy, sys
 
 DROPPED = ("--device", "--tp", "--threads", "--served-model-name")  # the reference server's alone (with a value)
-FAULTS = {{"none": [], "crash-on-start": ["--crash-on-start", "1"], "hang-on-start": ["--ready-after", "100000"],
-          "garbage": ["--wrong-text"], "crash-after": ["--exit-after"], "slow-start": ["--ready-after"]}}
 args, rest = ["--token-delay", "{token_delay}"], iter(sys.argv[1:])
 for arg in rest:
-    if arg == "--fault":  # the reference server's, NAME[:N], as the fake's flags
-        name, _, n = next(rest).partition(":")
-        args += FAULTS[name] + ([n] if n else [])
-    elif arg in DROPPED:
+    if arg in DROPPED:
         next(rest)
     else:
         args.append(arg)
-sys.argv = [{fake!r}, *args]
+sys.argv = [{fault_server!r}, *args]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 FAKE_TOKEN_DELAY = 0.02  # a token rate a loaded box serves
@@ -54,7 +51,8 @@ def fake_wrapper(directory: Path, interpreter: str = sys.executable) -> Path:
     later), a token every ``FAKE_TOKEN_DELAY`` seconds."""
     exe = directory / "bin" / FAKE_SERVER
     exe.parent.mkdir(parents=True, exist_ok=True)
-    exe.write_text(_FAKE_SCRIPT.format(interpreter=interpreter, token_delay=FAKE_TOKEN_DELAY, fake=str(FAKE_OPENAI)))
+    exe.write_text(_FAKE_SCRIPT.format(interpreter=interpreter, token_delay=FAKE_TOKEN_DELAY,
+                                       fault_server=str(FAULT_SERVER)))
     exe.chmod(0o755)
     return exe
 

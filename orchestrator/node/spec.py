@@ -154,7 +154,7 @@ class TrialSpec:
     log_name: str | None = None  # the server log's file name in log_dir (default trial-NNNN.log)
     prune_below: Mapping[int, float] | None = None  # per level: stop after the first round below it
     device_check: bool = False  # the GPUs free before, usable after
-    measure_bandwidth: bool = True  # once per worker process: the ceiling's denominator
+    measure_bandwidth: bool = True  # once per worker process: the ceiling's denominator (``bandwidth_wanted``)
 
     @property
     def log_path(self) -> Path:
@@ -164,7 +164,7 @@ class TrialSpec:
     def from_job(cls, job: Job, number: int, config: Config, *, check: CheckPlan | None = None,
                  prune_below: Mapping[int, float] | None = None, log_dir: Path | None = None,
                  log_name: str | None = None, extra_env: Mapping[str, str] | None = None,
-                 device_check: bool | None = None, measure_bandwidth: bool = True,
+                 device_check: bool | None = None, measure_bandwidth: bool | None = None,
                  measured_starts: Iterable[float | None] = ()) -> TrialSpec:
         """The spec of trial ``number`` of ``job`` for ``config``.
 
@@ -176,6 +176,7 @@ class TrialSpec:
             extra_env: variables on top of the job's ``env:`` (``bench --verify-nccl``).
             measured_starts: seconds the study's servers took to start (``startup_limit``).
             device_check: check the GPUs before and after (default: a GPU job does).
+            measure_bandwidth: the worker measures its memory bandwidth (default: ``bandwidth_wanted``).
         """
         bench = job.bench
         startup_s, startup_basis = startup_limit(job.timeouts.startup_s, measured_starts)
@@ -199,7 +200,17 @@ class TrialSpec:
             check=check or CheckPlan(), log_dir=str(log_dir or job.dir.logs), registry_dir=str(job.dir.servers),
             log_name=log_name, prune_below=dict(prune_below) if prune_below else None,
             device_check=job.gpus_per_node > 0 if device_check is None else device_check,
-            measure_bandwidth=measure_bandwidth)
+            measure_bandwidth=bandwidth_wanted(job) if measure_bandwidth is None else measure_bandwidth)
+
+
+def bandwidth_wanted(job: Job) -> bool:
+    """Whether a trial's worker measures the node's memory bandwidth (``node.hwprobe``): only where the
+    report's ceiling can use it, that is where the backend knows the model's bytes read per decoded token
+    and the job declares no bandwidth of its own. Elsewhere the copy (1.5 CPU-seconds on a small host, on
+    every worker) would measure a figure nothing reads."""
+    if job.hardware.get("memory_bandwidth_bytes_s"):
+        return False
+    return bool((job.backend_obj().model_facts() or {}).get("bytes_per_token"))
 
 
 def check_plan(job: Job, reference_texts: list[str] | tuple[str, ...] | None, *,

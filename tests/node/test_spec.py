@@ -87,3 +87,19 @@ def test_the_bench_plan_says_how_a_launch_measures_through_its_objectives_kind()
     assert isinstance(load.kind, Goodput) and load.kind.searches_load
     rate = BenchPlan(prompts=("x",), rate=RateAxis(40))
     assert isinstance(rate.kind, RateGoodput) and not rate.kind.searches_load
+
+
+def test_the_worker_measures_the_bandwidth_only_where_the_ceiling_can_use_it(job, tmp_path):
+    """The reference server's facts give its bytes per token: its trials measure the node's bandwidth.
+    A command whose model is unknown, or a job that declares the bandwidth, gets no copy that nothing reads."""
+    assert TrialSpec.from_job(job, 0, {"tp_size": 1}).measure_bandwidth is True
+    (tmp_path / "declared").mkdir()
+    (tmp_path / "command").mkdir()
+    declared = load_job(write_job(tmp_path / "declared", hardware={"memory_bandwidth": "100 GB/s"}))
+    assert TrialSpec.from_job(declared, 0, {"tp_size": 1}).measure_bandwidth is False
+    command = {"kind": "command", "settings": {"argv": ["server", "--x", "{backend.x}", "--port", "{port}"],
+                                               "model_name": "m"}}
+    unknown = load_job(write_job(tmp_path / "command", backend=command, baseline={"backend.x": 1},
+                                 space_text="params:\n  backend.x: {choices: [1, 2]}\n"))
+    assert TrialSpec.from_job(unknown, 0, {"backend.x": 1}).measure_bandwidth is False
+    assert TrialSpec.from_job(unknown, 0, {"backend.x": 1}, measure_bandwidth=True).measure_bandwidth is True

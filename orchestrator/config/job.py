@@ -144,7 +144,8 @@ shown, an example for those three, whose meaning ends "(required)").
     constraints: []                   # outcome rules, e.g. [{concurrency: 10, min_ratio: 0.9}]: a config
                                       # below 0.9 x the baseline's total tok/s at concurrency 10 is infeasible
     hardware:
-      memory_bandwidth: null          # for the ceiling, e.g. 4.8TB/s; null: measured on the node
+      memory_bandwidth: null          # for the ceiling, e.g. 4.8TB/s; null: measured on the node where the
+                                      # backend knows the model's bytes per token (the ceiling needs both)
       allreduce_latency_us: null      # for the ceiling; null: measured
     prescreen:
       enabled: false                  # time NCCL all-reduces per setting and drop slow ones before launches

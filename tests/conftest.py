@@ -224,23 +224,9 @@ def study_servers(report_dir: Path, marker: str | tuple[str, ...] = REFSERVER) -
 
 
 def pytest_collection_modifyitems(items):
-    """The end-to-end tests (marked slow) first in each worker's share: pytest-xdist's worksteal
-    hands each of the N workers one contiguous share of the collection (the first L // N tests, then
-    a fair share of the rest) and an idle worker takes the second half of a busy one's queue, so with
-    a third of the slow tests at the head of each share the long ones start at once on every worker
-    and the quick ones, last everywhere, fill the end instead of one long test running alone."""
-    slow = [item for item in items if item.get_closest_marker("slow") is not None]
-    fast = [item for item in items if item.get_closest_marker("slow") is None]
-    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
-    ordered, left = [], len(items)
-    for k in range(workers):
-        share = left // (workers - k)  # what worksteal's first distribution sends the k-th worker
-        heads = slow[k::workers][:share]
-        ordered += heads + fast[:share - len(heads)]
-        del fast[:share - len(heads)]
-        left -= share
-    placed = set(ordered)
-    items[:] = ordered + [item for item in slow if item not in placed] + fast  # none where the shares hold them
+    """The end-to-end tests (marked slow) first, in their own order: run in parallel
+    (``-n 3``), the long ones start at once instead of being the last and lonely ones."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 FAKE_OPENAI = TESTS / "fake_openai_server.py"

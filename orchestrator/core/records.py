@@ -151,6 +151,9 @@ class TrialResult:
     # where the start-up's time went: spawn -> first log line -> ready, and the engine's own
     # phases its log names (weights, compile with cache hit or miss, graph capture, ...)
     startup_phases: dict[str, Any] = field(default_factory=dict)
+    # every phase the trial went through, in order: [its text then, seconds into the trial]
+    # (``node.phases``: launching, starting: weights, warming up, measuring level 1, ...)
+    phases: list[Any] = field(default_factory=list)
     # the decode prompts it was measured on (``config.prompts.fingerprint``: hash, count, lengths)
     prompt_set: dict[str, Any] = field(default_factory=dict)
     measurement: Measurement | None = None  # what the benchmark found (``core.measurement``)

@@ -96,7 +96,7 @@ class Progress:
         self.expected_left: Callable[[int], float | None] | None = None
         self.counted = 0  # the study's counted trials, as the driver last said
         self._announced: set = set()
-        self._phase_keys: dict[str, tuple] = {}  # label of a trial in flight -> its phase last said
+        self._phases_said: dict[str, int] = {}  # label of a trial in flight -> its phases said
 
     def say(self, line: str) -> None:
         if self.out is not None:
@@ -163,18 +163,17 @@ class Progress:
         return level_left + per_launch * max(0, left - len(running)) / max(1, len(running))
 
     def running(self, phases: Sequence[tuple[str, TrialPhase]]) -> None:
-        """The trials in flight as they last reported (label, phase): each phase change is an
-        event line; the status line shows them all with the study's time to go."""
+        """The trials in flight as they last reported (label, phase): each phase entered is an
+        event line, those a late poll skipped over included (the phase's trail); the status line
+        shows them all with the study's time to go."""
         now = time.time()
         shown = []
         for label, phase in phases:
-            into = fmt_s(now - phase.trial_started)
-            if self._phase_keys.get(label) != phase.key:
-                self._phase_keys[label] = phase.key
-                self.event(f"  {label} {phase.text()} ({into} into the trial)")
-            shown.append(f"{label} {phase.text()} ({into})")
-        for gone in set(self._phase_keys) - {label for label, _ in phases}:
-            del self._phase_keys[gone]
+            trail = phase.trail or ((phase.text(), phase.since),)  # no trail: the phase alone
+            self._say_entered(label, [[text, at - phase.trial_started] for text, at in trail])
+            shown.append(f"{label} {phase.text()} ({fmt_s(now - phase.trial_started)})")
+        for gone in set(self._phases_said) - {label for label, _ in phases}:
+            del self._phases_said[gone]
         if self.out is not None:
             return
         if not shown:
@@ -183,9 +182,23 @@ class Progress:
         eta = self._remaining(max(len(phases), (self.trials or 0) - self.counted), [p for _, p in phases])
         logs.status("; ".join(shown) + (f" | {eta[2:]}" if eta else "") + f" | elapsed {self.elapsed()}")
 
+    def trial_over(self, label: str, trail: Sequence[Sequence]) -> None:
+        """A trial is back: the phases it entered that no poll showed (its result's
+        ``phases``: the check and the teardown of a quick end), then nothing more of it."""
+        if label in self._phases_said:
+            self._say_entered(label, trail)
+            del self._phases_said[label]
+
+    def _say_entered(self, label: str, trail: Sequence[Sequence]) -> None:
+        """An event line for each phase of ``trail`` ([text, seconds into the trial]) not said yet."""
+        said = self._phases_said.get(label, 0)
+        for text, into in trail[said:]:
+            self.event(f"  {label} {text} ({fmt_s(max(0.0, into))} into the trial)")
+        self._phases_said[label] = max(said, len(trail))
+
     def idle(self) -> None:
         """Nothing runs (the loop is leaving): no status line."""
-        self._phase_keys.clear()
+        self._phases_said.clear()
         if self.out is None:
             logs.status("")
 

@@ -329,6 +329,7 @@ class StudyDriver:
     def _collect(self, run: LoopState, launch: Launch, result: TrialResult) -> None:
         """A launch is back: store it as what it was (a repeat, the reference, a trial), with the
         prompt set it was measured on."""
+        self.progress.trial_over(launch.label, result.phases)
         result = dataclasses.replace(result, prompt_set=dict(self.prompt_set))
         for text in result.warnings:  # the trial's warnings (its actor's logged ones included) into driver.log
             log.warning("%s: %s", launch.label, text)

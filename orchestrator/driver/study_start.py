@@ -62,7 +62,9 @@ class StudyStart:
         self.late: Callable[[dict], bool] | None = None  # the pre-screen's prior: settings tried late
         self.shared: SharedStudy | None = None  # other drivers may run the study at once (``study.shared``)
         self._empty_study: tuple[optuna.Study, bool] | None = None  # a study this run created, still empty
-        self._took_over_at = 0.0  # when this run last looked for dead drivers' trials (a shared study)
+        # when this run last looked for dead drivers' trials (a shared study); None: never (not 0.0: the
+        # monotonic clock counts from boot, and a box up for less than a heartbeat period would never look)
+        self._took_over_at: float | None = None
 
     def sampler(self) -> tuple[optuna.samplers.BaseSampler, Strategy]:
         """The job's sampler and what the policy does with it (``samplers.make_strategy``: with the
@@ -144,7 +146,10 @@ class StudyStart:
         """A shared study: the trials of drivers that died (no heartbeat for ``timeouts.takeover``) are
         recorded interrupted and their configs re-queued, once every heartbeat period at most
         (``now``: at once). Nothing for a study of one driver."""
-        if self.shared is None or (not now and time.monotonic() - self._took_over_at < self.shared.heartbeat_s):
+        if self.shared is None:
+            return
+        last = self._took_over_at
+        if not now and last is not None and time.monotonic() - last < self.shared.heartbeat_s:
             return
         self._took_over_at = time.monotonic()
         kept, lost = policy.account_stale(self.shared.stale(policy.study))

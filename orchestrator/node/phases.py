@@ -3,7 +3,9 @@
 A trial is silent for minutes between its start and its result (a real engine loads,
 compiles, captures graphs, warms up, then every level is measured). ``run_trial`` reports
 each step to a sink as a ``TrialPhase``; the executor relays the latest one to the driver,
-which draws the status line (``driver.progress``). The phases:
+which draws the status line (``driver.progress``). A phase carries its trail, every phase
+the trial entered and when, so a driver that polls (and a poll that comes late) still says
+each one, and the trial's result keeps the trail (``TrialResult.phases``). The phases:
 
 - ``launching``: before the server wrote its first line; then the start-up phases
   ``node.startup`` reads from the server's own log as it is written (``starting: weights``,
@@ -19,6 +21,7 @@ is gone, a full queue), so a lost update never fails a trial.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -66,6 +69,7 @@ class TrialPhase:
     total: int | None = None  # ... of this many planned (its rounds x a round's requests)
     level_s: float = 0.0  # measuring: seconds this level was measured before ``since`` (earlier rounds)
     rate: float | None = None  # measuring by request rate: the rate probed (req/s), instead of a level
+    trail: tuple[tuple[str, float], ...] = ()  # every phase entered, this one last: (its text then, when)
 
     @property
     def key(self) -> tuple[str, int | None, float | None]:
@@ -97,11 +101,25 @@ class PhaseReporter:
         self._tracker = startup.PhaseTracker()
         self._rounds: dict[int, int] = {}  # level -> rounds begun
         self._level_s: dict[int, float] = {}  # level -> seconds measured in its earlier stints
+        self._trail: list[tuple[str, float]] = []  # every phase entered: (its text then, when)
         self._lock = threading.Lock()
 
     @property
     def current(self) -> TrialPhase | None:
         return self._current
+
+    def trail(self) -> list[list]:
+        """Every phase the trial entered, in order: [its text then, seconds into the trial]
+        (``TrialResult.phases``)."""
+        with self._lock:
+            return [[text, round(max(0.0, at - self.started), 3)] for text, at in self._trail]
+
+    def _report(self, phase: TrialPhase, entered: bool) -> None:
+        """``phase`` is the trial's phase now (``entered``: a new one, onto the trail)."""
+        if entered:
+            self._trail.append((phase.text(), phase.since))
+        self._current = dataclasses.replace(phase, trail=tuple(self._trail))
+        self._send(self._current)
 
     def phase(self, name: str, *, level: int | None = None, done: int | None = None,
               total: int | None = None) -> None:
@@ -119,8 +137,8 @@ class PhaseReporter:
             self._level_s[old.level] = old.level_s + now - old.since  # leaving a level: its time kept
         level_s = self._level_s.get(level, 0.0) if name == MEASURING and level is not None else 0.0
         since = old.since if same and old is not None else now
-        self._current = TrialPhase(self.number, name, self.started, since, level, done, total, level_s, rate)
-        self._send(self._current)
+        self._report(TrialPhase(self.number, name, self.started, since, level, done, total, level_s, rate),
+                     entered=not same)
 
     def server_output(self, lines: Iterable[str]) -> None:
         """New lines of the server's log: a start-up phase it names is reported (only while
@@ -132,8 +150,7 @@ class PhaseReporter:
             name = startup_phase(self._tracker.phase)
             if name is None or (self._current is not None and self._current.name == name):
                 return
-            self._current = TrialPhase(self.number, name, self.started, time.time())
-            self._send(self._current)
+            self._report(TrialPhase(self.number, name, self.started, time.time()), entered=True)
 
     def measuring(self, level: int, done: int, total: int) -> None:
         """``node.measure``'s progress: ``done`` of a round's ``total`` requests at ``level`` (0

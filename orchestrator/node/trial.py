@@ -62,10 +62,11 @@ def run_trial(spec: TrialSpec, cancel: threading.Event | None = None,
     """Run one trial; ``cancel`` set from another thread ends it as interrupted; each phase
     is reported to ``on_phase`` (a sink that fails loses the report, never the trial)."""
     logged: list[str] = []
+    report = phases.PhaseReporter(spec.number, on_phase, rounds=spec.bench.repeats)
     with capture_warnings(logged):
-        result = _run_trial(spec, cancel or threading.Event(), on_server,
-                            phases.PhaseReporter(spec.number, on_phase, rounds=spec.bench.repeats))
+        result = _run_trial(spec, cancel or threading.Event(), on_server, report)
     result.warnings.extend(w for w in logged if w not in result.warnings)
+    result.phases = report.trail()
     return result
 
 

@@ -259,24 +259,48 @@ def test_a_failures_line_keeps_its_outcome_whole_and_shortens_its_reason(tmp_pat
 # While trials run (issue 39): a phase change is one event line (a request done is none); the
 # time to go comes from the study's launch costs, else this run's pace, else a first trial's
 # requests; the start line counts this run's launches and the budget apart.
-def _phase(name: str, started_ago: float, since_ago: float, **kw) -> TrialPhase:
+def _phase(name: str, started_ago: float, since_ago: float, trail=(), entered_as: str | None = None,
+           **kw) -> TrialPhase:
+    """A trial's phase as its reporter sends it; ``trail``: (text, seconds ago) of each phase
+    it entered before this one; ``entered_as``: its text when it began (its text now by default)."""
     now = time.time()
+    entered = tuple((text, now - ago) for text, ago in trail)
+    kw["trail"] = entered + ((entered_as or TrialPhase(0, name, 0, 0, **kw).text(), now - since_ago),)
     return TrialPhase(0, name, now - started_ago, now - since_ago, **kw)
 
 
 def test_each_phase_change_is_one_event_line(tmp_path):
     _, p, out = progress(tmp_path)
     p.started(0, {"tp_size": 2, "backend.threads": 1}, launch=1, counted=0, is_baseline=True)
-    p.running([("#0", _phase("launching", 1, 1))])
-    p.running([("#0", _phase("measuring", 30, 5, level=1, done=3, total=16))])
-    p.running([("#0", _phase("measuring", 31, 5, level=1, done=4, total=16))])  # one more request: no line
-    p.running([("#0", _phase("measuring", 40, 1, level=8, done=0, total=0))])
+    p.running([("#0", _phase("launching", 40, 40))])
+    level_1 = (("launching", 40), ("measuring level 1: 0/16 requests", 10))
+    at_level_1 = dict(level=1, total=16, trail=level_1[:1], entered_as=level_1[1][0])
+    p.running([("#0", _phase("measuring", 40, 10, done=3, **at_level_1))])
+    p.running([("#0", _phase("measuring", 40, 10, done=4, **at_level_1))])  # one more request: no line
+    p.running([("#0", _phase("measuring", 40, 1, level=8, done=0, total=0, trail=level_1))])
     lines = out.getvalue().splitlines()
     assert lines[0] == "starting #0 (this run's launch 1, the baseline; budget 0/4 used) elapsed 0s"
     assert lines[1] == "  #0 config: tp_size=2 backend.threads=1"
-    assert lines[2:] == ["  #0 launching (1s into the trial)",
-                         "  #0 measuring level 1: 3/16 requests (30s into the trial)",
-                         "  #0 measuring level 8 (40s into the trial)"]
+    assert lines[2:] == ["  #0 launching (0s into the trial)",
+                         "  #0 measuring level 1: 0/16 requests (30s into the trial)",
+                         "  #0 measuring level 8 (39s into the trial)"]
+
+
+def test_phases_a_late_poll_skipped_and_those_of_a_quick_end_are_each_said_once(tmp_path):
+    """A driver that polls every half second under load, or a trial that checks and stops
+    between two polls: every phase it entered is still one line, at the time it began."""
+    _, p, out = progress(tmp_path)
+    p.running([("#0", _phase("launching", 2, 2))])
+    entered = (("launching", 30), ("starting", 28), ("warming up", 9))  # two entered since the last poll
+    p.running([("#0", _phase("measuring", 30, 5, level=1, done=0, total=4, trail=entered))])
+    p.trial_over("#0", [["launching", 0.0], ["starting", 2.0], ["warming up", 21.0],
+                        ["measuring level 1: 0/4 requests", 25.0], ["correctness check", 44.0], ["stopping", 46.0]])
+    p.trial_over("#0", [["launching", 0.0], ["stopping", 46.0]])  # said once: the label is done
+    assert out.getvalue().splitlines() == [
+        "  #0 launching (0s into the trial)", "  #0 starting (2s into the trial)",
+        "  #0 warming up (21s into the trial)",
+        "  #0 measuring level 1: 0/4 requests (25s into the trial)", "  #0 correctness check (44s into the trial)",
+        "  #0 stopping (46s into the trial)"]
 
 
 def test_the_time_to_go_before_anything_finished_comes_from_the_first_trials_requests(tmp_path):

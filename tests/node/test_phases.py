@@ -52,6 +52,11 @@ def test_the_reporter_says_each_phase_and_survives_its_sink():
     assert over[-1].text() == "measuring level 1: 11/24 requests"
     assert said[-1].key == said[-2].key and said[-1].since == said[-2].since  # a request done is no new phase
     assert all(p.number == 7 and p.trial_started == said[0].trial_started for p in said)
+    # each report carries every phase entered so far (a poll that comes late still says them all)
+    entered = ["launching", "starting: weights", "warming up", "measuring level 1: 0/16 requests"]
+    assert [text for text, _ in said[-1].trail] == entered
+    assert [text for text, _ in reporter.trail()] == entered
+    assert [at for _, at in reporter.trail()] == sorted(at for _, at in reporter.trail())
 
     ready: list[phases.TrialPhase] = []
     refserver = phases.PhaseReporter(9, ready.append)
@@ -102,6 +107,10 @@ def test_a_trial_reports_every_step_in_order(tmp_path, no_leftover_servers):
         next(q for q in said if q.level == 2)))  # level 1's second round, after level 2's first
     assert second.level_s > 0  # the time of its first round is kept: the pace is the level's own
     assert all(p.number == 3 for p in said)
+    # the result keeps the trail: each phase entered once, in order, with its time into the trial
+    assert [text.split(":")[0] for text, _ in result.phases] == [text.split(":")[0] for text, _ in said[-1].trail]
+    assert result.phases[-1][0] == "stopping" and result.phases[0][0] == "launching"
+    assert [at for _, at in result.phases] == sorted(at for _, at in result.phases)
 
 
 def test_a_rate_probe_says_its_rate_and_its_requests_done():

@@ -17,6 +17,16 @@ search (``next_probe``) measures:
    the other), nearest to the best first, each halved until it is at most ``STEP`` of its load
    wide (1 below 20 streams): closer than that, neighbouring loads differ less than their noise.
 
+3. confirmation (``next_step``): a measurement the answer would rest on, taken once, is taken
+   ``CONFIRM_STINTS`` times more before it is believed (the level's figure is then the median over
+   its rounds, its percentiles over every request): a fall (a load where every target held that
+   reads more than ``FALL_TO_CONFIRM`` below a lower one where they held too) as soon as it is seen,
+   and, once the search is over, the limit (the lowest load above the capacity point: where the
+   answer says the SLO broke or the throughput fell). A regime change falls again; a box that
+   stalled for a moment under other work does not (a 2-core box kept busy read 24 streams below 16
+   on one round of a server whose throughput rises with every stream). At most ``MAX_CONFIRMS`` a
+   launch.
+
 At most ``MAX_PROBES`` loads per launch. A peak inside a gap below the best would need a regime
 change there; the known ones are probed. The capacity point (``capacity_point``) is the most
 throughput among the loads where every target held; ``result`` is the launch's record
@@ -38,6 +48,9 @@ MAX_PROBES = 12  # loads measured in one launch at most
 COARSE_MAX = 8  # the coarse sweep's share of them: at least 4 are left to refine
 GRID_RATIO = 4  # the coarse grid's step (coarser while the sweep would be longer than COARSE_MAX)
 STEP = 0.1  # refinement stops when a gap is at most this share of its load wide (1 below 20 streams)
+FALL_TO_CONFIRM = 0.05  # a held load this far below a lower held one is measured again (module docstring)
+CONFIRM_STINTS = 2  # a confirmed load's measurements: its first and this many more (the median of three)
+MAX_CONFIRMS = 3  # loads confirmed in one launch at most
 
 
 def step(load: int) -> int:
@@ -114,6 +127,41 @@ def next_probe(probes: Mapping[int, Probe], top: int, marks: Iterable[RegimeMark
         if not resolved(lo, hi):
             return (lo + hi) // 2
     return None
+
+
+def to_confirm(probes: Mapping[int, Probe], confirmed: Iterable[int], search_over: bool) -> int | None:
+    """The lowest load whose one measurement the answer would rest on (module docstring, 3): a fall
+    among the loads where every target held; once ``search_over``, the limit above the capacity
+    point. None: nothing (more) to confirm: every such load is ``confirmed`` already, or
+    ``MAX_CONFIRMS`` are."""
+    done = set(confirmed)
+    if len(done) >= MAX_CONFIRMS:
+        return None
+    held = sorted((p.load, p.tok_s) for p in probes.values() if p.held and p.tok_s is not None)
+    best_below = 0.0
+    for load, tok_s in held:
+        if load not in done and tok_s < best_below * (1 - FALL_TO_CONFIRM):
+            return load
+        best_below = max(best_below, tok_s)
+    best = capacity_point(probes)
+    if not search_over or best is None:
+        return None
+    limit = min((x for x in probes if x > best), default=None)
+    return limit if limit is not None and limit not in done else None
+
+
+def next_step(probes: Mapping[int, Probe], top: int, marks: Iterable[RegimeMark] = (),
+              confirmed: Iterable[int] = ()) -> tuple[int, bool] | None:
+    """What to measure next (module docstring): (load, True) to confirm a measured load, (load,
+    False) a new one (``next_probe``); None: the search is over."""
+    fall = to_confirm(probes, confirmed, search_over=False)
+    if fall is not None:
+        return fall, True
+    nxt = next_probe(probes, top, marks)
+    if nxt is not None:
+        return nxt, False
+    limit = to_confirm(probes, confirmed, search_over=True)
+    return (limit, True) if limit is not None else None
 
 
 def result(top: int, order: Sequence[int], probes: Mapping[int, Probe], marks: Iterable[RegimeMark] = (),

@@ -412,6 +412,9 @@ def _bench() -> dict[str, Any]:
         "server": _open("the server it ran: command, version, argv, env, port, log"),
         "log_tail": _t("string", "the end of the server's log"),
         "startup_phases": _open("where its start-up time went"),
+        "phases": arr("every phase it entered, in order: [what it was doing, seconds into the launch]",
+                      {"type": "array", "prefixItems": [{"type": "string"}, {"type": "number"}],
+                       "minItems": 2, "maxItems": 2}),
         "prompt_set": _open("the decode prompts: hash, count, lengths"),
     })
 

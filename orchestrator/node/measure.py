@@ -461,21 +461,27 @@ def goodput(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
             progress: Progress | None = None) -> Benchmark:
     """The goodput objective's measurement: each concurrency the capacity search picks
     (``core.capacity.next_probe``: the coarse sweep with the server's regime marks, ``plan.marks``,
-    then refinement) measured as a level, in full, judged against ``plan.slo`` (``core.slo.holds``),
+    then refinement, a fall and the limit confirmed by more rounds: ``core.capacity.next_step``) measured
+    as a level, in full, judged against ``plan.slo`` (``core.slo.holds``),
     up to ``plan.goodput`` streams; the capacity point and every probe's verdict in
     ``Measurement.goodput``."""
     top = int(plan.goodput or 1)
     marks = tuple(plan.marks)
     run = Session(base_url, model, plan, deadline, metrics_url, progress,
-                   capacity.coarse(top, marks) + [top] * GOODPUT_PACE_PROBES)
+                   capacity.coarse(top, marks) + [top] * (GOODPUT_PACE_PROBES + capacity.CONFIRM_STINTS))
     failed = run.warm_up()
     if failed is not None:
         return failed
     seen: dict[int, capacity.Probe] = {}
     order: list[int] = []
-    nxt = capacity.next_probe(seen, top, marks)
-    while nxt is not None:
-        got = run.rounds([nxt], [], None)
+    confirmed: list[int] = []
+    step = capacity.next_step(seen, top, marks, confirmed)
+    while step is not None:
+        nxt, confirming = step
+        for _ in range(capacity.CONFIRM_STINTS if confirming else 1):  # a confirmation: more rounds of it
+            got = run.rounds([nxt], [], None)
+            if isinstance(got, Benchmark) or got == CUT:
+                break
         if isinstance(got, Benchmark):
             return got
         again = run.recheck([nxt])
@@ -484,13 +490,13 @@ def goodput(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
         got = CUT if CUT in (got, again) else DONE
         level = run.acc[nxt].freeze()
         seen[nxt] = capacity.Probe(nxt, level.value, slo.holds(level, plan.slo))
-        order.append(nxt)
+        (confirmed if confirming else order).append(nxt)
         run.goodput = capacity.result(top, order, seen, marks, plan.slo)
         if got == CUT:
             run.out.warnings.append(f"the capacity search stopped at the benchmark's limit after {len(order)} "
                                     f"load(s) ({', '.join(map(str, order))}): its answer is the best of those")
             break
-        nxt = capacity.next_probe(seen, top, marks)
+        step = capacity.next_step(seen, top, marks, confirmed)
     return run.finish()
 
 

@@ -8,6 +8,8 @@ import random
 from collections.abc import Callable
 
 from orchestrator.core.capacity import (
+    CONFIRM_STINTS,
+    MAX_CONFIRMS,
     MAX_PROBES,
     Probe,
     capacity_point,
@@ -16,6 +18,7 @@ from orchestrator.core.capacity import (
     mark_between,
     merge_marks,
     next_probe,
+    next_step,
     result,
 )
 from orchestrator.core.measurement import BATCH, GRAPHS, KV_CACHE, Latency, LevelResult, Measurement, RegimeMark
@@ -36,6 +39,28 @@ def search(server: Server, top: int, marks: tuple[RegimeMark, ...] = ()) -> tupl
         order.append(nxt)
         nxt = next_probe(seen, top, marks)
     return order, capacity_point(seen)
+
+
+def search_confirming(server: Callable[[int, int], tuple[float, bool]], top: int,
+                      marks: tuple[RegimeMark, ...] = ()) -> tuple[list[int], list[int], int | None]:
+    """As ``search`` with confirmation (``next_step``): ``server(load, k)`` answers the k-th
+    measurement of a load; a load measured again reads the median of its measurements, as a level
+    measured over more rounds does. (the loads searched, the loads confirmed, the capacity point)"""
+    seen: dict[int, Probe] = {}
+    reads: dict[int, list[tuple[float, bool]]] = {}
+    order: list[int] = []
+    confirmed: list[int] = []
+    step = next_step(seen, top, marks, confirmed)
+    while step is not None:
+        load, confirming = step
+        assert (load in seen) == confirming and load not in confirmed
+        for _ in range(CONFIRM_STINTS if confirming else 1):
+            reads.setdefault(load, []).append(server(load, len(reads.get(load, []))))
+        values = sorted(v for v, _ in reads[load])
+        seen[load] = Probe(load, values[len(values) // 2], sum(h for _, h in reads[load]) * 2 > len(reads[load]))
+        (confirmed if confirming else order).append(load)
+        step = next_step(seen, top, marks, confirmed)
+    return order, confirmed, capacity_point(seen)
 
 
 def graphs_to_64(load: int) -> tuple[float, bool]:
@@ -139,3 +164,38 @@ def test_the_curve_is_every_measured_load_with_its_verdict_and_the_targeted_perc
     old = Measurement(levels=levels, goodput=m.goodput.__class__(128, (1, 64, 128), 64, 128))  # the bisection's
     assert [p.held for p in curve(old, targets)] == [True, True, False]  # judged again with the job's targets
     assert [p.held for p in curve(old)] == [None, None, None] and curve(Measurement(levels=levels)) == []
+
+
+def test_a_fall_that_one_stall_made_is_measured_again_and_a_real_cliff_falls_again():
+    """A 2-core box kept busy stalled for a moment while 24 streams were measured once: they read
+    below 16 on a server whose throughput rises with every stream, and the search answered 22. A
+    fall is measured twice more before it is believed (the median of three); a cliff is still one."""
+    def stalled_once(load: int, k: int) -> tuple[float, bool]:  # the first read of 24 streams: 40% low
+        return 50.0 * load * (0.6 if (load, k) == (24, 0) else 1.0), True
+
+    order, confirmed, best = search_confirming(stalled_once, 24)
+    assert best == 24 and order == [1, 4, 16, 24] and confirmed == [24]
+    order, best = search(lambda load: stalled_once(load, 0), 24)  # believed at once: the answer moves
+    assert best != 24
+
+    order, confirmed, best = search_confirming(lambda load, k: graphs_to_64(load), 128, (RegimeMark(64, GRAPHS),))
+    assert best == 64 and 65 in confirmed and len(order) <= MAX_PROBES  # the cliff at 65 measured three times
+
+
+def test_the_limit_the_answer_names_is_measured_three_times_and_a_breach_that_goes_away_moves_it():
+    def tight(load: int, k: int) -> tuple[float, bool]:  # holds up to 16; 17 read as a breach once, by a stall
+        return 50.0 * load, load <= 16 or (load == 17 and k > 0) or load == 18 and k > 0
+
+    order, confirmed, best = search_confirming(tight, 24)
+    assert best >= 17 and best in order and set(confirmed) >= {17}  # the breach at 17 did not hold up
+    assert len(confirmed) <= MAX_CONFIRMS
+    steady, confirmed, best = search_confirming(lambda load, k: (50.0 * load, load <= 16), 24)
+    assert best == 16 and confirmed == [17]  # one limit, confirmed once: two more rounds in all
+
+    rng = random.Random(11)
+    for _ in range(100):  # whatever the curve: each load confirmed once at most, at most MAX_CONFIRMS
+        top = rng.choice([8, 24, 64, 128])
+        table = {(n, k): (rng.uniform(1, 100), rng.random() < 0.6) for n in range(1, top + 1) for k in range(3)}
+        order, confirmed, _ = search_confirming(lambda load, k, table=table: table[load, k], top)
+        assert len(order) <= MAX_PROBES and len(set(confirmed)) == len(confirmed) <= MAX_CONFIRMS
+        assert set(confirmed) <= set(order)

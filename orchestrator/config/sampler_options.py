@@ -25,9 +25,12 @@ _BRUTEFORCE_OPTIONS: dict[str, type] = {"avoid_premature_stop": bool}
 # "model": the per-value model leads (orchestrator.study.search.strategies.value_led); gaps: false leaves the
 # study's gaps to the model's bound alone (the search of issue 37); learn: true lets the launches'
 # evidence choose the model's kernel weights and noise (study.kernel; not better on the suite, see
-# docs/benchmarks.md, "Search on spaces it has not seen"). These are the strategy's own
+# docs/benchmarks.md, "Search on spaces it has not seen"); cover: N, the first N launches after the baseline a
+# pairwise covering design (study.pairs), cover_near: X, once stalled every other launch the config within X
+# of the best bound that covers the most value pairs never launched together (both off by default). These are the strategy's own
 # (``MODEL_STRATEGY_OPTIONS``); n_startup_trials is TPE's, where the space is too large to enumerate.
-MODEL_STRATEGY_OPTIONS: dict[str, type] = {"exploration": float, "interaction": float, "gaps": bool, "learn": bool}
+MODEL_STRATEGY_OPTIONS: dict[str, type] = {"exploration": float, "interaction": float, "gaps": bool, "learn": bool,
+                                           "cover": int, "cover_near": float}
 _MODEL_OPTIONS: dict[str, type] = {**MODEL_STRATEGY_OPTIONS, "n_startup_trials": int}
 OPTIONS: dict[str, dict[str, type]] = {"tpe": _TPE_OPTIONS, "gp": _GP_OPTIONS, "random": {}, "grid": {},
                                        "bruteforce": _BRUTEFORCE_OPTIONS, "nsga2": _NSGA2_OPTIONS,

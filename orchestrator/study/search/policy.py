@@ -866,6 +866,6 @@ def _suggest(trial: optuna.Trial, name: str, dist) -> Any:
 
 def _role_of(user_attrs: dict[str, Any]) -> str:
     by = user_attrs.get(ATTR_ENQUEUED_BY)
-    if by in ("baseline", "reference", "requeue", "fill", "startup", "model", "gap"):
+    if by in ("baseline", "reference", "requeue", "fill", "startup", "model", "gap", "cover"):
         return by
     return "sampler"

@@ -54,7 +54,7 @@ import statistics
 from dataclasses import dataclass
 
 from orchestrator.core.records import Config
-from orchestrator.study.model import additive, coverage
+from orchestrator.study.model import additive, coverage, pairs
 from orchestrator.study.model.belief import Belief
 from orchestrator.study.model.culprits import Culprits
 from orchestrator.study.model.promise import row_value
@@ -79,6 +79,9 @@ STALL = 3
 GAP_EVERY = 2
 BETTER = 0.02
 GAP_FROM = 3  # working launches before a best config is worth filling gaps beside
+# the pairwise design (options ``cover``, ``cover_near``; ``study.pairs``): a config the culprit model gives
+# less than this chance to work is not a cover's pick (its pairs would stay unmeasured)
+COVER_WORKS = 0.5
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,11 @@ class ValueLed:
     """The per-value model leads (module docstring). ``gaps``: fill the study's gaps beside the best
     as the module docstring says (off: the model's bound alone, the search of issue 37). ``learn``:
     the model's kernel weights and noise from the launches' evidence (``study.kernel.most_likely``;
-    ``interaction`` then unused), not the fixed ones."""
+    ``interaction`` then unused), not the fixed ones. ``cover``: the first ``cover`` launches after the
+    baseline a greedy pairwise covering design (``covering``); ``cover_near``: once stalled, the launches
+    that are not a gap's turn go to the config covering the most new pairs among those whose score is
+    within ``cover_near`` (a fraction) of the best (issue 49: unconfounded evidence about value pairs;
+    both off by default)."""
 
     name: str = "model"
     startup: int = 0  # the policy picks every launch: nothing is left to a sampler's start-up
@@ -95,6 +102,8 @@ class ValueLed:
     cost_aware: bool = True
     gaps: bool = True
     learn: bool = False
+    cover: int = 0
+    cover_near: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.exploration >= 0:
@@ -103,8 +112,42 @@ class ValueLed:
             raise ValueError(f"interaction must be >= 0, not {self.interaction}")
 
     def pick(self, view: View) -> Pick | None:
-        gap = self.gap_candidates(view, view.not_late(view.remaining)) if self.gaps else []
-        return Pick(self.best(view, gap), "gap") if gap else Pick(self.best(view), "model")
+        keys = view.not_late(view.remaining)
+        if self.cover and len(view.seen) <= self.cover:  # the baseline and the design's launches so far
+            key = self.covering(view, keys)
+            if key is not None:
+                return Pick(key, "cover")
+        gap = self.gap_candidates(view, keys) if self.gaps else []
+        if gap:
+            return Pick(self.best(view, gap), "gap")
+        if self.cover_near and stalled(_launched(view), view) >= STALL:
+            key = self.covering(view, keys, near=self.cover_near)
+            if key is not None:
+                return Pick(key, "cover")
+        return Pick(self.best(view), "model")
+
+    def covering(self, view: View, keys: list[str], near: float | None = None) -> str | None:
+        """The candidate that carries the most value pairs no working (or running) launch carried
+        together (``study.pairs``), of those likely to work (``COVER_WORKS``) and, with ``near``,
+        whose score is within that fraction of the best; ties: the highest score (``best``). None
+        when no candidate adds a pair."""
+        scores = self.scores(view, keys)
+        configs = list(view.configs.values())
+        names = sorted(set().union(*configs))
+        works = Culprits.fit(_launched(view), names, view.bans()).works([view.configs[k] for k in keys])
+        ok = [k for k, w in zip(keys, works) if w >= COVER_WORKS]
+        if near is not None and ok:
+            top = max(scores[k] for k in ok)
+            ok = [k for k in ok if scores[k] >= top - math.log1p(near)]
+        if not ok:
+            return None
+        together = coverage.companions(configs, names)
+        worked = [r.params or {} for r in _launched(view) if row_value(r, view.objective)]
+        new = pairs.new_pairs([view.configs[k] for k in ok], worked + list(view.in_flight), names, together)
+        most = max(new)
+        if most == 0:
+            return None
+        return self.best(view, [k for k, n in zip(ok, new) if n == most])
 
     def instead(self, view: View) -> str:
         return self.best(view)

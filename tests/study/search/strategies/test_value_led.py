@@ -219,3 +219,20 @@ def test_learned_weights_are_a_sampler_option_and_pick_from_the_same_candidates(
             record(pol, params)
         picks.append(pol.next().config)
     assert picks[0] == picks[1] == {"a": "a2", "b": "b2", "c": "c2"}
+
+
+def test_a_pairwise_cover_leads_the_first_launches_when_asked():
+    """``model:cover=3``: after the baseline, three launches each carry three value pairs no launch
+    carried together (a Latin square on this grid), then the model's bound leads again. Off by
+    default; ``cover_near`` is parsed as the strategy's too."""
+    assert ValueLed().cover == 0 and ValueLed().cover_near == 0.0
+    assert SamplerSpec.parse("model:cover=3:cover_near=0.05").strategy(0).cover == 3
+    _, pol = policy(ValueLed(cover=3))
+    seen = [launch(pol).config]
+    for _ in range(3):
+        p = launch(pol)
+        assert p.role == "cover"
+        carried = {frozenset(pair) for cfg in seen for pair in itertools.combinations(cfg.items(), 2)}
+        assert not carried & {frozenset(pair) for pair in itertools.combinations(p.config.items(), 2)}
+        seen.append(p.config)
+    assert launch(pol).role != "cover"

@@ -27,8 +27,8 @@ _BRUTEFORCE_OPTIONS: dict[str, type] = {"avoid_premature_stop": bool}
 # evidence choose the model's kernel weights and noise (study.kernel; not better on the suite, see
 # docs/benchmarks.md, "Search on spaces it has not seen"); cover: N, the first N launches after the baseline a
 # pairwise covering design (study.pairs), cover_near: X, once stalled every other launch the config within X
-# of the best bound that covers the most value pairs never launched together (both off by default). These are the strategy's own
-# (``MODEL_STRATEGY_OPTIONS``); n_startup_trials is TPE's, where the space is too large to enumerate.
+# of the best bound that covers the most value pairs never launched together (both off by default). These are
+# the strategy's own (``MODEL_STRATEGY_OPTIONS``); n_startup_trials is TPE's, where the space is too large to enumerate.
 MODEL_STRATEGY_OPTIONS: dict[str, type] = {"exploration": float, "interaction": float, "gaps": bool, "learn": bool,
                                            "cover": int, "cover_near": float}
 _MODEL_OPTIONS: dict[str, type] = {**MODEL_STRATEGY_OPTIONS, "n_startup_trials": int}

@@ -22,7 +22,8 @@ search (``next_probe``) measures:
    its rounds, its percentiles over every request): a fall (a load where every target held that
    reads more than ``FALL_TO_CONFIRM`` below a lower one where they held too) as soon as it is seen,
    and, once the search is over, the limit (the lowest load above the capacity point: where the
-   answer says the SLO broke or the throughput fell). A regime change falls again; a box that
+   answer says the SLO broke or the throughput fell). Falls above one that held up are its regime's,
+   and are not measured again. A regime change falls again; a box that
    stalled for a moment under other work does not (a 2-core box kept busy read 24 streams below 16
    on one round of a server whose throughput rises with every stream). At most ``MAX_CONFIRMS`` a
    launch.
@@ -131,7 +132,8 @@ def next_probe(probes: Mapping[int, Probe], top: int, marks: Iterable[RegimeMark
 
 def to_confirm(probes: Mapping[int, Probe], confirmed: Iterable[int], search_over: bool) -> int | None:
     """The lowest load whose one measurement the answer would rest on (module docstring, 3): a fall
-    among the loads where every target held; once ``search_over``, the limit above the capacity
+    among the loads where every target held (below the first fall confirmed: one that held up starts
+    a regime, which the falls above it belong to); once ``search_over``, the limit above the capacity
     point. None: nothing (more) to confirm: every such load is ``confirmed`` already, or
     ``MAX_CONFIRMS`` are."""
     done = set(confirmed)
@@ -140,7 +142,9 @@ def to_confirm(probes: Mapping[int, Probe], confirmed: Iterable[int], search_ove
     held = sorted((p.load, p.tok_s) for p in probes.values() if p.held and p.tok_s is not None)
     best_below = 0.0
     for load, tok_s in held:
-        if load not in done and tok_s < best_below * (1 - FALL_TO_CONFIRM):
+        if tok_s < best_below * (1 - FALL_TO_CONFIRM):
+            if load in done:  # a fall that held up: the regime it starts explains the falls above it
+                break
             return load
         best_below = max(best_below, tok_s)
     best = capacity_point(probes)

@@ -1,7 +1,7 @@
 """Issue 50, item 4: the contract an agent calls. Every command that takes ``--json`` (validate, run,
 status, export, compare, doctor, bench) run for real, as a process, on a study of real server
 processes (tests/fake_openai_server.py through the command backend: a config's token delay is its
-speed, 16 ms for the baseline and 2 ms for the other config); its whole standard output is one JSON
+speed, 50 ms for the baseline and 10 ms for the other config); its whole standard output is one JSON
 document that validates against the command's documented schema (``core.json_schemas``), and the
 fields a user checks say what the study found: the answer, the best trial and its figure. Errors under
 ``--json`` keep their exit codes and are a record too, the one line on stderr."""
@@ -22,7 +22,7 @@ from orchestrator.core.json_schemas import IDS, schema
 pytestmark = pytest.mark.slow
 
 PROMPT = "Explain how a ring all-reduce works across eight GPUs."
-SLOW, FAST = "0.016", "0.002"
+SLOW, FAST = "0.050", "0.010"  # a busy box adds ~10 ms a token to both: the ratio stays above 2
 
 
 def ncclsweep(*argv: str) -> subprocess.CompletedProcess:
@@ -68,7 +68,7 @@ def test_run_json_is_its_last_lines_as_one_record(study, no_leftover_servers):
     best = run["best"]
     assert best["config"]["backend.delay"] == FAST and best["unit"] == "decode tok/s"
     assert best["baseline"]["trial"] == 0 and best["trial"] != 0
-    assert best["value"] > 2 * best["baseline"]["value"]  # 2 ms a token against 8 ms
+    assert best["value"] > 2 * best["baseline"]["value"]  # 10 ms a token against 50 ms
     assert best["vs_baseline"] > 2 and best["verdict"].startswith(f"{best['vs_baseline']:.2f}x the baseline")
     assert run["plan"] is None and run["goodput"] is None
     # the answer is the run's last lines as printed (progress and those lines on stderr, as without --json)

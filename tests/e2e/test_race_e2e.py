@@ -105,25 +105,25 @@ def test_launches_fast_or_slow_by_35_percent_never_crown_the_slower_config(tmp_p
 
 
 def test_a_box_that_drifts_is_raced_in_pairs_and_the_answer_says_it_drifted(tmp_path, no_leftover_servers):
-    """Issue 48: every launch slower the later it starts (the stand-in's ``--drift``: 60% a minute, so that a
-    study of seconds drifts as much as a night's of minutes does at 2% a minute: ~20% from its first launch
+    """Issue 48: every launch slower the later it starts (the stand-in's ``--drift``: 30% a minute, so that a
+    study of 40 seconds drifts as much as a night's of minutes does at 2% a minute: ~20% from its first launch
     to its last), two configs 6% apart, both raced (no relaunch: the launch noise unknown when the search
     ends). The race reads its rounds as pairs and decides for the faster one on 2 of 2 seeds; the run's last
     lines, ``status`` and the export say the box drifted."""
     for seed in (1, 2):
         folder = tmp_path / f"seed{seed}"
         folder.mkdir()
-        job_path = fake_job(folder, '"0.0100", "0.0106"', "0.0106", {"trials": 2, "confirm": 8, "relaunch": 0},
-                            "--drift", "0.6", "--drift-start", str(folder / "start"), "--launch-noise", "0.01",
+        job_path = fake_job(folder, '"0.0400", "0.0424"', "0.0424", {"trials": 2, "confirm": 8, "relaunch": 0},
+                            "--drift", "0.3", "--drift-start", str(folder / "start"), "--launch-noise", "0.01",
                             "--launch-noise-seed", str(seed), "--launch-noise-counter", str(folder / "launches"),
-                            bench={"output_tokens": 24, "repeats": 3, "max_repeats": 3},
+                            bench={"output_tokens": 20, "repeats": 3, "max_repeats": 3},
                             sampler={"name": "tpe", "seed": seed}, ray={"parallel": 1})
         job = load_job(job_path)
         out = io.StringIO()
         run_in_process(job, out=out)
         printed = out.getvalue()
         rows = trial_rows(open_study(job, create=False))
-        faster = next(r for r in rows if r.params.get("backend.delay") == "0.0100" and r.counted)
+        faster = next(r for r in rows if r.params.get("backend.delay") == "0.0400" and r.counted)
         [contest] = outcomes(rows, job.objective)
         assert contest.rounds == 4 and contest.decided and contest.winner == faster.config_key, printed
         # the launch noise unknown when the race was planned: its finalists are not said to be within it
@@ -139,12 +139,13 @@ def test_a_box_that_drifts_is_raced_in_pairs_and_the_answer_says_it_drifted(tmp_
 
 
 def test_a_kill_9_during_the_race_then_run_again_continues_it(tmp_path, no_leftover_servers):
-    # two configs 50% apart (a loaded box cannot swap them), no relaunches: the launch noise is unknown when
+    # two configs 50% apart at 30 and 45 ms a token (a loaded box's per-token delays, ~10 ms on a 2-core box
+    # beside two busy loops and the suite, cannot swap them), no relaunches: the launch noise is unknown when
     # the search ends, so both are finalists and the race runs until it tells them apart (five launches each)
     budget = {"trials": 2, "confirm": 8, "relaunch": 0}
     (tmp_path / "killed").mkdir()
     (tmp_path / "whole").mkdir()
-    job_path = fake_job(tmp_path / "killed", '"0.0100", "0.0150"', "0.0150", budget, ray={"parallel": 1})
+    job_path = fake_job(tmp_path / "killed", '"0.0300", "0.0450"', "0.0450", budget, ray={"parallel": 1})
     log_path = tmp_path / "driver1.log"
     driver = start_driver(job_path, log_path)
     try:
@@ -168,15 +169,15 @@ def test_a_kill_9_during_the_race_then_run_again_continues_it(tmp_path, no_lefto
     assert "continuing the race of the finalists (2 launch(es) done, round 2)" in text
     rows = trial_rows(open_study(job, create=False))
     raced = [(r.params["backend.delay"], r.race["round"]) for r in rows if r.launch_role == RACE]
-    assert sorted(raced) == sorted((d, n) for n in range(4) for d in ("0.0100", "0.0150"))  # each once a round
+    assert sorted(raced) == sorted((d, n) for n in range(4) for d in ("0.0300", "0.0450"))  # each once a round
     assert sum(r.counted for r in rows) == 2  # the search was not launched again
     # an uninterrupted run of the same job and seed: the same race, the same winner
-    whole = load_job(fake_job(tmp_path / "whole", '"0.0100", "0.0150"', "0.0150", budget))
+    whole = load_job(fake_job(tmp_path / "whole", '"0.0300", "0.0450"', "0.0450", budget))
     run_in_process(whole, out=io.StringIO())
     again = trial_rows(open_study(whole, create=False))
     [o1], [o2] = outcomes(rows, job.objective), outcomes(again, whole.objective)
     pick = {r.config_key: r.params["backend.delay"] for r in rows + again}
-    assert pick[o1.winner] == pick[o2.winner] == "0.0100" and o1.decided and o2.decided
+    assert pick[o1.winner] == pick[o2.winner] == "0.0300" and o1.decided and o2.decided
     assert not study_servers(tmp_path), "a server outlived the killed driver and the resumed run"
 
 

@@ -103,13 +103,15 @@ def test_connection_refused_is_data():
 
 
 def test_concurrency_totals(url):
-    out = measure_concurrency(url, MODEL, "c", 20, concurrency=4, n_requests=8, timeout_s=10)
+    # 40 ms a token: a busy box's ~10 ms a token (client and server both in Python) stays small beside it
+    out = measure_concurrency(url, MODEL, "c", 20, concurrency=4, n_requests=8, timeout_s=10,
+                              extra={"fake": {"token_delay": 0.04}})
     assert out["failures"] == 0 and out["ok_requests"] == 8 and out["n_requests"] == 8
     assert out["total_tokens"] == 160
     assert out["total_tok_s"] == pytest.approx(160 / out["wall_s"])
-    # 4 streams at ~100 tok/s each: clearly more than one stream could do
-    assert out["total_tok_s"] > 150
-    assert out["decode_tok_s"] == pytest.approx(100, rel=0.4)
+    # 4 streams at ~25 tok/s each: clearly more than one stream could do
+    assert out["total_tok_s"] > 1.5 * 25
+    assert out["decode_tok_s"] == pytest.approx(25, rel=0.4)
     assert out["tpot_s"] == pytest.approx(1 / out["decode_tok_s"])
     assert out["ttft_s"] is not None
     bad = measure_concurrency(url, "nope", "c", 5, concurrency=2, timeout_s=5)

@@ -44,7 +44,7 @@ def fake_job(tmp_path: Path, study: str, **sections) -> Path:
     return write_job(tmp_path, study=study, space_text=f'params:\n  backend.delay: {{choices: ["{SLOW}", "{FAST}"]}}\n',
                      backend={"kind": "command", "settings": {"argv": argv, "model_name": "fake"}},
                      baseline={"backend.delay": SLOW}, budget={"trials": 2},
-                     bench={"prompt": PROMPT, "output_tokens": 16, "warmup": 1, "repeats": 2, "max_repeats": 2,
+                     bench={"prompt": PROMPT, "output_tokens": 10, "warmup": 1, "repeats": 2, "max_repeats": 2,
                             "concurrency": [1]},
                      correctness={"check_tokens": 8, "prompts": ["The quick brown fox"], "logprobs": False},
                      **sections)

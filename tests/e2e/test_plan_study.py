@@ -43,7 +43,7 @@ def plan_job(tmp_path: Path) -> Path:
                      backend={"kind": "command", "settings": {"argv": argv, "model_name": "load"}},
                      baseline={"env.LOAD_MODE": "solo", "env.LOAD_OVERHEAD_MS": "24"},
                      objective={"concurrency": [1, 8]}, budget={"trials": 4, "confirm": 8, "relaunch": 0.2},
-                     bench={"prompt": "Explain how a ring all-reduce works across eight GPUs.", "output_tokens": 12,
+                     bench={"prompt": "Explain how a ring all-reduce works across eight GPUs.", "output_tokens": 8,
                             "warmup": 1, "repeats": 3, "max_repeats": 3},
                      correctness={"check_tokens": 8, "prompts": ["The quick brown fox", "Once upon a time"],
                                   "logprobs": False},

@@ -105,8 +105,8 @@ def test_launches_fast_or_slow_by_35_percent_never_crown_the_slower_config(tmp_p
 
 
 def test_a_box_that_drifts_is_raced_in_pairs_and_the_answer_says_it_drifted(tmp_path, no_leftover_servers):
-    """Issue 48: every launch slower the later it starts (the stand-in's ``--drift``: 30% a minute, so that a
-    study of 40 seconds drifts as much as a night's of minutes does at 2% a minute: ~20% from its first launch
+    """Issue 48: every launch slower the later it starts (the stand-in's ``--drift``: 40% a minute, so that a
+    study of 30 seconds drifts as much as a night's of minutes does at 2% a minute: ~20% from its first launch
     to its last), two configs 6% apart, both raced (no relaunch: the launch noise unknown when the search
     ends). The race reads its rounds as pairs and decides for the faster one on 2 of 2 seeds; the run's last
     lines, ``status`` and the export say the box drifted."""
@@ -114,9 +114,9 @@ def test_a_box_that_drifts_is_raced_in_pairs_and_the_answer_says_it_drifted(tmp_
         folder = tmp_path / f"seed{seed}"
         folder.mkdir()
         job_path = fake_job(folder, '"0.0400", "0.0424"', "0.0424", {"trials": 2, "confirm": 8, "relaunch": 0},
-                            "--drift", "0.3", "--drift-start", str(folder / "start"), "--launch-noise", "0.01",
+                            "--drift", "0.4", "--drift-start", str(folder / "start"), "--launch-noise", "0.01",
                             "--launch-noise-seed", str(seed), "--launch-noise-counter", str(folder / "launches"),
-                            bench={"output_tokens": 20, "repeats": 3, "max_repeats": 3},
+                            bench={"output_tokens": 12, "repeats": 3, "max_repeats": 3},
                             sampler={"name": "tpe", "seed": seed}, ray={"parallel": 1})
         job = load_job(job_path)
         out = io.StringIO()
@@ -145,7 +145,8 @@ def test_a_kill_9_during_the_race_then_run_again_continues_it(tmp_path, no_lefto
     budget = {"trials": 2, "confirm": 8, "relaunch": 0}
     (tmp_path / "killed").mkdir()
     (tmp_path / "whole").mkdir()
-    job_path = fake_job(tmp_path / "killed", '"0.0300", "0.0450"', "0.0450", budget, ray={"parallel": 1})
+    job_path = fake_job(tmp_path / "killed", '"0.0300", "0.0450"', "0.0450", budget, ray={"parallel": 1},
+                        bench={"output_tokens": 10})
     log_path = tmp_path / "driver1.log"
     driver = start_driver(job_path, log_path)
     try:
@@ -172,7 +173,7 @@ def test_a_kill_9_during_the_race_then_run_again_continues_it(tmp_path, no_lefto
     assert sorted(raced) == sorted((d, n) for n in range(4) for d in ("0.0300", "0.0450"))  # each once a round
     assert sum(r.counted for r in rows) == 2  # the search was not launched again
     # an uninterrupted run of the same job and seed: the same race, the same winner
-    whole = load_job(fake_job(tmp_path / "whole", '"0.0300", "0.0450"', "0.0450", budget))
+    whole = load_job(fake_job(tmp_path / "whole", '"0.0300", "0.0450"', "0.0450", budget, bench={"output_tokens": 10}))
     run_in_process(whole, out=io.StringIO())
     again = trial_rows(open_study(whole, create=False))
     [o1], [o2] = outcomes(rows, job.objective), outcomes(again, whole.objective)

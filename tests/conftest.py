@@ -225,7 +225,7 @@ def study_servers(report_dir: Path, marker: str | tuple[str, ...] = REFSERVER) -
 
 def pytest_collection_modifyitems(items):
     """The end-to-end tests (marked slow) first, in their own order: run in parallel
-    (``-n 3``), the long ones start at once instead of being the last and lonely ones."""
+    (``-n 4``), the long ones start at once instead of being the last and lonely ones."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 AFTER_S = 0.04  # the block begins this long after the loop was made (the request is out by then)
 BLOCK_S = 0.10  # and holds the loop this long
@@ -35,5 +35,17 @@ def starved(after_s: float = AFTER_S, block_s: float = BLOCK_S) -> Iterator[None
     asyncio.set_event_loop_policy(_StarvingPolicy(after_s, block_s))
     try:
         yield
+    finally:
+        asyncio.set_event_loop_policy(None)
+
+
+@contextlib.contextmanager
+def starved_on_cue(after_s: float = AFTER_S, block_s: float = BLOCK_S) -> Iterator[Callable[[], None]]:
+    """As ``starved``, from the moment the ``start`` it yields is called (a measurement's progress
+    callback calls it as the round it should begin with begins); the default policy after."""
+    def start() -> None:
+        asyncio.set_event_loop_policy(_StarvingPolicy(after_s, block_s))
+    try:
+        yield start
     finally:
         asyncio.set_event_loop_policy(None)

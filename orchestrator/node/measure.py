@@ -392,19 +392,25 @@ class Session:
         self.bench_s = time.monotonic() - (self.t1 or self.t0)
         return DONE
 
-    def recheck(self, levels: list[int]) -> str | Benchmark:
+    def recheck(self, levels: list[int], stints: int = 1) -> str | Benchmark:
         """Each of ``levels`` whose figures are client-bound (``core.client_bound.judge``) measured once
         more, its first measurement dropped (a transient hiccup of the client goes away): as
-        ``rounds`` returns. The benchmark's limit grows by those levels' rounds: the client's delay
-        is never the config's timeout."""
+        ``rounds`` returns. ``stints``: how many times ``rounds`` measured it, as many taken again (a
+        capacity confirmation's three are not replaced by one). The benchmark's limit grows by those
+        rounds: the client's delay is never the config's timeout."""
         bound = [lv for lv in levels if lv in self.acc and self.acc[lv].attempts == 1 and self.acc[lv].samples
                  and client_bound.judge(self.acc[lv].freeze()) is not None]
         if not bound:
             return DONE
         for lv in bound:
             self.acc[lv] = _Level(lv, attempts=2)
-        self.pace.levels = [*self.pace.levels, *bound]
-        return self.rounds(bound, [], None)
+        self.pace.levels = [*self.pace.levels, *(bound * stints)]
+        got: str | Benchmark = DONE
+        for _ in range(stints):
+            got = self.rounds(bound, [], None)
+            if isinstance(got, Benchmark) or got == CUT:
+                break
+        return got
 
     def finish(self) -> Benchmark:
         """The benchmark that went to its end, with what it should warn about (a level still
@@ -475,16 +481,19 @@ def goodput(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
     seen: dict[int, capacity.Probe] = {}
     order: list[int] = []
     confirmed: list[int] = []
+    stints: dict[int, int] = {}  # each load's measurements so far: a recheck takes them all again
     step = capacity.next_step(seen, top, marks, confirmed)
     while step is not None:
         nxt, confirming = step
         for _ in range(capacity.CONFIRM_STINTS if confirming else 1):  # a confirmation: more rounds of it
             got = run.rounds([nxt], [], None)
+            stints[nxt] = stints.get(nxt, 0) + 1
             if isinstance(got, Benchmark) or got == CUT:
                 break
         if isinstance(got, Benchmark):
             return got
-        again = run.recheck([nxt])
+        # a confirmed load rests on its first measurement and the confirmation's: re-measured, all of them
+        again = run.recheck([nxt], stints=stints[nxt])
         if isinstance(again, Benchmark):
             return again
         got = CUT if CUT in (got, again) else DONE

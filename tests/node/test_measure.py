@@ -12,10 +12,11 @@ import time
 
 import fake_openai_server as fake  # the stand-in's own rules, for expectations
 import pytest
-from starved_loop import starved
+from starved_loop import starved, starved_on_cue
 
 from conftest import start_fake_openai
 from orchestrator.core import client_bound
+from orchestrator.core.capacity import CONFIRM_STINTS
 from orchestrator.core.measurement import Measurement
 from orchestrator.core.slo import Slo, Targets
 from orchestrator.node import client
@@ -235,6 +236,38 @@ def test_goodput_finds_the_capacity_of_a_server_that_slows_with_its_streams(tmp_
     assert set(got.measurement.levels) == set(g.probes)  # every probe is a level of the record
     assert got.value == got.measurement.levels[g.holds].value  # the total tok/s at the capacity point
     assert all(got.measurement.levels[p].whole_run_tok_s for p in g.probes if p > 1)
+
+
+def test_a_confirmation_the_client_starved_is_measured_again_in_full(tmp_path):
+    """The capacity search measures a load it would rest its answer on once more per ``CONFIRM_STINTS``
+    before it believes it. When those rounds are client-bound, the load is measured again, and again in
+    full: its first measurement and the confirmation's, not one round in place of three. The client
+    is starved from the moment a load comes back to be confirmed (the first load measured a second
+    time: the search never comes back otherwise). One wave a round, so every request's first tokens
+    come inside the block."""
+    sp = start_fake_openai(tmp_path, "--token-delay", "0.032", "--stream-cost", "0.008", "--ttft-delay", "0.06")
+    targets = Targets(every=(Slo.named("tpot_p99", 0.068),))
+    seen: list[int] = []
+    cue: list[int] = []
+    try:
+        with starved_on_cue() as start:
+            def progress(level, done, total):
+                if done == 0 and not cue and seen and level in seen and seen[-1] != level:
+                    cue.append(level)
+                    start()
+                if done == 0 and (not seen or seen[-1] != level):
+                    seen.append(level)
+
+            got = measure(sp.spec.base_url, MODEL, plan(goodput=8, slo=targets, waves=1, repeats=1, output_tokens=8,
+                                                        levels=(99,)), deadline=time.monotonic() + 90,
+                          progress=progress)
+    finally:
+        sp.stop(grace_s=1.0)
+    assert got.ok and cue, seen
+    confirmed = got.measurement.levels[cue[0]]
+    assert confirmed.client_lag is not None and confirmed.client_lag.attempts == 2  # measured again
+    assert len(confirmed.samples) == 1 + CONFIRM_STINTS  # in full: one sample a round, three rounds
+    assert any(w.startswith(client_bound.NOTICE) and f"at {cue[0]} streams" in w for w in got.warnings)
 
 
 def test_the_whole_runs_tok_s_counts_the_ramp_the_steady_state_leaves_out(tmp_path):

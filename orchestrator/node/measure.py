@@ -116,6 +116,7 @@ class _Level:
     cache: list[tuple[float, float]] = field(default_factory=list)  # per round: prompt tokens looked up, found
     whole_run: list[float] = field(default_factory=list)  # per round at N > 1: output tok/s over the whole run
     attempts: int = 1  # 2: measured again, the first measurement client-bound (``Session.recheck``)
+    stints: int = 0  # times ``Session.rounds`` measured it (a capacity confirmation: its first and more)
     lag: LoopLag = field(default_factory=LoopLag)  # how late the client's loop ran while this level was measured
     # each request: the loop's lateness at its first token less at its last (how much short its span was stamped)
     span_short: list[float] = field(default_factory=list)
@@ -347,7 +348,7 @@ class Session:
         ``out.pruned``), ``CUT`` (the adaptive rounds reached the limit), or the failed benchmark."""
         plan, acc, out = self.plan, self.acc, self.out
         for level in objective + extra_levels:
-            acc.setdefault(level, _Level(level))
+            acc.setdefault(level, _Level(level)).stints += 1
         for rnd in range(self.cap):
             if rnd < plan.repeats:
                 todo = objective + extra_levels
@@ -392,22 +393,23 @@ class Session:
         self.bench_s = time.monotonic() - (self.t1 or self.t0)
         return DONE
 
-    def recheck(self, levels: list[int], stints: int = 1) -> str | Benchmark:
-        """Each of ``levels`` whose figures are client-bound (``core.client_bound.judge``) measured once
-        more, its first measurement dropped (a transient hiccup of the client goes away): as
-        ``rounds`` returns. ``stints``: how many times ``rounds`` measured it, as many taken again (a
-        capacity confirmation's three are not replaced by one). The benchmark's limit grows by those
-        rounds: the client's delay is never the config's timeout."""
+    def recheck(self, levels: list[int]) -> str | Benchmark:
+        """Each of ``levels`` whose figures are client-bound (``core.client_bound.judge``) measured again
+        as many times as ``rounds`` measured it (a capacity confirmation's three, not one in their
+        place), its first measurement dropped (a transient hiccup of the client goes away): as
+        ``rounds`` returns. The benchmark's limit grows by those rounds: the client's delay is never
+        the config's timeout."""
         bound = [lv for lv in levels if lv in self.acc and self.acc[lv].attempts == 1 and self.acc[lv].samples
                  and client_bound.judge(self.acc[lv].freeze()) is not None]
         if not bound:
             return DONE
+        times = {lv: self.acc[lv].stints for lv in bound}
         for lv in bound:
             self.acc[lv] = _Level(lv, attempts=2)
-        self.pace.levels = [*self.pace.levels, *(bound * stints)]
+        self.pace.levels = [*self.pace.levels, *(lv for lv in bound for _ in range(times[lv]))]
         got: str | Benchmark = DONE
-        for _ in range(stints):
-            got = self.rounds(bound, [], None)
+        for i in range(max(times.values())):
+            got = self.rounds([lv for lv in bound if times[lv] > i], [], None)
             if isinstance(got, Benchmark) or got == CUT:
                 break
         return got
@@ -481,19 +483,16 @@ def goodput(base_url: str, model: str, plan: BenchPlan, *, deadline: float, metr
     seen: dict[int, capacity.Probe] = {}
     order: list[int] = []
     confirmed: list[int] = []
-    stints: dict[int, int] = {}  # each load's measurements so far: a recheck takes them all again
     step = capacity.next_step(seen, top, marks, confirmed)
     while step is not None:
         nxt, confirming = step
         for _ in range(capacity.CONFIRM_STINTS if confirming else 1):  # a confirmation: more rounds of it
             got = run.rounds([nxt], [], None)
-            stints[nxt] = stints.get(nxt, 0) + 1
             if isinstance(got, Benchmark) or got == CUT:
                 break
         if isinstance(got, Benchmark):
             return got
-        # a confirmed load rests on its first measurement and the confirmation's: re-measured, all of them
-        again = run.recheck([nxt], stints=stints[nxt])
+        again = run.recheck([nxt])  # a confirmed load: its first measurement and the confirmation's, again
         if isinstance(again, Benchmark):
             return again
         got = CUT if CUT in (got, again) else DONE

@@ -350,8 +350,8 @@ def _not_explored(job: Any, rows: list[TrialRow]) -> list[Block]:
     return [doc.heading(2, "Not explored"),
             doc.para("The search has not measured these, so the best above is the best of what it measured, not "
                      "of the space: values never measured working, values seen only in configs well below the "
-                     "best and never beside it, and pairs of values of the parameters that moved the speed most "
-                     "never measured together. `ncclsweep run JOB --trials N` launches there first."),
+                     "best and never beside a config near it, and pairs of values of the parameters that moved "
+                     "the speed most never measured together. `ncclsweep run JOB --trials N` launches there first."),
             doc.items([line.strip() for line in lines[1:]])]
 
 

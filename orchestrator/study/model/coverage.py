@@ -15,18 +15,23 @@ A *gap* is one of, in the order the search takes them:
 - a value of the space never measured working (no COMPLETE or PRUNED launch carried it), unless the
   study holds it for the one that made launches fail (``study.culprits``: more likely bad than not)
   or its bans stopped it;
-- a value measured working only in configs below ``TAU`` of the best, none of them beside it (within
-  one setting: values that always go together, TP=8 with PP=1, count as one);
+- a value measured working only in configs below ``TAU`` of the best, none of them beside a good
+  config (within one setting of a config that measured within ``TAU`` of the best: values that always
+  go together, TP=8 with PP=1, count as one);
 - a value suspected of making launches fail whose failures all shared another value the best does not
   have (a failed launch is evidence about its combination: flashinfer's all-reduce failed twice, both
-  times with P2P off, which it needs), never tried beside the best;
+  times with P2P off, which it needs), never tried beside a good config;
 - two values of the ``TOP`` parameters that moved the speed most (the spread of the best launch
   carrying each of their values), never measured together.
 
 Values of the parameters that moved the speed most come first; of them, the one seen in the fewest
-launches. A value tried beside the best, or a pair measured together, is explored: how it measured
-is the study's answer. ``coverage(rows, choices, ...)`` computes them from the study's rows (the
-search, ``status`` and the report read the same ones); ``describe`` says them in lines.
+launches. A value tried beside a good config, or a pair measured together, is explored: how it measured
+is the study's answer. Beside a good config, not only beside the best: the best moves by a few percent
+as the search goes (and by noise), and a value seen at 0.45x one step from a config 2% below the best
+has shown what it can do there; re-opening it at every new best spent one launch per value and best
+(eager kernels, filled twice two launches apart in nights of the end-to-end stand-in). ``coverage(rows, choices, ...)``
+computes them from the study's rows (the search, ``status`` and the report read the same ones);
+``describe`` says them in lines.
 """
 
 from __future__ import annotations
@@ -105,8 +110,10 @@ def coverage(rows: Sequence[TrialRow], choices: Mapping[str, Sequence[Any]], obj
     together = companions(configs or [], names)
     suspects = Culprits.fit(launched, names, banned).bad
 
+    good = [cfg for v, cfg in worked if v >= TAU * top]  # the contexts a value shows what it can do in
+
     def beside(cfg: Config) -> bool:
-        return settings_apart(cfg, best, names, together) <= 1
+        return any(settings_apart(cfg, g, names, together) <= 1 for g in good)
 
     spread = {}
     for n in names:

@@ -30,6 +30,19 @@ def test_a_value_seen_only_in_a_slow_config_is_a_gap_until_tried_beside_the_best
     assert not any(g[0] == (("tp", 8),) for g in gaps(beside))
 
 
+def test_a_value_tried_beside_a_config_near_the_best_stays_explored_when_the_best_moves():
+    rows = [row(0, 20.0, tp=8, graphs=False, proto="Simple", algo="Ring"),  # the baseline: eager only here
+            row(1, 100.0, tp=4, graphs=True, proto="LL", algo="Ring"),
+            row(2, 45.0, tp=4, graphs=False, proto="LL", algo="Ring")]  # eager, tried beside the best
+    assert not any(g[0] == (("graphs", False),) for g in gaps(rows))
+    # a new best two settings away, 5% faster: eager was seen beside a config within 10% of it
+    moved = rows + [row(3, 105.0, tp=8, graphs=True, proto="LL", algo="Tree")]
+    assert not any(g[0] == (("graphs", False),) for g in gaps(moved))
+    # ... but not when the config it was tried beside is far below the new best
+    jumped = rows + [row(3, 150.0, tp=8, graphs=True, proto="LL", algo="Tree")]
+    assert ((("graphs", False),), "seen only at 0.30x the best") in gaps(jumped)
+
+
 def test_a_suspect_or_banned_value_is_not_a_gap():
     rows = [row(0, 20.0, tp=8, graphs=False, proto="Simple", algo="Ring"),
             row(1, 100.0, tp=4, graphs=True, proto="LL", algo="Ring"),

@@ -29,9 +29,9 @@ launches. A value tried beside a good config, or a pair measured together, is ex
 is the study's answer. Beside a good config, not only beside the best: the best moves by a few percent
 as the search goes (and by noise), and a value seen at 0.45x one step from a config 2% below the best
 has shown what it can do there; re-opening it at every new best spent one launch per value and best
-(eager kernels, filled twice two launches apart in nights of the end-to-end stand-in). ``coverage(rows, choices, ...)``
-computes them from the study's rows (the search, ``status`` and the report read the same ones);
-``describe`` says them in lines.
+(eager kernels, filled twice two launches apart in nights of the end-to-end stand-in).
+``coverage(rows, choices, ...)`` computes them from the study's rows (the search, ``status`` and the
+report read the same ones); ``describe`` says them in lines.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def coverage(rows: Sequence[TrialRow], choices: Mapping[str, Sequence[Any]], obj
             continue
         carried = [v for v, cfg in worked if value_of(cfg, n) == x]
         if any(beside(r.params or {}) for r in launched if value_of(r.params or {}, n) == x):
-            continue  # tried beside the best: explored
+            continue  # tried beside a good config: explored
         if not carried:
             why = "never measured working"
         elif max(carried) < TAU * top:

@@ -141,16 +141,20 @@ class PhaseReporter:
                      entered=not same)
 
     def server_output(self, lines: Iterable[str]) -> None:
-        """New lines of the server's log: a start-up phase it names is reported (only while
-        the server starts; the benchmark's lines are no phase)."""
+        """New lines of the server's log: each start-up phase they name is reported, in the
+        order the log names them (only while the server starts; the benchmark's lines are no
+        phase). Read line by line: a batch a slow reader took in at once still says every
+        phase in it, not only its last (they are entered at the batch's time: the log's own
+        times are not read)."""
         with self._lock:
-            if not self._starting:
-                return
-            self._tracker.feed(lines)
-            name = startup_phase(self._tracker.phase)
-            if name is None or (self._current is not None and self._current.name == name):
-                return
-            self._report(TrialPhase(self.number, name, self.started, time.time()), entered=True)
+            for line in lines:
+                if not self._starting:
+                    return
+                self._tracker.feed((line,))
+                name = startup_phase(self._tracker.phase)
+                if name is None or (self._current is not None and self._current.name == name):
+                    continue
+                self._report(TrialPhase(self.number, name, self.started, time.time()), entered=True)
 
     def measuring(self, level: int, done: int, total: int) -> None:
         """``node.measure``'s progress: ``done`` of a round's ``total`` requests at ``level`` (0

@@ -38,12 +38,13 @@ def test_the_reporter_says_each_phase_and_survives_its_sink():
     said: list[phases.TrialPhase] = []
     reporter = phases.PhaseReporter(7, said.append)
     reporter.phase(phases.LAUNCHING)
-    reporter.server_output(VLLM_START[:3])
+    reporter.server_output(VLLM_START[:3])  # one batch (a reader that came late): each phase in it is said
     reporter.phase(phases.WARMING_UP)
     reporter.server_output(VLLM_START[3:])  # the server's lines after it is ready are no phase
     reporter.measuring(1, 0, 16)
     reporter.measuring(1, 5, 16)
-    assert [p.text() for p in said] == ["launching", "starting: weights", "warming up",
+    started = ["starting", "starting: engine init", "starting: weights"]
+    assert [p.text() for p in said] == ["launching", *started, "warming up",
                                         "measuring level 1: 0/16 requests", "measuring level 1: 5/16 requests"]
     over: list[phases.TrialPhase] = []
     rounds = phases.PhaseReporter(7, over.append, rounds=3)
@@ -53,7 +54,7 @@ def test_the_reporter_says_each_phase_and_survives_its_sink():
     assert said[-1].key == said[-2].key and said[-1].since == said[-2].since  # a request done is no new phase
     assert all(p.number == 7 and p.trial_started == said[0].trial_started for p in said)
     # each report carries every phase entered so far (a poll that comes late still says them all)
-    entered = ["launching", "starting: weights", "warming up", "measuring level 1: 0/16 requests"]
+    entered = ["launching", *started, "warming up", "measuring level 1: 0/16 requests"]
     assert [text for text, _ in said[-1].trail] == entered
     assert [text for text, _ in reporter.trail()] == entered
     assert [at for _, at in reporter.trail()] == sorted(at for _, at in reporter.trail())
@@ -66,6 +67,13 @@ def test_the_reporter_says_each_phase_and_survives_its_sink():
     refserver.server_output(["[refserver rank0] ready on http://127.0.0.1:1"])  # no phase of its own
     assert [p.text() for p in ready] == ["launching", "starting: NCCL init and weights",
                                          "starting: graph capture and warm-up"]
+    late: list[phases.TrialPhase] = []  # the same lines read in one batch by a watcher a busy box delayed
+    batched = phases.PhaseReporter(9, late.append)
+    batched.phase(phases.LAUNCHING)
+    batched.server_output(["[refserver rank0] starting tiny", "[refserver rank0] weights built in 1.0s",
+                           "[refserver rank0] ready on http://127.0.0.1:1"])
+    assert [p.text() for p in late] == [p.text() for p in ready]
+    assert [text for text, _ in batched.trail()] == [p.text() for p in ready]
 
     def broken(_phase):
         raise ConnectionError("the relay is gone")

@@ -455,19 +455,20 @@ async def _open_loop(requests: Sequence[_Request], offsets: Sequence[float], dea
 def run_open_loop(base_url: str, model: str, prompts: Sequence[str], output_tokens: Sequence[int],
                   offsets: Sequence[float], *, deadline_s: float, stall_s: float | None = None,
                   extra: dict[str, Any] | None = None, on_done: Callable[[RequestResult], None] | None = None,
-                  ) -> tuple[list[tuple[float, RequestResult]], float]:
+                  lag: LoopLag | None = None) -> tuple[list[tuple[float, RequestResult]], float]:
     """An open-loop load: the i-th of ``prompts`` (asking ``output_tokens[i]``) sent ``offsets[i]``
     seconds after the start whether or not earlier requests have finished (a server slower than the
     rate queues them, as production traffic does), all on one asyncio event loop of the calling
     thread through one session, timed as ``stream_completion`` times a request; a request not done
     ``deadline_s`` after the start ends as a timeout. ([(monotonic time it was due, RequestResult)]
     in the order they ended, wall seconds); a result's ``t_start`` minus its due time is how late the
-    client sent it."""
+    client sent it. ``lag``: records how late that loop ran meanwhile (``node.looplag``)."""
     if not (len(prompts) == len(output_tokens) == len(offsets)):
         raise ValueError("one output length and one offset per prompt")
     requests = [_request(base_url, "/v1/completions", _completion_body(model, p, int(n), 0.0, True, extra))
                 for p, n in zip(prompts, output_tokens)]
-    return asyncio.run(_open_loop(requests, offsets, deadline_s, stall_s, [int(n) for n in output_tokens], on_done))
+    work = _open_loop(requests, offsets, deadline_s, stall_s, [int(n) for n in output_tokens], on_done)
+    return asyncio.run(lag.watching(work) if lag is not None else work)
 
 
 def _median(samples: list[float]) -> float | None:

@@ -8,8 +8,16 @@ time, whether or not the earlier ones finished. Every request's TTFT, TPOT, inte
 end-to-end latency are timed as a level's are; the probe's attainment is the share of its requests
 that met every per-request target (``core.attainment``; a failed request, or one not done by the
 probe's limit, met none), and it holds where the attainment reaches ``slo.attainment`` and every
-percentile target holds over its requests. A probe the client itself sent late (a busy host: more
-than half the mean gap behind its schedule) is measured again before it is judged.
+percentile target holds over its requests. A probe whose verdict is the measuring client's, not
+the server's, is measured again (``LATE_RETRIES`` times at most, the last one kept with a warning)
+before it is judged; on a busy host that is one of two things:
+
+- the client sent it late (more than half the mean gap behind its schedule): the rate offered was
+  lower than asked and its requests bunched (``late_by``);
+- the client stamped it late: its event loop (watched by ``node.looplag``) ran late when tokens
+  came in, and the probe's verdict flips once each stamp is taken back by how late the loop was
+  there (``as_sent``): a 99% attainment over 40 requests is broken by one first token stamped
+  160 ms late while the server sent it in time, and the capacity said so would be the client's.
 
 Time: a probe ends by its limit, ``PACE_FACTOR`` x (its schedule's span plus one request's time at
 the warm-up's pace): an overloaded server drains a backlog that grows with the rate, and a request
@@ -20,6 +28,7 @@ failed (a server that stopped answering) fails the benchmark, as a closed-loop l
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable
 
@@ -29,11 +38,12 @@ from orchestrator.core.measurement import Latency, RateProbe, rate_text
 from orchestrator.core.rate_search import RateAxis
 from orchestrator.node import client
 from orchestrator.node.client import RequestResult
+from orchestrator.node.looplag import LoopLag
 from orchestrator.node.measure import STALLED_MARK, Benchmark, Session
 from orchestrator.node.spec import PACE_FACTOR, BenchPlan
 
 LATE_SHARE = 0.5  # a request sent later than this share of the mean gap: the client did not keep the rate
-LATE_RETRIES = 1  # a probe the client sent late is measured again this many times at most
+LATE_RETRIES = 1  # a probe the client sent or stamped late is measured again this many times at most
 RateProgress = Callable[[float, int, int], None]  # (rate, requests done, requests the probe sends)
 
 
@@ -90,22 +100,19 @@ def _teller(progress: RateProgress | None, rate: float, total: int) -> Callable[
 
 
 def _probe(run: Session, axis: RateAxis, rate: float, progress: RateProgress | None = None) -> RateProbe | Benchmark:
-    """One rate measured (module docstring): its record, or the failed benchmark. A probe the client
-    sent late (``late_by``) did not offer the rate asked: bunched requests queue as the rate would not
-    have made them, so it is measured again, ``LATE_RETRIES`` times at most, and the last one kept."""
+    """One rate measured (module docstring): its record, or the failed benchmark. A probe whose
+    verdict is the client's (``clients_doing``) is measured again, ``LATE_RETRIES`` times at most,
+    and the last one kept."""
     plan = run.plan
     when = offsets(plan, axis, rate)
     for attempt in range(LATE_RETRIES + 1):
-        sent = _send(run, plan, when, rate, progress)
-        late = late_by(sent, when)
-        if late is None:
+        sent, lag = _send(run, plan, when, rate, progress)
+        why = clients_doing(sent, when, lag, rate, plan)
+        if why is None:
             break
         again = attempt < LATE_RETRIES
-        run.out.warnings.append(f"request rate {rate_text(rate)}: the client sent a request {1000 * late[0]:.0f} ms "
-                                f"late (median {1000 * late[1]:.1f} ms), more than half the mean gap between "
-                                "requests: the rate offered was lower than asked and its requests bunched (a busy "
-                                "host?); " + ("measured again" if again else
-                                              f"late on all {LATE_RETRIES + 1} measurements, the last one kept"))
+        run.out.warnings.append(f"request rate {rate_text(rate)}: {why} (a busy host?); " + (
+            "measured again" if again else f"so on all {LATE_RETRIES + 1} measurements, the last one kept"))
     results = [req for _, req in sent]
     for req in results:
         if req.ok:
@@ -124,16 +131,50 @@ def _probe(run: Session, axis: RateAxis, rate: float, progress: RateProgress | N
 
 
 def _send(run: Session, plan: BenchPlan, when: list[float], rate: float,
-          progress: RateProgress | None) -> list[tuple[float, RequestResult]]:
-    """One probe's requests sent on their schedule ``when``: [(due time, result)]."""
+          progress: RateProgress | None) -> tuple[list[tuple[float, RequestResult]], LoopLag]:
+    """One probe's requests sent on their schedule ``when``: [(due time, result)], and how late the
+    client's loop ran meanwhile."""
     n = len(when)
     prompts = run.prefixes.requests(plan.prompts, n)
     lengths = [plan.tokens_for(i) for i in range(n)]
     per_request = (run.pace.per_token or 0.0) * max(lengths)
     limit = PACE_FACTOR * ((when[-1] if when else 0.0) + per_request) + 1.0
+    lag = LoopLag()
     sent, _ = client.run_open_loop(run.base_url, run.model, prompts, lengths, when, deadline_s=limit,
-                                   stall_s=plan.stall_s, on_done=_teller(progress, rate, n))
-    return sent
+                                   stall_s=plan.stall_s, on_done=_teller(progress, rate, n), lag=lag)
+    return sent, lag
+
+
+def clients_doing(sent: list[tuple[float, RequestResult]], when: list[float], lag: LoopLag, rate: float,
+                  plan: BenchPlan) -> str | None:
+    """Why the probe's verdict is the measuring client's, not the server's (module docstring), in
+    words; None where it is the server's."""
+    late = late_by(sent, when)
+    if late is not None:
+        return (f"the client sent a request {1000 * late[0]:.0f} ms late (median {1000 * late[1]:.1f} ms), more "
+                "than half the mean gap between requests: the rate offered was lower than asked and its requests "
+                "bunched")
+    results = [req for _, req in sent]
+    taken_back = [as_sent(req, lag) for req in results]
+    held = probe_record(rate, results, plan).held
+    if probe_record(rate, taken_back, plan).held == held:
+        return None
+    worst = max((lag.at(t) or 0.0 for req in results for t in req.token_times), default=0.0)
+    return (f"the measuring client's loop ran up to {1000 * worst:.0f} ms late as tokens came in, and the probe "
+            f"{'held' if held else 'broke'} on those late stamps (taken back, it {'breaks' if held else 'holds'})")
+
+
+def as_sent(req: RequestResult, lag: LoopLag) -> RequestResult:
+    """``req`` with each receive stamp taken back by how late the client's loop was there
+    (``LoopLag.at``; unknown: as stamped): its latencies as the server sent them, to the ticker's
+    resolution."""
+    if not req.token_times:
+        return req
+    times = [t - (lag.at(t) or 0.0) for t in req.token_times]
+    end = req.t_start + (req.latency_s or 0.0)
+    latency = req.latency_s - (lag.at(end) or 0.0) if req.latency_s is not None else None
+    return dataclasses.replace(req, token_times=times, ttft_s=max(0.0, times[0] - req.t_start),
+                               latency_s=max(times[-1] - req.t_start, latency) if latency is not None else None)
 
 
 def late_by(sent: list[tuple[float, RequestResult]], when: list[float]) -> tuple[float, float] | None:

@@ -148,3 +148,42 @@ def test_a_probe_the_client_sent_late_is_measured_again_and_the_on_time_one_kept
     probe = got.measurement.rate.probes[0]
     assert len(got.measurement.rate.probes) == 1 and probe.requests == 6 and probe.held
     assert probe.sent_rate == pytest.approx(2.0, rel=0.1)  # the kept measurement kept the schedule
+
+
+def test_a_probe_the_client_stamped_late_is_measured_again_and_the_server_judged(tmp_path):
+    """Two requests 0.15 s apart into two slots; the server sends each first token 0.35 s after it gets
+    the request, well within a 0.5 s TTFT target. 0.25 s into the first probe, after both were sent on
+    time, the client's thread stalls for 0.5 s (an alarm whose handler sleeps in the thread that runs
+    the client's event loop, as a busy host's scheduler would stall it): both first tokens come in
+    meanwhile and are stamped at its end, 0.75 and 0.6 s after their sends, and the probe breaks on the
+    client's stamps. Taken back by how late the loop ran, it holds: the verdict is the client's, so the
+    probe is measured again, the warning says why, and the record kept is the server's."""
+    import signal
+
+    sp = start_fake_openai(tmp_path, "--slots", "2", "--token-delay", "0.02", "--ttft-delay", "0.35")
+    axis = RateAxis(max_rate=1 / 0.15, min_rate=1 / 0.15, requests=2, max_probes=1)
+    slo = Targets(per_request=(RequestSlo("ttft", 0.5),), attainment=1.0)
+    starts: list[float] = []
+
+    def told(rate: float, done: int, total: int) -> None:
+        if done == 0:
+            starts.append(time.monotonic())
+            if len(starts) == 1:  # the first measurement only
+                signal.setitimer(signal.ITIMER_REAL, 0.25)
+
+    old = signal.signal(signal.SIGALRM, lambda *_: time.sleep(0.5))
+    try:
+        got = measure_rates(sp.spec.base_url, MODEL, plan(axis, slo, arrival_times=(100.0, 100.15)),
+                            deadline=time.monotonic() + 60, progress=told)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        sp.stop(grace_s=1.0)
+    assert got.ok, got.error
+    assert len(starts) == 2  # the probe began twice
+    again = [w for w in got.warnings if "measuring client" in w]
+    assert len(again) == 1 and again[0].startswith("request rate 6.67 req/s: the measuring client's loop ran up to ") \
+        and "the probe broke on those late stamps (taken back, it holds)" in again[0] \
+        and again[0].endswith("measured again"), got.warnings
+    [probe] = got.measurement.rate.probes
+    assert probe.requests == 2 and probe.held and probe.ttft.p99 < 0.5, probe

@@ -112,7 +112,7 @@ def _probe(run: Session, axis: RateAxis, rate: float, progress: RateProgress | N
             break
         again = attempt < LATE_RETRIES
         run.out.warnings.append(f"request rate {rate_text(rate)}: {why} (a busy host?); " + (
-            "measured again" if again else f"so on all {LATE_RETRIES + 1} measurements, the last one kept"))
+            "measured again" if again else f"the client's on all {LATE_RETRIES + 1} measurements: the last one kept"))
     results = [req for _, req in sent]
     for req in results:
         if req.ok:

@@ -53,16 +53,17 @@ LOW, HIGH = 7.5, 15  # the rates the search starts from
 CHECK = {"check_tokens": 4, "prompts": ["The quick brown fox"], "logprobs": False}
 
 
-def simulated_attainment(rate: float, times: list[float] | None = None) -> float:
+def simulated_attainment(rate: float, times: list[float] | None = None, slow: float = 1.0) -> float:
     """The share of requests whose TTFT is within the target at ``rate``: the probe's own schedule
-    through a first-come-first-served queue of ``SLOTS`` slots of ``SERVICE_S`` each."""
+    through a first-come-first-served queue of ``SLOTS`` slots of ``SERVICE_S`` each (every time, the
+    target's too, ``slow`` times as long)."""
     free = [0.0] * SLOTS
     good = 0
     arrivals = times if times is not None else schedule(rate, REQUESTS, 1.0, 0)
     for t in arrivals:
         start = max(t, heapq.heappop(free))
-        heapq.heappush(free, start + SERVICE_S)
-        good += (start - t) + FIRST_S <= TTFT_S
+        heapq.heappush(free, start + SERVICE_S * slow)
+        good += (start - t) + FIRST_S * slow <= TTFT_S * slow
     return good / len(arrivals)
 
 
@@ -76,13 +77,15 @@ def true_capacity(attained=simulated_attainment, lo: float = 1.0, hi: float = 40
     return lo
 
 
-def queue_job(tmp_path: Path, study: str, goodput: dict, **bench) -> Path:
+def queue_job(tmp_path: Path, study: str, goodput: dict, slow: float = 1.0, **bench) -> Path:
+    """The study of the stand-in (module docstring); ``slow``: every time of it, the target's too, that many
+    times as long."""
     argv = ["{python}", FAKE, "--host", "{host}", "--port", "{port}", "--slots", "{backend.slots}", "--ttft-delay",
-            str(FIRST_S), "--token-delay", str(TOKEN_S)]
+            str(FIRST_S * slow), "--token-delay", str(TOKEN_S * slow)]
     return write_job(tmp_path, study=study, space_text="params:\n  backend.slots: {choices: [4]}\n",
                      backend={"kind": "command", "settings": {"argv": argv, "model_name": "fake"}},
                      baseline={"backend.slots": SLOTS}, budget={"trials": 1}, objective={"goodput": goodput},
-                     slo={"ttft": f"{int(TTFT_S * 1000)}ms", "attainment": SHARE},
+                     slo={"ttft": f"{int(TTFT_S * slow * 1000)}ms", "attainment": SHARE},
                      bench=bench or {"prompt": "Explain how a ring all-reduce works.", "output_tokens": TOKENS,
                                      "warmup": 1},
                      timeouts={"startup": "30s", "bench": "60s", "teardown": "5s"}, correctness=CHECK)
@@ -172,23 +175,29 @@ def trace(path: Path, gaps: list[float]) -> list[float]:
 
 
 def test_a_trace_with_timestamps_replays_at_its_own_pace_and_faster(tmp_path):
-    """A trace of 40 requests at its own 5.4 req/s, in bursts of 4 at once every 0.8 s: at its own
-    pace the 4 slots serve each burst at once; at 2x (``speed`` 2: the gaps halved) a burst comes every
-    0.4 s, as the slots free; at 4x every 0.2 s, and the bursts queue."""
-    times = trace(tmp_path / "trace.jsonl", ([0.0] * 3 + [0.8]) * 9 + [0.0] * 3)
+    """A trace of 40 requests at its own 2.7 req/s, in bursts of 4 at once every 1.6 s, into the stand-in
+    with every time doubled (a request 0.8 s in its slot, a 1.2 s TTFT target): at its own pace the 4
+    slots serve each burst at once; at 2x (``speed`` 2: the gaps halved) a burst comes every 0.8 s, as
+    the slots free; at 4x every 0.4 s, and the bursts queue. (Why doubled: each burst waits for the one
+    before it, so at one step of the search below the capacity (5%) the last burst's first token has
+    only nine bursts' 5% of the gap between them to spare; at the module's times that was 160 ms, and a
+    busy 2-core box (2 to 5 busy loops) held one request that much longer in 4 of 13 runs: the step
+    below broke and the answer came two steps low. Doubled, it is 320 ms.)"""
+    slow = 2.0
+    times = trace(tmp_path / "trace.jsonl", ([0.0] * 3 + [0.8 * slow]) * 9 + [0.0] * 3)
     own = (len(times) - 1) / (times[-1] - times[0])
 
     def attained(rate: float) -> float:
-        return simulated_attainment(rate, [(t - times[0]) * own / rate for t in times])
+        return simulated_attainment(rate, [(t - times[0]) * own / rate for t in times], slow)
 
     truth = true_capacity(attained, own, 16 * own)
-    job_path = queue_job(tmp_path, "trace", {"max_speed": 8, "min_speed": 1}, traffic="trace.jsonl",
+    job_path = queue_job(tmp_path, "trace", {"max_speed": 8, "min_speed": 1}, slow, traffic="trace.jsonl",
                          traffic_sample=40, warmup=1)
     job, row, said = run(job_path)
     searched = row.measurement.rate
     assert searched.trace_rate == pytest.approx(own) and searched.probes[0].rate == pytest.approx(own)
     assert all(p.requests == len(times) for p in searched.probes)  # the trace's requests, every probe
-    assert searched.probes[0].held and searched.probes[0].ttft.p99 < TTFT_S  # its own pace: the slots keep up
+    assert searched.probes[0].held and searched.probes[0].ttft.p99 < TTFT_S * slow  # its own pace: the slots keep up
     assert abs(searched.holds - truth) <= searched.breaks - searched.holds, (searched.probes, truth)
     verdict = next(line for line in said if line.startswith("goodput: "))
     assert f"{searched.holds:.3g} req/s ({searched.holds / own:.3g}x the trace's pace): " in verdict, verdict

@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 from orchestrator.core import arrivals, rate_search
 from orchestrator.core.attainment import Timing, attainment
+from orchestrator.core.client_bound import RESOLUTION_MS
 from orchestrator.core.measurement import Latency, RateProbe, rate_text
 from orchestrator.core.rate_search import RateAxis
 from orchestrator.node import client
@@ -101,18 +102,24 @@ def _teller(progress: RateProgress | None, rate: float, total: int) -> Callable[
 
 def _probe(run: Session, axis: RateAxis, rate: float, progress: RateProgress | None = None) -> RateProbe | Benchmark:
     """One rate measured (module docstring): its record, or the failed benchmark. A probe whose
-    verdict is the client's (``clients_doing``) is measured again, ``LATE_RETRIES`` times at most,
-    and the last one kept."""
+    verdict is the client's (``clients_doing``) is measured again, ``LATE_RETRIES`` times at most;
+    where every measurement was the client's, the one it was least late in is kept."""
     plan = run.plan
     when = offsets(plan, axis, rate)
+    spoiled: list[tuple[float, list[tuple[float, RequestResult]]]] = []  # (how late the client was, the probe)
     for attempt in range(LATE_RETRIES + 1):
         sent, lag = _send(run, plan, when, rate, progress)
         why = clients_doing(sent, when, lag, rate, plan)
         if why is None:
+            spoiled = []
             break
+        spoiled.append((why[1], sent))
         again = attempt < LATE_RETRIES
-        run.out.warnings.append(f"request rate {rate_text(rate)}: {why} (a busy host?); " + (
-            "measured again" if again else f"the client's on all {LATE_RETRIES + 1} measurements: the last one kept"))
+        run.out.warnings.append(f"request rate {rate_text(rate)}: {why[0]} (a busy host?); " + (
+            "measured again" if again else f"the client's on all {LATE_RETRIES + 1} measurements: the one it was "
+                                           "least late in kept"))
+    if spoiled:
+        sent = min(spoiled, key=lambda s: s[0])[1]
     results = [req for _, req in sent]
     for req in results:
         if req.ok:
@@ -146,14 +153,14 @@ def _send(run: Session, plan: BenchPlan, when: list[float], rate: float,
 
 
 def clients_doing(sent: list[tuple[float, RequestResult]], when: list[float], lag: LoopLag, rate: float,
-                  plan: BenchPlan) -> str | None:
+                  plan: BenchPlan) -> tuple[str, float] | None:
     """Why the probe's verdict is the measuring client's, not the server's (module docstring), in
-    words; None where it is the server's."""
+    words, and how late the client was (seconds); None where it is the server's."""
     late = late_by(sent, when)
     if late is not None:
         return (f"the client sent a request {1000 * late[0]:.0f} ms late (median {1000 * late[1]:.1f} ms), more "
                 "than half the mean gap between requests: the rate offered was lower than asked and its requests "
-                "bunched")
+                "bunched", late[0])
     results = [req for _, req in sent]
     taken_back = [as_sent(req, lag) for req in results]
     held = probe_record(rate, results, plan).held
@@ -161,18 +168,25 @@ def clients_doing(sent: list[tuple[float, RequestResult]], when: list[float], la
         return None
     worst = max((lag.at(t) or 0.0 for req in results for t in req.token_times), default=0.0)
     return (f"the measuring client's loop ran up to {1000 * worst:.0f} ms late as tokens came in, and the probe "
-            f"{'held' if held else 'broke'} on those late stamps (taken back, it {'breaks' if held else 'holds'})")
+            f"{'held' if held else 'broke'} on those late stamps (taken back, it {'breaks' if held else 'holds'})",
+            worst)
+
+
+def _behind(lag: LoopLag, t: float) -> float:
+    """How late the client's loop was at monotonic time ``t``, less what its ticker cannot tell
+    (``core.client_bound.RESOLUTION_MS``: a lateness within it is not the client's as far as the
+    ticker can say); 0 where unknown."""
+    return max(0.0, (lag.at(t) or 0.0) - RESOLUTION_MS / 1000.0)
 
 
 def as_sent(req: RequestResult, lag: LoopLag) -> RequestResult:
     """``req`` with each receive stamp taken back by how late the client's loop was there
-    (``LoopLag.at``; unknown: as stamped): its latencies as the server sent them, to the ticker's
-    resolution."""
+    (``_behind``): its latencies as the server sent them, to the ticker's resolution."""
     if not req.token_times:
         return req
-    times = [t - (lag.at(t) or 0.0) for t in req.token_times]
+    times = [t - _behind(lag, t) for t in req.token_times]
     end = req.t_start + (req.latency_s or 0.0)
-    latency = req.latency_s - (lag.at(end) or 0.0) if req.latency_s is not None else None
+    latency = req.latency_s - _behind(lag, end) if req.latency_s is not None else None
     return dataclasses.replace(req, token_times=times, ttft_s=max(0.0, times[0] - req.t_start),
                                latency_s=max(times[-1] - req.t_start, latency) if latency is not None else None)
 

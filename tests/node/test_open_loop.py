@@ -7,7 +7,10 @@ the benchmark."""
 
 from __future__ import annotations
 
+import signal
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -38,6 +41,27 @@ def server(tmp_path, request):
 def plan(rate: RateAxis, slo: Targets = TTFT, **kw) -> BenchPlan:
     return BenchPlan(**{"prompts": ("one two three", "four five"), "output_tokens": 10, "warmup": 1, "timeout_s": 30,
                         "rate": rate, "slo": slo, **kw})
+
+
+@contextmanager
+def client_stalled(after_s: float, for_s: float) -> Iterator[tuple[list[float], Callable[[float, int, int], None]]]:
+    """The client's thread stalls for ``for_s`` seconds ``after_s`` into a probe's first measurement (an
+    alarm whose handler sleeps, in the thread that runs the client's event loop, as a busy host's
+    scheduler would stall it): (when each measurement began, the progress callback that arms it)."""
+    starts: list[float] = []
+
+    def told(rate: float, done: int, total: int) -> None:
+        if done == 0:
+            starts.append(time.monotonic())
+            if len(starts) == 1:  # the first measurement only
+                signal.setitimer(signal.ITIMER_REAL, after_s)
+
+    old = signal.signal(signal.SIGALRM, lambda *_: time.sleep(for_s))
+    try:
+        yield starts, told
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def test_requests_are_sent_at_their_times_whether_or_not_earlier_ones_finished(server):
@@ -123,23 +147,9 @@ def test_a_probe_the_client_sent_late_is_measured_again_and_the_on_time_one_kept
     the thread that runs the client's event loop, as a busy host's scheduler would stall it), so its
     requests due meanwhile go out late and bunched: that probe did not offer 2 req/s. It is measured
     again, the warning says so, and the record kept is the second, sent on time."""
-    import signal
-
     axis = RateAxis(max_rate=2, min_rate=2, requests=6, max_probes=1)
-    starts: list[float] = []
-
-    def told(rate: float, done: int, total: int) -> None:
-        if done == 0:
-            starts.append(time.monotonic())
-            if len(starts) == 1:  # the first measurement only
-                signal.setitimer(signal.ITIMER_REAL, 0.7)
-
-    old = signal.signal(signal.SIGALRM, lambda *_: time.sleep(0.8))
-    try:
+    with client_stalled(0.7, 0.8) as (starts, told):
         got = measure_rates(server.spec.base_url, MODEL, plan(axis), deadline=time.monotonic() + 60, progress=told)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
     assert got.ok, got.error
     assert len(starts) == 2  # the probe at 2 req/s began twice
     late = [w for w in got.warnings if "late" in w]
@@ -158,26 +168,14 @@ def test_a_probe_the_client_stamped_late_is_measured_again_and_the_server_judged
     meanwhile and are stamped at its end, 0.75 and 0.6 s after their sends, and the probe breaks on the
     client's stamps. Taken back by how late the loop ran, it holds: the verdict is the client's, so the
     probe is measured again, the warning says why, and the record kept is the server's."""
-    import signal
-
     sp = start_fake_openai(tmp_path, "--slots", "2", "--token-delay", "0.02", "--ttft-delay", "0.35")
     axis = RateAxis(max_rate=1 / 0.15, min_rate=1 / 0.15, requests=2, max_probes=1)
     slo = Targets(per_request=(RequestSlo("ttft", 0.5),), attainment=1.0)
-    starts: list[float] = []
-
-    def told(rate: float, done: int, total: int) -> None:
-        if done == 0:
-            starts.append(time.monotonic())
-            if len(starts) == 1:  # the first measurement only
-                signal.setitimer(signal.ITIMER_REAL, 0.25)
-
-    old = signal.signal(signal.SIGALRM, lambda *_: time.sleep(0.5))
     try:
-        got = measure_rates(sp.spec.base_url, MODEL, plan(axis, slo, arrival_times=(100.0, 100.15)),
-                            deadline=time.monotonic() + 60, progress=told)
+        with client_stalled(0.25, 0.5) as (starts, told):
+            got = measure_rates(sp.spec.base_url, MODEL, plan(axis, slo, arrival_times=(100.0, 100.15)),
+                                deadline=time.monotonic() + 60, progress=told)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
         sp.stop(grace_s=1.0)
     assert got.ok, got.error
     assert len(starts) == 2  # the probe began twice

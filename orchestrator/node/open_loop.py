@@ -9,7 +9,7 @@ end-to-end latency are timed as a level's are; the probe's attainment is the sha
 that met every per-request target (``core.attainment``; a failed request, or one not done by the
 probe's limit, met none), and it holds where the attainment reaches ``slo.attainment`` and every
 percentile target holds over its requests. A probe whose verdict is the measuring client's, not
-the server's, is measured again (``LATE_RETRIES`` times at most, the last one kept with a warning)
+the server's, is measured again (``LATE_RETRIES`` times at most; of measurements all the client's, the least late kept)
 before it is judged; on a busy host that is one of two things:
 
 - the client sent it late (more than half the mean gap behind its schedule): the rate offered was
